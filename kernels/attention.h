@@ -1,0 +1,62 @@
+/* GQA attention over a paged, head-major (HND) KV cache.
+ *
+ * KV pool layout, one pool per layer for K and one for V:
+ *   pool[page][kv_head][slot][head_dim]     slot in [0, page_size)
+ * A page belongs to one sequence; within a page each KV head's tokens are one
+ * contiguous run of page_size*head_dim floats. That is what lets the
+ * TransferEngine split or merge heads across TP ranks with plain contiguous
+ * copies. Token t of a sequence lives in page page_table[s][t / page_size],
+ * slot t % page_size.
+ *
+ * A batch is n_seqs sequences; sequence s contributes rows
+ * [q_offset[s], q_offset[s+1]) of q/k/v/out, which are its newest tokens:
+ * row r has position kv_len[s] - n_q(s) + (r - q_offset[s]), where kv_len[s]
+ * counts the sequence's tokens including this step's. Prefill is one
+ * sequence with many rows; decode is many sequences with one row each.
+ */
+#ifndef TANDEM_KERNELS_ATTENTION_H
+#define TANDEM_KERNELS_ATTENTION_H
+#include <stdint.h>
+#include "kernels/backend.h"
+
+typedef struct kn_seq_batch {
+    int n_seqs;                /* host */
+    int n_rows;                /* host: q_offset[n_seqs] */
+    int max_pages;             /* host: row stride of page_table */
+    int max_q_len;             /* host: max rows of one sequence (launch sizing) */
+    int max_kv_len;            /* host: max kv_len (launch sizing) */
+    const int32_t *q_offset;   /* backend [n_seqs + 1] */
+    const int32_t *kv_len;     /* backend [n_seqs] */
+    const int32_t *page_table; /* backend [n_seqs][max_pages] */
+} kn_seq_batch;
+
+/* Writes this step's k, v rows [n_rows][n_kv_heads][head_dim] into the pools
+ * at their positions. */
+int kn_kv_append(const kn_backend *be, float *k_pool, float *v_pool,
+                 const float *k, const float *v, const kn_seq_batch *b,
+                 int n_kv_heads, int head_dim, int page_size);
+int kn_kv_append_cpu(float *k_pool, float *v_pool, const float *k, const float *v,
+                     const kn_seq_batch *b, int n_kv_heads, int head_dim, int page_size);
+int kn_kv_append_cuda(const kn_backend *be, float *k_pool, float *v_pool,
+                      const float *k, const float *v, const kn_seq_batch *b,
+                      int n_kv_heads, int head_dim, int page_size);
+
+/* out[r][h][:] = sum_j p_j v_j over the keys row r may see, where
+ *   p = softmax([q.k_j * scale for visible j] ++ [sinks[h]]) without the sink
+ * column (GPT-OSS's learned sink; sinks == NULL means no sink column).
+ * Visible: j <= pos(r) (causal) and, if window > 0, j > pos(r) - window.
+ * Query head h reads KV head h / (n_heads / n_kv_heads). */
+int kn_attention(const kn_backend *be, float *out, const float *q,
+                 const float *k_pool, const float *v_pool, const kn_seq_batch *b,
+                 int n_heads, int n_kv_heads, int head_dim, int page_size,
+                 float scale, const float *sinks, int window);
+int kn_attention_cpu(float *out, const float *q, const float *k_pool,
+                     const float *v_pool, const kn_seq_batch *b, int n_heads,
+                     int n_kv_heads, int head_dim, int page_size, float scale,
+                     const float *sinks, int window);
+int kn_attention_cuda(const kn_backend *be, float *out, const float *q,
+                      const float *k_pool, const float *v_pool,
+                      const kn_seq_batch *b, int n_heads, int n_kv_heads,
+                      int head_dim, int page_size, float scale,
+                      const float *sinks, int window);
+#endif

@@ -1,0 +1,37 @@
+/* A backend is where ops run and where their buffers live. Every op takes a
+ * backend first and only pointers to that backend's memory: host memory for
+ * KN_BACKEND_CPU, device memory for KN_BACKEND_CUDA. Host-side scalars and the
+ * fields of descriptor structs marked "host" stay on the host for both.
+ *
+ * The CPU backend is always built. The CUDA backend exists when the build
+ * found nvcc (TANDEM_CUDA defined); otherwise kn_backend_init_cuda returns
+ * KN_ERR_UNSUPPORTED, so a CPU-only binary never needs a GPU at run time. */
+#ifndef TANDEM_KERNELS_BACKEND_H
+#define TANDEM_KERNELS_BACKEND_H
+
+#include <stddef.h>
+
+typedef enum { KN_BACKEND_CPU = 0, KN_BACKEND_CUDA = 1 } kn_backend_kind;
+
+typedef struct kn_backend {
+    kn_backend_kind kind;
+    int device;      /* CUDA device ordinal; unused on CPU */
+    void *stream;    /* cudaStream_t on CUDA */
+    void *blas;      /* cublasHandle_t / cublasLtHandle_t holder on CUDA */
+    void *scratch;   /* backend-owned workspace, grown on demand */
+    size_t scratch_bytes;
+} kn_backend;
+
+int kn_backend_init_cpu(kn_backend *be);
+int kn_backend_init_cuda(kn_backend *be, int device);
+void kn_backend_free(kn_backend *be);
+/* Waits for all work queued on the backend (no-op on CPU). */
+int kn_backend_sync(const kn_backend *be);
+
+/* Buffers on the backend. kn_malloc returns NULL on failure. */
+void *kn_malloc(const kn_backend *be, size_t bytes);
+void kn_free(const kn_backend *be, void *ptr);
+int kn_copy_to_backend(const kn_backend *be, void *dst, const void *host_src, size_t bytes);
+int kn_copy_to_host(const kn_backend *be, void *host_dst, const void *src, size_t bytes);
+
+#endif

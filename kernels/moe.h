@@ -1,0 +1,59 @@
+/* Mixture-of-experts: routing and the expert MLPs.
+ *
+ * Routing picks k experts per token from router logits [n_tokens][n_experts]:
+ *   KN_ROUTE_TOPK_SOFTMAX (GPT-OSS): top-k of the logits, softmax over those k.
+ *   KN_ROUTE_SOFTMAX_TOPK (Qwen3-MoE): softmax over all experts, top-k of the
+ *     probabilities, renormalised to sum 1 when `renormalize` is set.
+ * Ties pick the lower expert id (torch.topk order on distinct values).
+ * Outputs are ordered by descending weight. */
+#ifndef TANDEM_KERNELS_MOE_H
+#define TANDEM_KERNELS_MOE_H
+#include <stdint.h>
+#include "kernels/backend.h"
+
+typedef enum { KN_ROUTE_TOPK_SOFTMAX = 0, KN_ROUTE_SOFTMAX_TOPK = 1 } kn_route_mode;
+
+int kn_moe_route(const kn_backend *be, int32_t *expert_idx, float *expert_w,
+                 const float *logits, int n_tokens, int n_experts, int k,
+                 kn_route_mode mode, int renormalize);
+int kn_moe_route_cpu(int32_t *expert_idx, float *expert_w, const float *logits,
+                     int n_tokens, int n_experts, int k, kn_route_mode mode,
+                     int renormalize);
+int kn_moe_route_cuda(const kn_backend *be, int32_t *expert_idx, float *expert_w,
+                      const float *logits, int n_tokens, int n_experts, int k,
+                      kn_route_mode mode, int renormalize);
+
+/* Expert activation on h = [gate | up] (each `inter` wide):
+ *   KN_ACT_SWIGLU:      silu(gate) * up                                (Qwen3)
+ *   KN_ACT_SWIGLU_OAI:  g = min(gate, limit); u = clamp(up, -limit, limit);
+ *                       g * sigmoid(alpha * g) * (u + 1)               (GPT-OSS)
+ */
+typedef enum { KN_ACT_SWIGLU = 0, KN_ACT_SWIGLU_OAI = 1 } kn_act;
+
+typedef struct kn_moe_weights {
+    int n_experts;            /* experts held in these arrays */
+    int expert_offset;        /* global id of the first one (expert parallelism) */
+    int dim, inter;
+    const float *gate_up;      /* [n_experts][2*inter][dim]: gate rows, then up rows */
+    const float *gate_up_bias; /* [n_experts][2*inter] or NULL */
+    const float *down;         /* [n_experts][dim][inter] */
+    const float *down_bias;    /* [n_experts][dim] or NULL */
+    kn_act act;
+    float alpha, limit;        /* KN_ACT_SWIGLU_OAI only */
+} kn_moe_weights;
+
+/* out[t] = sum over the token's k routes whose expert is held here of
+ *   w * down_e(act(gate_up_e x[t] + b) ) + w * down_bias_e
+ * Routes to experts not held here contribute nothing (EP ranks each compute
+ * their share and the shares are summed by an all-reduce). out is
+ * overwritten, and must not alias x. */
+int kn_moe_experts(const kn_backend *be, float *out, const float *x,
+                   const int32_t *expert_idx, const float *expert_w,
+                   int n_tokens, int k, const kn_moe_weights *w);
+int kn_moe_experts_cpu(float *out, const float *x, const int32_t *expert_idx,
+                       const float *expert_w, int n_tokens, int k,
+                       const kn_moe_weights *w);
+int kn_moe_experts_cuda(const kn_backend *be, float *out, const float *x,
+                        const int32_t *expert_idx, const float *expert_w,
+                        int n_tokens, int k, const kn_moe_weights *w);
+#endif

@@ -1,0 +1,16 @@
+/* RMSNorm over the last dimension, as HF computes it in float32:
+ *   out[r,i] = x[r,i] / sqrt(mean_i(x[r,:]^2) + eps) * weight[i]
+ * Used for the layer norms (rows = tokens, dim = hidden) and for Qwen3's
+ * per-head q/k norms (rows = tokens * heads, dim = head_dim).
+ * out may alias x. */
+#ifndef TANDEM_KERNELS_RMSNORM_H
+#define TANDEM_KERNELS_RMSNORM_H
+#include "kernels/backend.h"
+
+int kn_rmsnorm(const kn_backend *be, float *out, const float *x,
+               const float *weight, int rows, int dim, float eps);
+int kn_rmsnorm_cpu(float *out, const float *x, const float *weight, int rows,
+                   int dim, float eps);
+int kn_rmsnorm_cuda(const kn_backend *be, float *out, const float *x,
+                    const float *weight, int rows, int dim, float eps);
+#endif
