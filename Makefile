@@ -46,6 +46,7 @@ CU_SRC   := $(wildcard kernels/cuda/*.cu)
 CU_OBJ   := $(patsubst %.cu,$(BUILD)/cuda/%.o,$(CU_SRC))
 NVCCFLAGS ?= -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xcompiler -Wall,-Wextra,-Werror -I.
 
+.SECONDARY:
 .PHONY: all deps test test-asan run bench cuda clean help
 all: $(LIB) $(BINS) $(TESTS) $(if $(NVCC),cuda)
 
