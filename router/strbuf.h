@@ -1,0 +1,37 @@
+/* A growable byte string for building responses (JSON, SSE, Prometheus
+ * text). An allocation failure sets oom and makes later appends no-ops, so
+ * a builder checks once at the end. */
+#ifndef TANDEM_ROUTER_STRBUF_H
+#define TANDEM_ROUTER_STRBUF_H
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct strbuf {
+    char *p;      /* NUL-terminated when non-NULL */
+    size_t len, cap;
+    int oom;
+} strbuf;
+
+void sb_init(strbuf *b);
+void sb_free(strbuf *b);
+void sb_reset(strbuf *b);
+void sb_append(strbuf *b, const char *s, size_t n);
+void sb_puts(strbuf *b, const char *s);
+void sb_printf(strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends s[0..n) as a JSON string literal with quotes. s must be UTF-8;
+ * control characters (NUL included) are escaped as \u00XX. */
+void sb_json_str(strbuf *b, const char *s, size_t n);
+/* Removes the first n bytes. */
+void sb_consume(strbuf *b, size_t n);
+/* Hands the buffer to the caller (NULL if oom); b is left empty. */
+char *sb_take(strbuf *b);
+
+/* Length of the longest prefix of s that ends on a UTF-8 character
+ * boundary, where an incomplete sequence at the end is held back (it may
+ * complete with the next token). Invalid bytes do not hold anything back. */
+size_t utf8_stable_prefix(const char *s, size_t n);
+/* Appends s[0..n) to out with every invalid UTF-8 sequence replaced by
+ * U+FFFD, so the result is always valid UTF-8. */
+void utf8_sanitize_append(strbuf *out, const char *s, size_t n);
+
+#endif

@@ -1,0 +1,45 @@
+/* How the router turns text into token ids and back (the --tokenizer flag).
+ *
+ *   none   token ids only: /v1/completions takes a prompt given as an array
+ *          of token ids, responses carry "token_ids" and empty "text", chat
+ *          completions and stop strings are refused (HTTP 400). For models
+ *          without a real vocabulary, e.g. the tiny test fixtures.
+ *   bytes  UTF-8 bytes are token ids 0..255 (id = byte value); ids >= 256
+ *          decode to U+FFFD. Chat messages are rendered as ChatML text
+ *          ("<|im_start|>role\ncontent<|im_end|>\n", then
+ *          "<|im_start|>assistant\n") and byte-encoded. An honest demo mode
+ *          for the tiny fixtures (vocab 512), whose outputs are random.
+ *
+ * Byte-level decoding is per token, so streaming text is the concatenation
+ * of each token's bytes; the HTTP layer holds back incomplete UTF-8. */
+#ifndef TANDEM_ROUTER_TEXT_CODEC_H
+#define TANDEM_ROUTER_TEXT_CODEC_H
+#include <stddef.h>
+#include <stdint.h>
+#include "router/openai_api.h"
+#include "router/strbuf.h"
+
+typedef enum { CODEC_NONE = 0, CODEC_BYTES = 1 } codec_kind;
+
+typedef struct text_codec {
+    codec_kind kind;
+} text_codec;
+
+/* Parses a --tokenizer value; -1 with a reason for an unknown one. */
+int codec_init(text_codec *c, const char *name, char *err, size_t errlen);
+void codec_free(text_codec *c);
+const char *codec_name(const text_codec *c);
+/* 1 if the codec maps text to ids (stop strings, text prompts, chat). */
+int codec_has_text(const text_codec *c);
+
+/* text -> ids (malloc'd). Returns 0 or -1 with a reason. */
+int codec_encode(const text_codec *c, const char *text, size_t len, int32_t **ids,
+                 int *n_ids, char *err, size_t errlen);
+/* Renders a chat conversation into prompt ids, ending with the assistant's
+ * turn header. Returns 0 or -1 with a reason. */
+int codec_render_chat(const text_codec *c, const api_message *msgs, int n_msgs,
+                      int32_t **ids, int *n_ids, char *err, size_t errlen);
+/* Appends the bytes of one token to out. */
+void codec_decode_token(const text_codec *c, int32_t id, strbuf *out);
+
+#endif
