@@ -255,9 +255,8 @@ static void parse_common(reader *r, const cJSON *root, tm_config *c)
 static void parse_gpt_oss(reader *r, const cJSON *root, tm_config *c)
 {
     c->arch = TM_ARCH_GPT_OSS;
-    c->n_experts = field(root, "num_local_experts")
-                       ? get_int(r, root, "num_local_experts", 1, 0, 1)
-                       : get_int(r, root, "num_experts", 1, 0, 1);
+    c->n_experts = field(root, "num_experts") ? get_int(r, root, "num_experts", 1, 0, 1)
+                                              : get_int(r, root, "num_local_experts", 1, 0, 1);
     c->n_experts_per_tok = get_int(r, root, "num_experts_per_tok", 0, -1, 1);
     if (c->n_experts_per_tok < 0)   /* the original OpenAI spelling */
         c->n_experts_per_tok = get_int(r, root, "experts_per_token", 1, 0, 1);
@@ -280,8 +279,9 @@ static void parse_qwen3_moe(reader *r, const cJSON *root, tm_config *c)
 {
     c->arch = TM_ARCH_QWEN3_MOE;
     /* transformers 5 saves num_experts under its attribute_map name */
-    c->n_experts = field(root, "num_experts") ? get_int(r, root, "num_experts", 1, 0, 1)
-                                              : get_int(r, root, "num_local_experts", 1, 0, 1);
+    c->n_experts = field(root, "num_local_experts")
+                       ? get_int(r, root, "num_local_experts", 1, 0, 1)
+                       : get_int(r, root, "num_experts", 1, 0, 1);
     c->n_experts_per_tok = get_int(r, root, "num_experts_per_tok", 1, 0, 1);
     c->moe_inter = get_int(r, root, "moe_intermediate_size", 1, 0, 1);
     c->norm_topk_prob = get_bool(r, root, "norm_topk_prob", 0);
