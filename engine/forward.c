@@ -177,6 +177,7 @@ static int build_batch(tm_model *m, const tm_kv_cache *kv, const tm_seq_step *se
         .n_seqs = n_seqs, .n_rows = rows, .max_pages = max_pages,
         .max_q_len = max_q, .max_kv_len = max_kv,
         .q_offset = s->q_offset.p, .kv_len = s->kv_len.p, .page_table = s->page_table.p,
+        .n_pages = kv->n_pages,
     };
     return rc;
 }
