@@ -190,7 +190,14 @@ static void on_kv_ready(router_ctx *ctx, router_worker *from, const Tandem__V1__
     a.prompt_tokens = r->prompt;
     a.n_prompt_tokens = (size_t)r->n_prompt;
     a.sampling = &sp;
-    a.destination = k->destination;
+    /* The decoder's TransferEngine endpoint travels from the registry, so
+     * decoders need not repeat it in every KvReady. */
+    Tandem__V1__KvDestination dest = *k->destination;
+    if (!dest.transfer_endpoint.len) {
+        dest.transfer_endpoint.data = from->endpoint;
+        dest.transfer_endpoint.len = from->endpoint_len;
+    }
+    a.destination = &dest;
     Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
     m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_PREFILL_ASSIGNMENT;
     m.prefill_assignment = &a;
@@ -307,6 +314,37 @@ static void on_worker_error(router_ctx *ctx, router_worker *from, const Tandem__
              "%s: %s", from->id, e->message);
 }
 
+/* Tells decoder d about prefiller p (or that it is gone). */
+static void send_transfer_peer(router_ctx *ctx, const router_worker *d, const router_worker *p,
+                               int removed)
+{
+    Tandem__V1__TransferPeer tp = TANDEM__V1__TRANSFER_PEER__INIT;
+    tp.worker_id = (char *)p->id;
+    tp.transfer_endpoint.data = p->endpoint;
+    tp.transfer_endpoint.len = p->endpoint_len;
+    tp.removed = removed;
+    Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
+    m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_TRANSFER_PEER;
+    m.transfer_peer = &tp;
+    send_worker(ctx, d->id, &m);
+}
+
+/* Introduces w to the workers of the other role serving its model, so every
+ * decoder knows every prefiller's TransferEngine before traffic flows. */
+static void introduce(router_ctx *ctx, const router_worker *w, int removed)
+{
+    const int P = TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER;
+    for (int i = 0; i < ctx->workers.n; i++) {
+        const router_worker *o = ctx->workers.w[i];
+        if (o == w || o->role == w->role || strcmp(o->model, w->model))
+            continue;
+        if (w->role == P)
+            send_transfer_peer(ctx, o, w, removed);
+        else if (!removed)
+            send_transfer_peer(ctx, w, o, 0);
+    }
+}
+
 static void on_register(router_ctx *ctx, const char *rid, size_t rid_len,
                         const Tandem__V1__Register *reg)
 {
@@ -328,6 +366,7 @@ static void on_register(router_ctx *ctx, const char *rid, size_t rid_len,
     m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_REGISTER_ACK;
     m.register_ack = &ack;
     send_worker(ctx, w->id, &m);
+    introduce(ctx, w, 0);
 }
 
 void dispatch_worker_message(router_ctx *ctx, const char *rid, size_t rid_len,
@@ -452,6 +491,7 @@ void dispatch_expire_workers(router_ctx *ctx, uint64_t now_ms)
         tn_log(WHO, "worker %s missed heartbeats for %d ms: dropping it", w->id,
                ctx->cfg.worker_timeout_ms);
         worker_lost(ctx, w);
+        introduce(ctx, w, 1);
         ctx->metrics.workers_expired++;
         workers_remove_at(&ctx->workers, i);
     }

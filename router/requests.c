@@ -223,6 +223,19 @@ int request_admit(router_ctx *ctx, router_request *r, int max_tokens_given,
             return -1;
         }
     int ctx_len = placement_max_context(reg, r->model);
+    int prompt_max = 0; /* the longest prompt some prefiller can hold */
+    for (int i = 0; i < reg->n; i++)
+        if (reg->w[i]->role == TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER &&
+            !strcmp(reg->w[i]->model, r->model) && reg->w[i]->max_context > prompt_max)
+            prompt_max = reg->w[i]->max_context;
+    if (r->n_prompt > prompt_max) {
+        api_error_set(e, 400, "invalid_request_error", r->kind == API_CHAT ? "messages" : "prompt",
+                      "context_length_exceeded",
+                      "Your prompt has %d tokens; the longest prompt this deployment can "
+                      "prefill is %d tokens. Please reduce the length of the prompt.",
+                      r->n_prompt, prompt_max);
+        return -1;
+    }
     if (r->n_prompt >= ctx_len) {
         api_error_set(e, 400, "invalid_request_error", r->kind == API_CHAT ? "messages" : "prompt",
                       "context_length_exceeded",
