@@ -65,6 +65,8 @@ typedef struct sched_seq {
     int32_t next_token;       /* the token the next step feeds */
     int n_generated;          /* tokens produced, the first token included */
     sched_finish finish;
+    int cancelled;            /* set by the decoder: cancelled while its KV
+                                 transfer may still write into its pages */
 } sched_seq;
 
 typedef struct sched {
