@@ -28,14 +28,14 @@
 
 typedef struct http_conn {
     router_ctx *ctx;
-    strbuf body;
+    sbuf body;
     int body_too_large;
     int fd;                 /* the client's socket */
     router_request *req;    /* a reference, once submitted */
     api_kind kind;
     char resp_id[40];       /* "cmpl-..." / "chatcmpl-..." */
     /* SSE progress */
-    strbuf pending;         /* formatted, not yet handed to MHD */
+    sbuf pending;         /* formatted, not yet handed to MHD */
     int n_sent;             /* tokens already in chunks */
     size_t text_sent;       /* text bytes already in chunks */
     int role_sent;          /* chat: the assistant-role chunk went out */
@@ -71,7 +71,7 @@ static enum MHD_Result respond_error(http_conn *hc, struct MHD_Connection *c, co
 }
 
 static enum MHD_Result respond_sb(http_conn *hc, struct MHD_Connection *c, int status,
-                                  const char *type, strbuf *b)
+                                  const char *type, sbuf *b)
 {
     if (b->oom) {
         sb_free(b);
@@ -145,7 +145,7 @@ static int with_token_ids(const http_conn *hc, const api_request *ar)
 }
 
 /* Appends sanitized text[from..to) of r to a scratch buffer. */
-static void text_slice(strbuf *dst, const router_request *r, size_t from, size_t to)
+static void text_slice(sbuf *dst, const router_request *r, size_t from, size_t to)
 {
     sb_reset(dst);
     if (to > from)
@@ -157,7 +157,7 @@ static void text_slice(strbuf *dst, const router_request *r, size_t from, size_t
 static void format_events(http_conn *hc)
 {
     router_request *r = hc->req;
-    strbuf t;
+    sbuf t;
     sb_init(&t);
     api_output o = {0};
     o.with_token_ids = r->with_token_ids;
@@ -256,7 +256,7 @@ static enum MHD_Result respond_final(http_conn *hc, struct MHD_Connection *c)
 {
     router_ctx *ctx = hc->ctx;
     router_request *r = hc->req;
-    strbuf b, t;
+    sbuf b, t;
     sb_init(&b);
     sb_init(&t);
     pthread_mutex_lock(&ctx->lock);
@@ -432,7 +432,7 @@ static enum MHD_Result handle_generate(http_conn *hc, struct MHD_Connection *c, 
 static enum MHD_Result handle_models(http_conn *hc, struct MHD_Connection *c)
 {
     router_ctx *ctx = hc->ctx;
-    strbuf b;
+    sbuf b;
     sb_init(&b);
     pthread_mutex_lock(&ctx->lock);
     const worker_registry *w = &ctx->workers;
@@ -464,7 +464,7 @@ static enum MHD_Result handle_health(http_conn *hc, struct MHD_Connection *c)
         dec += ctx->workers.w[i]->role == TANDEM__V1__WORKER_ROLE__WORKER_ROLE_DECODER;
     }
     pthread_mutex_unlock(&ctx->lock);
-    strbuf b;
+    sbuf b;
     sb_init(&b);
     sb_printf(&b, "{\"status\":\"ok\",\"ready\":%s,\"prefillers\":%d,\"decoders\":%d}",
               pre && dec ? "true" : "false", pre, dec);
@@ -474,7 +474,7 @@ static enum MHD_Result handle_health(http_conn *hc, struct MHD_Connection *c)
 static enum MHD_Result handle_metrics(http_conn *hc, struct MHD_Connection *c)
 {
     router_ctx *ctx = hc->ctx;
-    strbuf b;
+    sbuf b;
     sb_init(&b);
     pthread_mutex_lock(&ctx->lock);
     /* Count this scrape's own response before rendering. */

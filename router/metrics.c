@@ -33,7 +33,7 @@ void metrics_http_status(router_metrics *m, int status)
     m->http_responses[i]++;
 }
 
-static void render_histogram(strbuf *b, const char *name, const char *help, const histogram *h)
+static void render_histogram(sbuf *b, const char *name, const char *help, const histogram *h)
 {
     sb_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     uint64_t cum = 0;
@@ -46,7 +46,7 @@ static void render_histogram(strbuf *b, const char *name, const char *help, cons
               (unsigned long long)cum, name, h->sum, name, (unsigned long long)h->count);
 }
 
-static void label_value(strbuf *b, const char *s)
+static void label_value(sbuf *b, const char *s)
 {
     /* Prometheus label values escape backslash, quote and newline. */
     for (; *s; s++) {
@@ -59,7 +59,7 @@ static void label_value(strbuf *b, const char *s)
     }
 }
 
-static void worker_gauge(strbuf *b, const char *name, const router_worker *w, double v)
+static void worker_gauge(sbuf *b, const char *name, const router_worker *w, double v)
 {
     sb_printf(b, "%s{worker=\"", name);
     label_value(b, w->id);
@@ -91,7 +91,7 @@ static double gauge_value(const router_worker *w, int field)
     }
 }
 
-void metrics_render(strbuf *b, const router_metrics *m, const worker_registry *w,
+void metrics_render(sbuf *b, const router_metrics *m, const worker_registry *w,
                     int active_requests)
 {
     sb_printf(b, "# HELP tandem_requests_total Requests accepted by the router.\n"

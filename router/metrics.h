@@ -7,7 +7,7 @@
 #ifndef TANDEM_ROUTER_METRICS_H
 #define TANDEM_ROUTER_METRICS_H
 #include <stdint.h>
-#include "router/strbuf.h"
+#include "router/sbuf.h"
 #include "router/workers.h"
 
 #define METRICS_BUCKETS 14
@@ -33,7 +33,7 @@ typedef struct router_metrics {
 void metrics_init(router_metrics *m);
 void metrics_observe(histogram *h, double seconds);
 void metrics_http_status(router_metrics *m, int status);
-void metrics_render(strbuf *b, const router_metrics *m, const worker_registry *w,
+void metrics_render(sbuf *b, const router_metrics *m, const worker_registry *w,
                     int active_requests);
 
 #endif

@@ -24,7 +24,7 @@ void api_error_set(api_error *e, int http_status, const char *type, const char *
     va_end(ap);
 }
 
-static void json_str_or_null(strbuf *b, const char *s)
+static void json_str_or_null(sbuf *b, const char *s)
 {
     if (s && s[0])
         sb_json_str(b, s, strlen(s));
@@ -32,7 +32,7 @@ static void json_str_or_null(strbuf *b, const char *s)
         sb_puts(b, "null");
 }
 
-static void error_object(strbuf *b, const api_error *e)
+static void error_object(sbuf *b, const api_error *e)
 {
     sb_puts(b, "{\"error\":{\"message\":");
     sb_json_str(b, e->message, strlen(e->message));
@@ -47,7 +47,7 @@ static void error_object(strbuf *b, const api_error *e)
 
 char *api_error_json(const api_error *e)
 {
-    strbuf b;
+    sbuf b;
     sb_init(&b);
     error_object(&b, e);
     return sb_take(&b);
@@ -202,7 +202,7 @@ static int parse_content(const cJSON *c, int i, char **out, api_error *e)
     if (!cJSON_IsArray(c))
         return bad(e, param, "invalid_type",
                    "Invalid type for message content: expected a string or an array of text parts.");
-    strbuf b;
+    sbuf b;
     sb_init(&b);
     const cJSON *part;
     cJSON_ArrayForEach(part, c) {
@@ -324,7 +324,7 @@ static int reject_unsupported(const cJSON *root, api_kind kind, api_error *e)
 
 static int valid_utf8(const char *s, size_t n)
 {
-    strbuf b;
+    sbuf b;
     sb_init(&b);
     utf8_sanitize_append(&b, s, n);
     int ok = !b.oom && b.len == n && (n == 0 || memcmp(b.p, s, n) == 0);
@@ -464,7 +464,7 @@ int api_parse_request(api_kind kind, const char *body, size_t len, api_request *
 
 /* ------------------------------------------------------------ responses */
 
-static void token_ids_field(strbuf *b, const api_output *o)
+static void token_ids_field(sbuf *b, const api_output *o)
 {
     if (!o->with_token_ids)
         return;
@@ -474,13 +474,13 @@ static void token_ids_field(strbuf *b, const api_output *o)
     sb_puts(b, "]");
 }
 
-static void finish_field(strbuf *b, const api_output *o)
+static void finish_field(sbuf *b, const api_output *o)
 {
     sb_puts(b, ",\"finish_reason\":");
     json_str_or_null(b, o->finish_reason);
 }
 
-static void head(strbuf *b, const char *id, const char *object, long created, const char *model)
+static void head(sbuf *b, const char *id, const char *object, long created, const char *model)
 {
     sb_puts(b, "{\"id\":");
     sb_json_str(b, id, strlen(id));
@@ -488,13 +488,13 @@ static void head(strbuf *b, const char *id, const char *object, long created, co
     sb_json_str(b, model, strlen(model));
 }
 
-static void usage(strbuf *b, int prompt_tokens, int completion_tokens)
+static void usage(sbuf *b, int prompt_tokens, int completion_tokens)
 {
     sb_printf(b, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d}",
               prompt_tokens, completion_tokens, prompt_tokens + completion_tokens);
 }
 
-static void completion_choice(strbuf *b, const api_output *o)
+static void completion_choice(sbuf *b, const api_output *o)
 {
     sb_puts(b, "{\"index\":0,\"text\":");
     sb_json_str(b, o->text ? o->text : "", o->text ? o->text_len : 0);
@@ -504,7 +504,7 @@ static void completion_choice(strbuf *b, const api_output *o)
     sb_puts(b, "}");
 }
 
-void api_sse_completion_chunk(strbuf *b, const char *id, long created, const char *model,
+void api_sse_completion_chunk(sbuf *b, const char *id, long created, const char *model,
                               const api_output *o)
 {
     sb_puts(b, "data: ");
@@ -514,7 +514,7 @@ void api_sse_completion_chunk(strbuf *b, const char *id, long created, const cha
     sb_puts(b, "]}\n\n");
 }
 
-void api_sse_chat_chunk(strbuf *b, const char *id, long created, const char *model,
+void api_sse_chat_chunk(sbuf *b, const char *id, long created, const char *model,
                         const api_output *o, int first_chunk)
 {
     sb_puts(b, "data: ");
@@ -533,7 +533,7 @@ void api_sse_chat_chunk(strbuf *b, const char *id, long created, const char *mod
     sb_puts(b, "}]}\n\n");
 }
 
-void api_sse_usage_chunk(strbuf *b, api_kind kind, const char *id, long created,
+void api_sse_usage_chunk(sbuf *b, api_kind kind, const char *id, long created,
                          const char *model, int prompt_tokens, int completion_tokens)
 {
     sb_puts(b, "data: ");
@@ -543,19 +543,19 @@ void api_sse_usage_chunk(strbuf *b, api_kind kind, const char *id, long created,
     sb_puts(b, "}\n\n");
 }
 
-void api_sse_error(strbuf *b, const api_error *e)
+void api_sse_error(sbuf *b, const api_error *e)
 {
     sb_puts(b, "data: ");
     error_object(b, e);
     sb_puts(b, "\n\n");
 }
 
-void api_sse_done(strbuf *b)
+void api_sse_done(sbuf *b)
 {
     sb_puts(b, "data: [DONE]\n\n");
 }
 
-void api_completion_body(strbuf *b, const char *id, long created, const char *model,
+void api_completion_body(sbuf *b, const char *id, long created, const char *model,
                          const api_output *o, int prompt_tokens, int completion_tokens)
 {
     head(b, id, "text_completion", created, model);
@@ -566,7 +566,7 @@ void api_completion_body(strbuf *b, const char *id, long created, const char *mo
     sb_puts(b, "}");
 }
 
-void api_chat_body(strbuf *b, const char *id, long created, const char *model,
+void api_chat_body(sbuf *b, const char *id, long created, const char *model,
                    const api_output *o, int prompt_tokens, int completion_tokens)
 {
     head(b, id, "chat.completion", created, model);
@@ -580,7 +580,7 @@ void api_chat_body(strbuf *b, const char *id, long created, const char *model,
     sb_puts(b, "}");
 }
 
-void api_models_body(strbuf *b, const char *const *models, int n_models, long created)
+void api_models_body(sbuf *b, const char *const *models, int n_models, long created)
 {
     sb_puts(b, "{\"object\":\"list\",\"data\":[");
     for (int i = 0; i < n_models; i++) {

@@ -13,7 +13,7 @@
 #define TANDEM_ROUTER_OPENAI_API_H
 #include <stddef.h>
 #include <stdint.h>
-#include "router/strbuf.h"
+#include "router/sbuf.h"
 
 #define API_MAX_STOP 4
 #define API_MAX_MODEL 128
@@ -83,23 +83,23 @@ typedef struct api_output {
 /* One SSE event "data: {...}\n\n" appended to b, in the exact shape of an
  * OpenAI text_completion chunk / chat.completion.chunk. For chat,
  * first_chunk carries the assistant role with empty content. */
-void api_sse_completion_chunk(strbuf *b, const char *id, long created, const char *model,
+void api_sse_completion_chunk(sbuf *b, const char *id, long created, const char *model,
                               const api_output *o);
-void api_sse_chat_chunk(strbuf *b, const char *id, long created, const char *model,
+void api_sse_chat_chunk(sbuf *b, const char *id, long created, const char *model,
                         const api_output *o, int first_chunk);
 /* The final usage-only chunk (stream_options.include_usage). */
-void api_sse_usage_chunk(strbuf *b, api_kind kind, const char *id, long created,
+void api_sse_usage_chunk(sbuf *b, api_kind kind, const char *id, long created,
                          const char *model, int prompt_tokens, int completion_tokens);
 /* An error in the middle of a stream: "data: {"error":{...}}\n\n". */
-void api_sse_error(strbuf *b, const api_error *e);
-void api_sse_done(strbuf *b);
+void api_sse_error(sbuf *b, const api_error *e);
+void api_sse_done(sbuf *b);
 
 /* Non-streaming bodies. */
-void api_completion_body(strbuf *b, const char *id, long created, const char *model,
+void api_completion_body(sbuf *b, const char *id, long created, const char *model,
                          const api_output *o, int prompt_tokens, int completion_tokens);
-void api_chat_body(strbuf *b, const char *id, long created, const char *model,
+void api_chat_body(sbuf *b, const char *id, long created, const char *model,
                    const api_output *o, int prompt_tokens, int completion_tokens);
 /* GET /v1/models */
-void api_models_body(strbuf *b, const char *const *models, int n_models, long created);
+void api_models_body(sbuf *b, const char *const *models, int n_models, long created);
 
 #endif

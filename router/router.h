@@ -21,7 +21,7 @@
 #include <stdint.h>
 #include "router/metrics.h"
 #include "router/openai_api.h"
-#include "router/strbuf.h"
+#include "router/sbuf.h"
 #include "router/text_codec.h"
 #include "router/wire.h"
 #include "router/workers.h"
@@ -96,7 +96,7 @@ typedef struct router_request {
     int32_t *out;
     size_t *out_text_end;          /* text length after each token */
     int n_out, cap_out;
-    strbuf text;                   /* truncated at a matched stop string */
+    sbuf text;                   /* truncated at a matched stop string */
     int finished;
     int finish_reason;             /* TANDEM__V1__FINISH_REASON__* */
     api_error error;               /* when finish_reason is ERROR */

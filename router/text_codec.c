@@ -71,7 +71,7 @@ int codec_render_chat(const text_codec *c, const api_message *msgs, int n_msgs,
                  "tokenizer; send token ids to /v1/completions");
         return -1;
     }
-    strbuf b;
+    sbuf b;
     sb_init(&b);
     for (int i = 0; i < n_msgs; i++) {
         sb_printf(&b, "<|im_start|>%s\n", msgs[i].role);
@@ -89,7 +89,7 @@ int codec_render_chat(const text_codec *c, const api_message *msgs, int n_msgs,
     return rc;
 }
 
-void codec_decode_token(const text_codec *c, int32_t id, strbuf *out)
+void codec_decode_token(const text_codec *c, int32_t id, sbuf *out)
 {
     if (c->kind != CODEC_BYTES)
         return;

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "router/openai_api.h"
-#include "router/strbuf.h"
+#include "router/sbuf.h"
 
 typedef enum { CODEC_NONE = 0, CODEC_BYTES = 1 } codec_kind;
 
@@ -40,6 +40,6 @@ int codec_encode(const text_codec *c, const char *text, size_t len, int32_t **id
 int codec_render_chat(const text_codec *c, const api_message *msgs, int n_msgs,
                       int32_t **ids, int *n_ids, char *err, size_t errlen);
 /* Appends the bytes of one token to out. */
-void codec_decode_token(const text_codec *c, int32_t id, strbuf *out);
+void codec_decode_token(const text_codec *c, int32_t id, sbuf *out);
 
 #endif

@@ -1,29 +1,29 @@
-#include "router/strbuf.h"
+#include "router/sbuf.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-void sb_init(strbuf *b)
+void sb_init(sbuf *b)
 {
     memset(b, 0, sizeof *b);
 }
 
-void sb_free(strbuf *b)
+void sb_free(sbuf *b)
 {
     free(b->p);
     memset(b, 0, sizeof *b);
 }
 
-void sb_reset(strbuf *b)
+void sb_reset(sbuf *b)
 {
     b->len = 0;
     if (b->p)
         b->p[0] = '\0';
 }
 
-static int sb_grow(strbuf *b, size_t extra)
+static int sb_grow(sbuf *b, size_t extra)
 {
     if (b->oom)
         return -1;
@@ -42,7 +42,7 @@ static int sb_grow(strbuf *b, size_t extra)
     return 0;
 }
 
-void sb_append(strbuf *b, const char *s, size_t n)
+void sb_append(sbuf *b, const char *s, size_t n)
 {
     if (sb_grow(b, n) != 0)
         return;
@@ -52,12 +52,12 @@ void sb_append(strbuf *b, const char *s, size_t n)
     b->p[b->len] = '\0';
 }
 
-void sb_puts(strbuf *b, const char *s)
+void sb_puts(sbuf *b, const char *s)
 {
     sb_append(b, s, strlen(s));
 }
 
-void sb_printf(strbuf *b, const char *fmt, ...)
+void sb_printf(sbuf *b, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -71,7 +71,7 @@ void sb_printf(strbuf *b, const char *fmt, ...)
     b->len += (size_t)n;
 }
 
-void sb_json_str(strbuf *b, const char *s, size_t n)
+void sb_json_str(sbuf *b, const char *s, size_t n)
 {
     sb_append(b, "\"", 1);
     size_t run = 0; /* bytes copied verbatim in one go */
@@ -105,7 +105,7 @@ void sb_json_str(strbuf *b, const char *s, size_t n)
     sb_append(b, "\"", 1);
 }
 
-void sb_consume(strbuf *b, size_t n)
+void sb_consume(sbuf *b, size_t n)
 {
     if (n >= b->len) {
         sb_reset(b);
@@ -116,7 +116,7 @@ void sb_consume(strbuf *b, size_t n)
     b->p[b->len] = '\0';
 }
 
-char *sb_take(strbuf *b)
+char *sb_take(sbuf *b)
 {
     char *p = NULL;
     if (!b->oom) {
@@ -184,7 +184,7 @@ size_t utf8_stable_prefix(const char *s, size_t n)
     return n;
 }
 
-void utf8_sanitize_append(strbuf *out, const char *s, size_t n)
+void utf8_sanitize_append(sbuf *out, const char *s, size_t n)
 {
     const unsigned char *u = (const unsigned char *)s;
     size_t i = 0, run = 0;

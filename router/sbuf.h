@@ -1,30 +1,30 @@
 /* A growable byte string for building responses (JSON, SSE, Prometheus
  * text). An allocation failure sets oom and makes later appends no-ops, so
  * a builder checks once at the end. */
-#ifndef TANDEM_ROUTER_STRBUF_H
-#define TANDEM_ROUTER_STRBUF_H
+#ifndef TANDEM_ROUTER_SBUF_H
+#define TANDEM_ROUTER_SBUF_H
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct strbuf {
+typedef struct sbuf {
     char *p;      /* NUL-terminated when non-NULL */
     size_t len, cap;
     int oom;
-} strbuf;
+} sbuf;
 
-void sb_init(strbuf *b);
-void sb_free(strbuf *b);
-void sb_reset(strbuf *b);
-void sb_append(strbuf *b, const char *s, size_t n);
-void sb_puts(strbuf *b, const char *s);
-void sb_printf(strbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sb_init(sbuf *b);
+void sb_free(sbuf *b);
+void sb_reset(sbuf *b);
+void sb_append(sbuf *b, const char *s, size_t n);
+void sb_puts(sbuf *b, const char *s);
+void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Appends s[0..n) as a JSON string literal with quotes. s must be UTF-8;
  * control characters (NUL included) are escaped as \u00XX. */
-void sb_json_str(strbuf *b, const char *s, size_t n);
+void sb_json_str(sbuf *b, const char *s, size_t n);
 /* Removes the first n bytes. */
-void sb_consume(strbuf *b, size_t n);
+void sb_consume(sbuf *b, size_t n);
 /* Hands the buffer to the caller (NULL if oom); b is left empty. */
-char *sb_take(strbuf *b);
+char *sb_take(sbuf *b);
 
 /* Length of the longest prefix of s that ends on a UTF-8 character
  * boundary, where an incomplete sequence at the end is held back (it may
@@ -32,6 +32,6 @@ char *sb_take(strbuf *b);
 size_t utf8_stable_prefix(const char *s, size_t n);
 /* Appends s[0..n) to out with every invalid UTF-8 sequence replaced by
  * U+FFFD, so the result is always valid UTF-8. */
-void utf8_sanitize_append(strbuf *out, const char *s, size_t n);
+void utf8_sanitize_append(sbuf *out, const char *s, size_t n);
 
 #endif
