@@ -171,15 +171,13 @@ static void format_events(http_conn *hc)
         size_t end = r->out_text_end[i] < r->text.len ? r->out_text_end[i] : r->text.len;
         size_t limit = end;
         if (!r->finished) {
-            /* Hold back an incomplete UTF-8 character and whatever could
-             * still become a stop string. */
-            limit = utf8_stable_prefix(r->text.p ? r->text.p : "", end);
+            /* Hold back whatever could still become a stop string, then an
+             * incomplete UTF-8 character at the cut. */
             if (r->max_stop_len > 1) {
                 size_t hold = r->max_stop_len - 1;
-                size_t cap = end > hold ? end - hold : 0;
-                if (cap < limit)
-                    limit = cap;
+                limit = end > hold ? end - hold : 0;
             }
+            limit = utf8_stable_prefix(r->text.p ? r->text.p : "", limit);
         }
         if (limit < hc->text_sent)
             limit = hc->text_sent;

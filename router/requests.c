@@ -148,7 +148,10 @@ int request_append(router_ctx *ctx, router_request *r, const int32_t *toks, int 
     int stopped = 0;
     for (int i = 0; i < n; i++) {
         size_t old_len = r->text.len;
-        if (!stopped)
+        int is_stop_id = 0; /* EOS and stop ids end the output, they are not text */
+        for (int k = 0; k < r->n_stop_ids; k++)
+            is_stop_id |= r->stop_ids[k] == toks[i];
+        if (!stopped && !is_stop_id)
             codec_decode_token(&ctx->codec, toks[i], &r->text);
         if (r->text.oom)
             return -1;

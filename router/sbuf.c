@@ -1,5 +1,7 @@
 #include "router/sbuf.h"
 
+#include "router/utf8.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -198,7 +200,10 @@ void utf8_sanitize_append(sbuf *out, const char *s, size_t n)
         sb_append(out, s + i - run, run);
         run = 0;
         sb_puts(out, "\xEF\xBF\xBD");
-        i++;
+        /* One U+FFFD per maximal ill-formed subpart, as Python's
+         * errors="replace" and WHATWG TextDecoder do. */
+        size_t sub = utf8_maximal_subpart(u + i, n - i);
+        i += sub ? sub : 1;
     }
     sb_append(out, s + n - run, run);
 }

@@ -30,8 +30,8 @@ char *sb_take(sbuf *b);
  * boundary, where an incomplete sequence at the end is held back (it may
  * complete with the next token). Invalid bytes do not hold anything back. */
 size_t utf8_stable_prefix(const char *s, size_t n);
-/* Appends s[0..n) to out with every invalid UTF-8 sequence replaced by
- * U+FFFD, so the result is always valid UTF-8. */
+/* Appends s[0..n) to out with every maximal ill-formed subsequence replaced
+ * by one U+FFFD (Python's errors="replace"), so the result is valid UTF-8. */
 void utf8_sanitize_append(sbuf *out, const char *s, size_t n);
 
 #endif

@@ -246,6 +246,10 @@ static void utf8_streaming_helpers(void **state)
     utf8_sanitize_append(&b, "a\xFF" "b\xC3\xA9", 5);
     assert_string_equal(b.p, "a\xEF\xBF\xBD" "b\xC3\xA9");
     sb_reset(&b);
+    /* E2 82 is one ill-formed subpart (a truncated 3-byte sequence). */
+    utf8_sanitize_append(&b, "\xE2\x82" "A\xF0\x9F\x98", 6);
+    assert_string_equal(b.p, "\xEF\xBF\xBD" "A\xEF\xBF\xBD");
+    sb_reset(&b);
     sb_json_str(&b, "\x01z", 2);
     assert_string_equal(b.p, "\"\\u0001z\"");
     sb_free(&b);
