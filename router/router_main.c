@@ -270,13 +270,7 @@ int main(int argc, char **argv)
     }
     /* Signals arrive through a signalfd polled by the core loop; every
      * thread started later inherits the blocked mask. */
-    sigset_t mask;
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGINT);
-    sigaddset(&mask, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &mask, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    int sig_fd = signalfd(-1, &mask, SFD_CLOEXEC);
+    int sig_fd = tn_signalfd_open();
     pthread_mutex_init(&ctx->lock, NULL);
     metrics_init(&ctx->metrics);
     workers_init(&ctx->workers);

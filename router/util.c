@@ -1,12 +1,16 @@
 #include "router/util.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <signal.h>
 #include <sys/random.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -92,4 +96,33 @@ int tn_write_file_atomic(const char *path, const char *text)
         return -1;
     }
     return 0;
+}
+
+/* Runs only in threads that do not block the signal (created before main
+ * blocked it): re-sends it to the main thread (whose tid is the pid), where
+ * it stays pending for the signalfd. Async-signal-safe. */
+static void forward_to_main(int sig)
+{
+    int saved = errno;
+    syscall(SYS_tgkill, getpid(), getpid(), sig);
+    errno = saved;
+}
+
+int tn_signalfd_open(void)
+{
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGTERM);
+    if (pthread_sigmask(SIG_BLOCK, &mask, NULL) != 0)
+        return -1;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = forward_to_main;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    return signalfd(-1, &mask, SFD_CLOEXEC);
 }

@@ -23,6 +23,14 @@ void tn_wakefd_drain(int fd);
  * with the pid only if the kernel refuses. */
 uint64_t tn_random_u64(void);
 
+/* Blocks SIGINT and SIGTERM in the calling thread (call it from main
+ * before starting threads, which inherit the mask) and returns a signalfd
+ * that reports them, or -1. Threads that existed before main (a BLAS
+ * library's pool) do not block them; a handler there forwards the signal to
+ * the main thread, so it always reaches the signalfd instead of killing the
+ * process uncleanly. Also ignores SIGPIPE. */
+int tn_signalfd_open(void);
+
 /* Writes text to path atomically (temp file + rename) so a reader never
  * sees half a file. Returns 0 or -1 with errno. */
 int tn_write_file_atomic(const char *path, const char *text);
