@@ -228,7 +228,7 @@ int main(int argc, char **argv)
         {"port-file", OPT_STR, c->port_file, sizeof c->port_file,
          "write the bound ports to this file"},
         {"tokenizer", OPT_STR, c->tokenizer, sizeof c->tokenizer,
-         "none (token ids only) or bytes (UTF-8 bytes as ids); see docs/API.md"},
+         "none (token ids only), bytes (UTF-8 bytes as ids), or a vocabulary: tokenizer.json / o200k_base.tiktoken path; see docs/API.md"},
         {"heartbeat-ms", OPT_INT, &c->heartbeat_ms, 0, "heartbeat interval workers are told"},
         {"worker-timeout-ms", OPT_INT, &c->worker_timeout_ms, 0,
          "drop a worker silent this long, failing its requests"},

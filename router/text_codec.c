@@ -4,29 +4,45 @@
 #include <stdlib.h>
 #include <string.h>
 
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && !strcmp(s + n - m, suffix);
+}
+
 int codec_init(text_codec *c, const char *name, char *err, size_t errlen)
 {
     memset(c, 0, sizeof *c);
-    if (!strcmp(name, "none")) {
-        c->kind = CODEC_NONE;
+    if (!strcmp(name, "none") || !strcmp(name, "bytes")) {
+        c->kind = !strcmp(name, "none") ? CODEC_NONE : CODEC_BYTES;
+        snprintf(c->name, sizeof c->name, "%s", name);
         return 0;
     }
-    if (!strcmp(name, "bytes")) {
-        c->kind = CODEC_BYTES;
+    if (ends_with(name, ".json") || ends_with(name, ".tiktoken")) {
+        char why[400];
+        if (bpe_tokenizer_load(name, &c->bpe, why, sizeof why) != 0) {
+            snprintf(err, errlen, "tokenizer %s: %s", name, why);
+            return -1;
+        }
+        c->kind = CODEC_BPE;
+        snprintf(c->name, sizeof c->name, "%s", bpe_tokenizer_name(c->bpe));
         return 0;
     }
-    snprintf(err, errlen, "unknown tokenizer '%s' (expected none or bytes)", name);
+    snprintf(err, errlen, "unknown tokenizer '%s' (expected none, bytes, or a tokenizer.json / "
+             "o200k_base.tiktoken path)", name);
     return -1;
 }
 
 void codec_free(text_codec *c)
 {
+    if (c->bpe)
+        bpe_tokenizer_free(c->bpe);
     memset(c, 0, sizeof *c);
 }
 
 const char *codec_name(const text_codec *c)
 {
-    return c->kind == CODEC_BYTES ? "bytes" : "none";
+    return c->name[0] ? c->name : "none";
 }
 
 int codec_has_text(const text_codec *c)
@@ -60,6 +76,28 @@ int codec_encode(const text_codec *c, const char *text, size_t len, int32_t **id
         snprintf(err, errlen, "prompt too large");
         return -1;
     }
+    if (c->kind == CODEC_BPE) {
+        tok_ids v;
+        tok_ids_init(&v);
+        char why[300];
+        /* Special-token strings in a client's text stay text. */
+        if (bpe_encode(c->bpe, text, len, 0, &v, why, sizeof why) != 0) {
+            tok_ids_free(&v);
+            snprintf(err, errlen, "cannot tokenize the prompt: %s", why);
+            return -1;
+        }
+        *ids = malloc((v.len ? v.len : 1) * sizeof **ids);
+        if (!*ids) {
+            tok_ids_free(&v);
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        if (v.len)
+            memcpy(*ids, v.ids, v.len * sizeof **ids);
+        *n_ids = (int)v.len;
+        tok_ids_free(&v);
+        return 0;
+    }
     return bytes_to_ids(text, len, ids, n_ids, err, errlen);
 }
 
@@ -69,6 +107,11 @@ int codec_render_chat(const text_codec *c, const api_message *msgs, int n_msgs,
     if (c->kind == CODEC_NONE) {
         snprintf(err, errlen, "this router runs with --tokenizer none: chat completions need a "
                  "tokenizer; send token ids to /v1/completions");
+        return -1;
+    }
+    if (c->kind == CODEC_BPE) {
+        snprintf(err, errlen, "chat rendering for the %s vocabulary is not wired into the router "
+                 "yet; use /v1/completions", c->name);
         return -1;
     }
     sbuf b;
@@ -91,6 +134,15 @@ int codec_render_chat(const text_codec *c, const api_message *msgs, int n_msgs,
 
 void codec_decode_token(const text_codec *c, int32_t id, sbuf *out)
 {
+    if (c->kind == CODEC_BPE) {
+        size_t len = 0;
+        const char *bytes = bpe_token_bytes(c->bpe, id, &len);
+        /* Special tokens (EOS, channel markers) are structure, not text. */
+        if (!bytes || bpe_token_is_special(c->bpe, id))
+            return;
+        sb_append(out, bytes, len);
+        return;
+    }
     if (c->kind != CODEC_BYTES)
         return;
     if (id >= 0 && id < 256) {

@@ -9,6 +9,13 @@
  *          ("<|im_start|>role\ncontent<|im_end|>\n", then
  *          "<|im_start|>assistant\n") and byte-encoded. An honest demo mode
  *          for the tiny fixtures (vocab 512), whose outputs are random.
+ *   PATH   a real vocabulary (router/tokenizer.h): a HuggingFace
+ *          tokenizer.json (Qwen3) or an o200k_base.tiktoken file
+ *          (GPT-OSS, o200k_harmony). Prompts are encoded with special-token
+ *          strings treated as text; output special tokens are not text.
+ *          Chat rendering with these vocabularies (Harmony, ChatML) comes
+ *          from router/chat_*; until it is wired in, chat requests are
+ *          refused with a clear 400.
  *
  * Byte-level decoding is per token, so streaming text is the concatenation
  * of each token's bytes; the HTTP layer holds back incomplete UTF-8. */
@@ -18,14 +25,18 @@
 #include <stdint.h>
 #include "router/openai_api.h"
 #include "router/sbuf.h"
+#include "router/tokenizer.h"
 
-typedef enum { CODEC_NONE = 0, CODEC_BYTES = 1 } codec_kind;
+typedef enum { CODEC_NONE = 0, CODEC_BYTES = 1, CODEC_BPE = 2 } codec_kind;
 
 typedef struct text_codec {
     codec_kind kind;
+    bpe_tokenizer *bpe;   /* CODEC_BPE: loaded vocabulary (immutable, shared by threads) */
+    char name[64];
 } text_codec;
 
-/* Parses a --tokenizer value; -1 with a reason for an unknown one. */
+/* Parses a --tokenizer value (none, bytes or a vocabulary path); -1 with a
+ * reason for an unknown name or a vocabulary that does not load. */
 int codec_init(text_codec *c, const char *name, char *err, size_t errlen);
 void codec_free(text_codec *c);
 const char *codec_name(const text_codec *c);
