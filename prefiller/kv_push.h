@@ -21,6 +21,9 @@ void kv_pusher_close(kv_pusher *p);
 /* The packed hello decoders connect to. */
 void kv_pusher_endpoint(const kv_pusher *p, const uint8_t **buf, size_t *len);
 
+/* Runs the engine's progress (connection set-up from decoders, acks). */
+void kv_pusher_progress(kv_pusher *p);
+
 /* Starts moving the first n_tokens tokens (held in src_pages) into the
  * destination's pages, tagging the transfer with request_id. Connects to
  * the destination decoder on first use. Returns 0 or -1 with a reason. */
