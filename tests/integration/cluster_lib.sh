@@ -33,21 +33,35 @@ check() {
     if [ "$rc" -eq 0 ]; then ok "$name"; else not_ok "$name" "$@"; fi
 }
 
+CLUSTER_NAMES=()
+
+# Stops every process (SIGTERM, bounded wait, then SIGKILL). With CHECK=1
+# each must exit 0 on SIGTERM with no sanitizer report in its log: the
+# processes shut down cleanly and leak nothing (LeakSanitizer in test-asan).
 cluster_stop() {
-    local pid
+    local i pid rc check=${1:-0}
     for pid in "${CLUSTER_PIDS[@]}"; do
         kill -TERM "$pid" 2>/dev/null
     done
-    for pid in "${CLUSTER_PIDS[@]}"; do
-        # Bounded wait, then force.
-        for _ in $(seq 1 50); do
+    for i in "${!CLUSTER_PIDS[@]}"; do
+        pid=${CLUSTER_PIDS[$i]}
+        for _ in $(seq 1 100); do
             kill -0 "$pid" 2>/dev/null || break
             sleep 0.1
         done
         kill -KILL "$pid" 2>/dev/null
         wait "$pid" 2>/dev/null
+        rc=$?
+        if [ "$check" = 1 ]; then
+            local name=${CLUSTER_NAMES[$i]}
+            ! grep -qE "ERROR: (Address|Leak)Sanitizer|runtime error:" "$CLUSTER_TMP/$name.log" &&
+                [ "$rc" -eq 0 ]
+            check "$name exits cleanly on SIGTERM" $? "exit status $rc" \
+                "$(grep -A12 -E "Sanitizer|runtime error" "$CLUSTER_TMP/$name.log" | head -30)"
+        fi
     done
     CLUSTER_PIDS=()
+    CLUSTER_NAMES=()
 }
 
 cluster_cleanup() {
@@ -77,6 +91,7 @@ cluster_start() {
         --port-file "$CLUSTER_TMP/ports" --heartbeat-ms 200 --worker-timeout-ms 3000 "$@" \
         >>"$CLUSTER_TMP/router.log" 2>&1 &
     CLUSTER_PIDS+=($!)
+    CLUSTER_NAMES+=(router)
     for _ in $(seq 1 100); do
         [ -s "$CLUSTER_TMP/ports" ] && break
         sleep 0.05
@@ -93,10 +108,12 @@ cluster_start() {
     "$BIN/tandem-prefiller" --router "$WORKER_EP" --model "$model" \
         --worker-id "prefiller-$$-$RANDOM" ${PREFILLER_FLAGS:-} >>"$CLUSTER_TMP/prefiller.log" 2>&1 &
     CLUSTER_PIDS+=($!)
+    CLUSTER_NAMES+=(prefiller)
     # shellcheck disable=SC2086
     "$BIN/tandem-decoder" --router "$WORKER_EP" --model "$model" \
         --worker-id "decoder-$$-$RANDOM" ${DECODER_FLAGS:-} >>"$CLUSTER_TMP/decoder.log" 2>&1 &
     CLUSTER_PIDS+=($!)
+    CLUSTER_NAMES+=(decoder)
     for _ in $(seq 1 300); do
         if curl -s "$URL/healthz" 2>/dev/null | grep -q '"ready":true'; then
             return 0
@@ -135,6 +152,7 @@ post() {
 }
 
 cluster_finish() {
+    [ ${#CLUSTER_PIDS[@]} -gt 0 ] && cluster_stop 1
     echo "1..$T_N"
     [ "$T_FAILED" -eq 0 ]
     exit $?

@@ -76,6 +76,6 @@ for fx in gpt_oss_tiny qwen3_moe_tiny; do
     status=$(timeout 30 "$BIN/tandem-cli" status --rpc "$RPC" 2>&1)
     echo "$status" | grep -q "prefiller .*model=$fx" && echo "$status" | grep -q "decoder .*model=$fx"
     check "$fx: tandem-cli status lists both workers" $? "$status"
-    cluster_stop
+    cluster_stop 1
 done
 cluster_finish
