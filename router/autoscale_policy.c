@@ -399,8 +399,17 @@ static void decide_pool(autoscale_policy *p, as_pool pool, double now, int formu
     }
     out->desired[pool] = desired;
     out->action[pool] = act;
-    snprintf(reason, rlen, "%s: %s -> %d; up-window min %d, down-window max %d; current %d -> desired %d (%s)",
-             as_pool_name(pool), formula_text, formula, up_target, down_target, current, desired, rule);
+    char up_s[24], down_s[24];
+    if (up_covered)
+        snprintf(up_s, sizeof(up_s), "%d", up_lo);
+    else
+        snprintf(up_s, sizeof(up_s), "n/a");
+    if (down_covered)
+        snprintf(down_s, sizeof(down_s), "%d", down_hi);
+    else
+        snprintf(down_s, sizeof(down_s), "n/a");
+    snprintf(reason, rlen, "%s: %s -> %d; up-window min %s, down-window max %s; current %d -> desired %d (%s)",
+             as_pool_name(pool), formula_text, formula, up_s, down_s, current, desired, rule);
 }
 
 int autoscale_policy_evaluate(autoscale_policy *p, const autoscale_observation *obs, autoscale_decision *out,
