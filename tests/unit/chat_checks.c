@@ -8,6 +8,7 @@
 #include <cmocka.h>
 #include "tests/unit/chat_checks.h"
 #include "tests/unit/tok_test_util.h"
+#include "router/utf8.h"
 #include "kernels/status.h"
 
 int cc_setup(void **state, const char *vocab_key, chat_format fmt)
@@ -178,4 +179,66 @@ int cc_render_json(const chat_suite *s, const char *messages_json, const char *t
     cJSON_Delete(m);
     cJSON_Delete(t);
     return rc;
+}
+
+void cc_fuzz_parser(const chat_suite *s, const char *const *specials, size_t n_specials)
+{
+    int32_t pool[64];
+    size_t n = 0;
+    for (size_t i = 0; i < n_specials; i++) {
+        pool[n] = bpe_token_id(s->tok, specials[i]);
+        assert_true(pool[n] >= 0);
+        n++;
+    }
+    /* ordinary tokens: words, newlines, and the pieces of an emoji */
+    tok_ids ids;
+    tok_ids_init(&ids);
+    char err[256];
+    const char *text = "Hello world\n\n to=functions.f json {\"a\": 1} analysis final commentary assistant";
+    assert_int_equal(bpe_encode(s->tok, text, strlen(text), 0, &ids, err, sizeof(err)), KN_OK);
+    for (size_t i = 0; i < ids.len && n < 56; i++)
+        pool[n++] = ids.ids[i];
+    /* single-byte tokens that are halves of a 4-byte character */
+    static const char *const halves[] = {"\xF0", "\x9F", "\x98", "\x80"};
+    for (size_t i = 0; i < 4; i++) {
+        pool[n] = bpe_token_id(s->tok, halves[i]);
+        assert_true(pool[n] >= 0);
+        n++;
+    }
+    ids.len = 0;
+    uint64_t x = 0x2545F4914F6CDD1DULL;
+    for (int iter = 0; iter < 300; iter++) {
+        chat_parser *p;
+        chat_parse_opts po = {iter % 3 == 0};
+        assert_int_equal(chat_parser_new(s->tok, s->fmt, &po, &p, err, sizeof(err)), KN_OK);
+        strbuf streamed;
+        strbuf_init(&streamed);
+        int failed = 0;
+        size_t len = 1 + (size_t)(x % 40);
+        for (size_t i = 0; i <= len && !failed; i++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            chat_delta d;
+            int rc = i < len ? chat_parser_push(p, pool[x % n], &d, err, sizeof(err))
+                             : chat_parser_finish(p, &d, err, sizeof(err));
+            if (rc != KN_OK) {
+                assert_int_equal(rc, KN_ERR_ARG);
+                assert_true(err[0] != '\0');
+                failed = 1;
+                break;
+            }
+            if (d.kind == CHAT_DELTA_REASONING || d.kind == CHAT_DELTA_CONTENT) {
+                assert_true(d.len > 0 && utf8_valid(d.text, d.len, NULL));
+                assert_int_equal(strbuf_append(&streamed, d.text, d.len), KN_OK);
+            }
+        }
+        if (!failed) {
+            const chat_result *r = chat_parser_result(p);
+            assert_int_equal(streamed.len, r->reasoning.len + r->content.len);
+        }
+        strbuf_free(&streamed);
+        chat_parser_free(p);
+    }
+    tok_ids_free(&ids);
 }

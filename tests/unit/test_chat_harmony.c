@@ -103,6 +103,13 @@ static void malformed_output_is_an_error(void **state)
     tok_ids_free(&ids);
 }
 
+static void random_output_never_crashes(void **state)
+{
+    static const char *const specials[] = {"<|start|>", "<|end|>", "<|message|>", "<|channel|>",
+                                           "<|constrain|>", "<|return|>", "<|call|>", "<|endoftext|>"};
+    cc_fuzz_parser(*state, specials, sizeof(specials) / sizeof(specials[0]));
+}
+
 static void stop_tokens(void **state)
 {
     const chat_suite *s = *state;
@@ -153,6 +160,7 @@ int main(void)
         cmocka_unit_test(content_cannot_inject_markup),
         cmocka_unit_test(bad_conversations_are_rejected),
         cmocka_unit_test(malformed_output_is_an_error),
+        cmocka_unit_test(random_output_never_crashes),
         cmocka_unit_test(stop_tokens),
         cmocka_unit_test(schema_to_typescript_rules),
     };

@@ -48,6 +48,13 @@ static void plain_content_guards_markup(void **state)
     tok_ids_free(&ids);
 }
 
+static void random_output_never_crashes(void **state)
+{
+    static const char *const specials[] = {"<think>", "</think>", "<tool_call>", "</tool_call>",
+                                           "<|im_end|>", "<|endoftext|>", "<|im_start|>", "<tool_response>"};
+    cc_fuzz_parser(*state, specials, sizeof(specials) / sizeof(specials[0]));
+}
+
 static void stop_tokens(void **state)
 {
     const chat_suite *s = *state;
@@ -125,6 +132,7 @@ int main(void)
         cmocka_unit_test(renders_reference_prompts),
         cmocka_unit_test(parses_reference_outputs),
         cmocka_unit_test(plain_content_guards_markup),
+        cmocka_unit_test(random_output_never_crashes),
         cmocka_unit_test(stop_tokens),
         cmocka_unit_test(broken_tool_calls_become_content),
         cmocka_unit_test(wrong_tokenizer_is_refused),
