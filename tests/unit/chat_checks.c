@@ -11,19 +11,19 @@
 #include "router/utf8.h"
 #include "kernels/status.h"
 
-int cc_setup(void **state, const char *vocab_key, chat_format fmt)
+int chatcheck_setup(void **state, const char *vocab_key, chat_format fmt)
 {
     chat_suite *s = calloc(1, sizeof(*s));
     assert_non_null(s);
-    s->fixture = tt_load_fixture();
-    s->tok = tt_load_tokenizer(s->fixture, vocab_key);
+    s->fixture = toktest_load_fixture();
+    s->tok = toktest_load_tokenizer(s->fixture, vocab_key);
     s->fmt = fmt;
     assert_int_equal(chat_format_for(s->tok), fmt);
     *state = s;
     return 0;
 }
 
-int cc_teardown(void **state)
+int chatcheck_teardown(void **state)
 {
     chat_suite *s = *state;
     if (s) {
@@ -34,7 +34,7 @@ int cc_teardown(void **state)
     return 0;
 }
 
-size_t cc_count(const tok_ids *ids, int32_t id)
+size_t chatcheck_count(const tok_ids *ids, int32_t id)
 {
     size_t n = 0;
     for (size_t i = 0; i < ids->len; i++)
@@ -63,7 +63,7 @@ static void opts_from_case(const cJSON *c, chat_render_opts *o)
         o->model_identity = v->valuestring;
 }
 
-void cc_check_render_cases(const chat_suite *s, const char *key)
+void chatcheck_check_render_cases(const chat_suite *s, const char *key)
 {
     const cJSON *cases = cJSON_GetObjectItemCaseSensitive(s->fixture, key);
     assert_true(cJSON_GetArraySize(cases) >= 5);
@@ -73,7 +73,7 @@ void cc_check_render_cases(const chat_suite *s, const char *key)
         if (chat_conversation_from_json(cJSON_GetObjectItemCaseSensitive(c, "messages"),
                                         cJSON_GetObjectItemCaseSensitive(c, "tools"), &conv, err,
                                         sizeof(err)) != KN_OK)
-            fail_msg("%s: %s", tt_str(c, "name"), err);
+            fail_msg("%s: %s", toktest_str(c, "name"), err);
         chat_render_opts o;
         opts_from_case(c, &o);
         tok_ids ids;
@@ -81,15 +81,15 @@ void cc_check_render_cases(const chat_suite *s, const char *key)
         strbuf text;
         strbuf_init(&text);
         if (chat_render(s->tok, s->fmt, &conv, &o, &ids, &text, err, sizeof(err)) != KN_OK)
-            fail_msg("%s: render failed: %s", tt_str(c, "name"), err);
-        const char *want = tt_str(c, "text");
+            fail_msg("%s: render failed: %s", toktest_str(c, "name"), err);
+        const char *want = toktest_str(c, "text");
         if (strcmp(text.data ? text.data : "", want) != 0) {
-            fprintf(stderr, "# %s rendered:\n%s\n# want:\n%s\n", tt_str(c, "name"), text.data, want);
-            fail_msg("%s: rendered text differs from the reference", tt_str(c, "name"));
+            fprintf(stderr, "# %s rendered:\n%s\n# want:\n%s\n", toktest_str(c, "name"), text.data, want);
+            fail_msg("%s: rendered text differs from the reference", toktest_str(c, "name"));
         }
         char what[160];
-        snprintf(what, sizeof(what), "render of '%s'", tt_str(c, "name"));
-        tt_assert_ids_equal(what, ids.ids, ids.len, cJSON_GetObjectItemCaseSensitive(c, "ids"));
+        snprintf(what, sizeof(what), "render of '%s'", toktest_str(c, "name"));
+        toktest_assert_ids_equal(what, ids.ids, ids.len, cJSON_GetObjectItemCaseSensitive(c, "ids"));
         tok_ids_free(&ids);
         strbuf_free(&text);
         chat_conversation_free(&conv);
@@ -98,7 +98,7 @@ void cc_check_render_cases(const chat_suite *s, const char *key)
 
 static void assert_result(const char *name, const chat_result *r, const cJSON *want)
 {
-    const char *reasoning = tt_str(want, "reasoning"), *content = tt_str(want, "content");
+    const char *reasoning = toktest_str(want, "reasoning"), *content = toktest_str(want, "content");
     if (strcmp(r->reasoning.data ? r->reasoning.data : "", reasoning) != 0)
         fail_msg("%s: reasoning '%s', want '%s'", name, r->reasoning.data, reasoning);
     if (strcmp(r->content.data ? r->content.data : "", content) != 0)
@@ -107,21 +107,21 @@ static void assert_result(const char *name, const chat_result *r, const cJSON *w
     assert_int_equal(r->n_tool_calls, (size_t)cJSON_GetArraySize(calls));
     size_t k = 0;
     for (const cJSON *c = calls->child; c; c = c->next, k++) {
-        assert_string_equal(r->tool_calls[k].name, tt_str(c, "name"));
-        assert_string_equal(r->tool_calls[k].arguments, tt_str(c, "arguments"));
+        assert_string_equal(r->tool_calls[k].name, toktest_str(c, "name"));
+        assert_string_equal(r->tool_calls[k].arguments, toktest_str(c, "arguments"));
     }
     assert_int_equal(r->stopped, cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(want, "stop")));
 }
 
-void cc_check_parse_cases(const chat_suite *s, const char *key)
+void chatcheck_check_parse_cases(const chat_suite *s, const char *key)
 {
     const cJSON *cases = cJSON_GetObjectItemCaseSensitive(s->fixture, key);
     assert_true(cJSON_GetArraySize(cases) >= 4);
     for (const cJSON *c = cases->child; c; c = c->next) {
-        const char *name = tt_str(c, "name");
+        const char *name = toktest_str(c, "name");
         tok_ids ids;
         tok_ids_init(&ids);
-        tt_ids_from_json(cJSON_GetObjectItemCaseSensitive(c, "ids"), &ids);
+        toktest_ids_from_json(cJSON_GetObjectItemCaseSensitive(c, "ids"), &ids);
         chat_parse_opts po = {0};
         po.start_in_reasoning = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "start_in_reasoning"));
         const cJSON *want = cJSON_GetObjectItemCaseSensitive(c, "expected");
@@ -164,7 +164,7 @@ void cc_check_parse_cases(const chat_suite *s, const char *key)
     }
 }
 
-int cc_render_json(const chat_suite *s, const char *messages_json, const char *tools_json,
+int chatcheck_render_json(const chat_suite *s, const char *messages_json, const char *tools_json,
                    const chat_render_opts *o, tok_ids *ids, strbuf *text, char *err, size_t errlen)
 {
     cJSON *m = cJSON_Parse(messages_json);
@@ -181,7 +181,7 @@ int cc_render_json(const chat_suite *s, const char *messages_json, const char *t
     return rc;
 }
 
-void cc_fuzz_parser(const chat_suite *s, const char *const *specials, size_t n_specials)
+void chatcheck_fuzz_parser(const chat_suite *s, const char *const *specials, size_t n_specials)
 {
     int32_t pool[64];
     size_t n = 0;

@@ -14,17 +14,17 @@
 
 static int setup(void **state)
 {
-    return cc_setup(state, "qwen3_vocab", CHAT_FORMAT_QWEN3);
+    return chatcheck_setup(state, "qwen3_vocab", CHAT_FORMAT_QWEN3);
 }
 
 static void renders_reference_prompts(void **state)
 {
-    cc_check_render_cases(*state, "qwen3_chats");
+    chatcheck_check_render_cases(*state, "qwen3_chats");
 }
 
 static void parses_reference_outputs(void **state)
 {
-    cc_check_parse_cases(*state, "qwen3_parse");
+    chatcheck_check_parse_cases(*state, "qwen3_parse");
 }
 
 /* By default message text is tokenized as HF does (markup in it becomes
@@ -37,14 +37,14 @@ static void plain_content_guards_markup(void **state)
     tok_ids ids;
     tok_ids_init(&ids);
     char err[256];
-    assert_int_equal(cc_render_json(s, msgs, NULL, NULL, &ids, NULL, err, sizeof(err)), KN_OK);
-    assert_int_equal(cc_count(&ids, im_start), 3);
+    assert_int_equal(chatcheck_render_json(s, msgs, NULL, NULL, &ids, NULL, err, sizeof(err)), KN_OK);
+    assert_int_equal(chatcheck_count(&ids, im_start), 3);
     ids.len = 0;
     chat_render_opts o;
     chat_render_opts_default(&o);
     o.plain_content = 1;
-    assert_int_equal(cc_render_json(s, msgs, NULL, &o, &ids, NULL, err, sizeof(err)), KN_OK);
-    assert_int_equal(cc_count(&ids, im_start), 2);
+    assert_int_equal(chatcheck_render_json(s, msgs, NULL, &o, &ids, NULL, err, sizeof(err)), KN_OK);
+    assert_int_equal(chatcheck_count(&ids, im_start), 2);
     tok_ids_free(&ids);
 }
 
@@ -52,7 +52,7 @@ static void random_output_never_crashes(void **state)
 {
     static const char *const specials[] = {"<think>", "</think>", "<tool_call>", "</tool_call>",
                                            "<|im_end|>", "<|endoftext|>", "<|im_start|>", "<tool_response>"};
-    cc_fuzz_parser(*state, specials, sizeof(specials) / sizeof(specials[0]));
+    chatcheck_fuzz_parser(*state, specials, sizeof(specials) / sizeof(specials[0]));
 }
 
 static void stop_tokens(void **state)
@@ -138,5 +138,5 @@ int main(void)
         cmocka_unit_test(wrong_tokenizer_is_refused),
         cmocka_unit_test(python_json_dumps),
     };
-    return cmocka_run_group_tests(tests, setup, cc_teardown);
+    return cmocka_run_group_tests(tests, setup, chatcheck_teardown);
 }
