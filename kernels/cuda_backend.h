@@ -1,7 +1,8 @@
-/* The CUDA backend's side of backend.h, implemented in kernels/cuda/*.cu and
- * linked only when the build defines TANDEM_CUDA. backend.c forwards to these
- * after it has checked the arguments (be non-NULL, be->kind == KN_BACKEND_CUDA,
- * pointers non-NULL when bytes > 0), so they need not check them again.
+/* The CUDA backend's side of backend.h, implemented in the .cu files of
+ * kernels/cuda/ and linked only when the build defines TANDEM_CUDA.
+ * backend.c forwards to these after it has checked the arguments (be
+ * non-NULL, be->kind == KN_BACKEND_CUDA, pointers non-NULL when bytes > 0),
+ * so they need not check them again.
  *
  * The per-op kn_OP_cuda functions are declared in each op header; the .cu
  * files that define them must give them C linkage (extern "C"). */
