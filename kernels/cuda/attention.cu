@@ -47,9 +47,10 @@ struct AttnArgs {
     const float *q, *k_pool, *v_pool;
     const int32_t *q_offset, *kv_len, *page_table;
     const float *sinks;
-    int max_pages, n_heads, n_kv_heads, group, head_dim, page_size, window;
+    int max_pages, n_pages, n_heads, n_kv_heads, group, head_dim, page_size, window;
     float scale_log2;
     /* split kernel only */
+    int vec4; /* head_dim % 4 == 0 and 16-byte aligned pools and Q tile */
     int n_qchunks, n_splits, split_keys;
     float *part_o;  /* [n_rows][n_heads][n_splits][head_dim] */
     float *part_ml; /* [n_rows][n_heads][n_splits][2]: m (log2 domain), l */
@@ -140,7 +141,7 @@ attn_flash_kernel(AttnArgs a)
         __syncthreads(); /* the previous tile's K, V, P are no longer read */
         if (tid < FL_BN) {
             int j = j0 + tid;
-            krow[tid] = j < kend ? paged_kv_row(a.page_table, a.max_pages, s, j, kvh, a.n_kv_heads,
+            krow[tid] = j < kend ? paged_kv_row(a.page_table, a.max_pages, a.n_pages, s, j, kvh, a.n_kv_heads,
                                                 D, a.page_size)
                                  : -1;
         }
@@ -342,21 +343,37 @@ attn_split_kernel(AttnArgs a)
         __syncthreads();
         if (tid < SP_KC) {
             int j = j0 + tid;
-            krow[tid] = j < kend ? paged_kv_row(a.page_table, a.max_pages, s, j, kvh, a.n_kv_heads,
+            krow[tid] = j < kend ? paged_kv_row(a.page_table, a.max_pages, a.n_pages, s, j, kvh, a.n_kv_heads,
                                                 D, a.page_size)
                                  : -1;
         }
         __syncthreads();
-        for (int idx = tid; idx < SP_KC * D; idx += blockDim.x) {
-            int key = idx / D, d = idx - key * D;
-            long long off = krow[key];
-            float kv = 0.f, vv = 0.f;
-            if (off >= 0) {
-                kv = a.k_pool[off + d];
-                vv = a.v_pool[off + d];
+        if (a.vec4) { /* 16-byte loads: rows start 16-byte aligned */
+            const int D4 = D / 4;
+            for (int idx = tid; idx < SP_KC * D4; idx += blockDim.x) {
+                int key = idx / D4, d = (idx - key * D4) * 4;
+                long long off = krow[key];
+                float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
+                if (off >= 0) {
+                    kv = *(const float4 *)(a.k_pool + off + d);
+                    vv = *(const float4 *)(a.v_pool + off + d);
+                }
+                float *kd = Ks + key * LDK + d;
+                kd[0] = kv.x, kd[1] = kv.y, kd[2] = kv.z, kd[3] = kv.w;
+                *(float4 *)(Vs + key * D + d) = vv;
             }
-            Ks[key * LDK + d] = kv;
-            Vs[idx] = vv;
+        } else {
+            for (int idx = tid; idx < SP_KC * D; idx += blockDim.x) {
+                int key = idx / D, d = idx - key * D;
+                long long off = krow[key];
+                float kv = 0.f, vv = 0.f;
+                if (off >= 0) {
+                    kv = a.k_pool[off + d];
+                    vv = a.v_pool[off + d];
+                }
+                Ks[key * LDK + d] = kv;
+                Vs[idx] = vv;
+            }
         }
         __syncthreads();
 
@@ -503,9 +520,12 @@ extern "C" int kn_attention_cuda(const kn_backend *be, float *out, const float *
         return rc;
     if (!out || !q || !k_pool || !v_pool)
         return kn_cuda_arg_error(op, "NULL %s", !out ? "out" : !q ? "q" : !k_pool ? "k_pool" : "v_pool");
-    if (n_heads <= 0 || n_kv_heads <= 0 || n_heads % n_kv_heads != 0 || head_dim <= 0 || page_size <= 0)
-        return kn_cuda_arg_error(op, "bad sizes n_heads=%d n_kv_heads=%d head_dim=%d page_size=%d",
-                                 n_heads, n_kv_heads, head_dim, page_size);
+    if (n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0 || page_size <= 0 || window < 0)
+        return kn_cuda_arg_error(op, "bad sizes n_heads=%d n_kv_heads=%d head_dim=%d page_size=%d "
+                                 "window=%d", n_heads, n_kv_heads, head_dim, page_size, window);
+    if (n_heads % n_kv_heads != 0)
+        return kn_cuda_arg_error(op, "n_heads %d is not a multiple of n_kv_heads %d", n_heads,
+                                 n_kv_heads);
     if (head_dim > SP_DMAX)
         return kn_cuda_arg_error(op, "head_dim %d is over the CUDA kernels' limit %d", head_dim, SP_DMAX);
     if (!isfinite(scale))
@@ -524,6 +544,7 @@ extern "C" int kn_attention_cuda(const kn_backend *be, float *out, const float *
     a.page_table = b->page_table;
     a.sinks = sinks;
     a.max_pages = b->max_pages;
+    a.n_pages = b->n_pages;
     a.n_heads = n_heads;
     a.n_kv_heads = n_kv_heads;
     a.group = n_heads / n_kv_heads;
@@ -531,6 +552,7 @@ extern "C" int kn_attention_cuda(const kn_backend *be, float *out, const float *
     a.page_size = page_size;
     a.window = window;
     a.scale_log2 = scale * LOG2E;
+    a.vec4 = head_dim % 4 == 0 && kn_cuda_aligned16(k_pool) && kn_cuda_aligned16(v_pool);
     a.n_qchunks = 1;
     a.n_splits = 1;
     a.split_keys = 0;

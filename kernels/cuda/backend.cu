@@ -1,5 +1,5 @@
 /* The CUDA backend's lifetime, buffers and copies (cuda_backend.h), and the
- * error helpers every kernels/cuda/*.cu file shares. */
+ * error helpers every .cu file of kernels/cuda shares. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,9 +148,9 @@ extern "C" int kn_cuda_backend_init(kn_backend *be, int device)
     return KN_OK;
 
 fail:
+    ctx_destroy(ctx); /* the cuBLAS handle goes before its workspace */
     if (be->scratch)
         cudaFree(be->scratch);
-    ctx_destroy(ctx);
     memset(be, 0, sizeof *be);
     return rc;
 }
@@ -163,9 +163,9 @@ extern "C" void kn_cuda_backend_free(kn_backend *be)
     kn_cuda_ctx *ctx = kn_cuda_ctx_of(be);
     if (ctx && ctx->stream)
         cudaStreamSynchronize(ctx->stream);
+    ctx_destroy(ctx); /* the cuBLAS handle goes before its workspace */
     if (be->scratch)
         cudaFree(be->scratch);
-    ctx_destroy(ctx);
     memset(be, 0, sizeof *be);
 }
 

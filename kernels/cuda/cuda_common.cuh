@@ -1,4 +1,4 @@
-/* Internal to the CUDA backend (kernels/cuda/*.cu): the state behind a
+/* Internal to the CUDA backend (the kernels/cuda .cu files): the state behind a
  * kn_backend of kind KN_BACKEND_CUDA, error helpers and shared launch
  * helpers. Not part of the op API.
  *

@@ -11,7 +11,7 @@ extern "C" {
 
 __global__ void kv_append_kernel(float *k_pool, float *v_pool, const float *k, const float *v,
                                  const int32_t *q_offset, const int32_t *kv_len,
-                                 const int32_t *page_table, int n_seqs, int max_pages,
+                                 const int32_t *page_table, int n_seqs, int max_pages, int n_pages,
                                  int n_kv_heads, int head_dim, int page_size)
 {
     int r = blockIdx.x;
@@ -22,7 +22,7 @@ __global__ void kv_append_kernel(float *k_pool, float *v_pool, const float *k, c
     const float *kr = k + (size_t)r * row_floats;
     const float *vr = v + (size_t)r * row_floats;
     /* Head kvh's row is page_size*head_dim floats after head kvh-1's. */
-    long long base = paged_kv_row(page_table, max_pages, s, pos, 0, n_kv_heads, head_dim, page_size);
+    long long base = paged_kv_row(page_table, max_pages, n_pages, s, pos, 0, n_kv_heads, head_dim, page_size);
     if (base < 0)
         return;
     long long head_stride = (long long)page_size * head_dim;
@@ -39,9 +39,11 @@ int kn_cuda_check_seq_batch(const char *op, const kn_seq_batch *b)
 {
     if (!b)
         return kn_cuda_arg_error(op, "NULL batch");
-    if (b->n_seqs < 0 || b->n_rows < 0 || b->max_pages <= 0 || b->max_q_len < 0 || b->max_kv_len < 0)
-        return kn_cuda_arg_error(op, "bad batch sizes n_seqs=%d n_rows=%d max_pages=%d max_q_len=%d max_kv_len=%d",
-                                 b->n_seqs, b->n_rows, b->max_pages, b->max_q_len, b->max_kv_len);
+    if (b->n_seqs < 0 || b->n_rows < 0 || b->max_pages <= 0 || b->max_q_len < 0 ||
+        b->max_kv_len < 0 || b->n_pages <= 0)
+        return kn_cuda_arg_error(op, "bad batch sizes n_seqs=%d n_rows=%d max_pages=%d max_q_len=%d "
+                                 "max_kv_len=%d n_pages=%d", b->n_seqs, b->n_rows, b->max_pages,
+                                 b->max_q_len, b->max_kv_len, b->n_pages);
     if (b->n_seqs > 0 && (!b->q_offset || !b->kv_len || !b->page_table))
         return kn_cuda_arg_error(op, "NULL %s", !b->q_offset ? "q_offset" : !b->kv_len ? "kv_len" : "page_table");
     if (b->n_rows > 0 && b->n_seqs == 0)
@@ -71,7 +73,7 @@ extern "C" int kn_kv_append_cuda(const kn_backend *be, float *k_pool, float *v_p
     int row_floats = n_kv_heads * head_dim;
     int threads = row_floats >= 256 ? 256 : 64;
     kv_append_kernel<<<b->n_rows, threads, 0, kn_cuda_stream(be)>>>(
-        k_pool, v_pool, k, v, b->q_offset, b->kv_len, b->page_table, b->n_seqs, b->max_pages,
+        k_pool, v_pool, k, v, b->q_offset, b->kv_len, b->page_table, b->n_seqs, b->max_pages, b->n_pages,
         n_kv_heads, head_dim, page_size);
     KN_CUDA_LAUNCH_CHECK(op, "kv_append_kernel");
     return KN_OK;

@@ -1,12 +1,13 @@
 /* MoE routing on the GPU: one warp per token, up to 256 experts (8 per
- * lane, in registers). The top k are found by k rounds of a warp argmax,
- * ties going to the lower expert id, so the outputs come out in the
- * header's order (descending weight, lower id first on ties).
- *
- *   KN_ROUTE_TOPK_SOFTMAX: top k of the logits, softmax over those k.
- *   KN_ROUTE_SOFTMAX_TOPK: e_i = exp(l_i - max) over all experts; the top k
- *     of e are the top k of the softmax (dividing by the sum keeps the
- *     order); weights e_i / sum_all e, or e_i / sum_topk e renormalised. */
+ * lane, in registers). The top k are found by k rounds of a warp argmax over
+ * the logits, larger logit first and the lower expert id on ties (selecting
+ * on logits equals selecting on softmax probabilities, which are monotonic
+ * in them), so the outputs come out in the header's order. The weights are
+ * computed in double and rounded to float once, as on the CPU:
+ *   over the k picks (GPT-OSS, or Qwen3 renormalised): exp(l_i - top) / sum_picks
+ *   over all experts (Qwen3 without renormalising):   exp(l_i - top) / sum_all
+ * The logits live in device memory and are not checked for NaN/inf here
+ * (the CPU backend rejects them). */
 #include <math.h>
 #include "kernels/cuda/cuda_common.cuh"
 extern "C" {
@@ -30,8 +31,16 @@ __device__ __forceinline__ void warp_argmax(float &val, int &id)
     }
 }
 
+__device__ __forceinline__ double warp_sum(double v)
+{
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
 __global__ void moe_route_kernel(int32_t *expert_idx, float *expert_w, const float *logits,
-                                 int n_tokens, int n_experts, int k, int mode, int renormalize)
+                                 int n_tokens, int n_experts, int k, int over_picks)
 {
     int warps_per_block = blockDim.x >> 5;
     int t = blockIdx.x * warps_per_block + (threadIdx.x >> 5);
@@ -40,34 +49,16 @@ __global__ void moe_route_kernel(int32_t *expert_idx, float *expert_w, const flo
         return;
     const float *lr = logits + (size_t)t * n_experts;
     float val[ROUTE_PER_LANE];
-    float row_max = -INFINITY;
 #pragma unroll
     for (int i = 0; i < ROUTE_PER_LANE; i++) {
         int e = lane + 32 * i;
         val[i] = e < n_experts ? lr[e] : -INFINITY;
-        row_max = fmaxf(row_max, val[i]);
-    }
-    float all_sum = 0.f;
-    if (mode == KN_ROUTE_SOFTMAX_TOPK) {
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1)
-            row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, off));
-#pragma unroll
-        for (int i = 0; i < ROUTE_PER_LANE; i++) {
-            int e = lane + 32 * i;
-            val[i] = e < n_experts ? expf(val[i] - row_max) : -INFINITY;
-            if (e < n_experts)
-                all_sum += val[i];
-        }
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1)
-            all_sum += __shfl_xor_sync(0xffffffffu, all_sum, off);
     }
 
-    /* k rounds of argmax; a chosen expert is marked so it is not taken
-     * again (its value may tie others, so a flag, not a sentinel value). */
+    /* k rounds of argmax; a pick is flagged so it is not taken again (its
+     * value may tie others, so a flag rather than a sentinel value). */
     unsigned taken = 0;
-    float top_val = 0.f, my_val = 0.f;
+    float top = 0.f, my_val = 0.f;
     int my_id = 0;
     for (int r = 0; r < k; r++) {
         float best = -INFINITY;
@@ -75,8 +66,7 @@ __global__ void moe_route_kernel(int32_t *expert_idx, float *expert_w, const flo
 #pragma unroll
         for (int i = 0; i < ROUTE_PER_LANE; i++) {
             int e = lane + 32 * i;
-            if (e < n_experts && !(taken >> i & 1u) &&
-                (val[i] > best || best_id == 0x7fffffff)) {
+            if (e < n_experts && !(taken >> i & 1u) && (best_id == 0x7fffffff || val[i] > best)) {
                 best = val[i];
                 best_id = e;
             }
@@ -85,34 +75,27 @@ __global__ void moe_route_kernel(int32_t *expert_idx, float *expert_w, const flo
         if ((best_id & 31) == lane)
             taken |= 1u << (best_id >> 5);
         if (r == 0)
-            top_val = best;
-        /* Lane r keeps round r's pick; k <= 32. */
-        if (lane == r) {
+            top = best;
+        if (lane == r) { /* lane r keeps round r's pick (k <= 32) */
             my_val = best;
             my_id = best_id;
         }
     }
 
-    float w = 0.f, denom;
-    if (mode == KN_ROUTE_TOPK_SOFTMAX) {
-        w = lane < k ? expf(my_val - top_val) : 0.f;
-        denom = w;
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1)
-            denom += __shfl_xor_sync(0xffffffffu, denom, off);
-    } else if (renormalize) {
-        w = lane < k ? my_val / all_sum : 0.f;
-        denom = w;
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1)
-            denom += __shfl_xor_sync(0xffffffffu, denom, off);
+    double denom = 0.0;
+    if (over_picks) {
+        denom = warp_sum(lane < k ? exp((double)my_val - (double)top) : 0.0);
     } else {
-        w = lane < k ? my_val : 0.f;
-        denom = all_sum;
+        double part = 0.0;
+#pragma unroll
+        for (int i = 0; i < ROUTE_PER_LANE; i++)
+            if (lane + 32 * i < n_experts)
+                part += exp((double)val[i] - (double)top);
+        denom = warp_sum(part);
     }
     if (lane < k) {
         expert_idx[(size_t)t * k + lane] = my_id;
-        expert_w[(size_t)t * k + lane] = w / denom;
+        expert_w[(size_t)t * k + lane] = (float)(exp((double)my_val - (double)top) / denom);
     }
 }
 
@@ -136,8 +119,10 @@ extern "C" int kn_moe_route_cuda(const kn_backend *be, int32_t *expert_idx, floa
     if (n_tokens == 0)
         return KN_OK;
     const int warps = 4;
+    /* Qwen3's renormalised softmax over all experts is a softmax over the k picks. */
+    int over_picks = mode == KN_ROUTE_TOPK_SOFTMAX || renormalize;
     moe_route_kernel<<<kn_cuda_div_up(n_tokens, warps), warps * 32, 0, kn_cuda_stream(be)>>>(
-        expert_idx, expert_w, logits, n_tokens, n_experts, k, (int)mode, renormalize);
+        expert_idx, expert_w, logits, n_tokens, n_experts, k, over_picks);
     KN_CUDA_LAUNCH_CHECK(op, "moe_route_kernel");
     return KN_OK;
 }

@@ -6,12 +6,12 @@
 #include <stdint.h>
 
 /* Offset in floats of token j's row for KV head kvh in its sequence's page,
- * or -1 when the page table does not map it (negative position or page id,
- * or past max_pages): callers then skip the row instead of touching memory
+ * or -1 when the page table does not map it (negative position, a page id
+ * outside [0, n_pages), or past max_pages): callers then skip the row instead of touching memory
  * outside the pool. */
-__device__ __forceinline__ long long paged_kv_row(const int32_t *page_table, int max_pages, int seq,
-                                                  int j, int kvh, int n_kv_heads, int head_dim,
-                                                  int page_size)
+__device__ __forceinline__ long long paged_kv_row(const int32_t *page_table, int max_pages,
+                                                  int n_pages, int seq, int j, int kvh,
+                                                  int n_kv_heads, int head_dim, int page_size)
 {
     if (j < 0)
         return -1;
@@ -19,7 +19,7 @@ __device__ __forceinline__ long long paged_kv_row(const int32_t *page_table, int
     if (pi >= max_pages)
         return -1;
     int page = page_table[(size_t)seq * max_pages + pi];
-    if (page < 0)
+    if (page < 0 || page >= n_pages)
         return -1;
     return (((long long)page * n_kv_heads + kvh) * page_size + (j - pi * page_size)) * head_dim;
 }
