@@ -26,7 +26,8 @@
  *    query vectors x 64-key tiles, 256 threads, each thread an 8x4 block of
  *    scores and 8 x D/16 of the output; the whole key range in one block.
  *  - attn_split_kernel<VPW>: decode (few vectors per sequence) and any
- *    other head_dim <= 256. 4 warps, each owning VPW query vectors, 32-key
+ *    other head_dim <= 256 (attn_decode_kernel<VPW, D> is its fast form
+ *    for D = 64 or 128). 4 warps, each owning VPW query vectors, 32-key
  *    chunks (one key per lane). Splits the key range over blocks when there
  *    are too few (sequence, KV head) pairs to fill the GPU, followed by
  *    attn_combine_kernel.
@@ -50,7 +51,7 @@ struct AttnArgs {
     int max_pages, n_pages, n_heads, n_kv_heads, group, head_dim, page_size, window;
     float scale_log2;
     /* split kernel only */
-    int vec4; /* head_dim % 4 == 0 and 16-byte aligned pools and Q tile */
+    int vec4; /* head_dim % 4 == 0, pools and q 16-byte aligned */
     int n_qchunks, n_splits, split_keys;
     float *part_o;  /* [n_rows][n_heads][n_splits][head_dim] */
     float *part_ml; /* [n_rows][n_heads][n_splits][2]: m (log2 domain), l */
@@ -454,6 +455,191 @@ attn_split_kernel(AttnArgs a)
     }
 }
 
+/* The split kernel specialised for head_dim D in {64, 128} with 16-byte
+ * aligned pools: compile-time loops (no per-dimension guards), each key's K
+ * read once from shared memory per warp for all of its vectors, p handed
+ * to the output update by shuffles, and the next chunk's K/V loaded into
+ * registers while the current one is computed (one global latency per
+ * chunk is hidden instead of two being exposed). Same states, same sink
+ * rule, same partial outputs as attn_split_kernel. */
+template <int VPW, int D>
+__global__ void __launch_bounds__(SP_WARPS * 32)
+attn_decode_kernel(AttnArgs a)
+{
+    const int VB = SP_WARPS * VPW, DPL = D / 32, LDK = D + 1, D4 = D / 4;
+    const int LOADS = SP_KC * D4 / (SP_WARPS * 32); /* float4 per thread per tensor */
+    __shared__ __align__(16) float Qs[VB * D];
+    __shared__ float Ks[SP_KC * LDK];
+    __shared__ __align__(16) float Vs[SP_KC * D];
+
+    const int s = blockIdx.z;
+    const int kvh = blockIdx.y / a.n_qchunks, qc = blockIdx.y % a.n_qchunks;
+    const int split = blockIdx.x;
+    const int q0 = a.q_offset[s], nq = a.q_offset[s + 1] - q0;
+    const int G = a.group, nvec = nq * G, v0 = qc * VB;
+    if (v0 >= nvec)
+        return;
+    const int first_pos = a.kv_len[s] - nq;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+
+    for (int idx = tid; idx < VB * D4; idx += blockDim.x) {
+        int vb = idx / D4, c4 = idx - vb * D4, v = v0 + vb;
+        float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (v < nvec) {
+            int rl = v / G, g = v - rl * G;
+            val = *(const float4 *)(a.q + ((size_t)(q0 + rl) * a.n_heads + kvh * G + g) * D + c4 * 4);
+            val.x *= a.scale_log2; val.y *= a.scale_log2;
+            val.z *= a.scale_log2; val.w *= a.scale_log2;
+        }
+        *(float4 *)&Qs[vb * D + c4 * 4] = val;
+    }
+
+    int pos[VPW];
+    float m[VPW], l[VPW], o[VPW][DPL];
+#pragma unroll
+    for (int t = 0; t < VPW; t++) {
+        int v = v0 + w + SP_WARPS * t;
+        bool valid = v < nvec;
+        pos[t] = valid ? first_pos + v / G : -1;
+        if (a.sinks && valid && split == 0) {
+            m[t] = a.sinks[kvh * G + v % G] * LOG2E;
+            l[t] = lane == 0 ? 1.f : 0.f;
+        } else {
+            m[t] = -INFINITY;
+            l[t] = 0.f;
+        }
+#pragma unroll
+        for (int c = 0; c < DPL; c++)
+            o[t][c] = 0.f;
+    }
+
+    const int pos_lo = first_pos + v0 / G;
+    const int pos_hi = first_pos + (min(v0 + VB, nvec) - 1) / G;
+    int kbeg = a.window > 0 ? max(0, pos_lo - a.window + 1) : 0;
+    int kend = pos_hi + 1;
+    int split_beg = split * a.split_keys;
+    if (split_beg > kbeg)
+        kbeg = split_beg;
+    if (split < a.n_splits - 1 && split_beg + a.split_keys < kend)
+        kend = split_beg + a.split_keys;
+
+    float4 kreg[LOADS], vreg[LOADS];
+#define KN_DECODE_LOAD(J0)                                                                   \
+    _Pragma("unroll") for (int it = 0; it < LOADS; it++) {                                  \
+        int idx = tid + it * SP_WARPS * 32, key = idx / D4, d = (idx - key * D4) * 4;        \
+        int j = (J0) + key;                                                                  \
+        long long off = j < kend ? paged_kv_row(a.page_table, a.max_pages, a.n_pages, s, j,  \
+                                                kvh, a.n_kv_heads, D, a.page_size)           \
+                                 : -1;                                                       \
+        kreg[it] = vreg[it] = make_float4(0.f, 0.f, 0.f, 0.f);                               \
+        if (off >= 0) {                                                                      \
+            kreg[it] = *(const float4 *)(a.k_pool + off + d);                                \
+            vreg[it] = *(const float4 *)(a.v_pool + off + d);                                \
+        }                                                                                    \
+    }
+    if (kbeg < kend) {
+        KN_DECODE_LOAD(kbeg)
+    }
+    for (int j0 = kbeg; j0 < kend; j0 += SP_KC) {
+        __syncthreads(); /* the previous chunk is no longer read */
+#pragma unroll
+        for (int it = 0; it < LOADS; it++) {
+            int idx = tid + it * SP_WARPS * 32, key = idx / D4, d = (idx - key * D4) * 4;
+            float *kd = Ks + key * LDK + d;
+            kd[0] = kreg[it].x, kd[1] = kreg[it].y, kd[2] = kreg[it].z, kd[3] = kreg[it].w;
+            *(float4 *)&Vs[key * D + d] = vreg[it];
+        }
+        __syncthreads();
+        if (j0 + SP_KC < kend) {
+            KN_DECODE_LOAD(j0 + SP_KC)
+        }
+
+        const float *kr = Ks + lane * LDK;
+        float sc[VPW];
+#pragma unroll
+        for (int t = 0; t < VPW; t++)
+            sc[t] = 0.f;
+#pragma unroll
+        for (int d = 0; d < D; d += 4) {
+            float k0 = kr[d], k1 = kr[d + 1], k2 = kr[d + 2], k3 = kr[d + 3];
+#pragma unroll
+            for (int t = 0; t < VPW; t++) {
+                float4 qf = *(const float4 *)&Qs[(w + SP_WARPS * t) * D + d];
+                sc[t] = fmaf(qf.x, k0, sc[t]);
+                sc[t] = fmaf(qf.y, k1, sc[t]);
+                sc[t] = fmaf(qf.z, k2, sc[t]);
+                sc[t] = fmaf(qf.w, k3, sc[t]);
+            }
+        }
+        const int j = j0 + lane;
+        float p[VPW];
+#pragma unroll
+        for (int t = 0; t < VPW; t++) {
+            if (j >= kend || !key_visible(j, pos[t], a.window))
+                sc[t] = -INFINITY;
+            float mx = sc[t];
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1)
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+            float m_new = fmaxf(m[t], mx);
+            float alpha = 1.f;
+            p[t] = 0.f;
+            if (m_new != -INFINITY) {
+                alpha = exp2f(m[t] - m_new);
+                p[t] = exp2f(sc[t] - m_new);
+            }
+            m[t] = m_new;
+            l[t] = l[t] * alpha + p[t];
+#pragma unroll
+            for (int c = 0; c < DPL; c++)
+                o[t][c] *= alpha;
+        }
+#pragma unroll 8
+        for (int key = 0; key < SP_KC; key++) {
+            float vv[DPL];
+#pragma unroll
+            for (int c = 0; c < DPL; c++)
+                vv[c] = Vs[key * D + lane + 32 * c];
+#pragma unroll
+            for (int t = 0; t < VPW; t++) {
+                float pk = __shfl_sync(0xffffffffu, p[t], key);
+#pragma unroll
+                for (int c = 0; c < DPL; c++)
+                    o[t][c] = fmaf(pk, vv[c], o[t][c]);
+            }
+        }
+    }
+#undef KN_DECODE_LOAD
+
+#pragma unroll
+    for (int t = 0; t < VPW; t++) {
+        float lsum = l[t];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1)
+            lsum += __shfl_xor_sync(0xffffffffu, lsum, off);
+        int v = v0 + w + SP_WARPS * t;
+        if (v >= nvec)
+            continue;
+        int rl = v / G, g = v - rl * G;
+        size_t oh = (size_t)(q0 + rl) * a.n_heads + kvh * G + g;
+        if (a.n_splits == 1) {
+            float inv = lsum > 0.f ? 1.f / lsum : 0.f;
+#pragma unroll
+            for (int c = 0; c < DPL; c++)
+                a.out[oh * D + lane + 32 * c] = o[t][c] * inv;
+        } else {
+            size_t pi = oh * a.n_splits + split;
+#pragma unroll
+            for (int c = 0; c < DPL; c++)
+                a.part_o[pi * D + lane + 32 * c] = o[t][c];
+            if (lane == 0) {
+                a.part_ml[pi * 2] = m[t];
+                a.part_ml[pi * 2 + 1] = lsum;
+            }
+        }
+    }
+}
+
 /* Merges the splits of one (row, head): each split's state (m_i, l_i, o_i)
  * is rescaled to the common max. The sink is already inside split 0's
  * state, so nothing is added here. */
@@ -496,10 +682,18 @@ int launch_flash(const kn_backend *be, const char *op, const AttnArgs &a, const 
 template <int VPW>
 int launch_split(const kn_backend *be, const char *op, const AttnArgs &a, const kn_seq_batch *b)
 {
+    dim3 grid(a.n_splits, a.n_kv_heads * a.n_qchunks, b->n_seqs);
+    if (a.vec4 && (a.head_dim == 64 || a.head_dim == 128)) {
+        if (a.head_dim == 64)
+            attn_decode_kernel<VPW, 64><<<grid, SP_WARPS * 32, 0, kn_cuda_stream(be)>>>(a);
+        else
+            attn_decode_kernel<VPW, 128><<<grid, SP_WARPS * 32, 0, kn_cuda_stream(be)>>>(a);
+        KN_CUDA_LAUNCH_CHECK(op, "attn_decode_kernel");
+        return KN_OK;
+    }
     size_t bytes = split_smem_bytes(SP_WARPS * VPW, a.head_dim);
     KN_CUDA_TRY(op, cudaFuncSetAttribute(attn_split_kernel<VPW>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    dim3 grid(a.n_splits, a.n_kv_heads * a.n_qchunks, b->n_seqs);
     attn_split_kernel<VPW><<<grid, SP_WARPS * 32, bytes, kn_cuda_stream(be)>>>(a);
     KN_CUDA_LAUNCH_CHECK(op, "attn_split_kernel");
     return KN_OK;
@@ -552,7 +746,8 @@ extern "C" int kn_attention_cuda(const kn_backend *be, float *out, const float *
     a.page_size = page_size;
     a.window = window;
     a.scale_log2 = scale * LOG2E;
-    a.vec4 = head_dim % 4 == 0 && kn_cuda_aligned16(k_pool) && kn_cuda_aligned16(v_pool);
+    a.vec4 = head_dim % 4 == 0 && kn_cuda_aligned16(k_pool) && kn_cuda_aligned16(v_pool) &&
+             kn_cuda_aligned16(q);
     a.n_qchunks = 1;
     a.n_splits = 1;
     a.split_keys = 0;

@@ -18,6 +18,7 @@ import os
 import statistics
 import subprocess
 import sys
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -72,6 +73,7 @@ def sdpa(n, dtype, backend):
     k = torch.randn(1, HKV, n, D, device="cuda", dtype=dtype)
     v = torch.randn(1, HKV, n, D, device="cuda", dtype=dtype)
     note = "gqa"
+    warnings.filterwarnings("ignore", category=UserWarning)  # backend probing is noisy
     try:
         with sdpa_kernel(backend):
             F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)

@@ -3,8 +3,10 @@
 # machine, or `make bench-gpu` anywhere with CUDA):
 #   1. builds the GPU programs with CUDA=1 (kernels + tests/gpu/*.c);
 #   2. runs test_cuda_ops: every CUDA op against the CPU backend and float64
-#      (TAP), then again under compute-sanitizer memcheck;
-#   3. runs the attention benchmark next to torch SDPA;
+#      (TAP), again with TF32 products allowed, and under compute-sanitizer
+#      memcheck;
+#   3. runs the attention benchmark next to torch SDPA, and the dense ops'
+#      (matmul, MoE experts, RMSNorm) on GPT-OSS-20B prefill shapes;
 #   4. prints a short table last.
 # Full logs go to $OUT (default /tmp/tandem-gpu). Exit status: non-zero if
 # the build or any check failed.
@@ -47,6 +49,13 @@ echo "== test_cuda_ops (seed $SEED)"
 n_ok=$(grep -c '^ok ' "$OUT/test_cuda_ops.log")
 n_bad=$(grep -c '^not ok ' "$OUT/test_cuda_ops.log")
 
+echo "== test_cuda_ops with TANDEM_CUDA_TF32=1 (cuBLAS TF32 products, bound 2e-3)"
+TANDEM_CUDA_TF32=1 "$BUILD/tests/gpu/test_cuda_ops" "$SEED" >"$OUT/test_cuda_ops_tf32.log" 2>&1
+[ $? -eq 0 ] || status=1
+tf32_ok=$(grep -c '^ok ' "$OUT/test_cuda_ops_tf32.log")
+tf32_bad=$(grep -c '^not ok ' "$OUT/test_cuda_ops_tf32.log")
+grep -E '^not ok |matmul m=300' "$OUT/test_cuda_ops_tf32.log"
+
 san="not run"
 if command -v compute-sanitizer >/dev/null; then
     echo "== compute-sanitizer memcheck"
@@ -63,13 +72,20 @@ echo "== attention benchmark"
 python3 tests/gpu/bench_attention.py "$BUILD" "$OUT" 2>&1 | tee "$OUT/bench.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
+echo "== dense ops benchmark"
+"$BUILD/tests/gpu/bench_ops" 2>&1 | tee "$OUT/bench_ops.log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
 echo
 echo "== summary ($(date -u +%Y-%m-%dT%H:%MZ), $(head -2 "$OUT/gpu.txt" | tail -1 | cut -d, -f1))"
 echo "| step | result |"
 echo "| --- | --- |"
 echo "| build | $build_how |"
 echo "| test_cuda_ops (seed $SEED) | $n_ok ok, $n_bad not ok |"
+echo "| test_cuda_ops, TANDEM_CUDA_TF32=1 | $tf32_ok ok, $tf32_bad not ok |"
 echo "| compute-sanitizer memcheck | $san |"
 grep -E '^GPU: ' "$OUT/bench.log"
 grep -E '^\| ' "$OUT/bench.log"
+echo
+grep -E '^\| ' "$OUT/bench_ops.log"
 exit $status
