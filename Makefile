@@ -130,7 +130,7 @@ $(KN_LIB): $(KN_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/tests/gpu/%: $(BUILD)/obj/tests/gpu/%.o $(TEST_HELPER_OBJ) $(KN_LIB)
+$(BUILD)/tests/gpu/%: $(BUILD)/obj/tests/gpu/%.o $(BUILD)/obj/tests/unit/testutil.o $(KN_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(CUDA_LIBS) $(BLAS_LIBS) -lm -o $@
 
