@@ -37,10 +37,10 @@ extern "C" int kn_add_cuda(const kn_backend *be, float *out, const float *a, con
     if (rc != KN_OK)
         return rc;
     if (!out || !a || !b)
-        return kn_cuda_arg_error(op, "NULL %s", !out ? "out" : !a ? "a" : "b");
+        return kn_arg_error(op, "NULL %s", !out ? "out" : !a ? "a" : "b");
     size_t bytes = n * sizeof(float);
     if (partial_overlap(out, a, bytes) || partial_overlap(out, b, bytes))
-        return kn_cuda_arg_error(op, "out partially overlaps an input");
+        return kn_arg_error(op, "out partially overlaps an input");
     if (n == 0)
         return KN_OK;
     bool vec4 = kn_cuda_aligned16(out) && kn_cuda_aligned16(a) && kn_cuda_aligned16(b);

@@ -1,6 +1,5 @@
 /* The CUDA backend's lifetime, buffers and copies (cuda_backend.h), and the
- * error helpers every .cu file of kernels/cuda shares. */
-#include <stdarg.h>
+ * device-error helpers every .cu file of kernels/cuda shares. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,17 +12,6 @@ extern "C" {
 /* cuBLAS gets a fixed workspace of its own so it never allocates inside a
  * captured graph; 32 MiB is what NVIDIA recommends for Hopper. */
 static const size_t BLAS_WORKSPACE_BYTES = 32u << 20;
-
-int kn_cuda_arg_error(const char *op, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "tandem: %s: ", op);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    return KN_ERR_ARG;
-}
 
 int kn_cuda_device_error(const char *op, const char *what, cudaError_t err)
 {
@@ -41,9 +29,9 @@ int kn_cuda_blas_error(const char *op, const char *what, cublasStatus_t st)
 int kn_cuda_check_backend(const char *op, const kn_backend *be)
 {
     if (!be)
-        return kn_cuda_arg_error(op, "backend is NULL");
+        return kn_arg_error(op, "backend is NULL");
     if (be->kind != KN_BACKEND_CUDA || !be->blas || !be->stream)
-        return kn_cuda_arg_error(op, "backend is not an initialised CUDA backend");
+        return kn_arg_error(op, "backend is not an initialised CUDA backend");
     return KN_OK;
 }
 
@@ -90,7 +78,7 @@ extern "C" int kn_cuda_backend_init(kn_backend *be, int device)
     if (err != cudaSuccess)
         return kn_cuda_device_error(op, "cudaGetDeviceCount", err);
     if (device < 0 || device >= n_devices)
-        return kn_cuda_arg_error(op, "device %d does not exist (%d CUDA devices)", device, n_devices);
+        return kn_arg_error(op, "device %d does not exist (%d CUDA devices)", device, n_devices);
     KN_CUDA_TRY(op, cudaSetDevice(device));
 
     kn_cuda_ctx *ctx = (kn_cuda_ctx *)calloc(1, sizeof *ctx);

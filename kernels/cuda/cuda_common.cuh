@@ -18,6 +18,7 @@
 
 extern "C" {
 #include "kernels/backend.h"
+#include "kernels/kn_check.h"
 #include "kernels/status.h"
 }
 
@@ -44,9 +45,6 @@ static inline cudaStream_t kn_cuda_stream(const kn_backend *be)
     return (cudaStream_t)be->stream;
 }
 
-/* "tandem: OP: message" on stderr; returns KN_ERR_ARG. */
-int kn_cuda_arg_error(const char *op, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
 /* "tandem: OP: WHAT failed: <cuda error string>"; returns KN_ERR_DEVICE. */
 int kn_cuda_device_error(const char *op, const char *what, cudaError_t err);
 int kn_cuda_blas_error(const char *op, const char *what, cublasStatus_t st);

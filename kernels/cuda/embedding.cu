@@ -43,9 +43,9 @@ extern "C" int kn_embedding_cuda(const kn_backend *be, float *out, const float *
     if (rc != KN_OK)
         return rc;
     if (!out || !table || !ids)
-        return kn_cuda_arg_error(op, "NULL %s", !out ? "out" : !table ? "table" : "ids");
+        return kn_arg_error(op, "NULL %s", !out ? "out" : !table ? "table" : "ids");
     if (n_tokens < 0 || vocab <= 0 || dim <= 0)
-        return kn_cuda_arg_error(op, "bad sizes n_tokens=%d vocab=%d dim=%d", n_tokens, vocab, dim);
+        return kn_arg_error(op, "bad sizes n_tokens=%d vocab=%d dim=%d", n_tokens, vocab, dim);
     if (n_tokens == 0)
         return KN_OK;
     cudaStream_t s = kn_cuda_stream(be);
@@ -74,7 +74,7 @@ extern "C" int kn_embedding_cuda(const kn_backend *be, float *out, const float *
     if (err == cudaSuccess && host_bad != INT_MAX) {
         err = cudaMemcpy(&bad_id, ids + host_bad, sizeof(int), cudaMemcpyDeviceToHost);
         if (err == cudaSuccess)
-            rc = kn_cuda_arg_error(op, "token %d has id %d outside [0, %d)", host_bad, bad_id, vocab);
+            rc = kn_arg_error(op, "token %d has id %d outside [0, %d)", host_bad, bad_id, vocab);
     }
     kn_cuda_tmp_free(be, first_bad);
     if (err != cudaSuccess)

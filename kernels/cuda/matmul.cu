@@ -49,12 +49,6 @@ int kn_cuda_linear(const kn_backend *be, const char *op, float *out, const float
     return KN_OK;
 }
 
-static bool ranges_overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes)
-{
-    uintptr_t a0 = (uintptr_t)a, b0 = (uintptr_t)b;
-    return a0 < b0 + b_bytes && b0 < a0 + a_bytes;
-}
-
 extern "C" int kn_matmul_cuda(const kn_backend *be, float *out, const float *x,
                               const float *w, const float *bias, int m, int n, int k)
 {
@@ -63,12 +57,12 @@ extern "C" int kn_matmul_cuda(const kn_backend *be, float *out, const float *x,
     if (rc != KN_OK)
         return rc;
     if (!out || !x || !w)
-        return kn_cuda_arg_error(op, "NULL %s", !out ? "out" : !x ? "x" : "w");
+        return kn_arg_error(op, "NULL %s", !out ? "out" : !x ? "x" : "w");
     if (m < 0 || n <= 0 || k <= 0)
-        return kn_cuda_arg_error(op, "bad sizes m=%d n=%d k=%d", m, n, k);
+        return kn_arg_error(op, "bad sizes m=%d n=%d k=%d", m, n, k);
     size_t out_bytes = (size_t)m * n * sizeof(float);
-    if (ranges_overlap(out, out_bytes, x, (size_t)m * k * sizeof(float)) ||
-        ranges_overlap(out, out_bytes, w, (size_t)n * k * sizeof(float)))
-        return kn_cuda_arg_error(op, "out overlaps an input");
+    if (kn_ranges_overlap(out, out_bytes, x, (size_t)m * k * sizeof(float)) ||
+        kn_ranges_overlap(out, out_bytes, w, (size_t)n * k * sizeof(float)))
+        return kn_arg_error(op, "out overlaps an input");
     return kn_cuda_linear(be, op, out, x, w, bias, m, n, k);
 }

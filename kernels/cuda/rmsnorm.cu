@@ -45,11 +45,11 @@ extern "C" int kn_rmsnorm_cuda(const kn_backend *be, float *out, const float *x,
     if (rc != KN_OK)
         return rc;
     if (!out || !x || !weight)
-        return kn_cuda_arg_error(op, "NULL %s", !out ? "out" : !x ? "x" : "weight");
+        return kn_arg_error(op, "NULL %s", !out ? "out" : !x ? "x" : "weight");
     if (rows < 0 || dim <= 0)
-        return kn_cuda_arg_error(op, "bad sizes rows=%d dim=%d", rows, dim);
+        return kn_arg_error(op, "bad sizes rows=%d dim=%d", rows, dim);
     if (!(eps >= 0.0f) || isinf(eps))
-        return kn_cuda_arg_error(op, "eps %g is not a finite non-negative number", (double)eps);
+        return kn_arg_error(op, "eps %g is not a finite non-negative number", (double)eps);
     if (rows == 0)
         return KN_OK;
     int threads = dim >= 1024 ? RMS_THREADS : dim >= 256 ? 128 : 64;

@@ -310,14 +310,14 @@ extern "C" int kn_sample_cuda(const kn_backend *be, int32_t *tokens, const float
     if (rc != KN_OK)
         return rc;
     if (!tokens || !logits || !params || !rng_state)
-        return kn_cuda_arg_error(op, "NULL %s", !tokens ? "tokens" : !logits ? "logits"
+        return kn_arg_error(op, "NULL %s", !tokens ? "tokens" : !logits ? "logits"
                                                 : !params ? "params" : "rng_state");
     if (n_rows < 0 || vocab <= 0)
-        return kn_cuda_arg_error(op, "bad sizes n_rows=%d vocab=%d", n_rows, vocab);
+        return kn_arg_error(op, "bad sizes n_rows=%d vocab=%d", n_rows, vocab);
     if (n_rows == 0)
         return KN_OK;
     if ((size_t)n_rows * vocab > (size_t)INT_MAX)
-        return kn_cuda_arg_error(op, "%d rows x %d vocab is over the CUDA kernel's limit", n_rows, vocab);
+        return kn_arg_error(op, "%d rows x %d vocab is over the CUDA kernel's limit", n_rows, vocab);
 
     cudaStream_t s = kn_cuda_stream(be);
     cudaError_t err = cudaSuccess;
@@ -347,12 +347,12 @@ extern "C" int kn_sample_cuda(const kn_backend *be, int32_t *tokens, const float
     for (int r = 0; r < n_rows; r++) {
         const kn_sampling *sp = &params[r];
         if (!(sp->temperature >= 0.0f) || isinf(sp->temperature)) {
-            rc = kn_cuda_arg_error(op, "row %d: temperature %g must be finite and >= 0", r,
+            rc = kn_arg_error(op, "row %d: temperature %g must be finite and >= 0", r,
                                    (double)sp->temperature);
             goto done;
         }
         if (!(sp->top_p > 0.0f && sp->top_p <= 1.0f)) {
-            rc = kn_cuda_arg_error(op, "row %d: top_p %g must be in (0, 1]", r, (double)sp->top_p);
+            rc = kn_arg_error(op, "row %d: top_p %g must be in (0, 1]", r, (double)sp->top_p);
             goto done;
         }
         int bad = h_ints[n_rows + r];
@@ -361,11 +361,11 @@ extern "C" int kn_sample_cuda(const kn_backend *be, int32_t *tokens, const float
             if ((err = cudaMemcpy(&v, logits + (size_t)r * vocab + bad, sizeof v,
                                   cudaMemcpyDeviceToHost)) != cudaSuccess)
                 goto done;
-            rc = kn_cuda_arg_error(op, "row %d: logit %d is %g", r, bad, (double)v);
+            rc = kn_arg_error(op, "row %d: logit %d is %g", r, bad, (double)v);
             goto done;
         }
         if (h_ints[r] < 0) {
-            rc = kn_cuda_arg_error(op, "row %d: no finite logit", r);
+            rc = kn_arg_error(op, "row %d: no finite logit", r);
             goto done;
         }
     }
