@@ -15,7 +15,7 @@
 
 static int setup(void **state)
 {
-    return tc_setup(state, "o200k_harmony", "o200k_vocab", 0);
+    return tokcheck_setup(state, "o200k_harmony", "o200k_vocab", 0);
 }
 
 /* Every special token of the package's o200k_harmony map resolves to the
@@ -53,6 +53,25 @@ static void specials_match_package(void **state)
     assert_null(bpe_token_bytes(s->tok, 201088, &len));
 }
 
+/* Where JavaScript's \s and Unicode White_Space disagree (U+0085, U+FEFF)
+ * the split follows the Rust regex of tiktoken itself (fixture ids from the
+ * tiktoken npm package, the Rust core compiled to WASM). */
+static void whitespace_follows_rust_tiktoken(void **state)
+{
+    tok_suite *s = *state;
+    const cJSON *cases = cJSON_GetObjectItemCaseSensitive(s->fixture, "o200k_rust_texts");
+    assert_true(cJSON_GetArraySize(cases) >= 2);
+    for (const cJSON *c = cases->child; c; c = c->next) {
+        const char *text = toktest_str(c, "text");
+        tok_ids ids;
+        tok_ids_init(&ids);
+        char err[256];
+        assert_int_equal(bpe_encode(s->tok, text, strlen(text), 0, &ids, err, sizeof(err)), KN_OK);
+        toktest_assert_ids_equal(toktest_str(c, "name"), ids.ids, ids.len, cJSON_GetObjectItemCaseSensitive(c, "ids"));
+        tok_ids_free(&ids);
+    }
+}
+
 static void truncated_rank_file_is_refused(void **state)
 {
     (void)state;
@@ -80,16 +99,17 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(specials_match_package),
-        cmocka_unit_test(tc_encode_matches_reference),
-        cmocka_unit_test(tc_decode_round_trips),
-        cmocka_unit_test(tc_special_tokens_match_reference),
-        cmocka_unit_test(tc_special_strings_stay_text_without_flag),
-        cmocka_unit_test(tc_lossy_decode_matches_reference),
-        cmocka_unit_test(tc_stream_decode_equals_whole_decode),
-        cmocka_unit_test(tc_random_text_round_trips),
-        cmocka_unit_test(tc_long_runs_encode),
-        cmocka_unit_test(tc_bad_input_is_rejected),
+        cmocka_unit_test(tokcheck_encode_matches_reference),
+        cmocka_unit_test(tokcheck_decode_round_trips),
+        cmocka_unit_test(tokcheck_special_tokens_match_reference),
+        cmocka_unit_test(tokcheck_special_strings_stay_text_without_flag),
+        cmocka_unit_test(tokcheck_lossy_decode_matches_reference),
+        cmocka_unit_test(tokcheck_stream_decode_equals_whole_decode),
+        cmocka_unit_test(tokcheck_random_text_round_trips),
+        cmocka_unit_test(tokcheck_long_runs_encode),
+        cmocka_unit_test(tokcheck_bad_input_is_rejected),
+        cmocka_unit_test(whitespace_follows_rust_tiktoken),
         cmocka_unit_test(truncated_rank_file_is_refused),
     };
-    return cmocka_run_group_tests(tests, setup, tc_teardown);
+    return cmocka_run_group_tests(tests, setup, tokcheck_teardown);
 }

@@ -15,7 +15,7 @@
 
 static int setup(void **state)
 {
-    return tc_setup(state, "qwen3", "qwen3_vocab", 1);
+    return tokcheck_setup(state, "qwen3", "qwen3_vocab", 1);
 }
 
 static void vocabulary_shape(void **state)
@@ -107,17 +107,17 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(vocabulary_shape),
-        cmocka_unit_test(tc_encode_matches_reference),
-        cmocka_unit_test(tc_decode_round_trips),
-        cmocka_unit_test(tc_special_tokens_match_reference),
-        cmocka_unit_test(tc_special_strings_stay_text_without_flag),
-        cmocka_unit_test(tc_lossy_decode_matches_reference),
-        cmocka_unit_test(tc_stream_decode_equals_whole_decode),
+        cmocka_unit_test(tokcheck_encode_matches_reference),
+        cmocka_unit_test(tokcheck_decode_round_trips),
+        cmocka_unit_test(tokcheck_special_tokens_match_reference),
+        cmocka_unit_test(tokcheck_special_strings_stay_text_without_flag),
+        cmocka_unit_test(tokcheck_lossy_decode_matches_reference),
+        cmocka_unit_test(tokcheck_stream_decode_equals_whole_decode),
         cmocka_unit_test(nfc_applies_before_bpe),
-        cmocka_unit_test(tc_random_text_round_trips),
-        cmocka_unit_test(tc_long_runs_encode),
-        cmocka_unit_test(tc_bad_input_is_rejected),
+        cmocka_unit_test(tokcheck_random_text_round_trips),
+        cmocka_unit_test(tokcheck_long_runs_encode),
+        cmocka_unit_test(tokcheck_bad_input_is_rejected),
         cmocka_unit_test(unsupported_files_are_refused),
     };
-    return cmocka_run_group_tests(tests, setup, tc_teardown);
+    return cmocka_run_group_tests(tests, setup, tokcheck_teardown);
 }

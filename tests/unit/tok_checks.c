@@ -12,19 +12,19 @@
 #include "router/unicode.h"
 #include "kernels/status.h"
 
-int tc_setup(void **state, const char *name, const char *vocab_key, int nfc)
+int tokcheck_setup(void **state, const char *name, const char *vocab_key, int nfc)
 {
     tok_suite *s = calloc(1, sizeof(*s));
     assert_non_null(s);
-    s->fixture = tt_load_fixture();
-    s->tok = tt_load_tokenizer(s->fixture, vocab_key);
+    s->fixture = toktest_load_fixture();
+    s->tok = toktest_load_tokenizer(s->fixture, vocab_key);
     s->name = name;
     s->nfc = nfc;
     *state = s;
     return 0;
 }
 
-int tc_teardown(void **state)
+int tokcheck_teardown(void **state)
 {
     tok_suite *s = *state;
     if (s) {
@@ -50,34 +50,34 @@ static void decode_all(const bpe_tokenizer *t, const int32_t *ids, size_t n, int
         fail_msg("decode failed: %s", err);
 }
 
-void tc_encode_matches_reference(void **state)
+void tokcheck_encode_matches_reference(void **state)
 {
     tok_suite *s = *state;
     int n = 0;
     for (const cJSON *c = cases(s, "texts")->child; c; c = c->next, n++) {
-        const char *text = tt_str(c, "text");
+        const char *text = toktest_str(c, "text");
         tok_ids ids;
         tok_ids_init(&ids);
         char err[256], what[128];
         assert_int_equal(bpe_encode(s->tok, text, strlen(text), 0, &ids, err, sizeof(err)), KN_OK);
-        snprintf(what, sizeof(what), "%s encode of '%s'", s->name, tt_str(c, "name"));
-        tt_assert_ids_equal(what, ids.ids, ids.len, cJSON_GetObjectItemCaseSensitive(c, s->name));
+        snprintf(what, sizeof(what), "%s encode of '%s'", s->name, toktest_str(c, "name"));
+        toktest_assert_ids_equal(what, ids.ids, ids.len, cJSON_GetObjectItemCaseSensitive(c, s->name));
         tok_ids_free(&ids);
     }
     assert_true(n >= 19);
 }
 
-void tc_decode_round_trips(void **state)
+void tokcheck_decode_round_trips(void **state)
 {
     tok_suite *s = *state;
     for (const cJSON *c = cases(s, "texts")->child; c; c = c->next) {
         tok_ids ids;
         tok_ids_init(&ids);
-        tt_ids_from_json(cJSON_GetObjectItemCaseSensitive(c, s->name), &ids);
+        toktest_ids_from_json(cJSON_GetObjectItemCaseSensitive(c, s->name), &ids);
         strbuf out;
         strbuf_init(&out);
         decode_all(s->tok, ids.ids, ids.len, 0, &out);
-        const char *want = tt_str(c, s->nfc ? "nfc" : "text");
+        const char *want = toktest_str(c, s->nfc ? "nfc" : "text");
         assert_int_equal(out.len, strlen(want));
         assert_memory_equal(out.len ? out.data : "", want, out.len);
         strbuf_free(&out);
@@ -85,22 +85,22 @@ void tc_decode_round_trips(void **state)
     }
 }
 
-void tc_special_tokens_match_reference(void **state)
+void tokcheck_special_tokens_match_reference(void **state)
 {
     tok_suite *s = *state;
     int n = 0;
     for (const cJSON *c = cases(s, "special_texts")->child; c; c = c->next) {
-        if (strcmp(tt_str(c, "tokenizer"), s->name) != 0)
+        if (strcmp(toktest_str(c, "tokenizer"), s->name) != 0)
             continue;
         n++;
-        const char *text = tt_str(c, "text");
+        const char *text = toktest_str(c, "text");
         tok_ids ids;
         tok_ids_init(&ids);
         char err[256];
         assert_int_equal(
             bpe_encode(s->tok, text, strlen(text), BPE_ENCODE_SPECIAL, &ids, err, sizeof(err)),
             KN_OK);
-        tt_assert_ids_equal(text, ids.ids, ids.len, cJSON_GetObjectItemCaseSensitive(c, "ids"));
+        toktest_assert_ids_equal(text, ids.ids, ids.len, cJSON_GetObjectItemCaseSensitive(c, "ids"));
         strbuf out;
         strbuf_init(&out);
         decode_all(s->tok, ids.ids, ids.len, 0, &out);
@@ -120,13 +120,13 @@ void tc_special_tokens_match_reference(void **state)
     assert_true(n >= 3);
 }
 
-void tc_special_strings_stay_text_without_flag(void **state)
+void tokcheck_special_strings_stay_text_without_flag(void **state)
 {
     tok_suite *s = *state;
     for (const cJSON *c = cases(s, "special_texts")->child; c; c = c->next) {
-        if (strcmp(tt_str(c, "tokenizer"), s->name) != 0)
+        if (strcmp(toktest_str(c, "tokenizer"), s->name) != 0)
             continue;
-        const char *text = tt_str(c, "text");
+        const char *text = toktest_str(c, "text");
         tok_ids ids;
         tok_ids_init(&ids);
         char err[256];
@@ -142,21 +142,21 @@ void tc_special_strings_stay_text_without_flag(void **state)
     }
 }
 
-void tc_lossy_decode_matches_reference(void **state)
+void tokcheck_lossy_decode_matches_reference(void **state)
 {
     tok_suite *s = *state;
     int n = 0;
     for (const cJSON *c = cases(s, "decode")->child; c; c = c->next) {
-        if (strcmp(tt_str(c, "tokenizer"), s->name) != 0)
+        if (strcmp(toktest_str(c, "tokenizer"), s->name) != 0)
             continue;
         n++;
         tok_ids ids;
         tok_ids_init(&ids);
-        tt_ids_from_json(cJSON_GetObjectItemCaseSensitive(c, "ids"), &ids);
+        toktest_ids_from_json(cJSON_GetObjectItemCaseSensitive(c, "ids"), &ids);
         strbuf out;
         strbuf_init(&out);
         decode_all(s->tok, ids.ids, ids.len, 0, &out);
-        assert_string_equal(out.data ? out.data : "", tt_str(c, "text"));
+        assert_string_equal(out.data ? out.data : "", toktest_str(c, "text"));
         strbuf_free(&out);
         tok_ids_free(&ids);
     }
@@ -191,18 +191,18 @@ static void check_stream(const bpe_tokenizer *t, const int32_t *ids, size_t n)
     strbuf_free(&chunk);
 }
 
-void tc_stream_decode_equals_whole_decode(void **state)
+void tokcheck_stream_decode_equals_whole_decode(void **state)
 {
     tok_suite *s = *state;
     const char *keys[] = {"texts", "decode"};
     for (int k = 0; k < 2; k++)
         for (const cJSON *c = cases(s, keys[k])->child; c; c = c->next) {
             const cJSON *arr = cJSON_GetObjectItemCaseSensitive(c, k == 0 ? s->name : "ids");
-            if (k == 1 && strcmp(tt_str(c, "tokenizer"), s->name) != 0)
+            if (k == 1 && strcmp(toktest_str(c, "tokenizer"), s->name) != 0)
                 continue;
             tok_ids ids;
             tok_ids_init(&ids);
-            tt_ids_from_json(arr, &ids);
+            toktest_ids_from_json(arr, &ids);
             check_stream(s->tok, ids.ids, ids.len);
             /* also from every suffix, which starts inside characters */
             for (size_t off = 1; off < ids.len && off < 6; off++)
@@ -222,7 +222,7 @@ static uint64_t rng_next(uint64_t *x)
     return *x;
 }
 
-void tc_random_text_round_trips(void **state)
+void tokcheck_random_text_round_trips(void **state)
 {
     tok_suite *s = *state;
     static const uint32_t pool[] = {
@@ -276,7 +276,7 @@ void tc_random_text_round_trips(void **state)
     strbuf_free(&out);
 }
 
-void tc_long_runs_encode(void **state)
+void tokcheck_long_runs_encode(void **state)
 {
     tok_suite *s = *state;
     /* Long single pieces: one 200 kB word, one 100 kB whitespace run and
@@ -303,7 +303,7 @@ void tc_long_runs_encode(void **state)
     }
 }
 
-void tc_bad_input_is_rejected(void **state)
+void tokcheck_bad_input_is_rejected(void **state)
 {
     tok_suite *s = *state;
     tok_ids ids;

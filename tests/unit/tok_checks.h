@@ -13,17 +13,17 @@ typedef struct tok_suite {
     int nfc;               /* decoded text is the NFC of the input */
 } tok_suite;
 
-int tc_setup(void **state, const char *name, const char *vocab_key, int nfc);
-int tc_teardown(void **state);
+int tokcheck_setup(void **state, const char *name, const char *vocab_key, int nfc);
+int tokcheck_teardown(void **state);
 
-void tc_encode_matches_reference(void **state);
-void tc_decode_round_trips(void **state);
-void tc_special_tokens_match_reference(void **state);
-void tc_special_strings_stay_text_without_flag(void **state);
-void tc_lossy_decode_matches_reference(void **state);
-void tc_stream_decode_equals_whole_decode(void **state);
-void tc_random_text_round_trips(void **state);
-void tc_long_runs_encode(void **state);
-void tc_bad_input_is_rejected(void **state);
+void tokcheck_encode_matches_reference(void **state);
+void tokcheck_decode_round_trips(void **state);
+void tokcheck_special_tokens_match_reference(void **state);
+void tokcheck_special_strings_stay_text_without_flag(void **state);
+void tokcheck_lossy_decode_matches_reference(void **state);
+void tokcheck_stream_decode_equals_whole_decode(void **state);
+void tokcheck_random_text_round_trips(void **state);
+void tokcheck_long_runs_encode(void **state);
+void tokcheck_bad_input_is_rejected(void **state);
 
 #endif

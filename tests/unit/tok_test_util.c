@@ -9,7 +9,7 @@
 #include "tests/unit/tok_test_util.h"
 #include "kernels/status.h"
 
-cJSON *tt_load_fixture(void)
+cJSON *toktest_load_fixture(void)
 {
     FILE *f = fopen(TT_FIXTURE, "rb");
     if (!f)
@@ -33,15 +33,15 @@ cJSON *tt_load_fixture(void)
     return j;
 }
 
-const char *tt_str(const cJSON *obj, const char *key)
+const char *toktest_str(const cJSON *obj, const char *key)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     return cJSON_IsString(v) ? v->valuestring : "";
 }
 
-bpe_tokenizer *tt_load_tokenizer(const cJSON *fixture, const char *key)
+bpe_tokenizer *toktest_load_tokenizer(const cJSON *fixture, const char *key)
 {
-    const char *path = tt_str(fixture, key);
+    const char *path = toktest_str(fixture, key);
     char err[512];
     bpe_tokenizer *t = NULL;
     if (bpe_tokenizer_load(path, &t, err, sizeof(err)) != KN_OK)
@@ -49,7 +49,7 @@ bpe_tokenizer *tt_load_tokenizer(const cJSON *fixture, const char *key)
     return t;
 }
 
-void tt_ids_from_json(const cJSON *arr, tok_ids *out)
+void toktest_ids_from_json(const cJSON *arr, tok_ids *out)
 {
     if (!cJSON_IsArray(arr))
         fail_msg("fixture: expected an array of token ids");
@@ -60,11 +60,11 @@ void tt_ids_from_json(const cJSON *arr, tok_ids *out)
     }
 }
 
-void tt_assert_ids_equal(const char *what, const int32_t *got, size_t n_got, const cJSON *want)
+void toktest_assert_ids_equal(const char *what, const int32_t *got, size_t n_got, const cJSON *want)
 {
     tok_ids w;
     tok_ids_init(&w);
-    tt_ids_from_json(want, &w);
+    toktest_ids_from_json(want, &w);
     size_t i = 0;
     while (i < n_got && i < w.len && got[i] == w.ids[i])
         i++;

@@ -11,15 +11,15 @@
 
 /* Parses the fixture; fails the running test with a clear message when it
  * is missing or malformed. */
-cJSON *tt_load_fixture(void);
+cJSON *toktest_load_fixture(void);
 /* Loads the vocabulary the fixture names under key ("qwen3_vocab" or
  * "o200k_vocab"); fails the test (naming `make deps`) when it is absent. */
-bpe_tokenizer *tt_load_tokenizer(const cJSON *fixture, const char *key);
+bpe_tokenizer *toktest_load_tokenizer(const cJSON *fixture, const char *key);
 /* Converts a JSON array of integers; fails the test on anything else. */
-void tt_ids_from_json(const cJSON *arr, tok_ids *out);
+void toktest_ids_from_json(const cJSON *arr, tok_ids *out);
 /* Fails the test with both sequences printed when they differ. */
-void tt_assert_ids_equal(const char *what, const int32_t *got, size_t n_got, const cJSON *want);
+void toktest_assert_ids_equal(const char *what, const int32_t *got, size_t n_got, const cJSON *want);
 /* String field of a JSON object ("" when absent). */
-const char *tt_str(const cJSON *obj, const char *key);
+const char *toktest_str(const cJSON *obj, const char *key);
 
 #endif
