@@ -146,6 +146,7 @@ static ucs_status_t on_ack(void *arg, const void *header, size_t header_length, 
 
 typedef struct ack_op {
     te_engine *e;
+    te_peer *peer;
     size_t len;
     uint8_t buf[64];
 } ack_op;
@@ -154,6 +155,7 @@ static void ack_sent(void *request, ucs_status_t status, void *user_data)
 {
     ack_op *op = user_data;
     op->e->outstanding--;
+    op->peer->acks_in_flight--;
     if (status != UCS_OK)
         te_log(op->e, "sending a transfer ack failed: %s", ucs_status_string(status));
     free(op);
@@ -181,6 +183,7 @@ static void send_pending_acks(te_engine *e)
         m.receiver_id = e->id;
         m.transfer_id = a->transfer_id;
         op->e = e;
+        op->peer = p;
         op->len = tandem__transfer__transfer_ack__pack(&m, op->buf);
         ucp_request_param_t prm = {0};
         prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
@@ -193,6 +196,7 @@ static void send_pending_acks(te_engine *e)
             ucp_am_send_nbx(p->ep, TE_AM_ACK, op->buf, op->len, NULL, 0, &prm), &st);
         if (started == 1) {
             e->outstanding++;
+            p->acks_in_flight++;
         } else {
             if (started < 0)
                 te_log(e, "sending the ack of transfer %llu failed: %s",

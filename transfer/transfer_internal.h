@@ -40,6 +40,7 @@ struct te_peer {
     int users;                /* unreleased transfers */
     int detects_failure;      /* endpoint has UCP_ERR_HANDLING_MODE_PEER */
     int detached;             /* closed by the user, left to te_engine_destroy */
+    int acks_in_flight;       /* TransferAcks sent to it and not yet completed */
     char transports[160];
 };
 

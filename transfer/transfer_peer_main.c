@@ -29,7 +29,7 @@ typedef struct options {
     int layers, kv_heads, head_dim, page_size, tokens, spare_pages;
     uint64_t seed, request_id;
     int repeat, timeout_ms, window;
-    int shrink;                       /* receiver: advertise pools one page short */
+    int shrink;                       /* receiver: register only half of each pool */
     const char *connect[MAX_RECEIVERS];
     int n_connect;
     pid_t kill_pid;                   /* sender: SIGKILL this receiver mid-transfer */
@@ -56,7 +56,9 @@ static void usage(FILE *f)
         "  --window N          puts in flight per transfer (default 64)\n"
         "recv:\n"
         "  --senders N         sender ranks to wait for (default 1)\n"
-        "  --shrink-region     advertise each pool one page short (refusal test)\n"
+        "  --shrink-region     register only half of each pool and expect the sender\n"
+        "                      to refuse: succeed if no notice comes within the\n"
+        "                      timeout and every pool byte is untouched\n"
         "  prints 'endpoint tcp://127.0.0.1:PORT' first, then the verification\n"
         "send:\n"
         "  --connect ENDPOINT  a receiver rank's endpoint (repeat for several)\n"
@@ -266,7 +268,7 @@ static int run_receiver(const options *o, te_engine *e, void *zctx, pools *pp)
     }
     te_kv_layout advertised = p.layout;
     if (o->shrink)
-        advertised.n_pages = p.layout.n_pages - 1;
+        advertised.n_pages = p.layout.n_pages / 2;
     if (te_kv_register(e, &advertised, p.k, p.v, TE_MEM_HOST, &kv) != TE_OK) {
         fprintf(stderr, "tandem-transfer-peer: registering pools: %s\n", te_engine_error(e));
         goto out;
@@ -294,6 +296,8 @@ static int run_receiver(const options *o, te_engine *e, void *zctx, pools *pp)
         te_notice note;
         int left = (int)((deadline - te_now_seconds()) * 1000);
         if (left <= 0 || !te_engine_wait_notice(e, &note, left)) {
+            if (o->shrink)
+                break;
             fprintf(stderr, "tandem-transfer-peer: only %d of %d notices within %d ms\n", got,
                     want, o->timeout_ms);
             goto out;
@@ -301,8 +305,19 @@ static int run_receiver(const options *o, te_engine *e, void *zctx, pools *pp)
         got++;
         canceled += note.status != TE_OK;
     }
-    if (canceled) {
-        fprintf(stderr, "tandem-transfer-peer: %d transfers were canceled\n", canceled);
+    if (o->shrink) {
+        /* The senders must have refused: no notice, not one byte written. */
+        size_t touched = 0;
+        for (int i = 0; i < o->layers; i++)
+            for (size_t b = 0; b < p.bytes; b++)
+                touched += (((uint8_t *)p.k[i])[b] != SENTINEL) + (((uint8_t *)p.v[i])[b] != SENTINEL);
+        if (got || touched) {
+            fprintf(stderr, "tandem-transfer-peer: expected a refusal, got %d notices and %zu "
+                    "written bytes\n", got, touched);
+            goto out;
+        }
+        printf("no notice and every pool byte untouched: the transfer was refused\n");
+        rc = 0;
         goto out;
     }
     size_t bad = 0, bytes = 0;
@@ -324,9 +339,18 @@ static int run_receiver(const options *o, te_engine *e, void *zctx, pools *pp)
            (unsigned long long)o->request_id, o->senders);
     rc = 0;
 out:
-    /* Keep progressing briefly so acks still queued reach the senders. */
-    for (int i = 0; i < 100; i++)
+    /* Senders close first: closing our side right after acking could cut
+     * the ack off in flight. Wait (bounded) until every sender has gone. */
+    for (double until = te_now_seconds() + 3.0; te_now_seconds() < until;) {
+        int open = 0;
         te_engine_progress(e);
+        for (int i = 0; i < n_senders; i++)
+            open += te_peer_status(senders[i].peer) == TE_OK;
+        if (!open)
+            break;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
     for (int i = 0; i < n_senders; i++)
         te_kv_disconnect(e, &senders[i]);
     if (sock)

@@ -315,9 +315,17 @@ int te_peer_close(te_engine *e, te_peer *p)
      * may never do; the remote just sees the connection end. Endpoints
      * without it (shared memory only) are flushed, which is local while the
      * peer is alive; a failed one is left to te_engine_destroy. */
-    te_peer_start_close(e, p);
-    double deadline = te_now_seconds() + 5.0;
+    /* Acks still on their way would be cut by a force close, and the
+     * sender would fail a transfer whose data all arrived. */
+    double deadline = te_now_seconds() + 1.0;
     int idle = 0;
+    while (p->acks_in_flight > 0 && p->status == TE_OK && te_now_seconds() < deadline) {
+        if (ucp_worker_progress(e->worker))
+            idle = 0;
+        te_idle_backoff(&idle);
+    }
+    te_peer_start_close(e, p);
+    deadline = te_now_seconds() + 5.0;
     while (p->close_req && !p->close_done && te_now_seconds() < deadline) {
         if (ucp_worker_progress(e->worker))
             idle = 0;
