@@ -90,10 +90,15 @@ void dispatch_finish(router_ctx *ctx, router_request *r, int reason, const api_e
         release_prefiller(ctx, r);
         r->stage = STAGE_DONE;
     }
-    if (reason >= 0 && reason < METRICS_FINISH)
-        ctx->metrics.finished[reason]++;
-    ctx->metrics.generated_tokens += (uint64_t)r->n_out;
-    metrics_observe(&ctx->metrics.e2e, tn_now_s() - r->t_start);
+    metrics_api api = r->origin == ORIGIN_RPC ? API_RPC : API_OPENAI;
+    metrics_outcome outcome = OUTCOME_OK;
+    if (reason == TANDEM__V1__FINISH_REASON__FINISH_REASON_CANCELLED)
+        outcome = OUTCOME_CANCELLED;
+    else if (reason == TANDEM__V1__FINISH_REASON__FINISH_REASON_ERROR)
+        outcome = metrics_outcome_for_status(err ? err->http_status : 500);
+    metrics_request_done(&ctx->metrics, api, outcome);
+    ctx->metrics.in_flight[api]--;
+    metrics_observe(&ctx->metrics.duration, tn_now_s() - r->t_start);
     if (r->origin == ORIGIN_RPC)
         rpc_deliver(ctx, r);
     else
@@ -492,7 +497,6 @@ void dispatch_expire_workers(router_ctx *ctx, uint64_t now_ms)
                ctx->cfg.worker_timeout_ms);
         worker_lost(ctx, w);
         introduce(ctx, w, 1);
-        ctx->metrics.workers_expired++;
         workers_remove_at(&ctx->workers, i);
     }
 }

@@ -44,7 +44,7 @@ typedef struct http_conn {
 
 /* ------------------------------------------------------------ responses */
 
-static enum MHD_Result respond(http_conn *hc, struct MHD_Connection *c, int status,
+static enum MHD_Result respond(struct MHD_Connection *c, int status,
                                const char *content_type, const char *body, size_t len)
 {
     struct MHD_Response *resp =
@@ -54,32 +54,29 @@ static enum MHD_Result respond(http_conn *hc, struct MHD_Connection *c, int stat
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
     enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, resp);
     MHD_destroy_response(resp);
-    pthread_mutex_lock(&hc->ctx->lock);
-    metrics_http_status(&hc->ctx->metrics, status);
-    pthread_mutex_unlock(&hc->ctx->lock);
     return rc;
 }
 
-static enum MHD_Result respond_error(http_conn *hc, struct MHD_Connection *c, const api_error *e)
+static enum MHD_Result respond_error(struct MHD_Connection *c, const api_error *e)
 {
     char *json = api_error_json(e);
     if (!json)
         return MHD_NO;
-    enum MHD_Result rc = respond(hc, c, e->http_status, "application/json", json, strlen(json));
+    enum MHD_Result rc = respond(c, e->http_status, "application/json", json, strlen(json));
     free(json);
     return rc;
 }
 
-static enum MHD_Result respond_sb(http_conn *hc, struct MHD_Connection *c, int status,
+static enum MHD_Result respond_sb(struct MHD_Connection *c, int status,
                                   const char *type, sbuf *b)
 {
     if (b->oom) {
         sb_free(b);
         api_error e;
         api_error_set(&e, 500, "server_error", NULL, NULL, "router out of memory");
-        return respond_error(hc, c, &e);
+        return respond_error(c, &e);
     }
-    enum MHD_Result rc = respond(hc, c, status, type, b->p ? b->p : "", b->len);
+    enum MHD_Result rc = respond(c, status, type, b->p ? b->p : "", b->len);
     sb_free(b);
     return rc;
 }
@@ -261,7 +258,7 @@ static enum MHD_Result respond_final(http_conn *hc, struct MHD_Connection *c)
     if (r->finish_reason == TANDEM__V1__FINISH_REASON__FINISH_REASON_ERROR) {
         api_error e = r->error;
         pthread_mutex_unlock(&ctx->lock);
-        return respond_error(hc, c, &e);
+        return respond_error(c, &e);
     }
     text_slice(&t, r, 0, r->text.len);
     api_output o = {
@@ -278,7 +275,7 @@ static enum MHD_Result respond_final(http_conn *hc, struct MHD_Connection *c)
         api_completion_body(&b, hc->resp_id, r->created, r->model, &o, r->n_prompt, r->n_out);
     pthread_mutex_unlock(&ctx->lock);
     sb_free(&t);
-    return respond_sb(hc, c, 200, "application/json", &b);
+    return respond_sb(c, 200, "application/json", &b);
 }
 
 /* ------------------------------------------------------------ generation */
@@ -377,11 +374,21 @@ static int submit(http_conn *hc, api_request *ar, api_error *e)
         ctx->submit_head = r;
     ctx->submit_tail = r;
     ctx->n_queued++; /* counted now so the limit holds before the core runs */
-    ctx->metrics.requests_total++;
-    ctx->metrics.prompt_tokens += (uint64_t)r->n_prompt;
+    ctx->metrics.accepted++;
+    ctx->metrics.in_flight[API_OPENAI]++;
+    ctx->metrics.input_tokens += (uint64_t)r->n_prompt;
     pthread_mutex_unlock(&ctx->lock);
     tn_wakefd_signal(ctx->wake_fd);
     return 0;
+}
+
+/* A request refused before it started: counted, then answered. */
+static enum MHD_Result refuse(http_conn *hc, struct MHD_Connection *c, const api_error *e)
+{
+    pthread_mutex_lock(&hc->ctx->lock);
+    metrics_request_done(&hc->ctx->metrics, API_OPENAI, metrics_outcome_for_status(e->http_status));
+    pthread_mutex_unlock(&hc->ctx->lock);
+    return respond_error(c, e);
 }
 
 static enum MHD_Result handle_generate(http_conn *hc, struct MHD_Connection *c, api_kind kind)
@@ -390,16 +397,16 @@ static enum MHD_Result handle_generate(http_conn *hc, struct MHD_Connection *c, 
     if (hc->body_too_large) {
         api_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
                       "The request body exceeds %d bytes.", hc->ctx->cfg.max_body_bytes);
-        return respond_error(hc, c, &e);
+        return refuse(hc, c, &e);
     }
     api_request ar;
     if (api_parse_request(kind, hc->body.p ? hc->body.p : "", hc->body.len, &ar, &e) != 0)
-        return respond_error(hc, c, &e);
+        return refuse(hc, c, &e);
     int rc = submit(hc, &ar, &e);
     int stream = ar.stream;
     api_request_free(&ar);
     if (rc != 0)
-        return respond_error(hc, c, &e);
+        return refuse(hc, c, &e);
     if (wait_for(hc, !stream) != 0)
         return MHD_NO; /* the client is gone */
     pthread_mutex_lock(&hc->ctx->lock);
@@ -408,7 +415,7 @@ static enum MHD_Result handle_generate(http_conn *hc, struct MHD_Connection *c, 
     api_error early = hc->req->error;
     pthread_mutex_unlock(&hc->ctx->lock);
     if (failed_early)
-        return respond_error(hc, c, &early);
+        return respond_error(c, &early);
     if (!stream)
         return respond_final(hc, c);
     struct MHD_Response *resp =
@@ -419,9 +426,6 @@ static enum MHD_Result handle_generate(http_conn *hc, struct MHD_Connection *c, 
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, resp);
     MHD_destroy_response(resp);
-    pthread_mutex_lock(&hc->ctx->lock);
-    metrics_http_status(&hc->ctx->metrics, 200);
-    pthread_mutex_unlock(&hc->ctx->lock);
     return ok;
 }
 
@@ -449,7 +453,7 @@ static enum MHD_Result handle_models(http_conn *hc, struct MHD_Connection *c)
         b.oom = 1;
     pthread_mutex_unlock(&ctx->lock);
     free(names);
-    return respond_sb(hc, c, 200, "application/json", &b);
+    return respond_sb(c, 200, "application/json", &b);
 }
 
 static enum MHD_Result handle_health(http_conn *hc, struct MHD_Connection *c)
@@ -466,7 +470,7 @@ static enum MHD_Result handle_health(http_conn *hc, struct MHD_Connection *c)
     sb_init(&b);
     sb_printf(&b, "{\"status\":\"ok\",\"ready\":%s,\"prefillers\":%d,\"decoders\":%d}",
               pre && dec ? "true" : "false", pre, dec);
-    return respond_sb(hc, c, 200, "application/json", &b);
+    return respond_sb(c, 200, "application/json", &b);
 }
 
 static enum MHD_Result handle_metrics(http_conn *hc, struct MHD_Connection *c)
@@ -475,9 +479,7 @@ static enum MHD_Result handle_metrics(http_conn *hc, struct MHD_Connection *c)
     sbuf b;
     sb_init(&b);
     pthread_mutex_lock(&ctx->lock);
-    /* Count this scrape's own response before rendering. */
-    metrics_http_status(&ctx->metrics, 200);
-    metrics_render(&b, &ctx->metrics, &ctx->workers, ctx->n_active);
+    metrics_render(&b, &ctx->metrics, &ctx->workers);
     pthread_mutex_unlock(&ctx->lock);
     if (b.oom) {
         sb_free(&b);
@@ -538,12 +540,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (known < 0) {
         api_error_set(&e, 404, "invalid_request_error", NULL, "unknown_url",
                       "Unknown request URL: %s %s.", method, url);
-        return respond_error(hc, c, &e);
+        return respond_error(c, &e);
     }
     if ((routes[known].post && !post) || (!routes[known].post && !get)) {
         api_error_set(&e, 405, "invalid_request_error", NULL, "method_not_allowed",
                       "Method %s is not allowed on %s.", method, url);
-        return respond_error(hc, c, &e);
+        return respond_error(c, &e);
     }
     switch (known) {
     case 0:

@@ -3,45 +3,68 @@
 #include <string.h>
 #include "proto/tandem.pb-c.h"
 
-/* Latency buckets (seconds): from a CPU tiny-model token to a long prefill. */
-static const double bucket_bounds[METRICS_BUCKETS] = {
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
-static const int http_codes[METRICS_HTTP_CODES] = {200, 400, 404, 405, 413, 429, 500, 503, 0};
-static const char *const finish_names[METRICS_FINISH] = {
-    "none", "length", "stop", "stop_string", "cancelled", "error"};
+/* Buckets exactly as docs/METRICS.md gives them. */
+static const double TTFT_BOUNDS[] = {0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+static const double ITL_BOUNDS[] = {0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1};
+static const double DURATION_BOUNDS[] = {0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600};
+static const char *const API_NAMES[API_COUNT] = {"openai", "rpc"};
+static const char *const OUTCOME_NAMES[OUTCOME_COUNT] = {
+    "ok", "client_error", "rejected", "cancelled", "timeout", "error"};
+
+static void histogram_init(histogram *h, const double *bounds, int n)
+{
+    memset(h, 0, sizeof *h);
+    h->bounds = bounds;
+    h->n_bounds = n;
+}
 
 void metrics_init(router_metrics *m)
 {
     memset(m, 0, sizeof *m);
+    histogram_init(&m->ttft, TTFT_BOUNDS, (int)(sizeof TTFT_BOUNDS / sizeof *TTFT_BOUNDS));
+    histogram_init(&m->itl, ITL_BOUNDS, (int)(sizeof ITL_BOUNDS / sizeof *ITL_BOUNDS));
+    histogram_init(&m->duration, DURATION_BOUNDS,
+                   (int)(sizeof DURATION_BOUNDS / sizeof *DURATION_BOUNDS));
 }
 
 void metrics_observe(histogram *h, double seconds)
 {
     int i = 0;
-    while (i < METRICS_BUCKETS && seconds > bucket_bounds[i])
+    while (i < h->n_bounds && seconds > h->bounds[i])
         i++;
     h->counts[i]++;
     h->sum += seconds;
     h->count++;
 }
 
-void metrics_http_status(router_metrics *m, int status)
+void metrics_request_done(router_metrics *m, metrics_api api, metrics_outcome outcome)
 {
-    int i = 0;
-    while (i < METRICS_HTTP_CODES - 1 && http_codes[i] != status)
-        i++;
-    m->http_responses[i]++;
+    if (api >= 0 && api < API_COUNT && outcome >= 0 && outcome < OUTCOME_COUNT)
+        m->requests[api][outcome]++;
+}
+
+metrics_outcome metrics_outcome_for_status(int http_status)
+{
+    if (http_status == 429 || http_status == 503)
+        return OUTCOME_REJECTED;
+    if (http_status == 499)
+        return OUTCOME_CANCELLED;
+    if (http_status == 504)
+        return OUTCOME_TIMEOUT;
+    if (http_status >= 400 && http_status < 500)
+        return OUTCOME_CLIENT_ERROR;
+    return http_status < 400 ? OUTCOME_OK : OUTCOME_ERROR;
 }
 
 static void render_histogram(sbuf *b, const char *name, const char *help, const histogram *h)
 {
     sb_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     uint64_t cum = 0;
-    for (int i = 0; i < METRICS_BUCKETS; i++) {
+    for (int i = 0; i < h->n_bounds; i++) {
         cum += h->counts[i];
-        sb_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, bucket_bounds[i], (unsigned long long)cum);
+        sb_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, h->bounds[i], (unsigned long long)cum);
     }
-    cum += h->counts[METRICS_BUCKETS];
+    cum += h->counts[h->n_bounds];
     sb_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name,
               (unsigned long long)cum, name, h->sum, name, (unsigned long long)h->count);
 }
@@ -59,104 +82,91 @@ static void label_value(sbuf *b, const char *s)
     }
 }
 
-static void worker_gauge(sbuf *b, const char *name, const router_worker *w, double v)
+static int is_prefiller(const router_worker *w)
 {
-    sb_printf(b, "%s{worker=\"", name);
+    return w->role == TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER;
+}
+
+static void worker_sample(sbuf *b, const char *name, const router_worker *w, double v)
+{
+    sb_printf(b, "%s{pool=\"%s\",worker=\"", name, is_prefiller(w) ? "prefill" : "decode");
     label_value(b, w->id);
-    sb_puts(b, "\",model=\"");
-    label_value(b, w->model);
     sb_printf(b, "\"} %.9g\n", v);
 }
 
-typedef struct gauge_def {
-    const char *name, *help;
+enum { ROLE_ANY, ROLE_PRE, ROLE_DEC };
+
+typedef struct worker_series {
+    const char *name, *type, *help;
     int role;
     int field;
-} gauge_def;
+} worker_series;
 
-static double gauge_value(const router_worker *w, int field)
+static double worker_value(const router_worker *w, int field)
 {
+    double total = w->dload.kv_pages_total ? (double)w->dload.kv_pages_total : (double)w->kv_pages_total;
+    double used = total - w->dload.kv_pages_free;
     switch (field) {
-    case 0: return (double)w->pload.queued_input_tokens;
-    case 1: return w->pload.input_tokens_per_s;
+    case 0: return 1;
+    case 1: return (double)w->pload.queued_requests;
     case 2: return (double)w->pload.input_tokens_total;
     case 3: return (double)w->dload.batch_size;
     case 4: return (double)w->dload.waiting;
-    case 5: return (double)w->dload.kv_pages_free;
-    case 6: return (double)w->dload.kv_pages_total;
-    case 7: return w->dload.tokens_per_s;
-    case 8: return (double)w->dload.tokens_total;
-    case 9: return (double)w->in_flight;
+    case 5: return (double)w->dload.tokens_total;
+    case 6: return used;
+    case 7: return total;
+    case 8: return total > 0 ? used / total : 0;
     default: return 0;
     }
 }
 
-void metrics_render(sbuf *b, const router_metrics *m, const worker_registry *w,
-                    int active_requests)
+void metrics_render(sbuf *b, const router_metrics *m, const worker_registry *w)
 {
-    sb_printf(b, "# HELP tandem_requests_total Requests accepted by the router.\n"
-                 "# TYPE tandem_requests_total counter\ntandem_requests_total %llu\n",
-              (unsigned long long)m->requests_total);
-    sb_puts(b, "# HELP tandem_requests_finished_total Requests finished, by reason.\n"
-               "# TYPE tandem_requests_finished_total counter\n");
-    for (int i = 1; i < METRICS_FINISH; i++)
-        sb_printf(b, "tandem_requests_finished_total{reason=\"%s\"} %llu\n", finish_names[i],
-                  (unsigned long long)m->finished[i]);
-    sb_printf(b, "# HELP tandem_requests_active Requests in flight.\n"
-                 "# TYPE tandem_requests_active gauge\ntandem_requests_active %d\n",
-              active_requests);
-    sb_puts(b, "# HELP tandem_http_responses_total HTTP responses, by status code.\n"
-               "# TYPE tandem_http_responses_total counter\n");
-    for (int i = 0; i < METRICS_HTTP_CODES; i++) {
-        if (http_codes[i])
-            sb_printf(b, "tandem_http_responses_total{code=\"%d\"} %llu\n", http_codes[i],
-                      (unsigned long long)m->http_responses[i]);
-        else
-            sb_printf(b, "tandem_http_responses_total{code=\"other\"} %llu\n",
-                      (unsigned long long)m->http_responses[i]);
-    }
-    sb_printf(b, "# HELP tandem_prompt_tokens_total Prompt tokens of accepted requests.\n"
-                 "# TYPE tandem_prompt_tokens_total counter\ntandem_prompt_tokens_total %llu\n"
-                 "# HELP tandem_generation_tokens_total Tokens generated.\n"
-                 "# TYPE tandem_generation_tokens_total counter\ntandem_generation_tokens_total %llu\n"
-                 "# HELP tandem_workers_expired_total Workers dropped after missing heartbeats.\n"
-                 "# TYPE tandem_workers_expired_total counter\ntandem_workers_expired_total %llu\n",
-              (unsigned long long)m->prompt_tokens, (unsigned long long)m->generated_tokens,
-              (unsigned long long)m->workers_expired);
+    sb_puts(b, "# HELP tandem_requests_total Requests finished, by API and outcome.\n"
+               "# TYPE tandem_requests_total counter\n");
+    for (int a = 0; a < API_COUNT; a++)
+        for (int o = 0; o < OUTCOME_COUNT; o++)
+            sb_printf(b, "tandem_requests_total{api=\"%s\",outcome=\"%s\"} %llu\n", API_NAMES[a],
+                      OUTCOME_NAMES[o], (unsigned long long)m->requests[a][o]);
+    sb_puts(b, "# HELP tandem_requests_in_flight Requests accepted and not finished.\n"
+               "# TYPE tandem_requests_in_flight gauge\n");
+    for (int a = 0; a < API_COUNT; a++)
+        sb_printf(b, "tandem_requests_in_flight{api=\"%s\"} %lld\n", API_NAMES[a],
+                  (long long)m->in_flight[a]);
+    sb_printf(b, "# HELP tandem_input_tokens_total Prompt tokens of requests arriving at the router.\n"
+                 "# TYPE tandem_input_tokens_total counter\ntandem_input_tokens_total %llu\n"
+                 "# HELP tandem_output_tokens_total Tokens streamed to clients.\n"
+                 "# TYPE tandem_output_tokens_total counter\ntandem_output_tokens_total %llu\n",
+              (unsigned long long)m->input_tokens, (unsigned long long)m->output_tokens);
     render_histogram(b, "tandem_time_to_first_token_seconds",
-                     "Seconds from acceptance to the first token.", &m->ttft);
-    render_histogram(b, "tandem_request_duration_seconds",
-                     "Seconds from acceptance to the end of the request.", &m->e2e);
-
-    int n_pre = 0, n_dec = 0;
-    for (int i = 0; i < w->n; i++) {
-        n_pre += w->w[i]->role == TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER;
-        n_dec += w->w[i]->role == TANDEM__V1__WORKER_ROLE__WORKER_ROLE_DECODER;
-    }
-    sb_printf(b, "# HELP tandem_workers Registered workers, by role.\n# TYPE tandem_workers gauge\n"
-                 "tandem_workers{role=\"prefiller\"} %d\ntandem_workers{role=\"decoder\"} %d\n",
-              n_pre, n_dec);
-    const int P = TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER;
-    const int D = TANDEM__V1__WORKER_ROLE__WORKER_ROLE_DECODER;
-    static const gauge_def defs[] = {
-        {"tandem_prefiller_queued_input_tokens", "Prompt tokens queued at the prefiller.", 1, 0},
-        {"tandem_prefiller_input_tokens_per_second", "Prefill throughput over the last heartbeat.", 1, 1},
-        {"tandem_prefiller_input_tokens", "Prompt tokens prefilled since start.", 1, 2},
-        {"tandem_decoder_batch_size", "Sequences in the decoder's running batch.", 2, 3},
-        {"tandem_decoder_waiting_requests", "Requests waiting for KV room.", 2, 4},
-        {"tandem_decoder_kv_pages_free", "Free KV pages.", 2, 5},
-        {"tandem_decoder_kv_pages_total", "KV pages.", 2, 6},
-        {"tandem_decoder_tokens_per_second", "Decode throughput over the last heartbeat.", 2, 7},
-        {"tandem_decoder_tokens", "Tokens generated since start.", 2, 8},
-        {"tandem_worker_requests_in_flight", "Requests the router has placed on the worker.", 0, 9},
+                     "Request arrival to the first token.", &m->ttft);
+    render_histogram(b, "tandem_inter_token_latency_seconds",
+                     "Gap between consecutive tokens of one request.", &m->itl);
+    render_histogram(b, "tandem_request_duration_seconds", "Request arrival to its last token.",
+                     &m->duration);
+    sb_puts(b, "# HELP tandem_build_info Always 1.\n# TYPE tandem_build_info gauge\n"
+               "tandem_build_info{process=\"router\",version=\"0.1\"} 1\n");
+    static const worker_series series[] = {
+        {"tandem_worker_up", "gauge", "1 while the worker is registered and heartbeating.", ROLE_ANY, 0},
+        {"tandem_prefill_queue_depth", "gauge", "Requests queued at this prefiller (heartbeat).", ROLE_PRE, 1},
+        {"tandem_prefill_input_tokens_total", "counter", "Prompt tokens prefilled (heartbeat).", ROLE_PRE, 2},
+        {"tandem_decode_batch_size", "gauge", "Running sequences (heartbeat).", ROLE_DEC, 3},
+        {"tandem_decode_waiting_sequences", "gauge",
+         "Requests waiting for KV room (admission) at this decoder (heartbeat).", ROLE_DEC, 4},
+        {"tandem_decode_output_tokens_total", "counter", "Tokens generated (heartbeat).", ROLE_DEC, 5},
+        {"tandem_kv_cache_blocks_used", "gauge", "KV pages in use or promised (heartbeat).", ROLE_DEC, 6},
+        {"tandem_kv_cache_blocks_total", "gauge", "KV pages (heartbeat).", ROLE_DEC, 7},
+        {"tandem_kv_cache_occupancy_ratio", "gauge", "Used over total KV pages.", ROLE_DEC, 8},
     };
-    for (size_t d = 0; d < sizeof defs / sizeof *defs; d++) {
-        sb_printf(b, "# HELP %s %s\n# TYPE %s gauge\n", defs[d].name, defs[d].help, defs[d].name);
+    for (size_t s = 0; s < sizeof series / sizeof *series; s++) {
+        sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", series[s].name, series[s].help, series[s].name,
+                  series[s].type);
         for (int i = 0; i < w->n; i++) {
             const router_worker *x = w->w[i];
-            if ((defs[d].role == 1 && x->role != P) || (defs[d].role == 2 && x->role != D))
+            if ((series[s].role == ROLE_PRE && !is_prefiller(x)) ||
+                (series[s].role == ROLE_DEC && is_prefiller(x)))
                 continue;
-            worker_gauge(b, defs[d].name, x, gauge_value(x, defs[d].field));
+            worker_sample(b, series[s].name, x, worker_value(x, series[s].field));
         }
     }
 }

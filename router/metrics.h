@@ -1,39 +1,53 @@
-/* The router's Prometheus metrics: counters and latency histograms it
- * updates as requests move, plus per-worker gauges taken from heartbeats,
- * rendered in the Prometheus text exposition format (version 0.0.4) for
- * GET /metrics. The autoscaling signals of the design are here:
- * tandem_prefiller_input_tokens_per_second / queued input tokens (prefill
- * pool) and tandem_decoder_batch_size (decode pool). */
+/* The router's Prometheus metrics, named and labelled as docs/METRICS.md
+ * (the contract the dashboards and alert rules use) specifies: requests by
+ * API and outcome, requests in flight, input and output tokens, TTFT,
+ * inter-token latency and request duration histograms, worker_up; and, per
+ * registered worker (labels pool, worker), the load its heartbeats report:
+ * prefill queue depth and input tokens, decode batch size, waiting
+ * sequences, output tokens and KV cache occupancy. Rendered in the
+ * Prometheus text format (0.0.4) for GET /metrics. */
 #ifndef TANDEM_ROUTER_METRICS_H
 #define TANDEM_ROUTER_METRICS_H
 #include <stdint.h>
 #include "router/sbuf.h"
 #include "router/workers.h"
 
-#define METRICS_BUCKETS 14
-#define METRICS_HTTP_CODES 9
-#define METRICS_FINISH 6
+#define METRICS_MAX_BUCKETS 12
+
+typedef enum { API_OPENAI = 0, API_RPC = 1, API_COUNT = 2 } metrics_api;
+
+typedef enum {
+    OUTCOME_OK = 0,
+    OUTCOME_CLIENT_ERROR,  /* 4xx: bad request, prompt too long, unknown model */
+    OUTCOME_REJECTED,      /* no capacity: 429 / 503 */
+    OUTCOME_CANCELLED,     /* the client went away or cancelled */
+    OUTCOME_TIMEOUT,
+    OUTCOME_ERROR,         /* server-side failure */
+    OUTCOME_COUNT,
+} metrics_outcome;
 
 typedef struct histogram {
-    uint64_t counts[METRICS_BUCKETS + 1]; /* last: +Inf */
+    const double *bounds;
+    int n_bounds;
+    uint64_t counts[METRICS_MAX_BUCKETS + 1]; /* last: +Inf */
     double sum;
     uint64_t count;
 } histogram;
 
 typedef struct router_metrics {
-    uint64_t requests_total;                       /* accepted */
-    uint64_t finished[METRICS_FINISH];             /* by tandem.v1 FinishReason */
-    uint64_t http_responses[METRICS_HTTP_CODES];   /* see metrics.c for the codes */
-    uint64_t prompt_tokens, generated_tokens;
-    uint64_t workers_expired;
-    histogram ttft;                                /* seconds to the first token */
-    histogram e2e;                                 /* seconds to the last token */
+    uint64_t requests[API_COUNT][OUTCOME_COUNT]; /* finished */
+    int64_t in_flight[API_COUNT];
+    uint64_t input_tokens, output_tokens;
+    uint64_t accepted;                           /* for the RPC status */
+    histogram ttft, itl, duration;
 } router_metrics;
 
 void metrics_init(router_metrics *m);
 void metrics_observe(histogram *h, double seconds);
-void metrics_http_status(router_metrics *m, int status);
-void metrics_render(sbuf *b, const router_metrics *m, const worker_registry *w,
-                    int active_requests);
+/* A request ended (including one refused before it started). */
+void metrics_request_done(router_metrics *m, metrics_api api, metrics_outcome outcome);
+/* The outcome a failed request's HTTP status stands for. */
+metrics_outcome metrics_outcome_for_status(int http_status);
+void metrics_render(sbuf *b, const router_metrics *m, const worker_registry *w);
 
 #endif

@@ -145,7 +145,7 @@ int request_append(router_ctx *ctx, router_request *r, const int32_t *toks, int 
         r->out_text_end = te;
         r->cap_out = cap;
     }
-    int stopped = 0;
+    int stopped = 0, n_before = r->n_out;
     for (int i = 0; i < n; i++) {
         size_t old_len = r->text.len;
         int is_stop_id = 0; /* EOS and stop ids end the output, they are not text */
@@ -169,10 +169,19 @@ int request_append(router_ctx *ctx, router_request *r, const int32_t *toks, int 
         if (stopped)
             break; /* tokens after the stop string are not output */
     }
-    if (r->n_out > 0 && r->t_first == 0) {
-        r->t_first = tn_now_s();
+    double now = tn_now_s();
+    int added = r->n_out - n_before;
+    if (added > 0 && r->t_first == 0) {
+        r->t_first = now;
         metrics_observe(&ctx->metrics.ttft, r->t_first - r->t_start);
+    } else if (added > 0) {
+        metrics_observe(&ctx->metrics.itl, now - r->t_last);
     }
+    for (int i = 1; i < added; i++)
+        metrics_observe(&ctx->metrics.itl, 0); /* tokens that arrived together */
+    if (added > 0)
+        r->t_last = now;
+    ctx->metrics.output_tokens += (uint64_t)(added > 0 ? added : 0);
     return stopped;
 }
 

@@ -59,7 +59,7 @@ typedef struct router_request {
     req_origin origin;
     api_kind kind;
     long created;                  /* unix seconds, for OpenAI "created" */
-    double t_start, t_first;       /* monotonic: submission, first token */
+    double t_start, t_first, t_last; /* monotonic: submission, first and latest token */
 
     /* RPC origin: where replies go. */
     uint8_t client_rid[WIRE_MAX_ID];

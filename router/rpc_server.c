@@ -22,6 +22,13 @@ static void reply(router_ctx *ctx, const uint8_t *rid, size_t rid_len,
 static void reply_error(router_ctx *ctx, const uint8_t *rid, size_t rid_len, int code,
                         const char *tag, const char *request_id, const char *msg)
 {
+    if (tag) {
+        /* A refused GenerateRequest is a finished request too. */
+        metrics_outcome o = code == TANDEM__V1__ERROR_CODE__ERROR_CODE_NO_CAPACITY ? OUTCOME_REJECTED
+                            : code == TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL  ? OUTCOME_ERROR
+                                                                                   : OUTCOME_CLIENT_ERROR;
+        metrics_request_done(&ctx->metrics, API_RPC, o);
+    }
     Tandem__V1__Error e = TANDEM__V1__ERROR__INIT;
     e.code = code;
     e.message = (char *)msg;
@@ -101,8 +108,9 @@ static void on_generate(router_ctx *ctx, const uint8_t *rid, size_t rid_len,
     reply(ctx, rid, rid_len, &m);
     request_table_add(ctx, r);
     request_unref(r); /* the table's reference is the only one */
-    ctx->metrics.requests_total++;
-    ctx->metrics.prompt_tokens += (uint64_t)r->n_prompt;
+    ctx->metrics.accepted++;
+    ctx->metrics.in_flight[API_RPC]++;
+    ctx->metrics.input_tokens += (uint64_t)r->n_prompt;
     dispatch_place(ctx, r);
 }
 
@@ -173,7 +181,7 @@ static void on_status(router_ctx *ctx, const uint8_t *rid, size_t rid_len)
     st.workers = wp;
     st.n_workers = (size_t)n;
     st.requests_active = (uint32_t)ctx->n_active;
-    st.requests_total = ctx->metrics.requests_total;
+    st.requests_total = ctx->metrics.accepted;
     st.models = models;
     st.n_models = (size_t)n_models;
     Tandem__V1__ClientMessage m = TANDEM__V1__CLIENT_MESSAGE__INIT;

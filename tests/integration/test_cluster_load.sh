@@ -67,7 +67,7 @@ check "$N concurrent streaming requests all end with the right token count and [
 check "each of the $N batched requests' tokens = tandem-generate for its prompt" $? "${notes[@]:-}"
 
 # Client disconnect: stream a long request, hang up after a few events.
-cancelled_before=$(sed -n 's/^tandem_requests_finished_total{reason="cancelled"} //p' <(curl -s "$URL/metrics"))
+cancelled_before=$(sed -n 's/^tandem_requests_total{api="openai",outcome="cancelled"} //p' <(curl -s "$URL/metrics"))
 curl -s -N --max-time 120 -H 'Content-Type: application/json' -o "$CLUSTER_TMP/long.sse" \
     -d "{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_tokens\":30000,\"temperature\":0,\"ignore_eos\":true,\"stream\":true}" \
     "$URL/v1/completions" &
@@ -80,7 +80,7 @@ kill "$cpid" 2>/dev/null
 wait "$cpid" 2>/dev/null
 cancelled=$cancelled_before
 for _ in $(seq 1 100); do
-    cancelled=$(curl -s "$URL/metrics" | sed -n 's/^tandem_requests_finished_total{reason="cancelled"} //p')
+    cancelled=$(curl -s "$URL/metrics" | sed -n 's/^tandem_requests_total{api="openai",outcome="cancelled"} //p')
     [ "$cancelled" -gt "$cancelled_before" ] && break
     sleep 0.1
 done
@@ -97,7 +97,7 @@ for _ in $(seq 1 100); do
 done
 echo "$status" | grep -q "batch=0 waiting=0 kv_pages_free=2100/2100"
 check "the decoder stops the cancelled sequence and frees its KV pages" $? "$status"
-generated=$(curl -s "$URL/metrics" | sed -n 's/^tandem_decoder_tokens{[^}]*} //p')
+generated=$(curl -s "$URL/metrics" | sed -n 's/^tandem_decode_output_tokens_total{[^}]*} //p')
 total_small=0
 for i in $(seq 0 $((N - 1))); do total_small=$((total_small + $(cat "$CLUSTER_TMP/max.$i") - 1)); done
 python3 -c "import sys; sys.exit(0 if float('$generated') < $total_small + 29999 else 1)"

@@ -44,8 +44,8 @@ static void round_trip(const text_codec *c)
 
 static void vocab_round_trip(const char *key)
 {
-    cJSON *fx = tt_load_fixture();
-    const char *path = tt_str(fx, key);
+    cJSON *fx = toktest_load_fixture();
+    const char *path = toktest_str(fx, key);
     text_codec c;
     char err[400];
     assert_int_equal(codec_init(&c, path, err, sizeof err), 0);
