@@ -81,6 +81,9 @@ void dispatch_finish(router_ctx *ctx, router_request *r, int reason, const api_e
 {
     if (r->finished)
         return;
+    if (reason != TANDEM__V1__FINISH_REASON__FINISH_REASON_ERROR &&
+        reason != TANDEM__V1__FINISH_REASON__FINISH_REASON_CANCELLED)
+        request_finish_output(r);
     r->finished = 1;
     r->finish_reason = reason;
     if (err)
@@ -227,7 +230,11 @@ static int deliver_tokens(router_ctx *ctx, router_request *r, const int32_t *tok
     if (rc < 0) {
         if (r->stage == STAGE_DECODING)
             send_cancel(ctx, r->decoder, r->id, 1);
-        fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL, "router out of memory");
+        if (rc == -2)
+            fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL,
+                 "the model's output breaks its chat format: %s", r->parse_error);
+        else
+            fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL, "router out of memory");
         return 1;
     }
     if (rc == 1) {

@@ -39,6 +39,8 @@ typedef struct http_conn {
     int n_sent;             /* tokens already in chunks */
     size_t text_sent;       /* text bytes already in chunks */
     int role_sent;          /* chat: the assistant-role chunk went out */
+    size_t reasoning_sent;  /* chat formats: reasoning bytes already in chunks */
+    int tools_sent;         /* chat formats: tool calls already in chunks */
     int final_sent;         /* finish chunk (+usage) and [DONE] formatted */
 } http_conn;
 
@@ -149,6 +151,59 @@ static void text_slice(sbuf *dst, const router_request *r, size_t from, size_t t
         utf8_sanitize_append(dst, r->text.p + from, to - from);
 }
 
+/* The finish reason a response reports: "tool_calls" when a chat format
+ * produced tool calls and a stop token ended the output. */
+static const char *response_finish_reason(const router_request *r)
+{
+    int n_tools = 0;
+    request_tool_calls(r, &n_tools);
+    if (n_tools && r->finish_reason == TANDEM__V1__FINISH_REASON__FINISH_REASON_STOP)
+        return "tool_calls";
+    return finish_reason_str(r->finish_reason);
+}
+
+/* Tool calls [from, to) of r in the API's shape; ids are generated when
+ * the model gave none. ids must hold (to - from) * 48 bytes. */
+static void tool_calls_slice(const router_request *r, int from, int to, api_tool_call *out,
+                             char *ids)
+{
+    int n = 0;
+    const chat_tool_call *tc = request_tool_calls(r, &n);
+    for (int i = from; i < to && i < n; i++) {
+        char *id = ids + (size_t)(i - from) * 48;
+        if (tc[i].id && tc[i].id[0])
+            snprintf(id, 48, "%s", tc[i].id);
+        else
+            snprintf(id, 48, "call_%s_%d", r->id, i);
+        out[i - from] = (api_tool_call){.id = id, .name = tc[i].name ? tc[i].name : "",
+                                        .arguments = tc[i].arguments ? tc[i].arguments : ""};
+    }
+}
+
+/* Sets o's reasoning and tool calls to what r produced up to (reasoning
+ * byte, tool count) and advances hc's cursors. tools/ids: scratch. */
+static void chat_parts(http_conn *hc, api_output *o, size_t reasoning_end, int tools_end,
+                       api_tool_call **tools, char **ids)
+{
+    router_request *r = hc->req;
+    o->reasoning = r->reasoning.p ? r->reasoning.p + hc->reasoning_sent : "";
+    o->reasoning_len = reasoning_end > hc->reasoning_sent ? reasoning_end - hc->reasoning_sent : 0;
+    hc->reasoning_sent += o->reasoning_len;
+    o->n_tool_calls = 0;
+    o->tool_index = hc->tools_sent;
+    int n = tools_end - hc->tools_sent;
+    free(*tools);
+    free(*ids);
+    *tools = NULL;
+    *ids = NULL;
+    if (n > 0 && (*tools = calloc((size_t)n, sizeof **tools)) && (*ids = calloc((size_t)n, 48))) {
+        tool_calls_slice(r, hc->tools_sent, tools_end, *tools, *ids);
+        o->tool_calls = *tools;
+        o->n_tool_calls = n;
+        hc->tools_sent = tools_end;
+    }
+}
+
 /* Formats every SSE event that r's state allows and that is not formatted
  * yet into hc->pending. Lock held. */
 static void format_events(http_conn *hc)
@@ -156,8 +211,11 @@ static void format_events(http_conn *hc)
     router_request *r = hc->req;
     sbuf t;
     sb_init(&t);
+    api_tool_call *tools = NULL;
+    char *ids = NULL;
     api_output o = {0};
     o.with_token_ids = r->with_token_ids;
+    o.omit_empty_content = r->parser != NULL;
     if (hc->kind == API_CHAT && !hc->role_sent) {
         o.text = "";
         api_sse_chat_chunk(&hc->pending, hc->resp_id, r->created, r->model, &o, 1);
@@ -185,11 +243,17 @@ static void format_events(http_conn *hc)
         o.token_ids = &r->out[i];
         o.n_token_ids = 1;
         o.finish_reason = NULL;
+        if (r->parser)
+            chat_parts(hc, &o, r->out_reasoning_end[i], r->out_tools_end[i], &tools, &ids);
+        hc->n_sent++;
+        /* With a chat format, tokens that show nothing (channel headers)
+         * make no chunk unless the client wants every token id. */
+        if (r->parser && !o.text_len && !o.reasoning_len && !o.n_tool_calls && !o.with_token_ids)
+            continue;
         if (hc->kind == API_CHAT)
             api_sse_chat_chunk(&hc->pending, hc->resp_id, r->created, r->model, &o, 0);
         else
             api_sse_completion_chunk(&hc->pending, hc->resp_id, r->created, r->model, &o);
-        hc->n_sent++;
     }
     if (r->finished && !hc->final_sent) {
         if (r->finish_reason == TANDEM__V1__FINISH_REASON__FINISH_REASON_ERROR) {
@@ -201,7 +265,12 @@ static void format_events(http_conn *hc)
             o.text_len = t.len;
             o.token_ids = NULL;
             o.n_token_ids = 0;
-            o.finish_reason = finish_reason_str(r->finish_reason);
+            o.finish_reason = response_finish_reason(r);
+            if (r->parser) {
+                int n_tools = 0;
+                request_tool_calls(r, &n_tools);
+                chat_parts(hc, &o, r->reasoning.len, n_tools, &tools, &ids);
+            }
             if (hc->kind == API_CHAT)
                 api_sse_chat_chunk(&hc->pending, hc->resp_id, r->created, r->model, &o, 0);
             else
@@ -214,6 +283,8 @@ static void format_events(http_conn *hc)
         hc->final_sent = 1;
     }
     sb_free(&t);
+    free(tools);
+    free(ids);
 }
 
 static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
@@ -261,20 +332,36 @@ static enum MHD_Result respond_final(http_conn *hc, struct MHD_Connection *c)
         return respond_error(c, &e);
     }
     text_slice(&t, r, 0, r->text.len);
+    int n_tools = 0;
+    request_tool_calls(r, &n_tools);
+    api_tool_call *tools = n_tools ? calloc((size_t)n_tools, sizeof *tools) : NULL;
+    char *ids = n_tools ? calloc((size_t)n_tools, 48) : NULL;
+    if (n_tools && (!tools || !ids))
+        n_tools = 0, t.oom = 1;
+    if (n_tools)
+        tool_calls_slice(r, 0, n_tools, tools, ids);
     api_output o = {
         .text = t.p ? t.p : "",
         .text_len = t.len,
+        .reasoning = r->reasoning.p ? r->reasoning.p : "",
+        .reasoning_len = r->reasoning.len,
+        .tool_calls = tools,
+        .n_tool_calls = n_tools,
         .token_ids = r->out,
         .n_token_ids = r->n_out,
         .with_token_ids = r->with_token_ids,
-        .finish_reason = finish_reason_str(r->finish_reason),
+        .finish_reason = response_finish_reason(r),
     };
     if (hc->kind == API_CHAT)
         api_chat_body(&b, hc->resp_id, r->created, r->model, &o, r->n_prompt, r->n_out);
     else
         api_completion_body(&b, hc->resp_id, r->created, r->model, &o, r->n_prompt, r->n_out);
+    if (t.oom)
+        b.oom = 1;
     pthread_mutex_unlock(&ctx->lock);
     sb_free(&t);
+    free(tools);
+    free(ids);
     return respond_sb(c, 200, "application/json", &b);
 }
 
@@ -295,8 +382,7 @@ static int submit(http_conn *hc, api_request *ar, api_error *e)
         return -1;
     }
     if (ar->kind == API_CHAT) {
-        if (codec_render_chat(&ctx->codec, ar->messages, ar->n_messages, &ids, &n_ids, err,
-                              sizeof err) != 0) {
+        if (codec_render_chat(&ctx->codec, ar, &ids, &n_ids, err, sizeof err) != 0) {
             api_error_set(e, 400, "invalid_request_error", "messages", "unsupported_value", "%s", err);
             return -1;
         }
@@ -352,6 +438,19 @@ static int submit(http_conn *hc, api_request *ar, api_error *e)
                       "The router is at its limit of %d active requests; retry later.",
                       ctx->cfg.max_active_requests);
         rc = -1;
+    } else if (ar->kind == API_CHAT && codec_has_chat_format(&ctx->codec)) {
+        /* The chat format's own stop tokens (end of turn, tool call) join
+         * the client's, and a parser splits the output into reasoning,
+         * content and tool calls. */
+        int32_t stops[64 + 8];
+        int n = ar->n_stop_token_ids < 64 ? ar->n_stop_token_ids : 64;
+        memcpy(stops, ar->stop_token_ids, (size_t)n * sizeof *stops);
+        n += codec_chat_stop_ids(&ctx->codec, stops + n, 8);
+        rc = request_admit(ctx, r, ar->max_tokens, stops, n, ar->ignore_eos, e);
+        if (rc == 0 && codec_chat_parser_new(&ctx->codec, &r->parser, err, sizeof err) != 0) {
+            api_error_set(e, 500, "server_error", NULL, NULL, "%s", err);
+            rc = -1;
+        }
     } else {
         rc = request_admit(ctx, r, ar->max_tokens, ar->stop_token_ids, ar->n_stop_token_ids,
                            ar->ignore_eos, e);

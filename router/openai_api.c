@@ -62,6 +62,8 @@ void api_request_free(api_request *r)
     free(r->messages);
     for (int i = 0; i < r->n_stop; i++)
         free(r->stop[i]);
+    cJSON_Delete(r->messages_json);
+    cJSON_Delete(r->tools_json);
     free(r->stop_token_ids);
     memset(r, 0, sizeof *r);
 }
@@ -295,6 +297,51 @@ static int parse_stop(const cJSON *root, api_request *r, api_error *e)
     return 0;
 }
 
+/* Chat-only fields the chat formats use: the raw messages and tools (the
+ * renderers read tool calls, reasoning and tool results from them),
+ * reasoning_effort (Harmony) and chat_template_kwargs.enable_thinking
+ * (Qwen3, as vLLM spells it). */
+static int parse_chat_options(const cJSON *root, api_request *r, api_error *e)
+{
+    const cJSON *f;
+    r->enable_thinking = -1;
+    if ((f = field(root, "tools"))) {
+        if (!cJSON_IsArray(f))
+            return bad(e, "tools", "invalid_type", "Invalid type for 'tools': expected an array.");
+        const cJSON *t;
+        cJSON_ArrayForEach(t, f) {
+            const cJSON *fn = cJSON_IsObject(t) ? field(t, "function") : NULL;
+            const cJSON *name = fn ? field(fn, "name") : NULL;
+            if (!cJSON_IsString(name) || !name->valuestring[0])
+                return bad(e, "tools", "invalid_value",
+                           "Invalid 'tools': each tool needs {\"type\":\"function\",\"function\":{\"name\":...}}.");
+        }
+        if (cJSON_GetArraySize(f) > 0 && !(r->tools_json = cJSON_Duplicate(f, 1)))
+            return bad(e, "tools", NULL, "out of memory");
+    }
+    if (!(r->messages_json = cJSON_Duplicate(field(root, "messages"), 1)))
+        return bad(e, "messages", NULL, "out of memory");
+    if ((f = field(root, "reasoning_effort"))) {
+        if (!cJSON_IsString(f) || (strcmp(f->valuestring, "low") && strcmp(f->valuestring, "medium") &&
+                                   strcmp(f->valuestring, "high")))
+            return bad(e, "reasoning_effort", "invalid_value",
+                       "Invalid 'reasoning_effort': expected low, medium or high.");
+        snprintf(r->reasoning_effort, sizeof r->reasoning_effort, "%s", f->valuestring);
+    }
+    if ((f = field(root, "chat_template_kwargs"))) {
+        if (!cJSON_IsObject(f))
+            return bad(e, "chat_template_kwargs", "invalid_type",
+                       "Invalid type for 'chat_template_kwargs': expected an object.");
+        int v = 1;
+        const cJSON *t = field(f, "enable_thinking");
+        if (t && get_bool(f, "enable_thinking", &v, e) != 0)
+            return -1;
+        if (t)
+            r->enable_thinking = v;
+    }
+    return 0;
+}
+
 /* Fields Tandem does not implement: accepted only at their default value. */
 static int reject_unsupported(const cJSON *root, api_kind kind, api_error *e)
 {
@@ -316,9 +363,6 @@ static int reject_unsupported(const cJSON *root, api_kind kind, api_error *e)
                        "Tandem does not implement presence or frequency penalties.");
     if ((f = field(root, "logit_bias")) && !(cJSON_IsObject(f) && !f->child))
         return bad(e, "logit_bias", "unsupported_value", "Tandem does not implement logit_bias.");
-    if (kind == API_CHAT && (f = field(root, "tools")) && cJSON_GetArraySize(f) > 0)
-        return bad(e, "tools", "unsupported_value",
-                   "Tool definitions are not rendered into prompts by this router yet.");
     return 0;
 }
 
@@ -345,6 +389,8 @@ static int parse_fields(const cJSON *root, api_kind kind, api_request *r, api_er
     snprintf(r->model, sizeof r->model, "%s", model->valuestring);
 
     if (kind == API_COMPLETIONS ? parse_prompt(root, r, e) : parse_messages(root, r, e))
+        return -1;
+    if (kind == API_CHAT && parse_chat_options(root, r, e) != 0)
         return -1;
 
     const char *mt_name = "max_tokens";
@@ -422,6 +468,9 @@ static int parse_fields(const cJSON *root, api_kind kind, api_request *r, api_er
         if (!cJSON_IsArray(f))
             return bad(e, "stop_token_ids", "invalid_type",
                        "Invalid type for 'stop_token_ids': expected an array of token ids.");
+        if (cJSON_GetArraySize(f) > 64)
+            return bad(e, "stop_token_ids", "invalid_value",
+                       "Invalid 'stop_token_ids': at most 64 token ids.");
         if (get_token_array(f, "stop_token_ids", &r->stop_token_ids, &r->n_stop_token_ids, e))
             return -1;
     }
@@ -514,18 +563,49 @@ void api_sse_completion_chunk(sbuf *b, const char *id, long created, const char 
     sb_puts(b, "]}\n\n");
 }
 
+static void tool_calls_field(sbuf *b, const api_output *o, int streaming)
+{
+    sb_puts(b, "\"tool_calls\":[");
+    for (int i = 0; i < o->n_tool_calls; i++) {
+        const api_tool_call *t = &o->tool_calls[i];
+        sb_puts(b, i ? ",{" : "{");
+        if (streaming)
+            sb_printf(b, "\"index\":%d,", o->tool_index + i);
+        sb_puts(b, "\"id\":");
+        sb_json_str(b, t->id, strlen(t->id));
+        sb_puts(b, ",\"type\":\"function\",\"function\":{\"name\":");
+        sb_json_str(b, t->name, strlen(t->name));
+        sb_puts(b, ",\"arguments\":");
+        sb_json_str(b, t->arguments, strlen(t->arguments));
+        sb_puts(b, "}}");
+    }
+    sb_puts(b, "]");
+}
+
 void api_sse_chat_chunk(sbuf *b, const char *id, long created, const char *model,
                         const api_output *o, int first_chunk)
 {
     sb_puts(b, "data: ");
     head(b, id, "chat.completion.chunk", created, model);
     sb_puts(b, ",\"choices\":[{\"index\":0,\"delta\":{");
+    int n = 0;
     if (first_chunk) {
         sb_puts(b, "\"role\":\"assistant\",\"content\":");
         sb_json_str(b, o->text ? o->text : "", o->text ? o->text_len : 0);
-    } else if (o->text_len || !o->finish_reason) {
+        n++;
+    } else if (o->text_len || (!o->finish_reason && !o->omit_empty_content)) {
         sb_puts(b, "\"content\":");
         sb_json_str(b, o->text ? o->text : "", o->text ? o->text_len : 0);
+        n++;
+    }
+    if (o->reasoning_len) {
+        sb_puts(b, n++ ? ",\"reasoning_content\":" : "\"reasoning_content\":");
+        sb_json_str(b, o->reasoning, o->reasoning_len);
+    }
+    if (o->n_tool_calls) {
+        if (n++)
+            sb_puts(b, ",");
+        tool_calls_field(b, o, 1);
     }
     sb_puts(b, "},\"logprobs\":null");
     finish_field(b, o);
@@ -571,7 +651,18 @@ void api_chat_body(sbuf *b, const char *id, long created, const char *model,
 {
     head(b, id, "chat.completion", created, model);
     sb_puts(b, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
-    sb_json_str(b, o->text ? o->text : "", o->text ? o->text_len : 0);
+    if (!o->text_len && o->n_tool_calls)
+        sb_puts(b, "null"); /* OpenAI: a message with only tool calls has null content */
+    else
+        sb_json_str(b, o->text ? o->text : "", o->text ? o->text_len : 0);
+    if (o->reasoning_len) {
+        sb_puts(b, ",\"reasoning_content\":");
+        sb_json_str(b, o->reasoning, o->reasoning_len);
+    }
+    if (o->n_tool_calls) {
+        sb_puts(b, ",");
+        tool_calls_field(b, o, 0);
+    }
     sb_puts(b, "},\"logprobs\":null");
     finish_field(b, o);
     token_ids_field(b, o);

@@ -13,6 +13,7 @@
 #define TANDEM_ROUTER_OPENAI_API_H
 #include <stddef.h>
 #include <stdint.h>
+#include <cJSON.h>
 #include "router/sbuf.h"
 
 #define API_MAX_STOP 4
@@ -48,6 +49,10 @@ typedef struct api_request {
     char *prompt_text;        /* completions: prompt given as text */
     api_message *messages;    /* chat */
     int n_messages;
+    cJSON *messages_json;     /* chat: the request's messages and tools arrays */
+    cJSON *tools_json;        /* (owned copies) for the chat formats; tools NULL if none */
+    char reasoning_effort[8]; /* chat: "low" | "medium" | "high" | "" (default) */
+    int enable_thinking;      /* chat_template_kwargs.enable_thinking: -1 unset, 0, 1 */
     int max_tokens;           /* 0: not given (the router applies its default) */
     double temperature;       /* default 1 */
     double top_p;             /* default 1 */
@@ -70,10 +75,20 @@ int api_parse_request(api_kind kind, const char *body, size_t len, api_request *
                       api_error *e);
 void api_request_free(api_request *r);
 
+typedef struct api_tool_call {
+    const char *id, *name, *arguments;
+} api_tool_call;
+
 /* What one streamed chunk (or the final response) carries. */
 typedef struct api_output {
-    const char *text;             /* valid UTF-8 */
+    const char *text;             /* valid UTF-8 (chat: content) */
     size_t text_len;
+    const char *reasoning;        /* chat: reasoning_content, valid UTF-8 */
+    size_t reasoning_len;
+    const api_tool_call *tool_calls; /* chat: tool calls in this chunk / response */
+    int n_tool_calls;
+    int tool_index;               /* streaming: index of tool_calls[0] in the response */
+    int omit_empty_content;       /* chat chunks: leave out "content" when empty */
     const int32_t *token_ids;     /* emitted only when with_token_ids */
     int n_token_ids;
     int with_token_ids;

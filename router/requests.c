@@ -34,6 +34,7 @@ router_request *request_new(router_ctx *ctx, req_origin origin)
     r->created = (long)time(NULL);
     r->t_start = tn_now_s();
     sb_init(&r->text);
+    sb_init(&r->reasoning);
     return r;
 }
 
@@ -47,7 +48,12 @@ void request_unref(router_request *r)
         free(r->stop_strs[i]);
     free(r->out);
     free(r->out_text_end);
+    free(r->out_reasoning_end);
+    free(r->out_tools_end);
     sb_free(&r->text);
+    sb_free(&r->reasoning);
+    if (r->parser)
+        chat_parser_free(r->parser);
     if (r->notify_fd >= 0)
         close(r->notify_fd);
     free(r);
@@ -129,33 +135,87 @@ static long find_stop(const router_request *r, size_t old_len)
     return best;
 }
 
+static int grow_output(router_request *r, int n)
+{
+    if (r->n_out + n <= r->cap_out)
+        return 0;
+    int cap = r->cap_out ? r->cap_out : 16;
+    while (cap < r->n_out + n)
+        cap *= 2;
+    int32_t *o = realloc(r->out, (size_t)cap * sizeof *o);
+    if (!o)
+        return -1;
+    r->out = o;
+    size_t *te = realloc(r->out_text_end, (size_t)cap * sizeof *te);
+    if (!te)
+        return -1;
+    r->out_text_end = te;
+    size_t *re = realloc(r->out_reasoning_end, (size_t)cap * sizeof *re);
+    if (!re)
+        return -1;
+    r->out_reasoning_end = re;
+    int *tc = realloc(r->out_tools_end, (size_t)cap * sizeof *tc);
+    if (!tc)
+        return -1;
+    r->out_tools_end = tc;
+    r->cap_out = cap;
+    return 0;
+}
+
+const chat_tool_call *request_tool_calls(const router_request *r, int *n)
+{
+    if (!r->parser) {
+        *n = 0;
+        return NULL;
+    }
+    const chat_result *res = chat_parser_result(r->parser);
+    *n = (int)res->n_tool_calls;
+    return res->tool_calls;
+}
+
+/* Adds what the chat parser made visible. */
+static void apply_delta(router_request *r, const chat_delta *d)
+{
+    if (d->kind == CHAT_DELTA_CONTENT)
+        sb_append(&r->text, d->text, d->len);
+    else if (d->kind == CHAT_DELTA_REASONING)
+        sb_append(&r->reasoning, d->text, d->len);
+}
+
+void request_finish_output(router_request *r)
+{
+    if (!r->parser)
+        return;
+    chat_delta d = {0};
+    char err[200];
+    if (chat_parser_finish(r->parser, &d, err, sizeof err) == 0)
+        apply_delta(r, &d);
+}
+
 int request_append(router_ctx *ctx, router_request *r, const int32_t *toks, int n)
 {
-    if (r->n_out + n > r->cap_out) {
-        int cap = r->cap_out ? r->cap_out : 16;
-        while (cap < r->n_out + n)
-            cap *= 2;
-        int32_t *o = realloc(r->out, (size_t)cap * sizeof *o);
-        if (!o)
-            return -1;
-        r->out = o;
-        size_t *te = realloc(r->out_text_end, (size_t)cap * sizeof *te);
-        if (!te)
-            return -1;
-        r->out_text_end = te;
-        r->cap_out = cap;
-    }
+    if (grow_output(r, n) != 0)
+        return -1;
     int stopped = 0, n_before = r->n_out;
     for (int i = 0; i < n; i++) {
         size_t old_len = r->text.len;
-        int is_stop_id = 0; /* EOS and stop ids end the output, they are not text */
-        for (int k = 0; k < r->n_stop_ids; k++)
-            is_stop_id |= r->stop_ids[k] == toks[i];
-        if (!stopped && !is_stop_id)
-            codec_decode_token(&ctx->codec, toks[i], &r->text);
-        if (r->text.oom)
+        if (r->parser) {
+            /* The parser sees every token: stop tokens end tool calls. */
+            chat_delta d = {0};
+            if (chat_parser_push(r->parser, toks[i], &d, r->parse_error,
+                                 sizeof r->parse_error) != 0)
+                return -2;
+            apply_delta(r, &d);
+        } else {
+            int is_stop_id = 0; /* EOS and stop ids end the output, they are not text */
+            for (int k = 0; k < r->n_stop_ids; k++)
+                is_stop_id |= r->stop_ids[k] == toks[i];
+            if (!is_stop_id)
+                codec_decode_token(&ctx->codec, toks[i], &r->text);
+        }
+        if (r->text.oom || r->reasoning.oom)
             return -1;
-        if (!stopped && r->n_stop_strs) {
+        if (r->n_stop_strs) {
             long at = find_stop(r, old_len);
             if (at >= 0) {
                 r->text.len = (size_t)at;
@@ -165,6 +225,8 @@ int request_append(router_ctx *ctx, router_request *r, const int32_t *toks, int 
         }
         r->out[r->n_out] = toks[i];
         r->out_text_end[r->n_out] = r->text.len;
+        r->out_reasoning_end[r->n_out] = r->reasoning.len;
+        request_tool_calls(r, &r->out_tools_end[r->n_out]);
         r->n_out++;
         if (stopped)
             break; /* tokens after the stop string are not output */

@@ -95,8 +95,13 @@ typedef struct router_request {
     /* Output (under lock): tokens, their decoded text, the end. */
     int32_t *out;
     size_t *out_text_end;          /* text length after each token */
+    size_t *out_reasoning_end;     /* chat formats: reasoning length after each token */
+    int *out_tools_end;            /* chat formats: tool calls complete after each token */
     int n_out, cap_out;
-    sbuf text;                   /* truncated at a matched stop string */
+    sbuf text;                     /* (chat: content) truncated at a matched stop string */
+    sbuf reasoning;                /* chat formats: reasoning_content */
+    chat_parser *parser;           /* chat formats: the output's parser, else NULL */
+    char parse_error[256];         /* why the output broke the chat format */
     int finished;
     int finish_reason;             /* TANDEM__V1__FINISH_REASON__* */
     api_error error;               /* when finish_reason is ERROR */
@@ -147,10 +152,17 @@ void request_table_remove(router_ctx *ctx, router_request *r);
  * lock held. Takes a reference that the core drops. */
 void request_queue_cancel(router_ctx *ctx, router_request *r);
 
-/* Appends generated tokens (decoding their text and matching stop strings).
- * Returns 1 if a stop string ended the request's output (the caller then
- * finishes it with FINISH_REASON_STOP_STRING), 0 otherwise, -1 on OOM. */
+/* Appends generated tokens (decoding their text, or parsing them with the
+ * chat format, and matching stop strings on the content). Returns 1 if a
+ * stop string ended the request's output (the caller then finishes it with
+ * FINISH_REASON_STOP_STRING), 0 otherwise, -1 on OOM, -2 when the output
+ * breaks the chat format (reason in r->parse_error). */
 int request_append(router_ctx *ctx, router_request *r, const int32_t *toks, int n);
+
+/* Flushes the chat parser at the end of the output (text it held back). */
+void request_finish_output(router_request *r);
+/* The chat completion's tool calls so far (from the parser), and how many. */
+const chat_tool_call *request_tool_calls(const router_request *r, int *n);
 
 /* Validates what a request asks for against the registered models and
  * fills model-dependent fields: the stop id set (client's + EOS unless

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int ends_with(const char *s, const char *suffix)
 {
@@ -101,19 +102,85 @@ int codec_encode(const text_codec *c, const char *text, size_t len, int32_t **id
     return bytes_to_ids(text, len, ids, n_ids, err, errlen);
 }
 
-int codec_render_chat(const text_codec *c, const api_message *msgs, int n_msgs,
-                      int32_t **ids, int *n_ids, char *err, size_t errlen)
+int codec_has_chat_format(const text_codec *c)
+{
+    return c->kind == CODEC_BPE;
+}
+
+int codec_chat_stop_ids(const text_codec *c, int32_t *ids, int cap)
+{
+    if (c->kind != CODEC_BPE || cap <= 0)
+        return 0;
+    return (int)chat_stop_token_ids(c->bpe, chat_format_for(c->bpe), ids, (size_t)cap);
+}
+
+int codec_chat_parser_new(const text_codec *c, chat_parser **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (c->kind != CODEC_BPE) {
+        snprintf(err, errlen, "no chat format for the %s codec", c->name);
+        return -1;
+    }
+    return chat_parser_new(c->bpe, chat_format_for(c->bpe), NULL, out, err, errlen) ? -1 : 0;
+}
+
+/* The vocabulary's own chat format. */
+static int render_with_format(const text_codec *c, const api_request *ar, int32_t **ids,
+                              int *n_ids, char *err, size_t errlen)
+{
+    chat_conversation conv;
+    if (chat_conversation_from_json(ar->messages_json, ar->tools_json, &conv, err, errlen) != 0)
+        return -1;
+    chat_render_opts o;
+    chat_render_opts_default(&o);
+    /* Message text from clients stays text, even if it spells special tokens. */
+    o.plain_content = 1;
+    if (ar->reasoning_effort[0])
+        o.reasoning_effort = ar->reasoning_effort;
+    if (ar->enable_thinking >= 0)
+        o.enable_thinking = ar->enable_thinking;
+    char date[16];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(date, sizeof date, "%Y-%m-%d", &tm);
+    o.current_date = date;
+    tok_ids v;
+    tok_ids_init(&v);
+    int rc = chat_render(c->bpe, chat_format_for(c->bpe), &conv, &o, &v, NULL, err, errlen);
+    chat_conversation_free(&conv);
+    if (rc == 0) {
+        *ids = malloc((v.len ? v.len : 1) * sizeof **ids);
+        if (!*ids) {
+            snprintf(err, errlen, "out of memory");
+            rc = -1;
+        } else {
+            if (v.len)
+                memcpy(*ids, v.ids, v.len * sizeof **ids);
+            *n_ids = (int)v.len;
+        }
+    }
+    tok_ids_free(&v);
+    return rc ? -1 : 0;
+}
+
+int codec_render_chat(const text_codec *c, const api_request *ar, int32_t **ids, int *n_ids,
+                      char *err, size_t errlen)
 {
     if (c->kind == CODEC_NONE) {
         snprintf(err, errlen, "this router runs with --tokenizer none: chat completions need a "
                  "tokenizer; send token ids to /v1/completions");
         return -1;
     }
-    if (c->kind == CODEC_BPE) {
-        snprintf(err, errlen, "chat rendering for the %s vocabulary is not wired into the router "
-                 "yet; use /v1/completions", c->name);
+    if (c->kind == CODEC_BPE)
+        return render_with_format(c, ar, ids, n_ids, err, errlen);
+    if (ar->tools_json) {
+        snprintf(err, errlen, "tools need a chat format: run the router with a real vocabulary "
+                 "(--tokenizer PATH)");
         return -1;
     }
+    const api_message *msgs = ar->messages;
+    int n_msgs = ar->n_messages;
     sbuf b;
     sb_init(&b);
     for (int i = 0; i < n_msgs; i++) {

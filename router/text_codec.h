@@ -13,9 +13,10 @@
  *          tokenizer.json (Qwen3) or an o200k_base.tiktoken file
  *          (GPT-OSS, o200k_harmony). Prompts are encoded with special-token
  *          strings treated as text; output special tokens are not text.
- *          Chat rendering with these vocabularies (Harmony, ChatML) comes
- *          from router/chat_*; until it is wired in, chat requests are
- *          refused with a clear 400.
+ *          Chats render in the vocabulary's chat format (router/chat.h:
+ *          Harmony for o200k_harmony, ChatML with <think> for Qwen3) and
+ *          the output is parsed back into reasoning, content and tool
+ *          calls.
  *
  * Byte-level decoding is per token, so streaming text is the concatenation
  * of each token's bytes; the HTTP layer holds back incomplete UTF-8. */
@@ -25,6 +26,7 @@
 #include <stdint.h>
 #include "router/openai_api.h"
 #include "router/sbuf.h"
+#include "router/chat.h"
 #include "router/tokenizer.h"
 
 typedef enum { CODEC_NONE = 0, CODEC_BYTES = 1, CODEC_BPE = 2 } codec_kind;
@@ -46,10 +48,18 @@ int codec_has_text(const text_codec *c);
 /* text -> ids (malloc'd). Returns 0 or -1 with a reason. */
 int codec_encode(const text_codec *c, const char *text, size_t len, int32_t **ids,
                  int *n_ids, char *err, size_t errlen);
-/* Renders a chat conversation into prompt ids, ending with the assistant's
- * turn header. Returns 0 or -1 with a reason. */
-int codec_render_chat(const text_codec *c, const api_message *msgs, int n_msgs,
-                      int32_t **ids, int *n_ids, char *err, size_t errlen);
+/* Renders a chat request (messages, tools, reasoning options) into prompt
+ * ids, ending with the assistant's turn header. Returns 0 or -1 with a
+ * reason (a 400 for the client). */
+int codec_render_chat(const text_codec *c, const api_request *ar, int32_t **ids, int *n_ids,
+                      char *err, size_t errlen);
+/* 1 if chat output is parsed by a chat format (reasoning, tool calls). */
+int codec_has_chat_format(const text_codec *c);
+/* The chat format's stop token ids (Harmony <|return|> <|call|>, Qwen3
+ * <|im_end|> <|endoftext|>); returns how many were written. */
+int codec_chat_stop_ids(const text_codec *c, int32_t *ids, int cap);
+/* A parser for one chat completion's output. */
+int codec_chat_parser_new(const text_codec *c, chat_parser **out, char *err, size_t errlen);
 /* Appends the bytes of one token to out. */
 void codec_decode_token(const text_codec *c, int32_t id, sbuf *out);
 

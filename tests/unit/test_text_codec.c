@@ -52,12 +52,9 @@ static void vocab_round_trip(const char *key)
     assert_int_equal(c.kind, CODEC_BPE);
     assert_true(codec_has_text(&c));
     round_trip(&c);
-    /* Chat needs the chat formats; refused clearly until they are wired in. */
-    api_message m = {.role = "user", .content = "hi"};
-    int32_t *ids = NULL;
-    int n = 0;
-    assert_int_equal(codec_render_chat(&c, &m, 1, &ids, &n, err, sizeof err), -1);
-    assert_non_null(strstr(err, "not wired"));
+    assert_true(codec_has_chat_format(&c));
+    int32_t stops[8];
+    assert_true(codec_chat_stop_ids(&c, stops, 8) >= 2);
     codec_free(&c);
     cJSON_Delete(fx);
 }
@@ -89,7 +86,8 @@ static void bytes_codec(void **state)
     assert_int_equal(ids[1], 0xC3);
     free(ids);
     api_message msgs[2] = {{.role = "system", .content = "s"}, {.role = "user", .content = "u"}};
-    assert_int_equal(codec_render_chat(&c, msgs, 2, &ids, &n, err, sizeof err), 0);
+    api_request ar = {.kind = API_CHAT, .messages = msgs, .n_messages = 2};
+    assert_int_equal(codec_render_chat(&c, &ar, &ids, &n, err, sizeof err), 0);
     const char *want = "<|im_start|>system\ns<|im_end|>\n<|im_start|>user\nu<|im_end|>\n"
                        "<|im_start|>assistant\n";
     assert_int_equal(n, (int)strlen(want));
