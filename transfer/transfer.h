@@ -119,6 +119,9 @@ int te_peer_connect(te_engine *e, const void *addr, size_t len, uint64_t remote_
 int te_peer_status(const te_peer *p);
 const char *te_peer_error(const te_peer *p);
 uint64_t te_peer_remote_id(const te_peer *p);
+/* 1 when UCX reports this peer's failure (UCP_ERR_HANDLING_MODE_PEER: tcp,
+ * verbs); 0 for shared-memory-only UCX_TLS, where only timeouts tell. */
+int te_peer_detects_failure(const te_peer *p);
 /* The UCX transports/devices the endpoint's data lanes use, e.g.
  * "tcp/lo" or "rc_mlx5/mlx5_0:1" (what the transfer really goes through). */
 const char *te_peer_transports(const te_peer *p);
