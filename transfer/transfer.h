@@ -18,7 +18,8 @@
  * Failures end a transfer with a status and a one-line message
  * (te_transfer_error): the peer's connection failing, the per-transfer
  * timeout (which also force-closes the peer's endpoint, so no request is
- * left in flight), cancellation. See docs/TRANSFER.md. */
+ * left in flight; see te_engine_abandoned for shared-memory-only UCX_TLS),
+ * cancellation. See docs/TRANSFER.md. */
 #ifndef TANDEM_TRANSFER_H
 #define TANDEM_TRANSFER_H
 #include <stddef.h>
