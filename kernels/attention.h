@@ -28,6 +28,8 @@ typedef struct kn_seq_batch {
     const int32_t *q_offset;   /* backend [n_seqs + 1] */
     const int32_t *kv_len;     /* backend [n_seqs] */
     const int32_t *page_table; /* backend [n_seqs][max_pages] */
+    int n_pages;               /* host: pages in each pool; the pages a sequence
+                                  uses must be ids in [0, n_pages) */
 } kn_seq_batch;
 
 /* Writes this step's k, v rows [n_rows][n_kv_heads][head_dim] into the pools

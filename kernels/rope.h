@@ -3,7 +3,9 @@
  * (not interleaved): for i < head_dim/2, with a = pos * inv_freq[i],
  *   x'[i]       = x[i] * cos(a)*s - x[i+d/2] * sin(a)*s
  *   x'[i + d/2] = x[i+d/2] * cos(a)*s + x[i] * sin(a)*s
- * where s is the attention scaling (1 for plain RoPE, YaRN's mscale). */
+ * where s is the attention scaling (1 for plain RoPE, YaRN's mscale). The
+ * angle a is the float32 product (float)pos * inv_freq[i], as HF computes it;
+ * a double product would shift large positions' angles away from HF's. */
 #ifndef TANDEM_KERNELS_ROPE_H
 #define TANDEM_KERNELS_ROPE_H
 #include <stdint.h>

@@ -3,6 +3,10 @@
  * Otherwise: softmax(logits / temperature), keep the top_k most likely
  * (top_k <= 0: all), keep the smallest prefix whose mass reaches top_p
  * (top_p >= 1: all), renormalise and draw with the row's generator.
+ * top_p's mass is measured after the top_k cut (HF's warper order). A
+ * non-greedy row advances its generator by exactly one kn_rng_uniform; a
+ * greedy row leaves it alone. kernels/cpu/sampling.c states the draw order
+ * a backend must follow for seeded requests to give the same tokens.
  * The generator is a per-request 64-bit state (seeded from the request's
  * seed), so a seeded request draws the same tokens wherever it runs. */
 #ifndef TANDEM_KERNELS_SAMPLING_H

@@ -1,0 +1,101 @@
+/* GQA attention over the paged HND KV cache on the CPU.
+ *
+ * One task per (row, query head), spread over OpenMP threads. Each task makes
+ * two passes over its visible keys: scores first (kept in the thread's
+ * scratch), then the softmax weights applied to V. The max includes the sink
+ * logit, so exp never overflows, and the sink adds to the denominator only:
+ * that is GPT-OSS's "attend to nothing" column. */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include "kernels/attention.h"
+#include "kernels/cpu/seq_batch.h"
+#include "kernels/kn_check.h"
+#include "kernels/status.h"
+
+int kn_attention_cpu(float *out, const float *q, const float *k_pool,
+                     const float *v_pool, const kn_seq_batch *b, int n_heads,
+                     int n_kv_heads, int head_dim, int page_size, float scale,
+                     const float *sinks, int window)
+{
+    static const char op[] = "kn_attention";
+    if (!out || !q || !k_pool || !v_pool)
+        return kn_arg_error(op, "NULL %s", !out ? "out" : !q ? "q" : !k_pool ? "k_pool" : "v_pool");
+    if (n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0 || page_size <= 0 || window < 0)
+        return kn_arg_error(op, "bad sizes n_heads=%d n_kv_heads=%d head_dim=%d page_size=%d "
+                            "window=%d", n_heads, n_kv_heads, head_dim, page_size, window);
+    if (n_heads % n_kv_heads != 0)
+        return kn_arg_error(op, "n_heads %d is not a multiple of n_kv_heads %d", n_heads,
+                            n_kv_heads);
+    if (!isfinite(scale))
+        return kn_arg_error(op, "scale %g is not finite", (double)scale);
+    int rc = kn_cpu_check_seq_batch(op, b, page_size);
+    if (rc != KN_OK)
+        return rc;
+    if (b->n_rows == 0)
+        return KN_OK;
+
+    int group = n_heads / n_kv_heads;
+    size_t max_keys = (size_t)b->max_kv_len;
+    if (window > 0 && (size_t)window < max_keys)
+        max_keys = (size_t)window;
+    size_t per_thread = max_keys + (size_t)head_dim;
+    int n_threads = omp_get_max_threads();
+    float *scratch = malloc((size_t)n_threads * per_thread * sizeof(float));
+    if (!scratch)
+        return KN_ERR_NOMEM;
+
+    size_t head_stride = (size_t)page_size * head_dim;
+    size_t page_stride = (size_t)n_kv_heads * head_stride;
+    long n_tasks = (long)b->n_rows * n_heads;
+
+    /* Threads pay off only when there is enough work per step: a decode
+     * step of a few sequences is faster on one thread than waiting for a
+     * descheduled one (seen on a loaded 2-core machine). */
+    size_t work = (size_t)n_tasks * max_keys * (size_t)head_dim;
+    #pragma omp parallel for num_threads(n_threads) schedule(dynamic, 4) if (work > 262144)
+    for (long task = 0; task < n_tasks; task++) {
+        float *scores = scratch + (size_t)omp_get_thread_num() * per_thread;
+        float *acc = scores + max_keys;
+        int r = (int)(task / n_heads), h = (int)(task % n_heads);
+        int s = kn_cpu_seq_of_row(b, r);
+        int pos = kn_cpu_row_position(b, s, r);
+        int first = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
+        int n_keys = pos - first + 1;
+        const int32_t *pages = b->page_table + (size_t)s * b->max_pages;
+        size_t kv_head_off = (size_t)(h / group) * head_stride;
+        const float *qh = q + ((size_t)r * n_heads + h) * head_dim;
+
+        float max_logit = sinks ? sinks[h] : -INFINITY;
+        for (int j = 0; j < n_keys; j++) {
+            int t = first + j;
+            const float *kj = k_pool + (size_t)pages[t / page_size] * page_stride +
+                              kv_head_off + (size_t)(t % page_size) * head_dim;
+            float dot = 0.0f;
+            for (int d = 0; d < head_dim; d++)
+                dot += qh[d] * kj[d];
+            scores[j] = dot * scale;
+            if (scores[j] > max_logit)
+                max_logit = scores[j];
+        }
+
+        for (int d = 0; d < head_dim; d++)
+            acc[d] = 0.0f;
+        double denom = sinks ? exp((double)sinks[h] - max_logit) : 0.0;
+        for (int j = 0; j < n_keys; j++) {
+            int t = first + j;
+            const float *vj = v_pool + (size_t)pages[t / page_size] * page_stride +
+                              kv_head_off + (size_t)(t % page_size) * head_dim;
+            float p = expf(scores[j] - max_logit);
+            denom += p;
+            for (int d = 0; d < head_dim; d++)
+                acc[d] += p * vj[d];
+        }
+        float inv_denom = (float)(1.0 / denom);
+        float *oh = out + ((size_t)r * n_heads + h) * head_dim;
+        for (int d = 0; d < head_dim; d++)
+            oh[d] = acc[d] * inv_denom;
+    }
+    free(scratch);
+    return KN_OK;
+}

@@ -1,0 +1,24 @@
+/* Token embedding lookup on the CPU. */
+#include <string.h>
+#include "kernels/embedding.h"
+#include "kernels/kn_check.h"
+#include "kernels/status.h"
+
+int kn_embedding_cpu(float *out, const float *table, const int32_t *ids,
+                     int n_tokens, int vocab, int dim)
+{
+    static const char op[] = "kn_embedding";
+    if (!out || !table || !ids)
+        return kn_arg_error(op, "NULL %s", !out ? "out" : !table ? "table" : "ids");
+    if (n_tokens < 0 || vocab <= 0 || dim <= 0)
+        return kn_arg_error(op, "bad sizes n_tokens=%d vocab=%d dim=%d", n_tokens, vocab, dim);
+    /* Check every id before writing, so a bad batch leaves out untouched. */
+    for (int t = 0; t < n_tokens; t++)
+        if (ids[t] < 0 || ids[t] >= vocab)
+            return kn_arg_error(op, "token %d has id %d outside [0, %d)", t, (int)ids[t], vocab);
+    size_t row_bytes = (size_t)dim * sizeof(float);
+    #pragma omp parallel for schedule(static) if ((size_t)n_tokens * dim > 65536)
+    for (int t = 0; t < n_tokens; t++)
+        memcpy(out + (size_t)t * dim, table + (size_t)ids[t] * dim, row_bytes);
+    return KN_OK;
+}

@@ -1,0 +1,36 @@
+/* Writes this step's K and V rows into the paged HND pools on the CPU. */
+#include <string.h>
+#include "kernels/attention.h"
+#include "kernels/cpu/seq_batch.h"
+#include "kernels/kn_check.h"
+#include "kernels/status.h"
+
+int kn_kv_append_cpu(float *k_pool, float *v_pool, const float *k, const float *v,
+                     const kn_seq_batch *b, int n_kv_heads, int head_dim, int page_size)
+{
+    static const char op[] = "kn_kv_append";
+    if (!k_pool || !v_pool || !k || !v)
+        return kn_arg_error(op, "NULL %s", !k_pool ? "k_pool" : !v_pool ? "v_pool" : !k ? "k" : "v");
+    if (n_kv_heads <= 0 || head_dim <= 0 || page_size <= 0)
+        return kn_arg_error(op, "bad sizes n_kv_heads=%d head_dim=%d page_size=%d",
+                            n_kv_heads, head_dim, page_size);
+    int rc = kn_cpu_check_seq_batch(op, b, page_size);
+    if (rc != KN_OK)
+        return rc;
+    size_t head_stride = (size_t)page_size * head_dim;
+    size_t page_stride = (size_t)n_kv_heads * head_stride;
+    size_t row_bytes = (size_t)head_dim * sizeof(float);
+    #pragma omp parallel for schedule(static) if ((size_t)b->n_rows * n_kv_heads * head_dim > 65536)
+    for (int r = 0; r < b->n_rows; r++) {
+        int s = kn_cpu_seq_of_row(b, r);
+        int pos = kn_cpu_row_position(b, s, r);
+        size_t page = (size_t)b->page_table[(size_t)s * b->max_pages + pos / page_size];
+        size_t base = page * page_stride + (size_t)(pos % page_size) * head_dim;
+        for (int h = 0; h < n_kv_heads; h++) {
+            size_t src = ((size_t)r * n_kv_heads + h) * head_dim;
+            memcpy(k_pool + base + h * head_stride, k + src, row_bytes);
+            memcpy(v_pool + base + h * head_stride, v + src, row_bytes);
+        }
+    }
+    return KN_OK;
+}

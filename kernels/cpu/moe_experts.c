@@ -1,0 +1,201 @@
+/* MoE expert MLPs on the CPU.
+ *
+ * Routes are grouped by expert so each expert's weights are read once per
+ * call: its tokens are gathered into a dense block, multiplied by gate_up and
+ * then by down with one sgemm each, and scattered back scaled by the routing
+ * weight. The sgemm calls run outside OpenMP regions (OpenBLAS has its own
+ * threads); the gathers and the activation use OpenMP between them. */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kernels/kn_check.h"
+#include "kernels/moe.h"
+#include "kernels/status.h"
+
+/* Routes to this rank's experts, grouped by local expert: the routes of
+ * expert e are entries [start[e], start[e+1]) of token/weight. */
+typedef struct expert_routes {
+    int *start;   /* [n_experts + 1] */
+    int *token;   /* [n_routes] */
+    float *weight;
+    int max_count; /* most routes any one expert has */
+} expert_routes;
+
+static void expert_routes_free(expert_routes *g)
+{
+    free(g->start);
+    free(g->token);
+    free(g->weight);
+}
+
+static int expert_routes_build(expert_routes *g, const int32_t *expert_idx,
+                               const float *expert_w, int n_tokens, int k,
+                               const kn_moe_weights *w)
+{
+    memset(g, 0, sizeof *g);
+    size_t n_routes = (size_t)n_tokens * k;
+    g->start = calloc((size_t)w->n_experts + 1, sizeof *g->start);
+    g->token = malloc((n_routes ? n_routes : 1) * sizeof *g->token);
+    g->weight = malloc((n_routes ? n_routes : 1) * sizeof *g->weight);
+    int *cursor = malloc((size_t)w->n_experts * sizeof *cursor);
+    if (!g->start || !g->token || !g->weight || !cursor) {
+        free(cursor);
+        expert_routes_free(g);
+        return KN_ERR_NOMEM;
+    }
+    /* Count per expert, prefix-sum into starts, then place each route. */
+    for (size_t i = 0; i < n_routes; i++) {
+        int e = expert_idx[i] - w->expert_offset;
+        if (e >= 0 && e < w->n_experts)
+            g->start[e + 1]++;
+    }
+    for (int e = 0; e < w->n_experts; e++) {
+        if (g->start[e + 1] > g->max_count)
+            g->max_count = g->start[e + 1];
+        g->start[e + 1] += g->start[e];
+        cursor[e] = g->start[e];
+    }
+    for (size_t i = 0; i < n_routes; i++) {
+        int e = expert_idx[i] - w->expert_offset;
+        if (e >= 0 && e < w->n_experts) {
+            g->token[cursor[e]] = (int)(i / k);
+            g->weight[cursor[e]] = expert_w[i];
+            cursor[e]++;
+        }
+    }
+    free(cursor);
+    return KN_OK;
+}
+
+/* act[r][j] from h[r] = [gate | up] for rows [0, rows). */
+static void expert_activation(float *act, const float *h, int rows, int inter,
+                              const kn_moe_weights *w)
+{
+    #pragma omp parallel for schedule(static) if ((size_t)rows * inter > 16384)
+    for (int r = 0; r < rows; r++) {
+        const float *gate = h + (size_t)r * 2 * inter;
+        const float *up = gate + inter;
+        float *ar = act + (size_t)r * inter;
+        if (w->act == KN_ACT_SWIGLU) {
+            for (int j = 0; j < inter; j++)
+                ar[j] = gate[j] / (1.0f + expf(-gate[j])) * up[j];
+        } else {
+            /* GPT-OSS: gate clamped above only, up clamped both sides, and
+             * the +1 on up keeps a linear path through the gate. */
+            for (int j = 0; j < inter; j++) {
+                float g = fminf(gate[j], w->limit);
+                float u = fminf(fmaxf(up[j], -w->limit), w->limit);
+                ar[j] = g / (1.0f + expf(-w->alpha * g)) * (u + 1.0f);
+            }
+        }
+    }
+}
+
+/* Copies `bias` into each of `rows` rows of out[rows][n] (sgemm then adds
+ * onto it with beta = 1); returns the beta to use. */
+static float bias_rows(float *out, const float *bias, int rows, int n)
+{
+    if (!bias)
+        return 0.0f;
+    for (int r = 0; r < rows; r++)
+        memcpy(out + (size_t)r * n, bias, (size_t)n * sizeof(float));
+    return 1.0f;
+}
+
+static int check_args(float *out, const float *x, const int32_t *expert_idx,
+                      const float *expert_w, int n_tokens, int k, const kn_moe_weights *w)
+{
+    static const char op[] = "kn_moe_experts";
+    if (!out || !x || !expert_idx || !expert_w || !w)
+        return kn_arg_error(op, "NULL %s", !out ? "out" : !x ? "x" : !expert_idx ? "expert_idx"
+                                           : !expert_w ? "expert_w" : "weights");
+    if (!w->gate_up || !w->down)
+        return kn_arg_error(op, "NULL %s weights", !w->gate_up ? "gate_up" : "down");
+    if (n_tokens < 0 || k <= 0 || w->n_experts <= 0 || w->expert_offset < 0 || w->dim <= 0 ||
+        w->inter <= 0)
+        return kn_arg_error(op, "bad sizes n_tokens=%d k=%d n_experts=%d expert_offset=%d "
+                            "dim=%d inter=%d", n_tokens, k, w->n_experts, w->expert_offset,
+                            w->dim, w->inter);
+    if (w->act != KN_ACT_SWIGLU && w->act != KN_ACT_SWIGLU_OAI)
+        return kn_arg_error(op, "unknown activation %d", (int)w->act);
+    if (w->act == KN_ACT_SWIGLU_OAI && (!isfinite(w->alpha) || !(w->limit > 0.0f) ||
+                                        isinf(w->limit)))
+        return kn_arg_error(op, "clamped SwiGLU needs a finite alpha (%g) and a finite "
+                            "positive limit (%g)", (double)w->alpha, (double)w->limit);
+    size_t row_bytes = (size_t)n_tokens * w->dim * sizeof(float);
+    if (kn_ranges_overlap(out, row_bytes, x, row_bytes))
+        return kn_arg_error(op, "out overlaps x");
+    for (size_t i = 0; i < (size_t)n_tokens * k; i++) {
+        if (expert_idx[i] < 0)
+            return kn_arg_error(op, "token %zu route %zu has negative expert id %d", i / k,
+                                i % k, (int)expert_idx[i]);
+        if (!isfinite(expert_w[i]))
+            return kn_arg_error(op, "token %zu route %zu has a non-finite weight", i / k, i % k);
+    }
+    return KN_OK;
+}
+
+int kn_moe_experts_cpu(float *out, const float *x, const int32_t *expert_idx,
+                       const float *expert_w, int n_tokens, int k,
+                       const kn_moe_weights *w)
+{
+    int rc = check_args(out, x, expert_idx, expert_w, n_tokens, k, w);
+    if (rc != KN_OK)
+        return rc;
+    int dim = w->dim, inter = w->inter;
+    memset(out, 0, (size_t)n_tokens * dim * sizeof(float));
+
+    expert_routes g;
+    rc = expert_routes_build(&g, expert_idx, expert_w, n_tokens, k, w);
+    if (rc != KN_OK)
+        return rc;
+    size_t max_rows = (size_t)(g.max_count ? g.max_count : 1);
+    float *xs = malloc(max_rows * dim * sizeof(float));        /* gathered tokens */
+    float *h = malloc(max_rows * 2 * inter * sizeof(float));   /* [gate | up] */
+    float *act = malloc(max_rows * inter * sizeof(float));
+    float *y = malloc(max_rows * dim * sizeof(float));         /* expert output */
+    if (!xs || !h || !act || !y) {
+        rc = KN_ERR_NOMEM;
+        goto done;
+    }
+
+    for (int e = 0; e < w->n_experts; e++) {
+        int first = g.start[e], rows = g.start[e + 1] - first;
+        if (rows == 0)
+            continue;
+        const float *gate_up = w->gate_up + (size_t)e * 2 * inter * dim;
+        const float *down = w->down + (size_t)e * dim * inter;
+        const float *gate_up_bias = w->gate_up_bias ? w->gate_up_bias + (size_t)e * 2 * inter : NULL;
+        const float *down_bias = w->down_bias ? w->down_bias + (size_t)e * dim : NULL;
+
+        #pragma omp parallel for schedule(static) if ((size_t)rows * dim > 65536)
+        for (int r = 0; r < rows; r++)
+            memcpy(xs + (size_t)r * dim, x + (size_t)g.token[first + r] * dim,
+                   (size_t)dim * sizeof(float));
+
+        float beta = bias_rows(h, gate_up_bias, rows, 2 * inter);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, 2 * inter, dim, 1.0f,
+                    xs, dim, gate_up, dim, beta, h, 2 * inter);
+        expert_activation(act, h, rows, inter, w);
+        beta = bias_rows(y, down_bias, rows, dim);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, dim, inter, 1.0f,
+                    act, inter, down, inter, beta, y, dim);
+
+        /* Serial over rows: a token listed twice for one expert must not race. */
+        for (int r = 0; r < rows; r++) {
+            float *ot = out + (size_t)g.token[first + r] * dim;
+            const float *yr = y + (size_t)r * dim;
+            float wr = g.weight[first + r];
+            for (int d = 0; d < dim; d++)
+                ot[d] += wr * yr[d];
+        }
+    }
+done:
+    free(xs);
+    free(h);
+    free(act);
+    free(y);
+    expert_routes_free(&g);
+    return rc;
+}

@@ -1,0 +1,34 @@
+/* RMSNorm on the CPU. The sum of squares is accumulated in double: HF sums
+ * in float32 with pairwise reduction, and a double running sum is at least as
+ * accurate for any row length, which keeps us within float rounding of it. */
+#include <math.h>
+#include "kernels/kn_check.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/status.h"
+
+int kn_rmsnorm_cpu(float *out, const float *x, const float *weight, int rows,
+                   int dim, float eps)
+{
+    static const char op[] = "kn_rmsnorm";
+    if (!out || !x || !weight)
+        return kn_arg_error(op, "NULL %s", !out ? "out" : !x ? "x" : "weight");
+    if (rows < 0 || dim <= 0)
+        return kn_arg_error(op, "bad sizes rows=%d dim=%d", rows, dim);
+    if (!(eps >= 0.0f) || isinf(eps))
+        return kn_arg_error(op, "eps %g is not a finite non-negative number", (double)eps);
+    #pragma omp parallel for schedule(static) if ((size_t)rows * dim > 16384)
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * dim;
+        float *outr = out + (size_t)r * dim;
+        double sum_sq = 0.0;
+        for (int i = 0; i < dim; i++)
+            sum_sq += (double)xr[i] * xr[i];
+        /* HF rounds the mean to float32 before adding eps and taking rsqrt. */
+        float mean_sq = (float)(sum_sq / dim);
+        float inv_rms = (float)(1.0 / sqrt((double)mean_sq + (double)eps));
+        /* Reads xr[i] before writing outr[i], so out may alias x. */
+        for (int i = 0; i < dim; i++)
+            outr[i] = (xr[i] * inv_rms) * weight[i];
+    }
+    return KN_OK;
+}

@@ -1,0 +1,37 @@
+/* The CUDA backend's side of backend.h, implemented in the .cu files of
+ * kernels/cuda/ and linked only when the build defines TANDEM_CUDA.
+ * backend.c forwards to these after it has checked the arguments (be
+ * non-NULL, be->kind == KN_BACKEND_CUDA, pointers non-NULL when bytes > 0),
+ * so they need not check them again.
+ *
+ * The per-op kn_OP_cuda functions are declared in each op header; the .cu
+ * files that define them must give them C linkage (extern "C"). */
+#ifndef TANDEM_KERNELS_CUDA_BACKEND_H
+#define TANDEM_KERNELS_CUDA_BACKEND_H
+#include <stddef.h>
+#include "kernels/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Selects `device`, creates the stream and BLAS handles and fills *be with
+ * kind KN_BACKEND_CUDA. Returns KN_OK, KN_ERR_ARG (no such device) or
+ * KN_ERR_DEVICE. On failure *be must be left so that kn_cuda_backend_free
+ * (and kn_backend_free) on it is safe. */
+int kn_cuda_backend_init(kn_backend *be, int device);
+/* Releases everything kn_cuda_backend_init created, including be->scratch. */
+void kn_cuda_backend_free(kn_backend *be);
+/* cudaStreamSynchronize on be->stream: KN_OK or KN_ERR_DEVICE. */
+int kn_cuda_backend_sync(const kn_backend *be);
+/* Device memory on be->device; NULL on failure. */
+void *kn_cuda_malloc(const kn_backend *be, size_t bytes);
+void kn_cuda_free(const kn_backend *be, void *ptr);
+/* Host <-> device copies, complete when they return: KN_OK or KN_ERR_DEVICE. */
+int kn_cuda_copy_to_device(const kn_backend *be, void *dst, const void *host_src, size_t bytes);
+int kn_cuda_copy_to_host(const kn_backend *be, void *host_dst, const void *src, size_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
