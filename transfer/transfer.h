@@ -18,7 +18,8 @@
  * Failures end a transfer with a status and a one-line message
  * (te_transfer_error): the peer's connection failing, the per-transfer
  * timeout (which also force-closes the peer's endpoint, so no request is
- * left in flight), cancellation. See docs/TRANSFER.md. */
+ * left in flight; see te_engine_abandoned for shared-memory-only UCX_TLS),
+ * cancellation. See docs/TRANSFER.md. */
 #ifndef TANDEM_TRANSFER_H
 #define TANDEM_TRANSFER_H
 #include <stddef.h>
@@ -119,6 +120,9 @@ int te_peer_connect(te_engine *e, const void *addr, size_t len, uint64_t remote_
 int te_peer_status(const te_peer *p);
 const char *te_peer_error(const te_peer *p);
 uint64_t te_peer_remote_id(const te_peer *p);
+/* 1 when UCX reports this peer's failure (UCP_ERR_HANDLING_MODE_PEER: tcp,
+ * verbs); 0 for shared-memory-only UCX_TLS, where only timeouts tell. */
+int te_peer_detects_failure(const te_peer *p);
 /* The UCX transports/devices the endpoint's data lanes use, e.g.
  * "tcp/lo" or "rc_mlx5/mlx5_0:1" (what the transfer really goes through). */
 const char *te_peer_transports(const te_peer *p);

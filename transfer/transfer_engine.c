@@ -408,6 +408,10 @@ static int create_ucx(te_engine *e, const te_engine_config *cfg)
     if (st != UCS_OK)
         return te_fail(e, TE_ERR_UCX, "ucp_worker_query: %s", ucs_status_string(st));
     e->max_am_header = wa.max_am_header;
+    /* Notices and acks travel as AM headers (at most ~60 packed bytes). */
+    if (e->max_am_header < 64)
+        return te_fail(e, TE_ERR_UCX, "UCX allows only %zu-byte AM headers, notices need 64",
+                       e->max_am_header);
     st = ucp_worker_get_address(e->worker, &e->address, &e->address_len);
     if (st != UCS_OK) {
         e->address = NULL;

@@ -28,7 +28,7 @@ typedef struct options {
     int tp, rank, senders;
     int layers, kv_heads, head_dim, page_size, tokens, spare_pages;
     uint64_t seed, request_id;
-    int repeat, timeout_ms, window;
+    int repeat, warmup, timeout_ms, window;
     int shrink;                       /* receiver: register only half of each pool */
     const char *connect[MAX_RECEIVERS];
     int n_connect;
@@ -62,6 +62,8 @@ static void usage(FILE *f)
         "  prints 'endpoint tcp://127.0.0.1:PORT' first, then the verification\n"
         "send:\n"
         "  --connect ENDPOINT  a receiver rank's endpoint (repeat for several)\n"
+        "  --warmup N          untimed transfers before the --repeat timed ones (the\n"
+        "                      receiver's --repeat must count both)\n"
         "  --kill-pid PID --kill-after F\n"
         "                      SIGKILL process PID once a fraction F of the puts\n"
         "                      is posted (failure test); implies --expect-failure\n"
@@ -115,7 +117,7 @@ static int parse_options(int argc, char **argv, options *o)
         {"layers", 1, 0, 'l'}, {"kv-heads", 1, 0, 'H'}, {"head-dim", 1, 0, 'D'},
         {"page-size", 1, 0, 'P'}, {"tokens", 1, 0, 'T'}, {"seed", 1, 0, 'S'},
         {"request-id", 1, 0, 'i'}, {"repeat", 1, 0, 'R'}, {"timeout-ms", 1, 0, 'o'},
-        {"window", 1, 0, 'w'}, {"shrink-region", 0, 0, 'k'}, {"connect", 1, 0, 'c'},
+        {"window", 1, 0, 'w'}, {"warmup", 1, 0, 'W'}, {"shrink-region", 0, 0, 'k'}, {"connect", 1, 0, 'c'},
         {"kill-pid", 1, 0, 'K'}, {"kill-after", 1, 0, 'F'}, {"expect-failure", 0, 0, 'x'},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     optind = 2;
@@ -137,6 +139,7 @@ static int parse_options(int argc, char **argv, options *o)
         case 'R': bad = parse_int(optarg, 1, 100000, &o->repeat); break;
         case 'o': bad = parse_int(optarg, 1, 3600000, &o->timeout_ms); break;
         case 'w': bad = parse_int(optarg, 1, 1 << 16, &o->window); break;
+        case 'W': bad = parse_int(optarg, 0, 1000, &o->warmup); break;
         case 'k': o->shrink = 1; break;
         case 'c':
             if (o->n_connect == MAX_RECEIVERS)
@@ -339,13 +342,16 @@ static int run_receiver(const options *o, te_engine *e, void *zctx, pools *pp)
            (unsigned long long)o->request_id, o->senders);
     rc = 0;
 out:
-    /* Senders close first: closing our side right after acking could cut
-     * the ack off in flight. Wait (bounded) until every sender has gone. */
+    /* Senders close first: our force close right after acking could cut
+     * the ack off in flight. Wait (bounded) until every sender has gone.
+     * Peers without failure detection are closed with a flush, which
+     * delivers the ack, and could not tell us they left anyway. */
     for (double until = te_now_seconds() + 3.0; te_now_seconds() < until;) {
         int open = 0;
         te_engine_progress(e);
         for (int i = 0; i < n_senders; i++)
-            open += te_peer_status(senders[i].peer) == TE_OK;
+            open += te_peer_status(senders[i].peer) == TE_OK &&
+                    te_peer_detects_failure(senders[i].peer);
         if (!open)
             break;
         struct timespec ts = {0, 1000000};
@@ -406,7 +412,11 @@ static int run_sender(const options *o, te_engine *e, void *zctx, pools *pp)
     }
     uint64_t bytes = 0;
     double start = te_now_seconds();
-    for (int r = 0; r < o->repeat; r++) {
+    for (int r = 0; r < o->warmup + o->repeat; r++) {
+        if (r == o->warmup) {
+            start = te_now_seconds();
+            bytes = 0;
+        }
         for (int i = 0; i < n_offers; i++) {
             const te_session_offer *of = &offers[i];
             if (te_kv_send(e, &kv, p.pages, &of->remote, of->pages, of->n_tokens, of->request_id,
@@ -465,8 +475,9 @@ static int run_sender(const options *o, te_engine *e, void *zctx, pools *pp)
         }
     }
     double secs = te_now_seconds() - start;
-    printf("sent %llu bytes in %.3f s (%.2f GB/s)\n", (unsigned long long)bytes, secs,
-           secs > 0 ? (double)bytes / secs / 1e9 : 0.0);
+    printf("sent %llu bytes in %.6f s (%.3f GB/s) over %d timed transfer(s)\n",
+           (unsigned long long)bytes, secs, secs > 0 ? (double)bytes / secs / 1e9 : 0.0,
+           o->repeat);
     rc = o->expect_failure ? 1 : 0;
     if (o->expect_failure)
         fprintf(stderr, "tandem-transfer-peer: expected the transfer to fail, it succeeded\n");

@@ -240,6 +240,7 @@ te_peer *te_peer_find(te_engine *e, uint64_t remote_id)
 int te_peer_status(const te_peer *p) { return p->status; }
 const char *te_peer_error(const te_peer *p) { return p->status == TE_OK ? "" : p->error; }
 uint64_t te_peer_remote_id(const te_peer *p) { return p->remote_id; }
+int te_peer_detects_failure(const te_peer *p) { return p->detects_failure; }
 const char *te_peer_transports(const te_peer *p) { return p->transports; }
 uint64_t te_remote_region_len(const te_remote_region *r) { return r->len; }
 

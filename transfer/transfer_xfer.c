@@ -166,23 +166,27 @@ void te_transfer_advance(te_transfer *t, double now)
         return;
     te_engine *e = t->e;
     te_peer *p = t->peer;
+    int late = now >= t->deadline;
     if (p->status != TE_OK)
         set_failure(t, p->status == TE_ERR_TIMEOUT ? TE_ERR_TIMEOUT : TE_ERR_PEER,
                     "peer %016llx: %s", (unsigned long long)p->remote_id, p->error);
-    if (!t->failure && now >= t->deadline) {
+    if (late)
         set_failure(t, TE_ERR_TIMEOUT,
                     "transfer %llu (request %llu) to peer %016llx timed out after %d ms %s "
                     "(%zu/%zu copies done)",
                     (unsigned long long)t->id, (unsigned long long)t->request_id,
                     (unsigned long long)p->remote_id, t->timeout_ms, phase_name(t),
                     t->completed, t->n_copies);
-        if (t->in_flight > 0 && p->detects_failure) {
-            /* Requests still in flight will not finish on their own if the
-             * peer stopped answering: closing the endpoint by force
-             * completes them (UCS_ERR_CANCELED). */
+    /* A failed transfer normally ends once its requests drain. Requests
+     * that cannot drain (the peer stopped answering, or is gone) must be
+     * taken back from UCX. */
+    if (t->failure && t->in_flight > 0 && (late || p->status != TE_OK)) {
+        if (p->detects_failure) {
+            /* Closing the endpoint by force completes them with
+             * UCS_ERR_CANCELED (te_engine_progress starts the close). */
             te_peer_mark_failed(p, TE_ERR_TIMEOUT, "closed: transfer %llu timed out with %d "
                                 "requests in flight", (unsigned long long)t->id, t->in_flight);
-        } else if (t->in_flight > 0) {
+        } else {
             /* Without failure handling (shared-memory-only UCX_TLS) UCX can
              * neither force-close the endpoint nor cancel the requests: the
              * transfer ends now and its requests are left to the engine's
@@ -193,7 +197,7 @@ void te_transfer_advance(te_transfer *t, double now)
                                 t->in_flight, (unsigned long long)t->id);
             t->abandoned = 1;
             e->abandoned += (size_t)t->in_flight;
-            finish(t, TE_ERR_TIMEOUT);
+            finish(t, t->failure);
             return;
         }
     }

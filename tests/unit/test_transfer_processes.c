@@ -198,7 +198,7 @@ static void expect_output(const proc *p, const char *text, const char *who)
 static void run_many_to_one(cluster *c, const char *tls, int n_senders, const char *recv_page,
                             const char *send_page, const char *kv_heads)
 {
-    char senders[8];
+    char senders[16];
     snprintf(senders, sizeof senders, "%d", n_senders);
     const char *rargs[] = {"recv", "--tls", tls, "--senders", senders, "--page-size", recv_page,
                            "--kv-heads", kv_heads, "--tokens", "333", "--seed", "7",
@@ -207,7 +207,7 @@ static void run_many_to_one(cluster *c, const char *tls, int n_senders, const ch
     char endpoint[256];
     read_endpoint(r, endpoint, sizeof endpoint);
     proc *s[4];
-    char ranks[4][8];
+    char ranks[4][16];
     for (int i = 0; i < n_senders; i++) {
         snprintf(ranks[i], sizeof ranks[i], "%d", i);
         const char *sargs[] = {"send", "--tls", tls, "--connect", endpoint, "--tp", senders,
