@@ -95,7 +95,7 @@ static int wait_update(http_conn *hc)
             {.fd = hc->fd, .events = POLLRDHUP},
             {.fd = hc->ctx->shutdown_fd, .events = POLLIN},
         };
-        int n = poll(p, hc->fd >= 0 ? 3 : 1, -1);
+        int n = poll(p, 3, -1); /* a negative fd (no client socket) is skipped */
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
