@@ -12,7 +12,9 @@
 #include "engine/kv_cache.h"
 #include "engine/model.h"
 #include "kernels/backend.h"
+#include "router/worker_http.h"
 #include "router/worker_link.h"
+#include "router/worker_metrics.h"
 
 typedef struct decoder_config {
     char router[256];
@@ -23,6 +25,10 @@ typedef struct decoder_config {
     int kv_pages;              /* KV cache capacity */
     int max_batch;             /* sequences admitted at once */
     char ucx_tls[128];
+    char metrics_host[64];     /* /metrics and /healthz (router/worker_http.h) */
+    int metrics_port;          /* 0: any free port; -1: no HTTP server */
+    char port_file[512];       /* where the bound metrics port is written ("" = nowhere) */
+    double wedged_after_s;
 } decoder_config;
 
 typedef struct decoder_ctx {
@@ -36,6 +42,7 @@ typedef struct decoder_ctx {
     worker_link link;
     int sig_fd;
     int stop;
+    int draining;              /* SIGTERM: finish running sequences, take nothing new */
     int max_context;
     /* cancelled while their KV may still be arriving: released on the
      * transfer's notice or the router's release_kv */
@@ -47,6 +54,8 @@ typedef struct decoder_ctx {
     int32_t *sampled;
     kn_sampling *params;
     uint64_t *rngs;
+    worker_metrics wm;         /* docs/METRICS.md series, sent with heartbeats */
+    worker_http *http;
 } decoder_ctx;
 
 /* Runs one decode step over the running batch and streams its tokens.

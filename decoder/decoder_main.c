@@ -22,11 +22,16 @@ static const char *const INTRO =
     "Runs a Tandem decoder: registers with the router, reserves KV pages for the\n"
     "requests it is given (admission control), receives their prompt KV from\n"
     "prefillers over the TransferEngine (UCX), and decodes all running requests\n"
-    "together, one token per step (continuous batching), streaming tokens back.";
+    "together, one token per step (continuous batching), streaming tokens back.\n"
+    "Serves GET /metrics and /healthz on --metrics-port. SIGTERM drains: no new\n"
+    "requests, the running ones finish, then it deregisters and exits 0; a\n"
+    "second SIGTERM/SIGINT stops at once.";
 
 static void send_error(decoder_ctx *ctx, const char *request_id, int code, const char *msg)
 {
     tn_log(WHO, "request %s refused: %s", request_id, msg);
+    ctx->wm.decode_requests[code == TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL ? OUTCOME_ERROR
+                                                                                : OUTCOME_CLIENT_ERROR]++;
     Tandem__V1__Error e = TANDEM__V1__ERROR__INIT;
     e.code = code;
     e.message = (char *)msg;
@@ -122,6 +127,8 @@ static void on_cancel(decoder_ctx *ctx, const Tandem__V1__Cancel *c)
     sched_seq *q = sched_find(&ctx->s, c->request_id);
     if (!q)
         return;
+    if (!q->cancelled)
+        ctx->wm.decode_requests[OUTCOME_CANCELLED]++;
     if (q->state == SEQ_RESERVED && !q->kv_arrived && !c->release_kv) {
         /* A prefiller may still be writing into its pages. */
         q->cancelled = 1;
@@ -147,9 +154,11 @@ static void on_transfer_peer(decoder_ctx *ctx, const Tandem__V1__TransferPeer *p
 
 static void handle_notices(decoder_ctx *ctx)
 {
-    uint64_t key;
+    uint64_t key, bytes;
     int complete;
-    while (kv_receiver_next(ctx->recv, &key, &complete)) {
+    while (kv_receiver_next(ctx->recv, &key, &complete, &bytes)) {
+        ctx->wm.kv_transfers[complete ? OUTCOME_OK : OUTCOME_CANCELLED]++;
+        ctx->wm.kv_transfer_bytes += bytes;
         char id[24];
         snprintf(id, sizeof id, "%016llx", (unsigned long long)key);
         sched_seq *q = sched_find(&ctx->s, id);
@@ -167,6 +176,17 @@ static void handle_notices(decoder_ctx *ctx)
     }
 }
 
+/* Hands the current numbers to the HTTP server (and marks progress). */
+static void publish(decoder_ctx *ctx)
+{
+    ctx->wm.decode_batch_size = (uint32_t)sched_running(&ctx->s);
+    ctx->wm.decode_waiting = (uint32_t)sched_waiting(&ctx->s);
+    ctx->wm.kv_blocks_total = (uint32_t)ctx->s.n_pages;
+    ctx->wm.kv_blocks_used = (uint32_t)(ctx->s.n_pages - sched_pages_available(&ctx->s));
+    ctx->wm.draining = ctx->draining;
+    worker_http_publish(ctx->http, &ctx->wm, ctx->link.registered);
+}
+
 static void send_heartbeat(decoder_ctx *ctx, uint64_t now)
 {
     double secs = (double)(now - ctx->window_start_ms) / 1000.0;
@@ -180,6 +200,10 @@ static void send_heartbeat(decoder_ctx *ctx, uint64_t now)
     Tandem__V1__Heartbeat hb = TANDEM__V1__HEARTBEAT__INIT;
     hb.load_case = TANDEM__V1__HEARTBEAT__LOAD_DECODER;
     hb.decoder = &load;
+    hb.draining = ctx->draining;
+    publish(ctx);
+    worker_metrics_wire wire;
+    hb.metrics = worker_metrics_to_wire(&ctx->wm, &wire);
     Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
     m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_HEARTBEAT;
     m.heartbeat = &hb;
@@ -205,18 +229,28 @@ static void run(decoder_ctx *ctx)
          * acknowledgement (UCX progress); otherwise sleep until a message. */
         int timeout = sched_running(&ctx->s) ? 0 : awaiting_kv(ctx) ? 1
                                                                      : link_next_due_ms(&ctx->link, now);
-        if (timeout > 100)
-            timeout = 100; /* UCX progresses only when asked (handle_notices) */
+        if (timeout > (ctx->draining ? 20 : 100))
+            timeout = ctx->draining ? 20 : 100; /* UCX progresses only when asked (handle_notices) */
         zmq_pollitem_t items[2] = {{ctx->link.sock, 0, ZMQ_POLLIN, 0},
                                    {NULL, ctx->sig_fd, ZMQ_POLLIN, 0}};
         if (zmq_poll(items, 2, timeout) < 0 && errno != EINTR)
             tn_log(WHO, "zmq_poll failed: %s", zmq_strerror(errno));
         if (items[1].revents) {
             struct signalfd_siginfo si;
-            if (read(ctx->sig_fd, &si, sizeof si) == (ssize_t)sizeof si)
-                tn_log(WHO, "signal %u: shutting down", si.ssi_signo);
-            ctx->stop = 1;
-            break;
+            unsigned sig = read(ctx->sig_fd, &si, sizeof si) == (ssize_t)sizeof si ? si.ssi_signo : 0;
+            if (ctx->draining) {
+                tn_log(WHO, "signal %u: stopping now", sig);
+                ctx->stop = 1;
+                break;
+            }
+            /* Drain: the router hears it with this heartbeat and places
+             * nothing new here; running and admitted sequences finish. */
+            tn_log(WHO, "signal %u: draining (%d sequences to finish; again to stop now)", sig,
+                   ctx->s.n_seqs);
+            ctx->draining = 1;
+            link_begin_drain(&ctx->link);
+            if (ctx->link.registered)
+                send_heartbeat(ctx, tn_now_ms());
         }
         Tandem__V1__WorkerMessage *m;
         while (link_recv(&ctx->link, &m)) {
@@ -257,11 +291,15 @@ static void run(decoder_ctx *ctx)
         while ((n = sched_admit_waiting(&ctx->s, admitted, 64)) > 0)
             for (int i = 0; i < n; i++)
                 send_kv_ready(ctx, admitted[i]);
+        publish(ctx);
+        if (ctx->draining && link_drain_step(&ctx->link, ctx->s.n_seqs == 0, tn_now_ms()))
+            break;
     }
 }
 
 static void ctx_free(decoder_ctx *ctx)
 {
+    worker_http_stop(ctx->http);
     link_close(&ctx->link);
     if (ctx->recv)
         kv_receiver_close(ctx->recv);
@@ -293,6 +331,8 @@ int main(int argc, char **argv)
     c->page_size = 16;
     c->kv_pages = 1024;
     c->max_batch = 64;
+    snprintf(c->metrics_host, sizeof c->metrics_host, "127.0.0.1");
+    c->wedged_after_s = 60;
     const opt_spec specs[] = {
         {"router", OPT_STR, c->router, sizeof c->router, "the router's worker endpoint"},
         {"model", OPT_STR, c->model_dir, sizeof c->model_dir,
@@ -306,6 +346,14 @@ int main(int argc, char **argv)
         {"max-batch", OPT_INT, &c->max_batch, 0, "most sequences decoded together"},
         {"ucx-tls", OPT_STR, c->ucx_tls, sizeof c->ucx_tls,
          "UCX transports for the TransferEngine (\"\": UCX_TLS from the environment)"},
+        {"metrics-host", OPT_STR, c->metrics_host, sizeof c->metrics_host,
+         "IPv4 address /metrics and /healthz bind (0.0.0.0 in a pod)"},
+        {"metrics-port", OPT_INT, &c->metrics_port, 0,
+         "port of /metrics and /healthz (0: any free port, logged and in --port-file; -1: none)"},
+        {"port-file", OPT_STR, c->port_file, sizeof c->port_file,
+         "write metrics_port=N here once serving"},
+        {"wedged-after-s", OPT_DOUBLE, &c->wedged_after_s, 0,
+         "/healthz answers 500 when the main loop made no progress this long"},
     };
     const int n_specs = (int)(sizeof specs / sizeof *specs);
     char err[512];
@@ -316,9 +364,12 @@ int main(int argc, char **argv)
         return 0;
     }
     if (prc != OPTS_OK || !c->model_dir[0] || c->page_size <= 0 || c->kv_pages <= 0 ||
-        c->max_batch <= 0) {
+        c->max_batch <= 0 || c->metrics_port < -1 || c->metrics_port > 65535 ||
+        !(c->wedged_after_s > 0)) {
         fprintf(stderr, "tandem-decoder: %s\n",
-                prc != OPTS_OK ? err : "--model is required and sizes must be positive");
+                prc != OPTS_OK ? err
+                               : "--model is required, sizes must be positive and --metrics-port "
+                                 "in -1..65535");
         free(ctx);
         return 2;
     }
@@ -333,6 +384,7 @@ int main(int argc, char **argv)
         snprintf(c->worker_id, sizeof c->worker_id, "decoder-%s-%d", host, (int)getpid());
     }
     ctx->sig_fd = tn_signalfd_open();
+    worker_metrics_init(&ctx->wm, WM_DECODE);
     int rc = 1;
     if (ctx->sig_fd < 0 || kn_backend_init_cpu(&ctx->be) != KN_OK) {
         fprintf(stderr, "tandem-decoder: cannot set up signals or the CPU backend\n");
@@ -386,12 +438,19 @@ int main(int argc, char **argv)
         fprintf(stderr, "tandem-decoder: %s\n", err);
         goto out;
     }
+    if (worker_http_serve(c->metrics_host, c->metrics_port, c->port_file, "decoder",
+                          c->worker_id, c->wedged_after_s, &ctx->wm, &ctx->http, err,
+                          sizeof err) != 0) {
+        fprintf(stderr, "tandem-decoder: %s\n", err);
+        goto out;
+    }
     ctx->window_start_ms = tn_now_ms();
     tn_log(WHO, "%s: model %s (%s), %d KV pages of %d tokens, batch %d, router %s",
            c->worker_id, c->model_name, ctx->mc->model_type, c->kv_pages, c->page_size,
            c->max_batch, c->router);
     run(ctx);
     rc = 0;
+    tn_log(WHO, "%s: stopped", c->worker_id);
 out:
     ctx_free(ctx);
     return rc;

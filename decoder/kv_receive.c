@@ -130,7 +130,7 @@ int kv_receiver_add_peer(kv_receiver *r, const char *worker_id, const uint8_t *e
     return 0;
 }
 
-int kv_receiver_next(kv_receiver *r, uint64_t *request_id, int *complete)
+int kv_receiver_next(kv_receiver *r, uint64_t *request_id, int *complete, uint64_t *bytes)
 {
     te_engine_progress(r->e);
     te_notice n;
@@ -138,5 +138,6 @@ int kv_receiver_next(kv_receiver *r, uint64_t *request_id, int *complete)
         return 0;
     *request_id = n.request_id;
     *complete = n.status == TE_OK;
+    *bytes = n.bytes;
     return 1;
 }

@@ -20,9 +20,23 @@ void prefill_job_free(prefill_job *job)
     free(job);
 }
 
+void prefiller_count_outcome(prefiller_ctx *ctx, int code)
+{
+    metrics_outcome o;
+    switch (code) {
+    case TANDEM__V1__ERROR_CODE__ERROR_CODE_NONE: o = OUTCOME_OK; break;
+    case TANDEM__V1__ERROR_CODE__ERROR_CODE_CANCELLED: o = OUTCOME_CANCELLED; break;
+    case TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT:
+    case TANDEM__V1__ERROR_CODE__ERROR_CODE_CONTEXT_TOO_LONG: o = OUTCOME_CLIENT_ERROR; break;
+    default: o = OUTCOME_ERROR; break;
+    }
+    ctx->wm.prefill_requests[o]++;
+}
+
 static void report(prefiller_ctx *ctx, const prefill_job *job, int32_t first, uint64_t rng,
                    int transfer, int code, const char *msg, double t_prefill, double t_xfer)
 {
+    prefiller_count_outcome(ctx, code);
     Tandem__V1__Error e = TANDEM__V1__ERROR__INIT;
     Tandem__V1__PrefillResult r = TANDEM__V1__PREFILL_RESULT__INIT;
     r.request_id = (char *)job->id;
@@ -95,6 +109,11 @@ void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job)
     }
     ctx->tokens_total += (uint64_t)job->n_tokens;
     ctx->window_tokens += (uint64_t)job->n_tokens;
+    /* Tokens and busy time of completed prefills only, so tokens / busy is
+     * the replica's throughput (the autoscaler's measurement). */
+    ctx->wm.prefill_input_tokens += (uint64_t)job->n_tokens;
+    ctx->wm.prefill_busy_s += t1 - t0;
+    histogram_observe(&ctx->wm.prefill_duration, t1 - t0);
     uint64_t rng = kn_rng_seed(job->seed);
     int32_t first = 0;
     rc = kn_sample_cpu(&first, ctx->logits, 1, ctx->mc->vocab_size, &job->sampling, &rng);
@@ -108,6 +127,7 @@ void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job)
     /* The decoder's pages get the prompt's KV; it continues from there. */
     kv_push *push = NULL;
     int ok = 0;
+    uint64_t bytes = 0;
     if (kv_push_start(ctx->pusher, job->dest, job->key, pages, job->n_tokens,
                       ctx->cfg.transfer_timeout_ms, &push, err, sizeof err) == 0) {
         int cancel_sent = 0;
@@ -118,9 +138,15 @@ void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job)
                 cancel_sent = 1;
             }
         }
+        bytes = kv_push_bytes(push);
         kv_push_release(ctx->pusher, push);
     }
     double t2 = tn_now_s();
+    ctx->wm.kv_transfers[ok ? OUTCOME_OK : job->cancelled ? OUTCOME_CANCELLED : OUTCOME_ERROR]++;
+    if (ok) {
+        ctx->wm.kv_transfer_bytes += bytes;
+        histogram_observe(&ctx->wm.kv_transfer_duration, t2 - t1);
+    }
     tm_kv_release_pages(&ctx->kv, pages, n_pages);
     free(pages);
     if (!ok) {

@@ -12,7 +12,9 @@
 #include "kernels/backend.h"
 #include "kernels/sampling.h"
 #include "prefiller/kv_push.h"
+#include "router/worker_http.h"
 #include "router/worker_link.h"
+#include "router/worker_metrics.h"
 
 typedef struct prefiller_config {
     char router[256];          /* the router's worker endpoint */
@@ -24,6 +26,10 @@ typedef struct prefiller_config {
     int chunk_tokens;          /* prompt tokens per forward call */
     int transfer_timeout_ms;
     char ucx_tls[128];         /* UCX_TLS for the TransferEngine ("" = environment) */
+    char metrics_host[64];     /* /metrics and /healthz (router/worker_http.h) */
+    int metrics_port;          /* 0: any free port; -1: no HTTP server */
+    char port_file[512];       /* where the bound metrics port is written ("" = nowhere) */
+    double wedged_after_s;     /* liveness fails after this long without progress */
 } prefiller_config;
 
 typedef struct prefill_job {
@@ -47,7 +53,8 @@ typedef struct prefiller_ctx {
     kv_pusher *pusher;
     worker_link link;
     int sig_fd;
-    int stop;                  /* a signal arrived */
+    int stop;                  /* leave the main loop */
+    int draining;              /* SIGTERM: finish the queue, take nothing new, deregister */
     prefill_job *head, *tail;  /* queued work */
     prefill_job *current;      /* the job being prefilled or pushed */
     uint64_t queued_tokens;
@@ -55,6 +62,8 @@ typedef struct prefiller_ctx {
     uint64_t window_tokens;    /* ... since the last heartbeat */
     uint64_t window_start_ms;
     float *logits;             /* [vocab] */
+    worker_metrics wm;         /* docs/METRICS.md series, sent with heartbeats */
+    worker_http *http;
 } prefiller_ctx;
 
 /* Handles what arrived from the router and sends a heartbeat when due;
@@ -66,5 +75,8 @@ void prefiller_service(prefiller_ctx *ctx, int timeout_ms);
 void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job);
 
 void prefill_job_free(prefill_job *job);
+
+/* Counts a finished prefill under the outcome its error code stands for. */
+void prefiller_count_outcome(prefiller_ctx *ctx, int error_code);
 
 #endif

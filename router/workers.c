@@ -110,6 +110,12 @@ router_worker *workers_register(worker_registry *r, const char *id, size_t id_le
     free(w->endpoint);
     w->endpoint = ep;
     w->endpoint_len = reg->transfer_endpoint.len;
+    if (fresh || w->role != (int)reg->role) {
+        worker_metrics_init(&w->wm, reg->role == TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER
+                                        ? WM_PREFILL : WM_DECODE);
+        w->has_metrics = 0;
+        w->as_marked = 0;
+    }
     w->role = reg->role;
     copy_str(w->model, sizeof w->model, reg->model);
     if (copy_str(w->model_type, sizeof w->model_type, reg->model_type) != 0)
@@ -127,9 +133,19 @@ router_worker *workers_register(worker_registry *r, const char *id, size_t id_le
     return w;
 }
 
-void workers_heartbeat(router_worker *w, const Tandem__V1__Heartbeat *hb, uint64_t now_ms)
+int workers_heartbeat(router_worker *w, const Tandem__V1__Heartbeat *hb, uint64_t now_ms)
 {
     w->last_seen_ms = now_ms;
+    int started_draining = hb->draining && !w->draining;
+    w->draining = hb->draining;
+    w->wm.draining = hb->draining;
+    int rc = started_draining;
+    if (hb->metrics) {
+        if (worker_metrics_from_wire(&w->wm, hb->metrics) == 0)
+            w->has_metrics = 1;
+        else
+            rc = -1;
+    }
     if (hb->load_case == TANDEM__V1__HEARTBEAT__LOAD_PREFILLER && hb->prefiller) {
         w->pload.queued_input_tokens = hb->prefiller->queued_input_tokens;
         w->pload.queued_requests = hb->prefiller->queued_requests;
@@ -143,6 +159,7 @@ void workers_heartbeat(router_worker *w, const Tandem__V1__Heartbeat *hb, uint64
         w->dload.tokens_per_s = hb->decoder->tokens_per_s;
         w->dload.tokens_total = hb->decoder->tokens_total;
     }
+    return rc;
 }
 
 void workers_remove_at(worker_registry *r, int i)
@@ -159,6 +176,17 @@ int workers_next_expired(const worker_registry *r, uint64_t now_ms, uint64_t tim
         if (now_ms > r->w[i]->last_seen_ms && now_ms - r->w[i]->last_seen_ms > timeout_ms)
             return i;
     return -1;
+}
+
+void workers_count(const worker_registry *r, int role, int *registered, int *serving)
+{
+    *registered = *serving = 0;
+    for (int i = 0; i < r->n; i++) {
+        if (r->w[i]->role != role)
+            continue;
+        (*registered)++;
+        *serving += !r->w[i]->draining;
+    }
 }
 
 int workers_serve_model(const worker_registry *r, const char *model, int role)
