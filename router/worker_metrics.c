@@ -64,7 +64,7 @@ static const family FAMILIES[] = {
      "Sequences finished, by outcome."},
     {F_KV_USED, "tandem_kv_cache_blocks_used", "gauge", ONLY_DECODE,
      "KV cache pages in use or reserved for admitted requests."},
-    {F_KV_TOTAL, "tandem_kv_cache_blocks_total", "gauge", ONLY_DECODE,
+    {F_KV_TOTAL, "tandem_kv_cache_blocks_capacity", "gauge", ONLY_DECODE,
      "KV cache pages allocated at start."},
     {F_KV_OCCUPANCY, "tandem_kv_cache_occupancy_ratio", "gauge", ONLY_DECODE,
      "Used over total KV cache pages."},
@@ -213,7 +213,7 @@ Tandem__V1__WorkerMetrics *worker_metrics_to_wire(const worker_metrics *m, worke
         w->decode_requests_by_outcome = st->outcomes[1];
         w->n_decode_requests_by_outcome = OUTCOME_COUNT;
         w->kv_cache_blocks_used = m->kv_blocks_used;
-        w->kv_cache_blocks_total = m->kv_blocks_total;
+        w->kv_cache_blocks_capacity = m->kv_blocks_total;
     }
     return w;
 }
@@ -270,7 +270,7 @@ int worker_metrics_from_wire(worker_metrics *m, const Tandem__V1__WorkerMetrics 
     outcomes_from_wire(m->decode_requests, w->decode_requests_by_outcome,
                        w->n_decode_requests_by_outcome);
     m->kv_blocks_used = w->kv_cache_blocks_used;
-    m->kv_blocks_total = w->kv_cache_blocks_total;
+    m->kv_blocks_total = w->kv_cache_blocks_capacity;
     m->kv_transfer_bytes = w->kv_transfer_bytes_total;
     outcomes_from_wire(m->kv_transfers, w->kv_transfers_by_outcome, w->n_kv_transfers_by_outcome);
     hist_from_wire(&m->kv_transfer_duration, w->kv_transfer_duration);
