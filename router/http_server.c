@@ -556,9 +556,11 @@ static enum MHD_Result handle_models(http_conn *hc, struct MHD_Connection *c)
     return respond_sb(c, 200, "application/json", &b);
 }
 
-/* Liveness and readiness (docs/METRICS.md): always 200 while the router
- * runs; with ?ready=1, 503 unless a prefiller and a decoder serve (not
- * draining) and the router is not shutting down. */
+/* Liveness and readiness (docs/METRICS.md): 200 while the router runs;
+ * with ?ready=1, 503 once it is shutting down. Readiness does not wait for
+ * workers: in Kubernetes they reach the router through its Service, which
+ * holds only ready endpoints. The body's "ready" says whether a prefiller
+ * and a decoder serve (registered, not draining). */
 static enum MHD_Result handle_health(http_conn *hc, struct MHD_Connection *c)
 {
     router_ctx *ctx = hc->ctx;
@@ -573,9 +575,9 @@ static enum MHD_Result handle_health(http_conn *hc, struct MHD_Connection *c)
     int ready = pre_serving && dec_serving && !stopping;
     sbuf b;
     sb_init(&b);
-    sb_printf(&b, "{\"status\":\"ok\",\"ready\":%s,\"prefillers\":%d,\"decoders\":%d}",
-              ready ? "true" : "false", pre, dec);
-    return respond_sb(c, want_ready && !ready ? 503 : 200, "application/json", &b);
+    sb_printf(&b, "{\"status\":\"%s\",\"ready\":%s,\"prefillers\":%d,\"decoders\":%d}",
+              stopping ? "stopping" : "ok", ready ? "true" : "false", pre, dec);
+    return respond_sb(c, want_ready && stopping ? 503 : 200, "application/json", &b);
 }
 
 static enum MHD_Result handle_metrics(http_conn *hc, struct MHD_Connection *c)

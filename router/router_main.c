@@ -153,7 +153,7 @@ static double begin_stop(router_ctx *ctx)
 
 static void run_loop(router_ctx *ctx, int sig_fd)
 {
-    double stop_deadline = 0;
+    double stop_deadline = 0, first_signal_s = 0;
     for (;;) {
         zmq_pollitem_t items[4] = {
             {ctx->worker_sock, 0, ZMQ_POLLIN, 0},
@@ -170,12 +170,18 @@ static void run_loop(router_ctx *ctx, int sig_fd)
         }
         if (items[3].revents) {
             struct signalfd_siginfo si;
-            if (read(sig_fd, &si, sizeof si) == (ssize_t)sizeof si)
-                tn_log(WHO, "signal %u: %s", si.ssi_signo,
-                       ctx->stopping ? "stopping now" : "shutting down");
-            if (ctx->stopping)
+            unsigned sig = read(sig_fd, &si, sizeof si) == (ssize_t)sizeof si ? si.ssi_signo : 0;
+            /* A second signal stops at once, unless it is the same stop
+             * arriving twice (Ctrl-C reaches a whole process group, and a
+             * wrapper script may forward it as SIGTERM). */
+            if (!ctx->stopping) {
+                tn_log(WHO, "signal %u: shutting down (again to stop at once)", sig);
+                stop_deadline = begin_stop(ctx);
+                first_signal_s = tn_now_s();
+            } else if (tn_now_s() - first_signal_s > 1.0) {
+                tn_log(WHO, "signal %u: stopping now", sig);
                 return;
-            stop_deadline = begin_stop(ctx);
+            }
         }
         if (items[2].revents)
             tn_wakefd_drain(ctx->wake_fd);

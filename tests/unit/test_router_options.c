@@ -39,6 +39,9 @@ static void deployment_config_is_accepted(void **state)
     assert_int_equal(c->http_port, 8080);
     assert_int_equal(c->rpc_port, 8081);
     assert_int_equal(c->metrics_port, 9090);
+    assert_int_equal(c->worker_port, 8082);
+    assert_string_equal(c->host, "0.0.0.0");
+    assert_int_equal(c->queue_timeout_ms, 30000);
     assert_string_equal(c->as.scaler, "kubernetes");
     assert_string_equal(c->as.k8s_workload[AS_POOL_PREFILL], "deployments/tandem-prefiller");
     assert_string_equal(c->as.k8s_workload[AS_POOL_DECODE], "statefulsets/tandem-decoder");
