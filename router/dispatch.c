@@ -619,6 +619,7 @@ static void worker_lost(router_ctx *ctx, router_worker *w)
 
 void dispatch_expire_workers(router_ctx *ctx, uint64_t now_ms)
 {
+    workers_prune_lost(&ctx->workers, now_ms);
     int i;
     while ((i = workers_next_expired(&ctx->workers, now_ms, (uint64_t)ctx->cfg.worker_timeout_ms)) >= 0) {
         router_worker *w = ctx->workers.w[i];
@@ -626,6 +627,7 @@ void dispatch_expire_workers(router_ctx *ctx, uint64_t now_ms)
                ctx->cfg.worker_timeout_ms);
         worker_lost(ctx, w);
         introduce(ctx, w, 1);
+        workers_note_lost(&ctx->workers, w, now_ms);
         workers_remove_at(&ctx->workers, i);
     }
 }

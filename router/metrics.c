@@ -146,13 +146,20 @@ void metrics_render(sbuf *b, const router_metrics *m, const worker_registry *w,
     sb_puts(b, "tandem_build_info{process=\"router\",version=\"0.1\"} 1\n");
 
     prom_family(b, "tandem_worker_up", "gauge",
-                "1 while the worker is registered and heartbeating.");
+                "1 while the worker is registered; 0 for a while after it missed heartbeats.");
     for (int i = 0; i < w->n; i++) {
         const router_worker *x = w->w[i];
         sb_printf(b, "tandem_worker_up{pool=\"%s\",worker=\"",
                   x->role == TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER ? "prefill" : "decode");
         prom_label_value(b, x->id);
         sb_puts(b, "\"} 1\n");
+    }
+    for (int i = 0; i < w->n_lost; i++) {
+        const lost_worker *x = &w->lost[i];
+        sb_printf(b, "tandem_worker_up{pool=\"%s\",worker=\"",
+                  x->role == TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER ? "prefill" : "decode");
+        prom_label_value(b, x->id);
+        sb_puts(b, "\"} 0\n");
     }
     /* The cluster view: every worker's own series, as its heartbeat sent them. */
     worker_metrics_view *v = calloc((size_t)(w->n ? w->n : 1), sizeof *v);

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+static void forget_lost(worker_registry *r, const char *id);
+
 void workers_init(worker_registry *r)
 {
     memset(r, 0, sizeof *r);
@@ -128,8 +130,10 @@ router_worker *workers_register(worker_registry *r, const char *id, size_t id_le
     for (int i = 0; i < w->n_eos; i++)
         w->eos[i] = reg->eos_token_ids[i];
     w->last_seen_ms = now_ms;
-    if (fresh)
+    if (fresh) {
         r->w[r->n++] = w;
+        forget_lost(r, w->id);
+    }
     return w;
 }
 
@@ -195,4 +199,38 @@ int workers_serve_model(const worker_registry *r, const char *model, int role)
         if (r->w[i]->role == role && !strcmp(r->w[i]->model, model))
             return 1;
     return 0;
+}
+
+static void forget_lost(worker_registry *r, const char *id)
+{
+    for (int i = 0; i < r->n_lost; i++)
+        if (!strcmp(r->lost[i].id, id)) {
+            memmove(&r->lost[i], &r->lost[i + 1], (size_t)(r->n_lost - i - 1) * sizeof *r->lost);
+            r->n_lost--;
+            return;
+        }
+}
+
+void workers_note_lost(worker_registry *r, const router_worker *w, uint64_t now_ms)
+{
+    forget_lost(r, w->id);
+    if (r->n_lost == WORKERS_MAX_LOST) { /* the oldest makes room */
+        memmove(&r->lost[0], &r->lost[1], (size_t)(WORKERS_MAX_LOST - 1) * sizeof *r->lost);
+        r->n_lost--;
+    }
+    lost_worker *l = &r->lost[r->n_lost++];
+    memcpy(l->id, w->id, w->id_len + 1);
+    l->role = w->role;
+    l->since_ms = now_ms;
+}
+
+void workers_prune_lost(worker_registry *r, uint64_t now_ms)
+{
+    int k = 0;
+    while (k < r->n_lost && now_ms - r->lost[k].since_ms > WORKERS_LOST_RETENTION_MS)
+        k++;
+    if (k) {
+        memmove(&r->lost[0], &r->lost[k], (size_t)(r->n_lost - k) * sizeof *r->lost);
+        r->n_lost -= k;
+    }
 }

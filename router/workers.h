@@ -53,9 +53,22 @@ typedef struct router_worker {
     int as_marked;
 } router_worker;
 
+/* A worker the router dropped for missing heartbeats (not one that
+ * deregistered): reported as tandem_worker_up 0 for a while, so an alert can
+ * see it. */
+#define WORKERS_MAX_LOST 64
+#define WORKERS_LOST_RETENTION_MS (15 * 60 * 1000)
+typedef struct lost_worker {
+    char id[WIRE_MAX_ID + 1];
+    int role;
+    uint64_t since_ms;
+} lost_worker;
+
 typedef struct worker_registry {
     router_worker **w;
     int n, cap;
+    lost_worker lost[WORKERS_MAX_LOST]; /* oldest first */
+    int n_lost;
 } worker_registry;
 
 void workers_init(worker_registry *r);
@@ -74,6 +87,12 @@ router_worker *workers_register(worker_registry *r, const char *id, size_t id_le
  * worker just started draining, 0 otherwise, -1 when its metrics were
  * malformed (they are then ignored). */
 int workers_heartbeat(router_worker *w, const Tandem__V1__Heartbeat *hb, uint64_t now_ms);
+
+/* Remembers w as lost (it missed heartbeats) at now_ms; a registration
+ * under its id, or WORKERS_LOST_RETENTION_MS, forgets it. */
+void workers_note_lost(worker_registry *r, const router_worker *w, uint64_t now_ms);
+/* Drops lost entries older than the retention. */
+void workers_prune_lost(worker_registry *r, uint64_t now_ms);
 
 /* Removes and frees the worker at index i (order is not kept). */
 void workers_remove_at(worker_registry *r, int i);

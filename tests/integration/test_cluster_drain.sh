@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Scale-down drains, and the router's queue. Real processes on loopback:
+# Scale-down drains, and the router's queue. Real processes on loopback
+# (a draining worker is paused with SIGSTOP where a check needs it to stay
+# draining, so nothing depends on how fast it decodes):
 #   - a decoder told to leave (SIGTERM) while it streams requests: its
 #     /healthz?ready=1 turns 503 (liveness stays 200), the router stops
 #     placing on it (new requests all go to the other decoder), every
@@ -65,7 +67,10 @@ EOF
 }
 
 # ---- a decoder drains -------------------------------------------------------
-DECODER_FLAGS="--metrics-port 0 --port-file $CLUSTER_TMP/decoder-a.port" cluster_start "$dir" || cluster_finish
+# Workers are paused (SIGSTOP) below to hold them in a state: a long
+# heartbeat timeout keeps the router from dropping them meanwhile.
+DECODER_FLAGS="--metrics-port 0 --port-file $CLUSTER_TMP/decoder-a.port" \
+    cluster_start "$dir" --worker-timeout-ms 30000 || cluster_finish
 DEC_A=$(wait_port_file "$CLUSTER_TMP/decoder-a.port")
 start_worker decoder decoder-b
 DEC_B_PID=$LAST_PID
@@ -80,7 +85,7 @@ curl -s "http://127.0.0.1:$DEC_A/metrics" |
 check "a decoder's own /metrics serves its series (KV capacity 1024 pages)" $? \
     "$(curl -s "http://127.0.0.1:$DEC_A/metrics" | grep kv_cache | head -3)"
 
-stream 6 first 1500
+stream 6 first 4000
 # Wait until decoder B is running some of them.
 b_batch=0
 for _ in $(seq 1 200); do
@@ -111,23 +116,21 @@ done
     [ "$(metric_of "$URL" 'tandem_pool_draining_replicas{pool="decode"}')" = 1 ] &&
     [ "$(metric_of "$URL" 'tandem_pool_ready_replicas{pool="decode"}')" = 1 ]
 check "the router's /metrics shows decoder-b draining (1 draining, 1 ready)" $?
+# Freeze decoder-b mid-drain: while it cannot answer, new requests must all
+# be served by decoder-a, and its own count cannot move.
+kill -STOP "$DEC_B_PID"
 held=$(b_in_flight)
-# New requests while it drains: none may land on decoder-b.
 first_streams=("${STREAMS[@]}")
 stream 4 during 40
-max_seen=$held
-while kill -0 "$DEC_B_PID" 2>/dev/null; do
-    v=$(b_in_flight)
-    [ "$v" = gone ] && break
-    [ "$v" -gt "$max_seen" ] && max_seen=$v
-    sleep 0.05
-done
-[ "$max_seen" = "$held" ] && [ "$held" -ge 1 ]
-check "nothing new is placed on the draining decoder (its requests only go down from $held)" $? \
-    "held $held, saw $max_seen"
 rc=0
-for p in "${first_streams[@]}" "${STREAMS[@]}"; do wait "$p" || rc=1; done
-[ "$rc" = 0 ] && complete first 6 1500 && complete during 4 40
+for p in "${STREAMS[@]}"; do wait "$p" || rc=1; done
+[ "$rc" = 0 ] && complete during 4 40 && [ "$(b_in_flight)" = "$held" ] && [ "$held" -ge 1 ]
+check "nothing new is placed on the draining decoder (4 new requests done while it is paused with $held)" $? \
+    "held $held, now $(b_in_flight)"
+kill -CONT "$DEC_B_PID"
+rc=0
+for p in "${first_streams[@]}"; do wait "$p" || rc=1; done
+[ "$rc" = 0 ] && complete first 6 4000
 check "every stream, on the draining decoder too, finishes completely" $? "$(tail -c 300 "$CLUSTER_TMP/first-1.sse")"
 wait "$DEC_B_PID"
 rc=$?
@@ -173,12 +176,12 @@ cluster_stop 1
 
 # ---- the router's queue ------------------------------------------------------
 # start_router NAME QUEUE_TIMEOUT_MS, with a prefiller and a decoder; the
-# decoder then streams one long request and is told to leave, so for a
-# while the only decoder drains.
+# decoder then streams one long request, is told to leave and is paused
+# (SIGSTOP) mid-drain, so the only decoder drains until it is resumed.
 start_router() {
     rm -f "$CLUSTER_TMP/ports"
     "$BIN/tandem-router" --http-port 0 --worker-port 0 --rpc-port 0 --port-file "$CLUSTER_TMP/ports" \
-        --heartbeat-ms 200 --worker-timeout-ms 3000 --queue-timeout-ms "$2" \
+        --heartbeat-ms 200 --worker-timeout-ms 30000 --queue-timeout-ms "$2" \
         >>"$CLUSTER_TMP/$1.log" 2>&1 &
     CLUSTER_PIDS+=($!)
     CLUSTER_NAMES+=("$1")
@@ -192,7 +195,7 @@ start_router() {
     DRAINING_PID=$LAST_PID
     EXTRA_PIDS+=($LAST_PID)
     registered 1 1
-    stream 1 "$1-long" 1500
+    stream 1 "$1-long" 4000
     LONG=${STREAMS[0]}
     for _ in $(seq 1 200); do
         [ "$(metric_of "$URL" "tandem_decode_batch_size{pool=\"decode\",worker=\"$1-decoder\"}")" = 1 ] && break
@@ -203,6 +206,7 @@ start_router() {
         [ "$(metric_of "$URL" 'tandem_pool_draining_replicas{pool="decode"}')" = 1 ] && break
         sleep 0.05
     done
+    kill -STOP "$DRAINING_PID"
 }
 start_router router-q 60000
 curl -s "$URL/healthz" | grep -q '"ready":false,"prefillers":1,"decoders":1}' &&
@@ -228,8 +232,9 @@ got=$(json_get "$CLUSTER_TMP/held.json" '",".join(map(str, j["choices"][0]["toke
     [ "$(metric_of "$URL" 'tandem_router_queue_depth{stage="decode"}')" = 0 ]
 check "when a new decoder registers, the held request is served (golden tokens) and the queue empties" $? \
     "HTTP $(cat "$CLUSTER_TMP/held.code") $got"
-wait "$LONG" && complete router-q-long 1 1500 && wait "$DRAINING_PID"
-check "meanwhile the draining decoder finished its stream and exited 0" $?
+kill -CONT "$DRAINING_PID"
+wait "$LONG" && complete router-q-long 1 4000 && wait "$DRAINING_PID"
+check "resumed, the draining decoder finishes its stream and exits 0" $?
 cluster_stop 1
 
 start_router router-t 700
@@ -237,6 +242,7 @@ code=$(post /v1/completions "{\"model\":\"$fx\",\"prompt\":[1,2,3]}" "$CLUSTER_T
 [ "$code" = 503 ] && grep -q '"code":"no_capacity"' "$CLUSTER_TMP/timeout.json" &&
     grep -q 'within 700 ms' "$CLUSTER_TMP/timeout.json"
 check "a request held past --queue-timeout-ms gets 503 no_capacity" $? "HTTP $code $(cat "$CLUSTER_TMP/timeout.json")"
-wait "$LONG" && complete router-t-long 1 1500 && wait "$DRAINING_PID"
-check "the draining decoder finished its stream and exited 0" $?
+kill -CONT "$DRAINING_PID"
+wait "$LONG" && complete router-t-long 1 4000 && wait "$DRAINING_PID"
+check "resumed, the draining decoder finishes its stream and exits 0" $?
 cluster_finish
