@@ -27,6 +27,19 @@ static void json_num(sbuf *b, double v)
         sb_puts(b, "null");
 }
 
+/* Times (seconds since the router started) go out with microseconds, and
+ * ?since= compares with half a microsecond of slack, so a point the page
+ * has seen is never sent again because of rounding. */
+static void json_time(sbuf *b, double t)
+{
+    sb_printf(b, "%.6f", t);
+}
+
+static int seen(double t, double since_s)
+{
+    return t <= since_s + 5e-7;
+}
+
 static void json_key_str(sbuf *b, const char *key, const char *v)
 {
     sb_printf(b, "\"%s\":", key);
@@ -105,12 +118,12 @@ static void history_json(const autoscale_status *as, sbuf *b, double since_s)
     for (int k = 0; k < as->n_history; k++) {
         int i = (as->history_next - as->n_history + k + AUTOSCALE_HISTORY) % AUTOSCALE_HISTORY;
         const autoscale_sample *h = &as->history[i];
-        if (h->t <= since_s)
+        if (seen(h->t, since_s))
             continue;
         sb_puts(b, first ? "{" : ",{");
         first = 0;
         sb_puts(b, "\"t\":");
-        json_num(b, h->t);
+        json_time(b, h->t);
         sb_puts(b, ",");
         pair(b, "current", h->current);
         sb_puts(b, ",");
@@ -143,11 +156,11 @@ static void events_json(const autoscale_status *as, sbuf *b, double since_s)
     for (int k = 0; k < as->n_events; k++) {
         int i = (as->events_next - as->n_events + k + AUTOSCALE_EVENTS) % AUTOSCALE_EVENTS;
         const autoscale_event *e = &as->events[i];
-        if (e->t <= since_s)
+        if (seen(e->t, since_s))
             continue;
         sb_puts(b, first ? "{\"t\":" : ",{\"t\":");
         first = 0;
-        json_num(b, e->t);
+        json_time(b, e->t);
         sb_printf(b, ",\"pool\":\"%s\",\"from\":%d,\"to\":%d,", as_pool_name((as_pool)e->pool),
                   e->from, e->to);
         json_key_str(b, "reason", e->reason);
@@ -161,7 +174,7 @@ void dashboard_state_json(router_ctx *ctx, sbuf *b, double since_s)
     const autoscale_status *as = &ctx->as_status;
     const router_metrics *m = &ctx->metrics;
     sb_puts(b, "{\"now\":");
-    json_num(b, tn_now_s() - ctx->t_start);
+    json_time(b, tn_now_s() - ctx->t_start);
     sb_puts(b, ",");
     json_key_str(b, "scaler", ctx->cfg.as.scaler);
     sb_printf(b, ",\"autoscaling\":%s,\"evaluated\":%s,\"interval_s\":",

@@ -114,6 +114,7 @@ python3 tests/integration/dashboard_cdp.py "$MURL/dashboard" --timeout 120 \
     --screenshot "$logs/dashboard-autoscale.png" \
     --step "Number(document.body.dataset.updates) >= 2 && document.getElementById('decode-ready').textContent === '1' && document.getElementById('prefill-ready').textContent === '1' && document.getElementById('worker-count').textContent === '2'" \
     --step "document.getElementById('decode-ready').textContent === '2' && document.querySelectorAll('#workers tr[data-worker]').length >= 3" \
+    --step "(() => { const r = [...document.querySelectorAll('#events tr')].map((x) => x.textContent); return r.length >= 4 && new Set(r).size === r.length; })()" \
     >"$CLUSTER_TMP/cdp.out" 2>&1 &
 CDP=$!
 PIDS+=($CDP)
@@ -155,6 +156,14 @@ for _ in $(seq 1 600); do
 done
 grep -q "step 2 ok" "$CLUSTER_TMP/cdp.out"
 check "the open dashboard updates to 2 decoders when the scaler adds one" $? \
+    "$(cat "$CLUSTER_TMP/cdp.out")"
+for _ in $(seq 1 100); do
+    grep -q "step 3" "$CLUSTER_TMP/cdp.out" && break
+    kill -0 $CDP 2>/dev/null || break
+    sleep 0.1
+done
+grep -q "step 3 ok" "$CLUSTER_TMP/cdp.out"
+check "its decisions table lists each scaling action once (incremental polling)" $? \
     "$(cat "$CLUSTER_TMP/cdp.out")"
 # Let the new decoder take part before the load stops.
 sleep 1
@@ -200,6 +209,17 @@ assert all(p["scaler_errors"] == 0 for p in s["pools"].values()), s["pools"]
 EOF
 check "decisions: prefill 1->2, then decode 1->2, then each back 2->1, no scaler error" $? \
     "$(python3 -c 'import json,sys; print([(e["pool"],e["from"],e["to"]) for e in json.load(open(sys.argv[1]))["events"]])' "$CLUSTER_TMP/state.json")"
+
+# Incremental polling: asking with the newest point's time returns nothing old.
+python3 - "$CLUSTER_TMP/state.json" "$MURL" <<'EOF'
+import json, sys, urllib.request
+s = json.load(open(sys.argv[1]))
+last = s["history"][-1]["t"]
+again = json.load(urllib.request.urlopen("%s/dashboard/state?since=%s" % (sys.argv[2], last)))
+assert all(h["t"] > last for h in again["history"]), (last, again["history"][:1])
+assert all(e["t"] > last for e in again["events"]), again["events"]
+EOF
+check "/dashboard/state?since=T returns only newer points and decisions" $?
 
 # ---- PromQL over what Prometheus scraped -----------------------------------
 ok_prom=1
