@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Scale-down drains, and the router's queue. Real processes on loopback
-# (a draining worker is paused with SIGSTOP where a check needs it to stay
-# draining, so nothing depends on how fast it decodes):
+# Scale-down drains, and the router's queue. Real processes on loopback.
+# Where a check needs a worker to stay busy (draining with work left), the
+# prefiller is paused (SIGSTOP): placed requests then sit reserved at their
+# decoder until it resumes, so nothing depends on how fast the model runs.
 #   - a decoder told to leave (SIGTERM) while it streams requests: its
 #     /healthz?ready=1 turns 503 (liveness stays 200), the router stops
 #     placing on it (new requests all go to the other decoder), every
@@ -85,19 +86,23 @@ curl -s "http://127.0.0.1:$DEC_A/metrics" |
 check "a decoder's own /metrics serves its series (KV capacity 1024 pages)" $? \
     "$(curl -s "http://127.0.0.1:$DEC_A/metrics" | grep kv_cache | head -3)"
 
-stream 6 first 4000
-# Wait until decoder B is running some of them.
-b_batch=0
+in_flight_of() { # in_flight_of WORKER: the router's count of requests placed on it
+    curl -s "$URL/dashboard/state" | python3 -c 'import json,sys; w=[x for x in json.load(sys.stdin)["workers"] if x["id"]==sys.argv[1]]; print(w[0]["in_flight"] if w else "gone")' "$1"
+}
+PREFILLER_PID=${CLUSTER_PIDS[1]}
+DEC_A_ID=$(curl -s "$URL/dashboard/state" | python3 -c 'import json,sys; print([w["id"] for w in json.load(sys.stdin)["workers"] if w["pool"]=="decode" and w["id"]!="decoder-b"][0])')
+# With the prefiller paused, 6 streams are placed (3 per decoder, smallest
+# batch first) and wait at their decoders for their prompts' KV.
+kill -STOP "$PREFILLER_PID"
+stream 6 first 64
+first_streams=("${STREAMS[@]}")
 for _ in $(seq 1 200); do
-    b_batch=$(metric_of "http://127.0.0.1:$DEC_B" 'tandem_decode_batch_size{pool="decode",worker="decoder-b"}')
-    [ "${b_batch:-0}" -ge 1 ] && break
+    [ "$(in_flight_of decoder-b)" = 3 ] && [ "$(in_flight_of "$DEC_A_ID")" = 3 ] && break
     sleep 0.05
 done
-[ "${b_batch:-0}" -ge 1 ]
-check "decoder-b runs some of the streams before it is told to leave" $? "batch ${b_batch:-none}"
-b_in_flight() {
-    curl -s "$URL/dashboard/state" | python3 -c 'import json,sys; w=[x for x in json.load(sys.stdin)["workers"] if x["id"]=="decoder-b"]; print(w[0]["in_flight"] if w else "gone")'
-}
+held=$(in_flight_of decoder-b)
+[ "$held" = 3 ]
+check "decoder-b holds 3 of the 6 requests before it is told to leave" $? "decoder-b $held, $DEC_A_ID $(in_flight_of "$DEC_A_ID")"
 kill -TERM "$DEC_B_PID"
 ready_code=000
 for _ in $(seq 1 100); do
@@ -116,21 +121,20 @@ done
     [ "$(metric_of "$URL" 'tandem_pool_draining_replicas{pool="decode"}')" = 1 ] &&
     [ "$(metric_of "$URL" 'tandem_pool_ready_replicas{pool="decode"}')" = 1 ]
 check "the router's /metrics shows decoder-b draining (1 draining, 1 ready)" $?
-# Freeze decoder-b mid-drain: while it cannot answer, new requests must all
-# be served by decoder-a, and its own count cannot move.
-kill -STOP "$DEC_B_PID"
-held=$(b_in_flight)
-first_streams=("${STREAMS[@]}")
+# New requests while it drains: all four go to the other decoder.
 stream 4 during 40
+during_streams=("${STREAMS[@]}")
+for _ in $(seq 1 200); do
+    [ "$(in_flight_of "$DEC_A_ID")" = 7 ] && break
+    sleep 0.05
+done
+[ "$(in_flight_of "$DEC_A_ID")" = 7 ] && [ "$(in_flight_of decoder-b)" = 3 ]
+check "nothing new is placed on the draining decoder (the 4 new requests all go to the other)" $? \
+    "decoder-b $(in_flight_of decoder-b), $DEC_A_ID $(in_flight_of "$DEC_A_ID")"
+kill -CONT "$PREFILLER_PID"
 rc=0
-for p in "${STREAMS[@]}"; do wait "$p" || rc=1; done
-[ "$rc" = 0 ] && complete during 4 40 && [ "$(b_in_flight)" = "$held" ] && [ "$held" -ge 1 ]
-check "nothing new is placed on the draining decoder (4 new requests done while it is paused with $held)" $? \
-    "held $held, now $(b_in_flight)"
-kill -CONT "$DEC_B_PID"
-rc=0
-for p in "${first_streams[@]}"; do wait "$p" || rc=1; done
-[ "$rc" = 0 ] && complete first 6 4000
+for p in "${first_streams[@]}" "${during_streams[@]}"; do wait "$p" || rc=1; done
+[ "$rc" = 0 ] && complete first 6 64 && complete during 4 40
 check "every stream, on the draining decoder too, finishes completely" $? "$(tail -c 300 "$CLUSTER_TMP/first-1.sse")"
 wait "$DEC_B_PID"
 rc=$?
@@ -146,38 +150,40 @@ PRE_B_PID=$LAST_PID
 EXTRA_PIDS+=($PRE_B_PID)
 registered 2 1
 check "a second prefiller registers" $?
-# Long prompts from several clients keep both prefillers' queues busy.
-long=$(python3 -c 'print(",".join(str(3 + i % 500) for i in range(2000)))')
+# Paused, prefiller-b gets its share of 4 requests (fewest queued tokens
+# first) and cannot start them; it is told to leave while they wait.
+kill -STOP "$PRE_B_PID"
 PRE=()
-for i in $(seq 1 6); do
+for i in $(seq 1 4); do
     curl -s --max-time 120 -o "$CLUSTER_TMP/pre-$i.json" -w '%{http_code}' -H 'Content-Type: application/json' \
-        -d "{\"model\":\"$fx\",\"prompt\":[$long,$i],\"max_tokens\":2,\"temperature\":0,\"ignore_eos\":true}" \
+        -d "{\"model\":\"$fx\",\"prompt\":[5,6,7,$i],\"max_tokens\":4,\"temperature\":0,\"ignore_eos\":true}" \
         "$URL/v1/completions" >"$CLUSTER_TMP/pre-$i.code" &
     PRE+=($!)
 done
-q=0
 for _ in $(seq 1 200); do
-    q=$(metric_of "$URL" 'tandem_prefill_queue_depth{pool="prefill",worker="prefiller-b"}')
-    [ "${q:-0}" -ge 1 ] && break
-    sleep 0.02
+    [ "$(in_flight_of prefiller-b)" = 2 ] && break
+    sleep 0.05
 done
+queued=$(in_flight_of prefiller-b)
 kill -TERM "$PRE_B_PID"
+kill -CONT "$PRE_B_PID"
 rc=0
 for p in "${PRE[@]}"; do wait "$p" || rc=1; done
-bad=$(cat "$CLUSTER_TMP"/pre-*.code | tr -d '\n' | sed 's/200//g')
-[ "$rc" = 0 ] && [ -z "$bad" ]
-check "requests queued at a draining prefiller all complete (200)" $? "codes $(cat "$CLUSTER_TMP"/pre-*.code | tr '\n' ' ')"
+codes=$(cat "$CLUSTER_TMP"/pre-*.code)
+[ "$rc" = 0 ] && [ "$codes" = "200200200200" ] && [ "$queued" = 2 ]
+check "the 2 requests queued at a prefiller told to leave are still served (all 4: 200)" $? \
+    "queued $queued, codes $codes"
 wait "$PRE_B_PID"
 rc=$?
 [ "$rc" = 0 ] && grep -q "deregistered: leaving" "$CLUSTER_TMP/prefiller-b.log"
-check "the drained prefiller deregisters and exits 0 (it had ${q:-0} queued)" $? "exit $rc" \
-    "$(tail -5 "$CLUSTER_TMP/prefiller-b.log")"
+check "the drained prefiller deregisters and exits 0" $? "exit $rc" "$(tail -5 "$CLUSTER_TMP/prefiller-b.log")"
 cluster_stop 1
 
 # ---- the router's queue ------------------------------------------------------
-# start_router NAME QUEUE_TIMEOUT_MS, with a prefiller and a decoder; the
-# decoder then streams one long request, is told to leave and is paused
-# (SIGSTOP) mid-drain, so the only decoder drains until it is resumed.
+# start_router NAME QUEUE_TIMEOUT_MS, with a prefiller and a decoder. The
+# prefiller is paused, so a first request stays reserved at the decoder; the
+# decoder is told to leave: it drains (holding that request) until the
+# prefiller resumes, and meanwhile no decoder can take anything new.
 start_router() {
     rm -f "$CLUSTER_TMP/ports"
     "$BIN/tandem-router" --http-port 0 --worker-port 0 --rpc-port 0 --port-file "$CLUSTER_TMP/ports" \
@@ -189,16 +195,18 @@ start_router() {
     URL=http://127.0.0.1:$(port_of http_port)
     WORKER_EP=tcp://127.0.0.1:$(port_of worker_port)
     start_worker prefiller "$1-prefiller"
+    PAUSED_PID=$LAST_PID
     CLUSTER_PIDS+=($LAST_PID)
     CLUSTER_NAMES+=("$1-prefiller")
     start_worker decoder "$1-decoder"
     DRAINING_PID=$LAST_PID
     EXTRA_PIDS+=($LAST_PID)
     registered 1 1
-    stream 1 "$1-long" 4000
-    LONG=${STREAMS[0]}
+    kill -STOP "$PAUSED_PID"
+    stream 1 "$1-first" 16
+    FIRST=${STREAMS[0]}
     for _ in $(seq 1 200); do
-        [ "$(metric_of "$URL" "tandem_decode_batch_size{pool=\"decode\",worker=\"$1-decoder\"}")" = 1 ] && break
+        [ "$(in_flight_of "$1-decoder")" = 1 ] && break
         sleep 0.05
     done
     kill -TERM "$DRAINING_PID"
@@ -206,7 +214,6 @@ start_router() {
         [ "$(metric_of "$URL" 'tandem_pool_draining_replicas{pool="decode"}')" = 1 ] && break
         sleep 0.05
     done
-    kill -STOP "$DRAINING_PID"
 }
 start_router router-q 60000
 curl -s "$URL/healthz" | grep -q '"ready":false,"prefillers":1,"decoders":1}' &&
@@ -226,15 +233,21 @@ check "with every decoder draining a new request waits at the router (tandem_rou
 start_worker decoder router-q-decoder2
 CLUSTER_PIDS+=($LAST_PID)
 CLUSTER_NAMES+=(router-q-decoder2)
+for _ in $(seq 1 200); do
+    [ "$(in_flight_of router-q-decoder2)" = 1 ] && break
+    sleep 0.05
+done
+[ "$(in_flight_of router-q-decoder2)" = 1 ] && [ "$(metric_of "$URL" 'tandem_router_queue_depth{stage="decode"}')" = 0 ]
+check "when a new decoder registers, the held request is placed on it" $? "$(in_flight_of router-q-decoder2)"
+kill -CONT "$PAUSED_PID"
 wait "$HELD"
 got=$(json_get "$CLUSTER_TMP/held.json" '",".join(map(str, j["choices"][0]["token_ids"]))' 2>&1)
 [ "$(cat "$CLUSTER_TMP/held.code")" = 200 ] && [ "$got" = "$(golden_ids "$dir" gen_ids | cut -d, -f1-8)" ] &&
     [ "$(metric_of "$URL" 'tandem_router_queue_depth{stage="decode"}')" = 0 ]
-check "when a new decoder registers, the held request is served (golden tokens) and the queue empties" $? \
+check "the held request is served by the new decoder (golden tokens) and the queue empties" $? \
     "HTTP $(cat "$CLUSTER_TMP/held.code") $got"
-kill -CONT "$DRAINING_PID"
-wait "$LONG" && complete router-q-long 1 4000 && wait "$DRAINING_PID"
-check "resumed, the draining decoder finishes its stream and exits 0" $?
+wait "$FIRST" && complete router-q-first 1 16 && wait "$DRAINING_PID"
+check "the draining decoder finishes its request and exits 0" $?
 cluster_stop 1
 
 start_router router-t 700
@@ -242,7 +255,7 @@ code=$(post /v1/completions "{\"model\":\"$fx\",\"prompt\":[1,2,3]}" "$CLUSTER_T
 [ "$code" = 503 ] && grep -q '"code":"no_capacity"' "$CLUSTER_TMP/timeout.json" &&
     grep -q 'within 700 ms' "$CLUSTER_TMP/timeout.json"
 check "a request held past --queue-timeout-ms gets 503 no_capacity" $? "HTTP $code $(cat "$CLUSTER_TMP/timeout.json")"
-kill -CONT "$DRAINING_PID"
-wait "$LONG" && complete router-t-long 1 4000 && wait "$DRAINING_PID"
-check "resumed, the draining decoder finishes its stream and exits 0" $?
+kill -CONT "$PAUSED_PID"
+wait "$FIRST" && complete router-t-first 1 16 && wait "$DRAINING_PID"
+check "the draining decoder finishes its request and exits 0" $?
 cluster_finish
