@@ -1,0 +1,280 @@
+/* The forward pass: one call advances a batch of sequences by their new
+ * tokens (prefill: many tokens of one sequence; decode: one token each of
+ * many), writing their K/V into the paged cache on the way.
+ *
+ * All new tokens of all sequences are concatenated into one row dimension,
+ * so every projection, norm and expert MLP runs once over the whole batch;
+ * only attention needs to know where one sequence ends, and it gets that
+ * from the kn_seq_batch built here. */
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "engine/model_internal.h"
+#include "kernels/attention.h"
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
+#include "kernels/matmul.h"
+#include "kernels/moe.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/status.h"
+
+static void buf_free(const kn_backend *be, tm_buf *b, int host)
+{
+    if (b->p) {
+        if (host)
+            free(b->p);
+        else
+            kn_free(be, b->p);
+    }
+    b->p = NULL;
+    b->cap = 0;
+}
+
+void tm_scratch_free(const kn_backend *be, tm_scratch *s)
+{
+    tm_buf *dev[] = {&s->x, &s->xn, &s->q, &s->k, &s->v, &s->att, &s->tmp,
+                     &s->router, &s->eidx, &s->ew, &s->ids, &s->pos,
+                     &s->last_rows, &s->last_h, &s->logits,
+                     &s->q_offset, &s->kv_len, &s->page_table};
+    tm_buf *host[] = {&s->h_ids, &s->h_pos, &s->h_last, &s->h_q_offset,
+                      &s->h_kv_len, &s->h_page_table};
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
+        buf_free(be, dev[i], 0);
+    for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++)
+        buf_free(be, host[i], 1);
+}
+
+/* Makes b hold at least `bytes`; contents are not kept. Grows by half again
+ * so a slowly growing batch does not reallocate every step. */
+static int buf_need(const kn_backend *be, tm_buf *b, size_t bytes, int host)
+{
+    if (bytes <= b->cap)
+        return KN_OK;
+    buf_free(be, b, host);
+    size_t cap = bytes + bytes / 2;
+    b->p = host ? malloc(cap) : kn_malloc(be, cap);
+    if (!b->p)
+        return KN_ERR_NOMEM;
+    b->cap = cap;
+    return KN_OK;
+}
+
+static int scratch_need(tm_model *m, size_t rows, size_t seqs, size_t pages,
+                        size_t logit_rows)
+{
+    const tm_config *c = &m->cfg;
+    const kn_backend *be = m->be;
+    tm_scratch *s = &m->s;
+    const size_t F = sizeof(float), I = sizeof(int32_t);
+    const size_t H = (size_t)c->hidden_size, qd = (size_t)c->n_heads * c->head_dim,
+                 kvd = (size_t)c->n_kv_heads * c->head_dim, E = (size_t)c->n_experts,
+                 K = (size_t)c->n_experts_per_tok, V = (size_t)c->vocab_size;
+    struct { tm_buf *b; size_t bytes; int host; } want[] = {
+        {&s->x, rows * H * F, 0},       {&s->xn, rows * H * F, 0},
+        {&s->q, rows * qd * F, 0},      {&s->k, rows * kvd * F, 0},
+        {&s->v, rows * kvd * F, 0},     {&s->att, rows * qd * F, 0},
+        {&s->tmp, rows * H * F, 0},     {&s->router, rows * E * F, 0},
+        {&s->eidx, rows * K * I, 0},    {&s->ew, rows * K * F, 0},
+        {&s->ids, rows * I, 0},         {&s->pos, rows * I, 0},
+        {&s->last_rows, seqs * I, 0},   {&s->last_h, seqs * H * F, 0},
+        {&s->logits, logit_rows * V * F, 0},
+        {&s->q_offset, (seqs + 1) * I, 0}, {&s->kv_len, seqs * I, 0},
+        {&s->page_table, seqs * pages * I, 0},
+        {&s->h_ids, rows * I, 1},       {&s->h_pos, rows * I, 1},
+        {&s->h_last, seqs * I, 1},      {&s->h_q_offset, (seqs + 1) * I, 1},
+        {&s->h_kv_len, seqs * I, 1},    {&s->h_page_table, seqs * pages * I, 1},
+    };
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        int rc = buf_need(be, want[i].b, want[i].bytes, want[i].host);
+        if (rc)
+            return rc;
+    }
+    return KN_OK;
+}
+
+/* Rejects a batch the kernels could not run safely: sizes, page tables too
+ * short for the tokens, page ids outside the cache, bad token ids. */
+static int check_batch(const tm_model *m, const tm_kv_cache *kv, const tm_seq_step *seqs,
+                       int n_seqs, long long *rows_out, int *max_pages_out)
+{
+    const tm_config *c = &m->cfg;
+    if (!kv || !seqs || n_seqs <= 0 || kv->n_layers != c->n_layers ||
+        kv->n_kv_heads != c->n_kv_heads || kv->head_dim != c->head_dim ||
+        kv->page_size <= 0)
+        return KN_ERR_ARG;
+    long long rows = 0;
+    int max_pages = 1;
+    for (int s = 0; s < n_seqs; s++) {
+        const tm_seq_step *q = &seqs[s];
+        if (!q->tokens || q->n_tokens <= 0 || q->n_cached < 0 || !q->pages ||
+            (long long)q->n_cached + q->n_tokens > INT_MAX)
+            return KN_ERR_ARG;
+        int len = q->n_cached + q->n_tokens;
+        int need = (int)(((long long)len + kv->page_size - 1) / kv->page_size);
+        if (q->n_pages < need)
+            return KN_ERR_ARG;
+        for (int p = 0; p < need; p++)
+            if (q->pages[p] < 0 || q->pages[p] >= kv->n_pages)
+                return KN_ERR_ARG;
+        for (int t = 0; t < q->n_tokens; t++)
+            if (q->tokens[t] < 0 || q->tokens[t] >= c->vocab_size)
+                return KN_ERR_ARG;
+        if (need > max_pages)
+            max_pages = need;
+        rows += q->n_tokens;
+    }
+    if (rows > INT_MAX / 2)
+        return KN_ERR_ARG;
+    *rows_out = rows;
+    *max_pages_out = max_pages;
+    return KN_OK;
+}
+
+/* Fills the host batch arrays and uploads them with the token ids and
+ * positions. */
+static int build_batch(tm_model *m, const tm_kv_cache *kv, const tm_seq_step *seqs,
+                       int n_seqs, int rows, int max_pages, kn_seq_batch *b)
+{
+    tm_scratch *s = &m->s;
+    int32_t *ids = s->h_ids.p, *pos = s->h_pos.p, *last = s->h_last.p;
+    int32_t *qo = s->h_q_offset.p, *kl = s->h_kv_len.p, *pt = s->h_page_table.p;
+    int r = 0, max_q = 0, max_kv = 0;
+    for (int i = 0; i < n_seqs; i++) {
+        const tm_seq_step *q = &seqs[i];
+        int len = q->n_cached + q->n_tokens;
+        int need = (len + kv->page_size - 1) / kv->page_size;
+        qo[i] = r;
+        kl[i] = len;
+        for (int t = 0; t < q->n_tokens; t++, r++) {
+            ids[r] = q->tokens[t];
+            pos[r] = q->n_cached + t;
+        }
+        last[i] = r - 1;
+        for (int p = 0; p < max_pages; p++)   /* unused tail: any valid page id */
+            pt[(size_t)i * max_pages + p] = p < need ? q->pages[p] : q->pages[0];
+        if (q->n_tokens > max_q)
+            max_q = q->n_tokens;
+        if (len > max_kv)
+            max_kv = len;
+    }
+    qo[n_seqs] = r;
+    const kn_backend *be = m->be;
+    const size_t I = sizeof(int32_t);
+    int rc = kn_copy_to_backend(be, s->ids.p, ids, (size_t)rows * I);
+    if (!rc)
+        rc = kn_copy_to_backend(be, s->pos.p, pos, (size_t)rows * I);
+    if (!rc)
+        rc = kn_copy_to_backend(be, s->last_rows.p, last, (size_t)n_seqs * I);
+    if (!rc)
+        rc = kn_copy_to_backend(be, s->q_offset.p, qo, (size_t)(n_seqs + 1) * I);
+    if (!rc)
+        rc = kn_copy_to_backend(be, s->kv_len.p, kl, (size_t)n_seqs * I);
+    if (!rc)
+        rc = kn_copy_to_backend(be, s->page_table.p, pt, (size_t)n_seqs * max_pages * I);
+    *b = (kn_seq_batch){
+        .n_seqs = n_seqs, .n_rows = rows, .max_pages = max_pages,
+        .max_q_len = max_q, .max_kv_len = max_kv,
+        .q_offset = s->q_offset.p, .kv_len = s->kv_len.p, .page_table = s->page_table.p,
+        .n_pages = kv->n_pages,
+    };
+    return rc;
+}
+
+/* One decoder layer over all rows, updating the residual stream s->x. */
+static int layer_forward(tm_model *m, tm_kv_cache *kv, int l, const kn_seq_batch *b)
+{
+    const tm_config *c = &m->cfg;
+    const tm_layer_weights *w = &m->w.layers[l];
+    const kn_backend *be = m->be;
+    tm_scratch *s = &m->s;
+    const int T = b->n_rows, H = c->hidden_size, hd = c->head_dim;
+    const int qd = c->n_heads * hd, kvd = c->n_kv_heads * hd;
+    float *x = s->x.p, *xn = s->xn.p, *q = s->q.p, *k = s->k.p, *v = s->v.p;
+    float *att = s->att.p, *tmp = s->tmp.p;
+    int rc;
+#define TRY(call) do { if ((rc = (call)) != KN_OK) return rc; } while (0)
+    /* attention block */
+    TRY(kn_rmsnorm(be, xn, x, w->attn_norm, T, H, c->rms_eps));
+    TRY(kn_matmul(be, q, xn, w->q_w, w->q_b, T, qd, H));
+    TRY(kn_matmul(be, k, xn, w->k_w, w->k_b, T, kvd, H));
+    TRY(kn_matmul(be, v, xn, w->v_w, w->v_b, T, kvd, H));
+    if (c->qk_norm) {   /* Qwen3: RMSNorm over each head's vector, before RoPE */
+        TRY(kn_rmsnorm(be, q, q, w->q_norm, T * c->n_heads, hd, c->rms_eps));
+        TRY(kn_rmsnorm(be, k, k, w->k_norm, T * c->n_kv_heads, hd, c->rms_eps));
+    }
+    TRY(kn_rope(be, q, s->pos.p, T, c->n_heads, hd, m->inv_freq, m->rope_scale));
+    TRY(kn_rope(be, k, s->pos.p, T, c->n_kv_heads, hd, m->inv_freq, m->rope_scale));
+    TRY(kn_kv_append(be, kv->k[l], kv->v[l], k, v, b, c->n_kv_heads, hd, kv->page_size));
+    TRY(kn_attention(be, att, q, kv->k[l], kv->v[l], b, c->n_heads, c->n_kv_heads, hd,
+                     kv->page_size, (float)(1.0 / sqrt((double)hd)), w->sinks,
+                     c->layer_window[l]));
+    TRY(kn_matmul(be, tmp, att, w->o_w, w->o_b, T, H, qd));
+    TRY(kn_add(be, x, x, tmp, (size_t)T * H));
+    /* MoE block */
+    TRY(kn_rmsnorm(be, xn, x, w->mlp_norm, T, H, c->rms_eps));
+    TRY(kn_matmul(be, s->router.p, xn, w->router_w, w->router_b, T, c->n_experts, H));
+    TRY(kn_moe_route(be, s->eidx.p, s->ew.p, s->router.p, T, c->n_experts,
+                     c->n_experts_per_tok, c->route_mode, c->norm_topk_prob));
+    TRY(kn_moe_experts(be, tmp, xn, s->eidx.p, s->ew.p, T, c->n_experts_per_tok,
+                       &m->moe[l]));
+    TRY(kn_add(be, x, x, tmp, (size_t)T * H));
+#undef TRY
+    return KN_OK;
+}
+
+int tm_forward(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
+               int n_seqs, float *logits, float *all_logits)
+{
+    if (!m)
+        return KN_ERR_ARG;
+    long long rows_ll;
+    int max_pages;
+    int rc = check_batch(m, kv, seqs, n_seqs, &rows_ll, &max_pages);
+    if (rc)
+        return rc;
+    const tm_config *c = &m->cfg;
+    const kn_backend *be = m->be;
+    tm_scratch *s = &m->s;
+    const int T = (int)rows_ll, H = c->hidden_size, V = c->vocab_size;
+    rc = scratch_need(m, (size_t)T, (size_t)n_seqs, (size_t)max_pages,
+                      all_logits ? (size_t)T : (size_t)n_seqs);
+    if (rc)
+        return rc;
+    kn_seq_batch b;
+    rc = build_batch(m, kv, seqs, n_seqs, T, max_pages, &b);
+    if (!rc)
+        rc = kn_embedding(be, s->x.p, m->w.embed, s->ids.p, T, V, H);
+    for (int l = 0; l < c->n_layers && !rc; l++)
+        rc = layer_forward(m, kv, l, &b);
+    if (rc)
+        return rc;
+
+    const size_t row_bytes = (size_t)V * sizeof(float);
+    if (all_logits) {
+        rc = kn_rmsnorm(be, s->xn.p, s->x.p, m->w.final_norm, T, H, c->rms_eps);
+        if (!rc)
+            rc = kn_matmul(be, s->logits.p, s->xn.p, m->w.lm_head, NULL, T, V, H);
+        if (!rc)
+            rc = kn_copy_to_host(be, all_logits, s->logits.p, (size_t)T * row_bytes);
+        const int32_t *last = s->h_last.p;
+        for (int i = 0; !rc && logits && i < n_seqs; i++)
+            memcpy(logits + (size_t)i * V, all_logits + (size_t)last[i] * V, row_bytes);
+        return rc;
+    }
+    /* Only each sequence's last row feeds the head: gather those rows
+     * (an embedding lookup into the hidden states is exactly a row gather)
+     * so a long prefill never pays for T x vocab logits. */
+    rc = kn_embedding(be, s->last_h.p, s->x.p, s->last_rows.p, n_seqs, T, H);
+    if (!rc)
+        rc = kn_rmsnorm(be, s->last_h.p, s->last_h.p, m->w.final_norm, n_seqs, H,
+                        c->rms_eps);
+    if (!rc)
+        rc = kn_matmul(be, s->logits.p, s->last_h.p, m->w.lm_head, NULL, n_seqs, V, H);
+    if (!rc && logits)
+        rc = kn_copy_to_host(be, logits, s->logits.p, (size_t)n_seqs * row_bytes);
+    if (!rc)
+        rc = kn_backend_sync(be);
+    return rc;
+}

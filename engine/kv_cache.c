@@ -1,0 +1,106 @@
+#include "engine/kv_cache.h"
+#include <stdlib.h>
+#include <string.h>
+#include "kernels/status.h"
+
+size_t tm_kv_page_bytes(const tm_kv_cache *c)
+{
+    return (size_t)c->n_kv_heads * (size_t)c->page_size * (size_t)c->head_dim * sizeof(float);
+}
+
+void tm_kv_cache_free(tm_kv_cache *c)
+{
+    if (!c)
+        return;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (c->k && c->k[l])
+            kn_free(c->be, c->k[l]);
+        if (c->v && c->v[l])
+            kn_free(c->be, c->v[l]);
+    }
+    free(c->k);
+    free(c->v);
+    free(c->free_pages);
+    free(c->page_used);
+    memset(c, 0, sizeof(*c));
+}
+
+int tm_kv_cache_init(tm_kv_cache *c, const kn_backend *be, int n_layers,
+                     int n_kv_heads, int head_dim, int page_size, int n_pages)
+{
+    memset(c, 0, sizeof(*c));
+    if (!be || n_layers <= 0 || n_kv_heads <= 0 || head_dim <= 0 || page_size <= 0 ||
+        n_pages <= 0)
+        return KN_ERR_ARG;
+    c->be = be;
+    c->n_layers = n_layers;
+    c->n_kv_heads = n_kv_heads;
+    c->head_dim = head_dim;
+    c->page_size = page_size;
+    c->n_pages = n_pages;
+    size_t page = tm_kv_page_bytes(c);
+    if (page / sizeof(float) / (size_t)head_dim / (size_t)page_size != (size_t)n_kv_heads ||
+        (size_t)n_pages > SIZE_MAX / page) {
+        memset(c, 0, sizeof(*c));
+        return KN_ERR_ARG;
+    }
+    size_t pool = page * (size_t)n_pages;
+    c->k = calloc((size_t)n_layers, sizeof(*c->k));
+    c->v = calloc((size_t)n_layers, sizeof(*c->v));
+    c->free_pages = malloc(sizeof(*c->free_pages) * (size_t)n_pages);
+    c->page_used = calloc((size_t)n_pages, 1);
+    if (!c->k || !c->v || !c->free_pages || !c->page_used)
+        goto oom;
+    for (int l = 0; l < n_layers; l++) {
+        c->k[l] = kn_malloc(be, pool);
+        c->v[l] = kn_malloc(be, pool);
+        if (!c->k[l] || !c->v[l])
+            goto oom;
+        /* Never-written slots are never read, but zeroing keeps a bug that
+         * does read them deterministic (and memory checkers quiet). */
+        if (be->kind == KN_BACKEND_CPU) {
+            memset(c->k[l], 0, pool);
+            memset(c->v[l], 0, pool);
+        }
+    }
+    /* Stack order hands out page 0 first. */
+    for (int i = 0; i < n_pages; i++)
+        c->free_pages[i] = n_pages - 1 - i;
+    c->n_free = n_pages;
+    return KN_OK;
+oom:
+    tm_kv_cache_free(c);
+    return KN_ERR_NOMEM;
+}
+
+int tm_kv_alloc_pages(tm_kv_cache *c, int n, int32_t *pages)
+{
+    if (!c || n < 0 || (n > 0 && !pages))
+        return KN_ERR_ARG;
+    if (n > c->n_free)
+        return KN_ERR_NOMEM;
+    for (int i = 0; i < n; i++) {
+        int32_t p = c->free_pages[--c->n_free];
+        c->page_used[p] = 1;
+        pages[i] = p;
+    }
+    return KN_OK;
+}
+
+void tm_kv_release_pages(tm_kv_cache *c, const int32_t *pages, int n)
+{
+    if (!c || !pages)
+        return;
+    for (int i = 0; i < n; i++) {
+        int32_t p = pages[i];
+        if (p < 0 || p >= c->n_pages || !c->page_used[p])
+            continue;
+        c->page_used[p] = 0;
+        c->free_pages[c->n_free++] = p;
+    }
+}
+
+int tm_kv_pages_for(const tm_kv_cache *c, int n_tokens)
+{
+    return n_tokens <= 0 ? 0 : (n_tokens + c->page_size - 1) / c->page_size;
+}

@@ -1,0 +1,42 @@
+/* The tm_model struct, shared by model.c (load/free) and forward.c. */
+#ifndef TANDEM_ENGINE_MODEL_INTERNAL_H
+#define TANDEM_ENGINE_MODEL_INTERNAL_H
+#include <stddef.h>
+#include <stdint.h>
+#include "engine/model.h"
+#include "engine/weights.h"
+#include "kernels/moe.h"
+
+/* A buffer grown on demand; `host` ones live in host memory whatever the
+ * backend (the batch descriptors are built there before upload). */
+typedef struct tm_buf {
+    void *p;
+    size_t cap;
+} tm_buf;
+
+/* Per-forward working memory, kept between calls so steady-state decode
+ * allocates nothing. Backend buffers unless marked host. */
+typedef struct tm_scratch {
+    tm_buf x, xn, q, k, v, att, tmp;      /* [rows][...] activations */
+    tm_buf router, eidx, ew;              /* [rows][n_experts], [rows][k] */
+    tm_buf ids, pos;                      /* [rows] */
+    tm_buf last_rows, last_h;             /* [seqs], [seqs][dim] */
+    tm_buf logits;                        /* [rows or seqs][vocab] */
+    tm_buf q_offset, kv_len, page_table;  /* kn_seq_batch arrays */
+    tm_buf h_ids, h_pos, h_last, h_q_offset, h_kv_len, h_page_table; /* host */
+} tm_scratch;
+
+struct tm_model {
+    tm_config cfg;
+    const kn_backend *be;
+    tm_weights w;
+    kn_moe_weights *moe;   /* [n_layers] descriptors over w.layers */
+    float *inv_freq;       /* backend [head_dim / 2] */
+    float rope_scale;      /* YaRN attention scaling (1 for plain RoPE) */
+    tm_scratch s;
+};
+
+/* Frees every scratch buffer (forward.c). */
+void tm_scratch_free(const kn_backend *be, tm_scratch *s);
+
+#endif

@@ -1,0 +1,403 @@
+#include "engine/weights.h"
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "engine/util.h"
+#include "kernels/status.h"
+
+#define NOT_YET "FP8/MXFP4 weights are not supported by the CPU loader yet"
+
+/* Load state: the first failure writes err and turns every later step into
+ * a no-op, so the per-tensor code reads straight through. */
+typedef struct loader {
+    const tm_safetensors *st;
+    const kn_backend *be;
+    tm_weights *w;
+    uint8_t *used;      /* [st->n_tensors]: consumed by the model */
+    char *err;
+    size_t errlen;
+    int rc;
+} loader;
+
+static void lfail(loader *L, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void lfail(loader *L, int rc, const char *fmt, ...)
+{
+    if (L->rc)
+        return;
+    if (L->err && L->errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(L->err, L->errlen, fmt, ap);
+        va_end(ap);
+    }
+    L->rc = rc;
+}
+
+static void shape_str(char *buf, size_t n, int ndim, const int64_t *dims)
+{
+    size_t off = 0;
+    off += (size_t)snprintf(buf + off, n - off, "[");
+    for (int i = 0; i < ndim && off < n; i++)
+        off += (size_t)snprintf(buf + off, n - off, "%s%lld", i ? ", " : "", (long long)dims[i]);
+    if (off < n)
+        snprintf(buf + off, n - off, "]");
+}
+
+/* The tensor `name` with exactly this shape and a float dtype, or NULL. */
+static const tm_st_tensor *want(loader *L, const char *name, int ndim, const int64_t *dims)
+{
+    if (L->rc)
+        return NULL;
+    const tm_st_tensor *t = tm_st_find(L->st, name);
+    if (!t) {
+        lfail(L, KN_ERR_ARG, "missing tensor '%s'", name);
+        return NULL;
+    }
+    L->used[t - L->st->tensors] = 1;
+    if (!tm_st_is_float(t->dtype)) {
+        lfail(L, KN_ERR_ARG, "tensor '%s' has dtype %s; the loader reads BF16, F16 or F32",
+              name, tm_st_dtype_name(t->dtype));
+        return NULL;
+    }
+    int same = t->ndim == ndim;
+    for (int i = 0; same && i < ndim; i++)
+        same = t->shape[i] == dims[i];
+    if (!same) {
+        char got[128], exp[128];
+        shape_str(got, sizeof(got), t->ndim, t->shape);
+        shape_str(exp, sizeof(exp), ndim, dims);
+        lfail(L, KN_ERR_ARG, "tensor '%s' has shape %s, expected %s", name, got, exp);
+        return NULL;
+    }
+    return t;
+}
+
+/* Host-writable staging for n floats: on the CPU backend it already is the
+ * final buffer, elsewhere a host buffer that stage_commit uploads. */
+static float *stage_alloc(loader *L, size_t n)
+{
+    if (L->rc)
+        return NULL;
+    size_t bytes = n * sizeof(float);
+    float *p = L->be->kind == KN_BACKEND_CPU ? kn_malloc(L->be, bytes) : malloc(bytes);
+    if (!p)
+        lfail(L, KN_ERR_NOMEM, "out of memory loading weights (%zu bytes)", bytes);
+    return p;
+}
+
+static void stage_drop(loader *L, float *host)
+{
+    if (!host)
+        return;
+    if (L->be->kind == KN_BACKEND_CPU)
+        kn_free(L->be, host);
+    else
+        free(host);
+}
+
+/* Takes ownership of host; returns the backend buffer (NULL on failure). */
+static float *stage_commit(loader *L, float *host, size_t n)
+{
+    if (!host)
+        return NULL;
+    if (L->rc) {
+        stage_drop(L, host);
+        return NULL;
+    }
+    size_t bytes = n * sizeof(float);
+    L->w->bytes += bytes;
+    if (L->be->kind == KN_BACKEND_CPU)
+        return host;
+    float *dev = kn_malloc(L->be, bytes);
+    int rc = dev ? kn_copy_to_backend(L->be, dev, host, bytes) : KN_ERR_NOMEM;
+    free(host);
+    if (rc) {
+        if (dev)
+            kn_free(L->be, dev);
+        lfail(L, rc, "cannot copy weights to the backend: %s", kn_status_str(rc));
+        return NULL;
+    }
+    return dev;
+}
+
+static size_t numel(int ndim, const int64_t *dims)
+{
+    size_t n = 1;
+    for (int i = 0; i < ndim; i++)
+        n *= (size_t)dims[i];
+    return n;
+}
+
+/* A tensor copied as is (converted to f32). */
+static float *load_plain(loader *L, const char *name, int ndim, const int64_t *dims)
+{
+    const tm_st_tensor *t = want(L, name, ndim, dims);
+    if (!t)
+        return NULL;
+    size_t n = numel(ndim, dims);
+    float *host = stage_alloc(L, n);
+    if (host)
+        tm_st_to_f32(t, 0, n, host);
+    return stage_commit(L, host, n);
+}
+
+static const char *lname(char *buf, size_t n, int layer, const char *suffix)
+{
+    snprintf(buf, n, "model.layers.%d.%s", layer, suffix);
+    return buf;
+}
+
+/* GPT-OSS gate_up_proj [E][dim][2I] with gate = [..., ::2], up = [..., 1::2]
+ * -> [E][2I][dim], gate rows first. */
+static float *load_gpt_oss_gate_up(loader *L, const char *name, int E, int dim, int inter)
+{
+    const tm_st_tensor *t = want(L, name, 3, (int64_t[]){E, dim, 2 * inter});
+    size_t n = (size_t)E * 2 * inter * dim;
+    float *host = t ? stage_alloc(L, n) : NULL;
+    float *row = host ? malloc(sizeof(float) * 2 * (size_t)inter) : NULL;
+    if (host && !row)
+        lfail(L, KN_ERR_NOMEM, "out of memory loading '%s'", name);
+    for (int e = 0; row && e < E; e++) {
+        float *dst = host + (size_t)e * 2 * inter * dim;
+        for (int d = 0; d < dim; d++) {
+            tm_st_to_f32(t, ((size_t)e * dim + d) * 2 * inter, 2 * (size_t)inter, row);
+            for (int i = 0; i < inter; i++) {
+                dst[(size_t)i * dim + d] = row[2 * i];
+                dst[(size_t)(inter + i) * dim + d] = row[2 * i + 1];
+            }
+        }
+    }
+    free(row);
+    return stage_commit(L, host, n);
+}
+
+/* GPT-OSS gate_up_proj_bias [E][2I] interleaved -> [E][2I], gate first. */
+static float *load_gpt_oss_gate_up_bias(loader *L, const char *name, int E, int inter)
+{
+    const tm_st_tensor *t = want(L, name, 2, (int64_t[]){E, 2 * inter});
+    size_t n = (size_t)E * 2 * inter;
+    float *host = t ? stage_alloc(L, n) : NULL;
+    float *row = host ? malloc(sizeof(float) * 2 * (size_t)inter) : NULL;
+    if (host && !row)
+        lfail(L, KN_ERR_NOMEM, "out of memory loading '%s'", name);
+    for (int e = 0; row && e < E; e++) {
+        tm_st_to_f32(t, (size_t)e * 2 * inter, 2 * (size_t)inter, row);
+        for (int i = 0; i < inter; i++) {
+            host[(size_t)e * 2 * inter + i] = row[2 * i];
+            host[(size_t)e * 2 * inter + inter + i] = row[2 * i + 1];
+        }
+    }
+    free(row);
+    return stage_commit(L, host, n);
+}
+
+/* GPT-OSS down_proj [E][I][dim] (applied as x @ W) -> [E][dim][I]. */
+static float *load_gpt_oss_down(loader *L, const char *name, int E, int dim, int inter)
+{
+    const tm_st_tensor *t = want(L, name, 3, (int64_t[]){E, inter, dim});
+    size_t n = (size_t)E * dim * inter;
+    float *host = t ? stage_alloc(L, n) : NULL;
+    float *row = host ? malloc(sizeof(float) * (size_t)dim) : NULL;
+    if (host && !row)
+        lfail(L, KN_ERR_NOMEM, "out of memory loading '%s'", name);
+    for (int e = 0; row && e < E; e++) {
+        float *dst = host + (size_t)e * dim * inter;
+        for (int i = 0; i < inter; i++) {
+            tm_st_to_f32(t, ((size_t)e * inter + i) * dim, (size_t)dim, row);
+            for (int d = 0; d < dim; d++)
+                dst[(size_t)d * inter + i] = row[d];
+        }
+    }
+    free(row);
+    return stage_commit(L, host, n);
+}
+
+/* Qwen3 released layout: one gate/up/down Linear per expert. */
+static void load_qwen3_experts_split(loader *L, tm_layer_weights *lw, int l, int E,
+                                     int dim, int inter)
+{
+    size_t per_gu = 2 * (size_t)inter * dim, per_d = (size_t)dim * inter;
+    float *gu = stage_alloc(L, (size_t)E * per_gu);
+    float *dn = stage_alloc(L, (size_t)E * per_d);
+    char name[256], suffix[128];
+    for (int e = 0; e < E && gu && dn && !L->rc; e++) {
+        snprintf(suffix, sizeof(suffix), "mlp.experts.%d.gate_proj.weight", e);
+        const tm_st_tensor *g = want(L, lname(name, sizeof(name), l, suffix), 2,
+                                     (int64_t[]){inter, dim});
+        if (g)
+            tm_st_to_f32(g, 0, (size_t)inter * dim, gu + e * per_gu);
+        snprintf(suffix, sizeof(suffix), "mlp.experts.%d.up_proj.weight", e);
+        const tm_st_tensor *u = want(L, lname(name, sizeof(name), l, suffix), 2,
+                                     (int64_t[]){inter, dim});
+        if (u)
+            tm_st_to_f32(u, 0, (size_t)inter * dim, gu + e * per_gu + (size_t)inter * dim);
+        snprintf(suffix, sizeof(suffix), "mlp.experts.%d.down_proj.weight", e);
+        const tm_st_tensor *d = want(L, lname(name, sizeof(name), l, suffix), 2,
+                                     (int64_t[]){dim, inter});
+        if (d)
+            tm_st_to_f32(d, 0, per_d, dn + e * per_d);
+    }
+    if (!gu || !dn || L->rc) {
+        stage_drop(L, gu);
+        stage_drop(L, dn);
+        return;
+    }
+    lw->gate_up = stage_commit(L, gu, (size_t)E * per_gu);
+    lw->down = stage_commit(L, dn, (size_t)E * per_d);
+}
+
+static void load_layer(loader *L, const tm_config *c, int l, tm_layer_weights *lw)
+{
+    const int H = c->hidden_size, E = c->n_experts, I = c->moe_inter;
+    const int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
+    char n[256];
+    lw->attn_norm = load_plain(L, lname(n, sizeof(n), l, "input_layernorm.weight"), 1,
+                               (int64_t[]){H});
+    lw->mlp_norm = load_plain(L, lname(n, sizeof(n), l, "post_attention_layernorm.weight"),
+                              1, (int64_t[]){H});
+    lw->q_w = load_plain(L, lname(n, sizeof(n), l, "self_attn.q_proj.weight"), 2,
+                         (int64_t[]){qd, H});
+    lw->k_w = load_plain(L, lname(n, sizeof(n), l, "self_attn.k_proj.weight"), 2,
+                         (int64_t[]){kvd, H});
+    lw->v_w = load_plain(L, lname(n, sizeof(n), l, "self_attn.v_proj.weight"), 2,
+                         (int64_t[]){kvd, H});
+    lw->o_w = load_plain(L, lname(n, sizeof(n), l, "self_attn.o_proj.weight"), 2,
+                         (int64_t[]){H, qd});
+    if (c->attention_bias) {
+        lw->q_b = load_plain(L, lname(n, sizeof(n), l, "self_attn.q_proj.bias"), 1,
+                             (int64_t[]){qd});
+        lw->k_b = load_plain(L, lname(n, sizeof(n), l, "self_attn.k_proj.bias"), 1,
+                             (int64_t[]){kvd});
+        lw->v_b = load_plain(L, lname(n, sizeof(n), l, "self_attn.v_proj.bias"), 1,
+                             (int64_t[]){kvd});
+        lw->o_b = load_plain(L, lname(n, sizeof(n), l, "self_attn.o_proj.bias"), 1,
+                             (int64_t[]){H});
+    }
+    if (c->qk_norm) {
+        lw->q_norm = load_plain(L, lname(n, sizeof(n), l, "self_attn.q_norm.weight"), 1,
+                                (int64_t[]){c->head_dim});
+        lw->k_norm = load_plain(L, lname(n, sizeof(n), l, "self_attn.k_norm.weight"), 1,
+                                (int64_t[]){c->head_dim});
+    }
+    if (c->attn_sinks)
+        lw->sinks = load_plain(L, lname(n, sizeof(n), l, "self_attn.sinks"), 1,
+                               (int64_t[]){c->n_heads});
+
+    if (c->arch == TM_ARCH_GPT_OSS) {
+        lw->router_w = load_plain(L, lname(n, sizeof(n), l, "mlp.router.weight"), 2,
+                                  (int64_t[]){E, H});
+        lw->router_b = load_plain(L, lname(n, sizeof(n), l, "mlp.router.bias"), 1,
+                                  (int64_t[]){E});
+        lw->gate_up = load_gpt_oss_gate_up(
+            L, lname(n, sizeof(n), l, "mlp.experts.gate_up_proj"), E, H, I);
+        lw->gate_up_b = load_gpt_oss_gate_up_bias(
+            L, lname(n, sizeof(n), l, "mlp.experts.gate_up_proj_bias"), E, I);
+        lw->down = load_gpt_oss_down(L, lname(n, sizeof(n), l, "mlp.experts.down_proj"),
+                                     E, H, I);
+        lw->down_b = load_plain(L, lname(n, sizeof(n), l, "mlp.experts.down_proj_bias"), 2,
+                                (int64_t[]){E, H});
+        return;
+    }
+    lw->router_w = load_plain(L, lname(n, sizeof(n), l, "mlp.gate.weight"), 2,
+                              (int64_t[]){E, H});
+    if (tm_st_find(L->st, lname(n, sizeof(n), l, "mlp.experts.gate_up_proj"))) {
+        /* transformers-5 fused experts: already [E][2I][H] and [E][H][I] */
+        lw->gate_up = load_plain(L, n, 3, (int64_t[]){E, 2 * I, H});
+        lw->down = load_plain(L, lname(n, sizeof(n), l, "mlp.experts.down_proj"), 3,
+                              (int64_t[]){E, H, I});
+    } else {
+        load_qwen3_experts_split(L, lw, l, E, H, I);
+    }
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+/* Quantized checkpoints are recognised by their dtypes and tensor names
+ * before anything else, so they get the clear "not yet" message rather than
+ * a confusing "missing tensor". */
+static void reject_quantized(loader *L)
+{
+    for (int i = 0; i < L->st->n_tensors && !L->rc; i++) {
+        const tm_st_tensor *t = &L->st->tensors[i];
+        if (t->dtype == TM_ST_F8_E4M3 || t->dtype == TM_ST_F8_E5M2 ||
+            t->dtype == TM_ST_F8_E8M0)
+            lfail(L, KN_ERR_UNSUPPORTED, "tensor '%s' has dtype %s: " NOT_YET, t->name,
+                  tm_st_dtype_name(t->dtype));
+        else if (ends_with(t->name, "_blocks") || ends_with(t->name, "_scales") ||
+                 ends_with(t->name, "weight_scale_inv"))
+            lfail(L, KN_ERR_UNSUPPORTED, "tensor '%s' is a quantized block/scale "
+                  "tensor: " NOT_YET, t->name);
+    }
+}
+
+void tm_weights_free(tm_weights *w)
+{
+    if (!w || !w->be)
+        return;
+    const kn_backend *be = w->be;
+#define FREE_W(p) do { if (p) kn_free(be, p); } while (0)
+    for (int l = 0; w->layers && l < w->n_layers; l++) {
+        tm_layer_weights *lw = &w->layers[l];
+        float *all[] = {lw->attn_norm, lw->mlp_norm, lw->q_w, lw->k_w, lw->v_w, lw->o_w,
+                        lw->q_b, lw->k_b, lw->v_b, lw->o_b, lw->q_norm, lw->k_norm,
+                        lw->sinks, lw->router_w, lw->router_b, lw->gate_up,
+                        lw->gate_up_b, lw->down, lw->down_b};
+        for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+            FREE_W(all[i]);
+    }
+    if (w->lm_head != w->embed)
+        FREE_W(w->lm_head);
+    FREE_W(w->embed);
+    FREE_W(w->final_norm);
+#undef FREE_W
+    free(w->layers);
+    memset(w, 0, sizeof(*w));
+}
+
+int tm_weights_load(tm_weights *w, const tm_config *c, const tm_safetensors *st,
+                    const kn_backend *be, char *err, size_t errlen)
+{
+    memset(w, 0, sizeof(*w));
+    w->be = be;
+    w->n_layers = c->n_layers;
+    loader L = {st, be, w, NULL, err, errlen, 0};
+    L.used = calloc((size_t)st->n_tensors + 1, 1);
+    w->layers = calloc((size_t)c->n_layers, sizeof(*w->layers));
+    if (!L.used || !w->layers)
+        lfail(&L, KN_ERR_NOMEM, "out of memory");
+    reject_quantized(&L);
+
+    const int V = c->vocab_size, H = c->hidden_size;
+    w->embed = load_plain(&L, "model.embed_tokens.weight", 2, (int64_t[]){V, H});
+    for (int l = 0; l < c->n_layers && !L.rc; l++)
+        load_layer(&L, c, l, &w->layers[l]);
+    w->final_norm = load_plain(&L, "model.norm.weight", 1, (int64_t[]){H});
+    const tm_st_tensor *head = tm_st_find(st, "lm_head.weight");
+    if (c->tie_word_embeddings) {
+        /* HF ties the head to the embedding and ignores a stored copy */
+        w->lm_head = w->embed;
+        if (head && !L.rc)
+            L.used[head - st->tensors] = 1;
+    } else {
+        w->lm_head = load_plain(&L, "lm_head.weight", 2, (int64_t[]){V, H});
+    }
+    /* A tensor nothing reads means the checkpoint and the config disagree
+     * (e.g. biases the config turned off): refuse rather than ignore it. */
+    for (int i = 0; i < st->n_tensors && !L.rc; i++) {
+        const char *name = st->tensors[i].name;
+        if (!L.used[i] && !ends_with(name, "rotary_emb.inv_freq"))
+            lfail(&L, KN_ERR_ARG, "tensor '%s' is not used by a %s model with this "
+                  "config.json", name, c->model_type);
+    }
+    free(L.used);
+    if (L.rc) {
+        tm_weights_free(w);
+        return L.rc;
+    }
+    return KN_OK;
+}

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# tandem-generate end to end: greedy generation from both fixture models must
+# reproduce HF's 32 golden tokens (read from golden.safetensors), seeded
+# sampling must be reproducible, and bad arguments / bad model directories
+# must give a clear message and the documented exit status (2 usage, 1 runtime).
+# Prints one TAP line per case.
+set -u
+BUILD=${TANDEM_BUILD:-build}
+GEN=$BUILD/bin/tandem-generate
+n=0
+failed=0
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/tandem-gen-cli-XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+not_ok() { n=$((n + 1)); failed=$((failed + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
+
+# An I32 tensor of a fixture's golden.safetensors as "a,b,c".
+golden_ids() {
+    python3 - "$1/golden.safetensors" "$2" <<'EOF'
+import json, struct, sys
+data = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+entry = json.loads(data[8:8 + n])[sys.argv[2]]
+assert entry["dtype"] == "I32"
+b, e = entry["data_offsets"]
+raw = data[8 + n + b:8 + n + e]
+print(",".join(str(v) for v in struct.unpack("<%di" % (len(raw) // 4), raw)))
+EOF
+}
+
+# run NAME EXPECTED_STATUS STDERR_SUBSTRING ARGS...
+expect_fail() {
+    local name=$1 want=$2 msg=$3
+    shift 3
+    timeout 60 "$GEN" "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$?
+    if [ "$rc" -eq "$want" ] && grep -qF -- "$msg" "$tmp/err" && [ ! -s "$tmp/out" ]; then
+        ok "$name (exit $rc: $(head -1 "$tmp/err"))"
+    else
+        not_ok "$name" "exit $rc (want $want), stderr: $(head -3 "$tmp/err" | tr '\n' ' ')" \
+            "stdout: $(head -c 200 "$tmp/out")"
+    fi
+}
+
+if [ ! -x "$GEN" ]; then
+    not_ok "tandem-generate is built at $GEN"
+    echo "1..$n"
+    exit 1
+fi
+
+for fx in gpt_oss_tiny qwen3_moe_tiny; do
+    dir=tests/fixtures/$fx
+    prompt=$(golden_ids "$dir" prompt_ids)
+    want=$(golden_ids "$dir" gen_ids)
+    for ps in 16 5; do
+        got=$(timeout 120 "$GEN" --model "$dir" --prompt-ids "$prompt" --max-tokens 32 \
+              --ignore-eos --page-size "$ps" 2>"$tmp/err")
+        rc=$?
+        if [ "$rc" -eq 0 ] && [ "$got" = "$want" ] && grep -q "tokens/s" "$tmp/err"; then
+            ok "$fx greedy 32 tokens equal HF golden (page size $ps)"
+        else
+            not_ok "$fx greedy 32 tokens equal HF golden (page size $ps)" "exit $rc" \
+                "want $want" "got  $got" "$(cat "$tmp/err")"
+        fi
+    done
+    # seeded sampling: same seed, same tokens; every id inside the vocabulary
+    a=$(timeout 120 "$GEN" --model "$dir" --prompt-ids 5,6,7 --max-tokens 16 --ignore-eos \
+        --temperature 0.9 --top-p 0.95 --top-k 50 --seed 42 2>/dev/null)
+    b=$(timeout 120 "$GEN" --model "$dir" --prompt-ids 5,6,7 --max-tokens 16 --ignore-eos \
+        --temperature 0.9 --top-p 0.95 --top-k 50 --seed 42 2>/dev/null)
+    count=$(echo "$a" | tr ',' '\n' | awk '$1 >= 0 && $1 < 512' | wc -l)
+    if [ -n "$a" ] && [ "$a" = "$b" ] && [ "$count" -eq 16 ]; then
+        ok "$fx seeded sampling is reproducible"
+    else
+        not_ok "$fx seeded sampling is reproducible" "a=$a" "b=$b"
+    fi
+done
+
+# stopping at EOS: a copy of the fixture whose eos_token_id is the 5th token
+# of an --ignore-eos run must stop right after that token's first appearance
+dir=tests/fixtures/gpt_oss_tiny
+full=$(timeout 120 "$GEN" --model "$dir" --prompt-ids 3,4 --max-tokens 20 --ignore-eos 2>/dev/null)
+eos=$(echo "$full" | cut -d, -f5)
+mkdir -p "$tmp/eos"
+cp "$dir/model.safetensors" "$tmp/eos/"
+sed "s/\"eos_token_id\": 2,/\"eos_token_id\": [$eos, 1],/" "$dir/config.json" >"$tmp/eos/config.json"
+stop=$(timeout 120 "$GEN" --model "$tmp/eos" --prompt-ids 3,4 --max-tokens 20 2>/dev/null)
+expect=$(echo "$full" | awk -F, -v e="$eos" '{ s = $1; if ($1 != e) for (i = 2; i <= NF; i++) { s = s "," $i; if ($i == e) break }; print s }')
+if [ -n "$eos" ] && [ -n "$stop" ] && [ "$stop" = "$expect" ] && [ "$stop" != "$full" ]; then
+    ok "generation stops after the end-of-sequence token ($eos)"
+else
+    not_ok "generation stops after the end-of-sequence token" "full=$full" "eos=$eos" "stop=$stop"
+fi
+
+timeout 10 "$GEN" --help >"$tmp/out" 2>&1
+if [ $? -eq 0 ] && grep -q "usage: tandem-generate" "$tmp/out"; then
+    ok "--help prints usage and exits 0"
+else
+    not_ok "--help prints usage and exits 0"
+fi
+
+expect_fail "no arguments" 2 "--model DIR is required"
+expect_fail "missing --prompt-ids" 2 "--prompt-ids is required" --model "$dir" --max-tokens 4
+expect_fail "missing --max-tokens" 2 "--max-tokens is required" --model "$dir" --prompt-ids 1
+expect_fail "non-numeric --max-tokens" 2 "--max-tokens must be" --model "$dir" --prompt-ids 1 --max-tokens ten
+expect_fail "zero --max-tokens" 2 "--max-tokens must be" --model "$dir" --prompt-ids 1 --max-tokens 0
+expect_fail "empty prompt id" 2 "--prompt-ids must be" --model "$dir" --prompt-ids 1,,2 --max-tokens 4
+expect_fail "negative prompt id" 2 "--prompt-ids must be" --model "$dir" --prompt-ids 1,-2 --max-tokens 4
+expect_fail "prompt id outside the vocabulary" 2 "outside the vocabulary" --model "$dir" --prompt-ids 1,512 --max-tokens 4
+expect_fail "bad --top-p" 2 "--top-p must be" --model "$dir" --prompt-ids 1 --max-tokens 4 --top-p 1.5
+expect_fail "negative --temperature" 2 "--temperature must be" --model "$dir" --prompt-ids 1 --max-tokens 4 --temperature -1
+expect_fail "bad --page-size" 2 "--page-size must be" --model "$dir" --prompt-ids 1 --max-tokens 4 --page-size 0
+expect_fail "unknown option" 2 "unknown option '--frobnicate'" --frobnicate
+expect_fail "option without its value" 2 "needs a value" --model
+expect_fail "stray argument" 2 "unexpected argument 'extra'" --model "$dir" --prompt-ids 1 --max-tokens 4 extra
+expect_fail "missing model directory" 1 "No such file or directory" --model "$tmp/absent" --prompt-ids 1 --max-tokens 4
+mkdir -p "$tmp/trunc"
+cp "$dir/config.json" "$tmp/trunc/"
+head -c 300000 "$dir/model.safetensors" >"$tmp/trunc/model.safetensors"
+expect_fail "truncated weights" 1 "truncated" --model "$tmp/trunc" --prompt-ids 1 --max-tokens 4
+mkdir -p "$tmp/llama"
+echo '{"model_type": "llama"}' >"$tmp/llama/config.json"
+expect_fail "unknown architecture" 1 "unknown model_type 'llama'" --model "$tmp/llama" --prompt-ids 1 --max-tokens 4
+
+echo "1..$n"
+[ "$failed" -eq 0 ]

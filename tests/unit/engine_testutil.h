@@ -1,0 +1,62 @@
+/* Helpers for the engine tests: fixture paths, the HF golden outputs, error
+ * norms, scratch directories and a small safetensors writer for building
+ * damaged model directories. Linked into every test binary; names carry
+ * the et_ prefix. */
+#ifndef TANDEM_TESTS_ENGINE_TESTUTIL_H
+#define TANDEM_TESTS_ENGINE_TESTUTIL_H
+#include <stddef.h>
+#include <stdint.h>
+#include "engine/safetensors.h"
+
+#define ET_GPT_OSS "tests/fixtures/gpt_oss_tiny"
+#define ET_QWEN3 "tests/fixtures/qwen3_moe_tiny"
+
+/* golden.safetensors of a fixture, converted to host arrays. */
+typedef struct et_golden {
+    int T, V, G, L, H;          /* prompt len, vocab, generated, layers, hidden */
+    int32_t *prompt;            /* [T] */
+    float *prompt_logits;       /* [T][V] */
+    float *hidden;              /* [L+1][T][H] */
+    int32_t *gen_ids;           /* [G] */
+    float *gen_logits;          /* [G][V] */
+    float *gen_margin;          /* [G] */
+} et_golden;
+
+/* Returns 0 on success; on failure a message is in err. */
+int et_golden_load(const char *fixture_dir, et_golden *g, char *err, size_t errlen);
+void et_golden_free(et_golden *g);
+
+/* ||a - b|| / ||b|| in double. */
+double et_rel_err(const float *a, const float *b, size_t n);
+/* Index of the largest value (lowest index on ties). */
+int et_argmax(const float *x, int n);
+
+/* mkdtemp under $TMPDIR or /tmp; path written into buf (>= 64 bytes). */
+int et_tmpdir(char *buf, size_t n);
+/* Removes a directory tree (only what et_tmpdir made). */
+void et_rm_rf(const char *dir);
+int et_copy_file(const char *src, const char *dst);
+/* Copies the first `bytes` bytes of src to dst. */
+int et_copy_prefix(const char *src, const char *dst, size_t bytes);
+int et_write_file(const char *path, const void *data, size_t n);
+/* dir/name into buf. */
+const char *et_path(char *buf, size_t n, const char *dir, const char *name);
+
+/* A tensor to write: data must hold the bytes the dtype and shape need. */
+typedef struct et_tensor {
+    char name[160];
+    char dtype[16];
+    int ndim;
+    int64_t shape[8];
+    const void *data;
+    size_t nbytes;
+} et_tensor;
+
+/* Writes a safetensors file (header padded to 8 bytes). Returns 0 or -1. */
+int et_st_write(const char *path, const et_tensor *t, int n);
+
+/* Every tensor of an opened checkpoint as write entries pointing into its
+ * mapping (the caller edits the list, then writes it). *out is malloc'd. */
+int et_st_entries(const tm_safetensors *st, et_tensor **out, int *n);
+
+#endif
