@@ -246,8 +246,8 @@ static void parse_common(reader *r, const cJSON *root, tm_config *c)
         rfail(r, "num_hidden_layers is above the supported %d", TM_MAX_LAYERS);
     else if (c->n_heads % c->n_kv_heads != 0)
         rfail(r, "num_attention_heads must be a multiple of num_key_value_heads");
-    else if (c->head_dim % 2 != 0)
-        rfail(r, "head_dim must be even for RoPE");
+    else if (c->head_dim < 2 || c->head_dim % 2 != 0)
+        rfail(r, "head_dim must be even and at least 2 for RoPE");
     else if (!(c->rms_eps > 0))
         rfail(r, "rms_norm_eps must be positive");
 }

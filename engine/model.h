@@ -33,8 +33,12 @@ typedef struct tm_seq_step {
 } tm_seq_step;
 
 /* Runs one step for n_seqs sequences. logits: host [n_seqs][vocab], the
- * last new token's logits of each sequence. If all_logits is non-NULL it
- * receives host [sum n_tokens][vocab] (every new token; tests use it). */
+ * last new token's logits of each sequence (may be NULL). If all_logits is
+ * non-NULL it receives host [sum n_tokens][vocab] (every new token; tests
+ * use it). Returns KN_ERR_ARG, touching nothing, when a token id is outside
+ * the vocabulary, a page table does not cover n_cached + n_tokens or names a
+ * page outside the cache, or the cache was built for another model's shape.
+ * Not reentrant on one model: the scratch buffers live in tm_model. */
 int tm_forward(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
                int n_seqs, float *logits, float *all_logits);
 
