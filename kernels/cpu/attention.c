@@ -49,7 +49,11 @@ int kn_attention_cpu(float *out, const float *q, const float *k_pool,
     size_t page_stride = (size_t)n_kv_heads * head_stride;
     long n_tasks = (long)b->n_rows * n_heads;
 
-    #pragma omp parallel for num_threads(n_threads) schedule(dynamic, 4)
+    /* Threads pay off only when there is enough work per step: a decode
+     * step of a few sequences is faster on one thread than waiting for a
+     * descheduled one (seen on a loaded 2-core machine). */
+    size_t work = (size_t)n_tasks * max_keys * (size_t)head_dim;
+    #pragma omp parallel for num_threads(n_threads) schedule(dynamic, 4) if (work > 262144)
     for (long task = 0; task < n_tasks; task++) {
         float *scores = scratch + (size_t)omp_get_thread_num() * per_thread;
         float *acc = scores + max_keys;

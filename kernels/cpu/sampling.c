@@ -183,7 +183,7 @@ int kn_sample_cpu(int32_t *tokens, const float *logits, int n_rows, int vocab,
     candidate *cand = malloc((size_t)n_threads * vocab * sizeof *cand);
     if (!cand)
         return KN_ERR_NOMEM;
-    #pragma omp parallel for num_threads(n_threads) schedule(dynamic)
+    #pragma omp parallel for num_threads(n_threads) schedule(dynamic) if ((size_t)n_rows * vocab > 262144)
     for (int r = 0; r < n_rows; r++) {
         if (params[r].temperature == 0.0f)
             continue;
