@@ -52,9 +52,10 @@ typedef struct comm_options {
 int comm_host_init(comm **out, const char *name, int rank, int world,
                    const comm_options *opt, char *err, size_t errlen);
 
-/* NCCL communicator over the same ranks as `bootstrap` (any communicator,
- * normally a host one, used to share the NCCL unique id), running on `be`'s
- * CUDA device and stream. KN_ERR_UNSUPPORTED in builds without TANDEM_NCCL. */
+/* NCCL communicator over the same ranks as `bootstrap` (a host
+ * communicator, used to share the NCCL unique id; NULL for a group of one),
+ * running on `be`'s CUDA device and stream. Collective over bootstrap.
+ * KN_ERR_UNSUPPORTED in builds without TANDEM_NCCL. */
 int comm_nccl_init(comm **out, comm *bootstrap, const kn_backend *be,
                    char *err, size_t errlen);
 

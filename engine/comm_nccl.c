@@ -342,27 +342,29 @@ int comm_nccl_init(comm **out, comm *bootstrap, const kn_backend *be, char *err,
 {
     if (out)
         *out = NULL;
-    if (!out || !bootstrap || !be || be->kind != KN_BACKEND_CUDA ||
-        comm_memory(bootstrap) != KN_BACKEND_CPU) {
+    if (!out || !be || be->kind != KN_BACKEND_CUDA ||
+        (bootstrap && comm_memory(bootstrap) != KN_BACKEND_CPU)) {
         if (err && errlen)
             snprintf(err, errlen, "comm_nccl_init: needs a CUDA backend and a host "
-                     "bootstrap communicator");
+                     "bootstrap communicator (or none, for one rank)");
         return KN_ERR_ARG;
     }
+    const int rank = bootstrap ? comm_rank(bootstrap) : 0;
+    const int size = bootstrap ? comm_size(bootstrap) : 1;
     ncclUniqueId id;
     memset(&id, 0, sizeof(id));
     ncclResult_t r = ncclSuccess;
-    if (comm_rank(bootstrap) == 0)
+    if (rank == 0)
         r = ncclGetUniqueId(&id);
     /* everyone joins the broadcast even if rank 0 failed, then checks */
     int32_t ok = r == ncclSuccess;
-    int rc = comm_broadcast(bootstrap, &ok, sizeof(ok), 0);
-    if (!rc && ok)
+    int rc = bootstrap ? comm_broadcast(bootstrap, &ok, sizeof(ok), 0) : KN_OK;
+    if (!rc && ok && bootstrap)
         rc = comm_broadcast(bootstrap, &id, sizeof(id), 0);
     if (rc || !ok) {
         if (err && errlen)
             snprintf(err, errlen, "comm_nccl_init: sharing the NCCL id failed: %s",
-                     rc ? comm_error(bootstrap) : ncclGetErrorString(r));
+                     rc && bootstrap ? comm_error(bootstrap) : ncclGetErrorString(r));
         return rc ? rc : KN_ERR_DEVICE;
     }
     if (cudaSetDevice(be->device) != cudaSuccess) {
@@ -373,7 +375,7 @@ int comm_nccl_init(comm **out, comm *bootstrap, const kn_backend *be, char *err,
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
     ncclComm_t nc = NULL;
-    r = ncclCommInitRankConfig(&nc, comm_size(bootstrap), id, comm_rank(bootstrap), &cfg);
+    r = ncclCommInitRankConfig(&nc, size, id, rank, &cfg);
     if (r == ncclSuccess || r == ncclInProgress)
         r = init_done(nc, DEFAULT_NCCL_TIMEOUT_MS);
     if (r != ncclSuccess) {
@@ -384,8 +386,8 @@ int comm_nccl_init(comm **out, comm *bootstrap, const kn_backend *be, char *err,
                      r == ncclInProgress ? "timed out" : ncclGetErrorString(r));
         return KN_ERR_PEER;
     }
-    *out = wrap(nc, (cudaStream_t)be->stream, be->device, comm_rank(bootstrap),
-                comm_size(bootstrap), DEFAULT_NCCL_TIMEOUT_MS);
+    *out = wrap(nc, (cudaStream_t)be->stream, be->device, rank, size,
+                DEFAULT_NCCL_TIMEOUT_MS);
     if (!*out) {
         ncclCommAbort(nc);
         if (err && errlen)
