@@ -47,17 +47,24 @@ int comm_split(comm *parent, int color, int key, comm **out)
     return parent->ops->split(parent, color, key, out);
 }
 
+static int bad(comm *c, const char *what)
+{
+    if (c)
+        comm_set_error(c, "%s: bad argument", what);
+    return KN_ERR_ARG;
+}
+
 int comm_all_reduce_sum(comm *c, float *buf, size_t n)
 {
     if (!c || (n && !buf))
-        return KN_ERR_ARG;
+        return bad(c, "comm_all_reduce_sum");
     return c->ops->all_reduce_sum(c, buf, n);
 }
 
 int comm_all_gather(comm *c, const void *send, void *recv, size_t bytes)
 {
     if (!c || (bytes && (!send || !recv)))
-        return KN_ERR_ARG;
+        return bad(c, "comm_all_gather");
     return c->ops->all_gather(c, send, recv, bytes);
 }
 
@@ -65,21 +72,21 @@ int comm_all_to_all_v(comm *c, const void *send, const size_t *send_bytes,
                       void *recv, const size_t *recv_bytes)
 {
     if (!c || !send_bytes || !recv_bytes)
-        return KN_ERR_ARG;
+        return bad(c, "comm_all_to_all_v");
     size_t out = 0, in = 0;
     for (int p = 0; p < c->size; p++) {
         out += send_bytes[p];
         in += recv_bytes[p];
     }
     if ((out && !send) || (in && !recv))
-        return KN_ERR_ARG;
+        return bad(c, "comm_all_to_all_v");
     return c->ops->all_to_all_v(c, send, send_bytes, recv, recv_bytes);
 }
 
 int comm_broadcast(comm *c, void *buf, size_t bytes, int root)
 {
     if (!c || (bytes && !buf) || root < 0 || root >= c->size)
-        return KN_ERR_ARG;
+        return bad(c, "comm_broadcast");
     return c->ops->broadcast(c, buf, bytes, root);
 }
 
@@ -95,6 +102,12 @@ int comm_set_timeout(comm *c, int timeout_ms)
     if (!c || timeout_ms < 0)
         return KN_ERR_ARG;
     return c->ops->set_timeout(c, timeout_ms);
+}
+
+void comm_abort(comm *c, const char *why)
+{
+    if (c)
+        c->ops->abort(c, why ? why : "no reason given");
 }
 
 void comm_free(comm *c)

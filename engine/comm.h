@@ -90,6 +90,12 @@ int comm_barrier(comm *c);
  * the wait at once). */
 int comm_set_timeout(comm *c, int timeout_ms);
 
+/* Fails the group on purpose: a rank that cannot go on (a local error in the
+ * middle of a step the others are running) calls this so that its peers get
+ * KN_ERR_PEER with "rank R aborted: why" at once instead of waiting for the
+ * timeout. */
+void comm_abort(comm *c, const char *why);
+
 /* Why the last failed call on c (or its group) failed; "" if none did. */
 const char *comm_error(const comm *c);
 /* Leaves the group. Not collective: peers still waiting for this rank get

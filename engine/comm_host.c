@@ -584,6 +584,12 @@ static int host_set_timeout(comm *c, int timeout_ms)
     return KN_OK;
 }
 
+static void host_abort(comm *c, const char *why)
+{
+    host_group *g = c->impl;
+    group_fail(g->seg->h, "rank %d aborted: %s", g->seg->me, why);
+}
+
 static const char *host_group_error(const comm *c)
 {
     const host_group *g = c->impl;
@@ -654,6 +660,7 @@ static const comm_ops host_ops = {
     .broadcast = host_broadcast,
     .barrier = host_barrier,
     .set_timeout = host_set_timeout,
+    .abort = host_abort,
     .group_error = host_group_error,
     .destroy = host_destroy,
 };

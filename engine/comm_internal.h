@@ -15,6 +15,7 @@ typedef struct comm_ops {
     int (*broadcast)(comm *c, void *buf, size_t bytes, int root);
     int (*barrier)(comm *c);
     int (*set_timeout)(comm *c, int timeout_ms);
+    void (*abort)(comm *c, const char *why);
     /* The group-wide failure reason when the group has failed, else NULL. */
     const char *(*group_error)(const comm *c);
     void (*destroy)(comm *c);

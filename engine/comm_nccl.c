@@ -219,6 +219,16 @@ static int nccl_set_timeout(comm *c, int timeout_ms)
     return KN_OK;
 }
 
+static void nccl_abort(comm *c, const char *why)
+{
+    nccl_impl *n = c->impl;
+    comm_set_error(c, "rank %d aborted: %s", c->rank, why);
+    if (!n->aborted) {
+        ncclCommAbort(n->nc);   /* peers see an NCCL error or their timeout */
+        n->aborted = 1;
+    }
+}
+
 static const char *nccl_group_error(const comm *c)
 {
     const nccl_impl *n = c->impl;
@@ -333,6 +343,7 @@ static const comm_ops nccl_ops = {
     .broadcast = nccl_broadcast,
     .barrier = nccl_barrier,
     .set_timeout = nccl_set_timeout,
+    .abort = nccl_abort,
     .group_error = nccl_group_error,
     .destroy = nccl_destroy,
 };

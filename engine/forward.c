@@ -8,6 +8,7 @@
  * from the kn_seq_batch built here. */
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "engine/comm.h"
@@ -236,11 +237,31 @@ static int layer_forward(tm_model *m, tm_kv_cache *kv, int l, const kn_seq_batch
     return KN_OK;
 }
 
+static int forward_step(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
+                        int n_seqs, float *logits, float *all_logits);
+
 int tm_forward(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
                int n_seqs, float *logits, float *all_logits)
 {
     if (!m)
         return KN_ERR_ARG;
+    int rc = forward_step(m, kv, seqs, n_seqs, logits, all_logits);
+    if (rc && rc != KN_ERR_PEER && (m->par.tp || m->par.ep)) {
+        /* the peers are inside this step's collectives, which this rank will
+         * not finish: fail the group now rather than at their timeout */
+        char why[96];
+        snprintf(why, sizeof(why), "tm_forward failed locally: %s", kn_status_str(rc));
+        if (m->par.tp)
+            comm_abort(m->par.tp, why);
+        if (m->par.ep)
+            comm_abort(m->par.ep, why);
+    }
+    return rc;
+}
+
+static int forward_step(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
+                        int n_seqs, float *logits, float *all_logits)
+{
     if (n_seqs == 0 && m->par.ep_mode == TM_EP_DISPATCH) {
         /* an idle DP rank still serves its experts in every layer */
         int rc = KN_OK;

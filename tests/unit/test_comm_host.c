@@ -433,6 +433,12 @@ static int victim_rank(const rt_rank *r, void *arg)
             comm_free(c);
             return code;
         }
+        if (!strcmp(f->expect, "aborted: disk on fire")) {
+            comm_abort(c, "disk on fire");
+            int code = comm_barrier(c) == KN_ERR_PEER ? PASS : E_EXPECTED_FAIL;
+            comm_free(c);
+            return code;
+        }
         if (!strcmp(f->expect, "left the group")) {
             comm_free(c);
             return PASS;
@@ -494,6 +500,13 @@ static void departed_rank_fails_the_group(void **state)
 {
     (void)state;
     run_victim_case(3, (fail_case){1, "left the group", 0}, PASS);
+}
+
+static void aborting_rank_fails_the_group_at_once(void **state)
+{
+    (void)state;
+    /* no timeout: only the abort can end the others' wait */
+    run_victim_case(4, (fail_case){3, "aborted: disk on fire", 0}, PASS);
 }
 
 static void mismatched_collectives_fail_instead_of_mixing(void **state)
@@ -667,6 +680,7 @@ int main(void)
         cmocka_unit_test(rank_dying_before_a_collective_fails_it),
         cmocka_unit_test(stuck_rank_times_out),
         cmocka_unit_test(departed_rank_fails_the_group),
+        cmocka_unit_test(aborting_rank_fails_the_group_at_once),
         cmocka_unit_test(mismatched_collectives_fail_instead_of_mixing),
         cmocka_unit_test(missing_rank_fails_start_up_without_leaking),
         cmocka_unit_test(a_rank_cannot_join_twice),

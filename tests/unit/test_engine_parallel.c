@@ -368,6 +368,44 @@ static void crashed_rank_fails_the_group(void **state)
     }
 }
 
+/* A rank whose step fails locally (here: a token outside the vocabulary)
+ * fails the group at once; the others get KN_ERR_PEER saying so, with no
+ * timeout involved (the group has none). */
+static int local_error_rank(const rt_rank *r, void *arg)
+{
+    const layout *lo = arg;
+    rank_ctx x;
+    int rc = rank_open(&x, r, lo, 0);
+    seq s, *ss[1] = {&s};
+    if (!rc)
+        rc = seq_open(&x, &s, x.g.prompt, 8);
+    if (!rc)
+        rc = step_both(&x, ss, 1, 0, 0);   /* one good step first */
+    int code = rc;
+    if (!rc && r->rank == 1) {
+        int32_t bad = x.V;   /* one past the vocabulary */
+        tm_seq_step st = {.tokens = &bad, .n_tokens = 1, .n_cached = s.n_cached,
+                          .pages = s.pages, .n_pages = s.n_pages};
+        code = tm_forward(x.par, &x.kv_par, &st, 1, x.lp, NULL) == KN_ERR_ARG
+                   ? PASS : E_EXPECTED_FAIL;
+    } else if (!rc) {
+        rc = step_both(&x, ss, 1, 0, 1);
+        code = rc == -KN_ERR_PEER && strstr(comm_error(x.world),
+                                            "aborted: tm_forward failed locally")
+                   ? PASS : E_MESSAGE;
+    }
+    rank_close(&x);
+    return code;
+}
+
+static void local_error_fails_the_group_at_once(void **state)
+{
+    (void)state;
+    const layout cases[] = {{ET_GPT_OSS, 2, 2, 1}, {ET_QWEN3, 1, 4, 4}};
+    for (int i = 0; i < 2; i++)
+        run_layout(&cases[i], local_error_rank);
+}
+
 /* ---- layouts that cannot work --------------------------------------------- */
 
 static int bad_layout_rank(const rt_rank *r, void *arg)
@@ -456,6 +494,7 @@ int main(void)
         cmocka_unit_test(tp_prefill_matches_single_rank),
         cmocka_unit_test(dp_ep_decode_matches_single_rank),
         cmocka_unit_test(crashed_rank_fails_the_group),
+        cmocka_unit_test(local_error_fails_the_group_at_once),
         cmocka_unit_test(impossible_layouts_are_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
