@@ -104,6 +104,13 @@ int comm_set_timeout(comm *c, int timeout_ms)
     return c->ops->set_timeout(c, timeout_ms);
 }
 
+int comm_poll_peers(comm *c)
+{
+    if (!c)
+        return KN_ERR_ARG;
+    return c->ops->poll_peers(c);
+}
+
 void comm_abort(comm *c, const char *why)
 {
     if (c)

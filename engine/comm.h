@@ -90,6 +90,12 @@ int comm_barrier(comm *c);
  * the wait at once). */
 int comm_set_timeout(comm *c, int timeout_ms);
 
+/* Checks without blocking that every member is still in the group:
+ * KN_OK, or KN_ERR_PEER (comm_error says who died or left) once a member is
+ * gone or the group failed. For a rank that is not inside a collective
+ * (rank 0 of a prefiller waiting for the router) and must still notice. */
+int comm_poll_peers(comm *c);
+
 /* Fails the group on purpose: a rank that cannot go on (a local error in the
  * middle of a step the others are running) calls this so that its peers get
  * KN_ERR_PEER with "rank R aborted: why" at once instead of waiting for the

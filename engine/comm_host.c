@@ -584,6 +584,19 @@ static int host_set_timeout(comm *c, int timeout_ms)
     return KN_OK;
 }
 
+static int host_poll_peers(comm *c)
+{
+    host_group *g = c->impl;
+    seg_header *h = g->seg->h;
+    for (int i = 0; i < c->size && !atomic_load(&h->failed); i++) {
+        const char *why;
+        if (i != c->rank && !probe_rank(h, g->a->members[i], &why))
+            group_fail(h, "rank %d (pid %d) %s", g->a->members[i],
+                       h->ranks[g->a->members[i]].pid, why);
+    }
+    return atomic_load(&h->failed) ? failed_call(c) : KN_OK;
+}
+
 static void host_abort(comm *c, const char *why)
 {
     host_group *g = c->impl;
@@ -661,6 +674,7 @@ static const comm_ops host_ops = {
     .barrier = host_barrier,
     .set_timeout = host_set_timeout,
     .abort = host_abort,
+    .poll_peers = host_poll_peers,
     .group_error = host_group_error,
     .destroy = host_destroy,
 };

@@ -16,6 +16,7 @@ typedef struct comm_ops {
     int (*barrier)(comm *c);
     int (*set_timeout)(comm *c, int timeout_ms);
     void (*abort)(comm *c, const char *why);
+    int (*poll_peers)(comm *c);
     /* The group-wide failure reason when the group has failed, else NULL. */
     const char *(*group_error)(const comm *c);
     void (*destroy)(comm *c);

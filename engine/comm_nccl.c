@@ -219,6 +219,18 @@ static int nccl_set_timeout(comm *c, int timeout_ms)
     return KN_OK;
 }
 
+static int nccl_poll_peers(comm *c)
+{
+    nccl_impl *n = c->impl;
+    if (n->aborted)
+        return usable(c);
+    ncclResult_t async = ncclSuccess;
+    if (ncclCommGetAsyncError(n->nc, &async) != ncclSuccess ||
+        (async != ncclSuccess && async != ncclInProgress))
+        return fail_abort(c, "poll_peers", ncclGetErrorString(async));
+    return KN_OK;
+}
+
 static void nccl_abort(comm *c, const char *why)
 {
     nccl_impl *n = c->impl;
@@ -344,6 +356,7 @@ static const comm_ops nccl_ops = {
     .barrier = nccl_barrier,
     .set_timeout = nccl_set_timeout,
     .abort = nccl_abort,
+    .poll_peers = nccl_poll_peers,
     .group_error = nccl_group_error,
     .destroy = nccl_destroy,
 };
