@@ -502,6 +502,36 @@ static void departed_rank_fails_the_group(void **state)
     run_victim_case(3, (fail_case){1, "left the group", 0}, PASS);
 }
 
+/* Outside any collective, comm_poll_peers notices a dead member. */
+static int poll_rank(const rt_rank *r, void *arg)
+{
+    (void)arg;
+    comm *c;
+    if (join(r, NULL, &c))
+        return E_INIT;
+    if (comm_barrier(c)) {
+        comm_free(c);
+        return E_CALL;
+    }
+    if (r->rank == 1)
+        raise(SIGKILL);
+    int rc;
+    while ((rc = comm_poll_peers(c)) == KN_OK)
+        usleep(1000);
+    int code = expect_peer_error(r, c, rc, "rank 1");
+    if (code == PASS && !strstr(comm_error(c), "died"))
+        code = E_MESSAGE;
+    comm_free(c);
+    return code;
+}
+
+static void poll_peers_sees_a_death_outside_collectives(void **state)
+{
+    (void)state;
+    const int want[3] = {PASS, 128 + SIGKILL, PASS};
+    run_group(3, poll_rank, NULL, want);
+}
+
 static void aborting_rank_fails_the_group_at_once(void **state)
 {
     (void)state;
@@ -681,6 +711,7 @@ int main(void)
         cmocka_unit_test(stuck_rank_times_out),
         cmocka_unit_test(departed_rank_fails_the_group),
         cmocka_unit_test(aborting_rank_fails_the_group_at_once),
+        cmocka_unit_test(poll_peers_sees_a_death_outside_collectives),
         cmocka_unit_test(mismatched_collectives_fail_instead_of_mixing),
         cmocka_unit_test(missing_rank_fails_start_up_without_leaking),
         cmocka_unit_test(a_rank_cannot_join_twice),
