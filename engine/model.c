@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include "engine/comm.h"
+#include "engine/ep_dispatch.h"
 #include "engine/model_internal.h"
 #include "engine/safetensors.h"
 #include "engine/util.h"
@@ -16,10 +18,21 @@ const tm_config *tm_model_config(const tm_model *m)
     return m ? &m->cfg : NULL;
 }
 
+const tm_shard *tm_model_shard(const tm_model *m)
+{
+    return m ? &m->shard : NULL;
+}
+
+int tm_model_kv_heads(const tm_model *m)
+{
+    return m ? m->shard.n_kv_heads : 0;
+}
+
 void tm_model_free(tm_model *m)
 {
     if (!m)
         return;
+    tm_ep_state_free(m->be, m->ep);
     tm_scratch_free(m->be, &m->s);
     tm_weights_free(&m->w);
     if (m->inv_freq)
@@ -63,7 +76,7 @@ static int setup_moe(tm_model *m, char *err, size_t errlen)
     for (int l = 0; l < c->n_layers; l++) {
         const tm_layer_weights *lw = &m->w.layers[l];
         m->moe[l] = (kn_moe_weights){
-            .n_experts = c->n_experts, .expert_offset = 0,
+            .n_experts = m->shard.n_experts, .expert_offset = m->shard.expert0,
             .dim = c->hidden_size, .inter = c->moe_inter,
             .gate_up = lw->gate_up, .gate_up_bias = lw->gate_up_b,
             .down = lw->down, .down_bias = lw->down_b,
@@ -73,8 +86,47 @@ static int setup_moe(tm_model *m, char *err, size_t errlen)
     return KN_OK;
 }
 
+/* Checks a layout against the backend and turns groups of one into "not
+ * split", so a world of one is exactly the single-rank model. */
+static int check_layout(const tm_parallel *par, const kn_backend *be, tm_parallel *out,
+                        char *err, size_t errlen)
+{
+    memset(out, 0, sizeof(*out));
+    if (!par)
+        return KN_OK;
+    *out = *par;
+    if (out->tp && comm_size(out->tp) == 1)
+        out->tp = NULL;
+    if (out->ep && comm_size(out->ep) == 1)
+        out->ep = NULL;
+    if (!out->ep)
+        out->ep_mode = TM_EP_NONE;
+    if (out->ep && out->ep_mode != TM_EP_REPLICATED && out->ep_mode != TM_EP_DISPATCH) {
+        tm_errf(err, errlen, "parallel layout: an EP group of %d ranks needs ep_mode "
+                "TM_EP_REPLICATED or TM_EP_DISPATCH", comm_size(out->ep));
+        return KN_ERR_ARG;
+    }
+    comm *groups[2] = {out->tp, out->ep};
+    for (int i = 0; i < 2; i++) {
+        if (groups[i] && comm_memory(groups[i]) != be->kind) {
+            tm_errf(err, errlen, "parallel layout: the %s communicator takes %s memory but "
+                    "the backend is %s", i ? "EP" : "TP",
+                    comm_memory(groups[i]) == KN_BACKEND_CPU ? "host" : "device",
+                    be->kind == KN_BACKEND_CPU ? "the CPU" : "CUDA");
+            return KN_ERR_ARG;
+        }
+    }
+    return KN_OK;
+}
+
 int tm_model_load(const char *dir, const kn_backend *be, tm_model **out,
                   char *err, size_t errlen)
+{
+    return tm_model_load_parallel(dir, be, NULL, out, err, errlen);
+}
+
+int tm_model_load_parallel(const char *dir, const kn_backend *be, const tm_parallel *par,
+                           tm_model **out, char *err, size_t errlen)
 {
     if (out)
         *out = NULL;
@@ -97,7 +149,14 @@ int tm_model_load(const char *dir, const kn_backend *be, tm_model **out,
         return KN_ERR_NOMEM;
     }
     m->be = be;
-    int rc = tm_config_load(dir, &m->cfg, err, errlen);
+    int rc = check_layout(par, be, &m->par, err, errlen);
+    if (!rc)
+        rc = tm_config_load(dir, &m->cfg, err, errlen);
+    if (!rc)
+        rc = tm_shard_plan(&m->cfg, m->par.tp ? comm_rank(m->par.tp) : 0,
+                           m->par.tp ? comm_size(m->par.tp) : 1,
+                           m->par.ep ? comm_rank(m->par.ep) : 0,
+                           m->par.ep ? comm_size(m->par.ep) : 1, &m->shard, err, errlen);
     if (rc) {
         free(m);
         return rc;
@@ -109,7 +168,7 @@ int tm_model_load(const char *dir, const kn_backend *be, tm_model **out,
         return rc;
     }
     char why[512] = "";
-    rc = tm_weights_load(&m->w, &m->cfg, &st, be, why, sizeof(why));
+    rc = tm_weights_load_shard(&m->w, &m->cfg, &st, be, &m->shard, why, sizeof(why));
     tm_st_close(&st);
     if (rc) {
         tm_errf(err, errlen, "%s: %s", dir, why);
@@ -119,6 +178,10 @@ int tm_model_load(const char *dir, const kn_backend *be, tm_model **out,
     rc = load_rope(m, err, errlen);
     if (!rc)
         rc = setup_moe(m, err, errlen);
+    if (!rc && m->par.ep_mode == TM_EP_DISPATCH && !(m->ep = tm_ep_state_new())) {
+        tm_errf(err, errlen, "out of memory");
+        rc = KN_ERR_NOMEM;
+    }
     if (rc) {
         tm_model_free(m);
         return rc;

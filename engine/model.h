@@ -13,6 +13,7 @@
 #include "kernels/backend.h"
 #include "engine/config.h"
 #include "engine/kv_cache.h"
+#include "engine/parallel.h"
 
 typedef struct tm_model tm_model;
 
@@ -21,8 +22,21 @@ typedef struct tm_model tm_model;
  * a negative status and a one-line reason in err; nothing is leaked. */
 int tm_model_load(const char *dir, const kn_backend *be, tm_model **out,
                   char *err, size_t errlen);
+/* Loads only this rank's shard for a parallel layout (engine/parallel.h):
+ * its attention heads, its experts, everything else whole. par NULL (or
+ * all groups of one) is tm_model_load. The communicators are borrowed and
+ * must take the backend's kind of memory (comm_memory). Loading does not
+ * communicate; every forward pass does, so all ranks of the layout must
+ * call tm_forward the same number of times. */
+int tm_model_load_parallel(const char *dir, const kn_backend *be, const tm_parallel *par,
+                           tm_model **out, char *err, size_t errlen);
 void tm_model_free(tm_model *m);
 const tm_config *tm_model_config(const tm_model *m);
+/* This rank's slice (the whole model for tm_model_load). */
+const tm_shard *tm_model_shard(const tm_model *m);
+/* KV heads this rank's cache must hold: the config's on one rank, the
+ * rank's share (or its one replicated head) under TP. */
+int tm_model_kv_heads(const tm_model *m);
 
 typedef struct tm_seq_step {
     const int32_t *tokens;  /* host: the tokens this sequence adds */
@@ -38,7 +52,13 @@ typedef struct tm_seq_step {
  * use it). Returns KN_ERR_ARG, touching nothing, when a token id is outside
  * the vocabulary, a page table does not cover n_cached + n_tokens or names a
  * page outside the cache, or the cache was built for another model's shape.
- * Not reentrant on one model: the scratch buffers live in tm_model. */
+ * Not reentrant on one model: the scratch buffers live in tm_model.
+ *
+ * Parallel models (tm_model_load_parallel) communicate inside the pass and
+ * return KN_ERR_PEER (comm_error says why) when a peer fails. In the DP+EP
+ * layout a rank with nothing to run calls tm_forward(m, NULL, NULL, 0, NULL,
+ * NULL) instead: it serves its experts to the other ranks' tokens for one
+ * step. */
 int tm_forward(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
                int n_seqs, float *logits, float *all_logits);
 

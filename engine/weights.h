@@ -12,6 +12,7 @@
 #define TANDEM_ENGINE_WEIGHTS_H
 #include <stddef.h>
 #include "engine/config.h"
+#include "engine/parallel.h"
 #include "engine/safetensors.h"
 #include "kernels/backend.h"
 
@@ -43,6 +44,14 @@ typedef struct tm_weights {
  * model does not use. Nothing is left allocated on failure. */
 int tm_weights_load(tm_weights *w, const tm_config *cfg, const tm_safetensors *st,
                     const kn_backend *be, char *err, size_t errlen);
+/* The same for one rank's shard (engine/parallel.h): q/k/v rows and sinks of
+ * its heads, o_proj columns of its heads (the bias only where shard->o_bias),
+ * its experts; everything else whole. Other ranks' slices are still checked
+ * for presence, shape and dtype, but not read. Tensor shapes are then the
+ * local ones: q_w [n_heads_local * head_dim][dim], experts [n_experts_local]. */
+int tm_weights_load_shard(tm_weights *w, const tm_config *cfg, const tm_safetensors *st,
+                          const kn_backend *be, const tm_shard *shard, char *err,
+                          size_t errlen);
 void tm_weights_free(tm_weights *w);
 
 #endif
