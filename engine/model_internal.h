@@ -34,6 +34,7 @@ struct tm_model {
     float *inv_freq;       /* backend [head_dim / 2] */
     float rope_scale;      /* YaRN attention scaling (1 for plain RoPE) */
     tm_scratch s;
+    struct kn_stopwatch *sw;  /* per-group timing, or NULL */
 };
 
 /* Frees every scratch buffer (forward.c). */

@@ -14,6 +14,7 @@ typedef struct loader {
     const tm_safetensors *st;
     const kn_backend *be;
     tm_weights *w;
+    kn_dtype wdtype;    /* of the large products' matrices */
     uint8_t *used;      /* [st->n_tensors]: consumed by the model */
     char *err;
     size_t errlen;
@@ -96,8 +97,23 @@ static void stage_drop(loader *L, float *host)
         free(host);
 }
 
-/* Takes ownership of host; returns the backend buffer (NULL on failure). */
-static float *stage_commit(loader *L, float *host, size_t n)
+/* Rewrites n floats in place as n bf16 values packed at the start of the
+ * same buffer. Forward order is safe: bf16 i (bytes 2i..2i+1) overwrites
+ * only float i/2, which has already been read. */
+static void pack_bf16_in_place(float *buf, size_t n)
+{
+    unsigned char *bytes = (unsigned char *)buf;
+    for (size_t i = 0; i < n; i++) {
+        float f;
+        memcpy(&f, bytes + 4 * i, sizeof f);
+        uint16_t b = kn_f32_to_bf16(f);
+        memcpy(bytes + 2 * i, &b, sizeof b);
+    }
+}
+
+/* Takes ownership of host (n floats); returns the backend buffer holding
+ * them as dt (NULL on failure). */
+static void *stage_commit_as(loader *L, float *host, size_t n, kn_dtype dt)
 {
     if (!host)
         return NULL;
@@ -105,11 +121,13 @@ static float *stage_commit(loader *L, float *host, size_t n)
         stage_drop(L, host);
         return NULL;
     }
-    size_t bytes = n * sizeof(float);
+    if (dt == KN_BF16)
+        pack_bf16_in_place(host, n);
+    size_t bytes = n * kn_dtype_size(dt);
     L->w->bytes += bytes;
     if (L->be->kind == KN_BACKEND_CPU)
         return host;
-    float *dev = kn_malloc(L->be, bytes);
+    void *dev = kn_malloc(L->be, bytes);
     int rc = dev ? kn_copy_to_backend(L->be, dev, host, bytes) : KN_ERR_NOMEM;
     free(host);
     if (rc) {
@@ -121,6 +139,11 @@ static float *stage_commit(loader *L, float *host, size_t n)
     return dev;
 }
 
+static float *stage_commit(loader *L, float *host, size_t n)
+{
+    return stage_commit_as(L, host, n, KN_F32);
+}
+
 static size_t numel(int ndim, const int64_t *dims)
 {
     size_t n = 1;
@@ -129,8 +152,9 @@ static size_t numel(int ndim, const int64_t *dims)
     return n;
 }
 
-/* A tensor copied as is (converted to f32). */
-static float *load_plain(loader *L, const char *name, int ndim, const int64_t *dims)
+/* A tensor copied as is, stored as dt (converted through f32, which is
+ * exact for the BF16/F16/F32 checkpoints the loader reads). */
+static void *load_as(loader *L, const char *name, int ndim, const int64_t *dims, kn_dtype dt)
 {
     const tm_st_tensor *t = want(L, name, ndim, dims);
     if (!t)
@@ -139,7 +163,19 @@ static float *load_plain(loader *L, const char *name, int ndim, const int64_t *d
     float *host = stage_alloc(L, n);
     if (host)
         tm_st_to_f32(t, 0, n, host);
-    return stage_commit(L, host, n);
+    return stage_commit_as(L, host, n, dt);
+}
+
+/* Norms, biases, sinks, router, embedding: always f32. */
+static float *load_plain(loader *L, const char *name, int ndim, const int64_t *dims)
+{
+    return load_as(L, name, ndim, dims, KN_F32);
+}
+
+/* A matrix of the large products: stored as the loader's wdtype. */
+static void *load_matrix(loader *L, const char *name, int ndim, const int64_t *dims)
+{
+    return load_as(L, name, ndim, dims, L->wdtype);
 }
 
 static const char *lname(char *buf, size_t n, int layer, const char *suffix)
@@ -150,7 +186,7 @@ static const char *lname(char *buf, size_t n, int layer, const char *suffix)
 
 /* GPT-OSS gate_up_proj [E][dim][2I] with gate = [..., ::2], up = [..., 1::2]
  * -> [E][2I][dim], gate rows first. */
-static float *load_gpt_oss_gate_up(loader *L, const char *name, int E, int dim, int inter)
+static void *load_gpt_oss_gate_up(loader *L, const char *name, int E, int dim, int inter)
 {
     const tm_st_tensor *t = want(L, name, 3, (int64_t[]){E, dim, 2 * inter});
     size_t n = (size_t)E * 2 * inter * dim;
@@ -169,7 +205,7 @@ static float *load_gpt_oss_gate_up(loader *L, const char *name, int E, int dim, 
         }
     }
     free(row);
-    return stage_commit(L, host, n);
+    return stage_commit_as(L, host, n, L->wdtype);
 }
 
 /* GPT-OSS gate_up_proj_bias [E][2I] interleaved -> [E][2I], gate first. */
@@ -193,7 +229,7 @@ static float *load_gpt_oss_gate_up_bias(loader *L, const char *name, int E, int 
 }
 
 /* GPT-OSS down_proj [E][I][dim] (applied as x @ W) -> [E][dim][I]. */
-static float *load_gpt_oss_down(loader *L, const char *name, int E, int dim, int inter)
+static void *load_gpt_oss_down(loader *L, const char *name, int E, int dim, int inter)
 {
     const tm_st_tensor *t = want(L, name, 3, (int64_t[]){E, inter, dim});
     size_t n = (size_t)E * dim * inter;
@@ -210,7 +246,7 @@ static float *load_gpt_oss_down(loader *L, const char *name, int E, int dim, int
         }
     }
     free(row);
-    return stage_commit(L, host, n);
+    return stage_commit_as(L, host, n, L->wdtype);
 }
 
 /* Qwen3 released layout: one gate/up/down Linear per expert. */
@@ -243,8 +279,8 @@ static void load_qwen3_experts_split(loader *L, tm_layer_weights *lw, int l, int
         stage_drop(L, dn);
         return;
     }
-    lw->gate_up = stage_commit(L, gu, (size_t)E * per_gu);
-    lw->down = stage_commit(L, dn, (size_t)E * per_d);
+    lw->gate_up = stage_commit_as(L, gu, (size_t)E * per_gu, L->wdtype);
+    lw->down = stage_commit_as(L, dn, (size_t)E * per_d, L->wdtype);
 }
 
 static void load_layer(loader *L, const tm_config *c, int l, tm_layer_weights *lw)
@@ -256,14 +292,14 @@ static void load_layer(loader *L, const tm_config *c, int l, tm_layer_weights *l
                                (int64_t[]){H});
     lw->mlp_norm = load_plain(L, lname(n, sizeof(n), l, "post_attention_layernorm.weight"),
                               1, (int64_t[]){H});
-    lw->q_w = load_plain(L, lname(n, sizeof(n), l, "self_attn.q_proj.weight"), 2,
-                         (int64_t[]){qd, H});
-    lw->k_w = load_plain(L, lname(n, sizeof(n), l, "self_attn.k_proj.weight"), 2,
-                         (int64_t[]){kvd, H});
-    lw->v_w = load_plain(L, lname(n, sizeof(n), l, "self_attn.v_proj.weight"), 2,
-                         (int64_t[]){kvd, H});
-    lw->o_w = load_plain(L, lname(n, sizeof(n), l, "self_attn.o_proj.weight"), 2,
-                         (int64_t[]){H, qd});
+    lw->q_w = load_matrix(L, lname(n, sizeof(n), l, "self_attn.q_proj.weight"), 2,
+                          (int64_t[]){qd, H});
+    lw->k_w = load_matrix(L, lname(n, sizeof(n), l, "self_attn.k_proj.weight"), 2,
+                          (int64_t[]){kvd, H});
+    lw->v_w = load_matrix(L, lname(n, sizeof(n), l, "self_attn.v_proj.weight"), 2,
+                          (int64_t[]){kvd, H});
+    lw->o_w = load_matrix(L, lname(n, sizeof(n), l, "self_attn.o_proj.weight"), 2,
+                          (int64_t[]){H, qd});
     if (c->attention_bias) {
         lw->q_b = load_plain(L, lname(n, sizeof(n), l, "self_attn.q_proj.bias"), 1,
                              (int64_t[]){qd});
@@ -303,9 +339,9 @@ static void load_layer(loader *L, const tm_config *c, int l, tm_layer_weights *l
                               (int64_t[]){E, H});
     if (tm_st_find(L->st, lname(n, sizeof(n), l, "mlp.experts.gate_up_proj"))) {
         /* transformers-5 fused experts: already [E][2I][H] and [E][H][I] */
-        lw->gate_up = load_plain(L, n, 3, (int64_t[]){E, 2 * I, H});
-        lw->down = load_plain(L, lname(n, sizeof(n), l, "mlp.experts.down_proj"), 3,
-                              (int64_t[]){E, H, I});
+        lw->gate_up = load_matrix(L, n, 3, (int64_t[]){E, 2 * I, H});
+        lw->down = load_matrix(L, lname(n, sizeof(n), l, "mlp.experts.down_proj"), 3,
+                               (int64_t[]){E, H, I});
     } else {
         load_qwen3_experts_split(L, lw, l, E, H, I);
     }
@@ -343,7 +379,7 @@ void tm_weights_free(tm_weights *w)
 #define FREE_W(p) do { if (p) kn_free(be, p); } while (0)
     for (int l = 0; w->layers && l < w->n_layers; l++) {
         tm_layer_weights *lw = &w->layers[l];
-        float *all[] = {lw->attn_norm, lw->mlp_norm, lw->q_w, lw->k_w, lw->v_w, lw->o_w,
+        void *all[] = {lw->attn_norm, lw->mlp_norm, lw->q_w, lw->k_w, lw->v_w, lw->o_w,
                         lw->q_b, lw->k_b, lw->v_b, lw->o_b, lw->q_norm, lw->k_norm,
                         lw->sinks, lw->router_w, lw->router_b, lw->gate_up,
                         lw->gate_up_b, lw->down, lw->down_b};
@@ -360,12 +396,17 @@ void tm_weights_free(tm_weights *w)
 }
 
 int tm_weights_load(tm_weights *w, const tm_config *c, const tm_safetensors *st,
-                    const kn_backend *be, char *err, size_t errlen)
+                    const kn_backend *be, kn_dtype wdtype, char *err, size_t errlen)
 {
     memset(w, 0, sizeof(*w));
+    if (wdtype != KN_F32 && wdtype != KN_BF16) {
+        tm_errf(err, errlen, "weight dtype %d is not f32 or bf16", (int)wdtype);
+        return KN_ERR_ARG;
+    }
     w->be = be;
     w->n_layers = c->n_layers;
-    loader L = {st, be, w, NULL, err, errlen, 0};
+    w->wdtype = wdtype;
+    loader L = {st, be, w, wdtype, NULL, err, errlen, 0};
     L.used = calloc((size_t)st->n_tensors + 1, 1);
     w->layers = calloc((size_t)c->n_layers, sizeof(*w->layers));
     if (!L.used || !w->layers)
@@ -379,12 +420,15 @@ int tm_weights_load(tm_weights *w, const tm_config *c, const tm_safetensors *st,
     w->final_norm = load_plain(&L, "model.norm.weight", 1, (int64_t[]){H});
     const tm_st_tensor *head = tm_st_find(st, "lm_head.weight");
     if (c->tie_word_embeddings) {
-        /* HF ties the head to the embedding and ignores a stored copy */
-        w->lm_head = w->embed;
+        /* HF ties the head to the embedding and ignores a stored copy; a
+         * narrower head is its own copy of the embedding's values */
+        w->lm_head = wdtype == KN_F32
+                         ? (void *)w->embed
+                         : load_matrix(&L, "model.embed_tokens.weight", 2, (int64_t[]){V, H});
         if (head && !L.rc)
             L.used[head - st->tensors] = 1;
     } else {
-        w->lm_head = load_plain(&L, "lm_head.weight", 2, (int64_t[]){V, H});
+        w->lm_head = load_matrix(&L, "lm_head.weight", 2, (int64_t[]){V, H});
     }
     /* A tensor nothing reads means the checkpoint and the config disagree
      * (e.g. biases the config turned off): refuse rather than ignore it. */

@@ -207,7 +207,7 @@ static void ref_experts(double *out, const float *x, const int32_t *idx, const f
                 continue;
             const float *xt = x + (size_t)t * dim;
             for (int j = 0; j < 2 * inter; j++) {
-                const float *row = w->gate_up + ((size_t)e * 2 * inter + j) * dim;
+                const float *row = (const float *)w->gate_up + ((size_t)e * 2 * inter + j) * dim;
                 double acc = w->gate_up_bias ? w->gate_up_bias[(size_t)e * 2 * inter + j] : 0.0;
                 for (int d = 0; d < dim; d++)
                     acc += (double)row[d] * xt[d];
@@ -228,7 +228,7 @@ static void ref_experts(double *out, const float *x, const int32_t *idx, const f
                 }
             }
             for (int d = 0; d < dim; d++) {
-                const float *row = w->down + ((size_t)e * dim + d) * inter;
+                const float *row = (const float *)w->down + ((size_t)e * dim + d) * inter;
                 double acc = w->down_bias ? w->down_bias[(size_t)e * dim + d] : 0.0;
                 for (int j = 0; j < inter; j++)
                     acc += (double)row[j] * a[j];
