@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "engine/util.h"
 #include "engine/weights.h"
 #include "kernels/fill.h"
@@ -71,6 +72,27 @@ static float *make_bias(maker *M, size_t n)
     return make(M, n, KN_F32, -0.05f, 0.05f);
 }
 
+/* Bytes tm_weights_synthetic will allocate. */
+static double synthetic_bytes(const tm_config *c, kn_dtype wdtype)
+{
+    double wb = (double)kn_dtype_size(wdtype), H = c->hidden_size, V = c->vocab_size;
+    double E = c->n_experts, I = c->moe_inter;
+    double qd = (double)c->n_heads * c->head_dim, kvd = (double)c->n_kv_heads * c->head_dim;
+    double layer = 4 * 2 * H + wb * (2 * qd * H + 2 * kvd * H) + 4 * E * H + wb * 3 * E * I * H;
+    if (c->attention_bias)
+        layer += 4 * (qd + 2 * kvd + H);
+    if (c->qk_norm)
+        layer += 4 * 2.0 * c->head_dim;
+    if (c->attn_sinks)
+        layer += 4.0 * c->n_heads;
+    if (c->arch == TM_ARCH_GPT_OSS)
+        layer += 4 * E;
+    if (c->expert_bias)
+        layer += 4 * E * (2 * I + H);
+    double head = c->tie_word_embeddings && wdtype == KN_F32 ? 0 : wb * V * H;
+    return 4 * V * H + layer * c->n_layers + 4 * H + head;
+}
+
 int tm_weights_synthetic(tm_weights *w, const tm_config *c, const kn_backend *be,
                          kn_dtype wdtype, uint64_t seed, char *err, size_t errlen)
 {
@@ -78,6 +100,17 @@ int tm_weights_synthetic(tm_weights *w, const tm_config *c, const kn_backend *be
     if (wdtype != KN_F32 && wdtype != KN_BF16) {
         tm_errf(err, errlen, "weight dtype %d is not f32 or bf16", (int)wdtype);
         return KN_ERR_ARG;
+    }
+    /* Host memory is overcommitted: a model larger than the machine would
+     * not fail at malloc but get the process killed while filling it. */
+    double need = synthetic_bytes(c, wdtype);
+    if (be->kind == KN_BACKEND_CPU) {
+        double avail = (double)sysconf(_SC_AVPHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+        if (avail > 0 && need > 0.9 * avail) {
+            tm_errf(err, errlen, "%s weights of this config need %.1f GB; only %.1f GB of "
+                    "memory is free", kn_dtype_name(wdtype), need / 1e9, avail / 1e9);
+            return KN_ERR_NOMEM;
+        }
     }
     w->be = be;
     w->n_layers = c->n_layers;
