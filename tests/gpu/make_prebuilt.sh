@@ -1,24 +1,31 @@
 #!/usr/bin/env bash
-# Builds the GPU programs (kernels' checks, the engine's GPU test, the
-# GPU tandem-bench / tandem-generate) on a machine with nvcc but maybe no
+# Builds the GPU programs the engine's device run needs (test_cuda_ops,
+# test_engine_gpu, the GPU tandem-bench) on a machine with nvcc but maybe no
 # GPU, into a folder that runs on the GPU machine without building there:
-#   DEST/bin/{test_cuda_ops,test_engine_gpu,tandem-bench,tandem-generate,...}
-#   DEST/lib/libcjson.so.1
-# OpenBLAS (and the gfortran runtime it needs) is linked statically, so the
-# GPU machine needs only glibc, libstdc++/libgomp and the CUDA 13 libraries
-# in /usr/local/cuda/lib64 (rpath). tests/gpu/run_engine.sh takes DEST as
-# $TANDEM_PREBUILT. Usage: tests/gpu/make_prebuilt.sh DEST
+#   DEST/bin/  the programs (stripped)
+#   DEST/lib/  the non-system libraries they load: cJSON, OpenBLAS and the
+#              gfortran runtime OpenBLAS needs
+# The GPU machine then needs only glibc, libstdc++/libgomp and the CUDA 13
+# libraries in /usr/local/cuda/lib64 (rpath). tests/gpu/run_engine.sh takes
+# DEST as $TANDEM_PREBUILT. Usage: tests/gpu/make_prebuilt.sh DEST
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DEST=${1:?usage: make_prebuilt.sh DEST}
 BUILD=build-prebuilt
-GCCLIB=$(dirname "$(gcc -print-file-name=libgfortran.a)")
-OPENBLAS_A=$(readlink -f /usr/lib/x86_64-linux-gnu/libopenblas.a)
-rm -rf "$BUILD/cuda"   # .cu objects do not track header changes: rebuild them
-make -j2 CUDA=1 BUILD="$BUILD" gpu-progs gpu-engine-progs \
-    BLAS_LIBS="$OPENBLAS_A $GCCLIB/libgfortran.a $GCCLIB/libquadmath.a -lpthread" \
-    CJSON_LIBS="-l:libcjson.so.1" >"$BUILD.log" 2>&1 || { tail -20 "$BUILD.log"; exit 1; }
+PROGS="tests/gpu/test_cuda_ops tests/gpu/test_engine_gpu gpu-bin/tandem-bench"
+# A clean tree: the .cu objects do not track header changes.
+rm -rf "$BUILD"
+mkdir -p "$BUILD"
+make -j2 CUDA=1 BUILD="$BUILD" $(for p in $PROGS; do echo "$BUILD/$p"; done) \
+    >"$BUILD/make.log" 2>&1 || { tail -20 "$BUILD/make.log"; exit 1; }
 mkdir -p "$DEST/bin" "$DEST/lib"
-cp "$BUILD"/tests/gpu/* "$BUILD"/gpu-bin/* "$DEST/bin/"
-cp -L /usr/lib/x86_64-linux-gnu/libcjson.so.1 "$DEST/lib/"
-echo "prebuilt in $DEST ($(git rev-parse --short HEAD)): $(ls "$DEST/bin" | tr '\n' ' ')"
+for p in $PROGS; do
+    cp "$BUILD/$p" "$DEST/bin/"
+    strip "$DEST/bin/$(basename "$p")"
+done
+for lib in libcjson.so.1 libopenblas.so.0 libgfortran.so.5 libquadmath.so.0; do
+    path=$(ldd "$BUILD/gpu-bin/tandem-bench" | awk -v l="$lib" '$1 == l { print $3 }')
+    [ -n "$path" ] || { echo "make_prebuilt: $lib not linked"; exit 1; }
+    cp -L "$path" "$DEST/lib/$lib"
+done
+echo "prebuilt in $DEST ($(git rev-parse --short HEAD)): $(ls "$DEST/bin" | tr '\n' ' ')($(du -sh "$DEST" | cut -f1))"

@@ -31,13 +31,16 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,me
     --format=csv 2>&1 | tee "$OUT/gpu.txt"
 
 echo "== programs"
+# Our programs' library path only: torch (the ceilings) keeps its own.
+LIBS=""
+run() { LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
 if [ -n "${TANDEM_PREBUILT:-}" ] && [ -x "$TANDEM_PREBUILT/bin/tandem-bench" ]; then
     BIN=$TANDEM_PREBUILT/bin
-    export LD_LIBRARY_PATH="$TANDEM_PREBUILT/lib:${LD_LIBRARY_PATH:-}"
+    LIBS=$(cd "$TANDEM_PREBUILT/lib" && pwd)
     how="prebuilt ($TANDEM_PREBUILT)"
-    if ldd "$BIN/tandem-bench" "$BIN/test_engine_gpu" | grep -q "not found"; then
-        ldd "$BIN/tandem-bench" | grep "not found"
+    if run ldd "$BIN/tandem-bench" "$BIN/test_engine_gpu" "$BIN/test_cuda_ops" | grep "not found"; then
         BIN=""
+        LIBS=""
     fi
 fi
 if [ -z "${BIN:-}" ]; then
@@ -64,13 +67,13 @@ BW=${BW:-4.24}; PEAK=${PEAK:-776}; PEAK32=${PEAK32:-51.2}
 echo "floors use copy ${BW} TB/s, bf16 ${PEAK} TFLOP/s"
 
 echo "== test_cuda_ops (seed $SEED)"
-"$BIN/test_cuda_ops" "$SEED" >"$OUT/test_cuda_ops.log" 2>&1
+run "$BIN/test_cuda_ops" "$SEED" >"$OUT/test_cuda_ops.log" 2>&1
 [ $? -eq 0 ] || status=1
 grep -E '^not ok |bf16|fill|stopwatch' "$OUT/test_cuda_ops.log"
 ops="$(grep -c '^ok ' "$OUT/test_cuda_ops.log") ok, $(grep -c '^not ok ' "$OUT/test_cuda_ops.log") not ok"
 
 echo "== test_engine_gpu"
-timeout 300 "$BIN/test_engine_gpu" 0 2>&1 | tee "$OUT/test_engine_gpu.log"
+run timeout 300 "$BIN/test_engine_gpu" 0 2>&1 | tee "$OUT/test_engine_gpu.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 eng="$(grep -c '^ok ' "$OUT/test_engine_gpu.log") ok, $(grep -c '^not ok ' "$OUT/test_engine_gpu.log") not ok"
 
@@ -78,7 +81,7 @@ bench() {   # NAME TIMEOUT ARGS...
     local name=$1 limit=$2
     shift 2
     echo "== bench $name: tandem-bench $*"
-    timeout "$limit" "$BIN/tandem-bench" --device cuda --peak-tflops "$PEAK" --hbm-tbps "$BW" "$@" \
+    run timeout "$limit" "$BIN/tandem-bench" --device cuda --peak-tflops "$PEAK" --hbm-tbps "$BW" "$@" \
         >"$OUT/bench_$name.log" 2>&1
     local rc=$?
     cat "$OUT/bench_$name.log"
