@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the GPU programs the engine's device run needs (test_cuda_ops,
-# test_engine_gpu, the GPU tandem-bench) on a machine with nvcc but maybe no
+# test_engine_gpu, the GPU tandem-bench and tandem-generate) on a machine with nvcc but maybe no
 # GPU, into a folder that runs on the GPU machine without building there:
 #   DEST/bin/  the programs (stripped)
 #   DEST/lib/  the non-system libraries they load: cJSON, OpenBLAS and the
@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 DEST=${1:?usage: make_prebuilt.sh DEST}
 BUILD=build-prebuilt
-PROGS="tests/gpu/test_cuda_ops tests/gpu/test_engine_gpu gpu-bin/tandem-bench"
+PROGS="tests/gpu/test_cuda_ops tests/gpu/test_engine_gpu gpu-bin/tandem-bench gpu-bin/tandem-generate"
 # A clean tree: the .cu objects do not track header changes.
 rm -rf "$BUILD"
 mkdir -p "$BUILD"

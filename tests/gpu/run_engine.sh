@@ -77,6 +77,36 @@ run timeout 300 "$BIN/test_engine_gpu" 0 2>&1 | tee "$OUT/test_engine_gpu.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 eng="$(grep -c '^ok ' "$OUT/test_engine_gpu.log") ok, $(grep -c '^not ok ' "$OUT/test_engine_gpu.log") not ok"
 
+echo "== tandem-generate --device cuda (f32 and default bf16 weights) vs the HF golden tokens"
+gen="not run"
+if [ -x "$BIN/tandem-generate" ]; then
+    gen=""
+    for fx in gpt_oss_tiny qwen3_moe_tiny; do
+        ids() {
+            python3 - "tests/fixtures/$fx/golden.safetensors" "$1" <<'PY'
+import json, struct, sys
+data = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+e = json.loads(data[8:8 + n])[sys.argv[2]]
+b, end = e["data_offsets"]
+raw = data[8 + n + b:8 + n + end]
+print(",".join(str(v) for v in struct.unpack("<%di" % (len(raw) // 4), raw)))
+PY
+        }
+        prompt=$(ids prompt_ids); want=$(ids gen_ids)
+        for w in f32 auto; do
+            got=$(run timeout 60 "$BIN/tandem-generate" --model "tests/fixtures/$fx" --prompt-ids "$prompt" \
+                  --max-tokens 32 --ignore-eos --device cuda --weights $w 2>>"$OUT/generate.log")
+            same=0
+            IFS=, read -r -a g <<<"$got"; IFS=, read -r -a h <<<"$want"
+            while [ $same -lt ${#h[@]} ] && [ "${g[$same]:-x}" = "${h[$same]}" ]; do same=$((same + 1)); done
+            echo "$fx --weights $w: $same of 32 tokens equal HF's"
+            gen="$gen$fx/$w $same/32; "
+        done
+    done
+    tail -n 4 "$OUT/generate.log"
+fi
+
 bench() {   # NAME TIMEOUT ARGS...
     local name=$1 limit=$2
     shift 2
@@ -89,16 +119,16 @@ bench() {   # NAME TIMEOUT ARGS...
 }
 if [ "$BENCH" = 1 ]; then
     C=tests/fixtures/configs
-    bench oss20b_8k 240 --synthetic $C/gpt-oss-20b.json --prefill 8192 --batch 1,8,32,128 \
-        --context 8192 --steps 16 --repeat 5 --profile
-    bench oss20b_32k 240 --synthetic $C/gpt-oss-20b.json --prefill 32768 --batch none --repeat 3 --profile
-    if [ $(( $(date +%s) - t_start )) -lt 300 ]; then
-        bench qwen30b 150 --synthetic $C/qwen3-30b-a3b.json --prefill 8192 --batch 1,32 \
+    bench oss20b_8k 150 --synthetic $C/gpt-oss-20b.json --prefill 8192 --batch 1,8,32,128 \
+        --context 8192 --steps 16 --repeat 3 --profile
+    bench oss20b_32k 120 --synthetic $C/gpt-oss-20b.json --prefill 32768 --batch none --repeat 2 --profile
+    if [ $(( $(date +%s) - t_start )) -lt 200 ]; then
+        bench qwen30b 90 --synthetic $C/qwen3-30b-a3b.json --prefill 8192 --batch 1,32 \
             --context 8192 --steps 16 --repeat 3 --profile
     fi
-    if [ $(( $(date +%s) - t_start )) -lt 360 ]; then
-        bench oss20b_f32 150 --synthetic $C/gpt-oss-20b.json --weights f32 --prefill 8192 \
-            --batch none --repeat 3
+    if [ $(( $(date +%s) - t_start )) -lt 240 ]; then
+        bench oss20b_f32 80 --synthetic $C/gpt-oss-20b.json --weights f32 --prefill 8192 \
+            --batch none --repeat 2
     fi
 fi
 
@@ -110,6 +140,7 @@ echo "| programs | $how |"
 echo "| ceilings | copy $BW TB/s, bf16 GEMM $PEAK TFLOP/s, fp32 GEMM $PEAK32 TFLOP/s |"
 echo "| test_cuda_ops (seed $SEED) | $ops |"
 echo "| test_engine_gpu | $eng |"
+echo "| tandem-generate --device cuda, greedy tokens equal to HF's | $gen |"
 for f in "$OUT"/bench_*.log; do
     [ -f "$f" ] || continue
     grep -E '^(prefill|decode) ' "$f" | sed "s|^|$(basename "$f" .log | sed 's/bench_//') |"
