@@ -224,9 +224,10 @@ bench: $(LIB) $(BINS)
 	bash tests/bench.sh
 
 # On a GPU machine: builds with CUDA=1, checks every CUDA op against the
-# CPU backend and times the attention kernel next to torch SDPA.
+# CPU backend, times the attention kernel next to torch SDPA, then checks
+# the engine on the GPU and benchmarks it on the real models' shapes.
 bench-gpu:
-	bash tests/gpu/run.sh
+	ENGINE_BENCH=1 bash tests/gpu/run.sh
 
 clean:
 	rm -rf build build-asan build-cuda
