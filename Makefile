@@ -71,6 +71,11 @@ CJSON_LIBS ?= -lcjson
 ifeq ($(CUDA),1)
 CUDA_HOME ?= /usr/local/cuda
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
+# NCCL (engine/comm_nccl.c: TANDEM_NCCL) when its header is installed
+ifneq ($(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h),)
+CFLAGS   += -DTANDEM_NCCL
+CUDA_LIBS += -lnccl
+endif
 CFLAGS   += -DTANDEM_CUDA -I$(CUDA_HOME)/include
 LDLIBS   += $(CUDA_LIBS)
 LIB_OBJ  += $(CU_OBJ)

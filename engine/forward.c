@@ -8,8 +8,11 @@
  * from the kn_seq_batch built here. */
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "engine/comm.h"
+#include "engine/ep_dispatch.h"
 #include "engine/model_internal.h"
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
@@ -69,8 +72,8 @@ static int scratch_need(tm_model *m, size_t rows, size_t seqs, size_t pages,
     const kn_backend *be = m->be;
     tm_scratch *s = &m->s;
     const size_t F = sizeof(float), I = sizeof(int32_t);
-    const size_t H = (size_t)c->hidden_size, qd = (size_t)c->n_heads * c->head_dim,
-                 kvd = (size_t)c->n_kv_heads * c->head_dim, E = (size_t)c->n_experts,
+    const size_t H = (size_t)c->hidden_size, qd = (size_t)m->shard.n_heads * c->head_dim,
+                 kvd = (size_t)m->shard.n_kv_heads * c->head_dim, E = (size_t)c->n_experts,
                  K = (size_t)c->n_experts_per_tok, V = (size_t)c->vocab_size;
     struct { tm_buf *b; size_t bytes; int host; } want[] = {
         {&s->x, rows * H * F, 0},       {&s->xn, rows * H * F, 0},
@@ -102,7 +105,7 @@ static int check_batch(const tm_model *m, const tm_kv_cache *kv, const tm_seq_st
 {
     const tm_config *c = &m->cfg;
     if (!kv || !seqs || n_seqs <= 0 || kv->n_layers != c->n_layers ||
-        kv->n_kv_heads != c->n_kv_heads || kv->head_dim != c->head_dim ||
+        kv->n_kv_heads != m->shard.n_kv_heads || kv->head_dim != c->head_dim ||
         kv->page_size <= 0)
         return KN_ERR_ARG;
     long long rows = 0;
@@ -203,7 +206,9 @@ static int layer_forward(tm_model *m, tm_kv_cache *kv, int l, const kn_seq_batch
     const kn_backend *be = m->be;
     tm_scratch *s = &m->s;
     const int T = b->n_rows, H = c->hidden_size, hd = c->head_dim;
-    const int qd = c->n_heads * hd, kvd = c->n_kv_heads * hd;
+    /* this rank's heads (all of them on one rank) */
+    const int nh = m->shard.n_heads, nkv = m->shard.n_kv_heads;
+    const int qd = nh * hd, kvd = nkv * hd;
     float *x = s->x.p, *xn = s->xn.p, *q = s->q.p, *k = s->k.p, *v = s->v.p;
     float *att = s->att.p, *tmp = s->tmp.p;
     int rc;
@@ -218,18 +223,20 @@ static int layer_forward(tm_model *m, tm_kv_cache *kv, int l, const kn_seq_batch
     TRY(kn_matmul_w(be, v, xn, &v_w, w->v_b, T, kvd, H));
     TRY(lap(m, TM_PROF_ATTN_PROJ));
     if (c->qk_norm) {   /* Qwen3: RMSNorm over each head's vector, before RoPE */
-        TRY(kn_rmsnorm(be, q, q, w->q_norm, T * c->n_heads, hd, c->rms_eps));
-        TRY(kn_rmsnorm(be, k, k, w->k_norm, T * c->n_kv_heads, hd, c->rms_eps));
+        TRY(kn_rmsnorm(be, q, q, w->q_norm, T * nh, hd, c->rms_eps));
+        TRY(kn_rmsnorm(be, k, k, w->k_norm, T * nkv, hd, c->rms_eps));
     }
-    TRY(kn_rope(be, q, s->pos.p, T, c->n_heads, hd, m->inv_freq, m->rope_scale));
-    TRY(kn_rope(be, k, s->pos.p, T, c->n_kv_heads, hd, m->inv_freq, m->rope_scale));
-    TRY(kn_kv_append(be, kv->k[l], kv->v[l], k, v, b, c->n_kv_heads, hd, kv->page_size));
+    TRY(kn_rope(be, q, s->pos.p, T, nh, hd, m->inv_freq, m->rope_scale));
+    TRY(kn_rope(be, k, s->pos.p, T, nkv, hd, m->inv_freq, m->rope_scale));
+    TRY(kn_kv_append(be, kv->k[l], kv->v[l], k, v, b, nkv, hd, kv->page_size));
     TRY(lap(m, TM_PROF_ROPE_KV));
-    TRY(kn_attention(be, att, q, kv->k[l], kv->v[l], b, c->n_heads, c->n_kv_heads, hd,
+    TRY(kn_attention(be, att, q, kv->k[l], kv->v[l], b, nh, nkv, hd,
                      kv->page_size, (float)(1.0 / sqrt((double)hd)), w->sinks,
                      c->layer_window[l]));
     TRY(lap(m, TM_PROF_ATTENTION));
     TRY(kn_matmul_w(be, tmp, att, &o_w, w->o_b, T, H, qd));
+    if (m->par.tp)   /* each TP rank has its heads' share of o_proj: sum them */
+        TRY(comm_all_reduce_sum(m->par.tp, tmp, (size_t)T * H));
     TRY(lap(m, TM_PROF_ATTN_PROJ));
     TRY(kn_add(be, x, x, tmp, (size_t)T * H));
     /* MoE block */
@@ -239,19 +246,52 @@ static int layer_forward(tm_model *m, tm_kv_cache *kv, int l, const kn_seq_batch
     TRY(kn_moe_route(be, s->eidx.p, s->ew.p, s->router.p, T, c->n_experts,
                      c->n_experts_per_tok, c->route_mode, c->norm_topk_prob));
     TRY(lap(m, TM_PROF_ROUTER));
-    TRY(kn_moe_experts(be, tmp, xn, s->eidx.p, s->ew.p, T, c->n_experts_per_tok,
-                       &m->moe[l]));
+    if (m->par.ep_mode == TM_EP_DISPATCH) {
+        TRY(tm_ep_dispatch_moe(m, l, xn, s->eidx.p, s->ew.p, T, tmp));
+    } else {
+        TRY(kn_moe_experts(be, tmp, xn, s->eidx.p, s->ew.p, T, c->n_experts_per_tok,
+                           &m->moe[l]));
+        if (m->par.ep_mode == TM_EP_REPLICATED)   /* local experts' share of every token */
+            TRY(comm_all_reduce_sum(m->par.ep, tmp, (size_t)T * H));
+    }
     TRY(lap(m, TM_PROF_EXPERTS));
     TRY(kn_add(be, x, x, tmp, (size_t)T * H));
 #undef TRY
     return KN_OK;
 }
 
+static int forward_step(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
+                        int n_seqs, float *logits, float *all_logits);
+
 int tm_forward(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
                int n_seqs, float *logits, float *all_logits)
 {
     if (!m)
         return KN_ERR_ARG;
+    int rc = forward_step(m, kv, seqs, n_seqs, logits, all_logits);
+    if (rc && rc != KN_ERR_PEER && (m->par.tp || m->par.ep)) {
+        /* the peers are inside this step's collectives, which this rank will
+         * not finish: fail the group now rather than at their timeout */
+        char why[96];
+        snprintf(why, sizeof(why), "tm_forward failed locally: %s", kn_status_str(rc));
+        if (m->par.tp)
+            comm_abort(m->par.tp, why);
+        if (m->par.ep)
+            comm_abort(m->par.ep, why);
+    }
+    return rc;
+}
+
+static int forward_step(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
+                        int n_seqs, float *logits, float *all_logits)
+{
+    if (n_seqs == 0 && m->par.ep_mode == TM_EP_DISPATCH) {
+        /* an idle DP rank still serves its experts in every layer */
+        int rc = KN_OK;
+        for (int l = 0; l < m->cfg.n_layers && !rc; l++)
+            rc = tm_ep_dispatch_moe(m, l, NULL, NULL, NULL, 0, NULL);
+        return rc;
+    }
     long long rows_ll;
     int max_pages;
     int rc = check_batch(m, kv, seqs, n_seqs, &rows_ll, &max_pages);

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "engine/config.h"
+#include "engine/parallel.h"
 #include "engine/safetensors.h"
 #include "kernels/backend.h"
 #include "kernels/dtype.h"
@@ -56,15 +57,25 @@ typedef struct tm_weights {
  * on failure. */
 int tm_weights_load(tm_weights *w, const tm_config *cfg, const tm_safetensors *st,
                     const kn_backend *be, kn_dtype wdtype, char *err, size_t errlen);
+/* The same for one rank's shard (engine/parallel.h): q/k/v rows and sinks of
+ * its heads, o_proj columns of its heads (the bias only where shard->o_bias),
+ * its experts; everything else whole. Other ranks' slices are still checked
+ * for presence, shape and dtype, but not read. Tensor shapes are then the
+ * local ones: q_w [n_heads_local * head_dim][dim], experts [n_experts_local]. */
+int tm_weights_load_shard(tm_weights *w, const tm_config *cfg, const tm_safetensors *st,
+                          const kn_backend *be, const tm_shard *shard, kn_dtype wdtype,
+                          char *err, size_t errlen);
 
-/* Random weights of the config's shapes, made on the backend itself with
+/* Random weights of the config's shapes (of the shard's slice, or the whole
+ * model when shard is NULL), made on the backend itself with
  * kn_fill_uniform (no files, no host copies): for benchmarks, whose speed
  * does not depend on the values. Scales keep activations in a sane range
  * (uniform weights with variance 1/fan_in, norms near 1, small biases), so
- * a forward pass stays finite. Same seed, same weights, on either backend.
- * Nothing is left allocated on failure. */
+ * a forward pass stays finite. Same seed and shard, same weights, on either
+ * backend. Nothing is left allocated on failure. */
 int tm_weights_synthetic(tm_weights *w, const tm_config *cfg, const kn_backend *be,
-                         kn_dtype wdtype, uint64_t seed, char *err, size_t errlen);
+                         const tm_shard *shard, kn_dtype wdtype, uint64_t seed, char *err,
+                         size_t errlen);
 void tm_weights_free(tm_weights *w);
 
 #endif

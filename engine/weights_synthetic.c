@@ -72,38 +72,44 @@ static float *make_bias(maker *M, size_t n)
     return make(M, n, KN_F32, -0.05f, 0.05f);
 }
 
-/* Bytes tm_weights_synthetic will allocate. */
-static double synthetic_bytes(const tm_config *c, kn_dtype wdtype)
+/* Bytes tm_weights_synthetic will allocate for shard sh. */
+static double synthetic_bytes(const tm_config *c, const tm_shard *sh, kn_dtype wdtype)
 {
     double wb = (double)kn_dtype_size(wdtype), H = c->hidden_size, V = c->vocab_size;
-    double E = c->n_experts, I = c->moe_inter;
-    double qd = (double)c->n_heads * c->head_dim, kvd = (double)c->n_kv_heads * c->head_dim;
-    double layer = 4 * 2 * H + wb * (2 * qd * H + 2 * kvd * H) + 4 * E * H + wb * 3 * E * I * H;
+    double E = c->n_experts, El = sh->n_experts, I = c->moe_inter;
+    double qd = (double)sh->n_heads * c->head_dim, kvd = (double)sh->n_kv_heads * c->head_dim;
+    double layer = 4 * 2 * H + wb * (2 * qd * H + 2 * kvd * H) + 4 * E * H + wb * 3 * El * I * H;
     if (c->attention_bias)
-        layer += 4 * (qd + 2 * kvd + H);
+        layer += 4 * (qd + 2 * kvd + (sh->o_bias ? H : 0));
     if (c->qk_norm)
         layer += 4 * 2.0 * c->head_dim;
     if (c->attn_sinks)
-        layer += 4.0 * c->n_heads;
+        layer += 4.0 * sh->n_heads;
     if (c->arch == TM_ARCH_GPT_OSS)
         layer += 4 * E;
     if (c->expert_bias)
-        layer += 4 * E * (2 * I + H);
+        layer += 4 * El * (2 * I + H);
     double head = c->tie_word_embeddings && wdtype == KN_F32 ? 0 : wb * V * H;
     return 4 * V * H + layer * c->n_layers + 4 * H + head;
 }
 
 int tm_weights_synthetic(tm_weights *w, const tm_config *c, const kn_backend *be,
-                         kn_dtype wdtype, uint64_t seed, char *err, size_t errlen)
+                         const tm_shard *shard, kn_dtype wdtype, uint64_t seed, char *err,
+                         size_t errlen)
 {
     memset(w, 0, sizeof(*w));
     if (wdtype != KN_F32 && wdtype != KN_BF16) {
         tm_errf(err, errlen, "weight dtype %d is not f32 or bf16", (int)wdtype);
         return KN_ERR_ARG;
     }
+    tm_shard full;
+    if (!shard) {
+        tm_shard_full(c, &full);
+        shard = &full;
+    }
     /* Host memory is overcommitted: a model larger than the machine would
      * not fail at malloc but get the process killed while filling it. */
-    double need = synthetic_bytes(c, wdtype);
+    double need = synthetic_bytes(c, shard, wdtype);
     if (be->kind == KN_BACKEND_CPU) {
         double avail = (double)sysconf(_SC_AVPHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
         if (avail > 0 && need > 0.9 * avail) {
@@ -123,8 +129,12 @@ int tm_weights_synthetic(tm_weights *w, const tm_config *c, const kn_backend *be
     }
     maker M = {be, w, seed, 0, err, errlen, 0};
     const size_t H = (size_t)c->hidden_size, V = (size_t)c->vocab_size;
-    const size_t E = (size_t)c->n_experts, I = (size_t)c->moe_inter;
-    const size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+    /* this rank's heads and experts (all of them on one rank); the router
+     * scores every expert */
+    const size_t E = (size_t)c->n_experts, El = (size_t)shard->n_experts,
+                 I = (size_t)c->moe_inter;
+    const size_t qd = (size_t)shard->n_heads * c->head_dim,
+                 kvd = (size_t)shard->n_kv_heads * c->head_dim;
 
     uint64_t embed_seed = next_seed(&M);
     w->embed = make_seeded(&M, V * H, KN_F32, -1.0f, 1.0f, embed_seed);
@@ -140,23 +150,24 @@ int tm_weights_synthetic(tm_weights *w, const tm_config *c, const kn_backend *be
             lw->q_b = make_bias(&M, qd);
             lw->k_b = make_bias(&M, kvd);
             lw->v_b = make_bias(&M, kvd);
-            lw->o_b = make_bias(&M, H);
+            if (shard->o_bias)   /* o_proj's partial sums are all-reduced */
+                lw->o_b = make_bias(&M, H);
         }
         if (c->qk_norm) {
             lw->q_norm = make_norm(&M, (size_t)c->head_dim);
             lw->k_norm = make_norm(&M, (size_t)c->head_dim);
         }
         if (c->attn_sinks)
-            lw->sinks = make(&M, (size_t)c->n_heads, KN_F32, -1.0f, 1.0f);
+            lw->sinks = make(&M, (size_t)shard->n_heads, KN_F32, -1.0f, 1.0f);
         float a = (float)sqrt(3.0 / (double)H);
         lw->router_w = make(&M, E * H, KN_F32, -a, a);
         if (c->arch == TM_ARCH_GPT_OSS)
             lw->router_b = make_bias(&M, E);
-        lw->gate_up = make_matrix(&M, E * 2 * I, H);
-        lw->down = make_matrix(&M, E * H, I);
+        lw->gate_up = make_matrix(&M, El * 2 * I, H);
+        lw->down = make_matrix(&M, El * H, I);
         if (c->expert_bias) {
-            lw->gate_up_b = make_bias(&M, E * 2 * I);
-            lw->down_b = make_bias(&M, E * H);
+            lw->gate_up_b = make_bias(&M, El * 2 * I);
+            lw->down_b = make_bias(&M, El * H);
         }
     }
     w->final_norm = make_norm(&M, H);
