@@ -15,18 +15,24 @@ typedef struct maker {
     const kn_backend *be;
     tm_weights *w;
     uint64_t seed;
-    uint64_t counter;   /* tensors made so far: each gets its own stream */
+    uint64_t counter;   /* tensors of the full model so far: each its own stream */
     char *err;
     size_t errlen;
     int rc;
 } maker;
 
-/* n elements of dt uniform in [lo, hi), or NULL after the first failure. */
-static void *make_seeded(maker *M, size_t n, kn_dtype dt, float lo, float hi, uint64_t seed)
+/* The stream of the next tensor of the full model. Every rank draws the
+ * same sequence of seeds (also for tensors it does not hold), so a shard's
+ * tensors are slices of the single-rank model's. */
+static uint64_t next_seed(maker *M)
+{
+    return kn_rng_seed(M->seed ^ (0xD1B54A32D192ED03ULL * ++M->counter));
+}
+
+static void *alloc_w(maker *M, size_t bytes)
 {
     if (M->rc)
         return NULL;
-    size_t bytes = n * kn_dtype_size(dt);
     void *p = kn_malloc(M->be, bytes);
     if (!p) {
         M->rc = KN_ERR_NOMEM;
@@ -34,42 +40,70 @@ static void *make_seeded(maker *M, size_t n, kn_dtype dt, float lo, float hi, ui
                 "(%zu bytes; %zu already held)", bytes, M->w->bytes);
         return NULL;
     }
-    int rc = kn_fill_uniform(M->be, p, dt, n, seed, lo, hi);
-    if (rc) {
-        kn_free(M->be, p);
-        M->rc = rc;
-        tm_errf(M->err, M->errlen, "kn_fill_uniform failed: %s", kn_status_str(rc));
-        return NULL;
-    }
     M->w->bytes += bytes;
     return p;
 }
 
-static uint64_t next_seed(maker *M)
+static void fill_at(maker *M, void *p, kn_dtype dt, size_t n, uint64_t seed, size_t first,
+                    float lo, float hi)
 {
-    return kn_rng_seed(M->seed ^ (0xD1B54A32D192ED03ULL * ++M->counter));
+    if (M->rc)
+        return;
+    int rc = kn_fill_uniform_at(M->be, p, dt, n, seed, first, lo, hi);
+    if (rc) {
+        M->rc = rc;
+        tm_errf(M->err, M->errlen, "kn_fill_uniform failed: %s", kn_status_str(rc));
+    }
 }
 
-static void *make(maker *M, size_t n, kn_dtype dt, float lo, float hi)
+/* Rows [row0, row0 + n_rows) of a full tensor of rows of row_len elements
+ * drawn from stream `seed`, uniform in [lo, hi), as dt. */
+static void *make_rows(maker *M, uint64_t seed, size_t row_len, size_t row0, size_t n_rows,
+                       kn_dtype dt, float lo, float hi)
 {
-    return make_seeded(M, n, dt, lo, hi, next_seed(M));
+    size_t n = n_rows * row_len;
+    void *p = alloc_w(M, n * kn_dtype_size(dt));
+    fill_at(M, p, dt, n, seed, row0 * row_len, lo, hi);
+    return p;
 }
 
-/* Uniform with variance 1/fan_in: outputs keep the inputs' scale. */
-static void *make_matrix(maker *M, size_t rows, size_t fan_in)
+/* Columns [col0, col0 + n_cols) of a full [rows][cols] tensor (o_proj's
+ * inputs from this rank's heads). */
+static void *make_cols(maker *M, uint64_t seed, size_t rows, size_t cols, size_t col0,
+                       size_t n_cols, kn_dtype dt, float lo, float hi)
 {
-    float a = (float)sqrt(3.0 / (double)fan_in);
-    return make(M, rows * fan_in, M->w->wdtype, -a, a);
+    if (col0 == 0 && n_cols == cols)   /* the whole matrix: one fill */
+        return make_rows(M, seed, cols, 0, rows, dt, lo, hi);
+    size_t es = kn_dtype_size(dt);
+    char *p = alloc_w(M, rows * n_cols * es);
+    for (size_t r = 0; p && r < rows && !M->rc; r++)
+        fill_at(M, p + r * n_cols * es, dt, n_cols, seed, r * cols + col0, lo, hi);
+    return p;
+}
+
+/* A whole f32 tensor of n elements with its own stream. */
+static float *make(maker *M, size_t n, float lo, float hi)
+{
+    return make_rows(M, next_seed(M), n, 0, 1, KN_F32, lo, hi);
 }
 
 static float *make_norm(maker *M, size_t n)
 {
-    return make(M, n, KN_F32, 0.9f, 1.1f);
+    return make(M, n, 0.9f, 1.1f);
 }
 
-static float *make_bias(maker *M, size_t n)
+/* Biases: rows [row0, row0 + n) of a full vector. */
+static float *make_bias_rows(maker *M, size_t row0, size_t n)
 {
-    return make(M, n, KN_F32, -0.05f, 0.05f);
+    return make_rows(M, next_seed(M), 1, row0, n, KN_F32, -0.05f, 0.05f);
+}
+
+/* Uniform with variance 1/fan_in (the full fan-in): outputs keep the
+ * inputs' scale. Rows [row0, row0 + n_rows) of a [*][fan_in] matrix. */
+static void *make_matrix_rows(maker *M, size_t fan_in, size_t row0, size_t n_rows)
+{
+    float a = (float)sqrt(3.0 / (double)fan_in);
+    return make_rows(M, next_seed(M), fan_in, row0, n_rows, M->w->wdtype, -a, a);
 }
 
 /* Bytes tm_weights_synthetic will allocate for shard sh. */
@@ -133,41 +167,46 @@ int tm_weights_synthetic(tm_weights *w, const tm_config *c, const kn_backend *be
      * scores every expert */
     const size_t E = (size_t)c->n_experts, El = (size_t)shard->n_experts,
                  I = (size_t)c->moe_inter;
-    const size_t qd = (size_t)shard->n_heads * c->head_dim,
-                 kvd = (size_t)shard->n_kv_heads * c->head_dim;
+    const size_t hd = (size_t)c->head_dim, nh = (size_t)c->n_heads;
+    const size_t q0 = (size_t)shard->head0 * hd, nq = (size_t)shard->n_heads * hd;
+    const size_t k0 = (size_t)shard->kv_head0 * hd, nk = (size_t)shard->n_kv_heads * hd;
+    const size_t qd_full = nh * hd, e0 = (size_t)shard->expert0;
 
     uint64_t embed_seed = next_seed(&M);
-    w->embed = make_seeded(&M, V * H, KN_F32, -1.0f, 1.0f, embed_seed);
+    w->embed = make_rows(&M, embed_seed, H, 0, V, KN_F32, -1.0f, 1.0f);
     for (int l = 0; l < c->n_layers && !M.rc; l++) {
         tm_layer_weights *lw = &w->layers[l];
         lw->attn_norm = make_norm(&M, H);
         lw->mlp_norm = make_norm(&M, H);
-        lw->q_w = make_matrix(&M, qd, H);
-        lw->k_w = make_matrix(&M, kvd, H);
-        lw->v_w = make_matrix(&M, kvd, H);
-        lw->o_w = make_matrix(&M, H, qd);
+        lw->q_w = make_matrix_rows(&M, H, q0, nq);
+        lw->k_w = make_matrix_rows(&M, H, k0, nk);
+        lw->v_w = make_matrix_rows(&M, H, k0, nk);
+        float ao = (float)sqrt(3.0 / (double)qd_full);
+        lw->o_w = make_cols(&M, next_seed(&M), H, qd_full, q0, nq, wdtype, -ao, ao);
         if (c->attention_bias) {
-            lw->q_b = make_bias(&M, qd);
-            lw->k_b = make_bias(&M, kvd);
-            lw->v_b = make_bias(&M, kvd);
+            lw->q_b = make_bias_rows(&M, q0, nq);
+            lw->k_b = make_bias_rows(&M, k0, nk);
+            lw->v_b = make_bias_rows(&M, k0, nk);
+            uint64_t ob = next_seed(&M);   /* drawn by every rank, held by one */
             if (shard->o_bias)   /* o_proj's partial sums are all-reduced */
-                lw->o_b = make_bias(&M, H);
+                lw->o_b = make_rows(&M, ob, 1, 0, H, KN_F32, -0.05f, 0.05f);
         }
         if (c->qk_norm) {
-            lw->q_norm = make_norm(&M, (size_t)c->head_dim);
-            lw->k_norm = make_norm(&M, (size_t)c->head_dim);
+            lw->q_norm = make_norm(&M, hd);
+            lw->k_norm = make_norm(&M, hd);
         }
         if (c->attn_sinks)
-            lw->sinks = make(&M, (size_t)shard->n_heads, KN_F32, -1.0f, 1.0f);
+            lw->sinks = make_rows(&M, next_seed(&M), 1, (size_t)shard->head0,
+                                  (size_t)shard->n_heads, KN_F32, -1.0f, 1.0f);
         float a = (float)sqrt(3.0 / (double)H);
-        lw->router_w = make(&M, E * H, KN_F32, -a, a);
+        lw->router_w = make(&M, E * H, -a, a);
         if (c->arch == TM_ARCH_GPT_OSS)
-            lw->router_b = make_bias(&M, E);
-        lw->gate_up = make_matrix(&M, El * 2 * I, H);
-        lw->down = make_matrix(&M, El * H, I);
+            lw->router_b = make_bias_rows(&M, 0, E);
+        lw->gate_up = make_matrix_rows(&M, H, e0 * 2 * I, El * 2 * I);
+        lw->down = make_matrix_rows(&M, I, e0 * H, El * H);
         if (c->expert_bias) {
-            lw->gate_up_b = make_bias(&M, El * 2 * I);
-            lw->down_b = make_bias(&M, El * H);
+            lw->gate_up_b = make_bias_rows(&M, e0 * 2 * I, El * 2 * I);
+            lw->down_b = make_bias_rows(&M, e0 * H, El * H);
         }
     }
     w->final_norm = make_norm(&M, H);
@@ -175,9 +214,9 @@ int tm_weights_synthetic(tm_weights *w, const tm_config *c, const kn_backend *be
         w->lm_head = w->embed;
     } else if (c->tie_word_embeddings) {
         /* the embedding's values again, rounded to the head's dtype */
-        w->lm_head = make_seeded(&M, V * H, wdtype, -1.0f, 1.0f, embed_seed);
+        w->lm_head = make_rows(&M, embed_seed, H, 0, V, wdtype, -1.0f, 1.0f);
     } else {
-        w->lm_head = make_matrix(&M, V, H);
+        w->lm_head = make_matrix_rows(&M, H, 0, V);
     }
     if (!M.rc)
         M.rc = kn_backend_sync(be);

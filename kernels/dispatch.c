@@ -183,14 +183,20 @@ int kn_sample(const kn_backend *be, int32_t *tokens, const float *logits,
     return KN_ERR_ARG;
 }
 
-int kn_fill_uniform(const kn_backend *be, void *x, kn_dtype dt, size_t n, uint64_t seed,
-                    float lo, float hi)
+int kn_fill_uniform_at(const kn_backend *be, void *x, kn_dtype dt, size_t n, uint64_t seed,
+                       size_t first, float lo, float hi)
 {
     switch (backend_kind("kn_fill_uniform", be)) {
     case KN_BACKEND_CPU:
-        return kn_fill_uniform_cpu(x, dt, n, seed, lo, hi);
+        return kn_fill_uniform_cpu(x, dt, n, seed, first, lo, hi);
     case KN_BACKEND_CUDA:
-        CUDA_CALL("kn_fill_uniform", kn_fill_uniform_cuda(be, x, dt, n, seed, lo, hi));
+        CUDA_CALL("kn_fill_uniform", kn_fill_uniform_cuda(be, x, dt, n, seed, first, lo, hi));
     }
     return KN_ERR_ARG;
+}
+
+int kn_fill_uniform(const kn_backend *be, void *x, kn_dtype dt, size_t n, uint64_t seed,
+                    float lo, float hi)
+{
+    return kn_fill_uniform_at(be, x, dt, n, seed, 0, lo, hi);
 }

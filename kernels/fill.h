@@ -17,9 +17,15 @@
 /* x: n elements of dt on the backend. lo <= hi, both finite. */
 int kn_fill_uniform(const kn_backend *be, void *x, kn_dtype dt, size_t n, uint64_t seed,
                     float lo, float hi);
-int kn_fill_uniform_cpu(void *x, kn_dtype dt, size_t n, uint64_t seed, float lo, float hi);
+/* The same for elements [first, first + n) of the stream: x[i] gets what
+ * kn_fill_uniform would write at index first + i, so a slice of a large
+ * tensor (a rank's rows) can be made without the rest. */
+int kn_fill_uniform_at(const kn_backend *be, void *x, kn_dtype dt, size_t n, uint64_t seed,
+                       size_t first, float lo, float hi);
+int kn_fill_uniform_cpu(void *x, kn_dtype dt, size_t n, uint64_t seed, size_t first,
+                        float lo, float hi);
 int kn_fill_uniform_cuda(const kn_backend *be, void *x, kn_dtype dt, size_t n, uint64_t seed,
-                         float lo, float hi);
+                         size_t first, float lo, float hi);
 
 /* The value kn_fill_uniform writes at index i as fp32 (before any bf16
  * rounding): the definition both backends implement. */

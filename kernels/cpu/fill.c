@@ -25,7 +25,8 @@ float kn_fill_value(uint64_t seed, size_t i, float lo, float hi)
     return lo + scaled;
 }
 
-int kn_fill_uniform_cpu(void *x, kn_dtype dt, size_t n, uint64_t seed, float lo, float hi)
+int kn_fill_uniform_cpu(void *x, kn_dtype dt, size_t n, uint64_t seed, size_t first,
+                        float lo, float hi)
 {
     static const char op[] = "kn_fill_uniform";
     if (!x && n > 0)
@@ -36,12 +37,12 @@ int kn_fill_uniform_cpu(void *x, kn_dtype dt, size_t n, uint64_t seed, float lo,
         float *f = x;
         #pragma omp parallel for schedule(static) if (n > 65536)
         for (size_t i = 0; i < n; i++)
-            f[i] = kn_fill_value(seed, i, lo, hi);
+            f[i] = kn_fill_value(seed, first + i, lo, hi);
     } else if (dt == KN_BF16) {
         uint16_t *b = x;
         #pragma omp parallel for schedule(static) if (n > 65536)
         for (size_t i = 0; i < n; i++)
-            b[i] = kn_f32_to_bf16(kn_fill_value(seed, i, lo, hi));
+            b[i] = kn_f32_to_bf16(kn_fill_value(seed, first + i, lo, hi));
     } else {
         return kn_arg_error(op, "unknown dtype %d", (int)dt);
     }

@@ -19,22 +19,24 @@ __device__ __forceinline__ float fill_value(uint64_t seed, size_t i, float lo, f
     return __fadd_rn(lo, __fmul_rn(range, u));
 }
 
-__global__ void fill_f32_kernel(float *x, size_t n, uint64_t seed, float lo, float range)
+__global__ void fill_f32_kernel(float *x, size_t n, uint64_t seed, size_t first, float lo,
+                                float range)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        x[i] = fill_value(seed, i, lo, range);
+        x[i] = fill_value(seed, first + i, lo, range);
 }
 
-__global__ void fill_bf16_kernel(__nv_bfloat16 *x, size_t n, uint64_t seed, float lo, float range)
+__global__ void fill_bf16_kernel(__nv_bfloat16 *x, size_t n, uint64_t seed, size_t first,
+                                 float lo, float range)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        x[i] = __float2bfloat16_rn(fill_value(seed, i, lo, range));
+        x[i] = __float2bfloat16_rn(fill_value(seed, first + i, lo, range));
 }
 
 extern "C" int kn_fill_uniform_cuda(const kn_backend *be, void *x, kn_dtype dt, size_t n,
-                                    uint64_t seed, float lo, float hi)
+                                    uint64_t seed, size_t first, float lo, float hi)
 {
     static const char op[] = "kn_fill_uniform";
     int rc = kn_cuda_check_backend(op, be);
@@ -54,9 +56,9 @@ extern "C" int kn_fill_uniform_cuda(const kn_backend *be, void *x, kn_dtype dt, 
     unsigned grid = (unsigned)(blocks < cap ? blocks : cap);
     cudaStream_t s = kn_cuda_stream(be);
     if (dt == KN_F32)
-        fill_f32_kernel<<<grid, 256, 0, s>>>((float *)x, n, seed, lo, range);
+        fill_f32_kernel<<<grid, 256, 0, s>>>((float *)x, n, seed, first, lo, range);
     else
-        fill_bf16_kernel<<<grid, 256, 0, s>>>((__nv_bfloat16 *)x, n, seed, lo, range);
+        fill_bf16_kernel<<<grid, 256, 0, s>>>((__nv_bfloat16 *)x, n, seed, first, lo, range);
     KN_CUDA_LAUNCH_CHECK(op, "fill kernel");
     return KN_OK;
 }

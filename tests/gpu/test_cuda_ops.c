@@ -707,6 +707,13 @@ static void test_fill(test_ctx *t, size_t n, uint64_t seed, float lo, float hi)
         dev_download(t, got, d, n * sizeof(uint16_t));
         tap(t, memcmp(got, cpu, n * sizeof(uint16_t)) == 0, "fill_uniform bf16 n=%zu: GPU bits equal CPU", n);
     }
+    /* a slice of the stream (kn_fill_uniform_at), as synthetic shards use */
+    size_t first = (size_t)seed * 7919 + 3;
+    if (run_ok(t, kn_fill_uniform_at(&t->gpu, d, KN_F32, n, seed, first, lo, hi), "kn_fill_uniform_at cuda") &&
+        run_ok(t, kn_fill_uniform_at(&t->cpu, cpu, KN_F32, n, seed, first, lo, hi), "kn_fill_uniform_at cpu")) {
+        dev_download(t, got, d, n * sizeof(float));
+        tap(t, all_equal(got, cpu, n), "fill_uniform_at f32 n=%zu first=%zu: GPU bits equal CPU", n, first);
+    }
     kn_free(&t->gpu, d);
     free(cpu), free(got);
 }

@@ -1,5 +1,6 @@
 /* kn_fill_uniform on the CPU: values in [lo, hi), a pure function of
- * (seed, index) (a slice regenerates alone; the same seed gives the same
+ * (seed, index) (a slice regenerates alone with kn_fill_uniform_at; the
+ * same seed gives the same
  * bits), seeds decorrelate, the moments are those of a uniform, bf16 is the
  * rounding of the f32 value, and bad arguments are refused. Also the CPU
  * side of kn_stopwatch and kn_backend_trim. */
@@ -54,6 +55,17 @@ static void fill_is_seeded_uniform(void **state)
     assert_int_equal(kn_fill_uniform(&be, h, KN_BF16, n, 42, -0.5f, 1.5f), KN_OK);
     for (size_t i = 0; i < n; i++)
         assert_int_equal(h[i], kn_f32_to_bf16(a[i]));
+    /* kn_fill_uniform_at: a slice made alone equals the same elements of
+     * the whole, f32 and bf16 */
+    float *part = tu_xcalloc(5000, sizeof *part);
+    assert_int_equal(kn_fill_uniform_at(&be, part, KN_F32, 5000, 42, 123457, -0.5f, 1.5f), KN_OK);
+    assert_memory_equal(part, a + 123457, 5000 * sizeof *part);
+    uint16_t *hpart = tu_xcalloc(777, sizeof *hpart);
+    assert_int_equal(kn_fill_uniform_at(&be, hpart, KN_BF16, 777, 42, 99, -0.5f, 1.5f), KN_OK);
+    for (size_t i = 0; i < 777; i++)
+        assert_int_equal(hpart[i], kn_f32_to_bf16(a[99 + i]));
+    free(part);
+    free(hpart);
     /* lo == hi gives a constant; bad arguments are refused */
     assert_int_equal(kn_fill_uniform(&be, a, KN_F32, 10, 1, 2.0f, 2.0f), KN_OK);
     assert_true(a[0] == 2.0f && a[9] == 2.0f);
