@@ -22,6 +22,7 @@
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/status.h"
+#include "kernels/stopwatch.h"
 
 static void buf_free(const kn_backend *be, tm_buf *b, int host)
 {
@@ -185,6 +186,18 @@ static int build_batch(tm_model *m, const tm_kv_cache *kv, const tm_seq_step *se
     return rc;
 }
 
+/* A weight of the large products, with the model's dtype. */
+static kn_weight wt(const tm_model *m, const void *p)
+{
+    return (kn_weight){.dtype = m->w.wdtype, .data = p};
+}
+
+/* Ends a stretch of timed work when a stopwatch is set (model.h). */
+static int lap(tm_model *m, tm_prof_group g)
+{
+    return m->sw ? kn_stopwatch_lap(m->sw, (int)g) : KN_OK;
+}
+
 /* One decoder layer over all rows, updating the residual stream s->x. */
 static int layer_forward(tm_model *m, tm_kv_cache *kv, int l, const kn_seq_batch *b)
 {
@@ -201,10 +214,14 @@ static int layer_forward(tm_model *m, tm_kv_cache *kv, int l, const kn_seq_batch
     int rc;
 #define TRY(call) do { if ((rc = (call)) != KN_OK) return rc; } while (0)
     /* attention block */
+    const kn_weight q_w = wt(m, w->q_w), k_w = wt(m, w->k_w), v_w = wt(m, w->v_w),
+                    o_w = wt(m, w->o_w);
     TRY(kn_rmsnorm(be, xn, x, w->attn_norm, T, H, c->rms_eps));
-    TRY(kn_matmul(be, q, xn, w->q_w, w->q_b, T, qd, H));
-    TRY(kn_matmul(be, k, xn, w->k_w, w->k_b, T, kvd, H));
-    TRY(kn_matmul(be, v, xn, w->v_w, w->v_b, T, kvd, H));
+    TRY(lap(m, TM_PROF_NORM_ADD));
+    TRY(kn_matmul_w(be, q, xn, &q_w, w->q_b, T, qd, H));
+    TRY(kn_matmul_w(be, k, xn, &k_w, w->k_b, T, kvd, H));
+    TRY(kn_matmul_w(be, v, xn, &v_w, w->v_b, T, kvd, H));
+    TRY(lap(m, TM_PROF_ATTN_PROJ));
     if (c->qk_norm) {   /* Qwen3: RMSNorm over each head's vector, before RoPE */
         TRY(kn_rmsnorm(be, q, q, w->q_norm, T * nh, hd, c->rms_eps));
         TRY(kn_rmsnorm(be, k, k, w->k_norm, T * nkv, hd, c->rms_eps));
@@ -212,18 +229,23 @@ static int layer_forward(tm_model *m, tm_kv_cache *kv, int l, const kn_seq_batch
     TRY(kn_rope(be, q, s->pos.p, T, nh, hd, m->inv_freq, m->rope_scale));
     TRY(kn_rope(be, k, s->pos.p, T, nkv, hd, m->inv_freq, m->rope_scale));
     TRY(kn_kv_append(be, kv->k[l], kv->v[l], k, v, b, nkv, hd, kv->page_size));
+    TRY(lap(m, TM_PROF_ROPE_KV));
     TRY(kn_attention(be, att, q, kv->k[l], kv->v[l], b, nh, nkv, hd,
                      kv->page_size, (float)(1.0 / sqrt((double)hd)), w->sinks,
                      c->layer_window[l]));
-    TRY(kn_matmul(be, tmp, att, w->o_w, w->o_b, T, H, qd));
+    TRY(lap(m, TM_PROF_ATTENTION));
+    TRY(kn_matmul_w(be, tmp, att, &o_w, w->o_b, T, H, qd));
     if (m->par.tp)   /* each TP rank has its heads' share of o_proj: sum them */
         TRY(comm_all_reduce_sum(m->par.tp, tmp, (size_t)T * H));
+    TRY(lap(m, TM_PROF_ATTN_PROJ));
     TRY(kn_add(be, x, x, tmp, (size_t)T * H));
     /* MoE block */
     TRY(kn_rmsnorm(be, xn, x, w->mlp_norm, T, H, c->rms_eps));
+    TRY(lap(m, TM_PROF_NORM_ADD));
     TRY(kn_matmul(be, s->router.p, xn, w->router_w, w->router_b, T, c->n_experts, H));
     TRY(kn_moe_route(be, s->eidx.p, s->ew.p, s->router.p, T, c->n_experts,
                      c->n_experts_per_tok, c->route_mode, c->norm_topk_prob));
+    TRY(lap(m, TM_PROF_ROUTER));
     if (m->par.ep_mode == TM_EP_DISPATCH) {
         TRY(tm_ep_dispatch_moe(m, l, xn, s->eidx.p, s->ew.p, T, tmp));
     } else {
@@ -232,6 +254,7 @@ static int layer_forward(tm_model *m, tm_kv_cache *kv, int l, const kn_seq_batch
         if (m->par.ep_mode == TM_EP_REPLICATED)   /* local experts' share of every token */
             TRY(comm_all_reduce_sum(m->par.ep, tmp, (size_t)T * H));
     }
+    TRY(lap(m, TM_PROF_EXPERTS));
     TRY(kn_add(be, x, x, tmp, (size_t)T * H));
 #undef TRY
     return KN_OK;
@@ -282,6 +305,8 @@ static int forward_step(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
                       all_logits ? (size_t)T : (size_t)n_seqs);
     if (rc)
         return rc;
+    if (m->sw && (rc = kn_stopwatch_start(m->sw)) != KN_OK)
+        return rc;
     kn_seq_batch b;
     rc = build_batch(m, kv, seqs, n_seqs, T, max_pages, &b);
     if (!rc)
@@ -292,12 +317,15 @@ static int forward_step(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
         return rc;
 
     const size_t row_bytes = (size_t)V * sizeof(float);
+    const kn_weight head = wt(m, m->w.lm_head);
     if (all_logits) {
         rc = kn_rmsnorm(be, s->xn.p, s->x.p, m->w.final_norm, T, H, c->rms_eps);
         if (!rc)
-            rc = kn_matmul(be, s->logits.p, s->xn.p, m->w.lm_head, NULL, T, V, H);
+            rc = kn_matmul_w(be, s->logits.p, s->xn.p, &head, NULL, T, V, H);
         if (!rc)
             rc = kn_copy_to_host(be, all_logits, s->logits.p, (size_t)T * row_bytes);
+        if (!rc)
+            rc = lap(m, TM_PROF_HEAD);
         const int32_t *last = s->h_last.p;
         for (int i = 0; !rc && logits && i < n_seqs; i++)
             memcpy(logits + (size_t)i * V, all_logits + (size_t)last[i] * V, row_bytes);
@@ -311,9 +339,11 @@ static int forward_step(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
         rc = kn_rmsnorm(be, s->last_h.p, s->last_h.p, m->w.final_norm, n_seqs, H,
                         c->rms_eps);
     if (!rc)
-        rc = kn_matmul(be, s->logits.p, s->last_h.p, m->w.lm_head, NULL, n_seqs, V, H);
+        rc = kn_matmul_w(be, s->logits.p, s->last_h.p, &head, NULL, n_seqs, V, H);
     if (!rc && logits)
         rc = kn_copy_to_host(be, logits, s->logits.p, (size_t)n_seqs * row_bytes);
+    if (!rc)
+        rc = lap(m, TM_PROF_HEAD);
     if (!rc)
         rc = kn_backend_sync(be);
     return rc;

@@ -38,6 +38,7 @@ struct tm_model {
     tm_shard shard;        /* this rank's slice; the whole model on one rank */
     tm_parallel par;       /* borrowed communicators; all NULL on one rank */
     struct tm_ep_state *ep; /* DP-EP dispatch buffers (ep_dispatch.c) or NULL */
+    struct kn_stopwatch *sw;  /* per-group timing, or NULL */
 };
 
 /* Frees every scratch buffer (forward.c). */

@@ -9,7 +9,10 @@
  * the same inputs in the same process (relative error <= 1e-4), and the
  * prefill logits also with HF's float64 golden (1e-3). A rank killed in the
  * middle of a run makes the others' tm_forward fail with KN_ERR_PEER naming
- * the dead rank. Ranks report through their exit status. */
+ * the dead rank. Ranks report through their exit status.
+ * Synthetic weights (tm_model_synthetic) follow the same layouts: a rank's
+ * random shard is a slice of the single-rank synthetic model, so the TP and
+ * DP+EP runs match it too. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -41,7 +44,10 @@ enum { PASS = 0, E_SETUP = 10, E_FORWARD, E_TOL, E_DIVERGE, E_EXPECTED_FAIL, E_M
 typedef struct layout {
     const char *dir;
     int tp, ep, dp;
+    int synthetic;   /* random weights of dir's config (seed SYN_SEED) */
 } layout;
+
+#define SYN_SEED 77
 
 /* Everything one rank holds. */
 typedef struct rank_ctx {
@@ -82,11 +88,15 @@ static int rank_open(rank_ctx *x, const rt_rank *r, const layout *lo, int timeou
         rc = comm_host_init(&x->world, r->name, r->rank, r->world, &o, err, sizeof(err));
     if (!rc)
         rc = tm_groups_init(&x->groups, x->world, lo->tp, lo->ep, lo->dp, err, sizeof(err));
+    tm_load_opts one = {.seed = SYN_SEED}, par = {.seed = SYN_SEED, .par = &x->groups.par};
     if (!rc)
-        rc = tm_model_load(lo->dir, &x->be, &x->ref, err, sizeof(err));
+        rc = lo->synthetic ? tm_model_synthetic(lo->dir, &x->be, &one, &x->ref, err, sizeof(err))
+                           : tm_model_load(lo->dir, &x->be, &x->ref, err, sizeof(err));
     if (!rc)
-        rc = tm_model_load_parallel(lo->dir, &x->be, &x->groups.par, &x->par, err,
-                                    sizeof(err));
+        rc = lo->synthetic
+                 ? tm_model_synthetic(lo->dir, &x->be, &par, &x->par, err, sizeof(err))
+                 : tm_model_load_parallel(lo->dir, &x->be, &x->groups.par, &x->par, err,
+                                          sizeof(err));
     if (!rc)
         rc = et_golden_load(lo->dir, &x->g, err, sizeof(err));
     if (rc) {
@@ -204,8 +214,8 @@ static int tp_prefill_rank(const rt_rank *r, void *arg)
         rc = seq_open(&x, &s, x.g.prompt, x.g.T);
     if (!rc)
         rc = step_both(&x, ss, 1, 1, 0);
-    /* the prompt logits against HF too */
-    if (!rc)
+    /* the prompt logits against HF too (the checkpoint's model) */
+    if (!rc && !lo->synthetic)
         rc = check_close(&x, x.lp, x.g.prompt_logits, (size_t)x.g.T * x.V, HF_TOL,
                          "prompt logits vs HF", 0);
     for (int i = 1; !rc && i <= DECODE_STEPS; i++)
@@ -253,7 +263,7 @@ static void tp_prefill_matches_single_rank(void **state)
     const int shapes[][2] = {{2, 1}, {2, 2}, {4, 2}, {4, 4}};
     for (int d = 0; d < 2; d++)
         for (int i = 0; i < 4; i++) {
-            layout lo = {dirs[d], shapes[i][0], shapes[i][1], 1};
+            layout lo = {dirs[d], shapes[i][0], shapes[i][1], 1, 0};
             run_layout(&lo, tp_prefill_rank);
         }
 }
@@ -302,7 +312,7 @@ static void dp_ep_decode_matches_single_rank(void **state)
     const int shapes[][2] = {{2, 2}, {4, 4}, {4, 2}};
     for (int d = 0; d < 2; d++)
         for (int i = 0; i < 3; i++) {
-            layout lo = {dirs[d], 1, shapes[i][1], shapes[i][0]};
+            layout lo = {dirs[d], 1, shapes[i][1], shapes[i][0], 0};
             run_layout(&lo, dp_decode_rank);
         }
 }
@@ -349,9 +359,9 @@ static void crashed_rank_fails_the_group(void **state)
 {
     (void)state;
     const crash_case cases[] = {
-        {{ET_QWEN3, 2, 2, 1}, 1},
-        {{ET_GPT_OSS, 4, 4, 1}, 0},
-        {{ET_QWEN3, 1, 2, 2}, 0},
+        {{ET_QWEN3, 2, 2, 1, 0}, 1},
+        {{ET_GPT_OSS, 4, 4, 1, 0}, 0},
+        {{ET_QWEN3, 1, 2, 2, 0}, 0},
     };
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
         const crash_case *cc = &cases[k];
@@ -401,7 +411,7 @@ static int local_error_rank(const rt_rank *r, void *arg)
 static void local_error_fails_the_group_at_once(void **state)
 {
     (void)state;
-    const layout cases[] = {{ET_GPT_OSS, 2, 2, 1}, {ET_QWEN3, 1, 4, 4}};
+    const layout cases[] = {{ET_GPT_OSS, 2, 2, 1, 0}, {ET_QWEN3, 1, 4, 4, 0}};
     for (int i = 0; i < 2; i++)
         run_layout(&cases[i], local_error_rank);
 }
@@ -455,6 +465,20 @@ static void impossible_layouts_are_refused(void **state)
     assert_int_equal(rt_shm_count_ours(TAG), 0);
 }
 
+/* Synthetic weights under a layout: each rank makes only its slice, and
+ * the slices are the single-rank synthetic model's. */
+static void synthetic_shards_match_single_rank(void **state)
+{
+    (void)state;
+    const char *dirs[] = {ET_GPT_OSS, ET_QWEN3};
+    for (int d = 0; d < 2; d++) {
+        layout tp = {dirs[d], 2, 2, 1, 1};
+        run_layout(&tp, tp_prefill_rank);
+        layout dp = {dirs[d], 1, 2, 2, 1};
+        run_layout(&dp, dp_decode_rank);
+    }
+}
+
 /* The shard plan for the replicated-KV case, without processes. */
 static void shard_plan_replicates_kv_heads(void **state)
 {
@@ -496,6 +520,7 @@ int main(void)
         cmocka_unit_test(crashed_rank_fails_the_group),
         cmocka_unit_test(local_error_fails_the_group_at_once),
         cmocka_unit_test(impossible_layouts_are_refused),
+        cmocka_unit_test(synthetic_shards_match_single_rank),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
