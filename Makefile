@@ -56,13 +56,15 @@ NVCCFLAGS ?= -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xcompiler -Wa
 all: $(LIB) $(BINS) $(TESTS) $(if $(NVCC),cuda)
 
 help:
-	@echo "targets: deps all test test-asan run bench cuda clean"
+	@echo "targets: deps all test test-asan fuzz run bench cuda clean"
 
 # Every system package the build, the tests and `make run` need (Debian).
+# (libclang-rt-dev and libomp-dev: clang's libFuzzer/sanitizer runtimes and
+# OpenMP, for `make fuzz`; clang only recommends them.)
 APT_PKGS := build-essential pkg-config clang valgrind libopenblas-dev libcmocka-dev \
             libcjson-dev libucx-dev ucx-utils libibverbs-dev rdma-core ibverbs-utils \
             libzmq3-dev libprotobuf-c-dev protobuf-c-compiler libmicrohttpd-dev \
-            libcurl4-openssl-dev libsodium-dev curl python3 \
+            libcurl4-openssl-dev libsodium-dev curl python3 libclang-rt-dev libomp-dev \
             unicode-data bzip2 python3-jinja2
 # Node.js and npm (npm packs the vocabularies and the manifest validator).
 # Debian's npm conflicts with a NodeSource nodejs, which bundles npm, so the
@@ -143,6 +145,8 @@ bench: $(LIB) $(BINS)
 	bash tests/bench.sh
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz
+
+include tests/fuzz/fuzz.mk
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
