@@ -13,7 +13,14 @@
 #   tests/integration/test_*.sh     -> run by tests/run_tests.sh
 #   kernels/cuda/*.cu               -> build/cuda/*.o (compiled when nvcc exists)
 
+# CUDA=1 builds the CUDA backend into libtandem (TANDEM_CUDA, cudart, cuBLAS)
+# in its own tree, build-cuda/, so plain `make` stays CPU-only and never
+# needs a GPU or the CUDA libraries at run time.
+ifeq ($(CUDA),1)
+BUILD    ?= build-cuda
+else
 BUILD    ?= build
+endif
 CC       ?= cc
 NVCC     ?= $(shell command -v nvcc 2>/dev/null || (test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc))
 SANITIZE ?=
@@ -51,12 +58,31 @@ CU_SRC   := $(wildcard kernels/cuda/*.cu)
 CU_OBJ   := $(patsubst %.cu,$(BUILD)/cuda/%.o,$(CU_SRC))
 NVCCFLAGS ?= -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xcompiler -Wall,-Wextra,-Werror -I.
 
+# CUDA=1: C files see TANDEM_CUDA (the dispatcher's CUDA arms), the CUDA
+# objects join libtandem, every program links cudart + cuBLAS, and the GPU
+# programs tests/gpu/*.c (CUDA-vs-CPU checks, benchmarks) are built. Those
+# link only the kernels (libtandem_kernels.a: kernels/, kernels/cpu/, the
+# CUDA objects) with BLAS_LIBS, so `make CUDA=1 gpu-progs` needs neither
+# UCX nor ZeroMQ on a GPU machine.
+GPU_PROGS :=
+BLAS_LIBS ?= -lopenblas
+ifeq ($(CUDA),1)
+CUDA_HOME ?= /usr/local/cuda
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
+CFLAGS   += -DTANDEM_CUDA -I$(CUDA_HOME)/include
+LDLIBS   += $(CUDA_LIBS)
+LIB_OBJ  += $(CU_OBJ)
+GPU_PROGS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(wildcard tests/gpu/*.c))
+endif
+KN_LIB   := $(BUILD)/libtandem_kernels.a
+KN_OBJ   := $(filter $(BUILD)/obj/kernels/%,$(LIB_OBJ)) $(if $(filter 1,$(CUDA)),$(CU_OBJ))
+
 .SECONDARY:
-.PHONY: all deps test test-asan run bench cuda clean help
-all: $(LIB) $(BINS) $(TESTS) $(if $(NVCC),cuda)
+.PHONY: all deps test test-asan run bench bench-gpu gpu-progs cuda clean help
+all: $(LIB) $(BINS) $(TESTS) $(GPU_PROGS) $(if $(NVCC),cuda)
 
 help:
-	@echo "targets: deps all test test-asan fuzz run bench cuda clean"
+	@echo "targets: deps all test test-asan fuzz run bench bench-gpu cuda clean (CUDA=1: GPU build)"
 
 # Every system package the build, the tests and `make run` need (Debian).
 # (libclang-rt-dev and libomp-dev: clang's libFuzzer/sanitizer runtimes and
@@ -127,6 +153,29 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TEST_HELPER_OBJ) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
+# The kernels, their test helper and the GPU programs include no generated
+# protobuf header, so they build without protoc-c (the GPU machine has none).
+$(BUILD)/obj/kernels/%.o: kernels/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/obj/tests/gpu/%.o: tests/gpu/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/obj/tests/unit/testutil.o: tests/unit/testutil.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+# Not cmocka tests (they need a GPU): tests/gpu/run.sh runs them on the device.
+$(KN_LIB): $(KN_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/tests/gpu/%: $(BUILD)/obj/tests/gpu/%.o $(BUILD)/obj/tests/unit/testutil.o $(KN_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(CUDA_LIBS) $(BLAS_LIBS) -lm -o $@
+
+gpu-progs: $(GPU_PROGS)
+
 cuda: $(CU_OBJ)
 $(BUILD)/cuda/%.o: %.cu
 	@mkdir -p $(dir $@)
@@ -144,8 +193,13 @@ run: $(LIB) $(BINS)
 bench: $(LIB) $(BINS)
 	bash tests/bench.sh
 
+# On a GPU machine: builds with CUDA=1, checks every CUDA op against the
+# CPU backend and times the attention kernel next to torch SDPA.
+bench-gpu:
+	bash tests/gpu/run.sh
+
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-cuda build-fuzz
 
 include tests/fuzz/fuzz.mk
 

@@ -9,3 +9,6 @@ for m in tests/fixtures/gpt_oss_tiny tests/fixtures/qwen3_moe_tiny; do
     OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OPENBLAS_NUM_THREADS=1 \
         "$BUILD"/bin/tandem-bench --model "$m"
 done
+
+echo "== TransferEngine, two processes on loopback (tcp, sm) vs memcpy =="
+"$BUILD"/bin/tandem-transfer-bench

@@ -1,0 +1,119 @@
+/* One continuous-batching step: every running sequence feeds its last
+ * token, one forward call computes all their logits, each row is sampled
+ * with its own parameters and generator, and the new tokens go to the
+ * router in one TokenBatch. */
+#include "decoder/decoder.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kernels/sampling.h"
+#include "kernels/status.h"
+#include "router/util.h"
+
+#define WHO "decoder"
+
+static int finish_reason(const sched_seq *q)
+{
+    switch (q->finish) {
+    case SCHED_FINISH_LENGTH:
+        return TANDEM__V1__FINISH_REASON__FINISH_REASON_LENGTH;
+    case SCHED_FINISH_STOP:
+        return TANDEM__V1__FINISH_REASON__FINISH_REASON_STOP;
+    default:
+        return TANDEM__V1__FINISH_REASON__FINISH_REASON_NONE;
+    }
+}
+
+static void send_batch(decoder_ctx *ctx, Tandem__V1__TokenChunk **chunks, int n)
+{
+    Tandem__V1__TokenBatch b = TANDEM__V1__TOKEN_BATCH__INIT;
+    b.chunks = chunks;
+    b.n_chunks = (size_t)n;
+    Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
+    m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_TOKEN_BATCH;
+    m.token_batch = &b;
+    link_send(&ctx->link, &m);
+}
+
+void decoder_finish_seq(decoder_ctx *ctx, sched_seq *q)
+{
+    Tandem__V1__TokenChunk c = TANDEM__V1__TOKEN_CHUNK__INIT;
+    c.request_id = q->id;
+    c.finish_reason = finish_reason(q);
+    Tandem__V1__TokenChunk *cp = &c;
+    send_batch(ctx, &cp, 1);
+    sched_remove(&ctx->s, q);
+}
+
+/* A failed step ends every sequence in it with an error. */
+static void fail_batch(decoder_ctx *ctx, int n, const char *msg)
+{
+    tn_log(WHO, "decode step failed: %s", msg);
+    for (int i = 0; i < n; i++) {
+        Tandem__V1__Error e = TANDEM__V1__ERROR__INIT;
+        e.code = TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL;
+        e.message = (char *)msg;
+        e.request_id = ctx->batch[i]->id;
+        Tandem__V1__TokenChunk c = TANDEM__V1__TOKEN_CHUNK__INIT;
+        c.request_id = ctx->batch[i]->id;
+        c.finish_reason = TANDEM__V1__FINISH_REASON__FINISH_REASON_ERROR;
+        c.error = &e;
+        Tandem__V1__TokenChunk *cp = &c;
+        send_batch(ctx, &cp, 1);
+        sched_remove(&ctx->s, ctx->batch[i]);
+    }
+}
+
+int decoder_step(decoder_ctx *ctx)
+{
+    int n = sched_form_batch(&ctx->s, ctx->batch, ctx->cfg.max_batch);
+    if (n == 0)
+        return 0;
+    for (int i = 0; i < n; i++) {
+        sched_seq *q = ctx->batch[i];
+        ctx->steps[i] = (tm_seq_step){.tokens = &q->next_token, .n_tokens = 1,
+                                      .n_cached = q->n_cached, .pages = q->pages,
+                                      .n_pages = q->n_pages};
+        ctx->params[i] = q->sampling;
+        ctx->rngs[i] = q->rng;
+    }
+    int vocab = ctx->mc->vocab_size;
+    int rc = tm_forward(ctx->model, &ctx->kv, ctx->steps, n, ctx->logits, NULL);
+    if (rc == KN_OK)
+        rc = kn_sample_cpu(ctx->sampled, ctx->logits, n, vocab, ctx->params, ctx->rngs);
+    if (rc != KN_OK) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "forward/sampling failed: %s", kn_status_str(rc));
+        fail_batch(ctx, n, msg);
+        return rc;
+    }
+    Tandem__V1__TokenChunk *chunks = calloc((size_t)n, sizeof *chunks);
+    Tandem__V1__TokenChunk **ptrs = calloc((size_t)n, sizeof *ptrs);
+    if (!chunks || !ptrs) {
+        free(chunks);
+        free(ptrs);
+        fail_batch(ctx, n, "decoder out of memory");
+        return KN_ERR_NOMEM;
+    }
+    for (int i = 0; i < n; i++) {
+        sched_seq *q = ctx->batch[i];
+        q->rng = ctx->rngs[i];
+        sched_token(&ctx->s, q, ctx->sampled[i]);
+        tandem__v1__token_chunk__init(&chunks[i]);
+        chunks[i].request_id = q->id;
+        chunks[i].tokens = &ctx->sampled[i];
+        chunks[i].n_tokens = 1;
+        chunks[i].finish_reason = finish_reason(q);
+        ptrs[i] = &chunks[i];
+    }
+    send_batch(ctx, ptrs, n);
+    free(chunks);
+    free(ptrs);
+    for (int i = 0; i < n; i++)
+        if (ctx->batch[i]->state == SEQ_FINISHED)
+            sched_remove(&ctx->s, ctx->batch[i]);
+    ctx->tokens_total += (uint64_t)n;
+    ctx->window_tokens += (uint64_t)n;
+    return n;
+}

@@ -1,0 +1,59 @@
+/* The decoder process: reserves KV pages for requests the router assigns
+ * (admission control in decoder/scheduler.h), receives their prompt KV from
+ * prefillers through the TransferEngine, and runs continuous batching: every
+ * step advances all running sequences by one token in one forward call,
+ * sequences joining and leaving between steps. Tokens go back to the router
+ * as one TokenBatch per step. */
+#ifndef TANDEM_DECODER_DECODER_H
+#define TANDEM_DECODER_DECODER_H
+#include <stdint.h>
+#include "decoder/kv_receive.h"
+#include "decoder/scheduler.h"
+#include "engine/kv_cache.h"
+#include "engine/model.h"
+#include "kernels/backend.h"
+#include "router/worker_link.h"
+
+typedef struct decoder_config {
+    char router[256];
+    char model_dir[512];
+    char model_name[128];
+    char worker_id[128];
+    int page_size;
+    int kv_pages;              /* KV cache capacity */
+    int max_batch;             /* sequences admitted at once */
+    char ucx_tls[128];
+} decoder_config;
+
+typedef struct decoder_ctx {
+    decoder_config cfg;
+    kn_backend be;
+    tm_model *model;
+    const tm_config *mc;
+    tm_kv_cache kv;            /* pools only: pages are handed out by sched */
+    sched s;
+    kv_receiver *recv;
+    worker_link link;
+    int sig_fd;
+    int stop;
+    int max_context;
+    /* cancelled while their KV may still be arriving: released on the
+     * transfer's notice or the router's release_kv */
+    uint64_t tokens_total, window_tokens, window_start_ms;
+    /* step buffers, sized for max_batch */
+    sched_seq **batch;
+    tm_seq_step *steps;
+    float *logits;
+    int32_t *sampled;
+    kn_sampling *params;
+    uint64_t *rngs;
+} decoder_ctx;
+
+/* Runs one decode step over the running batch and streams its tokens.
+ * Returns the batch size (0: nothing ran) or a negative status. */
+int decoder_step(decoder_ctx *ctx);
+
+/* Sends the end of q (a TokenChunk with its finish reason) and forgets it. */
+void decoder_finish_seq(decoder_ctx *ctx, sched_seq *q);
+
+#endif

@@ -1,0 +1,398 @@
+/* tandem-decoder: continuous-batching decode for the router's requests,
+ * with the prompts' KV caches pushed in by prefillers (decoder/decoder.h). */
+#include "decoder/decoder.h"
+
+#include <errno.h>
+#include <libgen.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+#include <zmq.h>
+#include "kernels/status.h"
+#include "router/options.h"
+#include "router/util.h"
+
+#define WHO "decoder"
+
+static const char *const INTRO =
+    "Runs a Tandem decoder: registers with the router, reserves KV pages for the\n"
+    "requests it is given (admission control), receives their prompt KV from\n"
+    "prefillers over the TransferEngine (UCX), and decodes all running requests\n"
+    "together, one token per step (continuous batching), streaming tokens back.";
+
+static void send_error(decoder_ctx *ctx, const char *request_id, int code, const char *msg)
+{
+    tn_log(WHO, "request %s refused: %s", request_id, msg);
+    Tandem__V1__Error e = TANDEM__V1__ERROR__INIT;
+    e.code = code;
+    e.message = (char *)msg;
+    e.request_id = (char *)request_id;
+    Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
+    m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_ERROR;
+    m.error = &e;
+    link_send(&ctx->link, &m);
+}
+
+/* Tells the router where q's prompt KV goes. */
+static void send_kv_ready(decoder_ctx *ctx, const sched_seq *q)
+{
+    Tandem__V1__KvDestination d = TANDEM__V1__KV_DESTINATION__INIT;
+    d.decoder_id = ctx->cfg.worker_id;
+    d.page_ids = q->pages;
+    d.n_page_ids = (size_t)q->n_pages;
+    d.page_size = ctx->cfg.page_size;
+    Tandem__V1__KvReady k = TANDEM__V1__KV_READY__INIT;
+    k.request_id = (char *)q->id;
+    k.destination = &d;
+    Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
+    m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_KV_READY;
+    m.kv_ready = &k;
+    link_send(&ctx->link, &m);
+}
+
+static void on_assignment(decoder_ctx *ctx, const Tandem__V1__DecodeAssignment *a)
+{
+    const Tandem__V1__SamplingParams *sp = a->sampling;
+    if (!sp || !isfinite(sp->temperature) || sp->temperature < 0 ||
+        !(sp->top_p > 0 && sp->top_p <= 1) || a->prompt_len > INT32_MAX ||
+        a->max_tokens > INT32_MAX || a->n_stop_token_ids > INT32_MAX) {
+        send_error(ctx, a->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT,
+                   "invalid sampling parameters or sizes");
+        return;
+    }
+    sched_request req = {
+        .id = a->request_id,
+        .prompt_len = (int)a->prompt_len,
+        .max_tokens = (int)a->max_tokens,
+        .stop_ids = a->stop_token_ids,
+        .n_stop_ids = (int)a->n_stop_token_ids,
+        .sampling = {.temperature = sp->temperature, .top_p = sp->top_p, .top_k = sp->top_k},
+    };
+    sched_seq *q = NULL;
+    char msg[300];
+    switch (sched_submit(&ctx->s, &req, &q)) {
+    case SCHED_ADMITTED:
+        send_kv_ready(ctx, q);
+        break;
+    case SCHED_QUEUED:
+        break; /* KvReady goes out when it is admitted */
+    case SCHED_ERR_NEVER_FITS:
+        snprintf(msg, sizeof msg, "needs %d KV pages; this decoder has %d in all",
+                 sched_pages_needed(req.prompt_len, req.max_tokens, ctx->s.page_size),
+                 ctx->s.n_pages);
+        send_error(ctx, a->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_KV_NEVER_FITS, msg);
+        break;
+    case SCHED_ERR_TOO_LONG:
+        snprintf(msg, sizeof msg, "prompt %d + max_tokens %d exceeds the context of %d",
+                 req.prompt_len, req.max_tokens, ctx->s.max_context);
+        send_error(ctx, a->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_CONTEXT_TOO_LONG, msg);
+        break;
+    case SCHED_ERR_NOMEM:
+        send_error(ctx, a->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL,
+                   "decoder out of memory");
+        break;
+    default:
+        send_error(ctx, a->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT,
+                   "bad request id, sizes or a duplicate request id");
+        break;
+    }
+}
+
+static void on_start(decoder_ctx *ctx, const Tandem__V1__StartDecode *s)
+{
+    sched_seq *q = sched_find(&ctx->s, s->request_id);
+    if (!q || q->cancelled || q->state != SEQ_RESERVED)
+        return;
+    if (s->first_token < 0 || s->first_token >= ctx->mc->vocab_size) {
+        send_error(ctx, s->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT,
+                   "first token outside the vocabulary");
+        return;
+    }
+    sched_start(&ctx->s, q, s->first_token, s->rng_state);
+    if (q->state == SEQ_FINISHED)
+        decoder_finish_seq(ctx, q);
+}
+
+static void on_cancel(decoder_ctx *ctx, const Tandem__V1__Cancel *c)
+{
+    sched_seq *q = sched_find(&ctx->s, c->request_id);
+    if (!q)
+        return;
+    if (q->state == SEQ_RESERVED && !q->kv_arrived && !c->release_kv) {
+        /* A prefiller may still be writing into its pages. */
+        q->cancelled = 1;
+        return;
+    }
+    sched_remove(&ctx->s, q);
+}
+
+static void on_transfer_peer(decoder_ctx *ctx, const Tandem__V1__TransferPeer *p)
+{
+    if (p->removed) {
+        kv_receiver_remove_peer(ctx->recv, p->worker_id);
+        tn_log(WHO, "prefiller %s is gone", p->worker_id);
+        return;
+    }
+    char err[300];
+    if (kv_receiver_add_peer(ctx->recv, p->worker_id, p->transfer_endpoint.data,
+                             p->transfer_endpoint.len, err, sizeof err) != 0)
+        tn_log(WHO, "cannot connect to prefiller %s: %s", p->worker_id, err);
+    else
+        tn_log(WHO, "connected to prefiller %s", p->worker_id);
+}
+
+static void handle_notices(decoder_ctx *ctx)
+{
+    uint64_t key;
+    int complete;
+    while (kv_receiver_next(ctx->recv, &key, &complete)) {
+        char id[24];
+        snprintf(id, sizeof id, "%016llx", (unsigned long long)key);
+        sched_seq *q = sched_find(&ctx->s, id);
+        if (!q)
+            continue;
+        if (q->cancelled) {
+            sched_remove(&ctx->s, q); /* no more writes: the pages are free */
+            continue;
+        }
+        if (!complete)
+            continue; /* the prefiller reports the failure; the router cancels */
+        sched_kv_arrived(&ctx->s, q);
+        if (q->state == SEQ_FINISHED)
+            decoder_finish_seq(ctx, q);
+    }
+}
+
+static void send_heartbeat(decoder_ctx *ctx, uint64_t now)
+{
+    double secs = (double)(now - ctx->window_start_ms) / 1000.0;
+    Tandem__V1__DecoderLoad load = TANDEM__V1__DECODER_LOAD__INIT;
+    load.batch_size = (uint32_t)sched_running(&ctx->s);
+    load.waiting = (uint32_t)sched_waiting(&ctx->s);
+    load.kv_pages_free = (uint32_t)sched_pages_available(&ctx->s);
+    load.kv_pages_total = (uint32_t)ctx->s.n_pages;
+    load.tokens_per_s = secs > 0 ? (double)ctx->window_tokens / secs : 0;
+    load.tokens_total = ctx->tokens_total;
+    Tandem__V1__Heartbeat hb = TANDEM__V1__HEARTBEAT__INIT;
+    hb.load_case = TANDEM__V1__HEARTBEAT__LOAD_DECODER;
+    hb.decoder = &load;
+    Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
+    m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_HEARTBEAT;
+    m.heartbeat = &hb;
+    link_send(&ctx->link, &m);
+    link_heartbeat_sent(&ctx->link, now);
+    ctx->window_tokens = 0;
+    ctx->window_start_ms = now;
+}
+
+static int awaiting_kv(const decoder_ctx *ctx)
+{
+    for (int i = 0; i < ctx->s.n_seqs; i++)
+        if (ctx->s.seqs[i]->state == SEQ_RESERVED)
+            return 1;
+    return 0;
+}
+
+static void run(decoder_ctx *ctx)
+{
+    while (!ctx->stop) {
+        uint64_t now = tn_now_ms();
+        /* Busy when decoding; short naps while a KV transfer may need its
+         * acknowledgement (UCX progress); otherwise sleep until a message. */
+        int timeout = sched_running(&ctx->s) ? 0 : awaiting_kv(ctx) ? 1
+                                                                     : link_next_due_ms(&ctx->link, now);
+        if (timeout > 100)
+            timeout = 100; /* UCX progresses only when asked (handle_notices) */
+        zmq_pollitem_t items[2] = {{ctx->link.sock, 0, ZMQ_POLLIN, 0},
+                                   {NULL, ctx->sig_fd, ZMQ_POLLIN, 0}};
+        if (zmq_poll(items, 2, timeout) < 0 && errno != EINTR)
+            tn_log(WHO, "zmq_poll failed: %s", zmq_strerror(errno));
+        if (items[1].revents) {
+            struct signalfd_siginfo si;
+            if (read(ctx->sig_fd, &si, sizeof si) == (ssize_t)sizeof si)
+                tn_log(WHO, "signal %u: shutting down", si.ssi_signo);
+            ctx->stop = 1;
+            break;
+        }
+        Tandem__V1__WorkerMessage *m;
+        while (link_recv(&ctx->link, &m)) {
+            switch (m->body_case) {
+            case TANDEM__V1__WORKER_MESSAGE__BODY_DECODE_ASSIGNMENT:
+                if (m->decode_assignment)
+                    on_assignment(ctx, m->decode_assignment);
+                break;
+            case TANDEM__V1__WORKER_MESSAGE__BODY_START_DECODE:
+                if (m->start_decode)
+                    on_start(ctx, m->start_decode);
+                break;
+            case TANDEM__V1__WORKER_MESSAGE__BODY_CANCEL:
+                if (m->cancel)
+                    on_cancel(ctx, m->cancel);
+                break;
+            case TANDEM__V1__WORKER_MESSAGE__BODY_TRANSFER_PEER:
+                if (m->transfer_peer)
+                    on_transfer_peer(ctx, m->transfer_peer);
+                break;
+            case TANDEM__V1__WORKER_MESSAGE__BODY_ERROR:
+                tn_log(WHO, "router error for request %s: %s", m->error->request_id,
+                       m->error->message);
+                break;
+            default:
+                tn_log(WHO, "unexpected message from the router (case %d)", (int)m->body_case);
+                break;
+            }
+            tandem__v1__worker_message__free_unpacked(m, NULL);
+        }
+        handle_notices(ctx);
+        now = tn_now_ms();
+        if (link_tick(&ctx->link, now))
+            send_heartbeat(ctx, now);
+        decoder_step(ctx);
+        sched_seq *admitted[64];
+        int n;
+        while ((n = sched_admit_waiting(&ctx->s, admitted, 64)) > 0)
+            for (int i = 0; i < n; i++)
+                send_kv_ready(ctx, admitted[i]);
+    }
+}
+
+static void ctx_free(decoder_ctx *ctx)
+{
+    link_close(&ctx->link);
+    if (ctx->recv)
+        kv_receiver_close(ctx->recv);
+    sched_free(&ctx->s);
+    tm_kv_cache_free(&ctx->kv);
+    tm_model_free(ctx->model);
+    kn_backend_free(&ctx->be);
+    free(ctx->batch);
+    free(ctx->steps);
+    free(ctx->logits);
+    free(ctx->sampled);
+    free(ctx->params);
+    free(ctx->rngs);
+    if (ctx->sig_fd >= 0)
+        close(ctx->sig_fd);
+    free(ctx);
+}
+
+int main(int argc, char **argv)
+{
+    decoder_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) {
+        fprintf(stderr, "tandem-decoder: out of memory\n");
+        return 1;
+    }
+    ctx->sig_fd = -1;
+    decoder_config *c = &ctx->cfg;
+    snprintf(c->router, sizeof c->router, "tcp://127.0.0.1:5555");
+    c->page_size = 16;
+    c->kv_pages = 1024;
+    c->max_batch = 64;
+    const opt_spec specs[] = {
+        {"router", OPT_STR, c->router, sizeof c->router, "the router's worker endpoint"},
+        {"model", OPT_STR, c->model_dir, sizeof c->model_dir,
+         "model directory (config.json + safetensors); required"},
+        {"model-name", OPT_STR, c->model_name, sizeof c->model_name,
+         "name clients request (default: the directory's base name)"},
+        {"worker-id", OPT_STR, c->worker_id, sizeof c->worker_id,
+         "unique id (default: decoder-HOST-PID)"},
+        {"page-size", OPT_INT, &c->page_size, 0, "KV cache tokens per page"},
+        {"kv-pages", OPT_INT, &c->kv_pages, 0, "KV cache capacity in pages"},
+        {"max-batch", OPT_INT, &c->max_batch, 0, "most sequences decoded together"},
+        {"ucx-tls", OPT_STR, c->ucx_tls, sizeof c->ucx_tls,
+         "UCX transports for the TransferEngine (\"\": UCX_TLS from the environment)"},
+    };
+    const int n_specs = (int)(sizeof specs / sizeof *specs);
+    char err[512];
+    int prc = opts_parse(specs, n_specs, argc, argv, err, sizeof err);
+    if (prc == OPTS_HELP) {
+        opts_print_help(stdout, "tandem-decoder", INTRO, specs, n_specs);
+        free(ctx);
+        return 0;
+    }
+    if (prc != OPTS_OK || !c->model_dir[0] || c->page_size <= 0 || c->kv_pages <= 0 ||
+        c->max_batch <= 0) {
+        fprintf(stderr, "tandem-decoder: %s\n",
+                prc != OPTS_OK ? err : "--model is required and sizes must be positive");
+        free(ctx);
+        return 2;
+    }
+    if (!c->model_name[0]) {
+        char tmp[sizeof c->model_dir];
+        snprintf(tmp, sizeof tmp, "%s", c->model_dir);
+        snprintf(c->model_name, sizeof c->model_name, "%s", basename(tmp));
+    }
+    if (!c->worker_id[0]) {
+        char host[64] = "host";
+        gethostname(host, sizeof host - 1);
+        snprintf(c->worker_id, sizeof c->worker_id, "decoder-%s-%d", host, (int)getpid());
+    }
+    ctx->sig_fd = tn_signalfd_open();
+    int rc = 1;
+    if (ctx->sig_fd < 0 || kn_backend_init_cpu(&ctx->be) != KN_OK) {
+        fprintf(stderr, "tandem-decoder: cannot set up signals or the CPU backend\n");
+        goto out;
+    }
+    if (tm_model_load(c->model_dir, &ctx->be, &ctx->model, err, sizeof err) != KN_OK) {
+        fprintf(stderr, "tandem-decoder: cannot load model: %s\n", err);
+        goto out;
+    }
+    ctx->mc = tm_model_config(ctx->model);
+    /* The longest sequence: every token but the last is cached. */
+    long cap = (long)c->kv_pages * c->page_size + 1;
+    ctx->max_context = cap < ctx->mc->max_position ? (int)cap : ctx->mc->max_position;
+    size_t mb = (size_t)c->max_batch;
+    ctx->batch = calloc(mb, sizeof *ctx->batch);
+    ctx->steps = calloc(mb, sizeof *ctx->steps);
+    ctx->logits = calloc(mb * (size_t)ctx->mc->vocab_size, sizeof *ctx->logits);
+    ctx->sampled = calloc(mb, sizeof *ctx->sampled);
+    ctx->params = calloc(mb, sizeof *ctx->params);
+    ctx->rngs = calloc(mb, sizeof *ctx->rngs);
+    if (!ctx->batch || !ctx->steps || !ctx->logits || !ctx->sampled || !ctx->params ||
+        !ctx->rngs ||
+        sched_init(&ctx->s, c->kv_pages, c->page_size, c->max_batch, ctx->max_context) != 0 ||
+        tm_kv_cache_init(&ctx->kv, &ctx->be, ctx->mc->n_layers, ctx->mc->n_kv_heads,
+                         ctx->mc->head_dim, c->page_size, c->kv_pages) != KN_OK) {
+        fprintf(stderr, "tandem-decoder: cannot allocate %d KV pages and step buffers\n",
+                c->kv_pages);
+        goto out;
+    }
+    if (kv_receiver_open(&ctx->kv, c->worker_id, c->ucx_tls, &ctx->recv, err, sizeof err) != 0) {
+        fprintf(stderr, "tandem-decoder: TransferEngine: %s\n", err);
+        goto out;
+    }
+    Tandem__V1__Register reg = TANDEM__V1__REGISTER__INIT;
+    reg.worker_id = c->worker_id;
+    reg.role = TANDEM__V1__WORKER_ROLE__WORKER_ROLE_DECODER;
+    reg.model = c->model_name;
+    reg.model_type = (char *)ctx->mc->model_type;
+    reg.vocab_size = ctx->mc->vocab_size;
+    reg.max_context = ctx->max_context;
+    reg.page_size = c->page_size;
+    reg.kv_pages_total = c->kv_pages;
+    reg.eos_token_ids = (int32_t *)ctx->mc->eos_ids;
+    reg.n_eos_token_ids = (size_t)ctx->mc->n_eos;
+    const uint8_t *ep;
+    size_t ep_len;
+    kv_receiver_endpoint(ctx->recv, &ep, &ep_len);
+    reg.transfer_endpoint.data = (uint8_t *)ep;
+    reg.transfer_endpoint.len = ep_len;
+    if (link_open(&ctx->link, WHO, c->router, c->worker_id, &reg, err, sizeof err) != 0) {
+        fprintf(stderr, "tandem-decoder: %s\n", err);
+        goto out;
+    }
+    ctx->window_start_ms = tn_now_ms();
+    tn_log(WHO, "%s: model %s (%s), %d KV pages of %d tokens, batch %d, router %s",
+           c->worker_id, c->model_name, ctx->mc->model_type, c->kv_pages, c->page_size,
+           c->max_batch, c->router);
+    run(ctx);
+    rc = 0;
+out:
+    ctx_free(ctx);
+    return rc;
+}

@@ -1,0 +1,30 @@
+/* The decoder's side of the KV handoff: its TransferEngine with the KV pools
+ * registered as write targets, the prefillers it is connected to (it must
+ * be, to acknowledge their transfer notices), and the notices saying which
+ * request's pages are complete. The endpoint it publishes travels in
+ * Register.transfer_endpoint. */
+#ifndef TANDEM_DECODER_KV_RECEIVE_H
+#define TANDEM_DECODER_KV_RECEIVE_H
+#include <stddef.h>
+#include <stdint.h>
+#include "engine/kv_cache.h"
+
+typedef struct kv_receiver kv_receiver;
+
+int kv_receiver_open(tm_kv_cache *kv, const char *name, const char *tls, kv_receiver **out,
+                     char *err, size_t errlen);
+void kv_receiver_close(kv_receiver *r);
+void kv_receiver_endpoint(const kv_receiver *r, const uint8_t **buf, size_t *len);
+
+/* Connects to a prefiller from its endpoint (TransferPeer); replaces an
+ * earlier connection under the same worker id. Returns 0 or -1 with a reason. */
+int kv_receiver_add_peer(kv_receiver *r, const char *worker_id, const uint8_t *endpoint,
+                         size_t len, char *err, size_t errlen);
+void kv_receiver_remove_peer(kv_receiver *r, const char *worker_id);
+
+/* Runs the engine's progress; returns 1 with a notice (which request, and
+ * whether all its bytes landed: complete = 0 means the sender stopped
+ * early and writes no more), 0 when none is pending. */
+int kv_receiver_next(kv_receiver *r, uint64_t *request_id, int *complete);
+
+#endif

@@ -1,0 +1,135 @@
+/* The decoder's continuous-batching scheduler: which sequences are in the
+ * running batch, and which KV pages each one holds. It knows nothing about
+ * the model; decoder_main.c runs the forward pass over the batch it forms.
+ *
+ * Admission control reserves a request's worst case up front: the prompt
+ * plus every token it may generate (sched_pages_needed). A request is
+ * admitted only when that many pages are free beyond what earlier admissions
+ * may still claim, so a running sequence never runs out of pages and nothing
+ * is ever preempted. Requests that do not fit now wait in FIFO order (the
+ * head blocks the rest, so a large request is not starved by small ones);
+ * one larger than the whole cache is rejected at once.
+ *
+ * Pages for the prompt are allocated at admission (the prefiller writes the
+ * prompt's KV into them); later pages are taken from the reservation one by
+ * one as the sequence grows, so the free count reports real occupancy.
+ *
+ * Life of a sequence: WAITING -> RESERVED (prompt pages allocated, waiting
+ * for its KV transfer and the first token) -> RUNNING (in every step's
+ * batch) -> FINISHED (stop token or max_tokens). sched_remove releases its
+ * pages at any point. */
+#ifndef TANDEM_DECODER_SCHEDULER_H
+#define TANDEM_DECODER_SCHEDULER_H
+#include <stddef.h>
+#include <stdint.h>
+#include "kernels/sampling.h"
+
+#define SCHED_MAX_ID 64
+
+typedef enum {
+    SEQ_WAITING = 0,
+    SEQ_RESERVED = 1,
+    SEQ_RUNNING = 2,
+    SEQ_FINISHED = 3,
+} sched_seq_state;
+
+typedef enum {
+    SCHED_FINISH_NONE = 0,
+    SCHED_FINISH_LENGTH = 1,  /* generated max_tokens */
+    SCHED_FINISH_STOP = 2,    /* generated a stop token id */
+} sched_finish;
+
+typedef struct sched_request {
+    const char *id;
+    int prompt_len;
+    int max_tokens;           /* counts the prefiller's first token */
+    const int32_t *stop_ids;
+    int n_stop_ids;
+    kn_sampling sampling;
+} sched_request;
+
+typedef struct sched_seq {
+    char id[SCHED_MAX_ID];
+    sched_seq_state state;
+    int prompt_len, max_tokens;
+    int32_t *stop_ids;
+    int n_stop_ids;
+    kn_sampling sampling;
+    uint64_t rng;             /* sampler state, continued from the prefiller */
+    int kv_arrived;           /* the prompt's KV transfer completed */
+    int started;              /* the first token arrived */
+    int32_t *pages;           /* page table in sequence order */
+    int n_pages;              /* pages allocated */
+    int reserved_pages;       /* worst case, fixed at admission */
+    int n_cached;             /* tokens whose K/V are in the cache */
+    int32_t next_token;       /* the token the next step feeds */
+    int n_generated;          /* tokens produced, the first token included */
+    sched_finish finish;
+    int cancelled;            /* set by the decoder: cancelled while its KV
+                                 transfer may still write into its pages */
+} sched_seq;
+
+typedef struct sched {
+    int page_size, n_pages, max_batch, max_context;
+    int32_t *free_pages;      /* stack of free page ids */
+    int n_free;
+    int reserved_unallocated; /* pages admitted sequences may still take */
+    sched_seq **seqs;         /* every known sequence, admission order */
+    int n_seqs, cap_seqs;
+} sched;
+
+typedef enum {
+    SCHED_ADMITTED = 0,       /* pages reserved: send KvReady now */
+    SCHED_QUEUED = 1,         /* waits for room: sched_admit_waiting admits it later */
+    SCHED_ERR_NEVER_FITS = -1,/* needs more pages than the whole cache */
+    SCHED_ERR_TOO_LONG = -2,  /* prompt + max_tokens exceeds max_context */
+    SCHED_ERR_ARG = -3,       /* bad sizes, duplicate or over-long id */
+    SCHED_ERR_NOMEM = -4,
+} sched_status;
+
+/* Pages holding prompt_len + max_tokens - 1 tokens: the most a request can
+ * ever have cached (its last token is returned, never fed back). The router
+ * uses the same formula for its placement accounting. */
+int sched_pages_needed(int prompt_len, int max_tokens, int page_size);
+
+/* n_pages pages of page_size tokens, page ids 0..n_pages-1; at most
+ * max_batch sequences admitted at once; max_context bounds prompt+output. */
+int sched_init(sched *s, int n_pages, int page_size, int max_batch, int max_context);
+void sched_free(sched *s);
+
+/* Registers a request. On SCHED_ADMITTED or SCHED_QUEUED *out is the new
+ * sequence; errors leave nothing behind. */
+sched_status sched_submit(sched *s, const sched_request *req, sched_seq **out);
+
+/* Admits waiting sequences in FIFO order while they fit; writes up to max
+ * of them to admitted and returns how many. */
+int sched_admit_waiting(sched *s, sched_seq **admitted, int max);
+
+sched_seq *sched_find(const sched *s, const char *id);
+
+/* The prompt's KV is in the sequence's pages. */
+void sched_kv_arrived(sched *s, sched_seq *q);
+
+/* The prefiller's first token and the sampler state after it. The sequence
+ * runs once its KV has also arrived; the first token may already finish it
+ * (a stop token, or max_tokens == 1). */
+void sched_start(sched *s, sched_seq *q, int32_t first_token, uint64_t rng);
+
+/* Fills batch with the running sequences (at most max) after giving each the
+ * page its next token needs. Returns the count. */
+int sched_form_batch(sched *s, sched_seq **batch, int max);
+
+/* Records the token a step sampled for q: the fed token is now cached, tok
+ * becomes the next input, and the stop conditions are checked. */
+void sched_token(sched *s, sched_seq *q, int32_t tok);
+
+/* Forgets q and returns all its pages (allocated and reserved). */
+void sched_remove(sched *s, sched_seq *q);
+
+/* Counts for heartbeats. */
+int sched_running(const sched *s);
+int sched_waiting(const sched *s);
+/* Pages neither allocated nor promised to an admitted sequence. */
+int sched_pages_available(const sched *s);
+
+#endif

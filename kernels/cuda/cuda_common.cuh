@@ -1,0 +1,98 @@
+/* Internal to the CUDA backend (the kernels/cuda .cu files): the state behind a
+ * kn_backend of kind KN_BACKEND_CUDA, error helpers and shared launch
+ * helpers. Not part of the op API.
+ *
+ * kn_backend's fields for CUDA:
+ *   stream   the cudaStream_t every op queues its work on
+ *   blas     a kn_cuda_ctx * (handles, memory pool, flags)
+ *   scratch  cuBLAS workspace (scratch_bytes), owned by the backend
+ * Ops receive `const kn_backend *`, so everything an op may change lives
+ * behind the ctx pointer, never in the struct itself. */
+#ifndef TANDEM_KERNELS_CUDA_COMMON_CUH
+#define TANDEM_KERNELS_CUDA_COMMON_CUH
+
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+#include <stddef.h>
+#include <stdint.h>
+
+extern "C" {
+#include "kernels/backend.h"
+#include "kernels/kn_check.h"
+#include "kernels/status.h"
+}
+
+struct kn_cuda_ctx {
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    /* Temporary buffers of one op come from this pool, stream-ordered
+     * (cudaMallocFromPoolAsync), so ops stay asynchronous and capturable. */
+    cudaMemPool_t pool;
+    int sm_count;
+    /* TANDEM_CUDA_TF32=1 in the environment at init lets cuBLAS use TF32
+     * tensor cores for fp32 products (relative error ~3e-4 instead of fp32's
+     * ~1e-6). Off by default: results then match the CPU to fp32 rounding. */
+    int allow_tf32;
+};
+
+static inline kn_cuda_ctx *kn_cuda_ctx_of(const kn_backend *be)
+{
+    return (kn_cuda_ctx *)be->blas;
+}
+
+static inline cudaStream_t kn_cuda_stream(const kn_backend *be)
+{
+    return (cudaStream_t)be->stream;
+}
+
+/* "tandem: OP: WHAT failed: <cuda error string>"; returns KN_ERR_DEVICE. */
+int kn_cuda_device_error(const char *op, const char *what, cudaError_t err);
+int kn_cuda_blas_error(const char *op, const char *what, cublasStatus_t st);
+
+/* Checks the backend an op was given: non-NULL, CUDA, initialised. */
+int kn_cuda_check_backend(const char *op, const kn_backend *be);
+
+/* Stream-ordered temporary device memory from the backend's pool. Freed
+ * with kn_cuda_tmp_free on the same stream; NULL on failure (message
+ * printed). */
+void *kn_cuda_tmp_alloc(const kn_backend *be, const char *op, size_t bytes);
+void kn_cuda_tmp_free(const kn_backend *be, void *ptr);
+
+/* Launch check: the launch's own error (bad configuration, no kernel image
+ * for this GPU) is reported by cudaGetLastError right after it. */
+#define KN_CUDA_LAUNCH_CHECK(op, what)                                         \
+    do {                                                                       \
+        cudaError_t kn_err_ = cudaGetLastError();                              \
+        if (kn_err_ != cudaSuccess)                                            \
+            return kn_cuda_device_error((op), (what), kn_err_);                \
+    } while (0)
+
+#define KN_CUDA_TRY(op, call)                                                  \
+    do {                                                                       \
+        cudaError_t kn_err_ = (call);                                          \
+        if (kn_err_ != cudaSuccess)                                            \
+            return kn_cuda_device_error((op), #call, kn_err_);                 \
+    } while (0)
+
+/* out[m,n] = x[m,k] w[n,k]^T (+ bias[n]) on the backend's stream through
+ * cuBLAS in fp32 (TF32 only when the ctx allows it). Shared by kn_matmul and
+ * the MoE experts; no argument checks here. */
+int kn_cuda_linear(const kn_backend *be, const char *op, float *out, const float *x,
+                   const float *w, const float *bias, int m, int n, int k);
+
+/* Host-side checks of a kn_seq_batch (kv_append.cu); the device arrays
+ * are not read. */
+struct kn_seq_batch;
+int kn_cuda_check_seq_batch(const char *op, const struct kn_seq_batch *b);
+
+static inline int kn_cuda_div_up(long long a, long long b)
+{
+    return (int)((a + b - 1) / b);
+}
+
+static inline bool kn_cuda_aligned16(const void *p)
+{
+    return ((uintptr_t)p & 15u) == 0;
+}
+
+#endif

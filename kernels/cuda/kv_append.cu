@@ -1,0 +1,80 @@
+/* Writes this step's K and V rows into the paged HND pools on the GPU.
+ * One block per batch row; its threads copy all KV heads of the row. The
+ * descriptor arrays live in device memory, so rows whose position or page
+ * the table does not map are skipped (never written out of bounds) rather
+ * than reported; the host-side fields are checked as on the CPU. */
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/paged_kv.cuh"
+extern "C" {
+#include "kernels/attention.h"
+}
+
+__global__ void kv_append_kernel(float *k_pool, float *v_pool, const float *k, const float *v,
+                                 const int32_t *q_offset, const int32_t *kv_len,
+                                 const int32_t *page_table, int n_seqs, int max_pages, int n_pages,
+                                 int n_kv_heads, int head_dim, int page_size)
+{
+    int r = blockIdx.x;
+    int s = paged_kv_seq_of_row(q_offset, n_seqs, r);
+    int n_q = q_offset[s + 1] - q_offset[s];
+    int pos = kv_len[s] - n_q + (r - q_offset[s]);
+    int row_floats = n_kv_heads * head_dim;
+    const float *kr = k + (size_t)r * row_floats;
+    const float *vr = v + (size_t)r * row_floats;
+    /* Head kvh's row is page_size*head_dim floats after head kvh-1's. */
+    long long base = paged_kv_row(page_table, max_pages, n_pages, s, pos, 0, n_kv_heads, head_dim, page_size);
+    if (base < 0)
+        return;
+    long long head_stride = (long long)page_size * head_dim;
+    for (int i = threadIdx.x; i < row_floats; i += blockDim.x) {
+        int kvh = i / head_dim, d = i - kvh * head_dim;
+        long long off = base + kvh * head_stride + d;
+        k_pool[off] = kr[i];
+        v_pool[off] = vr[i];
+    }
+}
+
+/* Host-side checks shared with attention.cu's. */
+int kn_cuda_check_seq_batch(const char *op, const kn_seq_batch *b)
+{
+    if (!b)
+        return kn_arg_error(op, "NULL batch");
+    if (b->n_seqs < 0 || b->n_rows < 0 || b->max_pages <= 0 || b->max_q_len < 0 ||
+        b->max_kv_len < 0 || b->n_pages <= 0)
+        return kn_arg_error(op, "bad batch sizes n_seqs=%d n_rows=%d max_pages=%d max_q_len=%d "
+                                 "max_kv_len=%d n_pages=%d", b->n_seqs, b->n_rows, b->max_pages,
+                                 b->max_q_len, b->max_kv_len, b->n_pages);
+    if (b->n_seqs > 0 && (!b->q_offset || !b->kv_len || !b->page_table))
+        return kn_arg_error(op, "NULL %s", !b->q_offset ? "q_offset" : !b->kv_len ? "kv_len" : "page_table");
+    if (b->n_rows > 0 && b->n_seqs == 0)
+        return kn_arg_error(op, "%d rows but no sequences", b->n_rows);
+    if (b->n_rows > 0 && b->max_q_len <= 0)
+        return kn_arg_error(op, "max_q_len %d with %d rows", b->max_q_len, b->n_rows);
+    return KN_OK;
+}
+
+extern "C" int kn_kv_append_cuda(const kn_backend *be, float *k_pool, float *v_pool,
+                                 const float *k, const float *v, const kn_seq_batch *b,
+                                 int n_kv_heads, int head_dim, int page_size)
+{
+    static const char op[] = "kn_kv_append";
+    int rc = kn_cuda_check_backend(op, be);
+    if (rc != KN_OK)
+        return rc;
+    if ((rc = kn_cuda_check_seq_batch(op, b)) != KN_OK)
+        return rc;
+    if (!k_pool || !v_pool || !k || !v)
+        return kn_arg_error(op, "NULL %s", !k_pool ? "k_pool" : !v_pool ? "v_pool" : !k ? "k" : "v");
+    if (n_kv_heads <= 0 || head_dim <= 0 || page_size <= 0)
+        return kn_arg_error(op, "bad sizes n_kv_heads=%d head_dim=%d page_size=%d",
+                                 n_kv_heads, head_dim, page_size);
+    if (b->n_rows == 0)
+        return KN_OK;
+    int row_floats = n_kv_heads * head_dim;
+    int threads = row_floats >= 256 ? 256 : 64;
+    kv_append_kernel<<<b->n_rows, threads, 0, kn_cuda_stream(be)>>>(
+        k_pool, v_pool, k, v, b->q_offset, b->kv_len, b->page_table, b->n_seqs, b->max_pages, b->n_pages,
+        n_kv_heads, head_dim, page_size);
+    KN_CUDA_LAUNCH_CHECK(op, "kv_append_kernel");
+    return KN_OK;
+}

@@ -1,0 +1,257 @@
+/* MoE expert MLPs on the GPU, fp32.
+ *
+ * The (token, route) pairs ("slots", slot = t*k + j) whose expert is held
+ * here are grouped by expert, so each expert's rows are one contiguous
+ * block and its two linear layers are two plain GEMMs:
+ *   1. moe_count_kernel      rows per local expert -> offsets[e]
+ *   2. moe_place_kernel      a stable (slot order) placement: perm[pos] = slot,
+ *                            slot_pos[slot] = pos (or -1 when not held here)
+ *   3. moe_gather_kernel     xp[pos] = x[perm[pos] / k]
+ *   4. per expert: h = xp_e gate_up_e^T + b      (cuBLAS, kn_cuda_linear)
+ *   5. moe_act_kernel        a = act(gate, up)  (SwiGLU or GPT-OSS's clamped one)
+ *   6. per expert: y = a_e down_e^T + b         (cuBLAS)
+ *   7. moe_combine_kernel    out[t] = sum_j w[t][j] * y[slot_pos[t*k+j]] in
+ *                            route order j, so the sum is deterministic.
+ * The per-expert GEMM sizes must be known on the host, so the offsets are
+ * copied back once (one stream sync per call). */
+#include <math.h>
+#include <stdlib.h>
+#include "kernels/cuda/cuda_common.cuh"
+extern "C" {
+#include "kernels/moe.h"
+}
+
+__device__ __forceinline__ int local_expert(const int32_t *expert_idx, int slot, int offset, int n_local)
+{
+    int e = expert_idx[slot] - offset;
+    return e >= 0 && e < n_local ? e : -1;
+}
+
+/* One block: counts per local expert in shared memory, then the exclusive
+ * scan (n_local is small) into offsets[0..n_local]. */
+__global__ void moe_count_kernel(const int32_t *expert_idx, int n_slots, int offset, int n_local,
+                                 int *offsets)
+{
+    extern __shared__ int counts[];
+    for (int e = threadIdx.x; e < n_local; e += blockDim.x)
+        counts[e] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < n_slots; i += blockDim.x) {
+        int e = local_expert(expert_idx, i, offset, n_local);
+        if (e >= 0)
+            atomicAdd(&counts[e], 1);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int run = 0;
+        for (int e = 0; e < n_local; e++) {
+            offsets[e] = run;
+            run += counts[e];
+        }
+        offsets[n_local] = run;
+    }
+}
+
+/* Block e walks all slots in order and places its expert's ones at
+ * offsets[e] + (number of earlier slots of e): a block-wide ballot scan,
+ * so the order inside an expert's rows is the slot order (deterministic).
+ * Block n_local marks the slots held elsewhere with slot_pos = -1. */
+__global__ void moe_place_kernel(const int32_t *expert_idx, int n_slots, int offset, int n_local,
+                                 const int *offsets, int *perm, int *slot_pos)
+{
+    __shared__ int warp_counts[32];
+    const int e = blockIdx.x, lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const int n_warps = blockDim.x >> 5;
+    if (e == n_local) {
+        for (int i = threadIdx.x; i < n_slots; i += blockDim.x)
+            if (local_expert(expert_idx, i, offset, n_local) < 0)
+                slot_pos[i] = -1;
+        return;
+    }
+    int base = offsets[e];
+    for (int start = 0; start < n_slots; start += blockDim.x) {
+        int i = start + threadIdx.x;
+        bool mine = i < n_slots && local_expert(expert_idx, i, offset, n_local) == e;
+        unsigned ballot = __ballot_sync(0xffffffffu, mine);
+        if (lane == 0)
+            warp_counts[w] = __popc(ballot);
+        __syncthreads();
+        int before = 0, total = 0;
+        for (int ww = 0; ww < n_warps; ww++) {
+            if (ww < w)
+                before += warp_counts[ww];
+            total += warp_counts[ww];
+        }
+        if (mine) {
+            int pos = base + before + __popc(ballot & ((1u << lane) - 1u));
+            perm[pos] = i;
+            slot_pos[i] = pos;
+        }
+        base += total;
+        __syncthreads(); /* warp_counts is rewritten next round */
+    }
+}
+
+__global__ void moe_gather_kernel(float *xp, const float *x, const int *perm, int k, int dim)
+{
+    const float *src = x + (size_t)(perm[blockIdx.x] / k) * dim;
+    float *dst = xp + (size_t)blockIdx.x * dim;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x)
+        dst[i] = src[i];
+}
+
+/* h is [rows][2*inter] (gate | up), a is [rows][inter]. */
+__global__ void moe_act_kernel(float *a, const float *h, size_t rows, int inter, int act,
+                               float alpha, float limit)
+{
+    size_t total = rows * inter;
+    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        size_t r = idx / inter;
+        int i = (int)(idx - r * inter);
+        float g = h[r * 2 * inter + i], u = h[r * 2 * inter + inter + i];
+        float y;
+        if (act == KN_ACT_SWIGLU_OAI) {
+            g = fminf(g, limit);
+            u = fminf(fmaxf(u, -limit), limit);
+            y = g / (1.f + expf(-alpha * g)) * (u + 1.f);
+        } else {
+            y = g / (1.f + expf(-g)) * u;
+        }
+        a[idx] = y;
+    }
+}
+
+__global__ void moe_combine_kernel(float *out, const float *y, const int *slot_pos,
+                                   const float *expert_w, int k, int dim)
+{
+    const int t = blockIdx.x;
+    for (int d = threadIdx.x; d < dim; d += blockDim.x) {
+        float acc = 0.f;
+        for (int j = 0; j < k; j++) {
+            int pos = slot_pos[t * k + j];
+            if (pos >= 0)
+                acc += expert_w[t * k + j] * y[(size_t)pos * dim + d];
+        }
+        out[(size_t)t * dim + d] = acc;
+    }
+}
+
+extern "C" int kn_moe_experts_cuda(const kn_backend *be, float *out, const float *x,
+                                   const int32_t *expert_idx, const float *expert_w,
+                                   int n_tokens, int k, const kn_moe_weights *w)
+{
+    static const char op[] = "kn_moe_experts";
+    int rc = kn_cuda_check_backend(op, be);
+    if (rc != KN_OK)
+        return rc;
+    if (!out || !x || !expert_idx || !expert_w || !w)
+        return kn_arg_error(op, "NULL %s", !out ? "out" : !x ? "x" : !expert_idx ? "expert_idx"
+                                                              : !expert_w ? "expert_w" : "weights");
+    if (!w->gate_up || !w->down)
+        return kn_arg_error(op, "NULL %s weights", !w->gate_up ? "gate_up" : "down");
+    if (n_tokens < 0 || k <= 0 || w->n_experts <= 0 || w->dim <= 0 || w->inter <= 0 || w->expert_offset < 0)
+        return kn_arg_error(op, "bad sizes n_tokens=%d k=%d n_experts=%d dim=%d inter=%d expert_offset=%d",
+                                 n_tokens, k, w->n_experts, w->dim, w->inter, w->expert_offset);
+    if (w->act != KN_ACT_SWIGLU && w->act != KN_ACT_SWIGLU_OAI)
+        return kn_arg_error(op, "unknown activation %d", (int)w->act);
+    if (w->act == KN_ACT_SWIGLU_OAI && (!isfinite(w->alpha) || !(w->limit > 0.f) || isinf(w->limit)))
+        return kn_arg_error(op, "bad clamped-SwiGLU parameters alpha=%g limit=%g",
+                                 (double)w->alpha, (double)w->limit);
+    size_t x_bytes = (size_t)n_tokens * w->dim * sizeof(float);
+    if (kn_ranges_overlap(out, x_bytes, x, x_bytes))
+        return kn_arg_error(op, "out overlaps x");
+    if (n_tokens == 0)
+        return KN_OK;
+    if ((size_t)n_tokens * k > (size_t)0x7fffffff)
+        return kn_arg_error(op, "%d tokens x %d routes is too many", n_tokens, k);
+
+    cudaStream_t s = kn_cuda_stream(be);
+    const int n_local = w->n_experts, dim = w->dim, inter = w->inter, n_slots = n_tokens * k;
+    int *offsets = NULL, *perm = NULL, *slot_pos = NULL, *host_off = NULL;
+    float *xp = NULL, *h = NULL, *act = NULL;
+    int n_routed = 0;
+    cudaError_t err = cudaSuccess;
+
+    host_off = (int *)malloc((size_t)(n_local + 1) * sizeof(int));
+    offsets = (int *)kn_cuda_tmp_alloc(be, op, (size_t)(n_local + 1) * sizeof(int));
+    perm = (int *)kn_cuda_tmp_alloc(be, op, (size_t)n_slots * sizeof(int));
+    slot_pos = (int *)kn_cuda_tmp_alloc(be, op, (size_t)n_slots * sizeof(int));
+    if (!host_off || !offsets || !perm || !slot_pos) {
+        rc = KN_ERR_NOMEM;
+        goto done;
+    }
+    moe_count_kernel<<<1, 1024, (size_t)n_local * sizeof(int), s>>>(expert_idx, n_slots,
+                                                                    w->expert_offset, n_local, offsets);
+    if ((err = cudaGetLastError()) != cudaSuccess)
+        goto done;
+    moe_place_kernel<<<n_local + 1, 256, 0, s>>>(expert_idx, n_slots, w->expert_offset, n_local,
+                                                 offsets, perm, slot_pos);
+    if ((err = cudaGetLastError()) != cudaSuccess)
+        goto done;
+    if ((err = cudaMemcpyAsync(host_off, offsets, (size_t)(n_local + 1) * sizeof(int),
+                               cudaMemcpyDeviceToHost, s)) != cudaSuccess ||
+        (err = cudaStreamSynchronize(s)) != cudaSuccess)
+        goto done;
+    n_routed = host_off[n_local];
+
+    if (n_routed > 0) {
+        xp = (float *)kn_cuda_tmp_alloc(be, op, (size_t)n_routed * dim * sizeof(float));
+        h = (float *)kn_cuda_tmp_alloc(be, op, (size_t)n_routed * 2 * inter * sizeof(float));
+        act = (float *)kn_cuda_tmp_alloc(be, op, (size_t)n_routed * inter * sizeof(float));
+        if (!xp || !h || !act) {
+            rc = KN_ERR_NOMEM;
+            goto done;
+        }
+        moe_gather_kernel<<<n_routed, dim >= 512 ? 256 : 64, 0, s>>>(xp, x, perm, k, dim);
+        if ((err = cudaGetLastError()) != cudaSuccess)
+            goto done;
+        for (int e = 0; e < n_local && rc == KN_OK; e++) {
+            int rows = host_off[e + 1] - host_off[e];
+            if (rows == 0)
+                continue;
+            rc = kn_cuda_linear(be, op, h + (size_t)host_off[e] * 2 * inter,
+                                xp + (size_t)host_off[e] * dim,
+                                w->gate_up + (size_t)e * 2 * inter * dim,
+                                w->gate_up_bias ? w->gate_up_bias + (size_t)e * 2 * inter : NULL,
+                                rows, 2 * inter, dim);
+        }
+        if (rc != KN_OK)
+            goto done;
+        {
+            size_t total = (size_t)n_routed * inter;
+            size_t blocks = (total + 255) / 256, cap = (size_t)kn_cuda_ctx_of(be)->sm_count * 16;
+            moe_act_kernel<<<(unsigned)(blocks < cap ? blocks : cap), 256, 0, s>>>(
+                act, h, (size_t)n_routed, inter, (int)w->act, w->alpha, w->limit);
+            if ((err = cudaGetLastError()) != cudaSuccess)
+                goto done;
+        }
+        /* y reuses xp: the gathered inputs are no longer needed. */
+        for (int e = 0; e < n_local && rc == KN_OK; e++) {
+            int rows = host_off[e + 1] - host_off[e];
+            if (rows == 0)
+                continue;
+            rc = kn_cuda_linear(be, op, xp + (size_t)host_off[e] * dim,
+                                act + (size_t)host_off[e] * inter,
+                                w->down + (size_t)e * dim * inter,
+                                w->down_bias ? w->down_bias + (size_t)e * dim : NULL,
+                                rows, dim, inter);
+        }
+        if (rc != KN_OK)
+            goto done;
+    }
+    moe_combine_kernel<<<n_tokens, dim >= 512 ? 256 : 64, 0, s>>>(out, xp, slot_pos, expert_w, k, dim);
+    err = cudaGetLastError();
+
+done:
+    kn_cuda_tmp_free(be, offsets);
+    kn_cuda_tmp_free(be, perm);
+    kn_cuda_tmp_free(be, slot_pos);
+    kn_cuda_tmp_free(be, xp);
+    kn_cuda_tmp_free(be, h);
+    kn_cuda_tmp_free(be, act);
+    free(host_off);
+    if (err != cudaSuccess)
+        return kn_cuda_device_error(op, "expert MLP", err);
+    return rc;
+}

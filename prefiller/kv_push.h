@@ -1,0 +1,41 @@
+/* The prefiller's side of the KV handoff: its TransferEngine, its KV pools
+ * registered for one-sided puts, the decoders it has connected to, and the
+ * pushes of finished prefills into a decoder's reserved pages
+ * (transfer/transfer_kv.h does the resharding between the two caches'
+ * layouts). The endpoint it publishes travels in Register.transfer_endpoint. */
+#ifndef TANDEM_PREFILLER_KV_PUSH_H
+#define TANDEM_PREFILLER_KV_PUSH_H
+#include <stddef.h>
+#include <stdint.h>
+#include "engine/kv_cache.h"
+#include "proto/tandem.pb-c.h"
+
+typedef struct kv_pusher kv_pusher;
+typedef struct kv_push kv_push;
+
+/* Creates the engine (UCX_TLS from tls when non-empty) and registers kv's
+ * pools. Returns 0 or -1 with a reason. */
+int kv_pusher_open(tm_kv_cache *kv, const char *name, const char *tls, kv_pusher **out,
+                   char *err, size_t errlen);
+void kv_pusher_close(kv_pusher *p);
+/* The packed hello decoders connect to. */
+void kv_pusher_endpoint(const kv_pusher *p, const uint8_t **buf, size_t *len);
+
+/* Runs the engine's progress (connection set-up from decoders, acks). */
+void kv_pusher_progress(kv_pusher *p);
+
+/* Starts moving the first n_tokens tokens (held in src_pages) into the
+ * destination's pages, tagging the transfer with request_id. Connects to
+ * the destination decoder on first use. Returns 0 or -1 with a reason. */
+int kv_push_start(kv_pusher *p, const Tandem__V1__KvDestination *dst, uint64_t request_id,
+                  const int32_t *src_pages, int n_tokens, int timeout_ms, kv_push **out,
+                  char *err, size_t errlen);
+/* Advances every push; returns 1 when t finished (*ok: all bytes landed and
+ * the decoder acknowledged; otherwise a reason in err), 0 while in flight. */
+int kv_push_poll(kv_pusher *p, kv_push *t, int *ok, char *err, size_t errlen);
+/* Stops posting puts; the decoder is told no more writes follow. The push
+ * then finishes (not ok) through kv_push_poll. */
+void kv_push_cancel(kv_pusher *p, kv_push *t);
+void kv_push_release(kv_pusher *p, kv_push *t);
+
+#endif

@@ -1,0 +1,70 @@
+/* The prefiller process: takes prefill work from the router, runs the
+ * prompt through the model in chunks (between chunks it answers the router:
+ * heartbeats, cancellations, new work), samples the first token, pushes the
+ * prompt's KV cache into the decoder's reserved pages with the
+ * TransferEngine, and reports. One request at a time, FIFO: prefill is
+ * compute-bound, so batching prompts would not finish any of them sooner. */
+#ifndef TANDEM_PREFILLER_PREFILLER_H
+#define TANDEM_PREFILLER_PREFILLER_H
+#include <stdint.h>
+#include "engine/kv_cache.h"
+#include "engine/model.h"
+#include "kernels/backend.h"
+#include "kernels/sampling.h"
+#include "prefiller/kv_push.h"
+#include "router/worker_link.h"
+
+typedef struct prefiller_config {
+    char router[256];          /* the router's worker endpoint */
+    char model_dir[512];
+    char model_name[128];      /* "" = the model directory's base name */
+    char worker_id[128];       /* "" = prefiller-HOST-PID */
+    int page_size;
+    int max_prompt_tokens;     /* sizes the KV cache; longer prompts are refused */
+    int chunk_tokens;          /* prompt tokens per forward call */
+    int transfer_timeout_ms;
+    char ucx_tls[128];         /* UCX_TLS for the TransferEngine ("" = environment) */
+} prefiller_config;
+
+typedef struct prefill_job {
+    struct prefill_job *next;
+    char id[24];
+    uint64_t key;              /* the request id as a number (TransferEngine tag) */
+    int32_t *tokens;
+    int n_tokens;
+    kn_sampling sampling;
+    uint64_t seed;
+    Tandem__V1__KvDestination *dest; /* an unpacked copy the job owns */
+    int cancelled;
+} prefill_job;
+
+typedef struct prefiller_ctx {
+    prefiller_config cfg;
+    kn_backend be;
+    tm_model *model;
+    const tm_config *mc;
+    tm_kv_cache kv;
+    kv_pusher *pusher;
+    worker_link link;
+    int sig_fd;
+    int stop;                  /* a signal arrived */
+    prefill_job *head, *tail;  /* queued work */
+    prefill_job *current;      /* the job being prefilled or pushed */
+    uint64_t queued_tokens;
+    uint64_t tokens_total;     /* prompt tokens prefilled since start */
+    uint64_t window_tokens;    /* ... since the last heartbeat */
+    uint64_t window_start_ms;
+    float *logits;             /* [vocab] */
+} prefiller_ctx;
+
+/* Handles what arrived from the router and sends a heartbeat when due;
+ * waits up to timeout_ms for something to arrive. */
+void prefiller_service(prefiller_ctx *ctx, int timeout_ms);
+
+/* Runs one job to the end (prefill, first token, KV push) and reports its
+ * PrefillResult to the router. */
+void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job);
+
+void prefill_job_free(prefill_job *job);
+
+#endif

@@ -1,0 +1,350 @@
+/* tandem-prefiller: computes prompts' KV caches and first tokens for the
+ * router and pushes the caches to decoders (see prefiller/prefiller.h). */
+#include "prefiller/prefiller.h"
+
+#include <errno.h>
+#include <libgen.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+#include <zmq.h>
+#include "kernels/status.h"
+#include "router/options.h"
+#include "router/util.h"
+
+#define WHO "prefiller"
+
+static const char *const INTRO =
+    "Runs a Tandem prefiller: registers with the router, prefills prompts on the\n"
+    "CPU backend, samples each request's first token and pushes the prompt's KV\n"
+    "cache into the decoder the router chose, over the TransferEngine (UCX).";
+
+static void send_heartbeat(prefiller_ctx *ctx, uint64_t now)
+{
+    double secs = (double)(now - ctx->window_start_ms) / 1000.0;
+    Tandem__V1__PrefillerLoad load = TANDEM__V1__PREFILLER_LOAD__INIT;
+    load.queued_input_tokens = ctx->queued_tokens;
+    uint32_t n = 0;
+    for (prefill_job *j = ctx->head; j; j = j->next)
+        n++;
+    load.queued_requests = n + (ctx->current != NULL);
+    load.input_tokens_per_s = secs > 0 ? (double)ctx->window_tokens / secs : 0;
+    load.input_tokens_total = ctx->tokens_total;
+    Tandem__V1__Heartbeat hb = TANDEM__V1__HEARTBEAT__INIT;
+    hb.load_case = TANDEM__V1__HEARTBEAT__LOAD_PREFILLER;
+    hb.prefiller = &load;
+    Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
+    m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_HEARTBEAT;
+    m.heartbeat = &hb;
+    link_send(&ctx->link, &m);
+    link_heartbeat_sent(&ctx->link, now);
+    ctx->window_tokens = 0;
+    ctx->window_start_ms = now;
+}
+
+static void reject(prefiller_ctx *ctx, const char *id, int code, const char *msg)
+{
+    tn_log(WHO, "request %s refused: %s", id, msg);
+    Tandem__V1__Error e = TANDEM__V1__ERROR__INIT;
+    e.code = code;
+    e.message = (char *)msg;
+    e.request_id = (char *)id;
+    Tandem__V1__PrefillResult r = TANDEM__V1__PREFILL_RESULT__INIT;
+    r.request_id = (char *)id;
+    r.error = &e;
+    Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
+    m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_PREFILL_RESULT;
+    m.prefill_result = &r;
+    link_send(&ctx->link, &m);
+}
+
+/* Checks an assignment and queues it as a job. */
+static void on_assignment(prefiller_ctx *ctx, const Tandem__V1__PrefillAssignment *a)
+{
+    const int BAD = TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT;
+    char msg[300];
+    char *end = NULL;
+    uint64_t key = strtoull(a->request_id, &end, 16);
+    if (strlen(a->request_id) != 16 || !end || *end) {
+        reject(ctx, a->request_id, BAD, "request_id must be 16 hex digits");
+        return;
+    }
+    if (a->n_prompt_tokens == 0 || a->n_prompt_tokens > (size_t)ctx->cfg.max_prompt_tokens) {
+        snprintf(msg, sizeof msg, "prompt of %zu tokens (this prefiller takes 1..%d)",
+                 a->n_prompt_tokens, ctx->cfg.max_prompt_tokens);
+        reject(ctx, a->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_CONTEXT_TOO_LONG, msg);
+        return;
+    }
+    for (size_t i = 0; i < a->n_prompt_tokens; i++)
+        if (a->prompt_tokens[i] < 0 || a->prompt_tokens[i] >= ctx->mc->vocab_size) {
+            snprintf(msg, sizeof msg, "prompt token %d outside the vocabulary (%d)",
+                     (int)a->prompt_tokens[i], ctx->mc->vocab_size);
+            reject(ctx, a->request_id, BAD, msg);
+            return;
+        }
+    const Tandem__V1__SamplingParams *sp = a->sampling;
+    if (!sp || !isfinite(sp->temperature) || sp->temperature < 0 ||
+        !(sp->top_p > 0 && sp->top_p <= 1)) {
+        reject(ctx, a->request_id, BAD, "sampling: temperature >= 0 and top_p in (0, 1] required");
+        return;
+    }
+    const Tandem__V1__KvDestination *d = a->destination;
+    if (!d || d->page_size <= 0 || !d->transfer_endpoint.len ||
+        (long)d->n_page_ids * d->page_size < (long)a->n_prompt_tokens) {
+        reject(ctx, a->request_id, BAD, "KV destination missing or smaller than the prompt");
+        return;
+    }
+    prefill_job *job = calloc(1, sizeof *job);
+    size_t dlen = tandem__v1__kv_destination__get_packed_size(d);
+    uint8_t *dbuf = malloc(dlen ? dlen : 1);
+    if (job)
+        job->tokens = malloc(a->n_prompt_tokens * sizeof *job->tokens);
+    if (dbuf && job) {
+        tandem__v1__kv_destination__pack(d, dbuf);
+        job->dest = tandem__v1__kv_destination__unpack(NULL, dlen, dbuf);
+    }
+    free(dbuf);
+    if (!job || !job->tokens || !job->dest) {
+        prefill_job_free(job);
+        reject(ctx, a->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL, "out of memory");
+        return;
+    }
+    snprintf(job->id, sizeof job->id, "%s", a->request_id);
+    job->key = key;
+    memcpy(job->tokens, a->prompt_tokens, a->n_prompt_tokens * sizeof *job->tokens);
+    job->n_tokens = (int)a->n_prompt_tokens;
+    job->sampling.temperature = sp->temperature;
+    job->sampling.top_p = sp->top_p;
+    job->sampling.top_k = sp->top_k;
+    job->seed = sp->seed;
+    if (ctx->tail)
+        ctx->tail->next = job;
+    else
+        ctx->head = job;
+    ctx->tail = job;
+    ctx->queued_tokens += (uint64_t)job->n_tokens;
+}
+
+static void on_cancel(prefiller_ctx *ctx, const Tandem__V1__Cancel *c)
+{
+    if (ctx->current && !strcmp(ctx->current->id, c->request_id)) {
+        ctx->current->cancelled = 1;
+        return;
+    }
+    prefill_job **p = &ctx->head, *prev = NULL;
+    while (*p && strcmp((*p)->id, c->request_id)) {
+        prev = *p;
+        p = &(*p)->next;
+    }
+    if (!*p)
+        return; /* already reported */
+    prefill_job *job = *p;
+    *p = job->next;
+    if (ctx->tail == job)
+        ctx->tail = prev;
+    ctx->queued_tokens -= (uint64_t)job->n_tokens;
+    reject(ctx, job->id, TANDEM__V1__ERROR_CODE__ERROR_CODE_CANCELLED, "cancelled while queued");
+    prefill_job_free(job);
+}
+
+void prefiller_service(prefiller_ctx *ctx, int timeout_ms)
+{
+    uint64_t now = tn_now_ms();
+    int due = link_next_due_ms(&ctx->link, now);
+    if (timeout_ms > due)
+        timeout_ms = due;
+    /* UCX makes progress only when asked: keep connection set-up from
+     * decoders moving while idle. */
+    kv_pusher_progress(ctx->pusher);
+    if (timeout_ms > 100)
+        timeout_ms = 100;
+    zmq_pollitem_t items[2] = {{ctx->link.sock, 0, ZMQ_POLLIN, 0}, {NULL, ctx->sig_fd, ZMQ_POLLIN, 0}};
+    if (zmq_poll(items, 2, timeout_ms) < 0 && errno != EINTR)
+        tn_log(WHO, "zmq_poll failed: %s", zmq_strerror(errno));
+    if (items[1].revents) {
+        struct signalfd_siginfo si;
+        if (read(ctx->sig_fd, &si, sizeof si) == (ssize_t)sizeof si)
+            tn_log(WHO, "signal %u: shutting down", si.ssi_signo);
+        ctx->stop = 1;
+        if (ctx->current)
+            ctx->current->cancelled = 1;
+    }
+    Tandem__V1__WorkerMessage *m;
+    while (link_recv(&ctx->link, &m)) {
+        switch (m->body_case) {
+        case TANDEM__V1__WORKER_MESSAGE__BODY_PREFILL_ASSIGNMENT:
+            if (m->prefill_assignment)
+                on_assignment(ctx, m->prefill_assignment);
+            break;
+        case TANDEM__V1__WORKER_MESSAGE__BODY_CANCEL:
+            if (m->cancel)
+                on_cancel(ctx, m->cancel);
+            break;
+        case TANDEM__V1__WORKER_MESSAGE__BODY_ERROR:
+            tn_log(WHO, "router error for request %s: %s", m->error->request_id, m->error->message);
+            break;
+        default:
+            tn_log(WHO, "unexpected message from the router (case %d)", (int)m->body_case);
+            break;
+        }
+        tandem__v1__worker_message__free_unpacked(m, NULL);
+    }
+    now = tn_now_ms();
+    if (link_tick(&ctx->link, now))
+        send_heartbeat(ctx, now);
+}
+
+static void run(prefiller_ctx *ctx)
+{
+    while (!ctx->stop) {
+        prefiller_service(ctx, ctx->head ? 0 : 1000);
+        if (ctx->stop || !ctx->head)
+            continue;
+        prefill_job *job = ctx->head;
+        ctx->head = job->next;
+        if (!ctx->head)
+            ctx->tail = NULL;
+        job->next = NULL;
+        ctx->current = job;
+        prefiller_run_job(ctx, job);
+        ctx->queued_tokens -= (uint64_t)job->n_tokens;
+        ctx->current = NULL;
+        prefill_job_free(job);
+    }
+}
+
+static void ctx_free(prefiller_ctx *ctx)
+{
+    while (ctx->head) {
+        prefill_job *j = ctx->head;
+        ctx->head = j->next;
+        prefill_job_free(j);
+    }
+    link_close(&ctx->link);
+    if (ctx->pusher)
+        kv_pusher_close(ctx->pusher);
+    tm_kv_cache_free(&ctx->kv);
+    tm_model_free(ctx->model);
+    kn_backend_free(&ctx->be);
+    free(ctx->logits);
+    if (ctx->sig_fd >= 0)
+        close(ctx->sig_fd);
+    free(ctx);
+}
+
+int main(int argc, char **argv)
+{
+    prefiller_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) {
+        fprintf(stderr, "tandem-prefiller: out of memory\n");
+        return 1;
+    }
+    ctx->sig_fd = -1;
+    prefiller_config *c = &ctx->cfg;
+    snprintf(c->router, sizeof c->router, "tcp://127.0.0.1:5555");
+    c->page_size = 16;
+    c->max_prompt_tokens = 4096;
+    c->chunk_tokens = 512;
+    c->transfer_timeout_ms = 30000;
+    const opt_spec specs[] = {
+        {"router", OPT_STR, c->router, sizeof c->router, "the router's worker endpoint"},
+        {"model", OPT_STR, c->model_dir, sizeof c->model_dir,
+         "model directory (config.json + safetensors); required"},
+        {"model-name", OPT_STR, c->model_name, sizeof c->model_name,
+         "name clients request (default: the directory's base name)"},
+        {"worker-id", OPT_STR, c->worker_id, sizeof c->worker_id,
+         "unique id (default: prefiller-HOST-PID)"},
+        {"page-size", OPT_INT, &c->page_size, 0, "KV cache tokens per page"},
+        {"max-prompt-tokens", OPT_INT, &c->max_prompt_tokens, 0,
+         "longest prompt accepted (sizes the KV cache)"},
+        {"chunk-tokens", OPT_INT, &c->chunk_tokens, 0,
+         "prompt tokens per forward call (the router is answered between chunks)"},
+        {"transfer-timeout-ms", OPT_INT, &c->transfer_timeout_ms, 0,
+         "give up a KV push after this long"},
+        {"ucx-tls", OPT_STR, c->ucx_tls, sizeof c->ucx_tls,
+         "UCX transports for the TransferEngine (\"\": UCX_TLS from the environment)"},
+    };
+    const int n_specs = (int)(sizeof specs / sizeof *specs);
+    char err[512];
+    int prc = opts_parse(specs, n_specs, argc, argv, err, sizeof err);
+    if (prc == OPTS_HELP) {
+        opts_print_help(stdout, "tandem-prefiller", INTRO, specs, n_specs);
+        free(ctx);
+        return 0;
+    }
+    if (prc != OPTS_OK || !c->model_dir[0] || c->page_size <= 0 || c->max_prompt_tokens <= 0 ||
+        c->chunk_tokens <= 0 || c->transfer_timeout_ms <= 0) {
+        fprintf(stderr, "tandem-prefiller: %s\n",
+                prc != OPTS_OK ? err : "--model is required and sizes must be positive");
+        free(ctx);
+        return 2;
+    }
+    if (!c->model_name[0]) {
+        char tmp[sizeof c->model_dir];
+        snprintf(tmp, sizeof tmp, "%s", c->model_dir);
+        snprintf(c->model_name, sizeof c->model_name, "%s", basename(tmp));
+    }
+    if (!c->worker_id[0]) {
+        char host[64] = "host";
+        gethostname(host, sizeof host - 1);
+        snprintf(c->worker_id, sizeof c->worker_id, "prefiller-%s-%d", host, (int)getpid());
+    }
+    ctx->sig_fd = tn_signalfd_open();
+    int rc = 1;
+    if (ctx->sig_fd < 0 || kn_backend_init_cpu(&ctx->be) != KN_OK) {
+        fprintf(stderr, "tandem-prefiller: cannot set up signals or the CPU backend\n");
+        goto out;
+    }
+    if (tm_model_load(c->model_dir, &ctx->be, &ctx->model, err, sizeof err) != KN_OK) {
+        fprintf(stderr, "tandem-prefiller: cannot load model: %s\n", err);
+        goto out;
+    }
+    ctx->mc = tm_model_config(ctx->model);
+    int n_pages = (c->max_prompt_tokens + c->page_size - 1) / c->page_size;
+    ctx->logits = malloc((size_t)ctx->mc->vocab_size * sizeof *ctx->logits);
+    if (!ctx->logits || tm_kv_cache_init(&ctx->kv, &ctx->be, ctx->mc->n_layers,
+                                         ctx->mc->n_kv_heads, ctx->mc->head_dim, c->page_size,
+                                         n_pages) != KN_OK) {
+        fprintf(stderr, "tandem-prefiller: cannot allocate a KV cache of %d pages\n", n_pages);
+        goto out;
+    }
+    if (kv_pusher_open(&ctx->kv, c->worker_id, c->ucx_tls, &ctx->pusher, err, sizeof err) != 0) {
+        fprintf(stderr, "tandem-prefiller: TransferEngine: %s\n", err);
+        goto out;
+    }
+    int max_ctx = c->max_prompt_tokens < ctx->mc->max_position ? c->max_prompt_tokens
+                                                              : ctx->mc->max_position;
+    Tandem__V1__Register reg = TANDEM__V1__REGISTER__INIT;
+    reg.worker_id = c->worker_id;
+    reg.role = TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER;
+    reg.model = c->model_name;
+    reg.model_type = (char *)ctx->mc->model_type;
+    reg.vocab_size = ctx->mc->vocab_size;
+    reg.max_context = max_ctx;
+    reg.page_size = c->page_size;
+    reg.kv_pages_total = n_pages;
+    reg.eos_token_ids = (int32_t *)ctx->mc->eos_ids;
+    reg.n_eos_token_ids = (size_t)ctx->mc->n_eos;
+    const uint8_t *ep;
+    size_t ep_len;
+    kv_pusher_endpoint(ctx->pusher, &ep, &ep_len);
+    reg.transfer_endpoint.data = (uint8_t *)ep;
+    reg.transfer_endpoint.len = ep_len;
+    if (link_open(&ctx->link, WHO, c->router, c->worker_id, &reg, err, sizeof err) != 0) {
+        fprintf(stderr, "tandem-prefiller: %s\n", err);
+        goto out;
+    }
+    ctx->window_start_ms = tn_now_ms();
+    tn_log(WHO, "%s: model %s (%s), %d KV pages of %d tokens, router %s", c->worker_id,
+           c->model_name, ctx->mc->model_type, n_pages, c->page_size, c->router);
+    run(ctx);
+    rc = 0;
+out:
+    ctx_free(ctx);
+    return rc;
+}

@@ -1,0 +1,533 @@
+/* The router's side of a request's journey through the workers: placement,
+ * every message from prefillers and decoders, cancellation and worker
+ * failure. Runs on the core thread with the context lock held. */
+#include "router/router.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "decoder/scheduler.h"
+#include "router/placement.h"
+#include "router/util.h"
+
+#define WHO "router"
+
+static int send_worker(router_ctx *ctx, const char *worker, const Tandem__V1__WorkerMessage *m)
+{
+    if (wire_send_worker(ctx->worker_sock, worker, strlen(worker), m) != 0) {
+        tn_log(WHO, "send to worker %s failed: %s", worker, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static void send_cancel(router_ctx *ctx, const char *worker, const char *request_id, int release_kv)
+{
+    Tandem__V1__Cancel c = TANDEM__V1__CANCEL__INIT;
+    c.request_id = (char *)request_id;
+    c.release_kv = release_kv;
+    Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
+    m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_CANCEL;
+    m.cancel = &c;
+    send_worker(ctx, worker, &m);
+}
+
+static void send_error(router_ctx *ctx, const char *rid, size_t rid_len, int code,
+                       const char *request_id, const char *msg)
+{
+    Tandem__V1__Error e = TANDEM__V1__ERROR__INIT;
+    e.code = code;
+    e.message = (char *)msg;
+    e.request_id = (char *)(request_id ? request_id : "");
+    Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
+    m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_ERROR;
+    m.error = &e;
+    wire_send_worker(ctx->worker_sock, rid, rid_len, &m);
+}
+
+static router_worker *worker_by_name(router_ctx *ctx, const char *name)
+{
+    return workers_find(&ctx->workers, name, strlen(name));
+}
+
+/* Releases what the router counted for r on its workers. */
+static void release_prefiller(router_ctx *ctx, router_request *r)
+{
+    if (!r->on_prefiller)
+        return;
+    r->on_prefiller = 0;
+    router_worker *w = worker_by_name(ctx, r->prefiller);
+    if (w) {
+        w->in_flight--;
+        w->assigned_input_tokens -= (uint64_t)r->n_prompt;
+    }
+}
+
+static void release_decoder(router_ctx *ctx, router_request *r)
+{
+    if (!r->on_decoder)
+        return;
+    r->on_decoder = 0;
+    router_worker *w = worker_by_name(ctx, r->decoder);
+    if (w) {
+        w->in_flight--;
+        w->pages_committed -= r->pages_committed;
+    }
+}
+
+void dispatch_finish(router_ctx *ctx, router_request *r, int reason, const api_error *err)
+{
+    if (r->finished)
+        return;
+    if (reason != TANDEM__V1__FINISH_REASON__FINISH_REASON_ERROR &&
+        reason != TANDEM__V1__FINISH_REASON__FINISH_REASON_CANCELLED)
+        request_finish_output(r);
+    r->finished = 1;
+    r->finish_reason = reason;
+    if (err)
+        r->error = *err;
+    release_decoder(ctx, r);
+    if (!r->zombie) {
+        release_prefiller(ctx, r);
+        r->stage = STAGE_DONE;
+    }
+    metrics_api api = r->origin == ORIGIN_RPC ? API_RPC : API_OPENAI;
+    metrics_outcome outcome = OUTCOME_OK;
+    if (reason == TANDEM__V1__FINISH_REASON__FINISH_REASON_CANCELLED)
+        outcome = OUTCOME_CANCELLED;
+    else if (reason == TANDEM__V1__FINISH_REASON__FINISH_REASON_ERROR)
+        outcome = metrics_outcome_for_status(err ? err->http_status : 500);
+    metrics_request_done(&ctx->metrics, api, outcome);
+    ctx->metrics.in_flight[api]--;
+    metrics_observe(&ctx->metrics.duration, tn_now_s() - r->t_start);
+    if (r->origin == ORIGIN_RPC)
+        rpc_deliver(ctx, r);
+    else
+        tn_wakefd_signal(r->notify_fd);
+    if (!r->zombie)
+        request_table_remove(ctx, r);
+}
+
+static void fail(router_ctx *ctx, router_request *r, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void fail(router_ctx *ctx, router_request *r, int code, const char *fmt, ...)
+{
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    api_error e;
+    error_from_code(&e, code, msg);
+    tn_log(WHO, "request %s failed: %s", r->id, msg);
+    dispatch_finish(ctx, r, TANDEM__V1__FINISH_REASON__FINISH_REASON_ERROR, &e);
+}
+
+static void fill_sampling(Tandem__V1__SamplingParams *s, const router_request *r)
+{
+    s->temperature = r->temperature;
+    s->top_p = r->top_p;
+    s->top_k = r->top_k;
+    s->seed = r->seed;
+}
+
+void dispatch_place(router_ctx *ctx, router_request *r)
+{
+    router_worker *d = NULL;
+    place_status st = placement_pick_decoder(&ctx->workers, r->model, r->n_prompt,
+                                             r->max_tokens, &d);
+    if (st == PLACE_NO_WORKER) {
+        fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_NO_CAPACITY,
+             "no decoder is registered for model '%s'", r->model);
+        return;
+    }
+    if (st == PLACE_NEVER_FITS) {
+        fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_KV_NEVER_FITS,
+             "the request needs more KV cache (%d prompt + %d output tokens) than any decoder has",
+             r->n_prompt, r->max_tokens);
+        return;
+    }
+    Tandem__V1__SamplingParams sp = TANDEM__V1__SAMPLING_PARAMS__INIT;
+    fill_sampling(&sp, r);
+    Tandem__V1__DecodeAssignment a = TANDEM__V1__DECODE_ASSIGNMENT__INIT;
+    a.request_id = r->id;
+    a.prompt_len = (uint32_t)r->n_prompt;
+    a.max_tokens = (uint32_t)r->max_tokens;
+    a.stop_token_ids = r->stop_ids;
+    a.n_stop_token_ids = (size_t)r->n_stop_ids;
+    a.sampling = &sp;
+    Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
+    m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_DECODE_ASSIGNMENT;
+    m.decode_assignment = &a;
+    snprintf(r->decoder, sizeof r->decoder, "%s", d->id);
+    if (send_worker(ctx, d->id, &m) != 0) {
+        fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_WORKER_LOST,
+             "decoder %s is unreachable", d->id);
+        return;
+    }
+    r->pages_committed = sched_pages_needed(r->n_prompt, r->max_tokens, d->page_size);
+    d->pages_committed += r->pages_committed;
+    d->in_flight++;
+    r->on_decoder = 1;
+    r->stage = STAGE_RESERVING;
+}
+
+static void on_kv_ready(router_ctx *ctx, router_worker *from, const Tandem__V1__KvReady *k)
+{
+    router_request *r = request_find(ctx, k->request_id);
+    if (!r || r->finished || r->stage != STAGE_RESERVING || strcmp(r->decoder, from->id) ||
+        !k->destination) {
+        /* Nobody will prefill into these pages: give them back. */
+        send_cancel(ctx, from->id, k->request_id, 1);
+        return;
+    }
+    router_worker *p = NULL;
+    if (placement_pick_prefiller(&ctx->workers, r->model, &p) != PLACE_OK) {
+        send_cancel(ctx, from->id, r->id, 1);
+        fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_NO_CAPACITY,
+             "no prefiller is registered for model '%s'", r->model);
+        return;
+    }
+    Tandem__V1__SamplingParams sp = TANDEM__V1__SAMPLING_PARAMS__INIT;
+    fill_sampling(&sp, r);
+    Tandem__V1__PrefillAssignment a = TANDEM__V1__PREFILL_ASSIGNMENT__INIT;
+    a.request_id = r->id;
+    a.prompt_tokens = r->prompt;
+    a.n_prompt_tokens = (size_t)r->n_prompt;
+    a.sampling = &sp;
+    /* The decoder's TransferEngine endpoint travels from the registry, so
+     * decoders need not repeat it in every KvReady. */
+    Tandem__V1__KvDestination dest = *k->destination;
+    if (!dest.transfer_endpoint.len) {
+        dest.transfer_endpoint.data = from->endpoint;
+        dest.transfer_endpoint.len = from->endpoint_len;
+    }
+    a.destination = &dest;
+    Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
+    m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_PREFILL_ASSIGNMENT;
+    m.prefill_assignment = &a;
+    if (send_worker(ctx, p->id, &m) != 0) {
+        send_cancel(ctx, from->id, r->id, 1);
+        fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_WORKER_LOST,
+             "prefiller %s is unreachable", p->id);
+        return;
+    }
+    snprintf(r->prefiller, sizeof r->prefiller, "%s", p->id);
+    p->in_flight++;
+    p->assigned_input_tokens += (uint64_t)r->n_prompt;
+    r->on_prefiller = 1;
+    r->stage = STAGE_PREFILLING;
+}
+
+/* Appends tokens to r and delivers them; ends r if a stop string matched.
+ * Returns 1 if r finished here. */
+static int deliver_tokens(router_ctx *ctx, router_request *r, const int32_t *toks, int n)
+{
+    int rc = request_append(ctx, r, toks, n);
+    if (rc < 0) {
+        if (r->stage == STAGE_DECODING)
+            send_cancel(ctx, r->decoder, r->id, 1);
+        if (rc == -2)
+            fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL,
+                 "the model's output breaks its chat format: %s", r->parse_error);
+        else
+            fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL, "router out of memory");
+        return 1;
+    }
+    if (rc == 1) {
+        send_cancel(ctx, r->decoder, r->id, 1);
+        dispatch_finish(ctx, r, TANDEM__V1__FINISH_REASON__FINISH_REASON_STOP_STRING, NULL);
+        return 1;
+    }
+    if (r->origin == ORIGIN_RPC)
+        rpc_deliver(ctx, r);
+    else
+        tn_wakefd_signal(r->notify_fd);
+    return 0;
+}
+
+static void on_prefill_result(router_ctx *ctx, router_worker *from,
+                              const Tandem__V1__PrefillResult *res)
+{
+    router_request *r = request_find(ctx, res->request_id);
+    if (!r || strcmp(r->prefiller, from->id) || r->stage != STAGE_PREFILLING)
+        return; /* its decoder is gone (and with it the pages) */
+    release_prefiller(ctx, r);
+    if (r->zombie) {
+        /* Cancelled while prefilling: the transfer is over now either way. */
+        send_cancel(ctx, r->decoder, r->id, 1);
+        r->zombie = 0;
+        r->stage = STAGE_DONE;
+        request_table_remove(ctx, r);
+        return;
+    }
+    int code = res->error ? res->error->code : 0;
+    if (code == 0 && res->transfer != TANDEM__V1__TRANSFER_STATUS__TRANSFER_STATUS_COMPLETE)
+        code = TANDEM__V1__ERROR_CODE__ERROR_CODE_TRANSFER_FAILED;
+    if (code != 0) {
+        send_cancel(ctx, r->decoder, r->id, 1);
+        fail(ctx, r, code, "prefill on %s failed: %s", from->id,
+             res->error && res->error->message[0] ? res->error->message : "KV transfer incomplete");
+        return;
+    }
+    Tandem__V1__StartDecode s = TANDEM__V1__START_DECODE__INIT;
+    s.request_id = r->id;
+    s.first_token = res->first_token;
+    s.rng_state = res->rng_state;
+    Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
+    m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_START_DECODE;
+    m.start_decode = &s;
+    r->stage = STAGE_DECODING;
+    int32_t first = res->first_token;
+    if (deliver_tokens(ctx, r, &first, 1))
+        return;
+    if (send_worker(ctx, r->decoder, &m) != 0)
+        fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_WORKER_LOST,
+             "decoder %s is unreachable", r->decoder);
+}
+
+static void on_token_batch(router_ctx *ctx, router_worker *from, const Tandem__V1__TokenBatch *b)
+{
+    for (size_t i = 0; i < b->n_chunks; i++) {
+        const Tandem__V1__TokenChunk *c = b->chunks[i];
+        router_request *r = request_find(ctx, c->request_id);
+        if (!r || r->finished || strcmp(r->decoder, from->id) || r->stage != STAGE_DECODING) {
+            if (c->finish_reason == TANDEM__V1__FINISH_REASON__FINISH_REASON_NONE)
+                send_cancel(ctx, from->id, c->request_id, 1);
+            continue;
+        }
+        if (c->n_tokens && deliver_tokens(ctx, r, c->tokens, (int)c->n_tokens))
+            continue;
+        if (c->finish_reason == TANDEM__V1__FINISH_REASON__FINISH_REASON_ERROR) {
+            fail(ctx, r, c->error ? c->error->code : TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL,
+                 "decoder %s: %s", from->id, c->error ? c->error->message : "failed");
+        } else if (c->finish_reason != TANDEM__V1__FINISH_REASON__FINISH_REASON_NONE) {
+            dispatch_finish(ctx, r, c->finish_reason, NULL);
+        }
+    }
+}
+
+static void on_worker_error(router_ctx *ctx, router_worker *from, const Tandem__V1__Error *e)
+{
+    tn_log(WHO, "worker %s reports error %d for request '%s': %s", from->id, (int)e->code,
+           e->request_id, e->message);
+    if (!e->request_id[0])
+        return;
+    router_request *r = request_find(ctx, e->request_id);
+    if (!r || r->finished)
+        return;
+    if (!strcmp(r->decoder, from->id) && r->stage == STAGE_PREFILLING)
+        send_cancel(ctx, r->prefiller, r->id, 0);
+    if (!strcmp(r->decoder, from->id) || !strcmp(r->prefiller, from->id))
+        fail(ctx, r, e->code ? (int)e->code : TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL,
+             "%s: %s", from->id, e->message);
+}
+
+/* Tells decoder d about prefiller p (or that it is gone). */
+static void send_transfer_peer(router_ctx *ctx, const router_worker *d, const router_worker *p,
+                               int removed)
+{
+    Tandem__V1__TransferPeer tp = TANDEM__V1__TRANSFER_PEER__INIT;
+    tp.worker_id = (char *)p->id;
+    tp.transfer_endpoint.data = p->endpoint;
+    tp.transfer_endpoint.len = p->endpoint_len;
+    tp.removed = removed;
+    Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
+    m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_TRANSFER_PEER;
+    m.transfer_peer = &tp;
+    send_worker(ctx, d->id, &m);
+}
+
+/* Introduces w to the workers of the other role serving its model, so every
+ * decoder knows every prefiller's TransferEngine before traffic flows. */
+static void introduce(router_ctx *ctx, const router_worker *w, int removed)
+{
+    const int P = TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER;
+    for (int i = 0; i < ctx->workers.n; i++) {
+        const router_worker *o = ctx->workers.w[i];
+        if (o == w || o->role == w->role || strcmp(o->model, w->model))
+            continue;
+        if (w->role == P)
+            send_transfer_peer(ctx, o, w, removed);
+        else if (!removed)
+            send_transfer_peer(ctx, w, o, 0);
+    }
+}
+
+static void on_register(router_ctx *ctx, const char *rid, size_t rid_len,
+                        const Tandem__V1__Register *reg)
+{
+    char err[256];
+    router_worker *w = workers_register(&ctx->workers, rid, rid_len, reg, tn_now_ms(), err,
+                                        sizeof err);
+    if (!w) {
+        tn_log(WHO, "registration refused: %s", err);
+        send_error(ctx, rid, rid_len, TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT, NULL, err);
+        return;
+    }
+    tn_log(WHO, "registered %s %s (model %s, vocab %d, context %d, page %d, pages %d)",
+           w->role == TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER ? "prefiller" : "decoder",
+           w->id, w->model, w->vocab_size, w->max_context, w->page_size, w->kv_pages_total);
+    Tandem__V1__RegisterAck ack = TANDEM__V1__REGISTER_ACK__INIT;
+    ack.worker_id = w->id;
+    ack.heartbeat_interval_ms = (uint32_t)ctx->cfg.heartbeat_ms;
+    Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
+    m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_REGISTER_ACK;
+    m.register_ack = &ack;
+    send_worker(ctx, w->id, &m);
+    introduce(ctx, w, 0);
+}
+
+void dispatch_worker_message(router_ctx *ctx, const char *rid, size_t rid_len,
+                             const Tandem__V1__WorkerMessage *m)
+{
+    if (m->body_case == TANDEM__V1__WORKER_MESSAGE__BODY_REGISTER && m->register_) {
+        on_register(ctx, rid, rid_len, m->register_);
+        return;
+    }
+    router_worker *w = workers_find(&ctx->workers, rid, rid_len);
+    if (!w) {
+        /* A worker we do not know (the router restarted, or it expired):
+         * it re-registers when told. */
+        send_error(ctx, rid, rid_len, TANDEM__V1__ERROR_CODE__ERROR_CODE_UNKNOWN_WORKER, NULL,
+                   "unknown worker: register first");
+        return;
+    }
+    w->last_seen_ms = tn_now_ms();
+    switch (m->body_case) {
+    case TANDEM__V1__WORKER_MESSAGE__BODY_HEARTBEAT:
+        if (m->heartbeat)
+            workers_heartbeat(w, m->heartbeat, w->last_seen_ms);
+        break;
+    case TANDEM__V1__WORKER_MESSAGE__BODY_KV_READY:
+        if (m->kv_ready)
+            on_kv_ready(ctx, w, m->kv_ready);
+        break;
+    case TANDEM__V1__WORKER_MESSAGE__BODY_PREFILL_RESULT:
+        if (m->prefill_result)
+            on_prefill_result(ctx, w, m->prefill_result);
+        break;
+    case TANDEM__V1__WORKER_MESSAGE__BODY_TOKEN_BATCH:
+        if (m->token_batch)
+            on_token_batch(ctx, w, m->token_batch);
+        break;
+    case TANDEM__V1__WORKER_MESSAGE__BODY_ERROR:
+        if (m->error)
+            on_worker_error(ctx, w, m->error);
+        break;
+    default:
+        tn_log(WHO, "worker %s sent an unexpected message (case %d)", w->id, (int)m->body_case);
+        break;
+    }
+}
+
+void dispatch_cancel(router_ctx *ctx, router_request *r)
+{
+    if (r->finished)
+        return;
+    switch (r->stage) {
+    case STAGE_RESERVING:
+    case STAGE_DECODING:
+        /* No prefiller writes into its pages any more: release at once. */
+        send_cancel(ctx, r->decoder, r->id, 1);
+        break;
+    case STAGE_PREFILLING:
+        /* The prefiller may be writing KV into the decoder's pages; they are
+         * released when it reports (or dies). */
+        send_cancel(ctx, r->prefiller, r->id, 0);
+        r->zombie = 1;
+        break;
+    default:
+        break;
+    }
+    dispatch_finish(ctx, r, TANDEM__V1__FINISH_REASON__FINISH_REASON_CANCELLED, NULL);
+}
+
+/* Every request in the table, collected first so finishing may unlink them. */
+static int collect(router_ctx *ctx, router_request ***out)
+{
+    router_request **v = malloc((size_t)(ctx->n_active ? ctx->n_active : 1) * sizeof *v);
+    if (!v)
+        return -1;
+    int n = 0;
+    for (int b = 0; b < ROUTER_HASH_BUCKETS; b++)
+        for (router_request *r = ctx->table[b]; r && n < ctx->n_active; r = r->hnext) {
+            r->refs++;
+            v[n++] = r;
+        }
+    *out = v;
+    return n;
+}
+
+static void worker_lost(router_ctx *ctx, router_worker *w)
+{
+    router_request **v;
+    int n = collect(ctx, &v);
+    if (n < 0)
+        return;
+    for (int i = 0; i < n; i++) {
+        router_request *r = v[i];
+        int is_dec = !strcmp(r->decoder, w->id) && r->on_decoder;
+        int is_pre = !strcmp(r->prefiller, w->id) &&
+                     (r->stage == STAGE_PREFILLING || r->zombie);
+        if (r->zombie && (is_pre || !strcmp(r->decoder, w->id))) {
+            if (is_pre)
+                send_cancel(ctx, r->decoder, r->id, 1);
+            release_prefiller(ctx, r);
+            r->zombie = 0;
+            r->stage = STAGE_DONE;
+            request_table_remove(ctx, r);
+        } else if (!r->finished && is_dec) {
+            if (r->stage == STAGE_PREFILLING)
+                send_cancel(ctx, r->prefiller, r->id, 0);
+            fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_WORKER_LOST,
+                 "decoder %s stopped responding", w->id);
+        } else if (!r->finished && is_pre) {
+            send_cancel(ctx, r->decoder, r->id, 1);
+            fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_WORKER_LOST,
+                 "prefiller %s stopped responding", w->id);
+        }
+        request_unref(r);
+    }
+    free(v);
+}
+
+void dispatch_expire_workers(router_ctx *ctx, uint64_t now_ms)
+{
+    int i;
+    while ((i = workers_next_expired(&ctx->workers, now_ms, (uint64_t)ctx->cfg.worker_timeout_ms)) >= 0) {
+        router_worker *w = ctx->workers.w[i];
+        tn_log(WHO, "worker %s missed heartbeats for %d ms: dropping it", w->id,
+               ctx->cfg.worker_timeout_ms);
+        worker_lost(ctx, w);
+        introduce(ctx, w, 1);
+        workers_remove_at(&ctx->workers, i);
+    }
+}
+
+void dispatch_fail_all(router_ctx *ctx, const char *why)
+{
+    router_request **v;
+    int n = collect(ctx, &v);
+    if (n < 0)
+        return;
+    for (int i = 0; i < n; i++) {
+        router_request *r = v[i];
+        if (!r->finished) {
+            if (r->stage == STAGE_PREFILLING)
+                send_cancel(ctx, r->prefiller, r->id, 0);
+            if (r->stage >= STAGE_RESERVING && r->stage <= STAGE_DECODING)
+                send_cancel(ctx, r->decoder, r->id, 1);
+            fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_NO_CAPACITY, "%s", why);
+        }
+        if (r->zombie) {
+            r->zombie = 0;
+            request_table_remove(ctx, r);
+        }
+        request_unref(r);
+    }
+    free(v);
+}

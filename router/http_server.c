@@ -1,0 +1,718 @@
+/* The router's HTTP front end on libmicrohttpd: the OpenAI-compatible API
+ * (POST /v1/completions, /v1/chat/completions, GET /v1/models), /healthz and
+ * /metrics.
+ *
+ * One thread per connection, so a handler may block: it validates the
+ * request, hands it to the core thread, then waits on the request's eventfd
+ * together with the client socket. A client that closes its socket while
+ * waiting (or while its SSE stream is open) is noticed at once (POLLRDHUP)
+ * and its request is cancelled everywhere. Streaming responses start only
+ * after the first token (or a failure), so early failures still get a real
+ * HTTP status. */
+#include "router/router.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include "router/util.h"
+
+#define WHO "router"
+#define SSE_BLOCK 16384
+
+typedef struct http_conn {
+    router_ctx *ctx;
+    sbuf body;
+    int body_too_large;
+    int fd;                 /* the client's socket */
+    router_request *req;    /* a reference, once submitted */
+    api_kind kind;
+    char resp_id[40];       /* "cmpl-..." / "chatcmpl-..." */
+    /* SSE progress */
+    sbuf pending;         /* formatted, not yet handed to MHD */
+    int n_sent;             /* tokens already in chunks */
+    size_t text_sent;       /* text bytes already in chunks */
+    int role_sent;          /* chat: the assistant-role chunk went out */
+    size_t reasoning_sent;  /* chat formats: reasoning bytes already in chunks */
+    int tools_sent;         /* chat formats: tool calls already in chunks */
+    int final_sent;         /* finish chunk (+usage) and [DONE] formatted */
+} http_conn;
+
+/* ------------------------------------------------------------ responses */
+
+static enum MHD_Result respond(struct MHD_Connection *c, int status,
+                               const char *content_type, const char *body, size_t len)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    return rc;
+}
+
+static enum MHD_Result respond_error(struct MHD_Connection *c, const api_error *e)
+{
+    char *json = api_error_json(e);
+    if (!json)
+        return MHD_NO;
+    enum MHD_Result rc = respond(c, e->http_status, "application/json", json, strlen(json));
+    free(json);
+    return rc;
+}
+
+static enum MHD_Result respond_sb(struct MHD_Connection *c, int status,
+                                  const char *type, sbuf *b)
+{
+    if (b->oom) {
+        sb_free(b);
+        api_error e;
+        api_error_set(&e, 500, "server_error", NULL, NULL, "router out of memory");
+        return respond_error(c, &e);
+    }
+    enum MHD_Result rc = respond(c, status, type, b->p ? b->p : "", b->len);
+    sb_free(b);
+    return rc;
+}
+
+/* ------------------------------------------------------------ waiting */
+
+/* Waits until the core signals r, the client goes away or the router shuts
+ * down. Returns 0 on a signal, -1 otherwise. */
+static int wait_update(http_conn *hc)
+{
+    for (;;) {
+        struct pollfd p[3] = {
+            {.fd = hc->req->notify_fd, .events = POLLIN},
+            {.fd = hc->fd, .events = POLLRDHUP},
+            {.fd = hc->ctx->shutdown_fd, .events = POLLIN},
+        };
+        int n = poll(p, 3, -1); /* a negative fd (no client socket) is skipped */
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -1;
+        if (p[2].revents || (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)))
+            return -1;
+        if (p[0].revents) {
+            tn_wakefd_drain(hc->req->notify_fd);
+            return 0;
+        }
+    }
+}
+
+static void cancel_request(http_conn *hc)
+{
+    pthread_mutex_lock(&hc->ctx->lock);
+    if (!hc->req->finished)
+        tn_log(WHO, "request %s: client disconnected, cancelling", hc->req->id);
+    request_queue_cancel(hc->ctx, hc->req);
+    pthread_mutex_unlock(&hc->ctx->lock);
+}
+
+/* Waits until r has output (any: until_finished = 0) or has finished.
+ * Returns 0, or -1 when the client left (the request is then cancelled). */
+static int wait_for(http_conn *hc, int until_finished)
+{
+    router_ctx *ctx = hc->ctx;
+    for (;;) {
+        pthread_mutex_lock(&ctx->lock);
+        int ready = hc->req->finished || (!until_finished && hc->req->n_out > 0);
+        pthread_mutex_unlock(&ctx->lock);
+        if (ready)
+            return 0;
+        if (wait_update(hc) != 0) {
+            cancel_request(hc);
+            return -1;
+        }
+    }
+}
+
+/* ------------------------------------------------------------ output */
+
+static int with_token_ids(const http_conn *hc, const api_request *ar)
+{
+    return ar->return_token_ids || !codec_has_text(&hc->ctx->codec);
+}
+
+/* Appends sanitized text[from..to) of r to a scratch buffer. */
+static void text_slice(sbuf *dst, const router_request *r, size_t from, size_t to)
+{
+    sb_reset(dst);
+    if (to > from)
+        utf8_sanitize_append(dst, r->text.p + from, to - from);
+}
+
+/* The finish reason a response reports: "tool_calls" when a chat format
+ * produced tool calls and a stop token ended the output. */
+static const char *response_finish_reason(const router_request *r)
+{
+    int n_tools = 0;
+    request_tool_calls(r, &n_tools);
+    if (n_tools && r->finish_reason == TANDEM__V1__FINISH_REASON__FINISH_REASON_STOP)
+        return "tool_calls";
+    return finish_reason_str(r->finish_reason);
+}
+
+/* Tool calls [from, to) of r in the API's shape; ids are generated when
+ * the model gave none. ids must hold (to - from) * 48 bytes. */
+static void tool_calls_slice(const router_request *r, int from, int to, api_tool_call *out,
+                             char *ids)
+{
+    int n = 0;
+    const chat_tool_call *tc = request_tool_calls(r, &n);
+    for (int i = from; i < to && i < n; i++) {
+        char *id = ids + (size_t)(i - from) * 48;
+        if (tc[i].id && tc[i].id[0])
+            snprintf(id, 48, "%s", tc[i].id);
+        else
+            snprintf(id, 48, "call_%s_%d", r->id, i);
+        out[i - from] = (api_tool_call){.id = id, .name = tc[i].name ? tc[i].name : "",
+                                        .arguments = tc[i].arguments ? tc[i].arguments : ""};
+    }
+}
+
+/* Sets o's reasoning and tool calls to what r produced up to (reasoning
+ * byte, tool count) and advances hc's cursors. tools/ids: scratch. */
+static void chat_parts(http_conn *hc, api_output *o, size_t reasoning_end, int tools_end,
+                       api_tool_call **tools, char **ids)
+{
+    router_request *r = hc->req;
+    o->reasoning = r->reasoning.p ? r->reasoning.p + hc->reasoning_sent : "";
+    o->reasoning_len = reasoning_end > hc->reasoning_sent ? reasoning_end - hc->reasoning_sent : 0;
+    hc->reasoning_sent += o->reasoning_len;
+    o->n_tool_calls = 0;
+    o->tool_index = hc->tools_sent;
+    int n = tools_end - hc->tools_sent;
+    free(*tools);
+    free(*ids);
+    *tools = NULL;
+    *ids = NULL;
+    if (n > 0 && (*tools = calloc((size_t)n, sizeof **tools)) && (*ids = calloc((size_t)n, 48))) {
+        tool_calls_slice(r, hc->tools_sent, tools_end, *tools, *ids);
+        o->tool_calls = *tools;
+        o->n_tool_calls = n;
+        hc->tools_sent = tools_end;
+    }
+}
+
+/* Formats every SSE event that r's state allows and that is not formatted
+ * yet into hc->pending. Lock held. */
+static void format_events(http_conn *hc)
+{
+    router_request *r = hc->req;
+    sbuf t;
+    sb_init(&t);
+    api_tool_call *tools = NULL;
+    char *ids = NULL;
+    api_output o = {0};
+    o.with_token_ids = r->with_token_ids;
+    o.omit_empty_content = r->parser != NULL;
+    if (hc->kind == API_CHAT && !hc->role_sent) {
+        o.text = "";
+        api_sse_chat_chunk(&hc->pending, hc->resp_id, r->created, r->model, &o, 1);
+        hc->role_sent = 1;
+    }
+    while (hc->n_sent < r->n_out) {
+        int i = hc->n_sent;
+        size_t end = r->out_text_end[i] < r->text.len ? r->out_text_end[i] : r->text.len;
+        size_t limit = end;
+        if (!r->finished) {
+            /* Hold back whatever could still become a stop string, then an
+             * incomplete UTF-8 character at the cut. */
+            if (r->max_stop_len > 1) {
+                size_t hold = r->max_stop_len - 1;
+                limit = end > hold ? end - hold : 0;
+            }
+            limit = utf8_stable_prefix(r->text.p ? r->text.p : "", limit);
+        }
+        if (limit < hc->text_sent)
+            limit = hc->text_sent;
+        text_slice(&t, r, hc->text_sent, limit);
+        hc->text_sent = limit;
+        o.text = t.p ? t.p : "";
+        o.text_len = t.len;
+        o.token_ids = &r->out[i];
+        o.n_token_ids = 1;
+        o.finish_reason = NULL;
+        if (r->parser)
+            chat_parts(hc, &o, r->out_reasoning_end[i], r->out_tools_end[i], &tools, &ids);
+        hc->n_sent++;
+        /* With a chat format, tokens that show nothing (channel headers)
+         * make no chunk unless the client wants every token id. */
+        if (r->parser && !o.text_len && !o.reasoning_len && !o.n_tool_calls && !o.with_token_ids)
+            continue;
+        if (hc->kind == API_CHAT)
+            api_sse_chat_chunk(&hc->pending, hc->resp_id, r->created, r->model, &o, 0);
+        else
+            api_sse_completion_chunk(&hc->pending, hc->resp_id, r->created, r->model, &o);
+    }
+    if (r->finished && !hc->final_sent) {
+        if (r->finish_reason == TANDEM__V1__FINISH_REASON__FINISH_REASON_ERROR) {
+            api_sse_error(&hc->pending, &r->error);
+        } else {
+            text_slice(&t, r, hc->text_sent, r->text.len);
+            hc->text_sent = r->text.len;
+            o.text = t.p ? t.p : "";
+            o.text_len = t.len;
+            o.token_ids = NULL;
+            o.n_token_ids = 0;
+            o.finish_reason = response_finish_reason(r);
+            if (r->parser) {
+                int n_tools = 0;
+                request_tool_calls(r, &n_tools);
+                chat_parts(hc, &o, r->reasoning.len, n_tools, &tools, &ids);
+            }
+            if (hc->kind == API_CHAT)
+                api_sse_chat_chunk(&hc->pending, hc->resp_id, r->created, r->model, &o, 0);
+            else
+                api_sse_completion_chunk(&hc->pending, hc->resp_id, r->created, r->model, &o);
+            if (r->include_usage)
+                api_sse_usage_chunk(&hc->pending, hc->kind, hc->resp_id, r->created, r->model,
+                                    r->n_prompt, r->n_out);
+        }
+        api_sse_done(&hc->pending);
+        hc->final_sent = 1;
+    }
+    sb_free(&t);
+    free(tools);
+    free(ids);
+}
+
+static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    http_conn *hc = cls;
+    router_ctx *ctx = hc->ctx;
+    for (;;) {
+        pthread_mutex_lock(&ctx->lock);
+        if (hc->pending.len == 0)
+            format_events(hc);
+        if (hc->pending.oom) {
+            pthread_mutex_unlock(&ctx->lock);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        if (hc->pending.len > 0) {
+            size_t n = hc->pending.len < max ? hc->pending.len : max;
+            memcpy(buf, hc->pending.p, n);
+            sb_consume(&hc->pending, n);
+            pthread_mutex_unlock(&ctx->lock);
+            return (ssize_t)n;
+        }
+        int done = hc->final_sent;
+        pthread_mutex_unlock(&ctx->lock);
+        if (done)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        if (wait_update(hc) != 0) {
+            cancel_request(hc);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+    }
+}
+
+static enum MHD_Result respond_final(http_conn *hc, struct MHD_Connection *c)
+{
+    router_ctx *ctx = hc->ctx;
+    router_request *r = hc->req;
+    sbuf b, t;
+    sb_init(&b);
+    sb_init(&t);
+    pthread_mutex_lock(&ctx->lock);
+    if (r->finish_reason == TANDEM__V1__FINISH_REASON__FINISH_REASON_ERROR) {
+        api_error e = r->error;
+        pthread_mutex_unlock(&ctx->lock);
+        return respond_error(c, &e);
+    }
+    text_slice(&t, r, 0, r->text.len);
+    int n_tools = 0;
+    request_tool_calls(r, &n_tools);
+    api_tool_call *tools = n_tools ? calloc((size_t)n_tools, sizeof *tools) : NULL;
+    char *ids = n_tools ? calloc((size_t)n_tools, 48) : NULL;
+    if (n_tools && (!tools || !ids))
+        n_tools = 0, t.oom = 1;
+    if (n_tools)
+        tool_calls_slice(r, 0, n_tools, tools, ids);
+    api_output o = {
+        .text = t.p ? t.p : "",
+        .text_len = t.len,
+        .reasoning = r->reasoning.p ? r->reasoning.p : "",
+        .reasoning_len = r->reasoning.len,
+        .tool_calls = tools,
+        .n_tool_calls = n_tools,
+        .token_ids = r->out,
+        .n_token_ids = r->n_out,
+        .with_token_ids = r->with_token_ids,
+        .finish_reason = response_finish_reason(r),
+    };
+    if (hc->kind == API_CHAT)
+        api_chat_body(&b, hc->resp_id, r->created, r->model, &o, r->n_prompt, r->n_out);
+    else
+        api_completion_body(&b, hc->resp_id, r->created, r->model, &o, r->n_prompt, r->n_out);
+    if (t.oom)
+        b.oom = 1;
+    pthread_mutex_unlock(&ctx->lock);
+    sb_free(&t);
+    free(tools);
+    free(ids);
+    return respond_sb(c, 200, "application/json", &b);
+}
+
+/* ------------------------------------------------------------ generation */
+
+/* Turns a parsed API request into a router request (tokenized, admitted)
+ * and queues it for the core. Returns 0, or -1 with e filled. */
+static int submit(http_conn *hc, api_request *ar, api_error *e)
+{
+    router_ctx *ctx = hc->ctx;
+    char err[300];
+    int32_t *ids = NULL;
+    int n_ids = 0;
+    if (ar->n_stop && !codec_has_text(&ctx->codec)) {
+        api_error_set(e, 400, "invalid_request_error", "stop", "unsupported_value",
+                      "Stop strings need a tokenizer; this router runs with --tokenizer none "
+                      "(use stop_token_ids).");
+        return -1;
+    }
+    if (ar->kind == API_CHAT) {
+        if (codec_render_chat(&ctx->codec, ar, &ids, &n_ids, err, sizeof err) != 0) {
+            api_error_set(e, 400, "invalid_request_error", "messages", "unsupported_value", "%s", err);
+            return -1;
+        }
+    } else if (ar->prompt_text) {
+        if (codec_encode(&ctx->codec, ar->prompt_text, strlen(ar->prompt_text), &ids, &n_ids,
+                         err, sizeof err) != 0) {
+            api_error_set(e, 400, "invalid_request_error", "prompt", "invalid_type", "%s", err);
+            return -1;
+        }
+    } else {
+        ids = ar->prompt_ids;
+        n_ids = ar->n_prompt_ids;
+        ar->prompt_ids = NULL;
+        ar->n_prompt_ids = 0;
+    }
+    if (n_ids == 0) {
+        free(ids);
+        api_error_set(e, 400, "invalid_request_error", ar->kind == API_CHAT ? "messages" : "prompt",
+                      NULL, "The prompt is empty after tokenization.");
+        return -1;
+    }
+    pthread_mutex_lock(&ctx->lock);
+    router_request *r = request_new(ctx, ORIGIN_HTTP);
+    if (!r) {
+        pthread_mutex_unlock(&ctx->lock);
+        free(ids);
+        api_error_set(e, 500, "server_error", NULL, NULL, "router out of memory");
+        return -1;
+    }
+    r->kind = ar->kind;
+    snprintf(r->model, sizeof r->model, "%s", ar->model);
+    r->prompt = ids;
+    r->n_prompt = n_ids;
+    r->temperature = (float)ar->temperature;
+    r->top_p = (float)ar->top_p;
+    r->top_k = ar->top_k;
+    r->seed = ar->has_seed ? ar->seed : tn_random_u64();
+    r->stream = ar->stream;
+    r->include_usage = ar->include_usage;
+    r->with_token_ids = with_token_ids(hc, ar);
+    for (int i = 0; i < ar->n_stop; i++) {
+        r->stop_strs[i] = ar->stop[i];
+        ar->stop[i] = NULL;
+        size_t l = strlen(r->stop_strs[i]);
+        if (l > r->max_stop_len)
+            r->max_stop_len = l;
+    }
+    r->n_stop_strs = ar->n_stop;
+    ar->n_stop = 0;
+    int rc = 0;
+    if (ctx->n_active + ctx->n_queued >= ctx->cfg.max_active_requests) {
+        api_error_set(e, 429, "server_error", NULL, "rate_limit_exceeded",
+                      "The router is at its limit of %d active requests; retry later.",
+                      ctx->cfg.max_active_requests);
+        rc = -1;
+    } else if (ar->kind == API_CHAT && codec_has_chat_format(&ctx->codec)) {
+        /* The chat format's own stop tokens (end of turn, tool call) join
+         * the client's, and a parser splits the output into reasoning,
+         * content and tool calls. */
+        int32_t stops[64 + 8];
+        int n = ar->n_stop_token_ids < 64 ? ar->n_stop_token_ids : 64;
+        memcpy(stops, ar->stop_token_ids, (size_t)n * sizeof *stops);
+        n += codec_chat_stop_ids(&ctx->codec, stops + n, 8);
+        rc = request_admit(ctx, r, ar->max_tokens, stops, n, ar->ignore_eos, e);
+        if (rc == 0 && codec_chat_parser_new(&ctx->codec, &r->parser, err, sizeof err) != 0) {
+            api_error_set(e, 500, "server_error", NULL, NULL, "%s", err);
+            rc = -1;
+        }
+    } else {
+        rc = request_admit(ctx, r, ar->max_tokens, ar->stop_token_ids, ar->n_stop_token_ids,
+                           ar->ignore_eos, e);
+    }
+    if (rc != 0) {
+        request_unref(r);
+        pthread_mutex_unlock(&ctx->lock);
+        return -1;
+    }
+    snprintf(hc->resp_id, sizeof hc->resp_id, "%s-%s",
+             ar->kind == API_CHAT ? "chatcmpl" : "cmpl", r->id);
+    hc->req = r;
+    hc->kind = ar->kind;
+    /* The queue's reference becomes the table's when the core takes it. */
+    r->refs++;
+    r->qnext = NULL;
+    if (ctx->submit_tail)
+        ctx->submit_tail->qnext = r;
+    else
+        ctx->submit_head = r;
+    ctx->submit_tail = r;
+    ctx->n_queued++; /* counted now so the limit holds before the core runs */
+    ctx->metrics.accepted++;
+    ctx->metrics.in_flight[API_OPENAI]++;
+    ctx->metrics.input_tokens += (uint64_t)r->n_prompt;
+    pthread_mutex_unlock(&ctx->lock);
+    tn_wakefd_signal(ctx->wake_fd);
+    return 0;
+}
+
+/* A request refused before it started: counted, then answered. */
+static enum MHD_Result refuse(http_conn *hc, struct MHD_Connection *c, const api_error *e)
+{
+    pthread_mutex_lock(&hc->ctx->lock);
+    metrics_request_done(&hc->ctx->metrics, API_OPENAI, metrics_outcome_for_status(e->http_status));
+    pthread_mutex_unlock(&hc->ctx->lock);
+    return respond_error(c, e);
+}
+
+static enum MHD_Result handle_generate(http_conn *hc, struct MHD_Connection *c, api_kind kind)
+{
+    api_error e;
+    if (hc->body_too_large) {
+        api_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
+                      "The request body exceeds %d bytes.", hc->ctx->cfg.max_body_bytes);
+        return refuse(hc, c, &e);
+    }
+    api_request ar;
+    if (api_parse_request(kind, hc->body.p ? hc->body.p : "", hc->body.len, &ar, &e) != 0)
+        return refuse(hc, c, &e);
+    int rc = submit(hc, &ar, &e);
+    int stream = ar.stream;
+    api_request_free(&ar);
+    if (rc != 0)
+        return refuse(hc, c, &e);
+    if (wait_for(hc, !stream) != 0)
+        return MHD_NO; /* the client is gone */
+    pthread_mutex_lock(&hc->ctx->lock);
+    int failed_early = hc->req->finished && hc->req->n_out == 0 &&
+                       hc->req->finish_reason == TANDEM__V1__FINISH_REASON__FINISH_REASON_ERROR;
+    api_error early = hc->req->error;
+    pthread_mutex_unlock(&hc->ctx->lock);
+    if (failed_early)
+        return respond_error(c, &early);
+    if (!stream)
+        return respond_final(hc, c);
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, SSE_BLOCK, sse_reader, hc, NULL);
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    return ok;
+}
+
+/* ------------------------------------------------------------ other routes */
+
+static enum MHD_Result handle_models(http_conn *hc, struct MHD_Connection *c)
+{
+    router_ctx *ctx = hc->ctx;
+    sbuf b;
+    sb_init(&b);
+    pthread_mutex_lock(&ctx->lock);
+    const worker_registry *w = &ctx->workers;
+    const char **names = calloc((size_t)(w->n ? w->n : 1), sizeof *names);
+    int n = 0;
+    for (int i = 0; names && i < w->n; i++) {
+        int dup = 0;
+        for (int k = 0; k < n; k++)
+            dup |= !strcmp(names[k], w->w[i]->model);
+        if (!dup)
+            names[n++] = w->w[i]->model;
+    }
+    if (names)
+        api_models_body(&b, names, n, (long)time(NULL));
+    else
+        b.oom = 1;
+    pthread_mutex_unlock(&ctx->lock);
+    free(names);
+    return respond_sb(c, 200, "application/json", &b);
+}
+
+static enum MHD_Result handle_health(http_conn *hc, struct MHD_Connection *c)
+{
+    router_ctx *ctx = hc->ctx;
+    int pre = 0, dec = 0;
+    pthread_mutex_lock(&ctx->lock);
+    for (int i = 0; i < ctx->workers.n; i++) {
+        pre += ctx->workers.w[i]->role == TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER;
+        dec += ctx->workers.w[i]->role == TANDEM__V1__WORKER_ROLE__WORKER_ROLE_DECODER;
+    }
+    pthread_mutex_unlock(&ctx->lock);
+    sbuf b;
+    sb_init(&b);
+    sb_printf(&b, "{\"status\":\"ok\",\"ready\":%s,\"prefillers\":%d,\"decoders\":%d}",
+              pre && dec ? "true" : "false", pre, dec);
+    return respond_sb(c, 200, "application/json", &b);
+}
+
+static enum MHD_Result handle_metrics(http_conn *hc, struct MHD_Connection *c)
+{
+    router_ctx *ctx = hc->ctx;
+    sbuf b;
+    sb_init(&b);
+    pthread_mutex_lock(&ctx->lock);
+    metrics_render(&b, &ctx->metrics, &ctx->workers);
+    pthread_mutex_unlock(&ctx->lock);
+    if (b.oom) {
+        sb_free(&b);
+        return MHD_NO;
+    }
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(b.len, b.p, MHD_RESPMEM_MUST_COPY);
+    sb_free(&b);
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; version=0.0.4");
+    enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    return rc;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    (void)version;
+    router_ctx *ctx = cls;
+    http_conn *hc = *con_cls;
+    if (!hc) {
+        hc = calloc(1, sizeof *hc);
+        if (!hc)
+            return MHD_NO;
+        hc->ctx = ctx;
+        sb_init(&hc->body);
+        sb_init(&hc->pending);
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        hc->fd = ci ? ci->connect_fd : -1;
+        *con_cls = hc;
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        if (hc->body.len + *upload_data_size > (size_t)ctx->cfg.max_body_bytes)
+            hc->body_too_large = 1;
+        else
+            sb_append(&hc->body, upload_data, *upload_data_size);
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    int get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    int post = !strcmp(method, "POST");
+    struct {
+        const char *path;
+        int post;
+    } routes[] = {{"/v1/completions", 1}, {"/v1/chat/completions", 1}, {"/v1/models", 0},
+                  {"/healthz", 0}, {"/metrics", 0}};
+    int known = -1;
+    for (int i = 0; i < 5; i++)
+        if (!strcmp(url, routes[i].path))
+            known = i;
+    api_error e;
+    if (known < 0) {
+        api_error_set(&e, 404, "invalid_request_error", NULL, "unknown_url",
+                      "Unknown request URL: %s %s.", method, url);
+        return respond_error(c, &e);
+    }
+    if ((routes[known].post && !post) || (!routes[known].post && !get)) {
+        api_error_set(&e, 405, "invalid_request_error", NULL, "method_not_allowed",
+                      "Method %s is not allowed on %s.", method, url);
+        return respond_error(c, &e);
+    }
+    switch (known) {
+    case 0:
+        return handle_generate(hc, c, API_COMPLETIONS);
+    case 1:
+        return handle_generate(hc, c, API_CHAT);
+    case 2:
+        return handle_models(hc, c);
+    case 3:
+        return handle_health(hc, c);
+    default:
+        return handle_metrics(hc, c);
+    }
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)c;
+    (void)toe;
+    router_ctx *ctx = cls;
+    http_conn *hc = *con_cls;
+    if (!hc)
+        return;
+    pthread_mutex_lock(&ctx->lock);
+    if (hc->req) {
+        if (!hc->req->finished) {
+            tn_log(WHO, "request %s: connection ended early, cancelling", hc->req->id);
+            request_queue_cancel(ctx, hc->req);
+        }
+        request_unref(hc->req);
+    }
+    pthread_mutex_unlock(&ctx->lock);
+    sb_free(&hc->body);
+    sb_free(&hc->pending);
+    free(hc);
+    *con_cls = NULL;
+}
+
+int http_start(router_ctx *ctx, char *err, size_t errlen)
+{
+    struct sockaddr_in addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)ctx->cfg.http_port);
+    if (inet_pton(AF_INET, ctx->cfg.host, &addr.sin_addr) != 1) {
+        snprintf(err, errlen, "--host '%s' is not an IPv4 address", ctx->cfg.host);
+        return -1;
+    }
+    ctx->httpd = MHD_start_daemon(
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+            MHD_USE_ERROR_LOG,
+        0, NULL, NULL, on_request, ctx, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, ctx, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned int)(ctx->cfg.max_active_requests + 64), MHD_OPTION_END);
+    if (!ctx->httpd) {
+        snprintf(err, errlen, "cannot start the HTTP server on %s:%d (port in use?)",
+                 ctx->cfg.host, ctx->cfg.http_port);
+        return -1;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(ctx->httpd, MHD_DAEMON_INFO_BIND_PORT);
+    ctx->http_port = di ? di->port : ctx->cfg.http_port;
+    return 0;
+}
+
+void http_stop(router_ctx *ctx)
+{
+    if (ctx->httpd)
+        MHD_stop_daemon(ctx->httpd);
+    ctx->httpd = NULL;
+}

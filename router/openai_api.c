@@ -1,0 +1,683 @@
+#include "router/openai_api.h"
+
+#include <cJSON.h>
+#include <ctype.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define INVALID "invalid_request_error"
+
+void api_error_set(api_error *e, int http_status, const char *type, const char *param,
+                   const char *code, const char *fmt, ...)
+{
+    memset(e, 0, sizeof *e);
+    e->http_status = http_status;
+    snprintf(e->type, sizeof e->type, "%s", type ? type : INVALID);
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    snprintf(e->code, sizeof e->code, "%s", code ? code : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+}
+
+static void json_str_or_null(sbuf *b, const char *s)
+{
+    if (s && s[0])
+        sb_json_str(b, s, strlen(s));
+    else
+        sb_puts(b, "null");
+}
+
+static void error_object(sbuf *b, const api_error *e)
+{
+    sb_puts(b, "{\"error\":{\"message\":");
+    sb_json_str(b, e->message, strlen(e->message));
+    sb_puts(b, ",\"type\":");
+    sb_json_str(b, e->type, strlen(e->type));
+    sb_puts(b, ",\"param\":");
+    json_str_or_null(b, e->param);
+    sb_puts(b, ",\"code\":");
+    json_str_or_null(b, e->code);
+    sb_puts(b, "}}");
+}
+
+char *api_error_json(const api_error *e)
+{
+    sbuf b;
+    sb_init(&b);
+    error_object(&b, e);
+    return sb_take(&b);
+}
+
+void api_request_free(api_request *r)
+{
+    free(r->prompt_ids);
+    free(r->prompt_text);
+    for (int i = 0; i < r->n_messages; i++)
+        free(r->messages[i].content);
+    free(r->messages);
+    for (int i = 0; i < r->n_stop; i++)
+        free(r->stop[i]);
+    cJSON_Delete(r->messages_json);
+    cJSON_Delete(r->tools_json);
+    free(r->stop_token_ids);
+    memset(r, 0, sizeof *r);
+}
+
+/* ------------------------------------------------------------ parsing */
+
+static int bad(api_error *e, const char *param, const char *code, const char *msg)
+{
+    api_error_set(e, 400, INVALID, param, code, "%s", msg);
+    return -1;
+}
+
+static const cJSON *field(const cJSON *obj, const char *name)
+{
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(obj, name);
+    return (f && !cJSON_IsNull(f)) ? f : NULL; /* null means "not given" */
+}
+
+/* An integral JSON number within [lo, hi]. */
+static int get_int(const cJSON *f, double lo, double hi, long long *out)
+{
+    if (!cJSON_IsNumber(f))
+        return -1;
+    double v = f->valuedouble;
+    if (!isfinite(v) || v != floor(v) || v < lo || v > hi)
+        return -1;
+    *out = (long long)v;
+    return 0;
+}
+
+static int get_bool(const cJSON *obj, const char *name, int *out, api_error *e)
+{
+    const cJSON *f = field(obj, name);
+    if (!f)
+        return 0;
+    if (!cJSON_IsBool(f)) {
+        api_error_set(e, 400, INVALID, name, "invalid_type",
+                      "Invalid type for '%s': expected a boolean.", name);
+        return -1;
+    }
+    *out = cJSON_IsTrue(f);
+    return 0;
+}
+
+static int get_number(const cJSON *obj, const char *name, double *out, api_error *e)
+{
+    const cJSON *f = field(obj, name);
+    if (!f)
+        return 0;
+    if (!cJSON_IsNumber(f) || !isfinite(f->valuedouble)) {
+        api_error_set(e, 400, INVALID, name, "invalid_type",
+                      "Invalid type for '%s': expected a finite number.", name);
+        return -1;
+    }
+    *out = f->valuedouble;
+    return 0;
+}
+
+/* An array of token ids (non-negative int32). */
+static int get_token_array(const cJSON *arr, const char *param, int32_t **ids, int *n,
+                           api_error *e)
+{
+    int count = cJSON_GetArraySize(arr);
+    *ids = malloc((size_t)(count ? count : 1) * sizeof **ids);
+    if (!*ids)
+        return bad(e, param, NULL, "out of memory");
+    int i = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, arr) {
+        long long v;
+        if (get_int(it, 0, 2147483647.0, &v) != 0) {
+            free(*ids);
+            *ids = NULL;
+            api_error_set(e, 400, INVALID, param, "invalid_type",
+                          "Invalid '%s': token ids must be non-negative integers.", param);
+            return -1;
+        }
+        (*ids)[i++] = (int32_t)v;
+    }
+    *n = count;
+    return 0;
+}
+
+static char *dup_str(const char *s)
+{
+    size_t n = strlen(s);
+    char *d = malloc(n + 1);
+    if (d)
+        memcpy(d, s, n + 1);
+    return d;
+}
+
+static int parse_prompt(const cJSON *root, api_request *r, api_error *e)
+{
+    const cJSON *p = field(root, "prompt");
+    if (!p)
+        return bad(e, "prompt", NULL, "You must provide a 'prompt' parameter.");
+    if (cJSON_IsString(p)) {
+        if (!p->valuestring[0])
+            return bad(e, "prompt", NULL, "Invalid 'prompt': the prompt must not be empty.");
+        r->prompt_text = dup_str(p->valuestring);
+        return r->prompt_text ? 0 : bad(e, "prompt", NULL, "out of memory");
+    }
+    if (cJSON_IsArray(p)) {
+        int n = cJSON_GetArraySize(p);
+        if (n == 0)
+            return bad(e, "prompt", NULL, "Invalid 'prompt': the prompt must not be empty.");
+        const cJSON *first = cJSON_GetArrayItem(p, 0);
+        if (cJSON_IsNumber(first))
+            return get_token_array(p, "prompt", &r->prompt_ids, &r->n_prompt_ids, e);
+        if (n == 1 && cJSON_IsString(first) && first->valuestring[0]) {
+            r->prompt_text = dup_str(first->valuestring);
+            return r->prompt_text ? 0 : bad(e, "prompt", NULL, "out of memory");
+        }
+        if (n == 1 && cJSON_IsArray(first) && cJSON_GetArraySize(first) > 0)
+            return get_token_array(first, "prompt", &r->prompt_ids, &r->n_prompt_ids, e);
+        if (n > 1 && (cJSON_IsString(first) || cJSON_IsArray(first)))
+            return bad(e, "prompt", "unsupported_value",
+                       "Tandem serves one prompt per request; send a batch as separate requests.");
+    }
+    return bad(e, "prompt", "invalid_type",
+               "Invalid type for 'prompt': expected a string or an array of token ids.");
+}
+
+/* content: a string, or an array of {"type":"text","text":...} parts. */
+static int parse_content(const cJSON *c, int i, char **out, api_error *e)
+{
+    char param[40];
+    snprintf(param, sizeof param, "messages[%d].content", i);
+    if (!c) {
+        *out = dup_str("");
+        return *out ? 0 : bad(e, param, NULL, "out of memory");
+    }
+    if (cJSON_IsString(c)) {
+        *out = dup_str(c->valuestring);
+        return *out ? 0 : bad(e, param, NULL, "out of memory");
+    }
+    if (!cJSON_IsArray(c))
+        return bad(e, param, "invalid_type",
+                   "Invalid type for message content: expected a string or an array of text parts.");
+    sbuf b;
+    sb_init(&b);
+    const cJSON *part;
+    cJSON_ArrayForEach(part, c) {
+        const cJSON *type = field(part, "type");
+        const cJSON *text = field(part, "text");
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(text)) {
+            sb_free(&b);
+            return bad(e, param, "unsupported_value",
+                       "Only text content parts ({\"type\":\"text\",\"text\":...}) are supported.");
+        }
+        sb_puts(&b, text->valuestring);
+    }
+    if (!b.p)
+        sb_puts(&b, "");
+    *out = sb_take(&b);
+    return *out ? 0 : bad(e, param, NULL, "out of memory");
+}
+
+static int parse_messages(const cJSON *root, api_request *r, api_error *e)
+{
+    const cJSON *m = field(root, "messages");
+    if (!m)
+        return bad(e, "messages", NULL, "You must provide a 'messages' parameter.");
+    if (!cJSON_IsArray(m))
+        return bad(e, "messages", "invalid_type", "Invalid type for 'messages': expected an array.");
+    int n = cJSON_GetArraySize(m);
+    if (n == 0)
+        return bad(e, "messages", "empty_array",
+                   "Invalid 'messages': empty array. Expected an array with minimum length 1.");
+    r->messages = calloc((size_t)n, sizeof *r->messages);
+    if (!r->messages)
+        return bad(e, "messages", NULL, "out of memory");
+    static const char *const roles[] = {"system", "developer", "user", "assistant", "tool"};
+    int i = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, m) {
+        char param[40];
+        snprintf(param, sizeof param, "messages[%d].role", i);
+        const cJSON *role = cJSON_IsObject(it) ? field(it, "role") : NULL;
+        int known = 0;
+        for (size_t k = 0; role && cJSON_IsString(role) && k < sizeof roles / sizeof *roles; k++)
+            known |= !strcmp(role->valuestring, roles[k]);
+        if (!known) {
+            r->n_messages = i;
+            api_error_set(e, 400, INVALID, param, "invalid_value",
+                          "Invalid 'messages[%d].role': expected one of system, developer, "
+                          "user, assistant, tool.", i);
+            return -1;
+        }
+        snprintf(r->messages[i].role, sizeof r->messages[i].role, "%s", role->valuestring);
+        if (parse_content(field(it, "content"), i, &r->messages[i].content, e) != 0) {
+            r->n_messages = i;
+            return -1;
+        }
+        i++;
+    }
+    r->n_messages = n;
+    return 0;
+}
+
+static int parse_stop(const cJSON *root, api_request *r, api_error *e)
+{
+    const cJSON *s = field(root, "stop");
+    if (!s)
+        return 0;
+    if (cJSON_IsString(s)) {
+        if (!s->valuestring[0])
+            return bad(e, "stop", "invalid_value", "Invalid 'stop': stop strings must not be empty.");
+        r->stop[0] = dup_str(s->valuestring);
+        if (!r->stop[0])
+            return bad(e, "stop", NULL, "out of memory");
+        r->n_stop = 1;
+        return 0;
+    }
+    if (!cJSON_IsArray(s))
+        return bad(e, "stop", "invalid_type",
+                   "Invalid type for 'stop': expected a string or an array of strings.");
+    if (cJSON_GetArraySize(s) > API_MAX_STOP)
+        return bad(e, "stop", "invalid_value", "Invalid 'stop': at most 4 stop strings.");
+    const cJSON *it;
+    cJSON_ArrayForEach(it, s) {
+        if (!cJSON_IsString(it) || !it->valuestring[0])
+            return bad(e, "stop", "invalid_value",
+                       "Invalid 'stop': stop strings must be non-empty strings.");
+        r->stop[r->n_stop] = dup_str(it->valuestring);
+        if (!r->stop[r->n_stop])
+            return bad(e, "stop", NULL, "out of memory");
+        r->n_stop++;
+    }
+    return 0;
+}
+
+/* Chat-only fields the chat formats use: the raw messages and tools (the
+ * renderers read tool calls, reasoning and tool results from them),
+ * reasoning_effort (Harmony) and chat_template_kwargs.enable_thinking
+ * (Qwen3, as vLLM spells it). */
+static int parse_chat_options(const cJSON *root, api_request *r, api_error *e)
+{
+    const cJSON *f;
+    r->enable_thinking = -1;
+    if ((f = field(root, "tools"))) {
+        if (!cJSON_IsArray(f))
+            return bad(e, "tools", "invalid_type", "Invalid type for 'tools': expected an array.");
+        const cJSON *t;
+        cJSON_ArrayForEach(t, f) {
+            const cJSON *fn = cJSON_IsObject(t) ? field(t, "function") : NULL;
+            const cJSON *name = fn ? field(fn, "name") : NULL;
+            if (!cJSON_IsString(name) || !name->valuestring[0])
+                return bad(e, "tools", "invalid_value",
+                           "Invalid 'tools': each tool needs {\"type\":\"function\",\"function\":{\"name\":...}}.");
+        }
+        if (cJSON_GetArraySize(f) > 0 && !(r->tools_json = cJSON_Duplicate(f, 1)))
+            return bad(e, "tools", NULL, "out of memory");
+    }
+    if (!(r->messages_json = cJSON_Duplicate(field(root, "messages"), 1)))
+        return bad(e, "messages", NULL, "out of memory");
+    if ((f = field(root, "reasoning_effort"))) {
+        if (!cJSON_IsString(f) || (strcmp(f->valuestring, "low") && strcmp(f->valuestring, "medium") &&
+                                   strcmp(f->valuestring, "high")))
+            return bad(e, "reasoning_effort", "invalid_value",
+                       "Invalid 'reasoning_effort': expected low, medium or high.");
+        snprintf(r->reasoning_effort, sizeof r->reasoning_effort, "%s", f->valuestring);
+    }
+    if ((f = field(root, "chat_template_kwargs"))) {
+        if (!cJSON_IsObject(f))
+            return bad(e, "chat_template_kwargs", "invalid_type",
+                       "Invalid type for 'chat_template_kwargs': expected an object.");
+        int v = 1;
+        const cJSON *t = field(f, "enable_thinking");
+        if (t && get_bool(f, "enable_thinking", &v, e) != 0)
+            return -1;
+        if (t)
+            r->enable_thinking = v;
+    }
+    return 0;
+}
+
+/* Fields Tandem does not implement: accepted only at their default value. */
+static int reject_unsupported(const cJSON *root, api_kind kind, api_error *e)
+{
+    const cJSON *f;
+    long long v;
+    if ((f = field(root, "n")) && (get_int(f, 1, 1, &v) != 0))
+        return bad(e, "n", "unsupported_value", "Tandem supports only n=1.");
+    if ((f = field(root, "best_of")) && (get_int(f, 1, 1, &v) != 0))
+        return bad(e, "best_of", "unsupported_value", "Tandem supports only best_of=1.");
+    if ((f = field(root, "echo")) && !cJSON_IsFalse(f))
+        return bad(e, "echo", "unsupported_value", "Tandem does not support echo.");
+    if ((f = field(root, "logprobs")) && !cJSON_IsFalse(f) &&
+        !(cJSON_IsNumber(f) && f->valuedouble == 0 && kind == API_COMPLETIONS))
+        return bad(e, "logprobs", "unsupported_value", "Tandem does not return logprobs.");
+    static const char *const penalties[] = {"presence_penalty", "frequency_penalty"};
+    for (int i = 0; i < 2; i++)
+        if ((f = field(root, penalties[i])) && !(cJSON_IsNumber(f) && f->valuedouble == 0))
+            return bad(e, penalties[i], "unsupported_value",
+                       "Tandem does not implement presence or frequency penalties.");
+    if ((f = field(root, "logit_bias")) && !(cJSON_IsObject(f) && !f->child))
+        return bad(e, "logit_bias", "unsupported_value", "Tandem does not implement logit_bias.");
+    return 0;
+}
+
+static int valid_utf8(const char *s, size_t n)
+{
+    sbuf b;
+    sb_init(&b);
+    utf8_sanitize_append(&b, s, n);
+    int ok = !b.oom && b.len == n && (n == 0 || memcmp(b.p, s, n) == 0);
+    sb_free(&b);
+    return ok;
+}
+
+static int parse_fields(const cJSON *root, api_kind kind, api_request *r, api_error *e)
+{
+    if (!cJSON_IsObject(root))
+        return bad(e, NULL, NULL, "The request body must be a JSON object.");
+    const cJSON *model = field(root, "model");
+    if (!model)
+        return bad(e, "model", NULL, "You must provide a model parameter.");
+    if (!cJSON_IsString(model) || !model->valuestring[0] ||
+        strlen(model->valuestring) >= sizeof r->model)
+        return bad(e, "model", "invalid_type", "Invalid 'model': expected a non-empty string.");
+    snprintf(r->model, sizeof r->model, "%s", model->valuestring);
+
+    if (kind == API_COMPLETIONS ? parse_prompt(root, r, e) : parse_messages(root, r, e))
+        return -1;
+    if (kind == API_CHAT && parse_chat_options(root, r, e) != 0)
+        return -1;
+
+    const char *mt_name = "max_tokens";
+    const cJSON *mt = field(root, "max_tokens");
+    if (kind == API_CHAT && field(root, "max_completion_tokens")) {
+        mt = field(root, "max_completion_tokens");
+        mt_name = "max_completion_tokens";
+    }
+    if (mt) {
+        long long v;
+        if (!cJSON_IsNumber(mt) || get_int(mt, -1e18, 1e18, &v) != 0) {
+            api_error_set(e, 400, INVALID, mt_name, "invalid_type",
+                          "Invalid type for '%s': expected an integer.", mt_name);
+            return -1;
+        }
+        if (v < 1) {
+            api_error_set(e, 400, INVALID, mt_name, "integer_below_min_value",
+                          "Invalid '%s': integer below minimum value. Expected a value >= 1, "
+                          "but got %lld instead.", mt_name, v);
+            return -1;
+        }
+        r->max_tokens = v > 2147483647LL ? 2147483647 : (int)v;
+    }
+
+    r->temperature = 1.0;
+    r->top_p = 1.0;
+    r->top_k = -1;
+    if (get_number(root, "temperature", &r->temperature, e) != 0)
+        return -1;
+    if (r->temperature < 0 || r->temperature > 2) {
+        api_error_set(e, 400, INVALID, "temperature", "invalid_value",
+                      "Invalid 'temperature': expected a value between 0 and 2, but got %g instead.",
+                      r->temperature);
+        return -1;
+    }
+    if (get_number(root, "top_p", &r->top_p, e) != 0)
+        return -1;
+    if (!(r->top_p > 0 && r->top_p <= 1)) {
+        api_error_set(e, 400, INVALID, "top_p", "invalid_value",
+                      "Invalid 'top_p': expected a value in (0, 1], but got %g instead.", r->top_p);
+        return -1;
+    }
+    const cJSON *f;
+    long long v;
+    if ((f = field(root, "top_k"))) {
+        if (get_int(f, -1, 2147483647.0, &v) != 0)
+            return bad(e, "top_k", "invalid_value",
+                       "Invalid 'top_k': expected an integer >= -1 (-1 or 0 disables it).");
+        r->top_k = (int)v;
+    }
+    if ((f = field(root, "seed"))) {
+        double d = cJSON_IsNumber(f) ? f->valuedouble : NAN;
+        if (!isfinite(d) || d != floor(d) || d < -9223372036854775808.0 ||
+            d >= 18446744073709551616.0)
+            return bad(e, "seed", "invalid_type", "Invalid type for 'seed': expected an integer.");
+        r->has_seed = 1;
+        r->seed = d < 0 ? (uint64_t)(long long)d : (uint64_t)d;
+    }
+    if (get_bool(root, "stream", &r->stream, e) || get_bool(root, "ignore_eos", &r->ignore_eos, e) ||
+        get_bool(root, "return_token_ids", &r->return_token_ids, e))
+        return -1;
+    if ((f = field(root, "stream_options"))) {
+        if (!cJSON_IsObject(f))
+            return bad(e, "stream_options", "invalid_type",
+                       "Invalid type for 'stream_options': expected an object.");
+        if (!r->stream)
+            return bad(e, "stream_options", "invalid_value",
+                       "The 'stream_options' parameter is only allowed when 'stream' is enabled.");
+        if (get_bool(f, "include_usage", &r->include_usage, e))
+            return -1;
+    }
+    if (parse_stop(root, r, e) != 0)
+        return -1;
+    if ((f = field(root, "stop_token_ids"))) {
+        if (!cJSON_IsArray(f))
+            return bad(e, "stop_token_ids", "invalid_type",
+                       "Invalid type for 'stop_token_ids': expected an array of token ids.");
+        if (cJSON_GetArraySize(f) > 64)
+            return bad(e, "stop_token_ids", "invalid_value",
+                       "Invalid 'stop_token_ids': at most 64 token ids.");
+        if (get_token_array(f, "stop_token_ids", &r->stop_token_ids, &r->n_stop_token_ids, e))
+            return -1;
+    }
+    return reject_unsupported(root, kind, e);
+}
+
+int api_parse_request(api_kind kind, const char *body, size_t len, api_request *out,
+                      api_error *e)
+{
+    memset(out, 0, sizeof *out);
+    out->kind = kind;
+    const char *end = NULL;
+    cJSON *root = NULL;
+    if (valid_utf8(body, len))
+        root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+    if (root) {
+        /* Anything but whitespace after the value is a malformed body. */
+        const char *stop = body + len;
+        while (end && end < stop && isspace((unsigned char)*end))
+            end++;
+        if (!end || end != stop) {
+            cJSON_Delete(root);
+            root = NULL;
+        }
+    }
+    if (!root) {
+        api_error_set(e, 400, INVALID, NULL, NULL,
+                      "We could not parse the JSON body of your request. The OpenAI API expects "
+                      "a JSON payload, but what was sent was not valid JSON.");
+        return -1;
+    }
+    int rc = parse_fields(root, kind, out, e);
+    cJSON_Delete(root);
+    if (rc != 0) {
+        api_request_free(out);
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ responses */
+
+static void token_ids_field(sbuf *b, const api_output *o)
+{
+    if (!o->with_token_ids)
+        return;
+    sb_puts(b, ",\"token_ids\":[");
+    for (int i = 0; i < o->n_token_ids; i++)
+        sb_printf(b, i ? ",%d" : "%d", (int)o->token_ids[i]);
+    sb_puts(b, "]");
+}
+
+static void finish_field(sbuf *b, const api_output *o)
+{
+    sb_puts(b, ",\"finish_reason\":");
+    json_str_or_null(b, o->finish_reason);
+}
+
+static void head(sbuf *b, const char *id, const char *object, long created, const char *model)
+{
+    sb_puts(b, "{\"id\":");
+    sb_json_str(b, id, strlen(id));
+    sb_printf(b, ",\"object\":\"%s\",\"created\":%ld,\"model\":", object, created);
+    sb_json_str(b, model, strlen(model));
+}
+
+static void usage(sbuf *b, int prompt_tokens, int completion_tokens)
+{
+    sb_printf(b, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d}",
+              prompt_tokens, completion_tokens, prompt_tokens + completion_tokens);
+}
+
+static void completion_choice(sbuf *b, const api_output *o)
+{
+    sb_puts(b, "{\"index\":0,\"text\":");
+    sb_json_str(b, o->text ? o->text : "", o->text ? o->text_len : 0);
+    sb_puts(b, ",\"logprobs\":null");
+    finish_field(b, o);
+    token_ids_field(b, o);
+    sb_puts(b, "}");
+}
+
+void api_sse_completion_chunk(sbuf *b, const char *id, long created, const char *model,
+                              const api_output *o)
+{
+    sb_puts(b, "data: ");
+    head(b, id, "text_completion", created, model);
+    sb_puts(b, ",\"choices\":[");
+    completion_choice(b, o);
+    sb_puts(b, "]}\n\n");
+}
+
+static void tool_calls_field(sbuf *b, const api_output *o, int streaming)
+{
+    sb_puts(b, "\"tool_calls\":[");
+    for (int i = 0; i < o->n_tool_calls; i++) {
+        const api_tool_call *t = &o->tool_calls[i];
+        sb_puts(b, i ? ",{" : "{");
+        if (streaming)
+            sb_printf(b, "\"index\":%d,", o->tool_index + i);
+        sb_puts(b, "\"id\":");
+        sb_json_str(b, t->id, strlen(t->id));
+        sb_puts(b, ",\"type\":\"function\",\"function\":{\"name\":");
+        sb_json_str(b, t->name, strlen(t->name));
+        sb_puts(b, ",\"arguments\":");
+        sb_json_str(b, t->arguments, strlen(t->arguments));
+        sb_puts(b, "}}");
+    }
+    sb_puts(b, "]");
+}
+
+void api_sse_chat_chunk(sbuf *b, const char *id, long created, const char *model,
+                        const api_output *o, int first_chunk)
+{
+    sb_puts(b, "data: ");
+    head(b, id, "chat.completion.chunk", created, model);
+    sb_puts(b, ",\"choices\":[{\"index\":0,\"delta\":{");
+    int n = 0;
+    if (first_chunk) {
+        sb_puts(b, "\"role\":\"assistant\",\"content\":");
+        sb_json_str(b, o->text ? o->text : "", o->text ? o->text_len : 0);
+        n++;
+    } else if (o->text_len || (!o->finish_reason && !o->omit_empty_content)) {
+        sb_puts(b, "\"content\":");
+        sb_json_str(b, o->text ? o->text : "", o->text ? o->text_len : 0);
+        n++;
+    }
+    if (o->reasoning_len) {
+        sb_puts(b, n++ ? ",\"reasoning_content\":" : "\"reasoning_content\":");
+        sb_json_str(b, o->reasoning, o->reasoning_len);
+    }
+    if (o->n_tool_calls) {
+        if (n++)
+            sb_puts(b, ",");
+        tool_calls_field(b, o, 1);
+    }
+    sb_puts(b, "},\"logprobs\":null");
+    finish_field(b, o);
+    token_ids_field(b, o);
+    sb_puts(b, "}]}\n\n");
+}
+
+void api_sse_usage_chunk(sbuf *b, api_kind kind, const char *id, long created,
+                         const char *model, int prompt_tokens, int completion_tokens)
+{
+    sb_puts(b, "data: ");
+    head(b, id, kind == API_CHAT ? "chat.completion.chunk" : "text_completion", created, model);
+    sb_puts(b, ",\"choices\":[],");
+    usage(b, prompt_tokens, completion_tokens);
+    sb_puts(b, "}\n\n");
+}
+
+void api_sse_error(sbuf *b, const api_error *e)
+{
+    sb_puts(b, "data: ");
+    error_object(b, e);
+    sb_puts(b, "\n\n");
+}
+
+void api_sse_done(sbuf *b)
+{
+    sb_puts(b, "data: [DONE]\n\n");
+}
+
+void api_completion_body(sbuf *b, const char *id, long created, const char *model,
+                         const api_output *o, int prompt_tokens, int completion_tokens)
+{
+    head(b, id, "text_completion", created, model);
+    sb_puts(b, ",\"choices\":[");
+    completion_choice(b, o);
+    sb_puts(b, "],");
+    usage(b, prompt_tokens, completion_tokens);
+    sb_puts(b, "}");
+}
+
+void api_chat_body(sbuf *b, const char *id, long created, const char *model,
+                   const api_output *o, int prompt_tokens, int completion_tokens)
+{
+    head(b, id, "chat.completion", created, model);
+    sb_puts(b, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
+    if (!o->text_len && o->n_tool_calls)
+        sb_puts(b, "null"); /* OpenAI: a message with only tool calls has null content */
+    else
+        sb_json_str(b, o->text ? o->text : "", o->text ? o->text_len : 0);
+    if (o->reasoning_len) {
+        sb_puts(b, ",\"reasoning_content\":");
+        sb_json_str(b, o->reasoning, o->reasoning_len);
+    }
+    if (o->n_tool_calls) {
+        sb_puts(b, ",");
+        tool_calls_field(b, o, 0);
+    }
+    sb_puts(b, "},\"logprobs\":null");
+    finish_field(b, o);
+    token_ids_field(b, o);
+    sb_puts(b, "}],");
+    usage(b, prompt_tokens, completion_tokens);
+    sb_puts(b, "}");
+}
+
+void api_models_body(sbuf *b, const char *const *models, int n_models, long created)
+{
+    sb_puts(b, "{\"object\":\"list\",\"data\":[");
+    for (int i = 0; i < n_models; i++) {
+        sb_puts(b, i ? ",{\"id\":" : "{\"id\":");
+        sb_json_str(b, models[i], strlen(models[i]));
+        sb_printf(b, ",\"object\":\"model\",\"created\":%ld,\"owned_by\":\"tandem\"}", created);
+    }
+    sb_puts(b, "]}");
+}

@@ -1,0 +1,120 @@
+/* The OpenAI-compatible HTTP API: parsing and validating request bodies
+ * (cJSON) and writing response bodies and server-sent-event chunks in
+ * OpenAI's shapes. Pure functions: no sockets, no router state, so unit
+ * tests cover every rule.
+ *
+ * Validation follows OpenAI's rules and error body
+ *   {"error":{"message":..., "type":"invalid_request_error", "param":..., "code":...}}
+ * Unknown fields are ignored; known fields Tandem does not implement (n > 1,
+ * logprobs, echo, penalties, logit_bias, best_of) are rejected when set to a
+ * non-default value rather than silently ignored. Checks that need the model
+ * (vocabulary, context length) happen in the router. */
+#ifndef TANDEM_ROUTER_OPENAI_API_H
+#define TANDEM_ROUTER_OPENAI_API_H
+#include <stddef.h>
+#include <stdint.h>
+#include <cJSON.h>
+#include "router/sbuf.h"
+
+#define API_MAX_STOP 4
+#define API_MAX_MODEL 128
+
+typedef enum { API_COMPLETIONS = 0, API_CHAT = 1 } api_kind;
+
+typedef struct api_error {
+    int http_status;
+    char message[512];
+    char type[40];
+    char param[40];   /* "" is JSON null */
+    char code[48];    /* "" is JSON null */
+} api_error;
+
+/* Fills e; param and code may be NULL (JSON null). */
+void api_error_set(api_error *e, int http_status, const char *type, const char *param,
+                   const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+/* The error body as JSON (malloc'd; NULL on OOM). */
+char *api_error_json(const api_error *e);
+
+typedef struct api_message {
+    char role[16];    /* system, developer, user, assistant, tool */
+    char *content;    /* text (array-of-parts content is joined) */
+} api_message;
+
+typedef struct api_request {
+    api_kind kind;
+    char model[API_MAX_MODEL];
+    int32_t *prompt_ids;      /* completions: prompt given as token ids */
+    int n_prompt_ids;
+    char *prompt_text;        /* completions: prompt given as text */
+    api_message *messages;    /* chat */
+    int n_messages;
+    cJSON *messages_json;     /* chat: the request's messages and tools arrays */
+    cJSON *tools_json;        /* (owned copies) for the chat formats; tools NULL if none */
+    char reasoning_effort[8]; /* chat: "low" | "medium" | "high" | "" (default) */
+    int enable_thinking;      /* chat_template_kwargs.enable_thinking: -1 unset, 0, 1 */
+    int max_tokens;           /* 0: not given (the router applies its default) */
+    double temperature;       /* default 1 */
+    double top_p;             /* default 1 */
+    int top_k;                /* extension; default -1 (off) */
+    int has_seed;
+    uint64_t seed;
+    int stream;
+    int include_usage;        /* stream_options.include_usage */
+    char *stop[API_MAX_STOP]; /* stop strings */
+    int n_stop;
+    int32_t *stop_token_ids;  /* extension (as in vLLM) */
+    int n_stop_token_ids;
+    int ignore_eos;           /* extension */
+    int return_token_ids;     /* extension: add "token_ids" to each choice */
+} api_request;
+
+/* Parses and validates a request body. Returns 0, or -1 with e filled
+ * (HTTP 400, invalid_request_error). On failure *out holds nothing. */
+int api_parse_request(api_kind kind, const char *body, size_t len, api_request *out,
+                      api_error *e);
+void api_request_free(api_request *r);
+
+typedef struct api_tool_call {
+    const char *id, *name, *arguments;
+} api_tool_call;
+
+/* What one streamed chunk (or the final response) carries. */
+typedef struct api_output {
+    const char *text;             /* valid UTF-8 (chat: content) */
+    size_t text_len;
+    const char *reasoning;        /* chat: reasoning_content, valid UTF-8 */
+    size_t reasoning_len;
+    const api_tool_call *tool_calls; /* chat: tool calls in this chunk / response */
+    int n_tool_calls;
+    int tool_index;               /* streaming: index of tool_calls[0] in the response */
+    int omit_empty_content;       /* chat chunks: leave out "content" when empty */
+    const int32_t *token_ids;     /* emitted only when with_token_ids */
+    int n_token_ids;
+    int with_token_ids;
+    const char *finish_reason;    /* "stop" | "length" | NULL (still running) */
+} api_output;
+
+/* One SSE event "data: {...}\n\n" appended to b, in the exact shape of an
+ * OpenAI text_completion chunk / chat.completion.chunk. For chat,
+ * first_chunk carries the assistant role with empty content. */
+void api_sse_completion_chunk(sbuf *b, const char *id, long created, const char *model,
+                              const api_output *o);
+void api_sse_chat_chunk(sbuf *b, const char *id, long created, const char *model,
+                        const api_output *o, int first_chunk);
+/* The final usage-only chunk (stream_options.include_usage). */
+void api_sse_usage_chunk(sbuf *b, api_kind kind, const char *id, long created,
+                         const char *model, int prompt_tokens, int completion_tokens);
+/* An error in the middle of a stream: "data: {"error":{...}}\n\n". */
+void api_sse_error(sbuf *b, const api_error *e);
+void api_sse_done(sbuf *b);
+
+/* Non-streaming bodies. */
+void api_completion_body(sbuf *b, const char *id, long created, const char *model,
+                         const api_output *o, int prompt_tokens, int completion_tokens);
+void api_chat_body(sbuf *b, const char *id, long created, const char *model,
+                   const api_output *o, int prompt_tokens, int completion_tokens);
+/* GET /v1/models */
+void api_models_body(sbuf *b, const char *const *models, int n_models, long created);
+
+#endif

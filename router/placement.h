@@ -1,0 +1,31 @@
+/* Placement: which prefiller and which decoder serve a request.
+ *
+ * Prefiller: the one with the fewest queued input tokens (prefill time grows
+ * with prompt tokens, so tokens, not requests, measure its queue).
+ * Decoder: among those with KV room for the request's worst case, the one
+ * with the smallest batch (decode speed falls as the batch grows); if none
+ * has room now, the one with the most room, where the request waits for
+ * admission. Both use the router's own accounting (router_worker.in_flight,
+ * assigned_input_tokens, pages_committed), which is exact for this router and
+ * never stale, unlike heartbeats. */
+#ifndef TANDEM_ROUTER_PLACEMENT_H
+#define TANDEM_ROUTER_PLACEMENT_H
+#include "router/workers.h"
+
+typedef enum {
+    PLACE_OK = 0,
+    PLACE_NO_WORKER = 1,   /* no worker of that role serves the model */
+    PLACE_NEVER_FITS = 2,  /* larger than every decoder's whole KV cache */
+} place_status;
+
+place_status placement_pick_prefiller(const worker_registry *r, const char *model,
+                                      router_worker **out);
+
+/* prompt_len + max_tokens must already be within the model's context. */
+place_status placement_pick_decoder(const worker_registry *r, const char *model,
+                                    int prompt_len, int max_tokens, router_worker **out);
+
+/* The largest max_context among the decoders serving model, or 0. */
+int placement_max_context(const worker_registry *r, const char *model);
+
+#endif

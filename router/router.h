@@ -1,0 +1,212 @@
+/* The router process: its configuration, its context, and the life of a
+ * request inside it.
+ *
+ * Threads. One core thread owns every ZeroMQ socket (workers, RPC clients)
+ * and drives every request's state machine (dispatch.c, rpc_server.c).
+ * libmicrohttpd runs one thread per HTTP connection (http_server.c); those
+ * threads never touch a socket of the core: they hand new requests and
+ * cancellations to the core through queues in the context and wake it with
+ * an eventfd, and the core wakes them through each request's own eventfd.
+ * One mutex (router_ctx.lock) guards the registry, the requests' output and
+ * the queues; the core holds it while it handles a message.
+ *
+ * A request's path (see docs/ARCHITECTURE.md): placed on a decoder, which
+ * reserves KV pages (DecodeAssignment -> KvReady); then on a prefiller
+ * (PrefillAssignment -> PrefillResult with the first token); then the
+ * decoder decodes (StartDecode -> TokenBatch ... finish). */
+#ifndef TANDEM_ROUTER_ROUTER_H
+#define TANDEM_ROUTER_ROUTER_H
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "router/metrics.h"
+#include "router/openai_api.h"
+#include "router/sbuf.h"
+#include "router/text_codec.h"
+#include "router/wire.h"
+#include "router/workers.h"
+
+typedef struct router_config {
+    char host[64];             /* address every socket binds */
+    int http_port;             /* 0: any free port */
+    int worker_port;
+    int rpc_port;
+    char port_file[512];       /* where the bound ports are written ("" = nowhere) */
+    char tokenizer[32];        /* none | bytes (text_codec.h) */
+    int heartbeat_ms;          /* interval the workers are told to use */
+    int worker_timeout_ms;     /* a worker silent this long is dropped */
+    int default_max_tokens;    /* completions without max_tokens (OpenAI: 16) */
+    int chat_default_max_tokens;
+    int max_body_bytes;
+    int max_active_requests;   /* beyond this, HTTP 429 / RPC NO_CAPACITY */
+} router_config;
+
+typedef enum { ORIGIN_HTTP = 0, ORIGIN_RPC = 1 } req_origin;
+
+typedef enum {
+    STAGE_NEW = 0,        /* queued for the core */
+    STAGE_RESERVING = 1,  /* DecodeAssignment sent, waiting for KvReady */
+    STAGE_PREFILLING = 2, /* PrefillAssignment sent, waiting for PrefillResult */
+    STAGE_DECODING = 3,   /* StartDecode sent, tokens streaming */
+    STAGE_DONE = 4,
+} req_stage;
+
+typedef struct router_request {
+    struct router_request *hnext;  /* hash chain of the core's table */
+    struct router_request *qnext;  /* submit / cancel queue link */
+    uint64_t key;
+    char id[24];                   /* 16 hex digits of key: the wire request_id */
+    req_origin origin;
+    api_kind kind;
+    long created;                  /* unix seconds, for OpenAI "created" */
+    double t_start, t_first, t_last; /* monotonic: submission, first and latest token */
+
+    /* RPC origin: where replies go. */
+    uint8_t client_rid[WIRE_MAX_ID];
+    size_t client_rid_len;
+    char client_tag[128];
+
+    /* What to run. */
+    char model[API_MAX_MODEL];
+    int32_t *prompt;
+    int n_prompt;
+    float temperature, top_p;
+    int top_k;
+    uint64_t seed;
+    int max_tokens;
+    int32_t *stop_ids;             /* the client's plus the model's EOS ids */
+    int n_stop_ids;
+    char *stop_strs[API_MAX_STOP]; /* matched here, on the decoded text */
+    int n_stop_strs;
+    size_t max_stop_len;
+    int stream, include_usage, with_token_ids;
+
+    /* Placement (core thread only). */
+    req_stage stage;
+    char prefiller[WIRE_MAX_ID + 1];
+    char decoder[WIRE_MAX_ID + 1];
+    int on_prefiller;              /* counted in the prefiller's accounting */
+    int on_decoder;                /* counted in the decoder's accounting */
+    int pages_committed;
+    int zombie;                    /* cancelled while prefilling: kept until the
+                                      prefiller reports, then the decoder's pages
+                                      are released */
+
+    /* Output (under lock): tokens, their decoded text, the end. */
+    int32_t *out;
+    size_t *out_text_end;          /* text length after each token */
+    size_t *out_reasoning_end;     /* chat formats: reasoning length after each token */
+    int *out_tools_end;            /* chat formats: tool calls complete after each token */
+    int n_out, cap_out;
+    sbuf text;                     /* (chat: content) truncated at a matched stop string */
+    sbuf reasoning;                /* chat formats: reasoning_content */
+    chat_parser *parser;           /* chat formats: the output's parser, else NULL */
+    char parse_error[256];         /* why the output broke the chat format */
+    int finished;
+    int finish_reason;             /* TANDEM__V1__FINISH_REASON__* */
+    api_error error;               /* when finish_reason is ERROR */
+    int rpc_sent;                  /* RPC: tokens already sent to the client */
+
+    /* Shared ownership between the core and an HTTP connection thread. */
+    int refs;
+    int notify_fd;                 /* eventfd the connection thread waits on */
+    int cancel_queued;
+} router_request;
+
+#define ROUTER_HASH_BUCKETS 4096
+
+typedef struct router_ctx {
+    router_config cfg;
+    text_codec codec;
+    pthread_mutex_t lock;
+
+    void *zctx;
+    void *worker_sock;             /* ROUTER: prefillers and decoders */
+    void *rpc_sock;                /* ROUTER: RPC clients */
+    int wake_fd;                   /* HTTP threads -> core */
+    int shutdown_fd;               /* set once at shutdown; every waiter polls it */
+    int http_port, worker_port, rpc_port;
+    struct MHD_Daemon *httpd;
+
+    worker_registry workers;
+    router_request *table[ROUTER_HASH_BUCKETS];
+    int n_active;                  /* requests in the table */
+    int n_queued;                  /* submitted by HTTP threads, not yet taken */
+    uint64_t next_key;
+    router_request *submit_head, *submit_tail;
+    router_request *cancel_head, *cancel_tail;
+    router_metrics metrics;
+} router_ctx;
+
+/* ---- requests.c */
+
+/* A fresh request with one reference (the creator's), or NULL on OOM. */
+router_request *request_new(router_ctx *ctx, req_origin origin);
+/* Drops one reference; frees at zero. Caller holds the lock. */
+void request_unref(router_request *r);
+router_request *request_find(const router_ctx *ctx, const char *id);
+void request_table_add(router_ctx *ctx, router_request *r);
+void request_table_remove(router_ctx *ctx, router_request *r);
+
+/* Queues r for cancellation by the core (client went away); any thread,
+ * lock held. Takes a reference that the core drops. */
+void request_queue_cancel(router_ctx *ctx, router_request *r);
+
+/* Appends generated tokens (decoding their text, or parsing them with the
+ * chat format, and matching stop strings on the content). Returns 1 if a
+ * stop string ended the request's output (the caller then finishes it with
+ * FINISH_REASON_STOP_STRING), 0 otherwise, -1 on OOM, -2 when the output
+ * breaks the chat format (reason in r->parse_error). */
+int request_append(router_ctx *ctx, router_request *r, const int32_t *toks, int n);
+
+/* Flushes the chat parser at the end of the output (text it held back). */
+void request_finish_output(router_request *r);
+/* The chat completion's tool calls so far (from the parser), and how many. */
+const chat_tool_call *request_tool_calls(const router_request *r, int *n);
+
+/* Validates what a request asks for against the registered models and
+ * fills model-dependent fields: the stop id set (client's + EOS unless
+ * ignore_eos), max_tokens default and bounds. Caller holds the lock.
+ * Returns 0 or -1 with e filled (HTTP status + OpenAI error). */
+int request_admit(router_ctx *ctx, router_request *r, int max_tokens_given,
+                  const int32_t *stop_ids, int n_stop_ids, int ignore_eos, api_error *e);
+
+/* ---- dispatch.c (core thread, lock held) */
+
+/* Places a submitted request: picks a decoder and sends DecodeAssignment. */
+void dispatch_place(router_ctx *ctx, router_request *r);
+/* Handles one message from a worker. */
+void dispatch_worker_message(router_ctx *ctx, const char *rid, size_t rid_len,
+                             const Tandem__V1__WorkerMessage *m);
+/* Cancels r everywhere it runs and finishes it as CANCELLED. */
+void dispatch_cancel(router_ctx *ctx, router_request *r);
+/* Drops workers that stopped heartbeating, failing their requests. */
+void dispatch_expire_workers(router_ctx *ctx, uint64_t now_ms);
+/* Ends r: records the reason, releases its accounting, wakes its waiter,
+ * delivers the end to an RPC client, and drops it from the table (unless it
+ * is a zombie still waiting for its prefiller). */
+void dispatch_finish(router_ctx *ctx, router_request *r, int reason, const api_error *err);
+/* Fails every active request (router shutdown). */
+void dispatch_fail_all(router_ctx *ctx, const char *why);
+
+/* ---- rpc_server.c (core thread, lock held) */
+
+void rpc_handle_message(router_ctx *ctx, const uint8_t *rid, size_t rid_len,
+                        const Tandem__V1__ClientMessage *m);
+/* Sends tokens appended since the last call (streaming clients) and, once
+ * finished, the final chunk. */
+void rpc_deliver(router_ctx *ctx, router_request *r);
+
+/* ---- http_server.c */
+
+int http_start(router_ctx *ctx, char *err, size_t errlen);
+void http_stop(router_ctx *ctx);
+
+/* ---- maps between protocol codes and OpenAI/HTTP errors */
+
+const char *finish_reason_str(int reason);
+/* Fills e for a failure with the given tandem.v1 error code. */
+void error_from_code(api_error *e, int code, const char *message);
+int error_code_from_http(const api_error *e);
+
+#endif

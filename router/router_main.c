@@ -1,0 +1,315 @@
+/* tandem-router: the cluster's front door. Serves the OpenAI-compatible
+ * HTTP API and the protobuf RPC API, places each request on a decoder and
+ * a prefiller, and relays tokens back. See router/router.h for its threads
+ * and docs/ARCHITECTURE.md for the protocol. */
+#include "router/router.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+#include <zmq.h>
+#include "router/options.h"
+#include "router/util.h"
+
+#define WHO "router"
+
+static const char *const INTRO =
+    "Runs the Tandem router: the OpenAI-compatible HTTP API (/v1/completions,\n"
+    "/v1/chat/completions, /v1/models, /healthz, /metrics), the protobuf RPC API,\n"
+    "and the socket prefillers and decoders register on. Ports given as 0 are\n"
+    "chosen by the system; --port-file records the ports actually bound\n"
+    "(http_port=N, worker_port=N, rpc_port=N).";
+
+/* Binds a ROUTER socket on host:port and returns the bound port, or -1. */
+static int bind_router(void *sock, const char *host, int port, char *err, size_t errlen)
+{
+    int one = 1, hwm = 100000, linger = 0;
+    zmq_setsockopt(sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    zmq_setsockopt(sock, ZMQ_ROUTER_HANDOVER, &one, sizeof one);
+    zmq_setsockopt(sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
+    char ep[128];
+    if (port)
+        snprintf(ep, sizeof ep, "tcp://%s:%d", host, port);
+    else
+        snprintf(ep, sizeof ep, "tcp://%s:*", host);
+    if (zmq_bind(sock, ep) != 0) {
+        snprintf(err, errlen, "cannot bind %s: %s", ep, zmq_strerror(errno));
+        return -1;
+    }
+    char last[128];
+    size_t len = sizeof last;
+    if (zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, last, &len) != 0) {
+        snprintf(err, errlen, "cannot read the bound endpoint: %s", zmq_strerror(errno));
+        return -1;
+    }
+    const char *colon = strrchr(last, ':');
+    return colon ? atoi(colon + 1) : -1;
+}
+
+/* Moves HTTP submissions into the table and handles queued cancellations. */
+static void process_queues(router_ctx *ctx)
+{
+    while (ctx->submit_head) {
+        router_request *r = ctx->submit_head;
+        ctx->submit_head = r->qnext;
+        if (!ctx->submit_head)
+            ctx->submit_tail = NULL;
+        r->qnext = NULL;
+        ctx->n_queued--;
+        request_table_add(ctx, r);
+        request_unref(r); /* the queue's reference */
+        dispatch_place(ctx, r);
+    }
+    while (ctx->cancel_head) {
+        router_request *r = ctx->cancel_head;
+        ctx->cancel_head = r->qnext;
+        if (!ctx->cancel_head)
+            ctx->cancel_tail = NULL;
+        r->qnext = NULL;
+        if (!r->finished && r->stage != STAGE_NEW)
+            dispatch_cancel(ctx, r);
+        request_unref(r);
+    }
+}
+
+static void drain_workers(router_ctx *ctx)
+{
+    for (;;) {
+        char rid[WIRE_MAX_ID];
+        size_t rid_len = 0;
+        ProtobufCMessage *msg = NULL;
+        int rc = wire_recv(ctx->worker_sock, rid, sizeof rid, &rid_len,
+                           &tandem__v1__worker_message__descriptor, &msg, ZMQ_DONTWAIT);
+        if (rc == -1)
+            return;
+        if (rc == -2) {
+            tn_log(WHO, "dropped a malformed message on the worker socket");
+            continue;
+        }
+        pthread_mutex_lock(&ctx->lock);
+        dispatch_worker_message(ctx, rid, rid_len, (Tandem__V1__WorkerMessage *)msg);
+        pthread_mutex_unlock(&ctx->lock);
+        protobuf_c_message_free_unpacked(msg, NULL);
+    }
+}
+
+static void drain_clients(router_ctx *ctx)
+{
+    for (;;) {
+        uint8_t rid[WIRE_MAX_ID];
+        size_t rid_len = 0;
+        ProtobufCMessage *msg = NULL;
+        int rc = wire_recv(ctx->rpc_sock, rid, sizeof rid, &rid_len,
+                           &tandem__v1__client_message__descriptor, &msg, ZMQ_DONTWAIT);
+        if (rc == -1)
+            return;
+        if (rc == -2) {
+            tn_log(WHO, "dropped a malformed message on the RPC socket");
+            continue;
+        }
+        pthread_mutex_lock(&ctx->lock);
+        rpc_handle_message(ctx, rid, rid_len, (Tandem__V1__ClientMessage *)msg);
+        pthread_mutex_unlock(&ctx->lock);
+        protobuf_c_message_free_unpacked(msg, NULL);
+    }
+}
+
+static int write_ports(const router_ctx *ctx)
+{
+    char text[256];
+    snprintf(text, sizeof text, "http_port=%d\nworker_port=%d\nrpc_port=%d\n", ctx->http_port,
+             ctx->worker_port, ctx->rpc_port);
+    if (ctx->cfg.port_file[0] && tn_write_file_atomic(ctx->cfg.port_file, text) != 0) {
+        tn_log(WHO, "cannot write %s: %s", ctx->cfg.port_file, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static void run_loop(router_ctx *ctx, int sig_fd)
+{
+    for (;;) {
+        zmq_pollitem_t items[4] = {
+            {ctx->worker_sock, 0, ZMQ_POLLIN, 0},
+            {ctx->rpc_sock, 0, ZMQ_POLLIN, 0},
+            {NULL, ctx->wake_fd, ZMQ_POLLIN, 0},
+            {NULL, sig_fd, ZMQ_POLLIN, 0},
+        };
+        int timeout = ctx->cfg.heartbeat_ms > 0 ? ctx->cfg.heartbeat_ms : 500;
+        if (zmq_poll(items, 4, timeout) < 0 && errno != EINTR) {
+            tn_log(WHO, "zmq_poll failed: %s", zmq_strerror(errno));
+            return;
+        }
+        if (items[3].revents) {
+            struct signalfd_siginfo si;
+            if (read(sig_fd, &si, sizeof si) == (ssize_t)sizeof si)
+                tn_log(WHO, "signal %u: shutting down", si.ssi_signo);
+            return;
+        }
+        if (items[2].revents)
+            tn_wakefd_drain(ctx->wake_fd);
+        pthread_mutex_lock(&ctx->lock);
+        process_queues(ctx);
+        pthread_mutex_unlock(&ctx->lock);
+        drain_workers(ctx);
+        drain_clients(ctx);
+        pthread_mutex_lock(&ctx->lock);
+        process_queues(ctx);
+        dispatch_expire_workers(ctx, tn_now_ms());
+        pthread_mutex_unlock(&ctx->lock);
+    }
+}
+
+static void ctx_free(router_ctx *ctx)
+{
+    http_stop(ctx);
+    /* Queues and table are empty after dispatch_fail_all and the HTTP
+     * threads ended; free whatever a failed start left. */
+    while (ctx->submit_head) {
+        router_request *r = ctx->submit_head;
+        ctx->submit_head = r->qnext;
+        request_unref(r);
+    }
+    while (ctx->cancel_head) {
+        router_request *r = ctx->cancel_head;
+        ctx->cancel_head = r->qnext;
+        request_unref(r);
+    }
+    for (int b = 0; b < ROUTER_HASH_BUCKETS; b++)
+        while (ctx->table[b])
+            request_table_remove(ctx, ctx->table[b]);
+    workers_free(&ctx->workers);
+    if (ctx->worker_sock)
+        zmq_close(ctx->worker_sock);
+    if (ctx->rpc_sock)
+        zmq_close(ctx->rpc_sock);
+    if (ctx->zctx)
+        zmq_ctx_term(ctx->zctx);
+    if (ctx->wake_fd >= 0)
+        close(ctx->wake_fd);
+    if (ctx->shutdown_fd >= 0)
+        close(ctx->shutdown_fd);
+    codec_free(&ctx->codec);
+    pthread_mutex_destroy(&ctx->lock);
+    free(ctx);
+}
+
+int main(int argc, char **argv)
+{
+    router_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) {
+        fprintf(stderr, "tandem-router: out of memory\n");
+        return 1;
+    }
+    ctx->wake_fd = ctx->shutdown_fd = -1;
+    router_config *c = &ctx->cfg;
+    snprintf(c->host, sizeof c->host, "127.0.0.1");
+    c->http_port = 8000;
+    c->worker_port = 5555;
+    c->rpc_port = 5556;
+    snprintf(c->tokenizer, sizeof c->tokenizer, "none");
+    c->heartbeat_ms = 500;
+    c->worker_timeout_ms = 5000;
+    c->default_max_tokens = 16;
+    c->chat_default_max_tokens = 256;
+    c->max_body_bytes = 16 << 20;
+    c->max_active_requests = 1024;
+    const opt_spec specs[] = {
+        {"host", OPT_STR, c->host, sizeof c->host, "IPv4 address every socket binds"},
+        {"http-port", OPT_INT, &c->http_port, 0, "HTTP API port (0: any free port)"},
+        {"worker-port", OPT_INT, &c->worker_port, 0, "port workers register on (0: any)"},
+        {"rpc-port", OPT_INT, &c->rpc_port, 0, "RPC API port (0: any)"},
+        {"port-file", OPT_STR, c->port_file, sizeof c->port_file,
+         "write the bound ports to this file"},
+        {"tokenizer", OPT_STR, c->tokenizer, sizeof c->tokenizer,
+         "none (token ids only), bytes (UTF-8 bytes as ids), or a vocabulary: tokenizer.json / o200k_base.tiktoken path; see docs/API.md"},
+        {"heartbeat-ms", OPT_INT, &c->heartbeat_ms, 0, "heartbeat interval workers are told"},
+        {"worker-timeout-ms", OPT_INT, &c->worker_timeout_ms, 0,
+         "drop a worker silent this long, failing its requests"},
+        {"default-max-tokens", OPT_INT, &c->default_max_tokens, 0,
+         "max_tokens of completions that give none"},
+        {"chat-default-max-tokens", OPT_INT, &c->chat_default_max_tokens, 0,
+         "max_tokens of chat completions that give none"},
+        {"max-body-bytes", OPT_INT, &c->max_body_bytes, 0, "largest accepted HTTP body"},
+        {"max-active-requests", OPT_INT, &c->max_active_requests, 0,
+         "requests in flight before HTTP 429"},
+    };
+    const int n_specs = (int)(sizeof specs / sizeof *specs);
+    char err[512];
+    int prc = opts_parse(specs, n_specs, argc, argv, err, sizeof err);
+    if (prc == OPTS_HELP) {
+        opts_print_help(stdout, "tandem-router", INTRO, specs, n_specs);
+        free(ctx);
+        return 0;
+    }
+    if (prc != OPTS_OK) {
+        fprintf(stderr, "tandem-router: %s\n", err);
+        free(ctx);
+        return 2;
+    }
+    if (c->heartbeat_ms <= 0 || c->worker_timeout_ms <= c->heartbeat_ms ||
+        c->default_max_tokens <= 0 || c->chat_default_max_tokens <= 0 ||
+        c->max_body_bytes <= 0 || c->max_active_requests <= 0 || c->http_port < 0 ||
+        c->worker_port < 0 || c->rpc_port < 0 || c->http_port > 65535 ||
+        c->worker_port > 65535 || c->rpc_port > 65535) {
+        fprintf(stderr, "tandem-router: ports must be 0..65535, limits positive, and "
+                        "--worker-timeout-ms larger than --heartbeat-ms\n");
+        free(ctx);
+        return 2;
+    }
+    if (codec_init(&ctx->codec, c->tokenizer, err, sizeof err) != 0) {
+        fprintf(stderr, "tandem-router: %s\n", err);
+        free(ctx);
+        return 2;
+    }
+    /* Signals arrive through a signalfd polled by the core loop; every
+     * thread started later inherits the blocked mask. */
+    int sig_fd = tn_signalfd_open();
+    pthread_mutex_init(&ctx->lock, NULL);
+    metrics_init(&ctx->metrics);
+    workers_init(&ctx->workers);
+    ctx->next_key = tn_random_u64() >> 1;
+    ctx->wake_fd = tn_wakefd_open();
+    ctx->shutdown_fd = tn_wakefd_open();
+    ctx->zctx = zmq_ctx_new();
+    int rc = 1;
+    if (sig_fd < 0 || ctx->wake_fd < 0 || ctx->shutdown_fd < 0 || !ctx->zctx) {
+        fprintf(stderr, "tandem-router: cannot create eventfds or the ZeroMQ context\n");
+        goto out;
+    }
+    ctx->worker_sock = zmq_socket(ctx->zctx, ZMQ_ROUTER);
+    ctx->rpc_sock = zmq_socket(ctx->zctx, ZMQ_ROUTER);
+    if (!ctx->worker_sock || !ctx->rpc_sock) {
+        fprintf(stderr, "tandem-router: cannot create sockets: %s\n", zmq_strerror(errno));
+        goto out;
+    }
+    if ((ctx->worker_port = bind_router(ctx->worker_sock, c->host, c->worker_port, err, sizeof err)) < 0 ||
+        (ctx->rpc_port = bind_router(ctx->rpc_sock, c->host, c->rpc_port, err, sizeof err)) < 0 ||
+        http_start(ctx, err, sizeof err) != 0) {
+        fprintf(stderr, "tandem-router: %s\n", err);
+        goto out;
+    }
+    if (write_ports(ctx) != 0)
+        goto out;
+    printf("tandem-router: http://%s:%d  workers tcp://%s:%d  rpc tcp://%s:%d  tokenizer %s\n",
+           c->host, ctx->http_port, c->host, ctx->worker_port, c->host, ctx->rpc_port,
+           codec_name(&ctx->codec));
+    fflush(stdout);
+    run_loop(ctx, sig_fd);
+    pthread_mutex_lock(&ctx->lock);
+    dispatch_fail_all(ctx, "the router is shutting down");
+    pthread_mutex_unlock(&ctx->lock);
+    tn_wakefd_signal(ctx->shutdown_fd);
+    rc = 0;
+out:
+    if (sig_fd >= 0)
+        close(sig_fd);
+    ctx_free(ctx);
+    return rc;
+}

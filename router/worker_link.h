@@ -1,0 +1,47 @@
+/* The worker side of the router's worker socket, shared by the prefiller
+ * and the decoder: a DEALER socket whose routing id is the worker id,
+ * registration (repeated until acknowledged, and again whenever the router
+ * says it does not know us, e.g. after a router restart), and the
+ * heartbeat clock. The caller builds heartbeats, since only it knows its
+ * load. */
+#ifndef TANDEM_ROUTER_WORKER_LINK_H
+#define TANDEM_ROUTER_WORKER_LINK_H
+#include <stddef.h>
+#include <stdint.h>
+#include "router/wire.h"
+
+typedef struct worker_link {
+    void *zctx;
+    void *sock;
+    char id[WIRE_MAX_ID + 1];
+    const char *who;          /* log prefix */
+    uint8_t *register_msg;    /* packed WorkerMessage{register}, resent as needed */
+    size_t register_len;
+    int registered;
+    uint32_t heartbeat_ms;
+    uint64_t last_register_ms, last_heartbeat_ms;
+} worker_link;
+
+/* Connects to endpoint ("tcp://host:port") as id and sends the
+ * registration. Returns 0 or -1 with a reason. */
+int link_open(worker_link *l, const char *who, const char *endpoint, const char *id,
+              const Tandem__V1__Register *reg, char *err, size_t errlen);
+void link_close(worker_link *l);
+
+int link_send(worker_link *l, const Tandem__V1__WorkerMessage *m);
+
+/* Receives one message without blocking: 1 with *out set (free with
+ * tandem__v1__worker_message__free_unpacked), 0 when none is waiting.
+ * RegisterAck and ERROR_CODE_UNKNOWN_WORKER are handled here and not
+ * returned. */
+int link_recv(worker_link *l, Tandem__V1__WorkerMessage **out);
+
+/* Milliseconds until link_tick has something to do. */
+int link_next_due_ms(const worker_link *l, uint64_t now_ms);
+/* Resends the registration if it is unanswered for a second; returns 1 if a
+ * heartbeat is due (the caller sends it with link_send and then calls
+ * link_heartbeat_sent). */
+int link_tick(worker_link *l, uint64_t now_ms);
+void link_heartbeat_sent(worker_link *l, uint64_t now_ms);
+
+#endif

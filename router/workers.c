@@ -1,0 +1,170 @@
+#include "router/workers.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void workers_init(worker_registry *r)
+{
+    memset(r, 0, sizeof *r);
+}
+
+static void worker_free(router_worker *w)
+{
+    if (!w)
+        return;
+    free(w->endpoint);
+    free(w);
+}
+
+void workers_free(worker_registry *r)
+{
+    for (int i = 0; i < r->n; i++)
+        worker_free(r->w[i]);
+    free(r->w);
+    memset(r, 0, sizeof *r);
+}
+
+router_worker *workers_find(const worker_registry *r, const char *id, size_t id_len)
+{
+    for (int i = 0; i < r->n; i++)
+        if (r->w[i]->id_len == id_len && memcmp(r->w[i]->id, id, id_len) == 0)
+            return r->w[i];
+    return NULL;
+}
+
+static int copy_str(char *dst, size_t cap, const char *src)
+{
+    size_t n = strlen(src);
+    if (n >= cap)
+        return -1;
+    memcpy(dst, src, n + 1);
+    return 0;
+}
+
+router_worker *workers_register(worker_registry *r, const char *id, size_t id_len,
+                                const Tandem__V1__Register *reg, uint64_t now_ms,
+                                char *err, size_t errlen)
+{
+    if (id_len == 0 || id_len > WIRE_MAX_ID || memchr(id, '\0', id_len)) {
+        snprintf(err, errlen, "worker id must be 1..%d bytes of text", WIRE_MAX_ID);
+        return NULL;
+    }
+    if (strlen(reg->worker_id) != id_len || memcmp(reg->worker_id, id, id_len) != 0) {
+        snprintf(err, errlen, "Register.worker_id '%s' differs from the socket routing id",
+                 reg->worker_id);
+        return NULL;
+    }
+    if (reg->role != TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER &&
+        reg->role != TANDEM__V1__WORKER_ROLE__WORKER_ROLE_DECODER) {
+        snprintf(err, errlen, "worker %s: unknown role %d", reg->worker_id, (int)reg->role);
+        return NULL;
+    }
+    if (!reg->model[0] || strlen(reg->model) >= sizeof(((router_worker *)0)->model)) {
+        snprintf(err, errlen, "worker %s: model name must be 1..127 bytes", reg->worker_id);
+        return NULL;
+    }
+    if (reg->vocab_size <= 0 || reg->max_context <= 0 || reg->page_size <= 0 ||
+        (reg->role == TANDEM__V1__WORKER_ROLE__WORKER_ROLE_DECODER && reg->kv_pages_total <= 0)) {
+        snprintf(err, errlen, "worker %s: vocab_size, max_context, page_size and (decoders) "
+                 "kv_pages_total must be positive", reg->worker_id);
+        return NULL;
+    }
+    if (reg->n_eos_token_ids > WORKER_MAX_EOS) {
+        snprintf(err, errlen, "worker %s: more than %d EOS ids", reg->worker_id, WORKER_MAX_EOS);
+        return NULL;
+    }
+    router_worker *w = workers_find(r, id, id_len);
+    int fresh = w == NULL;
+    if (fresh) {
+        if (r->n == r->cap) {
+            int cap = r->cap ? 2 * r->cap : 8;
+            router_worker **nw = realloc(r->w, (size_t)cap * sizeof *nw);
+            if (!nw) {
+                snprintf(err, errlen, "out of memory");
+                return NULL;
+            }
+            r->w = nw;
+            r->cap = cap;
+        }
+        w = calloc(1, sizeof *w);
+        if (!w) {
+            snprintf(err, errlen, "out of memory");
+            return NULL;
+        }
+        memcpy(w->id, id, id_len);
+        w->id[id_len] = '\0';
+        w->id_len = id_len;
+    }
+    uint8_t *ep = NULL;
+    if (reg->transfer_endpoint.len) {
+        ep = malloc(reg->transfer_endpoint.len);
+        if (!ep) {
+            if (fresh)
+                free(w);
+            snprintf(err, errlen, "out of memory");
+            return NULL;
+        }
+        memcpy(ep, reg->transfer_endpoint.data, reg->transfer_endpoint.len);
+    }
+    free(w->endpoint);
+    w->endpoint = ep;
+    w->endpoint_len = reg->transfer_endpoint.len;
+    w->role = reg->role;
+    copy_str(w->model, sizeof w->model, reg->model);
+    if (copy_str(w->model_type, sizeof w->model_type, reg->model_type) != 0)
+        w->model_type[0] = '\0';
+    w->vocab_size = reg->vocab_size;
+    w->max_context = reg->max_context;
+    w->page_size = reg->page_size;
+    w->kv_pages_total = reg->kv_pages_total;
+    w->n_eos = (int)reg->n_eos_token_ids;
+    for (int i = 0; i < w->n_eos; i++)
+        w->eos[i] = reg->eos_token_ids[i];
+    w->last_seen_ms = now_ms;
+    if (fresh)
+        r->w[r->n++] = w;
+    return w;
+}
+
+void workers_heartbeat(router_worker *w, const Tandem__V1__Heartbeat *hb, uint64_t now_ms)
+{
+    w->last_seen_ms = now_ms;
+    if (hb->load_case == TANDEM__V1__HEARTBEAT__LOAD_PREFILLER && hb->prefiller) {
+        w->pload.queued_input_tokens = hb->prefiller->queued_input_tokens;
+        w->pload.queued_requests = hb->prefiller->queued_requests;
+        w->pload.input_tokens_per_s = hb->prefiller->input_tokens_per_s;
+        w->pload.input_tokens_total = hb->prefiller->input_tokens_total;
+    } else if (hb->load_case == TANDEM__V1__HEARTBEAT__LOAD_DECODER && hb->decoder) {
+        w->dload.batch_size = hb->decoder->batch_size;
+        w->dload.waiting = hb->decoder->waiting;
+        w->dload.kv_pages_free = hb->decoder->kv_pages_free;
+        w->dload.kv_pages_total = hb->decoder->kv_pages_total;
+        w->dload.tokens_per_s = hb->decoder->tokens_per_s;
+        w->dload.tokens_total = hb->decoder->tokens_total;
+    }
+}
+
+void workers_remove_at(worker_registry *r, int i)
+{
+    if (i < 0 || i >= r->n)
+        return;
+    worker_free(r->w[i]);
+    r->w[i] = r->w[--r->n];
+}
+
+int workers_next_expired(const worker_registry *r, uint64_t now_ms, uint64_t timeout_ms)
+{
+    for (int i = 0; i < r->n; i++)
+        if (now_ms > r->w[i]->last_seen_ms && now_ms - r->w[i]->last_seen_ms > timeout_ms)
+            return i;
+    return -1;
+}
+
+int workers_serve_model(const worker_registry *r, const char *model, int role)
+{
+    for (int i = 0; i < r->n; i++)
+        if (r->w[i]->role == role && !strcmp(r->w[i]->model, model))
+            return 1;
+    return 0;
+}

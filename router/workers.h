@@ -1,0 +1,77 @@
+/* The router's registry of workers (prefillers and decoders): who is
+ * registered, what they serve, their last reported load, and the router's
+ * own exact accounting of the work it has handed each of them. A worker that
+ * misses heartbeats for worker_timeout_ms is expired. */
+#ifndef TANDEM_ROUTER_WORKERS_H
+#define TANDEM_ROUTER_WORKERS_H
+#include <stddef.h>
+#include <stdint.h>
+#include "router/wire.h"
+
+#define WORKER_MAX_EOS 8
+
+typedef struct prefiller_load {
+    uint64_t queued_input_tokens;
+    uint32_t queued_requests;
+    double input_tokens_per_s;
+    uint64_t input_tokens_total;
+} prefiller_load;
+
+typedef struct decoder_load {
+    uint32_t batch_size, waiting, kv_pages_free, kv_pages_total;
+    double tokens_per_s;
+    uint64_t tokens_total;
+} decoder_load;
+
+typedef struct router_worker {
+    char id[WIRE_MAX_ID + 1];      /* routing id, NUL-terminated (ids are text) */
+    size_t id_len;
+    int role;                      /* TANDEM__V1__WORKER_ROLE__* */
+    char model[128];
+    char model_type[32];
+    int vocab_size, max_context, page_size, kv_pages_total;
+    int eos[WORKER_MAX_EOS];
+    int n_eos;
+    uint8_t *endpoint;             /* decoder: opaque TransferEngine endpoint */
+    size_t endpoint_len;
+    uint64_t last_seen_ms;
+    prefiller_load pload;          /* as last reported */
+    decoder_load dload;
+    /* The router's own view, updated as it assigns and finishes work, so
+     * placement never waits for a heartbeat to see its own decisions. */
+    int in_flight;                 /* requests assigned and not yet released */
+    uint64_t assigned_input_tokens;/* prefiller: prompt tokens not yet reported done */
+    int pages_committed;           /* decoder: worst-case pages of its requests */
+} router_worker;
+
+typedef struct worker_registry {
+    router_worker **w;
+    int n, cap;
+} worker_registry;
+
+void workers_init(worker_registry *r);
+void workers_free(worker_registry *r);
+
+router_worker *workers_find(const worker_registry *r, const char *id, size_t id_len);
+
+/* Adds or refreshes the worker described by reg (a re-registration keeps
+ * the router's accounting). Returns the entry or NULL with a reason in err
+ * for an invalid registration (empty id or model, bad role or sizes). */
+router_worker *workers_register(worker_registry *r, const char *id, size_t id_len,
+                                const Tandem__V1__Register *reg, uint64_t now_ms,
+                                char *err, size_t errlen);
+
+/* Records a heartbeat's load. */
+void workers_heartbeat(router_worker *w, const Tandem__V1__Heartbeat *hb, uint64_t now_ms);
+
+/* Removes and frees the worker at index i (order is not kept). */
+void workers_remove_at(worker_registry *r, int i);
+
+/* Index of the first worker whose last heartbeat is older than timeout_ms,
+ * or -1. The caller fails its requests, then removes it. */
+int workers_next_expired(const worker_registry *r, uint64_t now_ms, uint64_t timeout_ms);
+
+/* 1 if some worker of that role serves model. */
+int workers_serve_model(const worker_registry *r, const char *model, int role);
+
+#endif

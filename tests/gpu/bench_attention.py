@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Sink attention on the GPU: our CUDA kernel (fp32, paged HND KV, sink)
+next to torch.nn.functional.scaled_dot_product_attention on the same shapes
+in the same run, plus the two ceilings the floors are computed from.
+
+GPT-OSS shapes: 64 query heads, 8 KV heads, head_dim 64, causal.
+  ours      kn_attention, fp32 in/out, fp32 FFMA (CUDA cores), sink, paged
+            (page 16, shuffled pages), window 0 (full) or 128 (sliding)
+  sdpa-bf16 torch SDPA, FLASH_ATTENTION backend, bf16, GQA, no sink
+  sdpa-fp32 torch SDPA, EFFICIENT_ATTENTION backend, fp32, no sink
+Floors: FLOPs / measured peak of the matching unit (fp32 cuBLAS SGEMM for
+fp32, bf16 cuBLAS GEMM for bf16); decode: bytes / measured copy bandwidth.
+
+Usage: bench_attention.py BUILD_DIR OUT_DIR
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+H, HKV, D = 64, 8, 64
+WARMUP, REPS = 3, 10
+
+
+def time_ms(fn):
+    """Median of REPS event-timed calls after WARMUP calls."""
+    for _ in range(WARMUP):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(REPS):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def ceilings():
+    """Copy bandwidth and the bf16 / fp32 GEMM rates, on random data."""
+    n = 1 << 29  # 2 GiB of fp32
+    x = torch.rand(n, device="cuda")
+    y = torch.empty_like(x)
+    ms = time_ms(lambda: y.copy_(x))
+    bw = 2 * n * 4 / (ms * 1e-3)
+    del x, y
+    m = 8192
+    a = torch.randn(m, m, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(m, m, device="cuda", dtype=torch.bfloat16)
+    bf16 = 2 * m ** 3 / (time_ms(lambda: a @ b) * 1e-3)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a32, b32 = a.float(), b.float()
+    fp32 = 2 * m ** 3 / (time_ms(lambda: a32 @ b32) * 1e-3)
+    del a, b, a32, b32
+    torch.cuda.empty_cache()
+    return bw, bf16, fp32
+
+
+def causal_flops(n):
+    return 4.0 * D * H * (n * (n + 1) / 2)
+
+
+def sdpa(n, dtype, backend):
+    q = torch.randn(1, H, n, D, device="cuda", dtype=dtype)
+    k = torch.randn(1, HKV, n, D, device="cuda", dtype=dtype)
+    v = torch.randn(1, HKV, n, D, device="cuda", dtype=dtype)
+    note = "gqa"
+    warnings.filterwarnings("ignore", category=UserWarning)  # backend probing is noisy
+    try:
+        with sdpa_kernel(backend):
+            F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    except RuntimeError:
+        # This backend takes no GQA: give it the KV heads repeated (same FLOPs).
+        k = k.repeat_interleave(H // HKV, dim=1)
+        v = v.repeat_interleave(H // HKV, dim=1)
+        note = "kv repeated"
+        fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    with sdpa_kernel(backend):
+        ms = time_ms(fn)
+    del q, k, v
+    torch.cuda.empty_cache()
+    return ms, note
+
+
+def ours(build, *args):
+    exe = os.path.join(build, "tests", "gpu", "bench_attention")
+    out = subprocess.run([exe, *map(str, args)], check=True, capture_output=True, text=True).stdout
+    line = [l for l in out.splitlines() if l.startswith("RESULT ")][-1]
+    return {kv.split("=")[0]: kv.split("=")[1] for kv in line.split()[1:]}
+
+
+def main():
+    build, out_dir = sys.argv[1], sys.argv[2]
+    torch.manual_seed(0)
+    gpu = torch.cuda.get_device_name(0)
+    bw, bf16_peak, fp32_peak = ceilings()
+    rows = []
+
+    def add(name, precision, shape, ms, flops, floor_ms, note=""):
+        rows.append(dict(name=name, precision=precision, shape=shape, ms=ms,
+                         tflops=flops / (ms * 1e-3) / 1e12 if flops else None,
+                         floor_ms=floor_ms, note=note))
+
+    for n in (8192, 32768):
+        fl = causal_flops(n)
+        ms, note = sdpa(n, torch.bfloat16, SDPBackend.FLASH_ATTENTION)
+        add("torch SDPA flash", "bf16", f"prefill {n}", ms, fl, fl / bf16_peak * 1e3, note + ", no sink")
+        ms, note = sdpa(n, torch.float32, SDPBackend.EFFICIENT_ATTENTION)
+        add("torch SDPA mem-efficient", "fp32", f"prefill {n}", ms, fl, fl / fp32_peak * 1e3, note + ", no sink")
+        for window in (0, 128):
+            r = ours(build, "prefill", n, window)
+            fl_o = float(r["flops"])
+            add("tandem kn_attention", "fp32", f"prefill {n}" + (f" win {window}" if window else ""),
+                float(r["ms"]), fl_o, fl_o / fp32_peak * 1e3, "sink, paged")
+    for batch in (1, 32, 128):
+        r = ours(build, "decode", batch, 8192)
+        by = float(r["bytes"])
+        add("tandem kn_attention", "fp32", f"decode b{batch} ctx 8192", float(r["ms"]), float(r["flops"]),
+            by / bw * 1e3, f"split-KV, {by / (float(r['ms']) * 1e-3) / 1e12:.2f} TB/s")
+
+    with open(os.path.join(out_dir, "bench_attention.json"), "w") as f:
+        json.dump(dict(gpu=gpu, copy_bw=bw, bf16_peak=bf16_peak, fp32_peak=fp32_peak, rows=rows), f, indent=1)
+    print(f"\nGPU: {gpu}; measured ceilings: copy {bw / 1e12:.2f} TB/s, "
+          f"bf16 GEMM {bf16_peak / 1e12:.0f} TFLOP/s, fp32 GEMM {fp32_peak / 1e12:.1f} TFLOP/s")
+    print("| kernel | precision | shape | median ms | TFLOP/s | floor ms | x floor | note |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        tf = f"{r['tflops']:.1f}" if r["tflops"] else "-"
+        print(f"| {r['name']} | {r['precision']} | {r['shape']} | {r['ms']:.3f} | {tf} | "
+              f"{r['floor_ms']:.3f} | {r['ms'] / r['floor_ms']:.1f} | {r['note']} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,213 @@
+/* Times the CUDA backend's dense ops on GPT-OSS-20B prefill shapes (8192
+ * tokens, hidden 2880, 64 q / 8 kv heads of 64, 32 experts top-4 of
+ * intermediate 2880): kn_matmul and kn_moe_experts in fp32 and with TF32
+ * products (TANDEM_CUDA_TF32=1 backend), kn_rmsnorm for bandwidth.
+ * Built with `make CUDA=1`; run by tests/gpu/run.sh.
+ *
+ * Weights are random (throughput does not depend on their values): one
+ * 64 MiB random block is tiled over each weight array. Every time is the
+ * median of 10 runs after 3 warm-ups, with CUDA events on the backend's
+ * stream. Prints a markdown table; useful FLOPs count 2 per multiply-add. */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/backend.h"
+#include "kernels/matmul.h"
+#include "kernels/moe.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/status.h"
+#include "tests/unit/testutil.h"
+
+enum { WARMUP = 3, REPS = 10, TOKENS = 8192, HIDDEN = 2880, QKV = 5120, ATTN_OUT = 4096,
+       EXPERTS = 32, TOPK = 4, INTER = 2880 };
+
+typedef struct bench {
+    kn_backend gpu;
+    tu_rng rng;
+    float *block; /* host random block tiled over device buffers */
+    size_t block_n;
+} bench;
+
+static void fail(const char *what)
+{
+    fprintf(stderr, "bench_ops: %s failed\n", what);
+    exit(1);
+}
+
+static float *dev_random(bench *b, size_t n)
+{
+    float *d = kn_malloc(&b->gpu, n * sizeof(float));
+    if (!d)
+        fail("kn_malloc");
+    for (size_t done = 0; done < n; done += b->block_n) {
+        size_t c = n - done < b->block_n ? n - done : b->block_n;
+        if (kn_copy_to_backend(&b->gpu, d + done, b->block, c * sizeof(float)) != KN_OK)
+            fail("upload");
+    }
+    return d;
+}
+
+static int cmp_float(const void *x, const void *y)
+{
+    float a = *(const float *)x, c = *(const float *)y;
+    return a < c ? -1 : a > c;
+}
+
+/* Median ms of REPS calls of op(ctx) after WARMUP. */
+typedef int (*op_fn)(const kn_backend *be, void *ctx);
+static float time_op(const kn_backend *be, op_fn op, void *ctx)
+{
+    cudaStream_t s = (cudaStream_t)be->stream;
+    cudaEvent_t e0, e1;
+    float ms[REPS];
+    if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess)
+        fail("cudaEventCreate");
+    for (int it = 0; it < WARMUP + REPS; it++) {
+        cudaEventRecord(e0, s);
+        if (op(be, ctx) != KN_OK)
+            fail("op");
+        cudaEventRecord(e1, s);
+        if (cudaEventSynchronize(e1) != cudaSuccess)
+            fail("cudaEventSynchronize");
+        if (it >= WARMUP)
+            cudaEventElapsedTime(&ms[it - WARMUP], e0, e1);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    qsort(ms, REPS, sizeof ms[0], cmp_float);
+    return ms[REPS / 2];
+}
+
+typedef struct mm_ctx {
+    float *out, *x, *w, *bias;
+    int m, n, k;
+} mm_ctx;
+
+static int run_matmul(const kn_backend *be, void *p)
+{
+    mm_ctx *c = p;
+    return kn_matmul(be, c->out, c->x, c->w, c->bias, c->m, c->n, c->k);
+}
+
+typedef struct moe_ctx {
+    float *out, *x, *wts;
+    int32_t *idx;
+    kn_moe_weights w;
+} moe_ctx;
+
+static int run_moe(const kn_backend *be, void *p)
+{
+    moe_ctx *c = p;
+    return kn_moe_experts(be, c->out, c->x, c->idx, c->wts, TOKENS, TOPK, &c->w);
+}
+
+typedef struct rms_ctx {
+    float *out, *x, *w;
+} rms_ctx;
+
+static int run_rms(const kn_backend *be, void *p)
+{
+    rms_ctx *c = p;
+    return kn_rmsnorm(be, c->out, c->x, c->w, TOKENS, HIDDEN, 1e-5f);
+}
+
+static void row(const char *op, const char *prec, const char *shape, float ms, double flops, double bytes)
+{
+    printf("| %s | %s | %s | %.3f | ", op, prec, shape, ms);
+    if (flops > 0)
+        printf("%.1f TFLOP/s |\n", flops / (ms * 1e-3) / 1e12);
+    else
+        printf("%.2f TB/s |\n", bytes / (ms * 1e-3) / 1e12);
+}
+
+int main(void)
+{
+    bench b;
+    memset(&b, 0, sizeof b);
+    tu_rng_init(&b.rng, 7);
+    b.block_n = (size_t)16 << 20;
+    b.block = malloc(b.block_n * sizeof(float));
+    if (!b.block)
+        fail("malloc");
+    tu_rand_fill(&b.rng, b.block, b.block_n, -0.05f, 0.05f);
+    unsetenv("TANDEM_CUDA_TF32");
+    if (kn_backend_init_cuda(&b.gpu, 0) != KN_OK)
+        fail("kn_backend_init_cuda");
+    kn_backend tf32;
+    setenv("TANDEM_CUDA_TF32", "1", 1);
+    if (kn_backend_init_cuda(&tf32, 0) != KN_OK)
+        fail("kn_backend_init_cuda (TF32)");
+    unsetenv("TANDEM_CUDA_TF32");
+
+    printf("| op | precision | shape | median ms | rate |\n| --- | --- | --- | --- | --- |\n");
+    float *x = dev_random(&b, (size_t)TOKENS * ATTN_OUT);
+    float *out = dev_random(&b, (size_t)TOKENS * QKV);
+    float *w_qkv = dev_random(&b, (size_t)QKV * HIDDEN), *b_qkv = dev_random(&b, QKV);
+    float *w_o = dev_random(&b, (size_t)HIDDEN * ATTN_OUT), *b_o = dev_random(&b, HIDDEN);
+    mm_ctx qkv = { out, x, w_qkv, b_qkv, TOKENS, QKV, HIDDEN };
+    mm_ctx oproj = { out, x, w_o, b_o, TOKENS, HIDDEN, ATTN_OUT };
+    const kn_backend *bes[2] = { &b.gpu, &tf32 };
+    const char *prec[2] = { "fp32", "tf32" };
+    for (int i = 0; i < 2; i++) {
+        float ms = time_op(bes[i], run_matmul, &qkv);
+        row("kn_matmul (qkv, +bias)", prec[i], "8192x5120x2880", ms, 2.0 * TOKENS * QKV * HIDDEN, 0);
+        ms = time_op(bes[i], run_matmul, &oproj);
+        row("kn_matmul (o_proj, +bias)", prec[i], "8192x2880x4096", ms, 2.0 * TOKENS * HIDDEN * ATTN_OUT, 0);
+    }
+
+    /* MoE: every token picks TOPK distinct experts uniformly. */
+    int32_t *idx = malloc((size_t)TOKENS * TOPK * sizeof(int32_t));
+    float *wts = malloc((size_t)TOKENS * TOPK * sizeof(float));
+    if (!idx || !wts)
+        fail("malloc");
+    for (int t = 0; t < TOKENS; t++) {
+        for (int j = 0; j < TOPK; j++) {
+            int e, dup;
+            do {
+                e = tu_rand_int(&b.rng, EXPERTS);
+                dup = 0;
+                for (int i = 0; i < j; i++)
+                    dup |= idx[t * TOPK + i] == e;
+            } while (dup);
+            idx[t * TOPK + j] = e;
+            wts[t * TOPK + j] = 0.25f;
+        }
+    }
+    moe_ctx moe;
+    moe.out = out;
+    moe.x = x;
+    moe.idx = kn_malloc(&b.gpu, (size_t)TOKENS * TOPK * sizeof(int32_t));
+    moe.wts = kn_malloc(&b.gpu, (size_t)TOKENS * TOPK * sizeof(float));
+    if (!moe.idx || !moe.wts ||
+        kn_copy_to_backend(&b.gpu, moe.idx, idx, (size_t)TOKENS * TOPK * sizeof(int32_t)) != KN_OK ||
+        kn_copy_to_backend(&b.gpu, moe.wts, wts, (size_t)TOKENS * TOPK * sizeof(float)) != KN_OK)
+        fail("moe upload");
+    moe.w = (kn_moe_weights){ .n_experts = EXPERTS, .expert_offset = 0, .dim = HIDDEN, .inter = INTER,
+                              .act = KN_ACT_SWIGLU_OAI, .alpha = 1.702f, .limit = 7.0f };
+    moe.w.gate_up = dev_random(&b, (size_t)EXPERTS * 2 * INTER * HIDDEN);
+    moe.w.gate_up_bias = dev_random(&b, (size_t)EXPERTS * 2 * INTER);
+    moe.w.down = dev_random(&b, (size_t)EXPERTS * HIDDEN * INTER);
+    moe.w.down_bias = dev_random(&b, (size_t)EXPERTS * HIDDEN);
+    double moe_flops = 2.0 * TOKENS * TOPK * (2.0 * INTER * HIDDEN + (double)HIDDEN * INTER);
+    for (int i = 0; i < 2; i++) {
+        float ms = time_op(bes[i], run_moe, &moe);
+        row("kn_moe_experts (32 experts, top-4, clamped SwiGLU, biases)", prec[i], "8192 tokens, 2880/2880", ms,
+            moe_flops, 0);
+    }
+
+    rms_ctx rms = { out, x, w_o };
+    float ms = time_op(&b.gpu, run_rms, &rms);
+    row("kn_rmsnorm", "fp32", "8192x2880", ms, 0, 2.0 * TOKENS * HIDDEN * sizeof(float));
+
+    kn_free(&b.gpu, x), kn_free(&b.gpu, out), kn_free(&b.gpu, w_qkv), kn_free(&b.gpu, b_qkv);
+    kn_free(&b.gpu, w_o), kn_free(&b.gpu, b_o), kn_free(&b.gpu, moe.idx), kn_free(&b.gpu, moe.wts);
+    kn_free(&b.gpu, (void *)moe.w.gate_up), kn_free(&b.gpu, (void *)moe.w.gate_up_bias);
+    kn_free(&b.gpu, (void *)moe.w.down), kn_free(&b.gpu, (void *)moe.w.down_bias);
+    free(idx), free(wts), free(b.block);
+    kn_backend_free(&tf32);
+    kn_backend_free(&b.gpu);
+    return 0;
+}

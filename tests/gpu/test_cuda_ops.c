@@ -1,0 +1,729 @@
+/* CUDA backend against the CPU backend and float64 references, on the GPU
+ * machine (built with `make CUDA=1`, run by tests/gpu/run.sh).
+ *
+ * Every case draws fresh random inputs, fills the GPU outputs with NaN
+ * before the op runs (so an element the op forgets to write fails), runs
+ * the op on both backends on the same inputs and checks
+ *   - the CUDA result against a float64 recomputation (normwise relative
+ *     error, max|got - ref| / max|ref|, within the precision's bound), and
+ *   - the CUDA result against the CPU backend's (same bound, or exact where
+ *     both backends do the same float operations).
+ * NaN never passes (tu_max_rel_err turns it into infinity). Output is TAP:
+ * one "ok N - name" / "not ok N - name" per check, then the plan.
+ *
+ * Usage: test_cuda_ops [seed]   (seed defaults to the time) */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/attention.h"
+#include "kernels/backend.h"
+#include "kernels/elementwise.h"
+#include "kernels/embedding.h"
+#include "kernels/matmul.h"
+#include "kernels/moe.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/sampling.h"
+#include "kernels/status.h"
+#include "tests/unit/testutil.h"
+
+/* Bounds, normwise relative. fp32 ops land near 1e-6; TF32 products (only
+ * with TANDEM_CUDA_TF32=1) near 3e-4. */
+#define FP32_TOL 2e-5
+#define TF32_TOL 2e-3
+
+typedef struct test_ctx {
+    kn_backend cpu, gpu;
+    tu_rng rng;
+    int n_checks, n_failed;
+    int tf32;
+} test_ctx;
+
+static void tap(test_ctx *t, int ok, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void tap(test_ctx *t, int ok, const char *fmt, ...)
+{
+    va_list ap;
+    t->n_checks++;
+    if (!ok)
+        t->n_failed++;
+    printf("%s %d - ", ok ? "ok" : "not ok", t->n_checks);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    putchar('\n');
+    fflush(stdout);
+}
+
+/* A check of err <= tol, printing the error in the name. */
+static void check_err(test_ctx *t, double err, double tol, const char *what)
+{
+    tap(t, err <= tol, "%s: rel err %.3g (bound %.1g)", what, err, tol);
+}
+
+static void die(const char *what, int rc)
+{
+    fprintf(stderr, "test_cuda_ops: %s failed: %s\n", what, kn_status_str(rc));
+    printf("Bail out! %s failed\n", what);
+    exit(1);
+}
+
+static void *dev_alloc(test_ctx *t, size_t bytes)
+{
+    void *p = kn_malloc(&t->gpu, bytes);
+    if (!p)
+        die("kn_malloc", KN_ERR_NOMEM);
+    return p;
+}
+
+static void *dev_upload(test_ctx *t, const void *host, size_t bytes)
+{
+    void *p = dev_alloc(t, bytes);
+    int rc = kn_copy_to_backend(&t->gpu, p, host, bytes);
+    if (rc != KN_OK)
+        die("kn_copy_to_backend", rc);
+    return p;
+}
+
+static void dev_download(test_ctx *t, void *host, const void *dev, size_t bytes)
+{
+    int rc = kn_copy_to_host(&t->gpu, host, dev, bytes);
+    if (rc != KN_OK)
+        die("kn_copy_to_host", rc);
+}
+
+/* Fills n floats of device memory with NaN. */
+static void dev_poison(test_ctx *t, float *dev, size_t n)
+{
+    float *nan_buf = tu_xcalloc(n, sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        nan_buf[i] = NAN;
+    int rc = kn_copy_to_backend(&t->gpu, dev, nan_buf, n * sizeof(float));
+    free(nan_buf);
+    if (rc != KN_OK)
+        die("kn_copy_to_backend", rc);
+}
+
+static float *rand_floats(test_ctx *t, size_t n, float lo, float hi)
+{
+    float *x = tu_xcalloc(n, sizeof(float));
+    tu_rand_fill(&t->rng, x, n, lo, hi);
+    return x;
+}
+
+static double rand_normal(test_ctx *t)
+{
+    double u1 = tu_rand_uniform(&t->rng), u2 = tu_rand_uniform(&t->rng);
+    return sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2);
+}
+
+/* Downloads n floats and returns max rel err against ref (float64). */
+static double gpu_err(test_ctx *t, const float *dev, const double *ref, size_t n, float *host_out)
+{
+    dev_download(t, host_out, dev, n * sizeof(float));
+    return tu_max_rel_err(host_out, ref, n);
+}
+
+static int all_equal(const float *a, const float *b, size_t n)
+{
+    return memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+static int run_ok(test_ctx *t, int rc, const char *what)
+{
+    if (rc != KN_OK)
+        tap(t, 0, "%s returned %s", what, kn_status_str(rc));
+    return rc == KN_OK;
+}
+
+/* ------------------------------------------------------------------ */
+
+static void test_embedding(test_ctx *t, int n_tokens, int vocab, int dim)
+{
+    float *table = rand_floats(t, (size_t)vocab * dim, -1.f, 1.f);
+    int32_t *ids = tu_xcalloc((size_t)n_tokens, sizeof(int32_t));
+    for (int i = 0; i < n_tokens; i++)
+        ids[i] = tu_rand_int(&t->rng, vocab);
+    size_t n = (size_t)n_tokens * dim;
+    float *cpu = tu_xcalloc(n, sizeof(float)), *got = tu_xcalloc(n, sizeof(float));
+    float *d_table = dev_upload(t, table, (size_t)vocab * dim * sizeof(float));
+    int32_t *d_ids = dev_upload(t, ids, (size_t)n_tokens * sizeof(int32_t));
+    float *d_out = dev_alloc(t, n * sizeof(float));
+    dev_poison(t, d_out, n);
+    if (run_ok(t, kn_embedding(&t->gpu, d_out, d_table, d_ids, n_tokens, vocab, dim), "kn_embedding cuda") &&
+        run_ok(t, kn_embedding(&t->cpu, cpu, table, ids, n_tokens, vocab, dim), "kn_embedding cpu")) {
+        dev_download(t, got, d_out, n * sizeof(float));
+        tap(t, all_equal(got, cpu, n), "embedding n_tokens=%d vocab=%d dim=%d: equals CPU", n_tokens, vocab, dim);
+    }
+    /* A bad id anywhere: KN_ERR_ARG and nothing written. */
+    if (n_tokens > 1) {
+        ids[n_tokens / 2] = vocab;
+        kn_copy_to_backend(&t->gpu, d_ids, ids, (size_t)n_tokens * sizeof(int32_t));
+        dev_poison(t, d_out, n);
+        int rc = kn_embedding(&t->gpu, d_out, d_table, d_ids, n_tokens, vocab, dim);
+        dev_download(t, got, d_out, n * sizeof(float));
+        int untouched = 1;
+        for (size_t i = 0; i < n; i++)
+            untouched &= isnan(got[i]);
+        tap(t, rc == KN_ERR_ARG && untouched, "embedding: id %d rejected, output untouched", vocab);
+    }
+    kn_free(&t->gpu, d_table);
+    kn_free(&t->gpu, d_ids);
+    kn_free(&t->gpu, d_out);
+    free(table), free(ids), free(cpu), free(got);
+}
+
+static void test_rmsnorm(test_ctx *t, int rows, int dim, int in_place)
+{
+    size_t n = (size_t)rows * dim;
+    float *x = rand_floats(t, n, -3.f, 3.f), *w = rand_floats(t, (size_t)dim, 0.5f, 1.5f);
+    const float eps = 1e-5f;
+    double *ref = tu_xcalloc(n, sizeof(double));
+    for (int r = 0; r < rows; r++) {
+        double ss = 0;
+        for (int i = 0; i < dim; i++)
+            ss += (double)x[(size_t)r * dim + i] * x[(size_t)r * dim + i];
+        double inv = 1.0 / sqrt(ss / dim + eps);
+        for (int i = 0; i < dim; i++)
+            ref[(size_t)r * dim + i] = x[(size_t)r * dim + i] * inv * w[i];
+    }
+    float *cpu = tu_xcalloc(n, sizeof(float)), *got = tu_xcalloc(n, sizeof(float));
+    float *d_x = dev_upload(t, x, n * sizeof(float)), *d_w = dev_upload(t, w, (size_t)dim * sizeof(float));
+    float *d_out = d_x;
+    if (!in_place) {
+        d_out = dev_alloc(t, n * sizeof(float));
+        dev_poison(t, d_out, n);
+    }
+    if (run_ok(t, kn_rmsnorm(&t->gpu, d_out, d_x, d_w, rows, dim, eps), "kn_rmsnorm cuda") &&
+        run_ok(t, kn_rmsnorm(&t->cpu, cpu, x, w, rows, dim, eps), "kn_rmsnorm cpu")) {
+        char what[128];
+        snprintf(what, sizeof what, "rmsnorm rows=%d dim=%d%s vs float64", rows, dim, in_place ? " in place" : "");
+        check_err(t, gpu_err(t, d_out, ref, n, got), FP32_TOL, what);
+        snprintf(what, sizeof what, "rmsnorm rows=%d dim=%d vs CPU", rows, dim);
+        check_err(t, tu_max_rel_err_f32(got, cpu, n), 1e-6, what);
+    }
+    if (!in_place)
+        kn_free(&t->gpu, d_out);
+    kn_free(&t->gpu, d_x);
+    kn_free(&t->gpu, d_w);
+    free(x), free(w), free(ref), free(cpu), free(got);
+}
+
+static void test_matmul(test_ctx *t, int m, int n, int k, int with_bias)
+{
+    float *x = rand_floats(t, (size_t)m * k, -1.f, 1.f), *w = rand_floats(t, (size_t)n * k, -1.f, 1.f);
+    float *bias = with_bias ? rand_floats(t, (size_t)n, -1.f, 1.f) : NULL;
+    size_t no = (size_t)m * n;
+    double *ref = tu_xcalloc(no, sizeof(double));
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double acc = bias ? bias[j] : 0.0;
+            for (int c = 0; c < k; c++)
+                acc += (double)x[(size_t)i * k + c] * w[(size_t)j * k + c];
+            ref[(size_t)i * n + j] = acc;
+        }
+    float *cpu = tu_xcalloc(no, sizeof(float)), *got = tu_xcalloc(no, sizeof(float));
+    float *d_x = dev_upload(t, x, (size_t)m * k * sizeof(float));
+    float *d_w = dev_upload(t, w, (size_t)n * k * sizeof(float));
+    float *d_b = bias ? dev_upload(t, bias, (size_t)n * sizeof(float)) : NULL;
+    float *d_out = dev_alloc(t, no * sizeof(float));
+    dev_poison(t, d_out, no);
+    double tol = t->tf32 ? TF32_TOL : FP32_TOL;
+    if (run_ok(t, kn_matmul(&t->gpu, d_out, d_x, d_w, d_b, m, n, k), "kn_matmul cuda") &&
+        run_ok(t, kn_matmul(&t->cpu, cpu, x, w, bias, m, n, k), "kn_matmul cpu")) {
+        char what[128];
+        snprintf(what, sizeof what, "matmul m=%d n=%d k=%d%s%s vs float64", m, n, k,
+                 bias ? " +bias" : "", t->tf32 ? " (TF32)" : "");
+        check_err(t, gpu_err(t, d_out, ref, no, got), tol, what);
+        snprintf(what, sizeof what, "matmul m=%d n=%d k=%d vs CPU", m, n, k);
+        check_err(t, tu_max_rel_err_f32(got, cpu, no), tol, what);
+    }
+    kn_free(&t->gpu, d_x);
+    kn_free(&t->gpu, d_w);
+    kn_free(&t->gpu, d_b);
+    kn_free(&t->gpu, d_out);
+    free(x), free(w), free(bias), free(ref), free(cpu), free(got);
+}
+
+/* offset shifts every pointer by that many floats (misaligned vector path). */
+static void test_add(test_ctx *t, size_t n, int in_place, int offset)
+{
+    float *a = rand_floats(t, n + offset, -1.f, 1.f), *b = rand_floats(t, n + offset, -1.f, 1.f);
+    float *cpu = tu_xcalloc(n, sizeof(float)), *got = tu_xcalloc(n + offset, sizeof(float));
+    float *d_a = dev_upload(t, a, (n + offset) * sizeof(float));
+    float *d_b = dev_upload(t, b, (n + offset) * sizeof(float));
+    float *d_out = d_a;
+    if (!in_place) {
+        d_out = dev_alloc(t, (n + offset) * sizeof(float));
+        dev_poison(t, d_out, n + offset);
+    }
+    if (run_ok(t, kn_add(&t->gpu, d_out + offset, d_a + offset, d_b + offset, n), "kn_add cuda") &&
+        run_ok(t, kn_add(&t->cpu, cpu, a + offset, b + offset, n), "kn_add cpu")) {
+        dev_download(t, got, d_out, (n + offset) * sizeof(float));
+        tap(t, all_equal(got + offset, cpu, n), "add n=%zu%s offset=%d: equals CPU", n,
+            in_place ? " in place" : "", offset);
+    }
+    if (!in_place)
+        kn_free(&t->gpu, d_out);
+    kn_free(&t->gpu, d_a);
+    kn_free(&t->gpu, d_b);
+    free(a), free(b), free(cpu), free(got);
+}
+
+static void test_rope(test_ctx *t, int n_tokens, int n_heads, int head_dim, int yarn)
+{
+    kn_rope_config cfg = { .head_dim = head_dim, .theta = yarn ? 150000.0 : 1000000.0, .yarn = yarn,
+                           .factor = 32.0, .beta_fast = 32.0, .beta_slow = 1.0,
+                           .original_max_position = 4096, .truncate = 0, .attention_factor = 0.0 };
+    int half = head_dim / 2;
+    float *inv_freq = tu_xcalloc((size_t)half, sizeof(float)), scale = 1.f;
+    if (kn_rope_inv_freq(&cfg, inv_freq, &scale) != KN_OK)
+        die("kn_rope_inv_freq", KN_ERR_ARG);
+    size_t n = (size_t)n_tokens * n_heads * head_dim;
+    float *x = rand_floats(t, n, -2.f, 2.f), *cpu = tu_xcalloc(n, sizeof(float));
+    float *got = tu_xcalloc(n, sizeof(float));
+    int32_t *pos = tu_xcalloc((size_t)n_tokens, sizeof(int32_t));
+    for (int i = 0; i < n_tokens; i++)
+        pos[i] = tu_rand_int(&t->rng, 131072);
+    double *ref = tu_xcalloc(n, sizeof(double));
+    for (int tk = 0; tk < n_tokens; tk++)
+        for (int h = 0; h < n_heads; h++)
+            for (int i = 0; i < half; i++) {
+                size_t o = ((size_t)tk * n_heads + h) * head_dim;
+                /* HF's angle is the float32 product; the rest in double. */
+                double a = (double)((float)pos[tk] * inv_freq[i]);
+                double c = cos(a) * scale, s = sin(a) * scale;
+                ref[o + i] = x[o + i] * c - x[o + i + half] * s;
+                ref[o + i + half] = x[o + i + half] * c + x[o + i] * s;
+            }
+    memcpy(cpu, x, n * sizeof(float));
+    float *d_x = dev_upload(t, x, n * sizeof(float));
+    int32_t *d_pos = dev_upload(t, pos, (size_t)n_tokens * sizeof(int32_t));
+    float *d_if = dev_upload(t, inv_freq, (size_t)half * sizeof(float));
+    if (run_ok(t, kn_rope(&t->gpu, d_x, d_pos, n_tokens, n_heads, head_dim, d_if, scale), "kn_rope cuda") &&
+        run_ok(t, kn_rope(&t->cpu, cpu, pos, n_tokens, n_heads, head_dim, inv_freq, scale), "kn_rope cpu")) {
+        char what[128];
+        snprintf(what, sizeof what, "rope%s tokens=%d heads=%d head_dim=%d vs float64", yarn ? " YaRN" : "",
+                 n_tokens, n_heads, head_dim);
+        check_err(t, gpu_err(t, d_x, ref, n, got), FP32_TOL, what);
+        snprintf(what, sizeof what, "rope tokens=%d head_dim=%d vs CPU", n_tokens, head_dim);
+        check_err(t, tu_max_rel_err_f32(got, cpu, n), 1e-6, what);
+    }
+    kn_free(&t->gpu, d_x);
+    kn_free(&t->gpu, d_pos);
+    kn_free(&t->gpu, d_if);
+    free(inv_freq), free(x), free(cpu), free(got), free(pos), free(ref);
+}
+
+/* ------------------------------------------------------------------ */
+/* Paged KV cache and attention.                                      */
+
+typedef struct attn_case {
+    const char *name;
+    int n_seqs;
+    int n_q[8], kv_len[8];
+    int n_heads, n_kv_heads, head_dim, page_size, window, sinks;
+} attn_case;
+
+/* float64 attention for one (row, head) straight from the host pools. */
+static void attn_ref_row(const attn_case *c, const float *q, const float *kp, const float *vp,
+                         const int32_t *pages, int pos, int h, int r, const float *sinks,
+                         float scale, double *out)
+{
+    int G = c->n_heads / c->n_kv_heads, kvh = h / G, D = c->head_dim, ps = c->page_size;
+    const float *qh = q + ((size_t)r * c->n_heads + h) * D;
+    int first = c->window > 0 && pos - c->window + 1 > 0 ? pos - c->window + 1 : 0;
+    int nk = pos - first + 1;
+    double *sc = tu_xcalloc((size_t)nk, sizeof(double));
+    double mx = sinks ? sinks[h] : -INFINITY;
+    for (int j = 0; j < nk; j++) {
+        int tok = first + j;
+        const float *kj = kp + (((size_t)pages[tok / ps] * c->n_kv_heads + kvh) * ps + tok % ps) * D;
+        double d = 0;
+        for (int i = 0; i < D; i++)
+            d += (double)qh[i] * kj[i];
+        sc[j] = d * scale;
+        if (sc[j] > mx)
+            mx = sc[j];
+    }
+    double den = sinks ? exp(sinks[h] - mx) : 0.0;
+    for (int i = 0; i < D; i++)
+        out[i] = 0;
+    for (int j = 0; j < nk; j++) {
+        int tok = first + j;
+        const float *vj = vp + (((size_t)pages[tok / ps] * c->n_kv_heads + kvh) * ps + tok % ps) * D;
+        double p = exp(sc[j] - mx);
+        den += p;
+        for (int i = 0; i < D; i++)
+            out[i] += p * vj[i];
+    }
+    for (int i = 0; i < D; i++)
+        out[i] /= den;
+    free(sc);
+}
+
+static void test_attention(test_ctx *t, const attn_case *c)
+{
+    int D = c->head_dim, ps = c->page_size, n_kv = c->n_kv_heads, H = c->n_heads;
+    int n_rows = 0, max_q = 0, max_kv = 0, max_pages = 0;
+    for (int s = 0; s < c->n_seqs; s++) {
+        n_rows += c->n_q[s];
+        max_q = c->n_q[s] > max_q ? c->n_q[s] : max_q;
+        max_kv = c->kv_len[s] > max_kv ? c->kv_len[s] : max_kv;
+        int np = (c->kv_len[s] + ps - 1) / ps;
+        max_pages = np > max_pages ? np : max_pages;
+    }
+    /* Pages of all sequences shuffled over a pool with spare pages. */
+    int n_pages = c->n_seqs * max_pages + 3;
+    int32_t *perm = tu_xcalloc((size_t)n_pages, sizeof(int32_t));
+    for (int i = 0; i < n_pages; i++)
+        perm[i] = i;
+    tu_rand_shuffle_i32(&t->rng, perm, n_pages);
+    int32_t *page_table = tu_xcalloc((size_t)c->n_seqs * max_pages, sizeof(int32_t));
+    int32_t q_offset[9] = { 0 }, kv_len[8];
+    for (int s = 0, next = 0; s < c->n_seqs; s++) {
+        for (int p = 0; p < max_pages; p++)
+            page_table[(size_t)s * max_pages + p] = perm[next++];
+        q_offset[s + 1] = q_offset[s] + c->n_q[s];
+        kv_len[s] = c->kv_len[s];
+    }
+    size_t pool_n = (size_t)n_pages * n_kv * ps * D;
+    size_t row_n = (size_t)n_rows * n_kv * D, q_n = (size_t)n_rows * H * D;
+    /* Earlier tokens: random pool contents; this step's rows: kv_append. */
+    float *kpool = rand_floats(t, pool_n, -1.f, 1.f), *vpool = rand_floats(t, pool_n, -1.f, 1.f);
+    float *k = rand_floats(t, row_n, -1.f, 1.f), *v = rand_floats(t, row_n, -1.f, 1.f);
+    float *q = rand_floats(t, q_n, -1.f, 1.f);
+    float *sinks = c->sinks ? rand_floats(t, (size_t)H, -1.f, 3.f) : NULL;
+    float scale = 1.f / sqrtf((float)D);
+
+    float *d_kp = dev_upload(t, kpool, pool_n * sizeof(float));
+    float *d_vp = dev_upload(t, vpool, pool_n * sizeof(float));
+    float *d_k = dev_upload(t, k, row_n * sizeof(float)), *d_v = dev_upload(t, v, row_n * sizeof(float));
+    float *d_q = dev_upload(t, q, q_n * sizeof(float));
+    float *d_sinks = sinks ? dev_upload(t, sinks, (size_t)H * sizeof(float)) : NULL;
+    int32_t *d_qo = dev_upload(t, q_offset, (size_t)(c->n_seqs + 1) * sizeof(int32_t));
+    int32_t *d_kl = dev_upload(t, kv_len, (size_t)c->n_seqs * sizeof(int32_t));
+    int32_t *d_pt = dev_upload(t, page_table, (size_t)c->n_seqs * max_pages * sizeof(int32_t));
+    float *d_out = dev_alloc(t, q_n * sizeof(float));
+    dev_poison(t, d_out, q_n);
+
+    kn_seq_batch hb = { .n_seqs = c->n_seqs, .n_rows = n_rows, .max_pages = max_pages, .max_q_len = max_q,
+                        .max_kv_len = max_kv, .q_offset = q_offset, .kv_len = kv_len,
+                        .page_table = page_table, .n_pages = n_pages };
+    kn_seq_batch db = hb;
+    db.q_offset = d_qo;
+    db.kv_len = d_kl;
+    db.page_table = d_pt;
+
+    float *got_pool = tu_xcalloc(pool_n, sizeof(float)), *cpu = tu_xcalloc(q_n, sizeof(float));
+    float *got = tu_xcalloc(q_n, sizeof(float));
+    if (run_ok(t, kn_kv_append(&t->gpu, d_kp, d_vp, d_k, d_v, &db, n_kv, D, ps), "kn_kv_append cuda") &&
+        run_ok(t, kn_kv_append(&t->cpu, kpool, vpool, k, v, &hb, n_kv, D, ps), "kn_kv_append cpu")) {
+        dev_download(t, got_pool, d_kp, pool_n * sizeof(float));
+        int same = all_equal(got_pool, kpool, pool_n);
+        dev_download(t, got_pool, d_vp, pool_n * sizeof(float));
+        same &= all_equal(got_pool, vpool, pool_n);
+        tap(t, same, "kv_append %s: K and V pools equal CPU", c->name);
+    }
+    double *ref = tu_xcalloc(q_n, sizeof(double));
+    for (int s = 0; s < c->n_seqs; s++)
+        for (int r = q_offset[s]; r < q_offset[s + 1]; r++) {
+            int pos = kv_len[s] - c->n_q[s] + (r - q_offset[s]);
+            for (int h = 0; h < H; h++)
+                attn_ref_row(c, q, kpool, vpool, page_table + (size_t)s * max_pages, pos, h, r, sinks,
+                             scale, ref + ((size_t)r * H + h) * D);
+        }
+    if (run_ok(t, kn_attention(&t->gpu, d_out, d_q, d_kp, d_vp, &db, H, n_kv, D, ps, scale, d_sinks, c->window),
+               "kn_attention cuda") &&
+        run_ok(t, kn_attention(&t->cpu, cpu, q, kpool, vpool, &hb, H, n_kv, D, ps, scale, sinks, c->window),
+               "kn_attention cpu")) {
+        char what[160];
+        snprintf(what, sizeof what, "attention %s vs float64", c->name);
+        check_err(t, gpu_err(t, d_out, ref, q_n, got), FP32_TOL, what);
+        snprintf(what, sizeof what, "attention %s vs CPU", c->name);
+        check_err(t, tu_max_rel_err_f32(got, cpu, q_n), FP32_TOL, what);
+    }
+    kn_free(&t->gpu, d_kp), kn_free(&t->gpu, d_vp), kn_free(&t->gpu, d_k), kn_free(&t->gpu, d_v);
+    kn_free(&t->gpu, d_q), kn_free(&t->gpu, d_sinks), kn_free(&t->gpu, d_qo), kn_free(&t->gpu, d_kl);
+    kn_free(&t->gpu, d_pt), kn_free(&t->gpu, d_out);
+    free(perm), free(page_table), free(kpool), free(vpool), free(k), free(v), free(q), free(sinks);
+    free(got_pool), free(cpu), free(got), free(ref);
+}
+
+/* ------------------------------------------------------------------ */
+/* MoE.                                                               */
+
+static void test_moe_route(test_ctx *t, int n_tokens, int n_experts, int k, kn_route_mode mode, int renorm)
+{
+    size_t nl = (size_t)n_tokens * n_experts, no = (size_t)n_tokens * k;
+    float *logits = tu_xcalloc(nl, sizeof(float));
+    for (size_t i = 0; i < nl; i++)
+        logits[i] = (float)(2.0 * rand_normal(t));
+    /* A tie in every token: expert 1 copies expert 3's logit. */
+    for (int tk = 0; tk < n_tokens; tk++)
+        logits[(size_t)tk * n_experts + 1] = logits[(size_t)tk * n_experts + 3];
+    int32_t *ci = tu_xcalloc(no, sizeof(int32_t)), *gi = tu_xcalloc(no, sizeof(int32_t));
+    float *cw = tu_xcalloc(no, sizeof(float)), *gw = tu_xcalloc(no, sizeof(float));
+    float *d_l = dev_upload(t, logits, nl * sizeof(float));
+    int32_t *d_i = dev_alloc(t, no * sizeof(int32_t));
+    float *d_w = dev_alloc(t, no * sizeof(float));
+    dev_poison(t, d_w, no);
+    dev_poison(t, (float *)d_i, no); /* 0xffffffff-ish pattern: no valid id */
+    if (run_ok(t, kn_moe_route(&t->gpu, d_i, d_w, d_l, n_tokens, n_experts, k, mode, renorm), "kn_moe_route cuda") &&
+        run_ok(t, kn_moe_route(&t->cpu, ci, cw, logits, n_tokens, n_experts, k, mode, renorm), "kn_moe_route cpu")) {
+        dev_download(t, gi, d_i, no * sizeof(int32_t));
+        dev_download(t, gw, d_w, no * sizeof(float));
+        /* float64 reference weights from the CPU's picks. */
+        double *ref = tu_xcalloc(no, sizeof(double));
+        for (int tk = 0; tk < n_tokens; tk++) {
+            const float *lt = logits + (size_t)tk * n_experts;
+            double top = lt[ci[(size_t)tk * k]], den = 0;
+            int over_picks = mode == KN_ROUTE_TOPK_SOFTMAX || renorm;
+            for (int e = 0; e < (over_picks ? k : n_experts); e++)
+                den += exp((over_picks ? lt[ci[(size_t)tk * k + e]] : lt[e]) - top);
+            for (int j = 0; j < k; j++)
+                ref[(size_t)tk * k + j] = exp(lt[ci[(size_t)tk * k + j]] - top) / den;
+        }
+        const char *mname = mode == KN_ROUTE_TOPK_SOFTMAX ? "topk-softmax" : renorm ? "softmax-topk renorm" : "softmax-topk";
+        tap(t, memcmp(gi, ci, no * sizeof(int32_t)) == 0, "moe_route %s tokens=%d experts=%d k=%d: ids equal CPU",
+            mname, n_tokens, n_experts, k);
+        char what[128];
+        snprintf(what, sizeof what, "moe_route %s experts=%d k=%d weights vs float64", mname, n_experts, k);
+        check_err(t, tu_max_rel_err(gw, ref, no), 1e-6, what);
+        snprintf(what, sizeof what, "moe_route %s experts=%d k=%d weights vs CPU", mname, n_experts, k);
+        check_err(t, tu_max_rel_err_f32(gw, cw, no), 1e-6, what);
+        free(ref);
+    }
+    kn_free(&t->gpu, d_l), kn_free(&t->gpu, d_i), kn_free(&t->gpu, d_w);
+    free(logits), free(ci), free(gi), free(cw), free(gw);
+}
+
+static void test_moe_experts(test_ctx *t, int n_tokens, int k, int n_global, int n_local, int offset,
+                             int dim, int inter, kn_act act, int biases)
+{
+    size_t ngu = (size_t)n_local * 2 * inter * dim, nd = (size_t)n_local * dim * inter;
+    float *gu = rand_floats(t, ngu, -0.3f, 0.3f), *dn = rand_floats(t, nd, -0.3f, 0.3f);
+    float *gub = biases ? rand_floats(t, (size_t)n_local * 2 * inter, -0.5f, 0.5f) : NULL;
+    float *dnb = biases ? rand_floats(t, (size_t)n_local * dim, -0.5f, 0.5f) : NULL;
+    float *x = rand_floats(t, (size_t)n_tokens * dim, -2.f, 2.f);
+    size_t ns = (size_t)n_tokens * k;
+    int32_t *idx = tu_xcalloc(ns, sizeof(int32_t));
+    float *wts = rand_floats(t, ns, 0.05f, 1.f);
+    for (int tk = 0; tk < n_tokens; tk++) /* k distinct experts per token */
+        for (int j = 0; j < k; j++) {
+            int e, dup;
+            do {
+                e = tu_rand_int(&t->rng, n_global);
+                dup = 0;
+                for (int i = 0; i < j; i++)
+                    dup |= idx[(size_t)tk * k + i] == e;
+            } while (dup);
+            idx[(size_t)tk * k + j] = e;
+        }
+    kn_moe_weights hw = { .n_experts = n_local, .expert_offset = offset, .dim = dim, .inter = inter,
+                          .gate_up = gu, .gate_up_bias = gub, .down = dn, .down_bias = dnb,
+                          .act = act, .alpha = 1.702f, .limit = 7.0f };
+    /* float64 reference. */
+    size_t no = (size_t)n_tokens * dim;
+    double *ref = tu_xcalloc(no, sizeof(double)), *hbuf = tu_xcalloc((size_t)2 * inter, sizeof(double));
+    for (int tk = 0; tk < n_tokens; tk++)
+        for (int j = 0; j < k; j++) {
+            int e = idx[(size_t)tk * k + j] - offset;
+            if (e < 0 || e >= n_local)
+                continue;
+            const float *xt = x + (size_t)tk * dim;
+            for (int o = 0; o < 2 * inter; o++) {
+                double acc = gub ? gub[(size_t)e * 2 * inter + o] : 0.0;
+                for (int i = 0; i < dim; i++)
+                    acc += (double)gu[((size_t)e * 2 * inter + o) * dim + i] * xt[i];
+                hbuf[o] = acc;
+            }
+            for (int i = 0; i < inter; i++) {
+                double g = hbuf[i], u = hbuf[inter + i];
+                if (act == KN_ACT_SWIGLU_OAI) {
+                    g = g < hw.limit ? g : hw.limit;
+                    u = u < -hw.limit ? -hw.limit : u > hw.limit ? hw.limit : u;
+                    hbuf[i] = g / (1.0 + exp(-(double)hw.alpha * g)) * (u + 1.0);
+                } else {
+                    hbuf[i] = g / (1.0 + exp(-g)) * u;
+                }
+            }
+            double wgt = wts[(size_t)tk * k + j];
+            for (int o = 0; o < dim; o++) {
+                double acc = dnb ? dnb[(size_t)e * dim + o] : 0.0;
+                for (int i = 0; i < inter; i++)
+                    acc += (double)dn[((size_t)e * dim + o) * inter + i] * hbuf[i];
+                ref[(size_t)tk * dim + o] += wgt * acc;
+            }
+        }
+    float *d_gu = dev_upload(t, gu, ngu * sizeof(float)), *d_dn = dev_upload(t, dn, nd * sizeof(float));
+    float *d_gub = gub ? dev_upload(t, gub, (size_t)n_local * 2 * inter * sizeof(float)) : NULL;
+    float *d_dnb = dnb ? dev_upload(t, dnb, (size_t)n_local * dim * sizeof(float)) : NULL;
+    float *d_x = dev_upload(t, x, no * sizeof(float));
+    int32_t *d_idx = dev_upload(t, idx, ns * sizeof(int32_t));
+    float *d_wts = dev_upload(t, wts, ns * sizeof(float));
+    float *d_out = dev_alloc(t, no * sizeof(float));
+    dev_poison(t, d_out, no);
+    kn_moe_weights dw = hw;
+    dw.gate_up = d_gu, dw.gate_up_bias = d_gub, dw.down = d_dn, dw.down_bias = d_dnb;
+    float *cpu = tu_xcalloc(no, sizeof(float)), *got = tu_xcalloc(no, sizeof(float));
+    double tol = t->tf32 ? TF32_TOL : FP32_TOL;
+    if (run_ok(t, kn_moe_experts(&t->gpu, d_out, d_x, d_idx, d_wts, n_tokens, k, &dw), "kn_moe_experts cuda") &&
+        run_ok(t, kn_moe_experts(&t->cpu, cpu, x, idx, wts, n_tokens, k, &hw), "kn_moe_experts cpu")) {
+        char what[192];
+        snprintf(what, sizeof what, "moe_experts %s tokens=%d k=%d experts %d..%d of %d dim=%d inter=%d%s vs float64",
+                 act == KN_ACT_SWIGLU_OAI ? "clamped-swiglu" : "swiglu", n_tokens, k, offset,
+                 offset + n_local - 1, n_global, dim, inter, biases ? " +bias" : "");
+        check_err(t, gpu_err(t, d_out, ref, no, got), tol, what);
+        snprintf(what, sizeof what, "moe_experts tokens=%d dim=%d inter=%d vs CPU", n_tokens, dim, inter);
+        check_err(t, tu_max_rel_err_f32(got, cpu, no), tol, what);
+    }
+    kn_free(&t->gpu, d_gu), kn_free(&t->gpu, d_dn), kn_free(&t->gpu, d_gub), kn_free(&t->gpu, d_dnb);
+    kn_free(&t->gpu, d_x), kn_free(&t->gpu, d_idx), kn_free(&t->gpu, d_wts), kn_free(&t->gpu, d_out);
+    free(gu), free(dn), free(gub), free(dnb), free(x), free(idx), free(wts), free(ref), free(hbuf);
+    free(cpu), free(got);
+}
+
+/* ------------------------------------------------------------------ */
+/* Sampling: the same tokens and generator states as the CPU.          */
+
+static void test_sampling(test_ctx *t, int n_rows, int vocab, int rounds)
+{
+    static const kn_sampling settings[] = {
+        { 0.0f, 1.0f, 0 },   { 0.7f, 1.0f, 0 },  { 1.0f, 1.0f, 50 }, { 0.8f, 0.9f, 0 },
+        { 1.0f, 0.95f, 40 }, { 1.5f, 0.5f, 0 },  { 0.6f, 1.0f, 1 },  { 2.0f, 0.999f, 0 },
+    };
+    const int n_settings = (int)(sizeof settings / sizeof settings[0]);
+    kn_sampling *params = tu_xcalloc((size_t)n_rows, sizeof *params);
+    uint64_t *st_cpu = tu_xcalloc((size_t)n_rows, sizeof(uint64_t));
+    uint64_t *st_gpu = tu_xcalloc((size_t)n_rows, sizeof(uint64_t));
+    int32_t *tok_cpu = tu_xcalloc((size_t)n_rows, sizeof(int32_t));
+    int32_t *tok_gpu = tu_xcalloc((size_t)n_rows, sizeof(int32_t));
+    size_t nl = (size_t)n_rows * vocab;
+    float *logits = tu_xcalloc(nl, sizeof(float));
+    float *d_l = dev_alloc(t, nl * sizeof(float));
+    for (int r = 0; r < n_rows; r++) {
+        params[r] = settings[r % n_settings];
+        st_cpu[r] = st_gpu[r] = kn_rng_seed(tu_rand_u64(&t->rng));
+    }
+    int mismatches = 0, state_mismatch = 0, failures = 0;
+    for (int round = 0; round < rounds; round++) {
+        for (size_t i = 0; i < nl; i++)
+            logits[i] = (float)(3.0 * rand_normal(t));
+        /* Exact ties with the row max, and a -inf logit. */
+        for (int r = 0; r < n_rows; r++) {
+            float *lr = logits + (size_t)r * vocab;
+            int a = tu_rand_int(&t->rng, vocab), b = tu_rand_int(&t->rng, vocab);
+            lr[a] = lr[b] = 12.0f;
+            lr[tu_rand_int(&t->rng, vocab)] = -INFINITY;
+        }
+        if (kn_copy_to_backend(&t->gpu, d_l, logits, nl * sizeof(float)) != KN_OK)
+            die("kn_copy_to_backend", KN_ERR_DEVICE);
+        for (int r = 0; r < n_rows; r++)
+            tok_gpu[r] = -1;
+        int rg = kn_sample(&t->gpu, tok_gpu, d_l, n_rows, vocab, params, st_gpu);
+        int rcpu = kn_sample(&t->cpu, tok_cpu, logits, n_rows, vocab, params, st_cpu);
+        if (rg != KN_OK || rcpu != KN_OK) {
+            failures++;
+            continue;
+        }
+        for (int r = 0; r < n_rows; r++) {
+            mismatches += tok_gpu[r] != tok_cpu[r];
+            state_mismatch += st_gpu[r] != st_cpu[r];
+        }
+    }
+    tap(t, failures == 0 && mismatches == 0 && state_mismatch == 0,
+        "sample rows=%d vocab=%d x %d rounds (greedy/temperature/top-k/top-p): tokens equal CPU "
+        "(%d mismatches, %d generator mismatches, %d failed calls)", n_rows, vocab, rounds, mismatches,
+        state_mismatch, failures);
+    /* A NaN logit: KN_ERR_ARG and no generator moves. */
+    logits[(size_t)(n_rows - 1) * vocab + 5] = NAN;
+    kn_copy_to_backend(&t->gpu, d_l, logits, nl * sizeof(float));
+    uint64_t before = st_gpu[1];
+    int rg = kn_sample(&t->gpu, tok_gpu, d_l, n_rows, vocab, params, st_gpu);
+    tap(t, rg == KN_ERR_ARG && st_gpu[1] == before, "sample: NaN logit rejected, generators untouched");
+    kn_free(&t->gpu, d_l);
+    free(params), free(st_cpu), free(st_gpu), free(tok_cpu), free(tok_gpu), free(logits);
+}
+
+int main(int argc, char **argv)
+{
+    test_ctx t;
+    memset(&t, 0, sizeof t);
+    uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 0) : (uint64_t)time(NULL);
+    tu_rng_init(&t.rng, seed);
+    const char *tf32 = getenv("TANDEM_CUDA_TF32");
+    t.tf32 = tf32 && strcmp(tf32, "1") == 0;
+    printf("# test_cuda_ops seed=%llu tf32=%d\n", (unsigned long long)seed, t.tf32);
+    int rc = kn_backend_init_cpu(&t.cpu);
+    if (rc != KN_OK)
+        die("kn_backend_init_cpu", rc);
+    rc = kn_backend_init_cuda(&t.gpu, 0);
+    if (rc != KN_OK)
+        die("kn_backend_init_cuda", rc);
+
+    test_embedding(&t, 1, 1000, 64);
+    test_embedding(&t, 300, 5000, 2880);
+    test_embedding(&t, 17, 333, 33);
+
+    test_rmsnorm(&t, 1, 2880, 0);
+    test_rmsnorm(&t, 300, 2880, 0);
+    test_rmsnorm(&t, 7, 37, 0);
+    test_rmsnorm(&t, 64, 4096, 1);
+    test_rmsnorm(&t, 513, 64, 0); /* Qwen3's per-head q/k norm shape */
+
+    test_matmul(&t, 1, 2880, 2880, 1);
+    test_matmul(&t, 37, 129, 65, 0);
+    test_matmul(&t, 300, 512, 2880, 1);
+    test_matmul(&t, 5, 201088 / 64, 2880, 0);
+
+    test_add(&t, 1, 0, 0);
+    test_add(&t, 1000003, 0, 0);
+    test_add(&t, 4096, 1, 0);
+    test_add(&t, 12345, 0, 1);
+
+    test_rope(&t, 37, 8, 64, 1);
+    test_rope(&t, 100, 4, 128, 0);
+    test_rope(&t, 5, 3, 6, 0);
+
+    static const attn_case cases[] = {
+        { "prefill 1 seq 200 rows, 16/2 heads, d64, page 16, sinks", 1, { 200 }, { 200 }, 16, 2, 64, 16, 0, 1 },
+        { "prefill 1 seq 300 rows, sliding window 128, sinks", 1, { 300 }, { 300 }, 16, 2, 64, 16, 128, 1 },
+        { "chunked prefill 2 seqs (70 of 150, 33 of 33), 8/2 heads, d128, no sink", 2, { 70, 33 }, { 150, 33 },
+          8, 2, 128, 16, 0, 0 },
+        { "MHA 4/4 heads, d64, 100 rows, page 5, sinks", 1, { 100 }, { 100 }, 4, 4, 64, 5, 0, 1 },
+        { "decode 5 seqs kv 1..2500 (split-KV), 16/2 heads, d64, sinks", 5, { 1, 1, 1, 1, 1 },
+          { 1, 17, 300, 1500, 2500 }, 16, 2, 64, 16, 0, 1 },
+        { "decode 3 seqs kv 40..3000, window 128, sinks", 3, { 1, 1, 1 }, { 40, 700, 3000 }, 16, 2, 64, 16, 128, 1 },
+        { "decode 2 seqs kv 2000, 32/4 heads d128, no sink (split-KV)", 2, { 1, 1 }, { 2000, 1999 }, 32, 4, 128, 16,
+          0, 0 },
+        { "prefill d80 (generic kernel) 45 rows, 4/2 heads, sinks", 1, { 45 }, { 45 }, 4, 2, 80, 16, 0, 1 },
+        { "spec-decode 3 rows x 2 seqs kv 600, 16/2 heads, d64, sinks, window 128", 2, { 3, 3 }, { 600, 601 },
+          16, 2, 64, 16, 128, 1 },
+        { "decode d96 (generic) kv 1300, 12/4 heads, sinks", 2, { 1, 2 }, { 1300, 77 }, 12, 4, 96, 8, 0, 1 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        test_attention(&t, &cases[i]);
+
+    test_moe_route(&t, 50, 32, 4, KN_ROUTE_TOPK_SOFTMAX, 0);
+    test_moe_route(&t, 77, 128, 8, KN_ROUTE_SOFTMAX_TOPK, 1);
+    test_moe_route(&t, 33, 128, 8, KN_ROUTE_SOFTMAX_TOPK, 0);
+    test_moe_route(&t, 9, 60, 6, KN_ROUTE_TOPK_SOFTMAX, 0);
+
+    test_moe_experts(&t, 40, 4, 8, 8, 0, 64, 96, KN_ACT_SWIGLU_OAI, 1);
+    test_moe_experts(&t, 61, 8, 32, 8, 8, 96, 40, KN_ACT_SWIGLU, 0);
+    test_moe_experts(&t, 200, 4, 32, 32, 0, 288, 192, KN_ACT_SWIGLU_OAI, 1);
+    test_moe_experts(&t, 3, 2, 16, 4, 12, 33, 17, KN_ACT_SWIGLU_OAI, 1);
+
+    test_sampling(&t, 16, 1000, 20);
+    test_sampling(&t, 8, 201088, 3);
+
+    kn_backend_free(&t.gpu);
+    kn_backend_free(&t.cpu);
+    printf("1..%d\n", t.n_checks);
+    printf("# %d checks, %d failed\n", t.n_checks, t.n_failed);
+    return t.n_failed ? 1 : 0;
+}

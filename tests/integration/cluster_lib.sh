@@ -1,0 +1,159 @@
+# Shared helpers for the cluster integration tests (sourced, not run):
+# start a real router + prefiller + decoder on 127.0.0.1 with ephemeral
+# ports, wait until both workers registered, stop everything on exit, and
+# print TAP lines.
+#
+#   . tests/integration/cluster_lib.sh
+#   cluster_start MODEL_DIR [router flags...]   # sets HTTP, RPC, WORKER_EP, URL
+#   ok "name" / not_ok "name" "diagnostic"...
+#   cluster_finish                              # prints the plan, exits
+BUILD=${TANDEM_BUILD:-build}
+BIN=$BUILD/bin
+T_N=0
+T_FAILED=0
+CLUSTER_PIDS=()
+CLUSTER_TMP=$(mktemp -d "${TMPDIR:-/tmp}/tandem-cluster-XXXXXX")
+# UCX over TCP and shared memory on loopback; the code path is the RDMA one.
+export UCX_TLS=${UCX_TLS:-tcp,sm,self}
+export UCX_WARN_UNUSED_ENV_VARS=n
+
+ok() { T_N=$((T_N + 1)); echo "ok $T_N - $1"; }
+not_ok() {
+    T_N=$((T_N + 1))
+    T_FAILED=$((T_FAILED + 1))
+    echo "not ok $T_N - $1"
+    shift
+    local l
+    for l in "$@"; do echo "# $l"; done
+}
+# check NAME COND_EXIT_STATUS DIAGNOSTIC...: ok if the preceding test passed.
+check() {
+    local name=$1 rc=$2
+    shift 2
+    if [ "$rc" -eq 0 ]; then ok "$name"; else not_ok "$name" "$@"; fi
+}
+
+CLUSTER_NAMES=()
+
+# Stops every process (SIGTERM, bounded wait, then SIGKILL). With CHECK=1
+# each must exit 0 on SIGTERM with no sanitizer report in its log: the
+# processes shut down cleanly and leak nothing (LeakSanitizer in test-asan).
+cluster_stop() {
+    local i pid rc check=${1:-0}
+    for pid in "${CLUSTER_PIDS[@]}"; do
+        kill -TERM "$pid" 2>/dev/null
+    done
+    for i in "${!CLUSTER_PIDS[@]}"; do
+        pid=${CLUSTER_PIDS[$i]}
+        for _ in $(seq 1 100); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -KILL "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+        rc=$?
+        if [ "$check" = 1 ]; then
+            local name=${CLUSTER_NAMES[$i]}
+            ! grep -qE "ERROR: (Address|Leak)Sanitizer|runtime error:" "$CLUSTER_TMP/$name.log" &&
+                [ "$rc" -eq 0 ]
+            check "$name exits cleanly on SIGTERM" $? "exit status $rc" \
+                "$(grep -A12 -E "Sanitizer|runtime error" "$CLUSTER_TMP/$name.log" | head -30)"
+        fi
+    done
+    CLUSTER_PIDS=()
+    CLUSTER_NAMES=()
+}
+
+cluster_cleanup() {
+    cluster_stop
+    if [ "$T_FAILED" -gt 0 ] && [ -d "$CLUSTER_TMP" ]; then
+        for f in "$CLUSTER_TMP"/*.log; do
+            [ -f "$f" ] || continue
+            echo "# ---- $(basename "$f") (last lines)"
+            tail -n 15 "$f" | sed 's/^/#   /'
+        done
+    fi
+    rm -rf "$CLUSTER_TMP"
+}
+trap cluster_cleanup EXIT
+trap 'exit 1' INT TERM
+
+# Reads KEY from the router's port file.
+port_of() { sed -n "s/^$1=//p" "$CLUSTER_TMP/ports"; }
+
+# cluster_start MODEL_DIR [extra router flags]; extra worker flags come from
+# PREFILLER_FLAGS / DECODER_FLAGS.
+cluster_start() {
+    local model=$1
+    shift
+    rm -f "$CLUSTER_TMP/ports"
+    "$BIN/tandem-router" --http-port 0 --worker-port 0 --rpc-port 0 \
+        --port-file "$CLUSTER_TMP/ports" --heartbeat-ms 200 --worker-timeout-ms 3000 "$@" \
+        >>"$CLUSTER_TMP/router.log" 2>&1 &
+    CLUSTER_PIDS+=($!)
+    CLUSTER_NAMES+=(router)
+    for _ in $(seq 1 100); do
+        [ -s "$CLUSTER_TMP/ports" ] && break
+        sleep 0.05
+    done
+    if [ ! -s "$CLUSTER_TMP/ports" ]; then
+        not_ok "router starts and writes its ports" "$(tail -3 "$CLUSTER_TMP/router.log")"
+        return 1
+    fi
+    HTTP=$(port_of http_port)
+    RPC=tcp://127.0.0.1:$(port_of rpc_port)
+    WORKER_EP=tcp://127.0.0.1:$(port_of worker_port)
+    URL=http://127.0.0.1:$HTTP
+    # shellcheck disable=SC2086
+    "$BIN/tandem-prefiller" --router "$WORKER_EP" --model "$model" \
+        --worker-id "prefiller-$$-$RANDOM" ${PREFILLER_FLAGS:-} >>"$CLUSTER_TMP/prefiller.log" 2>&1 &
+    CLUSTER_PIDS+=($!)
+    CLUSTER_NAMES+=(prefiller)
+    # shellcheck disable=SC2086
+    "$BIN/tandem-decoder" --router "$WORKER_EP" --model "$model" \
+        --worker-id "decoder-$$-$RANDOM" ${DECODER_FLAGS:-} >>"$CLUSTER_TMP/decoder.log" 2>&1 &
+    CLUSTER_PIDS+=($!)
+    CLUSTER_NAMES+=(decoder)
+    for _ in $(seq 1 300); do
+        if curl -s "$URL/healthz" 2>/dev/null | grep -q '"ready":true'; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    not_ok "prefiller and decoder register with the router" \
+        "$(curl -s "$URL/healthz")" "$(tail -3 "$CLUSTER_TMP/prefiller.log")" \
+        "$(tail -3 "$CLUSTER_TMP/decoder.log")"
+    return 1
+}
+
+# An I32 tensor of a fixture's golden.safetensors as "a,b,c".
+golden_ids() {
+    python3 - "$1/golden.safetensors" "$2" <<'EOF'
+import json, struct, sys
+data = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+entry = json.loads(data[8:8 + n])[sys.argv[2]]
+assert entry["dtype"] == "I32"
+b, e = entry["data_offsets"]
+raw = data[8 + n + b:8 + n + e]
+print(",".join(str(v) for v in struct.unpack("<%di" % (len(raw) // 4), raw)))
+EOF
+}
+
+# json_get FILE EXPR: evaluates a Python expression on the parsed JSON `j`.
+json_get() {
+    python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"
+}
+
+# post PATH BODY OUTFILE -> prints the HTTP status
+post() {
+    curl -s -o "$3" -w '%{http_code}' -H 'Content-Type: application/json' \
+        --max-time 120 -d "$2" "$URL$1"
+}
+
+cluster_finish() {
+    [ ${#CLUSTER_PIDS[@]} -gt 0 ] && cluster_stop 1
+    echo "1..$T_N"
+    [ "$T_FAILED" -eq 0 ]
+    exit $?
+}

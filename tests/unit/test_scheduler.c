@@ -1,0 +1,273 @@
+/* The decoder's continuous-batching scheduler: admission control, paged KV
+ * accounting, sequences joining and leaving the batch, stop conditions. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmocka.h>
+#include "decoder/scheduler.h"
+
+static sched_request req(const char *id, int prompt, int max_tokens)
+{
+    sched_request r = {.id = id, .prompt_len = prompt, .max_tokens = max_tokens};
+    return r;
+}
+
+static void pages_needed_counts_prompt_plus_fed_tokens(void **state)
+{
+    (void)state;
+    /* 10 prompt + 7 outputs: 16 tokens ever cached (the last output is never fed). */
+    assert_int_equal(sched_pages_needed(10, 7, 4), 4);
+    assert_int_equal(sched_pages_needed(10, 8, 4), 5);
+    assert_int_equal(sched_pages_needed(1, 1, 16), 1);
+    assert_int_equal(sched_pages_needed(16, 1, 16), 1);
+    assert_int_equal(sched_pages_needed(16, 2, 16), 2);
+    assert_int_equal(sched_pages_needed(0, 2, 16), 0);
+}
+
+static void admission_allocates_prompt_pages_and_reserves_the_rest(void **state)
+{
+    (void)state;
+    sched s;
+    assert_int_equal(sched_init(&s, 10, 4, 8, 1000), 0);
+    sched_request r = req("a", 9, 8); /* 16 tokens -> 4 pages, 3 for the prompt */
+    sched_seq *q;
+    assert_int_equal(sched_submit(&s, &r, &q), SCHED_ADMITTED);
+    assert_int_equal(q->state, SEQ_RESERVED);
+    assert_int_equal(q->n_pages, 3);
+    assert_int_equal(q->reserved_pages, 4);
+    assert_int_equal(q->pages[0], 0);
+    assert_int_equal(q->pages[1], 1);
+    assert_int_equal(q->pages[2], 2);
+    assert_int_equal(s.n_free, 7);
+    assert_int_equal(sched_pages_available(&s), 6); /* one page still promised to "a" */
+    sched_remove(&s, q);
+    assert_int_equal(s.n_free, 10);
+    assert_int_equal(sched_pages_available(&s), 10);
+    sched_free(&s);
+}
+
+static void request_that_cannot_fit_now_waits_fifo(void **state)
+{
+    (void)state;
+    sched s;
+    assert_int_equal(sched_init(&s, 8, 4, 8, 1000), 0);
+    sched_seq *a, *b, *c;
+    sched_request ra = req("a", 12, 9);  /* 20 tokens: 5 pages */
+    sched_request rb = req("b", 8, 9);   /* 16 tokens: 4 pages: does not fit beside a */
+    sched_request rc = req("c", 2, 3);   /* 1 page: would fit, but b is ahead of it */
+    assert_int_equal(sched_submit(&s, &ra, &a), SCHED_ADMITTED);
+    assert_int_equal(sched_submit(&s, &rb, &b), SCHED_QUEUED);
+    assert_int_equal(sched_submit(&s, &rc, &c), SCHED_QUEUED);
+    assert_int_equal(sched_waiting(&s), 2);
+    sched_seq *adm[4];
+    assert_int_equal(sched_admit_waiting(&s, adm, 4), 0); /* head b still blocks */
+    sched_remove(&s, a);
+    assert_int_equal(sched_admit_waiting(&s, adm, 4), 2);
+    assert_ptr_equal(adm[0], b);
+    assert_ptr_equal(adm[1], c);
+    assert_int_equal(b->state, SEQ_RESERVED);
+    assert_int_equal(c->state, SEQ_RESERVED);
+    assert_int_equal(sched_pages_available(&s), 8 - 4 - 1);
+    sched_remove(&s, c);
+    sched_remove(&s, b);
+    assert_int_equal(s.n_free, 8);
+    sched_free(&s);
+}
+
+static void request_larger_than_the_cache_is_rejected(void **state)
+{
+    (void)state;
+    sched s;
+    assert_int_equal(sched_init(&s, 4, 4, 8, 1000), 0);
+    sched_seq *q = (sched_seq *)1;
+    sched_request big = req("big", 16, 2); /* 17 tokens: 5 pages > 4 */
+    assert_int_equal(sched_submit(&s, &big, &q), SCHED_ERR_NEVER_FITS);
+    assert_null(q);
+    assert_int_equal(s.n_seqs, 0);
+    sched_request fits = req("fits", 16, 1);
+    assert_int_equal(sched_submit(&s, &fits, &q), SCHED_ADMITTED);
+    sched_request toolong = req("long", 900, 200);
+    assert_int_equal(sched_submit(&s, &toolong, &q), SCHED_ERR_TOO_LONG);
+    sched_request dup = req("fits", 1, 1);
+    assert_int_equal(sched_submit(&s, &dup, &q), SCHED_ERR_ARG);
+    sched_request zero = req("zero", 1, 0);
+    assert_int_equal(sched_submit(&s, &zero, &q), SCHED_ERR_ARG);
+    assert_int_equal(s.n_seqs, 1);
+    sched_free(&s);
+}
+
+static void sequence_runs_once_kv_and_first_token_arrive(void **state)
+{
+    (void)state;
+    sched s;
+    assert_int_equal(sched_init(&s, 16, 4, 8, 1000), 0);
+    sched_seq *q, *batch[8];
+    sched_request r = req("a", 3, 4);
+    assert_int_equal(sched_submit(&s, &r, &q), SCHED_ADMITTED);
+    assert_int_equal(sched_form_batch(&s, batch, 8), 0);
+    sched_start(&s, q, 42, 7);
+    assert_int_equal(q->state, SEQ_RESERVED); /* KV not there yet */
+    assert_int_equal(sched_form_batch(&s, batch, 8), 0);
+    sched_kv_arrived(&s, q);
+    assert_int_equal(q->state, SEQ_RUNNING);
+    assert_int_equal(q->n_cached, 3);
+    assert_int_equal(q->next_token, 42);
+    assert_int_equal(q->rng, 7);
+    /* step 1 feeds 42 at position 3: still page 0 */
+    assert_int_equal(sched_form_batch(&s, batch, 8), 1);
+    assert_int_equal(q->n_pages, 1);
+    sched_token(&s, q, 43);
+    /* step 2 feeds 43 at position 4: needs a second page */
+    assert_int_equal(sched_form_batch(&s, batch, 8), 1);
+    assert_int_equal(q->n_pages, 2);
+    sched_token(&s, q, 44);
+    assert_int_equal(q->state, SEQ_RUNNING);
+    assert_int_equal(sched_form_batch(&s, batch, 8), 1);
+    sched_token(&s, q, 45);
+    /* 42 (first), 43, 44, 45 = max_tokens 4 */
+    assert_int_equal(q->state, SEQ_FINISHED);
+    assert_int_equal(q->finish, SCHED_FINISH_LENGTH);
+    assert_int_equal(q->n_generated, 4);
+    assert_int_equal(q->n_cached, 6);
+    assert_true(q->n_pages <= q->reserved_pages);
+    assert_int_equal(sched_form_batch(&s, batch, 8), 0);
+    sched_remove(&s, q);
+    assert_int_equal(s.n_free, 16);
+    assert_int_equal(s.reserved_unallocated, 0);
+    sched_free(&s);
+}
+
+static void stop_ids_end_a_sequence_even_on_the_first_token(void **state)
+{
+    (void)state;
+    sched s;
+    assert_int_equal(sched_init(&s, 16, 4, 8, 1000), 0);
+    int32_t stops[2] = {2, 99};
+    sched_seq *q, *batch[8];
+    sched_request r = req("a", 3, 10);
+    r.stop_ids = stops;
+    r.n_stop_ids = 2;
+    assert_int_equal(sched_submit(&s, &r, &q), SCHED_ADMITTED);
+    sched_kv_arrived(&s, q);
+    sched_start(&s, q, 99, 0);
+    assert_int_equal(q->state, SEQ_FINISHED);
+    assert_int_equal(q->finish, SCHED_FINISH_STOP);
+    assert_int_equal(sched_form_batch(&s, batch, 8), 0);
+    sched_remove(&s, q);
+
+    sched_request r2 = req("b", 3, 10);
+    r2.stop_ids = stops;
+    r2.n_stop_ids = 2;
+    assert_int_equal(sched_submit(&s, &r2, &q), SCHED_ADMITTED);
+    sched_start(&s, q, 5, 0);
+    sched_kv_arrived(&s, q);
+    assert_int_equal(sched_form_batch(&s, batch, 8), 1);
+    sched_token(&s, q, 7);
+    assert_int_equal(q->state, SEQ_RUNNING);
+    assert_int_equal(sched_form_batch(&s, batch, 8), 1);
+    sched_token(&s, q, 2);
+    assert_int_equal(q->finish, SCHED_FINISH_STOP);
+    assert_int_equal(q->n_generated, 3);
+    sched_remove(&s, q);
+
+    sched_request one = req("c", 3, 1);
+    assert_int_equal(sched_submit(&s, &one, &q), SCHED_ADMITTED);
+    sched_kv_arrived(&s, q);
+    sched_start(&s, q, 5, 0);
+    assert_int_equal(q->finish, SCHED_FINISH_LENGTH);
+    sched_remove(&s, q);
+    assert_int_equal(s.n_free, 16);
+    sched_free(&s);
+}
+
+/* Sequences of different lengths join and leave; the batch at every step
+ * is exactly the set of running sequences, checked against a hand count. */
+static void sequences_join_and_leave_every_step(void **state)
+{
+    (void)state;
+    sched s;
+    assert_int_equal(sched_init(&s, 64, 2, 8, 1000), 0);
+    const int max_tokens[3] = {3, 5, 2};
+    const int join_step[3] = {0, 1, 2};
+    sched_seq *q[3] = {0}, *batch[8];
+    char ids[3][4] = {"s0", "s1", "s2"};
+    /* s0 runs steps 0-1 (first token + 2), s1 steps 1-4, s2 step 2 only. */
+    int expect_batch[] = {1, 2, 2, 1, 1, 0};
+    for (int step = 0; step < 6; step++) {
+        for (int i = 0; i < 3; i++)
+            if (join_step[i] == step) {
+                sched_request r = req(ids[i], 4, max_tokens[i]);
+                assert_int_equal(sched_submit(&s, &r, &q[i]), SCHED_ADMITTED);
+                sched_kv_arrived(&s, q[i]);
+                sched_start(&s, q[i], 100 + i, 0);
+            }
+        int n = sched_form_batch(&s, batch, 8);
+        assert_int_equal(n, expect_batch[step]);
+        for (int b = 0; b < n; b++) {
+            /* The page table always covers the position being written. */
+            assert_true(batch[b]->n_pages * 2 >= batch[b]->n_cached + 1);
+            sched_token(&s, batch[b], 7);
+        }
+        for (int i = 0; i < 3; i++)
+            if (q[i] && q[i]->state == SEQ_FINISHED) {
+                assert_int_equal(q[i]->n_generated, max_tokens[i]);
+                sched_remove(&s, q[i]);
+                q[i] = NULL;
+            }
+    }
+    assert_int_equal(s.n_seqs, 0);
+    assert_int_equal(s.n_free, 64);
+    sched_free(&s);
+}
+
+static void max_batch_bounds_admission(void **state)
+{
+    (void)state;
+    sched s;
+    assert_int_equal(sched_init(&s, 100, 4, 2, 1000), 0);
+    sched_seq *a, *b, *c, *adm[2];
+    sched_request ra = req("a", 1, 1), rb = req("b", 1, 1), rc = req("c", 1, 1);
+    assert_int_equal(sched_submit(&s, &ra, &a), SCHED_ADMITTED);
+    assert_int_equal(sched_submit(&s, &rb, &b), SCHED_ADMITTED);
+    assert_int_equal(sched_submit(&s, &rc, &c), SCHED_QUEUED);
+    sched_remove(&s, a);
+    assert_int_equal(sched_admit_waiting(&s, adm, 2), 1);
+    assert_ptr_equal(adm[0], c);
+    sched_free(&s);
+}
+
+static void removing_a_waiting_or_reserved_sequence_frees_everything(void **state)
+{
+    (void)state;
+    sched s;
+    assert_int_equal(sched_init(&s, 6, 4, 8, 1000), 0);
+    sched_seq *a, *b;
+    sched_request ra = req("a", 10, 10), rb = req("b", 10, 10);
+    assert_int_equal(sched_submit(&s, &ra, &a), SCHED_ADMITTED);
+    assert_int_equal(sched_submit(&s, &rb, &b), SCHED_QUEUED);
+    sched_remove(&s, b);
+    assert_int_equal(sched_waiting(&s), 0);
+    sched_remove(&s, a);
+    assert_int_equal(s.n_free, 6);
+    assert_int_equal(s.reserved_unallocated, 0);
+    assert_null(sched_find(&s, "a"));
+    sched_free(&s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(pages_needed_counts_prompt_plus_fed_tokens),
+        cmocka_unit_test(admission_allocates_prompt_pages_and_reserves_the_rest),
+        cmocka_unit_test(request_that_cannot_fit_now_waits_fifo),
+        cmocka_unit_test(request_larger_than_the_cache_is_rejected),
+        cmocka_unit_test(sequence_runs_once_kv_and_first_token_arrive),
+        cmocka_unit_test(stop_ids_end_a_sequence_even_on_the_first_token),
+        cmocka_unit_test(sequences_join_and_leave_every_step),
+        cmocka_unit_test(max_batch_bounds_admission),
+        cmocka_unit_test(removing_a_waiting_or_reserved_sequence_frees_everything),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

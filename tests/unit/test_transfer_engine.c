@@ -1,0 +1,673 @@
+/* TransferEngine in one process: two (or three) real UCX engines talking over
+ * loopback tcp or shared memory. Covers the put/flush/notice/ack sequence,
+ * refusal before any byte moves, timeout, cancel, a peer that goes away,
+ * busy resources and the protobuf rendezvous. The multi-process versions
+ * are in test_transfer_processes.c. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <cmocka.h>
+#include "transfer/transfer.h"
+#include "transfer/transfer_kv.h"
+#include "transfer/transfer_nic.h"
+#include "transfer/transfer_pattern.h"
+
+typedef struct pair {
+    te_engine *a, *b;      /* a sends, b receives */
+    te_peer *a_to_b, *b_to_a;
+    FILE *log;
+    char *log_text;
+    size_t log_size;
+} pair;
+
+static te_engine *make_engine(const char *name, const char *tls, int window, FILE *log)
+{
+    te_engine_config cfg;
+    te_engine_config_default(&cfg);
+    cfg.name = name;
+    cfg.tls = tls;
+    cfg.max_puts_in_flight = window;
+    cfg.log = log;
+    te_engine *e = NULL;
+    char err[256] = "";
+    int rc = te_engine_create(&cfg, &e, err, sizeof err);
+    if (rc != TE_OK)
+        fail_msg("te_engine_create(%s): %s", tls, err);
+    return e;
+}
+
+static void pair_open(pair *p, const char *tls, int window)
+{
+    memset(p, 0, sizeof *p);
+    p->log = open_memstream(&p->log_text, &p->log_size);
+    assert_non_null(p->log);
+    p->a = make_engine("sender", tls, window, p->log);
+    p->b = make_engine("receiver", tls, window, p->log);
+    const void *addr;
+    size_t len;
+    te_engine_address(p->b, &addr, &len);
+    assert_int_equal(te_peer_connect(p->a, addr, len, te_engine_id(p->b), &p->a_to_b), TE_OK);
+    te_engine_address(p->a, &addr, &len);
+    assert_int_equal(te_peer_connect(p->b, addr, len, te_engine_id(p->a), &p->b_to_a), TE_OK);
+}
+
+static void pair_close(pair *p)
+{
+    te_engine_destroy(p->a);
+    te_engine_destroy(p->b);
+    fclose(p->log);
+    free(p->log_text);
+}
+
+/* Progresses both engines until the transfer is finished. */
+static int pump(pair *p, te_transfer *t)
+{
+    while (te_transfer_status(t) == TE_IN_PROGRESS) {
+        te_engine_progress(p->a);
+        te_engine_progress(p->b);
+    }
+    /* Let the receiver see everything that was sent. */
+    for (int i = 0; i < 100; i++)
+        te_engine_progress(p->b);
+    return te_transfer_status(t);
+}
+
+static void fill_random(uint8_t *buf, size_t n, uint64_t seed)
+{
+    uint64_t s = seed;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        buf[i] = (uint8_t)(s >> 56);
+    }
+}
+
+static void moves_bytes_exactly(const char *tls)
+{
+    pair p;
+    pair_open(&p, tls, 8);
+    enum { N = 1 << 20, CHUNK = 4096 };
+    uint8_t *src = malloc(N), *dst = malloc(N + 64);
+    assert_non_null(src);
+    assert_non_null(dst);
+    fill_random(src, N, 42);
+    memset(dst, 0xA5, N + 64);
+
+    te_region *rs, *rd;
+    assert_int_equal(te_region_register(p.a, src, N, TE_MEM_HOST, &rs), TE_OK);
+    assert_int_equal(te_region_register(p.b, dst, N, TE_MEM_HOST, &rd), TE_OK);
+    const void *rkey;
+    size_t rkey_len;
+    assert_int_equal(te_region_rkey(p.b, rd, &rkey, &rkey_len), TE_OK);
+    te_remote_region *remote;
+    assert_int_equal(te_peer_import_region(p.a, p.a_to_b, (uint64_t)(uintptr_t)dst, N, rkey,
+                                           rkey_len, &remote), TE_OK);
+
+    /* Chunks land in reverse order in the destination: a permutation, so
+     * a wrong offset anywhere shows up. */
+    size_t n = N / CHUNK;
+    te_copy *copies = calloc(n, sizeof *copies);
+    assert_non_null(copies);
+    for (size_t i = 0; i < n; i++) {
+        copies[i].src_offset = i * CHUNK;
+        copies[i].dst_offset = (n - 1 - i) * CHUNK;
+        copies[i].length = CHUNK;
+    }
+    te_transfer_desc d = {p.a_to_b, 77, &rs, 1, &remote, 1, copies, n, 10000};
+    te_transfer *t;
+    assert_int_equal(te_transfer_submit(p.a, &d, &t), TE_OK);
+    assert_int_equal(pump(&p, t), TE_OK);
+    assert_int_equal(te_transfer_bytes(t), (uint64_t)N);
+    size_t posted, completed;
+    te_transfer_counts(t, &posted, &completed);
+    assert_int_equal(posted, n);
+    assert_int_equal(completed, n);
+    assert_true(strlen(te_transfer_nic(t)) > 0);
+    assert_string_not_equal(te_transfer_nic(t), "unknown");
+
+    te_notice note;
+    assert_int_equal(te_engine_next_notice(p.b, &note), 1);
+    assert_int_equal(note.request_id, 77);
+    assert_int_equal(note.status, TE_OK);
+    assert_int_equal(note.sender_id, te_engine_id(p.a));
+    assert_int_equal(note.bytes, (uint64_t)N);
+    assert_int_equal(te_engine_next_notice(p.b, &note), 0);
+
+    for (size_t i = 0; i < n; i++)
+        assert_memory_equal(dst + (n - 1 - i) * CHUNK, src + i * CHUNK, CHUNK);
+    for (size_t i = N; i < N + 64; i++)
+        assert_int_equal(dst[i], 0xA5);
+
+    te_transfer_release(p.a, t);
+    assert_int_equal(te_engine_outstanding(p.a), 0);
+    free(copies);
+    pair_close(&p);
+    free(src);
+    free(dst);
+}
+
+static void moves_bytes_over_tcp(void **state)
+{
+    (void)state;
+    moves_bytes_exactly("tcp");
+}
+
+static void moves_bytes_over_shared_memory(void **state)
+{
+    (void)state;
+    moves_bytes_exactly("sm");
+}
+
+static void bad_copies_are_refused_before_any_byte_moves(void **state)
+{
+    (void)state;
+    pair p;
+    pair_open(&p, "tcp", 8);
+    enum { N = 65536 };
+    uint8_t *src = malloc(N), *dst = malloc(N), *other = malloc(N);
+    assert_non_null(src);
+    assert_non_null(dst);
+    assert_non_null(other);
+    fill_random(src, N, 1);
+    memset(dst, 0xA5, N);
+    te_region *rs, *rd, *foreign;
+    assert_int_equal(te_region_register(p.a, src, N, TE_MEM_HOST, &rs), TE_OK);
+    /* The receiver registers only half of its buffer. */
+    assert_int_equal(te_region_register(p.b, dst, N / 2, TE_MEM_HOST, &rd), TE_OK);
+    /* A region of the receiver's engine is not a source the sender owns. */
+    assert_int_equal(te_region_register(p.b, other, N, TE_MEM_HOST, &foreign), TE_OK);
+    const void *rkey;
+    size_t rkey_len;
+    assert_int_equal(te_region_rkey(p.b, rd, &rkey, &rkey_len), TE_OK);
+    te_remote_region *remote;
+    assert_int_equal(te_peer_import_region(p.a, p.a_to_b, (uint64_t)(uintptr_t)dst, N / 2, rkey,
+                                           rkey_len, &remote), TE_OK);
+
+    te_transfer *t = (te_transfer *)&p; /* must be reset to NULL on refusal */
+    /* 1. too small: the last byte would land past the registered half. */
+    te_copy big[2] = {{0, 0, 0, 0, 1024}, {0, 0, 4096, N / 2 - 100, 101}};
+    te_transfer_desc d = {p.a_to_b, 1, &rs, 1, &remote, 1, big, 2, 1000};
+    assert_int_equal(te_transfer_submit(p.a, &d, &t), TE_ERR_REFUSED);
+    assert_null(t);
+    assert_non_null(strstr(te_engine_error(p.a), "exceed"));
+    /* 2. a destination region index that was never imported. */
+    te_copy unreg = {0, 1, 0, 0, 16};
+    d.copies = &unreg;
+    d.n_copies = 1;
+    assert_int_equal(te_transfer_submit(p.a, &d, &t), TE_ERR_REFUSED);
+    assert_non_null(strstr(te_engine_error(p.a), "not registered"));
+    /* 3. a source region registered with another engine. */
+    te_copy ok = {0, 0, 0, 0, 16};
+    d.copies = &ok;
+    d.src = &foreign;
+    assert_int_equal(te_transfer_submit(p.a, &d, &t), TE_ERR_REFUSED);
+    assert_non_null(strstr(te_engine_error(p.a), "not registered"));
+    /* 4. offsets that overflow 64 bits. */
+    te_copy wrap = {0, 0, 8, UINT64_MAX - 4, 16};
+    d.src = &rs;
+    d.copies = &wrap;
+    assert_int_equal(te_transfer_submit(p.a, &d, &t), TE_ERR_REFUSED);
+    /* 5. two copies writing the same bytes. */
+    te_copy overlap[2] = {{0, 0, 0, 0, 64}, {0, 0, 128, 32, 64}};
+    d.copies = overlap;
+    d.n_copies = 2;
+    assert_int_equal(te_transfer_submit(p.a, &d, &t), TE_ERR_REFUSED);
+    assert_non_null(strstr(te_engine_error(p.a), "two copies"));
+    /* 6. no timeout. */
+    d.copies = &ok;
+    d.n_copies = 1;
+    d.timeout_ms = 0;
+    assert_int_equal(te_transfer_submit(p.a, &d, &t), TE_ERR_ARG);
+
+    /* Nothing moved, nothing is in flight, no notice arrived. */
+    for (int i = 0; i < 200; i++) {
+        te_engine_progress(p.a);
+        te_engine_progress(p.b);
+    }
+    for (size_t i = 0; i < N; i++)
+        assert_int_equal(dst[i], 0xA5);
+    assert_int_equal(te_engine_outstanding(p.a), 0);
+    te_notice note;
+    assert_int_equal(te_engine_next_notice(p.b, &note), 0);
+
+    /* The same connection still works for a valid transfer. */
+    d.timeout_ms = 10000;
+    assert_int_equal(te_transfer_submit(p.a, &d, &t), TE_OK);
+    assert_int_equal(pump(&p, t), TE_OK);
+    assert_memory_equal(dst, src, 16);
+    assert_int_equal(dst[16], 0xA5);
+    te_transfer_release(p.a, t);
+    pair_close(&p);
+    free(src);
+    free(dst);
+    free(other);
+}
+
+static void silent_receiver_times_out_and_leaves_nothing_in_flight(void **state)
+{
+    (void)state;
+    pair p;
+    pair_open(&p, "tcp", 4);
+    enum { N = 8 << 20 };
+    uint8_t *src = calloc(1, N), *dst = calloc(1, N);
+    assert_non_null(src);
+    assert_non_null(dst);
+    te_region *rs, *rd;
+    assert_int_equal(te_region_register(p.a, src, N, TE_MEM_HOST, &rs), TE_OK);
+    assert_int_equal(te_region_register(p.b, dst, N, TE_MEM_HOST, &rd), TE_OK);
+    const void *rkey;
+    size_t rkey_len;
+    assert_int_equal(te_region_rkey(p.b, rd, &rkey, &rkey_len), TE_OK);
+    te_remote_region *remote;
+    assert_int_equal(te_peer_import_region(p.a, p.a_to_b, (uint64_t)(uintptr_t)dst, N, rkey,
+                                           rkey_len, &remote), TE_OK);
+    te_copy c = {0, 0, 0, 0, N};
+    te_transfer_desc d = {p.a_to_b, 5, &rs, 1, &remote, 1, &c, 1, 300};
+    te_transfer *t;
+    assert_int_equal(te_transfer_submit(p.a, &d, &t), TE_OK);
+    /* The receiver never runs progress: over tcp it neither drains the
+     * socket nor answers, so only the timeout can end this. */
+    assert_int_equal(te_transfer_wait(p.a, t), TE_ERR_TIMEOUT);
+    assert_non_null(strstr(te_transfer_error(t), "timed out after 300 ms"));
+    assert_int_equal(te_engine_outstanding(p.a), 0);
+    assert_int_not_equal(te_peer_status(p.a_to_b), TE_OK);
+    /* A dead peer refuses new work with a clear error. */
+    te_transfer *t2 = NULL;
+    assert_int_equal(te_transfer_submit(p.a, &d, &t2), TE_ERR_PEER);
+    assert_non_null(strstr(te_engine_error(p.a), "unusable"));
+    te_transfer_release(p.a, t);
+    assert_int_equal(te_peer_close(p.a, p.a_to_b), TE_OK);
+    pair_close(&p);
+    free(src);
+    free(dst);
+}
+
+static void cancel_stops_puts_and_tells_the_receiver(void **state)
+{
+    (void)state;
+    pair p;
+    pair_open(&p, "tcp", 2);
+    enum { N = 1 << 20, CHUNK = 1024 };
+    uint8_t *src = malloc(N), *dst = malloc(N);
+    assert_non_null(src);
+    assert_non_null(dst);
+    fill_random(src, N, 3);
+    memset(dst, 0xA5, N);
+    te_region *rs, *rd;
+    assert_int_equal(te_region_register(p.a, src, N, TE_MEM_HOST, &rs), TE_OK);
+    assert_int_equal(te_region_register(p.b, dst, N, TE_MEM_HOST, &rd), TE_OK);
+    const void *rkey;
+    size_t rkey_len;
+    assert_int_equal(te_region_rkey(p.b, rd, &rkey, &rkey_len), TE_OK);
+    te_remote_region *remote;
+    assert_int_equal(te_peer_import_region(p.a, p.a_to_b, (uint64_t)(uintptr_t)dst, N, rkey,
+                                           rkey_len, &remote), TE_OK);
+    size_t n = N / CHUNK;
+    te_copy *copies = calloc(n, sizeof *copies);
+    assert_non_null(copies);
+    for (size_t i = 0; i < n; i++) {
+        copies[i].src_offset = copies[i].dst_offset = i * CHUNK;
+        copies[i].length = CHUNK;
+    }
+    te_transfer_desc d = {p.a_to_b, 9, &rs, 1, &remote, 1, copies, n, 10000};
+    te_transfer *t;
+    assert_int_equal(te_transfer_submit(p.a, &d, &t), TE_OK);
+    assert_int_equal(te_transfer_cancel(p.a, t), TE_OK);
+    assert_int_equal(pump(&p, t), TE_ERR_CANCELED);
+    size_t posted;
+    te_transfer_counts(t, &posted, NULL);
+    assert_true(posted < n); /* the window is 2: cancel came long before the end */
+    te_notice note;
+    assert_int_equal(te_engine_wait_notice(p.b, &note, 5000), 1);
+    assert_int_equal(note.request_id, 9);
+    assert_int_equal(note.status, TE_ERR_CANCELED);
+    /* Whatever was posted landed; nothing after it did. */
+    assert_memory_equal(dst, src, posted * CHUNK);
+    for (size_t i = posted * CHUNK; i < N; i++)
+        assert_int_equal(dst[i], 0xA5);
+    assert_int_equal(te_engine_outstanding(p.a), 0);
+    te_transfer_release(p.a, t);
+    free(copies);
+    pair_close(&p);
+    free(src);
+    free(dst);
+}
+
+static void vanished_receiver_fails_the_transfer(void **state)
+{
+    (void)state;
+    pair p;
+    pair_open(&p, "tcp", 4);
+    enum { N = 4 << 20, CHUNK = 4096 };
+    uint8_t *src = calloc(1, N), *dst = calloc(1, N);
+    assert_non_null(src);
+    assert_non_null(dst);
+    te_region *rs, *rd;
+    assert_int_equal(te_region_register(p.a, src, N, TE_MEM_HOST, &rs), TE_OK);
+    assert_int_equal(te_region_register(p.b, dst, N, TE_MEM_HOST, &rd), TE_OK);
+    const void *rkey;
+    size_t rkey_len;
+    assert_int_equal(te_region_rkey(p.b, rd, &rkey, &rkey_len), TE_OK);
+    te_remote_region *remote;
+    assert_int_equal(te_peer_import_region(p.a, p.a_to_b, (uint64_t)(uintptr_t)dst, N, rkey,
+                                           rkey_len, &remote), TE_OK);
+    size_t n = N / CHUNK;
+    te_copy *copies = calloc(n, sizeof *copies);
+    assert_non_null(copies);
+    for (size_t i = 0; i < n; i++) {
+        copies[i].src_offset = copies[i].dst_offset = i * CHUNK;
+        copies[i].length = CHUNK;
+    }
+    te_transfer_desc d = {p.a_to_b, 11, &rs, 1, &remote, 1, copies, n, 5000};
+    te_transfer *t;
+    assert_int_equal(te_transfer_submit(p.a, &d, &t), TE_OK);
+    for (int i = 0; i < 20; i++) {
+        te_engine_progress(p.a);
+        te_engine_progress(p.b);
+    }
+    /* The receiver goes away mid-transfer (its endpoints are closed). */
+    te_engine_destroy(p.b);
+    p.b = NULL;
+    int st = te_transfer_wait(p.a, t);
+    if (st != TE_ERR_PEER && st != TE_ERR_TIMEOUT)
+        fail_msg("status %s: %s", te_status_str(st), te_transfer_error(t));
+    assert_true(strlen(te_transfer_error(t)) > 0);
+    assert_int_equal(te_engine_outstanding(p.a), 0);
+    te_transfer_release(p.a, t);
+    free(copies);
+    pair_close(&p);
+    free(src);
+    free(dst);
+}
+
+static void busy_resources_and_unsupported_memory(void **state)
+{
+    (void)state;
+    pair p;
+    pair_open(&p, "tcp", 4);
+    uint8_t src[256], dst[256];
+    te_region *rs, *rd;
+    assert_int_equal(te_region_register(p.a, src, sizeof src, TE_MEM_HOST, &rs), TE_OK);
+    assert_int_equal(te_region_register(p.b, dst, sizeof dst, TE_MEM_HOST, &rd), TE_OK);
+    const void *rkey;
+    size_t rkey_len;
+    assert_int_equal(te_region_rkey(p.b, rd, &rkey, &rkey_len), TE_OK);
+    te_remote_region *remote;
+    assert_int_equal(te_peer_import_region(p.a, p.a_to_b, (uint64_t)(uintptr_t)dst, sizeof dst,
+                                           rkey, rkey_len, &remote), TE_OK);
+    te_copy c = {0, 0, 0, 0, 128};
+    te_transfer_desc d = {p.a_to_b, 1, &rs, 1, &remote, 1, &c, 1, 10000};
+    te_transfer *t;
+    assert_int_equal(te_transfer_submit(p.a, &d, &t), TE_OK);
+    assert_int_equal(pump(&p, t), TE_OK);
+    /* Finished but not released: still holds its region and peer. */
+    assert_int_equal(te_region_deregister(p.a, rs), TE_ERR_BUSY);
+    assert_int_equal(te_peer_close(p.a, p.a_to_b), TE_ERR_BUSY);
+    te_transfer_release(p.a, t);
+    assert_int_equal(te_region_deregister(p.a, rs), TE_OK);
+    assert_int_equal(te_peer_close(p.a, p.a_to_b), TE_OK);
+
+    te_region *r = NULL;
+    assert_int_equal(te_region_register(p.a, NULL, 16, TE_MEM_HOST, &r), TE_ERR_ARG);
+    assert_int_equal(te_region_register(p.a, src, 0, TE_MEM_HOST, &r), TE_ERR_ARG);
+#ifndef TANDEM_CUDA
+    assert_int_equal(te_region_register(p.a, src, 16, TE_MEM_CUDA, &r), TE_ERR_UNSUPPORTED);
+    assert_non_null(strstr(te_engine_error(p.a), "CUDA"));
+#endif
+    assert_null(r);
+    pair_close(&p);
+}
+
+static void no_rdma_device_is_one_clear_log_line(void **state)
+{
+    (void)state;
+    char *text = NULL;
+    size_t size = 0;
+    FILE *log = open_memstream(&text, &size);
+    assert_non_null(log);
+    te_engine *e = make_engine("niccheck", "tcp", 0, log);
+    fflush(log);
+    /* This machine has no RDMA device: exactly one line says so and that
+     * UCX picks the transport; the engine still works. */
+    int lines = 0;
+    for (char *c = text; *c; c++)
+        lines += *c == '\n';
+    assert_int_equal(lines, 1);
+    assert_non_null(strstr(text, "no RDMA device"));
+    assert_non_null(strstr(text, "UCX chooses"));
+    assert_string_equal(te_engine_nic(e), "ucx-default");
+    te_engine_destroy(e);
+    fclose(log);
+    free(text);
+}
+
+static void nic_selection_prefers_active_near_ports(void **state)
+{
+    (void)state;
+    te_nic nics[3];
+    memset(nics, 0, sizeof nics);
+    snprintf(nics[0].name, sizeof nics[0].name, "mlx5_0");
+    nics[0].numa_node = 0;
+    snprintf(nics[0].pci_path, sizeof nics[0].pci_path, "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0");
+    nics[0].n_ports = 1;
+    nics[0].ports[0] = (te_nic_port){1, 1, 1, 4096};
+    snprintf(nics[1].name, sizeof nics[1].name, "mlx5_1");
+    nics[1].numa_node = 1;
+    snprintf(nics[1].pci_path, sizeof nics[1].pci_path, "/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0");
+    nics[1].n_ports = 2;
+    nics[1].ports[0] = (te_nic_port){1, 0, 1, 4096};
+    nics[1].ports[1] = (te_nic_port){2, 1, 1, 4096};
+    snprintf(nics[2].name, sizeof nics[2].name, "mlx5_2");
+    nics[2].numa_node = 1;
+    nics[2].n_ports = 1;
+    nics[2].ports[0] = (te_nic_port){1, 0, 2, 1024};
+    te_nic_list list = {nics, 3, ""};
+    int port = 0;
+    /* No preference: first active by name. */
+    assert_int_equal(te_nic_select(&list, NULL, -1, &port), 0);
+    assert_int_equal(port, 1);
+    /* NUMA 1: mlx5_1's active port 2 (mlx5_2 is down). */
+    assert_int_equal(te_nic_select(&list, NULL, 1, &port), 1);
+    assert_int_equal(port, 2);
+    /* A GPU under mlx5_1's root port wins over the NUMA hint. */
+    assert_int_equal(te_nic_select(&list, "/sys/devices/pci0000:80/0000:80:01.0/0000:82:00.0", 0,
+                                   &port), 1);
+    /* Nothing active: no choice, UCX decides. */
+    te_nic_list down = {&nics[2], 1, ""};
+    assert_int_equal(te_nic_select(&down, NULL, -1, &port), -1);
+    te_nic_list empty = {NULL, 0, ""};
+    assert_int_equal(te_nic_select(&empty, NULL, -1, &port), -1);
+
+    te_nic_list found;
+    assert_int_equal(te_nic_discover(&found), 0);
+    assert_int_equal(found.n, 0); /* no RDMA hardware in this sandbox */
+    assert_non_null(strstr(found.note, "no RDMA device"));
+    te_nic_list_free(&found);
+}
+
+static void hello_round_trips_through_protobuf(void **state)
+{
+    (void)state;
+    te_engine *e = make_engine("hello", "tcp", 0, NULL);
+    te_engine *f = make_engine("peer", "tcp", 0, NULL);
+    te_kv_layout l = {2, 1, 2, 4, 8, 4, 16, 10};
+    char why[128];
+    size_t bytes = te_kv_pool_bytes(&l, why, sizeof why);
+    assert_int_equal(bytes, 10u * 2 * 16 * 8 * 4);
+    void *k[2], *v[2];
+    for (int i = 0; i < 2; i++) {
+        k[i] = calloc(1, bytes);
+        v[i] = calloc(1, bytes);
+        assert_non_null(k[i]);
+        assert_non_null(v[i]);
+    }
+    te_kv_local kv;
+    assert_int_equal(te_kv_register(e, &l, k, v, TE_MEM_HOST, &kv), TE_OK);
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(te_kv_hello_pack(e, &kv, &buf, &len), TE_OK);
+    Tandem__Transfer__ControlMessage *m = te_control_unpack(buf, len);
+    assert_non_null(m);
+    assert_int_equal(m->body_case, TANDEM__TRANSFER__CONTROL_MESSAGE__BODY_HELLO);
+    assert_int_equal(m->hello->engine_id, te_engine_id(e));
+    assert_int_equal(m->hello->shard->tp, 2);
+    assert_int_equal(m->hello->shard->rank, 1);
+    assert_int_equal(m->hello->n_regions, 4);
+    assert_int_equal(m->hello->regions[3]->address, (uint64_t)(uintptr_t)v[1]);
+    assert_int_equal(m->hello->regions[3]->length, bytes);
+    te_kv_remote remote;
+    assert_int_equal(te_kv_connect(f, m->hello, &remote), TE_OK);
+    assert_int_equal(remote.layout.rank, 1);
+    assert_int_equal(remote.n_regions, 4);
+    assert_int_equal(te_remote_region_len(remote.regions[2]), bytes);
+    assert_int_equal(te_kv_disconnect(f, &remote), TE_OK);
+    tandem__transfer__control_message__free_unpacked(m, NULL);
+    /* Garbage and truncated messages are rejected, not crashed on. */
+    uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0x0f};
+    assert_null(te_control_unpack(junk, sizeof junk));
+    assert_null(te_control_unpack(buf, len / 2));
+    free(buf);
+
+    int32_t pages[3] = {7, 2, 9};
+    assert_int_equal(te_kv_request_pack(5, 40, pages, 3, &buf, &len), TE_OK);
+    m = te_control_unpack(buf, len);
+    assert_non_null(m);
+    assert_int_equal(m->body_case, TANDEM__TRANSFER__CONTROL_MESSAGE__BODY_KV_REQUEST);
+    assert_int_equal(m->kv_request->n_tokens, 40);
+    assert_int_equal(m->kv_request->n_pages, 3);
+    assert_int_equal(m->kv_request->pages[2], 9);
+    tandem__transfer__control_message__free_unpacked(m, NULL);
+    free(buf);
+    te_kv_deregister(e, &kv);
+    for (int i = 0; i < 2; i++) {
+        free(k[i]);
+        free(v[i]);
+    }
+    te_engine_destroy(e);
+    te_engine_destroy(f);
+}
+
+/* Two sender ranks (TP=2, page 16) into one receiver (TP=1, page 24), all
+ * engines in this process, via te_kv_send and the hellos. */
+static void resharded_kv_lands_byte_exact(void **state)
+{
+    (void)state;
+    enum { LAYERS = 2, HEADS = 4, DIM = 8, TOKENS = 100, SEED = 1234 };
+    te_engine *snd[2] = {make_engine("rank0", "tcp", 16, NULL), make_engine("rank1", "tcp", 16, NULL)};
+    te_engine *rcv = make_engine("decoder", "tcp", 16, NULL);
+    te_kv_layout dl = {1, 0, LAYERS, HEADS, DIM, 4, 24, 12};
+    char why[256];
+    size_t dbytes = te_kv_pool_bytes(&dl, why, sizeof why);
+    void *dk[LAYERS], *dv[LAYERS];
+    for (int i = 0; i < LAYERS; i++) {
+        dk[i] = malloc(dbytes);
+        dv[i] = malloc(dbytes);
+        assert_non_null(dk[i]);
+        assert_non_null(dv[i]);
+        memset(dk[i], 0x5A, dbytes);
+        memset(dv[i], 0x5A, dbytes);
+    }
+    int32_t dpages[5] = {11, 3, 7, 0, 5};
+    te_kv_local dkv;
+    assert_int_equal(te_kv_register(rcv, &dl, dk, dv, TE_MEM_HOST, &dkv), TE_OK);
+    uint8_t *hello;
+    size_t hello_len;
+    assert_int_equal(te_kv_hello_pack(rcv, &dkv, &hello, &hello_len), TE_OK);
+    Tandem__Transfer__ControlMessage *dm = te_control_unpack(hello, hello_len);
+    assert_non_null(dm);
+
+    te_kv_local skv[2];
+    te_kv_remote to_rcv[2], from_snd[2];
+    void *sk[2][LAYERS], *sv[2][LAYERS];
+    int32_t spages[2][7] = {{6, 0, 2, 4, 1, 3, 5}, {1, 2, 3, 4, 5, 6, 0}};
+    te_transfer *t[2];
+    for (int r = 0; r < 2; r++) {
+        te_kv_layout sl = {2, r, LAYERS, HEADS, DIM, 4, 16, 8};
+        size_t sbytes = te_kv_pool_bytes(&sl, why, sizeof why);
+        for (int i = 0; i < LAYERS; i++) {
+            sk[r][i] = calloc(1, sbytes);
+            sv[r][i] = calloc(1, sbytes);
+            assert_non_null(sk[r][i]);
+            assert_non_null(sv[r][i]);
+            te_pattern_fill(&sl, sk[r][i], i, 0, spages[r], TOKENS, SEED);
+            te_pattern_fill(&sl, sv[r][i], i, 1, spages[r], TOKENS, SEED);
+        }
+        assert_int_equal(te_kv_register(snd[r], &sl, sk[r], sv[r], TE_MEM_HOST, &skv[r]), TE_OK);
+        uint8_t *sh;
+        size_t sh_len;
+        assert_int_equal(te_kv_hello_pack(snd[r], &skv[r], &sh, &sh_len), TE_OK);
+        Tandem__Transfer__ControlMessage *sm = te_control_unpack(sh, sh_len);
+        assert_non_null(sm);
+        assert_int_equal(te_kv_connect(rcv, sm->hello, &from_snd[r]), TE_OK);
+        tandem__transfer__control_message__free_unpacked(sm, NULL);
+        free(sh);
+        assert_int_equal(te_kv_connect(snd[r], dm->hello, &to_rcv[r]), TE_OK);
+        assert_int_equal(te_kv_send(snd[r], &skv[r], spages[r], &to_rcv[r], dpages, TOKENS, 31,
+                                    10000, &t[r]), TE_OK);
+    }
+    int notices = 0;
+    while (te_transfer_status(t[0]) == TE_IN_PROGRESS || te_transfer_status(t[1]) == TE_IN_PROGRESS ||
+           notices < 2) {
+        te_engine_progress(snd[0]);
+        te_engine_progress(snd[1]);
+        te_engine_progress(rcv);
+        te_notice note;
+        while (te_engine_next_notice(rcv, &note)) {
+            assert_int_equal(note.request_id, 31);
+            assert_int_equal(note.status, TE_OK);
+            notices++;
+        }
+    }
+    assert_int_equal(te_transfer_status(t[0]), TE_OK);
+    assert_int_equal(te_transfer_status(t[1]), TE_OK);
+    for (int i = 0; i < LAYERS; i++) {
+        assert_int_equal(te_pattern_verify(&dl, dk[i], i, 0, dpages, TOKENS, SEED, 0x5A, why,
+                                           sizeof why), 0);
+        assert_int_equal(te_pattern_verify(&dl, dv[i], i, 1, dpages, TOKENS, SEED, 0x5A, why,
+                                           sizeof why), 0);
+    }
+    /* The check itself catches a wrong seed. */
+    assert_true(te_pattern_verify(&dl, dk[0], 0, 0, dpages, TOKENS, SEED + 1, 0x5A, why,
+                                  sizeof why) > 0);
+    for (int r = 0; r < 2; r++) {
+        te_transfer_release(snd[r], t[r]);
+        assert_int_equal(te_kv_disconnect(snd[r], &to_rcv[r]), TE_OK);
+        assert_int_equal(te_kv_disconnect(rcv, &from_snd[r]), TE_OK);
+        te_kv_deregister(snd[r], &skv[r]);
+        te_engine_destroy(snd[r]);
+        for (int i = 0; i < LAYERS; i++) {
+            free(sk[r][i]);
+            free(sv[r][i]);
+        }
+    }
+    tandem__transfer__control_message__free_unpacked(dm, NULL);
+    free(hello);
+    te_kv_deregister(rcv, &dkv);
+    te_engine_destroy(rcv);
+    for (int i = 0; i < LAYERS; i++) {
+        free(dk[i]);
+        free(dv[i]);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(moves_bytes_over_tcp),
+        cmocka_unit_test(moves_bytes_over_shared_memory),
+        cmocka_unit_test(bad_copies_are_refused_before_any_byte_moves),
+        cmocka_unit_test(silent_receiver_times_out_and_leaves_nothing_in_flight),
+        cmocka_unit_test(cancel_stops_puts_and_tells_the_receiver),
+        cmocka_unit_test(vanished_receiver_fails_the_transfer),
+        cmocka_unit_test(busy_resources_and_unsupported_memory),
+        cmocka_unit_test(no_rdma_device_is_one_clear_log_line),
+        cmocka_unit_test(nic_selection_prefers_active_near_ports),
+        cmocka_unit_test(hello_round_trips_through_protobuf),
+        cmocka_unit_test(resharded_kv_lands_byte_exact),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

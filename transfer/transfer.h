@@ -1,0 +1,201 @@
+/* TransferEngine: moves registered memory (a request's KV cache pages) from
+ * one process to another with one-sided UCX puts.
+ *
+ * An engine owns one UCX context and worker and is driven by its owner's
+ * thread: every call below is non-blocking except the *_wait helpers, and
+ * nothing happens unless te_engine_progress (or a wait) runs. Not thread
+ * safe; use one engine per thread.
+ *
+ * A transfer's life on the sender: submit (every copy is checked against
+ * the registered regions first, so a bad copy is refused before any byte
+ * moves) -> puts, at most max_puts_in_flight outstanding -> endpoint flush
+ * (the puts are now in the receiver's memory) -> a TransferNotice active
+ * message telling the receiver which request is complete -> the receiver's
+ * TransferAck -> done. The receiver sees the notice via te_engine_next_notice
+ * and the engine answers it with the ack by itself; both sides must have
+ * connected a peer to each other (te_peer_connect) for that.
+ *
+ * Failures end a transfer with a status and a one-line message
+ * (te_transfer_error): the peer's connection failing, the per-transfer
+ * timeout (which also force-closes the peer's endpoint, so no request is
+ * left in flight; see te_engine_abandoned for shared-memory-only UCX_TLS),
+ * cancellation. See docs/TRANSFER.md. */
+#ifndef TANDEM_TRANSFER_H
+#define TANDEM_TRANSFER_H
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef enum te_status {
+    TE_OK = 0,
+    TE_IN_PROGRESS = 1,      /* transfer not finished yet */
+    TE_ERR_ARG = -1,         /* bad argument */
+    TE_ERR_NOMEM = -2,
+    TE_ERR_UNSUPPORTED = -3, /* e.g. CUDA memory in a build without CUDA */
+    TE_ERR_UCX = -4,         /* a UCX call failed */
+    TE_ERR_REFUSED = -5,     /* copy outside a registered region: nothing was sent */
+    TE_ERR_TIMEOUT = -6,
+    TE_ERR_CANCELED = -7,
+    TE_ERR_PEER = -8,        /* the peer's connection failed or the peer is gone */
+    TE_ERR_PROTO = -9,       /* malformed message from a peer */
+    TE_ERR_BUSY = -10,       /* still used by transfers that are not released */
+} te_status;
+
+const char *te_status_str(int status);
+
+/* Monotonic clock in seconds (what deadlines are measured with). */
+double te_now_seconds(void);
+/* For callers' own progress loops: call after a round that found nothing to
+ * do (reset *idle to 0 after one that did). Spins a little, then sleeps in
+ * short steps so an idle process leaves the CPU to its peer. */
+void te_idle_backoff(int *idle);
+
+typedef enum te_mem_type { TE_MEM_HOST = 0, TE_MEM_CUDA = 1 } te_mem_type;
+
+typedef struct te_engine te_engine;
+typedef struct te_region te_region;               /* local registered memory */
+typedef struct te_peer te_peer;                   /* endpoint to another engine */
+typedef struct te_remote_region te_remote_region; /* a peer's region, imported */
+typedef struct te_transfer te_transfer;
+
+typedef struct te_engine_config {
+    const char *name;          /* prefix of log lines; NULL: "transfer" */
+    const char *tls;           /* UCX_TLS for this engine; NULL keeps the environment's */
+    const char *net_devices;   /* UCX_NET_DEVICES; NULL: environment, else the NIC chosen
+                                  by te_nic_select, else UCX's own choice */
+    const char *near_pci_path; /* sysfs path of the GPU the memory lives on (NIC affinity) */
+    int numa_node;             /* preferred NIC NUMA node, -1 any */
+    int max_puts_in_flight;    /* per transfer; 0: 64 */
+    FILE *log;                 /* NULL: stderr */
+} te_engine_config;
+
+/* Fills the defaults (all NULL, numa_node -1, max_puts_in_flight 0). */
+void te_engine_config_default(te_engine_config *cfg);
+
+/* Creates the UCX context and worker, discovers RDMA NICs (one log line
+ * saying which one is used, or that UCX chooses). On failure returns a
+ * status and writes a message into err. */
+int te_engine_create(const te_engine_config *cfg, te_engine **out, char *err, size_t err_len);
+/* Cancels and force-closes whatever is still open, frees everything. */
+void te_engine_destroy(te_engine *e);
+
+uint64_t te_engine_id(const te_engine *e);                 /* random, per engine */
+const char *te_engine_nic(const te_engine *e);             /* "mlx5_0:1" or "ucx-default" */
+const char *te_engine_error(const te_engine *e);           /* last error message */
+/* The worker address peers connect to; valid until te_engine_destroy. */
+void te_engine_address(const te_engine *e, const void **addr, size_t *len);
+/* Runs UCX progress and advances every transfer. Returns the number of UCX
+ * events handled (0 when idle). */
+int te_engine_progress(te_engine *e);
+/* UCX requests still in flight (puts, flushes, notices, acks, closes). */
+size_t te_engine_outstanding(const te_engine *e);
+/* Of those, requests of timed-out transfers that UCX can neither complete
+ * nor cancel: only with transports that cannot detect a dead peer (UCX 1.13
+ * shared memory). They, and the source regions they read, are released by
+ * te_engine_destroy. Always 0 with tcp or verbs. */
+size_t te_engine_abandoned(const te_engine *e);
+
+/* --- memory regions ----------------------------------------------------- */
+
+/* Registers [addr, addr + len) for remote writes. CUDA memory needs a build
+ * with TANDEM_CUDA (UCS_MEMORY_TYPE_CUDA); otherwise TE_ERR_UNSUPPORTED. */
+int te_region_register(te_engine *e, void *addr, size_t len, te_mem_type type,
+                       te_region **out);
+/* TE_ERR_BUSY while an unreleased transfer uses it. */
+int te_region_deregister(te_engine *e, te_region *r);
+/* The packed remote key peers need (ucp_rkey_pack); owned by the region. */
+int te_region_rkey(te_engine *e, te_region *r, const void **rkey, size_t *len);
+void *te_region_addr(const te_region *r);
+size_t te_region_len(const te_region *r);
+te_mem_type te_region_type(const te_region *r);
+
+/* --- peers ---------------------------------------------------------------- */
+
+/* Creates an endpoint to the engine at `addr` (its te_engine_address) whose
+ * te_engine_id is remote_id. Endpoint failures (peer died, connection reset)
+ * are reported through te_peer_status and fail the peer's transfers. */
+int te_peer_connect(te_engine *e, const void *addr, size_t len, uint64_t remote_id,
+                    te_peer **out);
+/* TE_OK while usable, otherwise why not (te_peer_error has the message). */
+int te_peer_status(const te_peer *p);
+const char *te_peer_error(const te_peer *p);
+uint64_t te_peer_remote_id(const te_peer *p);
+/* 1 when UCX reports this peer's failure (UCP_ERR_HANDLING_MODE_PEER: tcp,
+ * verbs); 0 for shared-memory-only UCX_TLS, where only timeouts tell. */
+int te_peer_detects_failure(const te_peer *p);
+/* The UCX transports/devices the endpoint's data lanes use, e.g.
+ * "tcp/lo" or "rc_mlx5/mlx5_0:1" (what the transfer really goes through). */
+const char *te_peer_transports(const te_peer *p);
+/* Makes a peer's region writable: remote address, length and packed rkey as
+ * received in its RegionDescriptor. The object is owned by the peer. */
+int te_peer_import_region(te_engine *e, te_peer *p, uint64_t remote_addr, uint64_t len,
+                          const void *rkey, size_t rkey_len, te_remote_region **out);
+uint64_t te_remote_region_len(const te_remote_region *r);
+/* Closes the endpoint and frees the imported regions. TE_ERR_BUSY while an
+ * unreleased transfer uses the peer (the peer stays open then). */
+int te_peer_close(te_engine *e, te_peer *p);
+
+/* --- transfers ------------------------------------------------------------ */
+
+/* One contiguous copy: src[src_region] + src_offset -> dst[dst_region] +
+ * dst_offset, length bytes. Indices refer to the arrays of te_transfer_desc. */
+typedef struct te_copy {
+    uint32_t src_region, dst_region;
+    uint64_t src_offset, dst_offset, length;
+} te_copy;
+
+typedef struct te_transfer_desc {
+    te_peer *peer;
+    uint64_t request_id;               /* echoed in the receiver's notice */
+    te_region *const *src;             /* local regions, indexed by te_copy.src_region */
+    size_t n_src;
+    te_remote_region *const *dst;      /* the peer's regions, indexed by dst_region */
+    size_t n_dst;
+    const te_copy *copies;             /* copied by submit; may be empty */
+    size_t n_copies;
+    int timeout_ms;                    /* > 0: from submit to the receiver's ack */
+} te_transfer_desc;
+
+/* Validates every copy (regions registered/imported for this peer, bounds,
+ * no two copies writing the same destination bytes) and starts the puts.
+ * On TE_ERR_REFUSED / TE_ERR_ARG nothing was sent and *out is NULL; the
+ * message is in te_engine_error. */
+int te_transfer_submit(te_engine *e, const te_transfer_desc *d, te_transfer **out);
+/* TE_IN_PROGRESS, TE_OK, or the failure status. */
+int te_transfer_status(const te_transfer *t);
+const char *te_transfer_error(const te_transfer *t);
+uint64_t te_transfer_request_id(const te_transfer *t);
+uint64_t te_transfer_bytes(const te_transfer *t);
+/* Copies whose puts were posted / completed locally so far. */
+void te_transfer_counts(const te_transfer *t, size_t *posted, size_t *completed);
+/* The NIC / transports the transfer uses ("ucx-default" NIC: UCX chose). */
+const char *te_transfer_nic(const te_transfer *t);
+/* Stops posting puts; already posted ones drain, the endpoint is flushed and
+ * the receiver gets a CANCELED notice (so it knows no more writes follow).
+ * The transfer then ends with TE_ERR_CANCELED. */
+int te_transfer_cancel(te_engine *e, te_transfer *t);
+/* Progresses until the transfer is finished; returns its status. Bounded by
+ * the transfer's timeout. */
+int te_transfer_wait(te_engine *e, te_transfer *t);
+/* Frees a transfer; an unfinished one is canceled and waited for first. */
+void te_transfer_release(te_engine *e, te_transfer *t);
+
+/* Copies of the transfer in total. */
+size_t te_transfer_n_copies(const te_transfer *t);
+
+/* --- receiver side -------------------------------------------------------- */
+
+typedef struct te_notice {
+    uint64_t sender_id;   /* te_engine_id of the sender */
+    uint64_t request_id;
+    int status;           /* TE_OK: all bytes landed; TE_ERR_CANCELED: partial, no more writes */
+    uint64_t bytes;
+    uint32_t copies;
+} te_notice;
+
+/* Pops the oldest received notice: 1 when one was returned, 0 when none. */
+int te_engine_next_notice(te_engine *e, te_notice *out);
+/* Progresses until a notice arrives (1) or timeout_ms passes (0). */
+int te_engine_wait_notice(te_engine *e, te_notice *out, int timeout_ms);
+
+#endif

@@ -1,0 +1,135 @@
+/* Private structures of the TransferEngine, shared by transfer_engine.c,
+ * transfer_region.c and transfer_xfer.c. Not for users of transfer.h. */
+#ifndef TANDEM_TRANSFER_INTERNAL_H
+#define TANDEM_TRANSFER_INTERNAL_H
+#include <ucp/api/ucp.h>
+#include "transfer/transfer.h"
+
+/* Active message ids of the notice/ack protocol. */
+enum { TE_AM_NOTICE = 0x7e1, TE_AM_ACK = 0x7e2 };
+
+struct te_region {
+    te_region *next;
+    void *addr;
+    size_t len;
+    te_mem_type type;
+    ucp_mem_h memh;
+    void *rkey_buf;     /* packed lazily by te_region_rkey */
+    size_t rkey_len;
+    int users;          /* unreleased transfers reading from it */
+};
+
+struct te_remote_region {
+    te_remote_region *next;
+    te_peer *peer;
+    uint64_t addr, len;
+    ucp_rkey_h rkey;
+    int users;          /* unreleased transfers writing into it */
+};
+
+struct te_peer {
+    te_peer *next;
+    te_engine *e;
+    ucp_ep_h ep;              /* NULL once closed */
+    void *close_req;          /* in-flight ucp_ep_close_nbx */
+    int close_done;
+    uint64_t remote_id;
+    int status;               /* TE_OK or why the peer is unusable */
+    char error[256];
+    te_remote_region *regions;
+    int users;                /* unreleased transfers */
+    int detects_failure;      /* endpoint has UCP_ERR_HANDLING_MODE_PEER */
+    int detached;             /* closed by the user, left to te_engine_destroy */
+    int acks_in_flight;       /* TransferAcks sent to it and not yet completed */
+    char transports[160];
+};
+
+enum te_phase { TE_PHASE_PUT, TE_PHASE_FLUSH, TE_PHASE_NOTICE, TE_PHASE_DONE };
+
+struct te_transfer {
+    te_transfer *next, *prev; /* engine's list of unreleased transfers */
+    te_engine *e;
+    te_peer *peer;
+    uint64_t id, request_id;
+    te_copy *copies;
+    size_t n_copies, posted, completed;
+    te_region **src;
+    size_t n_src;
+    te_remote_region **dst;
+    size_t n_dst;
+    uint64_t bytes;
+    int phase;
+    int in_flight;            /* UCX requests of this transfer not completed */
+    int flush_done, notice_done, acked;
+    int canceled, notice_canceled;
+    int failure;              /* error to report once in_flight drains */
+    int abandoned;            /* ended with requests UCX cannot give back */
+    int released;             /* te_transfer_release called; freed once in_flight is 0 */
+    int peer_dropped;         /* no longer counted in peer->users */
+    int status;               /* TE_IN_PROGRESS until final */
+    char error[256];
+    double deadline;          /* monotonic seconds */
+    int timeout_ms;
+    uint8_t notice_buf[128];  /* must outlive the AM send */
+    size_t notice_len;
+};
+
+typedef struct te_pending_ack {
+    uint64_t sender_id, transfer_id;
+} te_pending_ack;
+
+struct te_engine {
+    ucp_context_h ctx;
+    ucp_worker_h worker;
+    ucp_address_t *address;
+    size_t address_len;
+    uint64_t id;
+    char name[32];
+    FILE *log;
+    int max_in_flight;
+    size_t max_am_header;
+    int peer_failure_mode;    /* create endpoints with UCP_ERR_HANDLING_MODE_PEER */
+    char nic[96];
+    te_region *regions;
+    te_peer *peers;
+    te_transfer *transfers;
+    uint64_t next_transfer_id;
+    size_t outstanding;
+    size_t abandoned;         /* outstanding requests of abandoned transfers */
+    te_notice *notices;       /* FIFO */
+    size_t n_notices, cap_notices;
+    te_pending_ack *acks;
+    size_t n_acks, cap_acks;
+    char error[256];
+};
+
+/* Records the engine's last error and returns status. */
+int te_fail(te_engine *e, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void te_log(te_engine *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Peers (transfer_region.c). */
+void te_peer_mark_failed(te_peer *p, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Starts closing the endpoint: by force where the endpoint has peer failure
+ * handling (UCX completes its requests with UCS_ERR_CANCELED), else with a
+ * flush. A failed endpoint without failure handling cannot be closed (UCX
+ * refuses FORCE for it and a flush would never end): it is left to
+ * ucp_worker_destroy. */
+void te_peer_start_close(te_engine *e, te_peer *p);
+void te_peer_free(te_engine *e, te_peer *p);
+te_peer *te_peer_find(te_engine *e, uint64_t remote_id);
+void te_region_free(te_engine *e, te_region *r);
+
+/* Transfers (transfer_xfer.c). */
+void te_transfer_advance(te_transfer *t, double now);
+void te_transfer_on_ack(te_engine *e, uint64_t transfer_id);
+void te_transfer_free(te_engine *e, te_transfer *t);
+/* Frees released transfers whose last request has completed. */
+void te_transfer_sweep(te_engine *e);
+
+/* Classifies a ucs_status_ptr_t from a *_nbx call: 0 done now, 1 in flight
+ * (the callback will run), -1 failed (status in *st). */
+int te_request_started(ucs_status_ptr_t sp, ucs_status_t *st);
+
+#endif

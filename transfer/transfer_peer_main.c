@@ -1,0 +1,529 @@
+/* tandem-transfer-peer: one process of a KV transfer over the TransferEngine,
+ * used by the multi-process tests and the bench, and handy as a smoke test
+ * of a cluster's network (`recv` on the decoder node, `send` elsewhere).
+ *
+ * Both sides derive the KV contents from --seed (transfer_pattern.h), so the
+ * receiver verifies every byte of every page it received, and that nothing
+ * outside the request's pages changed, without seeing the sender's memory. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+#include "transfer/transfer.h"
+#include "transfer/transfer_kv.h"
+#include "transfer/transfer_pattern.h"
+#include "transfer/transfer_session.h"
+
+#define MAX_RECEIVERS 8
+#define SENTINEL 0xA5
+
+typedef struct options {
+    int is_sender;
+    const char *tls;
+    int tp, rank, senders;
+    int layers, kv_heads, head_dim, page_size, tokens, spare_pages;
+    uint64_t seed, request_id;
+    int repeat, warmup, timeout_ms, window;
+    int shrink;                       /* receiver: register only half of each pool */
+    const char *connect[MAX_RECEIVERS];
+    int n_connect;
+    pid_t kill_pid;                   /* sender: SIGKILL this receiver mid-transfer */
+    double kill_fraction;
+    int expect_failure;
+} options;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: tandem-transfer-peer recv|send [options]\n"
+        "Moves a random-content paged HND KV cache between processes with the\n"
+        "TransferEngine and verifies it byte for byte on the receiver.\n"
+        "\n"
+        "common:\n"
+        "  --tls LIST          UCX transports (UCX_TLS), default: UCX's choice\n"
+        "  --tp N --rank R     this process's TP group size and rank (default 1 / 0)\n"
+        "  --layers L --kv-heads H --head-dim D --page-size P --tokens T\n"
+        "                      KV geometry (default 2 / 4 / 16 / 16 / 300)\n"
+        "  --seed S            content seed, equal on both sides (default 1)\n"
+        "  --request-id ID     (default 1)\n"
+        "  --repeat N          transfers of the same request (default 1)\n"
+        "  --timeout-ms MS     bound of every wait (default 20000)\n"
+        "  --window N          puts in flight per transfer (default 64)\n"
+        "recv:\n"
+        "  --senders N         sender ranks to wait for (default 1)\n"
+        "  --shrink-region     register only half of each pool and expect the sender\n"
+        "                      to refuse: succeed if no notice comes within the\n"
+        "                      timeout and every pool byte is untouched\n"
+        "  prints 'endpoint tcp://127.0.0.1:PORT' first, then the verification\n"
+        "send:\n"
+        "  --connect ENDPOINT  a receiver rank's endpoint (repeat for several)\n"
+        "  --warmup N          untimed transfers before the --repeat timed ones (the\n"
+        "                      receiver's --repeat must count both)\n"
+        "  --kill-pid PID --kill-after F\n"
+        "                      SIGKILL process PID once a fraction F of the puts\n"
+        "                      is posted (failure test); implies --expect-failure\n"
+        "  --expect-failure    exit 0 only if the transfer fails with an error\n");
+}
+
+static int parse_int(const char *s, int lo, int hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || v < lo || v > hi)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_options(int argc, char **argv, options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->tp = 1;
+    o->senders = 1;
+    o->layers = 2;
+    o->kv_heads = 4;
+    o->head_dim = 16;
+    o->page_size = 16;
+    o->tokens = 300;
+    o->spare_pages = 3;
+    o->seed = 1;
+    o->request_id = 1;
+    o->repeat = 1;
+    o->timeout_ms = 20000;
+    o->window = 64;
+    if (argc < 2) {
+        usage(stderr);
+        return -1;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(stdout);
+        exit(0);
+    }
+    if (!strcmp(argv[1], "send"))
+        o->is_sender = 1;
+    else if (strcmp(argv[1], "recv")) {
+        fprintf(stderr, "tandem-transfer-peer: first argument must be recv or send, not '%s'\n",
+                argv[1]);
+        return -1;
+    }
+    static const struct option longs[] = {
+        {"tls", 1, 0, 't'}, {"tp", 1, 0, 'p'}, {"rank", 1, 0, 'r'}, {"senders", 1, 0, 's'},
+        {"layers", 1, 0, 'l'}, {"kv-heads", 1, 0, 'H'}, {"head-dim", 1, 0, 'D'},
+        {"page-size", 1, 0, 'P'}, {"tokens", 1, 0, 'T'}, {"seed", 1, 0, 'S'},
+        {"request-id", 1, 0, 'i'}, {"repeat", 1, 0, 'R'}, {"timeout-ms", 1, 0, 'o'},
+        {"window", 1, 0, 'w'}, {"warmup", 1, 0, 'W'}, {"shrink-region", 0, 0, 'k'}, {"connect", 1, 0, 'c'},
+        {"kill-pid", 1, 0, 'K'}, {"kill-after", 1, 0, 'F'}, {"expect-failure", 0, 0, 'x'},
+        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    optind = 2;
+    int c, v, which = 0;
+    while ((c = getopt_long(argc, argv, "", longs, &which)) != -1) {
+        int bad = 0;
+        switch (c) {
+        case 't': o->tls = optarg; break;
+        case 'p': bad = parse_int(optarg, 1, 64, &o->tp); break;
+        case 'r': bad = parse_int(optarg, 0, 63, &o->rank); break;
+        case 's': bad = parse_int(optarg, 1, 64, &o->senders); break;
+        case 'l': bad = parse_int(optarg, 1, 512, &o->layers); break;
+        case 'H': bad = parse_int(optarg, 1, 1024, &o->kv_heads); break;
+        case 'D': bad = parse_int(optarg, 1, 4096, &o->head_dim); break;
+        case 'P': bad = parse_int(optarg, 1, 1 << 16, &o->page_size); break;
+        case 'T': bad = parse_int(optarg, 0, 1 << 24, &o->tokens); break;
+        case 'S': bad = parse_int(optarg, 0, 1 << 30, &v); o->seed = (uint64_t)v; break;
+        case 'i': bad = parse_int(optarg, 0, 1 << 30, &v); o->request_id = (uint64_t)v; break;
+        case 'R': bad = parse_int(optarg, 1, 100000, &o->repeat); break;
+        case 'o': bad = parse_int(optarg, 1, 3600000, &o->timeout_ms); break;
+        case 'w': bad = parse_int(optarg, 1, 1 << 16, &o->window); break;
+        case 'W': bad = parse_int(optarg, 0, 1000, &o->warmup); break;
+        case 'k': o->shrink = 1; break;
+        case 'c':
+            if (o->n_connect == MAX_RECEIVERS)
+                bad = 1;
+            else
+                o->connect[o->n_connect++] = optarg;
+            break;
+        case 'K': bad = parse_int(optarg, 2, 1 << 30, &v); o->kill_pid = (pid_t)v; break;
+        case 'F': {
+            char *end;
+            o->kill_fraction = strtod(optarg, &end);
+            bad = *end || o->kill_fraction < 0 || o->kill_fraction >= 1;
+            break;
+        }
+        case 'x': o->expect_failure = 1; break;
+        case 'h': usage(stdout); exit(0);
+        default: usage(stderr); return -1;
+        }
+        if (bad) {
+            fprintf(stderr, "tandem-transfer-peer: bad value '%s' for --%s\n", optarg,
+                    longs[which].name);
+            return -1;
+        }
+    }
+    if (optind != argc) {
+        fprintf(stderr, "tandem-transfer-peer: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (o->rank >= o->tp) {
+        fprintf(stderr, "tandem-transfer-peer: --rank %d must be below --tp %d\n", o->rank, o->tp);
+        return -1;
+    }
+    if (o->is_sender && o->n_connect == 0) {
+        fprintf(stderr, "tandem-transfer-peer: send needs --connect ENDPOINT\n");
+        return -1;
+    }
+    if (o->kill_pid)
+        o->expect_failure = 1;
+    return 0;
+}
+
+/* A rank's page table: a seeded shuffle of its pool, so pages of one request
+ * are scattered the way a busy cache scatters them. */
+static int32_t *shuffled_pages(int n_pages, uint64_t seed)
+{
+    int32_t *p = malloc((size_t)n_pages * sizeof *p);
+    if (!p)
+        return NULL;
+    for (int i = 0; i < n_pages; i++)
+        p[i] = i;
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (int i = n_pages - 1; i > 0; i--) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        int j = (int)(s % (uint64_t)(i + 1));
+        int32_t t = p[i];
+        p[i] = p[j];
+        p[j] = t;
+    }
+    return p;
+}
+
+/* This process's pools and page table. */
+typedef struct pools {
+    te_kv_layout layout;
+    size_t bytes;
+    void **k, **v;
+    int32_t *pages;
+    int used_pages;
+} pools;
+
+static int pools_init(pools *p, const options *o, int fill)
+{
+    memset(p, 0, sizeof *p);
+    p->used_pages = (o->tokens + o->page_size - 1) / o->page_size;
+    te_kv_layout l = {o->tp, o->rank, o->layers, o->kv_heads, o->head_dim, 4, o->page_size,
+                      p->used_pages + o->spare_pages};
+    p->layout = l;
+    char why[256];
+    p->bytes = te_kv_pool_bytes(&l, why, sizeof why);
+    if (!p->bytes) {
+        fprintf(stderr, "tandem-transfer-peer: %s\n", why);
+        return -1;
+    }
+    p->k = calloc((size_t)o->layers, sizeof *p->k);
+    p->v = calloc((size_t)o->layers, sizeof *p->v);
+    p->pages = shuffled_pages(l.n_pages, o->seed * 131 + (uint64_t)o->rank * 7 + (uint64_t)o->is_sender);
+    if (!p->k || !p->v || !p->pages)
+        return -1;
+    for (int i = 0; i < o->layers; i++) {
+        p->k[i] = malloc(p->bytes);
+        p->v[i] = malloc(p->bytes);
+        if (!p->k[i] || !p->v[i])
+            return -1;
+        memset(p->k[i], fill ? 0 : SENTINEL, p->bytes);
+        memset(p->v[i], fill ? 0 : SENTINEL, p->bytes);
+        if (fill) {
+            te_pattern_fill(&l, p->k[i], i, 0, p->pages, o->tokens, o->seed);
+            te_pattern_fill(&l, p->v[i], i, 1, p->pages, o->tokens, o->seed);
+        }
+    }
+    return 0;
+}
+
+static void pools_free(pools *p, int layers)
+{
+    for (int i = 0; i < layers && p->k && p->v; i++) {
+        free(p->k[i]);
+        free(p->v[i]);
+    }
+    free(p->k);
+    free(p->v);
+    free(p->pages);
+}
+
+static int run_receiver(const options *o, te_engine *e, void *zctx, pools *pp)
+{
+    pools p;
+    te_kv_local kv = {0};
+    void *sock = NULL;
+    te_kv_remote senders[64];
+    int n_senders = 0, rc = 1;
+    char err[512];
+    memset(senders, 0, sizeof senders);
+    if (pools_init(&p, o, 0)) {
+        fprintf(stderr, "tandem-transfer-peer: out of memory for the pools\n");
+        goto out;
+    }
+    te_kv_layout advertised = p.layout;
+    if (o->shrink)
+        advertised.n_pages = p.layout.n_pages / 2;
+    if (te_kv_register(e, &advertised, p.k, p.v, TE_MEM_HOST, &kv) != TE_OK) {
+        fprintf(stderr, "tandem-transfer-peer: registering pools: %s\n", te_engine_error(e));
+        goto out;
+    }
+    /* The layout in the hello still says the full pool: only the registered
+     * (and advertised) region length is short, as a buggy decoder would do. */
+    kv.layout = p.layout;
+    char endpoint[256];
+    if (te_session_bind(zctx, &sock, endpoint, sizeof endpoint, err, sizeof err) != TE_OK) {
+        fprintf(stderr, "tandem-transfer-peer: %s\n", err);
+        goto out;
+    }
+    printf("endpoint %s\n", endpoint);
+    fflush(stdout);
+    if (te_session_accept(sock, e, &kv, o->senders, o->request_id, o->tokens, p.pages,
+                          p.used_pages, o->timeout_ms, senders, err, sizeof err) != TE_OK) {
+        fprintf(stderr, "tandem-transfer-peer: rendezvous: %s\n", err);
+        goto out;
+    }
+    n_senders = o->senders;
+    /* Every sender rank sends one notice per repetition. */
+    int want = o->senders * o->repeat, got = 0, canceled = 0;
+    double deadline = te_now_seconds() + o->timeout_ms / 1000.0;
+    while (got < want) {
+        te_notice note;
+        int left = (int)((deadline - te_now_seconds()) * 1000);
+        if (left <= 0 || !te_engine_wait_notice(e, &note, left)) {
+            if (o->shrink)
+                break;
+            fprintf(stderr, "tandem-transfer-peer: only %d of %d notices within %d ms\n", got,
+                    want, o->timeout_ms);
+            goto out;
+        }
+        got++;
+        canceled += note.status != TE_OK;
+    }
+    if (o->shrink) {
+        /* The senders must have refused: no notice, not one byte written. */
+        size_t touched = 0;
+        for (int i = 0; i < o->layers; i++)
+            for (size_t b = 0; b < p.bytes; b++)
+                touched += (((uint8_t *)p.k[i])[b] != SENTINEL) + (((uint8_t *)p.v[i])[b] != SENTINEL);
+        if (got || touched) {
+            fprintf(stderr, "tandem-transfer-peer: expected a refusal, got %d notices and %zu "
+                    "written bytes\n", got, touched);
+            goto out;
+        }
+        printf("no notice and every pool byte untouched: the transfer was refused\n");
+        rc = 0;
+        goto out;
+    }
+    size_t bad = 0, bytes = 0;
+    for (int i = 0; i < o->layers; i++)
+        for (int kvi = 0; kvi < 2; kvi++) {
+            char why[256] = "";
+            size_t b = te_pattern_verify(&p.layout, kvi ? p.v[i] : p.k[i], i, kvi, p.pages,
+                                         o->tokens, o->seed, SENTINEL, why, sizeof why);
+            if (b && !bad)
+                fprintf(stderr, "tandem-transfer-peer: mismatch: %s\n", why);
+            bad += b;
+            bytes += p.bytes;
+        }
+    if (bad) {
+        fprintf(stderr, "tandem-transfer-peer: %zu of %zu pool bytes wrong\n", bad, bytes);
+        goto out;
+    }
+    printf("verified %zu pool bytes of request %llu from %d sender(s): byte exact\n", bytes,
+           (unsigned long long)o->request_id, o->senders);
+    rc = 0;
+out:
+    /* Senders close first: our force close right after acking could cut
+     * the ack off in flight. Wait (bounded) until every sender has gone.
+     * Peers without failure detection are closed with a flush, which
+     * delivers the ack, and could not tell us they left anyway. */
+    for (double until = te_now_seconds() + 3.0; te_now_seconds() < until;) {
+        int open = 0;
+        te_engine_progress(e);
+        for (int i = 0; i < n_senders; i++)
+            open += te_peer_status(senders[i].peer) == TE_OK &&
+                    te_peer_detects_failure(senders[i].peer);
+        if (!open)
+            break;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    for (int i = 0; i < n_senders; i++)
+        te_kv_disconnect(e, &senders[i]);
+    if (sock)
+        zmq_close(sock);
+    te_kv_deregister(e, &kv);
+    *pp = p; /* freed after the engine: see main */
+    return rc;
+}
+
+/* Waits until `pid` is dead (a zombie or gone), so "killed mid-transfer"
+ * really means before the rest of the puts and the notice go out. */
+static void wait_dead(pid_t pid)
+{
+    char path[64], state = 0;
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    for (int i = 0; i < 5000; i++) {
+        FILE *f = fopen(path, "r");
+        if (!f)
+            return;
+        int n = fscanf(f, "%*d (%*[^)]) %c", &state);
+        fclose(f);
+        if (n == 1 && (state == 'Z' || state == 'X'))
+            return;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static int run_sender(const options *o, te_engine *e, void *zctx, pools *pp)
+{
+    pools p;
+    te_kv_local kv = {0};
+    te_session_offer offers[MAX_RECEIVERS];
+    te_transfer *t[MAX_RECEIVERS] = {0};
+    int n_offers = 0, rc = 1;
+    char err[512];
+    memset(offers, 0, sizeof offers);
+    if (pools_init(&p, o, 1)) {
+        fprintf(stderr, "tandem-transfer-peer: out of memory for the pools\n");
+        goto out;
+    }
+    if (te_kv_register(e, &p.layout, p.k, p.v, TE_MEM_HOST, &kv) != TE_OK) {
+        fprintf(stderr, "tandem-transfer-peer: registering pools: %s\n", te_engine_error(e));
+        goto out;
+    }
+    for (int i = 0; i < o->n_connect; i++) {
+        if (te_session_connect(zctx, o->connect[i], e, &kv, o->timeout_ms, &offers[i], err,
+                               sizeof err) != TE_OK) {
+            fprintf(stderr, "tandem-transfer-peer: rendezvous with %s: %s\n", o->connect[i], err);
+            goto out;
+        }
+        n_offers++;
+    }
+    uint64_t bytes = 0;
+    double start = te_now_seconds();
+    for (int r = 0; r < o->warmup + o->repeat; r++) {
+        if (r == o->warmup) {
+            start = te_now_seconds();
+            bytes = 0;
+        }
+        for (int i = 0; i < n_offers; i++) {
+            const te_session_offer *of = &offers[i];
+            if (te_kv_send(e, &kv, p.pages, &of->remote, of->pages, of->n_tokens, of->request_id,
+                           o->timeout_ms, &t[i]) != TE_OK) {
+                /* Refused before anything moved: say so plainly. */
+                printf("transfer refused: %s\n", te_engine_error(e));
+                fflush(stdout);
+                rc = o->expect_failure ? 0 : 1;
+                goto out;
+            }
+        }
+        int killed = 0, idle = 0, failed = 0;
+        for (int i = 0; i < n_offers; i++) {
+            while (te_transfer_status(t[i]) == TE_IN_PROGRESS) {
+                if (te_engine_progress(e))
+                    idle = 0;
+                if (o->kill_pid && !killed) {
+                    size_t posted;
+                    te_transfer_counts(t[i], &posted, NULL);
+                    if ((double)posted >= o->kill_fraction * (double)te_transfer_n_copies(t[i]) &&
+                        posted >= 1) {
+                        kill(o->kill_pid, SIGKILL);
+                        wait_dead(o->kill_pid);
+                        printf("killed receiver %d after %zu posted puts\n", (int)o->kill_pid,
+                               posted);
+                        fflush(stdout);
+                        killed = 1;
+                    }
+                }
+                te_idle_backoff(&idle);
+            }
+            if (te_transfer_status(t[i]) != TE_OK) {
+                printf("transfer failed: %s: %s (UCX requests in flight: %zu, left to engine "
+                       "destroy: %zu)\n", te_status_str(te_transfer_status(t[i])),
+                       te_transfer_error(t[i]), te_engine_outstanding(e), te_engine_abandoned(e));
+                failed = 1;
+            } else {
+                bytes += te_transfer_bytes(t[i]);
+            }
+        }
+        for (int i = 0; i < n_offers; i++) {
+            if (!failed && r == 0)
+                printf("request %llu to receiver %d: %llu bytes via %s (NIC %s)\n",
+                       (unsigned long long)offers[i].request_id, i,
+                       (unsigned long long)te_transfer_bytes(t[i]), te_transfer_nic(t[i]),
+                       te_engine_nic(e));
+            te_transfer_release(e, t[i]);
+            t[i] = NULL;
+        }
+        if (failed) {
+            /* Expected failures must not leave requests the engine does not
+             * account for; the abandoned ones go with te_engine_destroy
+             * (ASan/valgrind check that nothing leaks then). */
+            rc = o->expect_failure && te_engine_outstanding(e) == te_engine_abandoned(e) ? 0 : 1;
+            goto out;
+        }
+    }
+    double secs = te_now_seconds() - start;
+    printf("sent %llu bytes in %.6f s (%.3f GB/s) over %d timed transfer(s)\n",
+           (unsigned long long)bytes, secs, secs > 0 ? (double)bytes / secs / 1e9 : 0.0,
+           o->repeat);
+    rc = o->expect_failure ? 1 : 0;
+    if (o->expect_failure)
+        fprintf(stderr, "tandem-transfer-peer: expected the transfer to fail, it succeeded\n");
+out:
+    for (int i = 0; i < MAX_RECEIVERS; i++)
+        if (t[i])
+            te_transfer_release(e, t[i]);
+    for (int i = 0; i < n_offers; i++)
+        te_session_offer_free(e, &offers[i]);
+    te_kv_deregister(e, &kv);
+    *pp = p; /* freed after the engine: see main */
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    options o;
+    if (parse_options(argc, argv, &o))
+        return 2;
+    te_engine_config cfg;
+    te_engine_config_default(&cfg);
+    char name[64];
+    snprintf(name, sizeof name, "%s[rank %d]", o.is_sender ? "sender" : "receiver", o.rank);
+    cfg.name = name;
+    cfg.tls = o.tls;
+    cfg.max_puts_in_flight = o.window;
+    te_engine *e;
+    char err[512];
+    if (te_engine_create(&cfg, &e, err, sizeof err) != TE_OK) {
+        fprintf(stderr, "tandem-transfer-peer: %s\n", err);
+        return 1;
+    }
+    void *zctx = zmq_ctx_new();
+    if (!zctx) {
+        fprintf(stderr, "tandem-transfer-peer: zmq_ctx_new failed\n");
+        te_engine_destroy(e);
+        return 1;
+    }
+    pools p;
+    memset(&p, 0, sizeof p);
+    int rc = o.is_sender ? run_sender(&o, e, zctx, &p) : run_receiver(&o, e, zctx, &p);
+    /* The pools outlive the engine: after a transfer UCX could not cancel
+     * (shared-memory transports, dead peer) it may reference them until
+     * the engine is destroyed. */
+    te_engine_destroy(e);
+    pools_free(&p, o.layers);
+    zmq_ctx_term(zctx);
+    return rc;
+}
