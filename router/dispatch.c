@@ -531,3 +531,28 @@ void dispatch_fail_all(router_ctx *ctx, const char *why)
     }
     free(v);
 }
+
+void dispatch_process_queues(router_ctx *ctx)
+{
+    while (ctx->submit_head) {
+        router_request *r = ctx->submit_head;
+        ctx->submit_head = r->qnext;
+        if (!ctx->submit_head)
+            ctx->submit_tail = NULL;
+        r->qnext = NULL;
+        ctx->n_queued--;
+        request_table_add(ctx, r);
+        request_unref(r); /* the queue's reference */
+        dispatch_place(ctx, r);
+    }
+    while (ctx->cancel_head) {
+        router_request *r = ctx->cancel_head;
+        ctx->cancel_head = r->qnext;
+        if (!ctx->cancel_head)
+            ctx->cancel_tail = NULL;
+        r->qnext = NULL;
+        if (!r->finished && r->stage != STAGE_NEW)
+            dispatch_cancel(ctx, r);
+        request_unref(r);
+    }
+}

@@ -188,6 +188,9 @@ void dispatch_expire_workers(router_ctx *ctx, uint64_t now_ms);
 void dispatch_finish(router_ctx *ctx, router_request *r, int reason, const api_error *err);
 /* Fails every active request (router shutdown). */
 void dispatch_fail_all(router_ctx *ctx, const char *why);
+/* Moves HTTP submissions into the table (placing each) and handles the
+ * queued cancellations. */
+void dispatch_process_queues(router_ctx *ctx);
 
 /* ---- rpc_server.c (core thread, lock held) */
 

@@ -52,32 +52,6 @@ static int bind_router(void *sock, const char *host, int port, char *err, size_t
     return colon ? atoi(colon + 1) : -1;
 }
 
-/* Moves HTTP submissions into the table and handles queued cancellations. */
-static void process_queues(router_ctx *ctx)
-{
-    while (ctx->submit_head) {
-        router_request *r = ctx->submit_head;
-        ctx->submit_head = r->qnext;
-        if (!ctx->submit_head)
-            ctx->submit_tail = NULL;
-        r->qnext = NULL;
-        ctx->n_queued--;
-        request_table_add(ctx, r);
-        request_unref(r); /* the queue's reference */
-        dispatch_place(ctx, r);
-    }
-    while (ctx->cancel_head) {
-        router_request *r = ctx->cancel_head;
-        ctx->cancel_head = r->qnext;
-        if (!ctx->cancel_head)
-            ctx->cancel_tail = NULL;
-        r->qnext = NULL;
-        if (!r->finished && r->stage != STAGE_NEW)
-            dispatch_cancel(ctx, r);
-        request_unref(r);
-    }
-}
-
 static void drain_workers(router_ctx *ctx)
 {
     for (;;) {
@@ -155,12 +129,12 @@ static void run_loop(router_ctx *ctx, int sig_fd)
         if (items[2].revents)
             tn_wakefd_drain(ctx->wake_fd);
         pthread_mutex_lock(&ctx->lock);
-        process_queues(ctx);
+        dispatch_process_queues(ctx);
         pthread_mutex_unlock(&ctx->lock);
         drain_workers(ctx);
         drain_clients(ctx);
         pthread_mutex_lock(&ctx->lock);
-        process_queues(ctx);
+        dispatch_process_queues(ctx);
         dispatch_expire_workers(ctx, tn_now_ms());
         pthread_mutex_unlock(&ctx->lock);
     }

@@ -227,7 +227,7 @@ void rpc_deliver(router_ctx *ctx, router_request *r)
     Tandem__V1__Error e = TANDEM__V1__ERROR__INIT;
     Tandem__V1__TokenChunk c = TANDEM__V1__TOKEN_CHUNK__INIT;
     c.request_id = r->id;
-    c.tokens = r->out + r->rpc_sent;
+    c.tokens = r->out ? r->out + r->rpc_sent : NULL; /* no output yet: NULL + 0 is UB */
     c.n_tokens = (size_t)(r->n_out - r->rpc_sent);
     c.prompt_tokens = (uint32_t)r->n_prompt;
     c.completion_tokens = (uint32_t)r->n_out;

@@ -5,6 +5,8 @@
 # seed corpus in the repository is only read); a crash, leak, timeout or
 # violated property leaves its input in build-fuzz/artifacts/NAME/ and makes
 # the run fail. FUZZ_TARGETS=a,b restricts the run to those names.
+# Optional per target: tests/fuzz/NAME.dict (a libFuzzer dictionary) and
+# tests/fuzz/NAME.options (extra libFuzzer flags).
 # Prints one TAP line per target and a final "N passed, N failed".
 set -u
 BUILD=${FUZZ_BUILD:-build-fuzz}
@@ -27,11 +29,14 @@ for name in "$@"; do
     art=$BUILD/artifacts/$name
     log=$BUILD/logs/$name.log
     mkdir -p "$work" "$art" "$(dirname "$log")"
-    dict=()
-    [ -f "tests/fuzz/$name.dict" ] && dict=(-dict="tests/fuzz/$name.dict")
+    extra=()
+    [ -f "tests/fuzz/$name.dict" ] && extra+=(-dict="tests/fuzz/$name.dict")
+    # NAME.options: more libFuzzer flags for that target, on one line.
+    # shellcheck disable=SC2207
+    [ -f "tests/fuzz/$name.options" ] && extra+=($(cat "tests/fuzz/$name.options"))
     start=$SECONDS
     "$bin" -max_total_time="$SECONDS_EACH" -timeout="$TIMEOUT_EACH" -rss_limit_mb="$RSS_MB" \
-        -artifact_prefix="$art/" -print_final_stats=1 "${dict[@]}" "$work" "$seeds" >"$log" 2>&1
+        -artifact_prefix="$art/" -print_final_stats=1 "${extra[@]}" "$work" "$seeds" >"$log" 2>&1
     rc=$?
     runs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -oE '[0-9]+$')
     cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -n 1 | grep -oE '[0-9]+')

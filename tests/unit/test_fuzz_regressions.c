@@ -13,6 +13,8 @@
 #include <string.h>
 #include "engine/config.h"
 #include "kernels/status.h"
+#include <zmq.h>
+#include "router/router.h"
 #include "router/tokenizer.h"
 #include "router/utf8.h"
 #include "tests/unit/engine_testutil.h"
@@ -97,11 +99,65 @@ static void config_float_fields_must_fit_float(void **state)
     et_rm_rf(dir);
 }
 
+/* fuzz router_messages, seed cancel_prefilling: an RPC request that ends
+ * before any token (cancelled while prefilling) sent its final chunk with
+ * tokens = r->out + 0 where r->out is NULL (undefined behaviour). The
+ * client must get one final chunk with no tokens and the finish reason. */
+static void rpc_final_chunk_without_output(void **state)
+{
+    (void)state;
+    router_ctx *ctx = calloc(1, sizeof *ctx);
+    assert_non_null(ctx);
+    metrics_init(&ctx->metrics);
+    ctx->zctx = zmq_ctx_new();
+    assert_non_null(ctx->zctx);
+    ctx->rpc_sock = zmq_socket(ctx->zctx, ZMQ_ROUTER);
+    void *client = zmq_socket(ctx->zctx, ZMQ_DEALER);
+    assert_non_null(ctx->rpc_sock);
+    assert_non_null(client);
+    int one = 1, linger = 0;
+    zmq_setsockopt(ctx->rpc_sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    zmq_setsockopt(ctx->rpc_sock, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(client, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(client, ZMQ_ROUTING_ID, "c0", 2);
+    assert_int_equal(zmq_bind(ctx->rpc_sock, "inproc://regress-rpc"), 0);
+    assert_int_equal(zmq_connect(client, "inproc://regress-rpc"), 0);
+    char buf[256];
+    assert_int_equal(zmq_send(client, "", 0, 0), 0); /* the router learns "c0" */
+    assert_int_equal(zmq_recv(ctx->rpc_sock, buf, sizeof buf, 0), 2);
+    assert_int_equal(zmq_recv(ctx->rpc_sock, buf, sizeof buf, 0), 0);
+
+    router_request *r = request_new(ctx, ORIGIN_RPC);
+    assert_non_null(r);
+    memcpy(r->client_rid, "c0", 2);
+    r->client_rid_len = 2;
+    r->finished = 1;
+    r->finish_reason = TANDEM__V1__FINISH_REASON__FINISH_REASON_CANCELLED;
+    assert_null(r->out);
+    rpc_deliver(ctx, r);
+    int n = zmq_recv(client, buf, sizeof buf, ZMQ_DONTWAIT);
+    assert_true(n > 0);
+    Tandem__V1__ClientMessage *m = tandem__v1__client_message__unpack(NULL, (size_t)n,
+                                                                       (const uint8_t *)buf);
+    assert_non_null(m);
+    assert_int_equal(m->body_case, TANDEM__V1__CLIENT_MESSAGE__BODY_CHUNK);
+    assert_string_equal(m->chunk->request_id, r->id);
+    assert_int_equal(m->chunk->n_tokens, 0);
+    assert_int_equal(m->chunk->finish_reason, TANDEM__V1__FINISH_REASON__FINISH_REASON_CANCELLED);
+    tandem__v1__client_message__free_unpacked(m, NULL);
+    request_unref(r);
+    zmq_close(client);
+    zmq_close(ctx->rpc_sock);
+    zmq_ctx_term(ctx->zctx);
+    free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(empty_decode_is_empty_text),
         cmocka_unit_test(config_float_fields_must_fit_float),
+        cmocka_unit_test(rpc_final_chunk_without_output),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
