@@ -78,11 +78,14 @@ expect_error "chat without a tokenizer" /v1/chat/completions \
     unsupported_value "--tokenizer none"
 expect_error "n > 1" $C "{\"model\":\"$fx\",\"prompt\":[1],\"n\":3}" 400 n unsupported_value
 
-# Unknown fields are ignored; the default max_tokens is 16.
-code=$(post $C "{\"model\":\"$fx\",\"prompt\":[$prompt],\"temperature\":0,\"ignore_eos\":true,\"frobnicate\":{\"a\":[1]}}" "$CLUSTER_TMP/ok.json")
+expect_error "unknown field" $C "{\"model\":\"$fx\",\"prompt\":[1],\"frobnicate\":{\"a\":[1]}}" 400 \
+    frobnicate unknown_parameter
+
+# Metadata fields are accepted and ignored; the default max_tokens is 16.
+code=$(post $C "{\"model\":\"$fx\",\"prompt\":[$prompt],\"temperature\":0,\"ignore_eos\":true,\"user\":\"u1\",\"metadata\":{\"a\":\"b\"}}" "$CLUSTER_TMP/ok.json")
 got=$(json_get "$CLUSTER_TMP/ok.json" '",".join(map(str, j["choices"][0]["token_ids"]))' 2>&1)
 [ "$code" = 200 ] && [ "$got" = "$(echo "$golden" | cut -d, -f1-16)" ]
-check "unknown fields ignored, default max_tokens 16" $? "HTTP $code $got"
+check "metadata fields accepted, default max_tokens 16" $? "HTTP $code $got"
 
 # Non-streaming body: exact field set.
 verdict=$(python3 - "$CLUSTER_TMP/ok.json" "$fx" <<'EOF'
@@ -140,10 +143,10 @@ got=$(curl -s "$URL/healthz")
 check "GET /healthz" $? "$got"
 
 curl -s "$URL/metrics" >"$CLUSTER_TMP/metrics.txt"
-# Names and labels as docs/METRICS.md. So far 16 requests were refused and 2
+# Names and labels as docs/METRICS.md. So far 17 requests were refused and 2
 # completed (16 + 4 tokens from 40-token prompts: 2 first tokens, 18 gaps).
 grep -q '^tandem_requests_total{api="openai",outcome="ok"} 2$' "$CLUSTER_TMP/metrics.txt" &&
-    grep -q '^tandem_requests_total{api="openai",outcome="client_error"} 16$' "$CLUSTER_TMP/metrics.txt" &&
+    grep -q '^tandem_requests_total{api="openai",outcome="client_error"} 17$' "$CLUSTER_TMP/metrics.txt" &&
     grep -q '^tandem_requests_in_flight{api="openai"} 0$' "$CLUSTER_TMP/metrics.txt" &&
     grep -q '^tandem_input_tokens_total 80$' "$CLUSTER_TMP/metrics.txt" &&
     grep -q '^tandem_output_tokens_total 20$' "$CLUSTER_TMP/metrics.txt" &&
