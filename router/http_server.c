@@ -54,6 +54,12 @@ static enum MHD_Result respond(struct MHD_Connection *c, int status,
     if (!resp)
         return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    /* 429 (at the active request limit) and 503 (no worker registered for
+     * the model) are temporary: tell clients when to come back instead of
+     * letting them retry in a tight loop. One second is about how long a
+     * short request holds its slot, and how often workers heartbeat. */
+    if (status == 429 || status == 503)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, resp);
     MHD_destroy_response(resp);
     return rc;

@@ -151,6 +151,38 @@ post() {
         --max-time 120 -d "$2" "$URL$1"
 }
 
+# expect_error NAME PATH BODY STATUS PARAM CODE [MESSAGE_SUBSTRING]: POSTs BODY
+# and checks an OpenAI error body (type invalid_request_error) with that
+# status, param and code. PARAM/CODE "null" mean JSON null.
+expect_error() {
+    local name=$1 path=$2 body=$3 want_status=$4 want_param=$5 want_code=$6 want_msg=${7:-}
+    local code
+    code=$(post "$path" "$body" "$CLUSTER_TMP/err.json")
+    local verdict
+    verdict=$(python3 - "$CLUSTER_TMP/err.json" "$want_param" "$want_code" "$want_msg" <<'EOF'
+import json, sys
+path, param, code, msg = sys.argv[1:5]
+try:
+    j = json.load(open(path))
+except Exception as e:
+    print("body is not JSON:", open(path).read()[:200]); sys.exit()
+e = j.get("error")
+want = lambda v: None if v == "null" else v
+if set(j) != {"error"} or not isinstance(e, dict):
+    print("not an OpenAI error body:", j); sys.exit()
+if set(e) != {"message", "type", "param", "code"}:
+    print("error fields:", sorted(e)); sys.exit()
+if e["type"] != "invalid_request_error": print("type", e["type"]); sys.exit()
+if e["param"] != want(param): print("param", e["param"]); sys.exit()
+if e["code"] != want(code): print("code", e["code"]); sys.exit()
+if not isinstance(e["message"], str) or msg not in e["message"]: print("message", e["message"]); sys.exit()
+print("ok")
+EOF
+)
+    [ "$code" = "$want_status" ] && [ "$verdict" = ok ]
+    check "$name: HTTP $want_status, param $want_param, code $want_code" $? "HTTP $code: $verdict"
+}
+
 cluster_finish() {
     [ ${#CLUSTER_PIDS[@]} -gt 0 ] && cluster_stop 1
     echo "1..$T_N"
