@@ -23,6 +23,8 @@ typedef struct decoder_config {
     int kv_pages;              /* KV cache capacity */
     int max_batch;             /* sequences admitted at once */
     char ucx_tls[128];
+    int orphan_release_ms;     /* a cancelled reservation whose KV transfer never
+                                  reports is freed after this long */
 } decoder_config;
 
 typedef struct decoder_ctx {
@@ -37,6 +39,7 @@ typedef struct decoder_ctx {
     int sig_fd;
     int stop;
     int max_context;
+    int session;               /* link.session the sequences came in */
     /* cancelled while their KV may still be arriving: released on the
      * transfer's notice or the router's release_kv */
     uint64_t tokens_total, window_tokens, window_start_ms;

@@ -123,11 +123,52 @@ static void on_cancel(decoder_ctx *ctx, const Tandem__V1__Cancel *c)
     if (!q)
         return;
     if (q->state == SEQ_RESERVED && !q->kv_arrived && !c->release_kv) {
-        /* A prefiller may still be writing into its pages. */
+        /* A prefiller may still be writing into its pages: freed on the
+         * transfer's notice, or after orphan_release_ms if none comes. */
         q->cancelled = 1;
+        q->release_at_ms = tn_now_ms() + (uint64_t)ctx->cfg.orphan_release_ms;
         return;
     }
     sched_remove(&ctx->s, q);
+}
+
+/* The router forgot us (it restarted, or dropped us for missing
+ * heartbeats and placed our requests elsewhere): every sequence belongs to
+ * nobody now. Those whose prompt KV may still be arriving wait (cancelled)
+ * for their transfer to end; the rest are freed at once. */
+static void drop_old_session(decoder_ctx *ctx)
+{
+    int freed = 0, held = 0;
+    uint64_t release_at = tn_now_ms() + (uint64_t)ctx->cfg.orphan_release_ms;
+    for (int i = ctx->s.n_seqs - 1; i >= 0; i--) {
+        sched_seq *q = ctx->s.seqs[i];
+        if (q->state == SEQ_RESERVED && !q->kv_arrived) {
+            if (!q->cancelled) {
+                q->cancelled = 1;
+                q->release_at_ms = release_at;
+            }
+            held++;
+        } else {
+            sched_remove(&ctx->s, q);
+            freed++;
+        }
+    }
+    tn_log(WHO, "registered again: dropped %d sequence(s), %d more once their KV transfer ends",
+           freed, held);
+    ctx->session = ctx->link.session;
+}
+
+/* Frees cancelled reservations whose transfer never reported: by then the
+ * prefiller's own transfer timeout has closed the connection. */
+static void release_orphans(decoder_ctx *ctx, uint64_t now)
+{
+    for (int i = ctx->s.n_seqs - 1; i >= 0; i--) {
+        sched_seq *q = ctx->s.seqs[i];
+        if (q->cancelled && q->release_at_ms && now >= q->release_at_ms) {
+            tn_log(WHO, "request %s: no word from its KV transfer; freeing its pages", q->id);
+            sched_remove(&ctx->s, q);
+        }
+    }
 }
 
 static void on_transfer_peer(decoder_ctx *ctx, const Tandem__V1__TransferPeer *p)
@@ -220,6 +261,10 @@ static void run(decoder_ctx *ctx)
         }
         Tandem__V1__WorkerMessage *m;
         while (link_recv(&ctx->link, &m)) {
+            /* A re-registration happened inside link_recv before this
+             * message (which belongs to the new session). */
+            if (ctx->session != ctx->link.session)
+                drop_old_session(ctx);
             switch (m->body_case) {
             case TANDEM__V1__WORKER_MESSAGE__BODY_DECODE_ASSIGNMENT:
                 if (m->decode_assignment)
@@ -247,8 +292,11 @@ static void run(decoder_ctx *ctx)
             }
             tandem__v1__worker_message__free_unpacked(m, NULL);
         }
+        if (ctx->session != ctx->link.session)
+            drop_old_session(ctx);
         handle_notices(ctx);
         now = tn_now_ms();
+        release_orphans(ctx, now);
         if (link_tick(&ctx->link, now))
             send_heartbeat(ctx, now);
         decoder_step(ctx);
@@ -293,6 +341,7 @@ int main(int argc, char **argv)
     c->page_size = 16;
     c->kv_pages = 1024;
     c->max_batch = 64;
+    c->orphan_release_ms = 60000;
     const opt_spec specs[] = {
         {"router", OPT_STR, c->router, sizeof c->router, "the router's worker endpoint"},
         {"model", OPT_STR, c->model_dir, sizeof c->model_dir,
@@ -306,6 +355,9 @@ int main(int argc, char **argv)
         {"max-batch", OPT_INT, &c->max_batch, 0, "most sequences decoded together"},
         {"ucx-tls", OPT_STR, c->ucx_tls, sizeof c->ucx_tls,
          "UCX transports for the TransferEngine (\"\": UCX_TLS from the environment)"},
+        {"orphan-release-ms", OPT_INT, &c->orphan_release_ms, 0,
+         "free a cancelled reservation whose KV transfer never reports after this long "
+         "(keep it above the prefillers' --transfer-timeout-ms)"},
     };
     const int n_specs = (int)(sizeof specs / sizeof *specs);
     char err[512];
@@ -316,7 +368,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (prc != OPTS_OK || !c->model_dir[0] || c->page_size <= 0 || c->kv_pages <= 0 ||
-        c->max_batch <= 0) {
+        c->max_batch <= 0 || c->orphan_release_ms <= 0) {
         fprintf(stderr, "tandem-decoder: %s\n",
                 prc != OPTS_OK ? err : "--model is required and sizes must be positive");
         free(ctx);

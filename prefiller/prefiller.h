@@ -50,6 +50,7 @@ typedef struct prefiller_ctx {
     int stop;                  /* a signal arrived */
     prefill_job *head, *tail;  /* queued work */
     prefill_job *current;      /* the job being prefilled or pushed */
+    int session;               /* link.session the queued jobs came in */
     uint64_t queued_tokens;
     uint64_t tokens_total;     /* prompt tokens prefilled since start */
     uint64_t window_tokens;    /* ... since the last heartbeat */

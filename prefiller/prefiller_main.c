@@ -152,6 +152,28 @@ static void on_cancel(prefiller_ctx *ctx, const Tandem__V1__Cancel *c)
     prefill_job_free(job);
 }
 
+/* The router forgot us (it restarted, or dropped us for missing
+ * heartbeats and placed our work elsewhere): nobody waits for the queued
+ * jobs any more, and the current one is cancelled (its KV push, if
+ * started, tells the decoder no more writes follow). */
+static void drop_old_session(prefiller_ctx *ctx)
+{
+    int n = 0;
+    while (ctx->head) {
+        prefill_job *j = ctx->head;
+        ctx->head = j->next;
+        ctx->queued_tokens -= (uint64_t)j->n_tokens;
+        prefill_job_free(j);
+        n++;
+    }
+    ctx->tail = NULL;
+    if (ctx->current)
+        ctx->current->cancelled = 1;
+    tn_log(WHO, "registered again: dropped %d queued job(s)%s", n,
+           ctx->current ? " and cancelled the current one" : "");
+    ctx->session = ctx->link.session;
+}
+
 void prefiller_service(prefiller_ctx *ctx, int timeout_ms)
 {
     uint64_t now = tn_now_ms();
@@ -176,6 +198,10 @@ void prefiller_service(prefiller_ctx *ctx, int timeout_ms)
     }
     Tandem__V1__WorkerMessage *m;
     while (link_recv(&ctx->link, &m)) {
+        /* A re-registration happened inside link_recv before this message
+         * (which belongs to the new session). */
+        if (ctx->session != ctx->link.session)
+            drop_old_session(ctx);
         switch (m->body_case) {
         case TANDEM__V1__WORKER_MESSAGE__BODY_PREFILL_ASSIGNMENT:
             if (m->prefill_assignment)
@@ -194,6 +220,8 @@ void prefiller_service(prefiller_ctx *ctx, int timeout_ms)
         }
         tandem__v1__worker_message__free_unpacked(m, NULL);
     }
+    if (ctx->session != ctx->link.session)
+        drop_old_session(ctx);
     now = tn_now_ms();
     if (link_tick(&ctx->link, now))
         send_heartbeat(ctx, now);

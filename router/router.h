@@ -54,8 +54,13 @@ typedef enum {
 typedef struct router_request {
     struct router_request *hnext;  /* hash chain of the core's table */
     struct router_request *qnext;  /* submit / cancel queue link */
-    uint64_t key;
-    char id[24];                   /* 16 hex digits of key: the wire request_id */
+    uint64_t key;                  /* the table key: that of the current attempt */
+    char id[24];                   /* 16 hex digits of the first key: what clients see */
+    char wid[24];                  /* 16 hex digits of key: the request_id workers see.
+                                      A request placed again after losing a worker
+                                      (dispatch.c, requeue) gets a new key, so late
+                                      messages about an earlier attempt are ignored */
+    int attempts;                  /* placements after the first (worker failures) */
     req_origin origin;
     api_kind kind;
     long created;                  /* unix seconds, for OpenAI "created" */
@@ -88,6 +93,7 @@ typedef struct router_request {
     int on_prefiller;              /* counted in the prefiller's accounting */
     int on_decoder;                /* counted in the decoder's accounting */
     int pages_committed;
+    int assigned_tokens;           /* prompt tokens counted on the prefiller */
     int zombie;                    /* cancelled while prefilling: kept until the
                                       prefiller reports, then the decoder's pages
                                       are released */
@@ -144,7 +150,13 @@ typedef struct router_ctx {
 router_request *request_new(router_ctx *ctx, req_origin origin);
 /* Drops one reference; frees at zero. Caller holds the lock. */
 void request_unref(router_request *r);
+/* The request whose current attempt has this wire id (workers' messages). */
 router_request *request_find(const router_ctx *ctx, const char *id);
+/* The request clients know by this id, whatever its attempt. */
+router_request *request_find_client(const router_ctx *ctx, const char *id);
+/* Gives r a fresh key and wire id (a new attempt), keeping its client id
+ * and its place in the table. */
+void request_rekey(router_ctx *ctx, router_request *r);
 void request_table_add(router_ctx *ctx, router_request *r);
 void request_table_remove(router_ctx *ctx, router_request *r);
 

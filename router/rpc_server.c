@@ -117,7 +117,7 @@ static void on_generate(router_ctx *ctx, const uint8_t *rid, size_t rid_len,
 static void on_cancel(router_ctx *ctx, const uint8_t *rid, size_t rid_len,
                       const Tandem__V1__Cancel *c)
 {
-    router_request *r = request_find(ctx, c->request_id);
+    router_request *r = request_find_client(ctx, c->request_id);
     if (!r || r->origin != ORIGIN_RPC || r->client_rid_len != rid_len ||
         memcmp(r->client_rid, rid, rid_len) || r->finished) {
         reply_error(ctx, rid, rid_len, TANDEM__V1__ERROR_CODE__ERROR_CODE_UNKNOWN_REQUEST, "",

@@ -97,8 +97,10 @@ int link_recv(worker_link *l, Tandem__V1__WorkerMessage **out)
         }
         if (m->body_case == TANDEM__V1__WORKER_MESSAGE__BODY_ERROR && m->error &&
             m->error->code == TANDEM__V1__ERROR_CODE__ERROR_CODE_UNKNOWN_WORKER) {
-            if (l->registered)
+            if (l->registered) {
                 tn_log(l->who, "the router does not know us (restarted?): registering again");
+                l->session++;
+            }
             l->registered = 0;
             send_register(l, tn_now_ms());
             tandem__v1__worker_message__free_unpacked(m, NULL);

@@ -18,6 +18,10 @@ typedef struct worker_link {
     uint8_t *register_msg;    /* packed WorkerMessage{register}, resent as needed */
     size_t register_len;
     int registered;
+    int session;              /* +1 each time the router forgot us and we registered
+                                 again: work given before that is no longer wanted
+                                 (the router restarted, or dropped us and placed it
+                                 elsewhere); the worker drops it when this changes */
     uint32_t heartbeat_ms;
     uint64_t last_register_ms, last_heartbeat_ms;
 } worker_link;
