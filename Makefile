@@ -82,7 +82,7 @@ KN_OBJ   := $(filter $(BUILD)/obj/kernels/%,$(LIB_OBJ)) $(if $(filter 1,$(CUDA))
 all: $(LIB) $(BINS) $(TESTS) $(GPU_PROGS) $(if $(NVCC),cuda)
 
 help:
-	@echo "targets: deps all test test-asan fuzz run bench bench-gpu cuda clean (CUDA=1: GPU build)"
+	@echo "targets: deps all test test-asan test-load fuzz run bench bench-gpu cuda clean (CUDA=1: GPU build)"
 
 # Every system package the build, the tests and `make run` need (Debian).
 # (libclang-rt-dev and libomp-dev: clang's libFuzzer/sanitizer runtimes and
@@ -202,5 +202,6 @@ clean:
 	rm -rf build build-asan build-cuda build-fuzz
 
 include tests/fuzz/fuzz.mk
+include tests/load/load.mk
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
