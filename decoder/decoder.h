@@ -25,6 +25,7 @@ typedef struct decoder_config {
     char ucx_tls[128];
     int orphan_release_ms;     /* a cancelled reservation whose KV transfer never
                                   reports is freed after this long */
+    char worker_secret_file[512]; /* shared secret of the worker socket ("" = none) */
 } decoder_config;
 
 typedef struct decoder_ctx {

@@ -353,6 +353,9 @@ int main(int argc, char **argv)
         {"page-size", OPT_INT, &c->page_size, 0, "KV cache tokens per page"},
         {"kv-pages", OPT_INT, &c->kv_pages, 0, "KV cache capacity in pages"},
         {"max-batch", OPT_INT, &c->max_batch, 0, "most sequences decoded together"},
+        {"worker-secret-file", OPT_STR, c->worker_secret_file, sizeof c->worker_secret_file,
+         "file with the secret shared with the router's --worker-secret-file: the router "
+         "connection is then authenticated and encrypted (CURVE)"},
         {"ucx-tls", OPT_STR, c->ucx_tls, sizeof c->ucx_tls,
          "UCX transports for the TransferEngine (\"\": UCX_TLS from the environment)"},
         {"orphan-release-ms", OPT_INT, &c->orphan_release_ms, 0,
@@ -434,7 +437,16 @@ int main(int argc, char **argv)
     kv_receiver_endpoint(ctx->recv, &ep, &ep_len);
     reg.transfer_endpoint.data = (uint8_t *)ep;
     reg.transfer_endpoint.len = ep_len;
-    if (link_open(&ctx->link, WHO, c->router, c->worker_id, &reg, err, sizeof err) != 0) {
+    sock_auth auth = {0};
+    if (c->worker_secret_file[0] &&
+        sock_auth_load(&auth, c->worker_secret_file, "workers", err, sizeof err) != 0) {
+        fprintf(stderr, "tandem-%s: %s\n", WHO, err);
+        goto out;
+    }
+    int lrc = link_open_auth(&ctx->link, WHO, c->router, c->worker_id, &reg, &auth, err,
+                             sizeof err);
+    sock_auth_wipe(&auth);
+    if (lrc != 0) {
         fprintf(stderr, "tandem-decoder: %s\n", err);
         goto out;
     }

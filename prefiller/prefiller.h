@@ -24,6 +24,7 @@ typedef struct prefiller_config {
     int chunk_tokens;          /* prompt tokens per forward call */
     int transfer_timeout_ms;
     char ucx_tls[128];         /* UCX_TLS for the TransferEngine ("" = environment) */
+    char worker_secret_file[512]; /* shared secret of the worker socket ("" = none) */
 } prefiller_config;
 
 typedef struct prefill_job {

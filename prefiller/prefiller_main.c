@@ -294,6 +294,9 @@ int main(int argc, char **argv)
          "prompt tokens per forward call (the router is answered between chunks)"},
         {"transfer-timeout-ms", OPT_INT, &c->transfer_timeout_ms, 0,
          "give up a KV push after this long"},
+        {"worker-secret-file", OPT_STR, c->worker_secret_file, sizeof c->worker_secret_file,
+         "file with the secret shared with the router's --worker-secret-file: the router "
+         "connection is then authenticated and encrypted (CURVE)"},
         {"ucx-tls", OPT_STR, c->ucx_tls, sizeof c->ucx_tls,
          "UCX transports for the TransferEngine (\"\": UCX_TLS from the environment)"},
     };
@@ -363,7 +366,16 @@ int main(int argc, char **argv)
     kv_pusher_endpoint(ctx->pusher, &ep, &ep_len);
     reg.transfer_endpoint.data = (uint8_t *)ep;
     reg.transfer_endpoint.len = ep_len;
-    if (link_open(&ctx->link, WHO, c->router, c->worker_id, &reg, err, sizeof err) != 0) {
+    sock_auth auth = {0};
+    if (c->worker_secret_file[0] &&
+        sock_auth_load(&auth, c->worker_secret_file, "workers", err, sizeof err) != 0) {
+        fprintf(stderr, "tandem-%s: %s\n", WHO, err);
+        goto out;
+    }
+    int lrc = link_open_auth(&ctx->link, WHO, c->router, c->worker_id, &reg, &auth, err,
+                             sizeof err);
+    sock_auth_wipe(&auth);
+    if (lrc != 0) {
         fprintf(stderr, "tandem-prefiller: %s\n", err);
         goto out;
     }

@@ -22,6 +22,7 @@
 #include "router/metrics.h"
 #include "router/openai_api.h"
 #include "router/sbuf.h"
+#include "router/sock_auth.h"
 #include "router/text_codec.h"
 #include "router/wire.h"
 #include "router/workers.h"
@@ -39,6 +40,8 @@ typedef struct router_config {
     int chat_default_max_tokens;
     int max_body_bytes;
     int max_active_requests;   /* beyond this, HTTP 429 / RPC NO_CAPACITY */
+    char api_key_file[512];    /* "" = the APIs are open (docs/SECURITY.md) */
+    char worker_secret_file[512]; /* "" = workers register unauthenticated */
 } router_config;
 
 typedef enum { ORIGIN_HTTP = 0, ORIGIN_RPC = 1 } req_origin;
@@ -133,6 +136,12 @@ typedef struct router_ctx {
     int shutdown_fd;               /* set once at shutdown; every waiter polls it */
     int http_port, worker_port, rpc_port;
     struct MHD_Daemon *httpd;
+    /* Authentication (docs/SECURITY.md): CURVE keys of the worker and RPC
+     * sockets, their ZAP handler, and the API key's hash for HTTP. */
+    sock_auth worker_auth, rpc_auth;
+    void *zap;
+    int api_key_set;
+    unsigned char api_key_hash[32];
 
     worker_registry workers;
     router_request *table[ROUTER_HASH_BUCKETS];

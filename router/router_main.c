@@ -12,6 +12,7 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 #include <zmq.h>
+#include "router/api_key.h"
 #include "router/options.h"
 #include "router/util.h"
 
@@ -23,6 +24,49 @@ static const char *const INTRO =
     "and the socket prefillers and decoders register on. Ports given as 0 are\n"
     "chosen by the system; --port-file records the ports actually bound\n"
     "(http_port=N, worker_port=N, rpc_port=N).";
+
+/* Loads the API key and the worker secret when configured: CURVE on the
+ * sockets (before they bind) with the ZAP handler that checks client keys,
+ * and the key's hash for the HTTP bearer check. */
+static int setup_auth(router_ctx *ctx, char *err, size_t errlen)
+{
+    const router_config *c = &ctx->cfg;
+    if (c->worker_secret_file[0]) {
+        if (sock_auth_load(&ctx->worker_auth, c->worker_secret_file, "workers", err, errlen) != 0)
+            return -1;
+        if (sock_auth_server(ctx->worker_sock, &ctx->worker_auth, "tandem-workers") != 0) {
+            snprintf(err, errlen, "cannot enable CURVE: %s", zmq_strerror(errno));
+            return -1;
+        }
+    }
+    if (c->api_key_file[0]) {
+        if (sock_auth_load(&ctx->rpc_auth, c->api_key_file, "rpc", err, errlen) != 0)
+            return -1;
+        if (sock_auth_server(ctx->rpc_sock, &ctx->rpc_auth, "tandem-rpc") != 0) {
+            snprintf(err, errlen, "cannot enable CURVE: %s", zmq_strerror(errno));
+            return -1;
+        }
+        if (api_key_hash_file(c->api_key_file, ctx->api_key_hash, err, errlen) != 0)
+            return -1;
+        ctx->api_key_set = 1;
+    }
+    if ((ctx->worker_auth.enabled || ctx->rpc_auth.enabled) &&
+        !(ctx->zap = sock_auth_zap_open(ctx->zctx, err, errlen)))
+        return -1;
+    tn_log(WHO, "worker socket: %s; APIs: %s",
+           ctx->worker_auth.enabled ? "shared secret (CURVE)" : "unauthenticated",
+           ctx->api_key_set ? "API key required" : "open");
+    return 0;
+}
+
+static void answer_zap(router_ctx *ctx)
+{
+    const sock_auth *auths[2] = {&ctx->worker_auth, &ctx->rpc_auth};
+    static const char *const domains[2] = {"tandem-workers", "tandem-rpc"};
+    int refused = sock_auth_zap_handle(ctx->zap, auths, domains, 2);
+    if (refused)
+        tn_log(WHO, "refused %d connection(s) without the shared secret / API key", refused);
+}
 
 /* Binds a ROUTER socket on host:port and returns the bound port, or -1. */
 static int bind_router(void *sock, const char *host, int port, char *err, size_t errlen)
@@ -109,14 +153,15 @@ static int write_ports(const router_ctx *ctx)
 static void run_loop(router_ctx *ctx, int sig_fd)
 {
     for (;;) {
-        zmq_pollitem_t items[4] = {
+        zmq_pollitem_t items[5] = {
             {ctx->worker_sock, 0, ZMQ_POLLIN, 0},
             {ctx->rpc_sock, 0, ZMQ_POLLIN, 0},
             {NULL, ctx->wake_fd, ZMQ_POLLIN, 0},
             {NULL, sig_fd, ZMQ_POLLIN, 0},
+            {ctx->zap, 0, ZMQ_POLLIN, 0},
         };
         int timeout = ctx->cfg.heartbeat_ms > 0 ? ctx->cfg.heartbeat_ms : 500;
-        if (zmq_poll(items, 4, timeout) < 0 && errno != EINTR) {
+        if (zmq_poll(items, ctx->zap ? 5 : 4, timeout) < 0 && errno != EINTR) {
             tn_log(WHO, "zmq_poll failed: %s", zmq_strerror(errno));
             return;
         }
@@ -128,6 +173,8 @@ static void run_loop(router_ctx *ctx, int sig_fd)
         }
         if (items[2].revents)
             tn_wakefd_drain(ctx->wake_fd);
+        if (ctx->zap && items[4].revents)
+            answer_zap(ctx);
         pthread_mutex_lock(&ctx->lock);
         dispatch_process_queues(ctx);
         pthread_mutex_unlock(&ctx->lock);
@@ -159,6 +206,10 @@ static void ctx_free(router_ctx *ctx)
         while (ctx->table[b])
             request_table_remove(ctx, ctx->table[b]);
     workers_free(&ctx->workers);
+    if (ctx->zap)
+        zmq_close(ctx->zap);
+    sock_auth_wipe(&ctx->worker_auth);
+    sock_auth_wipe(&ctx->rpc_auth);
     if (ctx->worker_sock)
         zmq_close(ctx->worker_sock);
     if (ctx->rpc_sock)
@@ -213,6 +264,12 @@ int main(int argc, char **argv)
         {"max-body-bytes", OPT_INT, &c->max_body_bytes, 0, "largest accepted HTTP body"},
         {"max-active-requests", OPT_INT, &c->max_active_requests, 0,
          "requests in flight before HTTP 429"},
+        {"api-key-file", OPT_STR, c->api_key_file, sizeof c->api_key_file,
+         "file with the API key (at least 32 bytes): HTTP /v1/* then needs "
+         "'Authorization: Bearer KEY' and RPC clients the same key (CURVE)"},
+        {"worker-secret-file", OPT_STR, c->worker_secret_file, sizeof c->worker_secret_file,
+         "file with the secret the workers share: only they can connect to the "
+         "worker socket, and its traffic is encrypted (CURVE)"},
     };
     const int n_specs = (int)(sizeof specs / sizeof *specs);
     char err[512];
@@ -261,6 +318,10 @@ int main(int argc, char **argv)
     ctx->rpc_sock = zmq_socket(ctx->zctx, ZMQ_ROUTER);
     if (!ctx->worker_sock || !ctx->rpc_sock) {
         fprintf(stderr, "tandem-router: cannot create sockets: %s\n", zmq_strerror(errno));
+        goto out;
+    }
+    if (setup_auth(ctx, err, sizeof err) != 0) {
+        fprintf(stderr, "tandem-router: %s\n", err);
         goto out;
     }
     if ((ctx->worker_port = bind_router(ctx->worker_sock, c->host, c->worker_port, err, sizeof err)) < 0 ||

@@ -8,6 +8,7 @@
 #define TANDEM_ROUTER_WORKER_LINK_H
 #include <stddef.h>
 #include <stdint.h>
+#include "router/sock_auth.h"
 #include "router/wire.h"
 
 typedef struct worker_link {
@@ -30,6 +31,11 @@ typedef struct worker_link {
  * registration. Returns 0 or -1 with a reason. */
 int link_open(worker_link *l, const char *who, const char *endpoint, const char *id,
               const Tandem__V1__Register *reg, char *err, size_t errlen);
+/* The same over an authenticated, encrypted connection when auth is not
+ * NULL and enabled (router/sock_auth.h: the router's --worker-secret-file). */
+int link_open_auth(worker_link *l, const char *who, const char *endpoint, const char *id,
+                   const Tandem__V1__Register *reg, const sock_auth *auth, char *err,
+                   size_t errlen);
 void link_close(worker_link *l);
 
 int link_send(worker_link *l, const Tandem__V1__WorkerMessage *m);
