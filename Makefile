@@ -65,21 +65,34 @@ NVCCFLAGS ?= -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xcompiler -Wa
 # CUDA objects) with BLAS_LIBS, so `make CUDA=1 gpu-progs` needs neither
 # UCX nor ZeroMQ on a GPU machine.
 GPU_PROGS :=
+GPU_ENGINE_PROGS :=
 BLAS_LIBS ?= -lopenblas
+CJSON_LIBS ?= -lcjson
 ifeq ($(CUDA),1)
 CUDA_HOME ?= /usr/local/cuda
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
+# NCCL (engine/comm_nccl.c: TANDEM_NCCL) when its header is installed
+ifneq ($(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h),)
+CFLAGS   += -DTANDEM_NCCL
+CUDA_LIBS += -lnccl
+endif
 CFLAGS   += -DTANDEM_CUDA -I$(CUDA_HOME)/include
 LDLIBS   += $(CUDA_LIBS)
 LIB_OBJ  += $(CU_OBJ)
-GPU_PROGS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(wildcard tests/gpu/*.c))
+GPU_PROGS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(filter-out tests/gpu/test_engine_gpu.c,$(wildcard tests/gpu/*.c)))
+GPU_ENGINE_PROGS := $(BUILD)/gpu-bin/tandem-bench $(BUILD)/gpu-bin/tandem-generate \
+                    $(BUILD)/tests/gpu/test_engine_gpu
 endif
 KN_LIB   := $(BUILD)/libtandem_kernels.a
 KN_OBJ   := $(filter $(BUILD)/obj/kernels/%,$(LIB_OBJ)) $(if $(filter 1,$(CUDA)),$(CU_OBJ))
+# The engine on top of the kernels (libtandem_engine.a), for the GPU
+# engine programs: they need cJSON and BLAS but no UCX, ZeroMQ or protoc-c.
+ENGINE_OBJ := $(filter $(BUILD)/obj/engine/%,$(LIB_OBJ))
+ENGINE_LIB := $(BUILD)/libtandem_engine.a
 
 .SECONDARY:
-.PHONY: all deps test test-asan run bench bench-gpu gpu-progs cuda clean help
-all: $(LIB) $(BINS) $(TESTS) $(GPU_PROGS) $(if $(NVCC),cuda)
+.PHONY: all deps test test-asan run bench bench-gpu gpu-progs gpu-engine-progs cuda clean help
+all: $(LIB) $(BINS) $(TESTS) $(GPU_PROGS) $(GPU_ENGINE_PROGS) $(if $(NVCC),cuda)
 
 help:
 	@echo "targets: deps all test test-asan test-load fuzz run bench bench-gpu cuda clean (CUDA=1: GPU build)"
@@ -164,6 +177,12 @@ $(BUILD)/obj/tests/gpu/%.o: tests/gpu/%.c
 $(BUILD)/obj/tests/unit/testutil.o: tests/unit/testutil.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/obj/engine/%.o: engine/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/obj/tests/unit/engine_testutil.o: tests/unit/engine_testutil.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
 # Not cmocka tests (they need a GPU): tests/gpu/run.sh runs them on the device.
 $(KN_LIB): $(KN_OBJ)
@@ -175,6 +194,24 @@ $(BUILD)/tests/gpu/%: $(BUILD)/obj/tests/gpu/%.o $(BUILD)/obj/tests/unit/testuti
 	$(CC) $(LDFLAGS) $^ $(CUDA_LIBS) $(BLAS_LIBS) -lm -o $@
 
 gpu-progs: $(GPU_PROGS)
+
+# The engine on the GPU (CUDA=1): tandem-bench and tandem-generate linked
+# without the cluster's libraries, into $(BUILD)/gpu-bin, and the engine's
+# GPU test.
+$(ENGINE_LIB): $(KN_OBJ) $(ENGINE_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/gpu-bin/tandem-%: $(BUILD)/obj/engine/%_main.o $(ENGINE_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(CUDA_LIBS) $(CJSON_LIBS) $(BLAS_LIBS) -lm -o $@
+
+$(BUILD)/tests/gpu/test_engine_gpu: $(BUILD)/obj/tests/gpu/test_engine_gpu.o \
+        $(BUILD)/obj/tests/unit/engine_testutil.o $(BUILD)/obj/tests/unit/testutil.o $(ENGINE_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(CUDA_LIBS) $(CJSON_LIBS) $(BLAS_LIBS) -lm -o $@
+
+gpu-engine-progs: $(GPU_ENGINE_PROGS)
 
 cuda: $(CU_OBJ)
 $(BUILD)/cuda/%.o: %.cu
@@ -194,9 +231,10 @@ bench: $(LIB) $(BINS)
 	bash tests/bench.sh
 
 # On a GPU machine: builds with CUDA=1, checks every CUDA op against the
-# CPU backend and times the attention kernel next to torch SDPA.
+# CPU backend, times the attention kernel next to torch SDPA, then checks
+# the engine on the GPU and benchmarks it on the real models' shapes.
 bench-gpu:
-	bash tests/gpu/run.sh
+	ENGINE_BENCH=1 bash tests/gpu/run.sh
 
 clean:
 	rm -rf build build-asan build-cuda build-fuzz

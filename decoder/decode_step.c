@@ -69,7 +69,7 @@ int decoder_step(decoder_ctx *ctx)
 {
     int n = sched_form_batch(&ctx->s, ctx->batch, ctx->cfg.max_batch);
     if (n == 0)
-        return 0;
+        return ctx->group_step ? tm_forward(ctx->model, NULL, NULL, 0, NULL, NULL) : 0;
     for (int i = 0; i < n; i++) {
         sched_seq *q = ctx->batch[i];
         ctx->steps[i] = (tm_seq_step){.tokens = &q->next_token, .n_tokens = 1,

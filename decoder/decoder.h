@@ -11,6 +11,7 @@
 #include "decoder/scheduler.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
+#include "engine/rank_group.h"
 #include "kernels/backend.h"
 #include "router/worker_link.h"
 
@@ -26,6 +27,10 @@ typedef struct decoder_config {
     int orphan_release_ms;     /* a cancelled reservation whose KV transfer never
                                   reports is freed after this long */
     char worker_secret_file[512]; /* shared secret of the worker socket ("" = none) */
+    int dp, ep;                /* data-parallel ranks; expert-parallel ranks among them */
+    int rank, world;           /* orchestrated ranks: this one of world (0 = fork) */
+    char comm_name[64];        /* orchestrated ranks' rendezvous name */
+    int comm_timeout_ms;       /* longest wait for a peer rank inside a step */
 } decoder_config;
 
 typedef struct decoder_ctx {
@@ -51,10 +56,18 @@ typedef struct decoder_ctx {
     int32_t *sampled;
     kn_sampling *params;
     uint64_t *rngs;
+    /* DP+EP group: every rank is a decoder of its own (own requests, KV
+     * cache, registration); the experts are split across the EP group, so
+     * the ranks step together, a rank without sequences joining empty */
+    rank_group group;
+    int group_step;            /* some rank of the group has sequences this step */
+    int group_failed;
 } decoder_ctx;
 
 /* Runs one decode step over the running batch and streams its tokens.
- * Returns the batch size (0: nothing ran) or a negative status. */
+ * Returns the batch size (0: nothing ran) or a negative status. With
+ * group_step set and no sequence here, runs the group's step empty (this
+ * rank's experts serve the others' tokens) and returns 0. */
 int decoder_step(decoder_ctx *ctx);
 
 /* Sends the end of q (a TokenChunk with its finish reason) and forgets it. */

@@ -238,16 +238,48 @@ static int awaiting_kv(const decoder_ctx *ctx)
     return 0;
 }
 
+/* A DP group that lost a rank cannot step: fail this rank's requests and
+ * tell the router, then stop. */
+static void report_group_failure(decoder_ctx *ctx)
+{
+    char msg[400];
+    snprintf(msg, sizeof msg, "decoder group failed: %s", comm_error(ctx->group.world));
+    tn_log(WHO, "%s", msg);
+    while (ctx->s.n_seqs > 0) {
+        sched_seq *q = ctx->s.seqs[0];
+        send_error(ctx, q->id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL, msg);
+        sched_remove(&ctx->s, q);
+    }
+    send_error(ctx, "", TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL, msg);
+    ctx->stop = 1;
+}
+
+/* Every rank learns whether any rank has sequences to step and whether any
+ * is stopping. Returns 0, or -1 when the group failed. */
+static int group_agree(decoder_ctx *ctx)
+{
+    float v[2] = {sched_running(&ctx->s) > 0 ? 1.0f : 0.0f, ctx->stop ? 1.0f : 0.0f};
+    if (comm_all_reduce_sum(ctx->group.world, v, 2) != KN_OK)
+        return -1;
+    ctx->group_step = v[0] > 0;
+    if (v[1] > 0)
+        ctx->stop = 1;
+    return 0;
+}
+
 static void run(decoder_ctx *ctx)
 {
-    while (!ctx->stop) {
+    const int grouped = ctx->group.world != NULL;
+    while (!ctx->stop || grouped) {
         uint64_t now = tn_now_ms();
         /* Busy when decoding; short naps while a KV transfer may need its
          * acknowledgement (UCX progress); otherwise sleep until a message. */
-        int timeout = sched_running(&ctx->s) ? 0 : awaiting_kv(ctx) ? 1
+        int timeout = sched_running(&ctx->s) || ctx->group_step ? 0 : awaiting_kv(ctx) ? 1
                                                                      : link_next_due_ms(&ctx->link, now);
         if (timeout > 100)
             timeout = 100; /* UCX progresses only when asked (handle_notices) */
+        if (grouped && timeout > 20)
+            timeout = 20;  /* the group waits for its slowest rank at every step */
         zmq_pollitem_t items[2] = {{ctx->link.sock, 0, ZMQ_POLLIN, 0},
                                    {NULL, ctx->sig_fd, ZMQ_POLLIN, 0}};
         if (zmq_poll(items, 2, timeout) < 0 && errno != EINTR)
@@ -257,7 +289,8 @@ static void run(decoder_ctx *ctx)
             if (read(ctx->sig_fd, &si, sizeof si) == (ssize_t)sizeof si)
                 tn_log(WHO, "signal %u: shutting down", si.ssi_signo);
             ctx->stop = 1;
-            break;
+            if (!grouped)
+                break;
         }
         Tandem__V1__WorkerMessage *m;
         while (link_recv(&ctx->link, &m)) {
@@ -299,7 +332,20 @@ static void run(decoder_ctx *ctx)
         release_orphans(ctx, now);
         if (link_tick(&ctx->link, now))
             send_heartbeat(ctx, now);
-        decoder_step(ctx);
+        if (grouped) {
+            if (group_agree(ctx) != 0) {
+                report_group_failure(ctx);
+                ctx->group_failed = 1;
+                break;
+            }
+            if (ctx->stop)
+                break;
+        }
+        if (decoder_step(ctx) == KN_ERR_PEER) {
+            report_group_failure(ctx);
+            ctx->group_failed = 1;
+            break;
+        }
         sched_seq *admitted[64];
         int n;
         while ((n = sched_admit_waiting(&ctx->s, admitted, 64)) > 0)
@@ -342,6 +388,8 @@ int main(int argc, char **argv)
     c->kv_pages = 1024;
     c->max_batch = 64;
     c->orphan_release_ms = 60000;
+    c->dp = c->ep = 1;
+    c->comm_timeout_ms = COMM_DEFAULT_TIMEOUT_MS;
     const opt_spec specs[] = {
         {"router", OPT_STR, c->router, sizeof c->router, "the router's worker endpoint"},
         {"model", OPT_STR, c->model_dir, sizeof c->model_dir,
@@ -361,6 +409,17 @@ int main(int argc, char **argv)
         {"orphan-release-ms", OPT_INT, &c->orphan_release_ms, 0,
          "free a cancelled reservation whose KV transfer never reports after this long "
          "(keep it above the prefillers' --transfer-timeout-ms)"},
+        {"dp", OPT_INT, &c->dp, 0,
+         "data-parallel ranks, each a decoder with its own requests and KV cache that "
+         "registers as WORKER-ID-dpR (forked, or see --rank)"},
+        {"ep", OPT_INT, &c->ep, 0, "expert-parallel ranks among them (divides --dp)"},
+        {"rank", OPT_INT, &c->rank, 0, "this process's rank when an orchestrator starts them"},
+        {"world", OPT_INT, &c->world, 0,
+         "ranks started by an orchestrator (= --dp; 0: this process forks them)"},
+        {"comm-name", OPT_STR, c->comm_name, sizeof c->comm_name,
+         "the orchestrated ranks' rendezvous name"},
+        {"comm-timeout-ms", OPT_INT, &c->comm_timeout_ms, 0,
+         "longest wait for a peer rank inside a step"},
     };
     const int n_specs = (int)(sizeof specs / sizeof *specs);
     char err[512];
@@ -371,11 +430,19 @@ int main(int argc, char **argv)
         return 0;
     }
     if (prc != OPTS_OK || !c->model_dir[0] || c->page_size <= 0 || c->kv_pages <= 0 ||
-        c->max_batch <= 0 || c->orphan_release_ms <= 0) {
+        c->max_batch <= 0 || c->orphan_release_ms <= 0 || c->dp < 1 || c->ep < 1 ||
+        c->world < 0 || c->comm_timeout_ms < 1) {
         fprintf(stderr, "tandem-decoder: %s\n",
                 prc != OPTS_OK ? err : "--model is required and sizes must be positive");
         free(ctx);
         return 2;
+    }
+    /* the DP ranks first, before any thread exists */
+    if (rank_group_start(&ctx->group, 1, c->ep, c->dp, c->rank, c->world, c->comm_name,
+                         "decode", c->comm_timeout_ms, err, sizeof err) != KN_OK) {
+        fprintf(stderr, "tandem-decoder: %s\n", err);
+        free(ctx);
+        return 1;
     }
     if (!c->model_name[0]) {
         char tmp[sizeof c->model_dir];
@@ -387,13 +454,24 @@ int main(int argc, char **argv)
         gethostname(host, sizeof host - 1);
         snprintf(c->worker_id, sizeof c->worker_id, "decoder-%s-%d", host, (int)getpid());
     }
+    if (ctx->group.size > 1) {   /* each DP rank is a decoder of its own */
+        char base[sizeof c->worker_id];
+        snprintf(base, sizeof base, "%s", c->worker_id);
+        if (snprintf(c->worker_id, sizeof c->worker_id, "%s-dp%d", base, ctx->group.rank) >=
+            (int)sizeof c->worker_id) {
+            fprintf(stderr, "tandem-decoder: --worker-id is too long\n");
+            free(ctx);
+            return 2;
+        }
+    }
     ctx->sig_fd = tn_signalfd_open();
     int rc = 1;
     if (ctx->sig_fd < 0 || kn_backend_init_cpu(&ctx->be) != KN_OK) {
         fprintf(stderr, "tandem-decoder: cannot set up signals or the CPU backend\n");
         goto out;
     }
-    if (tm_model_load(c->model_dir, &ctx->be, &ctx->model, err, sizeof err) != KN_OK) {
+    if (tm_model_load_parallel(c->model_dir, &ctx->be, &ctx->group.groups.par, &ctx->model,
+                               err, sizeof err) != KN_OK) {
         fprintf(stderr, "tandem-decoder: cannot load model: %s\n", err);
         goto out;
     }
@@ -451,12 +529,19 @@ int main(int argc, char **argv)
         goto out;
     }
     ctx->window_start_ms = tn_now_ms();
-    tn_log(WHO, "%s: model %s (%s), %d KV pages of %d tokens, batch %d, router %s",
-           c->worker_id, c->model_name, ctx->mc->model_type, c->kv_pages, c->page_size,
-           c->max_batch, c->router);
+    tn_log(WHO, "%s: model %s (%s), %d KV pages of %d tokens, batch %d, DP %d EP %d, "
+           "router %s (pid %d)", c->worker_id, c->model_name, ctx->mc->model_type,
+           c->kv_pages, c->page_size, c->max_batch, c->dp, c->ep, c->router, (int)getpid());
     run(ctx);
-    rc = 0;
+    rc = ctx->group_failed ? 1 : 0;
 out:
+    /* the model borrows the group's communicators: free it first */
+    tm_model_free(ctx->model);
+    ctx->model = NULL;
+    char why[256] = "";
+    rc = rank_group_finish(&ctx->group, rc, c->comm_timeout_ms + 10000, why, sizeof why);
+    if (why[0])
+        fprintf(stderr, "tandem-decoder: %s\n", why);
     ctx_free(ctx);
     return rc;
 }

@@ -16,15 +16,19 @@ int kv_receiver_open(tm_kv_cache *kv, const char *name, const char *tls, kv_rece
 void kv_receiver_close(kv_receiver *r);
 void kv_receiver_endpoint(const kv_receiver *r, const uint8_t **buf, size_t *len);
 
-/* Connects to a prefiller from its endpoint (TransferPeer); replaces an
- * earlier connection under the same worker id. Returns 0 or -1 with a reason. */
+/* Connects to a prefiller from its endpoint (TransferPeer): one engine, or
+ * every rank's of a TP group (proto TransferGroupEndpoint); replaces an
+ * earlier connection under the same worker id. Returns 0 or -1 with a
+ * reason. */
 int kv_receiver_add_peer(kv_receiver *r, const char *worker_id, const uint8_t *endpoint,
                          size_t len, char *err, size_t errlen);
 void kv_receiver_remove_peer(kv_receiver *r, const char *worker_id);
 
 /* Runs the engine's progress; returns 1 with a notice (which request, and
  * whether all its bytes landed: complete = 0 means the sender stopped
- * early and writes no more), 0 when none is pending. */
+ * early and writes no more), 0 when none is pending. A TP group's request
+ * gives one notice, once every rank's has arrived (complete only if each
+ * rank's was). */
 int kv_receiver_next(kv_receiver *r, uint64_t *request_id, int *complete);
 
 #endif

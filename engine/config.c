@@ -321,12 +321,18 @@ int tm_config_load(const char *dir, tm_config *cfg, char *err, size_t errlen)
         tm_errf(err, errlen, "out of memory");
         return KN_ERR_NOMEM;
     }
+    int rc = tm_config_load_file(path, cfg, err, errlen);
+    free(path);
+    return rc;
+}
+
+int tm_config_load_file(const char *path, tm_config *cfg, char *err, size_t errlen)
+{
+    memset(cfg, 0, sizeof(*cfg));
     char *text = NULL;
     int rc = tm_read_file(path, CONFIG_MAX_BYTES, &text, NULL, err, errlen);
-    if (rc) {
-        free(path);
+    if (rc)
         return rc;
-    }
     cJSON *root = cJSON_Parse(text);
     free(text);
     reader r = {path, err, errlen, 0};
@@ -354,7 +360,6 @@ int tm_config_load(const char *dir, tm_config *cfg, char *err, size_t errlen)
             rfail(&r, "num_experts_per_tok is larger than the number of experts");
     }
     cJSON_Delete(root);
-    free(path);
     if (r.failed) {
         memset(cfg, 0, sizeof(*cfg));
         return KN_ERR_ARG;

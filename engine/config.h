@@ -46,5 +46,7 @@ typedef struct tm_config {
 /* Parses dir/config.json. On failure returns a negative status and writes a
  * one-line reason into err (e.g. "config.json: unknown model_type 'llama'"). */
 int tm_config_load(const char *dir, tm_config *cfg, char *err, size_t errlen);
+/* The same for a config file at path (any name). */
+int tm_config_load_file(const char *path, tm_config *cfg, char *err, size_t errlen);
 
 #endif

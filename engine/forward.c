@@ -8,8 +8,11 @@
  * from the kn_seq_batch built here. */
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "engine/comm.h"
+#include "engine/ep_dispatch.h"
 #include "engine/model_internal.h"
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
@@ -19,6 +22,7 @@
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/status.h"
+#include "kernels/stopwatch.h"
 
 static void buf_free(const kn_backend *be, tm_buf *b, int host)
 {
@@ -68,8 +72,8 @@ static int scratch_need(tm_model *m, size_t rows, size_t seqs, size_t pages,
     const kn_backend *be = m->be;
     tm_scratch *s = &m->s;
     const size_t F = sizeof(float), I = sizeof(int32_t);
-    const size_t H = (size_t)c->hidden_size, qd = (size_t)c->n_heads * c->head_dim,
-                 kvd = (size_t)c->n_kv_heads * c->head_dim, E = (size_t)c->n_experts,
+    const size_t H = (size_t)c->hidden_size, qd = (size_t)m->shard.n_heads * c->head_dim,
+                 kvd = (size_t)m->shard.n_kv_heads * c->head_dim, E = (size_t)c->n_experts,
                  K = (size_t)c->n_experts_per_tok, V = (size_t)c->vocab_size;
     struct { tm_buf *b; size_t bytes; int host; } want[] = {
         {&s->x, rows * H * F, 0},       {&s->xn, rows * H * F, 0},
@@ -101,7 +105,7 @@ static int check_batch(const tm_model *m, const tm_kv_cache *kv, const tm_seq_st
 {
     const tm_config *c = &m->cfg;
     if (!kv || !seqs || n_seqs <= 0 || kv->n_layers != c->n_layers ||
-        kv->n_kv_heads != c->n_kv_heads || kv->head_dim != c->head_dim ||
+        kv->n_kv_heads != m->shard.n_kv_heads || kv->head_dim != c->head_dim ||
         kv->page_size <= 0)
         return KN_ERR_ARG;
     long long rows = 0;
@@ -182,6 +186,18 @@ static int build_batch(tm_model *m, const tm_kv_cache *kv, const tm_seq_step *se
     return rc;
 }
 
+/* A weight of the large products, with the model's dtype. */
+static kn_weight wt(const tm_model *m, const void *p)
+{
+    return (kn_weight){.dtype = m->w.wdtype, .data = p};
+}
+
+/* Ends a stretch of timed work when a stopwatch is set (model.h). */
+static int lap(tm_model *m, tm_prof_group g)
+{
+    return m->sw ? kn_stopwatch_lap(m->sw, (int)g) : KN_OK;
+}
+
 /* One decoder layer over all rows, updating the residual stream s->x. */
 static int layer_forward(tm_model *m, tm_kv_cache *kv, int l, const kn_seq_batch *b)
 {
@@ -190,45 +206,92 @@ static int layer_forward(tm_model *m, tm_kv_cache *kv, int l, const kn_seq_batch
     const kn_backend *be = m->be;
     tm_scratch *s = &m->s;
     const int T = b->n_rows, H = c->hidden_size, hd = c->head_dim;
-    const int qd = c->n_heads * hd, kvd = c->n_kv_heads * hd;
+    /* this rank's heads (all of them on one rank) */
+    const int nh = m->shard.n_heads, nkv = m->shard.n_kv_heads;
+    const int qd = nh * hd, kvd = nkv * hd;
     float *x = s->x.p, *xn = s->xn.p, *q = s->q.p, *k = s->k.p, *v = s->v.p;
     float *att = s->att.p, *tmp = s->tmp.p;
     int rc;
 #define TRY(call) do { if ((rc = (call)) != KN_OK) return rc; } while (0)
     /* attention block */
+    const kn_weight q_w = wt(m, w->q_w), k_w = wt(m, w->k_w), v_w = wt(m, w->v_w),
+                    o_w = wt(m, w->o_w);
     TRY(kn_rmsnorm(be, xn, x, w->attn_norm, T, H, c->rms_eps));
-    TRY(kn_matmul(be, q, xn, w->q_w, w->q_b, T, qd, H));
-    TRY(kn_matmul(be, k, xn, w->k_w, w->k_b, T, kvd, H));
-    TRY(kn_matmul(be, v, xn, w->v_w, w->v_b, T, kvd, H));
+    TRY(lap(m, TM_PROF_NORM_ADD));
+    TRY(kn_matmul_w(be, q, xn, &q_w, w->q_b, T, qd, H));
+    TRY(kn_matmul_w(be, k, xn, &k_w, w->k_b, T, kvd, H));
+    TRY(kn_matmul_w(be, v, xn, &v_w, w->v_b, T, kvd, H));
+    TRY(lap(m, TM_PROF_ATTN_PROJ));
     if (c->qk_norm) {   /* Qwen3: RMSNorm over each head's vector, before RoPE */
-        TRY(kn_rmsnorm(be, q, q, w->q_norm, T * c->n_heads, hd, c->rms_eps));
-        TRY(kn_rmsnorm(be, k, k, w->k_norm, T * c->n_kv_heads, hd, c->rms_eps));
+        TRY(kn_rmsnorm(be, q, q, w->q_norm, T * nh, hd, c->rms_eps));
+        TRY(kn_rmsnorm(be, k, k, w->k_norm, T * nkv, hd, c->rms_eps));
     }
-    TRY(kn_rope(be, q, s->pos.p, T, c->n_heads, hd, m->inv_freq, m->rope_scale));
-    TRY(kn_rope(be, k, s->pos.p, T, c->n_kv_heads, hd, m->inv_freq, m->rope_scale));
-    TRY(kn_kv_append(be, kv->k[l], kv->v[l], k, v, b, c->n_kv_heads, hd, kv->page_size));
-    TRY(kn_attention(be, att, q, kv->k[l], kv->v[l], b, c->n_heads, c->n_kv_heads, hd,
+    TRY(kn_rope(be, q, s->pos.p, T, nh, hd, m->inv_freq, m->rope_scale));
+    TRY(kn_rope(be, k, s->pos.p, T, nkv, hd, m->inv_freq, m->rope_scale));
+    TRY(kn_kv_append(be, kv->k[l], kv->v[l], k, v, b, nkv, hd, kv->page_size));
+    TRY(lap(m, TM_PROF_ROPE_KV));
+    TRY(kn_attention(be, att, q, kv->k[l], kv->v[l], b, nh, nkv, hd,
                      kv->page_size, (float)(1.0 / sqrt((double)hd)), w->sinks,
                      c->layer_window[l]));
-    TRY(kn_matmul(be, tmp, att, w->o_w, w->o_b, T, H, qd));
+    TRY(lap(m, TM_PROF_ATTENTION));
+    TRY(kn_matmul_w(be, tmp, att, &o_w, w->o_b, T, H, qd));
+    if (m->par.tp)   /* each TP rank has its heads' share of o_proj: sum them */
+        TRY(comm_all_reduce_sum(m->par.tp, tmp, (size_t)T * H));
+    TRY(lap(m, TM_PROF_ATTN_PROJ));
     TRY(kn_add(be, x, x, tmp, (size_t)T * H));
     /* MoE block */
     TRY(kn_rmsnorm(be, xn, x, w->mlp_norm, T, H, c->rms_eps));
+    TRY(lap(m, TM_PROF_NORM_ADD));
     TRY(kn_matmul(be, s->router.p, xn, w->router_w, w->router_b, T, c->n_experts, H));
     TRY(kn_moe_route(be, s->eidx.p, s->ew.p, s->router.p, T, c->n_experts,
                      c->n_experts_per_tok, c->route_mode, c->norm_topk_prob));
-    TRY(kn_moe_experts(be, tmp, xn, s->eidx.p, s->ew.p, T, c->n_experts_per_tok,
-                       &m->moe[l]));
+    TRY(lap(m, TM_PROF_ROUTER));
+    if (m->par.ep_mode == TM_EP_DISPATCH) {
+        TRY(tm_ep_dispatch_moe(m, l, xn, s->eidx.p, s->ew.p, T, tmp));
+    } else {
+        TRY(kn_moe_experts(be, tmp, xn, s->eidx.p, s->ew.p, T, c->n_experts_per_tok,
+                           &m->moe[l]));
+        if (m->par.ep_mode == TM_EP_REPLICATED)   /* local experts' share of every token */
+            TRY(comm_all_reduce_sum(m->par.ep, tmp, (size_t)T * H));
+    }
+    TRY(lap(m, TM_PROF_EXPERTS));
     TRY(kn_add(be, x, x, tmp, (size_t)T * H));
 #undef TRY
     return KN_OK;
 }
+
+static int forward_step(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
+                        int n_seqs, float *logits, float *all_logits);
 
 int tm_forward(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
                int n_seqs, float *logits, float *all_logits)
 {
     if (!m)
         return KN_ERR_ARG;
+    int rc = forward_step(m, kv, seqs, n_seqs, logits, all_logits);
+    if (rc && rc != KN_ERR_PEER && (m->par.tp || m->par.ep)) {
+        /* the peers are inside this step's collectives, which this rank will
+         * not finish: fail the group now rather than at their timeout */
+        char why[96];
+        snprintf(why, sizeof(why), "tm_forward failed locally: %s", kn_status_str(rc));
+        if (m->par.tp)
+            comm_abort(m->par.tp, why);
+        if (m->par.ep)
+            comm_abort(m->par.ep, why);
+    }
+    return rc;
+}
+
+static int forward_step(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
+                        int n_seqs, float *logits, float *all_logits)
+{
+    if (n_seqs == 0 && m->par.ep_mode == TM_EP_DISPATCH) {
+        /* an idle DP rank still serves its experts in every layer */
+        int rc = KN_OK;
+        for (int l = 0; l < m->cfg.n_layers && !rc; l++)
+            rc = tm_ep_dispatch_moe(m, l, NULL, NULL, NULL, 0, NULL);
+        return rc;
+    }
     long long rows_ll;
     int max_pages;
     int rc = check_batch(m, kv, seqs, n_seqs, &rows_ll, &max_pages);
@@ -242,6 +305,8 @@ int tm_forward(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
                       all_logits ? (size_t)T : (size_t)n_seqs);
     if (rc)
         return rc;
+    if (m->sw && (rc = kn_stopwatch_start(m->sw)) != KN_OK)
+        return rc;
     kn_seq_batch b;
     rc = build_batch(m, kv, seqs, n_seqs, T, max_pages, &b);
     if (!rc)
@@ -252,12 +317,15 @@ int tm_forward(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
         return rc;
 
     const size_t row_bytes = (size_t)V * sizeof(float);
+    const kn_weight head = wt(m, m->w.lm_head);
     if (all_logits) {
         rc = kn_rmsnorm(be, s->xn.p, s->x.p, m->w.final_norm, T, H, c->rms_eps);
         if (!rc)
-            rc = kn_matmul(be, s->logits.p, s->xn.p, m->w.lm_head, NULL, T, V, H);
+            rc = kn_matmul_w(be, s->logits.p, s->xn.p, &head, NULL, T, V, H);
         if (!rc)
             rc = kn_copy_to_host(be, all_logits, s->logits.p, (size_t)T * row_bytes);
+        if (!rc)
+            rc = lap(m, TM_PROF_HEAD);
         const int32_t *last = s->h_last.p;
         for (int i = 0; !rc && logits && i < n_seqs; i++)
             memcpy(logits + (size_t)i * V, all_logits + (size_t)last[i] * V, row_bytes);
@@ -271,9 +339,11 @@ int tm_forward(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
         rc = kn_rmsnorm(be, s->last_h.p, s->last_h.p, m->w.final_norm, n_seqs, H,
                         c->rms_eps);
     if (!rc)
-        rc = kn_matmul(be, s->logits.p, s->last_h.p, m->w.lm_head, NULL, n_seqs, V, H);
+        rc = kn_matmul_w(be, s->logits.p, s->last_h.p, &head, NULL, n_seqs, V, H);
     if (!rc && logits)
         rc = kn_copy_to_host(be, logits, s->logits.p, (size_t)n_seqs * row_bytes);
+    if (!rc)
+        rc = lap(m, TM_PROF_HEAD);
     if (!rc)
         rc = kn_backend_sync(be);
     return rc;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "engine/device.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
 #include "kernels/backend.h"
@@ -28,6 +29,8 @@ typedef struct gen_args {
     uint64_t seed;
     int page_size;
     int ignore_eos;
+    const char *device;
+    tm_weight_dtype weights;
 } gen_args;
 
 static void usage(FILE *f)
@@ -35,8 +38,8 @@ static void usage(FILE *f)
     fprintf(f,
         "usage: tandem-generate --model DIR --prompt-ids IDS --max-tokens N [options]\n"
         "\n"
-        "Generates tokens on the CPU from a HuggingFace model directory (config.json\n"
-        "and bf16/f32 safetensors; gpt_oss or qwen3_moe) and prints their ids.\n"
+        "Generates tokens from a HuggingFace model directory (config.json and\n"
+        "bf16/f32 safetensors; gpt_oss or qwen3_moe) and prints their ids.\n"
         "\n"
         "  --model DIR         model directory\n"
         "  --prompt-ids IDS    prompt token ids, comma-separated, e.g. \"1,2,3\"\n"
@@ -47,6 +50,9 @@ static void usage(FILE *f)
         "  --seed S            sampling seed (default 0)\n"
         "  --page-size N       KV cache page size in tokens (default 16)\n"
         "  --ignore-eos        do not stop at the model's end-of-sequence tokens\n"
+        "  --device D          cpu (default), cuda or cuda:N (needs a `make CUDA=1` build)\n"
+        "  --weights W         storage of the large weight matrices: auto (default:\n"
+        "                      f32 on cpu, bf16 on cuda), f32 or bf16\n"
         "  --help              show this help\n"
         "\n"
         "Output: the generated ids on stdout as one comma-separated line; timings\n"
@@ -135,6 +141,8 @@ static int parse_args(int argc, char **argv, gen_args *a)
         {"seed", required_argument, NULL, 's'},
         {"page-size", required_argument, NULL, 'g'},
         {"ignore-eos", no_argument, NULL, 'e'},
+        {"device", required_argument, NULL, 'd'},
+        {"weights", required_argument, NULL, 'w'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -142,6 +150,7 @@ static int parse_args(int argc, char **argv, gen_args *a)
     a->sampling = (kn_sampling){.temperature = 0.0f, .top_p = 1.0f, .top_k = 0};
     a->page_size = 16;
     a->max_tokens = -1;
+    a->device = "cpu";
     const char *prompt = NULL;
     opterr = 0;
     int c;
@@ -186,6 +195,18 @@ static int parse_args(int argc, char **argv, gen_args *a)
             a->page_size = (int)v;
             break;
         case 'e': a->ignore_eos = 1; break;
+        case 'd': {
+            kn_backend_kind kind;
+            int ordinal;
+            if (tm_device_parse(optarg, &kind, &ordinal) != 0)
+                return bad_arg("--device must be cpu, cuda or cuda:N, got '%s'", optarg);
+            a->device = optarg;
+            break;
+        }
+        case 'w':
+            if (tm_weights_parse(optarg, &a->weights) != 0)
+                return bad_arg("--weights must be auto, f32 or bf16, got '%s'", optarg);
+            break;
         case 'h': usage(stdout); return -1;
         case ':':
             return bad_arg("option %s needs a value", argv[optind - 1]);
@@ -227,7 +248,8 @@ static int generate(const gen_args *a, const kn_backend *be)
 {
     char err[512] = "";
     tm_model *m = NULL;
-    int rc = tm_model_load(a->model, be, &m, err, sizeof(err));
+    tm_load_opts opts = {.weights = a->weights};
+    int rc = tm_model_load_opts(a->model, be, &opts, &m, err, sizeof(err));
     if (rc) {
         fprintf(stderr, "tandem-generate: cannot load model: %s\n", err);
         return EXIT_RUNTIME;
@@ -289,8 +311,9 @@ static int generate(const gen_args *a, const kn_backend *be)
     printf("\n");
     fflush(stdout);
     double pre = t1 - t0, dec = t2 - t1;
-    fprintf(stderr, "tandem-generate: %s, prefill %d tokens in %.3f s (%.1f tokens/s), "
-            "decode %d tokens in %.3f s (%.1f tokens/s)\n", c->model_type, a->n_prompt,
+    fprintf(stderr, "tandem-generate: %s on %s (%s weights), prefill %d tokens in %.3f s "
+            "(%.1f tokens/s), decode %d tokens in %.3f s (%.1f tokens/s)\n", c->model_type,
+            a->device, kn_dtype_name(tm_model_weight_dtype(m)), a->n_prompt,
             pre, pre > 0 ? a->n_prompt / pre : 0.0, n_out - 1, dec,
             dec > 0 ? (n_out - 1) / dec : 0.0);
     status = EXIT_SUCCESS;
@@ -312,8 +335,10 @@ int main(int argc, char **argv)
         return rc < 0 ? EXIT_SUCCESS : rc;
     }
     kn_backend be;
-    if (kn_backend_init_cpu(&be) != KN_OK) {
-        fprintf(stderr, "tandem-generate: cannot initialise the CPU backend\n");
+    char err[512] = "";
+    if (tm_device_open(a.device, &be, err, sizeof(err)) != KN_OK) {
+        fprintf(stderr, "tandem-generate: %s\n", err);
+        kn_backend_free(&be);
         free(a.prompt);
         return EXIT_RUNTIME;
     }

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include "engine/comm.h"
+#include "engine/ep_dispatch.h"
 #include "engine/model_internal.h"
 #include "engine/safetensors.h"
 #include "engine/util.h"
@@ -16,10 +18,21 @@ const tm_config *tm_model_config(const tm_model *m)
     return m ? &m->cfg : NULL;
 }
 
+const tm_shard *tm_model_shard(const tm_model *m)
+{
+    return m ? &m->shard : NULL;
+}
+
+int tm_model_kv_heads(const tm_model *m)
+{
+    return m ? m->shard.n_kv_heads : 0;
+}
+
 void tm_model_free(tm_model *m)
 {
     if (!m)
         return;
+    tm_ep_state_free(m->be, m->ep);
     tm_scratch_free(m->be, &m->s);
     tm_weights_free(&m->w);
     if (m->inv_freq)
@@ -63,9 +76,9 @@ static int setup_moe(tm_model *m, char *err, size_t errlen)
     for (int l = 0; l < c->n_layers; l++) {
         const tm_layer_weights *lw = &m->w.layers[l];
         m->moe[l] = (kn_moe_weights){
-            .n_experts = c->n_experts, .expert_offset = 0,
+            .n_experts = m->shard.n_experts, .expert_offset = m->shard.expert0,
             .dim = c->hidden_size, .inter = c->moe_inter,
-            .gate_up = lw->gate_up, .gate_up_bias = lw->gate_up_b,
+            .wdtype = m->w.wdtype, .gate_up = lw->gate_up, .gate_up_bias = lw->gate_up_b,
             .down = lw->down, .down_bias = lw->down_b,
             .act = c->expert_act, .alpha = c->swiglu_alpha, .limit = c->swiglu_limit,
         };
@@ -73,8 +86,116 @@ static int setup_moe(tm_model *m, char *err, size_t errlen)
     return KN_OK;
 }
 
+/* Checks a layout against the backend and turns groups of one into "not
+ * split", so a world of one is exactly the single-rank model. */
+static int check_layout(const tm_parallel *par, const kn_backend *be, tm_parallel *out,
+                        char *err, size_t errlen)
+{
+    memset(out, 0, sizeof(*out));
+    if (!par)
+        return KN_OK;
+    *out = *par;
+    if (out->tp && comm_size(out->tp) == 1)
+        out->tp = NULL;
+    if (out->ep && comm_size(out->ep) == 1)
+        out->ep = NULL;
+    if (!out->ep)
+        out->ep_mode = TM_EP_NONE;
+    if (out->ep && out->ep_mode != TM_EP_REPLICATED && out->ep_mode != TM_EP_DISPATCH) {
+        tm_errf(err, errlen, "parallel layout: an EP group of %d ranks needs ep_mode "
+                "TM_EP_REPLICATED or TM_EP_DISPATCH", comm_size(out->ep));
+        return KN_ERR_ARG;
+    }
+    comm *groups[2] = {out->tp, out->ep};
+    for (int i = 0; i < 2; i++) {
+        if (groups[i] && comm_memory(groups[i]) != be->kind) {
+            tm_errf(err, errlen, "parallel layout: the %s communicator takes %s memory but "
+                    "the backend is %s", i ? "EP" : "TP",
+                    comm_memory(groups[i]) == KN_BACKEND_CPU ? "host" : "device",
+                    be->kind == KN_BACKEND_CPU ? "the CPU" : "CUDA");
+            return KN_ERR_ARG;
+        }
+    }
+    return KN_OK;
+}
+
+static kn_dtype resolve_dtype(const kn_backend *be, const tm_load_opts *opts)
+{
+    tm_weight_dtype want = opts ? opts->weights : TM_WEIGHTS_AUTO;
+    if (want == TM_WEIGHTS_F32)
+        return KN_F32;
+    if (want == TM_WEIGHTS_BF16)
+        return KN_BF16;
+    return be->kind == KN_BACKEND_CUDA ? KN_BF16 : KN_F32;
+}
+
+/* A model with its layout, config and shard plan, before its weights; the
+ * config from config_path (a directory holding config.json, or a file). */
+static int model_begin(const char *config_path, int is_dir, const kn_backend *be,
+                       const tm_load_opts *opts, tm_model **out, char *err, size_t errlen)
+{
+    if (opts && opts->weights != TM_WEIGHTS_AUTO && opts->weights != TM_WEIGHTS_F32 &&
+        opts->weights != TM_WEIGHTS_BF16) {
+        tm_errf(err, errlen, "unknown weight dtype option %d", (int)opts->weights);
+        return KN_ERR_ARG;
+    }
+    tm_model *m = calloc(1, sizeof(*m));
+    if (!m) {
+        tm_errf(err, errlen, "out of memory");
+        return KN_ERR_NOMEM;
+    }
+    m->be = be;
+    int rc = check_layout(opts ? opts->par : NULL, be, &m->par, err, errlen);
+    if (!rc)
+        rc = is_dir ? tm_config_load(config_path, &m->cfg, err, errlen)
+                    : tm_config_load_file(config_path, &m->cfg, err, errlen);
+    if (!rc)
+        rc = tm_shard_plan(&m->cfg, m->par.tp ? comm_rank(m->par.tp) : 0,
+                           m->par.tp ? comm_size(m->par.tp) : 1,
+                           m->par.ep ? comm_rank(m->par.ep) : 0,
+                           m->par.ep ? comm_size(m->par.ep) : 1, &m->shard, err, errlen);
+    if (rc) {
+        free(m);
+        return rc;
+    }
+    *out = m;
+    return KN_OK;
+}
+
+/* RoPE tables, MoE descriptors and dispatch state once the weights are in
+ * place; frees the model on failure. */
+static int model_finish(tm_model *m, tm_model **out, char *err, size_t errlen)
+{
+    int rc = load_rope(m, err, errlen);
+    if (!rc)
+        rc = setup_moe(m, err, errlen);
+    if (!rc && m->par.ep_mode == TM_EP_DISPATCH && !(m->ep = tm_ep_state_new())) {
+        tm_errf(err, errlen, "out of memory");
+        rc = KN_ERR_NOMEM;
+    }
+    if (rc) {
+        tm_model_free(m);
+        return rc;
+    }
+    *out = m;
+    return KN_OK;
+}
+
 int tm_model_load(const char *dir, const kn_backend *be, tm_model **out,
                   char *err, size_t errlen)
+{
+    return tm_model_load_opts(dir, be, NULL, out, err, errlen);
+}
+
+int tm_model_load_parallel(const char *dir, const kn_backend *be, const tm_parallel *par,
+                           tm_model **out, char *err, size_t errlen)
+{
+    tm_load_opts opts = {.par = par};
+    return tm_model_load_opts(dir, be, &opts, out, err, errlen);
+}
+
+int tm_model_load_opts(const char *dir, const kn_backend *be, const tm_load_opts *opts,
+                       tm_model **out, char *err, size_t errlen)
 {
     if (out)
         *out = NULL;
@@ -91,17 +212,10 @@ int tm_model_load(const char *dir, const kn_backend *be, tm_model **out,
         tm_errf(err, errlen, "model directory %s is not a directory", dir);
         return KN_ERR_ARG;
     }
-    tm_model *m = calloc(1, sizeof(*m));
-    if (!m) {
-        tm_errf(err, errlen, "out of memory");
-        return KN_ERR_NOMEM;
-    }
-    m->be = be;
-    int rc = tm_config_load(dir, &m->cfg, err, errlen);
-    if (rc) {
-        free(m);
+    tm_model *m = NULL;
+    int rc = model_begin(dir, 1, be, opts, &m, err, errlen);
+    if (rc)
         return rc;
-    }
     tm_safetensors st;
     rc = tm_st_open_dir(&st, dir, err, errlen);
     if (rc) {
@@ -109,20 +223,81 @@ int tm_model_load(const char *dir, const kn_backend *be, tm_model **out,
         return rc;
     }
     char why[512] = "";
-    rc = tm_weights_load(&m->w, &m->cfg, &st, be, why, sizeof(why));
+    rc = tm_weights_load_shard(&m->w, &m->cfg, &st, be, &m->shard, resolve_dtype(be, opts),
+                               why, sizeof(why));
     tm_st_close(&st);
     if (rc) {
         tm_errf(err, errlen, "%s: %s", dir, why);
         free(m);
         return rc;
     }
-    rc = load_rope(m, err, errlen);
-    if (!rc)
-        rc = setup_moe(m, err, errlen);
+    return model_finish(m, out, err, errlen);
+}
+
+int tm_model_synthetic(const char *config_path, const kn_backend *be,
+                       const tm_load_opts *opts, tm_model **out, char *err, size_t errlen)
+{
+    if (out)
+        *out = NULL;
+    if (!config_path || !be || !out) {
+        tm_errf(err, errlen, "tm_model_synthetic: missing argument");
+        return KN_ERR_ARG;
+    }
+    struct stat sb;
+    if (stat(config_path, &sb) != 0) {
+        tm_errf(err, errlen, "config %s: %s", config_path, strerror(errno));
+        return KN_ERR_ARG;
+    }
+    tm_model *m = NULL;
+    int rc = model_begin(config_path, S_ISDIR(sb.st_mode), be, opts, &m, err, errlen);
+    if (rc)
+        return rc;
+    char why[512] = "";
+    rc = tm_weights_synthetic(&m->w, &m->cfg, be, &m->shard, resolve_dtype(be, opts),
+                              opts ? opts->seed : 0, why, sizeof(why));
     if (rc) {
-        tm_model_free(m);
+        tm_errf(err, errlen, "%s: %s", config_path, why);
+        free(m);
         return rc;
     }
-    *out = m;
-    return KN_OK;
+    return model_finish(m, out, err, errlen);
+}
+
+kn_dtype tm_model_weight_dtype(const tm_model *m)
+{
+    return m ? m->w.wdtype : KN_F32;
+}
+
+size_t tm_model_weight_bytes(const tm_model *m)
+{
+    return m ? m->w.bytes : 0;
+}
+
+void tm_model_trim(tm_model *m)
+{
+    if (!m)
+        return;
+    kn_backend_sync(m->be);
+    tm_scratch_free(m->be, &m->s);
+    kn_backend_trim(m->be);
+}
+
+void tm_model_set_stopwatch(tm_model *m, struct kn_stopwatch *sw)
+{
+    if (m)
+        m->sw = sw;
+}
+
+const char *tm_prof_group_name(int group)
+{
+    static const char *const names[TM_PROF_N_GROUPS] = {
+        [TM_PROF_ATTN_PROJ] = "q/k/v/o projections",
+        [TM_PROF_ATTENTION] = "attention kernel",
+        [TM_PROF_ROPE_KV] = "qk-norm, RoPE, KV append",
+        [TM_PROF_ROUTER] = "router + top-k",
+        [TM_PROF_EXPERTS] = "MoE experts",
+        [TM_PROF_NORM_ADD] = "norms, adds, embedding",
+        [TM_PROF_HEAD] = "final norm + LM head",
+    };
+    return group >= 0 && group < TM_PROF_N_GROUPS ? names[group] : "?";
 }

@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "engine/model.h"
+#include "engine/parallel.h"
 #include "engine/weights.h"
 #include "kernels/moe.h"
 
@@ -34,6 +35,10 @@ struct tm_model {
     float *inv_freq;       /* backend [head_dim / 2] */
     float rope_scale;      /* YaRN attention scaling (1 for plain RoPE) */
     tm_scratch s;
+    tm_shard shard;        /* this rank's slice; the whole model on one rank */
+    tm_parallel par;       /* borrowed communicators; all NULL on one rank */
+    struct tm_ep_state *ep; /* DP-EP dispatch buffers (ep_dispatch.c) or NULL */
+    struct kn_stopwatch *sw;  /* per-group timing, or NULL */
 };
 
 /* Frees every scratch buffer (forward.c). */

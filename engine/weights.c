@@ -13,7 +13,9 @@
 typedef struct loader {
     const tm_safetensors *st;
     const kn_backend *be;
+    const tm_shard *sh;
     tm_weights *w;
+    kn_dtype wdtype;    /* of the large products' matrices */
     uint8_t *used;      /* [st->n_tensors]: consumed by the model */
     char *err;
     size_t errlen;
@@ -96,8 +98,23 @@ static void stage_drop(loader *L, float *host)
         free(host);
 }
 
-/* Takes ownership of host; returns the backend buffer (NULL on failure). */
-static float *stage_commit(loader *L, float *host, size_t n)
+/* Rewrites n floats in place as n bf16 values packed at the start of the
+ * same buffer. Forward order is safe: bf16 i (bytes 2i..2i+1) overwrites
+ * only float i/2, which has already been read. */
+static void pack_bf16_in_place(float *buf, size_t n)
+{
+    unsigned char *bytes = (unsigned char *)buf;
+    for (size_t i = 0; i < n; i++) {
+        float f;
+        memcpy(&f, bytes + 4 * i, sizeof f);
+        uint16_t b = kn_f32_to_bf16(f);
+        memcpy(bytes + 2 * i, &b, sizeof b);
+    }
+}
+
+/* Takes ownership of host (n floats); returns the backend buffer holding
+ * them as dt (NULL on failure). */
+static void *stage_commit_as(loader *L, float *host, size_t n, kn_dtype dt)
 {
     if (!host)
         return NULL;
@@ -105,11 +122,13 @@ static float *stage_commit(loader *L, float *host, size_t n)
         stage_drop(L, host);
         return NULL;
     }
-    size_t bytes = n * sizeof(float);
+    if (dt == KN_BF16)
+        pack_bf16_in_place(host, n);
+    size_t bytes = n * kn_dtype_size(dt);
     L->w->bytes += bytes;
     if (L->be->kind == KN_BACKEND_CPU)
         return host;
-    float *dev = kn_malloc(L->be, bytes);
+    void *dev = kn_malloc(L->be, bytes);
     int rc = dev ? kn_copy_to_backend(L->be, dev, host, bytes) : KN_ERR_NOMEM;
     free(host);
     if (rc) {
@@ -121,6 +140,11 @@ static float *stage_commit(loader *L, float *host, size_t n)
     return dev;
 }
 
+static float *stage_commit(loader *L, float *host, size_t n)
+{
+    return stage_commit_as(L, host, n, KN_F32);
+}
+
 static size_t numel(int ndim, const int64_t *dims)
 {
     size_t n = 1;
@@ -129,17 +153,55 @@ static size_t numel(int ndim, const int64_t *dims)
     return n;
 }
 
-/* A tensor copied as is (converted to f32). */
-static float *load_plain(loader *L, const char *name, int ndim, const int64_t *dims)
+/* Rows [row0, row0 + n_rows) along the first axis of a tensor of shape
+ * dims, stored as dt (converted through f32, exact for the BF16/F16/F32
+ * checkpoints the loader reads): a rank's heads or experts are such a run. */
+static void *load_rows_as(loader *L, const char *name, int ndim, const int64_t *dims,
+                          size_t row0, size_t n_rows, kn_dtype dt)
 {
     const tm_st_tensor *t = want(L, name, ndim, dims);
     if (!t)
         return NULL;
-    size_t n = numel(ndim, dims);
+    size_t row = numel(ndim - 1, dims + 1), n = n_rows * row;
     float *host = stage_alloc(L, n);
     if (host)
-        tm_st_to_f32(t, 0, n, host);
-    return stage_commit(L, host, n);
+        tm_st_to_f32(t, row0 * row, n, host);
+    return stage_commit_as(L, host, n, dt);
+}
+
+/* Norms, biases, sinks, router, embedding: always f32. */
+static float *load_rows(loader *L, const char *name, int ndim, const int64_t *dims,
+                        size_t row0, size_t n_rows)
+{
+    return load_rows_as(L, name, ndim, dims, row0, n_rows, KN_F32);
+}
+
+/* A matrix of the large products: stored as the loader's wdtype. */
+static void *load_matrix_rows(loader *L, const char *name, int ndim, const int64_t *dims,
+                              size_t row0, size_t n_rows)
+{
+    return load_rows_as(L, name, ndim, dims, row0, n_rows, L->wdtype);
+}
+
+/* A tensor copied as is (converted to f32). */
+static float *load_plain(loader *L, const char *name, int ndim, const int64_t *dims)
+{
+    return load_rows(L, name, ndim, dims, 0, (size_t)dims[0]);
+}
+
+/* Columns [col0, col0 + n_cols) of a [rows][cols] matrix, as the loader's
+ * wdtype: o_proj's inputs from this rank's heads. */
+static void *load_cols(loader *L, const char *name, int64_t rows, int64_t cols,
+                       size_t col0, size_t n_cols)
+{
+    const tm_st_tensor *t = want(L, name, 2, (int64_t[]){rows, cols});
+    if (!t)
+        return NULL;
+    size_t n = (size_t)rows * n_cols;
+    float *host = stage_alloc(L, n);
+    for (int64_t r = 0; host && r < rows; r++)
+        tm_st_to_f32(t, (size_t)r * (size_t)cols + col0, n_cols, host + (size_t)r * n_cols);
+    return stage_commit_as(L, host, n, L->wdtype);
 }
 
 static const char *lname(char *buf, size_t n, int layer, const char *suffix)
@@ -150,18 +212,20 @@ static const char *lname(char *buf, size_t n, int layer, const char *suffix)
 
 /* GPT-OSS gate_up_proj [E][dim][2I] with gate = [..., ::2], up = [..., 1::2]
  * -> [E][2I][dim], gate rows first. */
-static float *load_gpt_oss_gate_up(loader *L, const char *name, int E, int dim, int inter)
+static void *load_gpt_oss_gate_up(loader *L, const char *name, int E, int dim, int inter)
 {
     const tm_st_tensor *t = want(L, name, 3, (int64_t[]){E, dim, 2 * inter});
-    size_t n = (size_t)E * 2 * inter * dim;
+    const int e0 = L->sh->expert0, nE = L->sh->n_experts;
+    size_t n = (size_t)nE * 2 * inter * dim;
     float *host = t ? stage_alloc(L, n) : NULL;
     float *row = host ? malloc(sizeof(float) * 2 * (size_t)inter) : NULL;
     if (host && !row)
         lfail(L, KN_ERR_NOMEM, "out of memory loading '%s'", name);
-    for (int e = 0; row && e < E; e++) {
+    for (int e = 0; row && e < nE; e++) {
         float *dst = host + (size_t)e * 2 * inter * dim;
         for (int d = 0; d < dim; d++) {
-            tm_st_to_f32(t, ((size_t)e * dim + d) * 2 * inter, 2 * (size_t)inter, row);
+            tm_st_to_f32(t, ((size_t)(e0 + e) * dim + d) * 2 * inter, 2 * (size_t)inter,
+                         row);
             for (int i = 0; i < inter; i++) {
                 dst[(size_t)i * dim + d] = row[2 * i];
                 dst[(size_t)(inter + i) * dim + d] = row[2 * i + 1];
@@ -169,20 +233,21 @@ static float *load_gpt_oss_gate_up(loader *L, const char *name, int E, int dim, 
         }
     }
     free(row);
-    return stage_commit(L, host, n);
+    return stage_commit_as(L, host, n, L->wdtype);
 }
 
 /* GPT-OSS gate_up_proj_bias [E][2I] interleaved -> [E][2I], gate first. */
 static float *load_gpt_oss_gate_up_bias(loader *L, const char *name, int E, int inter)
 {
     const tm_st_tensor *t = want(L, name, 2, (int64_t[]){E, 2 * inter});
-    size_t n = (size_t)E * 2 * inter;
+    const int e0 = L->sh->expert0, nE = L->sh->n_experts;
+    size_t n = (size_t)nE * 2 * inter;
     float *host = t ? stage_alloc(L, n) : NULL;
     float *row = host ? malloc(sizeof(float) * 2 * (size_t)inter) : NULL;
     if (host && !row)
         lfail(L, KN_ERR_NOMEM, "out of memory loading '%s'", name);
-    for (int e = 0; row && e < E; e++) {
-        tm_st_to_f32(t, (size_t)e * 2 * inter, 2 * (size_t)inter, row);
+    for (int e = 0; row && e < nE; e++) {
+        tm_st_to_f32(t, (size_t)(e0 + e) * 2 * inter, 2 * (size_t)inter, row);
         for (int i = 0; i < inter; i++) {
             host[(size_t)e * 2 * inter + i] = row[2 * i];
             host[(size_t)e * 2 * inter + inter + i] = row[2 * i + 1];
@@ -193,86 +258,99 @@ static float *load_gpt_oss_gate_up_bias(loader *L, const char *name, int E, int 
 }
 
 /* GPT-OSS down_proj [E][I][dim] (applied as x @ W) -> [E][dim][I]. */
-static float *load_gpt_oss_down(loader *L, const char *name, int E, int dim, int inter)
+static void *load_gpt_oss_down(loader *L, const char *name, int E, int dim, int inter)
 {
     const tm_st_tensor *t = want(L, name, 3, (int64_t[]){E, inter, dim});
-    size_t n = (size_t)E * dim * inter;
+    const int e0 = L->sh->expert0, nE = L->sh->n_experts;
+    size_t n = (size_t)nE * dim * inter;
     float *host = t ? stage_alloc(L, n) : NULL;
     float *row = host ? malloc(sizeof(float) * (size_t)dim) : NULL;
     if (host && !row)
         lfail(L, KN_ERR_NOMEM, "out of memory loading '%s'", name);
-    for (int e = 0; row && e < E; e++) {
+    for (int e = 0; row && e < nE; e++) {
         float *dst = host + (size_t)e * dim * inter;
         for (int i = 0; i < inter; i++) {
-            tm_st_to_f32(t, ((size_t)e * inter + i) * dim, (size_t)dim, row);
+            tm_st_to_f32(t, ((size_t)(e0 + e) * inter + i) * dim, (size_t)dim, row);
             for (int d = 0; d < dim; d++)
                 dst[(size_t)d * inter + i] = row[d];
         }
     }
     free(row);
-    return stage_commit(L, host, n);
+    return stage_commit_as(L, host, n, L->wdtype);
 }
 
 /* Qwen3 released layout: one gate/up/down Linear per expert. */
 static void load_qwen3_experts_split(loader *L, tm_layer_weights *lw, int l, int E,
                                      int dim, int inter)
 {
+    const int e0 = L->sh->expert0, nE = L->sh->n_experts;
     size_t per_gu = 2 * (size_t)inter * dim, per_d = (size_t)dim * inter;
-    float *gu = stage_alloc(L, (size_t)E * per_gu);
-    float *dn = stage_alloc(L, (size_t)E * per_d);
+    float *gu = stage_alloc(L, (size_t)nE * per_gu);
+    float *dn = stage_alloc(L, (size_t)nE * per_d);
     char name[256], suffix[128];
+    /* every expert is checked; only this rank's are read */
     for (int e = 0; e < E && gu && dn && !L->rc; e++) {
+        int mine = e >= e0 && e < e0 + nE;
+        size_t j = mine ? (size_t)(e - e0) : 0;
         snprintf(suffix, sizeof(suffix), "mlp.experts.%d.gate_proj.weight", e);
         const tm_st_tensor *g = want(L, lname(name, sizeof(name), l, suffix), 2,
                                      (int64_t[]){inter, dim});
-        if (g)
-            tm_st_to_f32(g, 0, (size_t)inter * dim, gu + e * per_gu);
+        if (g && mine)
+            tm_st_to_f32(g, 0, (size_t)inter * dim, gu + j * per_gu);
         snprintf(suffix, sizeof(suffix), "mlp.experts.%d.up_proj.weight", e);
         const tm_st_tensor *u = want(L, lname(name, sizeof(name), l, suffix), 2,
                                      (int64_t[]){inter, dim});
-        if (u)
-            tm_st_to_f32(u, 0, (size_t)inter * dim, gu + e * per_gu + (size_t)inter * dim);
+        if (u && mine)
+            tm_st_to_f32(u, 0, (size_t)inter * dim, gu + j * per_gu + (size_t)inter * dim);
         snprintf(suffix, sizeof(suffix), "mlp.experts.%d.down_proj.weight", e);
         const tm_st_tensor *d = want(L, lname(name, sizeof(name), l, suffix), 2,
                                      (int64_t[]){dim, inter});
-        if (d)
-            tm_st_to_f32(d, 0, per_d, dn + e * per_d);
+        if (d && mine)
+            tm_st_to_f32(d, 0, per_d, dn + j * per_d);
     }
     if (!gu || !dn || L->rc) {
         stage_drop(L, gu);
         stage_drop(L, dn);
         return;
     }
-    lw->gate_up = stage_commit(L, gu, (size_t)E * per_gu);
-    lw->down = stage_commit(L, dn, (size_t)E * per_d);
+    lw->gate_up = stage_commit_as(L, gu, (size_t)nE * per_gu, L->wdtype);
+    lw->down = stage_commit_as(L, dn, (size_t)nE * per_d, L->wdtype);
 }
 
 static void load_layer(loader *L, const tm_config *c, int l, tm_layer_weights *lw)
 {
     const int H = c->hidden_size, E = c->n_experts, I = c->moe_inter;
     const int qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
+    const tm_shard *sh = L->sh;
+    /* this rank's heads: rows of q/k/v, columns of o */
+    const size_t hd = (size_t)c->head_dim, q0 = (size_t)sh->head0 * hd,
+                 nq = (size_t)sh->n_heads * hd, k0 = (size_t)sh->kv_head0 * hd,
+                 nk = (size_t)sh->n_kv_heads * hd;
     char n[256];
     lw->attn_norm = load_plain(L, lname(n, sizeof(n), l, "input_layernorm.weight"), 1,
                                (int64_t[]){H});
     lw->mlp_norm = load_plain(L, lname(n, sizeof(n), l, "post_attention_layernorm.weight"),
                               1, (int64_t[]){H});
-    lw->q_w = load_plain(L, lname(n, sizeof(n), l, "self_attn.q_proj.weight"), 2,
-                         (int64_t[]){qd, H});
-    lw->k_w = load_plain(L, lname(n, sizeof(n), l, "self_attn.k_proj.weight"), 2,
-                         (int64_t[]){kvd, H});
-    lw->v_w = load_plain(L, lname(n, sizeof(n), l, "self_attn.v_proj.weight"), 2,
-                         (int64_t[]){kvd, H});
-    lw->o_w = load_plain(L, lname(n, sizeof(n), l, "self_attn.o_proj.weight"), 2,
-                         (int64_t[]){H, qd});
+    lw->q_w = load_matrix_rows(L, lname(n, sizeof(n), l, "self_attn.q_proj.weight"), 2,
+                               (int64_t[]){qd, H}, q0, nq);
+    lw->k_w = load_matrix_rows(L, lname(n, sizeof(n), l, "self_attn.k_proj.weight"), 2,
+                               (int64_t[]){kvd, H}, k0, nk);
+    lw->v_w = load_matrix_rows(L, lname(n, sizeof(n), l, "self_attn.v_proj.weight"), 2,
+                               (int64_t[]){kvd, H}, k0, nk);
+    lw->o_w = load_cols(L, lname(n, sizeof(n), l, "self_attn.o_proj.weight"), H, qd, q0, nq);
     if (c->attention_bias) {
-        lw->q_b = load_plain(L, lname(n, sizeof(n), l, "self_attn.q_proj.bias"), 1,
-                             (int64_t[]){qd});
-        lw->k_b = load_plain(L, lname(n, sizeof(n), l, "self_attn.k_proj.bias"), 1,
-                             (int64_t[]){kvd});
-        lw->v_b = load_plain(L, lname(n, sizeof(n), l, "self_attn.v_proj.bias"), 1,
-                             (int64_t[]){kvd});
-        lw->o_b = load_plain(L, lname(n, sizeof(n), l, "self_attn.o_proj.bias"), 1,
-                             (int64_t[]){H});
+        lw->q_b = load_rows(L, lname(n, sizeof(n), l, "self_attn.q_proj.bias"), 1,
+                            (int64_t[]){qd}, q0, nq);
+        lw->k_b = load_rows(L, lname(n, sizeof(n), l, "self_attn.k_proj.bias"), 1,
+                            (int64_t[]){kvd}, k0, nk);
+        lw->v_b = load_rows(L, lname(n, sizeof(n), l, "self_attn.v_proj.bias"), 1,
+                            (int64_t[]){kvd}, k0, nk);
+        /* o_proj's partial sums are all-reduced: one rank adds the bias */
+        lname(n, sizeof(n), l, "self_attn.o_proj.bias");
+        if (sh->o_bias)
+            lw->o_b = load_plain(L, n, 1, (int64_t[]){H});
+        else
+            want(L, n, 1, (int64_t[]){H});
     }
     if (c->qk_norm) {
         lw->q_norm = load_plain(L, lname(n, sizeof(n), l, "self_attn.q_norm.weight"), 1,
@@ -281,8 +359,9 @@ static void load_layer(loader *L, const tm_config *c, int l, tm_layer_weights *l
                                 (int64_t[]){c->head_dim});
     }
     if (c->attn_sinks)
-        lw->sinks = load_plain(L, lname(n, sizeof(n), l, "self_attn.sinks"), 1,
-                               (int64_t[]){c->n_heads});
+        lw->sinks = load_rows(L, lname(n, sizeof(n), l, "self_attn.sinks"), 1,
+                              (int64_t[]){c->n_heads}, (size_t)sh->head0,
+                              (size_t)sh->n_heads);
 
     if (c->arch == TM_ARCH_GPT_OSS) {
         lw->router_w = load_plain(L, lname(n, sizeof(n), l, "mlp.router.weight"), 2,
@@ -295,17 +374,20 @@ static void load_layer(loader *L, const tm_config *c, int l, tm_layer_weights *l
             L, lname(n, sizeof(n), l, "mlp.experts.gate_up_proj_bias"), E, I);
         lw->down = load_gpt_oss_down(L, lname(n, sizeof(n), l, "mlp.experts.down_proj"),
                                      E, H, I);
-        lw->down_b = load_plain(L, lname(n, sizeof(n), l, "mlp.experts.down_proj_bias"), 2,
-                                (int64_t[]){E, H});
+        lw->down_b = load_rows(L, lname(n, sizeof(n), l, "mlp.experts.down_proj_bias"), 2,
+                               (int64_t[]){E, H}, (size_t)sh->expert0,
+                               (size_t)sh->n_experts);
         return;
     }
     lw->router_w = load_plain(L, lname(n, sizeof(n), l, "mlp.gate.weight"), 2,
                               (int64_t[]){E, H});
     if (tm_st_find(L->st, lname(n, sizeof(n), l, "mlp.experts.gate_up_proj"))) {
         /* transformers-5 fused experts: already [E][2I][H] and [E][H][I] */
-        lw->gate_up = load_plain(L, n, 3, (int64_t[]){E, 2 * I, H});
-        lw->down = load_plain(L, lname(n, sizeof(n), l, "mlp.experts.down_proj"), 3,
-                              (int64_t[]){E, H, I});
+        lw->gate_up = load_matrix_rows(L, n, 3, (int64_t[]){E, 2 * I, H},
+                                       (size_t)sh->expert0, (size_t)sh->n_experts);
+        lw->down = load_matrix_rows(L, lname(n, sizeof(n), l, "mlp.experts.down_proj"), 3,
+                                    (int64_t[]){E, H, I}, (size_t)sh->expert0,
+                                    (size_t)sh->n_experts);
     } else {
         load_qwen3_experts_split(L, lw, l, E, H, I);
     }
@@ -343,7 +425,7 @@ void tm_weights_free(tm_weights *w)
 #define FREE_W(p) do { if (p) kn_free(be, p); } while (0)
     for (int l = 0; w->layers && l < w->n_layers; l++) {
         tm_layer_weights *lw = &w->layers[l];
-        float *all[] = {lw->attn_norm, lw->mlp_norm, lw->q_w, lw->k_w, lw->v_w, lw->o_w,
+        void *all[] = {lw->attn_norm, lw->mlp_norm, lw->q_w, lw->k_w, lw->v_w, lw->o_w,
                         lw->q_b, lw->k_b, lw->v_b, lw->o_b, lw->q_norm, lw->k_norm,
                         lw->sinks, lw->router_w, lw->router_b, lw->gate_up,
                         lw->gate_up_b, lw->down, lw->down_b};
@@ -360,12 +442,26 @@ void tm_weights_free(tm_weights *w)
 }
 
 int tm_weights_load(tm_weights *w, const tm_config *c, const tm_safetensors *st,
-                    const kn_backend *be, char *err, size_t errlen)
+                    const kn_backend *be, kn_dtype wdtype, char *err, size_t errlen)
+{
+    tm_shard full;
+    tm_shard_full(c, &full);
+    return tm_weights_load_shard(w, c, st, be, &full, wdtype, err, errlen);
+}
+
+int tm_weights_load_shard(tm_weights *w, const tm_config *c, const tm_safetensors *st,
+                          const kn_backend *be, const tm_shard *shard, kn_dtype wdtype,
+                          char *err, size_t errlen)
 {
     memset(w, 0, sizeof(*w));
+    if (wdtype != KN_F32 && wdtype != KN_BF16) {
+        tm_errf(err, errlen, "weight dtype %d is not f32 or bf16", (int)wdtype);
+        return KN_ERR_ARG;
+    }
     w->be = be;
     w->n_layers = c->n_layers;
-    loader L = {st, be, w, NULL, err, errlen, 0};
+    w->wdtype = wdtype;
+    loader L = {st, be, shard, w, wdtype, NULL, err, errlen, 0};
     L.used = calloc((size_t)st->n_tensors + 1, 1);
     w->layers = calloc((size_t)c->n_layers, sizeof(*w->layers));
     if (!L.used || !w->layers)
@@ -379,12 +475,16 @@ int tm_weights_load(tm_weights *w, const tm_config *c, const tm_safetensors *st,
     w->final_norm = load_plain(&L, "model.norm.weight", 1, (int64_t[]){H});
     const tm_st_tensor *head = tm_st_find(st, "lm_head.weight");
     if (c->tie_word_embeddings) {
-        /* HF ties the head to the embedding and ignores a stored copy */
-        w->lm_head = w->embed;
+        /* HF ties the head to the embedding and ignores a stored copy; a
+         * narrower head is its own copy of the embedding's values */
+        w->lm_head = wdtype == KN_F32
+                         ? (void *)w->embed
+                         : load_matrix_rows(&L, "model.embed_tokens.weight", 2,
+                                            (int64_t[]){V, H}, 0, (size_t)V);
         if (head && !L.rc)
             L.used[head - st->tensors] = 1;
     } else {
-        w->lm_head = load_plain(&L, "lm_head.weight", 2, (int64_t[]){V, H});
+        w->lm_head = load_matrix_rows(&L, "lm_head.weight", 2, (int64_t[]){V, H}, 0, (size_t)V);
     }
     /* A tensor nothing reads means the checkpoint and the config disagree
      * (e.g. biases the config turned off): refuse rather than ignore it. */

@@ -70,6 +70,23 @@ int kn_backend_sync(const kn_backend *be)
     return kn_arg_error("kn_backend_sync", "unknown backend kind %d", (int)be->kind);
 }
 
+int kn_backend_trim(const kn_backend *be)
+{
+    if (!be)
+        return kn_arg_error("kn_backend_trim", "backend is NULL");
+    switch (be->kind) {
+    case KN_BACKEND_CPU:
+        return KN_OK;
+    case KN_BACKEND_CUDA:
+#ifdef TANDEM_CUDA
+        return kn_cuda_trim(be);
+#else
+        return kn_no_cuda("kn_backend_trim");
+#endif
+    }
+    return kn_arg_error("kn_backend_trim", "unknown backend kind %d", (int)be->kind);
+}
+
 void *kn_malloc(const kn_backend *be, size_t bytes)
 {
     if (!be) {

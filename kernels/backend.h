@@ -27,6 +27,10 @@ int kn_backend_init_cuda(kn_backend *be, int device);
 void kn_backend_free(kn_backend *be);
 /* Waits for all work queued on the backend (no-op on CPU). */
 int kn_backend_sync(const kn_backend *be);
+/* Waits for queued work and returns memory the backend keeps cached for op
+ * temporaries (CUDA's stream-ordered pool) to the device, so a following
+ * large kn_malloc can use it. No-op on CPU. */
+int kn_backend_trim(const kn_backend *be);
 
 /* Buffers on the backend. kn_malloc returns NULL on failure. */
 void *kn_malloc(const kn_backend *be, size_t bytes);

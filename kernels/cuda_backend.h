@@ -31,6 +31,17 @@ void kn_cuda_free(const kn_backend *be, void *ptr);
 int kn_cuda_copy_to_device(const kn_backend *be, void *dst, const void *host_src, size_t bytes);
 int kn_cuda_copy_to_host(const kn_backend *be, void *host_dst, const void *src, size_t bytes);
 
+/* Events for kn_stopwatch: create (timing enabled), record on be's stream,
+ * milliseconds between two recorded events (waits for the later one),
+ * destroy (NULL is fine). KN_OK or KN_ERR_DEVICE. */
+int kn_cuda_event_create(const kn_backend *be, void **event);
+int kn_cuda_event_record(const kn_backend *be, void *event);
+int kn_cuda_event_elapsed_ms(const kn_backend *be, void *start, void *end, float *ms);
+void kn_cuda_event_destroy(const kn_backend *be, void *event);
+/* Returns the memory the backend's pool of op temporaries holds while idle
+ * to the device (after a long prefill, before a big allocation). */
+int kn_cuda_trim(const kn_backend *be);
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,6 +5,7 @@
 #include "kernels/backend.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
+#include "kernels/fill.h"
 #include "kernels/kn_check.h"
 #include "kernels/matmul.h"
 #include "kernels/moe.h"
@@ -67,6 +68,18 @@ int kn_matmul(const kn_backend *be, float *out, const float *x, const float *w,
         return kn_matmul_cpu(out, x, w, bias, m, n, k);
     case KN_BACKEND_CUDA:
         CUDA_CALL("kn_matmul", kn_matmul_cuda(be, out, x, w, bias, m, n, k));
+    }
+    return KN_ERR_ARG;
+}
+
+int kn_matmul_w(const kn_backend *be, float *out, const float *x, const kn_weight *w,
+                const float *bias, int m, int n, int k)
+{
+    switch (backend_kind("kn_matmul_w", be)) {
+    case KN_BACKEND_CPU:
+        return kn_matmul_w_cpu(out, x, w, bias, m, n, k);
+    case KN_BACKEND_CUDA:
+        CUDA_CALL("kn_matmul_w", kn_matmul_w_cuda(be, out, x, w, bias, m, n, k));
     }
     return KN_ERR_ARG;
 }
@@ -168,4 +181,22 @@ int kn_sample(const kn_backend *be, int32_t *tokens, const float *logits,
                                               rng_state));
     }
     return KN_ERR_ARG;
+}
+
+int kn_fill_uniform_at(const kn_backend *be, void *x, kn_dtype dt, size_t n, uint64_t seed,
+                       size_t first, float lo, float hi)
+{
+    switch (backend_kind("kn_fill_uniform", be)) {
+    case KN_BACKEND_CPU:
+        return kn_fill_uniform_cpu(x, dt, n, seed, first, lo, hi);
+    case KN_BACKEND_CUDA:
+        CUDA_CALL("kn_fill_uniform", kn_fill_uniform_cuda(be, x, dt, n, seed, first, lo, hi));
+    }
+    return KN_ERR_ARG;
+}
+
+int kn_fill_uniform(const kn_backend *be, void *x, kn_dtype dt, size_t n, uint64_t seed,
+                    float lo, float hi)
+{
+    return kn_fill_uniform_at(be, x, dt, n, seed, 0, lo, hi);
 }

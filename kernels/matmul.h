@@ -4,6 +4,7 @@
 #ifndef TANDEM_KERNELS_MATMUL_H
 #define TANDEM_KERNELS_MATMUL_H
 #include "kernels/backend.h"
+#include "kernels/dtype.h"
 
 int kn_matmul(const kn_backend *be, float *out, const float *x, const float *w,
               const float *bias, int m, int n, int k);
@@ -11,4 +12,24 @@ int kn_matmul_cpu(float *out, const float *x, const float *w, const float *bias,
                   int m, int n, int k);
 int kn_matmul_cuda(const kn_backend *be, float *out, const float *x,
                    const float *w, const float *bias, int m, int n, int k);
+
+/* A weight matrix on a backend with its element type. */
+typedef struct kn_weight {
+    kn_dtype dtype;
+    const void *data;   /* backend [n][k] elements of dtype */
+} kn_weight;
+
+/* The linear layer over a typed weight; x, bias and out stay fp32.
+ *   KN_F32:  exactly kn_matmul.
+ *   KN_BF16: out = bf16(x) w^T + bias, where bf16(x) rounds each input to
+ *            the nearest bf16 (ties to even) and the products accumulate in
+ *            fp32: what the tensor cores compute from bf16 operands. Both
+ *            backends compute this same function (the CPU converts to fp32
+ *            and calls sgemm; it exists for tests, not for speed). */
+int kn_matmul_w(const kn_backend *be, float *out, const float *x, const kn_weight *w,
+                const float *bias, int m, int n, int k);
+int kn_matmul_w_cpu(float *out, const float *x, const kn_weight *w, const float *bias,
+                    int m, int n, int k);
+int kn_matmul_w_cuda(const kn_backend *be, float *out, const float *x, const kn_weight *w,
+                     const float *bias, int m, int n, int k);
 #endif

@@ -10,6 +10,7 @@
 #define TANDEM_KERNELS_MOE_H
 #include <stdint.h>
 #include "kernels/backend.h"
+#include "kernels/dtype.h"
 
 typedef enum { KN_ROUTE_TOPK_SOFTMAX = 0, KN_ROUTE_SOFTMAX_TOPK = 1 } kn_route_mode;
 
@@ -34,9 +35,13 @@ typedef struct kn_moe_weights {
     int n_experts;            /* experts held in these arrays */
     int expert_offset;        /* global id of the first one (expert parallelism) */
     int dim, inter;
-    const float *gate_up;      /* [n_experts][2*inter][dim]: gate rows, then up rows */
+    /* The two weight arrays hold elements of wdtype; the biases are fp32.
+     * KN_BF16 computes like kn_matmul_w: the inputs of both products (x, and
+     * the activation) are rounded to bf16, products accumulate in fp32. */
+    kn_dtype wdtype;           /* KN_F32 (0, the default) or KN_BF16 */
+    const void *gate_up;       /* [n_experts][2*inter][dim]: gate rows, then up rows */
     const float *gate_up_bias; /* [n_experts][2*inter] or NULL */
-    const float *down;         /* [n_experts][dim][inter] */
+    const void *down;          /* [n_experts][dim][inter] */
     const float *down_bias;    /* [n_experts][dim] or NULL */
     kn_act act;
     float alpha, limit;        /* KN_ACT_SWIGLU_OAI only */

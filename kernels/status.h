@@ -10,6 +10,8 @@ enum kn_status {
     KN_ERR_NOMEM = -2,       /* allocation failed */
     KN_ERR_UNSUPPORTED = -3, /* op or backend not built in (e.g. CUDA without nvcc) */
     KN_ERR_DEVICE = -4,      /* the device runtime reported an error */
+    KN_ERR_PEER = -5,        /* a peer rank died, left or timed out (engine/comm.h) */
+    KN_ERR_SYS = -6,         /* an operating-system call failed (shm, mmap, fork) */
 };
 
 const char *kn_status_str(int status);

@@ -33,6 +33,12 @@ struct kv_push {
 int kv_pusher_open(tm_kv_cache *kv, const char *name, const char *tls, kv_pusher **out,
                    char *err, size_t errlen)
 {
+    return kv_pusher_open_rank(kv, kv->n_kv_heads, 1, 0, name, tls, out, err, errlen);
+}
+
+int kv_pusher_open_rank(tm_kv_cache *kv, int n_kv_heads, int tp, int rank, const char *name,
+                        const char *tls, kv_pusher **out, char *err, size_t errlen)
+{
     *out = NULL;
     kv_pusher *p = calloc(1, sizeof *p);
     if (!p) {
@@ -47,7 +53,7 @@ int kv_pusher_open(tm_kv_cache *kv, const char *name, const char *tls, kv_pusher
         free(p);
         return -1;
     }
-    te_kv_layout l = {.tp = 1, .rank = 0, .n_layers = kv->n_layers, .n_kv_heads = kv->n_kv_heads,
+    te_kv_layout l = {.tp = tp, .rank = rank, .n_layers = kv->n_layers, .n_kv_heads = n_kv_heads,
                       .head_dim = kv->head_dim, .elem_bytes = (int)sizeof(float),
                       .page_size = kv->page_size, .n_pages = kv->n_pages};
     if (te_kv_register(p->e, &l, (void *const *)kv->k, (void *const *)kv->v, TE_MEM_HOST,

@@ -17,6 +17,11 @@ typedef struct kv_push kv_push;
  * pools. Returns 0 or -1 with a reason. */
 int kv_pusher_open(tm_kv_cache *kv, const char *name, const char *tls, kv_pusher **out,
                    char *err, size_t errlen);
+/* The same for rank `rank` of a TP group of `tp` whose caches hold its share
+ * of the model's n_kv_heads (engine/parallel.h); its pushes send that share,
+ * and the decoder assembles the request from every rank's push. */
+int kv_pusher_open_rank(tm_kv_cache *kv, int n_kv_heads, int tp, int rank, const char *name,
+                        const char *tls, kv_pusher **out, char *err, size_t errlen);
 void kv_pusher_close(kv_pusher *p);
 /* The packed hello decoders connect to. */
 void kv_pusher_endpoint(const kv_pusher *p, const uint8_t **buf, size_t *len);

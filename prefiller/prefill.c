@@ -23,6 +23,11 @@ void prefill_job_free(prefill_job *job)
 static void report(prefiller_ctx *ctx, const prefill_job *job, int32_t first, uint64_t rng,
                    int transfer, int code, const char *msg, double t_prefill, double t_xfer)
 {
+    if (ctx->group.rank != 0) {   /* only rank 0 talks to the router */
+        if (code)
+            tn_log(WHO, "rank %d, request %s: %s", ctx->group.rank, job->id, msg);
+        return;
+    }
     Tandem__V1__Error e = TANDEM__V1__ERROR__INIT;
     Tandem__V1__PrefillResult r = TANDEM__V1__PREFILL_RESULT__INIT;
     r.request_id = (char *)job->id;
@@ -45,6 +50,40 @@ static void report(prefiller_ctx *ctx, const prefill_job *job, int32_t first, ui
     link_send(&ctx->link, &m);
 }
 
+/* In a TP group every rank runs every step of a job; rank 0, which talks to
+ * the router, decides and the others follow through these broadcasts. */
+enum { CMD_STOP = 0, CMD_JOB = 1 };
+typedef struct group_cmd {
+    int32_t op, n_tokens, dest_len, chunk;
+    uint64_t key;
+} group_cmd;
+
+static int in_group(const prefiller_ctx *ctx)
+{
+    return ctx->group.world != NULL;
+}
+
+/* A collective failed: the group is broken, the process reports and exits. */
+static int group_broken(prefiller_ctx *ctx, int rc, char *err, size_t errlen)
+{
+    ctx->group_failed = 1;
+    snprintf(err, errlen, "prefiller group failed: %s", comm_error(ctx->group.world));
+    return rc;
+}
+
+/* Rank 0's verdict (1: cancelled) reaches every rank. */
+static int share_flag(prefiller_ctx *ctx, int *flag, char *err, size_t errlen)
+{
+    if (!in_group(ctx))
+        return KN_OK;
+    int32_t f = *flag;
+    int rc = comm_broadcast(ctx->group.world, &f, sizeof f, 0);
+    if (rc)
+        return group_broken(ctx, rc, err, errlen);
+    *flag = f;
+    return KN_OK;
+}
+
 /* Runs the prompt through the model, a chunk per forward call, answering
  * the router between chunks. Returns 0, 1 if cancelled, or a negative
  * status (message in err). */
@@ -57,16 +96,79 @@ static int run_prompt(prefiller_ctx *ctx, prefill_job *job, const int32_t *pages
         tm_seq_step step = {.tokens = job->tokens + off, .n_tokens = n, .n_cached = off,
                             .pages = pages, .n_pages = n_pages};
         int rc = tm_forward(ctx->model, &ctx->kv, &step, 1, ctx->logits, NULL);
+        if (rc == KN_ERR_PEER)
+            return group_broken(ctx, rc, err, errlen);
         if (rc != KN_OK) {
+            /* tm_forward has failed the group already if there is one */
+            ctx->group_failed = in_group(ctx);
             snprintf(err, errlen, "forward pass failed at prompt token %d: %s", off,
                      kn_status_str(rc));
             return rc;
         }
-        prefiller_service(ctx, 0);
-        if (job->cancelled)
+        if (ctx->group.rank == 0)
+            prefiller_service(ctx, 0);
+        int cancelled = job->cancelled;
+        if ((rc = share_flag(ctx, &cancelled, err, errlen)) != KN_OK)
+            return rc;
+        if (cancelled)
             return 1;
     }
     return 0;
+}
+
+/* Rank 0 hands the job to the other ranks. */
+static int share_job(prefiller_ctx *ctx, const prefill_job *job, char *err, size_t errlen)
+{
+    size_t dlen = tandem__v1__kv_destination__get_packed_size(job->dest);
+    uint8_t *dbuf = malloc(dlen ? dlen : 1);
+    if (!dbuf) {
+        snprintf(err, errlen, "out of memory");
+        return KN_ERR_NOMEM;
+    }
+    tandem__v1__kv_destination__pack(job->dest, dbuf);
+    group_cmd cmd = {CMD_JOB, job->n_tokens, (int32_t)dlen, ctx->cfg.chunk_tokens, job->key};
+    comm *w = ctx->group.world;
+    int rc = comm_broadcast(w, &cmd, sizeof cmd, 0);
+    if (!rc)
+        rc = comm_broadcast(w, job->tokens, sizeof(int32_t) * (size_t)job->n_tokens, 0);
+    if (!rc)
+        rc = comm_broadcast(w, dbuf, dlen, 0);
+    free(dbuf);
+    return rc ? group_broken(ctx, rc, err, errlen) : KN_OK;
+}
+
+void prefiller_group_stop(prefiller_ctx *ctx)
+{
+    if (!in_group(ctx) || ctx->group_failed)
+        return;
+    group_cmd cmd = {.op = CMD_STOP};
+    comm_broadcast(ctx->group.world, &cmd, sizeof cmd, 0);
+}
+
+/* Every rank's push outcome reaches rank 0, which reports the first
+ * failure. */
+typedef struct push_outcome {
+    int32_t ok;
+    char err[252];
+} push_outcome;
+
+static int gather_outcomes(prefiller_ctx *ctx, int *ok, char *err, size_t errlen)
+{
+    if (!in_group(ctx))
+        return KN_OK;
+    push_outcome mine = {.ok = *ok}, all[COMM_MAX_WORLD];
+    snprintf(mine.err, sizeof mine.err, "%s", *ok ? "" : err);
+    int rc = comm_all_gather(ctx->group.world, &mine, all, sizeof mine);
+    if (rc)
+        return group_broken(ctx, rc, err, errlen);
+    for (int r = 0; r < ctx->group.size; r++) {
+        if (!all[r].ok) {
+            *ok = 0;
+            snprintf(err, errlen, "TP rank %d: %s", r, all[r].err);
+            break;
+        }
+    }
+    return KN_OK;
 }
 
 void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job)
@@ -76,10 +178,18 @@ void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job)
     const int NONE = TANDEM__V1__TRANSFER_STATUS__TRANSFER_STATUS_NONE;
     char err[512] = "";
     double t0 = tn_now_s();
+    if (in_group(ctx) && ctx->group.rank == 0 && share_job(ctx, job, err, sizeof err) != 0) {
+        report(ctx, job, 0, 0, NONE, INTERNAL, err, 0, 0);
+        return;
+    }
     int n_pages = tm_kv_pages_for(&ctx->kv, job->n_tokens);
     int32_t *pages = malloc((size_t)(n_pages > 0 ? n_pages : 1) * sizeof *pages);
     if (!pages || n_pages <= 0 || tm_kv_alloc_pages(&ctx->kv, n_pages, pages) != KN_OK) {
         /* Jobs run one at a time and were checked against the cache's size. */
+        if (in_group(ctx)) {   /* the other ranks are about to run it: stop them */
+            comm_abort(ctx->group.world, "cannot allocate KV pages for a prompt");
+            ctx->group_failed = 1;
+        }
         report(ctx, job, 0, 0, NONE, INTERNAL, "cannot allocate KV pages for the prompt", 0, 0);
         free(pages);
         return;
@@ -97,8 +207,15 @@ void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job)
     ctx->window_tokens += (uint64_t)job->n_tokens;
     uint64_t rng = kn_rng_seed(job->seed);
     int32_t first = 0;
-    rc = kn_sample_cpu(&first, ctx->logits, 1, ctx->mc->vocab_size, &job->sampling, &rng);
+    /* TP ranks hold identical logits: rank 0 samples and reports */
+    rc = ctx->group.rank == 0 ? kn_sample_cpu(&first, ctx->logits, 1, ctx->mc->vocab_size,
+                                              &job->sampling, &rng)
+                              : KN_OK;
     if (rc != KN_OK) {
+        if (in_group(ctx)) {   /* the other ranks would push without us */
+            comm_abort(ctx->group.world, "sampling the first token failed");
+            ctx->group_failed = 1;
+        }
         snprintf(err, sizeof err, "sampling the first token failed: %s", kn_status_str(rc));
         report(ctx, job, 0, 0, NONE, INTERNAL, err, t1 - t0, 0);
         tm_kv_release_pages(&ctx->kv, pages, n_pages);
@@ -112,7 +229,8 @@ void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job)
                       ctx->cfg.transfer_timeout_ms, &push, err, sizeof err) == 0) {
         int cancel_sent = 0;
         while (!kv_push_poll(ctx->pusher, push, &ok, err, sizeof err)) {
-            prefiller_service(ctx, 1);
+            if (ctx->group.rank == 0)
+                prefiller_service(ctx, 1);
             if (job->cancelled && !cancel_sent) {
                 kv_push_cancel(ctx->pusher, push);
                 cancel_sent = 1;
@@ -120,6 +238,8 @@ void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job)
         }
         kv_push_release(ctx->pusher, push);
     }
+    /* every rank pushed its KV heads; the request is whole only if all did */
+    gather_outcomes(ctx, &ok, err, sizeof err);
     double t2 = tn_now_s();
     tm_kv_release_pages(&ctx->kv, pages, n_pages);
     free(pages);
@@ -133,4 +253,56 @@ void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job)
     }
     report(ctx, job, first, rng, TANDEM__V1__TRANSFER_STATUS__TRANSFER_STATUS_COMPLETE, 0, NULL,
            t1 - t0, t2 - t1);
+}
+
+int prefiller_rank_serve(prefiller_ctx *ctx)
+{
+    comm *w = ctx->group.world;
+    /* waiting for work has no time limit; a dead rank 0 still ends it */
+    comm_set_timeout(w, 0);
+    for (;;) {
+        group_cmd cmd;
+        int rc = comm_broadcast(w, &cmd, sizeof cmd, 0);
+        if (rc) {
+            tn_log(WHO, "rank %d: prefiller group failed: %s", ctx->group.rank, comm_error(w));
+            return -1;
+        }
+        if (cmd.op == CMD_STOP)
+            return 0;
+        prefill_job *job = calloc(1, sizeof *job);
+        uint8_t *dbuf = malloc(cmd.dest_len > 0 ? (size_t)cmd.dest_len : 1);
+        if (job)
+            job->tokens = malloc(sizeof(int32_t) * (size_t)(cmd.n_tokens > 0 ? cmd.n_tokens : 1));
+        /* join the broadcasts even without memory, then fail the group */
+        int32_t scratch;
+        rc = comm_broadcast(w, job && job->tokens ? (void *)job->tokens : (void *)&scratch,
+                            job && job->tokens ? sizeof(int32_t) * (size_t)cmd.n_tokens : 0, 0);
+        if (!rc && !(job && job->tokens && dbuf))
+            rc = KN_ERR_NOMEM;
+        if (!rc)
+            rc = comm_broadcast(w, dbuf, (size_t)cmd.dest_len, 0);
+        if (!rc) {
+            job->dest = tandem__v1__kv_destination__unpack(NULL, (size_t)cmd.dest_len, dbuf);
+            if (!job->dest)
+                rc = KN_ERR_NOMEM;
+        }
+        free(dbuf);
+        if (rc) {
+            if (rc != KN_ERR_PEER)
+                comm_abort(w, "cannot take a job (out of memory)");
+            tn_log(WHO, "rank %d: prefiller group failed: %s", ctx->group.rank, comm_error(w));
+            prefill_job_free(job);
+            return -1;
+        }
+        job->n_tokens = cmd.n_tokens;
+        job->key = cmd.key;
+        snprintf(job->id, sizeof job->id, "%016llx", (unsigned long long)cmd.key);
+        ctx->cfg.chunk_tokens = cmd.chunk;
+        comm_set_timeout(w, ctx->cfg.comm_timeout_ms);
+        prefiller_run_job(ctx, job);
+        comm_set_timeout(w, 0);
+        prefill_job_free(job);
+        if (ctx->group_failed)
+            return -1;
+    }
 }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include "engine/kv_cache.h"
 #include "engine/model.h"
+#include "engine/rank_group.h"
 #include "kernels/backend.h"
 #include "kernels/sampling.h"
 #include "prefiller/kv_push.h"
@@ -25,6 +26,10 @@ typedef struct prefiller_config {
     int transfer_timeout_ms;
     char ucx_tls[128];         /* UCX_TLS for the TransferEngine ("" = environment) */
     char worker_secret_file[512]; /* shared secret of the worker socket ("" = none) */
+    int tp, ep;                /* TP ranks (attention heads) and EP ranks (experts) */
+    int rank, world;           /* orchestrated ranks: this one of world (0 = fork) */
+    char comm_name[64];        /* orchestrated ranks' rendezvous name */
+    int comm_timeout_ms;       /* longest wait for a peer rank inside a step */
 } prefiller_config;
 
 typedef struct prefill_job {
@@ -57,6 +62,10 @@ typedef struct prefiller_ctx {
     uint64_t window_tokens;    /* ... since the last heartbeat */
     uint64_t window_start_ms;
     float *logits;             /* [vocab] */
+    /* TP group: rank 0 talks to the router and hands each job to the other
+     * ranks; every rank runs the prompt on its shard and pushes its KV heads */
+    rank_group group;
+    int group_failed;          /* a peer rank died: report and exit */
 } prefiller_ctx;
 
 /* Handles what arrived from the router and sends a heartbeat when due;
@@ -68,5 +77,11 @@ void prefiller_service(prefiller_ctx *ctx, int timeout_ms);
 void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job);
 
 void prefill_job_free(prefill_job *job);
+
+/* Ranks other than 0 of a TP group: run the jobs rank 0 hands out until it
+ * says stop (0) or the group fails (-1). */
+int prefiller_rank_serve(prefiller_ctx *ctx);
+/* Rank 0: tells the other ranks to exit. */
+void prefiller_group_stop(prefiller_ctx *ctx);
 
 #endif

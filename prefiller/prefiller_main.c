@@ -227,10 +227,42 @@ void prefiller_service(prefiller_ctx *ctx, int timeout_ms)
         send_heartbeat(ctx, now);
 }
 
+/* A TP group that lost a rank cannot prefill: say so to the router (for
+ * the job in flight, if any, and for the worker) and stop. */
+static void report_group_failure(prefiller_ctx *ctx)
+{
+    char msg[400];
+    snprintf(msg, sizeof msg, "prefiller group failed: %s", comm_error(ctx->group.world));
+    tn_log(WHO, "%s", msg);
+    Tandem__V1__Error e = TANDEM__V1__ERROR__INIT;
+    e.code = TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL;
+    e.message = msg;
+    e.request_id = "";
+    Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
+    m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_ERROR;
+    m.error = &e;
+    link_send(&ctx->link, &m);
+    while (ctx->head) {   /* queued work will never run here */
+        prefill_job *j = ctx->head;
+        ctx->head = j->next;
+        reject(ctx, j->id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL, msg);
+        prefill_job_free(j);
+    }
+    ctx->tail = NULL;
+    ctx->stop = 1;
+}
+
 static void run(prefiller_ctx *ctx)
 {
     while (!ctx->stop) {
-        prefiller_service(ctx, ctx->head ? 0 : 1000);
+        if (ctx->group.world && !ctx->group_failed &&
+            comm_poll_peers(ctx->group.world) != KN_OK)
+            ctx->group_failed = 1;
+        if (ctx->group_failed) {
+            report_group_failure(ctx);
+            break;
+        }
+        prefiller_service(ctx, ctx->head ? 0 : ctx->group.world ? 50 : 1000);
         if (ctx->stop || !ctx->head)
             continue;
         prefill_job *job = ctx->head;
@@ -244,6 +276,67 @@ static void run(prefiller_ctx *ctx)
         ctx->current = NULL;
         prefill_job_free(job);
     }
+    prefiller_group_stop(ctx);
+}
+
+/* The TransferEngine endpoint the router hands to decoders: this rank's
+ * hello, or for a TP group every rank's, in rank order
+ * (TransferGroupEndpoint). Collective over the group. */
+static int group_endpoint(prefiller_ctx *ctx, uint8_t **out, size_t *out_len, char *err,
+                          size_t errlen)
+{
+    const uint8_t *ep;
+    size_t len;
+    kv_pusher_endpoint(ctx->pusher, &ep, &len);
+    *out = NULL;
+    *out_len = 0;
+    if (!ctx->group.world) {
+        *out = malloc(len ? len : 1);
+        if (!*out)
+            return -1;
+        memcpy(*out, ep, len);
+        *out_len = len;
+        return 0;
+    }
+    const int W = ctx->group.size;
+    uint64_t mine = len, lens[COMM_MAX_WORLD], max = 0;
+    if (comm_all_gather(ctx->group.world, &mine, lens, sizeof mine) != KN_OK) {
+        snprintf(err, errlen, "sharing TransferEngine endpoints: %s",
+                 comm_error(ctx->group.world));
+        return -1;
+    }
+    for (int r = 0; r < W; r++)
+        max = lens[r] > max ? lens[r] : max;
+    uint8_t *pad = calloc(1, max ? max : 1), *all = calloc((size_t)W, max ? max : 1);
+    int rc = pad && all ? 0 : -1;
+    if (pad)
+        memcpy(pad, ep, len);
+    /* everyone joins the gather even after a failed allocation */
+    if (comm_all_gather(ctx->group.world, pad ? pad : all, all ? all : pad,
+                        pad && all ? max : 0) != KN_OK) {
+        snprintf(err, errlen, "sharing TransferEngine endpoints: %s",
+                 comm_error(ctx->group.world));
+        rc = -1;
+    }
+    if (!rc && ctx->group.rank == 0) {
+        ProtobufCBinaryData parts[COMM_MAX_WORLD];
+        for (int r = 0; r < W; r++)
+            parts[r] = (ProtobufCBinaryData){(size_t)lens[r], all + (size_t)r * max};
+        Tandem__V1__TransferGroupEndpoint g = TANDEM__V1__TRANSFER_GROUP_ENDPOINT__INIT;
+        g.rank_endpoints = parts;
+        g.n_rank_endpoints = (size_t)W;
+        *out_len = tandem__v1__transfer_group_endpoint__get_packed_size(&g);
+        *out = malloc(*out_len ? *out_len : 1);
+        if (*out)
+            tandem__v1__transfer_group_endpoint__pack(&g, *out);
+        else
+            rc = -1;
+    }
+    if (rc && !err[0])
+        snprintf(err, errlen, "out of memory");
+    free(pad);
+    free(all);
+    return rc;
 }
 
 static void ctx_free(prefiller_ctx *ctx)
@@ -279,6 +372,8 @@ int main(int argc, char **argv)
     c->max_prompt_tokens = 4096;
     c->chunk_tokens = 512;
     c->transfer_timeout_ms = 30000;
+    c->tp = c->ep = 1;
+    c->comm_timeout_ms = COMM_DEFAULT_TIMEOUT_MS;
     const opt_spec specs[] = {
         {"router", OPT_STR, c->router, sizeof c->router, "the router's worker endpoint"},
         {"model", OPT_STR, c->model_dir, sizeof c->model_dir,
@@ -299,6 +394,16 @@ int main(int argc, char **argv)
          "connection is then authenticated and encrypted (CURVE)"},
         {"ucx-tls", OPT_STR, c->ucx_tls, sizeof c->ucx_tls,
          "UCX transports for the TransferEngine (\"\": UCX_TLS from the environment)"},
+        {"tp", OPT_INT, &c->tp, 0,
+         "tensor-parallel ranks: attention heads split over them (forked, or see --rank)"},
+        {"ep", OPT_INT, &c->ep, 0, "expert-parallel ranks inside the TP group (divides --tp)"},
+        {"rank", OPT_INT, &c->rank, 0, "this process's rank when an orchestrator starts them"},
+        {"world", OPT_INT, &c->world, 0,
+         "ranks started by an orchestrator (= --tp; 0: this process forks them)"},
+        {"comm-name", OPT_STR, c->comm_name, sizeof c->comm_name,
+         "the orchestrated ranks' rendezvous name"},
+        {"comm-timeout-ms", OPT_INT, &c->comm_timeout_ms, 0,
+         "longest wait for a peer rank inside a step"},
     };
     const int n_specs = (int)(sizeof specs / sizeof *specs);
     char err[512];
@@ -309,12 +414,21 @@ int main(int argc, char **argv)
         return 0;
     }
     if (prc != OPTS_OK || !c->model_dir[0] || c->page_size <= 0 || c->max_prompt_tokens <= 0 ||
-        c->chunk_tokens <= 0 || c->transfer_timeout_ms <= 0) {
+        c->chunk_tokens <= 0 || c->transfer_timeout_ms <= 0 || c->tp < 1 || c->ep < 1 ||
+        c->world < 0 || c->comm_timeout_ms < 1) {
         fprintf(stderr, "tandem-prefiller: %s\n",
                 prc != OPTS_OK ? err : "--model is required and sizes must be positive");
         free(ctx);
         return 2;
     }
+    /* the TP ranks first, before any thread exists */
+    if (rank_group_start(&ctx->group, c->tp, c->ep, 1, c->rank, c->world, c->comm_name,
+                         "prefill", c->comm_timeout_ms, err, sizeof err) != KN_OK) {
+        fprintf(stderr, "tandem-prefiller: %s\n", err);
+        free(ctx);
+        return 1;
+    }
+    const int rank0 = ctx->group.rank == 0;
     if (!c->model_name[0]) {
         char tmp[sizeof c->model_dir];
         snprintf(tmp, sizeof tmp, "%s", c->model_dir);
@@ -325,27 +439,47 @@ int main(int argc, char **argv)
         gethostname(host, sizeof host - 1);
         snprintf(c->worker_id, sizeof c->worker_id, "prefiller-%s-%d", host, (int)getpid());
     }
-    ctx->sig_fd = tn_signalfd_open();
+    /* the group's rank 0 handles the signals and tells the others */
+    ctx->sig_fd = rank0 ? tn_signalfd_open() : -2;
     int rc = 1;
-    if (ctx->sig_fd < 0 || kn_backend_init_cpu(&ctx->be) != KN_OK) {
+    uint8_t *endpoint = NULL;
+    size_t endpoint_len = 0;
+    if (ctx->sig_fd == -1 || kn_backend_init_cpu(&ctx->be) != KN_OK) {
         fprintf(stderr, "tandem-prefiller: cannot set up signals or the CPU backend\n");
         goto out;
     }
-    if (tm_model_load(c->model_dir, &ctx->be, &ctx->model, err, sizeof err) != KN_OK) {
-        fprintf(stderr, "tandem-prefiller: cannot load model: %s\n", err);
+    if (tm_model_load_parallel(c->model_dir, &ctx->be, &ctx->group.groups.par, &ctx->model,
+                               err, sizeof err) != KN_OK) {
+        fprintf(stderr, "tandem-prefiller: rank %d: cannot load model: %s\n", ctx->group.rank,
+                err);
         goto out;
     }
     ctx->mc = tm_model_config(ctx->model);
     int n_pages = (c->max_prompt_tokens + c->page_size - 1) / c->page_size;
     ctx->logits = malloc((size_t)ctx->mc->vocab_size * sizeof *ctx->logits);
+    /* each TP rank caches only its KV heads */
     if (!ctx->logits || tm_kv_cache_init(&ctx->kv, &ctx->be, ctx->mc->n_layers,
-                                         ctx->mc->n_kv_heads, ctx->mc->head_dim, c->page_size,
-                                         n_pages) != KN_OK) {
+                                         tm_model_kv_heads(ctx->model), ctx->mc->head_dim,
+                                         c->page_size, n_pages) != KN_OK) {
         fprintf(stderr, "tandem-prefiller: cannot allocate a KV cache of %d pages\n", n_pages);
         goto out;
     }
-    if (kv_pusher_open(&ctx->kv, c->worker_id, c->ucx_tls, &ctx->pusher, err, sizeof err) != 0) {
+    char engine_name[160];
+    snprintf(engine_name, sizeof engine_name, "%s-r%d", c->worker_id, ctx->group.rank);
+    if (kv_pusher_open_rank(&ctx->kv, ctx->mc->n_kv_heads, c->tp, ctx->group.rank,
+                            ctx->group.world ? engine_name : c->worker_id, c->ucx_tls,
+                            &ctx->pusher, err, sizeof err) != 0) {
         fprintf(stderr, "tandem-prefiller: TransferEngine: %s\n", err);
+        goto out;
+    }
+    if (group_endpoint(ctx, &endpoint, &endpoint_len, err, sizeof err) != 0) {
+        fprintf(stderr, "tandem-prefiller: rank %d: %s\n", ctx->group.rank, err);
+        goto out;
+    }
+    if (!rank0) {
+        tn_log(WHO, "%s: TP rank %d of %d ready (pid %d)", c->worker_id, ctx->group.rank,
+               ctx->group.size, (int)getpid());
+        rc = prefiller_rank_serve(ctx) == 0 ? 0 : 1;
         goto out;
     }
     int max_ctx = c->max_prompt_tokens < ctx->mc->max_position ? c->max_prompt_tokens
@@ -361,30 +495,35 @@ int main(int argc, char **argv)
     reg.kv_pages_total = n_pages;
     reg.eos_token_ids = (int32_t *)ctx->mc->eos_ids;
     reg.n_eos_token_ids = (size_t)ctx->mc->n_eos;
-    const uint8_t *ep;
-    size_t ep_len;
-    kv_pusher_endpoint(ctx->pusher, &ep, &ep_len);
-    reg.transfer_endpoint.data = (uint8_t *)ep;
-    reg.transfer_endpoint.len = ep_len;
+    reg.transfer_endpoint.data = endpoint;
+    reg.transfer_endpoint.len = endpoint_len;
     sock_auth auth = {0};
-    if (c->worker_secret_file[0] &&
-        sock_auth_load(&auth, c->worker_secret_file, "workers", err, sizeof err) != 0) {
-        fprintf(stderr, "tandem-%s: %s\n", WHO, err);
-        goto out;
-    }
-    int lrc = link_open_auth(&ctx->link, WHO, c->router, c->worker_id, &reg, &auth, err,
+    int lrc = -1;
+    if (!c->worker_secret_file[0] ||
+        sock_auth_load(&auth, c->worker_secret_file, "workers", err, sizeof err) == 0)
+        lrc = link_open_auth(&ctx->link, WHO, c->router, c->worker_id, &reg, &auth, err,
                              sizeof err);
     sock_auth_wipe(&auth);
     if (lrc != 0) {
         fprintf(stderr, "tandem-prefiller: %s\n", err);
+        prefiller_group_stop(ctx);
         goto out;
     }
     ctx->window_start_ms = tn_now_ms();
-    tn_log(WHO, "%s: model %s (%s), %d KV pages of %d tokens, router %s", c->worker_id,
-           c->model_name, ctx->mc->model_type, n_pages, c->page_size, c->router);
+    tn_log(WHO, "%s: model %s (%s), %d KV pages of %d tokens, TP %d EP %d, router %s",
+           c->worker_id, c->model_name, ctx->mc->model_type, n_pages, c->page_size, c->tp,
+           c->ep, c->router);
     run(ctx);
-    rc = 0;
+    rc = ctx->group_failed ? 1 : 0;
 out:
+    free(endpoint);
+    /* the model borrows the group's communicators: free it first */
+    tm_model_free(ctx->model);
+    ctx->model = NULL;
+    char why[256] = "";
+    rc = rank_group_finish(&ctx->group, rc, c->comm_timeout_ms + 10000, why, sizeof why);
+    if (why[0])
+        fprintf(stderr, "tandem-prefiller: %s\n", why);
     ctx_free(ctx);
     return rc;
 }

@@ -2,25 +2,29 @@
  * and sgemm accumulates onto it (beta = 1), so the bias costs one pass. Call
  * this outside OpenMP parallel regions: OpenBLAS runs its own threads. */
 #include <cblas.h>
+#include <stdlib.h>
 #include <string.h>
 #include "kernels/kn_check.h"
 #include "kernels/matmul.h"
 #include "kernels/status.h"
 
-int kn_matmul_cpu(float *out, const float *x, const float *w, const float *bias,
-                  int m, int n, int k)
+static int check_args(const char *op, const float *out, const float *x, const void *w,
+                      size_t w_elem, int m, int n, int k)
 {
-    static const char op[] = "kn_matmul";
     if (!out || !x || !w)
         return kn_arg_error(op, "NULL %s", !out ? "out" : !x ? "x" : "w");
     if (m < 0 || n <= 0 || k <= 0)
         return kn_arg_error(op, "bad sizes m=%d n=%d k=%d", m, n, k);
-    if (m == 0)
-        return KN_OK;
     size_t out_bytes = (size_t)m * n * sizeof(float);
     if (kn_ranges_overlap(out, out_bytes, x, (size_t)m * k * sizeof(float)) ||
-        kn_ranges_overlap(out, out_bytes, w, (size_t)n * k * sizeof(float)))
+        kn_ranges_overlap(out, out_bytes, w, (size_t)n * k * w_elem))
         return kn_arg_error(op, "out overlaps an input");
+    return KN_OK;
+}
+
+static void sgemm_bias(float *out, const float *x, const float *w, const float *bias,
+                       int m, int n, int k)
+{
     float beta = 0.0f;
     if (bias) {
         for (int i = 0; i < m; i++)
@@ -29,5 +33,47 @@ int kn_matmul_cpu(float *out, const float *x, const float *w, const float *bias,
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x, k, w, k,
                 beta, out, n);
+}
+
+int kn_matmul_cpu(float *out, const float *x, const float *w, const float *bias,
+                  int m, int n, int k)
+{
+    int rc = check_args("kn_matmul", out, x, w, sizeof(float), m, n, k);
+    if (rc != KN_OK || m == 0)
+        return rc;
+    sgemm_bias(out, x, w, bias, m, n, k);
+    return KN_OK;
+}
+
+int kn_matmul_w_cpu(float *out, const float *x, const kn_weight *w, const float *bias,
+                    int m, int n, int k)
+{
+    static const char op[] = "kn_matmul_w";
+    if (!w)
+        return kn_arg_error(op, "NULL weight descriptor");
+    size_t elem = kn_dtype_size(w->dtype);
+    if (!elem)
+        return kn_arg_error(op, "unknown weight dtype %d", (int)w->dtype);
+    int rc = check_args(op, out, x, w->data, elem, m, n, k);
+    if (rc != KN_OK || m == 0)
+        return rc;
+    if (w->dtype == KN_F32) {
+        sgemm_bias(out, x, w->data, bias, m, n, k);
+        return KN_OK;
+    }
+    /* bf16: both operands as the fp32 values of their bf16 roundings. */
+    float *xf = malloc((size_t)m * k * sizeof(float));
+    float *wf = malloc((size_t)n * k * sizeof(float));
+    if (!xf || !wf) {
+        free(xf);
+        free(wf);
+        return KN_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < (size_t)m * k; i++)
+        xf[i] = kn_round_bf16(x[i]);
+    kn_bf16_to_f32_n(wf, w->data, (size_t)n * k);
+    sgemm_bias(out, xf, wf, bias, m, n, k);
+    free(xf);
+    free(wf);
     return KN_OK;
 }

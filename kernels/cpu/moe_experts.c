@@ -119,6 +119,8 @@ static int check_args(float *out, const float *x, const int32_t *expert_idx,
                             w->dim, w->inter);
     if (w->act != KN_ACT_SWIGLU && w->act != KN_ACT_SWIGLU_OAI)
         return kn_arg_error(op, "unknown activation %d", (int)w->act);
+    if (w->wdtype != KN_F32 && w->wdtype != KN_BF16)
+        return kn_arg_error(op, "unknown weight dtype %d", (int)w->wdtype);
     if (w->act == KN_ACT_SWIGLU_OAI && (!isfinite(w->alpha) || !(w->limit > 0.0f) ||
                                         isinf(w->limit)))
         return kn_arg_error(op, "clamped SwiGLU needs a finite alpha (%g) and a finite "
@@ -150,12 +152,16 @@ int kn_moe_experts_cpu(float *out, const float *x, const int32_t *expert_idx,
     rc = expert_routes_build(&g, expert_idx, expert_w, n_tokens, k, w);
     if (rc != KN_OK)
         return rc;
+    const int bf16 = w->wdtype == KN_BF16;
     size_t max_rows = (size_t)(g.max_count ? g.max_count : 1);
     float *xs = malloc(max_rows * dim * sizeof(float));        /* gathered tokens */
     float *h = malloc(max_rows * 2 * inter * sizeof(float));   /* [gate | up] */
     float *act = malloc(max_rows * inter * sizeof(float));
     float *y = malloc(max_rows * dim * sizeof(float));         /* expert output */
-    if (!xs || !h || !act || !y) {
+    /* bf16 weights: one expert's matrices widened to fp32 at a time */
+    float *gu_f = bf16 ? malloc((size_t)2 * inter * dim * sizeof(float)) : NULL;
+    float *dn_f = bf16 ? malloc((size_t)dim * inter * sizeof(float)) : NULL;
+    if (!xs || !h || !act || !y || (bf16 && (!gu_f || !dn_f))) {
         rc = KN_ERR_NOMEM;
         goto done;
     }
@@ -164,20 +170,35 @@ int kn_moe_experts_cpu(float *out, const float *x, const int32_t *expert_idx,
         int first = g.start[e], rows = g.start[e + 1] - first;
         if (rows == 0)
             continue;
-        const float *gate_up = w->gate_up + (size_t)e * 2 * inter * dim;
-        const float *down = w->down + (size_t)e * dim * inter;
+        const float *gate_up, *down;
+        if (bf16) {
+            kn_bf16_to_f32_n(gu_f, (const uint16_t *)w->gate_up + (size_t)e * 2 * inter * dim,
+                             (size_t)2 * inter * dim);
+            kn_bf16_to_f32_n(dn_f, (const uint16_t *)w->down + (size_t)e * dim * inter,
+                             (size_t)dim * inter);
+            gate_up = gu_f;
+            down = dn_f;
+        } else {
+            gate_up = (const float *)w->gate_up + (size_t)e * 2 * inter * dim;
+            down = (const float *)w->down + (size_t)e * dim * inter;
+        }
         const float *gate_up_bias = w->gate_up_bias ? w->gate_up_bias + (size_t)e * 2 * inter : NULL;
         const float *down_bias = w->down_bias ? w->down_bias + (size_t)e * dim : NULL;
 
         #pragma omp parallel for schedule(static) if ((size_t)rows * dim > 65536)
-        for (int r = 0; r < rows; r++)
-            memcpy(xs + (size_t)r * dim, x + (size_t)g.token[first + r] * dim,
-                   (size_t)dim * sizeof(float));
+        for (int r = 0; r < rows; r++) {
+            float *dst = xs + (size_t)r * dim;
+            memcpy(dst, x + (size_t)g.token[first + r] * dim, (size_t)dim * sizeof(float));
+            for (int d = 0; bf16 && d < dim; d++)
+                dst[d] = kn_round_bf16(dst[d]);
+        }
 
         float beta = bias_rows(h, gate_up_bias, rows, 2 * inter);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, 2 * inter, dim, 1.0f,
                     xs, dim, gate_up, dim, beta, h, 2 * inter);
         expert_activation(act, h, rows, inter, w);
+        for (size_t i = 0; bf16 && i < (size_t)rows * inter; i++)
+            act[i] = kn_round_bf16(act[i]);
         beta = bias_rows(y, down_bias, rows, dim);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, dim, inter, 1.0f,
                     act, inter, down, inter, beta, y, dim);
@@ -192,6 +213,8 @@ int kn_moe_experts_cpu(float *out, const float *x, const int32_t *expert_idx,
         }
     }
 done:
+    free(gu_f);
+    free(dn_f);
     free(xs);
     free(h);
     free(act);

@@ -18,6 +18,7 @@
 
 extern "C" {
 #include "kernels/backend.h"
+#include "kernels/dtype.h"
 #include "kernels/kn_check.h"
 #include "kernels/status.h"
 }
@@ -79,6 +80,12 @@ void kn_cuda_tmp_free(const kn_backend *be, void *ptr);
  * the MoE experts; no argument checks here. */
 int kn_cuda_linear(const kn_backend *be, const char *op, float *out, const float *x,
                    const float *w, const float *bias, int m, int n, int k);
+/* The same with x and w both of dtype dt (KN_F32 or KN_BF16; bf16 runs on
+ * the tensor cores with fp32 accumulation); out and bias fp32. */
+int kn_cuda_gemm(const kn_backend *be, const char *op, float *out, const void *x,
+                 const void *w, kn_dtype dt, const float *bias, int m, int n, int k);
+/* dst[i] = bf16(src[i]) (round to nearest even), queued on the stream. */
+int kn_cuda_to_bf16(const kn_backend *be, const char *op, void *dst, const float *src, size_t n);
 
 /* Host-side checks of a kn_seq_batch (kv_append.cu); the device arrays
  * are not read. */

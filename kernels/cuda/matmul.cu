@@ -1,14 +1,20 @@
-/* Linear layer on the GPU through cuBLAS, fp32 in and out.
+/* Linear layer on the GPU through cuBLAS: fp32 activations in and out,
+ * weights fp32 or bf16.
  *
- * Precision: exact fp32 (CUBLAS_COMPUTE_32F, CUDA cores) by default; with
- * TANDEM_CUDA_TF32=1 at backend init, CUBLAS_COMPUTE_32F_FAST_TF32 (tensor
- * cores, inputs rounded to 10-bit mantissas, relative error ~3e-4).
+ * Precision: fp32 weights use exact fp32 (CUBLAS_COMPUTE_32F, CUDA cores)
+ * by default; with TANDEM_CUDA_TF32=1 at backend init,
+ * CUBLAS_COMPUTE_32F_FAST_TF32 (tensor cores, inputs rounded to 10-bit
+ * mantissas, relative error ~3e-4). bf16 weights: x is rounded to bf16 into
+ * a temporary (one cheap pass) and the product runs on the bf16 tensor
+ * cores with fp32 accumulation and fp32 output (CUBLAS_COMPUTE_32F).
  *
  * cuBLAS is column-major: row-major out[m][n] is the column-major n x m
  * matrix out^T = w x^T, where w read column-major is k x n (ld k), so A = w
- * transposed, and x read column-major is k x m (ld k), so B = x as is. The bias is broadcast into out first and the
- * product accumulates onto it (beta = 1): one extra pass over out, small
- * next to the product whenever k is more than a few dozen. */
+ * transposed, and x read column-major is k x m (ld k), so B = x as is. The
+ * bias is broadcast into out first and the product accumulates onto it
+ * (beta = 1): one extra pass over out, small next to the product whenever k
+ * is more than a few dozen. */
+#include <cuda_bf16.h>
 #include "kernels/cuda/cuda_common.cuh"
 extern "C" {
 #include "kernels/matmul.h"
@@ -22,37 +28,63 @@ __global__ void bias_broadcast_kernel(float *out, const float *bias, int m, int 
         out[i] = bias[i % n];
 }
 
-int kn_cuda_linear(const kn_backend *be, const char *op, float *out, const float *x,
-                   const float *w, const float *bias, int m, int n, int k)
+__global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+static unsigned grid_for(const kn_backend *be, size_t total)
+{
+    size_t blocks = (total + 255) / 256, cap = (size_t)kn_cuda_ctx_of(be)->sm_count * 16;
+    return (unsigned)(blocks < cap ? (blocks ? blocks : 1) : cap);
+}
+
+int kn_cuda_to_bf16(const kn_backend *be, const char *op, void *dst, const float *src, size_t n)
+{
+    if (n == 0)
+        return KN_OK;
+    to_bf16_kernel<<<grid_for(be, n), 256, 0, kn_cuda_stream(be)>>>((__nv_bfloat16 *)dst, src, n);
+    KN_CUDA_LAUNCH_CHECK(op, "to_bf16_kernel");
+    return KN_OK;
+}
+
+int kn_cuda_gemm(const kn_backend *be, const char *op, float *out, const void *x,
+                 const void *w, kn_dtype dt, const float *bias, int m, int n, int k)
 {
     if (m == 0)
         return KN_OK;
     kn_cuda_ctx *ctx = kn_cuda_ctx_of(be);
     float beta = 0.0f;
     if (bias) {
-        size_t total = (size_t)m * n;
-        int blocks = (int)((total + 255) / 256);
-        if (blocks > ctx->sm_count * 16)
-            blocks = ctx->sm_count * 16;
-        bias_broadcast_kernel<<<blocks, 256, 0, kn_cuda_stream(be)>>>(out, bias, m, n);
+        bias_broadcast_kernel<<<grid_for(be, (size_t)m * n), 256, 0, kn_cuda_stream(be)>>>(
+            out, bias, m, n);
         KN_CUDA_LAUNCH_CHECK(op, "bias_broadcast_kernel");
         beta = 1.0f;
     }
     const float alpha = 1.0f;
-    cublasComputeType_t compute =
-        ctx->allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    cudaDataType_t type = dt == KN_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    cublasComputeType_t compute = dt == KN_BF16   ? CUBLAS_COMPUTE_32F
+                                  : ctx->allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                    : CUBLAS_COMPUTE_32F;
     cublasStatus_t st = cublasGemmEx(ctx->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha,
-                                     w, CUDA_R_32F, k, x, CUDA_R_32F, k, &beta,
+                                     w, type, k, x, type, k, &beta,
                                      out, CUDA_R_32F, n, compute, CUBLAS_GEMM_DEFAULT);
     if (st != CUBLAS_STATUS_SUCCESS)
         return kn_cuda_blas_error(op, "cublasGemmEx", st);
     return KN_OK;
 }
 
-extern "C" int kn_matmul_cuda(const kn_backend *be, float *out, const float *x,
-                              const float *w, const float *bias, int m, int n, int k)
+int kn_cuda_linear(const kn_backend *be, const char *op, float *out, const float *x,
+                   const float *w, const float *bias, int m, int n, int k)
 {
-    static const char op[] = "kn_matmul";
+    return kn_cuda_gemm(be, op, out, x, w, KN_F32, bias, m, n, k);
+}
+
+static int check_args(const char *op, const kn_backend *be, const float *out, const float *x,
+                      const void *w, size_t w_elem, int m, int n, int k)
+{
     int rc = kn_cuda_check_backend(op, be);
     if (rc != KN_OK)
         return rc;
@@ -62,7 +94,42 @@ extern "C" int kn_matmul_cuda(const kn_backend *be, float *out, const float *x,
         return kn_arg_error(op, "bad sizes m=%d n=%d k=%d", m, n, k);
     size_t out_bytes = (size_t)m * n * sizeof(float);
     if (kn_ranges_overlap(out, out_bytes, x, (size_t)m * k * sizeof(float)) ||
-        kn_ranges_overlap(out, out_bytes, w, (size_t)n * k * sizeof(float)))
+        kn_ranges_overlap(out, out_bytes, w, (size_t)n * k * w_elem))
         return kn_arg_error(op, "out overlaps an input");
+    return KN_OK;
+}
+
+extern "C" int kn_matmul_cuda(const kn_backend *be, float *out, const float *x,
+                              const float *w, const float *bias, int m, int n, int k)
+{
+    static const char op[] = "kn_matmul";
+    int rc = check_args(op, be, out, x, w, sizeof(float), m, n, k);
+    if (rc != KN_OK)
+        return rc;
     return kn_cuda_linear(be, op, out, x, w, bias, m, n, k);
+}
+
+extern "C" int kn_matmul_w_cuda(const kn_backend *be, float *out, const float *x,
+                                const kn_weight *w, const float *bias, int m, int n, int k)
+{
+    static const char op[] = "kn_matmul_w";
+    if (!w)
+        return kn_arg_error(op, "NULL weight descriptor");
+    size_t elem = kn_dtype_size(w->dtype);
+    if (!elem)
+        return kn_arg_error(op, "unknown weight dtype %d", (int)w->dtype);
+    int rc = check_args(op, be, out, x, w->data, elem, m, n, k);
+    if (rc != KN_OK || m == 0)
+        return rc;
+    if (w->dtype == KN_F32)
+        return kn_cuda_linear(be, op, out, x, (const float *)w->data, bias, m, n, k);
+    size_t nx = (size_t)m * k;
+    void *xb = kn_cuda_tmp_alloc(be, op, nx * sizeof(__nv_bfloat16));
+    if (!xb)
+        return KN_ERR_NOMEM;
+    rc = kn_cuda_to_bf16(be, op, xb, x, nx);
+    if (rc == KN_OK)
+        rc = kn_cuda_gemm(be, op, out, xb, w->data, KN_BF16, bias, m, n, k);
+    kn_cuda_tmp_free(be, xb);
+    return rc;
 }

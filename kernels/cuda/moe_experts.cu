@@ -1,4 +1,4 @@
-/* MoE expert MLPs on the GPU, fp32.
+/* MoE expert MLPs on the GPU: fp32 activations, fp32 or bf16 weights.
  *
  * The (token, route) pairs ("slots", slot = t*k + j) whose expert is held
  * here are grouped by expert, so each expert's rows are one contiguous
@@ -13,9 +13,14 @@
  *   7. moe_combine_kernel    out[t] = sum_j w[t][j] * y[slot_pos[t*k+j]] in
  *                            route order j, so the sum is deterministic.
  * The per-expert GEMM sizes must be known on the host, so the offsets are
- * copied back once (one stream sync per call). */
+ * copied back once (one stream sync per call).
+ *
+ * bf16 weights (kernels/moe.h): the gather writes xp and the activation
+ * writes a as bf16, so both products read bf16 operands on the tensor
+ * cores (fp32 accumulation, fp32 h and y). */
 #include <math.h>
 #include <stdlib.h>
+#include <cuda_bf16.h>
 #include "kernels/cuda/cuda_common.cuh"
 extern "C" {
 #include "kernels/moe.h"
@@ -92,16 +97,21 @@ __global__ void moe_place_kernel(const int32_t *expert_idx, int n_slots, int off
     }
 }
 
-__global__ void moe_gather_kernel(float *xp, const float *x, const int *perm, int k, int dim)
+__device__ __forceinline__ void store_as(float *p, float v) { *p = v; }
+__device__ __forceinline__ void store_as(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
+template <typename T>
+__global__ void moe_gather_kernel(T *xp, const float *x, const int *perm, int k, int dim)
 {
     const float *src = x + (size_t)(perm[blockIdx.x] / k) * dim;
-    float *dst = xp + (size_t)blockIdx.x * dim;
+    T *dst = xp + (size_t)blockIdx.x * dim;
     for (int i = threadIdx.x; i < dim; i += blockDim.x)
-        dst[i] = src[i];
+        store_as(&dst[i], src[i]);
 }
 
 /* h is [rows][2*inter] (gate | up), a is [rows][inter]. */
-__global__ void moe_act_kernel(float *a, const float *h, size_t rows, int inter, int act,
+template <typename T>
+__global__ void moe_act_kernel(T *a, const float *h, size_t rows, int inter, int act,
                                float alpha, float limit)
 {
     size_t total = rows * inter;
@@ -118,7 +128,7 @@ __global__ void moe_act_kernel(float *a, const float *h, size_t rows, int inter,
         } else {
             y = g / (1.f + expf(-g)) * u;
         }
-        a[idx] = y;
+        store_as(&a[idx], y);
     }
 }
 
@@ -155,6 +165,8 @@ extern "C" int kn_moe_experts_cuda(const kn_backend *be, float *out, const float
                                  n_tokens, k, w->n_experts, w->dim, w->inter, w->expert_offset);
     if (w->act != KN_ACT_SWIGLU && w->act != KN_ACT_SWIGLU_OAI)
         return kn_arg_error(op, "unknown activation %d", (int)w->act);
+    if (w->wdtype != KN_F32 && w->wdtype != KN_BF16)
+        return kn_arg_error(op, "unknown weight dtype %d", (int)w->wdtype);
     if (w->act == KN_ACT_SWIGLU_OAI && (!isfinite(w->alpha) || !(w->limit > 0.f) || isinf(w->limit)))
         return kn_arg_error(op, "bad clamped-SwiGLU parameters alpha=%g limit=%g",
                                  (double)w->alpha, (double)w->limit);
@@ -168,6 +180,9 @@ extern "C" int kn_moe_experts_cuda(const kn_backend *be, float *out, const float
 
     cudaStream_t s = kn_cuda_stream(be);
     const int n_local = w->n_experts, dim = w->dim, inter = w->inter, n_slots = n_tokens * k;
+    const bool bf16 = w->wdtype == KN_BF16;
+    const size_t welem = kn_dtype_size(w->wdtype);
+    const char *gate_up = (const char *)w->gate_up, *down = (const char *)w->down;
     int *offsets = NULL, *perm = NULL, *slot_pos = NULL, *host_off = NULL;
     float *xp = NULL, *h = NULL, *act = NULL;
     int n_routed = 0;
@@ -203,26 +218,36 @@ extern "C" int kn_moe_experts_cuda(const kn_backend *be, float *out, const float
             rc = KN_ERR_NOMEM;
             goto done;
         }
-        moe_gather_kernel<<<n_routed, dim >= 512 ? 256 : 64, 0, s>>>(xp, x, perm, k, dim);
+        /* xp holds the gathered inputs (fp32 or bf16), later y (fp32). */
+        if (bf16)
+            moe_gather_kernel<<<n_routed, dim >= 512 ? 256 : 64, 0, s>>>((__nv_bfloat16 *)xp, x, perm,
+                                                                         k, dim);
+        else
+            moe_gather_kernel<<<n_routed, dim >= 512 ? 256 : 64, 0, s>>>(xp, x, perm, k, dim);
         if ((err = cudaGetLastError()) != cudaSuccess)
             goto done;
         for (int e = 0; e < n_local && rc == KN_OK; e++) {
             int rows = host_off[e + 1] - host_off[e];
             if (rows == 0)
                 continue;
-            rc = kn_cuda_linear(be, op, h + (size_t)host_off[e] * 2 * inter,
-                                xp + (size_t)host_off[e] * dim,
-                                w->gate_up + (size_t)e * 2 * inter * dim,
-                                w->gate_up_bias ? w->gate_up_bias + (size_t)e * 2 * inter : NULL,
-                                rows, 2 * inter, dim);
+            rc = kn_cuda_gemm(be, op, h + (size_t)host_off[e] * 2 * inter,
+                              (const char *)xp + (size_t)host_off[e] * dim * welem,
+                              gate_up + (size_t)e * 2 * inter * dim * welem, w->wdtype,
+                              w->gate_up_bias ? w->gate_up_bias + (size_t)e * 2 * inter : NULL,
+                              rows, 2 * inter, dim);
         }
         if (rc != KN_OK)
             goto done;
         {
             size_t total = (size_t)n_routed * inter;
             size_t blocks = (total + 255) / 256, cap = (size_t)kn_cuda_ctx_of(be)->sm_count * 16;
-            moe_act_kernel<<<(unsigned)(blocks < cap ? blocks : cap), 256, 0, s>>>(
-                act, h, (size_t)n_routed, inter, (int)w->act, w->alpha, w->limit);
+            unsigned grid = (unsigned)(blocks < cap ? blocks : cap);
+            if (bf16)
+                moe_act_kernel<<<grid, 256, 0, s>>>((__nv_bfloat16 *)act, h, (size_t)n_routed, inter,
+                                                    (int)w->act, w->alpha, w->limit);
+            else
+                moe_act_kernel<<<grid, 256, 0, s>>>(act, h, (size_t)n_routed, inter, (int)w->act,
+                                                    w->alpha, w->limit);
             if ((err = cudaGetLastError()) != cudaSuccess)
                 goto done;
         }
@@ -231,11 +256,11 @@ extern "C" int kn_moe_experts_cuda(const kn_backend *be, float *out, const float
             int rows = host_off[e + 1] - host_off[e];
             if (rows == 0)
                 continue;
-            rc = kn_cuda_linear(be, op, xp + (size_t)host_off[e] * dim,
-                                act + (size_t)host_off[e] * inter,
-                                w->down + (size_t)e * dim * inter,
-                                w->down_bias ? w->down_bias + (size_t)e * dim : NULL,
-                                rows, dim, inter);
+            rc = kn_cuda_gemm(be, op, xp + (size_t)host_off[e] * dim,
+                              (const char *)act + (size_t)host_off[e] * inter * welem,
+                              down + (size_t)e * dim * inter * welem, w->wdtype,
+                              w->down_bias ? w->down_bias + (size_t)e * dim : NULL,
+                              rows, dim, inter);
         }
         if (rc != KN_OK)
             goto done;

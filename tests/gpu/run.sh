@@ -7,7 +7,12 @@
 #      memcheck;
 #   3. runs the attention benchmark next to torch SDPA, and the dense ops'
 #      (matmul, MoE experts, RMSNorm) on GPT-OSS-20B prefill shapes;
-#   4. prints a short table last.
+#   4. prints a short table last;
+#   5. with ENGINE=1 (the default), then runs tests/gpu/run_engine.sh: the
+#      engine's checks on the GPU (the tiny HF fixtures' logits and tokens,
+#      CPU vs GPU) and, with ENGINE_BENCH=1, the model benchmarks
+#      (tandem-bench --synthetic on GPT-OSS-20B and Qwen3-30B-A3B shapes).
+#      ENGINE=0 skips it; run_engine.sh alone skips this kernel suite.
 # Full logs go to $OUT (default /tmp/tandem-gpu). Exit status: non-zero if
 # the build or any check failed.
 #
@@ -88,4 +93,10 @@ grep -E '^GPU: ' "$OUT/bench.log"
 grep -E '^\| ' "$OUT/bench.log"
 echo
 grep -E '^\| ' "$OUT/bench_ops.log"
+
+if [ "${ENGINE:-1}" = 1 ]; then
+    echo
+    echo "== engine (tests/gpu/run_engine.sh, ENGINE_BENCH=${ENGINE_BENCH:-0})"
+    OUT="$OUT/engine" BENCH="${ENGINE_BENCH:-0}" SEED="$SEED" bash tests/gpu/run_engine.sh || status=1
+fi
 exit $status

@@ -22,13 +22,16 @@
 #include "kernels/attention.h"
 #include "kernels/backend.h"
 #include "kernels/elementwise.h"
+#include "kernels/dtype.h"
 #include "kernels/embedding.h"
+#include "kernels/fill.h"
 #include "kernels/matmul.h"
 #include "kernels/moe.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/sampling.h"
 #include "kernels/status.h"
+#include "kernels/stopwatch.h"
 #include "tests/unit/testutil.h"
 
 /* Bounds, normwise relative. fp32 ops land near 1e-6; TF32 products (only
@@ -588,6 +591,158 @@ static void test_moe_experts(test_ctx *t, int n_tokens, int k, int n_global, int
 }
 
 /* ------------------------------------------------------------------ */
+/* bf16 weights: kn_matmul_w and the bf16 expert path against the CPU   */
+/* backend (the same function: bf16-rounded operands, fp32 sums) and    */
+/* float64 over the rounded operands.                                   */
+
+/* The same rounded operands with fp32 sums in another order (tensor-core
+ * accumulation): far below the ~3e-3 that unrounded (or TF32-rounded)
+ * activations would differ by, so the check sees the rounding itself. */
+#define BF16_VS_REF_TOL 2e-4
+#define BF16_MOE_TOL 1e-3      /* + activations rounding to neighbouring bf16s */
+
+static void test_matmul_bf16(test_ctx *t, int m, int n, int k, int with_bias)
+{
+    float *x = rand_floats(t, (size_t)m * k, -2.f, 2.f), *wf = rand_floats(t, (size_t)n * k, -1.f, 1.f);
+    float *bias = with_bias ? rand_floats(t, (size_t)n, -1.f, 1.f) : NULL;
+    uint16_t *wb = tu_xcalloc((size_t)n * k, sizeof *wb);
+    kn_f32_to_bf16_n(wb, wf, (size_t)n * k);
+    size_t no = (size_t)m * n;
+    double *ref = tu_xcalloc(no, sizeof(double));
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double acc = bias ? bias[j] : 0.0;
+            for (int c = 0; c < k; c++)
+                acc += (double)kn_round_bf16(x[(size_t)i * k + c]) * kn_bf16_to_f32(wb[(size_t)j * k + c]);
+            ref[(size_t)i * n + j] = acc;
+        }
+    float *cpu = tu_xcalloc(no, sizeof(float)), *got = tu_xcalloc(no, sizeof(float));
+    float *d_x = dev_upload(t, x, (size_t)m * k * sizeof(float));
+    uint16_t *d_w = dev_upload(t, wb, (size_t)n * k * sizeof(uint16_t));
+    float *d_b = bias ? dev_upload(t, bias, (size_t)n * sizeof(float)) : NULL;
+    float *d_out = dev_alloc(t, no * sizeof(float));
+    dev_poison(t, d_out, no);
+    kn_weight hw = { KN_BF16, wb }, dw = { KN_BF16, d_w };
+    if (run_ok(t, kn_matmul_w(&t->gpu, d_out, d_x, &dw, d_b, m, n, k), "kn_matmul_w bf16 cuda") &&
+        run_ok(t, kn_matmul_w(&t->cpu, cpu, x, &hw, bias, m, n, k), "kn_matmul_w bf16 cpu")) {
+        char what[128];
+        snprintf(what, sizeof what, "matmul_w bf16 m=%d n=%d k=%d%s vs float64 of rounded operands", m, n,
+                 k, bias ? " +bias" : "");
+        check_err(t, gpu_err(t, d_out, ref, no, got), BF16_VS_REF_TOL, what);
+        snprintf(what, sizeof what, "matmul_w bf16 m=%d n=%d k=%d vs CPU", m, n, k);
+        check_err(t, tu_max_rel_err_f32(got, cpu, no), BF16_VS_REF_TOL, what);
+    }
+    kn_free(&t->gpu, d_x), kn_free(&t->gpu, d_w), kn_free(&t->gpu, d_b), kn_free(&t->gpu, d_out);
+    free(x), free(wf), free(bias), free(wb), free(ref), free(cpu), free(got);
+}
+
+static void test_moe_experts_bf16(test_ctx *t, int n_tokens, int k, int n_experts, int dim, int inter,
+                                  kn_act act)
+{
+    size_t ngu = (size_t)n_experts * 2 * inter * dim, nd = (size_t)n_experts * dim * inter;
+    float *guf = rand_floats(t, ngu, -0.3f, 0.3f), *dnf = rand_floats(t, nd, -0.3f, 0.3f);
+    uint16_t *gu = tu_xcalloc(ngu, sizeof *gu), *dn = tu_xcalloc(nd, sizeof *dn);
+    kn_f32_to_bf16_n(gu, guf, ngu);
+    kn_f32_to_bf16_n(dn, dnf, nd);
+    float *gub = rand_floats(t, (size_t)n_experts * 2 * inter, -0.5f, 0.5f);
+    float *dnb = rand_floats(t, (size_t)n_experts * dim, -0.5f, 0.5f);
+    float *x = rand_floats(t, (size_t)n_tokens * dim, -2.f, 2.f);
+    size_t ns = (size_t)n_tokens * k, no = (size_t)n_tokens * dim;
+    int32_t *idx = tu_xcalloc(ns, sizeof(int32_t));
+    float *wts = rand_floats(t, ns, 0.05f, 1.f);
+    for (int tk = 0; tk < n_tokens; tk++)
+        for (int j = 0; j < k; j++) {
+            int e, dup;
+            do {
+                e = tu_rand_int(&t->rng, n_experts);
+                dup = 0;
+                for (int i = 0; i < j; i++)
+                    dup |= idx[(size_t)tk * k + i] == e;
+            } while (dup);
+            idx[(size_t)tk * k + j] = e;
+        }
+    kn_moe_weights hw = { .n_experts = n_experts, .expert_offset = 0, .dim = dim, .inter = inter,
+                          .wdtype = KN_BF16, .gate_up = gu, .gate_up_bias = gub, .down = dn,
+                          .down_bias = dnb, .act = act, .alpha = 1.702f, .limit = 7.0f };
+    float *cpu = tu_xcalloc(no, sizeof(float)), *got = tu_xcalloc(no, sizeof(float));
+    uint16_t *d_gu = dev_upload(t, gu, ngu * sizeof(uint16_t)), *d_dn = dev_upload(t, dn, nd * sizeof(uint16_t));
+    float *d_gub = dev_upload(t, gub, (size_t)n_experts * 2 * inter * sizeof(float));
+    float *d_dnb = dev_upload(t, dnb, (size_t)n_experts * dim * sizeof(float));
+    float *d_x = dev_upload(t, x, no * sizeof(float));
+    int32_t *d_idx = dev_upload(t, idx, ns * sizeof(int32_t));
+    float *d_wts = dev_upload(t, wts, ns * sizeof(float));
+    float *d_out = dev_alloc(t, no * sizeof(float));
+    dev_poison(t, d_out, no);
+    kn_moe_weights dw = hw;
+    dw.gate_up = d_gu, dw.gate_up_bias = d_gub, dw.down = d_dn, dw.down_bias = d_dnb;
+    if (run_ok(t, kn_moe_experts(&t->gpu, d_out, d_x, d_idx, d_wts, n_tokens, k, &dw), "kn_moe_experts bf16 cuda") &&
+        run_ok(t, kn_moe_experts(&t->cpu, cpu, x, idx, wts, n_tokens, k, &hw), "kn_moe_experts bf16 cpu")) {
+        dev_download(t, got, d_out, no * sizeof(float));
+        char what[160];
+        snprintf(what, sizeof what, "moe_experts bf16 weights %s tokens=%d k=%d experts=%d dim=%d inter=%d vs CPU",
+                 act == KN_ACT_SWIGLU_OAI ? "clamped-swiglu" : "swiglu", n_tokens, k, n_experts, dim, inter);
+        check_err(t, tu_max_rel_err_f32(got, cpu, no), BF16_MOE_TOL, what);
+    }
+    kn_free(&t->gpu, d_gu), kn_free(&t->gpu, d_dn), kn_free(&t->gpu, d_gub), kn_free(&t->gpu, d_dnb);
+    kn_free(&t->gpu, d_x), kn_free(&t->gpu, d_idx), kn_free(&t->gpu, d_wts), kn_free(&t->gpu, d_out);
+    free(guf), free(dnf), free(gu), free(dn), free(gub), free(dnb), free(x), free(idx), free(wts);
+    free(cpu), free(got);
+}
+
+/* kn_fill_uniform: the GPU writes the CPU's bits, f32 and bf16. */
+static void test_fill(test_ctx *t, size_t n, uint64_t seed, float lo, float hi)
+{
+    float *cpu = tu_xcalloc(n, sizeof(float)), *got = tu_xcalloc(n, sizeof(float));
+    float *d = dev_alloc(t, n * sizeof(float));
+    dev_poison(t, d, n);
+    if (run_ok(t, kn_fill_uniform(&t->gpu, d, KN_F32, n, seed, lo, hi), "kn_fill_uniform cuda") &&
+        run_ok(t, kn_fill_uniform(&t->cpu, cpu, KN_F32, n, seed, lo, hi), "kn_fill_uniform cpu")) {
+        dev_download(t, got, d, n * sizeof(float));
+        tap(t, all_equal(got, cpu, n), "fill_uniform f32 n=%zu seed=%llu [%g, %g): GPU bits equal CPU", n,
+            (unsigned long long)seed, (double)lo, (double)hi);
+    }
+    /* bf16 into the same buffer: n bf16 values, compared as bytes */
+    if (run_ok(t, kn_fill_uniform(&t->gpu, d, KN_BF16, n, seed, lo, hi), "kn_fill_uniform bf16 cuda") &&
+        run_ok(t, kn_fill_uniform(&t->cpu, cpu, KN_BF16, n, seed, lo, hi), "kn_fill_uniform bf16 cpu")) {
+        dev_download(t, got, d, n * sizeof(uint16_t));
+        tap(t, memcmp(got, cpu, n * sizeof(uint16_t)) == 0, "fill_uniform bf16 n=%zu: GPU bits equal CPU", n);
+    }
+    /* a slice of the stream (kn_fill_uniform_at), as synthetic shards use */
+    size_t first = (size_t)seed * 7919 + 3;
+    if (run_ok(t, kn_fill_uniform_at(&t->gpu, d, KN_F32, n, seed, first, lo, hi), "kn_fill_uniform_at cuda") &&
+        run_ok(t, kn_fill_uniform_at(&t->cpu, cpu, KN_F32, n, seed, first, lo, hi), "kn_fill_uniform_at cpu")) {
+        dev_download(t, got, d, n * sizeof(float));
+        tap(t, all_equal(got, cpu, n), "fill_uniform_at f32 n=%zu first=%zu: GPU bits equal CPU", n, first);
+    }
+    kn_free(&t->gpu, d);
+    free(cpu), free(got);
+}
+
+/* kn_stopwatch on the stream: laps over real work are positive and each
+ * lands in its group. */
+static void test_stopwatch(test_ctx *t)
+{
+    kn_stopwatch *sw = NULL;
+    size_t n = (size_t)64 << 20;
+    float *d = dev_alloc(t, n * sizeof(float));
+    double ms[2] = { 0, 0 };
+    int rc = kn_stopwatch_create(&t->gpu, 2, 8, &sw);
+    if (rc == KN_OK)
+        rc = kn_stopwatch_start(sw);
+    for (int i = 0; i < 3 && rc == KN_OK; i++) {
+        rc = kn_fill_uniform(&t->gpu, d, KN_F32, n, (uint64_t)i, 0.f, 1.f);
+        if (rc == KN_OK)
+            rc = kn_stopwatch_lap(sw, i == 0 ? 0 : 1);
+    }
+    if (rc == KN_OK)
+        rc = kn_stopwatch_collect(sw, ms);
+    tap(t, rc == KN_OK && ms[0] > 0 && ms[1] > 0, "stopwatch: 1 fill %.3f ms, 2 fills %.3f ms (%s)", ms[0],
+        ms[1], kn_status_str(rc));
+    kn_stopwatch_free(sw);
+    kn_free(&t->gpu, d);
+}
+
+/* ------------------------------------------------------------------ */
 /* Sampling: the same tokens and generator states as the CPU.          */
 
 static void test_sampling(test_ctx *t, int n_rows, int vocab, int rounds)
@@ -717,6 +872,17 @@ int main(int argc, char **argv)
     test_moe_experts(&t, 61, 8, 32, 8, 8, 96, 40, KN_ACT_SWIGLU, 0);
     test_moe_experts(&t, 200, 4, 32, 32, 0, 288, 192, KN_ACT_SWIGLU_OAI, 1);
     test_moe_experts(&t, 3, 2, 16, 4, 12, 33, 17, KN_ACT_SWIGLU_OAI, 1);
+
+    test_matmul_bf16(&t, 1, 2880, 2880, 1);
+    test_matmul_bf16(&t, 37, 129, 72, 0);
+    test_matmul_bf16(&t, 300, 512, 2880, 1);
+    test_moe_experts_bf16(&t, 40, 4, 8, 64, 96, KN_ACT_SWIGLU_OAI);
+    test_moe_experts_bf16(&t, 200, 4, 32, 288, 192, KN_ACT_SWIGLU_OAI);
+    test_moe_experts_bf16(&t, 61, 8, 16, 128, 48, KN_ACT_SWIGLU);
+    test_fill(&t, 1, 3, -1.f, 1.f);
+    test_fill(&t, 1000003, 12345, -0.05f, 0.05f);
+    test_fill(&t, 4096, 0, 0.9f, 1.1f);
+    test_stopwatch(&t);
 
     test_sampling(&t, 16, 1000, 20);
     test_sampling(&t, 8, 201088, 3);

@@ -93,6 +93,20 @@ else
     not_ok "generation stops after the end-of-sequence token" "full=$full" "eos=$eos" "stop=$stop"
 fi
 
+# --device cpu is the default; --weights bf16 keeps HF's tokens while HF's
+# own top-2 margin is wide (qwen3_moe_tiny: all 32)
+dir=tests/fixtures/qwen3_moe_tiny
+prompt=$(golden_ids "$dir" prompt_ids)
+want=$(golden_ids "$dir" gen_ids)
+got=$(timeout 120 "$GEN" --model "$dir" --prompt-ids "$prompt" --max-tokens 32 --ignore-eos \
+      --device cpu --weights bf16 2>"$tmp/err")
+if [ $? -eq 0 ] && [ "$got" = "$want" ] && grep -q "on cpu (bf16 weights)" "$tmp/err"; then
+    ok "qwen3_moe_tiny --device cpu --weights bf16: 32 greedy tokens equal HF golden"
+else
+    not_ok "qwen3_moe_tiny --device cpu --weights bf16" "want $want" "got  $got" "$(cat "$tmp/err")"
+fi
+dir=tests/fixtures/gpt_oss_tiny
+
 timeout 10 "$GEN" --help >"$tmp/out" 2>&1
 if [ $? -eq 0 ] && grep -q "usage: tandem-generate" "$tmp/out"; then
     ok "--help prints usage and exits 0"
@@ -114,6 +128,14 @@ expect_fail "bad --page-size" 2 "--page-size must be" --model "$dir" --prompt-id
 expect_fail "unknown option" 2 "unknown option '--frobnicate'" --frobnicate
 expect_fail "option without its value" 2 "needs a value" --model
 expect_fail "stray argument" 2 "unexpected argument 'extra'" --model "$dir" --prompt-ids 1 --max-tokens 4 extra
+expect_fail "unknown --device" 2 "--device must be cpu, cuda or cuda:N" --model "$dir" --prompt-ids 1 --max-tokens 4 --device gpu
+expect_fail "bad --device ordinal" 2 "--device must be" --model "$dir" --prompt-ids 1 --max-tokens 4 --device cuda:x
+expect_fail "unknown --weights" 2 "--weights must be auto, f32 or bf16" --model "$dir" --prompt-ids 1 --max-tokens 4 --weights fp8
+if ldd "$GEN" | grep -q libcudart; then
+    echo "# a CUDA=1 build: --device cuda on a CPU-only build not checked here"
+else
+    expect_fail "--device cuda on a CPU-only build" 1 "this build has no CUDA backend" --model "$dir" --prompt-ids 1 --max-tokens 4 --device cuda
+fi
 expect_fail "missing model directory" 1 "No such file or directory" --model "$tmp/absent" --prompt-ids 1 --max-tokens 4
 mkdir -p "$tmp/trunc"
 cp "$dir/config.json" "$tmp/trunc/"

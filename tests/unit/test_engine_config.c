@@ -257,6 +257,57 @@ static void rejects_missing_and_invalid_files(void **state)
     et_rm_rf(dir);
 }
 
+/* The released models' configs (tests/fixtures/configs, for synthetic
+ * benchmarks) parse into their published shapes. */
+static void real_model_configs(void **state)
+{
+    (void)state;
+    tm_config c;
+    char err[256] = "";
+    static const struct { const char *file; int layers, experts; } oss[] = {
+        {"tests/fixtures/configs/gpt-oss-20b.json", 24, 32},
+        {"tests/fixtures/configs/gpt-oss-120b.json", 36, 128},
+    };
+    for (int i = 0; i < 2; i++) {
+        if (tm_config_load_file(oss[i].file, &c, err, sizeof err) != KN_OK)
+            fail_msg("%s", err);
+        assert_int_equal(c.arch, TM_ARCH_GPT_OSS);
+        assert_int_equal(c.n_layers, oss[i].layers);
+        assert_int_equal(c.n_experts, oss[i].experts);
+        assert_int_equal(c.hidden_size, 2880);
+        assert_int_equal(c.n_heads, 64);
+        assert_int_equal(c.n_kv_heads, 8);
+        assert_int_equal(c.head_dim, 64);
+        assert_int_equal(c.n_experts_per_tok, 4);
+        assert_int_equal(c.moe_inter, 2880);
+        assert_int_equal(c.vocab_size, 201088);
+        for (int l = 0; l < c.n_layers; l++)
+            assert_int_equal(c.layer_window[l], l % 2 == 0 ? 128 : 0);
+        assert_int_equal(c.rope.yarn, 1);
+        assert_true(c.rope.theta == 150000.0 && c.rope.factor == 32.0);
+        assert_int_equal(c.rope.original_max_position, 4096);
+        assert_true(c.swiglu_limit == 7.0f);
+    }
+    if (tm_config_load_file("tests/fixtures/configs/qwen3-30b-a3b.json", &c, err, sizeof err))
+        fail_msg("%s", err);
+    assert_int_equal(c.arch, TM_ARCH_QWEN3_MOE);
+    assert_int_equal(c.n_layers, 48);
+    assert_int_equal(c.hidden_size, 2048);
+    assert_int_equal(c.n_heads, 32);
+    assert_int_equal(c.n_kv_heads, 4);
+    assert_int_equal(c.head_dim, 128);
+    assert_int_equal(c.n_experts, 128);
+    assert_int_equal(c.n_experts_per_tok, 8);
+    assert_int_equal(c.moe_inter, 768);
+    assert_int_equal(c.vocab_size, 151936);
+    assert_int_equal(c.sliding_window, 0);
+    assert_true(c.rope.theta == 1e6 && c.rope.yarn == 0);
+    assert_true(c.rms_eps == 1e-6f);
+    assert_int_equal(c.norm_topk_prob, 1);
+    assert_int_equal(tm_config_load_file("tests/fixtures/configs/absent.json", &c, err,
+                                         sizeof err), KN_ERR_ARG);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -267,6 +318,7 @@ int main(void)
         cmocka_unit_test(qwen3_sliding_window_applies_to_all_layers),
         cmocka_unit_test(rejects_bad_configs),
         cmocka_unit_test(rejects_missing_and_invalid_files),
+        cmocka_unit_test(real_model_configs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

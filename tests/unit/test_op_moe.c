@@ -12,6 +12,7 @@
 #include <string.h>
 #include <cmocka.h>
 #include "kernels/backend.h"
+#include "kernels/dtype.h"
 #include "kernels/moe.h"
 #include "kernels/status.h"
 #include "testutil.h"
@@ -193,9 +194,12 @@ typedef struct clamp_hits {
     long gate_high, up_high, up_low;
 } clamp_hits;
 
-/* Dense float64 MoE over the experts w holds. */
-static void ref_experts(double *out, const float *x, const int32_t *idx, const float *rw,
-                        int n_tok, int k, const kn_moe_weights *w, clamp_hits *hits)
+/* Dense float64 MoE over the experts w holds (f32 weights). round_act
+ * rounds each activation to bf16 before the down product, as the bf16
+ * weight path does. */
+static void ref_experts_r(double *out, const float *x, const int32_t *idx, const float *rw,
+                          int n_tok, int k, const kn_moe_weights *w, clamp_hits *hits,
+                          int round_act)
 {
     int dim = w->dim, inter = w->inter;
     double *h = tu_xcalloc((size_t)2 * inter, sizeof *h), *a = tu_xcalloc((size_t)inter, sizeof *a);
@@ -207,7 +211,7 @@ static void ref_experts(double *out, const float *x, const int32_t *idx, const f
                 continue;
             const float *xt = x + (size_t)t * dim;
             for (int j = 0; j < 2 * inter; j++) {
-                const float *row = w->gate_up + ((size_t)e * 2 * inter + j) * dim;
+                const float *row = (const float *)w->gate_up + ((size_t)e * 2 * inter + j) * dim;
                 double acc = w->gate_up_bias ? w->gate_up_bias[(size_t)e * 2 * inter + j] : 0.0;
                 for (int d = 0; d < dim; d++)
                     acc += (double)row[d] * xt[d];
@@ -226,9 +230,11 @@ static void ref_experts(double *out, const float *x, const int32_t *idx, const f
                     u = u > lim ? lim : u < -lim ? -lim : u;
                     a[j] = g / (1.0 + exp(-(double)w->alpha * g)) * (u + 1.0);
                 }
+                if (round_act)
+                    a[j] = kn_round_bf16((float)a[j]);
             }
             for (int d = 0; d < dim; d++) {
-                const float *row = w->down + ((size_t)e * dim + d) * inter;
+                const float *row = (const float *)w->down + ((size_t)e * dim + d) * inter;
                 double acc = w->down_bias ? w->down_bias[(size_t)e * dim + d] : 0.0;
                 for (int j = 0; j < inter; j++)
                     acc += (double)row[j] * a[j];
@@ -237,6 +243,12 @@ static void ref_experts(double *out, const float *x, const int32_t *idx, const f
         }
     free(h);
     free(a);
+}
+
+static void ref_experts(double *out, const float *x, const int32_t *idx, const float *rw,
+                        int n_tok, int k, const kn_moe_weights *w, clamp_hits *hits)
+{
+    ref_experts_r(out, x, idx, rw, n_tok, k, w, hits, 0);
 }
 
 /* k distinct random experts per token with random positive weights. */
@@ -295,6 +307,68 @@ static void experts_match_float64(void **state)
                 free(ref);
                 model_free(&m);
             }
+    kn_backend_free(&be);
+}
+
+/* bf16 expert weights: the float64 MoE of the bf16-rounded weights and
+ * inputs, with the activation rounded to bf16 before the down product. */
+static void experts_bf16_weights(void **state)
+{
+    (void)state;
+    kn_backend be;
+    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    tu_rng rng;
+    tu_rng_init(&rng, 74);
+    const int shapes[][5] = { { 9, 8, 2, 16, 8 }, { 70, 16, 4, 64, 40 } };
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int act = 0; act < 2; act++) {
+            int n_tok = shapes[s][0], n_exp = shapes[s][1], k = shapes[s][2];
+            int dim = shapes[s][3], inter = shapes[s][4];
+            size_t ngu = (size_t)n_exp * 2 * inter * dim, nd = (size_t)n_exp * dim * inter;
+            moe_model m;
+            model_init(&m, &rng, n_exp, dim, inter, 0.5f);
+            uint16_t *gu = tu_xcalloc(ngu, sizeof *gu), *dn = tu_xcalloc(nd, sizeof *dn);
+            kn_f32_to_bf16_n(gu, m.gate_up, ngu);
+            kn_f32_to_bf16_n(dn, m.down, nd);
+            kn_moe_weights wf = model_share(&m, 0, n_exp, 1, (kn_act)act);
+            kn_moe_weights wb = wf;
+            wb.wdtype = KN_BF16;
+            wb.gate_up = gu;
+            wb.down = dn;
+            /* the reference reads the rounded weights and inputs as f32 */
+            kn_moe_weights wr = wf;
+            float *gur = tu_xcalloc(ngu, sizeof *gur), *dnr = tu_xcalloc(nd, sizeof *dnr);
+            kn_bf16_to_f32_n(gur, gu, ngu);
+            kn_bf16_to_f32_n(dnr, dn, nd);
+            wr.gate_up = gur;
+            wr.down = dnr;
+            size_t nx = (size_t)n_tok * dim;
+            float *x = tu_xcalloc(nx, sizeof *x), *xr = tu_xcalloc(nx, sizeof *xr);
+            float *out = tu_xcalloc(nx, sizeof *out), *out_f = tu_xcalloc(nx, sizeof *out_f);
+            float *rw = tu_xcalloc((size_t)n_tok * k, sizeof *rw);
+            int32_t *idx = tu_xcalloc((size_t)n_tok * k, sizeof *idx);
+            double *ref = tu_xcalloc(nx, sizeof *ref);
+            tu_rand_fill(&rng, x, nx, -1.0f, 1.0f);
+            for (size_t i = 0; i < nx; i++)
+                xr[i] = kn_round_bf16(x[i]);
+            random_routes(&rng, idx, rw, n_tok, k, n_exp);
+            clamp_hits hits = { 0 };
+            ref_experts_r(ref, xr, idx, rw, n_tok, k, &wr, &hits, 1);
+            assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, n_tok, k, &wb), KN_OK);
+            assert_int_equal(kn_moe_experts(&be, out_f, x, idx, rw, n_tok, k, &wf), KN_OK);
+            /* an activation whose float and double values round to different
+             * bf16 neighbours moves its term by 2^-8: well under 1e-3 */
+            double err = tu_max_rel_err(out, ref, nx), vs_f32 = tu_max_rel_err_f32(out, out_f, nx);
+            if (err > 1e-3)
+                fail_msg("shape %zu act %d: rel err %g vs the rounded float64 MoE", s, act, err);
+            if (!(vs_f32 > 1e-4 && vs_f32 < 5e-2))
+                fail_msg("shape %zu act %d: %g from the f32-weight MoE", s, act, vs_f32);
+            wb.wdtype = (kn_dtype)5;
+            assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, n_tok, k, &wb), KN_ERR_ARG);
+            free(gu), free(dn), free(gur), free(dnr), free(x), free(xr), free(out), free(out_f);
+            free(rw), free(idx), free(ref);
+            model_free(&m);
+        }
     kn_backend_free(&be);
 }
 
@@ -452,6 +526,7 @@ int main(void)
         cmocka_unit_test(route_ties_pick_lower_id),
         cmocka_unit_test(route_rejects_bad_arguments),
         cmocka_unit_test(experts_match_float64),
+        cmocka_unit_test(experts_bf16_weights),
         cmocka_unit_test(clamped_swiglu_hits_the_clamp),
         cmocka_unit_test(expert_shares_sum_to_full),
         cmocka_unit_test(experts_reject_bad_arguments),

@@ -1,0 +1,72 @@
+#include "engine/device.h"
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include "engine/util.h"
+#include "kernels/status.h"
+
+int tm_device_parse(const char *arg, kn_backend_kind *kind, int *ordinal)
+{
+    if (!arg)
+        return -1;
+    if (strcmp(arg, "cpu") == 0) {
+        *kind = KN_BACKEND_CPU;
+        *ordinal = 0;
+        return 0;
+    }
+    if (strcmp(arg, "cuda") == 0) {
+        *kind = KN_BACKEND_CUDA;
+        *ordinal = 0;
+        return 0;
+    }
+    if (strncmp(arg, "cuda:", 5) != 0 || arg[5] < '0' || arg[5] > '9')
+        return -1;
+    char *end;
+    errno = 0;
+    long n = strtol(arg + 5, &end, 10);
+    if (errno || *end != '\0' || n < 0 || n > 1023)
+        return -1;
+    *kind = KN_BACKEND_CUDA;
+    *ordinal = (int)n;
+    return 0;
+}
+
+int tm_device_open(const char *arg, kn_backend *be, char *err, size_t errlen)
+{
+    kn_backend_kind kind;
+    int ordinal;
+    memset(be, 0, sizeof(*be));
+    if (tm_device_parse(arg, &kind, &ordinal) != 0) {
+        tm_errf(err, errlen, "--device must be cpu, cuda or cuda:N, got '%s'", arg ? arg : "");
+        return KN_ERR_ARG;
+    }
+    if (kind == KN_BACKEND_CPU) {
+        int rc = kn_backend_init_cpu(be);
+        if (rc)
+            tm_errf(err, errlen, "cannot initialise the CPU backend: %s", kn_status_str(rc));
+        return rc;
+    }
+    int rc = kn_backend_init_cuda(be, ordinal);
+    if (rc == KN_ERR_UNSUPPORTED)
+        tm_errf(err, errlen, "--device %s: this build has no CUDA backend (rebuild with "
+                "`make CUDA=1`, which puts the programs in build-cuda/)", arg);
+    else if (rc)
+        tm_errf(err, errlen, "--device %s: cannot initialise CUDA device %d: %s", arg,
+                ordinal, kn_status_str(rc));
+    return rc;
+}
+
+int tm_weights_parse(const char *arg, tm_weight_dtype *out)
+{
+    if (!arg)
+        return -1;
+    if (strcmp(arg, "auto") == 0)
+        *out = TM_WEIGHTS_AUTO;
+    else if (strcmp(arg, "f32") == 0)
+        *out = TM_WEIGHTS_F32;
+    else if (strcmp(arg, "bf16") == 0)
+        *out = TM_WEIGHTS_BF16;
+    else
+        return -1;
+    return 0;
+}

@@ -1,0 +1,22 @@
+/* The --device and --weights command-line values shared by the engine's
+ * executables (tandem-generate, tandem-bench, the prefiller and decoder). */
+#ifndef TANDEM_ENGINE_DEVICE_H
+#define TANDEM_ENGINE_DEVICE_H
+#include <stddef.h>
+#include "engine/model.h"
+#include "kernels/backend.h"
+
+/* "cpu", "cuda" (device 0) or "cuda:N". Returns 0 and fills kind/ordinal,
+ * or -1 for anything else. */
+int tm_device_parse(const char *arg, kn_backend_kind *kind, int *ordinal);
+
+/* Parses arg and initialises *be for it. On failure returns a negative
+ * status, leaves *be safe to kn_backend_free, and writes a one-line reason
+ * into err: a bad value, a build without the CUDA backend ("rebuild with
+ * make CUDA=1"), or a device that does not exist or failed to start. */
+int tm_device_open(const char *arg, kn_backend *be, char *err, size_t errlen);
+
+/* "auto", "f32" or "bf16". Returns 0, or -1 for anything else. */
+int tm_weights_parse(const char *arg, tm_weight_dtype *out);
+
+#endif

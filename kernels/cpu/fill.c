@@ -1,0 +1,50 @@
+/* Seeded uniform fill on the CPU (kernels/fill.h). */
+#include <math.h>
+#include "kernels/fill.h"
+#include "kernels/kn_check.h"
+#include "kernels/status.h"
+
+/* SplitMix64's output function on seed + (i + 1) * gamma: a counter-based
+ * generator, so element i needs no state from element i - 1. The CUDA
+ * kernel in kernels/cuda/fill.cu computes the same expression. */
+static uint64_t mix(uint64_t seed, uint64_t i)
+{
+    uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+float kn_fill_value(uint64_t seed, size_t i, float lo, float hi)
+{
+    /* 24 bits fit a float's mantissa: u is exact, and the two separately
+     * rounded operations below are what the CUDA kernel does too
+     * (volatile keeps the compiler from contracting them into an FMA). */
+    float u = (float)(mix(seed, i) >> 40) * 0x1.0p-24f;
+    volatile float scaled = (hi - lo) * u;
+    return lo + scaled;
+}
+
+int kn_fill_uniform_cpu(void *x, kn_dtype dt, size_t n, uint64_t seed, size_t first,
+                        float lo, float hi)
+{
+    static const char op[] = "kn_fill_uniform";
+    if (!x && n > 0)
+        return kn_arg_error(op, "NULL buffer");
+    if (!isfinite(lo) || !isfinite(hi) || lo > hi)
+        return kn_arg_error(op, "bad range [%g, %g)", (double)lo, (double)hi);
+    if (dt == KN_F32) {
+        float *f = x;
+        #pragma omp parallel for schedule(static) if (n > 65536)
+        for (size_t i = 0; i < n; i++)
+            f[i] = kn_fill_value(seed, first + i, lo, hi);
+    } else if (dt == KN_BF16) {
+        uint16_t *b = x;
+        #pragma omp parallel for schedule(static) if (n > 65536)
+        for (size_t i = 0; i < n; i++)
+            b[i] = kn_f32_to_bf16(kn_fill_value(seed, first + i, lo, hi));
+    } else {
+        return kn_arg_error(op, "unknown dtype %d", (int)dt);
+    }
+    return KN_OK;
+}

@@ -1,0 +1,28 @@
+/* Element types of weight buffers. Activations are always fp32 between
+ * ops; weights of the large products (linear layers and experts) may be
+ * stored narrower, and the op that reads them says how it computes. */
+#ifndef TANDEM_KERNELS_DTYPE_H
+#define TANDEM_KERNELS_DTYPE_H
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    KN_F32 = 0,   /* IEEE binary32 */
+    KN_BF16 = 1,  /* bfloat16: the top 16 bits of a binary32 */
+} kn_dtype;
+
+/* Bytes per element, or 0 for an unknown dtype. */
+size_t kn_dtype_size(kn_dtype dt);
+/* "f32", "bf16", or "?" for an unknown dtype. */
+const char *kn_dtype_name(kn_dtype dt);
+
+/* Round to nearest, ties to even (what the tensor cores' conversion does);
+ * NaN stays NaN (quiet), infinities stay infinite. */
+uint16_t kn_f32_to_bf16(float x);
+float kn_bf16_to_f32(uint16_t b);
+void kn_f32_to_bf16_n(uint16_t *dst, const float *src, size_t n);
+void kn_bf16_to_f32_n(float *dst, const uint16_t *src, size_t n);
+/* x rounded to the nearest bf16 value, as a float. */
+float kn_round_bf16(float x);
+
+#endif

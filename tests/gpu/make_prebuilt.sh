@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Builds the GPU programs the engine's device run needs (test_cuda_ops,
+# test_engine_gpu, the GPU tandem-bench and tandem-generate) on a machine with nvcc but maybe no
+# GPU, into a folder that runs on the GPU machine without building there:
+#   DEST/bin/  the programs (stripped)
+#   DEST/lib/  the non-system libraries they load: cJSON, OpenBLAS and the
+#              gfortran runtime OpenBLAS needs
+# The GPU machine then needs only glibc, libstdc++/libgomp and the CUDA 13
+# libraries in /usr/local/cuda/lib64 (rpath). tests/gpu/run_engine.sh takes
+# DEST as $TANDEM_PREBUILT. Usage: tests/gpu/make_prebuilt.sh DEST
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+DEST=${1:?usage: make_prebuilt.sh DEST}
+BUILD=build-prebuilt
+PROGS="tests/gpu/test_cuda_ops tests/gpu/test_engine_gpu gpu-bin/tandem-bench gpu-bin/tandem-generate"
+# A clean tree: the .cu objects do not track header changes.
+rm -rf "$BUILD"
+mkdir -p "$BUILD"
+make -j2 CUDA=1 BUILD="$BUILD" $(for p in $PROGS; do echo "$BUILD/$p"; done) \
+    >"$BUILD/make.log" 2>&1 || { tail -20 "$BUILD/make.log"; exit 1; }
+mkdir -p "$DEST/bin" "$DEST/lib"
+for p in $PROGS; do
+    cp "$BUILD/$p" "$DEST/bin/"
+    strip "$DEST/bin/$(basename "$p")"
+done
+for lib in libcjson.so.1 libopenblas.so.0 libgfortran.so.5 libquadmath.so.0; do
+    path=$(ldd "$BUILD/gpu-bin/tandem-bench" | awk -v l="$lib" '$1 == l { print $3 }')
+    [ -n "$path" ] || { echo "make_prebuilt: $lib not linked"; exit 1; }
+    cp -L "$path" "$DEST/lib/$lib"
+done
+echo "prebuilt in $DEST ($(git rev-parse --short HEAD)): $(ls "$DEST/bin" | tr '\n' ' ')($(du -sh "$DEST" | cut -f1))"

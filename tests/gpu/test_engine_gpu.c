@@ -1,0 +1,303 @@
+/* The engine on the CUDA backend, on the GPU machine (built with
+ * `make CUDA=1 gpu-engine-progs`, run by tests/gpu/run_engine.sh), for both
+ * tiny HF fixtures:
+ *   - f32 weights: every prompt row's logits against the HF golden
+ *     (transformers in float64 from the same bf16 weights) within 1e-3,
+ *     32 greedy tokens equal to HF's with their logits within 1e-3, and
+ *     the CPU backend's logits on the same run within 1e-4;
+ *   - decoding token by token through the paged cache (the split-KV decode
+ *     kernel) gives the rows of one prefill over the whole sequence;
+ *   - bf16 weights (the CUDA default): within the bf16 bound of HF, greedy
+ *     tokens equal to HF's while HF's top-2 margin is >= 0.01, and the CPU
+ *     backend's bf16 run (the same function) within 5e-3;
+ *   - synthetic weights of each fixture's config: the GPU and the CPU make
+ *     the same model from one seed (same logits).
+ * Output is TAP; NaN never passes (a NaN error compares false).
+ *
+ * Usage: test_engine_gpu [device]   (run from the repository root) */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "engine/kv_cache.h"
+#include "engine/model.h"
+#include "kernels/backend.h"
+#include "kernels/status.h"
+#include "tests/unit/engine_testutil.h"
+
+#define HF_TOL 1e-3        /* f32 vs HF float64 */
+#define CPU_F32_TOL 1e-4   /* two fp32 computations of one model, different sum orders */
+#define SAME_TOL 1e-4      /* decode through the cache vs one prefill, on the GPU */
+#define BF16_HF_TOL 8e-2   /* see tests/unit/test_engine_weights_dtype.c */
+#define BF16_CPU_TOL 5e-3  /* bf16 roundings of activations that differ by an fp32 ulp */
+#define BF16_MARGIN 0.01f
+#define MAX_SEQ 128
+#define PAGE 16
+
+typedef struct ctx {
+    kn_backend cpu, gpu;
+    int n_checks, n_failed;
+} ctx;
+
+static void tap(ctx *t, int ok, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void tap(ctx *t, int ok, const char *fmt, ...)
+{
+    va_list ap;
+    t->n_checks++;
+    t->n_failed += !ok;
+    printf("%s %d - ", ok ? "ok" : "not ok", t->n_checks);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    putchar('\n');
+    fflush(stdout);
+}
+
+static void check_err(ctx *t, double err, double tol, const char *fx, const char *what)
+{
+    tap(t, err <= tol, "%s: %s: rel err %.3g (bound %.0e)", fx, what, err, tol);
+}
+
+/* Everything one run of a model gives: prefill logits of every prompt row,
+ * then n greedy steps (ids and logits). */
+typedef struct run {
+    float *prompt_logits;   /* [T][V] */
+    float *gen_logits;      /* [n][V] */
+    int32_t ids[MAX_SEQ];
+    int rc;
+} run;
+
+static void run_free(run *r)
+{
+    free(r->prompt_logits);
+    free(r->gen_logits);
+    memset(r, 0, sizeof *r);
+}
+
+static int greedy(tm_model *m, const kn_backend *be, const int32_t *prompt, int T, int n, run *r)
+{
+    const tm_config *c = tm_model_config(m);
+    const int V = c->vocab_size, n_pages = MAX_SEQ / PAGE;
+    memset(r, 0, sizeof *r);
+    r->prompt_logits = calloc((size_t)T * V, sizeof(float));
+    r->gen_logits = calloc((size_t)n * V, sizeof(float));
+    if (!r->prompt_logits || !r->gen_logits)
+        return r->rc = KN_ERR_NOMEM;
+    tm_kv_cache kv;
+    int rc = tm_kv_cache_init(&kv, be, c->n_layers, c->n_kv_heads, c->head_dim, PAGE, n_pages);
+    if (rc)
+        return r->rc = rc;
+    int32_t pages[MAX_SEQ / PAGE], toks[MAX_SEQ];
+    rc = tm_kv_alloc_pages(&kv, n_pages, pages);
+    memcpy(toks, prompt, sizeof(int32_t) * (size_t)T);
+    int len = T;
+    for (int i = 0; rc == KN_OK && i < n; i++) {
+        tm_seq_step st = i == 0 ? (tm_seq_step){toks, T, 0, pages, n_pages}
+                                : (tm_seq_step){toks + len - 1, 1, len - 1, pages, n_pages};
+        float *lg = r->gen_logits + (size_t)i * V;
+        rc = tm_forward(m, &kv, &st, 1, lg, i == 0 ? r->prompt_logits : NULL);
+        r->ids[i] = et_argmax(lg, V);
+        toks[len++] = r->ids[i];
+    }
+    tm_kv_cache_free(&kv);
+    return r->rc = rc;
+}
+
+static tm_model *load(ctx *t, const kn_backend *be, const char *dir, tm_weight_dtype wd,
+                      const char *what)
+{
+    char err[512] = "";
+    tm_model *m = NULL;
+    tm_load_opts o = {.weights = wd};
+    int rc = tm_model_load_opts(dir, be, &o, &m, err, sizeof err);
+    if (rc != KN_OK)
+        tap(t, 0, "%s: load (%s): %s", dir, what, err);
+    return m;
+}
+
+static int count_agree(const int32_t *a, const int32_t *b, int n)
+{
+    int k = 0;
+    while (k < n && a[k] == b[k])
+        k++;
+    return k;
+}
+
+static void f32_vs_hf_and_cpu(ctx *t, const char *dir, const et_golden *g)
+{
+    tm_model *mg = load(t, &t->gpu, dir, TM_WEIGHTS_F32, "cuda f32");
+    tm_model *mc = load(t, &t->cpu, dir, TM_WEIGHTS_F32, "cpu f32");
+    if (!mg || !mc)
+        goto done;
+    run rg, rc;
+    greedy(mg, &t->gpu, g->prompt, g->T, g->G, &rg);
+    greedy(mc, &t->cpu, g->prompt, g->T, g->G, &rc);
+    tap(t, rg.rc == KN_OK && rc.rc == KN_OK, "%s: f32 runs on cuda (%s) and cpu (%s)", dir,
+        kn_status_str(rg.rc), kn_status_str(rc.rc));
+    if (rg.rc == KN_OK && rc.rc == KN_OK) {
+        size_t np = (size_t)g->T * g->V, ng = (size_t)g->G * g->V;
+        double worst = 0;
+        for (int r = 0; r < g->T; r++) {
+            double e = et_rel_err(rg.prompt_logits + (size_t)r * g->V,
+                                  g->prompt_logits + (size_t)r * g->V, g->V);
+            worst = e > worst || isnan(e) ? e : worst;
+        }
+        check_err(t, worst, HF_TOL, dir, "cuda f32 prefill logits vs HF, worst prompt row");
+        int agree = count_agree(rg.ids, g->gen_ids, g->G);
+        tap(t, agree == g->G, "%s: cuda f32 greedy tokens equal HF's (%d of %d)", dir, agree, g->G);
+        check_err(t, et_rel_err(rg.gen_logits, g->gen_logits, ng), HF_TOL, dir,
+                  "cuda f32 greedy step logits vs HF");
+        check_err(t, et_rel_err(rg.prompt_logits, rc.prompt_logits, np), CPU_F32_TOL, dir,
+                  "cuda vs cpu f32 prefill logits");
+        check_err(t, et_rel_err(rg.gen_logits, rc.gen_logits, ng), CPU_F32_TOL, dir,
+                  "cuda vs cpu f32 greedy step logits");
+    }
+    run_free(&rg);
+    run_free(&rc);
+done:
+    tm_model_free(mg);
+    tm_model_free(mc);
+}
+
+/* Decode through the paged cache (one token a step: the split-KV kernel)
+ * against one prefill over the same tokens, on the GPU. */
+static void decode_matches_prefill(ctx *t, const char *dir, const et_golden *g)
+{
+    tm_model *m = load(t, &t->gpu, dir, TM_WEIGHTS_F32, "cuda f32");
+    if (!m)
+        return;
+    const tm_config *c = tm_model_config(m);
+    const int T = g->T, D = 24, N = T + D, V = g->V, n_pages = MAX_SEQ / 8;
+    int32_t full[MAX_SEQ], pages[MAX_SEQ / 8];
+    memcpy(full, g->prompt, sizeof(int32_t) * (size_t)T);
+    memcpy(full + T, g->gen_ids, sizeof(int32_t) * (size_t)D);
+    float *ref = calloc((size_t)N * V, sizeof(float)), *got = calloc((size_t)V, sizeof(float));
+    tm_kv_cache kv;
+    int rc = ref && got ? tm_kv_cache_init(&kv, &t->gpu, c->n_layers, c->n_kv_heads, c->head_dim,
+                                           8, n_pages)
+                        : KN_ERR_NOMEM;
+    if (rc == KN_OK) {
+        rc = tm_kv_alloc_pages(&kv, n_pages, pages);
+        tm_seq_step st = {full, N, 0, pages, n_pages};
+        if (rc == KN_OK)
+            rc = tm_forward(m, &kv, &st, 1, NULL, ref);
+        tm_kv_release_pages(&kv, pages, n_pages);
+        if (rc == KN_OK)
+            rc = tm_kv_alloc_pages(&kv, n_pages, pages);
+        st = (tm_seq_step){full, T, 0, pages, n_pages};
+        if (rc == KN_OK)
+            rc = tm_forward(m, &kv, &st, 1, got, NULL);
+        double worst = rc == KN_OK ? et_rel_err(got, ref + (size_t)(T - 1) * V, V) : INFINITY;
+        for (int i = 0; rc == KN_OK && i < D; i++) {
+            st = (tm_seq_step){full + T + i, 1, T + i, pages, n_pages};
+            rc = tm_forward(m, &kv, &st, 1, got, NULL);
+            double e = et_rel_err(got, ref + (size_t)(T + i) * V, V);
+            worst = e > worst || isnan(e) ? e : worst;
+        }
+        tm_kv_cache_free(&kv);
+        tap(t, rc == KN_OK, "%s: cuda prefill + %d decode steps run (%s)", dir, D, kn_status_str(rc));
+        check_err(t, worst, SAME_TOL, dir, "cuda decode steps vs one prefill's rows, worst step");
+    } else {
+        tap(t, 0, "%s: cache for decode check: %s", dir, kn_status_str(rc));
+    }
+    free(ref);
+    free(got);
+    tm_model_free(m);
+}
+
+static void bf16_vs_hf_and_cpu(ctx *t, const char *dir, const et_golden *g)
+{
+    tm_model *mg = load(t, &t->gpu, dir, TM_WEIGHTS_AUTO, "cuda default");
+    tm_model *mc = load(t, &t->cpu, dir, TM_WEIGHTS_BF16, "cpu bf16");
+    if (!mg || !mc)
+        goto done;
+    tap(t, tm_model_weight_dtype(mg) == KN_BF16, "%s: cuda default weights are %s", dir,
+        kn_dtype_name(tm_model_weight_dtype(mg)));
+    run rg, rc;
+    greedy(mg, &t->gpu, g->prompt, g->T, g->G, &rg);
+    greedy(mc, &t->cpu, g->prompt, g->T, g->G, &rc);
+    tap(t, rg.rc == KN_OK && rc.rc == KN_OK, "%s: bf16 runs on cuda (%s) and cpu (%s)", dir,
+        kn_status_str(rg.rc), kn_status_str(rc.rc));
+    if (rg.rc == KN_OK && rc.rc == KN_OK) {
+        size_t np = (size_t)g->T * g->V;
+        check_err(t, et_rel_err(rg.prompt_logits, g->prompt_logits, np), BF16_HF_TOL, dir,
+                  "cuda bf16 prefill logits vs HF");
+        int safe = 0;
+        while (safe < g->G && g->gen_margin[safe] >= BF16_MARGIN)
+            safe++;
+        int agree = count_agree(rg.ids, g->gen_ids, g->G);
+        tap(t, agree >= safe, "%s: cuda bf16 greedy tokens equal HF's for %d steps (HF margins "
+            ">= %.2f for the first %d)", dir, agree, (double)BF16_MARGIN, safe);
+        check_err(t, et_rel_err(rg.prompt_logits, rc.prompt_logits, np), BF16_CPU_TOL, dir,
+                  "cuda vs cpu bf16 prefill logits");
+        int same = count_agree(rg.ids, rc.ids, g->G);
+        tap(t, same >= safe, "%s: cuda and cpu bf16 greedy tokens agree for %d steps", dir, same);
+    }
+    run_free(&rg);
+    run_free(&rc);
+done:
+    tm_model_free(mg);
+    tm_model_free(mc);
+}
+
+/* The same seed makes the same synthetic model on both backends. */
+static void synthetic_same_on_both(ctx *t, const char *dir, const et_golden *g, tm_weight_dtype wd,
+                                   double tol)
+{
+    char err[512] = "";
+    tm_model *mg = NULL, *mc = NULL;
+    tm_load_opts o = {.weights = wd, .seed = 2026};
+    int rg = tm_model_synthetic(dir, &t->gpu, &o, &mg, err, sizeof err);
+    int rcpu = rg == KN_OK ? tm_model_synthetic(dir, &t->cpu, &o, &mc, err, sizeof err) : rg;
+    const char *name = wd == TM_WEIGHTS_BF16 ? "bf16" : "f32";
+    if (rg != KN_OK || rcpu != KN_OK) {
+        tap(t, 0, "%s: synthetic %s models: %s", dir, name, err);
+    } else {
+        run a, b;
+        greedy(mg, &t->gpu, g->prompt, g->T, 8, &a);
+        greedy(mc, &t->cpu, g->prompt, g->T, 8, &b);
+        double e = a.rc == KN_OK && b.rc == KN_OK
+                       ? et_rel_err(a.prompt_logits, b.prompt_logits, (size_t)g->T * g->V)
+                       : INFINITY;
+        char what[96];
+        snprintf(what, sizeof what, "synthetic %s weights (seed 2026), cuda vs cpu prefill logits", name);
+        check_err(t, e, tol, dir, what);
+        run_free(&a);
+        run_free(&b);
+    }
+    tm_model_free(mg);
+    tm_model_free(mc);
+}
+
+int main(int argc, char **argv)
+{
+    ctx t;
+    memset(&t, 0, sizeof t);
+    int device = argc > 1 ? atoi(argv[1]) : 0;
+    printf("# test_engine_gpu device %d\n", device);
+    if (kn_backend_init_cpu(&t.cpu) != KN_OK || kn_backend_init_cuda(&t.gpu, device) != KN_OK) {
+        printf("Bail out! cannot initialise the backends\n");
+        return 1;
+    }
+    const char *fixtures[] = {ET_GPT_OSS, ET_QWEN3};
+    for (int i = 0; i < 2; i++) {
+        et_golden g;
+        char err[512] = "";
+        if (et_golden_load(fixtures[i], &g, err, sizeof err) != 0) {
+            tap(&t, 0, "%s: golden: %s", fixtures[i], err);
+            continue;
+        }
+        f32_vs_hf_and_cpu(&t, fixtures[i], &g);
+        decode_matches_prefill(&t, fixtures[i], &g);
+        bf16_vs_hf_and_cpu(&t, fixtures[i], &g);
+        synthetic_same_on_both(&t, fixtures[i], &g, TM_WEIGHTS_F32, CPU_F32_TOL);
+        synthetic_same_on_both(&t, fixtures[i], &g, TM_WEIGHTS_BF16, BF16_CPU_TOL);
+        et_golden_free(&g);
+    }
+    kn_backend_free(&t.gpu);
+    kn_backend_free(&t.cpu);
+    printf("1..%d\n", t.n_checks);
+    printf("# %d checks, %d failed\n", t.n_checks, t.n_failed);
+    return t.n_failed ? 1 : 0;
+}

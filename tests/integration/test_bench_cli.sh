@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# tandem-bench end to end on the CPU: a checkpoint and a synthetic model of
+# the same config both produce the prefill and decode rows, --profile prints
+# every group, the floors appear when asked for, and bad arguments give a
+# clear message with exit status 2 (1 for runtime errors). Measures nothing
+# itself: it only checks that the benchmark runs and reports.
+set -u
+BUILD=${TANDEM_BUILD:-build}
+BENCH=$BUILD/bin/tandem-bench
+n=0
+failed=0
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/tandem-bench-cli-XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+not_ok() { n=$((n + 1)); failed=$((failed + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+
+if [ ! -x "$BENCH" ]; then
+    not_ok "tandem-bench is built at $BENCH"
+    echo "1..$n"
+    exit 1
+fi
+
+small="--prefill 16,40 --batch 1,3 --context 24 --steps 2 --repeat 1"
+timeout 120 "$BENCH" --model tests/fixtures/gpt_oss_tiny $small >"$tmp/ckpt" 2>"$tmp/err"
+rc=$?
+if [ $rc -eq 0 ] && [ "$(grep -c '^prefill ' "$tmp/ckpt")" -eq 2 ] &&
+   [ "$(grep -c '^decode ' "$tmp/ckpt")" -eq 2 ] && grep -q "prefilled by the model" "$tmp/ckpt"; then
+    ok "checkpoint: 2 prefill and 2 decode rows"
+else
+    not_ok "checkpoint: 2 prefill and 2 decode rows" "exit $rc" "$(cat "$tmp/ckpt" "$tmp/err")"
+fi
+
+timeout 120 "$BENCH" --synthetic tests/fixtures/qwen3_moe_tiny/config.json --seed 3 $small \
+    --profile --peak-tflops 100 --hbm-tbps 1 >"$tmp/syn" 2>"$tmp/err"
+rc=$?
+groups=$(grep -c '^#   ' "$tmp/syn")
+if [ $rc -eq 0 ] && grep -q "random weights (seed 3)" "$tmp/syn" &&
+   grep -q "cache filled with random values" "$tmp/syn" &&
+   [ "$(grep -cE '^(prefill|decode) .* [0-9.]+ +[0-9.]+$' "$tmp/syn")" -eq 4 ] &&
+   [ "$groups" -eq 32 ] && grep -q "MoE experts" "$tmp/syn"; then
+    ok "synthetic: rows with floors, and a profile of 7 groups + total per shape"
+else
+    not_ok "synthetic: rows with floors and profile" "exit $rc, $groups profile lines" \
+        "$(cat "$tmp/syn" "$tmp/err")"
+fi
+
+expect_fail() {   # NAME STATUS MESSAGE ARGS...
+    local name=$1 want=$2 msg=$3
+    shift 3
+    timeout 60 "$BENCH" "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$?
+    if [ $rc -eq "$want" ] && grep -qF -- "$msg" "$tmp/err"; then
+        ok "$name (exit $rc: $(head -1 "$tmp/err"))"
+    else
+        not_ok "$name" "exit $rc (want $want)" "$(head -3 "$tmp/err")"
+    fi
+}
+expect_fail "neither --model nor --synthetic" 2 "exactly one of --model"
+expect_fail "both --model and --synthetic" 2 "exactly one of --model" --model tests/fixtures/gpt_oss_tiny \
+    --synthetic tests/fixtures/gpt_oss_tiny
+expect_fail "bad --device" 2 "bad value for --device" --model tests/fixtures/gpt_oss_tiny --device tpu
+expect_fail "bad --weights" 2 "bad value for --weights" --model tests/fixtures/gpt_oss_tiny --weights int4
+expect_fail "bad --context-fill" 2 "bad value for --context-fill" --model tests/fixtures/gpt_oss_tiny \
+    --context-fill zeros
+expect_fail "bad --prefill list" 2 "bad value for --prefill" --model tests/fixtures/gpt_oss_tiny --prefill 8,,9
+expect_fail "unknown option" 2 "unknown option" --model tests/fixtures/gpt_oss_tiny --fast
+expect_fail "missing synthetic config" 1 "No such file" --synthetic "$tmp/absent.json"
+if ! ldd "$BENCH" | grep -q libcudart; then
+    expect_fail "--device cuda on a CPU-only build" 1 "this build has no CUDA backend" \
+        --model tests/fixtures/gpt_oss_tiny --device cuda
+fi
+timeout 10 "$BENCH" --help >"$tmp/out" 2>&1
+if [ $? -eq 0 ] && grep -q "usage: tandem-bench" "$tmp/out" && grep -q -- "--synthetic" "$tmp/out"; then
+    ok "--help prints usage and exits 0"
+else
+    not_ok "--help prints usage and exits 0"
+fi
+echo "1..$n"
+[ "$failed" -eq 0 ]
