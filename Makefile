@@ -48,6 +48,8 @@ LIB      := $(BUILD)/libtandem.a
 # generated committed).
 UNICODE_DIR ?= /usr/share/unicode
 LIB_OBJ  += $(BUILD)/obj/gen/router/unicode_tables.o
+# The router's dashboard page, embedded as bytes (router/embed_file.py).
+LIB_OBJ  += $(BUILD)/obj/gen/router/dashboard_html.o
 # build/bin/tandem-NAME from DIR/NAME_main.c (underscores become dashes)
 BINS     := $(foreach s,$(MAIN_SRC),$(BUILD)/bin/tandem-$(subst _,-,$(patsubst %_main.c,%,$(notdir $(s)))))
 TEST_SRC := $(wildcard tests/unit/test_*.c)
@@ -104,7 +106,7 @@ APT_PKGS := build-essential pkg-config clang valgrind libopenblas-dev libcmocka-
             libcjson-dev libucx-dev ucx-utils libibverbs-dev rdma-core ibverbs-utils \
             libzmq3-dev libprotobuf-c-dev protobuf-c-compiler libmicrohttpd-dev \
             libcurl4-openssl-dev libsodium-dev curl python3 libclang-rt-dev libomp-dev \
-            unicode-data bzip2 python3-jinja2
+            unicode-data bzip2 python3-jinja2 prometheus chromium
 # Node.js and npm (npm packs the vocabularies and the manifest validator).
 # Debian's npm conflicts with a NodeSource nodejs, which bundles npm, so the
 # Debian pair is installed only when no npm exists.
@@ -142,6 +144,10 @@ $(BUILD)/gen/proto/%.pb-c.c $(BUILD)/gen/proto/%.pb-c.h: proto/%.proto
 $(BUILD)/gen/router/unicode_tables.c: router/unicode_gen.py
 	@mkdir -p $(dir $@)
 	python3 router/unicode_gen.py $(UNICODE_DIR) > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/gen/router/dashboard_html.c: router/dashboard.html router/embed_file.py
+	@mkdir -p $(dir $@)
+	python3 router/embed_file.py router/dashboard.html tandem_dashboard_html > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
 	@mkdir -p $(dir $@)

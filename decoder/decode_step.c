@@ -38,6 +38,7 @@ static void send_batch(decoder_ctx *ctx, Tandem__V1__TokenChunk **chunks, int n)
 
 void decoder_finish_seq(decoder_ctx *ctx, sched_seq *q)
 {
+    ctx->wm.decode_requests[OUTCOME_OK]++;
     Tandem__V1__TokenChunk c = TANDEM__V1__TOKEN_CHUNK__INIT;
     c.request_id = q->id;
     c.finish_reason = finish_reason(q);
@@ -62,6 +63,7 @@ static void fail_batch(decoder_ctx *ctx, int n, const char *msg)
         Tandem__V1__TokenChunk *cp = &c;
         send_batch(ctx, &cp, 1);
         sched_remove(&ctx->s, ctx->batch[i]);
+        ctx->wm.decode_requests[OUTCOME_ERROR]++;
     }
 }
 
@@ -79,6 +81,7 @@ int decoder_step(decoder_ctx *ctx)
         ctx->rngs[i] = q->rng;
     }
     int vocab = ctx->mc->vocab_size;
+    double t0 = tn_now_s();
     int rc = tm_forward(ctx->model, &ctx->kv, ctx->steps, n, ctx->logits, NULL);
     if (rc == KN_OK)
         rc = kn_sample_cpu(ctx->sampled, ctx->logits, n, vocab, ctx->params, ctx->rngs);
@@ -111,8 +114,15 @@ int decoder_step(decoder_ctx *ctx)
     free(chunks);
     free(ptrs);
     for (int i = 0; i < n; i++)
-        if (ctx->batch[i]->state == SEQ_FINISHED)
+        if (ctx->batch[i]->state == SEQ_FINISHED) {
             sched_remove(&ctx->s, ctx->batch[i]);
+            ctx->wm.decode_requests[OUTCOME_OK]++;
+        }
+    /* One step = one token for each running sequence: its duration is every
+     * sequence's inter-token latency at the decoder. */
+    histogram_observe(&ctx->wm.decode_step_duration, tn_now_s() - t0);
+    histogram_observe(&ctx->wm.decode_step_batch, (double)n);
+    ctx->wm.decode_output_tokens += (uint64_t)n;
     ctx->tokens_total += (uint64_t)n;
     ctx->window_tokens += (uint64_t)n;
     return n;

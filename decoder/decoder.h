@@ -13,7 +13,9 @@
 #include "engine/model.h"
 #include "engine/rank_group.h"
 #include "kernels/backend.h"
+#include "router/worker_http.h"
 #include "router/worker_link.h"
+#include "router/worker_metrics.h"
 
 typedef struct decoder_config {
     char router[256];
@@ -27,6 +29,10 @@ typedef struct decoder_config {
     int orphan_release_ms;     /* a cancelled reservation whose KV transfer never
                                   reports is freed after this long */
     char worker_secret_file[512]; /* shared secret of the worker socket ("" = none) */
+    char metrics_host[64];     /* /metrics and /healthz (router/worker_http.h) */
+    int metrics_port;          /* 0: any free port; -1: no HTTP server */
+    char port_file[512];       /* where the bound metrics port is written ("" = nowhere) */
+    double wedged_after_s;
     int dp, ep;                /* data-parallel ranks; expert-parallel ranks among them */
     int rank, world;           /* orchestrated ranks: this one of world (0 = fork) */
     char comm_name[64];        /* orchestrated ranks' rendezvous name */
@@ -44,6 +50,7 @@ typedef struct decoder_ctx {
     worker_link link;
     int sig_fd;
     int stop;
+    int draining;              /* SIGTERM: finish running sequences, take nothing new */
     int max_context;
     int session;               /* link.session the sequences came in */
     /* cancelled while their KV may still be arriving: released on the
@@ -56,6 +63,10 @@ typedef struct decoder_ctx {
     int32_t *sampled;
     kn_sampling *params;
     uint64_t *rngs;
+    worker_metrics wm;         /* docs/METRICS.md series, sent with heartbeats */
+    worker_http *http;
+    int left;                  /* drained and deregistered (a grouped rank steps on
+                                  with the others until every rank has) */
     /* DP+EP group: every rank is a decoder of its own (own requests, KV
      * cache, registration); the experts are split across the EP group, so
      * the ranks step together, a rank without sequences joining empty */

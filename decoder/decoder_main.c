@@ -22,11 +22,16 @@ static const char *const INTRO =
     "Runs a Tandem decoder: registers with the router, reserves KV pages for the\n"
     "requests it is given (admission control), receives their prompt KV from\n"
     "prefillers over the TransferEngine (UCX), and decodes all running requests\n"
-    "together, one token per step (continuous batching), streaming tokens back.";
+    "together, one token per step (continuous batching), streaming tokens back.\n"
+    "Serves GET /metrics and /healthz on --metrics-port. SIGTERM drains: no new\n"
+    "requests, the running ones finish, then it deregisters and exits 0; a\n"
+    "second SIGTERM/SIGINT stops at once.";
 
 static void send_error(decoder_ctx *ctx, const char *request_id, int code, const char *msg)
 {
     tn_log(WHO, "request %s refused: %s", request_id, msg);
+    ctx->wm.decode_requests[code == TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL ? OUTCOME_ERROR
+                                                                                : OUTCOME_CLIENT_ERROR]++;
     Tandem__V1__Error e = TANDEM__V1__ERROR__INIT;
     e.code = code;
     e.message = (char *)msg;
@@ -122,6 +127,8 @@ static void on_cancel(decoder_ctx *ctx, const Tandem__V1__Cancel *c)
     sched_seq *q = sched_find(&ctx->s, c->request_id);
     if (!q)
         return;
+    if (!q->cancelled)
+        ctx->wm.decode_requests[OUTCOME_CANCELLED]++;
     if (q->state == SEQ_RESERVED && !q->kv_arrived && !c->release_kv) {
         /* A prefiller may still be writing into its pages: freed on the
          * transfer's notice, or after orphan_release_ms if none comes. */
@@ -188,9 +195,11 @@ static void on_transfer_peer(decoder_ctx *ctx, const Tandem__V1__TransferPeer *p
 
 static void handle_notices(decoder_ctx *ctx)
 {
-    uint64_t key;
+    uint64_t key, bytes;
     int complete;
-    while (kv_receiver_next(ctx->recv, &key, &complete)) {
+    while (kv_receiver_next(ctx->recv, &key, &complete, &bytes)) {
+        ctx->wm.kv_transfers[complete ? OUTCOME_OK : OUTCOME_CANCELLED]++;
+        ctx->wm.kv_transfer_bytes += bytes;
         char id[24];
         snprintf(id, sizeof id, "%016llx", (unsigned long long)key);
         sched_seq *q = sched_find(&ctx->s, id);
@@ -208,6 +217,17 @@ static void handle_notices(decoder_ctx *ctx)
     }
 }
 
+/* Hands the current numbers to the HTTP server (and marks progress). */
+static void publish(decoder_ctx *ctx)
+{
+    ctx->wm.decode_batch_size = (uint32_t)sched_running(&ctx->s);
+    ctx->wm.decode_waiting = (uint32_t)sched_waiting(&ctx->s);
+    ctx->wm.kv_blocks_total = (uint32_t)ctx->s.n_pages;
+    ctx->wm.kv_blocks_used = (uint32_t)(ctx->s.n_pages - sched_pages_available(&ctx->s));
+    ctx->wm.draining = ctx->draining;
+    worker_http_publish(ctx->http, &ctx->wm, ctx->link.registered);
+}
+
 static void send_heartbeat(decoder_ctx *ctx, uint64_t now)
 {
     double secs = (double)(now - ctx->window_start_ms) / 1000.0;
@@ -221,6 +241,10 @@ static void send_heartbeat(decoder_ctx *ctx, uint64_t now)
     Tandem__V1__Heartbeat hb = TANDEM__V1__HEARTBEAT__INIT;
     hb.load_case = TANDEM__V1__HEARTBEAT__LOAD_DECODER;
     hb.decoder = &load;
+    hb.draining = ctx->draining;
+    publish(ctx);
+    worker_metrics_wire wire;
+    hb.metrics = worker_metrics_to_wire(&ctx->wm, &wire);
     Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
     m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_HEARTBEAT;
     m.heartbeat = &hb;
@@ -254,16 +278,38 @@ static void report_group_failure(decoder_ctx *ctx)
     ctx->stop = 1;
 }
 
-/* Every rank learns whether any rank has sequences to step and whether any
- * is stopping. Returns 0, or -1 when the group failed. */
+/* Drain: the router hears it with this heartbeat and places nothing new
+ * here; running and admitted sequences finish, then the decoder
+ * deregisters. */
+static void begin_drain(decoder_ctx *ctx)
+{
+    ctx->draining = 1;
+    link_begin_drain(&ctx->link);
+    if (ctx->link.registered)
+        send_heartbeat(ctx, tn_now_ms());
+}
+
+/* Every rank learns whether any rank has sequences to step, whether any is
+ * stopping, whether any drains (a DP group is one replica: it leaves as a
+ * whole, so every rank drains), and whether every rank has left (the ranks
+ * that have keep stepping with the others until then). Returns 0, or -1
+ * when the group failed. */
 static int group_agree(decoder_ctx *ctx)
 {
-    float v[2] = {sched_running(&ctx->s) > 0 ? 1.0f : 0.0f, ctx->stop ? 1.0f : 0.0f};
-    if (comm_all_reduce_sum(ctx->group.world, v, 2) != KN_OK)
+    float v[4] = {sched_running(&ctx->s) > 0 ? 1.0f : 0.0f, ctx->stop ? 1.0f : 0.0f,
+                  ctx->draining ? 1.0f : 0.0f, ctx->left ? 0.0f : 1.0f};
+    if (comm_all_reduce_sum(ctx->group.world, v, 4) != KN_OK)
         return -1;
     ctx->group_step = v[0] > 0;
     if (v[1] > 0)
         ctx->stop = 1;
+    if (v[2] > 0 && !ctx->draining) {
+        tn_log(WHO, "another rank of the group drains: draining (%d sequences to finish)",
+               ctx->s.n_seqs);
+        begin_drain(ctx);
+    }
+    if (v[3] == 0)
+        ctx->stop = 1; /* every rank drained and deregistered */
     return 0;
 }
 
@@ -278,19 +324,26 @@ static void run(decoder_ctx *ctx)
                                                                      : link_next_due_ms(&ctx->link, now);
         if (timeout > 100)
             timeout = 100; /* UCX progresses only when asked (handle_notices) */
-        if (grouped && timeout > 20)
-            timeout = 20;  /* the group waits for its slowest rank at every step */
+        if ((grouped || ctx->draining) && timeout > 20)
+            timeout = 20;  /* the group waits for its slowest rank at every step; a drain
+                              waits for its deregistration's answer */
         zmq_pollitem_t items[2] = {{ctx->link.sock, 0, ZMQ_POLLIN, 0},
                                    {NULL, ctx->sig_fd, ZMQ_POLLIN, 0}};
         if (zmq_poll(items, 2, timeout) < 0 && errno != EINTR)
             tn_log(WHO, "zmq_poll failed: %s", zmq_strerror(errno));
         if (items[1].revents) {
             struct signalfd_siginfo si;
-            if (read(ctx->sig_fd, &si, sizeof si) == (ssize_t)sizeof si)
-                tn_log(WHO, "signal %u: shutting down", si.ssi_signo);
-            ctx->stop = 1;
-            if (!grouped)
-                break;
+            unsigned sig = read(ctx->sig_fd, &si, sizeof si) == (ssize_t)sizeof si ? si.ssi_signo : 0;
+            if (ctx->draining) {
+                tn_log(WHO, "signal %u: stopping now", sig);
+                ctx->stop = 1;
+                if (!grouped)
+                    break;
+            } else {
+                tn_log(WHO, "signal %u: draining (%d sequences to finish; again to stop now)", sig,
+                       ctx->s.n_seqs);
+                begin_drain(ctx);
+            }
         }
         Tandem__V1__WorkerMessage *m;
         while (link_recv(&ctx->link, &m)) {
@@ -330,8 +383,13 @@ static void run(decoder_ctx *ctx)
         handle_notices(ctx);
         now = tn_now_ms();
         release_orphans(ctx, now);
-        if (link_tick(&ctx->link, now))
+        if (ctx->link.drain != LINK_LEFT && link_tick(&ctx->link, now))
             send_heartbeat(ctx, now);
+        if (ctx->draining && !ctx->left && link_drain_step(&ctx->link, ctx->s.n_seqs == 0, now)) {
+            ctx->left = 1;
+            if (!grouped)
+                break;
+        }
         if (grouped) {
             if (group_agree(ctx) != 0) {
                 report_group_failure(ctx);
@@ -351,11 +409,13 @@ static void run(decoder_ctx *ctx)
         while ((n = sched_admit_waiting(&ctx->s, admitted, 64)) > 0)
             for (int i = 0; i < n; i++)
                 send_kv_ready(ctx, admitted[i]);
+        publish(ctx);
     }
 }
 
 static void ctx_free(decoder_ctx *ctx)
 {
+    worker_http_stop(ctx->http);
     link_close(&ctx->link);
     if (ctx->recv)
         kv_receiver_close(ctx->recv);
@@ -388,6 +448,8 @@ int main(int argc, char **argv)
     c->kv_pages = 1024;
     c->max_batch = 64;
     c->orphan_release_ms = 60000;
+    snprintf(c->metrics_host, sizeof c->metrics_host, "127.0.0.1");
+    c->wedged_after_s = 60;
     c->dp = c->ep = 1;
     c->comm_timeout_ms = COMM_DEFAULT_TIMEOUT_MS;
     const opt_spec specs[] = {
@@ -409,6 +471,14 @@ int main(int argc, char **argv)
         {"orphan-release-ms", OPT_INT, &c->orphan_release_ms, 0,
          "free a cancelled reservation whose KV transfer never reports after this long "
          "(keep it above the prefillers' --transfer-timeout-ms)"},
+        {"metrics-host", OPT_STR, c->metrics_host, sizeof c->metrics_host,
+         "IPv4 address /metrics and /healthz bind (0.0.0.0 in a pod)"},
+        {"metrics-port", OPT_INT, &c->metrics_port, 0,
+         "port of /metrics and /healthz (0: any free port, logged and in --port-file; -1: none)"},
+        {"port-file", OPT_STR, c->port_file, sizeof c->port_file,
+         "write metrics_port=N here once serving"},
+        {"wedged-after-s", OPT_DOUBLE, &c->wedged_after_s, 0,
+         "/healthz answers 500 when the main loop made no progress this long"},
         {"dp", OPT_INT, &c->dp, 0,
          "data-parallel ranks, each a decoder with its own requests and KV cache that "
          "registers as WORKER-ID-dpR (forked, or see --rank)"},
@@ -431,9 +501,12 @@ int main(int argc, char **argv)
     }
     if (prc != OPTS_OK || !c->model_dir[0] || c->page_size <= 0 || c->kv_pages <= 0 ||
         c->max_batch <= 0 || c->orphan_release_ms <= 0 || c->dp < 1 || c->ep < 1 ||
-        c->world < 0 || c->comm_timeout_ms < 1) {
+        c->world < 0 || c->comm_timeout_ms < 1 || c->metrics_port < -1 ||
+        c->metrics_port > 65535 || !(c->wedged_after_s > 0)) {
         fprintf(stderr, "tandem-decoder: %s\n",
-                prc != OPTS_OK ? err : "--model is required and sizes must be positive");
+                prc != OPTS_OK ? err
+                               : "--model is required, sizes must be positive and --metrics-port "
+                                 "in -1..65535");
         free(ctx);
         return 2;
     }
@@ -465,6 +538,7 @@ int main(int argc, char **argv)
         }
     }
     ctx->sig_fd = tn_signalfd_open();
+    worker_metrics_init(&ctx->wm, WM_DECODE);
     int rc = 1;
     if (ctx->sig_fd < 0 || kn_backend_init_cpu(&ctx->be) != KN_OK) {
         fprintf(stderr, "tandem-decoder: cannot set up signals or the CPU backend\n");
@@ -528,12 +602,19 @@ int main(int argc, char **argv)
         fprintf(stderr, "tandem-decoder: %s\n", err);
         goto out;
     }
+    if (worker_http_serve(c->metrics_host, c->metrics_port, c->port_file, "decoder",
+                          c->worker_id, c->wedged_after_s, &ctx->wm, &ctx->http, err,
+                          sizeof err) != 0) {
+        fprintf(stderr, "tandem-decoder: %s\n", err);
+        goto out;
+    }
     ctx->window_start_ms = tn_now_ms();
     tn_log(WHO, "%s: model %s (%s), %d KV pages of %d tokens, batch %d, DP %d EP %d, "
            "router %s (pid %d)", c->worker_id, c->model_name, ctx->mc->model_type,
            c->kv_pages, c->page_size, c->max_batch, c->dp, c->ep, c->router, (int)getpid());
     run(ctx);
     rc = ctx->group_failed ? 1 : 0;
+    tn_log(WHO, "%s: stopped", c->worker_id);
 out:
     /* the model borrows the group's communicators: free it first */
     tm_model_free(ctx->model);

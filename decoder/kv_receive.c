@@ -23,6 +23,7 @@ typedef struct pending_notice {
     uint64_t request_id;
     uint64_t group_key;    /* engine id of the group's rank 0 */
     int seen, ok;
+    uint64_t bytes;        /* the ranks' bytes so far */
 } pending_notice;
 
 struct kv_receiver {
@@ -214,7 +215,7 @@ static int sender_group(const kv_receiver *r, uint64_t engine_id, uint64_t *key)
 /* Counts a TP rank's notice; returns 1 with the request's combined notice
  * once every rank of its group has sent one. */
 static int combine(kv_receiver *r, const te_notice *n, int size, uint64_t key,
-                   uint64_t *request_id, int *complete)
+                   uint64_t *request_id, int *complete, uint64_t *bytes)
 {
     pending_notice *p = NULL;
     for (int i = 0; i < r->n_pending; i++)
@@ -227,25 +228,28 @@ static int combine(kv_receiver *r, const te_notice *n, int size, uint64_t key,
             if (!np) {   /* cannot wait for the others: report it failed */
                 *request_id = n->request_id;
                 *complete = 0;
+                *bytes = n->bytes;
                 return 1;
             }
             r->pending = np;
             r->cap_pending = cap;
         }
         p = &r->pending[r->n_pending++];
-        *p = (pending_notice){n->request_id, key, 0, 1};
+        *p = (pending_notice){n->request_id, key, 0, 1, 0};
     }
     p->seen++;
     p->ok = p->ok && n->status == TE_OK;
+    p->bytes += n->bytes;
     if (p->seen < size)
         return 0;
     *request_id = p->request_id;
     *complete = p->ok;
+    *bytes = p->bytes;
     *p = r->pending[--r->n_pending];
     return 1;
 }
 
-int kv_receiver_next(kv_receiver *r, uint64_t *request_id, int *complete)
+int kv_receiver_next(kv_receiver *r, uint64_t *request_id, int *complete, uint64_t *bytes)
 {
     te_engine_progress(r->e);
     te_notice n;
@@ -255,9 +259,10 @@ int kv_receiver_next(kv_receiver *r, uint64_t *request_id, int *complete)
         if (size <= 1) {
             *request_id = n.request_id;
             *complete = n.status == TE_OK;
+            *bytes = n.bytes;
             return 1;
         }
-        if (combine(r, &n, size, key, request_id, complete))
+        if (combine(r, &n, size, key, request_id, complete, bytes))
             return 1;
     }
     return 0;

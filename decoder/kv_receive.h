@@ -24,11 +24,11 @@ int kv_receiver_add_peer(kv_receiver *r, const char *worker_id, const uint8_t *e
                          size_t len, char *err, size_t errlen);
 void kv_receiver_remove_peer(kv_receiver *r, const char *worker_id);
 
-/* Runs the engine's progress; returns 1 with a notice (which request, and
+/* Runs the engine's progress; returns 1 with a notice (which request,
  * whether all its bytes landed: complete = 0 means the sender stopped
- * early and writes no more), 0 when none is pending. A TP group's request
- * gives one notice, once every rank's has arrived (complete only if each
- * rank's was). */
-int kv_receiver_next(kv_receiver *r, uint64_t *request_id, int *complete);
+ * early and writes no more, and how many bytes were written), 0 when none
+ * is pending. A TP group's request gives one notice, once every rank's has
+ * arrived (complete only if each rank's was; bytes summed over the ranks). */
+int kv_receiver_next(kv_receiver *r, uint64_t *request_id, int *complete, uint64_t *bytes);
 
 #endif

@@ -211,3 +211,8 @@ void kv_push_release(kv_pusher *p, kv_push *t)
     t->peer->busy--;
     free(t);
 }
+
+uint64_t kv_push_bytes(const kv_push *t)
+{
+    return t ? te_transfer_bytes(t->t) : 0;
+}

@@ -42,5 +42,7 @@ int kv_push_poll(kv_pusher *p, kv_push *t, int *ok, char *err, size_t errlen);
  * then finishes (not ok) through kv_push_poll. */
 void kv_push_cancel(kv_pusher *p, kv_push *t);
 void kv_push_release(kv_pusher *p, kv_push *t);
+/* Bytes the push moves (all its puts), for tandem_kv_transfer_bytes_total. */
+uint64_t kv_push_bytes(const kv_push *t);
 
 #endif

@@ -20,6 +20,19 @@ void prefill_job_free(prefill_job *job)
     free(job);
 }
 
+void prefiller_count_outcome(prefiller_ctx *ctx, int code)
+{
+    metrics_outcome o;
+    switch (code) {
+    case TANDEM__V1__ERROR_CODE__ERROR_CODE_NONE: o = OUTCOME_OK; break;
+    case TANDEM__V1__ERROR_CODE__ERROR_CODE_CANCELLED: o = OUTCOME_CANCELLED; break;
+    case TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT:
+    case TANDEM__V1__ERROR_CODE__ERROR_CODE_CONTEXT_TOO_LONG: o = OUTCOME_CLIENT_ERROR; break;
+    default: o = OUTCOME_ERROR; break;
+    }
+    ctx->wm.prefill_requests[o]++;
+}
+
 static void report(prefiller_ctx *ctx, const prefill_job *job, int32_t first, uint64_t rng,
                    int transfer, int code, const char *msg, double t_prefill, double t_xfer)
 {
@@ -28,6 +41,7 @@ static void report(prefiller_ctx *ctx, const prefill_job *job, int32_t first, ui
             tn_log(WHO, "rank %d, request %s: %s", ctx->group.rank, job->id, msg);
         return;
     }
+    prefiller_count_outcome(ctx, code);
     Tandem__V1__Error e = TANDEM__V1__ERROR__INIT;
     Tandem__V1__PrefillResult r = TANDEM__V1__PREFILL_RESULT__INIT;
     r.request_id = (char *)job->id;
@@ -148,19 +162,24 @@ void prefiller_group_stop(prefiller_ctx *ctx)
 /* Every rank's push outcome reaches rank 0, which reports the first
  * failure. */
 typedef struct push_outcome {
+    uint64_t bytes;        /* the rank's KV heads, for tandem_kv_transfer_bytes_total */
     int32_t ok;
     char err[252];
 } push_outcome;
 
-static int gather_outcomes(prefiller_ctx *ctx, int *ok, char *err, size_t errlen)
+static int gather_outcomes(prefiller_ctx *ctx, int *ok, uint64_t *bytes, char *err,
+                           size_t errlen)
 {
     if (!in_group(ctx))
         return KN_OK;
-    push_outcome mine = {.ok = *ok}, all[COMM_MAX_WORLD];
+    push_outcome mine = {.bytes = *bytes, .ok = *ok}, all[COMM_MAX_WORLD];
     snprintf(mine.err, sizeof mine.err, "%s", *ok ? "" : err);
     int rc = comm_all_gather(ctx->group.world, &mine, all, sizeof mine);
     if (rc)
         return group_broken(ctx, rc, err, errlen);
+    *bytes = 0;
+    for (int r = 0; r < ctx->group.size; r++)
+        *bytes += all[r].bytes;
     for (int r = 0; r < ctx->group.size; r++) {
         if (!all[r].ok) {
             *ok = 0;
@@ -205,6 +224,11 @@ void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job)
     }
     ctx->tokens_total += (uint64_t)job->n_tokens;
     ctx->window_tokens += (uint64_t)job->n_tokens;
+    /* Tokens and busy time of completed prefills only, so tokens / busy is
+     * the replica's throughput (the autoscaler's measurement). */
+    ctx->wm.prefill_input_tokens += (uint64_t)job->n_tokens;
+    ctx->wm.prefill_busy_s += t1 - t0;
+    histogram_observe(&ctx->wm.prefill_duration, t1 - t0);
     uint64_t rng = kn_rng_seed(job->seed);
     int32_t first = 0;
     /* TP ranks hold identical logits: rank 0 samples and reports */
@@ -225,6 +249,7 @@ void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job)
     /* The decoder's pages get the prompt's KV; it continues from there. */
     kv_push *push = NULL;
     int ok = 0;
+    uint64_t bytes = 0;
     if (kv_push_start(ctx->pusher, job->dest, job->key, pages, job->n_tokens,
                       ctx->cfg.transfer_timeout_ms, &push, err, sizeof err) == 0) {
         int cancel_sent = 0;
@@ -236,11 +261,17 @@ void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job)
                 cancel_sent = 1;
             }
         }
+        bytes = kv_push_bytes(push);
         kv_push_release(ctx->pusher, push);
     }
     /* every rank pushed its KV heads; the request is whole only if all did */
-    gather_outcomes(ctx, &ok, err, sizeof err);
+    gather_outcomes(ctx, &ok, &bytes, err, sizeof err);
     double t2 = tn_now_s();
+    ctx->wm.kv_transfers[ok ? OUTCOME_OK : job->cancelled ? OUTCOME_CANCELLED : OUTCOME_ERROR]++;
+    if (ok) {
+        ctx->wm.kv_transfer_bytes += bytes;
+        histogram_observe(&ctx->wm.kv_transfer_duration, t2 - t1);
+    }
     tm_kv_release_pages(&ctx->kv, pages, n_pages);
     free(pages);
     if (!ok) {

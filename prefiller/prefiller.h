@@ -13,7 +13,9 @@
 #include "kernels/backend.h"
 #include "kernels/sampling.h"
 #include "prefiller/kv_push.h"
+#include "router/worker_http.h"
 #include "router/worker_link.h"
+#include "router/worker_metrics.h"
 
 typedef struct prefiller_config {
     char router[256];          /* the router's worker endpoint */
@@ -26,6 +28,10 @@ typedef struct prefiller_config {
     int transfer_timeout_ms;
     char ucx_tls[128];         /* UCX_TLS for the TransferEngine ("" = environment) */
     char worker_secret_file[512]; /* shared secret of the worker socket ("" = none) */
+    char metrics_host[64];     /* /metrics and /healthz (router/worker_http.h) */
+    int metrics_port;          /* 0: any free port; -1: no HTTP server */
+    char port_file[512];       /* where the bound metrics port is written ("" = nowhere) */
+    double wedged_after_s;     /* liveness fails after this long without progress */
     int tp, ep;                /* TP ranks (attention heads) and EP ranks (experts) */
     int rank, world;           /* orchestrated ranks: this one of world (0 = fork) */
     char comm_name[64];        /* orchestrated ranks' rendezvous name */
@@ -53,7 +59,8 @@ typedef struct prefiller_ctx {
     kv_pusher *pusher;
     worker_link link;
     int sig_fd;
-    int stop;                  /* a signal arrived */
+    int stop;                  /* leave the main loop */
+    int draining;              /* SIGTERM: finish the queue, take nothing new, deregister */
     prefill_job *head, *tail;  /* queued work */
     prefill_job *current;      /* the job being prefilled or pushed */
     int session;               /* link.session the queued jobs came in */
@@ -62,6 +69,8 @@ typedef struct prefiller_ctx {
     uint64_t window_tokens;    /* ... since the last heartbeat */
     uint64_t window_start_ms;
     float *logits;             /* [vocab] */
+    worker_metrics wm;         /* docs/METRICS.md series, sent with heartbeats (rank 0) */
+    worker_http *http;         /* rank 0 only */
     /* TP group: rank 0 talks to the router and hands each job to the other
      * ranks; every rank runs the prompt on its shard and pushes its KV heads */
     rank_group group;
@@ -77,6 +86,9 @@ void prefiller_service(prefiller_ctx *ctx, int timeout_ms);
 void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job);
 
 void prefill_job_free(prefill_job *job);
+
+/* Counts a finished prefill under the outcome its error code stands for. */
+void prefiller_count_outcome(prefiller_ctx *ctx, int error_code);
 
 /* Ranks other than 0 of a TP group: run the jobs rank 0 hands out until it
  * says stop (0) or the group fails (-1). */

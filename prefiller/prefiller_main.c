@@ -22,22 +22,42 @@
 static const char *const INTRO =
     "Runs a Tandem prefiller: registers with the router, prefills prompts on the\n"
     "CPU backend, samples each request's first token and pushes the prompt's KV\n"
-    "cache into the decoder the router chose, over the TransferEngine (UCX).";
+    "cache into the decoder the router chose, over the TransferEngine (UCX).\n"
+    "Serves GET /metrics and /healthz on --metrics-port. SIGTERM drains: no new\n"
+    "work, the queue finishes, then it deregisters and exits 0; a second\n"
+    "SIGTERM/SIGINT stops at once.";
+
+static uint32_t queued_requests(const prefiller_ctx *ctx)
+{
+    uint32_t n = 0;
+    for (prefill_job *j = ctx->head; j; j = j->next)
+        n++;
+    return n + (ctx->current != NULL);
+}
+
+/* Hands the current numbers to the HTTP server (and marks progress). */
+static void publish(prefiller_ctx *ctx)
+{
+    ctx->wm.prefill_queue_depth = queued_requests(ctx);
+    ctx->wm.draining = ctx->draining;
+    worker_http_publish(ctx->http, &ctx->wm, ctx->link.registered);
+}
 
 static void send_heartbeat(prefiller_ctx *ctx, uint64_t now)
 {
     double secs = (double)(now - ctx->window_start_ms) / 1000.0;
     Tandem__V1__PrefillerLoad load = TANDEM__V1__PREFILLER_LOAD__INIT;
     load.queued_input_tokens = ctx->queued_tokens;
-    uint32_t n = 0;
-    for (prefill_job *j = ctx->head; j; j = j->next)
-        n++;
-    load.queued_requests = n + (ctx->current != NULL);
+    load.queued_requests = queued_requests(ctx);
     load.input_tokens_per_s = secs > 0 ? (double)ctx->window_tokens / secs : 0;
     load.input_tokens_total = ctx->tokens_total;
     Tandem__V1__Heartbeat hb = TANDEM__V1__HEARTBEAT__INIT;
     hb.load_case = TANDEM__V1__HEARTBEAT__LOAD_PREFILLER;
     hb.prefiller = &load;
+    hb.draining = ctx->draining;
+    publish(ctx);
+    worker_metrics_wire wire;
+    hb.metrics = worker_metrics_to_wire(&ctx->wm, &wire);
     Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
     m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_HEARTBEAT;
     m.heartbeat = &hb;
@@ -50,6 +70,7 @@ static void send_heartbeat(prefiller_ctx *ctx, uint64_t now)
 static void reject(prefiller_ctx *ctx, const char *id, int code, const char *msg)
 {
     tn_log(WHO, "request %s refused: %s", id, msg);
+    prefiller_count_outcome(ctx, code);
     Tandem__V1__Error e = TANDEM__V1__ERROR__INIT;
     e.code = code;
     e.message = (char *)msg;
@@ -190,11 +211,22 @@ void prefiller_service(prefiller_ctx *ctx, int timeout_ms)
         tn_log(WHO, "zmq_poll failed: %s", zmq_strerror(errno));
     if (items[1].revents) {
         struct signalfd_siginfo si;
-        if (read(ctx->sig_fd, &si, sizeof si) == (ssize_t)sizeof si)
-            tn_log(WHO, "signal %u: shutting down", si.ssi_signo);
-        ctx->stop = 1;
-        if (ctx->current)
-            ctx->current->cancelled = 1;
+        unsigned sig = read(ctx->sig_fd, &si, sizeof si) == (ssize_t)sizeof si ? si.ssi_signo : 0;
+        if (!ctx->draining) {
+            /* Drain: the router hears it with this heartbeat and places
+             * nothing new here; what is queued still runs. */
+            tn_log(WHO, "signal %u: draining (%u requests to finish; again to stop now)", sig,
+                   queued_requests(ctx));
+            ctx->draining = 1;
+            link_begin_drain(&ctx->link);
+            if (ctx->link.registered)
+                send_heartbeat(ctx, tn_now_ms());
+        } else {
+            tn_log(WHO, "signal %u: stopping now", sig);
+            ctx->stop = 1;
+            if (ctx->current)
+                ctx->current->cancelled = 1;
+        }
     }
     Tandem__V1__WorkerMessage *m;
     while (link_recv(&ctx->link, &m)) {
@@ -225,6 +257,7 @@ void prefiller_service(prefiller_ctx *ctx, int timeout_ms)
     now = tn_now_ms();
     if (link_tick(&ctx->link, now))
         send_heartbeat(ctx, now);
+    publish(ctx);
 }
 
 /* A TP group that lost a rank cannot prefill: say so to the router (for
@@ -262,7 +295,9 @@ static void run(prefiller_ctx *ctx)
             report_group_failure(ctx);
             break;
         }
-        prefiller_service(ctx, ctx->head ? 0 : ctx->group.world ? 50 : 1000);
+        prefiller_service(ctx, ctx->head ? 0 : ctx->draining ? 20 : ctx->group.world ? 50 : 1000);
+        if (ctx->draining && link_drain_step(&ctx->link, !ctx->head && !ctx->current, tn_now_ms()))
+            break;
         if (ctx->stop || !ctx->head)
             continue;
         prefill_job *job = ctx->head;
@@ -341,6 +376,7 @@ static int group_endpoint(prefiller_ctx *ctx, uint8_t **out, size_t *out_len, ch
 
 static void ctx_free(prefiller_ctx *ctx)
 {
+    worker_http_stop(ctx->http);
     while (ctx->head) {
         prefill_job *j = ctx->head;
         ctx->head = j->next;
@@ -372,6 +408,8 @@ int main(int argc, char **argv)
     c->max_prompt_tokens = 4096;
     c->chunk_tokens = 512;
     c->transfer_timeout_ms = 30000;
+    snprintf(c->metrics_host, sizeof c->metrics_host, "127.0.0.1");
+    c->wedged_after_s = 60;
     c->tp = c->ep = 1;
     c->comm_timeout_ms = COMM_DEFAULT_TIMEOUT_MS;
     const opt_spec specs[] = {
@@ -394,6 +432,14 @@ int main(int argc, char **argv)
          "connection is then authenticated and encrypted (CURVE)"},
         {"ucx-tls", OPT_STR, c->ucx_tls, sizeof c->ucx_tls,
          "UCX transports for the TransferEngine (\"\": UCX_TLS from the environment)"},
+        {"metrics-host", OPT_STR, c->metrics_host, sizeof c->metrics_host,
+         "IPv4 address /metrics and /healthz bind (0.0.0.0 in a pod)"},
+        {"metrics-port", OPT_INT, &c->metrics_port, 0,
+         "port of /metrics and /healthz (0: any free port, logged and in --port-file; -1: none)"},
+        {"port-file", OPT_STR, c->port_file, sizeof c->port_file,
+         "write metrics_port=N here once serving"},
+        {"wedged-after-s", OPT_DOUBLE, &c->wedged_after_s, 0,
+         "/healthz answers 500 when the main loop made no progress this long"},
         {"tp", OPT_INT, &c->tp, 0,
          "tensor-parallel ranks: attention heads split over them (forked, or see --rank)"},
         {"ep", OPT_INT, &c->ep, 0, "expert-parallel ranks inside the TP group (divides --tp)"},
@@ -415,9 +461,12 @@ int main(int argc, char **argv)
     }
     if (prc != OPTS_OK || !c->model_dir[0] || c->page_size <= 0 || c->max_prompt_tokens <= 0 ||
         c->chunk_tokens <= 0 || c->transfer_timeout_ms <= 0 || c->tp < 1 || c->ep < 1 ||
-        c->world < 0 || c->comm_timeout_ms < 1) {
+        c->world < 0 || c->comm_timeout_ms < 1 || c->metrics_port < -1 ||
+        c->metrics_port > 65535 || !(c->wedged_after_s > 0)) {
         fprintf(stderr, "tandem-prefiller: %s\n",
-                prc != OPTS_OK ? err : "--model is required and sizes must be positive");
+                prc != OPTS_OK ? err
+                               : "--model is required, sizes must be positive and --metrics-port "
+                                 "in -1..65535");
         free(ctx);
         return 2;
     }
@@ -441,6 +490,7 @@ int main(int argc, char **argv)
     }
     /* the group's rank 0 handles the signals and tells the others */
     ctx->sig_fd = rank0 ? tn_signalfd_open() : -2;
+    worker_metrics_init(&ctx->wm, WM_PREFILL);
     int rc = 1;
     uint8_t *endpoint = NULL;
     size_t endpoint_len = 0;
@@ -509,12 +559,19 @@ int main(int argc, char **argv)
         prefiller_group_stop(ctx);
         goto out;
     }
+    if (worker_http_serve(c->metrics_host, c->metrics_port, c->port_file, "prefiller",
+                          c->worker_id, c->wedged_after_s, &ctx->wm, &ctx->http, err,
+                          sizeof err) != 0) {
+        fprintf(stderr, "tandem-prefiller: %s\n", err);
+        goto out;
+    }
     ctx->window_start_ms = tn_now_ms();
     tn_log(WHO, "%s: model %s (%s), %d KV pages of %d tokens, TP %d EP %d, router %s",
            c->worker_id, c->model_name, ctx->mc->model_type, n_pages, c->page_size, c->tp,
            c->ep, c->router);
     run(ctx);
     rc = ctx->group_failed ? 1 : 0;
+    tn_log(WHO, "%s: stopped", c->worker_id);
 out:
     free(endpoint);
     /* the model borrows the group's communicators: free it first */

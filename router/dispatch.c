@@ -77,10 +77,14 @@ static void release_decoder(router_ctx *ctx, router_request *r)
     }
 }
 
+static void unhold(router_ctx *ctx, router_request *r);
+
 void dispatch_finish(router_ctx *ctx, router_request *r, int reason, const api_error *err)
 {
     if (r->finished)
         return;
+    if (r->stage == STAGE_HELD)
+        unhold(ctx, r);
     if (reason != TANDEM__V1__FINISH_REASON__FINISH_REASON_ERROR &&
         reason != TANDEM__V1__FINISH_REASON__FINISH_REASON_CANCELLED)
         request_finish_output(r);
@@ -158,8 +162,11 @@ static void requeue(router_ctx *ctx, router_request *r, int code, const char *fm
         dispatch_finish(ctx, r, TANDEM__V1__FINISH_REASON__FINISH_REASON_LENGTH, NULL);
         return;
     }
-    if (!workers_serve_model(&ctx->workers, r->model, TANDEM__V1__WORKER_ROLE__WORKER_ROLE_DECODER) ||
-        !workers_serve_model(&ctx->workers, r->model, TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER)) {
+    /* Without the router queue (--queue-timeout-ms 0) a request no worker
+     * can take fails at once: say why it needed one. */
+    if (ctx->cfg.queue_timeout_ms <= 0 &&
+        (!workers_serve_model(&ctx->workers, r->model, TANDEM__V1__WORKER_ROLE__WORKER_ROLE_DECODER) ||
+         !workers_serve_model(&ctx->workers, r->model, TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER))) {
         fail(ctx, r, code, "%s, and no other worker serves model '%s'", why, r->model);
         return;
     }
@@ -198,9 +205,84 @@ static int32_t *attempt_prompt(const router_request *r)
     return p;
 }
 
+/* ------------------------------------------------------------ router queue
+ * A request no worker can take right now (none registered for its model,
+ * or every one draining) waits here, in arrival order, for up to
+ * --queue-timeout-ms, instead of failing at once: a worker the autoscaler
+ * started, or a replacement, takes it. */
+
+static void hold(router_ctx *ctx, router_request *r, int missing)
+{
+    r->stage = STAGE_HELD;
+    r->held_for = missing;
+    if (r->held_since <= 0)
+        r->held_since = tn_now_s();
+    r->held_next = NULL;
+    if (ctx->held_tail)
+        ctx->held_tail->held_next = r;
+    else
+        ctx->held_head = r;
+    ctx->held_tail = r;
+    ctx->n_held[missing]++;
+}
+
+static void unhold(router_ctx *ctx, router_request *r)
+{
+    router_request **p = &ctx->held_head, *prev = NULL;
+    while (*p && *p != r) {
+        prev = *p;
+        p = &(*p)->held_next;
+    }
+    if (!*p)
+        return;
+    *p = r->held_next;
+    if (ctx->held_tail == r)
+        ctx->held_tail = prev;
+    r->held_next = NULL;
+    ctx->n_held[r->held_for]--;
+    r->stage = STAGE_NEW;
+}
+
+/* Holds r for what is missing, or fails it when holding is off, the router
+ * is stopping, or it has waited long enough. */
+static void hold_or_fail(router_ctx *ctx, router_request *r, int missing, double waited_s)
+{
+    const char *what = missing == AS_POOL_PREFILL ? "prefiller" : "decoder";
+    if (ctx->cfg.queue_timeout_ms <= 0 || ctx->stopping) {
+        fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_NO_CAPACITY,
+             "no %s is registered for model '%s'", what, r->model);
+    } else if (waited_s * 1000.0 >= ctx->cfg.queue_timeout_ms) {
+        fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_NO_CAPACITY,
+             "no %s for model '%s' became available within %d ms", what, r->model,
+             ctx->cfg.queue_timeout_ms);
+    } else {
+        hold(ctx, r, missing);
+    }
+}
+
+void dispatch_retry_held(router_ctx *ctx)
+{
+    router_request *r = ctx->held_head;
+    ctx->held_head = ctx->held_tail = NULL;
+    for (int i = 0; i < AS_POOL_COUNT; i++)
+        ctx->n_held[i] = 0;
+    while (r) {
+        router_request *next = r->held_next;
+        r->held_next = NULL;
+        r->stage = STAGE_NEW;
+        dispatch_place(ctx, r); /* places it, holds it again (in order) or fails it */
+        r = next;
+    }
+}
+
 void dispatch_place(router_ctx *ctx, router_request *r)
 {
-    router_worker *d = NULL;
+    double waited = r->held_since > 0 ? tn_now_s() - r->held_since : 0;
+    if (ctx->stopping) {
+        fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_NO_CAPACITY, "the router is shutting down");
+        return;
+    }
+    router_worker *d = NULL, *p = NULL;
     /* A request placed again after losing a worker continues from the
      * tokens it already produced: they join the prompt (attempt_prompt) and
      * count against max_tokens. */
@@ -208,8 +290,11 @@ void dispatch_place(router_ctx *ctx, router_request *r)
     place_status st = placement_pick_decoder(&ctx->workers, r->model, prompt_len,
                                              max_tokens, &d);
     if (st == PLACE_NO_WORKER) {
-        fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_NO_CAPACITY,
-             "no decoder is registered for model '%s'", r->model);
+        hold_or_fail(ctx, r, AS_POOL_DECODE, waited);
+        return;
+    }
+    if (st == PLACE_OK && placement_pick_prefiller(&ctx->workers, r->model, &p) != PLACE_OK) {
+        hold_or_fail(ctx, r, AS_POOL_PREFILL, waited);
         return;
     }
     if (st == PLACE_NEVER_FITS) {
@@ -463,6 +548,36 @@ static void on_register(router_ctx *ctx, const char *rid, size_t rid_len,
     introduce(ctx, w, 0);
 }
 
+/* A draining worker that holds nothing asks to leave. It may not know of
+ * assignments still on the wire to it (sent before its drain notice
+ * arrived): the router's accounting does, and while it counts any the
+ * answer is "not yet"; the assignments reach the worker before the answer,
+ * so it finishes them and asks again. */
+static void on_deregister(router_ctx *ctx, router_worker *w)
+{
+    Tandem__V1__DeregisterAck ack = TANDEM__V1__DEREGISTER_ACK__INIT;
+    char reason[128] = "";
+    Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
+    m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_DEREGISTER_ACK;
+    m.deregister_ack = &ack;
+    if (w->in_flight > 0) {
+        snprintf(reason, sizeof reason, "%d requests are still assigned to it", w->in_flight);
+        ack.reason = reason;
+        send_worker(ctx, w->id, &m);
+        return;
+    }
+    ack.accepted = 1;
+    ack.reason = reason;
+    send_worker(ctx, w->id, &m);
+    tn_log(WHO, "worker %s drained and deregistered", w->id);
+    introduce(ctx, w, 1);
+    for (int i = 0; i < ctx->workers.n; i++)
+        if (ctx->workers.w[i] == w) {
+            workers_remove_at(&ctx->workers, i);
+            break;
+        }
+}
+
 void dispatch_worker_message(router_ctx *ctx, const char *rid, size_t rid_len,
                              const Tandem__V1__WorkerMessage *m)
 {
@@ -481,8 +596,18 @@ void dispatch_worker_message(router_ctx *ctx, const char *rid, size_t rid_len,
     w->last_seen_ms = tn_now_ms();
     switch (m->body_case) {
     case TANDEM__V1__WORKER_MESSAGE__BODY_HEARTBEAT:
-        if (m->heartbeat)
-            workers_heartbeat(w, m->heartbeat, w->last_seen_ms);
+        if (m->heartbeat) {
+            int rc = workers_heartbeat(w, m->heartbeat, w->last_seen_ms);
+            if (rc == 1)
+                tn_log(WHO, "worker %s is draining: placing nothing new on it (%d requests left)",
+                       w->id, w->in_flight);
+            else if (rc < 0)
+                tn_log(WHO, "worker %s sent malformed metrics (histogram buckets or outcomes): ignored",
+                       w->id);
+        }
+        break;
+    case TANDEM__V1__WORKER_MESSAGE__BODY_DEREGISTER:
+        on_deregister(ctx, w);
         break;
     case TANDEM__V1__WORKER_MESSAGE__BODY_KV_READY:
         if (m->kv_ready)
@@ -582,6 +707,7 @@ static void worker_lost(router_ctx *ctx, const char *id, const char *role)
 
 void dispatch_expire_workers(router_ctx *ctx, uint64_t now_ms)
 {
+    workers_prune_lost(&ctx->workers, now_ms);
     int i;
     while ((i = workers_next_expired(&ctx->workers, now_ms, (uint64_t)ctx->cfg.worker_timeout_ms)) >= 0) {
         router_worker *w = ctx->workers.w[i];
@@ -592,6 +718,7 @@ void dispatch_expire_workers(router_ctx *ctx, uint64_t now_ms)
         tn_log(WHO, "worker %s missed heartbeats for %d ms: dropping it", id,
                ctx->cfg.worker_timeout_ms);
         introduce(ctx, w, 1);
+        workers_note_lost(&ctx->workers, w, now_ms);
         workers_remove_at(&ctx->workers, i);
         worker_lost(ctx, id, role);
     }

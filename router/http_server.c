@@ -29,6 +29,7 @@
 
 typedef struct http_conn {
     router_ctx *ctx;
+    int metrics_only;       /* arrived on the --metrics-port listener */
     sbuf body;
     int body_too_large;
     int fd;                 /* the client's socket */
@@ -562,21 +563,28 @@ static enum MHD_Result handle_models(http_conn *hc, struct MHD_Connection *c)
     return respond_sb(c, 200, "application/json", &b);
 }
 
+/* Liveness and readiness (docs/METRICS.md): 200 while the router runs;
+ * with ?ready=1, 503 once it is shutting down. Readiness does not wait for
+ * workers: in Kubernetes they reach the router through its Service, which
+ * holds only ready endpoints. The body's "ready" says whether a prefiller
+ * and a decoder serve (registered, not draining). */
 static enum MHD_Result handle_health(http_conn *hc, struct MHD_Connection *c)
 {
     router_ctx *ctx = hc->ctx;
-    int pre = 0, dec = 0;
+    const char *q = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "ready");
+    int want_ready = q && strcmp(q, "0") && strcmp(q, "false");
+    int pre = 0, dec = 0, pre_serving = 0, dec_serving = 0;
     pthread_mutex_lock(&ctx->lock);
-    for (int i = 0; i < ctx->workers.n; i++) {
-        pre += ctx->workers.w[i]->role == TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER;
-        dec += ctx->workers.w[i]->role == TANDEM__V1__WORKER_ROLE__WORKER_ROLE_DECODER;
-    }
+    workers_count(&ctx->workers, TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER, &pre, &pre_serving);
+    workers_count(&ctx->workers, TANDEM__V1__WORKER_ROLE__WORKER_ROLE_DECODER, &dec, &dec_serving);
+    int stopping = ctx->stopping;
     pthread_mutex_unlock(&ctx->lock);
+    int ready = pre_serving && dec_serving && !stopping;
     sbuf b;
     sb_init(&b);
-    sb_printf(&b, "{\"status\":\"ok\",\"ready\":%s,\"prefillers\":%d,\"decoders\":%d}",
-              pre && dec ? "true" : "false", pre, dec);
-    return respond_sb(c, 200, "application/json", &b);
+    sb_printf(&b, "{\"status\":\"%s\",\"ready\":%s,\"prefillers\":%d,\"decoders\":%d}",
+              stopping ? "stopping" : "ok", ready ? "true" : "false", pre, dec);
+    return respond_sb(c, want_ready && stopping ? 503 : 200, "application/json", &b);
 }
 
 static enum MHD_Result handle_metrics(http_conn *hc, struct MHD_Connection *c)
@@ -585,7 +593,7 @@ static enum MHD_Result handle_metrics(http_conn *hc, struct MHD_Connection *c)
     sbuf b;
     sb_init(&b);
     pthread_mutex_lock(&ctx->lock);
-    metrics_render(&b, &ctx->metrics, &ctx->workers);
+    metrics_render(&b, &ctx->metrics, &ctx->workers, &ctx->as_status, ctx->n_held);
     pthread_mutex_unlock(&ctx->lock);
     if (b.oom) {
         sb_free(&b);
@@ -628,19 +636,46 @@ static enum MHD_Result refuse_unauthorized(struct MHD_Connection *c, const api_e
     return rc;
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **con_cls)
+static enum MHD_Result handle_dashboard(http_conn *hc, struct MHD_Connection *c, int state)
 {
-    (void)version;
-    router_ctx *ctx = cls;
+    if (!state) {
+        size_t len = 0;
+        const char *html = dashboard_html(&len);
+        struct MHD_Response *resp =
+            MHD_create_response_from_buffer(len, (void *)html, MHD_RESPMEM_PERSISTENT);
+        if (!resp)
+            return MHD_NO;
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/html; charset=utf-8");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_OK, resp);
+        MHD_destroy_response(resp);
+        return rc;
+    }
+    const char *since = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "since");
+    char *end = NULL;
+    double since_s = since ? strtod(since, &end) : -1;
+    if (!since || end == since || *end || !(since_s >= 0))
+        since_s = -1;
+    sbuf b;
+    sb_init(&b);
+    pthread_mutex_lock(&hc->ctx->lock);
+    dashboard_state_json(hc->ctx, &b, since_s);
+    pthread_mutex_unlock(&hc->ctx->lock);
+    return respond_sb(c, 200, "application/json", &b);
+}
+
+static enum MHD_Result on_request_any(router_ctx *ctx, int metrics_only, struct MHD_Connection *c,
+                                      const char *url, const char *method,
+                                      const char *upload_data, size_t *upload_data_size,
+                                      void **con_cls)
+{
     http_conn *hc = *con_cls;
     if (!hc) {
         hc = calloc(1, sizeof *hc);
         if (!hc)
             return MHD_NO;
         hc->ctx = ctx;
+        hc->metrics_only = metrics_only;
         sb_init(&hc->body);
         sb_init(&hc->pending);
         const union MHD_ConnectionInfo *ci =
@@ -674,11 +709,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     struct {
         const char *path;
         int post;
-    } routes[] = {{"/v1/completions", 1}, {"/v1/chat/completions", 1}, {"/v1/models", 0},
-                  {"/healthz", 0}, {"/metrics", 0}};
+        int on_metrics_port; /* also served by the --metrics-port listener */
+    } routes[] = {{"/v1/completions", 1, 0}, {"/v1/chat/completions", 1, 0},
+                  {"/v1/models", 0, 0},      {"/healthz", 0, 1},
+                  {"/metrics", 0, 1},        {"/dashboard", 0, 1},
+                  {"/dashboard/state", 0, 1}};
     int known = -1;
-    for (int i = 0; i < 5; i++)
-        if (!strcmp(url, routes[i].path))
+    for (int i = 0; i < (int)(sizeof routes / sizeof *routes); i++)
+        if (!strcmp(url, routes[i].path) && (!hc->metrics_only || routes[i].on_metrics_port))
             known = i;
     api_error e;
     if (known < 0) {
@@ -700,9 +738,32 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return handle_models(hc, c);
     case 3:
         return handle_health(hc, c);
-    default:
+    case 4:
         return handle_metrics(hc, c);
+    case 5:
+        return handle_dashboard(hc, c, 0);
+    default:
+        return handle_dashboard(hc, c, 1);
     }
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    (void)version;
+    return on_request_any(cls, 0, c, url, method, upload_data, upload_data_size, con_cls);
+}
+
+/* The --metrics-port listener: the same handlers, only the read-only routes. */
+static enum MHD_Result on_metrics_request(void *cls, struct MHD_Connection *c, const char *url,
+                                          const char *method, const char *version,
+                                          const char *upload_data, size_t *upload_data_size,
+                                          void **con_cls)
+{
+    (void)version;
+    return on_request_any(cls, 1, c, url, method, upload_data, upload_data_size, con_cls);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -752,6 +813,23 @@ int http_start(router_ctx *ctx, char *err, size_t errlen)
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(ctx->httpd, MHD_DAEMON_INFO_BIND_PORT);
     ctx->http_port = di ? di->port : ctx->cfg.http_port;
+    if (ctx->cfg.metrics_port < 0)
+        return 0;
+    /* Prometheus and the dashboard get their own port (deploy/: 9090), so a
+     * scrape never competes with API connections for the connection limit. */
+    addr.sin_port = htons((uint16_t)ctx->cfg.metrics_port);
+    ctx->metrics_httpd = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG, 0, NULL, NULL,
+        on_metrics_request, ctx, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, ctx, MHD_OPTION_CONNECTION_LIMIT, 64u,
+        MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_END);
+    if (!ctx->metrics_httpd) {
+        snprintf(err, errlen, "cannot serve /metrics on %s:%d (port in use?)", ctx->cfg.host,
+                 ctx->cfg.metrics_port);
+        return -1;
+    }
+    di = MHD_get_daemon_info(ctx->metrics_httpd, MHD_DAEMON_INFO_BIND_PORT);
+    ctx->metrics_port = di ? di->port : ctx->cfg.metrics_port;
     return 0;
 }
 
@@ -760,4 +838,7 @@ void http_stop(router_ctx *ctx)
     if (ctx->httpd)
         MHD_stop_daemon(ctx->httpd);
     ctx->httpd = NULL;
+    if (ctx->metrics_httpd)
+        MHD_stop_daemon(ctx->metrics_httpd);
+    ctx->metrics_httpd = NULL;
 }

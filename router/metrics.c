@@ -1,5 +1,6 @@
 #include "router/metrics.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include "proto/tandem.pb-c.h"
 
@@ -8,15 +9,6 @@ static const double TTFT_BOUNDS[] = {0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 static const double ITL_BOUNDS[] = {0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1};
 static const double DURATION_BOUNDS[] = {0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600};
 static const char *const API_NAMES[API_COUNT] = {"openai", "rpc"};
-static const char *const OUTCOME_NAMES[OUTCOME_COUNT] = {
-    "ok", "client_error", "rejected", "cancelled", "timeout", "error"};
-
-static void histogram_init(histogram *h, const double *bounds, int n)
-{
-    memset(h, 0, sizeof *h);
-    h->bounds = bounds;
-    h->n_bounds = n;
-}
 
 void metrics_init(router_metrics *m)
 {
@@ -29,12 +21,7 @@ void metrics_init(router_metrics *m)
 
 void metrics_observe(histogram *h, double seconds)
 {
-    int i = 0;
-    while (i < h->n_bounds && seconds > h->bounds[i])
-        i++;
-    h->counts[i]++;
-    h->sum += seconds;
-    h->count++;
+    histogram_observe(h, seconds);
 }
 
 void metrics_request_done(router_metrics *m, metrics_api api, metrics_outcome outcome)
@@ -56,117 +43,134 @@ metrics_outcome metrics_outcome_for_status(int http_status)
     return http_status < 400 ? OUTCOME_OK : OUTCOME_ERROR;
 }
 
-static void render_histogram(sbuf *b, const char *name, const char *help, const histogram *h)
+static int role_of_pool(int pool)
 {
-    sb_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
-    uint64_t cum = 0;
-    for (int i = 0; i < h->n_bounds; i++) {
-        cum += h->counts[i];
-        sb_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, h->bounds[i], (unsigned long long)cum);
+    return pool == AS_POOL_PREFILL ? TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER
+                                   : TANDEM__V1__WORKER_ROLE__WORKER_ROLE_DECODER;
+}
+
+void metrics_pool_sizes(const worker_registry *w, const autoscale_status *as, int pool,
+                        int *current, int *ready, int *draining)
+{
+    int registered = 0, serving = 0;
+    workers_count(w, role_of_pool(pool), &registered, &serving);
+    *ready = serving;
+    *current = as->enabled && as->evaluated ? as->current[pool] : serving;
+    *draining = as->enabled && as->scaler_draining[pool] >= 0 ? as->scaler_draining[pool]
+                                                               : registered - serving;
+}
+
+static void pool_gauge(sbuf *b, const char *name, const char *help, const int *v)
+{
+    prom_family(b, name, "gauge", help);
+    for (int p = 0; p < AS_POOL_COUNT; p++)
+        sb_printf(b, "%s{pool=\"%s\"} %d\n", name, as_pool_name((as_pool)p), v[p]);
+}
+
+static void render_pools(sbuf *b, const worker_registry *w, const autoscale_status *as)
+{
+    int current[AS_POOL_COUNT], ready[AS_POOL_COUNT], draining[AS_POOL_COUNT];
+    for (int p = 0; p < AS_POOL_COUNT; p++)
+        metrics_pool_sizes(w, as, p, &current[p], &ready[p], &draining[p]);
+    if (as->enabled && as->evaluated) {
+        pool_gauge(b, "tandem_pool_desired_replicas",
+                   "Replicas the autoscale policy wants (what the scaler sets).", as->desired);
+        pool_gauge(b, "tandem_autoscale_formula_replicas",
+                   "The policy formula clamped to [min, max], before windows and cooldowns.",
+                   as->formula);
+        prom_family(b, "tandem_autoscale_demand_tokens_per_second", "gauge",
+                    "Prefill demand the policy used: arriving tokens/s plus backlog / drain time.");
+        prom_sample(b, "tandem_autoscale_demand_tokens_per_second", "", as->demand_tps);
+        prom_family(b, "tandem_autoscale_prefill_tokens_per_second_per_replica", "gauge",
+                    "The policy's online estimate of one prefill replica's throughput.");
+        prom_sample(b, "tandem_autoscale_prefill_tokens_per_second_per_replica", "",
+                    as->tps_per_replica);
+        prom_family(b, "tandem_autoscale_decode_sequences", "gauge",
+                    "Running plus waiting sequences the decode formula used.");
+        prom_sample(b, "tandem_autoscale_decode_sequences", "", (double)as->decode_sequences);
     }
-    cum += h->counts[h->n_bounds];
-    sb_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name,
-              (unsigned long long)cum, name, h->sum, name, (unsigned long long)h->count);
+    pool_gauge(b, "tandem_pool_current_replicas",
+               "Replicas that exist: starting or serving, not draining.", current);
+    pool_gauge(b, "tandem_pool_ready_replicas", "Replicas registered and healthy (not draining).",
+               ready);
+    pool_gauge(b, "tandem_pool_draining_replicas",
+               "Replicas told to leave and still finishing their requests.", draining);
+    if (!as->enabled)
+        return;
+    prom_family(b, "tandem_autoscale_actions_total", "counter",
+                "Scaling actions the policy decided.");
+    for (int p = 0; p < AS_POOL_COUNT; p++)
+        for (int d = 0; d < 2; d++)
+            sb_printf(b, "tandem_autoscale_actions_total{pool=\"%s\",direction=\"%s\"} %llu\n",
+                      as_pool_name((as_pool)p), d ? "down" : "up",
+                      (unsigned long long)as->actions[p][d]);
+    prom_family(b, "tandem_scaler_errors_total", "counter", "Scaler calls that failed.");
+    for (int p = 0; p < AS_POOL_COUNT; p++)
+        sb_printf(b, "tandem_scaler_errors_total{pool=\"%s\",scaler=\"%s\"} %llu\n",
+                  as_pool_name((as_pool)p), as->scaler, (unsigned long long)as->scaler_errors[p]);
 }
 
-static void label_value(sbuf *b, const char *s)
+void metrics_render(sbuf *b, const router_metrics *m, const worker_registry *w,
+                    const autoscale_status *as, const int *held)
 {
-    /* Prometheus label values escape backslash, quote and newline. */
-    for (; *s; s++) {
-        if (*s == '\\' || *s == '"')
-            sb_printf(b, "\\%c", *s);
-        else if (*s == '\n')
-            sb_puts(b, "\\n");
-        else
-            sb_append(b, s, 1);
-    }
-}
-
-static int is_prefiller(const router_worker *w)
-{
-    return w->role == TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER;
-}
-
-static void worker_sample(sbuf *b, const char *name, const router_worker *w, double v)
-{
-    sb_printf(b, "%s{pool=\"%s\",worker=\"", name, is_prefiller(w) ? "prefill" : "decode");
-    label_value(b, w->id);
-    sb_printf(b, "\"} %.9g\n", v);
-}
-
-enum { ROLE_ANY, ROLE_PRE, ROLE_DEC };
-
-typedef struct worker_series {
-    const char *name, *type, *help;
-    int role;
-    int field;
-} worker_series;
-
-static double worker_value(const router_worker *w, int field)
-{
-    double total = w->dload.kv_pages_total ? (double)w->dload.kv_pages_total : (double)w->kv_pages_total;
-    double used = total - w->dload.kv_pages_free;
-    switch (field) {
-    case 0: return 1;
-    case 1: return (double)w->pload.queued_requests;
-    case 2: return (double)w->pload.input_tokens_total;
-    case 3: return (double)w->dload.batch_size;
-    case 4: return (double)w->dload.waiting;
-    case 5: return (double)w->dload.tokens_total;
-    case 6: return used;
-    case 7: return total;
-    case 8: return total > 0 ? used / total : 0;
-    default: return 0;
-    }
-}
-
-void metrics_render(sbuf *b, const router_metrics *m, const worker_registry *w)
-{
-    sb_puts(b, "# HELP tandem_requests_total Requests finished, by API and outcome.\n"
-               "# TYPE tandem_requests_total counter\n");
+    prom_family(b, "tandem_requests_total", "counter", "Requests finished, by API and outcome.");
     for (int a = 0; a < API_COUNT; a++)
         for (int o = 0; o < OUTCOME_COUNT; o++)
             sb_printf(b, "tandem_requests_total{api=\"%s\",outcome=\"%s\"} %llu\n", API_NAMES[a],
-                      OUTCOME_NAMES[o], (unsigned long long)m->requests[a][o]);
-    sb_puts(b, "# HELP tandem_requests_in_flight Requests accepted and not finished.\n"
-               "# TYPE tandem_requests_in_flight gauge\n");
+                      prom_outcome_name((metrics_outcome)o), (unsigned long long)m->requests[a][o]);
+    prom_family(b, "tandem_requests_in_flight", "gauge", "Requests accepted and not finished.");
     for (int a = 0; a < API_COUNT; a++)
         sb_printf(b, "tandem_requests_in_flight{api=\"%s\"} %lld\n", API_NAMES[a],
                   (long long)m->in_flight[a]);
-    sb_printf(b, "# HELP tandem_input_tokens_total Prompt tokens of requests arriving at the router.\n"
-                 "# TYPE tandem_input_tokens_total counter\ntandem_input_tokens_total %llu\n"
-                 "# HELP tandem_output_tokens_total Tokens streamed to clients.\n"
-                 "# TYPE tandem_output_tokens_total counter\ntandem_output_tokens_total %llu\n",
-              (unsigned long long)m->input_tokens, (unsigned long long)m->output_tokens);
-    render_histogram(b, "tandem_time_to_first_token_seconds",
-                     "Request arrival to the first token.", &m->ttft);
-    render_histogram(b, "tandem_inter_token_latency_seconds",
-                     "Gap between consecutive tokens of one request.", &m->itl);
-    render_histogram(b, "tandem_request_duration_seconds", "Request arrival to its last token.",
-                     &m->duration);
-    sb_puts(b, "# HELP tandem_build_info Always 1.\n# TYPE tandem_build_info gauge\n"
-               "tandem_build_info{process=\"router\",version=\"0.1\"} 1\n");
-    static const worker_series series[] = {
-        {"tandem_worker_up", "gauge", "1 while the worker is registered and heartbeating.", ROLE_ANY, 0},
-        {"tandem_prefill_queue_depth", "gauge", "Requests queued at this prefiller (heartbeat).", ROLE_PRE, 1},
-        {"tandem_prefill_input_tokens_total", "counter", "Prompt tokens prefilled (heartbeat).", ROLE_PRE, 2},
-        {"tandem_decode_batch_size", "gauge", "Running sequences (heartbeat).", ROLE_DEC, 3},
-        {"tandem_decode_waiting_sequences", "gauge",
-         "Requests waiting for KV room (admission) at this decoder (heartbeat).", ROLE_DEC, 4},
-        {"tandem_decode_output_tokens_total", "counter", "Tokens generated (heartbeat).", ROLE_DEC, 5},
-        {"tandem_kv_cache_blocks_used", "gauge", "KV pages in use or promised (heartbeat).", ROLE_DEC, 6},
-        {"tandem_kv_cache_blocks_total", "gauge", "KV pages (heartbeat).", ROLE_DEC, 7},
-        {"tandem_kv_cache_occupancy_ratio", "gauge", "Used over total KV pages.", ROLE_DEC, 8},
-    };
-    for (size_t s = 0; s < sizeof series / sizeof *series; s++) {
-        sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", series[s].name, series[s].help, series[s].name,
-                  series[s].type);
-        for (int i = 0; i < w->n; i++) {
-            const router_worker *x = w->w[i];
-            if ((series[s].role == ROLE_PRE && !is_prefiller(x)) ||
-                (series[s].role == ROLE_DEC && is_prefiller(x)))
-                continue;
-            worker_sample(b, series[s].name, x, worker_value(x, series[s].field));
-        }
+    prom_family(b, "tandem_input_tokens_total", "counter",
+                "Prompt tokens of requests arriving at the router.");
+    prom_sample_u64(b, "tandem_input_tokens_total", "", m->input_tokens);
+    prom_family(b, "tandem_output_tokens_total", "counter", "Tokens streamed to clients.");
+    prom_sample_u64(b, "tandem_output_tokens_total", "", m->output_tokens);
+    prom_family(b, "tandem_time_to_first_token_seconds", "histogram",
+                "Request arrival to the first token.");
+    prom_histogram(b, "tandem_time_to_first_token_seconds", "", &m->ttft);
+    prom_family(b, "tandem_inter_token_latency_seconds", "histogram",
+                "Gap between consecutive tokens of one request.");
+    prom_histogram(b, "tandem_inter_token_latency_seconds", "", &m->itl);
+    prom_family(b, "tandem_request_duration_seconds", "histogram",
+                "Request arrival to its last token.");
+    prom_histogram(b, "tandem_request_duration_seconds", "", &m->duration);
+    prom_family(b, "tandem_router_queue_depth", "gauge",
+                "Requests the router holds because no worker of that stage can take them yet.");
+    for (int p = 0; p < AS_POOL_COUNT; p++)
+        sb_printf(b, "tandem_router_queue_depth{stage=\"%s\"} %d\n", as_pool_name((as_pool)p),
+                  held[p]);
+    render_pools(b, w, as);
+    prom_family(b, "tandem_build_info", "gauge", "Always 1.");
+    sb_puts(b, "tandem_build_info{process=\"router\",version=\"0.1\"} 1\n");
+
+    prom_family(b, "tandem_worker_up", "gauge",
+                "1 while the worker is registered; 0 for a while after it missed heartbeats.");
+    for (int i = 0; i < w->n; i++) {
+        const router_worker *x = w->w[i];
+        sb_printf(b, "tandem_worker_up{pool=\"%s\",worker=\"",
+                  x->role == TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER ? "prefill" : "decode");
+        prom_label_value(b, x->id);
+        sb_puts(b, "\"} 1\n");
     }
+    for (int i = 0; i < w->n_lost; i++) {
+        const lost_worker *x = &w->lost[i];
+        sb_printf(b, "tandem_worker_up{pool=\"%s\",worker=\"",
+                  x->role == TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER ? "prefill" : "decode");
+        prom_label_value(b, x->id);
+        sb_puts(b, "\"} 0\n");
+    }
+    /* The cluster view: every worker's own series, as its heartbeat sent them. */
+    worker_metrics_view *v = calloc((size_t)(w->n ? w->n : 1), sizeof *v);
+    if (!v) {
+        b->oom = 1;
+        return;
+    }
+    int n = 0;
+    for (int i = 0; i < w->n; i++)
+        if (w->w[i]->has_metrics)
+            v[n++] = (worker_metrics_view){w->w[i]->id, &w->w[i]->wm};
+    worker_metrics_render(b, v, n, NULL);
+    free(v);
 }

@@ -1,38 +1,21 @@
 /* The router's Prometheus metrics, named and labelled as docs/METRICS.md
  * (the contract the dashboards and alert rules use) specifies: requests by
  * API and outcome, requests in flight, input and output tokens, TTFT,
- * inter-token latency and request duration histograms, worker_up; and, per
- * registered worker (labels pool, worker), the load its heartbeats report:
- * prefill queue depth and input tokens, decode batch size, waiting
- * sequences, output tokens and KV cache occupancy. Rendered in the
+ * inter-token latency and request duration histograms, the router's queue,
+ * worker_up, the pools' replicas (desired, current, ready, draining) and the
+ * autoscale policy's numbers; and the cluster view: every registered
+ * worker's own series as its last heartbeat carried them
+ * (router/worker_metrics.h), labelled pool and worker. Rendered in the
  * Prometheus text format (0.0.4) for GET /metrics. */
 #ifndef TANDEM_ROUTER_METRICS_H
 #define TANDEM_ROUTER_METRICS_H
 #include <stdint.h>
+#include "router/autoscaler.h"
+#include "router/prom.h"
 #include "router/sbuf.h"
 #include "router/workers.h"
 
-#define METRICS_MAX_BUCKETS 12
-
 typedef enum { API_OPENAI = 0, API_RPC = 1, API_COUNT = 2 } metrics_api;
-
-typedef enum {
-    OUTCOME_OK = 0,
-    OUTCOME_CLIENT_ERROR,  /* 4xx: bad request, prompt too long, unknown model */
-    OUTCOME_REJECTED,      /* no capacity: 429 / 503 */
-    OUTCOME_CANCELLED,     /* the client went away or cancelled */
-    OUTCOME_TIMEOUT,
-    OUTCOME_ERROR,         /* server-side failure */
-    OUTCOME_COUNT,
-} metrics_outcome;
-
-typedef struct histogram {
-    const double *bounds;
-    int n_bounds;
-    uint64_t counts[METRICS_MAX_BUCKETS + 1]; /* last: +Inf */
-    double sum;
-    uint64_t count;
-} histogram;
 
 typedef struct router_metrics {
     uint64_t requests[API_COUNT][OUTCOME_COUNT]; /* finished */
@@ -48,6 +31,16 @@ void metrics_observe(histogram *h, double seconds);
 void metrics_request_done(router_metrics *m, metrics_api api, metrics_outcome outcome);
 /* The outcome a failed request's HTTP status stands for. */
 metrics_outcome metrics_outcome_for_status(int http_status);
-void metrics_render(sbuf *b, const router_metrics *m, const worker_registry *w);
+
+/* Pool sizes as the metrics and the dashboard report them: current (the
+ * autoscaler's count once it ran, else serving workers), ready (registered
+ * and not draining), draining (the local scaler's count of workers told to
+ * leave, else registered draining workers). */
+void metrics_pool_sizes(const worker_registry *w, const autoscale_status *as, int pool,
+                        int *current, int *ready, int *draining);
+
+/* held: requests the router holds, per missing pool (AS_POOL_*). */
+void metrics_render(sbuf *b, const router_metrics *m, const worker_registry *w,
+                    const autoscale_status *as, const int *held);
 
 #endif

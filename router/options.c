@@ -88,8 +88,19 @@ static char *trim(char *s)
     return s;
 }
 
-static int load_config_file(const opt_spec *specs, int n, const char *path,
-                            char *err, size_t errlen)
+/* Hands name = value to the extra setter; where says where it came from. */
+static int set_extra(opts_extra_setter extra, void *ctx, const char *name, const char *value,
+                     const char *where, char *err, size_t errlen)
+{
+    char why[400] = "";
+    int rc = extra ? extra(ctx, name, value, why, sizeof why) : 1;
+    if (rc < 0)
+        snprintf(err, errlen, "%s: %s", where, why);
+    return rc;
+}
+
+static int load_config_file(const opt_spec *specs, int n, opts_extra_setter extra,
+                            void *extra_ctx, const char *path, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "r");
     if (!f) {
@@ -122,6 +133,15 @@ static int load_config_file(const opt_spec *specs, int n, const char *path,
         *eq = '\0';
         char *key = trim(t), *val = trim(eq + 1);
         const opt_spec *s = find_spec(specs, n, key, strlen(key));
+        if (!s && strcmp(key, "config")) {
+            int x = set_extra(extra, extra_ctx, key, val, where, err, errlen);
+            if (x == 0)
+                continue;
+            if (x < 0) {
+                rc = OPTS_ERROR;
+                break;
+            }
+        }
         if (!s || !strcmp(key, "config")) {
             snprintf(err, errlen, "%s: unknown setting '%s'", where, key);
             rc = OPTS_ERROR;
@@ -157,6 +177,12 @@ static int next_flag(int argc, char **argv, int *i, const char **name,
 int opts_parse(const opt_spec *specs, int n_specs, int argc, char **argv,
                char *err, size_t errlen)
 {
+    return opts_parse_with(specs, n_specs, NULL, NULL, argc, argv, err, errlen);
+}
+
+int opts_parse_with(const opt_spec *specs, int n_specs, opts_extra_setter extra, void *extra_ctx,
+                    int argc, char **argv, char *err, size_t errlen)
+{
     /* --help wins over everything, and the config file is applied before
      * the other flags so that flags override it. */
     for (int i = 1; i < argc; i++)
@@ -173,7 +199,7 @@ int opts_parse(const opt_spec *specs, int n_specs, int argc, char **argv,
         } else if (!strncmp(argv[i], "--config=", 9)) {
             path = argv[i] + 9;
         }
-        if (path && load_config_file(specs, n_specs, path, err, errlen) != OPTS_OK)
+        if (path && load_config_file(specs, n_specs, extra, extra_ctx, path, err, errlen) != OPTS_OK)
             return OPTS_ERROR;
     }
     for (int i = 1; i < argc; i++) {
@@ -187,7 +213,43 @@ int opts_parse(const opt_spec *specs, int n_specs, int argc, char **argv,
             continue;
         }
         const opt_spec *s = find_spec(specs, n_specs, name, name_len);
+        if (!s && extra) {
+            char key[128], where[160];
+            if (name_len >= sizeof key) {
+                snprintf(err, errlen, "unknown flag '--%.*s' (see --help)", (int)name_len, name);
+                return OPTS_ERROR;
+            }
+            memcpy(key, name, name_len);
+            key[name_len] = '\0';
+            if (!value) {
+                if (i + 1 >= argc) {
+                    /* Ask the setter whether the name exists before saying
+                     * it lacks a value. */
+                    char why[8];
+                    if (extra(extra_ctx, key, NULL, why, sizeof why) == 1)
+                        goto unknown;
+                    snprintf(err, errlen, "--%s needs a value", key);
+                    return OPTS_ERROR;
+                }
+                value = argv[i + 1];
+                snprintf(where, sizeof where, "flag --%s", key);
+                int x = set_extra(extra, extra_ctx, key, value, where, err, errlen);
+                if (x == 1)
+                    goto unknown;
+                if (x < 0)
+                    return OPTS_ERROR;
+                i++;
+                continue;
+            }
+            snprintf(where, sizeof where, "flag --%s", key);
+            int x = set_extra(extra, extra_ctx, key, value, where, err, errlen);
+            if (x == 0)
+                continue;
+            if (x < 0)
+                return OPTS_ERROR;
+        }
         if (!s) {
+        unknown:
             snprintf(err, errlen, "unknown flag '--%.*s' (see --help)", (int)name_len, name);
             return OPTS_ERROR;
         }

@@ -30,6 +30,18 @@ enum { OPTS_OK = 0, OPTS_HELP = 1, OPTS_ERROR = -1 };
 int opts_parse(const opt_spec *specs, int n_specs, int argc, char **argv,
                char *err, size_t errlen);
 
+/* Settings kept outside the table (the autoscale policy's flags): called
+ * with a name the table does not know; returns 0 when it set it, 1 when it
+ * does not know the name either, -1 for a bad value (reason in err). */
+typedef int (*opts_extra_setter)(void *ctx, const char *name, const char *value, char *err,
+                                 size_t errlen);
+
+/* opts_parse, where names missing from specs (on the command line and in
+ * the config file) go to extra before they are reported unknown. Extra
+ * flags always take a value. */
+int opts_parse_with(const opt_spec *specs, int n_specs, opts_extra_setter extra, void *extra_ctx,
+                    int argc, char **argv, char *err, size_t errlen);
+
 /* Prints "usage: PROG [flags]", the intro paragraph and every flag with its
  * help and its current (default) value. */
 void opts_print_help(FILE *out, const char *prog, const char *intro,

@@ -10,7 +10,8 @@ place_status placement_pick_prefiller(const worker_registry *r, const char *mode
     router_worker *best = NULL;
     for (int i = 0; i < r->n; i++) {
         router_worker *w = r->w[i];
-        if (w->role != TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER || strcmp(w->model, model))
+        if (w->role != TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER || strcmp(w->model, model) ||
+            w->draining)
             continue;
         if (!best || w->assigned_input_tokens < best->assigned_input_tokens ||
             (w->assigned_input_tokens == best->assigned_input_tokens &&
@@ -28,7 +29,8 @@ place_status placement_pick_decoder(const worker_registry *r, const char *model,
     int any = 0;
     for (int i = 0; i < r->n; i++) {
         router_worker *w = r->w[i];
-        if (w->role != TANDEM__V1__WORKER_ROLE__WORKER_ROLE_DECODER || strcmp(w->model, model))
+        if (w->role != TANDEM__V1__WORKER_ROLE__WORKER_ROLE_DECODER || strcmp(w->model, model) ||
+            w->draining)
             continue;
         any = 1;
         int need = sched_pages_needed(prompt_len, max_tokens, w->page_size);

@@ -7,14 +7,15 @@
  * has room now, the one with the most room, where the request waits for
  * admission. Both use the router's own accounting (router_worker.in_flight,
  * assigned_input_tokens, pages_committed), which is exact for this router and
- * never stale, unlike heartbeats. */
+ * never stale, unlike heartbeats. A draining worker (SIGTERM: it finishes
+ * what it holds, then deregisters) is never picked. */
 #ifndef TANDEM_ROUTER_PLACEMENT_H
 #define TANDEM_ROUTER_PLACEMENT_H
 #include "router/workers.h"
 
 typedef enum {
     PLACE_OK = 0,
-    PLACE_NO_WORKER = 1,   /* no worker of that role serves the model */
+    PLACE_NO_WORKER = 1,   /* no worker of that role serves the model (or all drain) */
     PLACE_NEVER_FITS = 2,  /* larger than every decoder's whole KV cache */
 } place_status;
 

@@ -19,6 +19,8 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include "router/autoscaler.h"
 #include "router/metrics.h"
 #include "router/openai_api.h"
 #include "router/sbuf.h"
@@ -42,6 +44,9 @@ typedef struct router_config {
     int max_active_requests;   /* beyond this, HTTP 429 / RPC NO_CAPACITY */
     char api_key_file[512];    /* "" = the APIs are open (docs/SECURITY.md) */
     char worker_secret_file[512]; /* "" = workers register unauthenticated */
+    int metrics_port;          /* -1: /metrics only on the HTTP port; else also here (0: any) */
+    int queue_timeout_ms;      /* hold requests no worker can take for this long; 0: refuse at once */
+    autoscaler_config as;      /* --scaler, --autoscale-*, --scaler-* */
 } router_config;
 
 typedef enum { ORIGIN_HTTP = 0, ORIGIN_RPC = 1 } req_origin;
@@ -52,6 +57,7 @@ typedef enum {
     STAGE_PREFILLING = 2, /* PrefillAssignment sent, waiting for PrefillResult */
     STAGE_DECODING = 3,   /* StartDecode sent, tokens streaming */
     STAGE_DONE = 4,
+    STAGE_HELD = 5,       /* no prefiller or decoder can take it yet (router queue) */
 } req_stage;
 
 typedef struct router_request {
@@ -120,6 +126,11 @@ typedef struct router_request {
     int refs;
     int notify_fd;                 /* eventfd the connection thread waits on */
     int cancel_queued;
+
+    /* Held by the router (STAGE_HELD, core thread only). */
+    struct router_request *held_next;
+    double held_since;
+    int held_for;                  /* AS_POOL_PREFILL or AS_POOL_DECODE: what is missing */
 } router_request;
 
 #define ROUTER_HASH_BUCKETS 4096
@@ -142,6 +153,10 @@ typedef struct router_ctx {
     void *zap;
     int api_key_set;
     unsigned char api_key_hash[32];
+    struct MHD_Daemon *metrics_httpd; /* --metrics-port: /metrics, /healthz, /dashboard */
+    int metrics_port;
+    double t_start;                /* monotonic start time (the dashboard's zero) */
+    int stopping;                  /* shutting down: place nothing new */
 
     worker_registry workers;
     router_request *table[ROUTER_HASH_BUCKETS];
@@ -151,7 +166,22 @@ typedef struct router_ctx {
     router_request *submit_head, *submit_tail;
     router_request *cancel_head, *cancel_tail;
     router_metrics metrics;
+    /* Requests held because no worker can take them yet (FIFO). */
+    router_request *held_head, *held_tail;
+    int n_held[AS_POOL_COUNT];
+    struct autoscaler *autoscaler;
+    autoscale_status as_status;    /* published by the autoscale loop */
 } router_ctx;
+
+/* ---- router_options.c: flags and config file (docs/API.md "Configuration") */
+
+void router_config_default(router_config *c);
+/* Parses argv and the --config file it names into c (holding defaults).
+ * Returns OPTS_OK, OPTS_HELP or OPTS_ERROR (router/options.h) with a reason. */
+int router_config_parse(router_config *c, int argc, char **argv, char *err, size_t errlen);
+void router_config_print_help(FILE *out, router_config *c, const char *intro);
+/* Ranges and combinations (ports, limits, scaler settings, the policy). */
+int router_config_validate(const router_config *c, char *err, size_t errlen);
 
 /* ---- requests.c */
 
@@ -212,6 +242,9 @@ void dispatch_fail_all(router_ctx *ctx, const char *why);
 /* Moves HTTP submissions into the table (placing each) and handles the
  * queued cancellations. */
 void dispatch_process_queues(router_ctx *ctx);
+/* Places held requests that a worker can take now, in arrival order, and
+ * fails those held longer than --queue-timeout-ms. */
+void dispatch_retry_held(router_ctx *ctx);
 
 /* ---- rpc_server.c (core thread, lock held) */
 
@@ -220,6 +253,15 @@ void rpc_handle_message(router_ctx *ctx, const uint8_t *rid, size_t rid_len,
 /* Sends tokens appended since the last call (streaming clients) and, once
  * finished, the final chunk. */
 void rpc_deliver(router_ctx *ctx, router_request *r);
+
+/* ---- dashboard.c (lock held) */
+
+/* The JSON behind /dashboard: pools, workers, the autoscaler's state, and
+ * its history points and decisions newer than since_s (seconds since the
+ * router started; negative: all). */
+void dashboard_state_json(router_ctx *ctx, sbuf *b, double since_s);
+/* The self-contained page (HTML + inline JS), embedded at build time. */
+const char *dashboard_html(size_t *len);
 
 /* ---- http_server.c */
 

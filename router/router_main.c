@@ -20,10 +20,12 @@
 
 static const char *const INTRO =
     "Runs the Tandem router: the OpenAI-compatible HTTP API (/v1/completions,\n"
-    "/v1/chat/completions, /v1/models, /healthz, /metrics), the protobuf RPC API,\n"
-    "and the socket prefillers and decoders register on. Ports given as 0 are\n"
-    "chosen by the system; --port-file records the ports actually bound\n"
-    "(http_port=N, worker_port=N, rpc_port=N).";
+    "/v1/chat/completions, /v1/models, /healthz, /metrics, /dashboard), the\n"
+    "protobuf RPC API, the socket prefillers and decoders register on, and the\n"
+    "autoscaler (--scaler; docs/AUTOSCALING.md). Ports given as 0 are chosen by\n"
+    "the system; --port-file records the ports actually bound (http_port=N,\n"
+    "worker_port=N, rpc_port=N, metrics_port=N). SIGTERM/SIGINT: stop (the\n"
+    "local scaler first drains its workers); a second one: stop at once.";
 
 /* Loads the API key and the worker secret when configured: CURVE on the
  * sockets (before they bind) with the ZAP handler that checks client keys,
@@ -141,8 +143,10 @@ static void drain_clients(router_ctx *ctx)
 static int write_ports(const router_ctx *ctx)
 {
     char text[256];
-    snprintf(text, sizeof text, "http_port=%d\nworker_port=%d\nrpc_port=%d\n", ctx->http_port,
-             ctx->worker_port, ctx->rpc_port);
+    int n = snprintf(text, sizeof text, "http_port=%d\nworker_port=%d\nrpc_port=%d\n",
+                     ctx->http_port, ctx->worker_port, ctx->rpc_port);
+    if (ctx->metrics_httpd && n > 0 && (size_t)n < sizeof text)
+        snprintf(text + n, sizeof text - (size_t)n, "metrics_port=%d\n", ctx->metrics_port);
     if (ctx->cfg.port_file[0] && tn_write_file_atomic(ctx->cfg.port_file, text) != 0) {
         tn_log(WHO, "cannot write %s: %s", ctx->cfg.port_file, strerror(errno));
         return -1;
@@ -150,8 +154,24 @@ static int write_ports(const router_ctx *ctx)
     return 0;
 }
 
+/* First signal: refuse new work, fail what is running, and let the
+ * autoscale loop stop (the local scaler drains its workers while this loop
+ * keeps answering their deregistrations). Returns the time by which to give
+ * up waiting. */
+static double begin_stop(router_ctx *ctx)
+{
+    pthread_mutex_lock(&ctx->lock);
+    ctx->stopping = 1;
+    dispatch_fail_all(ctx, "the router is shutting down");
+    dispatch_retry_held(ctx);
+    pthread_mutex_unlock(&ctx->lock);
+    autoscaler_request_stop(ctx);
+    return tn_now_s() + ctx->cfg.as.local_drain_timeout_s + 5.0;
+}
+
 static void run_loop(router_ctx *ctx, int sig_fd)
 {
+    double stop_deadline = 0, first_signal_s = 0;
     for (;;) {
         zmq_pollitem_t items[5] = {
             {ctx->worker_sock, 0, ZMQ_POLLIN, 0},
@@ -161,15 +181,26 @@ static void run_loop(router_ctx *ctx, int sig_fd)
             {ctx->zap, 0, ZMQ_POLLIN, 0},
         };
         int timeout = ctx->cfg.heartbeat_ms > 0 ? ctx->cfg.heartbeat_ms : 500;
+        if (ctx->held_head && timeout > 100)
+            timeout = 100; /* held requests time out on time */
         if (zmq_poll(items, ctx->zap ? 5 : 4, timeout) < 0 && errno != EINTR) {
             tn_log(WHO, "zmq_poll failed: %s", zmq_strerror(errno));
             return;
         }
         if (items[3].revents) {
             struct signalfd_siginfo si;
-            if (read(sig_fd, &si, sizeof si) == (ssize_t)sizeof si)
-                tn_log(WHO, "signal %u: shutting down", si.ssi_signo);
-            return;
+            unsigned sig = read(sig_fd, &si, sizeof si) == (ssize_t)sizeof si ? si.ssi_signo : 0;
+            /* A second signal stops at once, unless it is the same stop
+             * arriving twice (Ctrl-C reaches a whole process group, and a
+             * wrapper script may forward it as SIGTERM). */
+            if (!ctx->stopping) {
+                tn_log(WHO, "signal %u: shutting down (again to stop at once)", sig);
+                stop_deadline = begin_stop(ctx);
+                first_signal_s = tn_now_s();
+            } else if (tn_now_s() - first_signal_s > 1.0) {
+                tn_log(WHO, "signal %u: stopping now", sig);
+                return;
+            }
         }
         if (items[2].revents)
             tn_wakefd_drain(ctx->wake_fd);
@@ -183,12 +214,20 @@ static void run_loop(router_ctx *ctx, int sig_fd)
         pthread_mutex_lock(&ctx->lock);
         dispatch_process_queues(ctx);
         dispatch_expire_workers(ctx, tn_now_ms());
+        if (ctx->held_head)
+            dispatch_retry_held(ctx);
         pthread_mutex_unlock(&ctx->lock);
+        if (ctx->stopping && (autoscaler_stopped(ctx) || tn_now_s() > stop_deadline)) {
+            if (!autoscaler_stopped(ctx))
+                tn_log(WHO, "workers still draining at the deadline: stopping anyway");
+            return;
+        }
     }
 }
 
 static void ctx_free(router_ctx *ctx)
 {
+    autoscaler_free(ctx);
     http_stop(ctx);
     /* Queues and table are empty after dispatch_fail_all and the HTTP
      * threads ended; free whatever a failed start left. */
@@ -234,63 +273,16 @@ int main(int argc, char **argv)
     }
     ctx->wake_fd = ctx->shutdown_fd = -1;
     router_config *c = &ctx->cfg;
-    snprintf(c->host, sizeof c->host, "127.0.0.1");
-    c->http_port = 8000;
-    c->worker_port = 5555;
-    c->rpc_port = 5556;
-    snprintf(c->tokenizer, sizeof c->tokenizer, "none");
-    c->heartbeat_ms = 500;
-    c->worker_timeout_ms = 5000;
-    c->default_max_tokens = 16;
-    c->chat_default_max_tokens = 256;
-    c->max_body_bytes = 16 << 20;
-    c->max_active_requests = 1024;
-    const opt_spec specs[] = {
-        {"host", OPT_STR, c->host, sizeof c->host, "IPv4 address every socket binds"},
-        {"http-port", OPT_INT, &c->http_port, 0, "HTTP API port (0: any free port)"},
-        {"worker-port", OPT_INT, &c->worker_port, 0, "port workers register on (0: any)"},
-        {"rpc-port", OPT_INT, &c->rpc_port, 0, "RPC API port (0: any)"},
-        {"port-file", OPT_STR, c->port_file, sizeof c->port_file,
-         "write the bound ports to this file"},
-        {"tokenizer", OPT_STR, c->tokenizer, sizeof c->tokenizer,
-         "none (token ids only), bytes (UTF-8 bytes as ids), or a vocabulary: tokenizer.json / o200k_base.tiktoken path; see docs/API.md"},
-        {"heartbeat-ms", OPT_INT, &c->heartbeat_ms, 0, "heartbeat interval workers are told"},
-        {"worker-timeout-ms", OPT_INT, &c->worker_timeout_ms, 0,
-         "drop a worker silent this long, failing its requests"},
-        {"default-max-tokens", OPT_INT, &c->default_max_tokens, 0,
-         "max_tokens of completions that give none"},
-        {"chat-default-max-tokens", OPT_INT, &c->chat_default_max_tokens, 0,
-         "max_tokens of chat completions that give none"},
-        {"max-body-bytes", OPT_INT, &c->max_body_bytes, 0, "largest accepted HTTP body"},
-        {"max-active-requests", OPT_INT, &c->max_active_requests, 0,
-         "requests in flight before HTTP 429"},
-        {"api-key-file", OPT_STR, c->api_key_file, sizeof c->api_key_file,
-         "file with the API key (at least 32 bytes): HTTP /v1/* then needs "
-         "'Authorization: Bearer KEY' and RPC clients the same key (CURVE)"},
-        {"worker-secret-file", OPT_STR, c->worker_secret_file, sizeof c->worker_secret_file,
-         "file with the secret the workers share: only they can connect to the "
-         "worker socket, and its traffic is encrypted (CURVE)"},
-    };
-    const int n_specs = (int)(sizeof specs / sizeof *specs);
+    router_config_default(c);
     char err[512];
-    int prc = opts_parse(specs, n_specs, argc, argv, err, sizeof err);
+    int prc = router_config_parse(c, argc, argv, err, sizeof err);
     if (prc == OPTS_HELP) {
-        opts_print_help(stdout, "tandem-router", INTRO, specs, n_specs);
+        router_config_print_help(stdout, c, INTRO);
         free(ctx);
         return 0;
     }
-    if (prc != OPTS_OK) {
+    if (prc != OPTS_OK || router_config_validate(c, err, sizeof err) != 0) {
         fprintf(stderr, "tandem-router: %s\n", err);
-        free(ctx);
-        return 2;
-    }
-    if (c->heartbeat_ms <= 0 || c->worker_timeout_ms <= c->heartbeat_ms ||
-        c->default_max_tokens <= 0 || c->chat_default_max_tokens <= 0 ||
-        c->max_body_bytes <= 0 || c->max_active_requests <= 0 || c->http_port < 0 ||
-        c->worker_port < 0 || c->rpc_port < 0 || c->http_port > 65535 ||
-        c->worker_port > 65535 || c->rpc_port > 65535) {
-        fprintf(stderr, "tandem-router: ports must be 0..65535, limits positive, and "
-                        "--worker-timeout-ms larger than --heartbeat-ms\n");
         free(ctx);
         return 2;
     }
@@ -305,6 +297,7 @@ int main(int argc, char **argv)
     pthread_mutex_init(&ctx->lock, NULL);
     metrics_init(&ctx->metrics);
     workers_init(&ctx->workers);
+    ctx->t_start = tn_now_s();
     ctx->next_key = tn_random_u64() >> 1;
     ctx->wake_fd = tn_wakefd_open();
     ctx->shutdown_fd = tn_wakefd_open();
@@ -330,6 +323,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "tandem-router: %s\n", err);
         goto out;
     }
+    if (autoscaler_start(ctx, err, sizeof err) != 0) {
+        fprintf(stderr, "tandem-router: %s\n", err);
+        goto out;
+    }
     if (write_ports(ctx) != 0)
         goto out;
     printf("tandem-router: http://%s:%d  workers tcp://%s:%d  rpc tcp://%s:%d  tokenizer %s\n",
@@ -338,7 +335,9 @@ int main(int argc, char **argv)
     fflush(stdout);
     run_loop(ctx, sig_fd);
     pthread_mutex_lock(&ctx->lock);
+    ctx->stopping = 1;
     dispatch_fail_all(ctx, "the router is shutting down");
+    dispatch_retry_held(ctx);
     pthread_mutex_unlock(&ctx->lock);
     tn_wakefd_signal(ctx->shutdown_fd);
     rc = 0;

@@ -362,6 +362,10 @@ int scaler_local_poll(scaler_local *l)
                     fprintf(stderr, "local scaler: %s worker %d (pid %d) exited unexpectedly (%s %d)\n",
                             as_pool_name((as_pool)p), i, (int)s->pid,
                             info.si_code == CLD_EXITED ? "status" : "signal", info.si_status);
+                else
+                    fprintf(stderr, "local scaler: %s worker %d (pid %d) drained and exited (%s %d)\n",
+                            as_pool_name((as_pool)p), i, (int)s->pid,
+                            info.si_code == CLD_EXITED ? "status" : "signal", info.si_status);
                 /* Anything the worker left in its group goes with it. */
                 kill(-s->pid, SIGKILL);
                 while (waitpid(s->pid, NULL, 0) < 0 && errno == EINTR)

@@ -56,7 +56,9 @@ int link_open_auth(worker_link *l, const char *who, const char *endpoint, const 
         link_close(l);
         return -1;
     }
-    if (zmq_connect(l->sock, endpoint) != 0) {
+    char ep[300];
+    snprintf(ep, sizeof ep, "%s%s", strstr(endpoint, "://") ? "" : "tcp://", endpoint);
+    if (zmq_connect(l->sock, ep) != 0) {
         snprintf(err, errlen, "cannot connect to the router at %s: %s", endpoint,
                  zmq_strerror(errno));
         link_close(l);
@@ -108,6 +110,29 @@ int link_recv(worker_link *l, Tandem__V1__WorkerMessage **out)
             tandem__v1__worker_message__free_unpacked(m, NULL);
             continue;
         }
+        if (m->body_case == TANDEM__V1__WORKER_MESSAGE__BODY_DEREGISTER_ACK && m->deregister_ack) {
+            if (m->deregister_ack->accepted) {
+                tn_log(l->who, "deregistered: leaving");
+                l->drain = LINK_LEFT;
+            } else if (l->drain == LINK_DEREGISTERING) {
+                tn_log(l->who, "the router says not yet (%s): finishing those first",
+                       m->deregister_ack->reason);
+                l->drain = LINK_DRAINING;
+            }
+            tandem__v1__worker_message__free_unpacked(m, NULL);
+            continue;
+        }
+        if (m->body_case == TANDEM__V1__WORKER_MESSAGE__BODY_ERROR && m->error &&
+            m->error->code == TANDEM__V1__ERROR_CODE__ERROR_CODE_UNKNOWN_WORKER &&
+            l->drain != LINK_SERVING) {
+            /* Leaving: the router forgot us (restart, expiry); nothing to
+             * deregister from. */
+            if (l->drain == LINK_DEREGISTERING || l->drain == LINK_DRAINING)
+                tn_log(l->who, "the router does not know us any more: leaving");
+            l->drain = LINK_LEFT;
+            tandem__v1__worker_message__free_unpacked(m, NULL);
+            continue;
+        }
         if (m->body_case == TANDEM__V1__WORKER_MESSAGE__BODY_ERROR && m->error &&
             m->error->code == TANDEM__V1__ERROR_CODE__ERROR_CODE_UNKNOWN_WORKER) {
             if (l->registered) {
@@ -150,4 +175,55 @@ int link_tick(worker_link *l, uint64_t now_ms)
 void link_heartbeat_sent(worker_link *l, uint64_t now_ms)
 {
     l->last_heartbeat_ms = now_ms;
+}
+
+void link_begin_drain(worker_link *l)
+{
+    if (l->drain == LINK_SERVING)
+        l->drain = LINK_DRAINING;
+}
+
+/* How long a Deregister may go unanswered before the worker leaves anyway:
+ * long enough for a live router (it answers at once), short enough that a
+ * worker whose router is gone exits well inside its grace period. */
+static uint64_t ack_timeout_ms(const worker_link *l)
+{
+    uint64_t t = 3 * (uint64_t)(l->heartbeat_ms ? l->heartbeat_ms : 500);
+    return t < 1000 ? 1000 : t;
+}
+
+int link_drain_step(worker_link *l, int idle, uint64_t now_ms)
+{
+    switch (l->drain) {
+    case LINK_SERVING:
+        return 0;
+    case LINK_LEFT:
+        return 1;
+    case LINK_DEREGISTERING:
+        if (now_ms - l->deregister_sent_ms < ack_timeout_ms(l))
+            return 0;
+        tn_log(l->who, "no answer to Deregister within %llu ms: leaving",
+               (unsigned long long)ack_timeout_ms(l));
+        l->drain = LINK_LEFT;
+        return 1;
+    case LINK_DRAINING:
+        break;
+    }
+    if (!idle || now_ms < l->next_deregister_ms)
+        return 0;
+    if (!l->registered) {
+        l->drain = LINK_LEFT; /* never got in: nothing to leave */
+        return 1;
+    }
+    Tandem__V1__Deregister d = TANDEM__V1__DEREGISTER__INIT;
+    d.worker_id = l->id;
+    Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
+    m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_DEREGISTER;
+    m.deregister = &d;
+    link_send(l, &m);
+    l->drain = LINK_DEREGISTERING;
+    l->deregister_sent_ms = now_ms;
+    /* After a "not yet", ask again no sooner than a heartbeat later. */
+    l->next_deregister_ms = now_ms + (l->heartbeat_ms ? l->heartbeat_ms : 500);
+    return 0;
 }

@@ -11,6 +11,12 @@
 #include "router/sock_auth.h"
 #include "router/wire.h"
 
+/* Leaving the cluster (SIGTERM): DRAINING while the worker finishes what it
+ * holds (its heartbeats say draining, so the router places nothing new),
+ * DEREGISTERING once it asked to leave, LEFT when the router agreed (or did
+ * not answer in time: it is gone, or will expire the worker anyway). */
+typedef enum { LINK_SERVING = 0, LINK_DRAINING, LINK_DEREGISTERING, LINK_LEFT } link_drain_state;
+
 typedef struct worker_link {
     void *zctx;
     void *sock;
@@ -25,10 +31,12 @@ typedef struct worker_link {
                                  elsewhere); the worker drops it when this changes */
     uint32_t heartbeat_ms;
     uint64_t last_register_ms, last_heartbeat_ms;
+    link_drain_state drain;
+    uint64_t deregister_sent_ms, next_deregister_ms;
 } worker_link;
 
-/* Connects to endpoint ("tcp://host:port") as id and sends the
- * registration. Returns 0 or -1 with a reason. */
+/* Connects to endpoint ("tcp://host:port", or "host:port" meaning tcp) as
+ * id and sends the registration. Returns 0 or -1 with a reason. */
 int link_open(worker_link *l, const char *who, const char *endpoint, const char *id,
               const Tandem__V1__Register *reg, char *err, size_t errlen);
 /* The same over an authenticated, encrypted connection when auth is not
@@ -53,5 +61,14 @@ int link_next_due_ms(const worker_link *l, uint64_t now_ms);
  * link_heartbeat_sent). */
 int link_tick(worker_link *l, uint64_t now_ms);
 void link_heartbeat_sent(worker_link *l, uint64_t now_ms);
+
+/* Starts the drain (the caller then sends a heartbeat at once, with
+ * draining set, so the router stops placing on it). */
+void link_begin_drain(worker_link *l);
+/* Advances the drain; idle says whether the worker holds no request. Sends
+ * Deregister when idle (again after a "not yet": assignments that crossed
+ * the drain notice reach the worker before that answer). Returns 1 once the
+ * worker may exit. */
+int link_drain_step(worker_link *l, int idle, uint64_t now_ms);
 
 #endif

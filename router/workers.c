@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+static void forget_lost(worker_registry *r, const char *id);
+
 void workers_init(worker_registry *r)
 {
     memset(r, 0, sizeof *r);
@@ -110,6 +112,12 @@ router_worker *workers_register(worker_registry *r, const char *id, size_t id_le
     free(w->endpoint);
     w->endpoint = ep;
     w->endpoint_len = reg->transfer_endpoint.len;
+    if (fresh || w->role != (int)reg->role) {
+        worker_metrics_init(&w->wm, reg->role == TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER
+                                        ? WM_PREFILL : WM_DECODE);
+        w->has_metrics = 0;
+        w->as_marked = 0;
+    }
     w->role = reg->role;
     copy_str(w->model, sizeof w->model, reg->model);
     if (copy_str(w->model_type, sizeof w->model_type, reg->model_type) != 0)
@@ -122,14 +130,26 @@ router_worker *workers_register(worker_registry *r, const char *id, size_t id_le
     for (int i = 0; i < w->n_eos; i++)
         w->eos[i] = reg->eos_token_ids[i];
     w->last_seen_ms = now_ms;
-    if (fresh)
+    if (fresh) {
         r->w[r->n++] = w;
+        forget_lost(r, w->id);
+    }
     return w;
 }
 
-void workers_heartbeat(router_worker *w, const Tandem__V1__Heartbeat *hb, uint64_t now_ms)
+int workers_heartbeat(router_worker *w, const Tandem__V1__Heartbeat *hb, uint64_t now_ms)
 {
     w->last_seen_ms = now_ms;
+    int started_draining = hb->draining && !w->draining;
+    w->draining = hb->draining;
+    w->wm.draining = hb->draining;
+    int rc = started_draining;
+    if (hb->metrics) {
+        if (worker_metrics_from_wire(&w->wm, hb->metrics) == 0)
+            w->has_metrics = 1;
+        else
+            rc = -1;
+    }
     if (hb->load_case == TANDEM__V1__HEARTBEAT__LOAD_PREFILLER && hb->prefiller) {
         w->pload.queued_input_tokens = hb->prefiller->queued_input_tokens;
         w->pload.queued_requests = hb->prefiller->queued_requests;
@@ -143,6 +163,7 @@ void workers_heartbeat(router_worker *w, const Tandem__V1__Heartbeat *hb, uint64
         w->dload.tokens_per_s = hb->decoder->tokens_per_s;
         w->dload.tokens_total = hb->decoder->tokens_total;
     }
+    return rc;
 }
 
 void workers_remove_at(worker_registry *r, int i)
@@ -161,10 +182,55 @@ int workers_next_expired(const worker_registry *r, uint64_t now_ms, uint64_t tim
     return -1;
 }
 
+void workers_count(const worker_registry *r, int role, int *registered, int *serving)
+{
+    *registered = *serving = 0;
+    for (int i = 0; i < r->n; i++) {
+        if (r->w[i]->role != role)
+            continue;
+        (*registered)++;
+        *serving += !r->w[i]->draining;
+    }
+}
+
 int workers_serve_model(const worker_registry *r, const char *model, int role)
 {
     for (int i = 0; i < r->n; i++)
         if (r->w[i]->role == role && !strcmp(r->w[i]->model, model))
             return 1;
     return 0;
+}
+
+static void forget_lost(worker_registry *r, const char *id)
+{
+    for (int i = 0; i < r->n_lost; i++)
+        if (!strcmp(r->lost[i].id, id)) {
+            memmove(&r->lost[i], &r->lost[i + 1], (size_t)(r->n_lost - i - 1) * sizeof *r->lost);
+            r->n_lost--;
+            return;
+        }
+}
+
+void workers_note_lost(worker_registry *r, const router_worker *w, uint64_t now_ms)
+{
+    forget_lost(r, w->id);
+    if (r->n_lost == WORKERS_MAX_LOST) { /* the oldest makes room */
+        memmove(&r->lost[0], &r->lost[1], (size_t)(WORKERS_MAX_LOST - 1) * sizeof *r->lost);
+        r->n_lost--;
+    }
+    lost_worker *l = &r->lost[r->n_lost++];
+    memcpy(l->id, w->id, w->id_len + 1);
+    l->role = w->role;
+    l->since_ms = now_ms;
+}
+
+void workers_prune_lost(worker_registry *r, uint64_t now_ms)
+{
+    int k = 0;
+    while (k < r->n_lost && now_ms - r->lost[k].since_ms > WORKERS_LOST_RETENTION_MS)
+        k++;
+    if (k) {
+        memmove(&r->lost[0], &r->lost[k], (size_t)(r->n_lost - k) * sizeof *r->lost);
+        r->n_lost -= k;
+    }
 }

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "router/wire.h"
+#include "router/worker_metrics.h"
 
 #define WORKER_MAX_EOS 8
 
@@ -42,11 +43,32 @@ typedef struct router_worker {
     int in_flight;                 /* requests assigned and not yet released */
     uint64_t assigned_input_tokens;/* prefiller: prompt tokens not yet reported done */
     int pages_committed;           /* decoder: worst-case pages of its requests */
+    /* Draining (its heartbeat says so): nothing new is placed on it; it
+     * deregisters once it holds no request. */
+    int draining;
+    worker_metrics wm;             /* its series as of the last heartbeat */
+    int has_metrics;
+    /* The autoscale loop's marks: counters at its previous evaluation. */
+    double as_mark_tokens, as_mark_busy_s;
+    int as_marked;
 } router_worker;
+
+/* A worker the router dropped for missing heartbeats (not one that
+ * deregistered): reported as tandem_worker_up 0 for a while, so an alert can
+ * see it. */
+#define WORKERS_MAX_LOST 64
+#define WORKERS_LOST_RETENTION_MS (15 * 60 * 1000)
+typedef struct lost_worker {
+    char id[WIRE_MAX_ID + 1];
+    int role;
+    uint64_t since_ms;
+} lost_worker;
 
 typedef struct worker_registry {
     router_worker **w;
     int n, cap;
+    lost_worker lost[WORKERS_MAX_LOST]; /* oldest first */
+    int n_lost;
 } worker_registry;
 
 void workers_init(worker_registry *r);
@@ -61,8 +83,16 @@ router_worker *workers_register(worker_registry *r, const char *id, size_t id_le
                                 const Tandem__V1__Register *reg, uint64_t now_ms,
                                 char *err, size_t errlen);
 
-/* Records a heartbeat's load. */
-void workers_heartbeat(router_worker *w, const Tandem__V1__Heartbeat *hb, uint64_t now_ms);
+/* Records a heartbeat's load, draining flag and metrics. Returns 1 when the
+ * worker just started draining, 0 otherwise, -1 when its metrics were
+ * malformed (they are then ignored). */
+int workers_heartbeat(router_worker *w, const Tandem__V1__Heartbeat *hb, uint64_t now_ms);
+
+/* Remembers w as lost (it missed heartbeats) at now_ms; a registration
+ * under its id, or WORKERS_LOST_RETENTION_MS, forgets it. */
+void workers_note_lost(worker_registry *r, const router_worker *w, uint64_t now_ms);
+/* Drops lost entries older than the retention. */
+void workers_prune_lost(worker_registry *r, uint64_t now_ms);
 
 /* Removes and frees the worker at index i (order is not kept). */
 void workers_remove_at(worker_registry *r, int i);
@@ -70,6 +100,10 @@ void workers_remove_at(worker_registry *r, int i);
 /* Index of the first worker whose last heartbeat is older than timeout_ms,
  * or -1. The caller fails its requests, then removes it. */
 int workers_next_expired(const worker_registry *r, uint64_t now_ms, uint64_t timeout_ms);
+
+/* Workers of the role: registered (with draining ones) and serving (not
+ * draining). */
+void workers_count(const worker_registry *r, int role, int *registered, int *serving);
 
 /* 1 if some worker of that role serves model. */
 int workers_serve_model(const worker_registry *r, const char *model, int role);

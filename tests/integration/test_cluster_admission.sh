@@ -72,6 +72,9 @@ for _ in $(seq 1 100); do
 done
 [ "$ready" = '{"status":"ok","ready":false,"prefillers":1,"decoders":0}' ]
 check "the router drops the dead decoder after missed heartbeats" $? "$ready"
+curl -s "$URL/metrics" | grep -q '^tandem_worker_up{pool="decode",worker="decoder-[^"]*"} 0$'
+check "the dropped decoder shows as tandem_worker_up 0 (for the TandemWorkerDown alert)" $? \
+    "$(curl -s "$URL/metrics" | grep tandem_worker_up)"
 code=$(post /v1/completions "{\"model\":\"$fx\",\"prompt\":[1,2,3]}" "$CLUSTER_TMP/503.json")
 [ "$code" = 503 ] && grep -q '"code":"no_capacity"' "$CLUSTER_TMP/503.json"
 check "with no decoder, requests get 503 no_capacity" $? "HTTP $code $(cat "$CLUSTER_TMP/503.json")"

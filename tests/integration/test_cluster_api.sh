@@ -119,7 +119,7 @@ grep -q '^tandem_requests_total{api="openai",outcome="ok"} 2$' "$CLUSTER_TMP/met
     grep -q '^tandem_requests_in_flight{api="openai"} 0$' "$CLUSTER_TMP/metrics.txt" &&
     grep -q '^tandem_input_tokens_total 80$' "$CLUSTER_TMP/metrics.txt" &&
     grep -q '^tandem_output_tokens_total 20$' "$CLUSTER_TMP/metrics.txt" &&
-    grep -q '^tandem_kv_cache_blocks_total{pool="decode",worker="decoder-[^"]*"} 8$' "$CLUSTER_TMP/metrics.txt" &&
+    grep -q '^tandem_kv_cache_blocks_capacity{pool="decode",worker="decoder-[^"]*"} 8$' "$CLUSTER_TMP/metrics.txt" &&
     grep -q '^tandem_worker_up{pool="prefill",worker="prefiller-[^"]*"} 1$' "$CLUSTER_TMP/metrics.txt" &&
     grep -q '^tandem_time_to_first_token_seconds_count 2$' "$CLUSTER_TMP/metrics.txt" &&
     grep -q '^tandem_inter_token_latency_seconds_count 18$' "$CLUSTER_TMP/metrics.txt" &&

@@ -13,10 +13,12 @@
 #include "router/autoscale_policy.h"
 #include "router/flag_file.h"
 
-/* The router's own settings in router.conf that are not autoscale flags:
- * they belong to tandem-router's main (the cluster branch). */
-static const char *const ROUTER_KEYS[] = {"http-port", "rpc-port", "metrics-port", "scaler-k8s-prefill",
-                                          "scaler-k8s-decode", NULL};
+/* The router's own settings in router.conf that are not autoscale flags
+ * (tests/unit/test_router_options.c parses the file with the router's own
+ * parser). */
+static const char *const ROUTER_KEYS[] = {"host", "http-port", "rpc-port", "worker-port", "metrics-port",
+                                          "queue-timeout-ms", "scaler-k8s-prefill", "scaler-k8s-decode",
+                                          NULL};
 
 static int set_router(void *ctx, const char *name, const char *value, char *err, size_t errlen)
 {

@@ -154,9 +154,39 @@ static void flags_override_the_config_file(void **state)
     unlink(path);
 }
 
+static void draining_workers_are_never_picked(void **state)
+{
+    (void)state;
+    worker_registry r;
+    workers_init(&r);
+    router_worker *p1 = add(&r, "p-1", PRE, "m", 0, 16, 4096);
+    router_worker *p2 = add(&r, "p-2", PRE, "m", 0, 16, 4096);
+    router_worker *d1 = add(&r, "d-1", DEC, "m", 100, 16, 1601);
+    router_worker *d2 = add(&r, "d-2", DEC, "m", 100, 16, 1601);
+    p2->assigned_input_tokens = 1000; /* p-1 would win on load */
+    d2->in_flight = 5;                /* d-1 would win on batch */
+    p1->draining = 1;
+    d1->draining = 1;
+    router_worker *got;
+    assert_int_equal(placement_pick_prefiller(&r, "m", &got), PLACE_OK);
+    assert_ptr_equal(got, p2);
+    assert_int_equal(placement_pick_decoder(&r, "m", 10, 10, &got), PLACE_OK);
+    assert_ptr_equal(got, d2);
+    p2->draining = 1;
+    d2->draining = 1;
+    assert_int_equal(placement_pick_prefiller(&r, "m", &got), PLACE_NO_WORKER);
+    assert_int_equal(placement_pick_decoder(&r, "m", 10, 10, &got), PLACE_NO_WORKER);
+    int registered, serving;
+    workers_count(&r, DEC, &registered, &serving);
+    assert_int_equal(registered, 2);
+    assert_int_equal(serving, 0);
+    workers_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(draining_workers_are_never_picked),
         cmocka_unit_test(prefiller_with_fewest_queued_tokens_wins),
         cmocka_unit_test(decoder_with_smallest_batch_and_room_wins),
         cmocka_unit_test(registry_refreshes_and_expires),
