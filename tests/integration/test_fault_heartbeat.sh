@@ -40,8 +40,8 @@ ms=$((($(date +%s%N) - t0) / 1000000))
 [ "$removed" -eq 0 ]
 check "the frozen decoder is removed from placement in ${ms} ms (timeout ${TIMEOUT_MS} ms, bound 10 s)" $? \
     "$(curl -s "$URL/healthz")"
-[ -z "$(metric 'tandem_worker_up{pool="decode",worker="d2"}')" ]
-check "its metrics series are gone" $? "$(curl -s "$URL/metrics" | grep d2 | head -3)"
+[ "$(metric 'tandem_worker_up{pool="decode",worker="d2"}')" = 0 ]
+check "it shows as tandem_worker_up 0" $? "$(curl -s "$URL/metrics" | grep d2 | head -3)"
 
 # Placed while d2 is frozen: all on d1.
 pids=()
