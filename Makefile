@@ -97,13 +97,15 @@ ENGINE_LIB := $(BUILD)/libtandem_engine.a
 all: $(LIB) $(BINS) $(TESTS) $(GPU_PROGS) $(GPU_ENGINE_PROGS) $(if $(NVCC),cuda)
 
 help:
-	@echo "targets: deps all test test-asan run bench bench-gpu cuda clean (CUDA=1: GPU build)"
+	@echo "targets: deps all test test-asan test-load fuzz run bench bench-gpu cuda clean (CUDA=1: GPU build)"
 
 # Every system package the build, the tests and `make run` need (Debian).
+# (libclang-rt-dev and libomp-dev: clang's libFuzzer/sanitizer runtimes and
+# OpenMP, for `make fuzz`; clang only recommends them.)
 APT_PKGS := build-essential pkg-config clang valgrind libopenblas-dev libcmocka-dev \
             libcjson-dev libucx-dev ucx-utils libibverbs-dev rdma-core ibverbs-utils \
             libzmq3-dev libprotobuf-c-dev protobuf-c-compiler libmicrohttpd-dev \
-            libcurl4-openssl-dev libsodium-dev curl python3 \
+            libcurl4-openssl-dev libsodium-dev curl python3 libclang-rt-dev libomp-dev \
             unicode-data bzip2 python3-jinja2 prometheus chromium
 # Node.js and npm (npm packs the vocabularies and the manifest validator).
 # Debian's npm conflicts with a NodeSource nodejs, which bundles npm, so the
@@ -241,6 +243,9 @@ bench-gpu:
 	ENGINE_BENCH=1 bash tests/gpu/run.sh
 
 clean:
-	rm -rf build build-asan build-cuda
+	rm -rf build build-asan build-cuda build-fuzz
+
+include tests/fuzz/fuzz.mk
+include tests/load/load.mk
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -26,6 +26,9 @@ typedef struct decoder_config {
     int kv_pages;              /* KV cache capacity */
     int max_batch;             /* sequences admitted at once */
     char ucx_tls[128];
+    int orphan_release_ms;     /* a cancelled reservation whose KV transfer never
+                                  reports is freed after this long */
+    char worker_secret_file[512]; /* shared secret of the worker socket ("" = none) */
     char metrics_host[64];     /* /metrics and /healthz (router/worker_http.h) */
     int metrics_port;          /* 0: any free port; -1: no HTTP server */
     char port_file[512];       /* where the bound metrics port is written ("" = nowhere) */
@@ -49,6 +52,7 @@ typedef struct decoder_ctx {
     int stop;
     int draining;              /* SIGTERM: finish running sequences, take nothing new */
     int max_context;
+    int session;               /* link.session the sequences came in */
     /* cancelled while their KV may still be arriving: released on the
      * transfer's notice or the router's release_kv */
     uint64_t tokens_total, window_tokens, window_start_ms;

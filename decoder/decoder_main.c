@@ -130,11 +130,52 @@ static void on_cancel(decoder_ctx *ctx, const Tandem__V1__Cancel *c)
     if (!q->cancelled)
         ctx->wm.decode_requests[OUTCOME_CANCELLED]++;
     if (q->state == SEQ_RESERVED && !q->kv_arrived && !c->release_kv) {
-        /* A prefiller may still be writing into its pages. */
+        /* A prefiller may still be writing into its pages: freed on the
+         * transfer's notice, or after orphan_release_ms if none comes. */
         q->cancelled = 1;
+        q->release_at_ms = tn_now_ms() + (uint64_t)ctx->cfg.orphan_release_ms;
         return;
     }
     sched_remove(&ctx->s, q);
+}
+
+/* The router forgot us (it restarted, or dropped us for missing
+ * heartbeats and placed our requests elsewhere): every sequence belongs to
+ * nobody now. Those whose prompt KV may still be arriving wait (cancelled)
+ * for their transfer to end; the rest are freed at once. */
+static void drop_old_session(decoder_ctx *ctx)
+{
+    int freed = 0, held = 0;
+    uint64_t release_at = tn_now_ms() + (uint64_t)ctx->cfg.orphan_release_ms;
+    for (int i = ctx->s.n_seqs - 1; i >= 0; i--) {
+        sched_seq *q = ctx->s.seqs[i];
+        if (q->state == SEQ_RESERVED && !q->kv_arrived) {
+            if (!q->cancelled) {
+                q->cancelled = 1;
+                q->release_at_ms = release_at;
+            }
+            held++;
+        } else {
+            sched_remove(&ctx->s, q);
+            freed++;
+        }
+    }
+    tn_log(WHO, "registered again: dropped %d sequence(s), %d more once their KV transfer ends",
+           freed, held);
+    ctx->session = ctx->link.session;
+}
+
+/* Frees cancelled reservations whose transfer never reported: by then the
+ * prefiller's own transfer timeout has closed the connection. */
+static void release_orphans(decoder_ctx *ctx, uint64_t now)
+{
+    for (int i = ctx->s.n_seqs - 1; i >= 0; i--) {
+        sched_seq *q = ctx->s.seqs[i];
+        if (q->cancelled && q->release_at_ms && now >= q->release_at_ms) {
+            tn_log(WHO, "request %s: no word from its KV transfer; freeing its pages", q->id);
+            sched_remove(&ctx->s, q);
+        }
+    }
 }
 
 static void on_transfer_peer(decoder_ctx *ctx, const Tandem__V1__TransferPeer *p)
@@ -306,6 +347,10 @@ static void run(decoder_ctx *ctx)
         }
         Tandem__V1__WorkerMessage *m;
         while (link_recv(&ctx->link, &m)) {
+            /* A re-registration happened inside link_recv before this
+             * message (which belongs to the new session). */
+            if (ctx->session != ctx->link.session)
+                drop_old_session(ctx);
             switch (m->body_case) {
             case TANDEM__V1__WORKER_MESSAGE__BODY_DECODE_ASSIGNMENT:
                 if (m->decode_assignment)
@@ -333,8 +378,11 @@ static void run(decoder_ctx *ctx)
             }
             tandem__v1__worker_message__free_unpacked(m, NULL);
         }
+        if (ctx->session != ctx->link.session)
+            drop_old_session(ctx);
         handle_notices(ctx);
         now = tn_now_ms();
+        release_orphans(ctx, now);
         if (ctx->link.drain != LINK_LEFT && link_tick(&ctx->link, now))
             send_heartbeat(ctx, now);
         if (ctx->draining && !ctx->left && link_drain_step(&ctx->link, ctx->s.n_seqs == 0, now)) {
@@ -399,6 +447,7 @@ int main(int argc, char **argv)
     c->page_size = 16;
     c->kv_pages = 1024;
     c->max_batch = 64;
+    c->orphan_release_ms = 60000;
     snprintf(c->metrics_host, sizeof c->metrics_host, "127.0.0.1");
     c->wedged_after_s = 60;
     c->dp = c->ep = 1;
@@ -414,8 +463,14 @@ int main(int argc, char **argv)
         {"page-size", OPT_INT, &c->page_size, 0, "KV cache tokens per page"},
         {"kv-pages", OPT_INT, &c->kv_pages, 0, "KV cache capacity in pages"},
         {"max-batch", OPT_INT, &c->max_batch, 0, "most sequences decoded together"},
+        {"worker-secret-file", OPT_STR, c->worker_secret_file, sizeof c->worker_secret_file,
+         "file with the secret shared with the router's --worker-secret-file: the router "
+         "connection is then authenticated and encrypted (CURVE)"},
         {"ucx-tls", OPT_STR, c->ucx_tls, sizeof c->ucx_tls,
          "UCX transports for the TransferEngine (\"\": UCX_TLS from the environment)"},
+        {"orphan-release-ms", OPT_INT, &c->orphan_release_ms, 0,
+         "free a cancelled reservation whose KV transfer never reports after this long "
+         "(keep it above the prefillers' --transfer-timeout-ms)"},
         {"metrics-host", OPT_STR, c->metrics_host, sizeof c->metrics_host,
          "IPv4 address /metrics and /healthz bind (0.0.0.0 in a pod)"},
         {"metrics-port", OPT_INT, &c->metrics_port, 0,
@@ -445,9 +500,9 @@ int main(int argc, char **argv)
         return 0;
     }
     if (prc != OPTS_OK || !c->model_dir[0] || c->page_size <= 0 || c->kv_pages <= 0 ||
-        c->max_batch <= 0 || c->dp < 1 || c->ep < 1 || c->world < 0 ||
-        c->comm_timeout_ms < 1 || c->metrics_port < -1 || c->metrics_port > 65535 ||
-        !(c->wedged_after_s > 0)) {
+        c->max_batch <= 0 || c->orphan_release_ms <= 0 || c->dp < 1 || c->ep < 1 ||
+        c->world < 0 || c->comm_timeout_ms < 1 || c->metrics_port < -1 ||
+        c->metrics_port > 65535 || !(c->wedged_after_s > 0)) {
         fprintf(stderr, "tandem-decoder: %s\n",
                 prc != OPTS_OK ? err
                                : "--model is required, sizes must be positive and --metrics-port "
@@ -534,7 +589,16 @@ int main(int argc, char **argv)
     kv_receiver_endpoint(ctx->recv, &ep, &ep_len);
     reg.transfer_endpoint.data = (uint8_t *)ep;
     reg.transfer_endpoint.len = ep_len;
-    if (link_open(&ctx->link, WHO, c->router, c->worker_id, &reg, err, sizeof err) != 0) {
+    sock_auth auth = {0};
+    if (c->worker_secret_file[0] &&
+        sock_auth_load(&auth, c->worker_secret_file, "workers", err, sizeof err) != 0) {
+        fprintf(stderr, "tandem-%s: %s\n", WHO, err);
+        goto out;
+    }
+    int lrc = link_open_auth(&ctx->link, WHO, c->router, c->worker_id, &reg, &auth, err,
+                             sizeof err);
+    sock_auth_wipe(&auth);
+    if (lrc != 0) {
         fprintf(stderr, "tandem-decoder: %s\n", err);
         goto out;
     }

@@ -67,6 +67,8 @@ typedef struct sched_seq {
     sched_finish finish;
     int cancelled;            /* set by the decoder: cancelled while its KV
                                  transfer may still write into its pages */
+    uint64_t release_at_ms;   /* cancelled: when the decoder frees it anyway
+                                 (no prefiller writes that late); 0 = never */
 } sched_seq;
 
 typedef struct sched {

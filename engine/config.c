@@ -248,8 +248,8 @@ static void parse_common(reader *r, const cJSON *root, tm_config *c)
         rfail(r, "num_attention_heads must be a multiple of num_key_value_heads");
     else if (c->head_dim < 2 || c->head_dim % 2 != 0)
         rfail(r, "head_dim must be even and at least 2 for RoPE");
-    else if (!(c->rms_eps > 0))
-        rfail(r, "rms_norm_eps must be positive");
+    else if (!(c->rms_eps > 0) || !isfinite(c->rms_eps))   /* 1e300 is inf as a float */
+        rfail(r, "rms_norm_eps must be positive and within float range");
 }
 
 static void parse_gpt_oss(reader *r, const cJSON *root, tm_config *c)
@@ -270,8 +270,8 @@ static void parse_gpt_oss(reader *r, const cJSON *root, tm_config *c)
     c->swiglu_alpha = 1.702f;   /* fixed in the reference implementation */
     c->swiglu_limit = (float)get_num(r, root, "swiglu_limit", 0, 7.0);
     c->expert_bias = 1;
-    if (!r->failed && !(c->swiglu_limit > 0))
-        rfail(r, "swiglu_limit must be positive");
+    if (!r->failed && (!(c->swiglu_limit > 0) || !isfinite(c->swiglu_limit)))
+        rfail(r, "swiglu_limit must be positive and within float range");
     parse_layer_types(r, root, c);
 }
 

@@ -27,6 +27,7 @@ typedef struct prefiller_config {
     int chunk_tokens;          /* prompt tokens per forward call */
     int transfer_timeout_ms;
     char ucx_tls[128];         /* UCX_TLS for the TransferEngine ("" = environment) */
+    char worker_secret_file[512]; /* shared secret of the worker socket ("" = none) */
     char metrics_host[64];     /* /metrics and /healthz (router/worker_http.h) */
     int metrics_port;          /* 0: any free port; -1: no HTTP server */
     char port_file[512];       /* where the bound metrics port is written ("" = nowhere) */
@@ -62,6 +63,7 @@ typedef struct prefiller_ctx {
     int draining;              /* SIGTERM: finish the queue, take nothing new, deregister */
     prefill_job *head, *tail;  /* queued work */
     prefill_job *current;      /* the job being prefilled or pushed */
+    int session;               /* link.session the queued jobs came in */
     uint64_t queued_tokens;
     uint64_t tokens_total;     /* prompt tokens prefilled since start */
     uint64_t window_tokens;    /* ... since the last heartbeat */

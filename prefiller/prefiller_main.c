@@ -173,6 +173,28 @@ static void on_cancel(prefiller_ctx *ctx, const Tandem__V1__Cancel *c)
     prefill_job_free(job);
 }
 
+/* The router forgot us (it restarted, or dropped us for missing
+ * heartbeats and placed our work elsewhere): nobody waits for the queued
+ * jobs any more, and the current one is cancelled (its KV push, if
+ * started, tells the decoder no more writes follow). */
+static void drop_old_session(prefiller_ctx *ctx)
+{
+    int n = 0;
+    while (ctx->head) {
+        prefill_job *j = ctx->head;
+        ctx->head = j->next;
+        ctx->queued_tokens -= (uint64_t)j->n_tokens;
+        prefill_job_free(j);
+        n++;
+    }
+    ctx->tail = NULL;
+    if (ctx->current)
+        ctx->current->cancelled = 1;
+    tn_log(WHO, "registered again: dropped %d queued job(s)%s", n,
+           ctx->current ? " and cancelled the current one" : "");
+    ctx->session = ctx->link.session;
+}
+
 void prefiller_service(prefiller_ctx *ctx, int timeout_ms)
 {
     uint64_t now = tn_now_ms();
@@ -208,6 +230,10 @@ void prefiller_service(prefiller_ctx *ctx, int timeout_ms)
     }
     Tandem__V1__WorkerMessage *m;
     while (link_recv(&ctx->link, &m)) {
+        /* A re-registration happened inside link_recv before this message
+         * (which belongs to the new session). */
+        if (ctx->session != ctx->link.session)
+            drop_old_session(ctx);
         switch (m->body_case) {
         case TANDEM__V1__WORKER_MESSAGE__BODY_PREFILL_ASSIGNMENT:
             if (m->prefill_assignment)
@@ -226,6 +252,8 @@ void prefiller_service(prefiller_ctx *ctx, int timeout_ms)
         }
         tandem__v1__worker_message__free_unpacked(m, NULL);
     }
+    if (ctx->session != ctx->link.session)
+        drop_old_session(ctx);
     now = tn_now_ms();
     if (link_tick(&ctx->link, now))
         send_heartbeat(ctx, now);
@@ -399,6 +427,9 @@ int main(int argc, char **argv)
          "prompt tokens per forward call (the router is answered between chunks)"},
         {"transfer-timeout-ms", OPT_INT, &c->transfer_timeout_ms, 0,
          "give up a KV push after this long"},
+        {"worker-secret-file", OPT_STR, c->worker_secret_file, sizeof c->worker_secret_file,
+         "file with the secret shared with the router's --worker-secret-file: the router "
+         "connection is then authenticated and encrypted (CURVE)"},
         {"ucx-tls", OPT_STR, c->ucx_tls, sizeof c->ucx_tls,
          "UCX transports for the TransferEngine (\"\": UCX_TLS from the environment)"},
         {"metrics-host", OPT_STR, c->metrics_host, sizeof c->metrics_host,
@@ -516,7 +547,14 @@ int main(int argc, char **argv)
     reg.n_eos_token_ids = (size_t)ctx->mc->n_eos;
     reg.transfer_endpoint.data = endpoint;
     reg.transfer_endpoint.len = endpoint_len;
-    if (link_open(&ctx->link, WHO, c->router, c->worker_id, &reg, err, sizeof err) != 0) {
+    sock_auth auth = {0};
+    int lrc = -1;
+    if (!c->worker_secret_file[0] ||
+        sock_auth_load(&auth, c->worker_secret_file, "workers", err, sizeof err) == 0)
+        lrc = link_open_auth(&ctx->link, WHO, c->router, c->worker_id, &reg, &auth, err,
+                             sizeof err);
+    sock_auth_wipe(&auth);
+    if (lrc != 0) {
         fprintf(stderr, "tandem-prefiller: %s\n", err);
         prefiller_group_stop(ctx);
         goto out;

@@ -18,6 +18,7 @@
 
 typedef struct cli_args {
     char rpc[256];
+    char api_key_file[512];
     char model[128];
     char prompt_ids[65536];
     char stop_ids[4096];
@@ -217,6 +218,8 @@ int main(int argc, char **argv)
         {"cancel-after", OPT_INT, &a.cancel_after, 0,
          "generate: cancel after this many tokens (0: never)"},
         {"timeout-ms", OPT_INT, &a.timeout_ms, 0, "longest wait for any reply"},
+        {"api-key-file", OPT_STR, a.api_key_file, sizeof a.api_key_file,
+         "the router's --api-key-file, when it has one"},
     };
     const int n_specs = (int)(sizeof specs / sizeof *specs);
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
@@ -243,8 +246,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "tandem-cli: --timeout-ms must be positive\n");
         return 2;
     }
+    sock_auth auth = {0};
+    if (a.api_key_file[0] && sock_auth_load(&auth, a.api_key_file, "rpc", err, sizeof err) != 0) {
+        fprintf(stderr, "tandem-cli: %s\n", err);
+        return 2;
+    }
     rpc_client rc;
-    if (rpc_client_open(&rc, a.rpc, err, sizeof err) != 0) {
+    int orc = rpc_client_open_auth(&rc, a.rpc, &auth, err, sizeof err);
+    sock_auth_wipe(&auth);
+    if (orc != 0) {
         fprintf(stderr, "tandem-cli: %s\n", err);
         return 1;
     }

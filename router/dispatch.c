@@ -61,7 +61,7 @@ static void release_prefiller(router_ctx *ctx, router_request *r)
     router_worker *w = worker_by_name(ctx, r->prefiller);
     if (w) {
         w->in_flight--;
-        w->assigned_input_tokens -= (uint64_t)r->n_prompt;
+        w->assigned_input_tokens -= (uint64_t)r->assigned_tokens;
     }
 }
 
@@ -130,12 +130,79 @@ static void fail(router_ctx *ctx, router_request *r, int code, const char *fmt, 
     dispatch_finish(ctx, r, TANDEM__V1__FINISH_REASON__FINISH_REASON_ERROR, &e);
 }
 
+/* How many times a request is placed again after losing a worker before
+ * it fails: enough to ride out a worker crash or two, few enough that a
+ * request that kills or stalls every worker it meets does not loop. */
+#define MAX_ATTEMPTS 3
+
+static void requeue(router_ctx *ctx, router_request *r, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* A worker holding r failed (died, stopped heartbeating, or the KV transfer
+ * to the decoder timed out). The caller has told the surviving worker to
+ * drop its part. r starts over on the workers now registered, under a new
+ * wire id, resuming after the tokens it already delivered: its client sees
+ * a pause, then the rest of the output (see docs/RELIABILITY.md). After
+ * MAX_ATTEMPTS placements it fails with code instead. */
+static void requeue(router_ctx *ctx, router_request *r, int code, const char *fmt, ...)
+{
+    char why[300];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    release_prefiller(ctx, r);
+    release_decoder(ctx, r);
+    if (r->attempts + 1 >= MAX_ATTEMPTS) {
+        fail(ctx, r, code, "%s (gave up after %d attempts)", why, r->attempts + 1);
+        return;
+    }
+    if (r->n_out >= r->max_tokens) {
+        /* Every token arrived; only the end was lost with the worker. */
+        dispatch_finish(ctx, r, TANDEM__V1__FINISH_REASON__FINISH_REASON_LENGTH, NULL);
+        return;
+    }
+    /* Without the router queue (--queue-timeout-ms 0) a request no worker
+     * can take fails at once: say why it needed one. */
+    if (ctx->cfg.queue_timeout_ms <= 0 &&
+        (!workers_serve_model(&ctx->workers, r->model, TANDEM__V1__WORKER_ROLE__WORKER_ROLE_DECODER) ||
+         !workers_serve_model(&ctx->workers, r->model, TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER))) {
+        fail(ctx, r, code, "%s, and no other worker serves model '%s'", why, r->model);
+        return;
+    }
+    r->attempts++;
+    request_rekey(ctx, r);
+    r->stage = STAGE_NEW;
+    r->prefiller[0] = r->decoder[0] = '\0';
+    r->pages_committed = 0;
+    tn_log(WHO, "request %s: %s; placing it again as %s (attempt %d, after %d tokens)", r->id,
+           why, r->wid, r->attempts + 1, r->n_out);
+    dispatch_place(ctx, r);
+}
+
 static void fill_sampling(Tandem__V1__SamplingParams *s, const router_request *r)
 {
     s->temperature = r->temperature;
     s->top_p = r->top_p;
     s->top_k = r->top_k;
-    s->seed = r->seed;
+    /* A new attempt draws from a different stream than the first one did
+     * (its first draw is a later token of the output). */
+    s->seed = r->seed + (uint64_t)r->attempts * 0x9E3779B97F4A7C15ull;
+}
+
+/* The prompt the current attempt prefills: the request's prompt, then
+ * what earlier attempts generated (the caller frees it when it is not
+ * r->prompt). NULL on OOM. */
+static int32_t *attempt_prompt(const router_request *r)
+{
+    if (r->n_out == 0)
+        return r->prompt;
+    int32_t *p = malloc((size_t)(r->n_prompt + r->n_out) * sizeof *p);
+    if (p) {
+        memcpy(p, r->prompt, (size_t)r->n_prompt * sizeof *p);
+        memcpy(p + r->n_prompt, r->out, (size_t)r->n_out * sizeof *p);
+    }
+    return p;
 }
 
 /* ------------------------------------------------------------ router queue
@@ -216,8 +283,12 @@ void dispatch_place(router_ctx *ctx, router_request *r)
         return;
     }
     router_worker *d = NULL, *p = NULL;
-    place_status st = placement_pick_decoder(&ctx->workers, r->model, r->n_prompt,
-                                             r->max_tokens, &d);
+    /* A request placed again after losing a worker continues from the
+     * tokens it already produced: they join the prompt (attempt_prompt) and
+     * count against max_tokens. */
+    int prompt_len = r->n_prompt + r->n_out, max_tokens = r->max_tokens - r->n_out;
+    place_status st = placement_pick_decoder(&ctx->workers, r->model, prompt_len,
+                                             max_tokens, &d);
     if (st == PLACE_NO_WORKER) {
         hold_or_fail(ctx, r, AS_POOL_DECODE, waited);
         return;
@@ -235,9 +306,9 @@ void dispatch_place(router_ctx *ctx, router_request *r)
     Tandem__V1__SamplingParams sp = TANDEM__V1__SAMPLING_PARAMS__INIT;
     fill_sampling(&sp, r);
     Tandem__V1__DecodeAssignment a = TANDEM__V1__DECODE_ASSIGNMENT__INIT;
-    a.request_id = r->id;
-    a.prompt_len = (uint32_t)r->n_prompt;
-    a.max_tokens = (uint32_t)r->max_tokens;
+    a.request_id = r->wid;
+    a.prompt_len = (uint32_t)prompt_len;
+    a.max_tokens = (uint32_t)max_tokens;
     a.stop_token_ids = r->stop_ids;
     a.n_stop_token_ids = (size_t)r->n_stop_ids;
     a.sampling = &sp;
@@ -250,7 +321,7 @@ void dispatch_place(router_ctx *ctx, router_request *r)
              "decoder %s is unreachable", d->id);
         return;
     }
-    r->pages_committed = sched_pages_needed(r->n_prompt, r->max_tokens, d->page_size);
+    r->pages_committed = sched_pages_needed(prompt_len, max_tokens, d->page_size);
     d->pages_committed += r->pages_committed;
     d->in_flight++;
     r->on_decoder = 1;
@@ -268,17 +339,23 @@ static void on_kv_ready(router_ctx *ctx, router_worker *from, const Tandem__V1__
     }
     router_worker *p = NULL;
     if (placement_pick_prefiller(&ctx->workers, r->model, &p) != PLACE_OK) {
-        send_cancel(ctx, from->id, r->id, 1);
+        send_cancel(ctx, from->id, r->wid, 1);
         fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_NO_CAPACITY,
              "no prefiller is registered for model '%s'", r->model);
+        return;
+    }
+    int32_t *prompt = attempt_prompt(r);
+    if (!prompt) {
+        send_cancel(ctx, from->id, r->wid, 1);
+        fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL, "router out of memory");
         return;
     }
     Tandem__V1__SamplingParams sp = TANDEM__V1__SAMPLING_PARAMS__INIT;
     fill_sampling(&sp, r);
     Tandem__V1__PrefillAssignment a = TANDEM__V1__PREFILL_ASSIGNMENT__INIT;
-    a.request_id = r->id;
-    a.prompt_tokens = r->prompt;
-    a.n_prompt_tokens = (size_t)r->n_prompt;
+    a.request_id = r->wid;
+    a.prompt_tokens = prompt;
+    a.n_prompt_tokens = (size_t)(r->n_prompt + r->n_out);
     a.sampling = &sp;
     /* The decoder's TransferEngine endpoint travels from the registry, so
      * decoders need not repeat it in every KvReady. */
@@ -291,15 +368,19 @@ static void on_kv_ready(router_ctx *ctx, router_worker *from, const Tandem__V1__
     Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
     m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_PREFILL_ASSIGNMENT;
     m.prefill_assignment = &a;
-    if (send_worker(ctx, p->id, &m) != 0) {
-        send_cancel(ctx, from->id, r->id, 1);
+    int sent = send_worker(ctx, p->id, &m);
+    if (prompt != r->prompt)
+        free(prompt);
+    if (sent != 0) {
+        send_cancel(ctx, from->id, r->wid, 1);
         fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_WORKER_LOST,
              "prefiller %s is unreachable", p->id);
         return;
     }
     snprintf(r->prefiller, sizeof r->prefiller, "%s", p->id);
     p->in_flight++;
-    p->assigned_input_tokens += (uint64_t)r->n_prompt;
+    r->assigned_tokens = r->n_prompt + r->n_out;
+    p->assigned_input_tokens += (uint64_t)r->assigned_tokens;
     r->on_prefiller = 1;
     r->stage = STAGE_PREFILLING;
 }
@@ -311,7 +392,7 @@ static int deliver_tokens(router_ctx *ctx, router_request *r, const int32_t *tok
     int rc = request_append(ctx, r, toks, n);
     if (rc < 0) {
         if (r->stage == STAGE_DECODING)
-            send_cancel(ctx, r->decoder, r->id, 1);
+            send_cancel(ctx, r->decoder, r->wid, 1);
         if (rc == -2)
             fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL,
                  "the model's output breaks its chat format: %s", r->parse_error);
@@ -320,7 +401,7 @@ static int deliver_tokens(router_ctx *ctx, router_request *r, const int32_t *tok
         return 1;
     }
     if (rc == 1) {
-        send_cancel(ctx, r->decoder, r->id, 1);
+        send_cancel(ctx, r->decoder, r->wid, 1);
         dispatch_finish(ctx, r, TANDEM__V1__FINISH_REASON__FINISH_REASON_STOP_STRING, NULL);
         return 1;
     }
@@ -340,7 +421,7 @@ static void on_prefill_result(router_ctx *ctx, router_worker *from,
     release_prefiller(ctx, r);
     if (r->zombie) {
         /* Cancelled while prefilling: the transfer is over now either way. */
-        send_cancel(ctx, r->decoder, r->id, 1);
+        send_cancel(ctx, r->decoder, r->wid, 1);
         r->zombie = 0;
         r->stage = STAGE_DONE;
         request_table_remove(ctx, r);
@@ -350,13 +431,17 @@ static void on_prefill_result(router_ctx *ctx, router_worker *from,
     if (code == 0 && res->transfer != TANDEM__V1__TRANSFER_STATUS__TRANSFER_STATUS_COMPLETE)
         code = TANDEM__V1__ERROR_CODE__ERROR_CODE_TRANSFER_FAILED;
     if (code != 0) {
-        send_cancel(ctx, r->decoder, r->id, 1);
-        fail(ctx, r, code, "prefill on %s failed: %s", from->id,
-             res->error && res->error->message[0] ? res->error->message : "KV transfer incomplete");
+        const char *why = res->error && res->error->message[0] ? res->error->message
+                                                                 : "KV transfer incomplete";
+        send_cancel(ctx, r->decoder, r->wid, 1);
+        if (code == TANDEM__V1__ERROR_CODE__ERROR_CODE_TRANSFER_FAILED)
+            requeue(ctx, r, code, "prefill on %s failed: %s", from->id, why);
+        else
+            fail(ctx, r, code, "prefill on %s failed: %s", from->id, why);
         return;
     }
     Tandem__V1__StartDecode s = TANDEM__V1__START_DECODE__INIT;
-    s.request_id = r->id;
+    s.request_id = r->wid;
     s.first_token = res->first_token;
     s.rng_state = res->rng_state;
     Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
@@ -402,7 +487,7 @@ static void on_worker_error(router_ctx *ctx, router_worker *from, const Tandem__
     if (!r || r->finished)
         return;
     if (!strcmp(r->decoder, from->id) && r->stage == STAGE_PREFILLING)
-        send_cancel(ctx, r->prefiller, r->id, 0);
+        send_cancel(ctx, r->prefiller, r->wid, 0);
     if (!strcmp(r->decoder, from->id) || !strcmp(r->prefiller, from->id))
         fail(ctx, r, e->code ? (int)e->code : TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL,
              "%s: %s", from->id, e->message);
@@ -554,12 +639,12 @@ void dispatch_cancel(router_ctx *ctx, router_request *r)
     case STAGE_RESERVING:
     case STAGE_DECODING:
         /* No prefiller writes into its pages any more: release at once. */
-        send_cancel(ctx, r->decoder, r->id, 1);
+        send_cancel(ctx, r->decoder, r->wid, 1);
         break;
     case STAGE_PREFILLING:
         /* The prefiller may be writing KV into the decoder's pages; they are
          * released when it reports (or dies). */
-        send_cancel(ctx, r->prefiller, r->id, 0);
+        send_cancel(ctx, r->prefiller, r->wid, 0);
         r->zombie = 1;
         break;
     default:
@@ -584,33 +669,36 @@ static int collect(router_ctx *ctx, router_request ***out)
     return n;
 }
 
-static void worker_lost(router_ctx *ctx, router_worker *w)
+/* The worker id (already removed from the registry, so placement cannot
+ * pick it again) stopped heartbeating: what it held is placed again. */
+static void worker_lost(router_ctx *ctx, const char *id, const char *role)
 {
     router_request **v;
     int n = collect(ctx, &v);
     if (n < 0)
         return;
+    const int LOST = TANDEM__V1__ERROR_CODE__ERROR_CODE_WORKER_LOST;
     for (int i = 0; i < n; i++) {
         router_request *r = v[i];
-        int is_dec = !strcmp(r->decoder, w->id) && r->on_decoder;
-        int is_pre = !strcmp(r->prefiller, w->id) &&
-                     (r->stage == STAGE_PREFILLING || r->zombie);
-        if (r->zombie && (is_pre || !strcmp(r->decoder, w->id))) {
+        int is_dec = !strcmp(r->decoder, id) && r->on_decoder;
+        int is_pre = !strcmp(r->prefiller, id) && (r->stage == STAGE_PREFILLING || r->zombie);
+        if (r->zombie && (is_pre || !strcmp(r->decoder, id))) {
             if (is_pre)
-                send_cancel(ctx, r->decoder, r->id, 1);
+                send_cancel(ctx, r->decoder, r->wid, 1);
             release_prefiller(ctx, r);
             r->zombie = 0;
             r->stage = STAGE_DONE;
             request_table_remove(ctx, r);
         } else if (!r->finished && is_dec) {
+            /* Its KV cache is gone with it; a prefill in progress for it is
+             * useless. */
             if (r->stage == STAGE_PREFILLING)
-                send_cancel(ctx, r->prefiller, r->id, 0);
-            fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_WORKER_LOST,
-                 "decoder %s stopped responding", w->id);
+                send_cancel(ctx, r->prefiller, r->wid, 0);
+            requeue(ctx, r, LOST, "%s %s stopped responding", role, id);
         } else if (!r->finished && is_pre) {
-            send_cancel(ctx, r->decoder, r->id, 1);
-            fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_WORKER_LOST,
-                 "prefiller %s stopped responding", w->id);
+            /* The dead prefiller writes no more: the reserved pages are free. */
+            send_cancel(ctx, r->decoder, r->wid, 1);
+            requeue(ctx, r, LOST, "%s %s stopped responding", role, id);
         }
         request_unref(r);
     }
@@ -623,12 +711,16 @@ void dispatch_expire_workers(router_ctx *ctx, uint64_t now_ms)
     int i;
     while ((i = workers_next_expired(&ctx->workers, now_ms, (uint64_t)ctx->cfg.worker_timeout_ms)) >= 0) {
         router_worker *w = ctx->workers.w[i];
-        tn_log(WHO, "worker %s missed heartbeats for %d ms: dropping it", w->id,
+        char id[WIRE_MAX_ID + 1];
+        snprintf(id, sizeof id, "%s", w->id);
+        const char *role = w->role == TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER ? "prefiller"
+                                                                                      : "decoder";
+        tn_log(WHO, "worker %s missed heartbeats for %d ms: dropping it", id,
                ctx->cfg.worker_timeout_ms);
-        worker_lost(ctx, w);
         introduce(ctx, w, 1);
         workers_note_lost(&ctx->workers, w, now_ms);
         workers_remove_at(&ctx->workers, i);
+        worker_lost(ctx, id, role);
     }
 }
 
@@ -642,9 +734,9 @@ void dispatch_fail_all(router_ctx *ctx, const char *why)
         router_request *r = v[i];
         if (!r->finished) {
             if (r->stage == STAGE_PREFILLING)
-                send_cancel(ctx, r->prefiller, r->id, 0);
+                send_cancel(ctx, r->prefiller, r->wid, 0);
             if (r->stage >= STAGE_RESERVING && r->stage <= STAGE_DECODING)
-                send_cancel(ctx, r->decoder, r->id, 1);
+                send_cancel(ctx, r->decoder, r->wid, 1);
             fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_NO_CAPACITY, "%s", why);
         }
         if (r->zombie) {
@@ -654,4 +746,29 @@ void dispatch_fail_all(router_ctx *ctx, const char *why)
         request_unref(r);
     }
     free(v);
+}
+
+void dispatch_process_queues(router_ctx *ctx)
+{
+    while (ctx->submit_head) {
+        router_request *r = ctx->submit_head;
+        ctx->submit_head = r->qnext;
+        if (!ctx->submit_head)
+            ctx->submit_tail = NULL;
+        r->qnext = NULL;
+        ctx->n_queued--;
+        request_table_add(ctx, r);
+        request_unref(r); /* the queue's reference */
+        dispatch_place(ctx, r);
+    }
+    while (ctx->cancel_head) {
+        router_request *r = ctx->cancel_head;
+        ctx->cancel_head = r->qnext;
+        if (!ctx->cancel_head)
+            ctx->cancel_tail = NULL;
+        r->qnext = NULL;
+        if (!r->finished && r->stage != STAGE_NEW)
+            dispatch_cancel(ctx, r);
+        request_unref(r);
+    }
 }

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include "router/api_key.h"
 #include "router/util.h"
 
 #define WHO "router"
@@ -55,6 +56,12 @@ static enum MHD_Result respond(struct MHD_Connection *c, int status,
     if (!resp)
         return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    /* 429 (at the active request limit) and 503 (no worker registered for
+     * the model) are temporary: tell clients when to come back instead of
+     * letting them retry in a tight loop. One second is about how long a
+     * short request holds its slot, and how often workers heartbeat. */
+    if (status == 429 || status == 503)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, resp);
     MHD_destroy_response(resp);
     return rc;
@@ -603,6 +610,32 @@ static enum MHD_Result handle_metrics(http_conn *hc, struct MHD_Connection *c)
     return rc;
 }
 
+static int authorized(const router_ctx *ctx, struct MHD_Connection *c)
+{
+    if (!ctx->api_key_set)
+        return 1;
+    return api_key_check(ctx->api_key_hash,
+                         MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_AUTHORIZATION));
+}
+
+static enum MHD_Result refuse_unauthorized(struct MHD_Connection *c, const api_error *e)
+{
+    char *json = api_error_json(e);
+    if (!json)
+        return MHD_NO;
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(strlen(json), json, MHD_RESPMEM_MUST_COPY);
+    free(json);
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_UNAUTHORIZED, resp);
+    MHD_destroy_response(resp);
+    return rc;
+}
+
 static enum MHD_Result handle_dashboard(http_conn *hc, struct MHD_Connection *c, int state)
 {
     if (!state) {
@@ -652,12 +685,24 @@ static enum MHD_Result on_request_any(router_ctx *ctx, int metrics_only, struct 
         return MHD_YES;
     }
     if (*upload_data_size) {
-        if (hc->body.len + *upload_data_size > (size_t)ctx->cfg.max_body_bytes)
+        /* An unauthenticated client's body is not even buffered. */
+        if (!strncmp(url, "/v1/", 4) && !authorized(ctx, c))
+            hc->body_too_large = 1;
+        else if (hc->body.len + *upload_data_size > (size_t)ctx->cfg.max_body_bytes)
             hc->body_too_large = 1;
         else
             sb_append(&hc->body, upload_data, *upload_data_size);
         *upload_data_size = 0;
         return MHD_YES;
+    }
+    /* With an API key, everything under /v1/ needs it; /healthz and
+     * /metrics stay open for probes and scrapers (docs/SECURITY.md). The
+     * body of a refused request was not kept (see above). */
+    if (!strncmp(url, "/v1/", 4) && !authorized(ctx, c)) {
+        api_error e;
+        api_error_set(&e, 401, "invalid_request_error", NULL, "invalid_api_key",
+                      "Incorrect or missing API key: send 'Authorization: Bearer KEY'.");
+        return refuse_unauthorized(c, &e);
     }
     int get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     int post = !strcmp(method, "POST");

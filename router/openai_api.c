@@ -366,6 +366,93 @@ static int reject_unsupported(const cJSON *root, api_kind kind, api_error *e)
     return 0;
 }
 
+/* Every top-level field a request may carry: the OpenAI API's fields for
+ * the endpoint (implemented, accepted at their defaults, or plain metadata)
+ * and Tandem's extensions. Anything else is refused, as OpenAI does, so a
+ * misspelt parameter ("max_token", "temprature") is an error instead of a
+ * silently different request. */
+static const char *const common_fields[] = {
+    "model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stream", "stream_options",
+    "stop", "stop_token_ids", "ignore_eos", "return_token_ids", "n", "logprobs",
+    "presence_penalty", "frequency_penalty", "logit_bias", "user", "metadata", "store",
+    "service_tier", "prompt_cache_key", "safety_identifier",
+};
+static const char *const completions_fields[] = {"prompt", "best_of", "echo", "suffix"};
+static const char *const chat_fields[] = {
+    "messages", "max_completion_tokens", "tools", "tool_choice", "parallel_tool_calls",
+    "reasoning_effort", "chat_template_kwargs", "response_format", "top_logprobs",
+    "modalities", "audio", "prediction", "web_search_options", "functions", "function_call",
+    "verbosity",
+};
+
+static int in_list(const char *name, const char *const *list, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(name, list[i]))
+            return 1;
+    return 0;
+}
+
+#define N_OF(a) (sizeof(a) / sizeof(a[0]))
+
+static int reject_unknown(const cJSON *root, api_kind kind, api_error *e)
+{
+    const cJSON *f;
+    cJSON_ArrayForEach(f, root) {
+        const char *name = f->string ? f->string : "";
+        if (in_list(name, common_fields, N_OF(common_fields)) ||
+            (kind == API_COMPLETIONS && in_list(name, completions_fields, N_OF(completions_fields))) ||
+            (kind == API_CHAT && in_list(name, chat_fields, N_OF(chat_fields))))
+            continue;
+        char param[40];
+        snprintf(param, sizeof param, "%.39s", name);
+        api_error_set(e, 400, INVALID, param, "unknown_parameter",
+                      "Unrecognized request argument supplied: %.200s", name);
+        return -1;
+    }
+    return 0;
+}
+
+/* OpenAI fields Tandem does not implement whose default is "absent":
+ * accepted when null (or at the value that means the default), refused
+ * otherwise rather than ignored. */
+static int reject_unimplemented(const cJSON *root, api_kind kind, api_error *e)
+{
+    const cJSON *f;
+    if (kind == API_COMPLETIONS) {
+        if ((f = field(root, "suffix")) && !(cJSON_IsString(f) && !f->valuestring[0]))
+            return bad(e, "suffix", "unsupported_value", "Tandem does not support suffix.");
+        return 0;
+    }
+    if ((f = field(root, "tool_choice")) && !(cJSON_IsString(f) && !strcmp(f->valuestring, "auto")))
+        return bad(e, "tool_choice", "unsupported_value",
+                   "Tandem supports only tool_choice \"auto\" (the model decides).");
+    if ((f = field(root, "response_format"))) {
+        const cJSON *t = cJSON_IsObject(f) ? field(f, "type") : NULL;
+        if (!cJSON_IsString(t) || strcmp(t->valuestring, "text"))
+            return bad(e, "response_format", "unsupported_value",
+                       "Tandem supports only response_format {\"type\":\"text\"}.");
+    }
+    if ((f = field(root, "top_logprobs")) && !(cJSON_IsNumber(f) && f->valuedouble == 0))
+        return bad(e, "top_logprobs", "unsupported_value", "Tandem does not return logprobs.");
+    if ((f = field(root, "modalities"))) {
+        const cJSON *m0 = cJSON_GetArrayItem(f, 0);
+        if (!cJSON_IsArray(f) || cJSON_GetArraySize(f) != 1 || !cJSON_IsString(m0) ||
+            strcmp(m0->valuestring, "text"))
+            return bad(e, "modalities", "unsupported_value", "Tandem produces only text.");
+    }
+    static const char *const absent[] = {"audio", "prediction", "web_search_options",
+                                         "verbosity", "functions", "function_call"};
+    for (size_t i = 0; i < N_OF(absent); i++)
+        if (field(root, absent[i])) {
+            api_error_set(e, 400, INVALID, absent[i], "unsupported_value",
+                          "Tandem does not support '%s'%s.", absent[i],
+                          !strncmp(absent[i], "function", 8) ? " (use tools)" : "");
+            return -1;
+        }
+    return 0;
+}
+
 static int valid_utf8(const char *s, size_t n)
 {
     sbuf b;
@@ -380,6 +467,8 @@ static int parse_fields(const cJSON *root, api_kind kind, api_request *r, api_er
 {
     if (!cJSON_IsObject(root))
         return bad(e, NULL, NULL, "The request body must be a JSON object.");
+    if (reject_unknown(root, kind, e) != 0)
+        return -1;
     const cJSON *model = field(root, "model");
     if (!model)
         return bad(e, "model", NULL, "You must provide a model parameter.");
@@ -474,6 +563,8 @@ static int parse_fields(const cJSON *root, api_kind kind, api_request *r, api_er
         if (get_token_array(f, "stop_token_ids", &r->stop_token_ids, &r->n_stop_token_ids, e))
             return -1;
     }
+    if (reject_unimplemented(root, kind, e) != 0)
+        return -1;
     return reject_unsupported(root, kind, e);
 }
 

@@ -5,9 +5,12 @@
  *
  * Validation follows OpenAI's rules and error body
  *   {"error":{"message":..., "type":"invalid_request_error", "param":..., "code":...}}
- * Unknown fields are ignored; known fields Tandem does not implement (n > 1,
- * logprobs, echo, penalties, logit_bias, best_of) are rejected when set to a
- * non-default value rather than silently ignored. Checks that need the model
+ * Unknown fields are refused (400 unknown_parameter, as OpenAI does); known
+ * fields Tandem does not implement (n > 1, logprobs, echo, penalties,
+ * logit_bias, best_of, suffix, tool_choice other than "auto", a
+ * response_format other than text, audio, ...) are rejected when set to a
+ * non-default value rather than silently ignored; metadata fields (user,
+ * metadata, store, service_tier, ...) are accepted and ignored. Checks that need the model
  * (vocabulary, context length) happen in the router. */
 #ifndef TANDEM_ROUTER_OPENAI_API_H
 #define TANDEM_ROUTER_OPENAI_API_H

@@ -31,6 +31,7 @@ router_request *request_new(router_ctx *ctx, req_origin origin)
     /* Keys start at a random offset so ids do not repeat across restarts. */
     r->key = ctx->next_key++;
     snprintf(r->id, sizeof r->id, "%016" PRIx64, r->key);
+    memcpy(r->wid, r->id, sizeof r->wid);
     r->created = (long)time(NULL);
     r->t_start = tn_now_s();
     sb_init(&r->text);
@@ -76,6 +77,30 @@ router_request *request_find(const router_ctx *ctx, const char *id)
         if (r->key == key)
             return r;
     return NULL;
+}
+
+router_request *request_find_client(const router_ctx *ctx, const char *id)
+{
+    /* Keys are never reused, so a client id is either its request's
+     * current key or belongs to no other request's. */
+    router_request *r = request_find(ctx, id);
+    if (r)
+        return r;
+    for (int b = 0; b < ROUTER_HASH_BUCKETS; b++)
+        for (r = ctx->table[b]; r; r = r->hnext)
+            if (r->attempts && !strcmp(r->id, id))
+                return r;
+    return NULL;
+}
+
+void request_rekey(router_ctx *ctx, router_request *r)
+{
+    r->refs++; /* the table's reference goes away for a moment */
+    request_table_remove(ctx, r);
+    r->key = ctx->next_key++;
+    snprintf(r->wid, sizeof r->wid, "%016" PRIx64, r->key);
+    request_table_add(ctx, r);
+    request_unref(r);
 }
 
 void request_table_add(router_ctx *ctx, router_request *r)

@@ -24,6 +24,7 @@
 #include "router/metrics.h"
 #include "router/openai_api.h"
 #include "router/sbuf.h"
+#include "router/sock_auth.h"
 #include "router/text_codec.h"
 #include "router/wire.h"
 #include "router/workers.h"
@@ -41,6 +42,8 @@ typedef struct router_config {
     int chat_default_max_tokens;
     int max_body_bytes;
     int max_active_requests;   /* beyond this, HTTP 429 / RPC NO_CAPACITY */
+    char api_key_file[512];    /* "" = the APIs are open (docs/SECURITY.md) */
+    char worker_secret_file[512]; /* "" = workers register unauthenticated */
     int metrics_port;          /* -1: /metrics only on the HTTP port; else also here (0: any) */
     int queue_timeout_ms;      /* hold requests no worker can take for this long; 0: refuse at once */
     autoscaler_config as;      /* --scaler, --autoscale-*, --scaler-* */
@@ -60,8 +63,13 @@ typedef enum {
 typedef struct router_request {
     struct router_request *hnext;  /* hash chain of the core's table */
     struct router_request *qnext;  /* submit / cancel queue link */
-    uint64_t key;
-    char id[24];                   /* 16 hex digits of key: the wire request_id */
+    uint64_t key;                  /* the table key: that of the current attempt */
+    char id[24];                   /* 16 hex digits of the first key: what clients see */
+    char wid[24];                  /* 16 hex digits of key: the request_id workers see.
+                                      A request placed again after losing a worker
+                                      (dispatch.c, requeue) gets a new key, so late
+                                      messages about an earlier attempt are ignored */
+    int attempts;                  /* placements after the first (worker failures) */
     req_origin origin;
     api_kind kind;
     long created;                  /* unix seconds, for OpenAI "created" */
@@ -94,6 +102,7 @@ typedef struct router_request {
     int on_prefiller;              /* counted in the prefiller's accounting */
     int on_decoder;                /* counted in the decoder's accounting */
     int pages_committed;
+    int assigned_tokens;           /* prompt tokens counted on the prefiller */
     int zombie;                    /* cancelled while prefilling: kept until the
                                       prefiller reports, then the decoder's pages
                                       are released */
@@ -138,6 +147,12 @@ typedef struct router_ctx {
     int shutdown_fd;               /* set once at shutdown; every waiter polls it */
     int http_port, worker_port, rpc_port;
     struct MHD_Daemon *httpd;
+    /* Authentication (docs/SECURITY.md): CURVE keys of the worker and RPC
+     * sockets, their ZAP handler, and the API key's hash for HTTP. */
+    sock_auth worker_auth, rpc_auth;
+    void *zap;
+    int api_key_set;
+    unsigned char api_key_hash[32];
     struct MHD_Daemon *metrics_httpd; /* --metrics-port: /metrics, /healthz, /dashboard */
     int metrics_port;
     double t_start;                /* monotonic start time (the dashboard's zero) */
@@ -174,7 +189,13 @@ int router_config_validate(const router_config *c, char *err, size_t errlen);
 router_request *request_new(router_ctx *ctx, req_origin origin);
 /* Drops one reference; frees at zero. Caller holds the lock. */
 void request_unref(router_request *r);
+/* The request whose current attempt has this wire id (workers' messages). */
 router_request *request_find(const router_ctx *ctx, const char *id);
+/* The request clients know by this id, whatever its attempt. */
+router_request *request_find_client(const router_ctx *ctx, const char *id);
+/* Gives r a fresh key and wire id (a new attempt), keeping its client id
+ * and its place in the table. */
+void request_rekey(router_ctx *ctx, router_request *r);
 void request_table_add(router_ctx *ctx, router_request *r);
 void request_table_remove(router_ctx *ctx, router_request *r);
 
@@ -218,6 +239,9 @@ void dispatch_expire_workers(router_ctx *ctx, uint64_t now_ms);
 void dispatch_finish(router_ctx *ctx, router_request *r, int reason, const api_error *err);
 /* Fails every active request (router shutdown). */
 void dispatch_fail_all(router_ctx *ctx, const char *why);
+/* Moves HTTP submissions into the table (placing each) and handles the
+ * queued cancellations. */
+void dispatch_process_queues(router_ctx *ctx);
 /* Places held requests that a worker can take now, in arrival order, and
  * fails those held longer than --queue-timeout-ms. */
 void dispatch_retry_held(router_ctx *ctx);

@@ -12,6 +12,7 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 #include <zmq.h>
+#include "router/api_key.h"
 #include "router/options.h"
 #include "router/util.h"
 
@@ -25,6 +26,49 @@ static const char *const INTRO =
     "the system; --port-file records the ports actually bound (http_port=N,\n"
     "worker_port=N, rpc_port=N, metrics_port=N). SIGTERM/SIGINT: stop (the\n"
     "local scaler first drains its workers); a second one: stop at once.";
+
+/* Loads the API key and the worker secret when configured: CURVE on the
+ * sockets (before they bind) with the ZAP handler that checks client keys,
+ * and the key's hash for the HTTP bearer check. */
+static int setup_auth(router_ctx *ctx, char *err, size_t errlen)
+{
+    const router_config *c = &ctx->cfg;
+    if (c->worker_secret_file[0]) {
+        if (sock_auth_load(&ctx->worker_auth, c->worker_secret_file, "workers", err, errlen) != 0)
+            return -1;
+        if (sock_auth_server(ctx->worker_sock, &ctx->worker_auth, "tandem-workers") != 0) {
+            snprintf(err, errlen, "cannot enable CURVE: %s", zmq_strerror(errno));
+            return -1;
+        }
+    }
+    if (c->api_key_file[0]) {
+        if (sock_auth_load(&ctx->rpc_auth, c->api_key_file, "rpc", err, errlen) != 0)
+            return -1;
+        if (sock_auth_server(ctx->rpc_sock, &ctx->rpc_auth, "tandem-rpc") != 0) {
+            snprintf(err, errlen, "cannot enable CURVE: %s", zmq_strerror(errno));
+            return -1;
+        }
+        if (api_key_hash_file(c->api_key_file, ctx->api_key_hash, err, errlen) != 0)
+            return -1;
+        ctx->api_key_set = 1;
+    }
+    if ((ctx->worker_auth.enabled || ctx->rpc_auth.enabled) &&
+        !(ctx->zap = sock_auth_zap_open(ctx->zctx, err, errlen)))
+        return -1;
+    tn_log(WHO, "worker socket: %s; APIs: %s",
+           ctx->worker_auth.enabled ? "shared secret (CURVE)" : "unauthenticated",
+           ctx->api_key_set ? "API key required" : "open");
+    return 0;
+}
+
+static void answer_zap(router_ctx *ctx)
+{
+    const sock_auth *auths[2] = {&ctx->worker_auth, &ctx->rpc_auth};
+    static const char *const domains[2] = {"tandem-workers", "tandem-rpc"};
+    int refused = sock_auth_zap_handle(ctx->zap, auths, domains, 2);
+    if (refused)
+        tn_log(WHO, "refused %d connection(s) without the shared secret / API key", refused);
+}
 
 /* Binds a ROUTER socket on host:port and returns the bound port, or -1. */
 static int bind_router(void *sock, const char *host, int port, char *err, size_t errlen)
@@ -52,32 +96,6 @@ static int bind_router(void *sock, const char *host, int port, char *err, size_t
     }
     const char *colon = strrchr(last, ':');
     return colon ? atoi(colon + 1) : -1;
-}
-
-/* Moves HTTP submissions into the table and handles queued cancellations. */
-static void process_queues(router_ctx *ctx)
-{
-    while (ctx->submit_head) {
-        router_request *r = ctx->submit_head;
-        ctx->submit_head = r->qnext;
-        if (!ctx->submit_head)
-            ctx->submit_tail = NULL;
-        r->qnext = NULL;
-        ctx->n_queued--;
-        request_table_add(ctx, r);
-        request_unref(r); /* the queue's reference */
-        dispatch_place(ctx, r);
-    }
-    while (ctx->cancel_head) {
-        router_request *r = ctx->cancel_head;
-        ctx->cancel_head = r->qnext;
-        if (!ctx->cancel_head)
-            ctx->cancel_tail = NULL;
-        r->qnext = NULL;
-        if (!r->finished && r->stage != STAGE_NEW)
-            dispatch_cancel(ctx, r);
-        request_unref(r);
-    }
 }
 
 static void drain_workers(router_ctx *ctx)
@@ -155,16 +173,17 @@ static void run_loop(router_ctx *ctx, int sig_fd)
 {
     double stop_deadline = 0, first_signal_s = 0;
     for (;;) {
-        zmq_pollitem_t items[4] = {
+        zmq_pollitem_t items[5] = {
             {ctx->worker_sock, 0, ZMQ_POLLIN, 0},
             {ctx->rpc_sock, 0, ZMQ_POLLIN, 0},
             {NULL, ctx->wake_fd, ZMQ_POLLIN, 0},
             {NULL, sig_fd, ZMQ_POLLIN, 0},
+            {ctx->zap, 0, ZMQ_POLLIN, 0},
         };
         int timeout = ctx->cfg.heartbeat_ms > 0 ? ctx->cfg.heartbeat_ms : 500;
         if (ctx->held_head && timeout > 100)
             timeout = 100; /* held requests time out on time */
-        if (zmq_poll(items, 4, timeout) < 0 && errno != EINTR) {
+        if (zmq_poll(items, ctx->zap ? 5 : 4, timeout) < 0 && errno != EINTR) {
             tn_log(WHO, "zmq_poll failed: %s", zmq_strerror(errno));
             return;
         }
@@ -185,13 +204,15 @@ static void run_loop(router_ctx *ctx, int sig_fd)
         }
         if (items[2].revents)
             tn_wakefd_drain(ctx->wake_fd);
+        if (ctx->zap && items[4].revents)
+            answer_zap(ctx);
         pthread_mutex_lock(&ctx->lock);
-        process_queues(ctx);
+        dispatch_process_queues(ctx);
         pthread_mutex_unlock(&ctx->lock);
         drain_workers(ctx);
         drain_clients(ctx);
         pthread_mutex_lock(&ctx->lock);
-        process_queues(ctx);
+        dispatch_process_queues(ctx);
         dispatch_expire_workers(ctx, tn_now_ms());
         if (ctx->held_head)
             dispatch_retry_held(ctx);
@@ -224,6 +245,10 @@ static void ctx_free(router_ctx *ctx)
         while (ctx->table[b])
             request_table_remove(ctx, ctx->table[b]);
     workers_free(&ctx->workers);
+    if (ctx->zap)
+        zmq_close(ctx->zap);
+    sock_auth_wipe(&ctx->worker_auth);
+    sock_auth_wipe(&ctx->rpc_auth);
     if (ctx->worker_sock)
         zmq_close(ctx->worker_sock);
     if (ctx->rpc_sock)
@@ -286,6 +311,10 @@ int main(int argc, char **argv)
     ctx->rpc_sock = zmq_socket(ctx->zctx, ZMQ_ROUTER);
     if (!ctx->worker_sock || !ctx->rpc_sock) {
         fprintf(stderr, "tandem-router: cannot create sockets: %s\n", zmq_strerror(errno));
+        goto out;
+    }
+    if (setup_auth(ctx, err, sizeof err) != 0) {
+        fprintf(stderr, "tandem-router: %s\n", err);
         goto out;
     }
     if ((ctx->worker_port = bind_router(ctx->worker_sock, c->host, c->worker_port, err, sizeof err)) < 0 ||

@@ -55,6 +55,12 @@ static int build_specs(router_config *c, opt_spec *s)
          "requests in flight before HTTP 429"},
         {"queue-timeout-ms", OPT_INT, &c->queue_timeout_ms, 0,
          "hold a request no worker can take yet (none registered, all draining) this long before 503 (0: refuse at once)"},
+        {"api-key-file", OPT_STR, c->api_key_file, sizeof c->api_key_file,
+         "file with the API key (at least 32 bytes): HTTP /v1/* then needs "
+         "'Authorization: Bearer KEY' and RPC clients the same key (CURVE)"},
+        {"worker-secret-file", OPT_STR, c->worker_secret_file, sizeof c->worker_secret_file,
+         "file with the secret the workers share: only they can connect to the "
+         "worker socket, and its traffic is encrypted (CURVE)"},
         {"scaler", OPT_STR, a->scaler, sizeof a->scaler,
          "none, local (start/stop worker processes here), kubernetes (scale subresource) or metrics-only (publish tandem_pool_desired_replicas)"},
         {"autoscale-interval-s", OPT_DOUBLE, &a->interval_s, 0,

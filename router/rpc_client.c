@@ -11,6 +11,12 @@
 
 int rpc_client_open(rpc_client *c, const char *endpoint, char *err, size_t errlen)
 {
+    return rpc_client_open_auth(c, endpoint, NULL, err, errlen);
+}
+
+int rpc_client_open_auth(rpc_client *c, const char *endpoint, const sock_auth *auth, char *err,
+                         size_t errlen)
+{
     memset(c, 0, sizeof *c);
     c->zctx = zmq_ctx_new();
     if (!c->zctx || !(c->sock = zmq_socket(c->zctx, ZMQ_DEALER))) {
@@ -20,6 +26,11 @@ int rpc_client_open(rpc_client *c, const char *endpoint, char *err, size_t errle
     }
     int linger = 0;
     zmq_setsockopt(c->sock, ZMQ_LINGER, &linger, sizeof linger);
+    if (auth && auth->enabled && sock_auth_client(c->sock, auth) != 0) {
+        snprintf(err, errlen, "cannot set up CURVE: %s", zmq_strerror(errno));
+        rpc_client_close(c);
+        return -1;
+    }
     if (zmq_connect(c->sock, endpoint) != 0) {
         snprintf(err, errlen, "cannot connect to %s: %s", endpoint, zmq_strerror(errno));
         rpc_client_close(c);

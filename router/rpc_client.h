@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "proto/tandem.pb-c.h"
+#include "router/sock_auth.h"
 
 typedef struct rpc_client {
     void *zctx;
@@ -34,6 +35,10 @@ typedef struct rpc_generate_params {
 typedef int (*rpc_chunk_fn)(void *user, const Tandem__V1__TokenChunk *chunk);
 
 int rpc_client_open(rpc_client *c, const char *endpoint, char *err, size_t errlen);
+/* The same through an authenticated, encrypted connection when auth is not
+ * NULL and enabled (keys from the router's --api-key-file, label "rpc"). */
+int rpc_client_open_auth(rpc_client *c, const char *endpoint, const sock_auth *auth, char *err,
+                         size_t errlen);
 void rpc_client_close(rpc_client *c);
 
 /* Sends one ClientMessage; receives one within timeout_ms (1: got one,

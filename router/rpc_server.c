@@ -117,7 +117,7 @@ static void on_generate(router_ctx *ctx, const uint8_t *rid, size_t rid_len,
 static void on_cancel(router_ctx *ctx, const uint8_t *rid, size_t rid_len,
                       const Tandem__V1__Cancel *c)
 {
-    router_request *r = request_find(ctx, c->request_id);
+    router_request *r = request_find_client(ctx, c->request_id);
     if (!r || r->origin != ORIGIN_RPC || r->client_rid_len != rid_len ||
         memcmp(r->client_rid, rid, rid_len) || r->finished) {
         reply_error(ctx, rid, rid_len, TANDEM__V1__ERROR_CODE__ERROR_CODE_UNKNOWN_REQUEST, "",
@@ -227,7 +227,7 @@ void rpc_deliver(router_ctx *ctx, router_request *r)
     Tandem__V1__Error e = TANDEM__V1__ERROR__INIT;
     Tandem__V1__TokenChunk c = TANDEM__V1__TOKEN_CHUNK__INIT;
     c.request_id = r->id;
-    c.tokens = r->out + r->rpc_sent;
+    c.tokens = r->out ? r->out + r->rpc_sent : NULL; /* no output yet: NULL + 0 is UB */
     c.n_tokens = (size_t)(r->n_out - r->rpc_sent);
     c.prompt_tokens = (uint32_t)r->n_prompt;
     c.completion_tokens = (uint32_t)r->n_out;

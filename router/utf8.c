@@ -146,5 +146,7 @@ int utf8_append_lossy(strbuf *out, const unsigned char *s, size_t n, int final,
         i += sub ? sub : 1;
         run = i;
     }
-    return strbuf_append(out, s + run, i - run);
+    /* s is NULL when n is 0 (an empty strbuf's data) and NULL + 0 is
+     * undefined behaviour in C, so an empty tail appends from a literal. */
+    return strbuf_append(out, i > run ? s + run : (const unsigned char *)"", i - run);
 }

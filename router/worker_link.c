@@ -19,6 +19,13 @@ static void send_register(worker_link *l, uint64_t now_ms)
 int link_open(worker_link *l, const char *who, const char *endpoint, const char *id,
               const Tandem__V1__Register *reg, char *err, size_t errlen)
 {
+    return link_open_auth(l, who, endpoint, id, reg, NULL, err, errlen);
+}
+
+int link_open_auth(worker_link *l, const char *who, const char *endpoint, const char *id,
+                   const Tandem__V1__Register *reg, const sock_auth *auth, char *err,
+                   size_t errlen)
+{
     memset(l, 0, sizeof *l);
     l->who = who;
     if (!id[0] || strlen(id) > WIRE_MAX_ID) {
@@ -43,6 +50,12 @@ int link_open(worker_link *l, const char *who, const char *endpoint, const char 
     zmq_setsockopt(l->sock, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(l->sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
     zmq_setsockopt(l->sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    if (auth && auth->enabled && sock_auth_client(l->sock, auth) != 0) {
+        snprintf(err, errlen, "cannot set up CURVE on the router connection: %s",
+                 zmq_strerror(errno));
+        link_close(l);
+        return -1;
+    }
     char ep[300];
     snprintf(ep, sizeof ep, "%s%s", strstr(endpoint, "://") ? "" : "tcp://", endpoint);
     if (zmq_connect(l->sock, ep) != 0) {
@@ -122,8 +135,10 @@ int link_recv(worker_link *l, Tandem__V1__WorkerMessage **out)
         }
         if (m->body_case == TANDEM__V1__WORKER_MESSAGE__BODY_ERROR && m->error &&
             m->error->code == TANDEM__V1__ERROR_CODE__ERROR_CODE_UNKNOWN_WORKER) {
-            if (l->registered)
+            if (l->registered) {
                 tn_log(l->who, "the router does not know us (restarted?): registering again");
+                l->session++;
+            }
             l->registered = 0;
             send_register(l, tn_now_ms());
             tandem__v1__worker_message__free_unpacked(m, NULL);

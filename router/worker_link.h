@@ -8,6 +8,7 @@
 #define TANDEM_ROUTER_WORKER_LINK_H
 #include <stddef.h>
 #include <stdint.h>
+#include "router/sock_auth.h"
 #include "router/wire.h"
 
 /* Leaving the cluster (SIGTERM): DRAINING while the worker finishes what it
@@ -24,6 +25,10 @@ typedef struct worker_link {
     uint8_t *register_msg;    /* packed WorkerMessage{register}, resent as needed */
     size_t register_len;
     int registered;
+    int session;              /* +1 each time the router forgot us and we registered
+                                 again: work given before that is no longer wanted
+                                 (the router restarted, or dropped us and placed it
+                                 elsewhere); the worker drops it when this changes */
     uint32_t heartbeat_ms;
     uint64_t last_register_ms, last_heartbeat_ms;
     link_drain_state drain;
@@ -34,6 +39,11 @@ typedef struct worker_link {
  * id and sends the registration. Returns 0 or -1 with a reason. */
 int link_open(worker_link *l, const char *who, const char *endpoint, const char *id,
               const Tandem__V1__Register *reg, char *err, size_t errlen);
+/* The same over an authenticated, encrypted connection when auth is not
+ * NULL and enabled (router/sock_auth.h: the router's --worker-secret-file). */
+int link_open_auth(worker_link *l, const char *who, const char *endpoint, const char *id,
+                   const Tandem__V1__Register *reg, const sock_auth *auth, char *err,
+                   size_t errlen);
 void link_close(worker_link *l);
 
 int link_send(worker_link *l, const Tandem__V1__WorkerMessage *m);

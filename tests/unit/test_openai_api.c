@@ -101,14 +101,59 @@ static void sampling_parameters_are_range_checked(void **state)
     }
 }
 
+/* Fields outside the endpoint's schema are refused by name (a misspelt
+ * parameter must not silently change the request); OpenAI fields Tandem
+ * does not implement are refused unless at their default. */
+static void unknown_and_unimplemented_fields(void **state)
+{
+    (void)state;
+    expect_400(API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":[1],\"frobnicate\":1}", "frobnicate",
+               "unknown_parameter");
+    expect_400(API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":[1],\"max_token\":5}", "max_token",
+               "unknown_parameter");
+    expect_400(API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":[1],\"messages\":[]}", "messages",
+               "unknown_parameter");
+    expect_400(API_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+               "\"prompt\":\"x\"}", "prompt", "unknown_parameter");
+    api_request r;
+    api_error e;
+    assert_int_equal(parse(API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":[1],\"temprature\":0}",
+                           &r, &e), -1);
+    assert_non_null(strstr(e.message, "Unrecognized request argument supplied: temprature"));
+    expect_400(API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":[1],\"suffix\":\"x\"}", "suffix",
+               "unsupported_value");
+    const char *msgs = "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]";
+    static const struct {
+        const char *extra, *param;
+    } chat_bad[] = {
+        {"\"tool_choice\":\"required\"", "tool_choice"},
+        {"\"tool_choice\":{\"type\":\"function\"}", "tool_choice"},
+        {"\"response_format\":{\"type\":\"json_object\"}", "response_format"},
+        {"\"top_logprobs\":3", "top_logprobs"},
+        {"\"modalities\":[\"text\",\"audio\"]", "modalities"},
+        {"\"audio\":{\"voice\":\"x\"}", "audio"},
+        {"\"functions\":[]", "functions"},
+    };
+    char b[512];
+    for (size_t i = 0; i < sizeof chat_bad / sizeof *chat_bad; i++) {
+        snprintf(b, sizeof b, "{\"model\":\"m\",%s,%s}", msgs, chat_bad[i].extra);
+        expect_400(API_CHAT, b, chat_bad[i].param, "unsupported_value");
+    }
+    snprintf(b, sizeof b, "{\"model\":\"m\",%s,\"tool_choice\":\"auto\",\"response_format\":"
+             "{\"type\":\"text\"},\"modalities\":[\"text\"],\"parallel_tool_calls\":true,"
+             "\"store\":false,\"top_logprobs\":0,\"audio\":null}", msgs);
+    assert_int_equal(parse(API_CHAT, b, &r, &e), 0);
+    api_request_free(&r);
+}
+
 static void valid_requests_parse_with_defaults(void **state)
 {
     (void)state;
     api_request r;
     api_error e;
     assert_int_equal(parse(API_COMPLETIONS,
-                           "{\"model\":\"tiny\",\"prompt\":[5,6,7],\"unknown_field\":{\"x\":1},"
-                           "\"n\":1,\"echo\":false,\"presence_penalty\":0}", &r, &e), 0);
+                           "{\"model\":\"tiny\",\"prompt\":[5,6,7],\"user\":\"u-1\",\"metadata\":{\"x\":\"1\"},"
+                           "\"n\":1,\"echo\":false,\"presence_penalty\":0,\"suffix\":null}", &r, &e), 0);
     assert_string_equal(r.model, "tiny");
     assert_int_equal(r.n_prompt_ids, 3);
     assert_int_equal(r.prompt_ids[2], 7);
@@ -261,6 +306,7 @@ int main(void)
         cmocka_unit_test(malformed_bodies_are_rejected),
         cmocka_unit_test(required_fields),
         cmocka_unit_test(sampling_parameters_are_range_checked),
+        cmocka_unit_test(unknown_and_unimplemented_fields),
         cmocka_unit_test(valid_requests_parse_with_defaults),
         cmocka_unit_test(error_body_has_openai_shape),
         cmocka_unit_test(sse_chunks_have_openai_shape),
