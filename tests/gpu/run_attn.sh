@@ -47,7 +47,7 @@ nccl_dir=""
 for d in /usr/local/cuda/lib64 $(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null); do
     [ -e "$d/libnccl.so.2" ] && { nccl_dir=$d; break; }
 done
-find / -name 'nccl.h' -not -path '/proc/*' 2>/dev/null | head -3 | sed 's/^/nccl.h: /'
+ls /usr/local/cuda/include/nccl.h $(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "include", "nccl.h"))' 2>/dev/null) 2>&1 | sed 's/^/nccl.h: /'
 nccl="not run"
 if [ -z "$nccl_dir" ]; then
     nccl="no libnccl.so.2 found (/usr/local/cuda/lib64, python nvidia.nccl)"
@@ -88,7 +88,7 @@ bench oss20b_32k 90 --synthetic $C/gpt-oss-20b.json --prefill 32768 --batch none
 TANDEM_CUDA_ATTN_BF16=0 bench oss20b_8k_f32attn 60 --synthetic $C/gpt-oss-20b.json --prefill 8192 \
     --batch none --repeat 3
 
-if [ $(( $(date +%s) - t_start )) -lt 300 ] && command -v compute-sanitizer >/dev/null; then
+if [ $(( $(date +%s) - t_start )) -lt 240 ] && command -v compute-sanitizer >/dev/null; then
     echo "== compute-sanitizer memcheck (test_cuda_ops)"
     run timeout 120 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
         "$BIN/test_cuda_ops" "$SEED" >"$OUT/memcheck.log" 2>&1
