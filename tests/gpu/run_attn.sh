@@ -33,6 +33,12 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,me
     --format=csv 2>&1 | tee "$OUT/gpu.txt"
 run ldd "$BIN/tandem-bench" "$BIN/test_cuda_ops" "$BIN/bench_attention" | grep "not found"
 
+if [ -f "$P/attention_mma.o" ] && command -v cuobjdump >/dev/null; then
+    echo "== SASS of attention_mma.o (instruction counts)"
+    cuobjdump --dump-sass "$P/attention_mma.o" | grep -oE '(HMMA|LDSM|LDL|STL|MUFU\.EX2|BAR)[.A-Z0-9]*' |
+        sort | uniq -c | tee "$OUT/sass_counts.txt"
+fi
+
 echo "== test_cuda_ops (seed $SEED)"
 run timeout 240 "$BIN/test_cuda_ops" "$SEED" >"$OUT/test_cuda_ops.log" 2>&1
 [ $? -eq 0 ] || status=1
