@@ -94,13 +94,13 @@ bench oss20b_32k 90 --synthetic $C/gpt-oss-20b.json --prefill 32768 --batch none
 TANDEM_CUDA_ATTN_BF16=0 bench oss20b_8k_f32attn 60 --synthetic $C/gpt-oss-20b.json --prefill 8192 \
     --batch none --repeat 3
 
-if [ $(( $(date +%s) - t_start )) -lt 240 ] && command -v compute-sanitizer >/dev/null; then
+if [ $(( $(date +%s) - t_start )) -lt 150 ] && command -v compute-sanitizer >/dev/null; then
     echo "== compute-sanitizer memcheck (test_cuda_ops)"
-    run timeout 120 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
+    run timeout 100 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
         "$BIN/test_cuda_ops" "$SEED" >"$OUT/memcheck.log" 2>&1
     rc=$?
     san="exit $rc, $(grep -c '^ok ' "$OUT/memcheck.log") ok / $(grep -c '^not ok ' "$OUT/memcheck.log") not ok, $(grep -oE 'ERROR SUMMARY: [0-9]+ errors?' "$OUT/memcheck.log" | tail -1)"
-    [ "$rc" -eq 124 ] && san="timed out after 120 s ($san)"
+    [ "$rc" -eq 124 ] && san="timed out after 100 s ($san)"
     tail -n 3 "$OUT/memcheck.log"
 else
     san="not run (time)"
