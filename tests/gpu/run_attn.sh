@@ -72,7 +72,7 @@ fi
 
 echo "== attention benchmark"
 mkdir -p "$OUT/ab/tests/gpu" && cp "$BIN/bench_attention" "$OUT/ab/tests/gpu/"
-run timeout 200 python3 tests/gpu/bench_attention.py "$OUT/ab" "$OUT" 2>&1 | tee "$OUT/bench.log"
+BENCH_DECODE=0 run timeout 200 python3 tests/gpu/bench_attention.py "$OUT/ab" "$OUT" 2>&1 | tee "$OUT/bench.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 rm -rf "$OUT/ab"
 read -r BW PEAK < <(sed -n 's/.*copy \([0-9.]*\) TB\/s, bf16 GEMM \([0-9.]*\) TFLOP.*/\1 \2/p' "$OUT/bench.log")
