@@ -548,10 +548,11 @@ int main(int argc, char **argv)
     if (a.profile)
         rc = kn_stopwatch_create(&c.be, TM_PROF_N_GROUPS, 8 * c.cfg->n_layers + 8, &c.sw);
 
-    printf("# tandem-bench %s%s (%s), device %s, %s weights, median of %d after 1 warm-up\n",
+    printf("# tandem-bench %s%s (%s), device %s, %s weights, %s attention, median of %d after "
+           "1 warm-up\n",
            a.synthetic ? "synthetic " : "", a.synthetic ? a.synthetic : a.model,
            c.cfg->model_type, a.device, kn_dtype_name(tm_model_weight_dtype(c.model)),
-           a.repeat);
+           kn_backend_attn_bf16(&c.be) ? "bf16 (prefill)" : "f32", a.repeat);
     if (a.synthetic)
         printf("# random weights (seed %llu): real shapes, throughput does not depend on "
                "values; routing is near uniform\n", a.seed);

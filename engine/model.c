@@ -166,6 +166,19 @@ static int model_begin(const char *config_path, int is_dir, const kn_backend *be
  * place; frees the model on failure. */
 static int model_finish(tm_model *m, tm_model **out, char *err, size_t errlen)
 {
+    /* bf16 weights already feed bf16 operands to every product, so attention
+     * on the tensor cores in bf16 costs no precision the model still has;
+     * TANDEM_CUDA_ATTN_BF16=0 keeps it fp32 (kernels/backend.h). */
+    const char *attn_env = getenv("TANDEM_CUDA_ATTN_BF16");
+    if (m->be->kind == KN_BACKEND_CUDA && m->w.wdtype == KN_BF16 &&
+        !(attn_env && strcmp(attn_env, "0") == 0)) {
+        int src = kn_backend_set_attn_bf16(m->be, 1);
+        if (src) {
+            tm_errf(err, errlen, "cannot turn on bf16 attention: %s", kn_status_str(src));
+            tm_model_free(m);
+            return src;
+        }
+    }
     int rc = load_rope(m, err, errlen);
     if (!rc)
         rc = setup_moe(m, err, errlen);

@@ -18,7 +18,10 @@
 
 typedef struct tm_model tm_model;
 
-/* How the large products' weight matrices are stored (engine/weights.h). */
+/* How the large products' weight matrices are stored (engine/weights.h).
+ * A model loaded with bf16 weights on CUDA also turns the backend's bf16
+ * attention on (kn_backend_set_attn_bf16; TANDEM_CUDA_ATTN_BF16=0 keeps it
+ * fp32): the products' operands are bf16 already. */
 typedef enum {
     TM_WEIGHTS_AUTO = 0,  /* f32 on the CPU backend, bf16 on CUDA */
     TM_WEIGHTS_F32,

@@ -2,6 +2,7 @@
  * memory; the CUDA backend's live in kernels/cuda/ behind cuda_backend.h and
  * exist only when the build defines TANDEM_CUDA. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "kernels/backend.h"
@@ -184,4 +185,38 @@ int kn_copy_to_host(const kn_backend *be, void *host_dst, const void *src, size_
 #endif
     }
     return kn_arg_error("kn_copy_to_host", "unknown backend kind %d", (int)be->kind);
+}
+
+int kn_backend_set_attn_bf16(const kn_backend *be, int on)
+{
+    static const char op[] = "kn_backend_set_attn_bf16";
+    if (!be)
+        return kn_arg_error(op, "backend is NULL");
+    switch (be->kind) {
+    case KN_BACKEND_CPU:
+        if (on) {
+            fprintf(stderr, "tandem: %s: the CPU backend computes attention in fp32 only\n", op);
+            return KN_ERR_UNSUPPORTED;
+        }
+        return KN_OK;
+    case KN_BACKEND_CUDA:
+#ifdef TANDEM_CUDA
+        kn_cuda_set_attn_bf16(be, on);
+        return KN_OK;
+#else
+        return kn_no_cuda(op);
+#endif
+    }
+    return kn_arg_error(op, "unknown backend kind %d", (int)be->kind);
+}
+
+int kn_backend_attn_bf16(const kn_backend *be)
+{
+#ifdef TANDEM_CUDA
+    if (be && be->kind == KN_BACKEND_CUDA && be->blas)
+        return kn_cuda_attn_bf16(be);
+#else
+    (void)be;
+#endif
+    return 0;
 }

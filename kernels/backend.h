@@ -32,6 +32,22 @@ int kn_backend_sync(const kn_backend *be);
  * large kn_malloc can use it. No-op on CPU. */
 int kn_backend_trim(const kn_backend *be);
 
+/* Attention precision on CUDA. Off (the default): kn_attention computes in
+ * fp32 and matches the CPU backend to fp32 rounding. On: prefill-sized
+ * calls (more than 16 rows x GQA group in a sequence, head_dim 64 or 128)
+ * run a tensor-core kernel with bf16 Q, K, V and P and fp32 softmax and
+ * accumulation (normwise relative error ~3e-3 against float64); decode
+ * stays fp32. The CUDA backend starts with it on when the environment has
+ * TANDEM_CUDA_ATTN_BF16=1 at init; the engine turns it on with bf16
+ * weights unless TANDEM_CUDA_ATTN_BF16=0. The flag lives in the backend's
+ * device state (hence the const handle); set it between ops, not while
+ * another thread queues work on the backend. On the CPU backend, on = 1
+ * returns KN_ERR_UNSUPPORTED (the CPU computes in fp32) and on = 0 is a
+ * no-op. */
+int kn_backend_set_attn_bf16(const kn_backend *be, int on);
+/* 1 when the backend's attention runs in bf16 (see above), else 0. */
+int kn_backend_attn_bf16(const kn_backend *be);
+
 /* Buffers on the backend. kn_malloc returns NULL on failure. */
 void *kn_malloc(const kn_backend *be, size_t bytes);
 void kn_free(const kn_backend *be, void *ptr);

@@ -41,6 +41,9 @@ void kn_cuda_event_destroy(const kn_backend *be, void *event);
 /* Returns the memory the backend's pool of op temporaries holds while idle
  * to the device (after a long prefill, before a big allocation). */
 int kn_cuda_trim(const kn_backend *be);
+/* The attention precision flag behind the backend (kn_backend_set_attn_bf16). */
+void kn_cuda_set_attn_bf16(const kn_backend *be, int on);
+int kn_cuda_attn_bf16(const kn_backend *be);
 
 #ifdef __cplusplus
 }

@@ -21,7 +21,9 @@
  * kv_len - n_q + v/G and sees keys j <= pos, and j > pos - window when
  * window > 0.
  *
- * Kernels:
+ * Kernels (all fp32; attention_mma.cu has the bf16 tensor-core prefill
+ * kernel that replaces attn_flash_kernel when the backend's attention
+ * precision is bf16):
  *  - attn_flash_kernel<D>: prefill and long chunks (D = 64 or 128). 128
  *    query vectors x 64-key tiles, 256 threads, each thread an 8x4 block of
  *    scores and 8 x D/16 of the output; the whole key range in one block.
@@ -33,6 +35,7 @@
  *    attn_combine_kernel.
  */
 #include <math.h>
+#include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/paged_kv.cuh"
 extern "C" {
@@ -728,6 +731,12 @@ extern "C" int kn_attention_cuda(const kn_backend *be, float *out, const float *
         return KN_OK;
 
     kn_cuda_ctx *ctx = kn_cuda_ctx_of(be);
+    /* bf16 tensor cores only when the backend was asked for them
+     * (kn_backend_set_attn_bf16, TANDEM_CUDA_ATTN_BF16=1); fp32 otherwise. */
+    if (ctx->attn_bf16 &&
+        kn_cuda_attention_mma_fits(b, n_heads, n_kv_heads, head_dim, out, q, k_pool, v_pool))
+        return kn_cuda_attention_mma(be, op, out, q, k_pool, v_pool, b, n_heads, n_kv_heads, head_dim,
+                                     page_size, scale, sinks, window);
     AttnArgs a;
     a.out = out;
     a.q = q;

@@ -92,6 +92,8 @@ extern "C" int kn_cuda_backend_init(kn_backend *be, int device)
     uint64_t keep_all = UINT64_MAX;
     const char *tf32 = getenv("TANDEM_CUDA_TF32");
     ctx->allow_tf32 = tf32 && strcmp(tf32, "1") == 0;
+    const char *attn_bf16 = getenv("TANDEM_CUDA_ATTN_BF16");
+    ctx->attn_bf16 = attn_bf16 && strcmp(attn_bf16, "1") == 0;
 
     if ((err = cudaDeviceGetAttribute(&ctx->sm_count, cudaDevAttrMultiProcessorCount, device)) ||
         (err = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking))) {
@@ -155,6 +157,16 @@ extern "C" void kn_cuda_backend_free(kn_backend *be)
     if (be->scratch)
         cudaFree(be->scratch);
     memset(be, 0, sizeof *be);
+}
+
+extern "C" void kn_cuda_set_attn_bf16(const kn_backend *be, int on)
+{
+    kn_cuda_ctx_of(be)->attn_bf16 = on != 0;
+}
+
+extern "C" int kn_cuda_attn_bf16(const kn_backend *be)
+{
+    return kn_cuda_ctx_of(be)->attn_bf16;
 }
 
 extern "C" int kn_cuda_backend_sync(const kn_backend *be)

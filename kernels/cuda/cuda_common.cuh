@@ -34,6 +34,11 @@ struct kn_cuda_ctx {
      * tensor cores for fp32 products (relative error ~3e-4 instead of fp32's
      * ~1e-6). Off by default: results then match the CPU to fp32 rounding. */
     int allow_tf32;
+    /* Attention precision: 0 = fp32 kernels (the default; matches the CPU to
+     * fp32 rounding), 1 = bf16 tensor-core prefill kernel (attention_mma.cu,
+     * relative error ~3e-3). Starts from TANDEM_CUDA_ATTN_BF16=1 at init;
+     * kn_backend_set_attn_bf16 changes it. */
+    int attn_bf16;
 };
 
 static inline kn_cuda_ctx *kn_cuda_ctx_of(const kn_backend *be)

@@ -1,5 +1,6 @@
-/* Times kn_attention on the CUDA backend (fp32, paged HND cache, GPT-OSS
- * sink) on GPT-OSS shapes: 64 query heads, 8 KV heads, head_dim 64.
+/* Times kn_attention on the CUDA backend (paged HND cache, GPT-OSS sink;
+ * fp32, or the bf16 tensor-core kernel when TANDEM_CUDA_ATTN_BF16=1 is in
+ * the environment) on GPT-OSS shapes: 64 query heads, 8 KV heads, head_dim 64.
  * Built with `make CUDA=1`; tests/gpu/bench_attention.py runs it next to
  * torch SDPA in the same device call and prints the comparison.
  *
@@ -140,7 +141,8 @@ int main(int argc, char **argv)
         }
     double flops = 4.0 * D * H * visible;
     double bytes = 2.0 * q_n * sizeof(float) + 2.0 * (double)n_seqs * kv * HKV * D * sizeof(float);
-    printf("RESULT kind=%s a=%d b=%d ms=%.4f ms_min=%.4f ms_max=%.4f flops=%.6g bytes=%.6g\n", argv[1], a1, a2,
+    printf("RESULT kind=%s attn=%s a=%d b=%d ms=%.4f ms_min=%.4f ms_max=%.4f flops=%.6g bytes=%.6g\n", argv[1],
+           kn_backend_attn_bf16(&b.gpu) ? "bf16" : "f32", a1, a2,
            ms[REPS / 2], ms[0], ms[REPS - 1], flops, bytes);
 
     free(out), free(q_offset), free(kv_len), free(pages);

@@ -4,8 +4,10 @@ next to torch.nn.functional.scaled_dot_product_attention on the same shapes
 in the same run, plus the two ceilings the floors are computed from.
 
 GPT-OSS shapes: 64 query heads, 8 KV heads, head_dim 64, causal.
-  ours      kn_attention, fp32 in/out, fp32 FFMA (CUDA cores), sink, paged
-            (page 16, shuffled pages), window 0 (full) or 128 (sliding)
+  ours      kn_attention, fp32 in/out, sink, paged (page 16, shuffled
+            pages), window 0 (full) or 128 (sliding); fp32 FFMA (CUDA cores),
+            and with TANDEM_CUDA_ATTN_BF16=1 the bf16 tensor-core kernel
+            (mma.sync m16n8k16, fp32 accumulation)
   sdpa-bf16 torch SDPA, FLASH_ATTENTION backend, bf16, GQA, no sink
   sdpa-fp32 torch SDPA, EFFICIENT_ATTENTION backend, fp32, no sink
 Floors: FLOPs / measured peak of the matching unit (fp32 cuBLAS SGEMM for
@@ -91,11 +93,15 @@ def sdpa(n, dtype, backend):
     return ms, note
 
 
-def ours(build, *args):
+def ours(build, *args, bf16=False):
     exe = os.path.join(build, "tests", "gpu", "bench_attention")
-    out = subprocess.run([exe, *map(str, args)], check=True, capture_output=True, text=True).stdout
+    env = dict(os.environ, TANDEM_CUDA_ATTN_BF16="1" if bf16 else "0")
+    out = subprocess.run([exe, *map(str, args)], check=True, capture_output=True, text=True, env=env).stdout
     line = [l for l in out.splitlines() if l.startswith("RESULT ")][-1]
-    return {kv.split("=")[0]: kv.split("=")[1] for kv in line.split()[1:]}
+    r = {kv.split("=")[0]: kv.split("=")[1] for kv in line.split()[1:]}
+    if r["attn"] != ("bf16" if bf16 else "f32"):
+        raise SystemExit(f"bench_attention ran attn={r['attn']}, wanted bf16={bf16}")
+    return r
 
 
 def main():
@@ -117,11 +123,15 @@ def main():
         ms, note = sdpa(n, torch.float32, SDPBackend.EFFICIENT_ATTENTION)
         add("torch SDPA mem-efficient", "fp32", f"prefill {n}", ms, fl, fl / fp32_peak * 1e3, note + ", no sink")
         for window in (0, 128):
-            r = ours(build, "prefill", n, window)
+            shape = f"prefill {n}" + (f" win {window}" if window else "")
+            r = ours(build, "prefill", n, window, bf16=True)
             fl_o = float(r["flops"])
-            add("tandem kn_attention", "fp32", f"prefill {n}" + (f" win {window}" if window else ""),
-                float(r["ms"]), fl_o, fl_o / fp32_peak * 1e3, "sink, paged")
-    for batch in (1, 32, 128):
+            add("tandem kn_attention", "bf16", shape, float(r["ms"]), fl_o, fl_o / bf16_peak * 1e3,
+                "sink, paged, mma.sync")
+            r = ours(build, "prefill", n, window)
+            add("tandem kn_attention", "fp32", shape, float(r["ms"]), fl_o, fl_o / fp32_peak * 1e3, "sink, paged")
+    # BENCH_DECODE=0 leaves the (fp32, split-KV) decode rows out.
+    for batch in (1, 32, 128) if os.environ.get("BENCH_DECODE", "1") != "0" else ():
         r = ours(build, "decode", batch, 8192)
         by = float(r["bytes"])
         add("tandem kn_attention", "fp32", f"decode b{batch} ctx 8192", float(r["ms"]), float(r["flops"]),

@@ -4,7 +4,7 @@
 # GPU, into a folder that runs on the GPU machine without building there:
 #   DEST/bin/  the programs (stripped)
 #   DEST/lib/  the non-system libraries they load: cJSON, OpenBLAS and the
-#              gfortran runtime OpenBLAS needs
+#              gfortran runtime OpenBLAS needs, cmocka (test_comm_nccl)
 # The GPU machine then needs only glibc, libstdc++/libgomp and the CUDA 13
 # libraries in /usr/local/cuda/lib64 (rpath). tests/gpu/run_engine.sh takes
 # DEST as $TANDEM_PREBUILT. Usage: tests/gpu/make_prebuilt.sh DEST
@@ -12,7 +12,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 DEST=${1:?usage: make_prebuilt.sh DEST}
 BUILD=build-prebuilt
-PROGS="tests/gpu/test_cuda_ops tests/gpu/test_engine_gpu gpu-bin/tandem-bench gpu-bin/tandem-generate"
+PROGS="tests/gpu/test_cuda_ops tests/gpu/test_engine_gpu tests/gpu/bench_attention gpu-bin/tandem-bench
+       gpu-bin/tandem-generate tests/test_comm_nccl"
 # A clean tree: the .cu objects do not track header changes.
 rm -rf "$BUILD"
 mkdir -p "$BUILD"
@@ -23,8 +24,11 @@ for p in $PROGS; do
     cp "$BUILD/$p" "$DEST/bin/"
     strip "$DEST/bin/$(basename "$p")"
 done
-for lib in libcjson.so.1 libopenblas.so.0 libgfortran.so.5 libquadmath.so.0; do
-    path=$(ldd "$BUILD/gpu-bin/tandem-bench" | awk -v l="$lib" '$1 == l { print $3 }')
+# test_comm_nccl (built only when nccl.h was found: TANDEM_NCCL) adds cmocka;
+# libnccl itself (200 MB) is not carried: the GPU machine's is used.
+for lib in libcjson.so.1 libopenblas.so.0 libgfortran.so.5 libquadmath.so.0 libcmocka.so.0; do
+    path=$(ldd "$BUILD/gpu-bin/tandem-bench" "$BUILD/tests/test_comm_nccl" |
+           awk -v l="$lib" '$1 == l { print $3; exit }')
     [ -n "$path" ] || { echo "make_prebuilt: $lib not linked"; exit 1; }
     cp -L "$path" "$DEST/lib/$lib"
 done

@@ -368,7 +368,15 @@ static void attn_ref_row(const attn_case *c, const float *q, const float *kp, co
     free(sc);
 }
 
-static void test_attention(test_ctx *t, const attn_case *c)
+/* bf16 attention (kn_backend_set_attn_bf16): Q, K, V and P rounded to
+ * bf16, fp32 softmax and sums. Max abs error over max |ref| lands near
+ * 2e-3..5e-3 on these inputs (bf16 rounding, 2^-9 relative, of the operands);
+ * the bound is 1e-2. fp32 rounding alone would stay under 1e-5: an error
+ * below BF16_ATTN_MIN means the bf16 kernel did not run. */
+#define BF16_ATTN_TOL 1e-2
+#define BF16_ATTN_MIN 1e-5
+
+static void test_attention(test_ctx *t, const attn_case *c, int bf16)
 {
     int D = c->head_dim, ps = c->page_size, n_kv = c->n_kv_heads, H = c->n_heads;
     int n_rows = 0, max_q = 0, max_kv = 0, max_pages = 0;
@@ -439,16 +447,25 @@ static void test_attention(test_ctx *t, const attn_case *c)
                 attn_ref_row(c, q, kpool, vpool, page_table + (size_t)s * max_pages, pos, h, r, sinks,
                              scale, ref + ((size_t)r * H + h) * D);
         }
+    if (kn_backend_set_attn_bf16(&t->gpu, bf16) != KN_OK)
+        die("kn_backend_set_attn_bf16", KN_ERR_DEVICE);
     if (run_ok(t, kn_attention(&t->gpu, d_out, d_q, d_kp, d_vp, &db, H, n_kv, D, ps, scale, d_sinks, c->window),
                "kn_attention cuda") &&
         run_ok(t, kn_attention(&t->cpu, cpu, q, kpool, vpool, &hb, H, n_kv, D, ps, scale, sinks, c->window),
                "kn_attention cpu")) {
-        char what[160];
-        snprintf(what, sizeof what, "attention %s vs float64", c->name);
-        check_err(t, gpu_err(t, d_out, ref, q_n, got), FP32_TOL, what);
-        snprintf(what, sizeof what, "attention %s vs CPU", c->name);
-        check_err(t, tu_max_rel_err_f32(got, cpu, q_n), FP32_TOL, what);
+        char what[200];
+        const char *prec = bf16 ? "bf16 " : "";
+        double tol = bf16 ? BF16_ATTN_TOL : FP32_TOL;
+        snprintf(what, sizeof what, "attention %s%s vs float64", prec, c->name);
+        double err = gpu_err(t, d_out, ref, q_n, got);
+        check_err(t, err, tol, what);
+        if (bf16)
+            tap(t, err > BF16_ATTN_MIN, "attention bf16 %s: the bf16 kernel ran (rel err %.3g above fp32's %g)",
+                c->name, err, BF16_ATTN_MIN);
+        snprintf(what, sizeof what, "attention %s%s vs CPU", prec, c->name);
+        check_err(t, tu_max_rel_err_f32(got, cpu, q_n), tol, what);
     }
+    kn_backend_set_attn_bf16(&t->gpu, 0);
     kn_free(&t->gpu, d_kp), kn_free(&t->gpu, d_vp), kn_free(&t->gpu, d_k), kn_free(&t->gpu, d_v);
     kn_free(&t->gpu, d_q), kn_free(&t->gpu, d_sinks), kn_free(&t->gpu, d_qo), kn_free(&t->gpu, d_kl);
     kn_free(&t->gpu, d_pt), kn_free(&t->gpu, d_out);
@@ -861,7 +878,40 @@ int main(int argc, char **argv)
         { "decode d96 (generic) kv 1300, 12/4 heads, sinks", 2, { 1, 2 }, { 1300, 77 }, 12, 4, 96, 8, 0, 1 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        test_attention(&t, &cases[i]);
+        test_attention(&t, &cases[i], 0);
+
+    /* The bf16 tensor-core prefill kernel: the prefill cases above, then
+     * GPT-OSS's 64/8 heads, odd lengths, chunked multi-sequence batches,
+     * windows with and without sinks (rows whose first tiles are all
+     * masked), head_dim 128. */
+    static const attn_case bf16_cases[] = {
+        { "prefill 1 seq 200 rows, 16/2 heads, d64, page 16, sinks", 1, { 200 }, { 200 }, 16, 2, 64, 16, 0, 1 },
+        { "prefill 1 seq 300 rows, sliding window 128, sinks", 1, { 300 }, { 300 }, 16, 2, 64, 16, 128, 1 },
+        { "chunked prefill 2 seqs (70 of 150, 33 of 33), 8/2 heads, d128, no sink", 2, { 70, 33 }, { 150, 33 },
+          8, 2, 128, 16, 0, 0 },
+        { "MHA 4/4 heads, d64, 100 rows, page 5, sinks", 1, { 100 }, { 100 }, 4, 4, 64, 5, 0, 1 },
+        { "GPT-OSS 64/8 heads d64, 777 rows, window 128, sinks", 1, { 777 }, { 777 }, 64, 8, 64, 16, 128, 1 },
+        { "GPT-OSS 64/8 heads d64, 3 seqs (517 of 517, 129 of 1000, 5 of 63), sinks", 3, { 517, 129, 5 },
+          { 517, 1000, 63 }, 64, 8, 64, 16, 0, 1 },
+        { "32/4 heads d128, 333 rows, page 16, no sink", 1, { 333 }, { 333 }, 32, 4, 128, 16, 0, 0 },
+        { "window 128 chunked 2 seqs (300 of 1200, 64 of 64), 16/2 d64, page 7, sinks", 2, { 300, 64 },
+          { 1200, 64 }, 16, 2, 64, 7, 128, 1 },
+        { "window 64, no sink, 16/2 heads d64, 400 rows", 1, { 400 }, { 400 }, 16, 2, 64, 16, 64, 0 },
+        { "d128 window 100, sinks, 8/1 heads, 2 seqs (250 of 250, 31 of 400)", 2, { 250, 31 }, { 250, 400 }, 8,
+          1, 128, 16, 100, 1 },
+    };
+    for (size_t i = 0; i < sizeof bf16_cases / sizeof bf16_cases[0]; i++)
+        test_attention(&t, &bf16_cases[i], 1);
+    {
+        /* The precision switch: CPU refuses bf16, CUDA reports what it has. */
+        int cpu_rc = kn_backend_set_attn_bf16(&t.cpu, 1);
+        int gpu_rc = kn_backend_set_attn_bf16(&t.gpu, 1);
+        int on = kn_backend_attn_bf16(&t.gpu);
+        kn_backend_set_attn_bf16(&t.gpu, 0);
+        tap(&t, cpu_rc == KN_ERR_UNSUPPORTED && gpu_rc == KN_OK && on == 1 && kn_backend_attn_bf16(&t.gpu) == 0 &&
+                    kn_backend_attn_bf16(&t.cpu) == 0,
+            "attention precision switch: cpu refuses bf16 (%d), cuda sets and clears it", cpu_rc);
+    }
 
     test_moe_route(&t, 50, 32, 4, KN_ROUTE_TOPK_SOFTMAX, 0);
     test_moe_route(&t, 77, 128, 8, KN_ROUTE_SOFTMAX_TOPK, 1);

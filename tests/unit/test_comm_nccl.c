@@ -88,7 +88,7 @@ static void *dev_copy(const void *host, size_t n)
 {
     void *d = NULL;
     assert_int_equal(cudaMalloc(&d, n ? n : 1), cudaSuccess);
-    if (n)
+    if (n && host) /* dev_copy(NULL, n): an uninitialised device buffer */
         assert_int_equal(cudaMemcpy(d, host, n, cudaMemcpyHostToDevice), cudaSuccess);
     return d;
 }

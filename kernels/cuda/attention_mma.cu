@@ -1,0 +1,347 @@
+/* Sink attention for prefill on the tensor cores: bf16 operands, fp32
+ * accumulation (mma.sync.aligned.m16n8k16 bf16), FlashAttention-2 style.
+ * Used by kn_attention_cuda when the backend's attention precision is bf16
+ * (kn_backend_set_attn_bf16) and the batch is prefill-like; the fp32 kernels
+ * of attention.cu stay the default.
+ *
+ * Same function as attention.cu's attn_flash_kernel (read its header for
+ * the sink rule and the GQA "query vectors" v = row_local*G + g), with
+ * these differences:
+ *  - Q (pre-scaled by scale*log2(e)), K and V are rounded to bf16 when
+ *    they are staged into shared memory; the pools stay fp32 (the API's KV
+ *    cache). P is rounded to bf16 before the P.V product. Scores, the
+ *    running max m and sum l, and the output accumulate in fp32.
+ *  - A block is 8 warps; warp w owns query vectors [16w, 16w+16) of the
+ *    block's 128 and computes its 16x64 score tile and 16xD output tile in
+ *    mma fragments (no shared memory for S or P: the score accumulators
+ *    are re-packed in registers as the A operand of P.V).
+ *  - The next K/V tile's fp32 loads are issued into registers before the
+ *    current tile is computed (D = 64), so their latency hides behind the
+ *    tensor-core work.
+ *
+ * Fragment layouts (PTX ISA, mma.m16n8k16 .bf16, g = lane/4, t = lane%4):
+ *   A 16x16 row-major: a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..)
+ *   B 16x8 "col":      b0 (k 2t..2t+1, n g), b1 (k 2t+8..2t+9, n g)
+ *   C 16x8 fp32:       c0,c1 (g, 2t..2t+1), c2,c3 (g+8, 2t..2t+1)
+ * For S = Q K^T, B[k][n] = K[n][k]: b0/b1 are two adjacent bf16 of one K
+ * row (one 32-bit shared load). For O = P V, B[k][n] = V[k][n] with k the
+ * key: ldmatrix .trans on the row-major V tile delivers it. Two adjacent
+ * 8-key C tiles of S are exactly one 16-key A fragment of P. */
+#include <cuda_bf16.h>
+#include <math.h>
+#include "kernels/cuda/attention_mma.cuh"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/paged_kv.cuh"
+extern "C" {
+#include "kernels/attention.h"
+}
+
+namespace {
+
+const float MMA_LOG2E = 1.4426950408889634f;
+const int MB_M = 128, MB_N = 64, MB_WARPS = 8, MB_THREADS = MB_WARPS * 32;
+
+struct MmaArgs {
+    float *out;
+    const float *q, *k_pool, *v_pool;
+    const int32_t *q_offset, *kv_len, *page_table;
+    const float *sinks;
+    int max_pages, n_pages, n_heads, n_kv_heads, group, page_size, window;
+    float scale_log2;
+};
+
+template <int D> struct MmaSmem {
+    static const int LD = D + 8; /* bf16 row stride: 16 bytes of pad, conflict-free fragments */
+    static const size_t BYTES = (size_t)(MB_M + 2 * MB_N) * LD * sizeof(__nv_bfloat16);
+};
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* .x (low half) = lo */
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+__device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const __nv_bfloat16 *p)
+{
+    unsigned addr = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ void store_bf16x4(__nv_bfloat16 *dst, float4 v)
+{
+    uint2 u;
+    u.x = pack_bf16(v.x, v.y);
+    u.y = pack_bf16(v.z, v.w);
+    *reinterpret_cast<uint2 *>(dst) = u;
+}
+
+/* D = 64: two blocks per SM (128 registers, ptxas spills 12 bytes); D = 128
+ * keeps its 64 output registers per thread at one block per SM. */
+template <int D>
+__global__ void __launch_bounds__(MB_THREADS, D <= 64 ? 2 : 1)
+attn_mma_kernel(MmaArgs a)
+{
+    typedef MmaSmem<D> S;
+    const int LD = S::LD, D4 = D / 4;
+    const int LOADS = MB_N * D4 / MB_THREADS; /* float4 of K (and of V) per thread per tile */
+    const bool PREFETCH = D <= 64;            /* D = 128 would need 64 more registers */
+    extern __shared__ __align__(16) __nv_bfloat16 mma_smem[];
+    __nv_bfloat16 *Qs = mma_smem;
+    __nv_bfloat16 *Ks = Qs + MB_M * LD;
+    __nv_bfloat16 *Vs = Ks + MB_N * LD;
+
+    const int s = blockIdx.z, kvh = blockIdx.y;
+    /* Later tiles see more keys under the causal mask: start them first. */
+    const int tile = gridDim.x - 1 - blockIdx.x;
+    const int q0 = a.q_offset[s], nq = a.q_offset[s + 1] - q0;
+    const int G = a.group, nvec = nq * G, v0 = tile * MB_M;
+    if (v0 >= nvec)
+        return;
+    const int first_pos = a.kv_len[s] - nq;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+
+    for (int idx = tid; idx < MB_M * D4; idx += MB_THREADS) {
+        int r = idx / D4, c4 = idx - r * D4, v = v0 + r;
+        float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (v < nvec) {
+            int rl = v / G, gg = v - rl * G;
+            val = *(const float4 *)(a.q + ((size_t)(q0 + rl) * a.n_heads + kvh * G + gg) * D + c4 * 4);
+            val.x *= a.scale_log2; val.y *= a.scale_log2;
+            val.z *= a.scale_log2; val.w *= a.scale_log2;
+        }
+        store_bf16x4(Qs + r * LD + c4 * 4, val);
+    }
+
+    /* This thread's two rows: warp row base + g and + g + 8. The sink's 1
+     * goes into the l share of t == 0 only (the 4 threads of a row add their
+     * shares at the end). */
+    const int wr = w * 16;
+    int pos[2];
+    float m[2], l[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        int v = v0 + wr + g + 8 * i;
+        bool valid = v < nvec;
+        pos[i] = valid ? first_pos + v / G : -1;
+        if (a.sinks && valid) {
+            m[i] = a.sinks[kvh * G + v % G] * MMA_LOG2E;
+            l[i] = t == 0 ? 1.f : 0.f;
+        } else {
+            m[i] = -INFINITY;
+            l[i] = 0.f;
+        }
+    }
+    float o[D / 8][4];
+#pragma unroll
+    for (int n = 0; n < D / 8; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+
+    const int pos_lo = first_pos + v0 / G;
+    const int pos_hi = first_pos + (min(v0 + MB_M, nvec) - 1) / G;
+    /* Only keys some vector of the block may see: tiles wholly before the
+     * window or after the causal bound are never visited. */
+    const int kbeg = a.window > 0 ? max(0, pos_lo - a.window + 1) : 0;
+    const int kend = pos_hi + 1;
+
+    float4 kreg[LOADS], vreg[LOADS];
+    auto load_tile = [&](int j0) {
+#pragma unroll
+        for (int it = 0; it < LOADS; it++) {
+            int idx = tid + it * MB_THREADS, key = idx / D4, d = (idx - key * D4) * 4;
+            int j = j0 + key;
+            long long off = j < kend ? paged_kv_row(a.page_table, a.max_pages, a.n_pages, s, j, kvh,
+                                                    a.n_kv_heads, D, a.page_size)
+                                     : -1;
+            kreg[it] = vreg[it] = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (off >= 0) {
+                kreg[it] = *(const float4 *)(a.k_pool + off + d);
+                vreg[it] = *(const float4 *)(a.v_pool + off + d);
+            }
+        }
+    };
+    auto store_tile = [&]() {
+#pragma unroll
+        for (int it = 0; it < LOADS; it++) {
+            int idx = tid + it * MB_THREADS, key = idx / D4, d = (idx - key * D4) * 4;
+            store_bf16x4(Ks + key * LD + d, kreg[it]);
+            store_bf16x4(Vs + key * LD + d, vreg[it]);
+        }
+    };
+
+    if (PREFETCH && kbeg < kend)
+        load_tile(kbeg);
+    for (int j0 = kbeg; j0 < kend; j0 += MB_N) {
+        __syncthreads(); /* the previous tile is no longer read (first pass: Q is written) */
+        if (!PREFETCH)
+            load_tile(j0);
+        store_tile();
+        __syncthreads();
+        if (PREFETCH && j0 + MB_N < kend)
+            load_tile(j0 + MB_N);
+
+        /* S = Q K^T for this warp's 16 rows x 64 keys. */
+        float sc[MB_N / 8][4];
+#pragma unroll
+        for (int n = 0; n < MB_N / 8; n++)
+            sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.f;
+#pragma unroll
+        for (int k0 = 0; k0 < D; k0 += 16) {
+            uint32_t qa[4];
+            const __nv_bfloat16 *qp = Qs + (wr + g) * LD + k0 + 2 * t;
+            qa[0] = *(const uint32_t *)(qp);
+            qa[1] = *(const uint32_t *)(qp + 8 * LD);
+            qa[2] = *(const uint32_t *)(qp + 8);
+            qa[3] = *(const uint32_t *)(qp + 8 * LD + 8);
+#pragma unroll
+            for (int n = 0; n < MB_N / 8; n++) {
+                const __nv_bfloat16 *kp = Ks + (n * 8 + g) * LD + k0 + 2 * t;
+                mma_bf16(sc[n], qa, *(const uint32_t *)kp, *(const uint32_t *)(kp + 8));
+            }
+        }
+
+        /* Masks only where the tile crosses a row's causal bound or window
+         * edge, or runs past kend (block-uniform test). */
+        const bool need_mask = j0 + MB_N > pos_lo || j0 + MB_N > kend ||
+                               (a.window > 0 && j0 <= pos_hi - a.window);
+        if (need_mask) {
+#pragma unroll
+            for (int n = 0; n < MB_N / 8; n++)
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    int j = j0 + n * 8 + 2 * t + (c & 1), p = pos[c >> 1];
+                    bool vis = j < kend && j <= p && (a.window <= 0 || j > p - a.window);
+                    if (!vis)
+                        sc[n][c] = -INFINITY;
+                }
+        }
+
+        /* Online softmax, rows g (i = 0: c0, c1) and g + 8 (i = 1: c2, c3). */
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int n = 0; n < MB_N / 8; n++)
+                mx = fmaxf(mx, fmaxf(sc[n][2 * i], sc[n][2 * i + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            float m_new = fmaxf(m[i], mx);
+            /* A row with nothing visible yet (no sink) keeps m = -inf: use 0
+             * as the reference so every exp2 is of -inf, i.e. 0. */
+            float m_ref = m_new == -INFINITY ? 0.f : m_new;
+            float alpha = exp2f(m[i] - m_ref);
+            float psum = 0.f;
+#pragma unroll
+            for (int n = 0; n < MB_N / 8; n++) {
+                sc[n][2 * i] = exp2f(sc[n][2 * i] - m_ref);
+                sc[n][2 * i + 1] = exp2f(sc[n][2 * i + 1] - m_ref);
+                psum += sc[n][2 * i] + sc[n][2 * i + 1];
+            }
+            m[i] = m_new;
+            l[i] = l[i] * alpha + psum;
+#pragma unroll
+            for (int n = 0; n < D / 8; n++) {
+                o[n][2 * i] *= alpha;
+                o[n][2 * i + 1] *= alpha;
+            }
+        }
+
+        /* O += P V: 16 keys per step, P from the score registers. */
+#pragma unroll
+        for (int kk = 0; kk < MB_N / 16; kk++) {
+            uint32_t pa[4];
+            pa[0] = pack_bf16(sc[2 * kk][0], sc[2 * kk][1]);
+            pa[1] = pack_bf16(sc[2 * kk][2], sc[2 * kk][3]);
+            pa[2] = pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+            pa[3] = pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+            /* ldmatrix x4 .trans: matrices (keys +0..7, dims n0..), (keys
+             * +8..15, dims n0..), (keys +0..7, dims n0+8..), (keys +8..15,
+             * dims n0+8..) = b0, b1 of dim tile n0 and b0, b1 of n0 + 8. */
+            const int mi = lane >> 3, r = lane & 7;
+#pragma unroll
+            for (int n0 = 0; n0 < D; n0 += 16) {
+                uint32_t vb[4];
+                ldmatrix_x4_trans(vb, Vs + (kk * 16 + (mi & 1) * 8 + r) * LD + n0 + (mi >> 1) * 8);
+                mma_bf16(o[n0 / 8], pa, vb[0], vb[1]);
+                mma_bf16(o[n0 / 8 + 1], pa, vb[2], vb[3]);
+            }
+        }
+    }
+
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        float lsum = l[i];
+        lsum += __shfl_xor_sync(0xffffffffu, lsum, 1);
+        lsum += __shfl_xor_sync(0xffffffffu, lsum, 2);
+        int v = v0 + wr + g + 8 * i;
+        if (v >= nvec)
+            continue;
+        int rl = v / G, gg = v - rl * G;
+        float inv = lsum > 0.f ? 1.f / lsum : 0.f;
+        float *dst = a.out + ((size_t)(q0 + rl) * a.n_heads + kvh * G + gg) * D + 2 * t;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+            *(float2 *)(dst + n * 8) = make_float2(o[n][2 * i] * inv, o[n][2 * i + 1] * inv);
+    }
+}
+
+template <int D>
+int launch_mma(const kn_backend *be, const char *op, const MmaArgs &a, const kn_seq_batch *b)
+{
+    size_t bytes = MmaSmem<D>::BYTES;
+    KN_CUDA_TRY(op, cudaFuncSetAttribute(attn_mma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)bytes));
+    dim3 grid(kn_cuda_div_up((long long)b->max_q_len * a.group, MB_M), a.n_kv_heads, b->n_seqs);
+    attn_mma_kernel<D><<<grid, MB_THREADS, bytes, kn_cuda_stream(be)>>>(a);
+    KN_CUDA_LAUNCH_CHECK(op, "attn_mma_kernel");
+    return KN_OK;
+}
+
+} // namespace
+
+bool kn_cuda_attention_mma_fits(const kn_seq_batch *b, int n_heads, int n_kv_heads, int head_dim,
+                                const float *out, const float *q, const float *k_pool, const float *v_pool)
+{
+    long long nvec_max = (long long)b->max_q_len * (n_heads / n_kv_heads);
+    return (head_dim == 64 || head_dim == 128) && nvec_max > 16 && kn_cuda_aligned16(out) &&
+           kn_cuda_aligned16(q) && kn_cuda_aligned16(k_pool) && kn_cuda_aligned16(v_pool);
+}
+
+int kn_cuda_attention_mma(const kn_backend *be, const char *op, float *out, const float *q,
+                          const float *k_pool, const float *v_pool, const kn_seq_batch *b, int n_heads,
+                          int n_kv_heads, int head_dim, int page_size, float scale, const float *sinks,
+                          int window)
+{
+    MmaArgs a;
+    a.out = out;
+    a.q = q;
+    a.k_pool = k_pool;
+    a.v_pool = v_pool;
+    a.q_offset = b->q_offset;
+    a.kv_len = b->kv_len;
+    a.page_table = b->page_table;
+    a.sinks = sinks;
+    a.max_pages = b->max_pages;
+    a.n_pages = b->n_pages;
+    a.n_heads = n_heads;
+    a.n_kv_heads = n_kv_heads;
+    a.group = n_heads / n_kv_heads;
+    a.page_size = page_size;
+    a.window = window;
+    a.scale_log2 = scale * MMA_LOG2E;
+    if (head_dim == 64)
+        return launch_mma<64>(be, op, a, b);
+    if (head_dim == 128)
+        return launch_mma<128>(be, op, a, b);
+    return kn_arg_error(op, "the bf16 attention kernel takes head_dim 64 or 128, not %d", head_dim);
+}
