@@ -41,8 +41,12 @@ struct te_peer {
     int detects_failure;      /* endpoint has UCP_ERR_HANDLING_MODE_PEER */
     int detached;             /* closed by the user, left to te_engine_destroy */
     int acks_in_flight;       /* TransferAcks sent to it and not yet completed */
+    int wireup;               /* TE_WIREUP_*: has a flush to it completed? */
     char transports[160];
 };
+
+/* A flush that completes proves the endpoint's wire-up is over. */
+enum te_wireup { TE_WIREUP_UNKNOWN = 0, TE_WIREUP_FLUSHING = 1, TE_WIREUP_DONE = 2 };
 
 enum te_phase { TE_PHASE_PUT, TE_PHASE_FLUSH, TE_PHASE_NOTICE, TE_PHASE_DONE };
 

@@ -294,6 +294,47 @@ void te_peer_free(te_engine *e, te_peer *p)
     free(p);
 }
 
+static void wireup_flush_done(void *request, ucs_status_t status, void *user_data)
+{
+    te_peer *p = user_data;
+    p->e->outstanding--;
+    p->wireup = status == UCS_OK ? TE_WIREUP_DONE : TE_WIREUP_UNKNOWN;
+    ucp_request_free(request);
+}
+
+/* UCX 1.13 aborts in the *remote* process (wireup_ep.c: "pending_count ==
+ * 0" assertion, seen over tcp) when an endpoint is closed while its wire-up
+ * is still in progress: a sender that refuses a transfer before any put and
+ * closes at once would kill the receiver. A flush completes the wire-up, so
+ * an endpoint that never completed one is flushed first, waiting at most
+ * `seconds` (a dead or hung peer only delays the close; the request stays
+ * counted in e->outstanding and the peer is kept until UCX completes it). */
+static void finish_wireup(te_engine *e, te_peer *p, double seconds)
+{
+    if (!p->ep || p->status != TE_OK || p->wireup != TE_WIREUP_UNKNOWN)
+        return;
+    ucp_request_param_t prm = {0};
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    prm.cb.send = wireup_flush_done;
+    prm.user_data = p;
+    ucs_status_t st;
+    int started = te_request_started(ucp_ep_flush_nbx(p->ep, &prm), &st);
+    if (started == 0)
+        p->wireup = TE_WIREUP_DONE;
+    if (started != 1)
+        return;
+    e->outstanding++;
+    p->wireup = TE_WIREUP_FLUSHING;
+    double deadline = te_now_seconds() + seconds;
+    int idle = 0;
+    while (p->wireup == TE_WIREUP_FLUSHING && p->status == TE_OK &&
+           te_now_seconds() < deadline) {
+        if (ucp_worker_progress(e->worker))
+            idle = 0;
+        te_idle_backoff(&idle);
+    }
+}
+
 int te_peer_close(te_engine *e, te_peer *p)
 {
     if (!e || !p)
@@ -325,6 +366,7 @@ int te_peer_close(te_engine *e, te_peer *p)
             idle = 0;
         te_idle_backoff(&idle);
     }
+    finish_wireup(e, p, 1.0);
     te_peer_start_close(e, p);
     deadline = te_now_seconds() + 5.0;
     while (p->close_req && !p->close_done && te_now_seconds() < deadline) {
@@ -332,7 +374,7 @@ int te_peer_close(te_engine *e, te_peer *p)
             idle = 0;
         te_idle_backoff(&idle);
     }
-    if (p->ep || (p->close_req && !p->close_done)) {
+    if (p->ep || (p->close_req && !p->close_done) || p->wireup == TE_WIREUP_FLUSHING) {
         /* UCX still owns something of this peer: keep the object (its
          * callbacks point at it) until the engine is destroyed. */
         p->detached = 1;

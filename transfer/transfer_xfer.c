@@ -59,9 +59,10 @@ static void flush_done(void *request, ucs_status_t status, void *user_data)
 {
     te_transfer *t = user_data;
     request_done(t);
-    if (status == UCS_OK)
+    if (status == UCS_OK) {
         t->flush_done = 1;
-    else
+        t->peer->wireup = TE_WIREUP_DONE;
+    } else
         set_failure(t, TE_ERR_PEER, "flushing puts to peer %016llx failed: %s",
                     (unsigned long long)t->peer->remote_id, ucs_status_string(status));
     ucp_request_free(request);
