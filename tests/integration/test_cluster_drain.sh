@@ -160,18 +160,23 @@ for i in $(seq 1 4); do
         "$URL/v1/completions" >"$CLUSTER_TMP/pre-$i.code" &
     PRE+=($!)
 done
+# How many land on prefiller-b depends on how fast the other prefiller
+# finishes its share (placement follows queued tokens), so the check is
+# about state: whatever was queued at prefiller-b when it was told to leave.
 for _ in $(seq 1 200); do
-    [ "$(in_flight_of prefiller-b)" = 2 ] && break
+    q=$(in_flight_of prefiller-b)
+    [ "$q" != gone ] && [ "$q" -ge 1 ] 2>/dev/null && break
     sleep 0.05
 done
+sleep 0.3
 queued=$(in_flight_of prefiller-b)
 kill -TERM "$PRE_B_PID"
 kill -CONT "$PRE_B_PID"
 rc=0
 for p in "${PRE[@]}"; do wait "$p" || rc=1; done
 codes=$(cat "$CLUSTER_TMP"/pre-*.code)
-[ "$rc" = 0 ] && [ "$codes" = "200200200200" ] && [ "$queued" = 2 ]
-check "the 2 requests queued at a prefiller told to leave are still served (all 4: 200)" $? \
+[ "$rc" = 0 ] && [ "$codes" = "200200200200" ] && [ "$queued" != gone ] && [ "$queued" -ge 1 ]
+check "the requests queued at a prefiller told to leave are still served (all 4: 200)" $? \
     "queued $queued, codes $codes"
 wait "$PRE_B_PID"
 rc=$?
