@@ -152,6 +152,10 @@ registered 2 1
 check "a second prefiller registers" $?
 # Paused, prefiller-b gets its share of 4 requests (fewest queued tokens
 # first) and cannot start them; it is told to leave while they wait.
+# The first prefiller is paused too while the burst is placed, so placement
+# (fewest queued tokens) splits it between the two instead of racing the
+# first one's progress; it resumes once prefiller-b is told to leave.
+kill -STOP "$PREFILLER_PID"
 kill -STOP "$PRE_B_PID"
 PRE=()
 for i in $(seq 1 4); do
@@ -160,18 +164,18 @@ for i in $(seq 1 4); do
         "$URL/v1/completions" >"$CLUSTER_TMP/pre-$i.code" &
     PRE+=($!)
 done
-# How many land on prefiller-b depends on how fast the other prefiller
-# finishes its share (placement follows queued tokens), so the check is
-# about state: whatever was queued at prefiller-b when it was told to leave.
+# With both paused, 2 of the 4 land on prefiller-b; the check is about
+# state: whatever was queued at prefiller-b when it was told to leave.
 for _ in $(seq 1 200); do
     q=$(in_flight_of prefiller-b)
-    [ "$q" != gone ] && [ "$q" -ge 1 ] 2>/dev/null && break
+    [ "$q" != gone ] && [ "$q" -ge 2 ] 2>/dev/null && break
     sleep 0.05
 done
 sleep 0.3
 queued=$(in_flight_of prefiller-b)
 kill -TERM "$PRE_B_PID"
 kill -CONT "$PRE_B_PID"
+kill -CONT "$PREFILLER_PID"
 rc=0
 for p in "${PRE[@]}"; do wait "$p" || rc=1; done
 codes=$(cat "$CLUSTER_TMP"/pre-*.code)
