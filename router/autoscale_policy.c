@@ -1,6 +1,7 @@
 /* Autoscaling policy: formulas, damping and flags. See autoscale_policy.h for
  * the contract and docs/AUTOSCALING.md for the formulas with worked numbers. */
 #include "router/autoscale_policy.h"
+#include "router/flag_file.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -125,14 +126,9 @@ int autoscale_config_validate(const autoscale_config *cfg, char *err, size_t err
 
 /* ---------------------------------------------------------------- flags -- */
 
-typedef enum { FLAG_DOUBLE, FLAG_INT } flag_kind;
-
-typedef struct {
-    const char *name;  /* without "--"; POOL flags are listed once per pool below */
-    flag_kind kind;
-    size_t offset;     /* into autoscale_config */
-    const char *help;
-} flag_spec;
+/* POOL flags are listed once per pool below; offsets are into autoscale_config. */
+#define FLAG_DOUBLE FLAG_FIELD_DOUBLE
+#define FLAG_INT FLAG_FIELD_INT
 
 #define CFG_OFF(field) offsetof(autoscale_config, field)
 #define POOL_OFF(p, field) (offsetof(autoscale_config, pool) + (p) * sizeof(autoscale_pool_config) + \
@@ -152,7 +148,7 @@ typedef struct {
     {"autoscale-" pn "-max-step-up", FLAG_INT, POOL_OFF(p, max_step_up), "most " pn " replicas added per action"}, \
     {"autoscale-" pn "-max-step-down", FLAG_INT, POOL_OFF(p, max_step_down), "most " pn " replicas removed per action"}
 
-static const flag_spec FLAGS[] = {
+static const flag_field FLAGS[] = {
     {"autoscale-prefill-target-utilisation", FLAG_DOUBLE, CFG_OFF(prefill_target_utilisation),
      "u in prefill = ceil(demand_tps / (u * per_replica_tps))"},
     {"autoscale-prefill-prior-tps", FLAG_DOUBLE, CFG_OFF(prefill_prior_tps),
@@ -177,28 +173,7 @@ int autoscale_config_set_flag(autoscale_config *cfg, const char *name, const cha
 {
     if (!cfg || !name)
         return fail(err, errlen, "autoscale_config_set_flag: NULL argument");
-    for (size_t i = 0; i < N_FLAGS; i++) {
-        if (strcmp(FLAGS[i].name, name) != 0)
-            continue;
-        if (!value || !*value)
-            return fail(err, errlen, "--%s needs a value", name);
-        char *end = NULL;
-        errno = 0;
-        if (FLAGS[i].kind == FLAG_DOUBLE) {
-            double v = strtod(value, &end);
-            if (errno || *end || !isfinite(v))
-                return fail(err, errlen, "--%s: '%s' is not a number", name, value);
-            memcpy((char *)cfg + FLAGS[i].offset, &v, sizeof(v));
-        } else {
-            long v = strtol(value, &end, 10);
-            if (errno || *end || v < INT_MIN || v > INT_MAX)
-                return fail(err, errlen, "--%s: '%s' is not an integer", name, value);
-            int iv = (int)v;
-            memcpy((char *)cfg + FLAGS[i].offset, &iv, sizeof(iv));
-        }
-        return 0;
-    }
-    return 1;
+    return flag_field_set(cfg, FLAGS, N_FLAGS, name, value, err, errlen);
 }
 
 void autoscale_config_print_help(FILE *out)
@@ -206,18 +181,7 @@ void autoscale_config_print_help(FILE *out)
     autoscale_config d;
     autoscale_config_default(&d);
     fprintf(out, "Autoscaling policy (formulas in docs/AUTOSCALING.md):\n");
-    for (size_t i = 0; i < N_FLAGS; i++) {
-        const char *base = (const char *)&d + FLAGS[i].offset;
-        if (FLAGS[i].kind == FLAG_DOUBLE) {
-            double v;
-            memcpy(&v, base, sizeof(v));
-            fprintf(out, "  --%s=N\n      %s (default %g)\n", FLAGS[i].name, FLAGS[i].help, v);
-        } else {
-            int v;
-            memcpy(&v, base, sizeof(v));
-            fprintf(out, "  --%s=N\n      %s (default %d)\n", FLAGS[i].name, FLAGS[i].help, v);
-        }
-    }
+    flag_field_print_help(out, &d, FLAGS, N_FLAGS);
 }
 
 /* ------------------------------------------------------------- formulas -- */

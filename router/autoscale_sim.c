@@ -4,6 +4,7 @@
  * policy evaluation. Replica counts are small (tens), so every step scans
  * them instead of keeping a heap. */
 #include "router/autoscale_sim.h"
+#include "router/flag_file.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -46,16 +47,11 @@ void sim_config_default(sim_config *cfg)
     cfg->max_sim_s = 0.0;
 }
 
-typedef enum { SF_DOUBLE, SF_INT } sim_flag_kind;
-typedef struct {
-    const char *name;
-    sim_flag_kind kind;
-    size_t offset;
-    const char *help;
-} sim_flag;
+#define SF_DOUBLE FLAG_FIELD_DOUBLE
+#define SF_INT FLAG_FIELD_INT
 
 #define SIM_OFF(f) offsetof(sim_config, f)
-static const sim_flag SIM_FLAGS[] = {
+static const flag_field SIM_FLAGS[] = {
     {"eval-interval-s", SF_DOUBLE, SIM_OFF(eval_interval_s), "seconds between policy evaluations"},
     {"prefill-tps", SF_DOUBLE, SIM_OFF(prefill_tps),
      "modelled prefill tokens/s per replica (seed: 8192 / 0.108 s, GPT-OSS-20B TP4 H200)"},
@@ -79,28 +75,7 @@ int sim_config_set_flag(sim_config *cfg, const char *name, const char *value, ch
     int rc = autoscale_config_set_flag(&cfg->policy, name, value, err, errlen);
     if (rc != 1)
         return rc;
-    for (size_t i = 0; i < N_SIM_FLAGS; i++) {
-        if (strcmp(SIM_FLAGS[i].name, name) != 0)
-            continue;
-        if (!value || !*value)
-            return fail(err, errlen, "--%s needs a value", name);
-        char *end = NULL;
-        errno = 0;
-        if (SIM_FLAGS[i].kind == SF_DOUBLE) {
-            double v = strtod(value, &end);
-            if (errno || *end || !isfinite(v))
-                return fail(err, errlen, "--%s: '%s' is not a number", name, value);
-            memcpy((char *)cfg + SIM_FLAGS[i].offset, &v, sizeof(v));
-        } else {
-            long v = strtol(value, &end, 10);
-            if (errno || *end || v < INT_MIN || v > INT_MAX)
-                return fail(err, errlen, "--%s: '%s' is not an integer", name, value);
-            int iv = (int)v;
-            memcpy((char *)cfg + SIM_FLAGS[i].offset, &iv, sizeof(iv));
-        }
-        return 0;
-    }
-    return 1;
+    return flag_field_set(cfg, SIM_FLAGS, N_SIM_FLAGS, name, value, err, errlen);
 }
 
 int sim_config_validate(const sim_config *cfg, char *err, size_t errlen)
@@ -139,18 +114,7 @@ void sim_config_print_help(FILE *out)
     sim_config d;
     sim_config_default(&d);
     fprintf(out, "Simulator model (docs/AUTOSCALING.md, \"Simulator\"):\n");
-    for (size_t i = 0; i < N_SIM_FLAGS; i++) {
-        const char *base = (const char *)&d + SIM_FLAGS[i].offset;
-        if (SIM_FLAGS[i].kind == SF_DOUBLE) {
-            double v;
-            memcpy(&v, base, sizeof(v));
-            fprintf(out, "  --%s=N\n      %s (default %g)\n", SIM_FLAGS[i].name, SIM_FLAGS[i].help, v);
-        } else {
-            int v;
-            memcpy(&v, base, sizeof(v));
-            fprintf(out, "  --%s=N\n      %s (default %d)\n", SIM_FLAGS[i].name, SIM_FLAGS[i].help, v);
-        }
-    }
+    flag_field_print_help(out, &d, SIM_FLAGS, N_SIM_FLAGS);
     autoscale_config_print_help(out);
 }
 

@@ -2,7 +2,10 @@
 #include "router/flag_file.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static char *trim(char *s)
@@ -68,4 +71,55 @@ int flag_file_load(const char *path, flag_file_setter set, void *ctx, char *err,
     }
     fclose(f);
     return rc;
+}
+
+static int field_error(char *err, size_t errlen, const char *fmt, const char *name,
+                       const char *value)
+{
+    if (err && errlen)
+        snprintf(err, errlen, fmt, name, value);
+    return -1;
+}
+
+int flag_field_set(void *base, const flag_field *fields, size_t n, const char *name,
+                   const char *value, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(fields[i].name, name) != 0)
+            continue;
+        if (!value || !*value)
+            return field_error(err, errlen, "--%s needs a value%s", name, "");
+        char *end = NULL;
+        errno = 0;
+        if (fields[i].kind == FLAG_FIELD_DOUBLE) {
+            double v = strtod(value, &end);
+            if (errno || *end || !isfinite(v))
+                return field_error(err, errlen, "--%s: '%s' is not a number", name, value);
+            memcpy((char *)base + fields[i].offset, &v, sizeof(v));
+        } else {
+            long v = strtol(value, &end, 10);
+            if (errno || *end || v < INT_MIN || v > INT_MAX)
+                return field_error(err, errlen, "--%s: '%s' is not an integer", name, value);
+            int iv = (int)v;
+            memcpy((char *)base + fields[i].offset, &iv, sizeof(iv));
+        }
+        return 0;
+    }
+    return 1;
+}
+
+void flag_field_print_help(FILE *out, const void *defaults, const flag_field *fields, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const char *at = (const char *)defaults + fields[i].offset;
+        if (fields[i].kind == FLAG_FIELD_DOUBLE) {
+            double v;
+            memcpy(&v, at, sizeof(v));
+            fprintf(out, "  --%s=N\n      %s (default %g)\n", fields[i].name, fields[i].help, v);
+        } else {
+            int v;
+            memcpy(&v, at, sizeof(v));
+            fprintf(out, "  --%s=N\n      %s (default %d)\n", fields[i].name, fields[i].help, v);
+        }
+    }
 }
