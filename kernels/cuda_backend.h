@@ -44,6 +44,15 @@ int kn_cuda_trim(const kn_backend *be);
 /* The attention precision flag behind the backend (kn_backend_set_attn_bf16). */
 void kn_cuda_set_attn_bf16(const kn_backend *be, int on);
 int kn_cuda_attn_bf16(const kn_backend *be);
+/* The MoE expert path (kernels/cuda/moe_experts.cu), for benchmarks and
+ * tests: -1 picks by rows per expert (the default; the grouped kernel when
+ * n_tokens*k <= TANDEM_CUDA_MOE_GROUPED_ROWS (default
+ * KN_CUDA_MOE_GROUPED_ROWS) times the local experts), 0 forces the
+ * per-expert cuBLAS GEMMs, 1 the grouped kernel (bf16 weights; fp32 weights
+ * always take cuBLAS). Starts from TANDEM_CUDA_MOE_GROUPED=0/1 at init. */
+#define KN_CUDA_MOE_GROUPED_ROWS 8
+void kn_cuda_set_moe_grouped(const kn_backend *be, int mode);
+int kn_cuda_moe_grouped(const kn_backend *be);
 
 #ifdef __cplusplus
 }

@@ -94,6 +94,11 @@ extern "C" int kn_cuda_backend_init(kn_backend *be, int device)
     ctx->allow_tf32 = tf32 && strcmp(tf32, "1") == 0;
     const char *attn_bf16 = getenv("TANDEM_CUDA_ATTN_BF16");
     ctx->attn_bf16 = attn_bf16 && strcmp(attn_bf16, "1") == 0;
+    const char *moe_grouped = getenv("TANDEM_CUDA_MOE_GROUPED");
+    ctx->moe_grouped = !moe_grouped ? -1 : strcmp(moe_grouped, "1") == 0 ? 1
+                                       : strcmp(moe_grouped, "0") == 0 ? 0 : -1;
+    const char *moe_rows = getenv("TANDEM_CUDA_MOE_GROUPED_ROWS");
+    ctx->moe_grouped_rows = moe_rows && atoi(moe_rows) > 0 ? atoi(moe_rows) : KN_CUDA_MOE_GROUPED_ROWS;
 
     if ((err = cudaDeviceGetAttribute(&ctx->sm_count, cudaDevAttrMultiProcessorCount, device)) ||
         (err = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking))) {

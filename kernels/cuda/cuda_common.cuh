@@ -39,6 +39,13 @@ struct kn_cuda_ctx {
      * relative error ~3e-3). Starts from TANDEM_CUDA_ATTN_BF16=1 at init;
      * kn_backend_set_attn_bf16 changes it. */
     int attn_bf16;
+    /* MoE expert path (moe_experts.cu): -1 = by rows per expert (grouped
+     * kernel when n_tokens*k <= moe_grouped_rows * n_local), 0 = per-expert
+     * cuBLAS GEMMs, 1 = grouped kernel (bf16 weights). From
+     * TANDEM_CUDA_MOE_GROUPED=0/1 and TANDEM_CUDA_MOE_GROUPED_ROWS=N at init;
+     * kn_cuda_set_moe_grouped changes the mode. */
+    int moe_grouped;
+    int moe_grouped_rows;
 };
 
 static inline kn_cuda_ctx *kn_cuda_ctx_of(const kn_backend *be)

@@ -1,28 +1,46 @@
 /* MoE expert MLPs on the GPU: fp32 activations, fp32 or bf16 weights.
  *
  * The (token, route) pairs ("slots", slot = t*k + j) whose expert is held
- * here are grouped by expert, so each expert's rows are one contiguous
- * block and its two linear layers are two plain GEMMs:
- *   1. moe_count_kernel      rows per local expert -> offsets[e]
- *   2. moe_place_kernel      a stable (slot order) placement: perm[pos] = slot,
- *                            slot_pos[slot] = pos (or -1 when not held here)
- *   3. moe_gather_kernel     xp[pos] = x[perm[pos] / k]
- *   4. per expert: h = xp_e gate_up_e^T + b      (cuBLAS, kn_cuda_linear)
- *   5. moe_act_kernel        a = act(gate, up)  (SwiGLU or GPT-OSS's clamped one)
- *   6. per expert: y = a_e down_e^T + b         (cuBLAS)
- *   7. moe_combine_kernel    out[t] = sum_j w[t][j] * y[slot_pos[t*k+j]] in
- *                            route order j, so the sum is deterministic.
- * The per-expert GEMM sizes must be known on the host, so the offsets are
- * copied back once (one stream sync per call).
+ * here are grouped by expert on the device, so each expert's rows are one
+ * contiguous block:
+ *   1. moe_count_kernel    rows per local expert -> offsets[0..n_local]
+ *   2. moe_place_kernel    a stable (slot order) placement: perm[pos] = slot,
+ *                          slot_pos[slot] = pos (or -1 when not held here)
+ *   3. moe_gather_kernel   xp[pos] = x[perm[pos] / k], rounded to bf16 for
+ *                          bf16 weights (the product's input, written once)
+ * then one of two middles computes y[pos] = down_e(act(gate_up_e xp[pos] + b))
+ * without the down bias:
+ *   grouped (few rows per expert: decode): two launches for all experts,
+ *     moe_grouped_gate_up_kernel (gate_up product + bias + activation, bf16
+ *     out) and moe_grouped_down_kernel. Each block reads its expert's rows
+ *     from offsets[] on the device, so there is no host sync and no
+ *     per-expert call: each selected expert's weights are streamed once per
+ *     step (memory-bound, CUDA cores, fp32 sums), experts with no rows exit
+ *     at once. bf16 weights only.
+ *   per expert (many rows per expert: prefill): the offsets are copied to
+ *     the host (one stream sync per call), then per expert a cuBLAS GEMM
+ *     h = xp_e gate_up_e^T (fp32 out, no bias pass), moe_act_kernel (bias +
+ *     activation, reads h once, writes the down product's bf16 input), and a
+ *     cuBLAS GEMM y = a_e down_e^T (no bias pass). expert_product is the one
+ *     place a weight format plugs in.
+ *   4. moe_combine_kernel  out[t] = sum_j w[t][j] * (y[slot_pos[t*k+j]] +
+ *                          down_bias_e) in route order j (deterministic).
  *
- * bf16 weights (kernels/moe.h): the gather writes xp and the activation
- * writes a as bf16, so both products read bf16 operands on the tensor
- * cores (fp32 accumulation, fp32 h and y). */
+ * Both middles keep kernels/moe.h's contract for bf16 weights: the inputs of
+ * both products (x and the activation) are rounded to bf16, the products
+ * accumulate in fp32, h stays fp32 until the activation.
+ *
+ * Which middle: kn_cuda_ctx.moe_grouped (TANDEM_CUDA_MOE_GROUPED=0/1 at init,
+ * kn_cuda_set_moe_grouped), by default the grouped one when the slots per
+ * local expert (n_tokens*k / n_local, an upper bound on the mean rows per
+ * expert) are at most moe_grouped_rows (TANDEM_CUDA_MOE_GROUPED_ROWS). */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <cuda_bf16.h>
 #include "kernels/cuda/cuda_common.cuh"
 extern "C" {
+#include "kernels/cuda_backend.h"
 #include "kernels/moe.h"
 }
 
@@ -100,51 +118,351 @@ __global__ void moe_place_kernel(const int32_t *expert_idx, int n_slots, int off
 __device__ __forceinline__ void store_as(float *p, float v) { *p = v; }
 __device__ __forceinline__ void store_as(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
 
+/* One block per slot; blocks past the routed rows (offsets[n_local], known
+ * only on the device) exit, so the grid can be sized without a host sync. */
 template <typename T>
-__global__ void moe_gather_kernel(T *xp, const float *x, const int *perm, int k, int dim)
+__global__ void moe_gather_kernel(T *xp, const float *x, const int *perm, const int *offsets,
+                                  int n_local, int k, int dim)
 {
+    if ((int)blockIdx.x >= offsets[n_local])
+        return;
     const float *src = x + (size_t)(perm[blockIdx.x] / k) * dim;
     T *dst = xp + (size_t)blockIdx.x * dim;
     for (int i = threadIdx.x; i < dim; i += blockDim.x)
         store_as(&dst[i], src[i]);
 }
 
-/* h is [rows][2*inter] (gate | up), a is [rows][inter]. */
+/* The expert activation of kernels/moe.h on one (gate, up) pair; the CPU
+ * backend's expert_activation computes the same. */
+__device__ __forceinline__ float expert_act(float g, float u, int act, float alpha, float limit)
+{
+    if (act == KN_ACT_SWIGLU_OAI) {
+        g = fminf(g, limit);
+        u = fminf(fmaxf(u, -limit), limit);
+        return g / (1.f + expf(-alpha * g)) * (u + 1.f);
+    }
+    return g / (1.f + expf(-g)) * u;
+}
+
+/* Per-expert middle: h is [rows][2*inter] (gate | up) without the bias; a is
+ * [rows][inter]. One block per row; the row's expert (for its bias) comes
+ * from its slot. */
 template <typename T>
-__global__ void moe_act_kernel(T *a, const float *h, size_t rows, int inter, int act,
+__global__ void moe_act_kernel(T *a, const float *h, const int *perm, const int32_t *expert_idx,
+                               int offset, const float *gate_up_bias, int inter, int act,
                                float alpha, float limit)
 {
-    size_t total = rows * inter;
-    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
-         idx += (size_t)gridDim.x * blockDim.x) {
-        size_t r = idx / inter;
-        int i = (int)(idx - r * inter);
-        float g = h[r * 2 * inter + i], u = h[r * 2 * inter + inter + i];
-        float y;
-        if (act == KN_ACT_SWIGLU_OAI) {
-            g = fminf(g, limit);
-            u = fminf(fmaxf(u, -limit), limit);
-            y = g / (1.f + expf(-alpha * g)) * (u + 1.f);
-        } else {
-            y = g / (1.f + expf(-g)) * u;
+    const size_t r = blockIdx.x;
+    const float *hr = h + r * 2 * inter;
+    const float *b = gate_up_bias ? gate_up_bias + (size_t)(expert_idx[perm[r]] - offset) * 2 * inter
+                                  : NULL;
+    for (int i = threadIdx.x; i < inter; i += blockDim.x) {
+        float g = hr[i], u = hr[inter + i];
+        if (b) {
+            g += b[i];
+            u += b[inter + i];
         }
-        store_as(&a[idx], y);
+        store_as(&a[r * inter + i], expert_act(g, u, act, alpha, limit));
     }
 }
 
+/* out[t] = sum over t's routes held here of w * (y[pos] + down_bias_e). */
 __global__ void moe_combine_kernel(float *out, const float *y, const int *slot_pos,
-                                   const float *expert_w, int k, int dim)
+                                   const int32_t *expert_idx, const float *expert_w,
+                                   const float *down_bias, int offset, int k, int dim)
 {
     const int t = blockIdx.x;
     for (int d = threadIdx.x; d < dim; d += blockDim.x) {
         float acc = 0.f;
         for (int j = 0; j < k; j++) {
-            int pos = slot_pos[t * k + j];
-            if (pos >= 0)
-                acc += expert_w[t * k + j] * y[(size_t)pos * dim + d];
+            const size_t slot = (size_t)t * k + j;
+            int pos = slot_pos[slot];
+            if (pos >= 0) {
+                float v = y[(size_t)pos * dim + d];
+                if (down_bias)
+                    v += down_bias[(size_t)(expert_idx[slot] - offset) * dim + d];
+                acc += expert_w[slot] * v;
+            }
         }
         out[(size_t)t * dim + d] = acc;
     }
+}
+
+/* ------------------------------------------------------------------ */
+/* Grouped middle: all experts in one launch per product.             */
+/*                                                                    */
+/* A warp owns NW weight rows of one expert and computes their dot     */
+/* products with up to R of the expert's rows at a time: each lane     */
+/* streams 8 bf16 weights (16 bytes) per row per step and reuses them   */
+/* for all R rows (held in registers), so each weight is read from HBM  */
+/* once per R rows; the x rows are small and stay in L1/L2. Lanes keep  */
+/* partial sums over their k's, summed across the warp at the end. An   */
+/* expert with more than R rows takes several passes.                   */
+
+constexpr int GROUPED_WARPS = 8;  /* warps per block */
+constexpr int ACT_COLS = 2;       /* activation columns per warp: 2 gate + 2 up rows */
+constexpr int DOWN_COLS = 4;      /* output columns (down rows) per warp */
+
+__device__ __forceinline__ void bf16x8_to_f32(uint4 v, float (&f)[8])
+{
+    const unsigned u[4] = { v.x, v.y, v.z, v.w };
+#pragma unroll
+    for (int i = 0; i < 4; i++) { /* little-endian: element 2i is the low half */
+        f[2 * i] = __uint_as_float(u[i] << 16);
+        f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+    }
+}
+
+/* acc[c][r] += sum_k w[c][k] * x[r][k] over this lane's k, r < nr (nr is
+ * warp-uniform). VEC: K % 8 == 0 and every row 16-byte aligned. */
+template <int NW, int R, bool VEC>
+__device__ __forceinline__ void rows_dot(float (&acc)[NW][R], const __nv_bfloat16 *const (&w)[NW],
+                                         const __nv_bfloat16 *x, int K, int nr, int lane)
+{
+    if constexpr (VEC) {
+#pragma unroll 2
+        for (int k = lane * 8; k < K; k += 32 * 8) {
+            float wf[NW][8];
+#pragma unroll
+            for (int c = 0; c < NW; c++)
+                bf16x8_to_f32(__ldg((const uint4 *)(w[c] + k)), wf[c]);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                if (r < nr) {
+                    float xf[8];
+                    bf16x8_to_f32(*(const uint4 *)(x + (size_t)r * K + k), xf);
+#pragma unroll
+                    for (int c = 0; c < NW; c++)
+#pragma unroll
+                        for (int i = 0; i < 8; i++)
+                            acc[c][r] = fmaf(wf[c][i], xf[i], acc[c][r]);
+                }
+            }
+        }
+    } else {
+        for (int k = lane; k < K; k += 32) {
+            float wf[NW];
+#pragma unroll
+            for (int c = 0; c < NW; c++)
+                wf[c] = __bfloat162float(w[c][k]);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                if (r < nr) {
+                    float xv = __bfloat162float(x[(size_t)r * K + k]);
+#pragma unroll
+                    for (int c = 0; c < NW; c++)
+                        acc[c][r] = fmaf(wf[c], xv, acc[c][r]);
+                }
+            }
+        }
+    }
+    /* Butterfly: every lane ends with the warp's sums. */
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        if (r < nr) {
+#pragma unroll
+            for (int c = 0; c < NW; c++)
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1)
+                    acc[c][r] += __shfl_xor_sync(0xffffffffu, acc[c][r], o);
+        }
+    }
+}
+
+/* a[pos][col] = bf16(act(gate_up_e xp[pos] + b)) for the activation columns
+ * of this warp. Grid: (column tiles, n_local). */
+template <int R, bool VEC>
+__global__ void __launch_bounds__(GROUPED_WARPS * 32)
+moe_grouped_gate_up_kernel(__nv_bfloat16 *a, const __nv_bfloat16 *xp, const int *offsets,
+                           const __nv_bfloat16 *gate_up, const float *gate_up_bias, int dim,
+                           int inter, int act, float alpha, float limit)
+{
+    const int e = blockIdx.y, lane = threadIdx.x & 31;
+    const int first = offsets[e], rows = offsets[e + 1] - first;
+    const int col0 = (blockIdx.x * GROUPED_WARPS + (threadIdx.x >> 5)) * ACT_COLS;
+    if (rows == 0 || col0 >= inter) /* whole warps leave; no block barrier below */
+        return;
+    const __nv_bfloat16 *we = gate_up + (size_t)e * 2 * inter * dim;
+    const __nv_bfloat16 *wrow[2 * ACT_COLS];
+    float bias[2 * ACT_COLS];
+#pragma unroll
+    for (int c = 0; c < ACT_COLS; c++) {
+        const int col = min(col0 + c, inter - 1); /* past the end: computed, not stored */
+        wrow[c] = we + (size_t)col * dim;
+        wrow[ACT_COLS + c] = we + (size_t)(inter + col) * dim;
+        bias[c] = gate_up_bias ? gate_up_bias[(size_t)e * 2 * inter + col] : 0.f;
+        bias[ACT_COLS + c] = gate_up_bias ? gate_up_bias[(size_t)e * 2 * inter + inter + col] : 0.f;
+    }
+    for (int r0 = 0; r0 < rows; r0 += R) {
+        const int nr = min(R, rows - r0);
+        float acc[2 * ACT_COLS][R];
+#pragma unroll
+        for (int c = 0; c < 2 * ACT_COLS; c++)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                acc[c][r] = 0.f;
+        rows_dot<2 * ACT_COLS, R, VEC>(acc, wrow, xp + (size_t)(first + r0) * dim, dim, nr, lane);
+        /* (column, row) pairs spread over the lanes for the stores */
+#pragma unroll
+        for (int c = 0; c < ACT_COLS; c++)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                if (r < nr && lane == (c * R + r) % 32 && col0 + c < inter)
+                    a[(size_t)(first + r0 + r) * inter + col0 + c] = __float2bfloat16_rn(
+                        expert_act(acc[c][r] + bias[c], acc[ACT_COLS + c][r] + bias[ACT_COLS + c], act,
+                                   alpha, limit));
+    }
+}
+
+/* y[pos][col] = down_e a[pos] (fp32, no bias) for this warp's output columns.
+ * Grid: (column tiles, n_local). */
+template <int R, bool VEC>
+__global__ void __launch_bounds__(GROUPED_WARPS * 32)
+moe_grouped_down_kernel(float *y, const __nv_bfloat16 *a, const int *offsets,
+                        const __nv_bfloat16 *down, int dim, int inter)
+{
+    const int e = blockIdx.y, lane = threadIdx.x & 31;
+    const int first = offsets[e], rows = offsets[e + 1] - first;
+    const int col0 = (blockIdx.x * GROUPED_WARPS + (threadIdx.x >> 5)) * DOWN_COLS;
+    if (rows == 0 || col0 >= dim)
+        return;
+    const __nv_bfloat16 *wrow[DOWN_COLS];
+#pragma unroll
+    for (int c = 0; c < DOWN_COLS; c++)
+        wrow[c] = down + ((size_t)e * dim + min(col0 + c, dim - 1)) * inter;
+    for (int r0 = 0; r0 < rows; r0 += R) {
+        const int nr = min(R, rows - r0);
+        float acc[DOWN_COLS][R];
+#pragma unroll
+        for (int c = 0; c < DOWN_COLS; c++)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                acc[c][r] = 0.f;
+        rows_dot<DOWN_COLS, R, VEC>(acc, wrow, a + (size_t)(first + r0) * inter, inter, nr, lane);
+#pragma unroll
+        for (int c = 0; c < DOWN_COLS; c++)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                if (r < nr && lane == (c * R + r) % 32 && col0 + c < dim)
+                    y[(size_t)(first + r0 + r) * dim + col0 + c] = acc[c][r];
+    }
+}
+
+template <int R>
+static cudaError_t launch_grouped_r(cudaStream_t s, const kn_moe_weights *w, __nv_bfloat16 *a, float *y,
+                                    const __nv_bfloat16 *xp, const int *offsets, bool vec_gu,
+                                    bool vec_dn)
+{
+    const int n_local = w->n_experts, dim = w->dim, inter = w->inter;
+    const __nv_bfloat16 *gu = (const __nv_bfloat16 *)w->gate_up, *dn = (const __nv_bfloat16 *)w->down;
+    dim3 grid_gu(kn_cuda_div_up(inter, GROUPED_WARPS * ACT_COLS), n_local);
+    dim3 grid_dn(kn_cuda_div_up(dim, GROUPED_WARPS * DOWN_COLS), n_local);
+    const int threads = GROUPED_WARPS * 32;
+    if (vec_gu)
+        moe_grouped_gate_up_kernel<R, true><<<grid_gu, threads, 0, s>>>(
+            a, xp, offsets, gu, w->gate_up_bias, dim, inter, (int)w->act, w->alpha, w->limit);
+    else
+        moe_grouped_gate_up_kernel<R, false><<<grid_gu, threads, 0, s>>>(
+            a, xp, offsets, gu, w->gate_up_bias, dim, inter, (int)w->act, w->alpha, w->limit);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess)
+        return err;
+    if (vec_dn)
+        moe_grouped_down_kernel<R, true><<<grid_dn, threads, 0, s>>>(y, a, offsets, dn, dim, inter);
+    else
+        moe_grouped_down_kernel<R, false><<<grid_dn, threads, 0, s>>>(y, a, offsets, dn, dim, inter);
+    return cudaGetLastError();
+}
+
+/* rows_hint: slots per local expert (rounded up), the typical rows of an
+ * expert; R covers it so most experts take one pass over their weights. */
+static cudaError_t launch_grouped(cudaStream_t s, const kn_moe_weights *w, __nv_bfloat16 *a, float *y,
+                                  const __nv_bfloat16 *xp, const int *offsets, long long rows_hint)
+{
+    const bool vec_gu = w->dim % 8 == 0 && kn_cuda_aligned16(w->gate_up);
+    const bool vec_dn = w->inter % 8 == 0 && kn_cuda_aligned16(w->down);
+    if (rows_hint <= 2)
+        return launch_grouped_r<4>(s, w, a, y, xp, offsets, vec_gu, vec_dn);
+    if (rows_hint <= 4)
+        return launch_grouped_r<8>(s, w, a, y, xp, offsets, vec_gu, vec_dn);
+    return launch_grouped_r<16>(s, w, a, y, xp, offsets, vec_gu, vec_dn);
+}
+
+/* ------------------------------------------------------------------ */
+/* Per-expert middle.                                                 */
+
+enum { GATE_UP = 0, DOWN = 1 };
+
+/* One expert's product on the per-expert path, the place a weight format
+ * plugs in: out[rows][n] = in[rows][kdim] w_e[n][kdim]^T in fp32, no bias,
+ * where (n, kdim) = (2*inter, dim) for GATE_UP and (dim, inter) for DOWN
+ * and `in` holds elements of the weights' dtype (bf16-rounded or fp32). */
+static int expert_product(const kn_backend *be, const char *op, const kn_moe_weights *w, int which,
+                          int e, float *out, const void *in, int rows)
+{
+    const size_t welem = kn_dtype_size(w->wdtype);
+    const int n = which == GATE_UP ? 2 * w->inter : w->dim;
+    const int kdim = which == GATE_UP ? w->dim : w->inter;
+    const char *base = (const char *)(which == GATE_UP ? w->gate_up : w->down);
+    return kn_cuda_gemm(be, op, out, in, base + (size_t)e * n * kdim * welem, w->wdtype, NULL, rows,
+                        n, kdim);
+}
+
+/* y (fp32, [n_routed][dim]) from xp through the per-expert products;
+ * host_off is offsets[] copied to the host. */
+static int per_expert_middle(const kn_backend *be, const char *op, const kn_moe_weights *w,
+                             const int *host_off, float *y, const void *xp, const int *perm,
+                             const int32_t *expert_idx)
+{
+    cudaStream_t s = kn_cuda_stream(be);
+    const int n_local = w->n_experts, dim = w->dim, inter = w->inter, n_routed = host_off[n_local];
+    const bool bf16 = w->wdtype == KN_BF16;
+    const size_t welem = kn_dtype_size(w->wdtype);
+    int rc = KN_OK;
+    float *h = (float *)kn_cuda_tmp_alloc(be, op, (size_t)n_routed * 2 * inter * sizeof(float));
+    void *a = kn_cuda_tmp_alloc(be, op, (size_t)n_routed * inter * welem);
+    if (!h || !a)
+        rc = KN_ERR_NOMEM;
+    for (int e = 0; e < n_local && rc == KN_OK; e++) {
+        const int rows = host_off[e + 1] - host_off[e];
+        if (rows > 0)
+            rc = expert_product(be, op, w, GATE_UP, e, h + (size_t)host_off[e] * 2 * inter,
+                                (const char *)xp + (size_t)host_off[e] * dim * welem, rows);
+    }
+    if (rc == KN_OK) {
+        const int threads = inter >= 512 ? 256 : 64;
+        if (bf16)
+            moe_act_kernel<<<n_routed, threads, 0, s>>>((__nv_bfloat16 *)a, h, perm, expert_idx,
+                                                        w->expert_offset, w->gate_up_bias, inter,
+                                                        (int)w->act, w->alpha, w->limit);
+        else
+            moe_act_kernel<<<n_routed, threads, 0, s>>>((float *)a, h, perm, expert_idx, w->expert_offset,
+                                                        w->gate_up_bias, inter, (int)w->act, w->alpha,
+                                                        w->limit);
+        cudaError_t err = cudaGetLastError();
+        if (err != cudaSuccess)
+            rc = kn_cuda_device_error(op, "moe_act_kernel", err);
+    }
+    for (int e = 0; e < n_local && rc == KN_OK; e++) {
+        const int rows = host_off[e + 1] - host_off[e];
+        if (rows > 0)
+            rc = expert_product(be, op, w, DOWN, e, y + (size_t)host_off[e] * dim,
+                                (const char *)a + (size_t)host_off[e] * inter * welem, rows);
+    }
+    kn_cuda_tmp_free(be, h);
+    kn_cuda_tmp_free(be, a);
+    return rc;
+}
+
+/* The middle for this call: grouped (1) or per expert (0). */
+static bool use_grouped(const kn_backend *be, const kn_moe_weights *w, long long n_slots)
+{
+    if (w->wdtype != KN_BF16) /* fp32 weights: exact fp32 cuBLAS products */
+        return false;
+    const kn_cuda_ctx *ctx = kn_cuda_ctx_of(be);
+    if (ctx->moe_grouped >= 0)
+        return ctx->moe_grouped == 1;
+    return n_slots <= (long long)ctx->moe_grouped_rows * w->n_experts;
 }
 
 extern "C" int kn_moe_experts_cuda(const kn_backend *be, float *out, const float *x,
@@ -170,6 +488,8 @@ extern "C" int kn_moe_experts_cuda(const kn_backend *be, float *out, const float
     if (w->act == KN_ACT_SWIGLU_OAI && (!isfinite(w->alpha) || !(w->limit > 0.f) || isinf(w->limit)))
         return kn_arg_error(op, "bad clamped-SwiGLU parameters alpha=%g limit=%g",
                                  (double)w->alpha, (double)w->limit);
+    if (w->n_experts > 65535)
+        return kn_arg_error(op, "%d local experts is more than one grid dimension holds", w->n_experts);
     size_t x_bytes = (size_t)n_tokens * w->dim * sizeof(float);
     if (kn_ranges_overlap(out, x_bytes, x, x_bytes))
         return kn_arg_error(op, "out overlaps x");
@@ -181,102 +501,115 @@ extern "C" int kn_moe_experts_cuda(const kn_backend *be, float *out, const float
     cudaStream_t s = kn_cuda_stream(be);
     const int n_local = w->n_experts, dim = w->dim, inter = w->inter, n_slots = n_tokens * k;
     const bool bf16 = w->wdtype == KN_BF16;
-    const size_t welem = kn_dtype_size(w->wdtype);
-    const char *gate_up = (const char *)w->gate_up, *down = (const char *)w->down;
+    const bool grouped = use_grouped(be, w, n_slots);
     int *offsets = NULL, *perm = NULL, *slot_pos = NULL, *host_off = NULL;
-    float *xp = NULL, *h = NULL, *act = NULL;
-    int n_routed = 0;
+    void *xp = NULL, *a = NULL;
+    float *y = NULL;
     cudaError_t err = cudaSuccess;
+    const char *what = "expert MLP";
 
-    host_off = (int *)malloc((size_t)(n_local + 1) * sizeof(int));
     offsets = (int *)kn_cuda_tmp_alloc(be, op, (size_t)(n_local + 1) * sizeof(int));
     perm = (int *)kn_cuda_tmp_alloc(be, op, (size_t)n_slots * sizeof(int));
     slot_pos = (int *)kn_cuda_tmp_alloc(be, op, (size_t)n_slots * sizeof(int));
-    if (!host_off || !offsets || !perm || !slot_pos) {
+    if (!offsets || !perm || !slot_pos) {
         rc = KN_ERR_NOMEM;
         goto done;
     }
     moe_count_kernel<<<1, 1024, (size_t)n_local * sizeof(int), s>>>(expert_idx, n_slots,
                                                                     w->expert_offset, n_local, offsets);
-    if ((err = cudaGetLastError()) != cudaSuccess)
+    if ((err = cudaGetLastError()) != cudaSuccess) {
+        what = "moe_count_kernel";
         goto done;
+    }
     moe_place_kernel<<<n_local + 1, 256, 0, s>>>(expert_idx, n_slots, w->expert_offset, n_local,
                                                  offsets, perm, slot_pos);
-    if ((err = cudaGetLastError()) != cudaSuccess)
+    if ((err = cudaGetLastError()) != cudaSuccess) {
+        what = "moe_place_kernel";
         goto done;
-    if ((err = cudaMemcpyAsync(host_off, offsets, (size_t)(n_local + 1) * sizeof(int),
-                               cudaMemcpyDeviceToHost, s)) != cudaSuccess ||
-        (err = cudaStreamSynchronize(s)) != cudaSuccess)
-        goto done;
-    n_routed = host_off[n_local];
+    }
 
-    if (n_routed > 0) {
-        xp = (float *)kn_cuda_tmp_alloc(be, op, (size_t)n_routed * dim * sizeof(float));
-        h = (float *)kn_cuda_tmp_alloc(be, op, (size_t)n_routed * 2 * inter * sizeof(float));
-        act = (float *)kn_cuda_tmp_alloc(be, op, (size_t)n_routed * inter * sizeof(float));
-        if (!xp || !h || !act) {
+    if (grouped) {
+        /* Sized for every slot (the routed count stays on the device). */
+        xp = kn_cuda_tmp_alloc(be, op, (size_t)n_slots * dim * sizeof(__nv_bfloat16));
+        a = kn_cuda_tmp_alloc(be, op, (size_t)n_slots * inter * sizeof(__nv_bfloat16));
+        y = (float *)kn_cuda_tmp_alloc(be, op, (size_t)n_slots * dim * sizeof(float));
+        if (!xp || !a || !y) {
             rc = KN_ERR_NOMEM;
             goto done;
         }
-        /* xp holds the gathered inputs (fp32 or bf16), later y (fp32). */
-        if (bf16)
-            moe_gather_kernel<<<n_routed, dim >= 512 ? 256 : 64, 0, s>>>((__nv_bfloat16 *)xp, x, perm,
-                                                                         k, dim);
-        else
-            moe_gather_kernel<<<n_routed, dim >= 512 ? 256 : 64, 0, s>>>(xp, x, perm, k, dim);
-        if ((err = cudaGetLastError()) != cudaSuccess)
+        moe_gather_kernel<<<n_slots, dim >= 512 ? 256 : 64, 0, s>>>((__nv_bfloat16 *)xp, x, perm, offsets,
+                                                                    n_local, k, dim);
+        if ((err = cudaGetLastError()) != cudaSuccess) {
+            what = "moe_gather_kernel";
             goto done;
-        for (int e = 0; e < n_local && rc == KN_OK; e++) {
-            int rows = host_off[e + 1] - host_off[e];
-            if (rows == 0)
-                continue;
-            rc = kn_cuda_gemm(be, op, h + (size_t)host_off[e] * 2 * inter,
-                              (const char *)xp + (size_t)host_off[e] * dim * welem,
-                              gate_up + (size_t)e * 2 * inter * dim * welem, w->wdtype,
-                              w->gate_up_bias ? w->gate_up_bias + (size_t)e * 2 * inter : NULL,
-                              rows, 2 * inter, dim);
         }
-        if (rc != KN_OK)
+        if ((err = launch_grouped(s, w, (__nv_bfloat16 *)a, y, (const __nv_bfloat16 *)xp, offsets,
+                                  ((long long)n_slots + n_local - 1) / n_local)) != cudaSuccess) {
+            what = "grouped expert kernels";
             goto done;
-        {
-            size_t total = (size_t)n_routed * inter;
-            size_t blocks = (total + 255) / 256, cap = (size_t)kn_cuda_ctx_of(be)->sm_count * 16;
-            unsigned grid = (unsigned)(blocks < cap ? blocks : cap);
+        }
+    } else {
+        /* The GEMM sizes must be known on the host: one sync per call. */
+        host_off = (int *)malloc((size_t)(n_local + 1) * sizeof(int));
+        if (!host_off) {
+            rc = KN_ERR_NOMEM;
+            goto done;
+        }
+        if ((err = cudaMemcpyAsync(host_off, offsets, (size_t)(n_local + 1) * sizeof(int),
+                                   cudaMemcpyDeviceToHost, s)) != cudaSuccess ||
+            (err = cudaStreamSynchronize(s)) != cudaSuccess) {
+            what = "expert row counts to the host";
+            goto done;
+        }
+        const int n_routed = host_off[n_local];
+        /* y holds n_routed fp32 rows (at least 1 so the combine has a buffer). */
+        y = (float *)kn_cuda_tmp_alloc(be, op, (size_t)(n_routed ? n_routed : 1) * dim * sizeof(float));
+        xp = kn_cuda_tmp_alloc(be, op, (size_t)(n_routed ? n_routed : 1) * dim * kn_dtype_size(w->wdtype));
+        if (!y || !xp) {
+            rc = KN_ERR_NOMEM;
+            goto done;
+        }
+        if (n_routed > 0) {
+            const int threads = dim >= 512 ? 256 : 64;
             if (bf16)
-                moe_act_kernel<<<grid, 256, 0, s>>>((__nv_bfloat16 *)act, h, (size_t)n_routed, inter,
-                                                    (int)w->act, w->alpha, w->limit);
+                moe_gather_kernel<<<n_routed, threads, 0, s>>>((__nv_bfloat16 *)xp, x, perm, offsets,
+                                                               n_local, k, dim);
             else
-                moe_act_kernel<<<grid, 256, 0, s>>>(act, h, (size_t)n_routed, inter, (int)w->act,
-                                                    w->alpha, w->limit);
-            if ((err = cudaGetLastError()) != cudaSuccess)
+                moe_gather_kernel<<<n_routed, threads, 0, s>>>((float *)xp, x, perm, offsets, n_local, k,
+                                                               dim);
+            if ((err = cudaGetLastError()) != cudaSuccess) {
+                what = "moe_gather_kernel";
+                goto done;
+            }
+            rc = per_expert_middle(be, op, w, host_off, y, xp, perm, expert_idx);
+            if (rc != KN_OK)
                 goto done;
         }
-        /* y reuses xp: the gathered inputs are no longer needed. */
-        for (int e = 0; e < n_local && rc == KN_OK; e++) {
-            int rows = host_off[e + 1] - host_off[e];
-            if (rows == 0)
-                continue;
-            rc = kn_cuda_gemm(be, op, xp + (size_t)host_off[e] * dim,
-                              (const char *)act + (size_t)host_off[e] * inter * welem,
-                              down + (size_t)e * dim * inter * welem, w->wdtype,
-                              w->down_bias ? w->down_bias + (size_t)e * dim : NULL,
-                              rows, dim, inter);
-        }
-        if (rc != KN_OK)
-            goto done;
     }
-    moe_combine_kernel<<<n_tokens, dim >= 512 ? 256 : 64, 0, s>>>(out, xp, slot_pos, expert_w, k, dim);
-    err = cudaGetLastError();
+    moe_combine_kernel<<<n_tokens, dim >= 512 ? 256 : 64, 0, s>>>(out, y, slot_pos, expert_idx, expert_w,
+                                                                 w->down_bias, w->expert_offset, k, dim);
+    if ((err = cudaGetLastError()) != cudaSuccess)
+        what = "moe_combine_kernel";
 
 done:
     kn_cuda_tmp_free(be, offsets);
     kn_cuda_tmp_free(be, perm);
     kn_cuda_tmp_free(be, slot_pos);
     kn_cuda_tmp_free(be, xp);
-    kn_cuda_tmp_free(be, h);
-    kn_cuda_tmp_free(be, act);
+    kn_cuda_tmp_free(be, a);
+    kn_cuda_tmp_free(be, y);
     free(host_off);
     if (err != cudaSuccess)
-        return kn_cuda_device_error(op, "expert MLP", err);
+        return kn_cuda_device_error(op, what, err);
     return rc;
+}
+
+extern "C" void kn_cuda_set_moe_grouped(const kn_backend *be, int mode)
+{
+    kn_cuda_ctx_of(be)->moe_grouped = mode < 0 ? -1 : mode != 0;
+}
+
+extern "C" int kn_cuda_moe_grouped(const kn_backend *be)
+{
+    return kn_cuda_ctx_of(be)->moe_grouped;
 }

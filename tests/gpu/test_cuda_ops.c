@@ -21,6 +21,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/backend.h"
+#include "kernels/cuda_backend.h"
 #include "kernels/elementwise.h"
 #include "kernels/dtype.h"
 #include "kernels/embedding.h"
@@ -706,6 +707,173 @@ static void test_moe_experts_bf16(test_ctx *t, int n_tokens, int k, int n_expert
     free(cpu), free(got);
 }
 
+/* ------------------------------------------------------------------ */
+/* The two bf16 expert paths of the CUDA backend (the grouped one-launch */
+/* kernel and the per-expert cuBLAS GEMMs, forced through                */
+/* kn_cuda_set_moe_grouped) on the real models' shapes, both against the */
+/* CPU backend and against each other.                                   */
+
+typedef struct moe_shape {
+    const char *name;
+    int n_global, dim, inter;
+    kn_act act;
+    int biases;
+    /* all n_global experts: host (CPU backend) and device copies */
+    uint16_t *gu, *dn, *d_gu, *d_dn;
+    float *gub, *dnb, *d_gub, *d_dnb;
+} moe_shape;
+
+static void moe_shape_make(test_ctx *t, moe_shape *s, uint64_t seed)
+{
+    size_t ngu = (size_t)s->n_global * 2 * s->inter * s->dim, nd = (size_t)s->n_global * s->dim * s->inter;
+    s->gu = tu_xcalloc(ngu, sizeof(uint16_t));
+    s->dn = tu_xcalloc(nd, sizeof(uint16_t));
+    /* Scaled so h and y stay O(1) (the clamp does not swallow everything). */
+    float a_gu = sqrtf(3.f / (float)s->dim), a_dn = sqrtf(3.f / (float)s->inter);
+    int rc = kn_fill_uniform(&t->cpu, s->gu, KN_BF16, ngu, seed, -a_gu, a_gu);
+    if (rc == KN_OK)
+        rc = kn_fill_uniform(&t->cpu, s->dn, KN_BF16, nd, seed + 1, -a_dn, a_dn);
+    if (rc != KN_OK)
+        die("kn_fill_uniform cpu", rc);
+    s->d_gu = dev_upload(t, s->gu, ngu * sizeof(uint16_t));
+    s->d_dn = dev_upload(t, s->dn, nd * sizeof(uint16_t));
+    s->gub = s->dnb = s->d_gub = s->d_dnb = NULL;
+    if (s->biases) {
+        s->gub = rand_floats(t, (size_t)s->n_global * 2 * s->inter, -0.5f, 0.5f);
+        s->dnb = rand_floats(t, (size_t)s->n_global * s->dim, -0.5f, 0.5f);
+        s->d_gub = dev_upload(t, s->gub, (size_t)s->n_global * 2 * s->inter * sizeof(float));
+        s->d_dnb = dev_upload(t, s->dnb, (size_t)s->n_global * s->dim * sizeof(float));
+    }
+}
+
+static void moe_shape_free(test_ctx *t, moe_shape *s)
+{
+    kn_free(&t->gpu, s->d_gu), kn_free(&t->gpu, s->d_dn), kn_free(&t->gpu, s->d_gub), kn_free(&t->gpu, s->d_dnb);
+    free(s->gu), free(s->dn), free(s->gub), free(s->dnb);
+}
+
+/* The weights of experts [offset, offset + n_local) as an EP rank holds them. */
+static kn_moe_weights moe_shape_view(const moe_shape *s, int on_device, int offset, int n_local)
+{
+    size_t gu_off = (size_t)offset * 2 * s->inter * s->dim, dn_off = (size_t)offset * s->dim * s->inter;
+    const uint16_t *gu = on_device ? s->d_gu : s->gu, *dn = on_device ? s->d_dn : s->dn;
+    const float *gub = on_device ? s->d_gub : s->gub, *dnb = on_device ? s->d_dnb : s->dnb;
+    kn_moe_weights w = { .n_experts = n_local, .expert_offset = offset, .dim = s->dim, .inter = s->inter,
+                         .wdtype = KN_BF16, .gate_up = gu + gu_off, .gate_up_bias = gub ? gub + (size_t)offset * 2 * s->inter : NULL,
+                         .down = dn + dn_off, .down_bias = dnb ? dnb + (size_t)offset * s->dim : NULL,
+                         .act = s->act, .alpha = 1.702f, .limit = 7.0f };
+    return w;
+}
+
+/* One batch through both CUDA paths and the CPU: experts [offset, offset +
+ * n_local) of the shape held here, k distinct routes per token over all
+ * n_global experts (so routes to experts held elsewhere occur whenever
+ * n_local < n_global); skew sends every token's first route to the first
+ * held expert (an expert with many more rows than the others, which takes
+ * several passes of the grouped kernel). */
+static void moe_paths_run(test_ctx *t, const moe_shape *s, int offset, int n_local, int n_tokens, int k,
+                          int skew)
+{
+    size_t ns = (size_t)n_tokens * k, no = (size_t)n_tokens * s->dim;
+    float *x = rand_floats(t, no ? no : 1, -2.f, 2.f), *wts = rand_floats(t, ns ? ns : 1, 0.05f, 1.f);
+    int32_t *idx = tu_xcalloc(ns ? ns : 1, sizeof(int32_t));
+    for (int tk = 0; tk < n_tokens; tk++)
+        for (int j = 0; j < k; j++) {
+            int e, dup;
+            do {
+                e = skew && j == 0 ? offset : tu_rand_int(&t->rng, s->n_global);
+                dup = 0;
+                for (int i = 0; i < j; i++)
+                    dup |= idx[(size_t)tk * k + i] == e;
+            } while (dup);
+            idx[(size_t)tk * k + j] = e;
+        }
+    kn_moe_weights hw = moe_shape_view(s, 0, offset, n_local), dw = moe_shape_view(s, 1, offset, n_local);
+    float *cpu = tu_xcalloc(no ? no : 1, sizeof(float));
+    float *got[2] = { tu_xcalloc(no ? no : 1, sizeof(float)), tu_xcalloc(no ? no : 1, sizeof(float)) };
+    float *d_x = dev_upload(t, x, (no ? no : 1) * sizeof(float));
+    int32_t *d_idx = dev_upload(t, idx, (ns ? ns : 1) * sizeof(int32_t));
+    float *d_wts = dev_upload(t, wts, (ns ? ns : 1) * sizeof(float));
+    float *d_out = dev_alloc(t, (no ? no : 1) * sizeof(float));
+    char what[224];
+    snprintf(what, sizeof what, "moe_experts bf16 %s experts %d..%d of %d, tokens=%d k=%d%s", s->name, offset,
+             offset + n_local - 1, s->n_global, n_tokens, k, skew ? " skewed" : "");
+    int cpu_ok = run_ok(t, kn_moe_experts(&t->cpu, cpu, x, idx, wts, n_tokens, k, &hw), "kn_moe_experts cpu");
+    int ran[2] = { 0, 0 };
+    for (int mode = 0; mode < 2; mode++) {
+        dev_poison(t, d_out, no ? no : 1);
+        kn_cuda_set_moe_grouped(&t->gpu, mode);
+        int rc = kn_moe_experts(&t->gpu, d_out, d_x, d_idx, d_wts, n_tokens, k, &dw);
+        kn_cuda_set_moe_grouped(&t->gpu, -1);
+        if (!run_ok(t, rc, mode ? "kn_moe_experts cuda grouped" : "kn_moe_experts cuda per-expert"))
+            continue;
+        dev_download(t, got[mode], d_out, (no ? no : 1) * sizeof(float));
+        if (n_tokens == 0) { /* nothing to write: out stays as it was */
+            tap(t, isnan(got[mode][0]), "%s, %s path: returns without writing", what,
+                mode ? "grouped" : "per-expert");
+            continue;
+        }
+        ran[mode] = 1;
+        if (cpu_ok) {
+            char w2[256];
+            snprintf(w2, sizeof w2, "%s, %s path vs CPU", what, mode ? "grouped" : "per-expert");
+            check_err(t, tu_max_rel_err_f32(got[mode], cpu, no), BF16_MOE_TOL, w2);
+        }
+    }
+    if (ran[0] && ran[1]) {
+        char w2[256];
+        snprintf(w2, sizeof w2, "%s, grouped vs per-expert", what);
+        check_err(t, tu_max_rel_err_f32(got[1], got[0], no), BF16_MOE_TOL, w2);
+    }
+    kn_free(&t->gpu, d_x), kn_free(&t->gpu, d_idx), kn_free(&t->gpu, d_wts), kn_free(&t->gpu, d_out);
+    free(x), free(wts), free(idx), free(cpu), free(got[0]), free(got[1]);
+}
+
+static void test_moe_paths(test_ctx *t)
+{
+    /* GPT-OSS-20B: 32 experts of 2880 x 2880, top-4, clamped SwiGLU, biases. */
+    moe_shape oss = { .name = "gpt-oss-20b", .n_global = 32, .dim = 2880, .inter = 2880,
+                      .act = KN_ACT_SWIGLU_OAI, .biases = 1 };
+    moe_shape_make(t, &oss, 11);
+    static const int oss_tokens[] = { 1, 8, 32, 128, 300 };
+    for (size_t i = 0; i < sizeof oss_tokens / sizeof oss_tokens[0]; i++)
+        moe_paths_run(t, &oss, 0, 32, oss_tokens[i], 4, 0);
+    moe_paths_run(t, &oss, 0, 32, 40, 4, 1);
+    moe_paths_run(t, &oss, 0, 32, 7, 1, 0);
+    moe_paths_run(t, &oss, 8, 8, 32, 4, 0); /* an EP rank's 8 of 32 */
+    moe_paths_run(t, &oss, 24, 8, 3, 4, 0);
+    moe_shape_free(t, &oss);
+
+    /* Qwen3-30B-A3B: 128 experts of 2048 -> 768, top-8, SwiGLU, no biases. */
+    moe_shape qwen = { .name = "qwen3-30b-a3b", .n_global = 128, .dim = 2048, .inter = 768,
+                       .act = KN_ACT_SWIGLU, .biases = 0 };
+    moe_shape_make(t, &qwen, 12);
+    static const int qwen_tokens[] = { 1, 8, 32, 128 };
+    for (size_t i = 0; i < sizeof qwen_tokens / sizeof qwen_tokens[0]; i++)
+        moe_paths_run(t, &qwen, 0, 128, qwen_tokens[i], 8, 0);
+    moe_paths_run(t, &qwen, 0, 128, 32, 8, 1);
+    for (int k = 1; k <= 7; k++)
+        moe_paths_run(t, &qwen, 0, 128, 16, k, 0);
+    moe_paths_run(t, &qwen, 96, 32, 24, 8, 0);
+    moe_paths_run(t, &qwen, 0, 128, 0, 8, 0); /* no tokens */
+    moe_shape_free(t, &qwen);
+
+    /* Odd sizes (the scalar, non-16-byte path of the grouped kernel) and
+     * experts with many rows (several passes). */
+    moe_shape odd = { .name = "dim 33 inter 17", .n_global = 16, .dim = 33, .inter = 17,
+                      .act = KN_ACT_SWIGLU_OAI, .biases = 1 };
+    moe_shape_make(t, &odd, 13);
+    moe_paths_run(t, &odd, 12, 4, 3, 2, 0);
+    moe_paths_run(t, &odd, 0, 16, 50, 8, 1);
+    moe_shape_free(t, &odd);
+    moe_shape mid = { .name = "dim 96 inter 40", .n_global = 16, .dim = 96, .inter = 40,
+                      .act = KN_ACT_SWIGLU, .biases = 1 };
+    moe_shape_make(t, &mid, 14);
+    moe_paths_run(t, &mid, 0, 16, 200, 4, 0);
+    moe_paths_run(t, &mid, 4, 8, 61, 8, 1);
+    moe_shape_free(t, &mid);
+}
+
 /* kn_fill_uniform: the GPU writes the CPU's bits, f32 and bf16. */
 static void test_fill(test_ctx *t, size_t n, uint64_t seed, float lo, float hi)
 {
@@ -929,6 +1097,7 @@ int main(int argc, char **argv)
     test_moe_experts_bf16(&t, 40, 4, 8, 64, 96, KN_ACT_SWIGLU_OAI);
     test_moe_experts_bf16(&t, 200, 4, 32, 288, 192, KN_ACT_SWIGLU_OAI);
     test_moe_experts_bf16(&t, 61, 8, 16, 128, 48, KN_ACT_SWIGLU);
+    test_moe_paths(&t);
     test_fill(&t, 1, 3, -1.f, 1.f);
     test_fill(&t, 1000003, 12345, -0.05f, 0.05f);
     test_fill(&t, 4096, 0, 0.9f, 1.1f);
