@@ -11,7 +11,8 @@
  * NaN never passes (tu_max_rel_err turns it into infinity). Output is TAP:
  * one "ok N - name" / "not ok N - name" per check, then the plan.
  *
- * Usage: test_cuda_ops [seed]   (seed defaults to the time) */
+ * Usage: test_cuda_ops [seed [moe]]   (seed defaults to the time; `moe` runs
+ * only the two bf16 expert paths' cases) */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1005,6 +1006,11 @@ int main(int argc, char **argv)
     if (rc != KN_OK)
         die("kn_backend_init_cuda", rc);
 
+    if (argc > 2 && strcmp(argv[2], "moe") == 0) { /* the expert paths alone (memcheck runs) */
+        test_moe_paths(&t);
+        goto finish;
+    }
+
     test_embedding(&t, 1, 1000, 64);
     test_embedding(&t, 300, 5000, 2880);
     test_embedding(&t, 17, 333, 33);
@@ -1106,6 +1112,7 @@ int main(int argc, char **argv)
     test_sampling(&t, 16, 1000, 20);
     test_sampling(&t, 8, 201088, 3);
 
+finish:
     kn_backend_free(&t.gpu);
     kn_backend_free(&t.cpu);
     printf("1..%d\n", t.n_checks);

@@ -1,0 +1,219 @@
+/* Times kn_moe_experts on the CUDA backend with bf16 expert weights, on
+ * GPT-OSS-20B (32 experts of 2880 -> 2880, top-4, clamped SwiGLU, biases)
+ * and Qwen3-30B-A3B (128 experts of 2048 -> 768, top-8, SwiGLU) layer
+ * shapes: prefill 8192 tokens and decode batches 1/8/32/128, through both
+ * expert paths (the per-expert cuBLAS GEMMs and the grouped one-launch
+ * kernel, forced with kn_cuda_set_moe_grouped; the grouped kernel is not run
+ * at prefill sizes, where it is CUDA-core bound by design). Built with
+ * `make CUDA=1 gpu-progs`; run by tests/gpu/run_moe.sh.
+ *
+ * Weights are random (kn_fill_uniform on the GPU; time does not depend on
+ * the values); routes are uniform over the experts (k distinct per token),
+ * as random router weights give. Each time is the median of several
+ * CUDA-event-timed calls after warm-ups, events on the backend's stream, so
+ * a host sync inside the op (the per-expert path's) counts as the device
+ * idle time it causes. Floors: bytes = the weights of the experts some
+ * token routes to (each read once) over --hbm-tbps; FLOPs = 6 * routes * dim
+ * * inter over --peak-tflops; the floor is the larger.
+ *
+ * Usage: bench_moe [--hbm-tbps X] [--peak-tflops Y] [--quick]
+ * Prints a markdown table, one row per (model, batch, path), and a last
+ * line "MOE_BENCH_DONE". */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/backend.h"
+#include "kernels/cuda_backend.h"
+#include "kernels/fill.h"
+#include "kernels/moe.h"
+#include "kernels/status.h"
+#include "tests/unit/testutil.h"
+
+typedef struct moe_model {
+    const char *name;
+    int n_experts, k, dim, inter;
+    kn_act act;
+    int biases;
+} moe_model;
+
+static const moe_model MODELS[] = {
+    { "gpt-oss-20b", 32, 4, 2880, 2880, KN_ACT_SWIGLU_OAI, 1 },
+    { "qwen3-30b-a3b", 128, 8, 2048, 768, KN_ACT_SWIGLU, 0 },
+};
+static const int BATCHES[] = { 1, 8, 32, 128, 8192 };
+enum { PREFILL_MIN = 1024 }; /* batches at least this big are "prefill" */
+
+static void fail(const char *what)
+{
+    fprintf(stderr, "bench_moe: %s failed\n", what);
+    exit(1);
+}
+
+static int cmp_float(const void *x, const void *y)
+{
+    float a = *(const float *)x, c = *(const float *)y;
+    return a < c ? -1 : a > c;
+}
+
+typedef struct moe_call {
+    float *out, *x, *wts;
+    int32_t *idx;
+    int n_tokens, k;
+    kn_moe_weights w;
+} moe_call;
+
+/* Median ms of reps calls after warm-ups (on the backend's stream). */
+static float time_call(const kn_backend *be, const moe_call *c, int warmup, int reps)
+{
+    cudaStream_t s = (cudaStream_t)be->stream;
+    cudaEvent_t e0, e1;
+    float ms[64];
+    if (reps > 64)
+        reps = 64;
+    if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess)
+        fail("cudaEventCreate");
+    for (int it = 0; it < warmup + reps; it++) {
+        if (cudaEventRecord(e0, s) != cudaSuccess)
+            fail("cudaEventRecord");
+        if (kn_moe_experts(be, c->out, c->x, c->idx, c->wts, c->n_tokens, c->k, &c->w) != KN_OK)
+            fail("kn_moe_experts");
+        if (cudaEventRecord(e1, s) != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess)
+            fail("cudaEventRecord/Synchronize");
+        if (it >= warmup && cudaEventElapsedTime(&ms[it - warmup], e0, e1) != cudaSuccess)
+            fail("cudaEventElapsedTime");
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    qsort(ms, (size_t)reps, sizeof ms[0], cmp_float);
+    return ms[reps / 2];
+}
+
+static void *dev_fill(const kn_backend *be, kn_dtype dt, size_t n, uint64_t seed, float lo, float hi)
+{
+    void *d = kn_malloc(be, n * kn_dtype_size(dt));
+    if (!d || kn_fill_uniform(be, d, dt, n, seed, lo, hi) != KN_OK)
+        fail("weight fill");
+    return d;
+}
+
+static void bench_model(const kn_backend *be, tu_rng *rng, const moe_model *m, double hbm_tbps,
+                        double peak_tflops, int quick)
+{
+    const size_t ngu = (size_t)m->n_experts * 2 * m->inter * m->dim;
+    const size_t nd = (size_t)m->n_experts * m->dim * m->inter;
+    moe_call c;
+    memset(&c, 0, sizeof c);
+    c.k = m->k;
+    c.w = (kn_moe_weights){ .n_experts = m->n_experts, .expert_offset = 0, .dim = m->dim, .inter = m->inter,
+                            .wdtype = KN_BF16, .act = m->act, .alpha = 1.702f, .limit = 7.0f };
+    c.w.gate_up = dev_fill(be, KN_BF16, ngu, 1, -0.03f, 0.03f);
+    c.w.down = dev_fill(be, KN_BF16, nd, 2, -0.03f, 0.03f);
+    if (m->biases) {
+        c.w.gate_up_bias = dev_fill(be, KN_F32, (size_t)m->n_experts * 2 * m->inter, 3, -0.1f, 0.1f);
+        c.w.down_bias = dev_fill(be, KN_F32, (size_t)m->n_experts * m->dim, 4, -0.1f, 0.1f);
+    }
+    const int max_tokens = BATCHES[sizeof BATCHES / sizeof BATCHES[0] - 1];
+    c.x = dev_fill(be, KN_F32, (size_t)max_tokens * m->dim, 5, -1.f, 1.f);
+    c.out = kn_malloc(be, (size_t)max_tokens * m->dim * sizeof(float));
+    c.idx = kn_malloc(be, (size_t)max_tokens * m->k * sizeof(int32_t));
+    c.wts = dev_fill(be, KN_F32, (size_t)max_tokens * m->k, 6, 0.05f, 0.5f);
+    int32_t *idx = malloc((size_t)max_tokens * m->k * sizeof(int32_t));
+    char *used = malloc((size_t)m->n_experts);
+    if (!c.out || !c.idx || !idx || !used)
+        fail("allocation");
+    const double expert_bytes = 3.0 * m->dim * m->inter * 2 +
+                                (m->biases ? (3.0 * m->inter + m->dim) * 4 : 0);
+
+    for (size_t bi = 0; bi < sizeof BATCHES / sizeof BATCHES[0]; bi++) {
+        const int T = BATCHES[bi];
+        if (quick && T > 32 && T < PREFILL_MIN)
+            continue;
+        memset(used, 0, (size_t)m->n_experts);
+        for (int t = 0; t < T; t++)
+            for (int j = 0; j < m->k; j++) {
+                int e, dup;
+                do {
+                    e = tu_rand_int(rng, m->n_experts);
+                    dup = 0;
+                    for (int i = 0; i < j; i++)
+                        dup |= idx[(size_t)t * m->k + i] == e;
+                } while (dup);
+                idx[(size_t)t * m->k + j] = e;
+                used[e] = 1;
+            }
+        int n_used = 0;
+        for (int e = 0; e < m->n_experts; e++)
+            n_used += used[e];
+        if (kn_copy_to_backend(be, c.idx, idx, (size_t)T * m->k * sizeof(int32_t)) != KN_OK)
+            fail("route upload");
+        c.n_tokens = T;
+        const double bytes = n_used * expert_bytes;
+        const double flops = 6.0 * T * m->k * m->dim * m->inter;
+        const double floor_ms = 1e3 * (bytes / (hbm_tbps * 1e12) > flops / (peak_tflops * 1e12)
+                                           ? bytes / (hbm_tbps * 1e12)
+                                           : flops / (peak_tflops * 1e12));
+        const int prefill = T >= PREFILL_MIN;
+        /* What the backend picks by default (the rule in moe_experts.cu). */
+        const char *rows_env = getenv("TANDEM_CUDA_MOE_GROUPED_ROWS");
+        int thr = rows_env && atoi(rows_env) > 0 ? atoi(rows_env) : KN_CUDA_MOE_GROUPED_ROWS;
+        int auto_grouped = (long long)T * m->k <= (long long)thr * m->n_experts;
+        for (int mode = 0; mode < 2; mode++) {
+            if (mode == 1 && prefill)
+                continue;
+            kn_cuda_set_moe_grouped(be, mode);
+            float ms = time_call(be, &c, prefill ? 2 : 5, prefill ? 5 : (quick ? 11 : 21));
+            kn_cuda_set_moe_grouped(be, -1);
+            printf("| %s | %s %d | %s%s | %.3f | %.0f | %.1f | %d | %.3f | %.1fx |\n", m->name,
+                   prefill ? "prefill" : "decode", T, mode ? "grouped" : "per-expert",
+                   mode == auto_grouped ? " (default)" : "", ms, bytes / (ms * 1e-3) / 1e9,
+                   flops / (ms * 1e-3) / 1e12, n_used, floor_ms, ms / floor_ms);
+            fflush(stdout);
+        }
+    }
+    kn_free(be, (void *)c.w.gate_up), kn_free(be, (void *)c.w.down);
+    kn_free(be, (void *)c.w.gate_up_bias), kn_free(be, (void *)c.w.down_bias);
+    kn_free(be, c.x), kn_free(be, c.out), kn_free(be, c.idx), kn_free(be, c.wts);
+    free(idx), free(used);
+}
+
+int main(int argc, char **argv)
+{
+    double hbm_tbps = 4.229, peak_tflops = 789.8;
+    int quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0) {
+            printf("usage: bench_moe [--hbm-tbps X] [--peak-tflops Y] [--quick]\n"
+                   "Times kn_moe_experts (bf16 weights) on GPT-OSS-20B and Qwen3-30B-A3B layer shapes,\n"
+                   "both CUDA expert paths; floors from X TB/s (default 4.229) and Y TFLOP/s (789.8).\n"
+                   "--quick skips decode batches 128 and fewer repetitions.\n");
+            return 0;
+        } else if (strcmp(argv[i], "--hbm-tbps") == 0 && i + 1 < argc) {
+            hbm_tbps = atof(argv[++i]);
+        } else if (strcmp(argv[i], "--peak-tflops") == 0 && i + 1 < argc) {
+            peak_tflops = atof(argv[++i]);
+        } else if (strcmp(argv[i], "--quick") == 0) {
+            quick = 1;
+        } else {
+            fprintf(stderr, "bench_moe: unknown argument %s (see --help)\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!(hbm_tbps > 0) || !(peak_tflops > 0)) {
+        fprintf(stderr, "bench_moe: --hbm-tbps and --peak-tflops must be positive\n");
+        return 2;
+    }
+    kn_backend gpu;
+    if (kn_backend_init_cuda(&gpu, 0) != KN_OK)
+        fail("kn_backend_init_cuda");
+    tu_rng rng;
+    tu_rng_init(&rng, 7);
+    printf("| model | batch | path | median ms | weight GB/s | TFLOP/s | experts read | floor ms | x floor |\n"
+           "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    for (size_t i = 0; i < sizeof MODELS / sizeof MODELS[0]; i++)
+        bench_model(&gpu, &rng, &MODELS[i], hbm_tbps, peak_tflops, quick);
+    kn_backend_free(&gpu);
+    printf("MOE_BENCH_DONE\n");
+    return 0;
+}
