@@ -11,12 +11,12 @@
  * then one of two middles computes y[pos] = down_e(act(gate_up_e xp[pos] + b))
  * without the down bias:
  *   grouped (few rows per expert: decode): two launches for all experts,
- *     moe_grouped_gate_up_kernel (gate_up product + bias + activation, bf16
- *     out) and moe_grouped_down_kernel. Each block reads its expert's rows
- *     from offsets[] on the device, so there is no host sync and no
- *     per-expert call: each selected expert's weights are streamed once per
- *     step (memory-bound, CUDA cores, fp32 sums), experts with no rows exit
- *     at once. bf16 weights only.
+ *     gate_up (product + bias + activation, bf16 out) and down. Each block
+ *     reads its expert's rows from offsets[] on the device, so there is no
+ *     host sync and no per-expert call: each selected expert's weights are
+ *     streamed once per pass of up to 8-64 rows (memory-bound; tensor-core
+ *     mma.sync when K % 32 == 0, else CUDA cores; fp32 sums), experts with
+ *     no rows exit at once. bf16 weights only.
  *   per expert (many rows per expert: prefill): the offsets are copied to
  *     the host (one stream sync per call), then per expert a cuBLAS GEMM
  *     h = xp_e gate_up_e^T (fp32 out, no bias pass), moe_act_kernel (bias +
@@ -348,44 +348,215 @@ moe_grouped_down_kernel(float *y, const __nv_bfloat16 *a, const int *offsets,
     }
 }
 
-template <int R>
-static cudaError_t launch_grouped_r(cudaStream_t s, const kn_moe_weights *w, __nv_bfloat16 *a, float *y,
-                                    const __nv_bfloat16 *xp, const int *offsets, bool vec_gu,
-                                    bool vec_dn)
+/* The same products on the tensor cores (mma.sync m16n8k16, bf16 in, fp32
+ * sums) when K % 32 == 0: a warp owns 16 weight rows and multiplies them
+ * with 8*NT of the expert's rows per pass. The order of k inside a dot
+ * product is free, so each lane loads 16 contiguous bytes of its two weight
+ * rows (g and g+8, g = lane/4) and of its token row at k = 8*(lane%4) of
+ * each 32-wide chunk and feeds them to two mmas whose "virtual" k columns
+ * (2t, 2t+1, 2t+8, 2t+9) map to the same real k's in A and in B: fully
+ * used 64-byte row segments from global memory, no shared memory, and
+ * MMA_UNROLL chunks of loads in flight per lane. */
+constexpr int MMA_WARPS = 4;
+constexpr int MMA_UNROLL = 4;
+
+__device__ __forceinline__ void moe_mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                             uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* acc[j]: rows g and g+8 of the warp's 16 weight rows (wlo, whi: this lane's
+ * two rows) times tokens 8j + 2t, 8j + 2t + 1 of x ([nr][K], nr <= 8*NT):
+ * acc[j][0..1] row g, acc[j][2..3] row g+8 (the mma C layout). */
+template <int NT>
+__device__ __forceinline__ void mma_rows_dot(float (&acc)[NT][4], const __nv_bfloat16 *wlo,
+                                             const __nv_bfloat16 *whi, const __nv_bfloat16 *x, int K,
+                                             int nr, int lane)
+{
+    const int g = lane >> 2, t = lane & 3;
+    const __nv_bfloat16 *xr[NT];
+    bool xok[NT];
+#pragma unroll
+    for (int j = 0; j < NT; j++) {
+        xok[j] = 8 * j + g < nr;
+        xr[j] = x + (size_t)(xok[j] ? 8 * j + g : 0) * K + 8 * t;
+    }
+    wlo += 8 * t;
+    whi += 8 * t;
+    for (int k0 = 0; k0 < K; k0 += 32 * MMA_UNROLL) {
+        uint4 wa[MMA_UNROLL], wb[MMA_UNROLL];
+#pragma unroll
+        for (int u = 0; u < MMA_UNROLL; u++) {
+            if (k0 + 32 * u < K) {
+                wa[u] = __ldg((const uint4 *)(wlo + k0 + 32 * u));
+                wb[u] = __ldg((const uint4 *)(whi + k0 + 32 * u));
+            } else {
+                wa[u] = wb[u] = make_uint4(0u, 0u, 0u, 0u);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < MMA_UNROLL; u++) {
+            if (k0 + 32 * u >= K) /* warp-uniform */
+                break;
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                if (8 * j >= nr) /* warp-uniform: no tokens in this tile */
+                    break;
+                const uint4 xv = xok[j] ? *(const uint4 *)(xr[j] + k0 + 32 * u) : make_uint4(0u, 0u, 0u, 0u);
+                moe_mma_bf16(acc[j], wa[u].x, wb[u].x, wa[u].y, wb[u].y, xv.x, xv.y);
+                moe_mma_bf16(acc[j], wa[u].z, wb[u].z, wa[u].w, wb[u].w, xv.z, xv.w);
+            }
+        }
+    }
+}
+
+/* Tensor-core gate_up + bias + activation: a warp's 16 rows are the gate
+ * and up rows of 8 activation columns (row g: gate of column c0+g, row g+8:
+ * its up), so each lane holds both halves of its outputs. */
+template <int NT>
+__global__ void __launch_bounds__(MMA_WARPS * 32)
+moe_grouped_gate_up_mma_kernel(__nv_bfloat16 *a, const __nv_bfloat16 *xp, const int *offsets,
+                               const __nv_bfloat16 *gate_up, const float *gate_up_bias, int dim,
+                               int inter, int act, float alpha, float limit)
+{
+    const int e = blockIdx.y, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int first = offsets[e], rows = offsets[e + 1] - first;
+    const int c0 = (blockIdx.x * MMA_WARPS + (threadIdx.x >> 5)) * 8;
+    if (rows == 0 || c0 >= inter) /* whole warps leave; no block barrier below */
+        return;
+    const int col = min(c0 + g, inter - 1); /* past the end: computed, not stored */
+    const __nv_bfloat16 *wg = gate_up + ((size_t)e * 2 * inter + col) * dim;
+    const __nv_bfloat16 *wu = gate_up + ((size_t)e * 2 * inter + inter + col) * dim;
+    const float bg = gate_up_bias ? gate_up_bias[(size_t)e * 2 * inter + col] : 0.f;
+    const float bu = gate_up_bias ? gate_up_bias[(size_t)e * 2 * inter + inter + col] : 0.f;
+    for (int r0 = 0; r0 < rows; r0 += 8 * NT) {
+        const int nr = min(8 * NT, rows - r0);
+        float acc[NT][4];
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+            acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+        mma_rows_dot<NT>(acc, wg, wu, xp + (size_t)(first + r0) * dim, dim, nr, lane);
+        if (c0 + g < inter) {
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int tok = 8 * j + 2 * t + h;
+                    if (tok < nr)
+                        a[(size_t)(first + r0 + tok) * inter + c0 + g] = __float2bfloat16_rn(
+                            expert_act(acc[j][h] + bg, acc[j][2 + h] + bu, act, alpha, limit));
+                }
+        }
+    }
+}
+
+/* Tensor-core down product: a warp's 16 rows are output columns c0..c0+15. */
+template <int NT>
+__global__ void __launch_bounds__(MMA_WARPS * 32)
+moe_grouped_down_mma_kernel(float *y, const __nv_bfloat16 *a, const int *offsets,
+                            const __nv_bfloat16 *down, int dim, int inter)
+{
+    const int e = blockIdx.y, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int first = offsets[e], rows = offsets[e + 1] - first;
+    const int c0 = (blockIdx.x * MMA_WARPS + (threadIdx.x >> 5)) * 16;
+    if (rows == 0 || c0 >= dim)
+        return;
+    const __nv_bfloat16 *wlo = down + ((size_t)e * dim + min(c0 + g, dim - 1)) * inter;
+    const __nv_bfloat16 *whi = down + ((size_t)e * dim + min(c0 + g + 8, dim - 1)) * inter;
+    for (int r0 = 0; r0 < rows; r0 += 8 * NT) {
+        const int nr = min(8 * NT, rows - r0);
+        float acc[NT][4];
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+            acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+        mma_rows_dot<NT>(acc, wlo, whi, a + (size_t)(first + r0) * inter, inter, nr, lane);
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int tok = 8 * j + 2 * t + h;
+                if (tok < nr) {
+                    float *yr = y + (size_t)(first + r0 + tok) * dim;
+                    if (c0 + g < dim)
+                        yr[c0 + g] = acc[j][h];
+                    if (c0 + g + 8 < dim)
+                        yr[c0 + g + 8] = acc[j][2 + h];
+                }
+            }
+    }
+}
+
+/* One grouped product: the tensor-core kernel when K % 32 == 0 and the
+ * weights are 16-byte aligned, else the CUDA-core one (any sizes). Rows per
+ * pass cover rows_hint (slots per local expert, rounded up) so most experts
+ * take one pass over their weights. */
+template <int R, int NT>
+static cudaError_t launch_gate_up(cudaStream_t s, const kn_moe_weights *w, __nv_bfloat16 *a,
+                                  const __nv_bfloat16 *xp, const int *offsets)
 {
     const int n_local = w->n_experts, dim = w->dim, inter = w->inter;
-    const __nv_bfloat16 *gu = (const __nv_bfloat16 *)w->gate_up, *dn = (const __nv_bfloat16 *)w->down;
-    dim3 grid_gu(kn_cuda_div_up(inter, GROUPED_WARPS * ACT_COLS), n_local);
-    dim3 grid_dn(kn_cuda_div_up(dim, GROUPED_WARPS * DOWN_COLS), n_local);
-    const int threads = GROUPED_WARPS * 32;
-    if (vec_gu)
-        moe_grouped_gate_up_kernel<R, true><<<grid_gu, threads, 0, s>>>(
+    const __nv_bfloat16 *gu = (const __nv_bfloat16 *)w->gate_up;
+    if (dim % 32 == 0 && kn_cuda_aligned16(gu)) {
+        dim3 grid(kn_cuda_div_up(inter, MMA_WARPS * 8), n_local);
+        moe_grouped_gate_up_mma_kernel<NT><<<grid, MMA_WARPS * 32, 0, s>>>(
             a, xp, offsets, gu, w->gate_up_bias, dim, inter, (int)w->act, w->alpha, w->limit);
-    else
-        moe_grouped_gate_up_kernel<R, false><<<grid_gu, threads, 0, s>>>(
-            a, xp, offsets, gu, w->gate_up_bias, dim, inter, (int)w->act, w->alpha, w->limit);
-    cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess)
-        return err;
-    if (vec_dn)
-        moe_grouped_down_kernel<R, true><<<grid_dn, threads, 0, s>>>(y, a, offsets, dn, dim, inter);
-    else
-        moe_grouped_down_kernel<R, false><<<grid_dn, threads, 0, s>>>(y, a, offsets, dn, dim, inter);
+    } else {
+        dim3 grid(kn_cuda_div_up(inter, GROUPED_WARPS * ACT_COLS), n_local);
+        if (dim % 8 == 0 && kn_cuda_aligned16(gu))
+            moe_grouped_gate_up_kernel<R, true><<<grid, GROUPED_WARPS * 32, 0, s>>>(
+                a, xp, offsets, gu, w->gate_up_bias, dim, inter, (int)w->act, w->alpha, w->limit);
+        else
+            moe_grouped_gate_up_kernel<R, false><<<grid, GROUPED_WARPS * 32, 0, s>>>(
+                a, xp, offsets, gu, w->gate_up_bias, dim, inter, (int)w->act, w->alpha, w->limit);
+    }
     return cudaGetLastError();
 }
 
-/* rows_hint: slots per local expert (rounded up), the typical rows of an
- * expert; R covers it so most experts take one pass over their weights. */
+template <int R, int NT>
+static cudaError_t launch_down(cudaStream_t s, const kn_moe_weights *w, float *y, const __nv_bfloat16 *a,
+                               const int *offsets)
+{
+    const int n_local = w->n_experts, dim = w->dim, inter = w->inter;
+    const __nv_bfloat16 *dn = (const __nv_bfloat16 *)w->down;
+    if (inter % 32 == 0 && kn_cuda_aligned16(dn)) {
+        dim3 grid(kn_cuda_div_up(dim, MMA_WARPS * 16), n_local);
+        moe_grouped_down_mma_kernel<NT><<<grid, MMA_WARPS * 32, 0, s>>>(y, a, offsets, dn, dim, inter);
+    } else {
+        dim3 grid(kn_cuda_div_up(dim, GROUPED_WARPS * DOWN_COLS), n_local);
+        if (inter % 8 == 0 && kn_cuda_aligned16(dn))
+            moe_grouped_down_kernel<R, true><<<grid, GROUPED_WARPS * 32, 0, s>>>(y, a, offsets, dn, dim, inter);
+        else
+            moe_grouped_down_kernel<R, false><<<grid, GROUPED_WARPS * 32, 0, s>>>(y, a, offsets, dn, dim, inter);
+    }
+    return cudaGetLastError();
+}
+
+template <int R, int NT>
+static cudaError_t launch_grouped_rn(cudaStream_t s, const kn_moe_weights *w, __nv_bfloat16 *a, float *y,
+                                     const __nv_bfloat16 *xp, const int *offsets)
+{
+    cudaError_t err = launch_gate_up<R, NT>(s, w, a, xp, offsets);
+    return err != cudaSuccess ? err : launch_down<R, NT>(s, w, y, a, offsets);
+}
+
 static cudaError_t launch_grouped(cudaStream_t s, const kn_moe_weights *w, __nv_bfloat16 *a, float *y,
                                   const __nv_bfloat16 *xp, const int *offsets, long long rows_hint)
 {
-    const bool vec_gu = w->dim % 8 == 0 && kn_cuda_aligned16(w->gate_up);
-    const bool vec_dn = w->inter % 8 == 0 && kn_cuda_aligned16(w->down);
     if (rows_hint <= 2)
-        return launch_grouped_r<4>(s, w, a, y, xp, offsets, vec_gu, vec_dn);
+        return launch_grouped_rn<4, 1>(s, w, a, y, xp, offsets);
     if (rows_hint <= 4)
-        return launch_grouped_r<8>(s, w, a, y, xp, offsets, vec_gu, vec_dn);
-    return launch_grouped_r<16>(s, w, a, y, xp, offsets, vec_gu, vec_dn);
+        return launch_grouped_rn<8, 1>(s, w, a, y, xp, offsets);
+    if (rows_hint <= 8)
+        return launch_grouped_rn<16, 1>(s, w, a, y, xp, offsets);
+    if (rows_hint <= 16)
+        return launch_grouped_rn<16, 2>(s, w, a, y, xp, offsets);
+    if (rows_hint <= 32)
+        return launch_grouped_rn<16, 4>(s, w, a, y, xp, offsets);
+    return launch_grouped_rn<16, 8>(s, w, a, y, xp, offsets);
 }
 
 /* ------------------------------------------------------------------ */

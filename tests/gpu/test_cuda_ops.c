@@ -836,7 +836,7 @@ static void test_moe_paths(test_ctx *t)
     moe_shape oss = { .name = "gpt-oss-20b", .n_global = 32, .dim = 2880, .inter = 2880,
                       .act = KN_ACT_SWIGLU_OAI, .biases = 1 };
     moe_shape_make(t, &oss, 11);
-    static const int oss_tokens[] = { 1, 8, 32, 128, 300 };
+    static const int oss_tokens[] = { 1, 8, 32, 128, 200, 300 };
     for (size_t i = 0; i < sizeof oss_tokens / sizeof oss_tokens[0]; i++)
         moe_paths_run(t, &oss, 0, 32, oss_tokens[i], 4, 0);
     moe_paths_run(t, &oss, 0, 32, 40, 4, 1);
@@ -859,8 +859,10 @@ static void test_moe_paths(test_ctx *t)
     moe_paths_run(t, &qwen, 0, 128, 0, 8, 0); /* no tokens */
     moe_shape_free(t, &qwen);
 
-    /* Odd sizes (the scalar, non-16-byte path of the grouped kernel) and
-     * experts with many rows (several passes). */
+    /* Sizes the tensor-core grouped kernels do not take (K % 32 != 0): the
+     * CUDA-core kernels, 16-byte (K % 8 == 0) and scalar, next to the
+     * tensor-core one for the other product; experts with many rows
+     * (several passes). */
     moe_shape odd = { .name = "dim 33 inter 17", .n_global = 16, .dim = 33, .inter = 17,
                       .act = KN_ACT_SWIGLU_OAI, .biases = 1 };
     moe_shape_make(t, &odd, 13);
@@ -873,6 +875,12 @@ static void test_moe_paths(test_ctx *t)
     moe_paths_run(t, &mid, 0, 16, 200, 4, 0);
     moe_paths_run(t, &mid, 4, 8, 61, 8, 1);
     moe_shape_free(t, &mid);
+    moe_shape mid2 = { .name = "dim 40 inter 96", .n_global = 8, .dim = 40, .inter = 96,
+                       .act = KN_ACT_SWIGLU_OAI, .biases = 0 };
+    moe_shape_make(t, &mid2, 15);
+    moe_paths_run(t, &mid2, 0, 8, 9, 3, 0);
+    moe_paths_run(t, &mid2, 0, 8, 100, 2, 1);
+    moe_shape_free(t, &mid2);
 }
 
 /* kn_fill_uniform: the GPU writes the CPU's bits, f32 and bf16. */
