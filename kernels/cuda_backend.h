@@ -53,6 +53,10 @@ int kn_cuda_attn_bf16(const kn_backend *be);
 #define KN_CUDA_MOE_GROUPED_ROWS 32
 void kn_cuda_set_moe_grouped(const kn_backend *be, int mode);
 int kn_cuda_moe_grouped(const kn_backend *be);
+/* The per-expert MoE path's GEMMs spread over n streams (1..4; 1, the
+ * default, keeps them on the backend's stream). Starts from
+ * TANDEM_CUDA_MOE_STREAMS=n at init. */
+void kn_cuda_set_moe_streams(const kn_backend *be, int n);
 
 #ifdef __cplusplus
 }

@@ -54,10 +54,73 @@ void kn_cuda_tmp_free(const kn_backend *be, void *ptr)
 }
 
 /* Releases whatever init created so far; safe on a half-built ctx. */
+/* One side stream's resources; safe on a half-made set (NULLs skipped). */
+static void side_destroy(cudaStream_t stream, cublasHandle_t blas, void *ws, cudaEvent_t done)
+{
+    if (stream)
+        cudaStreamSynchronize(stream);
+    if (blas)
+        cublasDestroy(blas);
+    if (ws)
+        cudaFree(ws);
+    if (done)
+        cudaEventDestroy(done);
+    if (stream)
+        cudaStreamDestroy(stream);
+}
+
+int kn_cuda_side_streams(const kn_backend *be, const char *op, int n)
+{
+    kn_cuda_ctx *ctx = kn_cuda_ctx_of(be);
+    cudaError_t err;
+    if (n > KN_CUDA_MAX_SIDE)
+        n = KN_CUDA_MAX_SIDE;
+    if (n > 0 && !ctx->side_fork &&
+        (err = cudaEventCreateWithFlags(&ctx->side_fork, cudaEventDisableTiming)) != cudaSuccess) {
+        ctx->side_fork = NULL;
+        return kn_cuda_device_error(op, "side stream event", err);
+    }
+    while (ctx->n_side < n) {
+        cudaStream_t stream = NULL;
+        cublasHandle_t blas = NULL;
+        void *ws = NULL;
+        cudaEvent_t done = NULL;
+        cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+        if ((err = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)) != cudaSuccess ||
+            (err = cudaEventCreateWithFlags(&done, cudaEventDisableTiming)) != cudaSuccess ||
+            (err = cudaMalloc(&ws, BLAS_WORKSPACE_BYTES)) != cudaSuccess) {
+            side_destroy(stream, blas, ws, done);
+            return kn_cuda_device_error(op, "side stream setup", err);
+        }
+        if ((st = cublasCreate(&blas)) != CUBLAS_STATUS_SUCCESS)
+            blas = NULL;
+        if (st == CUBLAS_STATUS_SUCCESS)
+            st = cublasSetStream(blas, stream);
+        if (st == CUBLAS_STATUS_SUCCESS)
+            st = cublasSetWorkspace(blas, ws, BLAS_WORKSPACE_BYTES);
+        if (st == CUBLAS_STATUS_SUCCESS)
+            st = cublasSetMathMode(blas, ctx->allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            side_destroy(stream, blas, ws, done);
+            return kn_cuda_blas_error(op, "side stream cuBLAS handle", st);
+        }
+        ctx->side[ctx->n_side] = stream;
+        ctx->side_blas[ctx->n_side] = blas;
+        ctx->side_ws[ctx->n_side] = ws;
+        ctx->side_done[ctx->n_side] = done;
+        ctx->n_side++;
+    }
+    return KN_OK;
+}
+
 static void ctx_destroy(kn_cuda_ctx *ctx)
 {
     if (!ctx)
         return;
+    for (int i = 0; i < ctx->n_side; i++)
+        side_destroy(ctx->side[i], ctx->side_blas[i], ctx->side_ws[i], ctx->side_done[i]);
+    if (ctx->side_fork)
+        cudaEventDestroy(ctx->side_fork);
     if (ctx->stream)
         cudaStreamSynchronize(ctx->stream);
     if (ctx->blas)
@@ -97,6 +160,10 @@ extern "C" int kn_cuda_backend_init(kn_backend *be, int device)
     const char *moe_grouped = getenv("TANDEM_CUDA_MOE_GROUPED");
     ctx->moe_grouped = !moe_grouped ? -1 : strcmp(moe_grouped, "1") == 0 ? 1
                                        : strcmp(moe_grouped, "0") == 0 ? 0 : -1;
+    const char *moe_streams = getenv("TANDEM_CUDA_MOE_STREAMS");
+    ctx->moe_streams = moe_streams && atoi(moe_streams) > 1 ? atoi(moe_streams) : 1;
+    if (ctx->moe_streams > KN_CUDA_MAX_SIDE)
+        ctx->moe_streams = KN_CUDA_MAX_SIDE;
     const char *moe_rows = getenv("TANDEM_CUDA_MOE_GROUPED_ROWS");
     ctx->moe_grouped_rows = moe_rows && atoi(moe_rows) > 0 ? atoi(moe_rows) : KN_CUDA_MOE_GROUPED_ROWS;
 
@@ -167,6 +234,11 @@ extern "C" void kn_cuda_backend_free(kn_backend *be)
 extern "C" void kn_cuda_set_attn_bf16(const kn_backend *be, int on)
 {
     kn_cuda_ctx_of(be)->attn_bf16 = on != 0;
+}
+
+extern "C" void kn_cuda_set_moe_streams(const kn_backend *be, int n)
+{
+    kn_cuda_ctx_of(be)->moe_streams = n < 1 ? 1 : n > KN_CUDA_MAX_SIDE ? KN_CUDA_MAX_SIDE : n;
 }
 
 extern "C" int kn_cuda_attn_bf16(const kn_backend *be)

@@ -23,6 +23,8 @@ extern "C" {
 #include "kernels/status.h"
 }
 
+#define KN_CUDA_MAX_SIDE 4
+
 struct kn_cuda_ctx {
     cudaStream_t stream;
     cublasHandle_t blas;
@@ -46,6 +48,19 @@ struct kn_cuda_ctx {
      * kn_cuda_set_moe_grouped changes the mode. */
     int moe_grouped;
     int moe_grouped_rows;
+    /* The per-expert GEMMs spread over this many streams (1: the main one;
+     * TANDEM_CUDA_MOE_STREAMS at init, kn_cuda_set_moe_streams), so small
+     * experts' GEMMs run side by side instead of each leaving SMs idle. */
+    int moe_streams;
+    /* Side streams, made on first use by kn_cuda_side_streams: each with its
+     * own cuBLAS handle and workspace (concurrent cuBLAS calls must not
+     * share one) and an event for joining back to the main stream. */
+    int n_side;
+    cudaStream_t side[KN_CUDA_MAX_SIDE];
+    cublasHandle_t side_blas[KN_CUDA_MAX_SIDE];
+    void *side_ws[KN_CUDA_MAX_SIDE];
+    cudaEvent_t side_done[KN_CUDA_MAX_SIDE];
+    cudaEvent_t side_fork;
 };
 
 static inline kn_cuda_ctx *kn_cuda_ctx_of(const kn_backend *be)
@@ -96,6 +111,12 @@ int kn_cuda_linear(const kn_backend *be, const char *op, float *out, const float
  * the tensor cores with fp32 accumulation); out and bias fp32. */
 int kn_cuda_gemm(const kn_backend *be, const char *op, float *out, const void *x,
                  const void *w, kn_dtype dt, const float *bias, int m, int n, int k);
+/* kn_cuda_gemm on another cuBLAS handle (a side stream's), on that
+ * handle's stream. */
+int kn_cuda_gemm_on(const kn_backend *be, cublasHandle_t blas, const char *op, float *out,
+                    const void *x, const void *w, kn_dtype dt, const float *bias, int m, int n, int k);
+/* Makes side streams 0..n-1 (n <= KN_CUDA_MAX_SIDE) if they do not exist yet. */
+int kn_cuda_side_streams(const kn_backend *be, const char *op, int n);
 /* dst[i] = bf16(src[i]) (round to nearest even), queued on the stream. */
 int kn_cuda_to_bf16(const kn_backend *be, const char *op, void *dst, const float *src, size_t n);
 

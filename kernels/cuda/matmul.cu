@@ -53,13 +53,22 @@ int kn_cuda_to_bf16(const kn_backend *be, const char *op, void *dst, const float
 int kn_cuda_gemm(const kn_backend *be, const char *op, float *out, const void *x,
                  const void *w, kn_dtype dt, const float *bias, int m, int n, int k)
 {
+    return kn_cuda_gemm_on(be, kn_cuda_ctx_of(be)->blas, op, out, x, w, dt, bias, m, n, k);
+}
+
+int kn_cuda_gemm_on(const kn_backend *be, cublasHandle_t blas, const char *op, float *out,
+                    const void *x, const void *w, kn_dtype dt, const float *bias, int m, int n, int k)
+{
     if (m == 0)
         return KN_OK;
     kn_cuda_ctx *ctx = kn_cuda_ctx_of(be);
     float beta = 0.0f;
     if (bias) {
-        bias_broadcast_kernel<<<grid_for(be, (size_t)m * n), 256, 0, kn_cuda_stream(be)>>>(
-            out, bias, m, n);
+        cudaStream_t s = kn_cuda_stream(be);
+        cublasStatus_t gst = cublasGetStream(blas, &s);
+        if (gst != CUBLAS_STATUS_SUCCESS)
+            return kn_cuda_blas_error(op, "cublasGetStream", gst);
+        bias_broadcast_kernel<<<grid_for(be, (size_t)m * n), 256, 0, s>>>(out, bias, m, n);
         KN_CUDA_LAUNCH_CHECK(op, "bias_broadcast_kernel");
         beta = 1.0f;
     }
@@ -68,7 +77,7 @@ int kn_cuda_gemm(const kn_backend *be, const char *op, float *out, const void *x
     cublasComputeType_t compute = dt == KN_BF16   ? CUBLAS_COMPUTE_32F
                                   : ctx->allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                     : CUBLAS_COMPUTE_32F;
-    cublasStatus_t st = cublasGemmEx(ctx->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha,
+    cublasStatus_t st = cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha,
                                      w, type, k, x, type, k, &beta,
                                      out, CUDA_R_32F, n, compute, CUBLAS_GEMM_DEFAULT);
     if (st != CUBLAS_STATUS_SUCCESS)

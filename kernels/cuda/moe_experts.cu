@@ -22,7 +22,9 @@
  *     h = xp_e gate_up_e^T (fp32 out, no bias pass), moe_act_kernel (bias +
  *     activation, reads h once, writes the down product's bf16 input), and a
  *     cuBLAS GEMM y = a_e down_e^T (no bias pass). expert_product is the one
- *     place a weight format plugs in.
+ *     place a weight format plugs in. With moe_streams > 1
+ *     (TANDEM_CUDA_MOE_STREAMS) the experts' GEMMs are spread over side
+ *     streams, so one expert's tail wave overlaps the next expert's GEMM.
  *   4. moe_combine_kernel  out[t] = sum_j w[t][j] * (y[slot_pos[t*k+j]] +
  *                          down_bias_e) in route order j (deterministic).
  *
@@ -567,16 +569,73 @@ enum { GATE_UP = 0, DOWN = 1 };
 /* One expert's product on the per-expert path, the place a weight format
  * plugs in: out[rows][n] = in[rows][kdim] w_e[n][kdim]^T in fp32, no bias,
  * where (n, kdim) = (2*inter, dim) for GATE_UP and (dim, inter) for DOWN
- * and `in` holds elements of the weights' dtype (bf16-rounded or fp32). */
-static int expert_product(const kn_backend *be, const char *op, const kn_moe_weights *w, int which,
-                          int e, float *out, const void *in, int rows)
+ * and `in` holds elements of the weights' dtype (bf16-rounded or fp32).
+ * It runs on `blas`'s stream (the backend's or a side stream's handle). */
+static int expert_product(const kn_backend *be, cublasHandle_t blas, const char *op,
+                          const kn_moe_weights *w, int which, int e, float *out, const void *in, int rows)
 {
     const size_t welem = kn_dtype_size(w->wdtype);
     const int n = which == GATE_UP ? 2 * w->inter : w->dim;
     const int kdim = which == GATE_UP ? w->dim : w->inter;
     const char *base = (const char *)(which == GATE_UP ? w->gate_up : w->down);
-    return kn_cuda_gemm(be, op, out, in, base + (size_t)e * n * kdim * welem, w->wdtype, NULL, rows,
-                        n, kdim);
+    return kn_cuda_gemm_on(be, blas, op, out, in, base + (size_t)e * n * kdim * welem, w->wdtype, NULL,
+                           rows, n, kdim);
+}
+
+/* The side streams wait for the main stream's work so far (fork) or the
+ * main stream waits for theirs (join). */
+static cudaError_t side_fork(const kn_backend *be, int n_streams)
+{
+    kn_cuda_ctx *ctx = kn_cuda_ctx_of(be);
+    cudaError_t err = cudaEventRecord(ctx->side_fork, kn_cuda_stream(be));
+    for (int i = 0; i < n_streams && err == cudaSuccess; i++)
+        err = cudaStreamWaitEvent(ctx->side[i], ctx->side_fork, 0);
+    return err;
+}
+
+static cudaError_t side_join(const kn_backend *be, int n_streams)
+{
+    kn_cuda_ctx *ctx = kn_cuda_ctx_of(be);
+    cudaError_t err = cudaSuccess;
+    for (int i = 0; i < n_streams; i++) {
+        cudaError_t e1 = cudaEventRecord(ctx->side_done[i], ctx->side[i]);
+        cudaError_t e2 = e1 == cudaSuccess ? cudaStreamWaitEvent(kn_cuda_stream(be), ctx->side_done[i], 0) : e1;
+        if (err == cudaSuccess)
+            err = e2;
+    }
+    return err;
+}
+
+/* One product for every expert with rows: on the backend's stream, or
+ * spread round-robin over n_streams side streams between a fork and a join
+ * (the join runs even after an error, so no side stream still uses the
+ * temporaries when they are freed). */
+static int products_all_experts(const kn_backend *be, const char *op, const kn_moe_weights *w, int which,
+                                const int *host_off, float *out, const void *in, int n_streams)
+{
+    kn_cuda_ctx *ctx = kn_cuda_ctx_of(be);
+    const size_t welem = kn_dtype_size(w->wdtype);
+    const int out_w = which == GATE_UP ? 2 * w->inter : w->dim, in_w = which == GATE_UP ? w->dim : w->inter;
+    int rc = KN_OK, used = 0;
+    if (n_streams > 1) {
+        cudaError_t err = side_fork(be, n_streams);
+        if (err != cudaSuccess)
+            return kn_cuda_device_error(op, "side stream fork", err);
+    }
+    for (int e = 0; e < w->n_experts && rc == KN_OK; e++) {
+        const int rows = host_off[e + 1] - host_off[e];
+        if (rows == 0)
+            continue;
+        cublasHandle_t blas = n_streams > 1 ? ctx->side_blas[used++ % n_streams] : ctx->blas;
+        rc = expert_product(be, blas, op, w, which, e, out + (size_t)host_off[e] * out_w,
+                            (const char *)in + (size_t)host_off[e] * in_w * welem, rows);
+    }
+    if (n_streams > 1) {
+        cudaError_t err = side_join(be, n_streams);
+        if (err != cudaSuccess && rc == KN_OK)
+            rc = kn_cuda_device_error(op, "side stream join", err);
+    }
+    return rc;
 }
 
 /* y (fp32, [n_routed][dim]) from xp through the per-expert products;
@@ -586,20 +645,22 @@ static int per_expert_middle(const kn_backend *be, const char *op, const kn_moe_
                              const int32_t *expert_idx)
 {
     cudaStream_t s = kn_cuda_stream(be);
-    const int n_local = w->n_experts, dim = w->dim, inter = w->inter, n_routed = host_off[n_local];
+    const int n_local = w->n_experts, inter = w->inter, n_routed = host_off[n_local];
     const bool bf16 = w->wdtype == KN_BF16;
     const size_t welem = kn_dtype_size(w->wdtype);
-    int rc = KN_OK;
+    int rc = KN_OK, n_streams = kn_cuda_ctx_of(be)->moe_streams, busy = 0;
+    for (int e = 0; e < n_local; e++)
+        busy += host_off[e + 1] > host_off[e];
+    if (n_streams > busy)
+        n_streams = busy;
+    if (n_streams > 1 && kn_cuda_side_streams(be, op, n_streams) != KN_OK)
+        n_streams = 1; /* (message printed) the main stream still works */
     float *h = (float *)kn_cuda_tmp_alloc(be, op, (size_t)n_routed * 2 * inter * sizeof(float));
     void *a = kn_cuda_tmp_alloc(be, op, (size_t)n_routed * inter * welem);
     if (!h || !a)
         rc = KN_ERR_NOMEM;
-    for (int e = 0; e < n_local && rc == KN_OK; e++) {
-        const int rows = host_off[e + 1] - host_off[e];
-        if (rows > 0)
-            rc = expert_product(be, op, w, GATE_UP, e, h + (size_t)host_off[e] * 2 * inter,
-                                (const char *)xp + (size_t)host_off[e] * dim * welem, rows);
-    }
+    if (rc == KN_OK)
+        rc = products_all_experts(be, op, w, GATE_UP, host_off, h, xp, n_streams);
     if (rc == KN_OK) {
         const int threads = inter >= 512 ? 256 : 64;
         if (bf16)
@@ -614,12 +675,8 @@ static int per_expert_middle(const kn_backend *be, const char *op, const kn_moe_
         if (err != cudaSuccess)
             rc = kn_cuda_device_error(op, "moe_act_kernel", err);
     }
-    for (int e = 0; e < n_local && rc == KN_OK; e++) {
-        const int rows = host_off[e + 1] - host_off[e];
-        if (rows > 0)
-            rc = expert_product(be, op, w, DOWN, e, y + (size_t)host_off[e] * dim,
-                                (const char *)a + (size_t)host_off[e] * inter * welem, rows);
-    }
+    if (rc == KN_OK)
+        rc = products_all_experts(be, op, w, DOWN, host_off, y, a, n_streams);
     kn_cuda_tmp_free(be, h);
     kn_cuda_tmp_free(be, a);
     return rc;

@@ -2,9 +2,11 @@
  * GPT-OSS-20B (32 experts of 2880 -> 2880, top-4, clamped SwiGLU, biases)
  * and Qwen3-30B-A3B (128 experts of 2048 -> 768, top-8, SwiGLU) layer
  * shapes: prefill 8192 tokens and decode batches 1/8/32/128, through both
- * expert paths (the per-expert cuBLAS GEMMs and the grouped one-launch
- * kernel, forced with kn_cuda_set_moe_grouped; the grouped kernel is not run
- * at prefill sizes, where it is CUDA-core bound by design). Built with
+ * expert paths (the per-expert cuBLAS GEMMs, on one stream and spread over
+ * 4 side streams, and the grouped one-launch kernels, forced with
+ * kn_cuda_set_moe_grouped / kn_cuda_set_moe_streams; the grouped kernels are
+ * not run at prefill sizes, where they re-read the weights for every 64
+ * rows by design). Built with
  * `make CUDA=1 gpu-progs`; run by tests/gpu/run_moe.sh.
  *
  * Weights are random (kn_fill_uniform on the GPU; time does not depend on
@@ -159,14 +161,19 @@ static void bench_model(const kn_backend *be, tu_rng *rng, const moe_model *m, d
         const char *rows_env = getenv("TANDEM_CUDA_MOE_GROUPED_ROWS");
         int thr = rows_env && atoi(rows_env) > 0 ? atoi(rows_env) : KN_CUDA_MOE_GROUPED_ROWS;
         int auto_grouped = (long long)T * m->k <= (long long)thr * m->n_experts;
-        for (int mode = 0; mode < 2; mode++) {
+        /* mode 0: per-expert GEMMs, 1: grouped kernels, 2: per-expert GEMMs
+         * over 4 side streams (TANDEM_CUDA_MOE_STREAMS=4) */
+        static const char *const mode_name[3] = { "per-expert", "grouped", "per-expert, 4 streams" };
+        for (int mode = 0; mode < 3; mode++) {
             if (mode == 1 && prefill)
                 continue;
-            kn_cuda_set_moe_grouped(be, mode);
+            kn_cuda_set_moe_grouped(be, mode == 1);
+            kn_cuda_set_moe_streams(be, mode == 2 ? 4 : 1);
             float ms = time_call(be, &c, prefill ? 2 : 5, prefill ? 5 : (quick ? 11 : 21));
             kn_cuda_set_moe_grouped(be, -1);
+            kn_cuda_set_moe_streams(be, 1);
             printf("| %s | %s %d | %s%s | %.3f | %.0f | %.1f | %d | %.3f | %.1fx |\n", m->name,
-                   prefill ? "prefill" : "decode", T, mode ? "grouped" : "per-expert",
+                   prefill ? "prefill" : "decode", T, mode_name[mode],
                    mode == auto_grouped ? " (default)" : "", ms, bytes / (ms * 1e-3) / 1e9,
                    flops / (ms * 1e-3) / 1e12, n_used, floor_ms, ms / floor_ms);
             fflush(stdout);

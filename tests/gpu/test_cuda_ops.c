@@ -801,24 +801,31 @@ static void moe_paths_run(test_ctx *t, const moe_shape *s, int offset, int n_loc
              offset + n_local - 1, s->n_global, n_tokens, k, skew ? " skewed" : "");
     int cpu_ok = run_ok(t, kn_moe_experts(&t->cpu, cpu, x, idx, wts, n_tokens, k, &hw), "kn_moe_experts cpu");
     int ran[2] = { 0, 0 };
-    for (int mode = 0; mode < 2; mode++) {
+    /* mode 0: per-expert GEMMs on the backend's stream, 1: grouped kernels,
+     * 2: per-expert GEMMs over 4 side streams (the GPT-OSS shape only). */
+    static const char *const mode_name[3] = { "per-expert", "grouped", "per-expert on 4 streams" };
+    for (int mode = 0; mode < (s->dim == 2880 ? 3 : 2); mode++) {
+        float *dst = got[mode == 1];
         dev_poison(t, d_out, no ? no : 1);
-        kn_cuda_set_moe_grouped(&t->gpu, mode);
+        kn_cuda_set_moe_grouped(&t->gpu, mode == 1);
+        kn_cuda_set_moe_streams(&t->gpu, mode == 2 ? 4 : 1);
         int rc = kn_moe_experts(&t->gpu, d_out, d_x, d_idx, d_wts, n_tokens, k, &dw);
         kn_cuda_set_moe_grouped(&t->gpu, -1);
-        if (!run_ok(t, rc, mode ? "kn_moe_experts cuda grouped" : "kn_moe_experts cuda per-expert"))
+        kn_cuda_set_moe_streams(&t->gpu, 1);
+        char w2[256];
+        snprintf(w2, sizeof w2, "kn_moe_experts cuda %s", mode_name[mode]);
+        if (!run_ok(t, rc, w2))
             continue;
-        dev_download(t, got[mode], d_out, (no ? no : 1) * sizeof(float));
+        dev_download(t, dst, d_out, (no ? no : 1) * sizeof(float));
         if (n_tokens == 0) { /* nothing to write: out stays as it was */
-            tap(t, isnan(got[mode][0]), "%s, %s path: returns without writing", what,
-                mode ? "grouped" : "per-expert");
+            tap(t, isnan(dst[0]), "%s, %s path: returns without writing", what, mode_name[mode]);
             continue;
         }
-        ran[mode] = 1;
+        if (mode < 2)
+            ran[mode] = 1;
         if (cpu_ok) {
-            char w2[256];
-            snprintf(w2, sizeof w2, "%s, %s path vs CPU", what, mode ? "grouped" : "per-expert");
-            check_err(t, tu_max_rel_err_f32(got[mode], cpu, no), BF16_MOE_TOL, w2);
+            snprintf(w2, sizeof w2, "%s, %s path vs CPU", what, mode_name[mode]);
+            check_err(t, tu_max_rel_err_f32(dst, cpu, no), BF16_MOE_TOL, w2);
         }
     }
     if (ran[0] && ran[1]) {
