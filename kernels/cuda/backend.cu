@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/fp8_cuda.cuh"
 extern "C" {
 #include "kernels/cuda_backend.h"
 }
@@ -60,6 +61,7 @@ static void ctx_destroy(kn_cuda_ctx *ctx)
         return;
     if (ctx->stream)
         cudaStreamSynchronize(ctx->stream);
+    kn_cuda_fp8_free(ctx->fp8);
     if (ctx->blas)
         cublasDestroy(ctx->blas);
     if (ctx->pool)

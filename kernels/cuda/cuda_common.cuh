@@ -39,6 +39,8 @@ struct kn_cuda_ctx {
      * relative error ~3e-3). Starts from TANDEM_CUDA_ATTN_BF16=1 at init;
      * kn_backend_set_attn_bf16 changes it. */
     int attn_bf16;
+    /* cuBLASLt state of the FP8 products (gemm_fp8.cu), made on first use. */
+    struct kn_cuda_fp8 *fp8;
 };
 
 static inline kn_cuda_ctx *kn_cuda_ctx_of(const kn_backend *be)
