@@ -1,9 +1,10 @@
 /* FP8 block-scaled weights and activations: layout and host helpers.
  *
  * A KN_FP8_E4M3 weight matrix of logical shape [n][k] is stored as
- *   data   [n][kn_fp8_ld(k)] e4m3 codes: each row padded with zero codes
- *          (0x00) from k up to the next multiple of 128, because cuBLASLt's
- *          block-scaled FP8 GEMM works on whole 128-wide k blocks;
+ *   data   [n][kn_fp8_ld(k)] e4m3 codes: each row padded from k up to the
+ *          next multiple of 128 (cuBLASLt's block-scaled FP8 GEMM works on
+ *          whole 128-wide k blocks) with finite codes (zero when loaded;
+ *          random for synthetic weights), which meet zero activation codes;
  *   scale  [kn_fp8_blocks(n)][kn_fp8_scale_ld(k)] fp32 dequant multipliers,
  *          one per 128x128 block: real w[i][j] = e4m3(data[i][j]) *
  *          scale[i/128][j/128] (HF's `weight_scale_inv`; the row of scales

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <cuda_bf16.h>
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/fp8_cuda.cuh"
 extern "C" {
 #include "kernels/moe.h"
 }
@@ -165,8 +166,10 @@ extern "C" int kn_moe_experts_cuda(const kn_backend *be, float *out, const float
                                  n_tokens, k, w->n_experts, w->dim, w->inter, w->expert_offset);
     if (w->act != KN_ACT_SWIGLU && w->act != KN_ACT_SWIGLU_OAI)
         return kn_arg_error(op, "unknown activation %d", (int)w->act);
-    if (w->wdtype != KN_F32 && w->wdtype != KN_BF16)
+    if (w->wdtype != KN_F32 && w->wdtype != KN_BF16 && w->wdtype != KN_FP8_E4M3)
         return kn_arg_error(op, "unknown weight dtype %d", (int)w->wdtype);
+    if (w->wdtype == KN_FP8_E4M3 && (!w->gate_up_scale || !w->down_scale))
+        return kn_arg_error(op, "fp8 expert weights without block scales");
     if (w->act == KN_ACT_SWIGLU_OAI && (!isfinite(w->alpha) || !(w->limit > 0.f) || isinf(w->limit)))
         return kn_arg_error(op, "bad clamped-SwiGLU parameters alpha=%g limit=%g",
                                  (double)w->alpha, (double)w->limit);
@@ -181,6 +184,9 @@ extern "C" int kn_moe_experts_cuda(const kn_backend *be, float *out, const float
     cudaStream_t s = kn_cuda_stream(be);
     const int n_local = w->n_experts, dim = w->dim, inter = w->inter, n_slots = n_tokens * k;
     const bool bf16 = w->wdtype == KN_BF16;
+    /* fp8: fp32 gather and activation; the FP8 products quantize their own
+     * inputs (fp8_cuda.cuh) */
+    const bool fp8 = w->wdtype == KN_FP8_E4M3;
     const size_t welem = kn_dtype_size(w->wdtype);
     const char *gate_up = (const char *)w->gate_up, *down = (const char *)w->down;
     int *offsets = NULL, *perm = NULL, *slot_pos = NULL, *host_off = NULL;
@@ -226,7 +232,11 @@ extern "C" int kn_moe_experts_cuda(const kn_backend *be, float *out, const float
             moe_gather_kernel<<<n_routed, dim >= 512 ? 256 : 64, 0, s>>>(xp, x, perm, k, dim);
         if ((err = cudaGetLastError()) != cudaSuccess)
             goto done;
-        for (int e = 0; e < n_local && rc == KN_OK; e++) {
+        if (fp8)
+            rc = kn_cuda_fp8_expert_gemms(be, op, h, xp, host_off, offsets, n_local,
+                                          (const uint8_t *)gate_up, w->gate_up_scale,
+                                          w->gate_up_bias, 2 * inter, dim);
+        for (int e = 0; !fp8 && e < n_local && rc == KN_OK; e++) {
             int rows = host_off[e + 1] - host_off[e];
             if (rows == 0)
                 continue;
@@ -252,7 +262,11 @@ extern "C" int kn_moe_experts_cuda(const kn_backend *be, float *out, const float
                 goto done;
         }
         /* y reuses xp: the gathered inputs are no longer needed. */
-        for (int e = 0; e < n_local && rc == KN_OK; e++) {
+        if (fp8)
+            rc = kn_cuda_fp8_expert_gemms(be, op, xp, act, host_off, offsets, n_local,
+                                          (const uint8_t *)down, w->down_scale, w->down_bias,
+                                          dim, inter);
+        for (int e = 0; !fp8 && e < n_local && rc == KN_OK; e++) {
             int rows = host_off[e + 1] - host_off[e];
             if (rows == 0)
                 continue;
