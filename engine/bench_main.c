@@ -57,7 +57,8 @@ static void usage(FILE *f)
         "                       made on the device: real shapes, no checkpoint\n"
         "  --seed S             seed of the synthetic weights (default 1)\n"
         "  --device D           cpu (default), cuda or cuda:N\n"
-        "  --weights W          auto (default: f32 on cpu, bf16 on cuda), f32 or bf16\n"
+        "  --weights W          auto (default: f32 on cpu, bf16 on cuda), f32, bf16 or\n"
+        "                       fp8 (attention and experts FP8 e4m3, 128x128 block scales)\n"
         "  --prefill LIST       prompt lengths, comma-separated, or none (default 128,512)\n"
         "  --batch LIST         decode batch sizes, or none (default 1,8,32)\n"
         "  --context N          cached tokens per sequence before decoding (default 128)\n"
@@ -187,15 +188,16 @@ static double prefill_flops(const tm_config *c, int n)
  * experts some token of the batch routes to (expected count under uniform
  * routing, E (1 - (1 - k/E)^batch)), the head, and each sequence's visible
  * K/V (fp32). */
-static double decode_bytes(const tm_config *c, kn_dtype wd, int batch, int ctx)
+static double decode_bytes(const tm_config *c, kn_dtype wd, kn_dtype ed, int batch, int ctx)
 {
-    double wb = kn_dtype_size(wd), H = c->hidden_size;
+    /* wd: the LM head's dtype; ed: the experts' (and attention's) */
+    double wb = kn_dtype_size(ed), hb = kn_dtype_size(wd), H = c->hidden_size;
     double qd = (double)c->n_heads * c->head_dim, kvd = (double)c->n_kv_heads * c->head_dim;
     double E = c->n_experts, k = c->n_experts_per_tok, I = c->moe_inter;
     double experts = E * (1 - pow(1 - k / E, batch));
     double per_layer = wb * (H * (qd + 2 * kvd) + qd * H) + 4 * E * H +
                        experts * wb * 3 * I * H;
-    double bytes = per_layer * c->n_layers + wb * H * c->vocab_size;
+    double bytes = per_layer * c->n_layers + hb * H * c->vocab_size;
     for (int l = 0; l < c->n_layers; l++) {
         int w = c->layer_window[l];
         double vis = w > 0 && w < ctx ? w : ctx;
@@ -393,7 +395,8 @@ static int bench_decode(bench_ctx *c, const bench_args *a, int batch, ctx_fill m
     if (rc == KN_OK) {
         double step_ms = 1e3 * median(runs, a->repeat) / a->steps;
         double floor_ms = a->hbm_tbps > 0
-                              ? decode_bytes(c->cfg, tm_model_weight_dtype(c->model), batch,
+                              ? decode_bytes(c->cfg, tm_model_weight_dtype(c->model),
+                                             tm_model_expert_dtype(c->model), batch,
                                              a->context + a->steps / 2) /
                                     (a->hbm_tbps * 1e12) * 1e3
                               : 0;
@@ -548,10 +551,11 @@ int main(int argc, char **argv)
     if (a.profile)
         rc = kn_stopwatch_create(&c.be, TM_PROF_N_GROUPS, 8 * c.cfg->n_layers + 8, &c.sw);
 
-    printf("# tandem-bench %s%s (%s), device %s, %s weights, %s attention, median of %d after "
-           "1 warm-up\n",
+    printf("# tandem-bench %s%s (%s), device %s, %s weights (experts %s), %s attention, "
+           "median of %d after 1 warm-up\n",
            a.synthetic ? "synthetic " : "", a.synthetic ? a.synthetic : a.model,
            c.cfg->model_type, a.device, kn_dtype_name(tm_model_weight_dtype(c.model)),
+           kn_dtype_name(tm_model_expert_dtype(c.model)),
            kn_backend_attn_bf16(&c.be) ? "bf16 (prefill)" : "f32", a.repeat);
     if (a.synthetic)
         printf("# random weights (seed %llu): real shapes, throughput does not depend on "

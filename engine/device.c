@@ -66,6 +66,8 @@ int tm_weights_parse(const char *arg, tm_weight_dtype *out)
         *out = TM_WEIGHTS_F32;
     else if (strcmp(arg, "bf16") == 0)
         *out = TM_WEIGHTS_BF16;
+    else if (strcmp(arg, "fp8") == 0)
+        *out = TM_WEIGHTS_FP8;
     else
         return -1;
     return 0;

@@ -16,7 +16,7 @@ int tm_device_parse(const char *arg, kn_backend_kind *kind, int *ordinal);
  * make CUDA=1"), or a device that does not exist or failed to start. */
 int tm_device_open(const char *arg, kn_backend *be, char *err, size_t errlen);
 
-/* "auto", "f32" or "bf16". Returns 0, or -1 for anything else. */
+/* "auto", "f32", "bf16" or "fp8". Returns 0, or -1 for anything else. */
 int tm_weights_parse(const char *arg, tm_weight_dtype *out);
 
 #endif

@@ -186,10 +186,10 @@ static int build_batch(tm_model *m, const tm_kv_cache *kv, const tm_seq_step *se
     return rc;
 }
 
-/* A weight of the large products, with the model's dtype. */
-static kn_weight wt(const tm_model *m, const void *p)
+/* An attention projection's weight (its dtype and, for FP8, scales). */
+static kn_weight wt_attn(const tm_model *m, const void *p, const float *scale)
 {
-    return (kn_weight){.dtype = m->w.wdtype, .data = p};
+    return (kn_weight){.dtype = m->w.types.attn, .data = p, .scale = scale};
 }
 
 /* Ends a stretch of timed work when a stopwatch is set (model.h). */
@@ -214,8 +214,8 @@ static int layer_forward(tm_model *m, tm_kv_cache *kv, int l, const kn_seq_batch
     int rc;
 #define TRY(call) do { if ((rc = (call)) != KN_OK) return rc; } while (0)
     /* attention block */
-    const kn_weight q_w = wt(m, w->q_w), k_w = wt(m, w->k_w), v_w = wt(m, w->v_w),
-                    o_w = wt(m, w->o_w);
+    const kn_weight q_w = wt_attn(m, w->q_w, w->q_s), k_w = wt_attn(m, w->k_w, w->k_s),
+                    v_w = wt_attn(m, w->v_w, w->v_s), o_w = wt_attn(m, w->o_w, w->o_s);
     TRY(kn_rmsnorm(be, xn, x, w->attn_norm, T, H, c->rms_eps));
     TRY(lap(m, TM_PROF_NORM_ADD));
     TRY(kn_matmul_w(be, q, xn, &q_w, w->q_b, T, qd, H));
@@ -317,7 +317,7 @@ static int forward_step(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
         return rc;
 
     const size_t row_bytes = (size_t)V * sizeof(float);
-    const kn_weight head = wt(m, m->w.lm_head);
+    const kn_weight head = {.dtype = m->w.wdtype, .data = m->w.lm_head, .scale = NULL};
     if (all_logits) {
         rc = kn_rmsnorm(be, s->xn.p, s->x.p, m->w.final_norm, T, H, c->rms_eps);
         if (!rc)

@@ -52,7 +52,9 @@ static void usage(FILE *f)
         "  --ignore-eos        do not stop at the model's end-of-sequence tokens\n"
         "  --device D          cpu (default), cuda or cuda:N (needs a `make CUDA=1` build)\n"
         "  --weights W         storage of the large weight matrices: auto (default:\n"
-        "                      f32 on cpu, bf16 on cuda), f32 or bf16\n"
+        "                      f32 on cpu, bf16 on cuda; a checkpoint's MXFP4/FP8\n"
+        "                      matrices stay FP8 on cuda), f32, bf16, or fp8 (attention\n"
+        "                      and experts FP8 e4m3 with 128x128 block scales)\n"
         "  --help              show this help\n"
         "\n"
         "Output: the generated ids on stdout as one comma-separated line; timings\n"
@@ -205,7 +207,7 @@ static int parse_args(int argc, char **argv, gen_args *a)
         }
         case 'w':
             if (tm_weights_parse(optarg, &a->weights) != 0)
-                return bad_arg("--weights must be auto, f32 or bf16, got '%s'", optarg);
+                return bad_arg("--weights must be auto, f32, bf16 or fp8, got '%s'", optarg);
             break;
         case 'h': usage(stdout); return -1;
         case ':':

@@ -78,8 +78,9 @@ static int setup_moe(tm_model *m, char *err, size_t errlen)
         m->moe[l] = (kn_moe_weights){
             .n_experts = m->shard.n_experts, .expert_offset = m->shard.expert0,
             .dim = c->hidden_size, .inter = c->moe_inter,
-            .wdtype = m->w.wdtype, .gate_up = lw->gate_up, .gate_up_bias = lw->gate_up_b,
-            .down = lw->down, .down_bias = lw->down_b,
+            .wdtype = m->w.types.experts, .gate_up = lw->gate_up,
+            .gate_up_bias = lw->gate_up_b, .down = lw->down, .down_bias = lw->down_b,
+            .gate_up_scale = lw->gate_up_s, .down_scale = lw->down_s,
             .act = c->expert_act, .alpha = c->swiglu_alpha, .limit = c->swiglu_limit,
         };
     }
@@ -119,14 +120,27 @@ static int check_layout(const tm_parallel *par, const kn_backend *be, tm_paralle
     return KN_OK;
 }
 
-static kn_dtype resolve_dtype(const kn_backend *be, const tm_load_opts *opts)
+/* The storage dtypes for the option (model.h); q_attn/q_experts say which
+ * of the checkpoint's matrices are quantized (0 for synthetic weights). */
+static tm_weight_types resolve_types(const kn_backend *be, const tm_load_opts *opts,
+                                     int q_attn, int q_experts)
 {
     tm_weight_dtype want = opts ? opts->weights : TM_WEIGHTS_AUTO;
+    const kn_dtype base = be->kind == KN_BACKEND_CUDA ? KN_BF16 : KN_F32;
+    tm_weight_types t = {base, base, base};
     if (want == TM_WEIGHTS_F32)
-        return KN_F32;
-    if (want == TM_WEIGHTS_BF16)
-        return KN_BF16;
-    return be->kind == KN_BACKEND_CUDA ? KN_BF16 : KN_F32;
+        t = (tm_weight_types){KN_F32, KN_F32, KN_F32};
+    else if (want == TM_WEIGHTS_BF16)
+        t = (tm_weight_types){KN_BF16, KN_BF16, KN_BF16};
+    else if (want == TM_WEIGHTS_FP8)
+        t.attn = t.experts = KN_FP8_E4M3;
+    else if (be->kind == KN_BACKEND_CUDA) {
+        if (q_attn)
+            t.attn = KN_FP8_E4M3;
+        if (q_experts)
+            t.experts = KN_FP8_E4M3;
+    }
+    return t;
 }
 
 /* A model with its layout, config and shard plan, before its weights; the
@@ -135,7 +149,7 @@ static int model_begin(const char *config_path, int is_dir, const kn_backend *be
                        const tm_load_opts *opts, tm_model **out, char *err, size_t errlen)
 {
     if (opts && opts->weights != TM_WEIGHTS_AUTO && opts->weights != TM_WEIGHTS_F32 &&
-        opts->weights != TM_WEIGHTS_BF16) {
+        opts->weights != TM_WEIGHTS_BF16 && opts->weights != TM_WEIGHTS_FP8) {
         tm_errf(err, errlen, "unknown weight dtype option %d", (int)opts->weights);
         return KN_ERR_ARG;
     }
@@ -236,8 +250,10 @@ int tm_model_load_opts(const char *dir, const kn_backend *be, const tm_load_opts
         return rc;
     }
     char why[512] = "";
-    rc = tm_weights_load_shard(&m->w, &m->cfg, &st, be, &m->shard, resolve_dtype(be, opts),
-                               why, sizeof(why));
+    int q_attn, q_experts;
+    tm_weights_quantized(&st, &q_attn, &q_experts);
+    tm_weight_types types = resolve_types(be, opts, q_attn, q_experts);
+    rc = tm_weights_load_shard(&m->w, &m->cfg, &st, be, &m->shard, &types, why, sizeof(why));
     tm_st_close(&st);
     if (rc) {
         tm_errf(err, errlen, "%s: %s", dir, why);
@@ -266,8 +282,9 @@ int tm_model_synthetic(const char *config_path, const kn_backend *be,
     if (rc)
         return rc;
     char why[512] = "";
-    rc = tm_weights_synthetic(&m->w, &m->cfg, be, &m->shard, resolve_dtype(be, opts),
-                              opts ? opts->seed : 0, why, sizeof(why));
+    tm_weight_types types = resolve_types(be, opts, 0, 0);
+    rc = tm_weights_synthetic(&m->w, &m->cfg, be, &m->shard, &types, opts ? opts->seed : 0,
+                              why, sizeof(why));
     if (rc) {
         tm_errf(err, errlen, "%s: %s", config_path, why);
         free(m);
@@ -279,6 +296,11 @@ int tm_model_synthetic(const char *config_path, const kn_backend *be,
 kn_dtype tm_model_weight_dtype(const tm_model *m)
 {
     return m ? m->w.wdtype : KN_F32;
+}
+
+kn_dtype tm_model_expert_dtype(const tm_model *m)
+{
+    return m ? m->w.types.experts : KN_F32;
 }
 
 size_t tm_model_weight_bytes(const tm_model *m)

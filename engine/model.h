@@ -23,9 +23,15 @@ typedef struct tm_model tm_model;
  * attention on (kn_backend_set_attn_bf16; TANDEM_CUDA_ATTN_BF16=0 keeps it
  * fp32): the products' operands are bf16 already. */
 typedef enum {
-    TM_WEIGHTS_AUTO = 0,  /* f32 on the CPU backend, bf16 on CUDA */
-    TM_WEIGHTS_F32,
-    TM_WEIGHTS_BF16,
+    TM_WEIGHTS_AUTO = 0,  /* f32 on the CPU backend, bf16 on CUDA; on CUDA a
+                             quantized checkpoint's quantized matrices (MXFP4
+                             experts, block-FP8 attention/experts) load as FP8 */
+    TM_WEIGHTS_F32,       /* everything f32 (quantized matrices decoded) */
+    TM_WEIGHTS_BF16,      /* everything bf16 */
+    TM_WEIGHTS_FP8,       /* attention q/k/v/o and experts FP8 e4m3 with
+                             128x128 block scales (kernels/fp8.h), quantized
+                             at load when the checkpoint is not; the LM head
+                             as AUTO (f32 on the CPU, bf16 on CUDA) */
 } tm_weight_dtype;
 
 /* Load options; a zeroed struct means the defaults. */
@@ -62,8 +68,10 @@ int tm_model_synthetic(const char *config_path, const kn_backend *be,
                        const tm_load_opts *opts, tm_model **out, char *err, size_t errlen);
 void tm_model_free(tm_model *m);
 const tm_config *tm_model_config(const tm_model *m);
-/* The dtype the large products' weights were stored in, and the bytes of
- * weights the model holds on its backend. */
+/* The dtype the large products' weights were stored in (the LM head's;
+ * tm_model_expert_dtype: the experts'), and the bytes of weights the model
+ * holds on its backend. */
+kn_dtype tm_model_expert_dtype(const tm_model *m);
 kn_dtype tm_model_weight_dtype(const tm_model *m);
 size_t tm_model_weight_bytes(const tm_model *m);
 /* Frees the forward pass's working buffers (they grow to the largest batch

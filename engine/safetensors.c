@@ -1,4 +1,5 @@
 #include "engine/safetensors.h"
+#include "kernels/dtype.h"
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -451,6 +452,14 @@ int tm_st_to_f32(const tm_st_tensor *t, size_t first, size_t n, float *dst)
             memcpy(&h, p + (first + i) * 2, 2);
             dst[i] = half_to_f32(h);
         }
+        return KN_OK;
+    case TM_ST_F8_E4M3:   /* the codes' values; block scales are the caller's */
+        for (size_t i = 0; i < n; i++)
+            dst[i] = kn_e4m3_to_f32(p[first + i]);
+        return KN_OK;
+    case TM_ST_U8:
+        for (size_t i = 0; i < n; i++)
+            dst[i] = (float)p[first + i];
         return KN_OK;
     default:
         return KN_ERR_ARG;

@@ -62,8 +62,12 @@ const tm_st_tensor *tm_st_find(const tm_safetensors *st, const char *name);
 const char *tm_st_dtype_name(tm_st_dtype dt);
 /* 1 for F32, BF16 and F16: the dtypes tm_st_to_f32 converts. */
 int tm_st_is_float(tm_st_dtype dt);
-/* Converts elements [first, first + n) of a float tensor to f32 into dst.
- * Returns KN_ERR_ARG for another dtype or a range past the tensor. */
+/* Converts elements [first, first + n) of a tensor to f32 into dst: F32,
+ * BF16, F16 exactly; F8_E4M3 as the codes' e4m3fn values (exact; a block-
+ * scaled checkpoint's weight_scale_inv is applied by the weight loader);
+ * U8 as integers (MXFP4 blocks and e8m0 scales are read bytewise by
+ * engine/mxfp4.h instead). Returns KN_ERR_ARG for another dtype or a range
+ * past the tensor. */
 int tm_st_to_f32(const tm_st_tensor *t, size_t first, size_t n, float *dst);
 
 #endif

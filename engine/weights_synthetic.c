@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include "engine/util.h"
 #include "engine/weights.h"
+#include "kernels/fp8.h"
 #include "kernels/fill.h"
 #include "kernels/sampling.h"
 #include "kernels/status.h"
@@ -98,21 +99,57 @@ static float *make_bias_rows(maker *M, size_t row0, size_t n)
     return make_rows(M, next_seed(M), 1, row0, n, KN_F32, -0.05f, 0.05f);
 }
 
+/* FP8 rows of a stack of [rows][cols] matrices, uniform in [-a, a): codes
+ * uniform over e4m3's range (the padding columns too: finite codes), one
+ * block scale a / 448 everywhere. Rows [row0, row0 + n_rows) of the
+ * stack's stream, whose rows are kn_fp8_ld(cols) codes long. */
+static void *make_fp8_rows(maker *M, uint64_t seed, size_t rows, size_t cols, size_t row0,
+                           size_t n_rows, float a, float **scale)
+{
+    const size_t ld = kn_fp8_ld(cols);
+    *scale = NULL;
+    void *p = make_rows(M, seed, ld, row0, n_rows, KN_FP8_E4M3, -KN_E4M3_MAX, KN_E4M3_MAX);
+    size_t n_mats = (n_rows + rows - 1) / rows;   /* n_rows is whole matrices or < one */
+    size_t ns = n_mats * kn_fp8_scale_count(n_rows < rows ? n_rows : rows, cols);
+    float *s = alloc_w(M, ns * sizeof(float));
+    fill_at(M, s, KN_F32, ns, 0, 0, a / KN_E4M3_MAX, a / KN_E4M3_MAX);
+    *scale = s;
+    return p;
+}
+
 /* Uniform with variance 1/fan_in (the full fan-in): outputs keep the
- * inputs' scale. Rows [row0, row0 + n_rows) of a [*][fan_in] matrix. */
-static void *make_matrix_rows(maker *M, size_t fan_in, size_t row0, size_t n_rows)
+ * inputs' scale. Rows [row0, row0 + n_rows) of a [*][fan_in] matrix,
+ * stored as dt; `rows` is one matrix's rows (a stack of experts is many). */
+static void *make_matrix_rows(maker *M, kn_dtype dt, size_t fan_in, size_t rows, size_t row0,
+                              size_t n_rows, float **scale)
 {
     float a = (float)sqrt(3.0 / (double)fan_in);
-    return make_rows(M, next_seed(M), fan_in, row0, n_rows, M->w->wdtype, -a, a);
+    *scale = NULL;
+    if (dt == KN_FP8_E4M3)
+        return make_fp8_rows(M, next_seed(M), rows, fan_in, row0, n_rows, a, scale);
+    return make_rows(M, next_seed(M), fan_in, row0, n_rows, dt, -a, a);
 }
 
 /* Bytes tm_weights_synthetic will allocate for shard sh. */
-static double synthetic_bytes(const tm_config *c, const tm_shard *sh, kn_dtype wdtype)
+/* Bytes of one stored [rows][cols] matrix of dt (FP8: padded codes and
+ * block scales). */
+static double matrix_bytes(kn_dtype dt, double rows, double cols)
 {
-    double wb = (double)kn_dtype_size(wdtype), H = c->hidden_size, V = c->vocab_size;
+    if (dt == KN_FP8_E4M3)
+        return (double)kn_fp8_data_bytes((size_t)rows, (size_t)cols) +
+               4.0 * (double)kn_fp8_scale_count((size_t)rows, (size_t)cols);
+    return (double)kn_dtype_size(dt) * rows * cols;
+}
+
+static double synthetic_bytes(const tm_config *c, const tm_shard *sh, const tm_weight_types *t)
+{
+    const kn_dtype wdtype = t->head;
+    double H = c->hidden_size, V = c->vocab_size;
     double E = c->n_experts, El = sh->n_experts, I = c->moe_inter;
     double qd = (double)sh->n_heads * c->head_dim, kvd = (double)sh->n_kv_heads * c->head_dim;
-    double layer = 4 * 2 * H + wb * (2 * qd * H + 2 * kvd * H) + 4 * E * H + wb * 3 * El * I * H;
+    double layer = 4 * 2 * H + matrix_bytes(t->attn, qd, H) + matrix_bytes(t->attn, H, qd) +
+                   2 * matrix_bytes(t->attn, kvd, H) + 4 * E * H +
+                   El * (matrix_bytes(t->experts, 2 * I, H) + matrix_bytes(t->experts, H, I));
     if (c->attention_bias)
         layer += 4 * (qd + 2 * kvd + (sh->o_bias ? H : 0));
     if (c->qk_norm)
@@ -123,19 +160,23 @@ static double synthetic_bytes(const tm_config *c, const tm_shard *sh, kn_dtype w
         layer += 4 * E;
     if (c->expert_bias)
         layer += 4 * El * (2 * I + H);
-    double head = c->tie_word_embeddings && wdtype == KN_F32 ? 0 : wb * V * H;
+    double head = c->tie_word_embeddings && wdtype == KN_F32 ? 0 : matrix_bytes(wdtype, V, H);
     return 4 * V * H + layer * c->n_layers + 4 * H + head;
 }
 
 int tm_weights_synthetic(tm_weights *w, const tm_config *c, const kn_backend *be,
-                         const tm_shard *shard, kn_dtype wdtype, uint64_t seed, char *err,
-                         size_t errlen)
+                         const tm_shard *shard, const tm_weight_types *types, uint64_t seed,
+                         char *err, size_t errlen)
 {
     memset(w, 0, sizeof(*w));
-    if (wdtype != KN_F32 && wdtype != KN_BF16) {
-        tm_errf(err, errlen, "weight dtype %d is not f32 or bf16", (int)wdtype);
+    if (!types || (types->head != KN_F32 && types->head != KN_BF16) ||
+        (types->attn != KN_F32 && types->attn != KN_BF16 && types->attn != KN_FP8_E4M3) ||
+        (types->experts != KN_F32 && types->experts != KN_BF16 &&
+         types->experts != KN_FP8_E4M3)) {
+        tm_errf(err, errlen, "bad weight dtypes for synthetic weights");
         return KN_ERR_ARG;
     }
+    const kn_dtype wdtype = types->head;
     tm_shard full;
     if (!shard) {
         tm_shard_full(c, &full);
@@ -143,7 +184,7 @@ int tm_weights_synthetic(tm_weights *w, const tm_config *c, const kn_backend *be
     }
     /* Host memory is overcommitted: a model larger than the machine would
      * not fail at malloc but get the process killed while filling it. */
-    double need = synthetic_bytes(c, shard, wdtype);
+    double need = synthetic_bytes(c, shard, types);
     if (be->kind == KN_BACKEND_CPU) {
         double avail = (double)sysconf(_SC_AVPHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
         if (avail > 0 && need > 0.9 * avail) {
@@ -155,6 +196,7 @@ int tm_weights_synthetic(tm_weights *w, const tm_config *c, const kn_backend *be
     w->be = be;
     w->n_layers = c->n_layers;
     w->wdtype = wdtype;
+    w->types = *types;
     w->layers = calloc((size_t)c->n_layers, sizeof(*w->layers));
     if (!w->layers) {
         tm_errf(err, errlen, "out of memory");
@@ -178,11 +220,19 @@ int tm_weights_synthetic(tm_weights *w, const tm_config *c, const kn_backend *be
         tm_layer_weights *lw = &w->layers[l];
         lw->attn_norm = make_norm(&M, H);
         lw->mlp_norm = make_norm(&M, H);
-        lw->q_w = make_matrix_rows(&M, H, q0, nq);
-        lw->k_w = make_matrix_rows(&M, H, k0, nk);
-        lw->v_w = make_matrix_rows(&M, H, k0, nk);
+        const kn_dtype at = types->attn, et = types->experts;
+        lw->q_w = make_matrix_rows(&M, at, H, nq, q0, nq, &lw->q_s);
+        lw->k_w = make_matrix_rows(&M, at, H, nk, k0, nk, &lw->k_s);
+        lw->v_w = make_matrix_rows(&M, at, H, nk, k0, nk, &lw->v_s);
         float ao = (float)sqrt(3.0 / (double)qd_full);
-        lw->o_w = make_cols(&M, next_seed(&M), H, qd_full, q0, nq, wdtype, -ao, ao);
+        if (at == KN_FP8_E4M3) {
+            /* a rank's columns of o_proj are its own FP8 matrix [H][nq]: the
+             * codes of the full matrix's stream are not sliced (speed does
+             * not depend on which values a rank holds) */
+            lw->o_w = make_fp8_rows(&M, next_seed(&M), H, nq, 0, H, ao, &lw->o_s);
+        } else {
+            lw->o_w = make_cols(&M, next_seed(&M), H, qd_full, q0, nq, at, -ao, ao);
+        }
         if (c->attention_bias) {
             lw->q_b = make_bias_rows(&M, q0, nq);
             lw->k_b = make_bias_rows(&M, k0, nk);
@@ -202,8 +252,9 @@ int tm_weights_synthetic(tm_weights *w, const tm_config *c, const kn_backend *be
         lw->router_w = make(&M, E * H, -a, a);
         if (c->arch == TM_ARCH_GPT_OSS)
             lw->router_b = make_bias_rows(&M, 0, E);
-        lw->gate_up = make_matrix_rows(&M, H, e0 * 2 * I, El * 2 * I);
-        lw->down = make_matrix_rows(&M, I, e0 * H, El * H);
+        lw->gate_up = make_matrix_rows(&M, et, H, 2 * I, e0 * 2 * I, El * 2 * I,
+                                       &lw->gate_up_s);
+        lw->down = make_matrix_rows(&M, et, I, H, e0 * H, El * H, &lw->down_s);
         if (c->expert_bias) {
             lw->gate_up_b = make_bias_rows(&M, e0 * 2 * I, El * 2 * I);
             lw->down_b = make_bias_rows(&M, e0 * H, El * H);
@@ -216,7 +267,8 @@ int tm_weights_synthetic(tm_weights *w, const tm_config *c, const kn_backend *be
         /* the embedding's values again, rounded to the head's dtype */
         w->lm_head = make_rows(&M, embed_seed, H, 0, V, wdtype, -1.0f, 1.0f);
     } else {
-        w->lm_head = make_matrix_rows(&M, H, 0, V);
+        float *unused;
+        w->lm_head = make_matrix_rows(&M, wdtype, H, V, 0, V, &unused);
     }
     if (!M.rc)
         M.rc = kn_backend_sync(be);

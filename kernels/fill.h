@@ -5,7 +5,8 @@
  * Element i gets lo + (hi - lo) * u_i with u_i = (top 24 bits of
  * SplitMix64(seed, i)) * 2^-24 in [0, 1), computed in fp32 with separate
  * rounding of the product and the sum; KN_BF16 stores that value rounded to
- * the nearest bf16. So every element is a pure function of (seed, i): both
+ * the nearest bf16, KN_FP8_E4M3 as the nearest e4m3fn code (saturating at
+ * +-448, so a finite range never gives NaN codes). So every element is a pure function of (seed, i): both
  * backends write the same bits, and any slice can be regenerated alone. */
 #ifndef TANDEM_KERNELS_FILL_H
 #define TANDEM_KERNELS_FILL_H

@@ -16,7 +16,11 @@ int kn_matmul_cuda(const kn_backend *be, float *out, const float *x,
 /* A weight matrix on a backend with its element type. */
 typedef struct kn_weight {
     kn_dtype dtype;
-    const void *data;   /* backend [n][k] elements of dtype */
+    const void *data;    /* backend [n][k] elements of dtype; KN_FP8_E4M3:
+                            [n][kn_fp8_ld(k)] codes, rows zero-padded (fp8.h) */
+    const float *scale;  /* KN_FP8_E4M3: backend 128x128 block dequant
+                            multipliers [ceil(n/128)][kn_fp8_scale_ld(k)]
+                            (HF weight_scale_inv); NULL for f32/bf16 */
 } kn_weight;
 
 /* The linear layer over a typed weight; x, bias and out stay fp32.
@@ -25,7 +29,13 @@ typedef struct kn_weight {
  *            the nearest bf16 (ties to even) and the products accumulate in
  *            fp32: what the tensor cores compute from bf16 operands. Both
  *            backends compute this same function (the CPU converts to fp32
- *            and calls sgemm; it exists for tests, not for speed). */
+ *            and calls sgemm; it exists for tests, not for speed).
+ *   KN_FP8_E4M3: the block-scaled FP8 product of kernels/fp8.h: each row
+ *            of x quantized in 1x128 blocks (s = amax/448, q = e4m3(x/s)),
+ *            out = sum over k blocks of s_x * s_w * sum(q_x * q_w) + bias,
+ *            fp32 accumulation (the CPU dequantizes both sides to fp32 and
+ *            calls sgemm, which is that function up to fp32 rounding; CUDA
+ *            runs cuBLASLt's block-scaled FP8 GEMM). */
 int kn_matmul_w(const kn_backend *be, float *out, const float *x, const kn_weight *w,
                 const float *bias, int m, int n, int k);
 int kn_matmul_w_cpu(float *out, const float *x, const kn_weight *w, const float *bias,

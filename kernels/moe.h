@@ -37,12 +37,23 @@ typedef struct kn_moe_weights {
     int dim, inter;
     /* The two weight arrays hold elements of wdtype; the biases are fp32.
      * KN_BF16 computes like kn_matmul_w: the inputs of both products (x, and
-     * the activation) are rounded to bf16, products accumulate in fp32. */
-    kn_dtype wdtype;           /* KN_F32 (0, the default) or KN_BF16 */
-    const void *gate_up;       /* [n_experts][2*inter][dim]: gate rows, then up rows */
+     * the activation) are rounded to bf16, products accumulate in fp32.
+     * KN_FP8_E4M3 computes both products like kn_matmul_w's FP8 (x and the
+     * activation quantized in 1x128 blocks per row, 128x128 weight block
+     * scales, fp32 accumulation); each expert's matrices are FP8 weights in
+     * the layout of kernels/fp8.h, one after another. */
+    kn_dtype wdtype;           /* KN_F32 (0, the default), KN_BF16 or KN_FP8_E4M3 */
+    const void *gate_up;       /* [n_experts][2*inter][dim]: gate rows, then up rows
+                                  (fp8: [n_experts][2*inter][kn_fp8_ld(dim)]) */
     const float *gate_up_bias; /* [n_experts][2*inter] or NULL */
-    const void *down;          /* [n_experts][dim][inter] */
+    const void *down;          /* [n_experts][dim][inter]
+                                  (fp8: [n_experts][dim][kn_fp8_ld(inter)]) */
     const float *down_bias;    /* [n_experts][dim] or NULL */
+    /* KN_FP8_E4M3 only (else NULL): block scales per expert,
+     * [n_experts][kn_fp8_scale_count(2*inter, dim)] and
+     * [n_experts][kn_fp8_scale_count(dim, inter)]. */
+    const float *gate_up_scale;
+    const float *down_scale;
     kn_act act;
     float alpha, limit;        /* KN_ACT_SWIGLU_OAI only */
 } kn_moe_weights;

@@ -43,6 +43,11 @@ int kn_fill_uniform_cpu(void *x, kn_dtype dt, size_t n, uint64_t seed, size_t fi
         #pragma omp parallel for schedule(static) if (n > 65536)
         for (size_t i = 0; i < n; i++)
             b[i] = kn_f32_to_bf16(kn_fill_value(seed, first + i, lo, hi));
+    } else if (dt == KN_FP8_E4M3) {
+        uint8_t *b = x;
+        #pragma omp parallel for schedule(static) if (n > 65536)
+        for (size_t i = 0; i < n; i++)
+            b[i] = kn_f32_to_e4m3(kn_fill_value(seed, first + i, lo, hi));
     } else {
         return kn_arg_error(op, "unknown dtype %d", (int)dt);
     }

@@ -4,12 +4,13 @@
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
+#include "kernels/fp8.h"
 #include "kernels/kn_check.h"
 #include "kernels/matmul.h"
 #include "kernels/status.h"
 
 static int check_args(const char *op, const float *out, const float *x, const void *w,
-                      size_t w_elem, int m, int n, int k)
+                      size_t w_bytes, int m, int n, int k)
 {
     if (!out || !x || !w)
         return kn_arg_error(op, "NULL %s", !out ? "out" : !x ? "x" : "w");
@@ -17,7 +18,7 @@ static int check_args(const char *op, const float *out, const float *x, const vo
         return kn_arg_error(op, "bad sizes m=%d n=%d k=%d", m, n, k);
     size_t out_bytes = (size_t)m * n * sizeof(float);
     if (kn_ranges_overlap(out, out_bytes, x, (size_t)m * k * sizeof(float)) ||
-        kn_ranges_overlap(out, out_bytes, w, (size_t)n * k * w_elem))
+        kn_ranges_overlap(out, out_bytes, w, w_bytes))
         return kn_arg_error(op, "out overlaps an input");
     return KN_OK;
 }
@@ -38,10 +39,31 @@ static void sgemm_bias(float *out, const float *x, const float *w, const float *
 int kn_matmul_cpu(float *out, const float *x, const float *w, const float *bias,
                   int m, int n, int k)
 {
-    int rc = check_args("kn_matmul", out, x, w, sizeof(float), m, n, k);
+    int rc = check_args("kn_matmul", out, x, w, (size_t)(n > 0 ? n : 0) * (k > 0 ? k : 0) *
+                        sizeof(float), m, n, k);
     if (rc != KN_OK || m == 0)
         return rc;
     sgemm_bias(out, x, w, bias, m, n, k);
+    return KN_OK;
+}
+
+/* Both operands as the fp32 values of their FP8 quantizations (fp8.h). */
+static int matmul_fp8(float *out, const float *x, const kn_weight *w, const float *bias,
+                      int m, int n, int k)
+{
+    float *xf = malloc((size_t)m * k * sizeof(float));
+    float *wf = malloc((size_t)n * k * sizeof(float));
+    if (!xf || !wf) {
+        free(xf);
+        free(wf);
+        return KN_ERR_NOMEM;
+    }
+    for (int i = 0; i < m; i++)
+        kn_fp8_round_act_row(xf + (size_t)i * k, x + (size_t)i * k, (size_t)k);
+    kn_fp8_dequantize_weight(wf, w->data, w->scale, (size_t)n, (size_t)k);
+    sgemm_bias(out, xf, wf, bias, m, n, k);
+    free(xf);
+    free(wf);
     return KN_OK;
 }
 
@@ -54,9 +76,15 @@ int kn_matmul_w_cpu(float *out, const float *x, const kn_weight *w, const float 
     size_t elem = kn_dtype_size(w->dtype);
     if (!elem)
         return kn_arg_error(op, "unknown weight dtype %d", (int)w->dtype);
-    int rc = check_args(op, out, x, w->data, elem, m, n, k);
+    if (w->dtype == KN_FP8_E4M3 && !w->scale)
+        return kn_arg_error(op, "fp8 weight without block scales");
+    size_t w_bytes = n > 0 && k > 0 ? (w->dtype == KN_FP8_E4M3 ? kn_fp8_data_bytes(n, k)
+                                                               : (size_t)n * k * elem) : 0;
+    int rc = check_args(op, out, x, w->data, w_bytes, m, n, k);
     if (rc != KN_OK || m == 0)
         return rc;
+    if (w->dtype == KN_FP8_E4M3)
+        return matmul_fp8(out, x, w, bias, m, n, k);
     if (w->dtype == KN_F32) {
         sgemm_bias(out, x, w->data, bias, m, n, k);
         return KN_OK;

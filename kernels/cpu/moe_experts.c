@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "kernels/fp8.h"
 #include "kernels/kn_check.h"
 #include "kernels/moe.h"
 #include "kernels/status.h"
@@ -119,8 +120,10 @@ static int check_args(float *out, const float *x, const int32_t *expert_idx,
                             w->dim, w->inter);
     if (w->act != KN_ACT_SWIGLU && w->act != KN_ACT_SWIGLU_OAI)
         return kn_arg_error(op, "unknown activation %d", (int)w->act);
-    if (w->wdtype != KN_F32 && w->wdtype != KN_BF16)
+    if (w->wdtype != KN_F32 && w->wdtype != KN_BF16 && w->wdtype != KN_FP8_E4M3)
         return kn_arg_error(op, "unknown weight dtype %d", (int)w->wdtype);
+    if (w->wdtype == KN_FP8_E4M3 && (!w->gate_up_scale || !w->down_scale))
+        return kn_arg_error(op, "fp8 expert weights without block scales");
     if (w->act == KN_ACT_SWIGLU_OAI && (!isfinite(w->alpha) || !(w->limit > 0.0f) ||
                                         isinf(w->limit)))
         return kn_arg_error(op, "clamped SwiGLU needs a finite alpha (%g) and a finite "
@@ -152,16 +155,17 @@ int kn_moe_experts_cpu(float *out, const float *x, const int32_t *expert_idx,
     rc = expert_routes_build(&g, expert_idx, expert_w, n_tokens, k, w);
     if (rc != KN_OK)
         return rc;
-    const int bf16 = w->wdtype == KN_BF16;
+    const int bf16 = w->wdtype == KN_BF16, fp8 = w->wdtype == KN_FP8_E4M3;
+    const int narrow = bf16 || fp8;
     size_t max_rows = (size_t)(g.max_count ? g.max_count : 1);
     float *xs = malloc(max_rows * dim * sizeof(float));        /* gathered tokens */
     float *h = malloc(max_rows * 2 * inter * sizeof(float));   /* [gate | up] */
     float *act = malloc(max_rows * inter * sizeof(float));
     float *y = malloc(max_rows * dim * sizeof(float));         /* expert output */
     /* bf16 weights: one expert's matrices widened to fp32 at a time */
-    float *gu_f = bf16 ? malloc((size_t)2 * inter * dim * sizeof(float)) : NULL;
-    float *dn_f = bf16 ? malloc((size_t)dim * inter * sizeof(float)) : NULL;
-    if (!xs || !h || !act || !y || (bf16 && (!gu_f || !dn_f))) {
+    float *gu_f = narrow ? malloc((size_t)2 * inter * dim * sizeof(float)) : NULL;
+    float *dn_f = narrow ? malloc((size_t)dim * inter * sizeof(float)) : NULL;
+    if (!xs || !h || !act || !y || (narrow && (!gu_f || !dn_f))) {
         rc = KN_ERR_NOMEM;
         goto done;
     }
@@ -178,6 +182,18 @@ int kn_moe_experts_cpu(float *out, const float *x, const int32_t *expert_idx,
                              (size_t)dim * inter);
             gate_up = gu_f;
             down = dn_f;
+        } else if (fp8) {
+            kn_fp8_dequantize_weight(gu_f, (const uint8_t *)w->gate_up +
+                                     (size_t)e * kn_fp8_data_bytes(2 * (size_t)inter, dim),
+                                     w->gate_up_scale +
+                                     (size_t)e * kn_fp8_scale_count(2 * (size_t)inter, dim),
+                                     2 * (size_t)inter, (size_t)dim);
+            kn_fp8_dequantize_weight(dn_f, (const uint8_t *)w->down +
+                                     (size_t)e * kn_fp8_data_bytes(dim, inter),
+                                     w->down_scale + (size_t)e * kn_fp8_scale_count(dim, inter),
+                                     (size_t)dim, (size_t)inter);
+            gate_up = gu_f;
+            down = dn_f;
         } else {
             gate_up = (const float *)w->gate_up + (size_t)e * 2 * inter * dim;
             down = (const float *)w->down + (size_t)e * dim * inter;
@@ -188,7 +204,11 @@ int kn_moe_experts_cpu(float *out, const float *x, const int32_t *expert_idx,
         #pragma omp parallel for schedule(static) if ((size_t)rows * dim > 65536)
         for (int r = 0; r < rows; r++) {
             float *dst = xs + (size_t)r * dim;
-            memcpy(dst, x + (size_t)g.token[first + r] * dim, (size_t)dim * sizeof(float));
+            const float *src = x + (size_t)g.token[first + r] * dim;
+            if (fp8)
+                kn_fp8_round_act_row(dst, src, (size_t)dim);
+            else
+                memcpy(dst, src, (size_t)dim * sizeof(float));
             for (int d = 0; bf16 && d < dim; d++)
                 dst[d] = kn_round_bf16(dst[d]);
         }
@@ -199,6 +219,8 @@ int kn_moe_experts_cpu(float *out, const float *x, const int32_t *expert_idx,
         expert_activation(act, h, rows, inter, w);
         for (size_t i = 0; bf16 && i < (size_t)rows * inter; i++)
             act[i] = kn_round_bf16(act[i]);
+        for (int r = 0; fp8 && r < rows; r++)
+            kn_fp8_round_act_row(act + (size_t)r * inter, act + (size_t)r * inter, (size_t)inter);
         beta = bias_rows(y, down_bias, rows, dim);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, dim, inter, 1.0f,
                     act, inter, down, inter, beta, y, dim);

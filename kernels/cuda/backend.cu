@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/fp8_cuda.cuh"
 extern "C" {
 #include "kernels/cuda_backend.h"
 }
@@ -123,6 +124,7 @@ static void ctx_destroy(kn_cuda_ctx *ctx)
         cudaEventDestroy(ctx->side_fork);
     if (ctx->stream)
         cudaStreamSynchronize(ctx->stream);
+    kn_cuda_fp8_free(ctx->fp8);
     if (ctx->blas)
         cublasDestroy(ctx->blas);
     if (ctx->pool)

@@ -61,6 +61,8 @@ struct kn_cuda_ctx {
     void *side_ws[KN_CUDA_MAX_SIDE];
     cudaEvent_t side_done[KN_CUDA_MAX_SIDE];
     cudaEvent_t side_fork;
+    /* cuBLASLt state of the FP8 products (gemm_fp8.cu), made on first use. */
+    struct kn_cuda_fp8 *fp8;
 };
 
 static inline kn_cuda_ctx *kn_cuda_ctx_of(const kn_backend *be)

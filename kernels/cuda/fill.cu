@@ -4,6 +4,7 @@
  * the CPU backend's. */
 #include <math.h>
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include "kernels/cuda/cuda_common.cuh"
 extern "C" {
 #include "kernels/fill.h"
@@ -35,6 +36,15 @@ __global__ void fill_bf16_kernel(__nv_bfloat16 *x, size_t n, uint64_t seed, size
         x[i] = __float2bfloat16_rn(fill_value(seed, first + i, lo, range));
 }
 
+__global__ void fill_fp8_kernel(uint8_t *x, size_t n, uint64_t seed, size_t first, float lo,
+                                float range)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] = (uint8_t)__nv_cvt_float_to_fp8(fill_value(seed, first + i, lo, range),
+                                              __NV_SATFINITE, __NV_E4M3);
+}
+
 extern "C" int kn_fill_uniform_cuda(const kn_backend *be, void *x, kn_dtype dt, size_t n,
                                     uint64_t seed, size_t first, float lo, float hi)
 {
@@ -46,7 +56,7 @@ extern "C" int kn_fill_uniform_cuda(const kn_backend *be, void *x, kn_dtype dt, 
         return kn_arg_error(op, "NULL buffer");
     if (!isfinite(lo) || !isfinite(hi) || lo > hi)
         return kn_arg_error(op, "bad range [%g, %g)", (double)lo, (double)hi);
-    if (dt != KN_F32 && dt != KN_BF16)
+    if (dt != KN_F32 && dt != KN_BF16 && dt != KN_FP8_E4M3)
         return kn_arg_error(op, "unknown dtype %d", (int)dt);
     if (n == 0)
         return KN_OK;
@@ -57,6 +67,8 @@ extern "C" int kn_fill_uniform_cuda(const kn_backend *be, void *x, kn_dtype dt, 
     cudaStream_t s = kn_cuda_stream(be);
     if (dt == KN_F32)
         fill_f32_kernel<<<grid, 256, 0, s>>>((float *)x, n, seed, first, lo, range);
+    else if (dt == KN_FP8_E4M3)
+        fill_fp8_kernel<<<grid, 256, 0, s>>>((uint8_t *)x, n, seed, first, lo, range);
     else
         fill_bf16_kernel<<<grid, 256, 0, s>>>((__nv_bfloat16 *)x, n, seed, first, lo, range);
     KN_CUDA_LAUNCH_CHECK(op, "fill kernel");

@@ -11,11 +11,15 @@
  * cuBLAS is column-major: row-major out[m][n] is the column-major n x m
  * matrix out^T = w x^T, where w read column-major is k x n (ld k), so A = w
  * transposed, and x read column-major is k x m (ld k), so B = x as is. The
- * bias is broadcast into out first and the product accumulates onto it
+ * FP8 weights (kernels/fp8.h) go to cuBLASLt's block-scaled FP8 GEMM
+ * (gemm_fp8.cu) after the activations are quantized (quant_fp8.cu).
+ *
+ * The bias is broadcast into out first and the product accumulates onto it
  * (beta = 1): one extra pass over out, small next to the product whenever k
  * is more than a few dozen. */
 #include <cuda_bf16.h>
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/fp8_cuda.cuh"
 extern "C" {
 #include "kernels/matmul.h"
 }
@@ -92,7 +96,7 @@ int kn_cuda_linear(const kn_backend *be, const char *op, float *out, const float
 }
 
 static int check_args(const char *op, const kn_backend *be, const float *out, const float *x,
-                      const void *w, size_t w_elem, int m, int n, int k)
+                      const void *w, size_t w_bytes, int m, int n, int k)
 {
     int rc = kn_cuda_check_backend(op, be);
     if (rc != KN_OK)
@@ -103,7 +107,7 @@ static int check_args(const char *op, const kn_backend *be, const float *out, co
         return kn_arg_error(op, "bad sizes m=%d n=%d k=%d", m, n, k);
     size_t out_bytes = (size_t)m * n * sizeof(float);
     if (kn_ranges_overlap(out, out_bytes, x, (size_t)m * k * sizeof(float)) ||
-        kn_ranges_overlap(out, out_bytes, w, (size_t)n * k * w_elem))
+        kn_ranges_overlap(out, out_bytes, w, w_bytes))
         return kn_arg_error(op, "out overlaps an input");
     return KN_OK;
 }
@@ -112,7 +116,8 @@ extern "C" int kn_matmul_cuda(const kn_backend *be, float *out, const float *x,
                               const float *w, const float *bias, int m, int n, int k)
 {
     static const char op[] = "kn_matmul";
-    int rc = check_args(op, be, out, x, w, sizeof(float), m, n, k);
+    int rc = check_args(op, be, out, x, w, (size_t)(n > 0 ? n : 0) * (k > 0 ? k : 0) *
+                        sizeof(float), m, n, k);
     if (rc != KN_OK)
         return rc;
     return kn_cuda_linear(be, op, out, x, w, bias, m, n, k);
@@ -127,9 +132,16 @@ extern "C" int kn_matmul_w_cuda(const kn_backend *be, float *out, const float *x
     size_t elem = kn_dtype_size(w->dtype);
     if (!elem)
         return kn_arg_error(op, "unknown weight dtype %d", (int)w->dtype);
-    int rc = check_args(op, be, out, x, w->data, elem, m, n, k);
+    if (w->dtype == KN_FP8_E4M3 && !w->scale)
+        return kn_arg_error(op, "fp8 weight without block scales");
+    size_t w_bytes = n > 0 && k > 0 ? (w->dtype == KN_FP8_E4M3 ? kn_fp8_data_bytes(n, k)
+                                                               : (size_t)n * k * elem) : 0;
+    int rc = check_args(op, be, out, x, w->data, w_bytes, m, n, k);
     if (rc != KN_OK || m == 0)
         return rc;
+    if (w->dtype == KN_FP8_E4M3)
+        return kn_cuda_fp8_linear(be, op, out, 0, x, (const uint8_t *)w->data, w->scale, bias,
+                                  m, n, k);
     if (w->dtype == KN_F32)
         return kn_cuda_linear(be, op, out, x, (const float *)w->data, bias, m, n, k);
     size_t nx = (size_t)m * k;

@@ -30,7 +30,9 @@
  *
  * Both middles keep kernels/moe.h's contract for bf16 weights: the inputs of
  * both products (x and the activation) are rounded to bf16, the products
- * accumulate in fp32, h stays fp32 until the activation.
+ * accumulate in fp32, h stays fp32 until the activation. FP8 weights take
+ * the per-expert middle with fp32 xp and activation rows, which the FP8
+ * products quantize themselves (kn_cuda_fp8_expert_gemms, fp8_cuda.cuh).
  *
  * Which middle: kn_cuda_ctx.moe_grouped (TANDEM_CUDA_MOE_GROUPED=0/1 at init,
  * kn_cuda_set_moe_grouped), by default the grouped one when the slots per
@@ -41,6 +43,7 @@
 #include <stdlib.h>
 #include <cuda_bf16.h>
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/fp8_cuda.cuh"
 extern "C" {
 #include "kernels/cuda_backend.h"
 #include "kernels/moe.h"
@@ -566,11 +569,20 @@ static cudaError_t launch_grouped(cudaStream_t s, const kn_moe_weights *w, __nv_
 
 enum { GATE_UP = 0, DOWN = 1 };
 
+/* Bytes per element of the gathered rows xp and the activation a: the
+ * products' input type (bf16 for bf16 weights; fp32 for fp32 weights, and
+ * for FP8 weights, whose products quantize fp32 rows themselves). */
+static size_t rows_elem(const kn_moe_weights *w)
+{
+    return w->wdtype == KN_BF16 ? sizeof(__nv_bfloat16) : sizeof(float);
+}
+
 /* One expert's product on the per-expert path, the place a weight format
  * plugs in: out[rows][n] = in[rows][kdim] w_e[n][kdim]^T in fp32, no bias,
  * where (n, kdim) = (2*inter, dim) for GATE_UP and (dim, inter) for DOWN
  * and `in` holds elements of the weights' dtype (bf16-rounded or fp32).
- * It runs on `blas`'s stream (the backend's or a side stream's handle). */
+ * It runs on `blas`'s stream (the backend's or a side stream's handle).
+ * fp32 and bf16 weights; FP8 goes to kn_cuda_fp8_expert_gemms instead. */
 static int expert_product(const kn_backend *be, cublasHandle_t blas, const char *op,
                           const kn_moe_weights *w, int which, int e, float *out, const void *in, int rows)
 {
@@ -611,12 +623,18 @@ static cudaError_t side_join(const kn_backend *be, int n_streams)
  * (the join runs even after an error, so no side stream still uses the
  * temporaries when they are freed). */
 static int products_all_experts(const kn_backend *be, const char *op, const kn_moe_weights *w, int which,
-                                const int *host_off, float *out, const void *in, int n_streams)
+                                const int *host_off, const int *dev_off, float *out, const void *in,
+                                int n_streams)
 {
     kn_cuda_ctx *ctx = kn_cuda_ctx_of(be);
-    const size_t welem = kn_dtype_size(w->wdtype);
+    const size_t in_elem = rows_elem(w);
     const int out_w = which == GATE_UP ? 2 * w->inter : w->dim, in_w = which == GATE_UP ? w->dim : w->inter;
     int rc = KN_OK, used = 0;
+    if (w->wdtype == KN_FP8_E4M3) /* all experts in one call; biases are added outside */
+        return kn_cuda_fp8_expert_gemms(be, op, out, (const float *)in, host_off, dev_off, w->n_experts,
+                                        (const uint8_t *)(which == GATE_UP ? w->gate_up : w->down),
+                                        which == GATE_UP ? w->gate_up_scale : w->down_scale, NULL,
+                                        out_w, in_w);
     if (n_streams > 1) {
         cudaError_t err = side_fork(be, n_streams);
         if (err != cudaSuccess)
@@ -628,7 +646,7 @@ static int products_all_experts(const kn_backend *be, const char *op, const kn_m
             continue;
         cublasHandle_t blas = n_streams > 1 ? ctx->side_blas[used++ % n_streams] : ctx->blas;
         rc = expert_product(be, blas, op, w, which, e, out + (size_t)host_off[e] * out_w,
-                            (const char *)in + (size_t)host_off[e] * in_w * welem, rows);
+                            (const char *)in + (size_t)host_off[e] * in_w * in_elem, rows);
     }
     if (n_streams > 1) {
         cudaError_t err = side_join(be, n_streams);
@@ -641,26 +659,27 @@ static int products_all_experts(const kn_backend *be, const char *op, const kn_m
 /* y (fp32, [n_routed][dim]) from xp through the per-expert products;
  * host_off is offsets[] copied to the host. */
 static int per_expert_middle(const kn_backend *be, const char *op, const kn_moe_weights *w,
-                             const int *host_off, float *y, const void *xp, const int *perm,
-                             const int32_t *expert_idx)
+                             const int *host_off, const int *dev_off, float *y, const void *xp,
+                             const int *perm, const int32_t *expert_idx)
 {
     cudaStream_t s = kn_cuda_stream(be);
     const int n_local = w->n_experts, inter = w->inter, n_routed = host_off[n_local];
     const bool bf16 = w->wdtype == KN_BF16;
-    const size_t welem = kn_dtype_size(w->wdtype);
     int rc = KN_OK, n_streams = kn_cuda_ctx_of(be)->moe_streams, busy = 0;
     for (int e = 0; e < n_local; e++)
         busy += host_off[e + 1] > host_off[e];
     if (n_streams > busy)
         n_streams = busy;
+    if (w->wdtype == KN_FP8_E4M3) /* its products queue on the backend's stream */
+        n_streams = 1;
     if (n_streams > 1 && kn_cuda_side_streams(be, op, n_streams) != KN_OK)
         n_streams = 1; /* (message printed) the main stream still works */
     float *h = (float *)kn_cuda_tmp_alloc(be, op, (size_t)n_routed * 2 * inter * sizeof(float));
-    void *a = kn_cuda_tmp_alloc(be, op, (size_t)n_routed * inter * welem);
+    void *a = kn_cuda_tmp_alloc(be, op, (size_t)n_routed * inter * rows_elem(w));
     if (!h || !a)
         rc = KN_ERR_NOMEM;
     if (rc == KN_OK)
-        rc = products_all_experts(be, op, w, GATE_UP, host_off, h, xp, n_streams);
+        rc = products_all_experts(be, op, w, GATE_UP, host_off, dev_off, h, xp, n_streams);
     if (rc == KN_OK) {
         const int threads = inter >= 512 ? 256 : 64;
         if (bf16)
@@ -676,7 +695,7 @@ static int per_expert_middle(const kn_backend *be, const char *op, const kn_moe_
             rc = kn_cuda_device_error(op, "moe_act_kernel", err);
     }
     if (rc == KN_OK)
-        rc = products_all_experts(be, op, w, DOWN, host_off, y, a, n_streams);
+        rc = products_all_experts(be, op, w, DOWN, host_off, dev_off, y, a, n_streams);
     kn_cuda_tmp_free(be, h);
     kn_cuda_tmp_free(be, a);
     return rc;
@@ -711,8 +730,10 @@ extern "C" int kn_moe_experts_cuda(const kn_backend *be, float *out, const float
                                  n_tokens, k, w->n_experts, w->dim, w->inter, w->expert_offset);
     if (w->act != KN_ACT_SWIGLU && w->act != KN_ACT_SWIGLU_OAI)
         return kn_arg_error(op, "unknown activation %d", (int)w->act);
-    if (w->wdtype != KN_F32 && w->wdtype != KN_BF16)
+    if (w->wdtype != KN_F32 && w->wdtype != KN_BF16 && w->wdtype != KN_FP8_E4M3)
         return kn_arg_error(op, "unknown weight dtype %d", (int)w->wdtype);
+    if (w->wdtype == KN_FP8_E4M3 && (!w->gate_up_scale || !w->down_scale))
+        return kn_arg_error(op, "fp8 expert weights without block scales");
     if (w->act == KN_ACT_SWIGLU_OAI && (!isfinite(w->alpha) || !(w->limit > 0.f) || isinf(w->limit)))
         return kn_arg_error(op, "bad clamped-SwiGLU parameters alpha=%g limit=%g",
                                  (double)w->alpha, (double)w->limit);
@@ -792,7 +813,7 @@ extern "C" int kn_moe_experts_cuda(const kn_backend *be, float *out, const float
         const int n_routed = host_off[n_local];
         /* y holds n_routed fp32 rows (at least 1 so the combine has a buffer). */
         y = (float *)kn_cuda_tmp_alloc(be, op, (size_t)(n_routed ? n_routed : 1) * dim * sizeof(float));
-        xp = kn_cuda_tmp_alloc(be, op, (size_t)(n_routed ? n_routed : 1) * dim * kn_dtype_size(w->wdtype));
+        xp = kn_cuda_tmp_alloc(be, op, (size_t)(n_routed ? n_routed : 1) * dim * rows_elem(w));
         if (!y || !xp) {
             rc = KN_ERR_NOMEM;
             goto done;
@@ -809,7 +830,7 @@ extern "C" int kn_moe_experts_cuda(const kn_backend *be, float *out, const float
                 what = "moe_gather_kernel";
                 goto done;
             }
-            rc = per_expert_middle(be, op, w, host_off, y, xp, perm, expert_idx);
+            rc = per_expert_middle(be, op, w, host_off, offsets, y, xp, perm, expert_idx);
             if (rc != KN_OK)
                 goto done;
         }

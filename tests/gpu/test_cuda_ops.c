@@ -641,7 +641,7 @@ static void test_matmul_bf16(test_ctx *t, int m, int n, int k, int with_bias)
     float *d_b = bias ? dev_upload(t, bias, (size_t)n * sizeof(float)) : NULL;
     float *d_out = dev_alloc(t, no * sizeof(float));
     dev_poison(t, d_out, no);
-    kn_weight hw = { KN_BF16, wb }, dw = { KN_BF16, d_w };
+    kn_weight hw = { KN_BF16, wb, NULL }, dw = { KN_BF16, d_w, NULL };
     if (run_ok(t, kn_matmul_w(&t->gpu, d_out, d_x, &dw, d_b, m, n, k), "kn_matmul_w bf16 cuda") &&
         run_ok(t, kn_matmul_w(&t->cpu, cpu, x, &hw, bias, m, n, k), "kn_matmul_w bf16 cpu")) {
         char what[128];

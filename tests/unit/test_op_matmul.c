@@ -95,7 +95,7 @@ static void matmul_w_f32_and_bf16(void **state)
         tu_rand_fill(&rng, w, (size_t)n * k, -1.0f, 1.0f);
         tu_rand_fill(&rng, bias, (size_t)n, -1.0f, 1.0f);
         /* f32: the very same numbers as kn_matmul */
-        kn_weight wf = { KN_F32, w };
+        kn_weight wf = { KN_F32, w, NULL };
         assert_int_equal(kn_matmul(&be, plain, x, w, bias, m, n, k), KN_OK);
         assert_int_equal(kn_matmul_w(&be, out, x, &wf, bias, m, n, k), KN_OK);
         assert_memory_equal(out, plain, sizeof(float) * (size_t)m * n);
@@ -109,7 +109,7 @@ static void matmul_w_f32_and_bf16(void **state)
                            kn_bf16_to_f32(wb[(size_t)j * k + l]);
                 ref[(size_t)i * n + j] = acc;
             }
-        kn_weight wh = { KN_BF16, wb };
+        kn_weight wh = { KN_BF16, wb, NULL };
         assert_int_equal(kn_matmul_w(&be, out, x, &wh, bias, m, n, k), KN_OK);
         double err = tu_max_rel_err(out, ref, (size_t)m * n);
         if (err > TU_FP32_REL_TOL)
@@ -122,12 +122,12 @@ static void matmul_w_f32_and_bf16(void **state)
     }
     float x[4] = { 0 }, out[4] = { 0 };
     uint16_t w[4] = { 0 };
-    kn_weight bad = { (kn_dtype)9, w };
+    kn_weight bad = { (kn_dtype)9, w, NULL };
     assert_int_equal(kn_matmul_w(&be, out, x, &bad, NULL, 2, 2, 1), KN_ERR_ARG);
     assert_int_equal(kn_matmul_w(&be, out, x, NULL, NULL, 2, 2, 1), KN_ERR_ARG);
-    kn_weight nul = { KN_BF16, NULL };
+    kn_weight nul = { KN_BF16, NULL, NULL };
     assert_int_equal(kn_matmul_w(&be, out, x, &nul, NULL, 2, 2, 1), KN_ERR_ARG);
-    kn_weight ok = { KN_BF16, w };
+    kn_weight ok = { KN_BF16, w, NULL };
     assert_int_equal(kn_matmul_w(&be, x, x, &ok, NULL, 2, 2, 1), KN_ERR_ARG);   /* out is x */
     assert_int_equal(kn_matmul_w(&be, out, x, &ok, NULL, 2, 2, 0), KN_ERR_ARG);
     kn_backend_free(&be);

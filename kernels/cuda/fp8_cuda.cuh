@@ -1,0 +1,94 @@
+/* Internal to the CUDA backend: FP8 block-scaled products (kernels/fp8.h).
+ *
+ *   quant_fp8.cu   kn_cuda_quant_fp8: fp32 activation rows -> e4m3 codes
+ *                  and 1x128 block scales, in the layouts cuBLASLt reads
+ *   gemm_fp8.cu    kn_cuda_gemm_fp8: cuBLASLt's block-scaled FP8 GEMM
+ *                  (128x128 weight scales, 1x128 activation scales), bias
+ *                  in the epilogue; kn_cuda_fp8_expert_gemms: the per-expert
+ *                  GEMMs of kn_moe_experts
+ * Other engineers' kernels (the MoE paths) call these; no argument checks
+ * here beyond what cuBLASLt needs. */
+#ifndef TANDEM_KERNELS_CUDA_FP8_CUDA_CUH
+#define TANDEM_KERNELS_CUDA_FP8_CUDA_CUH
+#include "kernels/cuda/cuda_common.cuh"
+extern "C" {
+#include "kernels/fp8.h"
+}
+
+/* cuBLASLt has block-scaled FP8 algorithms only when the activation rows
+ * (the GEMM's outer dimension m) are a multiple of 16 (device probe: m = 64,
+ * 128, 8192 run; m = 1, 5, 7, 130, 333 get no algorithm). So the quantized
+ * activations are laid out in row segments padded to 16 rows: row r of
+ * segment g (rows [r0, r1) of x) goes to padded row r + 15 * g, segment g
+ * starts at padded row P = r0 + 15 * g and owns round_up(r1 - r0, 16) rows.
+ * Codes: [padded rows][kn_fp8_ld(k)], pad rows zero. Scales, as
+ * CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F reads them: outer-dimension
+ * major, one run of round_up(rows, 16) floats per k block, the segment's
+ * runs starting at float kn_cuda_fp8_seg_base(P, g, k) (16-byte aligned).
+ * One segment (a plain linear layer) is the case g = 0, r0 = 0. */
+#define KN_CUDA_FP8_M_ALIGN 16
+static inline __host__ __device__ size_t kn_cuda_fp8_round_rows(size_t rows)
+{
+    return (rows + KN_CUDA_FP8_M_ALIGN - 1) / KN_CUDA_FP8_M_ALIGN * KN_CUDA_FP8_M_ALIGN;
+}
+static inline __host__ __device__ size_t kn_cuda_fp8_seg_row(size_t r0, size_t g)
+{
+    return r0 + (KN_CUDA_FP8_M_ALIGN - 1) * g;
+}
+static inline __host__ __device__ size_t kn_cuda_fp8_seg_base(size_t pad_r0, size_t g, size_t k)
+{
+    return (pad_r0 * ((k + KN_FP8_BLOCK - 1) / KN_FP8_BLOCK) + 3) / 4 * 4 + 4 * g;
+}
+/* Padded rows, and floats of scales, for m rows in n_segs segments. */
+static inline size_t kn_cuda_fp8_padded_rows(size_t m, size_t n_segs)
+{
+    return m + (KN_CUDA_FP8_M_ALIGN - 1) * n_segs;
+}
+static inline size_t kn_cuda_fp8_act_scale_count(size_t m, size_t k, size_t n_segs)
+{
+    return kn_cuda_fp8_padded_rows(m, n_segs) * kn_fp8_blocks(k) + 4 * (n_segs + 1);
+}
+
+/* Quantizes x [m][k] (fp32, rows k apart) into q and s (layout above; the
+ * caller zeroes q and s first so pad rows are zero codes and finite
+ * scales). seg_offsets: NULL for one segment (all m rows), else a device
+ * array of n_segs + 1 ascending row offsets (seg_offsets[0] = 0,
+ * seg_offsets[n_segs] = m). Queued on be's stream. */
+int kn_cuda_quant_fp8(const kn_backend *be, const char *op, uint8_t *q, float *s,
+                      const float *x, int m, int k, const int *seg_offsets, int n_segs);
+
+/* out[m_pad][n] = dequant(xq, xs) dequant(w, ws)^T (+ bias[n]) for one
+ * segment of quantized activations with m_pad (a multiple of 16) rows, and
+ * w/ws an FP8 weight [n][kn_fp8_ld(k)] with scales
+ * [ceil(n/128)][kn_fp8_scale_ld(k)]. out fp32 (out_bf16 = 0) or bf16;
+ * bias fp32 or NULL. */
+int kn_cuda_gemm_fp8(const kn_backend *be, const char *op, void *out, int out_bf16,
+                     const uint8_t *xq, const float *xs, const uint8_t *w, const float *ws,
+                     const float *bias, int m_pad, int n, int k);
+
+/* The FP8 linear layer: out[m][n] (fp32 or bf16) = quant(x) w^T + bias,
+ * x fp32 [m][k]; temporaries from the backend's pool. */
+int kn_cuda_fp8_linear(const kn_backend *be, const char *op, void *out, int out_bf16,
+                       const float *x, const uint8_t *w, const float *ws, const float *bias,
+                       int m, int n, int k);
+
+/* The per-expert FP8 products of kn_moe_experts: rows
+ * [host_off[e], host_off[e+1]) of x (fp32 [rows][k], grouped by expert)
+ * times expert e's weight (w + e * kn_fp8_data_bytes(n, k), scales
+ * ws + e * kn_fp8_scale_count(n, k)), plus bias + e * n (bias may be NULL),
+ * into out (fp32 [rows][n]). dev_off is host_off on the device. */
+int kn_cuda_fp8_expert_gemms(const kn_backend *be, const char *op, float *out, const float *x,
+                             const int *host_off, const int *dev_off, int n_experts,
+                             const uint8_t *w, const float *ws, const float *bias,
+                             int n, int k);
+
+/* 1 when the latest kn_cuda_gemm_fp8 with a bias fused it into cuBLASLt's
+ * epilogue, 0 when it fell back to the broadcast, -1 before any. */
+int kn_cuda_fp8_last_bias_fused(const kn_backend *be);
+
+/* The FP8 state behind a CUDA backend (cuBLASLt handle, algorithm cache),
+ * made on first use; freed with the backend. */
+struct kn_cuda_fp8;
+void kn_cuda_fp8_free(struct kn_cuda_fp8 *f);
+
+#endif

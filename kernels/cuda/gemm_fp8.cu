@@ -1,0 +1,414 @@
+/* Block-scaled FP8 GEMM through cuBLASLt (kernels/fp8.h's product).
+ *
+ * Row-major out[m][n] is the column-major n x m matrix out^T = W X^T, so
+ * cuBLASLt's A is the weight (stored [n][ld] row-major = k x n column-major,
+ * transposed: TRANSA = T) with CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F
+ * scales, and B is the quantized activations (k x m column-major, TRANSB =
+ * N) with CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F scales. Both operands
+ * are padded along k to a multiple of 128 with zero codes (the weight at
+ * load, the activations by kn_cuda_quant_fp8), so k is always a whole
+ * number of scale blocks; the GEMM runs over the padded k, which adds
+ * exact zeros.
+ *
+ * Scale layouts cuBLASLt reads (there is no leading-dimension attribute
+ * for scales): 128x128 weight scales [ceil(n/128)][ld] with ld =
+ * ceil(k/128) rounded up to 4 floats (16-byte aligned rows), which is HF's
+ * weight_scale_inv with padded rows; 1x128 activation scales outer-dim
+ * major, [ceil(k/128)][m] (fp8_cuda.cuh). Both layouts were checked on the
+ * H200 (tests/gpu/probe_fp8.cu): unpadded weight-scale rows give wrong
+ * results (relative error 0.46) where the padded ones match the float64
+ * reference. cuBLASLt also wants the activation row count m to be a
+ * multiple of 16 (fp8_cuda.cuh), so activations are quantized into
+ * 16-row-padded segments and the pad rows' outputs are dropped.
+ *
+ * Precision: Hopper's FP8 tensor cores accumulate each 128-wide k block
+ * with less than fp32 precision before cuBLASLt promotes it to fp32 with
+ * the block scales; the probe measured a normwise relative error of
+ * 2-3e-4 against the float64 value of the same function (fp32 output).
+ *
+ * The bias goes into the epilogue (CUBLASLT_EPILOGUE_BIAS, fp32 bias) when
+ * cuBLASLt has an algorithm for it; otherwise it is broadcast into out
+ * first and the product accumulates onto it (beta = 1). The heuristic's
+ * choice is cached per shape and pointer alignment in the backend's FP8
+ * state, so steady-state calls (every layer, every expert) do not query it
+ * again. */
+#include <string.h>
+#include <stdlib.h>
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include "kernels/cuda/fp8_cuda.cuh"
+
+#define PLAN_SLOTS 1024
+
+typedef struct plan_key {
+    int m, n, k, out_bf16, has_bias;
+    int align[4];   /* A, B, C/D, bias: largest power of two (<= 256) dividing the address */
+} plan_key;
+
+typedef struct plan {
+    int valid;
+    plan_key key;
+    int epilogue_bias;   /* 1: bias fused; 0: bias broadcast + beta = 1 */
+    cublasLtMatmulAlgo_t algo;
+} plan;
+
+struct kn_cuda_fp8 {
+    cublasLtHandle_t lt;
+    int last_bias_fused;   /* of the latest call with a bias (tests, probe) */
+    plan plans[PLAN_SLOTS];
+};
+
+int kn_cuda_fp8_last_bias_fused(const kn_backend *be)
+{
+    const struct kn_cuda_fp8 *f = kn_cuda_ctx_of(be)->fp8;
+    return f ? f->last_bias_fused : -1;
+}
+
+void kn_cuda_fp8_free(struct kn_cuda_fp8 *f)
+{
+    if (!f)
+        return;
+    if (f->lt)
+        cublasLtDestroy(f->lt);
+    free(f);
+}
+
+static struct kn_cuda_fp8 *fp8_state(const kn_backend *be, const char *op)
+{
+    kn_cuda_ctx *ctx = kn_cuda_ctx_of(be);
+    if (ctx->fp8)
+        return ctx->fp8;
+    struct kn_cuda_fp8 *f = (struct kn_cuda_fp8 *)calloc(1, sizeof *f);
+    if (!f) {
+        fprintf(stderr, "tandem: %s: out of host memory\n", op);
+        return NULL;
+    }
+    cublasStatus_t st = cublasLtCreate(&f->lt);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        kn_cuda_blas_error(op, "cublasLtCreate", st);
+        free(f);
+        return NULL;
+    }
+    ctx->fp8 = f;
+    return f;
+}
+
+static int align_of(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    int al = 256;
+    while (al > 1 && (a & (uintptr_t)(al - 1)))
+        al >>= 1;
+    return al;
+}
+
+static unsigned plan_hash(const plan_key *k)
+{
+    unsigned h = 2166136261u;
+    const unsigned char *b = (const unsigned char *)k;
+    for (size_t i = 0; i < sizeof *k; i++)
+        h = (h ^ b[i]) * 16777619u;
+    return h % PLAN_SLOTS;
+}
+
+/* The descriptors of one call; destroyed by descs_free. */
+typedef struct descs {
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulPreference_t pref;
+} descs;
+
+static void descs_free(descs *d)
+{
+    if (d->pref)
+        cublasLtMatmulPreferenceDestroy(d->pref);
+    if (d->c)
+        cublasLtMatrixLayoutDestroy(d->c);
+    if (d->b)
+        cublasLtMatrixLayoutDestroy(d->b);
+    if (d->a)
+        cublasLtMatrixLayoutDestroy(d->a);
+    if (d->op)
+        cublasLtMatmulDescDestroy(d->op);
+}
+
+#define LT_TRY(call)                                                           \
+    do {                                                                       \
+        st = (call);                                                           \
+        if (st != CUBLAS_STATUS_SUCCESS) {                                     \
+            what = #call;                                                      \
+            goto fail;                                                         \
+        }                                                                      \
+    } while (0)
+
+/* Builds the descriptors for this call, with or without the bias
+ * epilogue. Returns a cuBLAS status; *what names the failing call. */
+static cublasStatus_t descs_make(descs *d, const kn_backend *be, const plan_key *key,
+                                 const float *xs, const float *ws, const float *bias,
+                                 int epilogue_bias, const char **what_out)
+{
+    cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+    const char *what = NULL;
+    const int kp = (int)kn_fp8_ld((size_t)key->k);
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    int32_t mode_a = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    int32_t mode_b = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    cudaDataType_t ct = key->out_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    size_t ws_bytes = be->scratch_bytes;
+    uint32_t al[4];
+    memset(d, 0, sizeof *d);
+    LT_TRY(cublasLtMatmulDescCreate(&d->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LT_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    LT_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    LT_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode_a,
+                                          sizeof mode_a));
+    LT_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode_b,
+                                          sizeof mode_b));
+    LT_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &ws,
+                                          sizeof ws));
+    LT_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &xs,
+                                          sizeof xs));
+    if (epilogue_bias) {
+        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        cudaDataType_t bt = CUDA_R_32F;
+        LT_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                              sizeof epi));
+        LT_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                              sizeof bias));
+        LT_TRY(cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
+                                              sizeof bt));
+    }
+    LT_TRY(cublasLtMatrixLayoutCreate(&d->a, CUDA_R_8F_E4M3, kp, key->n, kp));
+    LT_TRY(cublasLtMatrixLayoutCreate(&d->b, CUDA_R_8F_E4M3, kp, key->m, kp));
+    LT_TRY(cublasLtMatrixLayoutCreate(&d->c, ct, key->n, key->m, key->n));
+    LT_TRY(cublasLtMatmulPreferenceCreate(&d->pref));
+    LT_TRY(cublasLtMatmulPreferenceSetAttribute(d->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                &ws_bytes, sizeof ws_bytes));
+    for (int i = 0; i < 3; i++)
+        al[i] = (uint32_t)key->align[i];
+    LT_TRY(cublasLtMatmulPreferenceSetAttribute(d->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                &al[0], sizeof al[0]));
+    LT_TRY(cublasLtMatmulPreferenceSetAttribute(d->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                &al[1], sizeof al[1]));
+    LT_TRY(cublasLtMatmulPreferenceSetAttribute(d->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                &al[2], sizeof al[2]));
+    LT_TRY(cublasLtMatmulPreferenceSetAttribute(d->pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                &al[2], sizeof al[2]));
+    return CUBLAS_STATUS_SUCCESS;
+fail:
+    *what_out = what;
+    descs_free(d);
+    return st;
+}
+
+__global__ void fp8_bias_broadcast_kernel(float *out32, __nv_bfloat16 *out16, const float *bias,
+                                          int m, int n)
+{
+    size_t total = (size_t)m * n;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        if (out32)
+            out32[i] = bias[i % n];
+        else
+            out16[i] = __float2bfloat16_rn(bias[i % n]);
+    }
+}
+
+int kn_cuda_gemm_fp8(const kn_backend *be, const char *op, void *out, int out_bf16,
+                     const uint8_t *xq, const float *xs, const uint8_t *w, const float *ws,
+                     const float *bias, int m, int n, int k)
+{
+    if (m == 0)
+        return KN_OK;
+    if (m % KN_CUDA_FP8_M_ALIGN)
+        return kn_arg_error(op, "fp8 GEMM rows %d are not a multiple of %d", m,
+                            KN_CUDA_FP8_M_ALIGN);
+    struct kn_cuda_fp8 *f = fp8_state(be, op);
+    if (!f)
+        return KN_ERR_DEVICE;
+    plan_key key;
+    memset(&key, 0, sizeof key);
+    key.m = m;
+    key.n = n;
+    key.k = k;
+    key.out_bf16 = out_bf16 != 0;
+    key.has_bias = bias != NULL;
+    key.align[0] = align_of(w);
+    key.align[1] = align_of(xq);
+    key.align[2] = align_of(out);
+    key.align[3] = bias ? align_of(bias) : 0;
+    plan *p = &f->plans[plan_hash(&key)];
+    const char *what = "cuBLASLt descriptors";
+    descs d;
+    cublasStatus_t st;
+    if (!p->valid || memcmp(&p->key, &key, sizeof key) != 0) {
+        /* Ask for the fused bias first; without an algorithm for it, fall
+         * back to the broadcast. */
+        cublasLtMatmulHeuristicResult_t res;
+        int found = 0;
+        for (int epi = bias ? 1 : 0; epi >= 0 && !found; epi--) {
+            st = descs_make(&d, be, &key, xs, ws, bias, epi, &what);
+            if (st != CUBLAS_STATUS_SUCCESS)
+                return kn_cuda_blas_error(op, what, st);
+            memset(&res, 0, sizeof res);
+            st = cublasLtMatmulAlgoGetHeuristic(f->lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &res,
+                                                &found);
+            descs_free(&d);
+            /* any refusal of the fused form falls back to the broadcast */
+            if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED && epi == 0)
+                return kn_cuda_blas_error(op, "cublasLtMatmulAlgoGetHeuristic", st);
+            if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
+                p->valid = 1;
+                p->key = key;
+                p->epilogue_bias = epi;
+                p->algo = res.algo;
+            } else {
+                found = 0;
+            }
+        }
+        if (!found) {
+            p->valid = 0;
+            fprintf(stderr, "tandem: %s: cuBLASLt has no block-scaled FP8 algorithm for "
+                    "m=%d n=%d k=%d (%s output, alignments %d/%d/%d)\n", op, m, n, k,
+                    out_bf16 ? "bf16" : "fp32", key.align[0], key.align[1], key.align[2]);
+            return KN_ERR_UNSUPPORTED;
+        }
+    }
+    st = descs_make(&d, be, &key, xs, ws, bias, p->epilogue_bias, &what);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return kn_cuda_blas_error(op, what, st);
+    float alpha = 1.0f, beta = 0.0f;
+    if (bias)
+        f->last_bias_fused = p->epilogue_bias;
+    if (bias && !p->epilogue_bias) {
+        size_t total = (size_t)m * n, blocks = (total + 255) / 256;
+        size_t cap = (size_t)kn_cuda_ctx_of(be)->sm_count * 16;
+        fp8_bias_broadcast_kernel<<<(unsigned)(blocks < cap ? blocks : cap), 256, 0,
+                                    kn_cuda_stream(be)>>>(
+            out_bf16 ? NULL : (float *)out, out_bf16 ? (__nv_bfloat16 *)out : NULL, bias, m, n);
+        cudaError_t err = cudaGetLastError();
+        if (err != cudaSuccess) {
+            descs_free(&d);
+            return kn_cuda_device_error(op, "fp8_bias_broadcast_kernel", err);
+        }
+        beta = 1.0f;
+    }
+    st = cublasLtMatmul(f->lt, d.op, &alpha, w, d.a, xq, d.b, &beta, out, d.c, out, d.c,
+                        &p->algo, be->scratch, be->scratch_bytes, kn_cuda_stream(be));
+    descs_free(&d);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return kn_cuda_blas_error(op, "cublasLtMatmul (fp8)", st);
+    return KN_OK;
+}
+
+/* Quantized activations for m rows in n_segs segments, zeroed (pad rows
+ * are zero codes with finite scales). */
+static int act_alloc(const kn_backend *be, const char *op, int m, int k, int n_segs,
+                     uint8_t **xq, float **xs)
+{
+    size_t qb = kn_cuda_fp8_padded_rows((size_t)m, (size_t)n_segs) * kn_fp8_ld((size_t)k);
+    size_t sb = kn_cuda_fp8_act_scale_count((size_t)m, (size_t)k, (size_t)n_segs) * sizeof(float);
+    *xq = (uint8_t *)kn_cuda_tmp_alloc(be, op, qb);
+    *xs = (float *)kn_cuda_tmp_alloc(be, op, sb);
+    if (!*xq || !*xs)
+        return KN_ERR_NOMEM;
+    cudaStream_t s = kn_cuda_stream(be);
+    KN_CUDA_TRY(op, cudaMemsetAsync(*xq, 0, qb, s));
+    KN_CUDA_TRY(op, cudaMemsetAsync(*xs, 0, sb, s));
+    return KN_OK;
+}
+
+int kn_cuda_fp8_linear(const kn_backend *be, const char *op, void *out, int out_bf16,
+                       const float *x, const uint8_t *w, const float *ws, const float *bias,
+                       int m, int n, int k)
+{
+    if (m == 0)
+        return KN_OK;
+    const int m_pad = (int)kn_cuda_fp8_round_rows((size_t)m);
+    const size_t elem = out_bf16 ? 2 : 4;
+    uint8_t *xq = NULL;
+    float *xs = NULL;
+    void *tmp = NULL;
+    int rc = act_alloc(be, op, m, k, 1, &xq, &xs);
+    if (rc == KN_OK)
+        rc = kn_cuda_quant_fp8(be, op, xq, xs, x, m, k, NULL, 1);
+    /* the pad rows' outputs go to a temporary, whose first m rows are out */
+    if (rc == KN_OK && m_pad != m) {
+        tmp = kn_cuda_tmp_alloc(be, op, (size_t)m_pad * n * elem);
+        rc = tmp ? KN_OK : KN_ERR_NOMEM;
+    }
+    if (rc == KN_OK)
+        rc = kn_cuda_gemm_fp8(be, op, tmp ? tmp : out, out_bf16, xq, xs, w, ws, bias, m_pad, n, k);
+    if (rc == KN_OK && tmp) {
+        cudaError_t err = cudaMemcpyAsync(out, tmp, (size_t)m * n * elem,
+                                          cudaMemcpyDeviceToDevice, kn_cuda_stream(be));
+        if (err != cudaSuccess)
+            rc = kn_cuda_device_error(op, "cudaMemcpyAsync (fp8 rows)", err);
+    }
+    kn_cuda_tmp_free(be, tmp);
+    kn_cuda_tmp_free(be, xq);
+    kn_cuda_tmp_free(be, xs);
+    return rc;
+}
+
+/* out[r] = padded[r + 15 * segment(r)]: drops the pad rows of every
+ * segment in one pass. */
+__global__ void fp8_unpad_rows_kernel(float *out, const float *padded, const int *seg_offsets,
+                                      int n_segs, int n)
+{
+    const int r = blockIdx.x;
+    int lo = 0, hi = n_segs - 1;
+    while (lo < hi) {
+        int mid = (lo + hi) >> 1;
+        if (seg_offsets[mid + 1] <= r)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    const float *src = padded + (size_t)(r + (KN_CUDA_FP8_M_ALIGN - 1) * lo) * n;
+    float *dst = out + (size_t)r * n;
+    for (int j = threadIdx.x; j < n; j += blockDim.x)
+        dst[j] = src[j];
+}
+
+int kn_cuda_fp8_expert_gemms(const kn_backend *be, const char *op, float *out, const float *x,
+                             const int *host_off, const int *dev_off, int n_experts,
+                             const uint8_t *w, const float *ws, const float *bias,
+                             int n, int k)
+{
+    const int rows_total = host_off[n_experts];
+    if (rows_total == 0)
+        return KN_OK;
+    const size_t kp = kn_fp8_ld((size_t)k);
+    const size_t w_bytes = kn_fp8_data_bytes((size_t)n, (size_t)k);
+    const size_t w_scales = kn_fp8_scale_count((size_t)n, (size_t)k);
+    const size_t pad_rows = kn_cuda_fp8_padded_rows((size_t)rows_total, (size_t)n_experts);
+    uint8_t *xq = NULL;
+    float *xs = NULL;
+    float *tmp = (float *)kn_cuda_tmp_alloc(be, op, pad_rows * n * sizeof(float));
+    int rc = tmp ? act_alloc(be, op, rows_total, k, n_experts, &xq, &xs) : KN_ERR_NOMEM;
+    if (rc == KN_OK)
+        rc = kn_cuda_quant_fp8(be, op, xq, xs, x, rows_total, k, dev_off, n_experts);
+    for (int e = 0; e < n_experts && rc == KN_OK; e++) {
+        int r0 = host_off[e], rows = host_off[e + 1] - r0;
+        if (rows == 0)
+            continue;
+        size_t p0 = kn_cuda_fp8_seg_row((size_t)r0, (size_t)e);
+        rc = kn_cuda_gemm_fp8(be, op, tmp + p0 * n, 0, xq + p0 * kp,
+                              xs + kn_cuda_fp8_seg_base(p0, (size_t)e, (size_t)k),
+                              w + (size_t)e * w_bytes, ws + (size_t)e * w_scales,
+                              bias ? bias + (size_t)e * n : NULL,
+                              (int)kn_cuda_fp8_round_rows((size_t)rows), n, k);
+    }
+    if (rc == KN_OK) {
+        fp8_unpad_rows_kernel<<<rows_total, n >= 512 ? 256 : 64, 0, kn_cuda_stream(be)>>>(
+            out, tmp, dev_off, n_experts, n);
+        cudaError_t err = cudaGetLastError();
+        if (err != cudaSuccess)
+            rc = kn_cuda_device_error(op, "fp8_unpad_rows_kernel", err);
+    }
+    kn_cuda_tmp_free(be, tmp);
+    kn_cuda_tmp_free(be, xq);
+    kn_cuda_tmp_free(be, xs);
+    return rc;
+}
