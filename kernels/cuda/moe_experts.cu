@@ -361,9 +361,9 @@ moe_grouped_down_kernel(float *y, const __nv_bfloat16 *a, const int *offsets,
  * each 32-wide chunk and feeds them to two mmas whose "virtual" k columns
  * (2t, 2t+1, 2t+8, 2t+9) map to the same real k's in A and in B: fully
  * used 64-byte row segments from global memory, no shared memory, and
- * MMA_UNROLL chunks of loads in flight per lane. */
+ * U chunks of loads in flight per lane (8 for up to 16 rows per pass, when
+ * the weight stream is all that matters, else 4). */
 constexpr int MMA_WARPS = 4;
-constexpr int MMA_UNROLL = 4;
 
 __device__ __forceinline__ void moe_mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                              uint32_t b0, uint32_t b1)
@@ -377,7 +377,7 @@ __device__ __forceinline__ void moe_mma_bf16(float (&c)[4], uint32_t a0, uint32_
 /* acc[j]: rows g and g+8 of the warp's 16 weight rows (wlo, whi: this lane's
  * two rows) times tokens 8j + 2t, 8j + 2t + 1 of x ([nr][K], nr <= 8*NT):
  * acc[j][0..1] row g, acc[j][2..3] row g+8 (the mma C layout). */
-template <int NT>
+template <int NT, int MMA_UNROLL>
 __device__ __forceinline__ void mma_rows_dot(float (&acc)[NT][4], const __nv_bfloat16 *wlo,
                                              const __nv_bfloat16 *whi, const __nv_bfloat16 *x, int K,
                                              int nr, int lane)
@@ -444,7 +444,7 @@ moe_grouped_gate_up_mma_kernel(__nv_bfloat16 *a, const __nv_bfloat16 *xp, const 
 #pragma unroll
         for (int j = 0; j < NT; j++)
             acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-        mma_rows_dot<NT>(acc, wg, wu, xp + (size_t)(first + r0) * dim, dim, nr, lane);
+        mma_rows_dot<NT, NT <= 2 ? 8 : 4>(acc, wg, wu, xp + (size_t)(first + r0) * dim, dim, nr, lane);
         if (c0 + g < inter) {
 #pragma unroll
             for (int j = 0; j < NT; j++)
@@ -478,7 +478,7 @@ moe_grouped_down_mma_kernel(float *y, const __nv_bfloat16 *a, const int *offsets
 #pragma unroll
         for (int j = 0; j < NT; j++)
             acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-        mma_rows_dot<NT>(acc, wlo, whi, a + (size_t)(first + r0) * inter, inter, nr, lane);
+        mma_rows_dot<NT, NT <= 2 ? 8 : 4>(acc, wlo, whi, a + (size_t)(first + r0) * inter, inter, nr, lane);
 #pragma unroll
         for (int j = 0; j < NT; j++)
 #pragma unroll
@@ -770,7 +770,8 @@ extern "C" int kn_moe_experts_cuda(const kn_backend *be, float *out, const float
         what = "moe_count_kernel";
         goto done;
     }
-    moe_place_kernel<<<n_local + 1, 256, 0, s>>>(expert_idx, n_slots, w->expert_offset, n_local,
+    /* 1024 threads: each block walks all slots, 1024 per round */
+    moe_place_kernel<<<n_local + 1, 1024, 0, s>>>(expert_idx, n_slots, w->expert_offset, n_local,
                                                  offsets, perm, slot_pos);
     if ((err = cudaGetLastError()) != cudaSuccess) {
         what = "moe_place_kernel";
