@@ -32,4 +32,6 @@ for lib in libcjson.so.1 libopenblas.so.0 libgfortran.so.5 libquadmath.so.0 libc
     [ -n "$path" ] || { echo "make_prebuilt: $lib not linked"; exit 1; }
     cp -L "$path" "$DEST/lib/$lib"
 done
+# the FP8 cuBLASLt probe (tests/gpu/run_fp8.sh runs it when present)
+tests/gpu/build_probe_fp8.sh "$DEST/bin/probe_fp8" >/dev/null
 echo "prebuilt in $DEST ($(git rev-parse --short HEAD)): $(ls "$DEST/bin" | tr '\n' ' ')($(du -sh "$DEST" | cut -f1))"

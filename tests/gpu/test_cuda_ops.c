@@ -27,6 +27,7 @@
 #include "kernels/dtype.h"
 #include "kernels/embedding.h"
 #include "kernels/fill.h"
+#include "kernels/fp8.h"
 #include "kernels/matmul.h"
 #include "kernels/moe.h"
 #include "kernels/rmsnorm.h"
@@ -709,6 +710,153 @@ static void test_moe_experts_bf16(test_ctx *t, int n_tokens, int k, int n_expert
 }
 
 /* ------------------------------------------------------------------ */
+/* FP8 weights (kernels/fp8.h): kn_matmul_w and the FP8 expert path      */
+/* against the CPU backend (the same function: bit-identical activation */
+/* quantization, then sums) and float64 of that function.               */
+
+/* Hopper's FP8 tensor cores sum each 128-wide k block with less than fp32
+ * precision before cuBLASLt promotes it with the block scales: the device
+ * probe measured 2-3e-4 normwise (tests/gpu/probe_fp8.cu). */
+#define FP8_TOL 1e-3
+/* In the experts the GPU's h differs from the CPU's by that much, so an
+ * activation near an e4m3 rounding boundary can land on the neighbouring
+ * code (2^-3 relative at most) before the down product. */
+#define FP8_MOE_TOL 2e-2
+
+/* An [n][k] weight whose 128x128 blocks have magnitudes 2^-3..2^3, quantized
+ * on the host; *data / *scale are host buffers (free them). */
+static void fp8_weight(test_ctx *t, int n, int k, uint8_t **data, float **scale)
+{
+    float *w = tu_xcalloc((size_t)n * k, sizeof(float));
+    for (int r = 0; r < n; r++)
+        for (int c = 0; c < k; c++)
+            w[(size_t)r * k + c] = (float)(tu_rand_uniform(&t->rng) * 2 - 1) *
+                                   ldexpf(1.0f, (r / 128 * 5 + c / 128 * 3) % 7 - 3);
+    *data = tu_xcalloc(kn_fp8_data_bytes(n, k), 1);
+    *scale = tu_xcalloc(kn_fp8_scale_count(n, k), sizeof(float));
+    kn_fp8_quantize_weight(*data, *scale, w, n, k);
+    free(w);
+}
+
+static void test_matmul_fp8(test_ctx *t, int m, int n, int k, int with_bias)
+{
+    float *x = rand_floats(t, (size_t)m * k, -2.f, 2.f);
+    float *bias = with_bias ? rand_floats(t, (size_t)n, -1.f, 1.f) : NULL;
+    uint8_t *wq;
+    float *ws;
+    fp8_weight(t, n, k, &wq, &ws);
+    size_t no = (size_t)m * n, ld = kn_fp8_ld(k), kb = kn_fp8_blocks(k), sld = kn_fp8_scale_ld(k);
+    double *ref = tu_xcalloc(no, sizeof(double));
+    uint8_t *xq = tu_xcalloc(ld, 1);
+    float *xs = tu_xcalloc(kb, sizeof(float));
+    for (int i = 0; i < m; i++) {
+        kn_fp8_quantize_act_row(xq, xs, x + (size_t)i * k, k);
+        for (int j = 0; j < n; j++) {
+            double acc = bias ? bias[j] : 0.0;
+            for (size_t b = 0; b < kb; b++) {
+                double part = 0;
+                for (size_t c = b * 128; c < (size_t)k && c < b * 128 + 128; c++)
+                    part += (double)kn_e4m3_to_f32(xq[c]) * kn_e4m3_to_f32(wq[(size_t)j * ld + c]);
+                acc += part * xs[b] * ws[(j / 128) * sld + b];
+            }
+            ref[(size_t)i * n + j] = acc;
+        }
+    }
+    float *cpu = tu_xcalloc(no, sizeof(float)), *got = tu_xcalloc(no, sizeof(float));
+    float *d_x = dev_upload(t, x, (size_t)m * k * sizeof(float));
+    uint8_t *d_w = dev_upload(t, wq, kn_fp8_data_bytes(n, k));
+    float *d_s = dev_upload(t, ws, kn_fp8_scale_count(n, k) * sizeof(float));
+    float *d_b = bias ? dev_upload(t, bias, (size_t)n * sizeof(float)) : NULL;
+    float *d_out = dev_alloc(t, no * sizeof(float));
+    dev_poison(t, d_out, no);
+    kn_weight hw = { KN_FP8_E4M3, wq, ws }, dw = { KN_FP8_E4M3, d_w, d_s };
+    if (run_ok(t, kn_matmul_w(&t->gpu, d_out, d_x, &dw, d_b, m, n, k), "kn_matmul_w fp8 cuda") &&
+        run_ok(t, kn_matmul_w(&t->cpu, cpu, x, &hw, bias, m, n, k), "kn_matmul_w fp8 cpu")) {
+        char what[160];
+        snprintf(what, sizeof what, "matmul_w fp8 m=%d n=%d k=%d%s vs float64 of the FP8 function", m,
+                 n, k, bias ? " +bias" : "");
+        check_err(t, gpu_err(t, d_out, ref, no, got), FP8_TOL, what);
+        snprintf(what, sizeof what, "matmul_w fp8 m=%d n=%d k=%d vs CPU", m, n, k);
+        check_err(t, tu_max_rel_err_f32(got, cpu, no), FP8_TOL, what);
+    }
+    kn_free(&t->gpu, d_x), kn_free(&t->gpu, d_w), kn_free(&t->gpu, d_s), kn_free(&t->gpu, d_b);
+    kn_free(&t->gpu, d_out);
+    free(x), free(bias), free(wq), free(ws), free(ref), free(xq), free(xs), free(cpu), free(got);
+}
+
+static void test_moe_experts_fp8(test_ctx *t, int n_tokens, int k, int n_experts, int dim, int inter,
+                                 kn_act act)
+{
+    size_t gdb = kn_fp8_data_bytes(2 * inter, dim), gsc = kn_fp8_scale_count(2 * inter, dim);
+    size_t ddb = kn_fp8_data_bytes(dim, inter), dsc = kn_fp8_scale_count(dim, inter);
+    uint8_t *gu = tu_xcalloc(n_experts * gdb, 1), *dn = tu_xcalloc(n_experts * ddb, 1);
+    float *gus = tu_xcalloc(n_experts * gsc, sizeof(float)), *dns = tu_xcalloc(n_experts * dsc, sizeof(float));
+    for (int e = 0; e < n_experts; e++) {
+        uint8_t *q;
+        float *s;
+        fp8_weight(t, 2 * inter, dim, &q, &s);
+        memcpy(gu + e * gdb, q, gdb), memcpy(gus + e * gsc, s, gsc * sizeof(float));
+        free(q), free(s);
+        fp8_weight(t, dim, inter, &q, &s);
+        memcpy(dn + e * ddb, q, ddb), memcpy(dns + e * dsc, s, dsc * sizeof(float));
+        free(q), free(s);
+    }
+    /* keep h near 1: the weights' magnitudes go up to 8 */
+    for (size_t i = 0; i < n_experts * gsc; i++)
+        gus[i] /= (float)dim;
+    for (size_t i = 0; i < n_experts * dsc; i++)
+        dns[i] /= (float)inter;
+    float *gub = rand_floats(t, (size_t)n_experts * 2 * inter, -0.5f, 0.5f);
+    float *dnb = rand_floats(t, (size_t)n_experts * dim, -0.5f, 0.5f);
+    float *x = rand_floats(t, (size_t)n_tokens * dim, -2.f, 2.f);
+    size_t ns = (size_t)n_tokens * k, no = (size_t)n_tokens * dim;
+    int32_t *idx = tu_xcalloc(ns, sizeof(int32_t));
+    float *wts = rand_floats(t, ns, 0.05f, 1.f);
+    for (int tk = 0; tk < n_tokens; tk++)
+        for (int j = 0; j < k; j++) {
+            int e, dup;
+            do {
+                e = tu_rand_int(&t->rng, n_experts);
+                dup = 0;
+                for (int i = 0; i < j; i++)
+                    dup |= idx[(size_t)tk * k + i] == e;
+            } while (dup);
+            idx[(size_t)tk * k + j] = e;
+        }
+    kn_moe_weights hw = { .n_experts = n_experts, .expert_offset = 0, .dim = dim, .inter = inter,
+                          .wdtype = KN_FP8_E4M3, .gate_up = gu, .gate_up_bias = gub, .down = dn,
+                          .down_bias = dnb, .gate_up_scale = gus, .down_scale = dns, .act = act,
+                          .alpha = 1.702f, .limit = 7.0f };
+    float *cpu = tu_xcalloc(no, sizeof(float)), *got = tu_xcalloc(no, sizeof(float));
+    kn_moe_weights dw = hw;
+    dw.gate_up = dev_upload(t, gu, n_experts * gdb);
+    dw.down = dev_upload(t, dn, n_experts * ddb);
+    dw.gate_up_scale = dev_upload(t, gus, n_experts * gsc * sizeof(float));
+    dw.down_scale = dev_upload(t, dns, n_experts * dsc * sizeof(float));
+    dw.gate_up_bias = dev_upload(t, gub, (size_t)n_experts * 2 * inter * sizeof(float));
+    dw.down_bias = dev_upload(t, dnb, (size_t)n_experts * dim * sizeof(float));
+    float *d_x = dev_upload(t, x, no * sizeof(float));
+    int32_t *d_idx = dev_upload(t, idx, ns * sizeof(int32_t));
+    float *d_wts = dev_upload(t, wts, ns * sizeof(float));
+    float *d_out = dev_alloc(t, no * sizeof(float));
+    dev_poison(t, d_out, no);
+    if (run_ok(t, kn_moe_experts(&t->gpu, d_out, d_x, d_idx, d_wts, n_tokens, k, &dw), "kn_moe_experts fp8 cuda") &&
+        run_ok(t, kn_moe_experts(&t->cpu, cpu, x, idx, wts, n_tokens, k, &hw), "kn_moe_experts fp8 cpu")) {
+        dev_download(t, got, d_out, no * sizeof(float));
+        char what[160];
+        snprintf(what, sizeof what, "moe_experts fp8 weights %s tokens=%d k=%d experts=%d dim=%d inter=%d vs CPU",
+                 act == KN_ACT_SWIGLU_OAI ? "clamped-swiglu" : "swiglu", n_tokens, k, n_experts, dim, inter);
+        check_err(t, tu_max_rel_err_f32(got, cpu, no), FP8_MOE_TOL, what);
+    }
+    kn_free(&t->gpu, (void *)dw.gate_up), kn_free(&t->gpu, (void *)dw.down);
+    kn_free(&t->gpu, (void *)dw.gate_up_scale), kn_free(&t->gpu, (void *)dw.down_scale);
+    kn_free(&t->gpu, (void *)dw.gate_up_bias), kn_free(&t->gpu, (void *)dw.down_bias);
+    kn_free(&t->gpu, d_x), kn_free(&t->gpu, d_idx), kn_free(&t->gpu, d_wts), kn_free(&t->gpu, d_out);
+    free(gu), free(dn), free(gus), free(dns), free(gub), free(dnb), free(x), free(idx), free(wts);
+    free(cpu), free(got);
+}
+
+/* ------------------------------------------------------------------ */
 /* The two bf16 expert paths of the CUDA backend (the grouped one-launch */
 /* kernel and the per-expert cuBLAS GEMMs, forced through                */
 /* kn_cuda_set_moe_grouped) on the real models' shapes, both against the */
@@ -1119,6 +1267,17 @@ int main(int argc, char **argv)
     test_moe_experts_bf16(&t, 200, 4, 32, 288, 192, KN_ACT_SWIGLU_OAI);
     test_moe_experts_bf16(&t, 61, 8, 16, 128, 48, KN_ACT_SWIGLU);
     test_moe_paths(&t);
+    /* FP8: GPT-OSS's k = 2880 (not a multiple of 128), n not a multiple of
+     * 128, rows 1..300 (cuBLASLt needs 16-row multiples: padded inside) */
+    test_matmul_fp8(&t, 1, 2880, 2880, 1);
+    test_matmul_fp8(&t, 7, 200, 2880, 1);
+    test_matmul_fp8(&t, 33, 5760, 2880, 0);
+    test_matmul_fp8(&t, 300, 512, 2880, 1);
+    test_matmul_fp8(&t, 130, 640, 4096, 1);
+    test_matmul_fp8(&t, 17, 1000, 300, 0);
+    test_moe_experts_fp8(&t, 1, 4, 32, 2880, 2880, KN_ACT_SWIGLU_OAI);
+    test_moe_experts_fp8(&t, 200, 4, 32, 288, 192, KN_ACT_SWIGLU_OAI);
+    test_moe_experts_fp8(&t, 61, 8, 16, 256, 768, KN_ACT_SWIGLU);
     test_fill(&t, 1, 3, -1.f, 1.f);
     test_fill(&t, 1000003, 12345, -0.05f, 0.05f);
     test_fill(&t, 4096, 0, 0.9f, 1.1f);

@@ -11,7 +11,16 @@
  *     tokens equal to HF's while HF's top-2 margin is >= 0.01, and the CPU
  *     backend's bf16 run (the same function) within 5e-3;
  *   - synthetic weights of each fixture's config: the GPU and the CPU make
- *     the same model from one seed (same logits).
+ *     the same model from one seed (same logits);
+ *   - FP8 weights (--weights fp8: attention and experts e4m3 with 128x128
+ *     block scales, cuBLASLt's block-scaled GEMM): the GPU FP8 model against
+ *     the GPU bf16 model within the FP8 bound (the CPU tests measured FP8 vs
+ *     f32 at 0.056-0.078 for qwen3 and 0.23-0.26 for gpt-oss:
+ *     tests/unit/test_engine_quantized.c; bf16 is 16x closer to f32), and
+ *     against the CPU backend's FP8 model (the same function; they differ
+ *     where the GPU's FP8 accumulation, ~3e-4 relative per product, moves
+ *     an activation across an e4m3 rounding boundary); synthetic FP8
+ *     weights of one seed on both backends.
  * Output is TAP; NaN never passes (a NaN error compares false).
  *
  * Usage: test_engine_gpu [device]   (run from the repository root) */
@@ -32,6 +41,8 @@
 #define BF16_HF_TOL 8e-2   /* see tests/unit/test_engine_weights_dtype.c */
 #define BF16_CPU_TOL 5e-3  /* bf16 roundings of activations that differ by an fp32 ulp */
 #define BF16_MARGIN 0.01f
+#define FP8_TOL_QWEN3 0.15     /* FP8 vs bf16 and vs the CPU's FP8, prefill logits */
+#define FP8_TOL_GPT_OSS 0.5
 #define MAX_SEQ 128
 #define PAGE 16
 
@@ -250,7 +261,7 @@ static void synthetic_same_on_both(ctx *t, const char *dir, const et_golden *g, 
     tm_load_opts o = {.weights = wd, .seed = 2026};
     int rg = tm_model_synthetic(dir, &t->gpu, &o, &mg, err, sizeof err);
     int rcpu = rg == KN_OK ? tm_model_synthetic(dir, &t->cpu, &o, &mc, err, sizeof err) : rg;
-    const char *name = wd == TM_WEIGHTS_BF16 ? "bf16" : "f32";
+    const char *name = wd == TM_WEIGHTS_BF16 ? "bf16" : wd == TM_WEIGHTS_FP8 ? "fp8" : "f32";
     if (rg != KN_OK || rcpu != KN_OK) {
         tap(t, 0, "%s: synthetic %s models: %s", dir, name, err);
     } else {
@@ -267,6 +278,43 @@ static void synthetic_same_on_both(ctx *t, const char *dir, const et_golden *g, 
         run_free(&b);
     }
     tm_model_free(mg);
+    tm_model_free(mc);
+}
+
+static void fp8_vs_bf16_and_cpu(ctx *t, const char *dir, const et_golden *g, double tol)
+{
+    tm_model *m8 = load(t, &t->gpu, dir, TM_WEIGHTS_FP8, "cuda fp8");
+    tm_model *mb = load(t, &t->gpu, dir, TM_WEIGHTS_BF16, "cuda bf16");
+    tm_model *mc = load(t, &t->cpu, dir, TM_WEIGHTS_FP8, "cpu fp8");
+    if (!m8 || !mb || !mc)
+        goto done;
+    tap(t, tm_model_expert_dtype(m8) == KN_FP8_E4M3, "%s: --weights fp8 experts are %s", dir,
+        kn_dtype_name(tm_model_expert_dtype(m8)));
+    tap(t, tm_model_weight_bytes(m8) < tm_model_weight_bytes(mb),
+        "%s: fp8 model holds %zu bytes, bf16 %zu", dir, tm_model_weight_bytes(m8),
+        tm_model_weight_bytes(mb));
+    run r8, rb, rc;
+    greedy(m8, &t->gpu, g->prompt, g->T, g->G, &r8);
+    greedy(mb, &t->gpu, g->prompt, g->T, g->G, &rb);
+    greedy(mc, &t->cpu, g->prompt, g->T, g->G, &rc);
+    tap(t, r8.rc == KN_OK && rb.rc == KN_OK && rc.rc == KN_OK,
+        "%s: fp8 runs on cuda (%s) and cpu (%s), bf16 on cuda (%s)", dir, kn_status_str(r8.rc),
+        kn_status_str(rc.rc), kn_status_str(rb.rc));
+    if (r8.rc == KN_OK && rb.rc == KN_OK && rc.rc == KN_OK) {
+        size_t np = (size_t)g->T * g->V;
+        check_err(t, et_rel_err(r8.prompt_logits, rb.prompt_logits, np), tol, dir,
+                  "cuda fp8 vs cuda bf16 prefill logits");
+        check_err(t, et_rel_err(r8.prompt_logits, rc.prompt_logits, np), tol, dir,
+                  "cuda fp8 vs cpu fp8 prefill logits");
+        printf("# %s: fp8 greedy tokens: %d of %d equal HF's, %d equal the cpu fp8 run's\n", dir,
+               count_agree(r8.ids, g->gen_ids, g->G), g->G, count_agree(r8.ids, rc.ids, g->G));
+    }
+    run_free(&r8);
+    run_free(&rb);
+    run_free(&rc);
+done:
+    tm_model_free(m8);
+    tm_model_free(mb);
     tm_model_free(mc);
 }
 
@@ -293,6 +341,9 @@ int main(int argc, char **argv)
         bf16_vs_hf_and_cpu(&t, fixtures[i], &g);
         synthetic_same_on_both(&t, fixtures[i], &g, TM_WEIGHTS_F32, CPU_F32_TOL);
         synthetic_same_on_both(&t, fixtures[i], &g, TM_WEIGHTS_BF16, BF16_CPU_TOL);
+        fp8_vs_bf16_and_cpu(&t, fixtures[i], &g, i == 0 ? FP8_TOL_GPT_OSS : FP8_TOL_QWEN3);
+        synthetic_same_on_both(&t, fixtures[i], &g, TM_WEIGHTS_FP8,
+                               i == 0 ? FP8_TOL_GPT_OSS : FP8_TOL_QWEN3);
         et_golden_free(&g);
     }
     kn_backend_free(&t.gpu);

@@ -130,7 +130,7 @@ expect_fail "option without its value" 2 "needs a value" --model
 expect_fail "stray argument" 2 "unexpected argument 'extra'" --model "$dir" --prompt-ids 1 --max-tokens 4 extra
 expect_fail "unknown --device" 2 "--device must be cpu, cuda or cuda:N" --model "$dir" --prompt-ids 1 --max-tokens 4 --device gpu
 expect_fail "bad --device ordinal" 2 "--device must be" --model "$dir" --prompt-ids 1 --max-tokens 4 --device cuda:x
-expect_fail "unknown --weights" 2 "--weights must be auto, f32 or bf16" --model "$dir" --prompt-ids 1 --max-tokens 4 --weights fp8
+expect_fail "unknown --weights" 2 "--weights must be auto, f32, bf16 or fp8" --model "$dir" --prompt-ids 1 --max-tokens 4 --weights fp4
 if ldd "$GEN" | grep -q libcudart; then
     echo "# a CUDA=1 build: --device cuda on a CPU-only build not checked here"
 else
