@@ -23,9 +23,12 @@
  * 32 greedy tokens against HF's golden tokens (bf16: while HF's top-2
  * margin is >= 0.01) and each step's logits against the single-rank model's
  * on the same tokens; one step batching a decode with a second sequence's
- * prefill; and the communicators' counters (comm_get_stats): every
- * collective the layout prescribes ran, exactly as many times and with as
- * many bytes as the steps' row counts give (nonzero).
+ * prefill (the single-rank model runs the same batch); and the
+ * communicators' counters (comm_get_stats): every collective the layout
+ * prescribes ran, exactly as many times and with as many bytes as the
+ * steps' row counts give (nonzero). The engine loads through
+ * tm_model_load_opts, tm_model_load_parallel's general form (it also takes
+ * the weight dtype).
  *
  * --two-ranks: TP=2 with two processes on the same GPU. NCCL (since 2.5)
  * refuses two ranks on one device ("Duplicate GPU detected"); a refusal is
@@ -173,29 +176,26 @@ static int idle_step(lay_run *r)
     return rc;
 }
 
-/* One step of seqs on both models (the single-rank model one sequence at a
- * time); logits of every new row (all_rows) or each sequence's last into
- * r->lp / r->lr. */
+/* One step of seqs on both models, the same batch on each (the CUDA
+ * attention picks its kernel per batch: bf16 tensor cores for a
+ * prefill-sized one, decode rows included, so only the same batch isolates
+ * what the communicators do); logits of every new row (all_rows) or each
+ * sequence's last into r->lp / r->lr. */
 static int step_both(lay_run *r, seq *const *ss, int n, int all_rows)
 {
-    tm_seq_step st[2];
+    tm_seq_step sp[2], sr[2];
     int rows = 0;
     for (int i = 0; i < n; i++) {
-        st[i] = seq_step(ss[i], 1);
-        rows += st[i].n_tokens;
+        sp[i] = seq_step(ss[i], 1);
+        sr[i] = seq_step(ss[i], 0);
+        rows += sp[i].n_tokens;
     }
-    int rc = tm_forward(r->par, &r->kv_par, st, n, all_rows ? NULL : r->lp,
+    int rc = tm_forward(r->par, &r->kv_par, sp, n, all_rows ? NULL : r->lp,
                         all_rows ? r->lp : NULL);
     if (rc)
         return rc;
     expect_step(r, rows);
-    int off = 0;
-    for (int i = 0; i < n && !rc; i++) {
-        tm_seq_step one = seq_step(ss[i], 0);
-        float *ref = r->lr + (size_t)off * r->V;
-        rc = tm_forward(r->ref, &r->kv_ref, &one, 1, all_rows ? NULL : ref, all_rows ? ref : NULL);
-        off += all_rows ? one.n_tokens : 1;
-    }
+    rc = tm_forward(r->ref, &r->kv_ref, sr, n, all_rows ? NULL : r->lr, all_rows ? r->lr : NULL);
     for (int i = 0; i < n; i++)
         ss[i]->n_cached = ss[i]->len;
     return rc;
@@ -339,8 +339,8 @@ static int run_steps(lay_run *r, const et_golden *g, int bf16)
         return rc;
     note_err(r, r->lp, r->lr, 2 * (size_t)V);
     double e_mix = et_rel_err(r->lp, r->lr, 2 * (size_t)V);
-    tap(t, e_mix <= PAR_TOL, "%s %s %s: one step of a decode and a %d-token prefill batched "
-        "vs the single-rank model: rel err %.3g (bound %.0e)", r->fx, r->wname,
+    tap(t, e_mix <= PAR_TOL, "%s %s %s: one step batching a decode and a %d-token prefill "
+        "vs the single-rank model's same step: rel err %.3g (bound %.0e)", r->fx, r->wname,
         lay_name[r->kind], Tb, e_mix, PAR_TOL);
     return KN_OK;
 }
