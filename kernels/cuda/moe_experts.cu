@@ -548,18 +548,18 @@ static cudaError_t launch_grouped_rn(cudaStream_t s, const kn_moe_weights *w, __
     return err != cudaSuccess ? err : launch_down<R, NT>(s, w, y, a, offsets);
 }
 
+/* Rows per pass with headroom over the mean (random routing spreads the
+ * rows per expert binomially): the tensor-core kernels skip empty 8-row
+ * tiles, so spare tiles cost registers only, while a second pass re-reads
+ * the expert's weights. */
 static cudaError_t launch_grouped(cudaStream_t s, const kn_moe_weights *w, __nv_bfloat16 *a, float *y,
                                   const __nv_bfloat16 *xp, const int *offsets, long long rows_hint)
 {
     if (rows_hint <= 2)
         return launch_grouped_rn<4, 1>(s, w, a, y, xp, offsets);
-    if (rows_hint <= 4)
-        return launch_grouped_rn<8, 1>(s, w, a, y, xp, offsets);
-    if (rows_hint <= 8)
-        return launch_grouped_rn<16, 1>(s, w, a, y, xp, offsets);
-    if (rows_hint <= 16)
-        return launch_grouped_rn<16, 2>(s, w, a, y, xp, offsets);
-    if (rows_hint <= 32)
+    if (rows_hint <= 6)
+        return launch_grouped_rn<8, 2>(s, w, a, y, xp, offsets);
+    if (rows_hint <= 12)
         return launch_grouped_rn<16, 4>(s, w, a, y, xp, offsets);
     return launch_grouped_rn<16, 8>(s, w, a, y, xp, offsets);
 }

@@ -10,7 +10,9 @@
 #   2. bench_moe: kn_moe_experts alone, prefill 8192 and decode 1/8/32/128,
 #      both paths, median of CUDA-event-timed calls next to the bytes/FLOPs
 #      floor;
-#   3. tandem-bench --synthetic gpt-oss-20b: prefill 8192 and decode with
+#   3. test_engine_gpu (the tiny fixtures' logits and tokens on the GPU vs
+#      HF and the CPU, through the default path choice), then
+#      tandem-bench --synthetic gpt-oss-20b: prefill 8192 and decode with
 #      the default path choice, with --profile (the "MoE experts" group),
 #      and decode again with TANDEM_CUDA_MOE_GROUPED=0 (the old per-expert
 #      path) for the same-run comparison;
@@ -36,7 +38,7 @@ elapsed() { echo $(( $(date +%s) - t_start )); }
 echo "== GPU"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,memory.total,memory.used \
     --format=csv 2>&1 | tee "$OUT/gpu.txt"
-run ldd "$BIN/test_cuda_ops" "$BIN/bench_moe" "$BIN/tandem-bench" | grep "not found"
+run ldd "$BIN/test_cuda_ops" "$BIN/bench_moe" "$BIN/tandem-bench" "$BIN/test_engine_gpu" | grep "not found"
 
 echo "== test_cuda_ops (seed $SEED)"
 run timeout 200 "$BIN/test_cuda_ops" "$SEED" >"$OUT/test_cuda_ops.log" 2>&1
@@ -53,6 +55,13 @@ echo "== bench_moe (kn_moe_experts alone)"
 run timeout 60 "$BIN/bench_moe" --hbm-tbps "$HBM" --peak-tflops "$PEAK" 2>&1 | tee "$OUT/bench_moe.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "bench_moe failed"; status=1; }
 
+echo "== test_engine_gpu (tiny HF fixtures on the GPU: logits and tokens vs HF and the CPU)"
+run timeout 120 "$BIN/test_engine_gpu" 0 >"$OUT/test_engine_gpu.log" 2>&1
+rc=$?
+[ $rc -eq 0 ] || status=1
+grep -E '^not ok |Bail' "$OUT/test_engine_gpu.log"
+eng="exit $rc, $(grep -c '^ok ' "$OUT/test_engine_gpu.log") ok, $(grep -c '^not ok ' "$OUT/test_engine_gpu.log") not ok"
+
 bench() {   # NAME TIMEOUT ARGS...
     local name=$1 limit=$2
     shift 2
@@ -66,13 +75,13 @@ bench() {   # NAME TIMEOUT ARGS...
 C=tests/fixtures/configs
 bench oss20b 90 --synthetic $C/gpt-oss-20b.json --prefill 8192 --batch 1,8,32,128 --context 8192 \
     --steps 16 --repeat 3 --profile
-if [ "$(elapsed)" -lt 140 ]; then
+if [ "$(elapsed)" -lt 150 ]; then
     TANDEM_CUDA_MOE_GROUPED=0 bench oss20b_pergemm 60 --synthetic $C/gpt-oss-20b.json --prefill none \
         --batch 1,32 --context 8192 --steps 16 --repeat 3
 fi
 
 san="not run (time)"
-if [ "$(elapsed)" -lt 150 ] && command -v compute-sanitizer >/dev/null; then
+if [ "$(elapsed)" -lt 160 ] && command -v compute-sanitizer >/dev/null; then
     echo "== compute-sanitizer memcheck (test_cuda_ops, expert cases only)"
     run timeout 60 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
         "$BIN/test_cuda_ops" "$SEED" moe >"$OUT/memcheck.log" 2>&1
@@ -89,6 +98,7 @@ echo "| step | result |"
 echo "| --- | --- |"
 echo "| test_cuda_ops (seed $SEED) | $ops |"
 echo "| of which the two expert paths | $moe_ok; worst grouped-vs-CPU rel err $worst (bound 1e-3) |"
+echo "| test_engine_gpu | $eng |"
 echo "| compute-sanitizer memcheck, expert cases | $san |"
 for f in "$OUT"/bench_oss20b*.log; do
     [ -f "$f" ] || continue
