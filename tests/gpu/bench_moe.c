@@ -1,7 +1,8 @@
 /* Times kn_moe_experts on the CUDA backend with bf16 expert weights, on
  * GPT-OSS-20B (32 experts of 2880 -> 2880, top-4, clamped SwiGLU, biases)
  * and Qwen3-30B-A3B (128 experts of 2048 -> 768, top-8, SwiGLU) layer
- * shapes: prefill 8192 tokens and decode batches 1/8/32/128, through both
+ * shapes: prefill 8192 tokens and decode batches 1/8/32/128 (and 512 rows,
+ * to see where the two paths cross), through both
  * expert paths (the per-expert cuBLAS GEMMs, on one stream and spread over
  * 4 side streams, and the grouped one-launch kernels, forced with
  * kn_cuda_set_moe_grouped / kn_cuda_set_moe_streams; the grouped kernels are
@@ -44,7 +45,7 @@ static const moe_model MODELS[] = {
     { "gpt-oss-20b", 32, 4, 2880, 2880, KN_ACT_SWIGLU_OAI, 1 },
     { "qwen3-30b-a3b", 128, 8, 2048, 768, KN_ACT_SWIGLU, 0 },
 };
-static const int BATCHES[] = { 1, 8, 32, 128, 8192 };
+static const int BATCHES[] = { 1, 8, 32, 128, 512, 8192 }; /* 512: where the paths cross */
 enum { PREFILL_MIN = 1024 }; /* batches at least this big are "prefill" */
 
 static void fail(const char *what)
@@ -173,7 +174,7 @@ static void bench_model(const kn_backend *be, tu_rng *rng, const moe_model *m, d
             kn_cuda_set_moe_grouped(be, -1);
             kn_cuda_set_moe_streams(be, 1);
             printf("| %s | %s %d | %s%s | %.3f | %.0f | %.1f | %d | %.3f | %.1fx |\n", m->name,
-                   prefill ? "prefill" : "decode", T, mode_name[mode],
+                   prefill ? "prefill" : T > 128 ? "tokens" : "decode", T, mode_name[mode],
                    mode == auto_grouped ? " (default)" : "", ms, bytes / (ms * 1e-3) / 1e9,
                    flops / (ms * 1e-3) / 1e12, n_used, floor_ms, ms / floor_ms);
             fflush(stdout);
@@ -194,7 +195,7 @@ int main(int argc, char **argv)
             printf("usage: bench_moe [--hbm-tbps X] [--peak-tflops Y] [--quick]\n"
                    "Times kn_moe_experts (bf16 weights) on GPT-OSS-20B and Qwen3-30B-A3B layer shapes,\n"
                    "both CUDA expert paths; floors from X TB/s (default 4.229) and Y TFLOP/s (789.8).\n"
-                   "--quick skips decode batches 128 and fewer repetitions.\n");
+                   "--quick skips batches 128 and 512 and takes fewer repetitions.\n");
             return 0;
         } else if (strcmp(argv[i], "--hbm-tbps") == 0 && i + 1 < argc) {
             hbm_tbps = atof(argv[++i]);
