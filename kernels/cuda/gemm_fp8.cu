@@ -29,9 +29,9 @@
  * The bias goes into the epilogue (CUBLASLT_EPILOGUE_BIAS, fp32 bias) when
  * cuBLASLt has an algorithm for it; otherwise it is broadcast into out
  * first and the product accumulates onto it (beta = 1). The heuristic's
- * choice is cached per shape and pointer alignment in the backend's FP8
- * state, so steady-state calls (every layer, every expert) do not query it
- * again. */
+ * choice is cached per shape (rows bucketed to a power of two) and pointer
+ * alignment in the backend's FP8 state, so steady-state calls (every layer,
+ * every expert) do not query it again. */
 #include <string.h>
 #include <stdlib.h>
 #include <cublasLt.h>
@@ -143,7 +143,7 @@ static void descs_free(descs *d)
 
 /* Builds the descriptors for this call, with or without the bias
  * epilogue. Returns a cuBLAS status; *what names the failing call. */
-static cublasStatus_t descs_make(descs *d, const kn_backend *be, const plan_key *key,
+static cublasStatus_t descs_make(descs *d, const kn_backend *be, const plan_key *key, int m,
                                  const float *xs, const float *ws, const float *bias,
                                  int epilogue_bias, const char **what_out)
 {
@@ -179,8 +179,8 @@ static cublasStatus_t descs_make(descs *d, const kn_backend *be, const plan_key 
                                               sizeof bt));
     }
     LT_TRY(cublasLtMatrixLayoutCreate(&d->a, CUDA_R_8F_E4M3, kp, key->n, kp));
-    LT_TRY(cublasLtMatrixLayoutCreate(&d->b, CUDA_R_8F_E4M3, kp, key->m, kp));
-    LT_TRY(cublasLtMatrixLayoutCreate(&d->c, ct, key->n, key->m, key->n));
+    LT_TRY(cublasLtMatrixLayoutCreate(&d->b, CUDA_R_8F_E4M3, kp, m, kp));
+    LT_TRY(cublasLtMatrixLayoutCreate(&d->c, ct, key->n, m, key->n));
     LT_TRY(cublasLtMatmulPreferenceCreate(&d->pref));
     LT_TRY(cublasLtMatmulPreferenceSetAttribute(d->pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                 &ws_bytes, sizeof ws_bytes));
@@ -214,6 +214,108 @@ __global__ void fp8_bias_broadcast_kernel(float *out32, __nv_bfloat16 *out16, co
     }
 }
 
+/* The plan for key: cached, or asked of the heuristic (the fused bias
+ * first, then without) for key->m rows. NULL when cuBLASLt has none. */
+static plan *plan_get(struct kn_cuda_fp8 *f, const kn_backend *be, const char *op,
+                      const plan_key *key, const float *xs, const float *ws, const float *bias,
+                      int *rc)
+{
+    plan *p = &f->plans[plan_hash(key)];
+    *rc = KN_OK;
+    if (p->valid && memcmp(&p->key, key, sizeof *key) == 0)
+        return p;
+    const char *what = "cuBLASLt descriptors";
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    descs d;
+    p->valid = 0;
+    for (int epi = bias ? 1 : 0; epi >= 0 && !found; epi--) {
+        cublasStatus_t st = descs_make(&d, be, key, key->m, xs, ws, bias, epi, &what);
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            *rc = kn_cuda_blas_error(op, what, st);
+            return NULL;
+        }
+        memset(&res, 0, sizeof res);
+        st = cublasLtMatmulAlgoGetHeuristic(f->lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &res,
+                                            &found);
+        descs_free(&d);
+        /* any refusal of the fused form falls back to the broadcast */
+        if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED && epi == 0) {
+            *rc = kn_cuda_blas_error(op, "cublasLtMatmulAlgoGetHeuristic", st);
+            return NULL;
+        }
+        if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
+            p->valid = 1;
+            p->key = *key;
+            p->epilogue_bias = epi;
+            p->algo = res.algo;
+        } else {
+            found = 0;
+        }
+    }
+    if (!found) {
+        fprintf(stderr, "tandem: %s: cuBLASLt has no block-scaled FP8 algorithm for "
+                "m=%d n=%d k=%d (%s output, alignments %d/%d/%d)\n", op, key->m, key->n, key->k,
+                key->out_bf16 ? "bf16" : "fp32", key->align[0], key->align[1], key->align[2]);
+        *rc = KN_ERR_UNSUPPORTED;
+        return NULL;
+    }
+    return p;
+}
+
+/* Runs plan p for m rows. Returns the cuBLAS status of cublasLtMatmul
+ * (which checks the algorithm against the problem on the host, before
+ * anything is queued) or sets *rc on other failures. */
+static cublasStatus_t plan_run(struct kn_cuda_fp8 *f, const kn_backend *be, const char *op,
+                               const plan *p, int m, void *out, const uint8_t *xq,
+                               const float *xs, const uint8_t *w, const float *ws,
+                               const float *bias, int *rc)
+{
+    const char *what = "cuBLASLt descriptors";
+    descs d;
+    *rc = KN_OK;
+    cublasStatus_t st = descs_make(&d, be, &p->key, m, xs, ws, bias, p->epilogue_bias, &what);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        *rc = kn_cuda_blas_error(op, what, st);
+        return st;
+    }
+    float alpha = 1.0f, beta = 0.0f;
+    if (bias)
+        f->last_bias_fused = p->epilogue_bias;
+    if (bias && !p->epilogue_bias) {
+        const int n = p->key.n;
+        size_t total = (size_t)m * n, blocks = (total + 255) / 256;
+        size_t cap = (size_t)kn_cuda_ctx_of(be)->sm_count * 16;
+        fp8_bias_broadcast_kernel<<<(unsigned)(blocks < cap ? blocks : cap), 256, 0,
+                                    kn_cuda_stream(be)>>>(
+            p->key.out_bf16 ? NULL : (float *)out,
+            p->key.out_bf16 ? (__nv_bfloat16 *)out : NULL, bias, m, n);
+        cudaError_t err = cudaGetLastError();
+        if (err != cudaSuccess) {
+            descs_free(&d);
+            *rc = kn_cuda_device_error(op, "fp8_bias_broadcast_kernel", err);
+            return CUBLAS_STATUS_EXECUTION_FAILED;
+        }
+        beta = 1.0f;
+    }
+    st = cublasLtMatmul(f->lt, d.op, &alpha, w, d.a, xq, d.b, &beta, out, d.c, out, d.c,
+                        &p->algo, be->scratch, be->scratch_bytes, kn_cuda_stream(be));
+    descs_free(&d);
+    return st;
+}
+
+/* Algorithms are looked up for a power-of-two bucket of rows (so the many
+ * row counts of the experts share a few heuristic queries) and run with the
+ * real count; where cuBLASLt refuses that pairing, the exact count gets its
+ * own plan. */
+static int row_bucket(int m)
+{
+    int b = KN_CUDA_FP8_M_ALIGN;
+    while (b < m && b < (1 << 30))
+        b <<= 1;
+    return b;
+}
+
 int kn_cuda_gemm_fp8(const kn_backend *be, const char *op, void *out, int out_bf16,
                      const uint8_t *xq, const float *xs, const uint8_t *w, const float *ws,
                      const float *bias, int m, int n, int k)
@@ -228,7 +330,7 @@ int kn_cuda_gemm_fp8(const kn_backend *be, const char *op, void *out, int out_bf
         return KN_ERR_DEVICE;
     plan_key key;
     memset(&key, 0, sizeof key);
-    key.m = m;
+    key.m = row_bucket(m);
     key.n = n;
     key.k = k;
     key.out_bf16 = out_bf16 != 0;
@@ -237,68 +339,23 @@ int kn_cuda_gemm_fp8(const kn_backend *be, const char *op, void *out, int out_bf
     key.align[1] = align_of(xq);
     key.align[2] = align_of(out);
     key.align[3] = bias ? align_of(bias) : 0;
-    plan *p = &f->plans[plan_hash(&key)];
-    const char *what = "cuBLASLt descriptors";
-    descs d;
-    cublasStatus_t st;
-    if (!p->valid || memcmp(&p->key, &key, sizeof key) != 0) {
-        /* Ask for the fused bias first; without an algorithm for it, fall
-         * back to the broadcast. */
-        cublasLtMatmulHeuristicResult_t res;
-        int found = 0;
-        for (int epi = bias ? 1 : 0; epi >= 0 && !found; epi--) {
-            st = descs_make(&d, be, &key, xs, ws, bias, epi, &what);
-            if (st != CUBLAS_STATUS_SUCCESS)
-                return kn_cuda_blas_error(op, what, st);
-            memset(&res, 0, sizeof res);
-            st = cublasLtMatmulAlgoGetHeuristic(f->lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &res,
-                                                &found);
-            descs_free(&d);
-            /* any refusal of the fused form falls back to the broadcast */
-            if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED && epi == 0)
-                return kn_cuda_blas_error(op, "cublasLtMatmulAlgoGetHeuristic", st);
-            if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
-                p->valid = 1;
-                p->key = key;
-                p->epilogue_bias = epi;
-                p->algo = res.algo;
-            } else {
-                found = 0;
-            }
-        }
-        if (!found) {
-            p->valid = 0;
-            fprintf(stderr, "tandem: %s: cuBLASLt has no block-scaled FP8 algorithm for "
-                    "m=%d n=%d k=%d (%s output, alignments %d/%d/%d)\n", op, m, n, k,
-                    out_bf16 ? "bf16" : "fp32", key.align[0], key.align[1], key.align[2]);
-            return KN_ERR_UNSUPPORTED;
-        }
+    int rc;
+    for (int exact = key.m == m; ; exact = 1) {
+        if (exact)
+            key.m = m;
+        plan *p = plan_get(f, be, op, &key, xs, ws, bias, &rc);
+        if (!p && !exact && rc == KN_ERR_UNSUPPORTED)
+            continue;   /* none for the bucket: ask for the exact count */
+        if (!p)
+            return rc;
+        cublasStatus_t st = plan_run(f, be, op, p, m, out, xq, xs, w, ws, bias, &rc);
+        if (rc != KN_OK)
+            return rc;
+        if (st == CUBLAS_STATUS_SUCCESS)
+            return KN_OK;
+        if (exact)
+            return kn_cuda_blas_error(op, "cublasLtMatmul (fp8)", st);
     }
-    st = descs_make(&d, be, &key, xs, ws, bias, p->epilogue_bias, &what);
-    if (st != CUBLAS_STATUS_SUCCESS)
-        return kn_cuda_blas_error(op, what, st);
-    float alpha = 1.0f, beta = 0.0f;
-    if (bias)
-        f->last_bias_fused = p->epilogue_bias;
-    if (bias && !p->epilogue_bias) {
-        size_t total = (size_t)m * n, blocks = (total + 255) / 256;
-        size_t cap = (size_t)kn_cuda_ctx_of(be)->sm_count * 16;
-        fp8_bias_broadcast_kernel<<<(unsigned)(blocks < cap ? blocks : cap), 256, 0,
-                                    kn_cuda_stream(be)>>>(
-            out_bf16 ? NULL : (float *)out, out_bf16 ? (__nv_bfloat16 *)out : NULL, bias, m, n);
-        cudaError_t err = cudaGetLastError();
-        if (err != cudaSuccess) {
-            descs_free(&d);
-            return kn_cuda_device_error(op, "fp8_bias_broadcast_kernel", err);
-        }
-        beta = 1.0f;
-    }
-    st = cublasLtMatmul(f->lt, d.op, &alpha, w, d.a, xq, d.b, &beta, out, d.c, out, d.c,
-                        &p->algo, be->scratch, be->scratch_bytes, kn_cuda_stream(be));
-    descs_free(&d);
-    if (st != CUBLAS_STATUS_SUCCESS)
-        return kn_cuda_blas_error(op, "cublasLtMatmul (fp8)", st);
-    return KN_OK;
 }
 
 /* Quantized activations for m rows in n_segs segments, zeroed (pad rows

@@ -1056,6 +1056,12 @@ static void test_fill(test_ctx *t, size_t n, uint64_t seed, float lo, float hi)
         dev_download(t, got, d, n * sizeof(uint16_t));
         tap(t, memcmp(got, cpu, n * sizeof(uint16_t)) == 0, "fill_uniform bf16 n=%zu: GPU bits equal CPU", n);
     }
+    /* fp8 e4m3 codes (synthetic FP8 weights): n bytes */
+    if (run_ok(t, kn_fill_uniform(&t->gpu, d, KN_FP8_E4M3, n, seed, -448.f, 448.f), "kn_fill_uniform fp8 cuda") &&
+        run_ok(t, kn_fill_uniform(&t->cpu, cpu, KN_FP8_E4M3, n, seed, -448.f, 448.f), "kn_fill_uniform fp8 cpu")) {
+        dev_download(t, got, d, n);
+        tap(t, memcmp(got, cpu, n) == 0, "fill_uniform fp8 n=%zu: GPU bits equal CPU", n);
+    }
     /* a slice of the stream (kn_fill_uniform_at), as synthetic shards use */
     size_t first = (size_t)seed * 7919 + 3;
     if (run_ok(t, kn_fill_uniform_at(&t->gpu, d, KN_F32, n, seed, first, lo, hi), "kn_fill_uniform_at cuda") &&

@@ -212,8 +212,8 @@ static void mxfp4_encode(arena *ar, et_tensor *tb, et_tensor *ts, const char *pr
             }
     *tb = (et_tensor){"", "U8", 4, {E, rows, G, 16}, blocks, (size_t)E * rows * G * 16};
     *ts = (et_tensor){"", "U8", 3, {E, rows, G}, scales, (size_t)E * rows * G};
-    snprintf(tb->name, sizeof tb->name, "%s_blocks", prefix);
-    snprintf(ts->name, sizeof ts->name, "%s_scales", prefix);
+    snprintf(tb->name, sizeof tb->name, "%.140s_blocks", prefix);
+    snprintf(ts->name, sizeof ts->name, "%.140s_scales", prefix);
 }
 
 /* dir: the GPT-OSS fixture with MXFP4 experts (mxfp4 = 1), or with plain
@@ -422,7 +422,7 @@ static void qwen3_fp8_checkpoint(void **state)
         t[i].data = codes;
         t[i].nbytes = (size_t)rows * cols;
         et_tensor s = {"", "F32", 2, {rb, cb}, sc, sizeof(float) * rb * cb};
-        snprintf(s.name, sizeof s.name, "%s_scale_inv", t[i].name);
+        snprintf(s.name, sizeof s.name, "%.140s_scale_inv", t[i].name);
         t[n++] = s;
     }
     assert_non_null(q1_dec);

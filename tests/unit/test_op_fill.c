@@ -1,8 +1,8 @@
 /* kn_fill_uniform on the CPU: values in [lo, hi), a pure function of
  * (seed, index) (a slice regenerates alone with kn_fill_uniform_at; the
  * same seed gives the same
- * bits), seeds decorrelate, the moments are those of a uniform, bf16 is the
- * rounding of the f32 value, and bad arguments are refused. Also the CPU
+ * bits), seeds decorrelate, the moments are those of a uniform, bf16 and fp8
+ * are the roundings of the f32 value, and bad arguments are refused. Also the CPU
  * side of kn_stopwatch and kn_backend_trim. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -55,6 +55,12 @@ static void fill_is_seeded_uniform(void **state)
     assert_int_equal(kn_fill_uniform(&be, h, KN_BF16, n, 42, -0.5f, 1.5f), KN_OK);
     for (size_t i = 0; i < n; i++)
         assert_int_equal(h[i], kn_f32_to_bf16(a[i]));
+    /* fp8: the e4m3 code of the f32 value (synthetic FP8 weights) */
+    uint8_t *q = tu_xcalloc(n, 1);
+    assert_int_equal(kn_fill_uniform(&be, q, KN_FP8_E4M3, n, 42, -0.5f, 1.5f), KN_OK);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(q[i], kn_f32_to_e4m3(a[i]));
+    free(q);
     /* kn_fill_uniform_at: a slice made alone equals the same elements of
      * the whole, f32 and bf16 */
     float *part = tu_xcalloc(5000, sizeof *part);
