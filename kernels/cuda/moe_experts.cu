@@ -208,6 +208,18 @@ constexpr int GROUPED_WARPS = 8;  /* warps per block */
 constexpr int ACT_COLS = 2;       /* activation columns per warp: 2 gate + 2 up rows */
 constexpr int DOWN_COLS = 4;      /* output columns (down rows) per warp */
 
+/* 16 bytes of weights, read once per pass: through the read-only path
+ * without allocating in L1, so the expert's x rows (re-read by every warp)
+ * stay there. Not volatile: the weights do not change during a kernel. */
+__device__ __forceinline__ uint4 ld_weights16(const __nv_bfloat16 *p)
+{
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
 __device__ __forceinline__ void bf16x8_to_f32(uint4 v, float (&f)[8])
 {
     const unsigned u[4] = { v.x, v.y, v.z, v.w };
@@ -230,7 +242,7 @@ __device__ __forceinline__ void rows_dot(float (&acc)[NW][R], const __nv_bfloat1
             float wf[NW][8];
 #pragma unroll
             for (int c = 0; c < NW; c++)
-                bf16x8_to_f32(__ldg((const uint4 *)(w[c] + k)), wf[c]);
+                bf16x8_to_f32(ld_weights16(w[c] + k), wf[c]);
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 if (r < nr) {
@@ -397,8 +409,8 @@ __device__ __forceinline__ void mma_rows_dot(float (&acc)[NT][4], const __nv_bfl
 #pragma unroll
         for (int u = 0; u < MMA_UNROLL; u++) {
             if (k0 + 32 * u < K) {
-                wa[u] = __ldg((const uint4 *)(wlo + k0 + 32 * u));
-                wb[u] = __ldg((const uint4 *)(whi + k0 + 32 * u));
+                wa[u] = ld_weights16(wlo + k0 + 32 * u);
+                wb[u] = ld_weights16(whi + k0 + 32 * u);
             } else {
                 wa[u] = wb[u] = make_uint4(0u, 0u, 0u, 0u);
             }
