@@ -54,7 +54,6 @@ void kn_cuda_tmp_free(const kn_backend *be, void *ptr)
         cudaFreeAsync(ptr, kn_cuda_stream(be));
 }
 
-/* Releases whatever init created so far; safe on a half-built ctx. */
 /* One side stream's resources; safe on a half-made set (NULLs skipped). */
 static void side_destroy(cudaStream_t stream, cublasHandle_t blas, void *ws, cudaEvent_t done)
 {
@@ -114,6 +113,7 @@ int kn_cuda_side_streams(const kn_backend *be, const char *op, int n)
     return KN_OK;
 }
 
+/* Releases whatever init created so far; safe on a half-built ctx. */
 static void ctx_destroy(kn_cuda_ctx *ctx)
 {
     if (!ctx)
