@@ -144,8 +144,9 @@ static void on_cancel(decoder_ctx *ctx, const Tandem__V1__Cancel *c)
  * heartbeats and placed our requests elsewhere): every sequence belongs to
  * nobody now. Those whose prompt KV may still be arriving wait (cancelled)
  * for their transfer to end; the rest are freed at once. */
-static void drop_old_session(decoder_ctx *ctx)
+static void drop_old_session(void *arg)
 {
+    decoder_ctx *ctx = arg;
     int freed = 0, held = 0;
     uint64_t release_at = tn_now_ms() + (uint64_t)ctx->cfg.orphan_release_ms;
     for (int i = ctx->s.n_seqs - 1; i >= 0; i--) {
@@ -317,6 +318,31 @@ static int group_agree(decoder_ctx *ctx)
     return 0;
 }
 
+static int on_message(void *arg, const Tandem__V1__WorkerMessage *m)
+{
+    decoder_ctx *ctx = arg;
+    switch (m->body_case) {
+    case TANDEM__V1__WORKER_MESSAGE__BODY_DECODE_ASSIGNMENT:
+        if (m->decode_assignment)
+            on_assignment(ctx, m->decode_assignment);
+        return 1;
+    case TANDEM__V1__WORKER_MESSAGE__BODY_START_DECODE:
+        if (m->start_decode)
+            on_start(ctx, m->start_decode);
+        return 1;
+    case TANDEM__V1__WORKER_MESSAGE__BODY_CANCEL:
+        if (m->cancel)
+            on_cancel(ctx, m->cancel);
+        return 1;
+    case TANDEM__V1__WORKER_MESSAGE__BODY_TRANSFER_PEER:
+        if (m->transfer_peer)
+            on_transfer_peer(ctx, m->transfer_peer);
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 static void run(decoder_ctx *ctx)
 {
     const int grouped = ctx->group.world != NULL;
@@ -344,41 +370,7 @@ static void run(decoder_ctx *ctx)
                 begin_drain(ctx);
             }
         }
-        Tandem__V1__WorkerMessage *m;
-        while (link_recv(&ctx->link, &m)) {
-            /* A re-registration happened inside link_recv before this
-             * message (which belongs to the new session). */
-            if (ctx->session != ctx->link.session)
-                drop_old_session(ctx);
-            switch (m->body_case) {
-            case TANDEM__V1__WORKER_MESSAGE__BODY_DECODE_ASSIGNMENT:
-                if (m->decode_assignment)
-                    on_assignment(ctx, m->decode_assignment);
-                break;
-            case TANDEM__V1__WORKER_MESSAGE__BODY_START_DECODE:
-                if (m->start_decode)
-                    on_start(ctx, m->start_decode);
-                break;
-            case TANDEM__V1__WORKER_MESSAGE__BODY_CANCEL:
-                if (m->cancel)
-                    on_cancel(ctx, m->cancel);
-                break;
-            case TANDEM__V1__WORKER_MESSAGE__BODY_TRANSFER_PEER:
-                if (m->transfer_peer)
-                    on_transfer_peer(ctx, m->transfer_peer);
-                break;
-            case TANDEM__V1__WORKER_MESSAGE__BODY_ERROR:
-                tn_log(WHO, "router error for request %s: %s", m->error->request_id,
-                       m->error->message);
-                break;
-            default:
-                tn_log(WHO, "unexpected message from the router (case %d)", (int)m->body_case);
-                break;
-            }
-            tandem__v1__worker_message__free_unpacked(m, NULL);
-        }
-        if (ctx->session != ctx->link.session)
-            drop_old_session(ctx);
+        worker_receive(&ctx->link, WHO, &ctx->session, on_message, drop_old_session, ctx);
         handle_notices(ctx);
         now = tn_now_ms();
         release_orphans(ctx, now);

@@ -172,8 +172,9 @@ static void on_cancel(prefiller_ctx *ctx, const Tandem__V1__Cancel *c)
  * heartbeats and placed our work elsewhere): nobody waits for the queued
  * jobs any more, and the current one is cancelled (its KV push, if
  * started, tells the decoder no more writes follow). */
-static void drop_old_session(prefiller_ctx *ctx)
+static void drop_old_session(void *arg)
 {
+    prefiller_ctx *ctx = arg;
     int n = 0;
     while (ctx->head) {
         prefill_job *j = ctx->head;
@@ -188,6 +189,23 @@ static void drop_old_session(prefiller_ctx *ctx)
     tn_log(WHO, "registered again: dropped %d queued job(s)%s", n,
            ctx->current ? " and cancelled the current one" : "");
     ctx->session = ctx->link.session;
+}
+
+static int on_message(void *arg, const Tandem__V1__WorkerMessage *m)
+{
+    prefiller_ctx *ctx = arg;
+    switch (m->body_case) {
+    case TANDEM__V1__WORKER_MESSAGE__BODY_PREFILL_ASSIGNMENT:
+        if (m->prefill_assignment)
+            on_assignment(ctx, m->prefill_assignment);
+        return 1;
+    case TANDEM__V1__WORKER_MESSAGE__BODY_CANCEL:
+        if (m->cancel)
+            on_cancel(ctx, m->cancel);
+        return 1;
+    default:
+        return 0;
+    }
 }
 
 void prefiller_service(prefiller_ctx *ctx, int timeout_ms)
@@ -219,32 +237,7 @@ void prefiller_service(prefiller_ctx *ctx, int timeout_ms)
                 ctx->current->cancelled = 1;
         }
     }
-    Tandem__V1__WorkerMessage *m;
-    while (link_recv(&ctx->link, &m)) {
-        /* A re-registration happened inside link_recv before this message
-         * (which belongs to the new session). */
-        if (ctx->session != ctx->link.session)
-            drop_old_session(ctx);
-        switch (m->body_case) {
-        case TANDEM__V1__WORKER_MESSAGE__BODY_PREFILL_ASSIGNMENT:
-            if (m->prefill_assignment)
-                on_assignment(ctx, m->prefill_assignment);
-            break;
-        case TANDEM__V1__WORKER_MESSAGE__BODY_CANCEL:
-            if (m->cancel)
-                on_cancel(ctx, m->cancel);
-            break;
-        case TANDEM__V1__WORKER_MESSAGE__BODY_ERROR:
-            tn_log(WHO, "router error for request %s: %s", m->error->request_id, m->error->message);
-            break;
-        default:
-            tn_log(WHO, "unexpected message from the router (case %d)", (int)m->body_case);
-            break;
-        }
-        tandem__v1__worker_message__free_unpacked(m, NULL);
-    }
-    if (ctx->session != ctx->link.session)
-        drop_old_session(ctx);
+    worker_receive(&ctx->link, WHO, &ctx->session, on_message, drop_old_session, ctx);
     now = tn_now_ms();
     if (link_tick(&ctx->link, now))
         send_heartbeat(ctx, now);

@@ -224,6 +224,26 @@ int worker_wait(worker_link *link, int sig_fd, int timeout_ms, const char *who, 
     return 1;
 }
 
+void worker_receive(worker_link *link, const char *who, const int *session,
+                    worker_message_fn handle, void (*new_session)(void *ctx), void *ctx)
+{
+    Tandem__V1__WorkerMessage *m;
+    while (link_recv(link, &m)) {
+        /* a re-registration happened inside link_recv before this message
+         * (which belongs to the new session) */
+        if (*session != link->session)
+            new_session(ctx);
+        if (m->body_case == TANDEM__V1__WORKER_MESSAGE__BODY_ERROR)
+            tn_log(who, "router error for request %s: %s", m->error->request_id,
+                   m->error->message);
+        else if (!handle(ctx, m))
+            tn_log(who, "unexpected message from the router (case %d)", (int)m->body_case);
+        tandem__v1__worker_message__free_unpacked(m, NULL);
+    }
+    if (*session != link->session)
+        new_session(ctx);
+}
+
 void worker_send_heartbeat(worker_link *link, Tandem__V1__Heartbeat *hb,
                            const worker_metrics *wm, uint64_t now_ms)
 {

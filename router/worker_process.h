@@ -83,6 +83,18 @@ int worker_join(const worker_options *o, const char *who, const Tandem__V1__Regi
  * else 0. */
 int worker_wait(worker_link *link, int sig_fd, int timeout_ms, const char *who, unsigned *sig);
 
+/* The role's handler of one router message: returns 1 when it knew the
+ * message's kind, 0 for one it does not expect (logged by the caller). */
+typedef int (*worker_message_fn)(void *ctx, const Tandem__V1__WorkerMessage *m);
+/* Handles every message waiting on the link: router Errors are logged,
+ * the rest go to handle. Work given in an earlier session is no longer
+ * wanted (the router restarted, or dropped us and placed it elsewhere;
+ * link_recv registered again): new_session runs, before the first message
+ * of the new session, whenever link->session differs from *session, and
+ * must bring *session up to date. */
+void worker_receive(worker_link *link, const char *who, const int *session,
+                    worker_message_fn handle, void (*new_session)(void *ctx), void *ctx);
+
 /* Sends hb (the role filled its load and draining flag) with the worker's
  * metrics series attached, and restarts the heartbeat clock. */
 void worker_send_heartbeat(worker_link *link, Tandem__V1__Heartbeat *hb,
