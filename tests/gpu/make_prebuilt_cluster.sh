@@ -7,7 +7,13 @@
 #              runtime's (libstdc++, libgcc_s, libgomp) or CUDA's
 #              (/usr/local/cuda/lib64, found through the rpath): ZeroMQ,
 #              protobuf-c, UCX (ucp/uct/ucs/ucm), libmicrohttpd, libsodium,
-#              cJSON, OpenBLAS and gfortran, libibverbs, and what those load
+#              cJSON, libcurl (the router's Kubernetes scaler), libibverbs,
+#              the BLAS, and what those load
+# BLAS: the CUDA backend never calls it (cuBLAS does the products), so by
+# default the programs link Debian's reference BLAS (libblas3, 0.5 MB)
+# instead of OpenBLAS (36 MB with its per-CPU kernels), which keeps the
+# folder near 25 MB; --device cpu then works but slowly. PREBUILT_BLAS=openblas
+# links OpenBLAS as `make` does.
 #   DEST/ucx/  UCX's transport modules (Debian's: cma, ib, rdmacm; no CUDA
 #              transports, so the workers stage GPU KV through host buffers)
 #              and their libraries go to DEST/lib; run with
@@ -26,7 +32,17 @@ UCX_MODULES=/usr/lib/x86_64-linux-gnu/ucx
 # A clean tree: the .cu objects do not track header changes.
 rm -rf "$BUILD" "$DEST"
 mkdir -p "$BUILD"
-make -j2 CUDA=1 BUILD="$BUILD" $(for p in $PROGS; do echo "$BUILD/bin/$p"; done) \
+blas=()
+blas_dir=""
+if [ "${PREBUILT_BLAS:-netlib}" = netlib ]; then
+    [ -f /usr/lib/x86_64-linux-gnu/blas/libblas.so ] ||
+        { echo "make_prebuilt_cluster: no reference BLAS (apt-get install libblas-dev), or PREBUILT_BLAS=openblas"; exit 1; }
+    # libblas.so.3 is an alternative that points at OpenBLAS here: resolve
+    # it (ldd below) in the reference BLAS's own folder
+    blas_dir=/usr/lib/x86_64-linux-gnu/blas
+    blas=("PKG_LIBS=$(pkg-config --libs ucx libzmq libprotobuf-c libmicrohttpd libcjson) -L/usr/lib/x86_64-linux-gnu/blas -lblas")
+fi
+make -j2 CUDA=1 BUILD="$BUILD" "${blas[@]}" $(for p in $PROGS; do echo "$BUILD/bin/$p"; done) \
     >"$BUILD/make.log" 2>&1 || { tail -20 "$BUILD/make.log"; exit 1; }
 mkdir -p "$DEST/bin" "$DEST/lib" "$DEST/ucx"
 for p in $PROGS; do
@@ -50,6 +66,7 @@ system_lib() {
 }
 # The programs' and the UCX modules' libraries, and theirs (ldd lists the
 # whole closure).
+ldd() { LD_LIBRARY_PATH=$blas_dir command ldd "$@"; }
 ldd "$DEST"/bin/* "$DEST"/ucx/* | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' | sort -u |
 while read -r name path; do
     system_lib "$name" "$path" && continue
@@ -65,7 +82,7 @@ fi
 {
     echo "commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo ' (with uncommitted changes)')"
     echo "built $(date -u +%Y-%m-%dT%H:%MZ) on $(. /etc/os-release && echo "$PRETTY_NAME"), $(cc --version | head -1), $(/usr/local/cuda/bin/nvcc --version | tail -1)"
-    echo "UCX $(pkg-config --modversion ucx), modules: $(ls "$DEST/ucx" | tr '\n' ' ')"
+    echo "BLAS ${PREBUILT_BLAS:-netlib}; UCX $(pkg-config --modversion ucx), modules: $(ls "$DEST/ucx" | tr '\n' ' ')"
     echo "lib: $(ls "$DEST/lib" | tr '\n' ' ')"
 } >"$DEST/BUILD_INFO"
 echo "prebuilt cluster in $DEST ($(git rev-parse --short HEAD)): $(ls "$DEST/bin" | tr '\n' ' ')," \
