@@ -2,16 +2,11 @@
  * with the prompts' KV caches pushed in by prefillers (decoder/decoder.h). */
 #include "decoder/decoder.h"
 
-#include <errno.h>
-#include <libgen.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/signalfd.h>
 #include <unistd.h>
-#include <zmq.h>
 #include "kernels/status.h"
 #include "router/options.h"
 #include "router/util.h"

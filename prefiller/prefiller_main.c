@@ -2,17 +2,11 @@
  * router and pushes the caches to decoders (see prefiller/prefiller.h). */
 #include "prefiller/prefiller.h"
 
-#include <errno.h>
-#include <libgen.h>
 #include <math.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/signalfd.h>
 #include <unistd.h>
-#include <zmq.h>
 #include "kernels/status.h"
 #include "router/options.h"
 #include "router/util.h"
