@@ -92,7 +92,8 @@ static int setup_moe(tm_model *m, char *err, size_t errlen)
 }
 
 /* Checks a layout against the backend and turns groups of one into "not
- * split", so a world of one is exactly the single-rank model. */
+ * split", so a world of one is exactly the single-rank model (keep_single,
+ * for tests, keeps them so their collectives still run). */
 static int check_layout(const tm_parallel *par, const kn_backend *be, tm_parallel *out,
                         char *err, size_t errlen)
 {
@@ -100,9 +101,9 @@ static int check_layout(const tm_parallel *par, const kn_backend *be, tm_paralle
     if (!par)
         return KN_OK;
     *out = *par;
-    if (out->tp && comm_size(out->tp) == 1)
+    if (out->tp && comm_size(out->tp) == 1 && !out->keep_single)
         out->tp = NULL;
-    if (out->ep && comm_size(out->ep) == 1)
+    if (out->ep && comm_size(out->ep) == 1 && !out->keep_single)
         out->ep = NULL;
     if (!out->ep)
         out->ep_mode = TM_EP_NONE;
