@@ -6,6 +6,11 @@
 #     token ids must equal HF's golden 32 (golden.safetensors gen_ids);
 #   - four concurrent identical requests (the decoder batches them): each
 #     must equal the golden too;
+#   - a seeded sampled request (temperature 0.9, top-p 0.95, top-k 50, seed
+#     1234, 24 tokens) must equal tandem-generate --device $DEVICE with the
+#     same seed: the first token is sampled on the prefiller's GPU, the rest
+#     on the decoder's, continuing the sampler state the prefiller handed
+#     over (skipped when tandem-generate is not in the programs' folder);
 #   - the workers' logs must name the device and the KV path they took;
 #   - SIGTERM stops all three, each exits 0.
 # The prefiller's pages hold 16 tokens and the decoder's 5, so the KV push
@@ -119,6 +124,16 @@ elif cmd == "golden":
     b, e = entry["data_offsets"]
     raw = data[8 + n + b:8 + n + e]
     print(",".join(str(v) for v in struct.unpack("<%di" % (len(raw) // 4), raw)))
+elif cmd == "seeded":
+    url, model, prompt = sys.argv[2], sys.argv[3], sys.argv[4]
+    body = json.dumps({"model": model, "prompt": [int(t) for t in prompt.split(",")],
+                       "max_tokens": 24, "temperature": 0.9, "top_p": 0.95, "top_k": 50,
+                       "seed": 1234, "ignore_eos": True})
+    code, text = post(url + "/v1/completions", body)
+    if code != 200:
+        print("HTTP %d %s" % (code, text[:200]))
+    else:
+        print(",".join(map(str, json.loads(text)["choices"][0]["token_ids"])))
 elif cmd == "check":
     url, model, prompt, golden, n = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6])
     body = json.dumps({"model": model, "prompt": [int(t) for t in prompt.split(",")],
@@ -159,7 +174,7 @@ for FX in gpt_oss_tiny qwen3_moe_tiny; do
     wport=$(sed -n 's/^worker_port=//p' "$OUT/$FX.ports" 2>/dev/null)
     if [ -z "$http" ] || [ -z "$wport" ]; then
         not_ok "$FX: the router starts" "$(tail -3 "$OUT/$FX.router.log")"
-        stop_all; ROWS+=("$FX|router failed|-|-|-|-"); continue
+        stop_all; ROWS+=("$FX|router failed|-|-|-|-|-"); continue
     fi
     URL=http://127.0.0.1:$http
     common=(--router "tcp://127.0.0.1:$wport" --model "$dir" --device "$DEVICE" --weights f32
@@ -180,7 +195,7 @@ for FX in gpt_oss_tiny qwen3_moe_tiny; do
     check "$FX: prefiller and decoder start on $DEVICE and register" $((1 - ready)) \
         "$(py get "$URL/healthz")" "$(tail -3 "$OUT/$FX.prefiller.log")" "$(tail -3 "$OUT/$FX.decoder.log")"
     if [ "$ready" != 1 ]; then
-        stop_all; ROWS+=("$FX|not ready|-|-|-|-"); continue
+        stop_all; ROWS+=("$FX|not ready|-|-|-|-|-"); continue
     fi
     grep -qF "model on $DEVICE, f32 weights" "$OUT/$FX.prefiller.log" &&
         grep -qF "model on $DEVICE, f32 weights" "$OUT/$FX.decoder.log"
@@ -208,17 +223,30 @@ for FX in gpt_oss_tiny qwen3_moe_tiny; do
     check "$FX: 4 concurrent greedy requests on $DEVICE = HF golden" $? \
         "$(echo "$res" | head -4 | grep -v '^same$' | head -2)"
     r_four="$n_same/4"
+
+    r_seed="-"
+    if [ -x "$BIN/tandem-generate" ]; then
+        want=$(LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout 60 \
+               "$BIN/tandem-generate" --model "$dir" --prompt-ids "$prompt" --max-tokens 24 \
+               --ignore-eos --temperature 0.9 --top-p 0.95 --top-k 50 --seed 1234 \
+               --device "$DEVICE" --weights f32 2>"$OUT/$FX.generate.log")
+        got=$(py seeded "$URL" "$FX" "$prompt")
+        [ -n "$want" ] && [ "$got" = "$want" ] && [ "$got" != "$(echo "$golden" | cut -d, -f1-24)" ]
+        check "$FX: seeded sampling on $DEVICE through the cluster = tandem-generate, same seed" $? \
+            "cluster:  $got" "generate: $want" "$(tail -2 "$OUT/$FX.generate.log")"
+        r_seed=$([ -n "$want" ] && [ "$got" = "$want" ] && echo ok || echo FAIL)
+    fi
     stop_all 1
     kind=$(echo "$path_d" | awk '{print $1}')
-    ROWS+=("$FX|$t_ready ms|$r_one (${t_one} s)|$r_four (${t_four} s)|$kind|$(grep -c . "$OUT/$FX.decoder.log") log lines")
+    ROWS+=("$FX|$t_ready ms|$r_one (${t_one} s)|$r_four (${t_four} s)|$r_seed|$kind|$(grep -c . "$OUT/$FX.decoder.log") log lines")
 done
 trap - EXIT
 
 echo "1..$T_N"
 echo "== cluster on $DEVICE: $((T_N - T_FAILED)) ok / $T_FAILED not ok"
-printf '%-16s %-10s %-20s %-22s %-8s\n' fixture "up after" "1 request" "4 concurrent" "KV path"
+printf '%-16s %-10s %-20s %-22s %-7s %-8s\n' fixture "up after" "1 request" "4 concurrent" seeded "KV path"
 for r in "${ROWS[@]}"; do
-    IFS='|' read -r a b c d e _ <<<"$r"
-    printf '%-16s %-10s %-20s %-22s %-8s\n' "$a" "$b" "$c" "$d" "$e"
+    IFS='|' read -r a b c d e f _ <<<"$r"
+    printf '%-16s %-10s %-20s %-22s %-7s %-8s\n' "$a" "$b" "$c" "$d" "$e" "$f"
 done
 [ "$T_FAILED" -eq 0 ]
