@@ -18,6 +18,11 @@ const tm_config *tm_model_config(const tm_model *m)
     return m ? &m->cfg : NULL;
 }
 
+const float *tm_model_last_logits(const tm_model *m)
+{
+    return m ? (const float *)m->s.logits.p : NULL;
+}
+
 const tm_shard *tm_model_shard(const tm_model *m)
 {
     return m ? &m->shard : NULL;
