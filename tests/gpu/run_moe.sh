@@ -15,7 +15,7 @@
 #      tandem-bench --synthetic gpt-oss-20b: prefill 8192 and decode with
 #      the default path choice, with --profile (the "MoE experts" group),
 #      and decode again with TANDEM_CUDA_MOE_GROUPED=0 (the old per-expert
-#      path) for the same-run comparison;
+#      path) for the same-run comparison; Qwen3-30B-A3B decode if time;
 #   4. compute-sanitizer memcheck on the expert cases if time is left;
 #   5. a short summary last. Logs go to $OUT.
 # Exit status non-zero when a check failed or a step did not run.
@@ -73,15 +73,20 @@ bench() {   # NAME TIMEOUT ARGS...
     [ $rc -eq 0 ] || { echo "bench $name: exit $rc"; status=1; }
 }
 C=tests/fixtures/configs
-bench oss20b 90 --synthetic $C/gpt-oss-20b.json --prefill 8192 --batch 1,8,32,128 --context 8192 \
+bench oss20b 120 --synthetic $C/gpt-oss-20b.json --prefill 8192 --batch 1,8,32,128 --context 8192 \
     --steps 16 --repeat 3 --profile
 if [ "$(elapsed)" -lt 150 ]; then
     TANDEM_CUDA_MOE_GROUPED=0 bench oss20b_pergemm 60 --synthetic $C/gpt-oss-20b.json --prefill none \
         --batch 1,32 --context 8192 --steps 16 --repeat 3
 fi
 
+if [ "$(elapsed)" -lt 165 ]; then
+    bench qwen30b 60 --synthetic $C/qwen3-30b-a3b.json --prefill none --batch 1,32 --context 8192 \
+        --steps 16 --repeat 3 --profile
+fi
+
 san="not run (time)"
-if [ "$(elapsed)" -lt 160 ] && command -v compute-sanitizer >/dev/null; then
+if [ "$(elapsed)" -lt 170 ] && command -v compute-sanitizer >/dev/null; then
     echo "== compute-sanitizer memcheck (test_cuda_ops, expert cases only)"
     run timeout 60 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
         "$BIN/test_cuda_ops" "$SEED" moe >"$OUT/memcheck.log" 2>&1
@@ -100,7 +105,7 @@ echo "| test_cuda_ops (seed $SEED) | $ops |"
 echo "| of which the two expert paths | $moe_ok; worst grouped-vs-CPU rel err $worst (bound 1e-3) |"
 echo "| test_engine_gpu | $eng |"
 echo "| compute-sanitizer memcheck, expert cases | $san |"
-for f in "$OUT"/bench_oss20b*.log; do
+for f in "$OUT"/bench_oss20b*.log "$OUT"/bench_qwen30b.log; do
     [ -f "$f" ] || continue
     n=$(basename "$f" .log | sed 's/bench_//')
     grep -E '^(prefill|decode) ' "$f" | sed "s|^|| $n: |; s|$| |"
