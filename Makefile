@@ -70,6 +70,8 @@ GPU_PROGS :=
 GPU_ENGINE_PROGS :=
 BLAS_LIBS ?= -lopenblas
 CJSON_LIBS ?= -lcjson
+# GPU programs that link the engine (libtandem_engine.a), not only the kernels
+ENGINE_GPU_TESTS := $(BUILD)/tests/gpu/test_engine_gpu $(BUILD)/tests/gpu/test_parallel_nccl
 ifeq ($(CUDA),1)
 CUDA_HOME ?= /usr/local/cuda
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
@@ -81,9 +83,9 @@ endif
 CFLAGS   += -DTANDEM_CUDA -I$(CUDA_HOME)/include
 LDLIBS   += $(CUDA_LIBS)
 LIB_OBJ  += $(CU_OBJ)
-GPU_PROGS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(filter-out tests/gpu/test_engine_gpu.c,$(wildcard tests/gpu/*.c)))
+GPU_PROGS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(filter-out $(ENGINE_GPU_TESTS:$(BUILD)/%=%.c),$(wildcard tests/gpu/*.c)))
 GPU_ENGINE_PROGS := $(BUILD)/gpu-bin/tandem-bench $(BUILD)/gpu-bin/tandem-generate \
-                    $(BUILD)/tests/gpu/test_engine_gpu
+                    $(ENGINE_GPU_TESTS)
 endif
 KN_LIB   := $(BUILD)/libtandem_kernels.a
 KN_OBJ   := $(filter $(BUILD)/obj/kernels/%,$(LIB_OBJ)) $(if $(filter 1,$(CUDA)),$(CU_OBJ))
@@ -212,7 +214,7 @@ $(BUILD)/gpu-bin/tandem-%: $(BUILD)/obj/engine/%_main.o $(ENGINE_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(CUDA_LIBS) $(CJSON_LIBS) $(BLAS_LIBS) -lm -o $@
 
-$(BUILD)/tests/gpu/test_engine_gpu: $(BUILD)/obj/tests/gpu/test_engine_gpu.o \
+$(ENGINE_GPU_TESTS): $(BUILD)/tests/gpu/%: $(BUILD)/obj/tests/gpu/%.o \
         $(BUILD)/obj/tests/unit/engine_testutil.o $(BUILD)/obj/tests/unit/testutil.o $(ENGINE_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(CUDA_LIBS) $(CJSON_LIBS) $(BLAS_LIBS) -lm -o $@

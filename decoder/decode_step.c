@@ -82,9 +82,12 @@ int decoder_step(decoder_ctx *ctx)
     }
     int vocab = ctx->mc->vocab_size;
     double t0 = tn_now_s();
-    int rc = tm_forward(ctx->model, &ctx->kv, ctx->steps, n, ctx->logits, NULL);
+    /* the logits stay where they were computed and are sampled there: on
+     * the GPU only the n token ids come back */
+    int rc = tm_forward(ctx->model, &ctx->kv, ctx->steps, n, NULL, NULL);
     if (rc == KN_OK)
-        rc = kn_sample_cpu(ctx->sampled, ctx->logits, n, vocab, ctx->params, ctx->rngs);
+        rc = kn_sample(&ctx->be, ctx->sampled, tm_model_last_logits(ctx->model), n, vocab,
+                       ctx->params, ctx->rngs);
     if (rc != KN_OK) {
         char msg[160];
         snprintf(msg, sizeof msg, "forward/sampling failed: %s", kn_status_str(rc));

@@ -16,27 +16,14 @@
 #include "router/worker_http.h"
 #include "router/worker_link.h"
 #include "router/worker_metrics.h"
+#include "router/worker_process.h"
 
 typedef struct decoder_config {
-    char router[256];
-    char model_dir[512];
-    char model_name[128];
-    char worker_id[128];
-    int page_size;
+    worker_options w;          /* the flags every worker has (--dp is w.ranks) */
     int kv_pages;              /* KV cache capacity */
     int max_batch;             /* sequences admitted at once */
-    char ucx_tls[128];
     int orphan_release_ms;     /* a cancelled reservation whose KV transfer never
                                   reports is freed after this long */
-    char worker_secret_file[512]; /* shared secret of the worker socket ("" = none) */
-    char metrics_host[64];     /* /metrics and /healthz (router/worker_http.h) */
-    int metrics_port;          /* 0: any free port; -1: no HTTP server */
-    char port_file[512];       /* where the bound metrics port is written ("" = nowhere) */
-    double wedged_after_s;
-    int dp, ep;                /* data-parallel ranks; expert-parallel ranks among them */
-    int rank, world;           /* orchestrated ranks: this one of world (0 = fork) */
-    char comm_name[64];        /* orchestrated ranks' rendezvous name */
-    int comm_timeout_ms;       /* longest wait for a peer rank inside a step */
 } decoder_config;
 
 typedef struct decoder_ctx {
@@ -59,8 +46,7 @@ typedef struct decoder_ctx {
     /* step buffers, sized for max_batch */
     sched_seq **batch;
     tm_seq_step *steps;
-    float *logits;
-    int32_t *sampled;
+    int32_t *sampled;          /* host: only token ids come back from the device */
     kn_sampling *params;
     uint64_t *rngs;
     worker_metrics wm;         /* docs/METRICS.md series, sent with heartbeats */

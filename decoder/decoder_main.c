@@ -2,16 +2,11 @@
  * with the prompts' KV caches pushed in by prefillers (decoder/decoder.h). */
 #include "decoder/decoder.h"
 
-#include <errno.h>
-#include <libgen.h>
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/signalfd.h>
 #include <unistd.h>
-#include <zmq.h>
 #include "kernels/status.h"
 #include "router/options.h"
 #include "router/util.h"
@@ -22,7 +17,8 @@ static const char *const INTRO =
     "Runs a Tandem decoder: registers with the router, reserves KV pages for the\n"
     "requests it is given (admission control), receives their prompt KV from\n"
     "prefillers over the TransferEngine (UCX), and decodes all running requests\n"
-    "together, one token per step (continuous batching), streaming tokens back.\n"
+    "together, one token per step (continuous batching), streaming tokens back,\n"
+    "on the CPU or a GPU (--device; tokens are sampled where the logits are).\n"
     "Serves GET /metrics and /healthz on --metrics-port. SIGTERM drains: no new\n"
     "requests, the running ones finish, then it deregisters and exits 0; a\n"
     "second SIGTERM/SIGINT stops at once.";
@@ -46,10 +42,10 @@ static void send_error(decoder_ctx *ctx, const char *request_id, int code, const
 static void send_kv_ready(decoder_ctx *ctx, const sched_seq *q)
 {
     Tandem__V1__KvDestination d = TANDEM__V1__KV_DESTINATION__INIT;
-    d.decoder_id = ctx->cfg.worker_id;
+    d.decoder_id = ctx->cfg.w.worker_id;
     d.page_ids = q->pages;
     d.n_page_ids = (size_t)q->n_pages;
-    d.page_size = ctx->cfg.page_size;
+    d.page_size = ctx->cfg.w.page_size;
     Tandem__V1__KvReady k = TANDEM__V1__KV_READY__INIT;
     k.request_id = (char *)q->id;
     k.destination = &d;
@@ -143,8 +139,9 @@ static void on_cancel(decoder_ctx *ctx, const Tandem__V1__Cancel *c)
  * heartbeats and placed our requests elsewhere): every sequence belongs to
  * nobody now. Those whose prompt KV may still be arriving wait (cancelled)
  * for their transfer to end; the rest are freed at once. */
-static void drop_old_session(decoder_ctx *ctx)
+static void drop_old_session(void *arg)
 {
+    decoder_ctx *ctx = arg;
     int freed = 0, held = 0;
     uint64_t release_at = tn_now_ms() + (uint64_t)ctx->cfg.orphan_release_ms;
     for (int i = ctx->s.n_seqs - 1; i >= 0; i--) {
@@ -211,6 +208,15 @@ static void handle_notices(decoder_ctx *ctx)
         }
         if (!complete)
             continue; /* the prefiller reports the failure; the router cancels */
+        /* staged KV: the prompt's pages go from the host mirror to the GPU */
+        int n_prompt = (q->prompt_len + ctx->s.page_size - 1) / ctx->s.page_size;
+        char err[200];
+        if (kv_receiver_land(ctx->recv, q->pages, n_prompt < q->n_pages ? n_prompt : q->n_pages,
+                             err, sizeof err) != 0) {
+            send_error(ctx, q->id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL, err);
+            sched_remove(&ctx->s, q);
+            continue;
+        }
         sched_kv_arrived(&ctx->s, q);
         if (q->state == SEQ_FINISHED)
             decoder_finish_seq(ctx, q);
@@ -243,13 +249,7 @@ static void send_heartbeat(decoder_ctx *ctx, uint64_t now)
     hb.decoder = &load;
     hb.draining = ctx->draining;
     publish(ctx);
-    worker_metrics_wire wire;
-    hb.metrics = worker_metrics_to_wire(&ctx->wm, &wire);
-    Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
-    m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_HEARTBEAT;
-    m.heartbeat = &hb;
-    link_send(&ctx->link, &m);
-    link_heartbeat_sent(&ctx->link, now);
+    worker_send_heartbeat(&ctx->link, &hb, &ctx->wm, now);
     ctx->window_tokens = 0;
     ctx->window_start_ms = now;
 }
@@ -313,6 +313,31 @@ static int group_agree(decoder_ctx *ctx)
     return 0;
 }
 
+static int on_message(void *arg, const Tandem__V1__WorkerMessage *m)
+{
+    decoder_ctx *ctx = arg;
+    switch (m->body_case) {
+    case TANDEM__V1__WORKER_MESSAGE__BODY_DECODE_ASSIGNMENT:
+        if (m->decode_assignment)
+            on_assignment(ctx, m->decode_assignment);
+        return 1;
+    case TANDEM__V1__WORKER_MESSAGE__BODY_START_DECODE:
+        if (m->start_decode)
+            on_start(ctx, m->start_decode);
+        return 1;
+    case TANDEM__V1__WORKER_MESSAGE__BODY_CANCEL:
+        if (m->cancel)
+            on_cancel(ctx, m->cancel);
+        return 1;
+    case TANDEM__V1__WORKER_MESSAGE__BODY_TRANSFER_PEER:
+        if (m->transfer_peer)
+            on_transfer_peer(ctx, m->transfer_peer);
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 static void run(decoder_ctx *ctx)
 {
     const int grouped = ctx->group.world != NULL;
@@ -327,13 +352,8 @@ static void run(decoder_ctx *ctx)
         if ((grouped || ctx->draining) && timeout > 20)
             timeout = 20;  /* the group waits for its slowest rank at every step; a drain
                               waits for its deregistration's answer */
-        zmq_pollitem_t items[2] = {{ctx->link.sock, 0, ZMQ_POLLIN, 0},
-                                   {NULL, ctx->sig_fd, ZMQ_POLLIN, 0}};
-        if (zmq_poll(items, 2, timeout) < 0 && errno != EINTR)
-            tn_log(WHO, "zmq_poll failed: %s", zmq_strerror(errno));
-        if (items[1].revents) {
-            struct signalfd_siginfo si;
-            unsigned sig = read(ctx->sig_fd, &si, sizeof si) == (ssize_t)sizeof si ? si.ssi_signo : 0;
+        unsigned sig;
+        if (worker_wait(&ctx->link, ctx->sig_fd, timeout, WHO, &sig)) {
             if (ctx->draining) {
                 tn_log(WHO, "signal %u: stopping now", sig);
                 ctx->stop = 1;
@@ -345,41 +365,7 @@ static void run(decoder_ctx *ctx)
                 begin_drain(ctx);
             }
         }
-        Tandem__V1__WorkerMessage *m;
-        while (link_recv(&ctx->link, &m)) {
-            /* A re-registration happened inside link_recv before this
-             * message (which belongs to the new session). */
-            if (ctx->session != ctx->link.session)
-                drop_old_session(ctx);
-            switch (m->body_case) {
-            case TANDEM__V1__WORKER_MESSAGE__BODY_DECODE_ASSIGNMENT:
-                if (m->decode_assignment)
-                    on_assignment(ctx, m->decode_assignment);
-                break;
-            case TANDEM__V1__WORKER_MESSAGE__BODY_START_DECODE:
-                if (m->start_decode)
-                    on_start(ctx, m->start_decode);
-                break;
-            case TANDEM__V1__WORKER_MESSAGE__BODY_CANCEL:
-                if (m->cancel)
-                    on_cancel(ctx, m->cancel);
-                break;
-            case TANDEM__V1__WORKER_MESSAGE__BODY_TRANSFER_PEER:
-                if (m->transfer_peer)
-                    on_transfer_peer(ctx, m->transfer_peer);
-                break;
-            case TANDEM__V1__WORKER_MESSAGE__BODY_ERROR:
-                tn_log(WHO, "router error for request %s: %s", m->error->request_id,
-                       m->error->message);
-                break;
-            default:
-                tn_log(WHO, "unexpected message from the router (case %d)", (int)m->body_case);
-                break;
-            }
-            tandem__v1__worker_message__free_unpacked(m, NULL);
-        }
-        if (ctx->session != ctx->link.session)
-            drop_old_session(ctx);
+        worker_receive(&ctx->link, WHO, &ctx->session, on_message, drop_old_session, ctx);
         handle_notices(ctx);
         now = tn_now_ms();
         release_orphans(ctx, now);
@@ -425,7 +411,6 @@ static void ctx_free(decoder_ctx *ctx)
     kn_backend_free(&ctx->be);
     free(ctx->batch);
     free(ctx->steps);
-    free(ctx->logits);
     free(ctx->sampled);
     free(ctx->params);
     free(ctx->rngs);
@@ -443,95 +428,43 @@ int main(int argc, char **argv)
     }
     ctx->sig_fd = -1;
     decoder_config *c = &ctx->cfg;
-    snprintf(c->router, sizeof c->router, "tcp://127.0.0.1:5555");
-    c->page_size = 16;
+    worker_options *o = &c->w;
+    worker_options_default(o);
     c->kv_pages = 1024;
     c->max_batch = 64;
     c->orphan_release_ms = 60000;
-    snprintf(c->metrics_host, sizeof c->metrics_host, "127.0.0.1");
-    c->wedged_after_s = 60;
-    c->dp = c->ep = 1;
-    c->comm_timeout_ms = COMM_DEFAULT_TIMEOUT_MS;
     const opt_spec specs[] = {
-        {"router", OPT_STR, c->router, sizeof c->router, "the router's worker endpoint"},
-        {"model", OPT_STR, c->model_dir, sizeof c->model_dir,
-         "model directory (config.json + safetensors); required"},
-        {"model-name", OPT_STR, c->model_name, sizeof c->model_name,
-         "name clients request (default: the directory's base name)"},
-        {"worker-id", OPT_STR, c->worker_id, sizeof c->worker_id,
-         "unique id (default: decoder-HOST-PID)"},
-        {"page-size", OPT_INT, &c->page_size, 0, "KV cache tokens per page"},
         {"kv-pages", OPT_INT, &c->kv_pages, 0, "KV cache capacity in pages"},
         {"max-batch", OPT_INT, &c->max_batch, 0, "most sequences decoded together"},
-        {"worker-secret-file", OPT_STR, c->worker_secret_file, sizeof c->worker_secret_file,
-         "file with the secret shared with the router's --worker-secret-file: the router "
-         "connection is then authenticated and encrypted (CURVE)"},
-        {"ucx-tls", OPT_STR, c->ucx_tls, sizeof c->ucx_tls,
-         "UCX transports for the TransferEngine (\"\": UCX_TLS from the environment)"},
         {"orphan-release-ms", OPT_INT, &c->orphan_release_ms, 0,
          "free a cancelled reservation whose KV transfer never reports after this long "
          "(keep it above the prefillers' --transfer-timeout-ms)"},
-        {"metrics-host", OPT_STR, c->metrics_host, sizeof c->metrics_host,
-         "IPv4 address /metrics and /healthz bind (0.0.0.0 in a pod)"},
-        {"metrics-port", OPT_INT, &c->metrics_port, 0,
-         "port of /metrics and /healthz (0: any free port, logged and in --port-file; -1: none)"},
-        {"port-file", OPT_STR, c->port_file, sizeof c->port_file,
-         "write metrics_port=N here once serving"},
-        {"wedged-after-s", OPT_DOUBLE, &c->wedged_after_s, 0,
-         "/healthz answers 500 when the main loop made no progress this long"},
-        {"dp", OPT_INT, &c->dp, 0,
-         "data-parallel ranks, each a decoder with its own requests and KV cache that "
-         "registers as WORKER-ID-dpR (forked, or see --rank)"},
-        {"ep", OPT_INT, &c->ep, 0, "expert-parallel ranks among them (divides --dp)"},
-        {"rank", OPT_INT, &c->rank, 0, "this process's rank when an orchestrator starts them"},
-        {"world", OPT_INT, &c->world, 0,
-         "ranks started by an orchestrator (= --dp; 0: this process forks them)"},
-        {"comm-name", OPT_STR, c->comm_name, sizeof c->comm_name,
-         "the orchestrated ranks' rendezvous name"},
-        {"comm-timeout-ms", OPT_INT, &c->comm_timeout_ms, 0,
-         "longest wait for a peer rank inside a step"},
     };
-    const int n_specs = (int)(sizeof specs / sizeof *specs);
+    int prc = worker_parse_flags(o, "tandem-decoder", INTRO, "dp", specs,
+                                 (int)(sizeof specs / sizeof *specs), argc, argv);
+    if (prc < 0 && (c->kv_pages <= 0 || c->max_batch <= 0 || c->orphan_release_ms <= 0)) {
+        fprintf(stderr, "tandem-decoder: --model is required, sizes must be positive and "
+                "--metrics-port in -1..65535\n");
+        prc = 2;
+    }
+    if (prc >= 0) {
+        free(ctx);
+        return prc;
+    }
     char err[512];
-    int prc = opts_parse(specs, n_specs, argc, argv, err, sizeof err);
-    if (prc == OPTS_HELP) {
-        opts_print_help(stdout, "tandem-decoder", INTRO, specs, n_specs);
-        free(ctx);
-        return 0;
-    }
-    if (prc != OPTS_OK || !c->model_dir[0] || c->page_size <= 0 || c->kv_pages <= 0 ||
-        c->max_batch <= 0 || c->orphan_release_ms <= 0 || c->dp < 1 || c->ep < 1 ||
-        c->world < 0 || c->comm_timeout_ms < 1 || c->metrics_port < -1 ||
-        c->metrics_port > 65535 || !(c->wedged_after_s > 0)) {
-        fprintf(stderr, "tandem-decoder: %s\n",
-                prc != OPTS_OK ? err
-                               : "--model is required, sizes must be positive and --metrics-port "
-                                 "in -1..65535");
-        free(ctx);
-        return 2;
-    }
     /* the DP ranks first, before any thread exists */
-    if (rank_group_start(&ctx->group, 1, c->ep, c->dp, c->rank, c->world, c->comm_name,
-                         "decode", c->comm_timeout_ms, err, sizeof err) != KN_OK) {
+    if (rank_group_start(&ctx->group, 1, o->ep, o->ranks, o->rank, o->world, o->comm_name,
+                         "decode", o->comm_timeout_ms, err, sizeof err) != KN_OK) {
         fprintf(stderr, "tandem-decoder: %s\n", err);
         free(ctx);
         return 1;
     }
-    if (!c->model_name[0]) {
-        char tmp[sizeof c->model_dir];
-        snprintf(tmp, sizeof tmp, "%s", c->model_dir);
-        snprintf(c->model_name, sizeof c->model_name, "%s", basename(tmp));
-    }
-    if (!c->worker_id[0]) {
-        char host[64] = "host";
-        gethostname(host, sizeof host - 1);
-        snprintf(c->worker_id, sizeof c->worker_id, "decoder-%s-%d", host, (int)getpid());
-    }
+    worker_fill_names(o, "decoder");
     if (ctx->group.size > 1) {   /* each DP rank is a decoder of its own */
-        char base[sizeof c->worker_id];
-        snprintf(base, sizeof base, "%s", c->worker_id);
-        if (snprintf(c->worker_id, sizeof c->worker_id, "%s-dp%d", base, ctx->group.rank) >=
-            (int)sizeof c->worker_id) {
+        char base[sizeof o->worker_id];
+        snprintf(base, sizeof base, "%s", o->worker_id);
+        if (snprintf(o->worker_id, sizeof o->worker_id, "%s-dp%d", base, ctx->group.rank) >=
+            (int)sizeof o->worker_id) {
             fprintf(stderr, "tandem-decoder: --worker-id is too long\n");
             free(ctx);
             return 2;
@@ -540,89 +473,57 @@ int main(int argc, char **argv)
     ctx->sig_fd = tn_signalfd_open();
     worker_metrics_init(&ctx->wm, WM_DECODE);
     int rc = 1;
-    if (ctx->sig_fd < 0 || kn_backend_init_cpu(&ctx->be) != KN_OK) {
-        fprintf(stderr, "tandem-decoder: cannot set up signals or the CPU backend\n");
+    if (ctx->sig_fd < 0) {
+        fprintf(stderr, "tandem-decoder: cannot set up signals\n");
         goto out;
     }
-    if (tm_model_load_parallel(c->model_dir, &ctx->be, &ctx->group.groups.par, &ctx->model,
-                               err, sizeof err) != KN_OK) {
-        fprintf(stderr, "tandem-decoder: cannot load model: %s\n", err);
+    if (worker_load_model(o, WHO, &ctx->group, &ctx->be, &ctx->model, err, sizeof err) != 0) {
+        fprintf(stderr, "tandem-decoder: %s\n", err);
         goto out;
     }
     ctx->mc = tm_model_config(ctx->model);
     /* The longest sequence: every token but the last is cached. */
-    long cap = (long)c->kv_pages * c->page_size + 1;
+    long cap = (long)c->kv_pages * o->page_size + 1;
     ctx->max_context = cap < ctx->mc->max_position ? (int)cap : ctx->mc->max_position;
     size_t mb = (size_t)c->max_batch;
     ctx->batch = calloc(mb, sizeof *ctx->batch);
     ctx->steps = calloc(mb, sizeof *ctx->steps);
-    ctx->logits = calloc(mb * (size_t)ctx->mc->vocab_size, sizeof *ctx->logits);
     ctx->sampled = calloc(mb, sizeof *ctx->sampled);
     ctx->params = calloc(mb, sizeof *ctx->params);
     ctx->rngs = calloc(mb, sizeof *ctx->rngs);
-    if (!ctx->batch || !ctx->steps || !ctx->logits || !ctx->sampled || !ctx->params ||
-        !ctx->rngs ||
-        sched_init(&ctx->s, c->kv_pages, c->page_size, c->max_batch, ctx->max_context) != 0 ||
+    if (!ctx->batch || !ctx->steps || !ctx->sampled || !ctx->params || !ctx->rngs ||
+        sched_init(&ctx->s, c->kv_pages, o->page_size, c->max_batch, ctx->max_context) != 0 ||
         tm_kv_cache_init(&ctx->kv, &ctx->be, ctx->mc->n_layers, ctx->mc->n_kv_heads,
-                         ctx->mc->head_dim, c->page_size, c->kv_pages) != KN_OK) {
+                         ctx->mc->head_dim, o->page_size, c->kv_pages) != KN_OK) {
         fprintf(stderr, "tandem-decoder: cannot allocate %d KV pages and step buffers\n",
                 c->kv_pages);
         goto out;
     }
-    if (kv_receiver_open(&ctx->kv, c->worker_id, c->ucx_tls, &ctx->recv, err, sizeof err) != 0) {
+    if (kv_receiver_open(&ctx->kv, o->worker_id, o->ucx_tls, o->kv_path_mode, &ctx->recv, err,
+                         sizeof err) != 0) {
         fprintf(stderr, "tandem-decoder: TransferEngine: %s\n", err);
         goto out;
     }
-    Tandem__V1__Register reg = TANDEM__V1__REGISTER__INIT;
-    reg.worker_id = c->worker_id;
-    reg.role = TANDEM__V1__WORKER_ROLE__WORKER_ROLE_DECODER;
-    reg.model = c->model_name;
-    reg.model_type = (char *)ctx->mc->model_type;
-    reg.vocab_size = ctx->mc->vocab_size;
-    reg.max_context = ctx->max_context;
-    reg.page_size = c->page_size;
-    reg.kv_pages_total = c->kv_pages;
-    reg.eos_token_ids = (int32_t *)ctx->mc->eos_ids;
-    reg.n_eos_token_ids = (size_t)ctx->mc->n_eos;
+    tn_log(WHO, "%s: KV transfer %s", o->worker_id, kv_receiver_path(ctx->recv));
     const uint8_t *ep;
     size_t ep_len;
     kv_receiver_endpoint(ctx->recv, &ep, &ep_len);
-    reg.transfer_endpoint.data = (uint8_t *)ep;
-    reg.transfer_endpoint.len = ep_len;
-    sock_auth auth = {0};
-    if (c->worker_secret_file[0] &&
-        sock_auth_load(&auth, c->worker_secret_file, "workers", err, sizeof err) != 0) {
-        fprintf(stderr, "tandem-%s: %s\n", WHO, err);
-        goto out;
-    }
-    int lrc = link_open_auth(&ctx->link, WHO, c->router, c->worker_id, &reg, &auth, err,
-                             sizeof err);
-    sock_auth_wipe(&auth);
-    if (lrc != 0) {
-        fprintf(stderr, "tandem-decoder: %s\n", err);
-        goto out;
-    }
-    if (worker_http_serve(c->metrics_host, c->metrics_port, c->port_file, "decoder",
-                          c->worker_id, c->wedged_after_s, &ctx->wm, &ctx->http, err,
-                          sizeof err) != 0) {
+    Tandem__V1__Register reg;
+    worker_register_init(&reg, o, TANDEM__V1__WORKER_ROLE__WORKER_ROLE_DECODER, ctx->mc,
+                         ctx->max_context, c->kv_pages, ep, ep_len);
+    if (worker_join(o, WHO, &reg, &ctx->link, &ctx->wm, &ctx->http, err, sizeof err) != 0) {
         fprintf(stderr, "tandem-decoder: %s\n", err);
         goto out;
     }
     ctx->window_start_ms = tn_now_ms();
-    tn_log(WHO, "%s: model %s (%s), %d KV pages of %d tokens, batch %d, DP %d EP %d, "
-           "router %s (pid %d)", c->worker_id, c->model_name, ctx->mc->model_type,
-           c->kv_pages, c->page_size, c->max_batch, c->dp, c->ep, c->router, (int)getpid());
+    tn_log(WHO, "%s: model %s (%s) on %s, %d KV pages of %d tokens, batch %d, DP %d EP %d, "
+           "router %s (pid %d)", o->worker_id, o->model_name, ctx->mc->model_type, o->device,
+           c->kv_pages, o->page_size, c->max_batch, o->ranks, o->ep, o->router, (int)getpid());
     run(ctx);
     rc = ctx->group_failed ? 1 : 0;
-    tn_log(WHO, "%s: stopped", c->worker_id);
+    tn_log(WHO, "%s: stopped", o->worker_id);
 out:
-    /* the model borrows the group's communicators: free it first */
-    tm_model_free(ctx->model);
-    ctx->model = NULL;
-    char why[256] = "";
-    rc = rank_group_finish(&ctx->group, rc, c->comm_timeout_ms + 10000, why, sizeof why);
-    if (why[0])
-        fprintf(stderr, "tandem-decoder: %s\n", why);
+    rc = worker_finish(o, "tandem-decoder", &ctx->group, &ctx->model, rc);
     ctx_free(ctx);
     return rc;
 }

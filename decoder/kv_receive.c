@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "kernels/status.h"
 #include "transfer/transfer.h"
 #include "transfer/transfer_kv.h"
 
@@ -28,6 +29,7 @@ typedef struct pending_notice {
 
 struct kv_receiver {
     te_engine *e;
+    tm_kv_staging staging;     /* the pools registered, or their host mirror */
     te_kv_local local;
     uint8_t *hello;
     size_t hello_len;
@@ -46,8 +48,8 @@ static void peer_disconnect(kv_receiver *r, prefiller_peer *p)
     p->n_remotes = 0;
 }
 
-int kv_receiver_open(tm_kv_cache *kv, const char *name, const char *tls, kv_receiver **out,
-                     char *err, size_t errlen)
+int kv_receiver_open(tm_kv_cache *kv, const char *name, const char *tls, tm_kv_path path,
+                     kv_receiver **out, char *err, size_t errlen)
 {
     *out = NULL;
     kv_receiver *r = calloc(1, sizeof *r);
@@ -63,10 +65,16 @@ int kv_receiver_open(tm_kv_cache *kv, const char *name, const char *tls, kv_rece
         free(r);
         return -1;
     }
+    if (tm_kv_staging_init(&r->staging, kv, path, te_engine_cuda_memory(r->e), err,
+                           errlen) != KN_OK) {
+        kv_receiver_close(r);
+        return -1;
+    }
     te_kv_layout l = {.tp = 1, .rank = 0, .n_layers = kv->n_layers, .n_kv_heads = kv->n_kv_heads,
                       .head_dim = kv->head_dim, .elem_bytes = (int)sizeof(float),
                       .page_size = kv->page_size, .n_pages = kv->n_pages};
-    if (te_kv_register(r->e, &l, (void *const *)kv->k, (void *const *)kv->v, TE_MEM_HOST,
+    if (te_kv_register(r->e, &l, (void *const *)r->staging.k, (void *const *)r->staging.v,
+                       r->staging.device_memory ? TE_MEM_CUDA : TE_MEM_HOST,
                        &r->local) != TE_OK ||
         te_kv_hello_pack(r->e, &r->local, &r->hello, &r->hello_len) != TE_OK) {
         snprintf(err, errlen, "%s", te_engine_error(r->e));
@@ -88,7 +96,25 @@ void kv_receiver_close(kv_receiver *r)
     te_kv_deregister(r->e, &r->local);
     free(r->hello);
     te_engine_destroy(r->e);
+    tm_kv_staging_free(&r->staging);
     free(r);
+}
+
+const char *kv_receiver_path(const kv_receiver *r)
+{
+    return r->staging.how;
+}
+
+int kv_receiver_land(kv_receiver *r, const int32_t *pages, int n_pages, char *err,
+                     size_t errlen)
+{
+    int rc = tm_kv_staging_to_device(&r->staging, pages, n_pages);
+    if (rc != KN_OK) {
+        snprintf(err, errlen, "copying %d received KV pages to the device: %s", n_pages,
+                 kn_status_str(rc));
+        return -1;
+    }
+    return 0;
 }
 
 void kv_receiver_endpoint(const kv_receiver *r, const uint8_t **buf, size_t *len)

@@ -8,11 +8,22 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "engine/kv_cache.h"
+#include "engine/kv_staging.h"
 
 typedef struct kv_receiver kv_receiver;
 
-int kv_receiver_open(tm_kv_cache *kv, const char *name, const char *tls, kv_receiver **out,
-                     char *err, size_t errlen);
+/* Creates the engine (UCX_TLS from tls when non-empty) and registers kv's
+ * pools as write targets, or their host mirror (path: engine/kv_staging.h).
+ * Returns 0 or -1 with a reason. */
+int kv_receiver_open(tm_kv_cache *kv, const char *name, const char *tls, tm_kv_path path,
+                     kv_receiver **out, char *err, size_t errlen);
+/* One line saying which KV path the receiver uses and why (for the log). */
+const char *kv_receiver_path(const kv_receiver *r);
+/* A request's pages whose transfer completed: on the staged path copies them
+ * from the host mirror into the cache (a no-op on the direct path). Call
+ * before the sequence reads them. Returns 0 or -1 with a reason. */
+int kv_receiver_land(kv_receiver *r, const int32_t *pages, int n_pages, char *err,
+                     size_t errlen);
 void kv_receiver_close(kv_receiver *r);
 void kv_receiver_endpoint(const kv_receiver *r, const uint8_t **buf, size_t *len);
 

@@ -3,6 +3,7 @@
 #include "engine/comm.h"
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 #include "engine/comm_internal.h"
 #include "kernels/status.h"
 
@@ -47,6 +48,26 @@ int comm_split(comm *parent, int color, int key, comm **out)
     return parent->ops->split(parent, color, key, out);
 }
 
+void comm_get_stats(const comm *c, comm_stats *out)
+{
+    if (!out)
+        return;
+    if (c)
+        *out = c->stats;
+    else
+        memset(out, 0, sizeof(*out));
+}
+
+/* Counts a completed collective; passes rc through. */
+static int counted(comm *c, int rc, comm_op op, size_t bytes)
+{
+    if (rc == KN_OK) {
+        c->stats.calls[op]++;
+        c->stats.bytes[op] += bytes;
+    }
+    return rc;
+}
+
 static int bad(comm *c, const char *what)
 {
     if (c)
@@ -58,14 +79,15 @@ int comm_all_reduce_sum(comm *c, float *buf, size_t n)
 {
     if (!c || (n && !buf))
         return bad(c, "comm_all_reduce_sum");
-    return c->ops->all_reduce_sum(c, buf, n);
+    return counted(c, c->ops->all_reduce_sum(c, buf, n), COMM_OP_ALL_REDUCE_SUM,
+                   n * sizeof(float));
 }
 
 int comm_all_gather(comm *c, const void *send, void *recv, size_t bytes)
 {
     if (!c || (bytes && (!send || !recv)))
         return bad(c, "comm_all_gather");
-    return c->ops->all_gather(c, send, recv, bytes);
+    return counted(c, c->ops->all_gather(c, send, recv, bytes), COMM_OP_ALL_GATHER, bytes);
 }
 
 int comm_all_to_all_v(comm *c, const void *send, const size_t *send_bytes,
@@ -80,21 +102,22 @@ int comm_all_to_all_v(comm *c, const void *send, const size_t *send_bytes,
     }
     if ((out && !send) || (in && !recv))
         return bad(c, "comm_all_to_all_v");
-    return c->ops->all_to_all_v(c, send, send_bytes, recv, recv_bytes);
+    return counted(c, c->ops->all_to_all_v(c, send, send_bytes, recv, recv_bytes),
+                   COMM_OP_ALL_TO_ALL_V, out);
 }
 
 int comm_broadcast(comm *c, void *buf, size_t bytes, int root)
 {
     if (!c || (bytes && !buf) || root < 0 || root >= c->size)
         return bad(c, "comm_broadcast");
-    return c->ops->broadcast(c, buf, bytes, root);
+    return counted(c, c->ops->broadcast(c, buf, bytes, root), COMM_OP_BROADCAST, bytes);
 }
 
 int comm_barrier(comm *c)
 {
     if (!c)
         return KN_ERR_ARG;
-    return c->ops->barrier(c);
+    return counted(c, c->ops->barrier(c), COMM_OP_BARRIER, 0);
 }
 
 int comm_set_timeout(comm *c, int timeout_ms)

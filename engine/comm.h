@@ -102,6 +102,28 @@ int comm_poll_peers(comm *c);
  * timeout. */
 void comm_abort(comm *c, const char *why);
 
+/* Collectives this rank completed on c (successful calls through this
+ * API, whatever the implementation), by kind, and the bytes of each: the
+ * buffer for all-reduce, all-gather and broadcast, the sum of what it sent
+ * for all-to-all-v. Tests use them to prove which collectives of a layout
+ * ran through which communicator. */
+typedef enum comm_op {
+    COMM_OP_ALL_REDUCE_SUM = 0,
+    COMM_OP_ALL_GATHER,
+    COMM_OP_ALL_TO_ALL_V,
+    COMM_OP_BROADCAST,
+    COMM_OP_BARRIER,
+    COMM_OP_COUNT
+} comm_op;
+
+typedef struct comm_stats {
+    unsigned long long calls[COMM_OP_COUNT];
+    unsigned long long bytes[COMM_OP_COUNT];
+} comm_stats;
+
+/* A copy of c's counters (zeros for NULL). */
+void comm_get_stats(const comm *c, comm_stats *out);
+
 /* Why the last failed call on c (or its group) failed; "" if none did. */
 const char *comm_error(const comm *c);
 /* Leaves the group. Not collective: peers still waiting for this rank get

@@ -27,6 +27,7 @@ struct comm {
     int rank, size;
     kn_backend_kind memory;
     char err[320];     /* this rank's last failure */
+    comm_stats stats;  /* completed collectives (comm.c counts them) */
     void *impl;
 };
 

@@ -403,11 +403,16 @@ int comm_nccl_init(comm **out, comm *bootstrap, const kn_backend *be, char *err,
     if (r == ncclSuccess || r == ncclInProgress)
         r = init_done(nc, DEFAULT_NCCL_TIMEOUT_MS);
     if (r != ncclSuccess) {
+        /* NCCL's own detail ("Duplicate GPU detected : rank 1 and rank 0
+         * both on CUDA device ...") says more than the status; read it
+         * before the abort frees the communicator */
+        const char *last = ncclGetLastError(nc);
+        if (err && errlen)
+            snprintf(err, errlen, "comm_nccl_init: ncclCommInitRank failed: %s%s%s",
+                     r == ncclInProgress ? "timed out" : ncclGetErrorString(r),
+                     last && last[0] ? ": " : "", last && last[0] ? last : "");
         if (nc)
             ncclCommAbort(nc);
-        if (err && errlen)
-            snprintf(err, errlen, "comm_nccl_init: ncclCommInitRank failed: %s",
-                     r == ncclInProgress ? "timed out" : ncclGetErrorString(r));
         return KN_ERR_PEER;
     }
     *out = wrap(nc, (cudaStream_t)be->stream, be->device, rank, size,

@@ -18,6 +18,11 @@ const tm_config *tm_model_config(const tm_model *m)
     return m ? &m->cfg : NULL;
 }
 
+const float *tm_model_last_logits(const tm_model *m)
+{
+    return m ? (const float *)m->s.logits.p : NULL;
+}
+
 const tm_shard *tm_model_shard(const tm_model *m)
 {
     return m ? &m->shard : NULL;
@@ -88,7 +93,8 @@ static int setup_moe(tm_model *m, char *err, size_t errlen)
 }
 
 /* Checks a layout against the backend and turns groups of one into "not
- * split", so a world of one is exactly the single-rank model. */
+ * split", so a world of one is exactly the single-rank model (keep_single,
+ * for tests, keeps them so their collectives still run). */
 static int check_layout(const tm_parallel *par, const kn_backend *be, tm_parallel *out,
                         char *err, size_t errlen)
 {
@@ -96,9 +102,9 @@ static int check_layout(const tm_parallel *par, const kn_backend *be, tm_paralle
     if (!par)
         return KN_OK;
     *out = *par;
-    if (out->tp && comm_size(out->tp) == 1)
+    if (out->tp && comm_size(out->tp) == 1 && !out->keep_single)
         out->tp = NULL;
-    if (out->ep && comm_size(out->ep) == 1)
+    if (out->ep && comm_size(out->ep) == 1 && !out->keep_single)
         out->ep = NULL;
     if (!out->ep)
         out->ep_mode = TM_EP_NONE;

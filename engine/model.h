@@ -128,4 +128,11 @@ typedef struct tm_seq_step {
 int tm_forward(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
                int n_seqs, float *logits, float *all_logits);
 
+/* The last tm_forward's logits where they were computed, on the backend:
+ * [n_seqs][vocab] after a call without all_logits (pass logits NULL to skip
+ * the copy to the host), so they can be sampled where they are (kn_sample
+ * on the model's backend) and only token ids come back. Valid until the
+ * next tm_forward or tm_model_trim; NULL before the first. */
+const float *tm_model_last_logits(const tm_model *m);
+
 #endif

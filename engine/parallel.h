@@ -27,11 +27,18 @@ typedef enum {
 } tm_ep_mode;
 
 /* What tm_model_load_parallel needs. The communicators are borrowed: they
- * must outlive the model. NULL or a group of one means "not split". */
+ * must outlive the model. NULL or a group of one means "not split" (unless
+ * keep_single). */
 typedef struct tm_parallel {
     comm *tp;
     comm *ep;
     tm_ep_mode ep_mode;
+    /* Tests only: keep groups of one rank and run their collectives anyway
+     * (normally a group of one is "not split" and never communicates), so
+     * that one GPU can drive every collective of a layout through NCCL at
+     * world size 1 (tests/gpu/test_parallel_nccl.c). The results are the
+     * single-rank model's. */
+    int keep_single;
 } tm_parallel;
 
 /* The groups of a layout, split from a world communicator. */

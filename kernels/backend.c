@@ -187,6 +187,41 @@ int kn_copy_to_host(const kn_backend *be, void *host_dst, const void *src, size_
     return kn_arg_error("kn_copy_to_host", "unknown backend kind %d", (int)be->kind);
 }
 
+void *kn_host_alloc(const kn_backend *be, size_t bytes)
+{
+    if (!be) {
+        kn_arg_error("kn_host_alloc", "backend is NULL");
+        return NULL;
+    }
+#ifdef TANDEM_CUDA
+    if (be->kind == KN_BACKEND_CUDA)
+        return kn_cuda_host_alloc(be, bytes);
+#endif
+    if (be->kind != KN_BACKEND_CPU) {
+        kn_no_cuda("kn_host_alloc");
+        return NULL;
+    }
+    /* the CPU backend's host memory is its own */
+    return kn_malloc(be, bytes);
+}
+
+void kn_host_free(const kn_backend *be, void *ptr)
+{
+    if (!ptr)
+        return;
+    if (!be) {
+        kn_arg_error("kn_host_free", "backend is NULL; buffer not freed");
+        return;
+    }
+#ifdef TANDEM_CUDA
+    if (be->kind == KN_BACKEND_CUDA) {
+        kn_cuda_host_free(be, ptr);
+        return;
+    }
+#endif
+    free(ptr);
+}
+
 int kn_backend_set_attn_bf16(const kn_backend *be, int on)
 {
     static const char op[] = "kn_backend_set_attn_bf16";

@@ -54,4 +54,11 @@ void kn_free(const kn_backend *be, void *ptr);
 int kn_copy_to_backend(const kn_backend *be, void *dst, const void *host_src, size_t bytes);
 int kn_copy_to_host(const kn_backend *be, void *host_dst, const void *src, size_t bytes);
 
+/* Host memory that copies to and from the backend run fastest from:
+ * page-locked (pinned, cudaHostAlloc) on CUDA, plain aligned memory on the
+ * CPU. For staging buffers that live long (pinning is slow and scarce).
+ * kn_host_alloc returns NULL on failure; kn_host_free takes NULL. */
+void *kn_host_alloc(const kn_backend *be, size_t bytes);
+void kn_host_free(const kn_backend *be, void *ptr);
+
 #endif

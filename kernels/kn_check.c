@@ -18,7 +18,7 @@ int kn_arg_error(const char *op, const char *fmt, ...)
 int kn_no_cuda(const char *op)
 {
     fprintf(stderr, "tandem: %s: this build has no CUDA backend "
-                    "(nvcc was not found when it was compiled)\n", op);
+                    "(built without CUDA=1)\n", op);
     return KN_ERR_UNSUPPORTED;
 }
 

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "kernels/status.h"
 #include "transfer/transfer.h"
 #include "transfer/transfer_kv.h"
 
@@ -18,6 +19,7 @@ typedef struct decoder_peer {
 
 struct kv_pusher {
     te_engine *e;
+    tm_kv_staging staging;    /* the pools registered, or their host mirror */
     te_kv_local local;
     uint8_t *hello;
     size_t hello_len;
@@ -30,14 +32,9 @@ struct kv_push {
     decoder_peer *peer;
 };
 
-int kv_pusher_open(tm_kv_cache *kv, const char *name, const char *tls, kv_pusher **out,
-                   char *err, size_t errlen)
-{
-    return kv_pusher_open_rank(kv, kv->n_kv_heads, 1, 0, name, tls, out, err, errlen);
-}
-
 int kv_pusher_open_rank(tm_kv_cache *kv, int n_kv_heads, int tp, int rank, const char *name,
-                        const char *tls, kv_pusher **out, char *err, size_t errlen)
+                        const char *tls, tm_kv_path path, kv_pusher **out, char *err,
+                        size_t errlen)
 {
     *out = NULL;
     kv_pusher *p = calloc(1, sizeof *p);
@@ -53,10 +50,16 @@ int kv_pusher_open_rank(tm_kv_cache *kv, int n_kv_heads, int tp, int rank, const
         free(p);
         return -1;
     }
+    if (tm_kv_staging_init(&p->staging, kv, path, te_engine_cuda_memory(p->e), err,
+                           errlen) != KN_OK) {
+        kv_pusher_close(p);
+        return -1;
+    }
     te_kv_layout l = {.tp = tp, .rank = rank, .n_layers = kv->n_layers, .n_kv_heads = n_kv_heads,
                       .head_dim = kv->head_dim, .elem_bytes = (int)sizeof(float),
                       .page_size = kv->page_size, .n_pages = kv->n_pages};
-    if (te_kv_register(p->e, &l, (void *const *)kv->k, (void *const *)kv->v, TE_MEM_HOST,
+    if (te_kv_register(p->e, &l, (void *const *)p->staging.k, (void *const *)p->staging.v,
+                       p->staging.device_memory ? TE_MEM_CUDA : TE_MEM_HOST,
                        &p->local) != TE_OK ||
         te_kv_hello_pack(p->e, &p->local, &p->hello, &p->hello_len) != TE_OK) {
         snprintf(err, errlen, "%s", te_engine_error(p->e));
@@ -65,6 +68,11 @@ int kv_pusher_open_rank(tm_kv_cache *kv, int n_kv_heads, int tp, int rank, const
     }
     *out = p;
     return 0;
+}
+
+const char *kv_pusher_path(const kv_pusher *p)
+{
+    return p->staging.how;
 }
 
 void kv_pusher_close(kv_pusher *p)
@@ -77,6 +85,7 @@ void kv_pusher_close(kv_pusher *p)
     te_kv_deregister(p->e, &p->local);
     free(p->hello);
     te_engine_destroy(p->e);
+    tm_kv_staging_free(&p->staging);
     free(p);
 }
 
@@ -164,6 +173,14 @@ int kv_push_start(kv_pusher *p, const Tandem__V1__KvDestination *dst, uint64_t r
         snprintf(err, errlen, "decoder %s: KvDestination page size %d differs from its "
                  "TransferEngine layout (%d)", dst->decoder_id, dst->page_size,
                  peer->remote.layout.page_size);
+        return -1;
+    }
+    /* staged: the prompt's pages go to the host mirror the puts read */
+    int n_pages = (n_tokens + p->staging.kv->page_size - 1) / p->staging.kv->page_size;
+    int rc = tm_kv_staging_to_host(&p->staging, src_pages, n_pages);
+    if (rc != KN_OK) {
+        snprintf(err, errlen, "copying %d KV pages to the host staging buffers: %s", n_pages,
+                 kn_status_str(rc));
         return -1;
     }
     kv_push *k = calloc(1, sizeof *k);

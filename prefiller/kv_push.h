@@ -8,20 +8,23 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "engine/kv_cache.h"
+#include "engine/kv_staging.h"
 #include "proto/tandem.pb-c.h"
 
 typedef struct kv_pusher kv_pusher;
 typedef struct kv_push kv_push;
 
-/* Creates the engine (UCX_TLS from tls when non-empty) and registers kv's
- * pools. Returns 0 or -1 with a reason. */
-int kv_pusher_open(tm_kv_cache *kv, const char *name, const char *tls, kv_pusher **out,
-                   char *err, size_t errlen);
-/* The same for rank `rank` of a TP group of `tp` whose caches hold its share
- * of the model's n_kv_heads (engine/parallel.h); its pushes send that share,
- * and the decoder assembles the request from every rank's push. */
+/* Creates the engine (UCX_TLS from tls when non-empty) and registers the
+ * KV pools of rank `rank` of a TP group of `tp` whose caches hold its share
+ * of the model's n_kv_heads (engine/parallel.h; tp 1, rank 0 for one
+ * process); its pushes send that share, and the decoder assembles the
+ * request from every rank's push. path says how device pools are handed to
+ * UCX (engine/kv_staging.h). Returns 0 or -1 with a reason. */
 int kv_pusher_open_rank(tm_kv_cache *kv, int n_kv_heads, int tp, int rank, const char *name,
-                        const char *tls, kv_pusher **out, char *err, size_t errlen);
+                        const char *tls, tm_kv_path path, kv_pusher **out, char *err,
+                        size_t errlen);
+/* One line saying which KV path the pusher uses and why (for the log). */
+const char *kv_pusher_path(const kv_pusher *p);
 void kv_pusher_close(kv_pusher *p);
 /* The packed hello decoders connect to. */
 void kv_pusher_endpoint(const kv_pusher *p, const uint8_t **buf, size_t *len);
@@ -31,7 +34,9 @@ void kv_pusher_progress(kv_pusher *p);
 
 /* Starts moving the first n_tokens tokens (held in src_pages) into the
  * destination's pages, tagging the transfer with request_id. Connects to
- * the destination decoder on first use. Returns 0 or -1 with a reason. */
+ * the destination decoder on first use. On the staged path the pages are
+ * copied to the host mirror first (the KV must be complete: call after the
+ * prefill's forward passes). Returns 0 or -1 with a reason. */
 int kv_push_start(kv_pusher *p, const Tandem__V1__KvDestination *dst, uint64_t request_id,
                   const int32_t *src_pages, int n_tokens, int timeout_ms, kv_push **out,
                   char *err, size_t errlen);

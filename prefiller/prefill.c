@@ -109,7 +109,7 @@ static int run_prompt(prefiller_ctx *ctx, prefill_job *job, const int32_t *pages
         int n = job->n_tokens - off < chunk ? job->n_tokens - off : chunk;
         tm_seq_step step = {.tokens = job->tokens + off, .n_tokens = n, .n_cached = off,
                             .pages = pages, .n_pages = n_pages};
-        int rc = tm_forward(ctx->model, &ctx->kv, &step, 1, ctx->logits, NULL);
+        int rc = tm_forward(ctx->model, &ctx->kv, &step, 1, NULL, NULL);
         if (rc == KN_ERR_PEER)
             return group_broken(ctx, rc, err, errlen);
         if (rc != KN_OK) {
@@ -231,9 +231,10 @@ void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job)
     histogram_observe(&ctx->wm.prefill_duration, t1 - t0);
     uint64_t rng = kn_rng_seed(job->seed);
     int32_t first = 0;
-    /* TP ranks hold identical logits: rank 0 samples and reports */
-    rc = ctx->group.rank == 0 ? kn_sample_cpu(&first, ctx->logits, 1, ctx->mc->vocab_size,
-                                              &job->sampling, &rng)
+    /* TP ranks hold identical logits: rank 0 samples them where they are (on
+     * the GPU only the token id comes back) */
+    rc = ctx->group.rank == 0 ? kn_sample(&ctx->be, &first, tm_model_last_logits(ctx->model), 1,
+                                          ctx->mc->vocab_size, &job->sampling, &rng)
                               : KN_OK;
     if (rc != KN_OK) {
         if (in_group(ctx)) {   /* the other ranks would push without us */
@@ -329,7 +330,7 @@ int prefiller_rank_serve(prefiller_ctx *ctx)
         job->key = cmd.key;
         snprintf(job->id, sizeof job->id, "%016llx", (unsigned long long)cmd.key);
         ctx->cfg.chunk_tokens = cmd.chunk;
-        comm_set_timeout(w, ctx->cfg.comm_timeout_ms);
+        comm_set_timeout(w, ctx->cfg.w.comm_timeout_ms);
         prefiller_run_job(ctx, job);
         comm_set_timeout(w, 0);
         prefill_job_free(job);

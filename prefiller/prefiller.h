@@ -16,26 +16,13 @@
 #include "router/worker_http.h"
 #include "router/worker_link.h"
 #include "router/worker_metrics.h"
+#include "router/worker_process.h"
 
 typedef struct prefiller_config {
-    char router[256];          /* the router's worker endpoint */
-    char model_dir[512];
-    char model_name[128];      /* "" = the model directory's base name */
-    char worker_id[128];       /* "" = prefiller-HOST-PID */
-    int page_size;
+    worker_options w;          /* the flags every worker has (--tp is w.ranks) */
     int max_prompt_tokens;     /* sizes the KV cache; longer prompts are refused */
     int chunk_tokens;          /* prompt tokens per forward call */
     int transfer_timeout_ms;
-    char ucx_tls[128];         /* UCX_TLS for the TransferEngine ("" = environment) */
-    char worker_secret_file[512]; /* shared secret of the worker socket ("" = none) */
-    char metrics_host[64];     /* /metrics and /healthz (router/worker_http.h) */
-    int metrics_port;          /* 0: any free port; -1: no HTTP server */
-    char port_file[512];       /* where the bound metrics port is written ("" = nowhere) */
-    double wedged_after_s;     /* liveness fails after this long without progress */
-    int tp, ep;                /* TP ranks (attention heads) and EP ranks (experts) */
-    int rank, world;           /* orchestrated ranks: this one of world (0 = fork) */
-    char comm_name[64];        /* orchestrated ranks' rendezvous name */
-    int comm_timeout_ms;       /* longest wait for a peer rank inside a step */
 } prefiller_config;
 
 typedef struct prefill_job {
@@ -68,7 +55,6 @@ typedef struct prefiller_ctx {
     uint64_t tokens_total;     /* prompt tokens prefilled since start */
     uint64_t window_tokens;    /* ... since the last heartbeat */
     uint64_t window_start_ms;
-    float *logits;             /* [vocab] */
     worker_metrics wm;         /* docs/METRICS.md series, sent with heartbeats (rank 0) */
     worker_http *http;         /* rank 0 only */
     /* TP group: rank 0 talks to the router and hands each job to the other

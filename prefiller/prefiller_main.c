@@ -2,17 +2,11 @@
  * router and pushes the caches to decoders (see prefiller/prefiller.h). */
 #include "prefiller/prefiller.h"
 
-#include <errno.h>
-#include <libgen.h>
 #include <math.h>
-#include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/signalfd.h>
 #include <unistd.h>
-#include <zmq.h>
 #include "kernels/status.h"
 #include "router/options.h"
 #include "router/util.h"
@@ -21,8 +15,9 @@
 
 static const char *const INTRO =
     "Runs a Tandem prefiller: registers with the router, prefills prompts on the\n"
-    "CPU backend, samples each request's first token and pushes the prompt's KV\n"
-    "cache into the decoder the router chose, over the TransferEngine (UCX).\n"
+    "CPU or a GPU (--device), samples each request's first token and pushes the\n"
+    "prompt's KV cache into the decoder the router chose, over the TransferEngine\n"
+    "(UCX; from GPU memory directly or through pinned host buffers, --kv-path).\n"
     "Serves GET /metrics and /healthz on --metrics-port. SIGTERM drains: no new\n"
     "work, the queue finishes, then it deregisters and exits 0; a second\n"
     "SIGTERM/SIGINT stops at once.";
@@ -56,13 +51,7 @@ static void send_heartbeat(prefiller_ctx *ctx, uint64_t now)
     hb.prefiller = &load;
     hb.draining = ctx->draining;
     publish(ctx);
-    worker_metrics_wire wire;
-    hb.metrics = worker_metrics_to_wire(&ctx->wm, &wire);
-    Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
-    m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_HEARTBEAT;
-    m.heartbeat = &hb;
-    link_send(&ctx->link, &m);
-    link_heartbeat_sent(&ctx->link, now);
+    worker_send_heartbeat(&ctx->link, &hb, &ctx->wm, now);
     ctx->window_tokens = 0;
     ctx->window_start_ms = now;
 }
@@ -177,8 +166,9 @@ static void on_cancel(prefiller_ctx *ctx, const Tandem__V1__Cancel *c)
  * heartbeats and placed our work elsewhere): nobody waits for the queued
  * jobs any more, and the current one is cancelled (its KV push, if
  * started, tells the decoder no more writes follow). */
-static void drop_old_session(prefiller_ctx *ctx)
+static void drop_old_session(void *arg)
 {
+    prefiller_ctx *ctx = arg;
     int n = 0;
     while (ctx->head) {
         prefill_job *j = ctx->head;
@@ -195,6 +185,23 @@ static void drop_old_session(prefiller_ctx *ctx)
     ctx->session = ctx->link.session;
 }
 
+static int on_message(void *arg, const Tandem__V1__WorkerMessage *m)
+{
+    prefiller_ctx *ctx = arg;
+    switch (m->body_case) {
+    case TANDEM__V1__WORKER_MESSAGE__BODY_PREFILL_ASSIGNMENT:
+        if (m->prefill_assignment)
+            on_assignment(ctx, m->prefill_assignment);
+        return 1;
+    case TANDEM__V1__WORKER_MESSAGE__BODY_CANCEL:
+        if (m->cancel)
+            on_cancel(ctx, m->cancel);
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 void prefiller_service(prefiller_ctx *ctx, int timeout_ms)
 {
     uint64_t now = tn_now_ms();
@@ -206,12 +213,8 @@ void prefiller_service(prefiller_ctx *ctx, int timeout_ms)
     kv_pusher_progress(ctx->pusher);
     if (timeout_ms > 100)
         timeout_ms = 100;
-    zmq_pollitem_t items[2] = {{ctx->link.sock, 0, ZMQ_POLLIN, 0}, {NULL, ctx->sig_fd, ZMQ_POLLIN, 0}};
-    if (zmq_poll(items, 2, timeout_ms) < 0 && errno != EINTR)
-        tn_log(WHO, "zmq_poll failed: %s", zmq_strerror(errno));
-    if (items[1].revents) {
-        struct signalfd_siginfo si;
-        unsigned sig = read(ctx->sig_fd, &si, sizeof si) == (ssize_t)sizeof si ? si.ssi_signo : 0;
+    unsigned sig;
+    if (worker_wait(&ctx->link, ctx->sig_fd, timeout_ms, WHO, &sig)) {
         if (!ctx->draining) {
             /* Drain: the router hears it with this heartbeat and places
              * nothing new here; what is queued still runs. */
@@ -228,32 +231,7 @@ void prefiller_service(prefiller_ctx *ctx, int timeout_ms)
                 ctx->current->cancelled = 1;
         }
     }
-    Tandem__V1__WorkerMessage *m;
-    while (link_recv(&ctx->link, &m)) {
-        /* A re-registration happened inside link_recv before this message
-         * (which belongs to the new session). */
-        if (ctx->session != ctx->link.session)
-            drop_old_session(ctx);
-        switch (m->body_case) {
-        case TANDEM__V1__WORKER_MESSAGE__BODY_PREFILL_ASSIGNMENT:
-            if (m->prefill_assignment)
-                on_assignment(ctx, m->prefill_assignment);
-            break;
-        case TANDEM__V1__WORKER_MESSAGE__BODY_CANCEL:
-            if (m->cancel)
-                on_cancel(ctx, m->cancel);
-            break;
-        case TANDEM__V1__WORKER_MESSAGE__BODY_ERROR:
-            tn_log(WHO, "router error for request %s: %s", m->error->request_id, m->error->message);
-            break;
-        default:
-            tn_log(WHO, "unexpected message from the router (case %d)", (int)m->body_case);
-            break;
-        }
-        tandem__v1__worker_message__free_unpacked(m, NULL);
-    }
-    if (ctx->session != ctx->link.session)
-        drop_old_session(ctx);
+    worker_receive(&ctx->link, WHO, &ctx->session, on_message, drop_old_session, ctx);
     now = tn_now_ms();
     if (link_tick(&ctx->link, now))
         send_heartbeat(ctx, now);
@@ -388,7 +366,6 @@ static void ctx_free(prefiller_ctx *ctx)
     tm_kv_cache_free(&ctx->kv);
     tm_model_free(ctx->model);
     kn_backend_free(&ctx->be);
-    free(ctx->logits);
     if (ctx->sig_fd >= 0)
         close(ctx->sig_fd);
     free(ctx);
@@ -403,184 +380,102 @@ int main(int argc, char **argv)
     }
     ctx->sig_fd = -1;
     prefiller_config *c = &ctx->cfg;
-    snprintf(c->router, sizeof c->router, "tcp://127.0.0.1:5555");
-    c->page_size = 16;
+    worker_options *o = &c->w;
+    worker_options_default(o);
     c->max_prompt_tokens = 4096;
     c->chunk_tokens = 512;
     c->transfer_timeout_ms = 30000;
-    snprintf(c->metrics_host, sizeof c->metrics_host, "127.0.0.1");
-    c->wedged_after_s = 60;
-    c->tp = c->ep = 1;
-    c->comm_timeout_ms = COMM_DEFAULT_TIMEOUT_MS;
     const opt_spec specs[] = {
-        {"router", OPT_STR, c->router, sizeof c->router, "the router's worker endpoint"},
-        {"model", OPT_STR, c->model_dir, sizeof c->model_dir,
-         "model directory (config.json + safetensors); required"},
-        {"model-name", OPT_STR, c->model_name, sizeof c->model_name,
-         "name clients request (default: the directory's base name)"},
-        {"worker-id", OPT_STR, c->worker_id, sizeof c->worker_id,
-         "unique id (default: prefiller-HOST-PID)"},
-        {"page-size", OPT_INT, &c->page_size, 0, "KV cache tokens per page"},
         {"max-prompt-tokens", OPT_INT, &c->max_prompt_tokens, 0,
          "longest prompt accepted (sizes the KV cache)"},
         {"chunk-tokens", OPT_INT, &c->chunk_tokens, 0,
          "prompt tokens per forward call (the router is answered between chunks)"},
         {"transfer-timeout-ms", OPT_INT, &c->transfer_timeout_ms, 0,
          "give up a KV push after this long"},
-        {"worker-secret-file", OPT_STR, c->worker_secret_file, sizeof c->worker_secret_file,
-         "file with the secret shared with the router's --worker-secret-file: the router "
-         "connection is then authenticated and encrypted (CURVE)"},
-        {"ucx-tls", OPT_STR, c->ucx_tls, sizeof c->ucx_tls,
-         "UCX transports for the TransferEngine (\"\": UCX_TLS from the environment)"},
-        {"metrics-host", OPT_STR, c->metrics_host, sizeof c->metrics_host,
-         "IPv4 address /metrics and /healthz bind (0.0.0.0 in a pod)"},
-        {"metrics-port", OPT_INT, &c->metrics_port, 0,
-         "port of /metrics and /healthz (0: any free port, logged and in --port-file; -1: none)"},
-        {"port-file", OPT_STR, c->port_file, sizeof c->port_file,
-         "write metrics_port=N here once serving"},
-        {"wedged-after-s", OPT_DOUBLE, &c->wedged_after_s, 0,
-         "/healthz answers 500 when the main loop made no progress this long"},
-        {"tp", OPT_INT, &c->tp, 0,
-         "tensor-parallel ranks: attention heads split over them (forked, or see --rank)"},
-        {"ep", OPT_INT, &c->ep, 0, "expert-parallel ranks inside the TP group (divides --tp)"},
-        {"rank", OPT_INT, &c->rank, 0, "this process's rank when an orchestrator starts them"},
-        {"world", OPT_INT, &c->world, 0,
-         "ranks started by an orchestrator (= --tp; 0: this process forks them)"},
-        {"comm-name", OPT_STR, c->comm_name, sizeof c->comm_name,
-         "the orchestrated ranks' rendezvous name"},
-        {"comm-timeout-ms", OPT_INT, &c->comm_timeout_ms, 0,
-         "longest wait for a peer rank inside a step"},
     };
-    const int n_specs = (int)(sizeof specs / sizeof *specs);
+    int prc = worker_parse_flags(o, "tandem-prefiller", INTRO, "tp", specs,
+                                 (int)(sizeof specs / sizeof *specs), argc, argv);
+    if (prc < 0 && (c->max_prompt_tokens <= 0 || c->chunk_tokens <= 0 ||
+                    c->transfer_timeout_ms <= 0)) {
+        fprintf(stderr, "tandem-prefiller: --model is required, sizes must be positive and "
+                "--metrics-port in -1..65535\n");
+        prc = 2;
+    }
+    if (prc >= 0) {
+        free(ctx);
+        return prc;
+    }
     char err[512];
-    int prc = opts_parse(specs, n_specs, argc, argv, err, sizeof err);
-    if (prc == OPTS_HELP) {
-        opts_print_help(stdout, "tandem-prefiller", INTRO, specs, n_specs);
-        free(ctx);
-        return 0;
-    }
-    if (prc != OPTS_OK || !c->model_dir[0] || c->page_size <= 0 || c->max_prompt_tokens <= 0 ||
-        c->chunk_tokens <= 0 || c->transfer_timeout_ms <= 0 || c->tp < 1 || c->ep < 1 ||
-        c->world < 0 || c->comm_timeout_ms < 1 || c->metrics_port < -1 ||
-        c->metrics_port > 65535 || !(c->wedged_after_s > 0)) {
-        fprintf(stderr, "tandem-prefiller: %s\n",
-                prc != OPTS_OK ? err
-                               : "--model is required, sizes must be positive and --metrics-port "
-                                 "in -1..65535");
-        free(ctx);
-        return 2;
-    }
     /* the TP ranks first, before any thread exists */
-    if (rank_group_start(&ctx->group, c->tp, c->ep, 1, c->rank, c->world, c->comm_name,
-                         "prefill", c->comm_timeout_ms, err, sizeof err) != KN_OK) {
+    if (rank_group_start(&ctx->group, o->ranks, o->ep, 1, o->rank, o->world, o->comm_name,
+                         "prefill", o->comm_timeout_ms, err, sizeof err) != KN_OK) {
         fprintf(stderr, "tandem-prefiller: %s\n", err);
         free(ctx);
         return 1;
     }
     const int rank0 = ctx->group.rank == 0;
-    if (!c->model_name[0]) {
-        char tmp[sizeof c->model_dir];
-        snprintf(tmp, sizeof tmp, "%s", c->model_dir);
-        snprintf(c->model_name, sizeof c->model_name, "%s", basename(tmp));
-    }
-    if (!c->worker_id[0]) {
-        char host[64] = "host";
-        gethostname(host, sizeof host - 1);
-        snprintf(c->worker_id, sizeof c->worker_id, "prefiller-%s-%d", host, (int)getpid());
-    }
+    worker_fill_names(o, "prefiller");
     /* the group's rank 0 handles the signals and tells the others */
     ctx->sig_fd = rank0 ? tn_signalfd_open() : -2;
     worker_metrics_init(&ctx->wm, WM_PREFILL);
     int rc = 1;
     uint8_t *endpoint = NULL;
     size_t endpoint_len = 0;
-    if (ctx->sig_fd == -1 || kn_backend_init_cpu(&ctx->be) != KN_OK) {
-        fprintf(stderr, "tandem-prefiller: cannot set up signals or the CPU backend\n");
+    if (ctx->sig_fd == -1) {
+        fprintf(stderr, "tandem-prefiller: cannot set up signals\n");
         goto out;
     }
-    if (tm_model_load_parallel(c->model_dir, &ctx->be, &ctx->group.groups.par, &ctx->model,
-                               err, sizeof err) != KN_OK) {
-        fprintf(stderr, "tandem-prefiller: rank %d: cannot load model: %s\n", ctx->group.rank,
-                err);
+    if (worker_load_model(o, WHO, &ctx->group, &ctx->be, &ctx->model, err, sizeof err) != 0) {
+        fprintf(stderr, "tandem-prefiller: rank %d: %s\n", ctx->group.rank, err);
         goto out;
     }
     ctx->mc = tm_model_config(ctx->model);
-    int n_pages = (c->max_prompt_tokens + c->page_size - 1) / c->page_size;
-    ctx->logits = malloc((size_t)ctx->mc->vocab_size * sizeof *ctx->logits);
+    int n_pages = (c->max_prompt_tokens + o->page_size - 1) / o->page_size;
     /* each TP rank caches only its KV heads */
-    if (!ctx->logits || tm_kv_cache_init(&ctx->kv, &ctx->be, ctx->mc->n_layers,
-                                         tm_model_kv_heads(ctx->model), ctx->mc->head_dim,
-                                         c->page_size, n_pages) != KN_OK) {
+    if (tm_kv_cache_init(&ctx->kv, &ctx->be, ctx->mc->n_layers, tm_model_kv_heads(ctx->model),
+                         ctx->mc->head_dim, o->page_size, n_pages) != KN_OK) {
         fprintf(stderr, "tandem-prefiller: cannot allocate a KV cache of %d pages\n", n_pages);
         goto out;
     }
     char engine_name[160];
-    snprintf(engine_name, sizeof engine_name, "%s-r%d", c->worker_id, ctx->group.rank);
-    if (kv_pusher_open_rank(&ctx->kv, ctx->mc->n_kv_heads, c->tp, ctx->group.rank,
-                            ctx->group.world ? engine_name : c->worker_id, c->ucx_tls,
-                            &ctx->pusher, err, sizeof err) != 0) {
+    snprintf(engine_name, sizeof engine_name, "%s-r%d", o->worker_id, ctx->group.rank);
+    if (kv_pusher_open_rank(&ctx->kv, ctx->mc->n_kv_heads, o->ranks, ctx->group.rank,
+                            ctx->group.world ? engine_name : o->worker_id, o->ucx_tls,
+                            o->kv_path_mode, &ctx->pusher, err, sizeof err) != 0) {
         fprintf(stderr, "tandem-prefiller: TransferEngine: %s\n", err);
         goto out;
     }
+    tn_log(WHO, "rank %d: KV transfer %s", ctx->group.rank, kv_pusher_path(ctx->pusher));
     if (group_endpoint(ctx, &endpoint, &endpoint_len, err, sizeof err) != 0) {
         fprintf(stderr, "tandem-prefiller: rank %d: %s\n", ctx->group.rank, err);
         goto out;
     }
     if (!rank0) {
-        tn_log(WHO, "%s: TP rank %d of %d ready (pid %d)", c->worker_id, ctx->group.rank,
+        tn_log(WHO, "%s: TP rank %d of %d ready (pid %d)", o->worker_id, ctx->group.rank,
                ctx->group.size, (int)getpid());
         rc = prefiller_rank_serve(ctx) == 0 ? 0 : 1;
         goto out;
     }
     int max_ctx = c->max_prompt_tokens < ctx->mc->max_position ? c->max_prompt_tokens
                                                               : ctx->mc->max_position;
-    Tandem__V1__Register reg = TANDEM__V1__REGISTER__INIT;
-    reg.worker_id = c->worker_id;
-    reg.role = TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER;
-    reg.model = c->model_name;
-    reg.model_type = (char *)ctx->mc->model_type;
-    reg.vocab_size = ctx->mc->vocab_size;
-    reg.max_context = max_ctx;
-    reg.page_size = c->page_size;
-    reg.kv_pages_total = n_pages;
-    reg.eos_token_ids = (int32_t *)ctx->mc->eos_ids;
-    reg.n_eos_token_ids = (size_t)ctx->mc->n_eos;
-    reg.transfer_endpoint.data = endpoint;
-    reg.transfer_endpoint.len = endpoint_len;
-    sock_auth auth = {0};
-    int lrc = -1;
-    if (!c->worker_secret_file[0] ||
-        sock_auth_load(&auth, c->worker_secret_file, "workers", err, sizeof err) == 0)
-        lrc = link_open_auth(&ctx->link, WHO, c->router, c->worker_id, &reg, &auth, err,
-                             sizeof err);
-    sock_auth_wipe(&auth);
-    if (lrc != 0) {
+    Tandem__V1__Register reg;
+    worker_register_init(&reg, o, TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER, ctx->mc,
+                         max_ctx, n_pages, endpoint, endpoint_len);
+    if (worker_join(o, WHO, &reg, &ctx->link, &ctx->wm, &ctx->http, err, sizeof err) != 0) {
         fprintf(stderr, "tandem-prefiller: %s\n", err);
         prefiller_group_stop(ctx);
         goto out;
     }
-    if (worker_http_serve(c->metrics_host, c->metrics_port, c->port_file, "prefiller",
-                          c->worker_id, c->wedged_after_s, &ctx->wm, &ctx->http, err,
-                          sizeof err) != 0) {
-        fprintf(stderr, "tandem-prefiller: %s\n", err);
-        goto out;
-    }
     ctx->window_start_ms = tn_now_ms();
-    tn_log(WHO, "%s: model %s (%s), %d KV pages of %d tokens, TP %d EP %d, router %s",
-           c->worker_id, c->model_name, ctx->mc->model_type, n_pages, c->page_size, c->tp,
-           c->ep, c->router);
+    tn_log(WHO, "%s: model %s (%s) on %s, %d KV pages of %d tokens, TP %d EP %d, router %s",
+           o->worker_id, o->model_name, ctx->mc->model_type, o->device, n_pages, o->page_size,
+           o->ranks, o->ep, o->router);
     run(ctx);
     rc = ctx->group_failed ? 1 : 0;
-    tn_log(WHO, "%s: stopped", c->worker_id);
+    tn_log(WHO, "%s: stopped", o->worker_id);
 out:
     free(endpoint);
-    /* the model borrows the group's communicators: free it first */
-    tm_model_free(ctx->model);
-    ctx->model = NULL;
-    char why[256] = "";
-    rc = rank_group_finish(&ctx->group, rc, c->comm_timeout_ms + 10000, why, sizeof why);
-    if (why[0])
-        fprintf(stderr, "tandem-prefiller: %s\n", why);
+    rc = worker_finish(o, "tandem-prefiller", &ctx->group, &ctx->model, rc);
     ctx_free(ctx);
     return rc;
 }

@@ -82,6 +82,10 @@ void te_engine_destroy(te_engine *e);
 uint64_t te_engine_id(const te_engine *e);                 /* random, per engine */
 const char *te_engine_nic(const te_engine *e);             /* "mlx5_0:1" or "ucx-default" */
 const char *te_engine_error(const te_engine *e);           /* last error message */
+/* 1 when this process's UCX can register and move CUDA device memory (its
+ * CUDA transports are loaded: cuda_copy, cuda_ipc, GPUDirect RDMA), else 0.
+ * Without it, device memory must be staged through host buffers. */
+int te_engine_cuda_memory(const te_engine *e);
 /* The worker address peers connect to; valid until te_engine_destroy. */
 void te_engine_address(const te_engine *e, const void **addr, size_t *len);
 /* Runs UCX progress and advances every transfer. Returns the number of UCX

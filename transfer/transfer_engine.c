@@ -241,6 +241,14 @@ size_t te_engine_outstanding(const te_engine *e) { return e->outstanding; }
 size_t te_engine_abandoned(const te_engine *e) { return e->abandoned; }
 uint64_t te_engine_id(const te_engine *e) { return e->id; }
 const char *te_engine_nic(const te_engine *e) { return e->nic; }
+
+int te_engine_cuda_memory(const te_engine *e)
+{
+    ucp_context_attr_t a = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
+    if (!e || ucp_context_query(e->ctx, &a) != UCS_OK)
+        return 0;
+    return (a.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+}
 const char *te_engine_error(const te_engine *e) { return e->error; }
 
 void te_engine_address(const te_engine *e, const void **addr, size_t *len)

@@ -202,6 +202,28 @@ extern "C" void kn_cuda_free(const kn_backend *be, void *ptr)
         kn_cuda_device_error("kn_free", "cudaFree", err);
 }
 
+extern "C" void *kn_cuda_host_alloc(const kn_backend *be, size_t bytes)
+{
+    void *p = NULL;
+    cudaError_t err = cudaSetDevice(be->device);
+    if (err == cudaSuccess)
+        err = cudaHostAlloc(&p, bytes ? bytes : 16, cudaHostAllocDefault);
+    if (err != cudaSuccess) {
+        kn_cuda_device_error("kn_host_alloc", "cudaHostAlloc", err);
+        return NULL;
+    }
+    return p;
+}
+
+extern "C" void kn_cuda_host_free(const kn_backend *be, void *ptr)
+{
+    /* copies queued from or into it must be done first */
+    cudaStreamSynchronize(kn_cuda_stream(be));
+    cudaError_t err = cudaFreeHost(ptr);
+    if (err != cudaSuccess)
+        kn_cuda_device_error("kn_host_free", "cudaFreeHost", err);
+}
+
 extern "C" int kn_cuda_copy_to_device(const kn_backend *be, void *dst, const void *host_src,
                                       size_t bytes)
 {

@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # Builds the GPU programs the engine's device run needs (test_cuda_ops,
-# test_engine_gpu, the GPU tandem-bench and tandem-generate) on a machine with nvcc but maybe no
-# GPU, into a folder that runs on the GPU machine without building there:
+# test_engine_gpu, the GPU tandem-bench and tandem-generate; test_comm_nccl
+# and test_parallel_nccl for tests/gpu/run_nccl.sh) on a machine with nvcc
+# (and nccl.h) but maybe no GPU, into a folder that runs on the GPU machine
+# without building there:
 #   DEST/bin/  the programs (stripped)
 #   DEST/lib/  the non-system libraries they load: cJSON, OpenBLAS and the
 #              gfortran runtime OpenBLAS needs, cmocka (test_comm_nccl)
 # The GPU machine then needs only glibc, libstdc++/libgomp and the CUDA 13
-# libraries in /usr/local/cuda/lib64 (rpath). tests/gpu/run_engine.sh takes
-# DEST as $TANDEM_PREBUILT. Usage: tests/gpu/make_prebuilt.sh DEST
+# libraries in /usr/local/cuda/lib64 (rpath). tests/gpu/run_engine.sh and
+# run_nccl.sh take DEST as $TANDEM_PREBUILT. Usage: tests/gpu/make_prebuilt.sh DEST
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DEST=${1:?usage: make_prebuilt.sh DEST}
 BUILD=build-prebuilt
 PROGS="tests/gpu/test_cuda_ops tests/gpu/test_engine_gpu tests/gpu/bench_attention gpu-bin/tandem-bench
-       gpu-bin/tandem-generate tests/test_comm_nccl"
+       gpu-bin/tandem-generate tests/test_comm_nccl tests/gpu/test_parallel_nccl"
 # A clean tree: the .cu objects do not track header changes.
 rm -rf "$BUILD"
 mkdir -p "$BUILD"

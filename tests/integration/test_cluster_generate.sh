@@ -19,8 +19,9 @@ for fx in gpt_oss_tiny qwen3_moe_tiny; do
     check "$fx: tandem-generate reproduces the HF golden tokens" $? "$single" "$golden"
 
     # The decoder's pages are smaller than the prefiller's, so the transfer
-    # reshards between the two page layouts.
-    PREFILLER_FLAGS="--page-size 16" DECODER_FLAGS="--page-size 5 --kv-pages 256" \
+    # reshards between the two page layouts. --device cpu is the default, given
+    # here explicitly.
+    PREFILLER_FLAGS="--page-size 16 --device cpu" DECODER_FLAGS="--page-size 5 --kv-pages 256 --device cpu" \
         cluster_start "$dir" || continue
 
     body="{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_tokens\":32,\"temperature\":0,\"ignore_eos\":true}"

@@ -640,7 +640,27 @@ static void world_of_one_works_in_process(void **state)
     assert_int_equal(comm_all_to_all_v(c, v, &n, w, &n), KN_OK);
     assert_memory_equal(v, w, n);
     assert_int_equal(comm_memory(c), KN_BACKEND_CPU);
+    /* the counters: every completed collective, by kind, with its bytes;
+     * a refused call is not counted */
+    float g[3];
+    assert_int_equal(comm_all_gather(c, v, g, sizeof(g)), KN_OK);
+    assert_int_equal(comm_broadcast(c, v, 2 * sizeof(float), 0), KN_OK);
+    assert_int_equal(comm_barrier(c), KN_OK);
+    assert_int_equal(comm_all_reduce_sum(c, NULL, 1), KN_ERR_ARG);
+    comm_stats st;
+    comm_get_stats(c, &st);
+    assert_int_equal(st.calls[COMM_OP_ALL_REDUCE_SUM], 1);
+    assert_int_equal(st.bytes[COMM_OP_ALL_REDUCE_SUM], 3 * sizeof(float));
+    assert_int_equal(st.calls[COMM_OP_ALL_TO_ALL_V], 1);
+    assert_int_equal(st.bytes[COMM_OP_ALL_TO_ALL_V], n);
+    assert_int_equal(st.calls[COMM_OP_ALL_GATHER], 1);
+    assert_int_equal(st.bytes[COMM_OP_ALL_GATHER], sizeof(g));
+    assert_int_equal(st.calls[COMM_OP_BROADCAST], 1);
+    assert_int_equal(st.bytes[COMM_OP_BROADCAST], 2 * sizeof(float));
+    assert_int_equal(st.calls[COMM_OP_BARRIER], 1);
     comm_free(c);
+    comm_get_stats(NULL, &st);
+    assert_int_equal(st.calls[COMM_OP_BARRIER], 0);
 }
 
 /* ---- launcher ------------------------------------------------------------ */

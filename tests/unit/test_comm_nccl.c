@@ -124,6 +124,16 @@ static void collectives_on_device_buffers(void **state)
     size_t more = 8, less = 4;
     assert_int_equal(comm_all_to_all_v(c, d, &more, d2, &less), KN_ERR_PEER);
     assert_non_null(strstr(comm_error(c), "mismatch"));
+    /* the counters saw every completed NCCL collective, not the failed one */
+    comm_stats st;
+    comm_get_stats(c, &st);
+    assert_int_equal(st.calls[COMM_OP_ALL_REDUCE_SUM], 1);
+    assert_int_equal(st.bytes[COMM_OP_ALL_REDUCE_SUM], sizeof(h));
+    assert_int_equal(st.calls[COMM_OP_ALL_GATHER], 1);
+    assert_int_equal(st.calls[COMM_OP_ALL_TO_ALL_V], 2);
+    assert_int_equal(st.bytes[COMM_OP_ALL_TO_ALL_V], n);
+    assert_int_equal(st.calls[COMM_OP_BROADCAST], 1);
+    assert_int_equal(st.calls[COMM_OP_BARRIER], 1);
     cudaFree(d);
     cudaFree(d2);
 }

@@ -20,6 +20,7 @@
 #include <cmocka.h>
 #include <signal.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include "engine/comm.h"
@@ -511,6 +512,100 @@ static void shard_plan_replicates_kv_heads(void **state)
     assert_non_null(strstr(err, "128 experts"));
 }
 
+/* A world of one: its groups are "not split" and never communicate,
+ * unless keep_single asks to run every collective anyway (what the NCCL
+ * world-size-1 run on one GPU, tests/gpu/test_parallel_nccl.c, relies on);
+ * the communicators' counters say which collectives ran. In-process, host
+ * communicator. */
+static void world_of_one_communicates_only_when_asked(void **state)
+{
+    (void)state;
+    kn_backend be;
+    comm *world = NULL, *tp = NULL, *ep = NULL;
+    char name[64], err[512] = "";
+    snprintf(name, sizeof(name), "%s-%ld-one", TAG, (long)getpid());
+    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(comm_host_init(&world, name, 0, 1, NULL, err, sizeof(err)), KN_OK);
+    assert_int_equal(comm_split(world, 0, 0, &tp), KN_OK);
+    assert_int_equal(comm_split(world, 0, 0, &ep), KN_OK);
+    et_golden g;
+    assert_int_equal(et_golden_load(ET_QWEN3, &g, err, sizeof(err)), 0);
+    tm_model *ref = NULL;
+    assert_int_equal(tm_model_load(ET_QWEN3, &be, &ref, err, sizeof(err)), KN_OK);
+    const tm_config *c = tm_model_config(ref);
+    const int L = c->n_layers, H = c->hidden_size, K = c->n_experts_per_tok, V = c->vocab_size;
+    float *lp = calloc((size_t)V, sizeof(float)), *lr = calloc((size_t)V, sizeof(float));
+    assert_non_null(lp);
+    assert_non_null(lr);
+    /* TP+EP prefill, DP x EP decode with an idle step; each without and
+     * with keep_single */
+    for (int dp = 0; dp < 2; dp++)
+        for (int keep = 0; keep < 2; keep++) {
+            tm_parallel par = {.tp = dp ? NULL : tp, .ep = ep,
+                               .ep_mode = dp ? TM_EP_DISPATCH : TM_EP_REPLICATED,
+                               .keep_single = keep};
+            tm_model *m = NULL;
+            assert_int_equal(tm_model_load_parallel(ET_QWEN3, &be, &par, &m, err, sizeof(err)),
+                             KN_OK);
+            tm_kv_cache kp, kr;
+            int32_t pp[MAX_SEQ / PAGE], pr[MAX_SEQ / PAGE];
+            const int np = (g.T + PAGE - 1) / PAGE;
+            assert_int_equal(tm_kv_cache_init(&kp, &be, L, tm_model_kv_heads(m), c->head_dim,
+                                              PAGE, np), KN_OK);
+            assert_int_equal(tm_kv_cache_init(&kr, &be, L, c->n_kv_heads, c->head_dim, PAGE,
+                                              np), KN_OK);
+            assert_int_equal(tm_kv_alloc_pages(&kp, np, pp), KN_OK);
+            assert_int_equal(tm_kv_alloc_pages(&kr, np, pr), KN_OK);
+            comm_stats t0, e0, t1, e1;
+            comm_get_stats(tp, &t0);
+            comm_get_stats(ep, &e0);
+            tm_seq_step sp = {g.prompt, g.T, 0, pp, np}, sr = {g.prompt, g.T, 0, pr, np};
+            assert_int_equal(tm_forward(m, &kp, &sp, 1, lp, NULL), KN_OK);
+            if (dp && keep)   /* an idle DP rank's step (kept groups only) */
+                assert_int_equal(tm_forward(m, NULL, NULL, 0, NULL, NULL), KN_OK);
+            assert_int_equal(tm_forward(ref, &kr, &sr, 1, lr, NULL), KN_OK);
+            assert_true(et_rel_err(lp, lr, (size_t)V) <= PAR_TOL);
+            comm_get_stats(tp, &t1);
+            comm_get_stats(ep, &e1);
+            unsigned long long want_ar = keep ? (unsigned long long)L : 0;
+            unsigned long long act = (unsigned long long)g.T * H * sizeof(float);
+            unsigned long long tp_ar = t1.calls[COMM_OP_ALL_REDUCE_SUM] -
+                                       t0.calls[COMM_OP_ALL_REDUCE_SUM];
+            unsigned long long ep_ar = e1.calls[COMM_OP_ALL_REDUCE_SUM] -
+                                       e0.calls[COMM_OP_ALL_REDUCE_SUM];
+            unsigned long long ep_a2a = e1.calls[COMM_OP_ALL_TO_ALL_V] -
+                                        e0.calls[COMM_OP_ALL_TO_ALL_V];
+            unsigned long long a2a_bytes = e1.bytes[COMM_OP_ALL_TO_ALL_V] -
+                                           e0.bytes[COMM_OP_ALL_TO_ALL_V];
+            if (dp) {
+                /* two steps (one idle) x layers x (counts, rows, ids,
+                 * weights, shares back); every row goes to the one rank */
+                assert_int_equal(tp_ar + ep_ar, 0);
+                assert_int_equal(ep_a2a, keep ? 2ull * L * 5 : 0);
+                assert_int_equal(a2a_bytes, keep ? L * (2 * sizeof(int64_t) + 2 * act +
+                                                        2ull * g.T * K * 4) : 0);
+            } else {
+                assert_int_equal(tp_ar, want_ar);
+                assert_int_equal(ep_ar, want_ar);
+                assert_int_equal(t1.bytes[COMM_OP_ALL_REDUCE_SUM] -
+                                 t0.bytes[COMM_OP_ALL_REDUCE_SUM], want_ar * act);
+                assert_int_equal(ep_a2a, 0);
+            }
+            tm_kv_cache_free(&kp);
+            tm_kv_cache_free(&kr);
+            tm_model_free(m);
+        }
+    free(lp);
+    free(lr);
+    tm_model_free(ref);
+    et_golden_free(&g);
+    comm_free(ep);
+    comm_free(tp);
+    comm_free(world);
+    kn_backend_free(&be);
+    assert_int_equal(rt_shm_count_ours(TAG), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -521,6 +616,7 @@ int main(void)
         cmocka_unit_test(local_error_fails_the_group_at_once),
         cmocka_unit_test(impossible_layouts_are_refused),
         cmocka_unit_test(synthetic_shards_match_single_rank),
+        cmocka_unit_test(world_of_one_communicates_only_when_asked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
