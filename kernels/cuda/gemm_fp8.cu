@@ -408,26 +408,11 @@ int kn_cuda_fp8_linear(const kn_backend *be, const char *op, void *out, int out_
     return rc;
 }
 
-/* out[r] = padded[r + 15 * segment(r)]: drops the pad rows of every
- * segment in one pass. */
-__global__ void fp8_unpad_rows_kernel(float *out, const float *padded, const int *seg_offsets,
-                                      int n_segs, int n)
-{
-    const int r = blockIdx.x;
-    int lo = 0, hi = n_segs - 1;
-    while (lo < hi) {
-        int mid = (lo + hi) >> 1;
-        if (seg_offsets[mid + 1] <= r)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    const float *src = padded + (size_t)(r + (KN_CUDA_FP8_M_ALIGN - 1) * lo) * n;
-    float *dst = out + (size_t)r * n;
-    for (int j = threadIdx.x; j < n; j += blockDim.x)
-        dst[j] = src[j];
-}
-
+/* Each expert's GEMM writes its rows rounded up to 16. Written in expert
+ * order straight into out, an expert's pad rows land on the next experts'
+ * rows, which their own GEMMs (queued later on the same stream) then
+ * overwrite; only an expert whose padded rows would run past the end of out
+ * goes through a temporary and a copy of its real rows. */
 int kn_cuda_fp8_expert_gemms(const kn_backend *be, const char *op, float *out, const float *x,
                              const int *host_off, const int *dev_off, int n_experts,
                              const uint8_t *w, const float *ws, const float *bias,
@@ -439,11 +424,16 @@ int kn_cuda_fp8_expert_gemms(const kn_backend *be, const char *op, float *out, c
     const size_t kp = kn_fp8_ld((size_t)k);
     const size_t w_bytes = kn_fp8_data_bytes((size_t)n, (size_t)k);
     const size_t w_scales = kn_fp8_scale_count((size_t)n, (size_t)k);
-    const size_t pad_rows = kn_cuda_fp8_padded_rows((size_t)rows_total, (size_t)n_experts);
+    size_t tmp_rows = 0;
+    for (int e = 0; e < n_experts; e++) {
+        size_t r0 = (size_t)host_off[e], m_pad = kn_cuda_fp8_round_rows((size_t)(host_off[e + 1] - host_off[e]));
+        if (m_pad && r0 + m_pad > (size_t)rows_total && m_pad > tmp_rows)
+            tmp_rows = m_pad;
+    }
     uint8_t *xq = NULL;
     float *xs = NULL;
-    float *tmp = (float *)kn_cuda_tmp_alloc(be, op, pad_rows * n * sizeof(float));
-    int rc = tmp ? act_alloc(be, op, rows_total, k, n_experts, &xq, &xs) : KN_ERR_NOMEM;
+    float *tmp = tmp_rows ? (float *)kn_cuda_tmp_alloc(be, op, tmp_rows * n * sizeof(float)) : NULL;
+    int rc = tmp_rows && !tmp ? KN_ERR_NOMEM : act_alloc(be, op, rows_total, k, n_experts, &xq, &xs);
     if (rc == KN_OK)
         rc = kn_cuda_quant_fp8(be, op, xq, xs, x, rows_total, k, dev_off, n_experts);
     for (int e = 0; e < n_experts && rc == KN_OK; e++) {
@@ -451,18 +441,19 @@ int kn_cuda_fp8_expert_gemms(const kn_backend *be, const char *op, float *out, c
         if (rows == 0)
             continue;
         size_t p0 = kn_cuda_fp8_seg_row((size_t)r0, (size_t)e);
-        rc = kn_cuda_gemm_fp8(be, op, tmp + p0 * n, 0, xq + p0 * kp,
+        int m_pad = (int)kn_cuda_fp8_round_rows((size_t)rows);
+        int direct = r0 + m_pad <= rows_total;
+        rc = kn_cuda_gemm_fp8(be, op, direct ? out + (size_t)r0 * n : tmp, 0, xq + p0 * kp,
                               xs + kn_cuda_fp8_seg_base(p0, (size_t)e, (size_t)k),
                               w + (size_t)e * w_bytes, ws + (size_t)e * w_scales,
-                              bias ? bias + (size_t)e * n : NULL,
-                              (int)kn_cuda_fp8_round_rows((size_t)rows), n, k);
-    }
-    if (rc == KN_OK) {
-        fp8_unpad_rows_kernel<<<rows_total, n >= 512 ? 256 : 64, 0, kn_cuda_stream(be)>>>(
-            out, tmp, dev_off, n_experts, n);
-        cudaError_t err = cudaGetLastError();
-        if (err != cudaSuccess)
-            rc = kn_cuda_device_error(op, "fp8_unpad_rows_kernel", err);
+                              bias ? bias + (size_t)e * n : NULL, m_pad, n, k);
+        if (rc == KN_OK && !direct) {
+            cudaError_t err = cudaMemcpyAsync(out + (size_t)r0 * n, tmp,
+                                              (size_t)rows * n * sizeof(float),
+                                              cudaMemcpyDeviceToDevice, kn_cuda_stream(be));
+            if (err != cudaSuccess)
+                rc = kn_cuda_device_error(op, "cudaMemcpyAsync (fp8 expert rows)", err);
+        }
     }
     kn_cuda_tmp_free(be, tmp);
     kn_cuda_tmp_free(be, xq);
