@@ -102,14 +102,14 @@ echo "== summary ($(date -u +%Y-%m-%dT%H:%MZ), $(sed -n 2p "$OUT/gpu.txt" | cut 
 echo "| step | result |"
 echo "| --- | --- |"
 echo "| test_cuda_ops (seed $SEED) | $ops |"
-echo "| of which the two expert paths | $moe_ok; worst grouped-vs-CPU rel err $worst (bound 1e-3) |"
+echo "| of which the two expert paths | $moe_ok; worst grouped-vs-CPU rel err $worst (bound 3.9e-3) |"
 echo "| test_engine_gpu | $eng |"
 echo "| compute-sanitizer memcheck, expert cases | $san |"
 for f in "$OUT"/bench_oss20b*.log "$OUT"/bench_qwen30b.log; do
     [ -f "$f" ] || continue
     n=$(basename "$f" .log | sed 's/bench_//')
-    grep -E '^(prefill|decode) ' "$f" | sed "s|^|| $n: |; s|$| |"
-    grep -E '^# (profile|  +(MoE experts|total))' "$f" | sed "s|^# profile, |# |" | sed "s|^|| $n: |; s|$| |"
+    grep -E '^(prefill|decode) ' "$f" | sed "s#^#| $n: #; s#\$# |#"
+    grep -E '^# (profile|  +(MoE experts|total))' "$f" | sed "s|^# profile, |# |" | sed "s#^#| $n: #; s#\$# |#"
 done
 echo
 grep -E '^\| ' "$OUT/bench_moe.log"

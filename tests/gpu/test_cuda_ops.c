@@ -620,6 +620,11 @@ static void test_moe_experts(test_ctx *t, int n_tokens, int k, int n_global, int
  * activations would differ by, so the check sees the rounding itself. */
 #define BF16_VS_REF_TOL 2e-4
 #define BF16_MOE_TOL 1e-3      /* + activations rounding to neighbouring bf16s */
+/* GPU vs CPU experts: the fp32 gate_up sums reach the activation's bf16
+ * rounding in another order, so an activation can land one bf16 ulp
+ * (2^-8 relative) away; measured 1.03e-3 with k=1 and 16 tokens (few terms
+ * per output, so one flip weighs). Bound: 2^-8, one ulp on every term. */
+#define BF16_MOE_VS_CPU_TOL 3.9e-3
 
 static void test_matmul_bf16(test_ctx *t, int m, int n, int k, int with_bias)
 {
@@ -701,7 +706,7 @@ static void test_moe_experts_bf16(test_ctx *t, int n_tokens, int k, int n_expert
         char what[160];
         snprintf(what, sizeof what, "moe_experts bf16 weights %s tokens=%d k=%d experts=%d dim=%d inter=%d vs CPU",
                  act == KN_ACT_SWIGLU_OAI ? "clamped-swiglu" : "swiglu", n_tokens, k, n_experts, dim, inter);
-        check_err(t, tu_max_rel_err_f32(got, cpu, no), BF16_MOE_TOL, what);
+        check_err(t, tu_max_rel_err_f32(got, cpu, no), BF16_MOE_VS_CPU_TOL, what);
     }
     kn_free(&t->gpu, d_gu), kn_free(&t->gpu, d_dn), kn_free(&t->gpu, d_gub), kn_free(&t->gpu, d_dnb);
     kn_free(&t->gpu, d_x), kn_free(&t->gpu, d_idx), kn_free(&t->gpu, d_wts), kn_free(&t->gpu, d_out);
@@ -973,7 +978,7 @@ static void moe_paths_run(test_ctx *t, const moe_shape *s, int offset, int n_loc
             ran[mode] = 1;
         if (cpu_ok) {
             snprintf(w2, sizeof w2, "%s, %s path vs CPU", what, mode_name[mode]);
-            check_err(t, tu_max_rel_err_f32(dst, cpu, no), BF16_MOE_TOL, w2);
+            check_err(t, tu_max_rel_err_f32(dst, cpu, no), BF16_MOE_VS_CPU_TOL, w2);
         }
     }
     if (ran[0] && ran[1]) {
