@@ -141,6 +141,16 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* Every timed run in order (ms, scaled per step for decode), as a comment
+ * line before the median's row: the spread and any drift stay visible. */
+static void print_runs(const char *phase, const double *v, int n, double scale)
+{
+    printf("# %s runs (ms, in order):", phase);
+    for (int i = 0; i < n; i++)
+        printf(" %.3f", 1e3 * v[i] * scale);
+    printf("\n");
+}
+
 /* Deterministic token ids in [3, vocab): benchmarks need no real text. */
 static void fill_tokens(int32_t *t, int n, int vocab, uint32_t seed)
 {
@@ -285,6 +295,7 @@ static int bench_prefill(bench_ctx *c, const bench_args *a, int len)
             runs[r] = sec;
     }
     if (rc == KN_OK) {
+        print_runs("prefill", runs, a->repeat, 1.0);
         double ms = 1e3 * median(runs, a->repeat);
         double floor_ms = a->peak_tflops > 0
                               ? prefill_flops(c->cfg, len) / (a->peak_tflops * 1e12) * 1e3 : 0;
@@ -301,6 +312,7 @@ static int bench_prefill(bench_ctx *c, const bench_args *a, int len)
             char what[64];
             snprintf(what, sizeof what, "prefill %d", len);
             profile_print(c, what, 1);
+            printf("# profiled run's wall time (tm_forward, host clock): %.3f ms\n", 1e3 * sec);
         }
         tm_model_set_stopwatch(c->model, NULL);
     }
@@ -393,6 +405,7 @@ static int bench_decode(bench_ctx *c, const bench_args *a, int batch, ctx_fill m
             runs[r] = sec;
     }
     if (rc == KN_OK) {
+        print_runs("decode", runs, a->repeat, 1.0 / a->steps);
         double step_ms = 1e3 * median(runs, a->repeat) / a->steps;
         double floor_ms = a->hbm_tbps > 0
                               ? decode_bytes(c->cfg, tm_model_weight_dtype(c->model),
