@@ -48,7 +48,8 @@ int worker_parse_flags(worker_options *o, const char *prog, const char *intro,
          "where the model and its KV cache live: cpu, cuda (GPU 0) or cuda:N (needs a "
          "`make CUDA=1` build; one rank only for now)"},
         {"weights", OPT_STR, o->weights, sizeof o->weights,
-         "storage of the large weight matrices: auto (f32 on cpu, bf16 on cuda), f32 or bf16"},
+         "storage of the large weight matrices: auto (f32 on cpu, bf16 on cuda), f32, bf16 "
+         "or fp8 (attention and experts FP8 e4m3 with 128x128 block scales)"},
     };
     const opt_spec tail[] = {
         {"worker-secret-file", OPT_STR, o->worker_secret_file, sizeof o->worker_secret_file,
@@ -129,7 +130,7 @@ int worker_parse_flags(worker_options *o, const char *prog, const char *intro,
         return 2;
     }
     if (tm_weights_parse(o->weights, &o->weight_dtype) != 0) {
-        fprintf(stderr, "%s: --weights must be auto, f32 or bf16, got '%s'\n", prog, o->weights);
+        fprintf(stderr, "%s: --weights must be auto, f32, bf16 or fp8, got '%s'\n", prog, o->weights);
         return 2;
     }
     if (tm_kv_path_parse(o->kv_path, &o->kv_path_mode) != 0) {

@@ -40,8 +40,8 @@ for role in prefiller decoder; do
         --model "$dir" --device gpu
     expect_exit "bad --device ordinal" $role 2 "--device must be cpu, cuda or cuda:N" \
         --model "$dir" --device cuda:x
-    expect_exit "unknown --weights" $role 2 "--weights must be auto, f32 or bf16, got 'fp8'" \
-        --model "$dir" --weights fp8
+    expect_exit "unknown --weights" $role 2 "--weights must be auto, f32, bf16 or fp8, got 'fp4'" \
+        --model "$dir" --weights fp4
     expect_exit "unknown --kv-path" $role 2 "--kv-path must be auto, direct or staged" \
         --model "$dir" --kv-path rdma
 done
