@@ -49,7 +49,7 @@ int worker_parse_flags(worker_options *o, const char *prog, const char *intro,
          "`make CUDA=1` build; one rank only for now)"},
         {"weights", OPT_STR, o->weights, sizeof o->weights,
          "storage of the large weight matrices: auto (f32 on cpu, bf16 on cuda), f32, bf16 "
-         "or fp8 (e4m3, 128x128 block scales)"},
+         "or fp8 (attention and experts FP8 e4m3 with 128x128 block scales)"},
     };
     const opt_spec tail[] = {
         {"worker-secret-file", OPT_STR, o->worker_secret_file, sizeof o->worker_secret_file,
