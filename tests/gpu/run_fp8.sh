@@ -99,11 +99,11 @@ bench() {   # NAME MAX_SECONDS ARGS...
 }
 C=tests/fixtures/configs
 bench oss120b_8k 110 --synthetic $C/gpt-oss-120b.json --prefill 8192 --batch 1,8,32,128 \
-    --context 8192 --steps 8 --repeat 2
+    --context 8192 --steps 8 --repeat 3 --profile --peak-tflops 789.8 --hbm-tbps 4.229
 bench oss20b_8k 70 --synthetic $C/gpt-oss-20b.json --prefill 8192 --batch 1,8,32,128 \
-    --context 8192 --steps 8 --repeat 2
-bench oss120b_32k 60 --synthetic $C/gpt-oss-120b.json --prefill 32768 --batch none --repeat 2
-bench oss20b_32k 45 --synthetic $C/gpt-oss-20b.json --prefill 32768 --batch none --repeat 2
+    --context 8192 --steps 8 --repeat 3 --profile --peak-tflops 789.8 --hbm-tbps 4.229
+bench oss120b_32k 60 --synthetic $C/gpt-oss-120b.json --prefill 32768 --batch none --repeat 2 --profile --peak-tflops 789.8
+bench oss20b_32k 45 --synthetic $C/gpt-oss-20b.json --prefill 32768 --batch none --repeat 2 --peak-tflops 789.8
 
 echo
 echo "== summary ($(date -u +%Y-%m-%dT%H:%MZ), $(sed -n 2p "$OUT/gpu.txt" | cut -d, -f1), $(( $(date +%s) - t_start )) s)"
