@@ -173,6 +173,21 @@ static void on_cancel(prefiller_ctx *ctx, const Tandem__V1__Cancel *c)
     prefill_job_free(job);
 }
 
+/* The router introduces a decoder (or says it left): connect now, so the
+ * UCX connection set-up is over before a push needs it. */
+static void on_transfer_peer(prefiller_ctx *ctx, const Tandem__V1__TransferPeer *p)
+{
+    char err[300];
+    if (kv_pusher_introduce(ctx->pusher, p->worker_id, p->transfer_endpoint.data,
+                            p->transfer_endpoint.len, p->removed, err, sizeof err) != 0)
+        tn_log(WHO, "cannot connect to decoder %s now (its first push will try again): %s",
+               p->worker_id, err);
+    else if (p->removed)
+        tn_log(WHO, "decoder %s is gone", p->worker_id);
+    else
+        tn_log(WHO, "connecting to decoder %s", p->worker_id);
+}
+
 /* The router forgot us (it restarted, or dropped us for missing
  * heartbeats and placed our work elsewhere): nobody waits for the queued
  * jobs any more, and the current one is cancelled (its KV push, if
@@ -242,6 +257,10 @@ void prefiller_service(prefiller_ctx *ctx, int timeout_ms)
         case TANDEM__V1__WORKER_MESSAGE__BODY_CANCEL:
             if (m->cancel)
                 on_cancel(ctx, m->cancel);
+            break;
+        case TANDEM__V1__WORKER_MESSAGE__BODY_TRANSFER_PEER:
+            if (m->transfer_peer)
+                on_transfer_peer(ctx, m->transfer_peer);
             break;
         case TANDEM__V1__WORKER_MESSAGE__BODY_ERROR:
             tn_log(WHO, "router error for request %s: %s", m->error->request_id, m->error->message);
