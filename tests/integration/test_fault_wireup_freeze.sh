@@ -122,8 +122,9 @@ kill -TERM "$(pid_of p2)"
 wait "$(pid_of p2)"
 p2rc=$?
 forget p2
-wait_health 0 1
-check "phase 2: p2 drains and leaves" $? "exit $p2rc $(curl -s "$URL/healthz")"
+[ "$p2rc" -eq 0 ] && wait_health 0 1
+check "phase 2: p2 drains, leaves and exits 0" $? "exit $p2rc $(curl -s "$URL/healthz")" \
+    "$(grep -hE 'Assertion|Fatal' "$CLUSTER_TMP/p2.log" | head -2)"
 kill -STOP "$(pid_of d3)"
 start_worker prefiller p3 --transfer-timeout-ms 500
 wait_health 1 1
