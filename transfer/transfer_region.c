@@ -346,7 +346,6 @@ void te_peer_wireup_flush(te_engine *e, te_peer *p)
     prm.cb.send = wireup_flush_done;
     prm.user_data = p;
     ucs_status_t st;
-    p->wireup_started = te_now_seconds();
     int started = te_request_started(ucp_ep_flush_nbx(p->ep, &prm), &st);
     if (started == 0) {
         p->wireup = TE_WIREUP_DONE;
@@ -472,11 +471,12 @@ int te_peer_close(te_engine *e, te_peer *p)
          * callbacks point at it). te_engine_progress closes a live endpoint
          * left open once that is safe; the engine's destruction frees it. */
         p->detached = 1;
-        te_log(e, "peer %016llx: endpoint left open until the engine is destroyed (%s)",
-               (unsigned long long)p->remote_id,
-               !p->ep ? "close did not finish in 5 s"
-               : p->detects_failure ? "its connection set-up or requests are not over"
-                                    : "failed endpoint without failure handling");
+        /* (A live endpoint whose close was deferred was logged already.) */
+        if (!p->ep || !p->detects_failure)
+            te_log(e, "peer %016llx: endpoint left open until the engine is destroyed (%s)",
+                   (unsigned long long)p->remote_id,
+                   !p->ep ? "close did not finish in 5 s"
+                          : "failed endpoint without failure handling");
         return TE_OK;
     }
     te_peer_free(e, p);
