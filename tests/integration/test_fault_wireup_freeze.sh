@@ -9,8 +9,10 @@
 #
 # Phase 1, the first transfer: p1 holds an assignment (frozen) while d1
 # reserves the pages; d1 freezes; p1 runs again and pushes into frozen d1,
-# which times out; the request completes on d2. d1 is removed, resumes,
-# registers again and serves requests.
+# which fails (the connection set-up does not finish, or the transfer times
+# out); the request completes on d2. d1 is removed, resumes, registers
+# again and serves requests. Phase 1b is the same once p1b's connection to
+# d1b is set up, so the push starts and times out with data in flight.
 # Phase 2, the first connection: d3 freezes before prefiller p3 exists, so
 # p3's connection to d3 can never finish its set-up; a request waits in the
 # router queue while d3 is placed, removed, and SIGKILLed, and completes on
@@ -50,66 +52,86 @@ EOF
 
 alive() { kill -0 "$(pid_of "$1")" 2>/dev/null && ! grep -qE "Assertion|Fatal:|ERROR: AddressSanitizer" "$CLUSTER_TMP/$1.log"; }
 
-# ---------------------------------------------------------------- phase 1
-PREFILLER_ID=p1 DECODER_ID=d1 PREFILLER_FLAGS="--transfer-timeout-ms 500" DECODER_FLAGS=$DFLAGS \
-    cluster_start "$dir" "${ROUTER_FLAGS[@]}" || cluster_finish
-CLUSTER_NAMES[1]=p1
-CLUSTER_NAMES[2]=d1
-mv "$CLUSTER_TMP/prefiller.log" "$CLUSTER_TMP/p1.log"
-mv "$CLUSTER_TMP/decoder.log" "$CLUSTER_TMP/d1.log"
+# first_transfer PHASE P D D2 READY: the first-transfer scenario with
+# prefiller P, decoder D (frozen) and decoder D2 (joins, takes the request).
+# READY=1 waits until P reports its connection to D set up before freezing
+# (the push then starts and times out with data in flight); READY=0 freezes
+# P at once, so its connection to D is usually still being set up when D
+# freezes (the push waits for it and fails without sending).
+first_transfer() {
+    local ph=$1 P=$2 D=$3 D2=$4 ready=$5 st o i pid cpid
+    PREFILLER_ID=$P DECODER_ID=$D PREFILLER_FLAGS="--transfer-timeout-ms 500" DECODER_FLAGS=$DFLAGS \
+        cluster_start "$dir" "${ROUTER_FLAGS[@]}" || cluster_finish
+    CLUSTER_NAMES[1]=$P
+    CLUSTER_NAMES[2]=$D
+    mv "$CLUSTER_TMP/prefiller.log" "$CLUSTER_TMP/$P.log"
+    mv "$CLUSTER_TMP/decoder.log" "$CLUSTER_TMP/$D.log"
+    if [ "$ready" = 1 ]; then
+        for _ in $(seq 1 100); do
+            grep -q "decoder $D: connection ready" "$CLUSTER_TMP/$P.log" && break
+            sleep 0.05
+        done
+        grep -q "decoder $D: connection ready" "$CLUSTER_TMP/$P.log"
+        check "$ph: $P connected to $D when the router introduced it" $? "$(tail -3 "$CLUSTER_TMP/$P.log")"
+    fi
+    kill -STOP "$(pid_of "$P")"
+    curl -s --max-time 60 -o "$CLUSTER_TMP/$ph.json" -w '%{http_code}' -H 'Content-Type: application/json' \
+        -d "{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_tokens\":16,\"temperature\":0,\"ignore_eos\":true}" \
+        "$URL/v1/completions" >"$CLUSTER_TMP/$ph.code" &
+    cpid=$!
+    st=""
+    for _ in $(seq 1 100); do
+        st=$(timeout 10 "$BIN/tandem-cli" status --rpc "$RPC" 2>&1)
+        echo "$st" | grep -qE "^ +prefiller +$P .*in_flight=1 " && break
+        sleep 0.05
+    done
+    echo "$st" | grep -qE "^ +prefiller +$P .*in_flight=1 "
+    check "$ph: $D reserved the pages, the prefill waits at frozen $P" $? "$st"
+    start_worker decoder "$D2" $DFLAGS
+    wait_health 1 2
+    check "$ph: a second decoder registers" $? "$(curl -s "$URL/healthz")"
+    kill -STOP "$(pid_of "$D")"
+    kill -CONT "$(pid_of "$P")"
+    wait "$cpid"
+    o=$(outcome "$CLUSTER_TMP/$ph.json" "$CLUSTER_TMP/$ph.code" "$golden16")
+    [ "$o" = complete ]
+    check "$ph: the push into frozen $D fails and the request completes on $D2" $? "$o" \
+        "$(grep -E 'placing|failed|dropping' "$CLUSTER_TMP/router.log" | tail -3)"
+    wait_health 1 1 100
+    check "$ph: frozen $D is removed from placement" $? "$(curl -s "$URL/healthz")"
+    alive "$P"
+    check "$ph: $P is alive after the failed first transfer" $? "$(tail -5 "$CLUSTER_TMP/$P.log")"
+    kill -CONT "$(pid_of "$D")"
+    wait_health 1 2 100
+    check "$ph: $D runs again and is admitted again" $? "$(curl -s "$URL/healthz")" \
+        "$(tail -4 "$CLUSTER_TMP/$D.log")"
+    local pids=()
+    for i in 0 1 2 3 4 5; do
+        curl -s --max-time 60 -o "$CLUSTER_TMP/a.$i" -w '%{http_code}' -H 'Content-Type: application/json' \
+            -d "{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_tokens\":8,\"temperature\":0,\"ignore_eos\":true}" \
+            "$URL/v1/completions" >"$CLUSTER_TMP/a.$i.code" &
+        pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid"; done
+    local bad=()
+    for i in 0 1 2 3 4 5; do
+        o=$(outcome "$CLUSTER_TMP/a.$i" "$CLUSTER_TMP/a.$i.code" "$golden8")
+        [ "$o" = complete ] || bad+=("$i: $o")
+    done
+    [ ${#bad[@]} -eq 0 ]
+    check "$ph: requests after $D's return all complete" $? "${bad[@]:-}"
+    alive "$P" && alive "$D" && alive "$D2"
+    check "$ph: no worker died" $? "$(grep -hE 'Assertion|Fatal' "$CLUSTER_TMP"/*.log | head -3)"
+    cluster_stop 1
+    mv "$CLUSTER_TMP/router.log" "$CLUSTER_TMP/router-$ph.log"
+}
 
-kill -STOP "$(pid_of p1)"
-curl -s --max-time 60 -o "$CLUSTER_TMP/r1.json" -w '%{http_code}' -H 'Content-Type: application/json' \
-    -d "{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_tokens\":16,\"temperature\":0,\"ignore_eos\":true}" \
-    "$URL/v1/completions" >"$CLUSTER_TMP/r1.code" &
-cpid=$!
-st=""
-for _ in $(seq 1 100); do
-    st=$(timeout 10 "$BIN/tandem-cli" status --rpc "$RPC" 2>&1)
-    echo "$st" | grep -qE '^ +prefiller +p1 .*in_flight=1 ' && break
-    sleep 0.05
-done
-echo "$st" | grep -qE '^ +prefiller +p1 .*in_flight=1 '
-check "phase 1: d1 reserved the pages, the prefill waits at frozen p1" $? "$st"
-start_worker decoder d2 $DFLAGS
-wait_health 1 2
-check "phase 1: a second decoder registers" $? "$(curl -s "$URL/healthz")"
-kill -STOP "$(pid_of d1)"
-kill -CONT "$(pid_of p1)"
-wait "$cpid"
-o=$(outcome "$CLUSTER_TMP/r1.json" "$CLUSTER_TMP/r1.code" "$golden16")
-[ "$o" = complete ]
-check "phase 1: the push into frozen d1 fails and the request completes on d2" $? "$o" \
-    "$(grep -E 'placing|failed|dropping' "$CLUSTER_TMP/router.log" | tail -3)"
-wait_health 1 1 100
-check "phase 1: frozen d1 is removed from placement" $? "$(curl -s "$URL/healthz")"
-alive p1
-check "phase 1: p1 is alive after the failed first transfer" $? "$(tail -5 "$CLUSTER_TMP/p1.log")"
-kill -CONT "$(pid_of d1)"
-wait_health 1 2 100
-check "phase 1: d1 runs again and is admitted again" $? "$(curl -s "$URL/healthz")" \
-    "$(tail -4 "$CLUSTER_TMP/d1.log")"
-pids=()
-for i in 0 1 2 3 4 5; do
-    curl -s --max-time 60 -o "$CLUSTER_TMP/a.$i" -w '%{http_code}' -H 'Content-Type: application/json' \
-        -d "{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_tokens\":8,\"temperature\":0,\"ignore_eos\":true}" \
-        "$URL/v1/completions" >"$CLUSTER_TMP/a.$i.code" &
-    pids+=($!)
-done
-for pid in "${pids[@]}"; do wait "$pid"; done
-bad=()
-for i in 0 1 2 3 4 5; do
-    o=$(outcome "$CLUSTER_TMP/a.$i" "$CLUSTER_TMP/a.$i.code" "$golden8")
-    [ "$o" = complete ] || bad+=("$i: $o")
-done
-[ ${#bad[@]} -eq 0 ]
-check "phase 1: requests after d1's return all complete" $? "${bad[@]:-}"
-alive p1 && alive d1 && alive d2
-check "phase 1: no worker died" $? "$(grep -hE 'Assertion|Fatal' "$CLUSTER_TMP"/*.log | head -3)"
-cluster_stop 1
+# ---------------------------------------------------------------- phase 1
+first_transfer "phase 1" p1 d1 d2 0
+# ---------------------------------------------------------------- phase 1b
+first_transfer "phase 1b" p1b d1b d2b 1
 
 # ---------------------------------------------------------------- phase 2
-mv "$CLUSTER_TMP/router.log" "$CLUSTER_TMP/router1.log"
 PREFILLER_ID=p2 DECODER_ID=d3 PREFILLER_FLAGS="--transfer-timeout-ms 500" DECODER_FLAGS=$DFLAGS \
     cluster_start "$dir" "${ROUTER_FLAGS[@]}" || cluster_finish
 CLUSTER_NAMES[1]=p2
