@@ -107,6 +107,15 @@ int kv_pusher_open_rank(tm_kv_cache *kv, int n_kv_heads, int tp, int rank, const
     return 0;
 }
 
+/* Whether the connection can be closed without waiting: closing one whose
+ * set-up is still running would block (te_peer_close waits up to 1 s for
+ * it, and a frozen decoder never answers) and then leave it open anyway. */
+static int closable_now(const decoder_peer *peer)
+{
+    return !peer->busy && peer->remote.peer &&
+           te_peer_wireup_status(peer->remote.peer) != TE_IN_PROGRESS;
+}
+
 static void disconnect(kv_pusher *p, decoder_peer *peer)
 {
     if (peer->remote.peer || peer->remote.regions)
@@ -242,8 +251,8 @@ int kv_pusher_introduce(kv_pusher *p, const char *decoder_id, const uint8_t *end
     if (removed) {
         decoder_peer *peer = find_peer(p, decoder_id);
         if (peer) {
-            peer->gone = 1;
-            if (!peer->busy)
+            peer->gone = 1; /* closed by kv_pusher_progress once that does not block */
+            if (closable_now(peer))
                 disconnect(p, peer);
         }
         return 0;
@@ -268,7 +277,7 @@ static void supervise(kv_pusher *p)
     for (int i = 0; i < p->n_peers; i++) {
         decoder_peer *peer = &p->peers[i];
         if (peer->gone) {
-            if (!peer->busy && peer->remote.peer)
+            if (closable_now(peer))
                 disconnect(p, peer);
             continue;
         }

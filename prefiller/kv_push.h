@@ -37,7 +37,8 @@ void kv_pusher_progress(kv_pusher *p);
  * endpoint (a packed ControlMessage{hello}) now, unless already connected to
  * that engine, so the UCX connection set-up finishes before any push needs
  * it. removed: the decoder left; its connection is closed once no push uses
- * it. Returns 0 or -1 with a reason. */
+ * it and its set-up is over (kv_pusher_progress; never blocking on a
+ * frozen decoder). Returns 0 or -1 with a reason. */
 int kv_pusher_introduce(kv_pusher *p, const char *decoder_id, const uint8_t *endpoint,
                         size_t len, int removed, char *err, size_t errlen);
 
