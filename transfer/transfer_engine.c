@@ -507,13 +507,16 @@ void te_engine_destroy(te_engine *e)
         for (te_peer *p = e->peers; p; p = p->next)
             if (p->ep && !p->close_req && p->detects_failure && !p->ucx_failed)
                 te_peer_wireup_flush(e, p);
-        double deadline = te_now_seconds() + 5.0;
+        /* A live peer finishes a wire-up within the grace period; what is
+         * still stuck after it waits for a peer that does not answer. */
+        double now = te_now_seconds(), grace = now + 1.0, deadline = now + 5.0;
         int idle = 0;
         for (;;) {
             for (te_peer *p = e->peers; p; p = p->next)
                 te_peer_start_close(e, p);
-            if (e->outstanding <= e->abandoned + stuck_requests(e) ||
-                te_now_seconds() >= deadline)
+            now = te_now_seconds();
+            if (e->outstanding <= e->abandoned || now >= deadline ||
+                (now >= grace && e->outstanding <= e->abandoned + stuck_requests(e)))
                 break;
             if (ucp_worker_progress(e->worker))
                 idle = 0;
