@@ -2,10 +2,11 @@
 # A decoder that freezes (SIGSTOP) while a prefiller's first UCX connection
 # to it is new, then comes back (SIGCONT) or dies (SIGKILL). UCX 1.13 aborts
 # processes whose endpoints are closed at the wrong moment (docs/RELIABILITY.md,
-# "UCX wire-up"), so this checks with real processes that no prefiller or
-# decoder dies, that every request ends in exactly one outcome (the golden
-# tokens, or an explicit error), and that the frozen decoder is removed and,
-# once it runs again, admitted again.
+# "UCX connection set-up (wire-up)"), so this checks with real processes
+# that no prefiller or decoder dies, that every request ends in exactly one
+# outcome, here always the golden tokens (an explicit error or a malformed
+# response is reported as what it is), and that the frozen decoder is
+# removed and, once it runs again, admitted again.
 #
 # Phase 1, the first transfer: p1 holds an assignment (frozen) while d1
 # reserves the pages; d1 freezes; p1 runs again and pushes into frozen d1,
@@ -30,8 +31,9 @@ TIMEOUT_MS=1500
 ROUTER_FLAGS=(--heartbeat-ms 100 --worker-timeout-ms $TIMEOUT_MS --queue-timeout-ms 30000)
 DFLAGS="--orphan-release-ms 3000"
 
-# complete FILE CODEFILE N: the response is HTTP 200 with the first N golden
-# tokens, or an explicit OpenAI error body (exactly one of the two).
+# outcome FILE CODEFILE WANT: "complete" for HTTP 200 with exactly the
+# tokens WANT, "error MESSAGE" for an explicit OpenAI error body, otherwise
+# what is wrong with the response.
 outcome() {
     python3 - "$1" "$(cat "$2" 2>/dev/null)" "$3" <<'EOF'
 import json, sys
