@@ -202,6 +202,11 @@ int kv_receiver_add_peer(kv_receiver *r, const char *worker_id, const uint8_t *e
             if (te_kv_connect(r->e, hello[i]->hello, &remotes[i]) != TE_OK) {
                 snprintf(err, errlen, "rank %d: %s", i, te_engine_error(r->e));
                 rc = -1;
+            } else {
+                /* Finish UCX's connection set-up in the background (the
+                 * scheduler loop progresses the engine): an endpoint still
+                 * setting up cannot be closed safely (transfer.h). */
+                te_peer_wireup_start(r->e, remotes[i].peer);
             }
         }
         if (rc && remotes) {

@@ -1,20 +1,48 @@
 /* The prefiller's TransferEngine: its pools registered once, one connection
- * per decoder (opened on first use from the endpoint in KvDestination and
- * reopened if that decoder's engine changed or its connection failed). */
+ * per decoder, and the pushes into decoders' reserved pages.
+ *
+ * Connections are opened when the router introduces a decoder
+ * (TransferPeer), and their UCX connection set-up (wire-up) is finished in
+ * the background by kv_pusher_progress: UCX 1.13 aborts the process when an
+ * endpoint is closed while its wire-up waits for the peer (a decoder that
+ * freezes during it keeps it waiting), so a push never starts on a
+ * connection still being set up; it waits for it (bounded by the transfer
+ * timeout) and fails without sending anything if it does not finish. A
+ * decoder the router never introduced (a TP group's ranks other than 0 see
+ * no TransferPeer) is connected on first use, with the same wait. */
 #include "prefiller/kv_push.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "kernels/status.h"
+#include "router/util.h"
 #include "transfer/transfer.h"
 #include "transfer/transfer_kv.h"
 
+#define WHO "prefiller"
+/* A wire-up flush that fails while the endpoint still looks healthy is
+ * posted again up to this many times, a failed connection reopened up to
+ * this many times (the router's introduction starts the count again). */
+#define MAX_WIREUP_RETRIES 5
+#define MAX_RECONNECTS 5
+#define RECONNECT_BACKOFF_S 0.5
+/* After this long without a finished set-up, say so once in the log. */
+#define WIREUP_SLOW_S 5.0
+
 typedef struct decoder_peer {
     char id[256];
-    te_kv_remote remote;
+    uint8_t *hello;           /* the decoder's packed endpoint (ControlMessage{hello}) */
+    size_t hello_len;
+    te_kv_remote remote;      /* remote.peer NULL: not connected */
     int broken;               /* a transfer to it failed: reconnect next time */
     int busy;                 /* unreleased pushes using it */
+    int gone;                 /* the router said it left: closed once not busy */
+    double connected_at;      /* te_now_seconds() of the connect */
+    int wireup_retries;       /* wire-up flushes posted again */
+    int reconnects;           /* connections reopened after a failure */
+    double reconnect_at;      /* earliest time of the next reopen */
+    int ready_logged, slow_logged;
 } decoder_peer;
 
 struct kv_pusher {
@@ -25,11 +53,22 @@ struct kv_pusher {
     size_t hello_len;
     decoder_peer *peers;
     int n_peers, cap_peers;
+    int log_connections;      /* rank 0 logs connection events (others are quiet) */
 };
 
+/* A push waits for its connection's set-up before its transfer is
+ * submitted; until then t is NULL and the pages are kept here. */
 struct kv_push {
     te_transfer *t;
     decoder_peer *peer;
+    int32_t *src_pages, *dst_pages;
+    int n_tokens;
+    uint64_t request_id;
+    int timeout_ms;
+    double started, deadline;
+    int canceled;
+    int failed;               /* ended before submitting; why in error */
+    char error[400];
 };
 
 int kv_pusher_open_rank(tm_kv_cache *kv, int n_kv_heads, int tp, int rank, const char *name,
@@ -42,6 +81,7 @@ int kv_pusher_open_rank(tm_kv_cache *kv, int n_kv_heads, int tp, int rank, const
         snprintf(err, errlen, "out of memory");
         return -1;
     }
+    p->log_connections = rank == 0;
     te_engine_config cfg;
     te_engine_config_default(&cfg);
     cfg.name = name;
@@ -75,12 +115,32 @@ const char *kv_pusher_path(const kv_pusher *p)
     return p->staging.how;
 }
 
+/* Whether the connection can be closed without waiting: closing one whose
+ * set-up is still running would block (te_peer_close waits up to 1 s for
+ * it, and a frozen decoder never answers) and then leave it open anyway. */
+static int closable_now(const decoder_peer *peer)
+{
+    return !peer->busy && peer->remote.peer &&
+           te_peer_wireup_status(peer->remote.peer) != TE_IN_PROGRESS;
+}
+
+static void disconnect(kv_pusher *p, decoder_peer *peer)
+{
+    if (peer->remote.peer || peer->remote.regions)
+        te_kv_disconnect(p->e, &peer->remote);
+    memset(&peer->remote, 0, sizeof peer->remote);
+    peer->broken = 0;
+    peer->ready_logged = peer->slow_logged = 0;
+}
+
 void kv_pusher_close(kv_pusher *p)
 {
     if (!p)
         return;
-    for (int i = 0; i < p->n_peers; i++)
-        te_kv_disconnect(p->e, &p->peers[i].remote);
+    for (int i = 0; i < p->n_peers; i++) {
+        disconnect(p, &p->peers[i]);
+        free(p->peers[i].hello);
+    }
     free(p->peers);
     te_kv_deregister(p->e, &p->local);
     free(p->hello);
@@ -95,70 +155,220 @@ void kv_pusher_endpoint(const kv_pusher *p, const uint8_t **buf, size_t *len)
     *len = p->hello_len;
 }
 
+static decoder_peer *find_peer(kv_pusher *p, const char *id)
+{
+    for (int i = 0; i < p->n_peers; i++)
+        if (!strcmp(p->peers[i].id, id))
+            return &p->peers[i];
+    return NULL;
+}
+
+static decoder_peer *add_peer(kv_pusher *p, const char *id, char *err, size_t errlen)
+{
+    if (p->n_peers == p->cap_peers) {
+        /* Pushes hold pointers into the array: grow only while none is
+         * outstanding (one job at a time makes that the normal case). */
+        for (int i = 0; i < p->n_peers; i++)
+            if (p->peers[i].busy) {
+                snprintf(err, errlen, "cannot add a decoder connection while pushes run");
+                return NULL;
+            }
+        int cap = p->cap_peers ? 2 * p->cap_peers : 8;
+        decoder_peer *np = realloc(p->peers, (size_t)cap * sizeof *np);
+        if (!np) {
+            snprintf(err, errlen, "out of memory");
+            return NULL;
+        }
+        p->peers = np;
+        p->cap_peers = cap;
+    }
+    decoder_peer *peer = &p->peers[p->n_peers++];
+    memset(peer, 0, sizeof *peer);
+    snprintf(peer->id, sizeof peer->id, "%s", id);
+    return peer;
+}
+
+/* Opens the connection to peer->hello and starts its wire-up. */
+static int connect_peer(kv_pusher *p, decoder_peer *peer, char *err, size_t errlen)
+{
+    Tandem__Transfer__ControlMessage *m = te_control_unpack(peer->hello, peer->hello_len);
+    if (!m || m->body_case != TANDEM__TRANSFER__CONTROL_MESSAGE__BODY_HELLO) {
+        snprintf(err, errlen, "decoder %s sent no valid TransferEngine endpoint", peer->id);
+        if (m)
+            tandem__transfer__control_message__free_unpacked(m, NULL);
+        return -1;
+    }
+    int rc = te_kv_connect(p->e, m->hello, &peer->remote);
+    tandem__transfer__control_message__free_unpacked(m, NULL);
+    if (rc != TE_OK) {
+        snprintf(err, errlen, "cannot connect to decoder %s: %s", peer->id, te_engine_error(p->e));
+        memset(&peer->remote, 0, sizeof peer->remote);
+        return -1;
+    }
+    peer->connected_at = te_now_seconds();
+    peer->ready_logged = peer->slow_logged = 0;
+    if (te_peer_wireup_start(p->e, peer->remote.peer) != TE_OK) {
+        snprintf(err, errlen, "decoder %s: %s", peer->id, te_engine_error(p->e));
+        peer->broken = 1;
+        return -1;
+    }
+    return 0;
+}
+
+/* Records the decoder's endpoint; returns 1 when it names another engine
+ * than the one the peer is connected to (the decoder restarted). */
+static int set_hello(decoder_peer *peer, const uint8_t *buf, size_t len, char *err,
+                     size_t errlen)
+{
+    if (peer->hello && peer->hello_len == len && !memcmp(peer->hello, buf, len))
+        return 0;
+    uint8_t *copy = malloc(len ? len : 1);
+    if (!copy) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    memcpy(copy, buf, len);
+    free(peer->hello);
+    peer->hello = copy;
+    peer->hello_len = len;
+    return 1;
+}
+
+/* The connection to decoder id (endpoint buf/len), opened if needed. */
+static decoder_peer *peer_for(kv_pusher *p, const char *id, const uint8_t *buf, size_t len,
+                              char *err, size_t errlen)
+{
+    decoder_peer *peer = find_peer(p, id);
+    if (!peer && !(peer = add_peer(p, id, err, errlen)))
+        return NULL;
+    int changed = set_hello(peer, buf, len, err, errlen);
+    if (changed < 0)
+        return NULL;
+    peer->gone = 0;
+    if ((changed || peer->broken) && !peer->busy && peer->remote.peer)
+        disconnect(p, peer);
+    if (peer->remote.peer)
+        return peer;
+    if (connect_peer(p, peer, err, errlen) != 0)
+        return NULL;
+    return peer;
+}
+
+int kv_pusher_introduce(kv_pusher *p, const char *decoder_id, const uint8_t *endpoint,
+                        size_t len, int removed, char *err, size_t errlen)
+{
+    if (removed) {
+        decoder_peer *peer = find_peer(p, decoder_id);
+        if (peer) {
+            peer->gone = 1; /* closed by kv_pusher_progress once that does not block */
+            if (closable_now(peer))
+                disconnect(p, peer);
+        }
+        return 0;
+    }
+    if (!endpoint || !len) {
+        snprintf(err, errlen, "decoder %s has no TransferEngine endpoint", decoder_id);
+        return -1;
+    }
+    decoder_peer *peer = find_peer(p, decoder_id);
+    if (peer)
+        peer->reconnects = 0;
+    return peer_for(p, decoder_id, endpoint, len, err, errlen) ? 0 : -1;
+}
+
+/* Keeps every connection's set-up moving: posts the wire-up flush again
+ * when one failed on a healthy endpoint, reopens failed connections (with
+ * a back-off, a bounded number of times), closes connections of decoders
+ * that left, and logs when a set-up finishes or is slow. */
+static void supervise(kv_pusher *p)
+{
+    double now = te_now_seconds();
+    for (int i = 0; i < p->n_peers; i++) {
+        decoder_peer *peer = &p->peers[i];
+        if (peer->gone) {
+            if (closable_now(peer))
+                disconnect(p, peer);
+            continue;
+        }
+        if (!peer->remote.peer) {
+            continue;
+        }
+        te_peer *tp = peer->remote.peer;
+        int st = te_peer_wireup_status(tp);
+        if (st == TE_OK) {
+            if (!peer->ready_logged && p->log_connections)
+                tn_log(WHO, "decoder %s: connection ready (UCX set-up took %.0f ms)", peer->id,
+                       (now - peer->connected_at) * 1e3);
+            peer->ready_logged = 1;
+            continue;
+        }
+        if (st == TE_IN_PROGRESS) {
+            if (te_peer_wireup_failures(tp) > peer->wireup_retries &&
+                peer->wireup_retries < MAX_WIREUP_RETRIES) {
+                peer->wireup_retries++;
+                if (p->log_connections)
+                    tn_log(WHO, "decoder %s: connection set-up flush failed; retrying (%d of %d)",
+                           peer->id, peer->wireup_retries, MAX_WIREUP_RETRIES);
+                te_peer_wireup_start(p->e, tp);
+            }
+            if (!peer->slow_logged && now - peer->connected_at > WIREUP_SLOW_S) {
+                peer->slow_logged = 1;
+                if (p->log_connections)
+                    tn_log(WHO, "decoder %s: UCX connection set-up not finished after %.0f s "
+                           "(decoder frozen or unreachable?); pushes to it wait for it",
+                           peer->id, WIREUP_SLOW_S);
+            }
+            continue;
+        }
+        /* The connection failed (the decoder died or restarted). */
+        if (peer->busy)
+            continue;
+        if (peer->reconnects >= MAX_RECONNECTS) {
+            if (!peer->broken && p->log_connections)
+                tn_log(WHO, "decoder %s: connection failed (%s); gave up after %d reconnects "
+                       "(a new introduction or push tries again)", peer->id, te_peer_error(tp),
+                       MAX_RECONNECTS);
+            peer->broken = 1;
+            continue;
+        }
+        if (now < peer->reconnect_at)
+            continue;
+        peer->reconnects++;
+        peer->reconnect_at = now + RECONNECT_BACKOFF_S * peer->reconnects;
+        if (p->log_connections)
+            tn_log(WHO, "decoder %s: connection failed (%s); reconnecting (%d of %d)", peer->id,
+                   te_peer_error(tp), peer->reconnects, MAX_RECONNECTS);
+        disconnect(p, peer);
+        char err[300];
+        if (connect_peer(p, peer, err, sizeof err) != 0 && p->log_connections)
+            tn_log(WHO, "%s", err);
+    }
+}
+
 void kv_pusher_progress(kv_pusher *p)
 {
     te_engine_progress(p->e);
+    supervise(p);
 }
 
-/* The connection to the decoder described by dst, opened if needed. */
-static decoder_peer *peer_for(kv_pusher *p, const Tandem__V1__KvDestination *dst, char *err,
-                              size_t errlen)
+static int submit(kv_pusher *p, kv_push *k, int timeout_ms)
 {
-    Tandem__Transfer__ControlMessage *m =
-        te_control_unpack(dst->transfer_endpoint.data, dst->transfer_endpoint.len);
-    if (!m || m->body_case != TANDEM__TRANSFER__CONTROL_MESSAGE__BODY_HELLO) {
-        snprintf(err, errlen, "decoder %s sent no valid TransferEngine endpoint", dst->decoder_id);
-        if (m)
-            tandem__transfer__control_message__free_unpacked(m, NULL);
-        return NULL;
+    if (te_kv_send(p->e, &p->local, k->src_pages, &k->peer->remote, k->dst_pages, k->n_tokens,
+                   k->request_id, timeout_ms, &k->t) != TE_OK) {
+        snprintf(k->error, sizeof k->error, "%s", te_engine_error(p->e));
+        k->t = NULL;
+        return -1;
     }
-    const Tandem__Transfer__PeerHello *h = m->hello;
-    decoder_peer *peer = NULL;
-    for (int i = 0; i < p->n_peers; i++)
-        if (!strcmp(p->peers[i].id, dst->decoder_id))
-            peer = &p->peers[i];
-    if (peer && (peer->broken || peer->remote.engine_id != h->engine_id) && !peer->busy) {
-        te_kv_disconnect(p->e, &peer->remote);
-        memset(&peer->remote, 0, sizeof peer->remote);
-        peer->broken = 0;
-    }
-    if (peer && peer->remote.peer) {
-        tandem__transfer__control_message__free_unpacked(m, NULL);
-        return peer;
-    }
-    if (!peer) {
-        if (p->n_peers == p->cap_peers) {
-            /* Pushes hold pointers into the array: grow only while none is
-             * outstanding (one job at a time makes that the normal case). */
-            for (int i = 0; i < p->n_peers; i++)
-                if (p->peers[i].busy) {
-                    snprintf(err, errlen, "cannot add a decoder connection while pushes run");
-                    tandem__transfer__control_message__free_unpacked(m, NULL);
-                    return NULL;
-                }
-            int cap = p->cap_peers ? 2 * p->cap_peers : 8;
-            decoder_peer *np = realloc(p->peers, (size_t)cap * sizeof *np);
-            if (!np) {
-                snprintf(err, errlen, "out of memory");
-                tandem__transfer__control_message__free_unpacked(m, NULL);
-                return NULL;
-            }
-            p->peers = np;
-            p->cap_peers = cap;
-        }
-        peer = &p->peers[p->n_peers++];
-        memset(peer, 0, sizeof *peer);
-        snprintf(peer->id, sizeof peer->id, "%s", dst->decoder_id);
-    }
-    int rc = te_kv_connect(p->e, h, &peer->remote);
-    tandem__transfer__control_message__free_unpacked(m, NULL);
-    if (rc != TE_OK) {
-        snprintf(err, errlen, "cannot connect to decoder %s: %s", dst->decoder_id,
-                 te_engine_error(p->e));
-        memset(&peer->remote, 0, sizeof peer->remote);
-        return NULL;
-    }
-    return peer;
+    return 0;
+}
+
+static int32_t *copy_pages(const int32_t *pages, int n_tokens, int page_size)
+{
+    int n = (n_tokens + page_size - 1) / page_size;
+    int32_t *c = malloc((size_t)(n ? n : 1) * sizeof *c);
+    if (c && n)
+        memcpy(c, pages, (size_t)n * sizeof *c);
+    return c;
 }
 
 int kv_push_start(kv_pusher *p, const Tandem__V1__KvDestination *dst, uint64_t request_id,
@@ -166,7 +376,8 @@ int kv_push_start(kv_pusher *p, const Tandem__V1__KvDestination *dst, uint64_t r
                   char *err, size_t errlen)
 {
     *out = NULL;
-    decoder_peer *peer = peer_for(p, dst, err, errlen);
+    decoder_peer *peer = peer_for(p, dst->decoder_id, dst->transfer_endpoint.data,
+                                  dst->transfer_endpoint.len, err, errlen);
     if (!peer)
         return -1;
     if (peer->remote.layout.page_size != dst->page_size) {
@@ -175,7 +386,14 @@ int kv_push_start(kv_pusher *p, const Tandem__V1__KvDestination *dst, uint64_t r
                  peer->remote.layout.page_size);
         return -1;
     }
-    /* staged: the prompt's pages go to the host mirror the puts read */
+    int need = (n_tokens + dst->page_size - 1) / dst->page_size;
+    if (n_tokens <= 0 || dst->n_page_ids < (size_t)need) {
+        snprintf(err, errlen, "decoder %s: %zu destination pages for %d tokens", dst->decoder_id,
+                 dst->n_page_ids, n_tokens);
+        return -1;
+    }
+    /* staged: the prompt's pages go to the host mirror the puts read (the
+     * KV is complete now, so the copy need not wait for the set-up) */
     int n_pages = (n_tokens + p->staging.kv->page_size - 1) / p->staging.kv->page_size;
     int rc = tm_kv_staging_to_host(&p->staging, src_pages, n_pages);
     if (rc != KN_OK) {
@@ -184,25 +402,75 @@ int kv_push_start(kv_pusher *p, const Tandem__V1__KvDestination *dst, uint64_t r
         return -1;
     }
     kv_push *k = calloc(1, sizeof *k);
-    if (!k) {
+    if (k) {
+        k->src_pages = copy_pages(src_pages, n_tokens, p->local.layout.page_size);
+        k->dst_pages = copy_pages(dst->page_ids, n_tokens, dst->page_size);
+    }
+    if (!k || !k->src_pages || !k->dst_pages) {
+        if (k) {
+            free(k->src_pages);
+            free(k->dst_pages);
+        }
+        free(k);
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    if (te_kv_send(p->e, &p->local, src_pages, &peer->remote, dst->page_ids, n_tokens,
-                   request_id, timeout_ms, &k->t) != TE_OK) {
-        snprintf(err, errlen, "%s", te_engine_error(p->e));
+    k->peer = peer;
+    k->n_tokens = n_tokens;
+    k->request_id = request_id;
+    k->timeout_ms = timeout_ms;
+    k->started = te_now_seconds();
+    k->deadline = k->started + timeout_ms / 1000.0;
+    if (te_peer_wireup_status(peer->remote.peer) == TE_OK && submit(p, k, timeout_ms) != 0) {
+        snprintf(err, errlen, "%s", k->error);
+        free(k->src_pages);
+        free(k->dst_pages);
         free(k);
         return -1;
     }
-    k->peer = peer;
     peer->busy++;
     *out = k;
     return 0;
 }
 
+/* A push still waiting for its connection's set-up: submits it once the
+ * set-up finished; fails it (nothing sent) when the connection failed, the
+ * push was cancelled, or the transfer timeout passed first. */
+static void advance_waiting(kv_pusher *p, kv_push *k)
+{
+    int st = te_peer_wireup_status(k->peer->remote.peer);
+    double now = te_now_seconds();
+    if (k->canceled) {
+        snprintf(k->error, sizeof k->error, "cancelled before the transfer started");
+        k->failed = TE_ERR_CANCELED;
+    } else if (st == TE_OK) {
+        int left_ms = (int)((k->deadline - now) * 1e3);
+        if (submit(p, k, left_ms > 0 ? left_ms : 1) != 0)
+            k->failed = TE_ERR_REFUSED;
+    } else if (st != TE_IN_PROGRESS) {
+        snprintf(k->error, sizeof k->error, "connection to decoder %s failed during its set-up: "
+                 "%s; nothing was sent", k->peer->id, te_peer_error(k->peer->remote.peer));
+        k->failed = st;
+    } else if (now >= k->deadline) {
+        snprintf(k->error, sizeof k->error, "the UCX connection set-up to decoder %s did not "
+                 "finish within %d ms (decoder frozen or unreachable?); nothing was sent",
+                 k->peer->id, k->timeout_ms);
+        k->failed = TE_ERR_TIMEOUT;
+    }
+}
+
 int kv_push_poll(kv_pusher *p, kv_push *t, int *ok, char *err, size_t errlen)
 {
-    te_engine_progress(p->e);
+    kv_pusher_progress(p);
+    if (!t->t && !t->failed)
+        advance_waiting(p, t);
+    if (t->failed) {
+        *ok = 0;
+        snprintf(err, errlen, "%s (%s)", t->error, te_status_str(t->failed));
+        return 1;
+    }
+    if (!t->t)
+        return 0;
     int st = te_transfer_status(t->t);
     if (st == TE_IN_PROGRESS)
         return 0;
@@ -217,19 +485,24 @@ int kv_push_poll(kv_pusher *p, kv_push *t, int *ok, char *err, size_t errlen)
 
 void kv_push_cancel(kv_pusher *p, kv_push *t)
 {
-    te_transfer_cancel(p->e, t->t);
+    t->canceled = 1;
+    if (t->t)
+        te_transfer_cancel(p->e, t->t);
 }
 
 void kv_push_release(kv_pusher *p, kv_push *t)
 {
     if (!t)
         return;
-    te_transfer_release(p->e, t->t);
+    if (t->t)
+        te_transfer_release(p->e, t->t);
     t->peer->busy--;
+    free(t->src_pages);
+    free(t->dst_pages);
     free(t);
 }
 
 uint64_t kv_push_bytes(const kv_push *t)
 {
-    return t ? te_transfer_bytes(t->t) : 0;
+    return t && t->t ? te_transfer_bytes(t->t) : 0;
 }

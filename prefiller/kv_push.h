@@ -29,14 +29,30 @@ void kv_pusher_close(kv_pusher *p);
 /* The packed hello decoders connect to. */
 void kv_pusher_endpoint(const kv_pusher *p, const uint8_t **buf, size_t *len);
 
-/* Runs the engine's progress (connection set-up from decoders, acks). */
+/* Runs the engine's progress (connection set-ups, acks) and looks after the
+ * decoder connections: finishes their set-up in the background, retries a
+ * failed set-up flush, reopens failed connections (bounded, with back-off),
+ * closes those of decoders that left, and logs each set-up that finishes or
+ * is slow. Call it often, also while idle. */
 void kv_pusher_progress(kv_pusher *p);
+
+/* The router introduced decoder decoder_id (TransferPeer): connects to its
+ * endpoint (a packed ControlMessage{hello}) now, unless already connected to
+ * that engine, so the UCX connection set-up finishes before any push needs
+ * it. removed: the decoder left; its connection is closed once no push uses
+ * it and its set-up is over (kv_pusher_progress; never blocking on a
+ * frozen decoder). Returns 0 or -1 with a reason. */
+int kv_pusher_introduce(kv_pusher *p, const char *decoder_id, const uint8_t *endpoint,
+                        size_t len, int removed, char *err, size_t errlen);
 
 /* Starts moving the first n_tokens tokens (held in src_pages) into the
  * destination's pages, tagging the transfer with request_id. Connects to
- * the destination decoder on first use. On the staged path the pages are
- * copied to the host mirror first (the KV must be complete: call after the
- * prefill's forward passes). Returns 0 or -1 with a reason. */
+ * the destination decoder if it was not introduced. On the staged path the
+ * pages are copied to the host mirror first (the KV must be complete: call
+ * after the prefill's forward passes). The transfer is submitted only once
+ * the connection's set-up finished; until then the push waits
+ * (kv_push_poll), and fails without sending anything if the set-up fails or
+ * does not finish within timeout_ms. Returns 0 or -1 with a reason. */
 int kv_push_start(kv_pusher *p, const Tandem__V1__KvDestination *dst, uint64_t request_id,
                   const int32_t *src_pages, int n_tokens, int timeout_ms, kv_push **out,
                   char *err, size_t errlen);

@@ -162,6 +162,21 @@ static void on_cancel(prefiller_ctx *ctx, const Tandem__V1__Cancel *c)
     prefill_job_free(job);
 }
 
+/* The router introduces a decoder (or says it left): connect now, so the
+ * UCX connection set-up is over before a push needs it. */
+static void on_transfer_peer(prefiller_ctx *ctx, const Tandem__V1__TransferPeer *p)
+{
+    char err[300];
+    if (kv_pusher_introduce(ctx->pusher, p->worker_id, p->transfer_endpoint.data,
+                            p->transfer_endpoint.len, p->removed, err, sizeof err) != 0)
+        tn_log(WHO, "cannot connect to decoder %s now (its first push will try again): %s",
+               p->worker_id, err);
+    else if (p->removed)
+        tn_log(WHO, "decoder %s is gone", p->worker_id);
+    else
+        tn_log(WHO, "connecting to decoder %s", p->worker_id);
+}
+
 /* The router forgot us (it restarted, or dropped us for missing
  * heartbeats and placed our work elsewhere): nobody waits for the queued
  * jobs any more, and the current one is cancelled (its KV push, if
@@ -196,6 +211,10 @@ static int on_message(void *arg, const Tandem__V1__WorkerMessage *m)
     case TANDEM__V1__WORKER_MESSAGE__BODY_CANCEL:
         if (m->cancel)
             on_cancel(ctx, m->cancel);
+        return 1;
+    case TANDEM__V1__WORKER_MESSAGE__BODY_TRANSFER_PEER:
+        if (m->transfer_peer)
+            on_transfer_peer(ctx, m->transfer_peer);
         return 1;
     default:
         return 0;

@@ -493,33 +493,36 @@ static void on_worker_error(router_ctx *ctx, router_worker *from, const Tandem__
              "%s: %s", from->id, e->message);
 }
 
-/* Tells decoder d about prefiller p (or that it is gone). */
-static void send_transfer_peer(router_ctx *ctx, const router_worker *d, const router_worker *p,
-                               int removed)
+/* Tells worker `to` about worker `about` of the other role (or that it is
+ * gone): its TransferEngine endpoint, so the two connect before traffic. */
+static void send_transfer_peer(router_ctx *ctx, const router_worker *to,
+                               const router_worker *about, int removed)
 {
     Tandem__V1__TransferPeer tp = TANDEM__V1__TRANSFER_PEER__INIT;
-    tp.worker_id = (char *)p->id;
-    tp.transfer_endpoint.data = p->endpoint;
-    tp.transfer_endpoint.len = p->endpoint_len;
+    tp.worker_id = (char *)about->id;
+    tp.transfer_endpoint.data = about->endpoint;
+    tp.transfer_endpoint.len = about->endpoint_len;
     tp.removed = removed;
     Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
     m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_TRANSFER_PEER;
     m.transfer_peer = &tp;
-    send_worker(ctx, d->id, &m);
+    send_worker(ctx, to->id, &m);
 }
 
-/* Introduces w to the workers of the other role serving its model, so every
- * decoder knows every prefiller's TransferEngine before traffic flows. */
+/* Introduces w to the workers of the other role serving its model, and
+ * them to w, so every decoder knows every prefiller's TransferEngine (to
+ * acknowledge its pushes) and every prefiller connects to every decoder
+ * when it is introduced, not on its first push: UCX's connection set-up
+ * then finishes off the request path (docs/RELIABILITY.md, UCX wire-up).
+ * removed: w is gone; only the others are told. */
 static void introduce(router_ctx *ctx, const router_worker *w, int removed)
 {
-    const int P = TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER;
     for (int i = 0; i < ctx->workers.n; i++) {
         const router_worker *o = ctx->workers.w[i];
         if (o == w || o->role == w->role || strcmp(o->model, w->model))
             continue;
-        if (w->role == P)
-            send_transfer_peer(ctx, o, w, removed);
-        else if (!removed)
+        send_transfer_peer(ctx, o, w, removed);
+        if (!removed)
             send_transfer_peer(ctx, w, o, 0);
     }
 }

@@ -17,9 +17,14 @@
  *
  * Failures end a transfer with a status and a one-line message
  * (te_transfer_error): the peer's connection failing, the per-transfer
- * timeout (which also force-closes the peer's endpoint, so no request is
- * left in flight; see te_engine_abandoned for shared-memory-only UCX_TLS),
- * cancellation. See docs/TRANSFER.md. */
+ * timeout (the peer becomes unusable; requests still in flight are left to
+ * its endpoint, see te_engine_abandoned), cancellation. See docs/TRANSFER.md.
+ *
+ * UCX 1.13 aborts the process when an endpoint is closed while its
+ * connection set-up (wire-up) waits for the peer, so the engine never does
+ * that (an endpoint is left open until its wire-up finished or it failed),
+ * and callers should let a new peer's wire-up finish (te_peer_wireup_start,
+ * te_peer_wireup_status) before submitting transfers to it. */
 #ifndef TANDEM_TRANSFER_H
 #define TANDEM_TRANSFER_H
 #include <stddef.h>
@@ -93,10 +98,11 @@ void te_engine_address(const te_engine *e, const void **addr, size_t *len);
 int te_engine_progress(te_engine *e);
 /* UCX requests still in flight (puts, flushes, notices, acks, closes). */
 size_t te_engine_outstanding(const te_engine *e);
-/* Of those, requests of timed-out transfers that UCX can neither complete
- * nor cancel: only with transports that cannot detect a dead peer (UCX 1.13
- * shared memory). They, and the source regions they read, are released by
- * te_engine_destroy. Always 0 with tcp or verbs. */
+/* Of those, requests of timed-out transfers left to their endpoint: the
+ * peer stopped answering, and its endpoint cannot be closed safely while
+ * they are in flight (or at all over shared memory). They complete when the
+ * peer answers again, fail when UCX reports it dead, or are released by
+ * te_engine_destroy; the source regions they read stay busy till then. */
 size_t te_engine_abandoned(const te_engine *e);
 
 /* --- memory regions ----------------------------------------------------- */
@@ -136,8 +142,26 @@ int te_peer_import_region(te_engine *e, te_peer *p, uint64_t remote_addr, uint64
                           const void *rkey, size_t rkey_len, te_remote_region **out);
 uint64_t te_remote_region_len(const te_remote_region *r);
 /* Closes the endpoint and frees the imported regions. TE_ERR_BUSY while an
- * unreleased transfer uses the peer (the peer stays open then). */
+ * unreleased transfer uses the peer (the peer stays open then). An endpoint
+ * whose wire-up does not finish within 1 s (a frozen peer) or that still has
+ * requests in flight is left open and closed by te_engine_progress once
+ * that is safe (or released by te_engine_destroy); the peer object must not
+ * be used after this call either way. */
 int te_peer_close(te_engine *e, te_peer *p);
+/* Starts finishing the endpoint's connection set-up (UCX wire-up) in the
+ * background: a flush that completes once the peer has answered. Does not
+ * wait; te_engine_progress moves it. TE_ERR_PEER for an unusable peer. */
+int te_peer_wireup_start(te_engine *e, te_peer *p);
+/* TE_OK once the wire-up finished (always for shared-memory-only UCX_TLS),
+ * TE_IN_PROGRESS while it runs or was not started (or its flush failed:
+ * see te_peer_wireup_failures, start again), else the peer's error. */
+int te_peer_wireup_status(const te_peer *p);
+/* Wire-up flushes of this peer that ended with an error. */
+int te_peer_wireup_failures(const te_peer *p);
+/* te_peer_wireup_start, then progresses the engine until the wire-up
+ * finished (TE_OK), the peer failed, or timeout_ms passed (TE_ERR_TIMEOUT);
+ * a failed flush is posted again. */
+int te_peer_wireup_wait(te_engine *e, te_peer *p, int timeout_ms);
 
 /* --- transfers ------------------------------------------------------------ */
 

@@ -156,6 +156,9 @@ static void ack_sent(void *request, ucs_status_t status, void *user_data)
     ack_op *op = user_data;
     op->e->outstanding--;
     op->peer->acks_in_flight--;
+    /* Sent over connected lanes: the endpoint's wire-up is over. */
+    if (status == UCS_OK && op->peer->wireup == TE_WIREUP_UNKNOWN)
+        op->peer->wireup = TE_WIREUP_DONE;
     if (status != UCS_OK)
         te_log(op->e, "sending a transfer ack failed: %s", ucs_status_string(status));
     free(op);
@@ -198,6 +201,8 @@ static void send_pending_acks(te_engine *e)
             e->outstanding++;
             p->acks_in_flight++;
         } else {
+            if (started == 0 && p->wireup == TE_WIREUP_UNKNOWN)
+                p->wireup = TE_WIREUP_DONE; /* sent at once: the lanes are connected */
             if (started < 0)
                 te_log(e, "sending the ack of transfer %llu failed: %s",
                        (unsigned long long)a->transfer_id, ucs_status_string(st));
@@ -205,15 +210,6 @@ static void send_pending_acks(te_engine *e)
         }
     }
     e->n_acks = 0;
-}
-
-/* Peers whose endpoint failed get force-closed here, outside the error
- * callback (UCX requires a FORCE close of a failed endpoint). */
-static void close_failed_peers(te_engine *e)
-{
-    for (te_peer *p = e->peers; p; p = p->next)
-        if (p->status != TE_OK && p->ep && !p->close_req)
-            te_peer_start_close(e, p);
 }
 
 int te_engine_progress(te_engine *e)
@@ -227,12 +223,15 @@ int te_engine_progress(te_engine *e)
     }
     if (e->n_acks)
         send_pending_acks(e);
-    close_failed_peers(e);
+    /* Failed peers are force-closed here, outside the error callback (UCX
+     * requires a FORCE close of a failed endpoint); peers left open are
+     * closed once that is safe. */
+    te_peers_close_pending(e);
     double now = te_now_seconds();
     for (te_transfer *t = e->transfers; t; t = t->next)
         te_transfer_advance(t, now);
-    /* A timeout above may have started a force close: run it now. */
-    close_failed_peers(e);
+    /* A failure seen above may allow a close: start it now. */
+    te_peers_close_pending(e);
     te_transfer_sweep(e);
     return events;
 }
@@ -481,32 +480,88 @@ int te_engine_create(const te_engine_config *cfg, te_engine **out, char *err, si
     return TE_OK;
 }
 
+/* Requests UCX may never complete because they belong to a live endpoint
+ * that cannot be closed yet (te_peer_close_safe). */
+static size_t stuck_requests(const te_engine *e)
+{
+    size_t n = 0;
+    for (const te_peer *p = e->peers; p; p = p->next) {
+        if (!p->ep || p->close_req || te_peer_close_safe(e, p))
+            continue;
+        n += (size_t)(p->wireup == TE_WIREUP_FLUSHING) + (size_t)p->acks_in_flight;
+        for (const te_transfer *t = e->transfers; t; t = t->next)
+            if (t->peer == p && !t->abandoned)
+                n += (size_t)t->in_flight;
+    }
+    return n;
+}
+
 void te_engine_destroy(te_engine *e)
 {
     if (!e)
         return;
     /* Cancel what is still running and close every endpoint; a force close
      * completes outstanding requests (UCS_ERR_CANCELED) so nothing UCX holds
-     * calls back into freed memory. */
+     * calls back into freed memory. An endpoint still wiring up is first
+     * given a bounded chance to finish (te_peer_close_safe). */
     for (te_transfer *t = e->transfers; t; t = t->next)
         if (t->status == TE_IN_PROGRESS) {
             t->canceled = 1;
             if (!t->failure)
                 t->failure = TE_ERR_CANCELED;
         }
-    for (te_peer *p = e->peers; p; p = p->next)
-        te_peer_start_close(e, p);
+    int leave_worker = 0;
     if (e->worker) {
-        double deadline = te_now_seconds() + 5.0;
+        for (te_peer *p = e->peers; p; p = p->next)
+            if (p->ep && !p->close_req && p->detects_failure && !p->ucx_failed)
+                te_peer_wireup_flush(e, p);
+        /* A live peer finishes a wire-up within the grace period; what is
+         * still stuck after it waits for a peer that does not answer. */
+        double now = te_now_seconds(), grace = now + 1.0, deadline = now + 5.0;
         int idle = 0;
-        while (e->outstanding > e->abandoned && te_now_seconds() < deadline) {
+        for (;;) {
+            for (te_peer *p = e->peers; p; p = p->next)
+                te_peer_start_close(e, p);
+            now = te_now_seconds();
+            if (e->outstanding <= e->abandoned || now >= deadline ||
+                (now >= grace && e->outstanding <= e->abandoned + stuck_requests(e)))
+                break;
             if (ucp_worker_progress(e->worker))
                 idle = 0;
             te_idle_backoff(&idle);
         }
-        if (e->outstanding > e->abandoned)
+        for (te_peer *p = e->peers; p; p = p->next)
+            if (p->ep && p->detects_failure && !te_peer_close_safe(e, p)) {
+                te_log(e, "peer %016llx: endpoint still %s; leaving the UCX worker to the "
+                       "process's exit (destroying it now would abort UCX 1.13)",
+                       (unsigned long long)p->remote_id,
+                       p->wireup != TE_WIREUP_DONE ? "setting up its connection"
+                                                   : "has requests to a peer that does not answer");
+                leave_worker = 1;
+            }
+        if (!leave_worker && e->outstanding > e->abandoned)
             te_log(e, "%zu UCX requests did not complete within 5 s of destroy",
                    e->outstanding - e->abandoned);
+    }
+    if (leave_worker) {
+        /* Nothing calls UCX again, so no callback can reach the objects
+         * freed below; UCX's own memory goes with the process. */
+        while (e->transfers)
+            te_transfer_free(e, e->transfers);
+        for (te_peer *p = e->peers; p; p = p->next)
+            for (te_remote_region *r = p->regions; r; r = r->next)
+                r->rkey = NULL;
+        while (e->peers)
+            te_peer_free(e, e->peers);
+        while (e->regions) {
+            te_region *r = e->regions;
+            e->regions = r->next;
+            free(r);
+        }
+        free(e->notices);
+        free(e->acks);
+        free(e);
+        return;
     }
     /* Remote keys come from the worker's memory pool: release them before
      * the worker. The worker then releases endpoints UCX could not close

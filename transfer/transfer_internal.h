@@ -42,6 +42,9 @@ struct te_peer {
     int detached;             /* closed by the user, left to te_engine_destroy */
     int acks_in_flight;       /* TransferAcks sent to it and not yet completed */
     int wireup;               /* TE_WIREUP_*: has a flush to it completed? */
+    int wireup_failures;      /* wire-up flushes that ended with an error */
+    int ucx_failed;           /* UCX reported the endpoint failed (error callback) */
+    int close_deferred_logged; /* the "left open" line was written */
     char transports[160];
 };
 
@@ -121,6 +124,25 @@ void te_peer_mark_failed(te_peer *p, int status, const char *fmt, ...)
  * refuses FORCE for it and a flush would never end): it is left to
  * ucp_worker_destroy. */
 void te_peer_start_close(te_engine *e, te_peer *p);
+/* Whether ucp_ep_close_nbx may run on the endpoint now. UCX 1.13 aborts
+ * (ucp_request.c:684, ucp_request_send_state_ff: "got REP message") when a
+ * close, or ucp_worker_destroy, purges a tcp lane that still queues
+ * wire-up messages, which it does while the peer has not answered the
+ * connection set-up (a frozen or stalled peer keeps it so indefinitely);
+ * a close during wire-up can also abort the *remote* process (wireup_ep.c:
+ * "pending_count == 0"); and a peer that stops answering while our puts
+ * are in flight aborts when it runs again and answers puts of an endpoint
+ * we force-closed (ucp_put_handler: "unexpected error"). So a live endpoint
+ * is closed only once a flush (or a completed send) proved its wire-up
+ * over and nothing of ours is in flight on it; one that UCX failed (the
+ * peer died) must be force-closed and always may. */
+int te_peer_close_safe(const te_engine *e, const te_peer *p);
+/* Posts a flush that completes once the endpoint's wire-up is over (no
+ * waiting); nothing when one is in flight or done. */
+void te_peer_wireup_flush(te_engine *e, te_peer *p);
+/* Closes peers that were left open (failed, timed out or closed by the user
+ * while unsafe to close) as soon as te_peer_close_safe allows. */
+void te_peers_close_pending(te_engine *e);
 void te_peer_free(te_engine *e, te_peer *p);
 te_peer *te_peer_find(te_engine *e, uint64_t remote_id);
 void te_region_free(te_engine *e, te_region *r);

@@ -409,6 +409,12 @@ static int run_sender(const options *o, te_engine *e, void *zctx, pools *pp)
             goto out;
         }
         n_offers++;
+        /* No transfer starts on a connection still being set up. */
+        if (te_peer_wireup_wait(e, offers[i].remote.peer, o->timeout_ms) != TE_OK) {
+            fprintf(stderr, "tandem-transfer-peer: connecting to %s: %s\n", o->connect[i],
+                    te_engine_error(e));
+            goto out;
+        }
     }
     uint64_t bytes = 0;
     double start = te_now_seconds();

@@ -107,6 +107,7 @@ static void on_peer_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     (void)ep;
     te_peer *p = arg;
+    p->ucx_failed = 1;
     te_peer_mark_failed(p, TE_ERR_PEER, "connection failed: %s", ucs_status_string(status));
 }
 
@@ -119,12 +120,38 @@ static void close_done(void *request, ucs_status_t status, void *user_data)
     ucp_request_free(request);
 }
 
+int te_peer_close_safe(const te_engine *e, const te_peer *p)
+{
+    if (!p->detects_failure || p->ucx_failed)
+        return 1;
+    if (p->wireup != TE_WIREUP_DONE || p->acks_in_flight > 0)
+        return 0;
+    for (const te_transfer *t = e->transfers; t; t = t->next)
+        if (t->peer == p && t->in_flight > 0)
+            return 0;
+    return 1;
+}
+
 void te_peer_start_close(te_engine *e, te_peer *p)
 {
     if (!p->ep || p->close_req)
         return;
     if (!p->detects_failure && p->status != TE_OK)
         return;
+    if (!te_peer_close_safe(e, p)) {
+        /* Left open; te_peers_close_pending closes it once the wire-up
+         * finished and our requests completed (the peer answered), or UCX
+         * failed it (the peer died). */
+        te_peer_wireup_flush(e, p);
+        if (!p->close_deferred_logged) {
+            p->close_deferred_logged = 1;
+            te_log(e, "peer %016llx: endpoint left open until %s (closing it now would abort "
+                   "UCX 1.13)", (unsigned long long)p->remote_id,
+                   p->wireup != TE_WIREUP_DONE ? "its connection set-up finishes or fails"
+                                               : "its requests complete or the peer fails");
+        }
+        return;
+    }
     ucp_request_param_t prm = {0};
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK |
                        UCP_OP_ATTR_FIELD_USER_DATA;
@@ -298,20 +325,21 @@ static void wireup_flush_done(void *request, ucs_status_t status, void *user_dat
 {
     te_peer *p = user_data;
     p->e->outstanding--;
-    p->wireup = status == UCS_OK ? TE_WIREUP_DONE : TE_WIREUP_UNKNOWN;
+    if (status == UCS_OK) {
+        p->wireup = TE_WIREUP_DONE;
+    } else {
+        p->wireup = TE_WIREUP_UNKNOWN;
+        p->wireup_failures++;
+    }
     ucp_request_free(request);
 }
 
-/* UCX 1.13 aborts in the *remote* process (wireup_ep.c: "pending_count ==
- * 0" assertion, seen over tcp) when an endpoint is closed while its wire-up
- * is still in progress: a sender that refuses a transfer before any put and
- * closes at once would kill the receiver. A flush completes the wire-up, so
- * an endpoint that never completed one is flushed first, waiting at most
- * `seconds` (a dead or hung peer only delays the close; the request stays
- * counted in e->outstanding and the peer is kept until UCX completes it). */
-static void finish_wireup(te_engine *e, te_peer *p, double seconds)
+/* A flush completes only once every lane of the endpoint is connected, so
+ * its completion proves the wire-up (in both directions: UCX merges the
+ * peer's connection to us into our endpoint to it) is over. */
+void te_peer_wireup_flush(te_engine *e, te_peer *p)
 {
-    if (!p->ep || p->status != TE_OK || p->wireup != TE_WIREUP_UNKNOWN)
+    if (!p->ep || p->ucx_failed || p->wireup != TE_WIREUP_UNKNOWN)
         return;
     ucp_request_param_t prm = {0};
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -319,20 +347,84 @@ static void finish_wireup(te_engine *e, te_peer *p, double seconds)
     prm.user_data = p;
     ucs_status_t st;
     int started = te_request_started(ucp_ep_flush_nbx(p->ep, &prm), &st);
-    if (started == 0)
+    if (started == 0) {
         p->wireup = TE_WIREUP_DONE;
-    if (started != 1)
+    } else if (started == 1) {
+        e->outstanding++;
+        p->wireup = TE_WIREUP_FLUSHING;
+    } else {
+        p->wireup_failures++;
+    }
+}
+
+int te_peer_wireup_start(te_engine *e, te_peer *p)
+{
+    if (!e || !p)
+        return TE_ERR_ARG;
+    if (!p->ep || p->status != TE_OK)
+        return te_fail(e, TE_ERR_PEER, "peer %016llx is unusable: %s",
+                       (unsigned long long)p->remote_id, p->error);
+    te_peer_wireup_flush(e, p);
+    return TE_OK;
+}
+
+int te_peer_wireup_status(const te_peer *p)
+{
+    if (p->status != TE_OK)
+        return p->status;
+    if (!p->detects_failure)
+        return TE_OK; /* shared memory: nothing to set up with the peer */
+    return p->wireup == TE_WIREUP_DONE ? TE_OK : TE_IN_PROGRESS;
+}
+
+int te_peer_wireup_failures(const te_peer *p) { return p->wireup_failures; }
+
+int te_peer_wireup_wait(te_engine *e, te_peer *p, int timeout_ms)
+{
+    int rc = te_peer_wireup_start(e, p);
+    if (rc != TE_OK)
+        return rc;
+    double deadline = te_now_seconds() + timeout_ms / 1000.0;
+    int idle = 0;
+    for (;;) {
+        int st = te_peer_wireup_status(p);
+        if (st == TE_IN_PROGRESS && p->wireup == TE_WIREUP_UNKNOWN)
+            te_peer_wireup_flush(e, p); /* the last flush failed: post another */
+        if (st != TE_IN_PROGRESS)
+            return st == TE_OK ? TE_OK
+                               : te_fail(e, st, "peer %016llx: connection set-up failed: %s",
+                                         (unsigned long long)p->remote_id, p->error);
+        if (te_now_seconds() >= deadline)
+            return te_fail(e, TE_ERR_TIMEOUT, "peer %016llx: connection set-up not finished "
+                           "within %d ms", (unsigned long long)p->remote_id, timeout_ms);
+        if (te_engine_progress(e))
+            idle = 0;
+        te_idle_backoff(&idle);
+    }
+}
+
+/* Waits (at most `seconds`) for the endpoint's wire-up to finish, so that
+ * the close after it is safe (te_peer_close_safe). A dead or hung peer only
+ * delays the close; the flush stays counted in e->outstanding. */
+static void finish_wireup(te_engine *e, te_peer *p, double seconds)
+{
+    if (!p->ep || p->ucx_failed || !p->detects_failure)
         return;
-    e->outstanding++;
-    p->wireup = TE_WIREUP_FLUSHING;
+    te_peer_wireup_flush(e, p);
     double deadline = te_now_seconds() + seconds;
     int idle = 0;
-    while (p->wireup == TE_WIREUP_FLUSHING && p->status == TE_OK &&
-           te_now_seconds() < deadline) {
+    while (p->wireup == TE_WIREUP_FLUSHING && !p->ucx_failed && te_now_seconds() < deadline) {
         if (ucp_worker_progress(e->worker))
             idle = 0;
         te_idle_backoff(&idle);
     }
+}
+
+void te_peers_close_pending(te_engine *e)
+{
+    for (te_peer *p = e->peers; p; p = p->next)
+        if (p->ep && !p->close_req && (p->status != TE_OK || p->detached))
+            te_peer_start_close(e, p);
 }
 
 int te_peer_close(te_engine *e, te_peer *p)
@@ -376,11 +468,15 @@ int te_peer_close(te_engine *e, te_peer *p)
     }
     if (p->ep || (p->close_req && !p->close_done) || p->wireup == TE_WIREUP_FLUSHING) {
         /* UCX still owns something of this peer: keep the object (its
-         * callbacks point at it) until the engine is destroyed. */
+         * callbacks point at it). te_engine_progress closes a live endpoint
+         * left open once that is safe; the engine's destruction frees it. */
         p->detached = 1;
-        te_log(e, "peer %016llx: endpoint left open until the engine is destroyed (%s)",
-               (unsigned long long)p->remote_id,
-               p->ep ? "failed endpoint without failure handling" : "close did not finish in 5 s");
+        /* (A live endpoint whose close was deferred was logged already.) */
+        if (!p->ep || !p->detects_failure)
+            te_log(e, "peer %016llx: endpoint left open until the engine is destroyed (%s)",
+                   (unsigned long long)p->remote_id,
+                   !p->ep ? "close did not finish in 5 s"
+                          : "failed endpoint without failure handling");
         return TE_OK;
     }
     te_peer_free(e, p);

@@ -43,12 +43,22 @@ static void request_done(te_transfer *t)
         t->e->abandoned--;
 }
 
+/* A send that completed went over connected lanes: the endpoint's wire-up
+ * is over (unless a wire-up flush is in flight; its callback decides). */
+static void note_connected(te_peer *p)
+{
+    if (p->wireup == TE_WIREUP_UNKNOWN)
+        p->wireup = TE_WIREUP_DONE;
+}
+
 static void put_done(void *request, ucs_status_t status, void *user_data)
 {
     te_transfer *t = user_data;
     request_done(t);
     t->completed++;
-    if (status != UCS_OK)
+    if (status == UCS_OK)
+        note_connected(t->peer);
+    else
         set_failure(t, status == UCS_ERR_CANCELED ? TE_ERR_CANCELED : TE_ERR_PEER,
                     "put to peer %016llx failed: %s", (unsigned long long)t->peer->remote_id,
                     ucs_status_string(status));
@@ -72,9 +82,10 @@ static void notice_sent(void *request, ucs_status_t status, void *user_data)
 {
     te_transfer *t = user_data;
     request_done(t);
-    if (status == UCS_OK)
+    if (status == UCS_OK) {
         t->notice_done = 1;
-    else
+        note_connected(t->peer);
+    } else
         set_failure(t, TE_ERR_PEER, "sending the completion notice to peer %016llx failed: %s",
                     (unsigned long long)t->peer->remote_id, ucs_status_string(status));
     ucp_request_free(request);
@@ -110,8 +121,10 @@ static void post_put(te_transfer *t)
     ucs_status_ptr_t sp = ucp_put_nbx(t->peer->ep, (char *)src->addr + c->src_offset, c->length,
                                       dst->addr + c->dst_offset, dst->rkey, &prm);
     t->posted++;
-    if (track(t, sp, "put") == 0)
+    if (track(t, sp, "put") == 0) {
         t->completed++;
+        note_connected(t->peer);
+    }
 }
 
 static void post_flush(te_transfer *t)
@@ -145,8 +158,10 @@ static void post_notice(te_transfer *t)
     prm.user_data = t;
     ucs_status_ptr_t sp = ucp_am_send_nbx(t->peer->ep, TE_AM_NOTICE, t->notice_buf,
                                           t->notice_len, NULL, 0, &prm);
-    if (track(t, sp, "notice") == 0)
+    if (track(t, sp, "notice") == 0) {
         t->notice_done = 1;
+        note_connected(t->peer);
+    }
 }
 
 static const char *phase_name(const te_transfer *t)
@@ -182,19 +197,20 @@ void te_transfer_advance(te_transfer *t, double now)
      * that cannot drain (the peer stopped answering, or is gone) must be
      * taken back from UCX. */
     if (t->failure && t->in_flight > 0 && (late || p->status != TE_OK)) {
-        if (p->detects_failure) {
-            /* Closing the endpoint by force completes them with
-             * UCS_ERR_CANCELED (te_engine_progress starts the close). */
-            te_peer_mark_failed(p, TE_ERR_TIMEOUT, "closed: transfer %llu timed out with %d "
-                                "requests in flight", (unsigned long long)t->id, t->in_flight);
+        if (p->ucx_failed) {
+            /* UCX failed the endpoint: its force close (te_engine_progress)
+             * completes the requests with UCS_ERR_CANCELED. */
         } else {
-            /* Without failure handling (shared-memory-only UCX_TLS) UCX can
-             * neither force-close the endpoint nor cancel the requests: the
-             * transfer ends now and its requests are left to the engine's
-             * destruction. Its source regions stay registered till then. */
+            /* The peer stopped answering but is not known dead (frozen,
+             * stalled, or its wire-up never finished). Closing the endpoint
+             * now aborts UCX 1.13 (te_peer_close_safe), and without peer
+             * failure handling (shared-memory-only UCX_TLS) UCX cannot
+             * close it at all: the transfer ends now, its requests are
+             * abandoned to the endpoint, which closes once they complete
+             * (the peer answers again) or fail (it dies), or at the
+             * engine's destruction. Its source regions stay busy till then. */
             te_peer_mark_failed(p, TE_ERR_TIMEOUT, "stopped answering; %d requests of transfer "
-                                "%llu cannot be canceled over these transports (no peer failure "
-                                "handling) and stay with the engine until it is destroyed",
+                                "%llu are left to the endpoint until the peer answers or fails",
                                 t->in_flight, (unsigned long long)t->id);
             t->abandoned = 1;
             e->abandoned += (size_t)t->in_flight;

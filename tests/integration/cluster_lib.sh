@@ -73,6 +73,8 @@ cluster_cleanup() {
             tail -n 15 "$f" | sed 's/^/#   /'
         done
     fi
+    # CLUSTER_KEEP=DIR keeps every log (for loops that study a failure).
+    [ -n "${CLUSTER_KEEP:-}" ] && [ -d "$CLUSTER_TMP" ] && cp -r "$CLUSTER_TMP" "$CLUSTER_KEEP"
     rm -rf "$CLUSTER_TMP"
 }
 trap cluster_cleanup EXIT

@@ -25,10 +25,9 @@ mv "$CLUSTER_TMP/prefiller.log" "$CLUSTER_TMP/p1.log"
 mv "$CLUSTER_TMP/decoder.log" "$CLUSTER_TMP/d1.log"
 prompt=$(golden_ids "$dir" prompt_ids)
 
-# A first request connects p1's TransferEngine to d1 (the steady state:
-# UCX 1.13 aborts in ucp_ep_close_nbx when an endpoint is force-closed
-# while its connection set-up is still waiting for the peer; see
-# docs/RELIABILITY.md, known issues).
+# A first request goes through d1, so this tests the steady state (a
+# decoder that freezes during the first connection or transfer is
+# test_fault_wireup_freeze.sh).
 code=$(post /v1/completions "{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_tokens\":4,\"temperature\":0,\"ignore_eos\":true}" "$CLUSTER_TMP/warm.json")
 [ "$code" = 200 ]
 check "a first request through d1 connects the prefiller to it" $? "HTTP $code $(cat "$CLUSTER_TMP/warm.json")"
