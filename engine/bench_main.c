@@ -564,11 +564,12 @@ int main(int argc, char **argv)
     if (a.profile)
         rc = kn_stopwatch_create(&c.be, TM_PROF_N_GROUPS, 8 * c.cfg->n_layers + 8, &c.sw);
 
-    printf("# tandem-bench %s%s (%s), device %s, %s weights (experts %s), %s attention, "
-           "median of %d after 1 warm-up\n",
+    printf("# tandem-bench %s%s (%s), device %s, weights: attention q/k/v/o %s, experts %s, "
+           "LM head %s; %s attention kernel, median of %d after 1 warm-up\n",
            a.synthetic ? "synthetic " : "", a.synthetic ? a.synthetic : a.model,
-           c.cfg->model_type, a.device, kn_dtype_name(tm_model_weight_dtype(c.model)),
+           c.cfg->model_type, a.device, kn_dtype_name(tm_model_attn_dtype(c.model)),
            kn_dtype_name(tm_model_expert_dtype(c.model)),
+           kn_dtype_name(tm_model_weight_dtype(c.model)),
            kn_backend_attn_bf16(&c.be) ? "bf16 (prefill)" : "f32", a.repeat);
     if (a.synthetic)
         printf("# random weights (seed %llu): real shapes, throughput does not depend on "

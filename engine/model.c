@@ -309,6 +309,11 @@ kn_dtype tm_model_expert_dtype(const tm_model *m)
     return m ? m->w.types.experts : KN_F32;
 }
 
+kn_dtype tm_model_attn_dtype(const tm_model *m)
+{
+    return m ? m->w.types.attn : KN_F32;
+}
+
 size_t tm_model_weight_bytes(const tm_model *m)
 {
     return m ? m->w.bytes : 0;

@@ -69,9 +69,11 @@ int tm_model_synthetic(const char *config_path, const kn_backend *be,
 void tm_model_free(tm_model *m);
 const tm_config *tm_model_config(const tm_model *m);
 /* The dtype the large products' weights were stored in (the LM head's;
- * tm_model_expert_dtype: the experts'), and the bytes of weights the model
- * holds on its backend. */
+ * tm_model_expert_dtype: the experts'; tm_model_attn_dtype: the attention
+ * q/k/v/o projections'), and the bytes of weights the model holds on its
+ * backend. */
 kn_dtype tm_model_expert_dtype(const tm_model *m);
+kn_dtype tm_model_attn_dtype(const tm_model *m);
 kn_dtype tm_model_weight_dtype(const tm_model *m);
 size_t tm_model_weight_bytes(const tm_model *m);
 /* Frees the forward pass's working buffers (they grow to the largest batch
