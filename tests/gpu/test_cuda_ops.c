@@ -1277,6 +1277,9 @@ int main(int argc, char **argv)
 
     if (argc > 2 && strcmp(argv[2], "moe") == 0) { /* the expert paths alone (memcheck runs) */
         test_moe_paths(&t);
+        goto finish;
+    }
+    if (argc > 2 && strcmp(argv[2], "moe-fp8") == 0) { /* the FP8 expert paths alone */
         test_moe_paths_fp8(&t);
         goto finish;
     }
