@@ -211,7 +211,7 @@ __device__ __forceinline__ float fp8_expert_act(float g, float u, int act, float
  * block x (codes past inter are zero, up to the padded row width).
  * Grid: (blocks of inter, n_local); the whole block returns together for an
  * expert without rows (block barriers below). */
-template <int NT>
+template <int NT, int U>
 __global__ void __launch_bounds__(GU_WARPS * 32)
 moe_fp8_gate_up_kernel(uint8_t *aq, float *as, const uint8_t *xq, const float *xs, const int *perm,
                        const int *offsets, int k, const uint8_t *gate_up, const float *gate_up_scale,
@@ -250,7 +250,7 @@ moe_fp8_gate_up_kernel(uint8_t *aq, float *as, const uint8_t *xq, const float *x
 #pragma unroll
         for (int j = 0; j < NT; j++)
             acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-        fp8_rows_dot<NT, 2>(acc, wg, wu, sg, su, xq, xs, xrow, srow, kbx, ldx, nr, lane);
+        fp8_rows_dot<NT, U>(acc, wg, wu, sg, su, xq, xs, xrow, srow, kbx, ldx, nr, lane);
         /* activation, and each token's amax over this warp's 8 columns */
         float v[NT][2];
 #pragma unroll
@@ -346,7 +346,7 @@ int kn_cuda_moe_grouped_fp8_ok(const kn_moe_weights *w)
            ((uintptr_t)w->gate_up_scale & 3u) == 0 && ((uintptr_t)w->down_scale & 3u) == 0;
 }
 
-template <int NT_GU, int NT_DN, int U_DN>
+template <int NT_GU, int U_GU, int NT_DN, int U_DN>
 static cudaError_t launch_fp8_products(cudaStream_t s, const kn_moe_weights *w, float *y, uint8_t *aq, float *as,
                                        const uint8_t *xq, const float *xs, const int *perm, const int *offsets,
                                        int k)
@@ -364,7 +364,7 @@ static cudaError_t launch_fp8_products(cudaStream_t s, const kn_moe_weights *w, 
     z.gu_scales = kn_fp8_scale_count(2 * (size_t)inter, (size_t)dim);
     z.dn_scales = kn_fp8_scale_count((size_t)dim, (size_t)inter);
     dim3 gu_grid((unsigned)kn_fp8_blocks((size_t)inter), (unsigned)n_local);
-    moe_fp8_gate_up_kernel<NT_GU><<<gu_grid, GU_WARPS * 32, 0, s>>>(
+    moe_fp8_gate_up_kernel<NT_GU, U_GU><<<gu_grid, GU_WARPS * 32, 0, s>>>(
         aq, as, xq, xs, perm, offsets, k, (const uint8_t *)w->gate_up, w->gate_up_scale, w->gate_up_bias, dim,
         inter, z, (int)w->act, w->alpha, w->limit);
     cudaError_t err = cudaGetLastError();
@@ -409,15 +409,19 @@ int kn_cuda_moe_grouped_fp8(const kn_backend *be, const char *op, const kn_moe_w
         goto done;
     what = "grouped fp8 expert kernels";
     /* Rows per pass with headroom over the mean rows per expert (as the
-     * bf16 grouped middle): a second pass re-reads the expert's weights. */
+     * bf16 grouped middle): a second pass re-reads the expert's weights.
+     * <NT, U> per kernel: 8*NT rows per pass, U 128-wide blocks of weight
+     * loads in flight (more when few rows leave the weight stream all that
+     * matters); the gate_up kernel's 512 threads cap it at 128 registers,
+     * so at most 32 rows per pass there. */
     if (rows_hint <= 2)
-        err = launch_fp8_products<1, 1, 4>(s, w, y, aq, as, xq, xs, perm, offsets, k);
+        err = launch_fp8_products<1, 4, 1, 4>(s, w, y, aq, as, xq, xs, perm, offsets, k);
     else if (rows_hint <= 6)
-        err = launch_fp8_products<2, 2, 4>(s, w, y, aq, as, xq, xs, perm, offsets, k);
+        err = launch_fp8_products<2, 2, 2, 4>(s, w, y, aq, as, xq, xs, perm, offsets, k);
     else if (rows_hint <= 12)
-        err = launch_fp8_products<4, 4, 2>(s, w, y, aq, as, xq, xs, perm, offsets, k);
+        err = launch_fp8_products<4, 2, 4, 2>(s, w, y, aq, as, xq, xs, perm, offsets, k);
     else
-        err = launch_fp8_products<4, 8, 2>(s, w, y, aq, as, xq, xs, perm, offsets, k);
+        err = launch_fp8_products<4, 2, 8, 2>(s, w, y, aq, as, xq, xs, perm, offsets, k);
 done:
     kn_cuda_tmp_free(be, xq);
     kn_cuda_tmp_free(be, xs);
