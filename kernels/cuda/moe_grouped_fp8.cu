@@ -286,8 +286,9 @@ moe_fp8_gate_up_kernel(uint8_t *aq, float *as, const uint8_t *xq, const float *x
                 if (tok < nr)
                     aq[(size_t)(first + r0 + tok) * ldi + col] = valid ? fp8_code(v[j][h] / scale_s[tok]) : 0;
             }
-        /* amax_s / scale_s are rewritten next pass only after its first
-         * barrier, which every warp reaches after these reads. */
+        /* Next pass: amax_s is rewritten after every thread passed this
+         * pass's second barrier (its reads are done), scale_s only after
+         * the next first barrier, which every warp reaches after these reads. */
     }
 }
 
