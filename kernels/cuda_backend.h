@@ -51,8 +51,8 @@ int kn_cuda_attn_bf16(const kn_backend *be);
  * tests: -1 picks by rows per expert (the default; the grouped kernel when
  * n_tokens*k <= TANDEM_CUDA_MOE_GROUPED_ROWS (default
  * KN_CUDA_MOE_GROUPED_ROWS) times the local experts), 0 forces the
- * per-expert cuBLAS GEMMs, 1 the grouped kernel (bf16 weights; fp32 weights
- * always take cuBLAS). Starts from TANDEM_CUDA_MOE_GROUPED=0/1 at init. */
+ * per-expert cuBLAS GEMMs, 1 the grouped kernel (bf16 and FP8 weights; fp32
+ * weights always take cuBLAS). Starts from TANDEM_CUDA_MOE_GROUPED=0/1 at init. */
 #define KN_CUDA_MOE_GROUPED_ROWS 32
 void kn_cuda_set_moe_grouped(const kn_backend *be, int mode);
 int kn_cuda_moe_grouped(const kn_backend *be);

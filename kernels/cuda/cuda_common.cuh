@@ -43,7 +43,7 @@ struct kn_cuda_ctx {
     int attn_bf16;
     /* MoE expert path (moe_experts.cu): -1 = by rows per expert (grouped
      * kernel when n_tokens*k <= moe_grouped_rows * n_local), 0 = per-expert
-     * cuBLAS GEMMs, 1 = grouped kernel (bf16 weights). From
+     * cuBLAS GEMMs, 1 = grouped kernel (bf16, FP8 weights). From
      * TANDEM_CUDA_MOE_GROUPED=0/1 and TANDEM_CUDA_MOE_GROUPED_ROWS=N at init;
      * kn_cuda_set_moe_grouped changes the mode. */
     int moe_grouped;

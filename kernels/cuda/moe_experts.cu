@@ -16,7 +16,7 @@
  *     host sync and no per-expert call: each selected expert's weights are
  *     streamed once per pass of up to 8-64 rows (memory-bound; tensor-core
  *     mma.sync when K % 32 == 0, else CUDA cores; fp32 sums), experts with
- *     no rows exit at once. bf16 weights only.
+ *     no rows exit at once. bf16 weights here; FP8 in moe_grouped_fp8.cu.
  *   per expert (many rows per expert: prefill): the offsets are copied to
  *     the host (one stream sync per call), then per expert a cuBLAS GEMM
  *     h = xp_e gate_up_e^T (fp32 out, no bias pass), moe_act_kernel (bias +
@@ -32,7 +32,10 @@
  * both products (x and the activation) are rounded to bf16, the products
  * accumulate in fp32, h stays fp32 until the activation. FP8 weights take
  * the per-expert middle with fp32 xp and activation rows, which the FP8
- * products quantize themselves (kn_cuda_fp8_expert_gemms, fp8_cuda.cuh).
+ * products quantize themselves (kn_cuda_fp8_expert_gemms, fp8_cuda.cuh),
+ * or their own grouped middle (moe_grouped_fp8.cu: e4m3 codes and block
+ * scales read directly, the activations quantized like the CPU does), chosen
+ * like the bf16 one.
  *
  * Which middle: kn_cuda_ctx.moe_grouped (TANDEM_CUDA_MOE_GROUPED=0/1 at init,
  * kn_cuda_set_moe_grouped), by default the grouped one when the slots per
@@ -44,6 +47,7 @@
 #include <cuda_bf16.h>
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/fp8_cuda.cuh"
+#include "kernels/cuda/moe_grouped_fp8.cuh"
 extern "C" {
 #include "kernels/cuda_backend.h"
 #include "kernels/moe.h"
@@ -716,7 +720,8 @@ static int per_expert_middle(const kn_backend *be, const char *op, const kn_moe_
 /* The middle for this call: grouped (1) or per expert (0). */
 static bool use_grouped(const kn_backend *be, const kn_moe_weights *w, long long n_slots)
 {
-    if (w->wdtype != KN_BF16) /* fp32 weights: exact fp32 cuBLAS products */
+    if (w->wdtype == KN_F32 || /* exact fp32 cuBLAS products */
+        (w->wdtype == KN_FP8_E4M3 && !kn_cuda_moe_grouped_fp8_ok(w)))
         return false;
     const kn_cuda_ctx *ctx = kn_cuda_ctx_of(be);
     if (ctx->moe_grouped >= 0)
@@ -790,7 +795,17 @@ extern "C" int kn_moe_experts_cuda(const kn_backend *be, float *out, const float
         goto done;
     }
 
-    if (grouped) {
+    if (grouped && w->wdtype == KN_FP8_E4M3) {
+        y = (float *)kn_cuda_tmp_alloc(be, op, (size_t)n_slots * dim * sizeof(float));
+        if (!y) {
+            rc = KN_ERR_NOMEM;
+            goto done;
+        }
+        rc = kn_cuda_moe_grouped_fp8(be, op, w, y, x, perm, offsets, n_tokens, k,
+                                     ((long long)n_slots + n_local - 1) / n_local);
+        if (rc != KN_OK)
+            goto done;
+    } else if (grouped) {
         /* Sized for every slot (the routed count stays on the device). */
         xp = kn_cuda_tmp_alloc(be, op, (size_t)n_slots * dim * sizeof(__nv_bfloat16));
         a = kn_cuda_tmp_alloc(be, op, (size_t)n_slots * inter * sizeof(__nv_bfloat16));

@@ -1,4 +1,5 @@
-/* Times kn_moe_experts on the CUDA backend with bf16 expert weights, on
+/* Times kn_moe_experts on the CUDA backend with bf16 and FP8 (e4m3, 128x128
+ * block scales) expert weights, on
  * GPT-OSS-20B (32 experts of 2880 -> 2880, top-4, clamped SwiGLU, biases)
  * and Qwen3-30B-A3B (128 experts of 2048 -> 768, top-8, SwiGLU) layer
  * shapes: prefill 8192 tokens and decode batches 1/8/32/128 (and 512 rows,
@@ -7,7 +8,9 @@
  * 4 side streams, and the grouped one-launch kernels, forced with
  * kn_cuda_set_moe_grouped / kn_cuda_set_moe_streams; the grouped kernels are
  * not run at prefill sizes, where they re-read the weights for every 64
- * rows by design). Built with
+ * rows by design; the FP8 grouped kernels are, to show the crossover).
+ * FP8 rows have no 4-stream mode (FP8's per-expert GEMMs use one stream).
+ * Built with
  * `make CUDA=1 gpu-progs`; run by tests/gpu/run_moe.sh.
  *
  * Weights are random (kn_fill_uniform on the GPU; time does not depend on
@@ -19,8 +22,8 @@
  * token routes to (each read once) over --hbm-tbps; FLOPs = 6 * routes * dim
  * * inter over --peak-tflops; the floor is the larger.
  *
- * Usage: bench_moe [--hbm-tbps X] [--peak-tflops Y] [--quick]
- * Prints a markdown table, one row per (model, batch, path), and a last
+ * Usage: bench_moe [--hbm-tbps X] [--peak-tflops Y] [--quick] [--fp8-only | --bf16-only]
+ * Prints a markdown table, one row per (model, weights, batch, path), and a last
  * line "MOE_BENCH_DONE". */
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -29,6 +32,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cuda_backend.h"
+#include "kernels/fp8.h"
 #include "kernels/fill.h"
 #include "kernels/moe.h"
 #include "kernels/status.h"
@@ -101,18 +105,29 @@ static void *dev_fill(const kn_backend *be, kn_dtype dt, size_t n, uint64_t seed
     return d;
 }
 
-static void bench_model(const kn_backend *be, tu_rng *rng, const moe_model *m, double hbm_tbps,
+static void bench_model(const kn_backend *be, tu_rng *rng, const moe_model *m, kn_dtype wd, double hbm_tbps,
                         double peak_tflops, int quick)
 {
-    const size_t ngu = (size_t)m->n_experts * 2 * m->inter * m->dim;
-    const size_t nd = (size_t)m->n_experts * m->dim * m->inter;
+    const int fp8 = wd == KN_FP8_E4M3;
+    /* elements (bf16) or bytes (fp8 codes, rows padded to 128) of all experts */
+    const size_t ngu = (size_t)m->n_experts * (fp8 ? kn_fp8_data_bytes(2 * (size_t)m->inter, m->dim)
+                                                   : 2 * (size_t)m->inter * m->dim);
+    const size_t nd = (size_t)m->n_experts * (fp8 ? kn_fp8_data_bytes(m->dim, m->inter) : (size_t)m->dim * m->inter);
+    const size_t gsc = kn_fp8_scale_count(2 * (size_t)m->inter, m->dim), dsc = kn_fp8_scale_count(m->dim, m->inter);
     moe_call c;
     memset(&c, 0, sizeof c);
     c.k = m->k;
     c.w = (kn_moe_weights){ .n_experts = m->n_experts, .expert_offset = 0, .dim = m->dim, .inter = m->inter,
-                            .wdtype = KN_BF16, .act = m->act, .alpha = 1.702f, .limit = 7.0f };
-    c.w.gate_up = dev_fill(be, KN_BF16, ngu, 1, -0.03f, 0.03f);
-    c.w.down = dev_fill(be, KN_BF16, nd, 2, -0.03f, 0.03f);
+                            .wdtype = wd, .act = m->act, .alpha = 1.702f, .limit = 7.0f };
+    if (fp8) { /* codes over the whole e4m3 range, scales making values ~0.03 */
+        c.w.gate_up = dev_fill(be, KN_FP8_E4M3, ngu, 1, -448.f, 448.f);
+        c.w.down = dev_fill(be, KN_FP8_E4M3, nd, 2, -448.f, 448.f);
+        c.w.gate_up_scale = dev_fill(be, KN_F32, (size_t)m->n_experts * gsc, 7, 0.5f * 0.03f / 448.f, 0.03f / 448.f);
+        c.w.down_scale = dev_fill(be, KN_F32, (size_t)m->n_experts * dsc, 8, 0.5f * 0.03f / 448.f, 0.03f / 448.f);
+    } else {
+        c.w.gate_up = dev_fill(be, KN_BF16, ngu, 1, -0.03f, 0.03f);
+        c.w.down = dev_fill(be, KN_BF16, nd, 2, -0.03f, 0.03f);
+    }
     if (m->biases) {
         c.w.gate_up_bias = dev_fill(be, KN_F32, (size_t)m->n_experts * 2 * m->inter, 3, -0.1f, 0.1f);
         c.w.down_bias = dev_fill(be, KN_F32, (size_t)m->n_experts * m->dim, 4, -0.1f, 0.1f);
@@ -126,7 +141,9 @@ static void bench_model(const kn_backend *be, tu_rng *rng, const moe_model *m, d
     char *used = malloc((size_t)m->n_experts);
     if (!c.out || !c.idx || !idx || !used)
         fail("allocation");
-    const double expert_bytes = 3.0 * m->dim * m->inter * 2 +
+    /* what one expert's products must read: weights (+ scales) + biases */
+    const double expert_bytes = (fp8 ? (double)(ngu + nd) / m->n_experts + (gsc + dsc) * 4.0
+                                     : 3.0 * m->dim * m->inter * 2) +
                                 (m->biases ? (3.0 * m->inter + m->dim) * 4 : 0);
 
     for (size_t bi = 0; bi < sizeof BATCHES / sizeof BATCHES[0]; bi++) {
@@ -165,16 +182,16 @@ static void bench_model(const kn_backend *be, tu_rng *rng, const moe_model *m, d
         /* mode 0: per-expert GEMMs, 1: grouped kernels, 2: per-expert GEMMs
          * over 4 side streams (TANDEM_CUDA_MOE_STREAMS=4) */
         static const char *const mode_name[3] = { "per-expert", "grouped", "per-expert, 4 streams" };
-        for (int mode = 0; mode < 3; mode++) {
-            if (mode == 1 && prefill)
+        for (int mode = 0; mode < (fp8 ? 2 : 3); mode++) {
+            if (mode == 1 && prefill && !fp8)
                 continue;
             kn_cuda_set_moe_grouped(be, mode == 1);
             kn_cuda_set_moe_streams(be, mode == 2 ? 4 : 1);
             float ms = time_call(be, &c, prefill ? 2 : 5, prefill ? 5 : (quick ? 11 : 21));
             kn_cuda_set_moe_grouped(be, -1);
             kn_cuda_set_moe_streams(be, 1);
-            printf("| %s | %s %d | %s%s | %.3f | %.0f | %.1f | %d | %.3f | %.1fx |\n", m->name,
-                   prefill ? "prefill" : T > 128 ? "tokens" : "decode", T, mode_name[mode],
+            printf("| %s | %s | %s %d | %s%s | %.3f | %.0f | %.1f | %d | %.3f | %.1fx |\n", m->name,
+                   fp8 ? "fp8" : "bf16", prefill ? "prefill" : T > 128 ? "tokens" : "decode", T, mode_name[mode],
                    mode == auto_grouped ? " (default)" : "", ms, bytes / (ms * 1e-3) / 1e9,
                    flops / (ms * 1e-3) / 1e12, n_used, floor_ms, ms / floor_ms);
             fflush(stdout);
@@ -182,6 +199,7 @@ static void bench_model(const kn_backend *be, tu_rng *rng, const moe_model *m, d
     }
     kn_free(be, (void *)c.w.gate_up), kn_free(be, (void *)c.w.down);
     kn_free(be, (void *)c.w.gate_up_bias), kn_free(be, (void *)c.w.down_bias);
+    kn_free(be, (void *)c.w.gate_up_scale), kn_free(be, (void *)c.w.down_scale);
     kn_free(be, c.x), kn_free(be, c.out), kn_free(be, c.idx), kn_free(be, c.wts);
     free(idx), free(used);
 }
@@ -189,13 +207,14 @@ static void bench_model(const kn_backend *be, tu_rng *rng, const moe_model *m, d
 int main(int argc, char **argv)
 {
     double hbm_tbps = 4.229, peak_tflops = 789.8;
-    int quick = 0;
+    int quick = 0, fp8_only = 0, bf16_only = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0) {
-            printf("usage: bench_moe [--hbm-tbps X] [--peak-tflops Y] [--quick]\n"
-                   "Times kn_moe_experts (bf16 weights) on GPT-OSS-20B and Qwen3-30B-A3B layer shapes,\n"
+            printf("usage: bench_moe [--hbm-tbps X] [--peak-tflops Y] [--quick] [--fp8-only | --bf16-only]\n"
+                   "Times kn_moe_experts (bf16 and FP8 weights) on GPT-OSS-20B and Qwen3-30B-A3B layer shapes,\n"
                    "both CUDA expert paths; floors from X TB/s (default 4.229) and Y TFLOP/s (789.8).\n"
-                   "--quick skips batches 128 and 512 and takes fewer repetitions.\n");
+                   "--quick skips batches 128 and 512 and takes fewer repetitions.\n"
+                   "--fp8-only / --bf16-only: only that weight format's rows.\n");
             return 0;
         } else if (strcmp(argv[i], "--hbm-tbps") == 0 && i + 1 < argc) {
             hbm_tbps = atof(argv[++i]);
@@ -203,6 +222,10 @@ int main(int argc, char **argv)
             peak_tflops = atof(argv[++i]);
         } else if (strcmp(argv[i], "--quick") == 0) {
             quick = 1;
+        } else if (strcmp(argv[i], "--fp8-only") == 0) {
+            fp8_only = 1;
+        } else if (strcmp(argv[i], "--bf16-only") == 0) {
+            bf16_only = 1;
         } else {
             fprintf(stderr, "bench_moe: unknown argument %s (see --help)\n", argv[i]);
             return 2;
@@ -217,10 +240,12 @@ int main(int argc, char **argv)
         fail("kn_backend_init_cuda");
     tu_rng rng;
     tu_rng_init(&rng, 7);
-    printf("| model | batch | path | median ms | weight GB/s | TFLOP/s | experts read | floor ms | x floor |\n"
-           "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    printf("| model | weights | batch | path | median ms | weight GB/s | TFLOP/s | experts read | floor ms | x floor |\n"
+           "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for (size_t i = 0; i < sizeof MODELS / sizeof MODELS[0]; i++)
-        bench_model(&gpu, &rng, &MODELS[i], hbm_tbps, peak_tflops, quick);
+        for (int f = 0; f < 2; f++)
+            if ((f == 0 && !fp8_only) || (f == 1 && !bf16_only))
+                bench_model(&gpu, &rng, &MODELS[i], f ? KN_FP8_E4M3 : KN_BF16, hbm_tbps, peak_tflops, quick);
     kn_backend_free(&gpu);
     printf("MOE_BENCH_DONE\n");
     return 0;

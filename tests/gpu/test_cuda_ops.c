@@ -872,25 +872,64 @@ typedef struct moe_shape {
     int n_global, dim, inter;
     kn_act act;
     int biases;
+    int fp8; /* KN_FP8_E4M3 weights (block scales gus/dns) instead of bf16 */
     /* all n_global experts: host (CPU backend) and device copies */
-    uint16_t *gu, *dn, *d_gu, *d_dn;
+    void *gu, *dn, *d_gu, *d_dn;
     float *gub, *dnb, *d_gub, *d_dnb;
+    float *gus, *dns, *d_gus, *d_dns;
 } moe_shape;
+
+/* Bytes of one expert's gate_up / down weights, floats of their scales. */
+static size_t moe_gu_bytes(const moe_shape *s)
+{
+    return s->fp8 ? kn_fp8_data_bytes(2 * (size_t)s->inter, s->dim) : 2 * (size_t)s->inter * s->dim * 2;
+}
+static size_t moe_dn_bytes(const moe_shape *s)
+{
+    return s->fp8 ? kn_fp8_data_bytes(s->dim, s->inter) : (size_t)s->dim * s->inter * 2;
+}
+
+/* Synthetic FP8 weights: random finite codes everywhere (the row padding
+ * too, which must meet zero activation codes) and a random scale per
+ * 128x128 block in [0.5, 1.5] * a / 448, so values are within about +-1.5a
+ * and a wrong block's scale shows; scale-row padding 1 (kernels/fp8.h). */
+static float *fp8_block_scales(test_ctx *t, int n_experts, size_t n, size_t k, float a)
+{
+    size_t per = kn_fp8_scale_count(n, k), ld = kn_fp8_scale_ld(k), kb = kn_fp8_blocks(k);
+    float *sc = rand_floats(t, (size_t)n_experts * per, 0.5f * a / 448.f, 1.5f * a / 448.f);
+    for (size_t i = 0; i < (size_t)n_experts * per; i++)
+        if (i % ld >= kb)
+            sc[i] = 1.f;
+    return sc;
+}
 
 static void moe_shape_make(test_ctx *t, moe_shape *s, uint64_t seed)
 {
-    size_t ngu = (size_t)s->n_global * 2 * s->inter * s->dim, nd = (size_t)s->n_global * s->dim * s->inter;
-    s->gu = tu_xcalloc(ngu, sizeof(uint16_t));
-    s->dn = tu_xcalloc(nd, sizeof(uint16_t));
+    size_t gub = (size_t)s->n_global * moe_gu_bytes(s), dnb = (size_t)s->n_global * moe_dn_bytes(s);
+    s->gu = tu_xcalloc(gub, 1);
+    s->dn = tu_xcalloc(dnb, 1);
     /* Scaled so h and y stay O(1) (the clamp does not swallow everything). */
     float a_gu = sqrtf(3.f / (float)s->dim), a_dn = sqrtf(3.f / (float)s->inter);
-    int rc = kn_fill_uniform(&t->cpu, s->gu, KN_BF16, ngu, seed, -a_gu, a_gu);
-    if (rc == KN_OK)
-        rc = kn_fill_uniform(&t->cpu, s->dn, KN_BF16, nd, seed + 1, -a_dn, a_dn);
+    int rc;
+    s->gus = s->dns = s->d_gus = s->d_dns = NULL;
+    if (s->fp8) {
+        rc = kn_fill_uniform(&t->cpu, s->gu, KN_FP8_E4M3, gub, seed, -448.f, 448.f);
+        if (rc == KN_OK)
+            rc = kn_fill_uniform(&t->cpu, s->dn, KN_FP8_E4M3, dnb, seed + 1, -448.f, 448.f);
+        s->gus = fp8_block_scales(t, s->n_global, 2 * (size_t)s->inter, s->dim, a_gu);
+        s->dns = fp8_block_scales(t, s->n_global, s->dim, s->inter, a_dn);
+        s->d_gus = dev_upload(t, s->gus, (size_t)s->n_global * kn_fp8_scale_count(2 * (size_t)s->inter, s->dim) *
+                                             sizeof(float));
+        s->d_dns = dev_upload(t, s->dns, (size_t)s->n_global * kn_fp8_scale_count(s->dim, s->inter) * sizeof(float));
+    } else {
+        rc = kn_fill_uniform(&t->cpu, s->gu, KN_BF16, gub / 2, seed, -a_gu, a_gu);
+        if (rc == KN_OK)
+            rc = kn_fill_uniform(&t->cpu, s->dn, KN_BF16, dnb / 2, seed + 1, -a_dn, a_dn);
+    }
     if (rc != KN_OK)
         die("kn_fill_uniform cpu", rc);
-    s->d_gu = dev_upload(t, s->gu, ngu * sizeof(uint16_t));
-    s->d_dn = dev_upload(t, s->dn, nd * sizeof(uint16_t));
+    s->d_gu = dev_upload(t, s->gu, gub);
+    s->d_dn = dev_upload(t, s->dn, dnb);
     s->gub = s->dnb = s->d_gub = s->d_dnb = NULL;
     if (s->biases) {
         s->gub = rand_floats(t, (size_t)s->n_global * 2 * s->inter, -0.5f, 0.5f);
@@ -903,19 +942,25 @@ static void moe_shape_make(test_ctx *t, moe_shape *s, uint64_t seed)
 static void moe_shape_free(test_ctx *t, moe_shape *s)
 {
     kn_free(&t->gpu, s->d_gu), kn_free(&t->gpu, s->d_dn), kn_free(&t->gpu, s->d_gub), kn_free(&t->gpu, s->d_dnb);
-    free(s->gu), free(s->dn), free(s->gub), free(s->dnb);
+    kn_free(&t->gpu, s->d_gus), kn_free(&t->gpu, s->d_dns);
+    free(s->gu), free(s->dn), free(s->gub), free(s->dnb), free(s->gus), free(s->dns);
 }
 
 /* The weights of experts [offset, offset + n_local) as an EP rank holds them. */
 static kn_moe_weights moe_shape_view(const moe_shape *s, int on_device, int offset, int n_local)
 {
-    size_t gu_off = (size_t)offset * 2 * s->inter * s->dim, dn_off = (size_t)offset * s->dim * s->inter;
-    const uint16_t *gu = on_device ? s->d_gu : s->gu, *dn = on_device ? s->d_dn : s->dn;
+    size_t gu_off = (size_t)offset * moe_gu_bytes(s), dn_off = (size_t)offset * moe_dn_bytes(s);
+    const char *gu = on_device ? s->d_gu : s->gu, *dn = on_device ? s->d_dn : s->dn;
     const float *gub = on_device ? s->d_gub : s->gub, *dnb = on_device ? s->d_dnb : s->dnb;
+    const float *gus = on_device ? s->d_gus : s->gus, *dns = on_device ? s->d_dns : s->dns;
     kn_moe_weights w = { .n_experts = n_local, .expert_offset = offset, .dim = s->dim, .inter = s->inter,
-                         .wdtype = KN_BF16, .gate_up = gu + gu_off, .gate_up_bias = gub ? gub + (size_t)offset * 2 * s->inter : NULL,
+                         .wdtype = s->fp8 ? KN_FP8_E4M3 : KN_BF16, .gate_up = gu + gu_off, .gate_up_bias = gub ? gub + (size_t)offset * 2 * s->inter : NULL,
                          .down = dn + dn_off, .down_bias = dnb ? dnb + (size_t)offset * s->dim : NULL,
                          .act = s->act, .alpha = 1.702f, .limit = 7.0f };
+    if (s->fp8) {
+        w.gate_up_scale = gus + (size_t)offset * kn_fp8_scale_count(2 * (size_t)s->inter, s->dim);
+        w.down_scale = dns + (size_t)offset * kn_fp8_scale_count(s->dim, s->inter);
+    }
     return w;
 }
 
@@ -950,14 +995,15 @@ static void moe_paths_run(test_ctx *t, const moe_shape *s, int offset, int n_loc
     float *d_wts = dev_upload(t, wts, (ns ? ns : 1) * sizeof(float));
     float *d_out = dev_alloc(t, (no ? no : 1) * sizeof(float));
     char what[224];
-    snprintf(what, sizeof what, "moe_experts bf16 %s experts %d..%d of %d, tokens=%d k=%d%s", s->name, offset,
-             offset + n_local - 1, s->n_global, n_tokens, k, skew ? " skewed" : "");
+    snprintf(what, sizeof what, "moe_experts %s %s experts %d..%d of %d, tokens=%d k=%d%s", s->fp8 ? "fp8" : "bf16",
+             s->name, offset, offset + n_local - 1, s->n_global, n_tokens, k, skew ? " skewed" : "");
     int cpu_ok = run_ok(t, kn_moe_experts(&t->cpu, cpu, x, idx, wts, n_tokens, k, &hw), "kn_moe_experts cpu");
     int ran[2] = { 0, 0 };
     /* mode 0: per-expert GEMMs on the backend's stream, 1: grouped kernels,
      * 2: per-expert GEMMs over 4 side streams (the GPT-OSS shape only). */
     static const char *const mode_name[3] = { "per-expert", "grouped", "per-expert on 4 streams" };
-    for (int mode = 0; mode < (s->dim == 2880 ? 3 : 2); mode++) {
+    /* (FP8's per-expert products all queue on the backend's stream: no mode 2) */
+    for (int mode = 0; mode < (s->dim == 2880 && !s->fp8 ? 3 : 2); mode++) {
         float *dst = got[mode == 1];
         dev_poison(t, d_out, no ? no : 1);
         kn_cuda_set_moe_grouped(&t->gpu, mode == 1);
@@ -978,13 +1024,13 @@ static void moe_paths_run(test_ctx *t, const moe_shape *s, int offset, int n_loc
             ran[mode] = 1;
         if (cpu_ok) {
             snprintf(w2, sizeof w2, "%s, %s path vs CPU", what, mode_name[mode]);
-            check_err(t, tu_max_rel_err_f32(dst, cpu, no), BF16_MOE_VS_CPU_TOL, w2);
+            check_err(t, tu_max_rel_err_f32(dst, cpu, no), s->fp8 ? FP8_MOE_TOL : BF16_MOE_VS_CPU_TOL, w2);
         }
     }
     if (ran[0] && ran[1]) {
         char w2[256];
         snprintf(w2, sizeof w2, "%s, grouped vs per-expert", what);
-        check_err(t, tu_max_rel_err_f32(got[1], got[0], no), BF16_MOE_TOL, w2);
+        check_err(t, tu_max_rel_err_f32(got[1], got[0], no), s->fp8 ? FP8_MOE_TOL : BF16_MOE_TOL, w2);
     }
     kn_free(&t->gpu, d_x), kn_free(&t->gpu, d_idx), kn_free(&t->gpu, d_wts), kn_free(&t->gpu, d_out);
     free(x), free(wts), free(idx), free(cpu), free(got[0]), free(got[1]);
@@ -1041,6 +1087,59 @@ static void test_moe_paths(test_ctx *t)
     moe_paths_run(t, &mid2, 0, 8, 9, 3, 0);
     moe_paths_run(t, &mid2, 0, 8, 100, 2, 1);
     moe_shape_free(t, &mid2);
+}
+
+/* The FP8 expert paths: the grouped kernels (moe_grouped_fp8.cu: e4m3
+ * codes and block scales read directly, activations quantized on the way)
+ * and the per-expert cuBLASLt GEMMs, against the CPU and each other, on the
+ * same real shapes (2880 is not a multiple of 128: padded rows and scale
+ * rows) plus a small odd one. Both compute kernels/fp8.h's function; they
+ * differ in fp32 summation order (and Hopper's FP8 tensor-core sums in the
+ * per-expert GEMMs, 2-3e-4), which can move a gate_up sum across an e4m3
+ * rounding boundary of the intermediate activation: that code is then one
+ * e4m3 step (2^-3 relative) away, so the bound is FP8_MOE_TOL, as for the
+ * per-expert path against the CPU. all = 0 (the whole suite's run) keeps
+ * one case of each kind, so the CPU references (every expert dequantized
+ * per call) stay short; all = 1 (argument moe-fp8) runs every case. */
+static void test_moe_paths_fp8(test_ctx *t, int all)
+{
+    moe_shape oss = { .name = "gpt-oss-20b", .n_global = 32, .dim = 2880, .inter = 2880,
+                      .act = KN_ACT_SWIGLU_OAI, .biases = 1, .fp8 = 1 };
+    moe_shape_make(t, &oss, 21);
+    static const int oss_tokens[] = { 1, 32, 300, 8, 128 };
+    for (size_t i = 0; i < (all ? 5u : 3u); i++)
+        moe_paths_run(t, &oss, 0, 32, oss_tokens[i], 4, 0);
+    moe_paths_run(t, &oss, 0, 32, 40, 4, 1);  /* one expert with every token: several passes */
+    moe_paths_run(t, &oss, 0, 32, 7, 1, 0);
+    moe_paths_run(t, &oss, 8, 8, 32, 4, 0);   /* an EP rank's 8 of 32 */
+    if (all)
+        moe_paths_run(t, &oss, 24, 8, 3, 4, 1);
+    moe_paths_run(t, &oss, 0, 32, 0, 4, 0);   /* no tokens */
+    moe_shape_free(t, &oss);
+
+    moe_shape qwen = { .name = "qwen3-30b-a3b", .n_global = 128, .dim = 2048, .inter = 768,
+                       .act = KN_ACT_SWIGLU, .biases = 0, .fp8 = 1 };
+    moe_shape_make(t, &qwen, 22);
+    static const int qwen_tokens[] = { 1, 32, 8, 128 };
+    for (size_t i = 0; i < (all ? 4u : 2u); i++)
+        moe_paths_run(t, &qwen, 0, 128, qwen_tokens[i], 8, 0);
+    moe_paths_run(t, &qwen, 0, 128, 64, 8, 1);
+    for (int k = 1; k <= 7; k += all ? 1 : 3)
+        moe_paths_run(t, &qwen, 0, 128, 16, k, 0);
+    moe_paths_run(t, &qwen, 96, 32, 24, 8, 0);
+    if (all)
+        moe_paths_run(t, &qwen, 32, 32, 5, 8, 1);
+    moe_shape_free(t, &qwen);
+
+    /* Neither dim is a multiple of 128 (nor of 32): one partial 128-block
+     * of activation columns, padded rows on both products. */
+    moe_shape odd = { .name = "dim 200 inter 130", .n_global = 16, .dim = 200, .inter = 130,
+                      .act = KN_ACT_SWIGLU_OAI, .biases = 1, .fp8 = 1 };
+    moe_shape_make(t, &odd, 23);
+    moe_paths_run(t, &odd, 0, 16, 1, 8, 0);
+    moe_paths_run(t, &odd, 0, 16, 300, 2, 1);
+    moe_paths_run(t, &odd, 4, 8, 61, 8, 0);
+    moe_shape_free(t, &odd);
 }
 
 /* kn_fill_uniform: the GPU writes the CPU's bits, f32 and bf16. */
@@ -1184,6 +1283,10 @@ int main(int argc, char **argv)
         test_moe_paths(&t);
         goto finish;
     }
+    if (argc > 2 && strcmp(argv[2], "moe-fp8") == 0) { /* the FP8 expert paths alone */
+        test_moe_paths_fp8(&t, 1);
+        goto finish;
+    }
 
     test_embedding(&t, 1, 1000, 64);
     test_embedding(&t, 300, 5000, 2880);
@@ -1289,6 +1392,7 @@ int main(int argc, char **argv)
     test_moe_experts_fp8(&t, 1, 4, 32, 2880, 2880, KN_ACT_SWIGLU_OAI);
     test_moe_experts_fp8(&t, 200, 4, 32, 288, 192, KN_ACT_SWIGLU_OAI);
     test_moe_experts_fp8(&t, 61, 8, 16, 256, 768, KN_ACT_SWIGLU);
+    test_moe_paths_fp8(&t, 0);
     test_fill(&t, 1, 3, -1.f, 1.f);
     test_fill(&t, 1000003, 12345, -0.05f, 0.05f);
     test_fill(&t, 4096, 0, 0.9f, 1.1f);

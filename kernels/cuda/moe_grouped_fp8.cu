@@ -1,0 +1,434 @@
+/* The grouped (decode) middle of kn_moe_experts for FP8 weights.
+ *
+ * Same shape as the bf16 grouped middle of moe_experts.cu (device offsets,
+ * no host sync, every selected expert's weights streamed once per pass of
+ * up to 8*NT rows), but reading the e4m3 codes and their 128x128 block
+ * scales directly: half the bytes of bf16, which is what decode is bound by.
+ * It computes kernels/fp8.h's product on both products, as
+ * kn_moe_experts_cpu does:
+ *   1. moe_fp8_quant_x_kernel  each token row of x -> e4m3 codes + 1x128
+ *        scales (bit-identical to kn_fp8_quantize_act_row: IEEE division,
+ *        round to nearest even, saturating; zero codes in the row padding).
+ *        Per token, not per slot: the gate_up kernel finds a position's
+ *        token through perm.
+ *   2. moe_fp8_gate_up_kernel  one block per (128 activation columns,
+ *        expert): 16 warps, each the gate and up rows of 8 columns. Sums,
+ *        bias, activation; the block then owns exactly one 1x128 block of
+ *        the activation row, so it takes the amax over its warps in shared
+ *        memory and writes the down product's e4m3 codes and scale itself
+ *        (the CPU quantizes the fp32 activation the same way).
+ *   3. moe_fp8_down_kernel     y[pos] = down_e a[pos] (fp32, no bias).
+ *
+ * The products run on the tensor cores as mma.sync m16n8k16 with f16
+ * inputs and fp32 sums: every e4m3 value (codes of weights and of
+ * activations) is exactly an f16, so each product of two codes is exact and
+ * a 128-wide block's sum of them is an fp32 sum; after each block the
+ * warp adds block_sum * s_x * s_w to its fp32 totals. Rows are padded to a
+ * multiple of 128 in both operands (weight padding holds finite codes, the
+ * activation padding zero codes), so the loops run over whole blocks.
+ * Each lane loads 16 contiguous bytes of its two weight rows (g and g+8,
+ * g = lane/4) and of its token row at k = 16*(lane%4) of each 64-wide
+ * chunk; since the k order inside a block's dot product is free, the same
+ * register pairs feed A and B "virtual" k columns that map to the same real
+ * k's (as in the bf16 kernels), so no shared memory is needed. */
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include "kernels/cuda/moe_grouped_fp8.cuh"
+extern "C" {
+#include "kernels/fp8.h"
+}
+
+/* The padded FP8 layout's sizes (kernels/fp8.h), computed on the host. */
+struct fp8_dims {
+    int ldx, kbx;             /* codes per x row (dim padded), 128-blocks of dim */
+    int ldi, kbi;             /* the same for inter */
+    size_t gu_sld, dn_sld;    /* floats per row of gate_up's / down's scales */
+    size_t gu_bytes, dn_bytes;   /* codes per expert */
+    size_t gu_scales, dn_scales; /* scale floats per expert */
+};
+
+constexpr int GU_WARPS = KN_FP8_BLOCK / 8; /* 8 activation columns per warp */
+constexpr int DN_WARPS = 4;                /* 16 output columns per warp */
+
+__device__ __forceinline__ unsigned char fp8_code(float v)
+{
+    return (unsigned char)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+}
+
+/* Two e4m3 codes (low byte first) -> their exact f16 values, packed. */
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two)
+{
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two, __NV_E4M3);
+    return (uint32_t)h.x | ((uint32_t)h.y << 16);
+}
+
+/* 16 bytes of weight codes, read once per pass: not allocated in L1 so the
+ * activation rows (re-read by every warp) stay there. */
+__device__ __forceinline__ uint4 ld_codes16(const uint8_t *p)
+{
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+/* 32 codes (two 16-byte loads) -> 16 f16x2 registers, pair i = codes 2i, 2i+1. */
+__device__ __forceinline__ void codes32_to_f16(const uint4 (&v)[2], uint32_t (&h)[16])
+{
+#pragma unroll
+    for (int q = 0; q < 2; q++) {
+        const uint32_t u[4] = { v[q].x, v[q].y, v[q].z, v[q].w };
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            h[8 * q + 2 * i] = e4m3x2_to_f16x2(u[i] & 0xffffu);
+            h[8 * q + 2 * i + 1] = e4m3x2_to_f16x2(u[i] >> 16);
+        }
+    }
+}
+
+__device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                        uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* acc[j] += block-scaled products of this lane's weight rows wlo (row g)
+ * and whi (row g+8), each ld codes with block scales slo[kb] / shi[kb],
+ * with the activation rows of tile j: codes xq + xrow[j] * ld (xrow[j] < 0:
+ * no row, zero codes) and scales xs + srow[j][h] * nkb for the tile's
+ * tokens 2t + h (the mma C layout: acc[j][h] row g, acc[j][2+h] row g+8).
+ * U blocks of weight loads are issued before they are used. */
+template <int NT, int U>
+__device__ __forceinline__ void fp8_rows_dot(float (&acc)[NT][4], const uint8_t *wlo, const uint8_t *whi,
+                                             const float *slo, const float *shi, const uint8_t *xq,
+                                             const float *xs, const int (&xrow)[NT], const int (&srow)[NT][2],
+                                             int nkb, int ld, int nr, int lane)
+{
+    const int t = lane & 3;
+    wlo += 16 * t;
+    whi += 16 * t;
+    for (int kb0 = 0; kb0 < nkb; kb0 += U) {
+        uint4 wa[U][2], wb[U][2];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (kb0 + u < nkb) {
+                const size_t o = (size_t)(kb0 + u) * KN_FP8_BLOCK;
+                wa[u][0] = ld_codes16(wlo + o);
+                wa[u][1] = ld_codes16(wlo + o + 64);
+                wb[u][0] = ld_codes16(whi + o);
+                wb[u][1] = ld_codes16(whi + o + 64);
+            } else {
+                wa[u][0] = wa[u][1] = wb[u][0] = wb[u][1] = make_uint4(0u, 0u, 0u, 0u);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int kb = kb0 + u;
+            if (kb >= nkb) /* warp-uniform */
+                break;
+            const float sl = slo[kb], sh = shi[kb];
+            uint32_t al[16], ah[16];
+            codes32_to_f16(wa[u], al);
+            codes32_to_f16(wb[u], ah);
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                if (8 * j >= nr) /* warp-uniform: no tokens in this tile */
+                    break;
+                uint4 xv[2];
+                if (xrow[j] >= 0) {
+                    const uint8_t *xp = xq + (size_t)xrow[j] * ld + (size_t)kb * KN_FP8_BLOCK + 16 * t;
+                    xv[0] = *(const uint4 *)xp;
+                    xv[1] = *(const uint4 *)(xp + 64);
+                } else {
+                    xv[0] = xv[1] = make_uint4(0u, 0u, 0u, 0u);
+                }
+                uint32_t bx[16];
+                codes32_to_f16(xv, bx);
+                float p[4] = { 0.f, 0.f, 0.f, 0.f };
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    mma_f16(p, al[2 * i], ah[2 * i], al[2 * i + 1], ah[2 * i + 1], bx[2 * i], bx[2 * i + 1]);
+                const float s0 = xs[(size_t)srow[j][0] * nkb + kb], s1 = xs[(size_t)srow[j][1] * nkb + kb];
+                acc[j][0] = fmaf(p[0], s0 * sl, acc[j][0]);
+                acc[j][1] = fmaf(p[1], s1 * sl, acc[j][1]);
+                acc[j][2] = fmaf(p[2], s0 * sh, acc[j][2]);
+                acc[j][3] = fmaf(p[3], s1 * sh, acc[j][3]);
+            }
+        }
+    }
+}
+
+/* One warp per (token, 128-wide block): the arithmetic of quant_fp8.cu in
+ * a plain [n_tokens][ld] / [n_tokens][kb] layout. */
+__global__ void moe_fp8_quant_x_kernel(uint8_t *xq, float *xs, const float *x, int n_tokens, int dim,
+                                       int kb, int ld)
+{
+    const int lane = threadIdx.x & 31;
+    const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
+    const long long tasks = (long long)n_tokens * kb;
+    for (long long w = blockIdx.x * (long long)(blockDim.x >> 5) + (threadIdx.x >> 5); w < tasks; w += warps) {
+        const int r = (int)(w / kb), b = (int)(w - (long long)r * kb);
+        const int c0 = b * KN_FP8_BLOCK + lane * 4;
+        const float *xr = x + (size_t)r * dim;
+        float v[4], amax = 0.f;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            v[i] = c0 + i < dim ? xr[c0 + i] : 0.f;
+            amax = fmaxf(amax, fabsf(v[i]));
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1)
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+        const float sc = amax > 0.f && isfinite(amax) ? amax / KN_E4M3_MAX : 1.f;
+        uint32_t packed = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            packed |= (uint32_t)(c0 + i < dim ? fp8_code(v[i] / sc) : 0) << (8 * i);
+        *(uint32_t *)(xq + (size_t)r * ld + c0) = packed;
+        if (lane == 0)
+            xs[(size_t)r * kb + b] = sc;
+    }
+}
+
+/* kernels/moe.h's activation; moe_experts.cu's expert_act and the CPU's
+ * expert_activation compute the same. */
+__device__ __forceinline__ float fp8_expert_act(float g, float u, int act, float alpha, float limit)
+{
+    if (act == KN_ACT_SWIGLU_OAI) {
+        g = fminf(g, limit);
+        u = fminf(fmaxf(u, -limit), limit);
+        return g / (1.f + expf(-alpha * g)) * (u + 1.f);
+    }
+    return g / (1.f + expf(-g)) * u;
+}
+
+/* aq[pos] / as[pos]: the e4m3 codes and 1x128 scales of
+ * act(gate_up_e x[perm[pos] / k] + b) for the 128 activation columns of
+ * block x (codes past inter are zero, up to the padded row width).
+ * Grid: (blocks of inter, n_local); the whole block returns together for an
+ * expert without rows (block barriers below). */
+template <int NT, int U>
+__global__ void __launch_bounds__(GU_WARPS * 32)
+moe_fp8_gate_up_kernel(uint8_t *aq, float *as, const uint8_t *xq, const float *xs, const int *perm,
+                       const int *offsets, int k, const uint8_t *gate_up, const float *gate_up_scale,
+                       const float *gate_up_bias, int dim, int inter, fp8_dims z, int act, float alpha,
+                       float limit)
+{
+    __shared__ float amax_s[GU_WARPS][8 * NT];
+    __shared__ float scale_s[8 * NT];
+    const int e = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int first = offsets[e], rows = offsets[e + 1] - first;
+    if (rows == 0)
+        return;
+    const int ldx = z.ldx, kbx = z.kbx, ldi = z.ldi, kbi = z.kbi;
+    const size_t sld = z.gu_sld, n2 = 2 * (size_t)inter;
+    const int col = blockIdx.x * KN_FP8_BLOCK + warp * 8 + g;
+    const bool valid = col < inter;
+    const int cc = min(col, inter - 1); /* past the end: computed, stored as zero codes */
+    const uint8_t *we = gate_up + (size_t)e * z.gu_bytes;
+    const float *se = gate_up_scale + (size_t)e * z.gu_scales;
+    const uint8_t *wg = we + (size_t)cc * ldx, *wu = we + ((size_t)inter + cc) * ldx;
+    const float *sg = se + (size_t)(cc / KN_FP8_BLOCK) * sld;
+    const float *su = se + (size_t)((inter + cc) / KN_FP8_BLOCK) * sld;
+    const float bg = gate_up_bias ? gate_up_bias[(size_t)e * n2 + cc] : 0.f;
+    const float bu = gate_up_bias ? gate_up_bias[(size_t)e * n2 + inter + cc] : 0.f;
+    for (int r0 = 0; r0 < rows; r0 += 8 * NT) {
+        const int nr = min(8 * NT, rows - r0);
+        const int *pp = perm + first + r0;
+        int xrow[NT], srow[NT][2];
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            xrow[j] = 8 * j + g < nr ? pp[8 * j + g] / k : -1;
+            srow[j][0] = pp[min(8 * j + 2 * t, nr - 1)] / k;
+            srow[j][1] = pp[min(8 * j + 2 * t + 1, nr - 1)] / k;
+        }
+        float acc[NT][4];
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+            acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+        fp8_rows_dot<NT, U>(acc, wg, wu, sg, su, xq, xs, xrow, srow, kbx, ldx, nr, lane);
+        /* activation, and each token's amax over this warp's 8 columns */
+        float v[NT][2];
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int tok = 8 * j + 2 * t + h;
+                v[j][h] = valid && tok < nr ? fp8_expert_act(acc[j][h] + bg, acc[j][2 + h] + bu, act, alpha, limit)
+                                            : 0.f;
+                float m = fabsf(v[j][h]);
+#pragma unroll
+                for (int o = 4; o < 32; o <<= 1)
+                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+                if (g == 0)
+                    amax_s[warp][tok] = m;
+            }
+        __syncthreads();
+        if (threadIdx.x < 8 * NT) {
+            float m = 0.f;
+            for (int w = 0; w < GU_WARPS; w++)
+                m = fmaxf(m, amax_s[w][threadIdx.x]);
+            const float sc = m > 0.f && isfinite(m) ? m / KN_E4M3_MAX : 1.f;
+            scale_s[threadIdx.x] = sc;
+            if ((int)threadIdx.x < nr)
+                as[(size_t)(first + r0 + threadIdx.x) * kbi + blockIdx.x] = sc;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int tok = 8 * j + 2 * t + h;
+                if (tok < nr)
+                    aq[(size_t)(first + r0 + tok) * ldi + col] = valid ? fp8_code(v[j][h] / scale_s[tok]) : 0;
+            }
+        /* Next pass: amax_s is rewritten after every thread passed this
+         * pass's second barrier (its reads are done), scale_s only after
+         * the next first barrier, which every warp reaches after these reads. */
+    }
+}
+
+/* y[pos][col] = down_e dequant(aq[pos]) for this warp's 16 output columns
+ * (fp32, no bias). Grid: (column tiles, n_local). */
+template <int NT, int U>
+__global__ void __launch_bounds__(DN_WARPS * 32)
+moe_fp8_down_kernel(float *y, const uint8_t *aq, const float *as, const int *offsets, const uint8_t *down,
+                    const float *down_scale, int dim, fp8_dims z)
+{
+    const int e = blockIdx.y, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int first = offsets[e], rows = offsets[e + 1] - first;
+    const int c0 = (blockIdx.x * DN_WARPS + (threadIdx.x >> 5)) * 16;
+    if (rows == 0 || c0 >= dim) /* whole warps leave; no block barrier below */
+        return;
+    const int ldi = z.ldi, kbi = z.kbi;
+    const size_t sld = z.dn_sld;
+    const int lo = min(c0 + g, dim - 1), hi = min(c0 + g + 8, dim - 1);
+    const uint8_t *we = down + (size_t)e * z.dn_bytes;
+    const float *se = down_scale + (size_t)e * z.dn_scales;
+    const uint8_t *wlo = we + (size_t)lo * ldi, *whi = we + (size_t)hi * ldi;
+    const float *slo = se + (size_t)(lo / KN_FP8_BLOCK) * sld, *shi = se + (size_t)(hi / KN_FP8_BLOCK) * sld;
+    for (int r0 = 0; r0 < rows; r0 += 8 * NT) {
+        const int nr = min(8 * NT, rows - r0), base = first + r0;
+        int xrow[NT], srow[NT][2];
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            xrow[j] = 8 * j + g < nr ? base + 8 * j + g : -1;
+            srow[j][0] = base + min(8 * j + 2 * t, nr - 1);
+            srow[j][1] = base + min(8 * j + 2 * t + 1, nr - 1);
+        }
+        float acc[NT][4];
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+            acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+        fp8_rows_dot<NT, U>(acc, wlo, whi, slo, shi, aq, as, xrow, srow, kbi, ldi, nr, lane);
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int tok = 8 * j + 2 * t + h;
+                if (tok < nr) {
+                    float *yr = y + (size_t)(base + tok) * dim;
+                    if (c0 + g < dim)
+                        yr[c0 + g] = acc[j][h];
+                    if (c0 + g + 8 < dim)
+                        yr[c0 + g + 8] = acc[j][2 + h];
+                }
+            }
+    }
+}
+
+int kn_cuda_moe_grouped_fp8_ok(const kn_moe_weights *w)
+{
+    return w->wdtype == KN_FP8_E4M3 && kn_cuda_aligned16(w->gate_up) && kn_cuda_aligned16(w->down) &&
+           ((uintptr_t)w->gate_up_scale & 3u) == 0 && ((uintptr_t)w->down_scale & 3u) == 0;
+}
+
+template <int NT_GU, int U_GU, int NT_DN, int U_DN>
+static cudaError_t launch_fp8_products(cudaStream_t s, const kn_moe_weights *w, float *y, uint8_t *aq, float *as,
+                                       const uint8_t *xq, const float *xs, const int *perm, const int *offsets,
+                                       int k)
+{
+    const int n_local = w->n_experts, dim = w->dim, inter = w->inter;
+    fp8_dims z;
+    z.ldx = (int)kn_fp8_ld((size_t)dim);
+    z.kbx = (int)kn_fp8_blocks((size_t)dim);
+    z.ldi = (int)kn_fp8_ld((size_t)inter);
+    z.kbi = (int)kn_fp8_blocks((size_t)inter);
+    z.gu_sld = kn_fp8_scale_ld((size_t)dim);
+    z.dn_sld = kn_fp8_scale_ld((size_t)inter);
+    z.gu_bytes = kn_fp8_data_bytes(2 * (size_t)inter, (size_t)dim);
+    z.dn_bytes = kn_fp8_data_bytes((size_t)dim, (size_t)inter);
+    z.gu_scales = kn_fp8_scale_count(2 * (size_t)inter, (size_t)dim);
+    z.dn_scales = kn_fp8_scale_count((size_t)dim, (size_t)inter);
+    dim3 gu_grid((unsigned)kn_fp8_blocks((size_t)inter), (unsigned)n_local);
+    moe_fp8_gate_up_kernel<NT_GU, U_GU><<<gu_grid, GU_WARPS * 32, 0, s>>>(
+        aq, as, xq, xs, perm, offsets, k, (const uint8_t *)w->gate_up, w->gate_up_scale, w->gate_up_bias, dim,
+        inter, z, (int)w->act, w->alpha, w->limit);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess)
+        return err;
+    dim3 dn_grid((unsigned)kn_cuda_div_up(dim, DN_WARPS * 16), (unsigned)n_local);
+    moe_fp8_down_kernel<NT_DN, U_DN><<<dn_grid, DN_WARPS * 32, 0, s>>>(
+        y, aq, as, offsets, (const uint8_t *)w->down, w->down_scale, dim, z);
+    return cudaGetLastError();
+}
+
+int kn_cuda_moe_grouped_fp8(const kn_backend *be, const char *op, const kn_moe_weights *w, float *y,
+                                       const float *x, const int *perm, const int *offsets, int n_tokens, int k,
+                                       long long rows_hint)
+{
+    if (n_tokens == 0)
+        return KN_OK;
+    cudaStream_t s = kn_cuda_stream(be);
+    const size_t n_slots = (size_t)n_tokens * k;
+    const int ldx = (int)kn_fp8_ld((size_t)w->dim), kbx = (int)kn_fp8_blocks((size_t)w->dim);
+    const size_t ldi = kn_fp8_ld((size_t)w->inter), kbi = kn_fp8_blocks((size_t)w->inter);
+    int rc = KN_OK;
+    cudaError_t err = cudaSuccess;
+    const char *what = "moe_fp8_quant_x_kernel";
+    /* x quantized per token; the activation per slot (the routed count stays
+     * on the device, so every slot gets room) */
+    uint8_t *xq = (uint8_t *)kn_cuda_tmp_alloc(be, op, (size_t)n_tokens * ldx);
+    float *xs = (float *)kn_cuda_tmp_alloc(be, op, (size_t)n_tokens * kbx * sizeof(float));
+    uint8_t *aq = (uint8_t *)kn_cuda_tmp_alloc(be, op, n_slots * ldi);
+    float *as = (float *)kn_cuda_tmp_alloc(be, op, n_slots * kbi * sizeof(float));
+    if (!xq || !xs || !aq || !as) {
+        rc = KN_ERR_NOMEM;
+        goto done;
+    }
+    {
+        const long long tasks = (long long)n_tokens * kbx, cap = (long long)kn_cuda_ctx_of(be)->sm_count * 32;
+        const long long blocks = (tasks + 7) / 8;
+        moe_fp8_quant_x_kernel<<<(unsigned)(blocks < cap ? blocks : cap), 256, 0, s>>>(xq, xs, x, n_tokens, w->dim,
+                                                                                       kbx, ldx);
+    }
+    if ((err = cudaGetLastError()) != cudaSuccess)
+        goto done;
+    what = "grouped fp8 expert kernels";
+    /* Rows per pass with headroom over the mean rows per expert (as the
+     * bf16 grouped middle): a second pass re-reads the expert's weights.
+     * <NT, U> per kernel: 8*NT rows per pass, U 128-wide blocks of weight
+     * loads in flight (more when few rows leave the weight stream all that
+     * matters); the gate_up kernel's 512 threads cap it at 128 registers,
+     * so at most 32 rows per pass there. */
+    if (rows_hint <= 2)
+        err = launch_fp8_products<1, 4, 1, 4>(s, w, y, aq, as, xq, xs, perm, offsets, k);
+    else if (rows_hint <= 6)
+        err = launch_fp8_products<2, 2, 2, 4>(s, w, y, aq, as, xq, xs, perm, offsets, k);
+    else if (rows_hint <= 12)
+        err = launch_fp8_products<4, 2, 4, 2>(s, w, y, aq, as, xq, xs, perm, offsets, k);
+    else
+        err = launch_fp8_products<4, 2, 8, 2>(s, w, y, aq, as, xq, xs, perm, offsets, k);
+done:
+    kn_cuda_tmp_free(be, xq);
+    kn_cuda_tmp_free(be, xs);
+    kn_cuda_tmp_free(be, aq);
+    kn_cuda_tmp_free(be, as);
+    if (err != cudaSuccess)
+        return kn_cuda_device_error(op, what, err);
+    return rc;
+}
