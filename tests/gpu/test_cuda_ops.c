@@ -760,7 +760,7 @@ static void test_matmul_bf16_rows(test_ctx *t, const char *label, const int *ms,
                 break;
             double err = gpu_err(t, d_out, ref, (size_t)m * n, got);
             double err_cpu = tu_max_rel_err_f32(got, cpu, (size_t)m * n);
-            if (!(err <= worst)) /* NaN sticks */
+            if (!(err <= worst)) /* a NaN output reads as infinity and sticks */
                 worst = err, worst_m = m;
             if (!(err_cpu <= worst_cpu))
                 worst_cpu = err_cpu, worst_cpu_m = m;
