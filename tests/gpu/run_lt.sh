@@ -73,7 +73,7 @@ echo "| of which FP8 (shared plan cache) | $fp8 |"
 for f in "$OUT"/bench_oss20b_gemmex.log "$OUT"/bench_oss20b_lt.log; do
     [ -f "$f" ] || continue
     n=$(basename "$f" .log | sed 's/bench_//')
-    grep -iE '^(prefill|decode) |run [0-9]|ms' "$f" | head -12 | sed "s#^#| $n: #; s#\$# |#"
+    grep -E '^# prefill runs|^prefill |^#   (MoE experts|total) |wall time' "$f" | sed "s#^#| $n: #; s#\$# |#"
 done
 echo
 grep -E '^\| ' "$OUT/bench_varying_m.log"
