@@ -60,6 +60,15 @@ int kn_cuda_moe_grouped(const kn_backend *be);
  * default, keeps them on the backend's stream). Starts from
  * TANDEM_CUDA_MOE_STREAMS=n at init. */
 void kn_cuda_set_moe_streams(const kn_backend *be, int n);
+/* bf16 GEMMs (kn_matmul_w, the per-expert MoE products): 1 (the default)
+ * runs them through cuBLASLt with plans cached per (n, k, power-of-two row
+ * bucket); 0 through cublasGemmEx, which searches an algorithm for every
+ * new (m, n, k) on the host. Starts from TANDEM_CUDA_LT_CACHE=0/1 at init;
+ * for benchmarks and tests. */
+void kn_cuda_set_lt_cache(const kn_backend *be, int on);
+/* cuBLASLt heuristic queries the backend has made so far (FP8 and bf16
+ * plans together): flat once the plan cache is warm. */
+long long kn_cuda_lt_searches(const kn_backend *be);
 
 #ifdef __cplusplus
 }

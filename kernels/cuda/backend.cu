@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/fp8_cuda.cuh"
+#include "kernels/cuda/lt_plan_cache.cuh"
 extern "C" {
 #include "kernels/cuda_backend.h"
 }
@@ -125,6 +126,7 @@ static void ctx_destroy(kn_cuda_ctx *ctx)
     if (ctx->stream)
         cudaStreamSynchronize(ctx->stream);
     kn_cuda_fp8_free(ctx->fp8);
+    kn_lt_cache_free(ctx->lt_cache);
     if (ctx->blas)
         cublasDestroy(ctx->blas);
     if (ctx->pool)
@@ -166,6 +168,8 @@ extern "C" int kn_cuda_backend_init(kn_backend *be, int device)
     ctx->moe_streams = moe_streams && atoi(moe_streams) > 1 ? atoi(moe_streams) : 1;
     if (ctx->moe_streams > KN_CUDA_MAX_SIDE)
         ctx->moe_streams = KN_CUDA_MAX_SIDE;
+    const char *lt_cache = getenv("TANDEM_CUDA_LT_CACHE");
+    ctx->bf16_lt = !(lt_cache && strcmp(lt_cache, "0") == 0);
     const char *moe_rows = getenv("TANDEM_CUDA_MOE_GROUPED_ROWS");
     ctx->moe_grouped_rows = moe_rows && atoi(moe_rows) > 0 ? atoi(moe_rows) : KN_CUDA_MOE_GROUPED_ROWS;
 
@@ -241,6 +245,17 @@ extern "C" void kn_cuda_set_attn_bf16(const kn_backend *be, int on)
 extern "C" void kn_cuda_set_moe_streams(const kn_backend *be, int n)
 {
     kn_cuda_ctx_of(be)->moe_streams = n < 1 ? 1 : n > KN_CUDA_MAX_SIDE ? KN_CUDA_MAX_SIDE : n;
+}
+
+extern "C" void kn_cuda_set_lt_cache(const kn_backend *be, int on)
+{
+    kn_cuda_ctx_of(be)->bf16_lt = on != 0;
+}
+
+extern "C" long long kn_cuda_lt_searches(const kn_backend *be)
+{
+    const struct kn_lt_cache *c = kn_cuda_ctx_of(be)->lt_cache;
+    return c ? c->searches : 0;
 }
 
 extern "C" int kn_cuda_attn_bf16(const kn_backend *be)

@@ -63,6 +63,14 @@ struct kn_cuda_ctx {
     cudaEvent_t side_fork;
     /* cuBLASLt state of the FP8 products (gemm_fp8.cu), made on first use. */
     struct kn_cuda_fp8 *fp8;
+    /* cuBLASLt handle and plan cache of the FP8 and bf16 GEMMs
+     * (lt_plan_cache.cuh), made on first use. */
+    struct kn_lt_cache *lt_cache;
+    /* bf16 products through cuBLASLt with cached plans (gemm_bf16_lt.cu;
+     * 1, the default) or through cublasGemmEx, which searches an algorithm
+     * on every new shape (0: TANDEM_CUDA_LT_CACHE=0 at init, or
+     * kn_cuda_set_lt_cache; kept for comparison). */
+    int bf16_lt;
 };
 
 static inline kn_cuda_ctx *kn_cuda_ctx_of(const kn_backend *be)
@@ -117,6 +125,13 @@ int kn_cuda_gemm(const kn_backend *be, const char *op, float *out, const void *x
  * handle's stream. */
 int kn_cuda_gemm_on(const kn_backend *be, cublasHandle_t blas, const char *op, float *out,
                     const void *x, const void *w, kn_dtype dt, const float *bias, int m, int n, int k);
+/* out[m][n] (fp32) = x[m][k] w[n][k]^T + beta * out, x and w bf16, fp32
+ * accumulation, through cuBLASLt with the plan cached per shape and row
+ * bucket (gemm_bf16_lt.cu); on `stream` with workspace ws (ws_bytes),
+ * which no concurrent GEMM may share. */
+int kn_cuda_gemm_bf16_lt(const kn_backend *be, cudaStream_t stream, void *ws, size_t ws_bytes,
+                         const char *op, float *out, const void *x, const void *w, float beta,
+                         int m, int n, int k);
 /* Makes side streams 0..n-1 (n <= KN_CUDA_MAX_SIDE) if they do not exist yet. */
 int kn_cuda_side_streams(const kn_backend *be, const char *op, int n);
 /* dst[i] = bf16(src[i]) (round to nearest even), queued on the stream. */

@@ -30,32 +30,20 @@
  * cuBLASLt has an algorithm for it; otherwise it is broadcast into out
  * first and the product accumulates onto it (beta = 1). The heuristic's
  * choice is cached per shape (rows bucketed to a power of two) and pointer
- * alignment in the backend's FP8 state, so steady-state calls (every layer,
- * every expert) do not query it again. */
+ * alignment in the backend's cuBLASLt plan cache (lt_plan_cache.cuh, shared
+ * with the bf16 GEMM), so steady-state calls (every layer, every expert) do
+ * not query it again. */
 #include <string.h>
 #include <stdlib.h>
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include "kernels/cuda/fp8_cuda.cuh"
+#include "kernels/cuda/lt_plan_cache.cuh"
 
-#define PLAN_SLOTS 1024
-
-typedef struct plan_key {
-    int m, n, k, out_bf16, has_bias;
-    int align[4];   /* A, B, C/D, bias: largest power of two (<= 256) dividing the address */
-} plan_key;
-
-typedef struct plan {
-    int valid;
-    plan_key key;
-    int epilogue_bias;   /* 1: bias fused; 0: bias broadcast + beta = 1 */
-    cublasLtMatmulAlgo_t algo;
-} plan;
-
+/* Plans live in the backend's cuBLASLt plan cache (lt_plan_cache.cuh),
+ * shared with the bf16 GEMM; this state only keeps what the tests ask. */
 struct kn_cuda_fp8 {
-    cublasLtHandle_t lt;
     int last_bias_fused;   /* of the latest call with a bias (tests, probe) */
-    plan plans[PLAN_SLOTS];
 };
 
 int kn_cuda_fp8_last_bias_fused(const kn_backend *be)
@@ -66,10 +54,6 @@ int kn_cuda_fp8_last_bias_fused(const kn_backend *be)
 
 void kn_cuda_fp8_free(struct kn_cuda_fp8 *f)
 {
-    if (!f)
-        return;
-    if (f->lt)
-        cublasLtDestroy(f->lt);
     free(f);
 }
 
@@ -83,32 +67,8 @@ static struct kn_cuda_fp8 *fp8_state(const kn_backend *be, const char *op)
         fprintf(stderr, "tandem: %s: out of host memory\n", op);
         return NULL;
     }
-    cublasStatus_t st = cublasLtCreate(&f->lt);
-    if (st != CUBLAS_STATUS_SUCCESS) {
-        kn_cuda_blas_error(op, "cublasLtCreate", st);
-        free(f);
-        return NULL;
-    }
     ctx->fp8 = f;
     return f;
-}
-
-static int align_of(const void *p)
-{
-    uintptr_t a = (uintptr_t)p;
-    int al = 256;
-    while (al > 1 && (a & (uintptr_t)(al - 1)))
-        al >>= 1;
-    return al;
-}
-
-static unsigned plan_hash(const plan_key *k)
-{
-    unsigned h = 2166136261u;
-    const unsigned char *b = (const unsigned char *)k;
-    for (size_t i = 0; i < sizeof *k; i++)
-        h = (h ^ b[i]) * 16777619u;
-    return h % PLAN_SLOTS;
 }
 
 /* The descriptors of one call; destroyed by descs_free. */
@@ -143,7 +103,7 @@ static void descs_free(descs *d)
 
 /* Builds the descriptors for this call, with or without the bias
  * epilogue. Returns a cuBLAS status; *what names the failing call. */
-static cublasStatus_t descs_make(descs *d, const kn_backend *be, const plan_key *key, int m,
+static cublasStatus_t descs_make(descs *d, const kn_backend *be, const kn_lt_key *key, int m,
                                  const float *xs, const float *ws, const float *bias,
                                  int epilogue_bias, const char **what_out)
 {
@@ -153,7 +113,7 @@ static cublasStatus_t descs_make(descs *d, const kn_backend *be, const plan_key 
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     int32_t mode_a = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
     int32_t mode_b = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-    cudaDataType_t ct = key->out_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    cudaDataType_t ct = (cudaDataType_t)key->out_type;
     size_t ws_bytes = be->scratch_bytes;
     uint32_t al[4];
     memset(d, 0, sizeof *d);
@@ -216,19 +176,19 @@ __global__ void fp8_bias_broadcast_kernel(float *out32, __nv_bfloat16 *out16, co
 
 /* The plan for key: cached, or asked of the heuristic (the fused bias
  * first, then without) for key->m rows. NULL when cuBLASLt has none. */
-static plan *plan_get(struct kn_cuda_fp8 *f, const kn_backend *be, const char *op,
-                      const plan_key *key, const float *xs, const float *ws, const float *bias,
-                      int *rc)
+static kn_lt_plan *plan_get(struct kn_lt_cache *c, const kn_backend *be, const char *op,
+                           const kn_lt_key *key, const float *xs, const float *ws,
+                           const float *bias, int *rc)
 {
-    plan *p = &f->plans[plan_hash(key)];
+    int hit;
+    kn_lt_plan *p = kn_lt_cache_slot(c, key, &hit);
     *rc = KN_OK;
-    if (p->valid && memcmp(&p->key, key, sizeof *key) == 0)
+    if (hit)
         return p;
     const char *what = "cuBLASLt descriptors";
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
     descs d;
-    p->valid = 0;
     for (int epi = bias ? 1 : 0; epi >= 0 && !found; epi--) {
         cublasStatus_t st = descs_make(&d, be, key, key->m, xs, ws, bias, epi, &what);
         if (st != CUBLAS_STATUS_SUCCESS) {
@@ -236,7 +196,8 @@ static plan *plan_get(struct kn_cuda_fp8 *f, const kn_backend *be, const char *o
             return NULL;
         }
         memset(&res, 0, sizeof res);
-        st = cublasLtMatmulAlgoGetHeuristic(f->lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &res,
+        c->searches++;
+        st = cublasLtMatmulAlgoGetHeuristic(c->lt, d.op, d.a, d.b, d.c, d.c, d.pref, 1, &res,
                                             &found);
         descs_free(&d);
         /* any refusal of the fused form falls back to the broadcast */
@@ -256,7 +217,8 @@ static plan *plan_get(struct kn_cuda_fp8 *f, const kn_backend *be, const char *o
     if (!found) {
         fprintf(stderr, "tandem: %s: cuBLASLt has no block-scaled FP8 algorithm for "
                 "m=%d n=%d k=%d (%s output, alignments %d/%d/%d)\n", op, key->m, key->n, key->k,
-                key->out_bf16 ? "bf16" : "fp32", key->align[0], key->align[1], key->align[2]);
+                key->out_type == CUDA_R_16BF ? "bf16" : "fp32", key->align[0], key->align[1],
+                key->align[2]);
         *rc = KN_ERR_UNSUPPORTED;
         return NULL;
     }
@@ -266,8 +228,9 @@ static plan *plan_get(struct kn_cuda_fp8 *f, const kn_backend *be, const char *o
 /* Runs plan p for m rows. Returns the cuBLAS status of cublasLtMatmul
  * (which checks the algorithm against the problem on the host, before
  * anything is queued) or sets *rc on other failures. */
-static cublasStatus_t plan_run(struct kn_cuda_fp8 *f, const kn_backend *be, const char *op,
-                               const plan *p, int m, void *out, const uint8_t *xq,
+static cublasStatus_t plan_run(struct kn_cuda_fp8 *f, struct kn_lt_cache *c,
+                               const kn_backend *be, const char *op, const kn_lt_plan *p,
+                               int m, void *out, const uint8_t *xq,
                                const float *xs, const uint8_t *w, const float *ws,
                                const float *bias, int *rc)
 {
@@ -288,8 +251,8 @@ static cublasStatus_t plan_run(struct kn_cuda_fp8 *f, const kn_backend *be, cons
         size_t cap = (size_t)kn_cuda_ctx_of(be)->sm_count * 16;
         fp8_bias_broadcast_kernel<<<(unsigned)(blocks < cap ? blocks : cap), 256, 0,
                                     kn_cuda_stream(be)>>>(
-            p->key.out_bf16 ? NULL : (float *)out,
-            p->key.out_bf16 ? (__nv_bfloat16 *)out : NULL, bias, m, n);
+            p->key.out_type == CUDA_R_16BF ? NULL : (float *)out,
+            p->key.out_type == CUDA_R_16BF ? (__nv_bfloat16 *)out : NULL, bias, m, n);
         cudaError_t err = cudaGetLastError();
         if (err != cudaSuccess) {
             descs_free(&d);
@@ -298,7 +261,7 @@ static cublasStatus_t plan_run(struct kn_cuda_fp8 *f, const kn_backend *be, cons
         }
         beta = 1.0f;
     }
-    st = cublasLtMatmul(f->lt, d.op, &alpha, w, d.a, xq, d.b, &beta, out, d.c, out, d.c,
+    st = cublasLtMatmul(c->lt, d.op, &alpha, w, d.a, xq, d.b, &beta, out, d.c, out, d.c,
                         &p->algo, be->scratch, be->scratch_bytes, kn_cuda_stream(be));
     descs_free(&d);
     return st;
@@ -307,15 +270,7 @@ static cublasStatus_t plan_run(struct kn_cuda_fp8 *f, const kn_backend *be, cons
 /* Algorithms are looked up for a power-of-two bucket of rows (so the many
  * row counts of the experts share a few heuristic queries) and run with the
  * real count; where cuBLASLt refuses that pairing, the exact count gets its
- * own plan. */
-static int row_bucket(int m)
-{
-    int b = KN_CUDA_FP8_M_ALIGN;
-    while (b < m && b < (1 << 30))
-        b <<= 1;
-    return b;
-}
-
+ * own plan (lt_plan_cache.cuh). */
 int kn_cuda_gemm_fp8(const kn_backend *be, const char *op, void *out, int out_bf16,
                      const uint8_t *xq, const float *xs, const uint8_t *w, const float *ws,
                      const float *bias, int m, int n, int k)
@@ -326,29 +281,33 @@ int kn_cuda_gemm_fp8(const kn_backend *be, const char *op, void *out, int out_bf
         return kn_arg_error(op, "fp8 GEMM rows %d are not a multiple of %d", m,
                             KN_CUDA_FP8_M_ALIGN);
     struct kn_cuda_fp8 *f = fp8_state(be, op);
-    if (!f)
+    struct kn_lt_cache *c = kn_lt_cache_of(be, op);
+    if (!f || !c)
         return KN_ERR_DEVICE;
-    plan_key key;
+    kn_lt_key key;
     memset(&key, 0, sizeof key);
-    key.m = row_bucket(m);
+    key.kind = KN_LT_KIND_FP8_BLOCK;
+    key.m = kn_lt_row_bucket(m, KN_CUDA_FP8_M_ALIGN);
     key.n = n;
     key.k = k;
-    key.out_bf16 = out_bf16 != 0;
+    key.trans_a = CUBLAS_OP_T;
+    key.trans_b = CUBLAS_OP_N;
+    key.out_type = out_bf16 ? CUDA_R_16BF : CUDA_R_32F;
     key.has_bias = bias != NULL;
-    key.align[0] = align_of(w);
-    key.align[1] = align_of(xq);
-    key.align[2] = align_of(out);
-    key.align[3] = bias ? align_of(bias) : 0;
+    key.align[0] = kn_lt_align_of(w);
+    key.align[1] = kn_lt_align_of(xq);
+    key.align[2] = kn_lt_align_of(out);
+    key.align[3] = bias ? kn_lt_align_of(bias) : 0;
     int rc;
     for (int exact = key.m == m; ; exact = 1) {
         if (exact)
             key.m = m;
-        plan *p = plan_get(f, be, op, &key, xs, ws, bias, &rc);
+        kn_lt_plan *p = plan_get(c, be, op, &key, xs, ws, bias, &rc);
         if (!p && !exact && rc == KN_ERR_UNSUPPORTED)
             continue;   /* none for the bucket: ask for the exact count */
         if (!p)
             return rc;
-        cublasStatus_t st = plan_run(f, be, op, p, m, out, xq, xs, w, ws, bias, &rc);
+        cublasStatus_t st = plan_run(f, c, be, op, p, m, out, xq, xs, w, ws, bias, &rc);
         if (rc != KN_OK)
             return rc;
         if (st == CUBLAS_STATUS_SUCCESS)

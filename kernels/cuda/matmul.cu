@@ -14,6 +14,10 @@
  * FP8 weights (kernels/fp8.h) go to cuBLASLt's block-scaled FP8 GEMM
  * (gemm_fp8.cu) after the activations are quantized (quant_fp8.cu).
  *
+ * bf16 products go through cuBLASLt with plans cached per shape and row
+ * bucket (gemm_bf16_lt.cu; same numerics), unless TANDEM_CUDA_LT_CACHE=0
+ * asks for cublasGemmEx, which searches an algorithm per new shape.
+ *
  * The bias is broadcast into out first and the product accumulates onto it
  * (beta = 1): one extra pass over out, small next to the product whenever k
  * is more than a few dozen. */
@@ -60,6 +64,29 @@ int kn_cuda_gemm(const kn_backend *be, const char *op, float *out, const void *x
     return kn_cuda_gemm_on(be, kn_cuda_ctx_of(be)->blas, op, out, x, w, dt, bias, m, n, k);
 }
 
+/* The stream and workspace of a cuBLAS handle of this backend (its own or
+ * a side stream's), for a cuBLASLt call that must run where that handle's
+ * would: concurrent GEMMs must not share a workspace. Every workspace is
+ * be->scratch_bytes (backend.cu makes them all the same size). */
+static int handle_workspace(const kn_backend *be, cublasHandle_t blas, const char *op,
+                            cudaStream_t *stream, void **ws, size_t *ws_bytes)
+{
+    kn_cuda_ctx *ctx = kn_cuda_ctx_of(be);
+    *ws_bytes = be->scratch_bytes;
+    if (blas == ctx->blas) {
+        *stream = kn_cuda_stream(be);
+        *ws = be->scratch;
+        return KN_OK;
+    }
+    for (int i = 0; i < ctx->n_side; i++)
+        if (blas == ctx->side_blas[i]) {
+            *stream = ctx->side[i];
+            *ws = ctx->side_ws[i];
+            return KN_OK;
+        }
+    return kn_arg_error(op, "cuBLAS handle is not one of the backend's");
+}
+
 int kn_cuda_gemm_on(const kn_backend *be, cublasHandle_t blas, const char *op, float *out,
                     const void *x, const void *w, kn_dtype dt, const float *bias, int m, int n, int k)
 {
@@ -75,6 +102,15 @@ int kn_cuda_gemm_on(const kn_backend *be, cublasHandle_t blas, const char *op, f
         bias_broadcast_kernel<<<grid_for(be, (size_t)m * n), 256, 0, s>>>(out, bias, m, n);
         KN_CUDA_LAUNCH_CHECK(op, "bias_broadcast_kernel");
         beta = 1.0f;
+    }
+    if (dt == KN_BF16 && ctx->bf16_lt) {
+        void *ws = NULL;
+        size_t ws_bytes = 0;
+        cudaStream_t s = NULL;
+        int rc = handle_workspace(be, blas, op, &s, &ws, &ws_bytes);
+        if (rc == KN_OK)
+            rc = kn_cuda_gemm_bf16_lt(be, s, ws, ws_bytes, op, out, x, w, beta, m, n, k);
+        return rc;
     }
     const float alpha = 1.0f;
     cudaDataType_t type = dt == KN_BF16 ? CUDA_R_16BF : CUDA_R_32F;

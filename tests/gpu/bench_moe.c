@@ -23,12 +23,16 @@
  * * inter over --peak-tflops; the floor is the larger.
  *
  * Usage: bench_moe [--hbm-tbps X] [--peak-tflops Y] [--quick] [--fp8-only | --bf16-only]
+ *                  [--varying-m]
+ * (--varying-m: the bf16 GEMM paths under fresh row counts, see
+ * bench_varying_m)
  * Prints a markdown table, one row per (model, weights, batch, path), and a last
  * line "MOE_BENCH_DONE". */
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kernels/backend.h"
 #include "kernels/cuda_backend.h"
@@ -204,17 +208,125 @@ static void bench_model(const kn_backend *be, tu_rng *rng, const moe_model *m, k
     free(idx), free(used);
 }
 
+/* --varying-m: the host cost of the per-expert bf16 GEMMs when every
+ * forward brings new row counts, as in a server. One "forward" is 24
+ * kn_moe_experts calls (GPT-OSS-20B's 24 layers; one layer's weights,
+ * reused) with the per-expert path forced, each call with fresh random
+ * routes (so fresh per-expert m for its 32 x 2 GEMMs), uploaded before the
+ * clock starts; the time is host wall clock from the first call to the
+ * end of a stream sync, median over forwards after warm-ups. Both bf16
+ * GEMM paths run in the same process (kn_cuda_set_lt_cache): cublasGemmEx
+ * (TANDEM_CUDA_LT_CACHE=0, an algorithm search per new shape) and
+ * cuBLASLt with plans cached per row bucket (the default). */
+enum { VM_LAYERS = 24, VM_WARMUP = 2, VM_REPS = 7 };
+
+static double wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void random_routes(tu_rng *rng, int32_t *idx, int n_tokens, int k, int n_experts)
+{
+    for (int t = 0; t < n_tokens; t++)
+        for (int j = 0; j < k; j++) {
+            int e, dup;
+            do {
+                e = tu_rand_int(rng, n_experts);
+                dup = 0;
+                for (int i = 0; i < j; i++)
+                    dup |= idx[(size_t)t * k + i] == e;
+            } while (dup);
+            idx[(size_t)t * k + j] = e;
+        }
+}
+
+static void bench_varying_m(const kn_backend *be, tu_rng *rng, const int *tokens, int n_sizes)
+{
+    const moe_model *m = &MODELS[0];
+    int max_tokens = 0;
+    for (int i = 0; i < n_sizes; i++)
+        max_tokens = tokens[i] > max_tokens ? tokens[i] : max_tokens;
+    const size_t ngu = (size_t)m->n_experts * 2 * m->inter * m->dim;
+    const size_t nd = (size_t)m->n_experts * m->dim * m->inter;
+    const size_t n_slots = (size_t)max_tokens * m->k;
+    kn_moe_weights w = { .n_experts = m->n_experts, .expert_offset = 0, .dim = m->dim, .inter = m->inter,
+                         .wdtype = KN_BF16, .act = m->act, .alpha = 1.702f, .limit = 7.0f };
+    w.gate_up = dev_fill(be, KN_BF16, ngu, 1, -0.03f, 0.03f);
+    w.down = dev_fill(be, KN_BF16, nd, 2, -0.03f, 0.03f);
+    w.gate_up_bias = dev_fill(be, KN_F32, (size_t)m->n_experts * 2 * m->inter, 3, -0.1f, 0.1f);
+    w.down_bias = dev_fill(be, KN_F32, (size_t)m->n_experts * m->dim, 4, -0.1f, 0.1f);
+    float *x = dev_fill(be, KN_F32, (size_t)max_tokens * m->dim, 5, -1.f, 1.f);
+    float *wts = dev_fill(be, KN_F32, n_slots, 6, 0.05f, 0.5f);
+    float *out = kn_malloc(be, (size_t)max_tokens * m->dim * sizeof(float));
+    int32_t *d_idx = kn_malloc(be, VM_LAYERS * n_slots * sizeof(int32_t));
+    int32_t *idx = malloc(VM_LAYERS * n_slots * sizeof(int32_t));
+    if (!out || !d_idx || !idx)
+        fail("allocation");
+    printf("\n## varying m: %d x kn_moe_experts (per-expert bf16 GEMMs, %d experts x 2 each), fresh routes "
+           "per call, host wall ms per forward (median of %d)\n\n"
+           "| tokens | bf16 GEMM path | median ms | min ms | max ms | cuBLASLt queries per forward |\n"
+           "| ---: | --- | ---: | ---: | ---: | ---: |\n", VM_LAYERS, m->n_experts, VM_REPS);
+    kn_cuda_set_moe_grouped(be, 0);
+    kn_cuda_set_moe_streams(be, 1);
+    for (int si = 0; si < n_sizes; si++) {
+        const int T = tokens[si];
+        const size_t slots = (size_t)T * m->k;
+        double med[2];
+        for (int lt = 0; lt < 2; lt++) {
+            float ms[VM_REPS];
+            long long queries = 0;
+            kn_cuda_set_lt_cache(be, lt);
+            for (int it = 0; it < VM_WARMUP + VM_REPS; it++) {
+                for (int l = 0; l < VM_LAYERS; l++)
+                    random_routes(rng, idx + l * slots, T, m->k, m->n_experts);
+                if (kn_copy_to_backend(be, d_idx, idx, VM_LAYERS * slots * sizeof(int32_t)) != KN_OK)
+                    fail("route upload");
+                long long q0 = kn_cuda_lt_searches(be);
+                double t0 = wall_ms();
+                for (int l = 0; l < VM_LAYERS; l++)
+                    if (kn_moe_experts(be, out, x, d_idx + l * slots, wts, T, m->k, &w) != KN_OK)
+                        fail("kn_moe_experts");
+                if (kn_backend_sync(be) != KN_OK)
+                    fail("kn_backend_sync");
+                if (it >= VM_WARMUP) {
+                    ms[it - VM_WARMUP] = (float)(wall_ms() - t0);
+                    queries += kn_cuda_lt_searches(be) - q0;
+                }
+            }
+            qsort(ms, VM_REPS, sizeof ms[0], cmp_float);
+            med[lt] = ms[VM_REPS / 2];
+            printf("| %d | %s | %.2f | %.2f | %.2f | %.1f |\n", T,
+                   lt ? "cuBLASLt, cached plans" : "cublasGemmEx (TANDEM_CUDA_LT_CACHE=0)", ms[VM_REPS / 2],
+                   ms[0], ms[VM_REPS - 1], (double)queries / VM_REPS);
+            fflush(stdout);
+        }
+        printf("| %d | speedup (GemmEx / cached) | %.2fx | | | |\n", T, med[0] / med[1]);
+    }
+    kn_cuda_set_lt_cache(be, 1);
+    kn_cuda_set_moe_grouped(be, -1);
+    kn_free(be, (void *)w.gate_up), kn_free(be, (void *)w.down);
+    kn_free(be, (void *)w.gate_up_bias), kn_free(be, (void *)w.down_bias);
+    kn_free(be, x), kn_free(be, wts), kn_free(be, out), kn_free(be, d_idx);
+    free(idx);
+}
+
 int main(int argc, char **argv)
 {
     double hbm_tbps = 4.229, peak_tflops = 789.8;
-    int quick = 0, fp8_only = 0, bf16_only = 0;
+    int quick = 0, fp8_only = 0, bf16_only = 0, varying_m = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0) {
             printf("usage: bench_moe [--hbm-tbps X] [--peak-tflops Y] [--quick] [--fp8-only | --bf16-only]\n"
+                   "                 [--varying-m]\n"
                    "Times kn_moe_experts (bf16 and FP8 weights) on GPT-OSS-20B and Qwen3-30B-A3B layer shapes,\n"
                    "both CUDA expert paths; floors from X TB/s (default 4.229) and Y TFLOP/s (789.8).\n"
                    "--quick skips batches 128 and 512 and takes fewer repetitions.\n"
-                   "--fp8-only / --bf16-only: only that weight format's rows.\n");
+                   "--fp8-only / --bf16-only: only that weight format's rows.\n"
+                   "--varying-m instead times 24-layer forwards of per-expert GEMMs with fresh row\n"
+                   "counts every call (GPT-OSS-20B, 512/2048/8192 tokens), cublasGemmEx vs cached\n"
+                   "cuBLASLt plans, host wall clock.\n");
             return 0;
         } else if (strcmp(argv[i], "--hbm-tbps") == 0 && i + 1 < argc) {
             hbm_tbps = atof(argv[++i]);
@@ -226,6 +338,8 @@ int main(int argc, char **argv)
             fp8_only = 1;
         } else if (strcmp(argv[i], "--bf16-only") == 0) {
             bf16_only = 1;
+        } else if (strcmp(argv[i], "--varying-m") == 0) {
+            varying_m = 1;
         } else {
             fprintf(stderr, "bench_moe: unknown argument %s (see --help)\n", argv[i]);
             return 2;
@@ -240,6 +354,13 @@ int main(int argc, char **argv)
         fail("kn_backend_init_cuda");
     tu_rng rng;
     tu_rng_init(&rng, 7);
+    if (varying_m) {
+        static const int tokens[] = { 512, 2048, 8192 };
+        bench_varying_m(&gpu, &rng, tokens, (int)(sizeof tokens / sizeof tokens[0]));
+        kn_backend_free(&gpu);
+        printf("MOE_BENCH_DONE\n");
+        return 0;
+    }
     printf("| model | weights | batch | path | median ms | weight GB/s | TFLOP/s | experts read | floor ms | x floor |\n"
            "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for (size_t i = 0; i < sizeof MODELS / sizeof MODELS[0]; i++)

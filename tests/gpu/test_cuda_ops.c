@@ -714,6 +714,93 @@ static void test_moe_experts_bf16(test_ctx *t, int n_tokens, int k, int n_expert
     free(cpu), free(got);
 }
 
+/* Many row counts m in a row through one backend with one (n, k): the bf16
+ * GEMMs keep cuBLASLt plans per power-of-two row bucket and run them with
+ * the real m (kernels/cuda/lt_plan_cache.cuh), so a plan that is wrong for
+ * some m of its bucket, or a stale cached layout, shows here. Rows are
+ * independent, so the float64 reference and the CPU result are computed
+ * once for the largest m and each call is checked on its first m rows; the
+ * whole output buffer is NaN before every call. lt = 0 runs the same series
+ * through cublasGemmEx (kn_cuda_set_lt_cache). One check per series (the
+ * worst m named) and one for the CPU comparison. */
+static void test_matmul_bf16_rows(test_ctx *t, const char *label, const int *ms, int n_m, int n, int k,
+                                  int with_bias, int lt)
+{
+    int max_m = 0;
+    for (int i = 0; i < n_m; i++)
+        max_m = ms[i] > max_m ? ms[i] : max_m;
+    float *x = rand_floats(t, (size_t)max_m * k, -2.f, 2.f), *wf = rand_floats(t, (size_t)n * k, -1.f, 1.f);
+    float *bias = with_bias ? rand_floats(t, (size_t)n, -1.f, 1.f) : NULL;
+    uint16_t *wb = tu_xcalloc((size_t)n * k, sizeof *wb);
+    kn_f32_to_bf16_n(wb, wf, (size_t)n * k);
+    size_t no = (size_t)max_m * n;
+    double *ref = tu_xcalloc(no, sizeof(double));
+    for (int i = 0; i < max_m; i++)
+        for (int j = 0; j < n; j++) {
+            double acc = bias ? bias[j] : 0.0;
+            for (int c = 0; c < k; c++)
+                acc += (double)kn_round_bf16(x[(size_t)i * k + c]) * kn_bf16_to_f32(wb[(size_t)j * k + c]);
+            ref[(size_t)i * n + j] = acc;
+        }
+    float *cpu = tu_xcalloc(no, sizeof(float)), *got = tu_xcalloc(no, sizeof(float));
+    float *d_x = dev_upload(t, x, (size_t)max_m * k * sizeof(float));
+    uint16_t *d_w = dev_upload(t, wb, (size_t)n * k * sizeof(uint16_t));
+    float *d_b = bias ? dev_upload(t, bias, (size_t)n * sizeof(float)) : NULL;
+    float *d_out = dev_alloc(t, no * sizeof(float));
+    kn_weight hw = { KN_BF16, wb, NULL }, dw = { KN_BF16, d_w, NULL };
+    kn_cuda_set_lt_cache(&t->gpu, lt);
+    long long searches0 = kn_cuda_lt_searches(&t->gpu);
+    double worst = 0.0, worst_cpu = 0.0;
+    int worst_m = 0, worst_cpu_m = 0, ran = 0;
+    if (run_ok(t, kn_matmul_w(&t->cpu, cpu, x, &hw, bias, max_m, n, k), "kn_matmul_w bf16 cpu")) {
+        for (ran = 0; ran < n_m; ran++) {
+            const int m = ms[ran];
+            dev_poison(t, d_out, no);
+            if (!run_ok(t, kn_matmul_w(&t->gpu, d_out, d_x, &dw, d_b, m, n, k), "kn_matmul_w bf16 cuda"))
+                break;
+            double err = gpu_err(t, d_out, ref, (size_t)m * n, got);
+            double err_cpu = tu_max_rel_err_f32(got, cpu, (size_t)m * n);
+            if (!(err <= worst)) /* a NaN output reads as infinity and sticks */
+                worst = err, worst_m = m;
+            if (!(err_cpu <= worst_cpu))
+                worst_cpu = err_cpu, worst_cpu_m = m;
+        }
+    }
+    long long searches = kn_cuda_lt_searches(&t->gpu) - searches0;
+    kn_cuda_set_lt_cache(&t->gpu, 1);
+    if (ran == n_m) {
+        char what[200];
+        snprintf(what, sizeof what, "matmul_w bf16 %s: %d row counts (%d..%d) n=%d k=%d%s via %s, worst m=%d, "
+                 "vs float64 of rounded operands", label, n_m, ms[0], ms[n_m - 1], n, k, bias ? " +bias" : "",
+                 lt ? "cuBLASLt plan cache" : "cublasGemmEx", worst_m);
+        check_err(t, worst, BF16_VS_REF_TOL, what);
+        snprintf(what, sizeof what, "matmul_w bf16 %s via %s, worst m=%d, vs CPU", label,
+                 lt ? "cuBLASLt plan cache" : "cublasGemmEx", worst_cpu_m);
+        check_err(t, worst_cpu, BF16_VS_REF_TOL, what);
+        printf("# matmul_w bf16 %s: %d calls, %lld cuBLASLt heuristic queries\n", label, n_m, searches);
+    }
+    kn_free(&t->gpu, d_x), kn_free(&t->gpu, d_w), kn_free(&t->gpu, d_b), kn_free(&t->gpu, d_out);
+    free(x), free(wf), free(bias), free(wb), free(ref), free(cpu), free(got);
+}
+
+/* The per-expert path (forced) with fresh random routes for many token
+ * counts in a row: every call splits the rows over the experts anew, so
+ * the expert GEMMs see many different m through the plan cache, on the
+ * backend's stream and spread over side streams (each with its own
+ * workspace). Each call is a full check against the CPU. */
+static void test_moe_experts_bf16_rows(test_ctx *t)
+{
+    static const int tokens[] = { 1, 3, 7, 16, 17, 31, 33, 50, 64, 97, 128, 200, 257 };
+    kn_cuda_set_moe_grouped(&t->gpu, 0);
+    for (int streams = 1; streams <= 4; streams += 3) {
+        kn_cuda_set_moe_streams(&t->gpu, streams);
+        for (size_t i = 0; i < sizeof tokens / sizeof tokens[0]; i++)
+            test_moe_experts_bf16(t, tokens[i], 4, 32, 288, 192, KN_ACT_SWIGLU_OAI);
+    }
+    kn_cuda_set_moe_streams(&t->gpu, 1);
+    kn_cuda_set_moe_grouped(&t->gpu, -1);
+}
+
 /* ------------------------------------------------------------------ */
 /* FP8 weights (kernels/fp8.h): kn_matmul_w and the FP8 expert path      */
 /* against the CPU backend (the same function: bit-identical activation */
@@ -1380,6 +1467,18 @@ int main(int argc, char **argv)
     test_moe_experts_bf16(&t, 40, 4, 8, 64, 96, KN_ACT_SWIGLU_OAI);
     test_moe_experts_bf16(&t, 200, 4, 32, 288, 192, KN_ACT_SWIGLU_OAI);
     test_moe_experts_bf16(&t, 61, 8, 16, 128, 48, KN_ACT_SWIGLU);
+    {
+        /* row counts through one backend: odd 1..299, then the bucket edges */
+        int odd[150], edges[] = { 16, 17, 31, 32, 33, 1023, 1024, 1025, 15, 1, 2, 3, 4, 5, 63, 64, 65 };
+        for (int i = 0; i < 150; i++)
+            odd[i] = 2 * i + 1;
+        test_matmul_bf16_rows(&t, "odd m", odd, 150, 96, 80, 1, 1);
+        test_matmul_bf16_rows(&t, "odd m again (warm plans)", odd, 150, 96, 80, 0, 1);
+        test_matmul_bf16_rows(&t, "bucket edges", edges, (int)(sizeof edges / sizeof edges[0]), 200, 576, 1, 1);
+        test_matmul_bf16_rows(&t, "bucket edges", edges, (int)(sizeof edges / sizeof edges[0]), 200, 576, 1, 0);
+        test_matmul_bf16_rows(&t, "odd n/k", odd, 40, 129, 72, 0, 1);
+    }
+    test_moe_experts_bf16_rows(&t);
     test_moe_paths(&t);
     /* FP8: GPT-OSS's k = 2880 (not a multiple of 128), n not a multiple of
      * 128, rows 1..300 (cuBLASLt needs 16-row multiples: padded inside) */
