@@ -11,7 +11,9 @@
 #   4. run_nccl.sh                 issue 6: NCCL at world size 1
 #   5. run_cluster.sh              router + prefiller + decoder on --device cuda
 # Benchmarks (random weights of the real configs, made on the GPU):
-#   6. bench_moe                   the expert paths alone, bf16 and FP8
+#   6. bench_moe                   the expert paths alone, bf16 and FP8; and
+#                                  --varying-m: cublasGemmEx vs the cuBLASLt
+#                                  plan cache under fresh per-expert row counts
 #   7. tandem-bench                gpt-oss-20b bf16 and FP8, gpt-oss-120b FP8:
 #                                  prefill 8192 / 32768, decode batch
 #                                  1/8/32/128 at context 8192, with profiles
@@ -79,6 +81,10 @@ fi
 echo "== bench_moe"
 run timeout 170 "$BIN/bench_moe" --hbm-tbps "$HBM" --peak-tflops "$PEAK" >"$OUT/bench_moe.log" 2>&1 ||
     { echo "bench_moe: exit $?"; status=1; }
+echo "== bench_moe --varying-m (cublasGemmEx vs cached cuBLASLt plans, fresh row counts)"
+run timeout 90 "$BIN/bench_moe" --varying-m >"$OUT/bench_moe_varying_m.log" 2>&1 ||
+    { echo "bench_moe --varying-m: exit $?"; status=1; }
+grep -E '^\| ' "$OUT/bench_moe_varying_m.log"
 
 bench() {   # NAME MAX_SECONDS ARGS...
     local name=$1 limit=$2 l
