@@ -61,8 +61,8 @@ int kn_cuda_moe_grouped(const kn_backend *be);
  * TANDEM_CUDA_MOE_STREAMS=n at init. */
 void kn_cuda_set_moe_streams(const kn_backend *be, int n);
 /* bf16 GEMMs (kn_matmul_w, the per-expert MoE products): 1 (the default)
- * runs them through cuBLASLt with plans cached per (n, k, power-of-two row
- * bucket); 0 through cublasGemmEx, which searches an algorithm for every
+ * runs them through cuBLASLt with plans cached per (n, k, row
+ * bucket, four per octave); 0 through cublasGemmEx, which searches an algorithm for every
  * new (m, n, k) on the host. Starts from TANDEM_CUDA_LT_CACHE=0/1 at init;
  * for benchmarks and tests. */
 void kn_cuda_set_lt_cache(const kn_backend *be, int on);

@@ -56,6 +56,13 @@ static inline size_t kn_cuda_fp8_act_scale_count(size_t m, size_t k, size_t n_se
  * seg_offsets[n_segs] = m). Queued on be's stream. */
 int kn_cuda_quant_fp8(const kn_backend *be, const char *op, uint8_t *q, float *s,
                       const float *x, int m, int k, const int *seg_offsets, int n_segs);
+/* kn_cuda_quant_fp8 where row r of the m rows is x row src_rows[r] /
+ * src_div (src_rows a device array of m indices; NULL: row r): the MoE
+ * experts quantize straight from the tokens through their permutation
+ * (slot = token * k + route), so no gathered fp32 copy is written. */
+int kn_cuda_quant_fp8_gather(const kn_backend *be, const char *op, uint8_t *q, float *s,
+                             const float *x, int m, int k, const int *seg_offsets, int n_segs,
+                             const int *src_rows, int src_div);
 
 /* out[m_pad][n] = dequant(xq, xs) dequant(w, ws)^T (+ bias[n]) for one
  * segment of quantized activations with m_pad (a multiple of 16) rows, and
@@ -76,8 +83,11 @@ int kn_cuda_fp8_linear(const kn_backend *be, const char *op, void *out, int out_
  * [host_off[e], host_off[e+1]) of x (fp32 [rows][k], grouped by expert)
  * times expert e's weight (w + e * kn_fp8_data_bytes(n, k), scales
  * ws + e * kn_fp8_scale_count(n, k)), plus bias + e * n (bias may be NULL),
- * into out (fp32 [rows][n]). dev_off is host_off on the device. */
+ * into out (fp32 [rows][n]). dev_off is host_off on the device. With
+ * x_rows (device, one index per row) row r is x row x_rows[r] / x_rows_div
+ * instead (kn_cuda_quant_fp8_gather). */
 int kn_cuda_fp8_expert_gemms(const kn_backend *be, const char *op, float *out, const float *x,
+                             const int *x_rows, int x_rows_div,
                              const int *host_off, const int *dev_off, int n_experts,
                              const uint8_t *w, const float *ws, const float *bias,
                              int n, int k);

@@ -6,7 +6,7 @@
  * Why cuBLASLt: cublasGemmEx searches an algorithm on the host for every
  * new (m, n, k), and the MoE experts' row counts are new on almost every
  * call (lt_plan_cache.cuh). Here the descriptors and the algorithm are made
- * once per (n, k, pointer alignments, power-of-two row bucket) and kept in
+ * once per (n, k, pointer alignments, row bucket: four per octave) and kept in
  * the backend's plan cache; a call only sets the real row count on the
  * cached B and C layouts (host-side attributes, read by cublasLtMatmul when
  * it is called, so changing them between calls is safe) and runs.

@@ -29,7 +29,7 @@
  * The bias goes into the epilogue (CUBLASLT_EPILOGUE_BIAS, fp32 bias) when
  * cuBLASLt has an algorithm for it; otherwise it is broadcast into out
  * first and the product accumulates onto it (beta = 1). The heuristic's
- * choice is cached per shape (rows bucketed to a power of two) and pointer
+ * choice is cached per shape (rows bucketed, four buckets per octave) and pointer
  * alignment in the backend's cuBLASLt plan cache (lt_plan_cache.cuh, shared
  * with the bf16 GEMM), so steady-state calls (every layer, every expert) do
  * not query it again. */
@@ -267,7 +267,7 @@ static cublasStatus_t plan_run(struct kn_cuda_fp8 *f, struct kn_lt_cache *c,
     return st;
 }
 
-/* Algorithms are looked up for a power-of-two bucket of rows (so the many
+/* Algorithms are looked up for a bucket of rows (kn_lt_row_bucket; the many
  * row counts of the experts share a few heuristic queries) and run with the
  * real count; where cuBLASLt refuses that pairing, the exact count gets its
  * own plan (lt_plan_cache.cuh). */
@@ -373,6 +373,7 @@ int kn_cuda_fp8_linear(const kn_backend *be, const char *op, void *out, int out_
  * overwrite; only an expert whose padded rows would run past the end of out
  * goes through a temporary and a copy of its real rows. */
 int kn_cuda_fp8_expert_gemms(const kn_backend *be, const char *op, float *out, const float *x,
+                             const int *x_rows, int x_rows_div,
                              const int *host_off, const int *dev_off, int n_experts,
                              const uint8_t *w, const float *ws, const float *bias,
                              int n, int k)
@@ -394,7 +395,8 @@ int kn_cuda_fp8_expert_gemms(const kn_backend *be, const char *op, float *out, c
     float *tmp = tmp_rows ? (float *)kn_cuda_tmp_alloc(be, op, tmp_rows * n * sizeof(float)) : NULL;
     int rc = tmp_rows && !tmp ? KN_ERR_NOMEM : act_alloc(be, op, rows_total, k, n_experts, &xq, &xs);
     if (rc == KN_OK)
-        rc = kn_cuda_quant_fp8(be, op, xq, xs, x, rows_total, k, dev_off, n_experts);
+        rc = kn_cuda_quant_fp8_gather(be, op, xq, xs, x, rows_total, k, dev_off, n_experts, x_rows,
+                                      x_rows_div);
     for (int e = 0; e < n_experts && rc == KN_OK; e++) {
         int r0 = host_off[e], rows = host_off[e + 1] - r0;
         if (rows == 0)

@@ -5,8 +5,8 @@
  * Why: cuBLAS(Lt) picks an algorithm per (m, n, k) on the host. The MoE
  * experts' row counts m differ on every forward (24 layers x 32 experts x
  * 2 GEMMs of fresh shapes), so a per-shape search runs on nearly every call
- * while the GPU waits. Plans are therefore looked up for a power-of-two
- * bucket of rows (the bucket's top size is what the heuristic sees) and run
+ * while the GPU waits. Plans are therefore looked up for a bucket of rows
+ * (four per octave; the bucket's top size is what the heuristic sees) and run
  * with the real m; where cuBLASLt refuses that pairing, the caller asks for
  * a plan of the exact m (kn_lt_key.m = m).
  *
@@ -65,7 +65,10 @@ void kn_lt_plan_reset(kn_lt_plan *p);
 /* Largest power of two (<= 256) dividing the address: what the heuristic's
  * MIN_ALIGNMENT preferences want. */
 int kn_lt_align_of(const void *p);
-/* The smallest power of two >= m and >= min_rows. */
+/* The row bucket of m (at least min_rows): up to 16 the next power of two;
+ * above, the smallest of 1.25, 1.5, 1.75, 2 x 2^j (rounded up to a
+ * multiple of 16) that is >= m, so the bucket is within 25% of m and a
+ * multiple of 16 (the FP8 GEMM's row alignment). */
 int kn_lt_row_bucket(int m, int min_rows);
 
 #endif

@@ -31,8 +31,9 @@
  * Both middles keep kernels/moe.h's contract for bf16 weights: the inputs of
  * both products (x and the activation) are rounded to bf16, the products
  * accumulate in fp32, h stays fp32 until the activation. FP8 weights take
- * the per-expert middle with fp32 xp and activation rows, which the FP8
- * products quantize themselves (kn_cuda_fp8_expert_gemms, fp8_cuda.cuh),
+ * the per-expert middle with fp32 activation rows, which the FP8 products
+ * quantize themselves (kn_cuda_fp8_expert_gemms, fp8_cuda.cuh); the first
+ * product quantizes straight from x through perm (no gathered xp pass),
  * or their own grouped middle (moe_grouped_fp8.cu: e4m3 codes and block
  * scales read directly, the activations quantized like the CPU does), chosen
  * like the bf16 one.
@@ -637,17 +638,19 @@ static cudaError_t side_join(const kn_backend *be, int n_streams)
 /* One product for every expert with rows: on the backend's stream, or
  * spread round-robin over n_streams side streams between a fork and a join
  * (the join runs even after an error, so no side stream still uses the
- * temporaries when they are freed). */
+ * temporaries when they are freed). in_rows (FP8 only; NULL otherwise):
+ * row r of the input is `in` row in_rows[r] / in_rows_div. */
 static int products_all_experts(const kn_backend *be, const char *op, const kn_moe_weights *w, int which,
                                 const int *host_off, const int *dev_off, float *out, const void *in,
-                                int n_streams)
+                                const int *in_rows, int in_rows_div, int n_streams)
 {
     kn_cuda_ctx *ctx = kn_cuda_ctx_of(be);
     const size_t in_elem = rows_elem(w);
     const int out_w = which == GATE_UP ? 2 * w->inter : w->dim, in_w = which == GATE_UP ? w->dim : w->inter;
     int rc = KN_OK, used = 0;
     if (w->wdtype == KN_FP8_E4M3) /* all experts in one call; biases are added outside */
-        return kn_cuda_fp8_expert_gemms(be, op, out, (const float *)in, host_off, dev_off, w->n_experts,
+        return kn_cuda_fp8_expert_gemms(be, op, out, (const float *)in, in_rows, in_rows_div,
+                                        host_off, dev_off, w->n_experts,
                                         (const uint8_t *)(which == GATE_UP ? w->gate_up : w->down),
                                         which == GATE_UP ? w->gate_up_scale : w->down_scale, NULL,
                                         out_w, in_w);
@@ -673,10 +676,12 @@ static int products_all_experts(const kn_backend *be, const char *op, const kn_m
 }
 
 /* y (fp32, [n_routed][dim]) from xp through the per-expert products;
- * host_off is offsets[] copied to the host. */
+ * host_off is offsets[] copied to the host. FP8 weights: xp is x itself
+ * (the tokens' rows), read through perm by the activations' quantization,
+ * so no gathered copy is written. */
 static int per_expert_middle(const kn_backend *be, const char *op, const kn_moe_weights *w,
                              const int *host_off, const int *dev_off, float *y, const void *xp,
-                             const int *perm, const int32_t *expert_idx)
+                             const int *perm, const int32_t *expert_idx, int k)
 {
     cudaStream_t s = kn_cuda_stream(be);
     const int n_local = w->n_experts, inter = w->inter, n_routed = host_off[n_local];
@@ -695,7 +700,8 @@ static int per_expert_middle(const kn_backend *be, const char *op, const kn_moe_
     if (!h || !a)
         rc = KN_ERR_NOMEM;
     if (rc == KN_OK)
-        rc = products_all_experts(be, op, w, GATE_UP, host_off, dev_off, h, xp, n_streams);
+        rc = products_all_experts(be, op, w, GATE_UP, host_off, dev_off, h, xp,
+                                  w->wdtype == KN_FP8_E4M3 ? perm : NULL, k, n_streams);
     if (rc == KN_OK) {
         const int threads = inter >= 512 ? 256 : 64;
         if (bf16)
@@ -711,7 +717,7 @@ static int per_expert_middle(const kn_backend *be, const char *op, const kn_moe_
             rc = kn_cuda_device_error(op, "moe_act_kernel", err);
     }
     if (rc == KN_OK)
-        rc = products_all_experts(be, op, w, DOWN, host_off, dev_off, y, a, n_streams);
+        rc = products_all_experts(be, op, w, DOWN, host_off, dev_off, y, a, NULL, 1, n_streams);
     kn_cuda_tmp_free(be, h);
     kn_cuda_tmp_free(be, a);
     return rc;
@@ -840,9 +846,12 @@ extern "C" int kn_moe_experts_cuda(const kn_backend *be, float *out, const float
         }
         const int n_routed = host_off[n_local];
         /* y holds n_routed fp32 rows (at least 1 so the combine has a buffer). */
+        /* FP8 quantizes straight from x through perm: no xp. */
+        const bool gather = w->wdtype != KN_FP8_E4M3;
         y = (float *)kn_cuda_tmp_alloc(be, op, (size_t)(n_routed ? n_routed : 1) * dim * sizeof(float));
-        xp = kn_cuda_tmp_alloc(be, op, (size_t)(n_routed ? n_routed : 1) * dim * rows_elem(w));
-        if (!y || !xp) {
+        if (gather)
+            xp = kn_cuda_tmp_alloc(be, op, (size_t)(n_routed ? n_routed : 1) * dim * rows_elem(w));
+        if (!y || (gather && !xp)) {
             rc = KN_ERR_NOMEM;
             goto done;
         }
@@ -851,14 +860,14 @@ extern "C" int kn_moe_experts_cuda(const kn_backend *be, float *out, const float
             if (bf16)
                 moe_gather_kernel<<<n_routed, threads, 0, s>>>((__nv_bfloat16 *)xp, x, perm, offsets,
                                                                n_local, k, dim);
-            else
+            else if (gather)
                 moe_gather_kernel<<<n_routed, threads, 0, s>>>((float *)xp, x, perm, offsets, n_local, k,
                                                                dim);
             if ((err = cudaGetLastError()) != cudaSuccess) {
                 what = "moe_gather_kernel";
                 goto done;
             }
-            rc = per_expert_middle(be, op, w, host_off, offsets, y, xp, perm, expert_idx);
+            rc = per_expert_middle(be, op, w, host_off, offsets, y, gather ? xp : x, perm, expert_idx, k);
             if (rc != KN_OK)
                 goto done;
         }

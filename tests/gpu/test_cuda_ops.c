@@ -715,7 +715,7 @@ static void test_moe_experts_bf16(test_ctx *t, int n_tokens, int k, int n_expert
 }
 
 /* Many row counts m in a row through one backend with one (n, k): the bf16
- * GEMMs keep cuBLASLt plans per power-of-two row bucket and run them with
+ * GEMMs keep cuBLASLt plans per row bucket (four per octave) and run them with
  * the real m (kernels/cuda/lt_plan_cache.cuh), so a plan that is wrong for
  * some m of its bucket, or a stale cached layout, shows here. Rows are
  * independent, so the float64 reference and the CPU result are computed
