@@ -110,7 +110,7 @@ bench oss120b_fp8 110 --synthetic $C/gpt-oss-120b.json --weights fp8 --prefill 8
     --batch 1,8 --context 8192 --steps 8 --repeat 3 --profile
 bench oss20b_bf16 90 --synthetic $C/gpt-oss-20b.json --weights bf16 --prefill 8192,32768 \
     --batch 1,8,32,128 --context 8192 --steps 8 --repeat 5 --profile
-bench oss20b_fp8_pergemm 45 --synthetic $C/gpt-oss-20b.json --weights fp8 --prefill none \
+TANDEM_CUDA_MOE_GROUPED=0 bench oss20b_fp8_pergemm 45 --synthetic $C/gpt-oss-20b.json --weights fp8 --prefill none \
     --batch 1,32 --context 8192 --steps 8 --repeat 3
 
 echo
