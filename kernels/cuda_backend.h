@@ -60,6 +60,12 @@ int kn_cuda_moe_grouped(const kn_backend *be);
  * default, keeps them on the backend's stream). Starts from
  * TANDEM_CUDA_MOE_STREAMS=n at init. */
 void kn_cuda_set_moe_streams(const kn_backend *be, int n);
+/* The per-expert MoE path with FP8 weights: 1 (the default) computes the
+ * activation and its e4m3 quantization for the down product in one kernel,
+ * 0 in two (an fp32 activation pass between them); both give the same
+ * codes, scales and outputs. Starts from TANDEM_CUDA_FP8_FUSED_ACT=0/1 at
+ * init. */
+void kn_cuda_set_moe_fp8_fused_act(const kn_backend *be, int on);
 /* bf16 GEMMs (kn_matmul_w, the per-expert MoE products): 1 (the default)
  * runs them through cuBLASLt with plans cached per (n, k, row
  * bucket, four per octave); 0 through cublasGemmEx, which searches an algorithm for every

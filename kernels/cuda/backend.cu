@@ -168,6 +168,8 @@ extern "C" int kn_cuda_backend_init(kn_backend *be, int device)
     ctx->moe_streams = moe_streams && atoi(moe_streams) > 1 ? atoi(moe_streams) : 1;
     if (ctx->moe_streams > KN_CUDA_MAX_SIDE)
         ctx->moe_streams = KN_CUDA_MAX_SIDE;
+    const char *fused_act = getenv("TANDEM_CUDA_FP8_FUSED_ACT");
+    ctx->moe_fp8_fused_act = !(fused_act && strcmp(fused_act, "0") == 0);
     const char *lt_cache = getenv("TANDEM_CUDA_LT_CACHE");
     ctx->bf16_lt = !(lt_cache && strcmp(lt_cache, "0") == 0);
     const char *moe_rows = getenv("TANDEM_CUDA_MOE_GROUPED_ROWS");

@@ -52,6 +52,12 @@ struct kn_cuda_ctx {
      * TANDEM_CUDA_MOE_STREAMS at init, kn_cuda_set_moe_streams), so small
      * experts' GEMMs run side by side instead of each leaving SMs idle. */
     int moe_streams;
+    /* FP8 per-expert middle: 1 (the default) fuses bias + activation +
+     * 1x128 e4m3 quantization of the down product's input into one kernel;
+     * 0 runs the activation kernel (fp32 a) and the quantization apart.
+     * Same codes and scales either way. From TANDEM_CUDA_FP8_FUSED_ACT=0 at
+     * init; kn_cuda_set_moe_fp8_fused_act changes it. */
+    int moe_fp8_fused_act;
     /* Side streams, made on first use by kn_cuda_side_streams: each with its
      * own cuBLAS handle and workspace (concurrent cuBLAS calls must not
      * share one) and an event for joining back to the main stream. */

@@ -10,6 +10,7 @@
  * here beyond what cuBLASLt needs. */
 #ifndef TANDEM_KERNELS_CUDA_FP8_CUDA_CUH
 #define TANDEM_KERNELS_CUDA_FP8_CUDA_CUH
+#include <cuda_fp8.h>
 #include "kernels/cuda/cuda_common.cuh"
 extern "C" {
 #include "kernels/fp8.h"
@@ -38,6 +39,24 @@ static inline __host__ __device__ size_t kn_cuda_fp8_seg_row(size_t r0, size_t g
 static inline __host__ __device__ size_t kn_cuda_fp8_seg_base(size_t pad_r0, size_t g, size_t k)
 {
     return (pad_r0 * ((k + KN_FP8_BLOCK - 1) / KN_FP8_BLOCK) + 3) / 4 * 4 + 4 * g;
+}
+/* One e4m3 code: round to nearest even, saturating (kn_fp8's rounding). */
+static __device__ __forceinline__ unsigned char kn_cuda_fp8_to_e4m3(float v)
+{
+    return (unsigned char)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+}
+/* First segment whose end is past row r (upper bound over seg_offsets). */
+static __device__ __forceinline__ int kn_cuda_fp8_segment_of(const int *seg_offsets, int n_segs, int r)
+{
+    int lo = 0, hi = n_segs - 1;
+    while (lo < hi) {
+        int mid = (lo + hi) >> 1;
+        if (seg_offsets[mid + 1] <= r)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
 }
 /* Padded rows, and floats of scales, for m rows in n_segs segments. */
 static inline size_t kn_cuda_fp8_padded_rows(size_t m, size_t n_segs)
@@ -91,6 +110,18 @@ int kn_cuda_fp8_expert_gemms(const kn_backend *be, const char *op, float *out, c
                              const int *host_off, const int *dev_off, int n_experts,
                              const uint8_t *w, const float *ws, const float *bias,
                              int n, int k);
+
+/* Quantized activations for m rows in n_segs segments (layout above),
+ * zeroed on be's stream so pad rows are zero codes with finite scales;
+ * both from the backend's temporary pool (kn_cuda_tmp_free). */
+int kn_cuda_fp8_act_alloc(const kn_backend *be, const char *op, int m, int k, int n_segs,
+                          uint8_t **xq, float **xs);
+/* kn_cuda_fp8_expert_gemms on activations already quantized into xq/xs
+ * (kn_cuda_fp8_act_alloc for host_off[n_experts] rows of k in n_experts
+ * segments, segment e = expert e's rows), e.g. by a fused kernel. */
+int kn_cuda_fp8_expert_gemms_q(const kn_backend *be, const char *op, float *out, const uint8_t *xq,
+                               const float *xs, const int *host_off, int n_experts,
+                               const uint8_t *w, const float *ws, const float *bias, int n, int k);
 
 /* 1 when the latest kn_cuda_gemm_fp8 with a bias fused it into cuBLASLt's
  * epilogue, 0 when it fell back to the broadcast, -1 before any. */

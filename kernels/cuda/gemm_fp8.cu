@@ -319,8 +319,8 @@ int kn_cuda_gemm_fp8(const kn_backend *be, const char *op, void *out, int out_bf
 
 /* Quantized activations for m rows in n_segs segments, zeroed (pad rows
  * are zero codes with finite scales). */
-static int act_alloc(const kn_backend *be, const char *op, int m, int k, int n_segs,
-                     uint8_t **xq, float **xs)
+int kn_cuda_fp8_act_alloc(const kn_backend *be, const char *op, int m, int k, int n_segs,
+                          uint8_t **xq, float **xs)
 {
     size_t qb = kn_cuda_fp8_padded_rows((size_t)m, (size_t)n_segs) * kn_fp8_ld((size_t)k);
     size_t sb = kn_cuda_fp8_act_scale_count((size_t)m, (size_t)k, (size_t)n_segs) * sizeof(float);
@@ -345,7 +345,7 @@ int kn_cuda_fp8_linear(const kn_backend *be, const char *op, void *out, int out_
     uint8_t *xq = NULL;
     float *xs = NULL;
     void *tmp = NULL;
-    int rc = act_alloc(be, op, m, k, 1, &xq, &xs);
+    int rc = kn_cuda_fp8_act_alloc(be, op, m, k, 1, &xq, &xs);
     if (rc == KN_OK)
         rc = kn_cuda_quant_fp8(be, op, xq, xs, x, m, k, NULL, 1);
     /* the pad rows' outputs go to a temporary, whose first m rows are out */
@@ -372,11 +372,9 @@ int kn_cuda_fp8_linear(const kn_backend *be, const char *op, void *out, int out_
  * rows, which their own GEMMs (queued later on the same stream) then
  * overwrite; only an expert whose padded rows would run past the end of out
  * goes through a temporary and a copy of its real rows. */
-int kn_cuda_fp8_expert_gemms(const kn_backend *be, const char *op, float *out, const float *x,
-                             const int *x_rows, int x_rows_div,
-                             const int *host_off, const int *dev_off, int n_experts,
-                             const uint8_t *w, const float *ws, const float *bias,
-                             int n, int k)
+int kn_cuda_fp8_expert_gemms_q(const kn_backend *be, const char *op, float *out, const uint8_t *xq,
+                               const float *xs, const int *host_off, int n_experts,
+                               const uint8_t *w, const float *ws, const float *bias, int n, int k)
 {
     const int rows_total = host_off[n_experts];
     if (rows_total == 0)
@@ -390,13 +388,8 @@ int kn_cuda_fp8_expert_gemms(const kn_backend *be, const char *op, float *out, c
         if (m_pad && r0 + m_pad > (size_t)rows_total && m_pad > tmp_rows)
             tmp_rows = m_pad;
     }
-    uint8_t *xq = NULL;
-    float *xs = NULL;
     float *tmp = tmp_rows ? (float *)kn_cuda_tmp_alloc(be, op, tmp_rows * n * sizeof(float)) : NULL;
-    int rc = tmp_rows && !tmp ? KN_ERR_NOMEM : act_alloc(be, op, rows_total, k, n_experts, &xq, &xs);
-    if (rc == KN_OK)
-        rc = kn_cuda_quant_fp8_gather(be, op, xq, xs, x, rows_total, k, dev_off, n_experts, x_rows,
-                                      x_rows_div);
+    int rc = tmp_rows && !tmp ? KN_ERR_NOMEM : KN_OK;
     for (int e = 0; e < n_experts && rc == KN_OK; e++) {
         int r0 = host_off[e], rows = host_off[e + 1] - r0;
         if (rows == 0)
@@ -417,6 +410,26 @@ int kn_cuda_fp8_expert_gemms(const kn_backend *be, const char *op, float *out, c
         }
     }
     kn_cuda_tmp_free(be, tmp);
+    return rc;
+}
+
+int kn_cuda_fp8_expert_gemms(const kn_backend *be, const char *op, float *out, const float *x,
+                             const int *x_rows, int x_rows_div,
+                             const int *host_off, const int *dev_off, int n_experts,
+                             const uint8_t *w, const float *ws, const float *bias,
+                             int n, int k)
+{
+    const int rows_total = host_off[n_experts];
+    if (rows_total == 0)
+        return KN_OK;
+    uint8_t *xq = NULL;
+    float *xs = NULL;
+    int rc = kn_cuda_fp8_act_alloc(be, op, rows_total, k, n_experts, &xq, &xs);
+    if (rc == KN_OK)
+        rc = kn_cuda_quant_fp8_gather(be, op, xq, xs, x, rows_total, k, dev_off, n_experts, x_rows,
+                                      x_rows_div);
+    if (rc == KN_OK)
+        rc = kn_cuda_fp8_expert_gemms_q(be, op, out, xq, xs, host_off, n_experts, w, ws, bias, n, k);
     kn_cuda_tmp_free(be, xq);
     kn_cuda_tmp_free(be, xs);
     return rc;

@@ -176,6 +176,82 @@ __global__ void moe_act_kernel(T *a, const float *h, const int *perm, const int3
     }
 }
 
+/* FP8 per-expert middle, fused: moe_act_kernel (fp32 a) followed by
+ * quant_fp8_kernel (a -> the down product's e4m3 codes and 1x128 scales,
+ * one segment per expert) in one pass, so the fp32 a is never written.
+ * One warp per (row, 128-wide block of a's columns); each lane computes 4
+ * activations with the same expert_act as moe_act_kernel and quantizes
+ * them with quant_fp8_kernel's formula (amax over the warp, s = amax /
+ * 448 or 1, IEEE division, RNE saturating codes), so codes and scales are
+ * bit-identical to the two-kernel path. q and s come zeroed
+ * (kn_cuda_fp8_act_alloc) and laid out as fp8_cuda.cuh says. */
+__global__ void moe_act_quant_fp8_kernel(uint8_t *q, float *sc, const float *h, const int *perm,
+                                         const int32_t *expert_idx, int offset,
+                                         const float *gate_up_bias, int m, int inter, int kb,
+                                         int ld, const int *seg_offsets, int n_segs, int act,
+                                         float alpha, float limit)
+{
+    const int lane = threadIdx.x & 31;
+    const long long warps = (long long)gridDim.x * (blockDim.x >> 5);
+    const long long tasks = (long long)m * kb;
+    for (long long t = blockIdx.x * (long long)(blockDim.x >> 5) + (threadIdx.x >> 5); t < tasks;
+         t += warps) {
+        const int r = (int)(t / kb), b = (int)(t - (long long)r * kb);
+        const int c0 = b * KN_FP8_BLOCK + lane * 4;
+        const float *hr = h + (size_t)r * 2 * inter;
+        const float *bias = gate_up_bias
+                                ? gate_up_bias + (size_t)(expert_idx[perm[r]] - offset) * 2 * inter
+                                : NULL;
+        float v[4];
+        float amax = 0.f;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            v[i] = 0.f;
+            if (c0 + i < inter) {
+                float g = hr[c0 + i], u = hr[inter + c0 + i];
+                if (bias) {
+                    g += bias[c0 + i];
+                    u += bias[inter + c0 + i];
+                }
+                v[i] = expert_act(g, u, act, alpha, limit);
+            }
+            amax = fmaxf(amax, fabsf(v[i]));
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1)
+            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+        const float s = amax > 0.f && isfinite(amax) ? amax / KN_E4M3_MAX : 1.f;
+        uint32_t packed = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            packed |= (uint32_t)(c0 + i < inter ? kn_cuda_fp8_to_e4m3(v[i] / s) : 0) << (8 * i);
+        const int g = kn_cuda_fp8_segment_of(seg_offsets, n_segs, r);
+        const int r0 = seg_offsets[g], rows = seg_offsets[g + 1] - r0;
+        const size_t pr0 = kn_cuda_fp8_seg_row((size_t)r0, (size_t)g);
+        *(uint32_t *)(q + (pr0 + (size_t)(r - r0)) * ld + c0) = packed;
+        if (lane == 0)
+            sc[kn_cuda_fp8_seg_base(pr0, (size_t)g, (size_t)inter) +
+               (size_t)b * kn_cuda_fp8_round_rows((size_t)rows) + (r - r0)] = s;
+    }
+}
+
+/* h -> the down product's quantized input through moe_act_quant_fp8_kernel
+ * into xq/xs (kn_cuda_fp8_act_alloc for n_routed rows of inter, one
+ * segment per local expert). */
+static int act_quant_fp8(const kn_backend *be, const char *op, const kn_moe_weights *w, uint8_t *xq,
+                         float *xs, const float *h, const int *perm, const int32_t *expert_idx,
+                         const int *dev_off, int n_routed)
+{
+    const int inter = w->inter, kb = (int)kn_fp8_blocks((size_t)inter), ld = (int)kn_fp8_ld((size_t)inter);
+    const long long warps_needed = (long long)n_routed * kb;
+    const long long blocks = (warps_needed + 7) / 8, cap = (long long)kn_cuda_ctx_of(be)->sm_count * 32;
+    moe_act_quant_fp8_kernel<<<(unsigned)(blocks < cap ? blocks : cap), 256, 0, kn_cuda_stream(be)>>>(
+        xq, xs, h, perm, expert_idx, w->expert_offset, w->gate_up_bias, n_routed, inter, kb, ld, dev_off,
+        w->n_experts, (int)w->act, w->alpha, w->limit);
+    cudaError_t err = cudaGetLastError();
+    return err == cudaSuccess ? KN_OK : kn_cuda_device_error(op, "moe_act_quant_fp8_kernel", err);
+}
+
 /* out[t] = sum over t's routes held here of w * (y[pos] + down_bias_e). */
 __global__ void moe_combine_kernel(float *out, const float *y, const int *slot_pos,
                                    const int32_t *expert_idx, const float *expert_w,
@@ -695,13 +771,30 @@ static int per_expert_middle(const kn_backend *be, const char *op, const kn_moe_
         n_streams = 1;
     if (n_streams > 1 && kn_cuda_side_streams(be, op, n_streams) != KN_OK)
         n_streams = 1; /* (message printed) the main stream still works */
+    /* FP8 with fused_act: the activation goes straight into the down
+     * product's e4m3 codes and scales (no fp32 a). */
+    const bool fused = w->wdtype == KN_FP8_E4M3 && kn_cuda_ctx_of(be)->moe_fp8_fused_act;
     float *h = (float *)kn_cuda_tmp_alloc(be, op, (size_t)n_routed * 2 * inter * sizeof(float));
-    void *a = kn_cuda_tmp_alloc(be, op, (size_t)n_routed * inter * rows_elem(w));
-    if (!h || !a)
+    void *a = fused ? NULL : kn_cuda_tmp_alloc(be, op, (size_t)n_routed * inter * rows_elem(w));
+    if (!h || (!fused && !a))
         rc = KN_ERR_NOMEM;
     if (rc == KN_OK)
         rc = products_all_experts(be, op, w, GATE_UP, host_off, dev_off, h, xp,
                                   w->wdtype == KN_FP8_E4M3 ? perm : NULL, k, n_streams);
+    if (rc == KN_OK && fused) {
+        uint8_t *xq = NULL;
+        float *xs = NULL;
+        rc = kn_cuda_fp8_act_alloc(be, op, n_routed, inter, n_local, &xq, &xs);
+        if (rc == KN_OK)
+            rc = act_quant_fp8(be, op, w, xq, xs, h, perm, expert_idx, dev_off, n_routed);
+        if (rc == KN_OK)
+            rc = kn_cuda_fp8_expert_gemms_q(be, op, y, xq, xs, host_off, n_local, (const uint8_t *)w->down,
+                                            w->down_scale, NULL, w->dim, inter);
+        kn_cuda_tmp_free(be, xq);
+        kn_cuda_tmp_free(be, xs);
+        kn_cuda_tmp_free(be, h);
+        return rc;
+    }
     if (rc == KN_OK) {
         const int threads = inter >= 512 ? 256 : 64;
         if (bf16)
@@ -893,6 +986,11 @@ done:
 extern "C" void kn_cuda_set_moe_grouped(const kn_backend *be, int mode)
 {
     kn_cuda_ctx_of(be)->moe_grouped = mode < 0 ? -1 : mode != 0;
+}
+
+extern "C" void kn_cuda_set_moe_fp8_fused_act(const kn_backend *be, int on)
+{
+    kn_cuda_ctx_of(be)->moe_fp8_fused_act = on != 0;
 }
 
 extern "C" int kn_cuda_moe_grouped(const kn_backend *be)

@@ -10,27 +10,7 @@
  * division x / s is IEEE (nvcc's default -prec-div=true) and the
  * conversion rounds to nearest even with saturation, so the codes and
  * scales are bit-identical to kn_fp8_quantize_act_row on the host. */
-#include <cuda_fp8.h>
 #include "kernels/cuda/fp8_cuda.cuh"
-
-__device__ __forceinline__ unsigned char to_e4m3(float v)
-{
-    return (unsigned char)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
-}
-
-/* First segment whose end is past row r (upper bound over seg_offsets). */
-__device__ __forceinline__ int segment_of(const int *seg_offsets, int n_segs, int r)
-{
-    int lo = 0, hi = n_segs - 1;
-    while (lo < hi) {
-        int mid = (lo + hi) >> 1;
-        if (seg_offsets[mid + 1] <= r)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
 
 /* Row r reads x row src_rows[r] / src_div (the MoE permutation: slot ->
  * token), or row r when src_rows is NULL. */
@@ -60,10 +40,10 @@ __global__ void quant_fp8_kernel(uint8_t *q, float *s, const float *x, int m, in
         uint32_t packed = 0;
 #pragma unroll
         for (int i = 0; i < 4; i++)
-            packed |= (uint32_t)(c0 + i < k ? to_e4m3(v[i] / sc) : 0) << (8 * i);
+            packed |= (uint32_t)(c0 + i < k ? kn_cuda_fp8_to_e4m3(v[i] / sc) : 0) << (8 * i);
         int r0 = 0, rows = m, g = 0;
         if (seg_offsets) {
-            g = segment_of(seg_offsets, n_segs, r);
+            g = kn_cuda_fp8_segment_of(seg_offsets, n_segs, r);
             r0 = seg_offsets[g];
             rows = seg_offsets[g + 1] - r0;
         }
