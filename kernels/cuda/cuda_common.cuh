@@ -140,6 +140,10 @@ int kn_cuda_gemm_bf16_lt(const kn_backend *be, cudaStream_t stream, void *ws, si
                          int m, int n, int k);
 /* Makes side streams 0..n-1 (n <= KN_CUDA_MAX_SIDE) if they do not exist yet. */
 int kn_cuda_side_streams(const kn_backend *be, const char *op, int n);
+/* Side streams 0..n-1 wait for the backend stream's work so far (fork), or
+ * the backend stream waits for theirs (join; moe_experts.cu). */
+cudaError_t kn_cuda_side_fork(const kn_backend *be, int n_streams);
+cudaError_t kn_cuda_side_join(const kn_backend *be, int n_streams);
 /* dst[i] = bf16(src[i]) (round to nearest even), queued on the stream. */
 int kn_cuda_to_bf16(const kn_backend *be, const char *op, void *dst, const float *src, size_t n);
 

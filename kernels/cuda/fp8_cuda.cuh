@@ -104,12 +104,14 @@ int kn_cuda_fp8_linear(const kn_backend *be, const char *op, void *out, int out_
  * ws + e * kn_fp8_scale_count(n, k)), plus bias + e * n (bias may be NULL),
  * into out (fp32 [rows][n]). dev_off is host_off on the device. With
  * x_rows (device, one index per row) row r is x row x_rows[r] / x_rows_div
- * instead (kn_cuda_quant_fp8_gather). */
+ * instead (kn_cuda_quant_fp8_gather). n_streams > 1 (side streams made by
+ * kn_cuda_side_streams) spreads the GEMMs over that many side streams
+ * between a fork and a join; 1 queues them on the backend's stream. */
 int kn_cuda_fp8_expert_gemms(const kn_backend *be, const char *op, float *out, const float *x,
                              const int *x_rows, int x_rows_div,
                              const int *host_off, const int *dev_off, int n_experts,
                              const uint8_t *w, const float *ws, const float *bias,
-                             int n, int k);
+                             int n, int k, int n_streams);
 
 /* Quantized activations for m rows in n_segs segments (layout above),
  * zeroed on be's stream so pad rows are zero codes with finite scales;
@@ -121,7 +123,8 @@ int kn_cuda_fp8_act_alloc(const kn_backend *be, const char *op, int m, int k, in
  * segments, segment e = expert e's rows), e.g. by a fused kernel. */
 int kn_cuda_fp8_expert_gemms_q(const kn_backend *be, const char *op, float *out, const uint8_t *xq,
                                const float *xs, const int *host_off, int n_experts,
-                               const uint8_t *w, const float *ws, const float *bias, int n, int k);
+                               const uint8_t *w, const float *ws, const float *bias, int n, int k,
+                               int n_streams);
 
 /* 1 when the latest kn_cuda_gemm_fp8 with a bias fused it into cuBLASLt's
  * epilogue, 0 when it fell back to the broadcast, -1 before any. */

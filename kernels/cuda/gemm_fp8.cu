@@ -232,7 +232,7 @@ static cublasStatus_t plan_run(struct kn_cuda_fp8 *f, struct kn_lt_cache *c,
                                const kn_backend *be, const char *op, const kn_lt_plan *p,
                                int m, void *out, const uint8_t *xq,
                                const float *xs, const uint8_t *w, const float *ws,
-                               const float *bias, int *rc)
+                               const float *bias, cudaStream_t stream, void *ws_buf, int *rc)
 {
     const char *what = "cuBLASLt descriptors";
     descs d;
@@ -249,8 +249,7 @@ static cublasStatus_t plan_run(struct kn_cuda_fp8 *f, struct kn_lt_cache *c,
         const int n = p->key.n;
         size_t total = (size_t)m * n, blocks = (total + 255) / 256;
         size_t cap = (size_t)kn_cuda_ctx_of(be)->sm_count * 16;
-        fp8_bias_broadcast_kernel<<<(unsigned)(blocks < cap ? blocks : cap), 256, 0,
-                                    kn_cuda_stream(be)>>>(
+        fp8_bias_broadcast_kernel<<<(unsigned)(blocks < cap ? blocks : cap), 256, 0, stream>>>(
             p->key.out_type == CUDA_R_16BF ? NULL : (float *)out,
             p->key.out_type == CUDA_R_16BF ? (__nv_bfloat16 *)out : NULL, bias, m, n);
         cudaError_t err = cudaGetLastError();
@@ -262,7 +261,7 @@ static cublasStatus_t plan_run(struct kn_cuda_fp8 *f, struct kn_lt_cache *c,
         beta = 1.0f;
     }
     st = cublasLtMatmul(c->lt, d.op, &alpha, w, d.a, xq, d.b, &beta, out, d.c, out, d.c,
-                        &p->algo, be->scratch, be->scratch_bytes, kn_cuda_stream(be));
+                        &p->algo, ws_buf, be->scratch_bytes, stream);
     descs_free(&d);
     return st;
 }
@@ -271,9 +270,9 @@ static cublasStatus_t plan_run(struct kn_cuda_fp8 *f, struct kn_lt_cache *c,
  * row counts of the experts share a few heuristic queries) and run with the
  * real count; where cuBLASLt refuses that pairing, the exact count gets its
  * own plan (lt_plan_cache.cuh). */
-int kn_cuda_gemm_fp8(const kn_backend *be, const char *op, void *out, int out_bf16,
-                     const uint8_t *xq, const float *xs, const uint8_t *w, const float *ws,
-                     const float *bias, int m, int n, int k)
+static int gemm_fp8_on(const kn_backend *be, const char *op, cudaStream_t stream, void *ws_buf,
+                       void *out, int out_bf16, const uint8_t *xq, const float *xs,
+                       const uint8_t *w, const float *ws, const float *bias, int m, int n, int k)
 {
     if (m == 0)
         return KN_OK;
@@ -307,7 +306,8 @@ int kn_cuda_gemm_fp8(const kn_backend *be, const char *op, void *out, int out_bf
             continue;   /* none for the bucket: ask for the exact count */
         if (!p)
             return rc;
-        cublasStatus_t st = plan_run(f, c, be, op, p, m, out, xq, xs, w, ws, bias, &rc);
+        cublasStatus_t st = plan_run(f, c, be, op, p, m, out, xq, xs, w, ws, bias, stream, ws_buf,
+                                     &rc);
         if (rc != KN_OK)
             return rc;
         if (st == CUBLAS_STATUS_SUCCESS)
@@ -315,6 +315,14 @@ int kn_cuda_gemm_fp8(const kn_backend *be, const char *op, void *out, int out_bf
         if (exact)
             return kn_cuda_blas_error(op, "cublasLtMatmul (fp8)", st);
     }
+}
+
+int kn_cuda_gemm_fp8(const kn_backend *be, const char *op, void *out, int out_bf16,
+                     const uint8_t *xq, const float *xs, const uint8_t *w, const float *ws,
+                     const float *bias, int m, int n, int k)
+{
+    return gemm_fp8_on(be, op, kn_cuda_stream(be), be->scratch, out, out_bf16, xq, xs, w, ws, bias,
+                       m, n, k);
 }
 
 /* Quantized activations for m rows in n_segs segments, zeroed (pad rows
@@ -370,44 +378,81 @@ int kn_cuda_fp8_linear(const kn_backend *be, const char *op, void *out, int out_
 /* Each expert's GEMM writes its rows rounded up to 16. Written in expert
  * order straight into out, an expert's pad rows land on the next experts'
  * rows, which their own GEMMs (queued later on the same stream) then
- * overwrite; only an expert whose padded rows would run past the end of out
- * goes through a temporary and a copy of its real rows. */
+ * overwrite. With n_streams > 1 the experts are cut into n_streams runs of
+ * consecutive experts with about equal rows, one run per side stream (its
+ * own cuBLASLt workspace), so that ordering still holds inside a run; an
+ * expert whose padded rows would run past the end of its run (of out, for
+ * one stream) goes through its run's temporary and a copy of its real
+ * rows, so no stream writes rows another one owns. */
 int kn_cuda_fp8_expert_gemms_q(const kn_backend *be, const char *op, float *out, const uint8_t *xq,
                                const float *xs, const int *host_off, int n_experts,
-                               const uint8_t *w, const float *ws, const float *bias, int n, int k)
+                               const uint8_t *w, const float *ws, const float *bias, int n, int k,
+                               int n_streams)
 {
     const int rows_total = host_off[n_experts];
     if (rows_total == 0)
         return KN_OK;
+    kn_cuda_ctx *ctx = kn_cuda_ctx_of(be);
+    if (n_streams < 1 || n_streams > ctx->n_side)
+        n_streams = 1;
     const size_t kp = kn_fp8_ld((size_t)k);
     const size_t w_bytes = kn_fp8_data_bytes((size_t)n, (size_t)k);
     const size_t w_scales = kn_fp8_scale_count((size_t)n, (size_t)k);
-    size_t tmp_rows = 0;
+    /* run_end[c]: the row after run c's last expert; tmp rows per run */
+    int run_end[KN_CUDA_MAX_SIDE];
+    size_t tmp_rows[KN_CUDA_MAX_SIDE], tmp_at[KN_CUDA_MAX_SIDE], tmp_total = 0;
+    for (int c = 0; c < KN_CUDA_MAX_SIDE; c++)
+        run_end[c] = 0, tmp_rows[c] = 0;
+#define RUN_OF(e) (n_streams == 1 ? 0 : (int)((long long)host_off[e] * n_streams / rows_total))
+    for (int e = 0; e < n_experts; e++)
+        if (host_off[e + 1] > host_off[e])
+            run_end[RUN_OF(e)] = host_off[e + 1];
     for (int e = 0; e < n_experts; e++) {
         size_t r0 = (size_t)host_off[e], m_pad = kn_cuda_fp8_round_rows((size_t)(host_off[e + 1] - host_off[e]));
-        if (m_pad && r0 + m_pad > (size_t)rows_total && m_pad > tmp_rows)
-            tmp_rows = m_pad;
+        const int c = RUN_OF(e);
+        if (m_pad && r0 + m_pad > (size_t)run_end[c] && m_pad > tmp_rows[c])
+            tmp_rows[c] = m_pad;
     }
-    float *tmp = tmp_rows ? (float *)kn_cuda_tmp_alloc(be, op, tmp_rows * n * sizeof(float)) : NULL;
-    int rc = tmp_rows && !tmp ? KN_ERR_NOMEM : KN_OK;
+    for (int c = 0; c < n_streams; c++) {
+        tmp_at[c] = tmp_total;
+        tmp_total += tmp_rows[c];
+    }
+    float *tmp = tmp_total ? (float *)kn_cuda_tmp_alloc(be, op, tmp_total * n * sizeof(float)) : NULL;
+    int rc = tmp_total && !tmp ? KN_ERR_NOMEM : KN_OK;
+    if (rc == KN_OK && n_streams > 1) {
+        cudaError_t err = kn_cuda_side_fork(be, n_streams);
+        if (err != cudaSuccess)
+            rc = kn_cuda_device_error(op, "side stream fork (fp8)", err);
+    }
     for (int e = 0; e < n_experts && rc == KN_OK; e++) {
         int r0 = host_off[e], rows = host_off[e + 1] - r0;
         if (rows == 0)
             continue;
+        const int c = RUN_OF(e);
+        cudaStream_t stream = n_streams > 1 ? ctx->side[c] : kn_cuda_stream(be);
+        void *ws_buf = n_streams > 1 ? ctx->side_ws[c] : be->scratch;
+        float *run_tmp = tmp ? tmp + tmp_at[c] * n : NULL;
         size_t p0 = kn_cuda_fp8_seg_row((size_t)r0, (size_t)e);
         int m_pad = (int)kn_cuda_fp8_round_rows((size_t)rows);
-        int direct = r0 + m_pad <= rows_total;
-        rc = kn_cuda_gemm_fp8(be, op, direct ? out + (size_t)r0 * n : tmp, 0, xq + p0 * kp,
-                              xs + kn_cuda_fp8_seg_base(p0, (size_t)e, (size_t)k),
-                              w + (size_t)e * w_bytes, ws + (size_t)e * w_scales,
-                              bias ? bias + (size_t)e * n : NULL, m_pad, n, k);
+        int direct = r0 + m_pad <= run_end[c];
+        rc = gemm_fp8_on(be, op, stream, ws_buf, direct ? out + (size_t)r0 * n : run_tmp, 0,
+                         xq + p0 * kp, xs + kn_cuda_fp8_seg_base(p0, (size_t)e, (size_t)k),
+                         w + (size_t)e * w_bytes, ws + (size_t)e * w_scales,
+                         bias ? bias + (size_t)e * n : NULL, m_pad, n, k);
         if (rc == KN_OK && !direct) {
-            cudaError_t err = cudaMemcpyAsync(out + (size_t)r0 * n, tmp,
+            cudaError_t err = cudaMemcpyAsync(out + (size_t)r0 * n, run_tmp,
                                               (size_t)rows * n * sizeof(float),
-                                              cudaMemcpyDeviceToDevice, kn_cuda_stream(be));
+                                              cudaMemcpyDeviceToDevice, stream);
             if (err != cudaSuccess)
                 rc = kn_cuda_device_error(op, "cudaMemcpyAsync (fp8 expert rows)", err);
         }
+    }
+#undef RUN_OF
+    /* the join runs even after an error: nothing may still use tmp */
+    if (n_streams > 1) {
+        cudaError_t err = kn_cuda_side_join(be, n_streams);
+        if (err != cudaSuccess && rc == KN_OK)
+            rc = kn_cuda_device_error(op, "side stream join (fp8)", err);
     }
     kn_cuda_tmp_free(be, tmp);
     return rc;
@@ -417,7 +462,7 @@ int kn_cuda_fp8_expert_gemms(const kn_backend *be, const char *op, float *out, c
                              const int *x_rows, int x_rows_div,
                              const int *host_off, const int *dev_off, int n_experts,
                              const uint8_t *w, const float *ws, const float *bias,
-                             int n, int k)
+                             int n, int k, int n_streams)
 {
     const int rows_total = host_off[n_experts];
     if (rows_total == 0)
@@ -429,7 +474,8 @@ int kn_cuda_fp8_expert_gemms(const kn_backend *be, const char *op, float *out, c
         rc = kn_cuda_quant_fp8_gather(be, op, xq, xs, x, rows_total, k, dev_off, n_experts, x_rows,
                                       x_rows_div);
     if (rc == KN_OK)
-        rc = kn_cuda_fp8_expert_gemms_q(be, op, out, xq, xs, host_off, n_experts, w, ws, bias, n, k);
+        rc = kn_cuda_fp8_expert_gemms_q(be, op, out, xq, xs, host_off, n_experts, w, ws, bias, n, k,
+                                        n_streams);
     kn_cuda_tmp_free(be, xq);
     kn_cuda_tmp_free(be, xs);
     return rc;

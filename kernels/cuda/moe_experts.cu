@@ -34,6 +34,11 @@
  * the per-expert middle with fp32 activation rows, which the FP8 products
  * quantize themselves (kn_cuda_fp8_expert_gemms, fp8_cuda.cuh); the first
  * product quantizes straight from x through perm (no gathered xp pass),
+ * and the second's input is quantized by moe_act_quant_fp8_kernel together
+ * with the bias and activation (no fp32 activation pass; the same codes
+ * and scales as moe_act_kernel then kn_cuda_quant_fp8, which
+ * TANDEM_CUDA_FP8_FUSED_ACT=0 / kn_cuda_set_moe_fp8_fused_act still run;
+ * moe_streams > 1 spreads the FP8 GEMMs over side streams too),
  * or their own grouped middle (moe_grouped_fp8.cu: e4m3 codes and block
  * scales read directly, the activations quantized like the CPU does), chosen
  * like the bf16 one.
@@ -689,7 +694,7 @@ static int expert_product(const kn_backend *be, cublasHandle_t blas, const char 
 
 /* The side streams wait for the main stream's work so far (fork) or the
  * main stream waits for theirs (join). */
-static cudaError_t side_fork(const kn_backend *be, int n_streams)
+cudaError_t kn_cuda_side_fork(const kn_backend *be, int n_streams)
 {
     kn_cuda_ctx *ctx = kn_cuda_ctx_of(be);
     cudaError_t err = cudaEventRecord(ctx->side_fork, kn_cuda_stream(be));
@@ -698,7 +703,7 @@ static cudaError_t side_fork(const kn_backend *be, int n_streams)
     return err;
 }
 
-static cudaError_t side_join(const kn_backend *be, int n_streams)
+cudaError_t kn_cuda_side_join(const kn_backend *be, int n_streams)
 {
     kn_cuda_ctx *ctx = kn_cuda_ctx_of(be);
     cudaError_t err = cudaSuccess;
@@ -729,9 +734,9 @@ static int products_all_experts(const kn_backend *be, const char *op, const kn_m
                                         host_off, dev_off, w->n_experts,
                                         (const uint8_t *)(which == GATE_UP ? w->gate_up : w->down),
                                         which == GATE_UP ? w->gate_up_scale : w->down_scale, NULL,
-                                        out_w, in_w);
+                                        out_w, in_w, n_streams);
     if (n_streams > 1) {
-        cudaError_t err = side_fork(be, n_streams);
+        cudaError_t err = kn_cuda_side_fork(be, n_streams);
         if (err != cudaSuccess)
             return kn_cuda_device_error(op, "side stream fork", err);
     }
@@ -744,7 +749,7 @@ static int products_all_experts(const kn_backend *be, const char *op, const kn_m
                             (const char *)in + (size_t)host_off[e] * in_w * in_elem, rows);
     }
     if (n_streams > 1) {
-        cudaError_t err = side_join(be, n_streams);
+        cudaError_t err = kn_cuda_side_join(be, n_streams);
         if (err != cudaSuccess && rc == KN_OK)
             rc = kn_cuda_device_error(op, "side stream join", err);
     }
@@ -767,8 +772,6 @@ static int per_expert_middle(const kn_backend *be, const char *op, const kn_moe_
         busy += host_off[e + 1] > host_off[e];
     if (n_streams > busy)
         n_streams = busy;
-    if (w->wdtype == KN_FP8_E4M3) /* its products queue on the backend's stream */
-        n_streams = 1;
     if (n_streams > 1 && kn_cuda_side_streams(be, op, n_streams) != KN_OK)
         n_streams = 1; /* (message printed) the main stream still works */
     /* FP8 with fused_act: the activation goes straight into the down
@@ -789,7 +792,7 @@ static int per_expert_middle(const kn_backend *be, const char *op, const kn_moe_
             rc = act_quant_fp8(be, op, w, xq, xs, h, perm, expert_idx, dev_off, n_routed);
         if (rc == KN_OK)
             rc = kn_cuda_fp8_expert_gemms_q(be, op, y, xq, xs, host_off, n_local, (const uint8_t *)w->down,
-                                            w->down_scale, NULL, w->dim, inter);
+                                            w->down_scale, NULL, w->dim, inter, n_streams);
         kn_cuda_tmp_free(be, xq);
         kn_cuda_tmp_free(be, xs);
         kn_cuda_tmp_free(be, h);

@@ -1076,8 +1076,8 @@ static void moe_paths_run(test_ctx *t, const moe_shape *s, int offset, int n_loc
         }
     kn_moe_weights hw = moe_shape_view(s, 0, offset, n_local), dw = moe_shape_view(s, 1, offset, n_local);
     float *cpu = tu_xcalloc(no ? no : 1, sizeof(float));
-    float *got[3] = { tu_xcalloc(no ? no : 1, sizeof(float)), tu_xcalloc(no ? no : 1, sizeof(float)),
-                      tu_xcalloc(no ? no : 1, sizeof(float)) };
+    float *got[4] = { tu_xcalloc(no ? no : 1, sizeof(float)), tu_xcalloc(no ? no : 1, sizeof(float)),
+                      tu_xcalloc(no ? no : 1, sizeof(float)), tu_xcalloc(no ? no : 1, sizeof(float)) };
     float *d_x = dev_upload(t, x, (no ? no : 1) * sizeof(float));
     int32_t *d_idx = dev_upload(t, idx, (ns ? ns : 1) * sizeof(int32_t));
     float *d_wts = dev_upload(t, wts, (ns ? ns : 1) * sizeof(float));
@@ -1086,19 +1086,21 @@ static void moe_paths_run(test_ctx *t, const moe_shape *s, int offset, int n_loc
     snprintf(what, sizeof what, "moe_experts %s %s experts %d..%d of %d, tokens=%d k=%d%s", s->fp8 ? "fp8" : "bf16",
              s->name, offset, offset + n_local - 1, s->n_global, n_tokens, k, skew ? " skewed" : "");
     int cpu_ok = run_ok(t, kn_moe_experts(&t->cpu, cpu, x, idx, wts, n_tokens, k, &hw), "kn_moe_experts cpu");
-    int ran[3] = { 0, 0, 0 };
+    int ran[4] = { 0, 0, 0, 0 };
     /* mode 0: per-expert GEMMs on the backend's stream, 1: grouped kernels,
      * 2: bf16: per-expert GEMMs over 4 side streams (the GPT-OSS shape
      * only); FP8: per-expert with the activation and its quantization as
-     * two kernels (kn_cuda_set_moe_fp8_fused_act 0; mode 0 fuses them). */
-    static const char *const mode_name[2][3] = {
-        { "per-expert", "grouped", "per-expert on 4 streams" },
-        { "per-expert", "grouped", "per-expert unfused act" } };
-    for (int mode = 0; mode < (s->dim == 2880 || s->fp8 ? 3 : 2); mode++) {
+     * two kernels (kn_cuda_set_moe_fp8_fused_act 0; mode 0 fuses them);
+     * 3 (FP8, the GPT-OSS shape): per-expert GEMMs over 4 side streams. */
+    static const char *const mode_name[2][4] = {
+        { "per-expert", "grouped", "per-expert on 4 streams", "" },
+        { "per-expert", "grouped", "per-expert unfused act", "per-expert on 4 streams" } };
+    const int n_modes = s->fp8 ? (s->dim == 2880 ? 4 : 3) : (s->dim == 2880 ? 3 : 2);
+    for (int mode = 0; mode < n_modes; mode++) {
         float *dst = got[mode];
         dev_poison(t, d_out, no ? no : 1);
         kn_cuda_set_moe_grouped(&t->gpu, mode == 1);
-        kn_cuda_set_moe_streams(&t->gpu, mode == 2 && !s->fp8 ? 4 : 1);
+        kn_cuda_set_moe_streams(&t->gpu, mode == (s->fp8 ? 3 : 2) ? 4 : 1);
         kn_cuda_set_moe_fp8_fused_act(&t->gpu, !(mode == 2 && s->fp8));
         int rc = kn_moe_experts(&t->gpu, d_out, d_x, d_idx, d_wts, n_tokens, k, &dw);
         kn_cuda_set_moe_grouped(&t->gpu, -1);
@@ -1133,8 +1135,13 @@ static void moe_paths_run(test_ctx *t, const moe_shape *s, int offset, int n_loc
         tap(t, diff == 0, "%s, per-expert fused act+quant vs unfused: identical (%zu of %zu differ)", what,
             diff, no);
     }
+    if (s->fp8 && ran[0] && ran[3]) {
+        char w2[288];
+        snprintf(w2, sizeof w2, "%s, per-expert on 4 streams vs on one", what);
+        check_err(t, tu_max_rel_err_f32(got[3], got[0], no), FP8_MOE_TOL, w2);
+    }
     kn_free(&t->gpu, d_x), kn_free(&t->gpu, d_idx), kn_free(&t->gpu, d_wts), kn_free(&t->gpu, d_out);
-    free(x), free(wts), free(idx), free(cpu), free(got[0]), free(got[1]), free(got[2]);
+    free(x), free(wts), free(idx), free(cpu), free(got[0]), free(got[1]), free(got[2]), free(got[3]);
 }
 
 static void test_moe_paths(test_ctx *t)
