@@ -9,7 +9,8 @@
  * kn_cuda_set_moe_grouped / kn_cuda_set_moe_streams; the grouped kernels are
  * not run at prefill sizes, where they re-read the weights for every 64
  * rows by design; the FP8 grouped kernels are, to show the crossover).
- * FP8 rows have no 4-stream mode (FP8's per-expert GEMMs use one stream).
+ * FP8 rows add "per-expert, unfused act" (kn_cuda_set_moe_fp8_fused_act 0:
+ * the activation pass and the quantization as two kernels, as before).
  * Built with
  * `make CUDA=1 gpu-progs`; run by tests/gpu/run_moe.sh.
  *
@@ -184,16 +185,22 @@ static void bench_model(const kn_backend *be, tu_rng *rng, const moe_model *m, k
         int thr = rows_env && atoi(rows_env) > 0 ? atoi(rows_env) : KN_CUDA_MOE_GROUPED_ROWS;
         int auto_grouped = (long long)T * m->k <= (long long)thr * m->n_experts;
         /* mode 0: per-expert GEMMs, 1: grouped kernels, 2: per-expert GEMMs
-         * over 4 side streams (TANDEM_CUDA_MOE_STREAMS=4) */
-        static const char *const mode_name[3] = { "per-expert", "grouped", "per-expert, 4 streams" };
-        for (int mode = 0; mode < (fp8 ? 2 : 3); mode++) {
+         * over 4 side streams (TANDEM_CUDA_MOE_STREAMS=4), 3 (FP8): per-expert
+         * with the unfused activation + quantization */
+        static const char *const mode_name[4] = { "per-expert", "grouped", "per-expert, 4 streams",
+                                                  "per-expert, unfused act" };
+        for (int mode = 0; mode < (fp8 ? 4 : 3); mode++) {
             if (mode == 1 && prefill && !fp8)
+                continue;
+            if (fp8 && mode >= 2 && !prefill) /* (the prefill-path variants: keep the run short) */
                 continue;
             kn_cuda_set_moe_grouped(be, mode == 1);
             kn_cuda_set_moe_streams(be, mode == 2 ? 4 : 1);
+            kn_cuda_set_moe_fp8_fused_act(be, mode != 3);
             float ms = time_call(be, &c, prefill ? 2 : 5, prefill ? 5 : (quick ? 11 : 21));
             kn_cuda_set_moe_grouped(be, -1);
             kn_cuda_set_moe_streams(be, 1);
+            kn_cuda_set_moe_fp8_fused_act(be, 1);
             printf("| %s | %s | %s %d | %s%s | %.3f | %.0f | %.1f | %d | %.3f | %.1fx |\n", m->name,
                    fp8 ? "fp8" : "bf16", prefill ? "prefill" : T > 128 ? "tokens" : "decode", T, mode_name[mode],
                    mode == auto_grouped ? " (default)" : "", ms, bytes / (ms * 1e-3) / 1e9,
