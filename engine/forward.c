@@ -198,8 +198,14 @@ static int lap(tm_model *m, tm_prof_group g)
     return m->sw ? kn_stopwatch_lap(m->sw, (int)g) : KN_OK;
 }
 
-/* One decoder layer over all rows, updating the residual stream s->x. */
-static int layer_forward(tm_model *m, tm_kv_cache *kv, int l, const kn_seq_batch *b)
+/* One decoder layer over all rows, updating the residual stream s->x.
+ * The MoE block's output is left in s->tmp, not yet added to s->x: the next
+ * norm (layer l+1's attention norm, or the final norm) adds it in the same
+ * pass with kn_add_rmsnorm, saving a pass over the stream per layer. Every
+ * collective that completes tmp (EP all-reduce, EP dispatch) has run by then.
+ * residual_pending says whether layer l-1 left such an output in s->tmp. */
+static int layer_forward(tm_model *m, tm_kv_cache *kv, int l, const kn_seq_batch *b,
+                         int residual_pending)
 {
     const tm_config *c = &m->cfg;
     const tm_layer_weights *w = &m->w.layers[l];
@@ -216,7 +222,10 @@ static int layer_forward(tm_model *m, tm_kv_cache *kv, int l, const kn_seq_batch
     /* attention block */
     const kn_weight q_w = wt_attn(m, w->q_w, w->q_s), k_w = wt_attn(m, w->k_w, w->k_s),
                     v_w = wt_attn(m, w->v_w, w->v_s), o_w = wt_attn(m, w->o_w, w->o_s);
-    TRY(kn_rmsnorm(be, xn, x, w->attn_norm, T, H, c->rms_eps));
+    if (residual_pending)
+        TRY(kn_add_rmsnorm(be, x, xn, tmp, w->attn_norm, T, H, c->rms_eps));
+    else
+        TRY(kn_rmsnorm(be, xn, x, w->attn_norm, T, H, c->rms_eps));
     TRY(lap(m, TM_PROF_NORM_ADD));
     TRY(kn_matmul_w(be, q, xn, &q_w, w->q_b, T, qd, H));
     TRY(kn_matmul_w(be, k, xn, &k_w, w->k_b, T, kvd, H));
@@ -238,9 +247,8 @@ static int layer_forward(tm_model *m, tm_kv_cache *kv, int l, const kn_seq_batch
     if (m->par.tp)   /* each TP rank has its heads' share of o_proj: sum them */
         TRY(comm_all_reduce_sum(m->par.tp, tmp, (size_t)T * H));
     TRY(lap(m, TM_PROF_ATTN_PROJ));
-    TRY(kn_add(be, x, x, tmp, (size_t)T * H));
-    /* MoE block */
-    TRY(kn_rmsnorm(be, xn, x, w->mlp_norm, T, H, c->rms_eps));
+    /* MoE block; the TP all-reduce above has completed tmp */
+    TRY(kn_add_rmsnorm(be, x, xn, tmp, w->mlp_norm, T, H, c->rms_eps));
     TRY(lap(m, TM_PROF_NORM_ADD));
     TRY(kn_matmul(be, s->router.p, xn, w->router_w, w->router_b, T, c->n_experts, H));
     TRY(kn_moe_route(be, s->eidx.p, s->ew.p, s->router.p, T, c->n_experts,
@@ -255,7 +263,7 @@ static int layer_forward(tm_model *m, tm_kv_cache *kv, int l, const kn_seq_batch
             TRY(comm_all_reduce_sum(m->par.ep, tmp, (size_t)T * H));
     }
     TRY(lap(m, TM_PROF_EXPERTS));
-    TRY(kn_add(be, x, x, tmp, (size_t)T * H));
+    /* the residual add of tmp is the next norm's (see above) */
 #undef TRY
     return KN_OK;
 }
@@ -312,14 +320,18 @@ static int forward_step(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
     if (!rc)
         rc = kn_embedding(be, s->x.p, m->w.embed, s->ids.p, T, V, H);
     for (int l = 0; l < c->n_layers && !rc; l++)
-        rc = layer_forward(m, kv, l, &b);
+        rc = layer_forward(m, kv, l, &b, l > 0);
     if (rc)
         return rc;
+    /* n_layers >= 1 (config), so the last layer's MoE output waits in tmp */
 
     const size_t row_bytes = (size_t)V * sizeof(float);
     const kn_weight head = {.dtype = m->w.wdtype, .data = m->w.lm_head, .scale = NULL};
     if (all_logits) {
-        rc = kn_rmsnorm(be, s->xn.p, s->x.p, m->w.final_norm, T, H, c->rms_eps);
+        rc = kn_add_rmsnorm(be, s->x.p, s->xn.p, s->tmp.p, m->w.final_norm, T, H,
+                            c->rms_eps);
+        if (!rc)
+            rc = lap(m, TM_PROF_NORM_ADD);
         if (!rc)
             rc = kn_matmul_w(be, s->logits.p, s->xn.p, &head, NULL, T, V, H);
         if (!rc)
@@ -335,9 +347,15 @@ static int forward_step(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
      * (an embedding lookup into the hidden states is exactly a row gather)
      * so a long prefill never pays for T x vocab logits. */
     rc = kn_embedding(be, s->last_h.p, s->x.p, s->last_rows.p, n_seqs, T, H);
+    /* ...and the same rows of the pending MoE output into xn (free now), so
+     * only those rows pay for the last residual add (it is element-wise) */
     if (!rc)
-        rc = kn_rmsnorm(be, s->last_h.p, s->last_h.p, m->w.final_norm, n_seqs, H,
-                        c->rms_eps);
+        rc = kn_embedding(be, s->xn.p, s->tmp.p, s->last_rows.p, n_seqs, T, H);
+    if (!rc)
+        rc = kn_add_rmsnorm(be, s->last_h.p, s->last_h.p, s->xn.p, m->w.final_norm,
+                            n_seqs, H, c->rms_eps);
+    if (!rc)
+        rc = lap(m, TM_PROF_NORM_ADD);
     if (!rc)
         rc = kn_matmul_w(be, s->logits.p, s->last_h.p, &head, NULL, n_seqs, V, H);
     if (!rc && logits)

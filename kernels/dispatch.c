@@ -60,6 +60,19 @@ int kn_rmsnorm(const kn_backend *be, float *out, const float *x,
     return KN_ERR_ARG;
 }
 
+int kn_add_rmsnorm(const kn_backend *be, float *x, float *xn, const float *delta,
+                   const float *weight, int rows, int dim, float eps)
+{
+    switch (backend_kind("kn_add_rmsnorm", be)) {
+    case KN_BACKEND_CPU:
+        return kn_add_rmsnorm_cpu(x, xn, delta, weight, rows, dim, eps);
+    case KN_BACKEND_CUDA:
+        CUDA_CALL("kn_add_rmsnorm",
+                  kn_add_rmsnorm_cuda(be, x, xn, delta, weight, rows, dim, eps));
+    }
+    return KN_ERR_ARG;
+}
+
 int kn_matmul(const kn_backend *be, float *out, const float *x, const float *w,
               const float *bias, int m, int n, int k)
 {

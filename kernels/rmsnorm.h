@@ -13,4 +13,18 @@ int kn_rmsnorm_cpu(float *out, const float *x, const float *weight, int rows,
                    int dim, float eps);
 int kn_rmsnorm_cuda(const kn_backend *be, float *out, const float *x,
                     const float *weight, int rows, int dim, float eps);
+
+/* The residual add fused with the norm that follows it, saving a pass over
+ * the residual stream:
+ *   x[r,:] += delta[r,:]   (in place, x is the residual stream)
+ *   xn[r,:] = rmsnorm(x[r,:]) * weight
+ * with exactly the arithmetic of kn_add then kn_rmsnorm on the same backend,
+ * so the results are bit-identical to that unfused pair. xn may alias x (then
+ * only the normed rows remain); delta must not overlap x or xn. */
+int kn_add_rmsnorm(const kn_backend *be, float *x, float *xn, const float *delta,
+                   const float *weight, int rows, int dim, float eps);
+int kn_add_rmsnorm_cpu(float *x, float *xn, const float *delta, const float *weight,
+                       int rows, int dim, float eps);
+int kn_add_rmsnorm_cuda(const kn_backend *be, float *x, float *xn, const float *delta,
+                        const float *weight, int rows, int dim, float eps);
 #endif

@@ -1,9 +1,12 @@
-/* RMSNorm on the GPU: one block per row. The sum of squares is taken in
- * double, and the rounding steps are the CPU backend's (mean rounded to
- * float, 1/sqrt in double, then (x * inv_rms) * weight in float without
- * fused multiply-add), so the two backends agree to the last bits but for
- * the order of the double sum. out may alias x: each element is read before
- * the same thread writes it. */
+/* RMSNorm on the GPU, alone and fused with the residual add before it: one
+ * block per row. The sum of squares is taken in double, and the rounding
+ * steps are the CPU backend's (mean rounded to float, 1/sqrt in double, then
+ * (x * inv_rms) * weight in float without fused multiply-add), so the two
+ * backends agree to the last bits but for the order of the double sum.
+ * Both ops run the one kernel template below, with the same block size for
+ * a given dim, so the fused op's norm is bit-identical to kn_rmsnorm's on the
+ * summed rows. out may alias x: each element is read before the same thread
+ * writes it. */
 #include <math.h>
 #include "kernels/cuda/cuda_common.cuh"
 extern "C" {
@@ -12,16 +15,26 @@ extern "C" {
 
 static const int RMS_THREADS = 256;
 
+/* ADD: x[r,:] += delta[r,:] first (kn_add's float add), written back to x.
+ * Without ADD, x and delta are only read (x is const at the API). The sum
+ * of squares uses explicit _rn intrinsics so that no fused multiply-add can
+ * make the two instantiations round differently. */
+template <bool ADD>
 __global__ void __launch_bounds__(RMS_THREADS)
-rmsnorm_kernel(float *out, const float *x, const float *weight, int dim, float eps)
+rmsnorm_kernel(float *out, float *x, const float *delta, const float *weight, int dim,
+               float eps)
 {
     __shared__ double warp_sums[RMS_THREADS / 32];
-    const float *xr = x + (size_t)blockIdx.x * dim;
+    float *xr = x + (size_t)blockIdx.x * dim;
     float *outr = out + (size_t)blockIdx.x * dim;
     double sum = 0.0;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) {
-        double v = xr[i];
-        sum += v * v;
+        float v = xr[i];
+        if (ADD) {
+            v = __fadd_rn(v, delta[(size_t)blockIdx.x * dim + i]);
+            xr[i] = v;
+        }
+        sum = __dadd_rn(sum, __dmul_rn((double)v, (double)v));
     }
     for (int off = 16; off > 0; off >>= 1)
         sum += __shfl_xor_sync(0xffffffffu, sum, off);
@@ -33,8 +46,25 @@ rmsnorm_kernel(float *out, const float *x, const float *weight, int dim, float e
         sum += warp_sums[w];
     float mean_sq = (float)(sum / dim);
     float inv_rms = (float)(1.0 / sqrt((double)mean_sq + (double)eps));
+    /* the same thread wrote xr[i] above, so it reads its own sum back */
     for (int i = threadIdx.x; i < dim; i += blockDim.x)
         outr[i] = __fmul_rn(__fmul_rn(xr[i], inv_rms), weight[i]);
+}
+
+/* The block size for a row of dim floats; shared by both ops because it
+ * fixes the order of the sum. */
+static int rms_threads(int dim)
+{
+    return dim >= 1024 ? RMS_THREADS : dim >= 256 ? 128 : 64;
+}
+
+static int check_norm_args(const char *op, int rows, int dim, float eps)
+{
+    if (rows < 0 || dim <= 0)
+        return kn_arg_error(op, "bad sizes rows=%d dim=%d", rows, dim);
+    if (!(eps >= 0.0f) || isinf(eps))
+        return kn_arg_error(op, "eps %g is not a finite non-negative number", (double)eps);
+    return KN_OK;
 }
 
 extern "C" int kn_rmsnorm_cuda(const kn_backend *be, float *out, const float *x,
@@ -46,14 +76,45 @@ extern "C" int kn_rmsnorm_cuda(const kn_backend *be, float *out, const float *x,
         return rc;
     if (!out || !x || !weight)
         return kn_arg_error(op, "NULL %s", !out ? "out" : !x ? "x" : "weight");
-    if (rows < 0 || dim <= 0)
-        return kn_arg_error(op, "bad sizes rows=%d dim=%d", rows, dim);
-    if (!(eps >= 0.0f) || isinf(eps))
-        return kn_arg_error(op, "eps %g is not a finite non-negative number", (double)eps);
+    if ((rc = check_norm_args(op, rows, dim, eps)) != KN_OK)
+        return rc;
     if (rows == 0)
         return KN_OK;
-    int threads = dim >= 1024 ? RMS_THREADS : dim >= 256 ? 128 : 64;
-    rmsnorm_kernel<<<rows, threads, 0, kn_cuda_stream(be)>>>(out, x, weight, dim, eps);
+    /* ADD=false never writes x, so dropping const here is safe */
+    rmsnorm_kernel<false><<<rows, rms_threads(dim), 0, kn_cuda_stream(be)>>>(
+        out, (float *)x, NULL, weight, dim, eps);
     KN_CUDA_LAUNCH_CHECK(op, "rmsnorm_kernel");
+    return KN_OK;
+}
+
+static bool ranges_overlap(const void *a, const void *b, size_t bytes)
+{
+    uintptr_t p = (uintptr_t)a, q = (uintptr_t)b;
+    return p < q + bytes && q < p + bytes;
+}
+
+extern "C" int kn_add_rmsnorm_cuda(const kn_backend *be, float *x, float *xn,
+                                   const float *delta, const float *weight, int rows,
+                                   int dim, float eps)
+{
+    static const char op[] = "kn_add_rmsnorm";
+    int rc = kn_cuda_check_backend(op, be);
+    if (rc != KN_OK)
+        return rc;
+    if (!x || !xn || !delta || !weight)
+        return kn_arg_error(op, "NULL %s",
+                            !x ? "x" : !xn ? "xn" : !delta ? "delta" : "weight");
+    if ((rc = check_norm_args(op, rows, dim, eps)) != KN_OK)
+        return rc;
+    size_t bytes = (size_t)rows * dim * sizeof(float);
+    if (xn != x && ranges_overlap(xn, x, bytes))
+        return kn_arg_error(op, "xn partially overlaps x");
+    if (ranges_overlap(delta, x, bytes) || ranges_overlap(delta, xn, bytes))
+        return kn_arg_error(op, "delta overlaps x or xn");
+    if (rows == 0)
+        return KN_OK;
+    rmsnorm_kernel<true><<<rows, rms_threads(dim), 0, kn_cuda_stream(be)>>>(
+        xn, x, delta, weight, dim, eps);
+    KN_CUDA_LAUNCH_CHECK(op, "rmsnorm_kernel<add>");
     return KN_OK;
 }

@@ -218,6 +218,67 @@ static void test_rmsnorm(test_ctx *t, int rows, int dim, int in_place)
     free(x), free(w), free(ref), free(cpu), free(got);
 }
 
+/* kn_add_rmsnorm: the sum equals the CPU's bit for bit, the norm is within
+ * FP32_TOL of float64 and 1e-6 of the CPU, and CUDA fused equals CUDA
+ * kn_add + kn_rmsnorm bit for bit (the engine swapped the one for the other).
+ * The xn outputs start as NaN so an unwritten element shows. */
+static void test_add_rmsnorm(test_ctx *t, int rows, int dim)
+{
+    size_t n = (size_t)rows * dim, bytes = n * sizeof(float);
+    float *x = rand_floats(t, n, -3.f, 3.f), *delta = rand_floats(t, n, -2.f, 2.f);
+    float *w = rand_floats(t, (size_t)dim, 0.5f, 1.5f);
+    const float eps = 1e-5f;
+    double *ref = tu_xcalloc(n, sizeof(double)), *sum = tu_xcalloc(n, sizeof(double));
+    for (int r = 0; r < rows; r++) {
+        size_t o = (size_t)r * dim;
+        double ss = 0;
+        for (int i = 0; i < dim; i++) {
+            sum[o + i] = (double)x[o + i] + delta[o + i];
+            ss += sum[o + i] * sum[o + i];
+        }
+        double inv = 1.0 / sqrt(ss / dim + eps);
+        for (int i = 0; i < dim; i++)
+            ref[o + i] = sum[o + i] * inv * w[i];
+    }
+    float *cpu_x = tu_xcalloc(n, sizeof(float)), *cpu_xn = tu_xcalloc(n, sizeof(float));
+    float *got_x = tu_xcalloc(n, sizeof(float)), *got_xn = tu_xcalloc(n, sizeof(float));
+    float *un_x = tu_xcalloc(n, sizeof(float)), *un_xn = tu_xcalloc(n, sizeof(float));
+    memcpy(cpu_x, x, bytes);
+    float *d_x = dev_upload(t, x, bytes), *d_ux = dev_upload(t, x, bytes);
+    float *d_delta = dev_upload(t, delta, bytes);
+    float *d_w = dev_upload(t, w, (size_t)dim * sizeof(float));
+    float *d_xn = dev_alloc(t, bytes), *d_uxn = dev_alloc(t, bytes);
+    dev_poison(t, d_xn, n);
+    dev_poison(t, d_uxn, n);
+    if (run_ok(t, kn_add_rmsnorm(&t->gpu, d_x, d_xn, d_delta, d_w, rows, dim, eps),
+               "kn_add_rmsnorm cuda") &&
+        run_ok(t, kn_add_rmsnorm(&t->cpu, cpu_x, cpu_xn, delta, w, rows, dim, eps),
+               "kn_add_rmsnorm cpu") &&
+        run_ok(t, kn_add(&t->gpu, d_ux, d_ux, d_delta, n), "kn_add cuda") &&
+        run_ok(t, kn_rmsnorm(&t->gpu, d_uxn, d_ux, d_w, rows, dim, eps), "kn_rmsnorm cuda")) {
+        char what[128];
+        dev_download(t, got_x, d_x, bytes);
+        tap(t, all_equal(got_x, cpu_x, n), "add_rmsnorm rows=%d dim=%d: sum equals CPU", rows, dim);
+        snprintf(what, sizeof what, "add_rmsnorm rows=%d dim=%d vs float64", rows, dim);
+        check_err(t, gpu_err(t, d_xn, ref, n, got_xn), FP32_TOL, what);
+        snprintf(what, sizeof what, "add_rmsnorm rows=%d dim=%d vs CPU", rows, dim);
+        check_err(t, tu_max_rel_err_f32(got_xn, cpu_xn, n), 1e-6, what);
+        dev_download(t, un_x, d_ux, bytes);
+        dev_download(t, un_xn, d_uxn, bytes);
+        tap(t, all_equal(got_x, un_x, n) && all_equal(got_xn, un_xn, n),
+            "add_rmsnorm rows=%d dim=%d: fused equals kn_add+kn_rmsnorm on CUDA bit for bit",
+            rows, dim);
+    }
+    kn_free(&t->gpu, d_x);
+    kn_free(&t->gpu, d_ux);
+    kn_free(&t->gpu, d_delta);
+    kn_free(&t->gpu, d_w);
+    kn_free(&t->gpu, d_xn);
+    kn_free(&t->gpu, d_uxn);
+    free(x), free(delta), free(w), free(ref), free(sum), free(cpu_x), free(cpu_xn);
+    free(got_x), free(got_xn), free(un_x), free(un_xn);
+}
+
 static void test_matmul(test_ctx *t, int m, int n, int k, int with_bias)
 {
     float *x = rand_floats(t, (size_t)m * k, -1.f, 1.f), *w = rand_floats(t, (size_t)n * k, -1.f, 1.f);
@@ -1405,6 +1466,9 @@ int main(int argc, char **argv)
     test_rmsnorm(&t, 7, 37, 0);
     test_rmsnorm(&t, 64, 4096, 1);
     test_rmsnorm(&t, 513, 64, 0); /* Qwen3's per-head q/k norm shape */
+    test_add_rmsnorm(&t, 8192, 2880); /* GPT-OSS-20B prefill residual */
+    test_add_rmsnorm(&t, 7, 64);
+    test_add_rmsnorm(&t, 300, 4096);
 
     test_matmul(&t, 1, 2880, 2880, 1);
     test_matmul(&t, 37, 129, 65, 0);

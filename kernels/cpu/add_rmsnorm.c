@@ -1,0 +1,45 @@
+/* The residual add fused with the following RMSNorm on the CPU. Each row is
+ * added and then normed while it is still in cache, with the arithmetic of
+ * kn_add_cpu followed by kn_rmsnorm_cpu (float add; double sum of squares,
+ * mean rounded to float, 1/sqrt in double, (x * inv_rms) * weight in float),
+ * so the results are bit-identical to that unfused pair. */
+#include <math.h>
+#include "kernels/kn_check.h"
+#include "kernels/rmsnorm.h"
+#include "kernels/status.h"
+
+int kn_add_rmsnorm_cpu(float *x, float *xn, const float *delta, const float *weight,
+                       int rows, int dim, float eps)
+{
+    static const char op[] = "kn_add_rmsnorm";
+    if (!x || !xn || !delta || !weight)
+        return kn_arg_error(op, "NULL %s",
+                            !x ? "x" : !xn ? "xn" : !delta ? "delta" : "weight");
+    if (rows < 0 || dim <= 0)
+        return kn_arg_error(op, "bad sizes rows=%d dim=%d", rows, dim);
+    if (!(eps >= 0.0f) || isinf(eps))
+        return kn_arg_error(op, "eps %g is not a finite non-negative number", (double)eps);
+    size_t bytes = (size_t)rows * dim * sizeof(float);
+    /* xn == x is fine (each element is read before it is written); any other
+     * overlap would read values this call already changed. */
+    if (xn != x && kn_ranges_overlap(xn, bytes, x, bytes))
+        return kn_arg_error(op, "xn partially overlaps x");
+    if (kn_ranges_overlap(delta, bytes, x, bytes) || kn_ranges_overlap(delta, bytes, xn, bytes))
+        return kn_arg_error(op, "delta overlaps x or xn");
+    #pragma omp parallel for schedule(static) if ((size_t)rows * dim > 16384)
+    for (int r = 0; r < rows; r++) {
+        float *xr = x + (size_t)r * dim, *xnr = xn + (size_t)r * dim;
+        const float *dr = delta + (size_t)r * dim;
+        double sum_sq = 0.0;
+        for (int i = 0; i < dim; i++) {
+            float v = xr[i] + dr[i];
+            xr[i] = v;
+            sum_sq += (double)v * v;
+        }
+        float mean_sq = (float)(sum_sq / dim);
+        float inv_rms = (float)(1.0 / sqrt((double)mean_sq + (double)eps));
+        for (int i = 0; i < dim; i++)
+            xnr[i] = (xr[i] * inv_rms) * weight[i];
+    }
+    return KN_OK;
+}
