@@ -13,6 +13,7 @@ for f in kernels/status.c kernels/kn_check.c kernels/dtype.c kernels/fp8.c; do
     cc -std=c11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -I. -c "$f" -o "$TMP/$(basename "$f" .c).o"
 done
 for f in kernels/cuda/backend.cu kernels/cuda/gemm_fp8.cu kernels/cuda/lt_plan_cache.cu kernels/cuda/quant_fp8.cu \
+         kernels/cuda/moe_experts.cu kernels/cuda/moe_grouped_fp8.cu kernels/cuda/matmul.cu kernels/cuda/gemm_bf16_lt.cu \
          tests/gpu/probe_fp8.cu; do
     "$NVCC" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xcompiler -Wall,-Wextra,-Werror \
         -I. -c "$f" -o "$TMP/$(basename "$f" .cu).o"
