@@ -56,9 +56,9 @@ int kn_cuda_attn_bf16(const kn_backend *be);
 #define KN_CUDA_MOE_GROUPED_ROWS 32
 void kn_cuda_set_moe_grouped(const kn_backend *be, int mode);
 int kn_cuda_moe_grouped(const kn_backend *be);
-/* The per-expert MoE path's GEMMs spread over n streams (1..4; 1, the
- * default, keeps them on the backend's stream). Starts from
- * TANDEM_CUDA_MOE_STREAMS=n at init. */
+/* The per-expert MoE path's GEMMs spread over n streams (1..4; 1 keeps
+ * them on the backend's stream; the default is 4). Starts from
+ * TANDEM_CUDA_MOE_STREAMS=n at init (n = 1 turns the side streams off). */
 void kn_cuda_set_moe_streams(const kn_backend *be, int n);
 /* The per-expert MoE path with FP8 weights: 1 (the default) computes the
  * activation and its e4m3 quantization for the down product in one kernel,

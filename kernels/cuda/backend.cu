@@ -165,7 +165,12 @@ extern "C" int kn_cuda_backend_init(kn_backend *be, int device)
     ctx->moe_grouped = !moe_grouped ? -1 : strcmp(moe_grouped, "1") == 0 ? 1
                                        : strcmp(moe_grouped, "0") == 0 ? 0 : -1;
     const char *moe_streams = getenv("TANDEM_CUDA_MOE_STREAMS");
-    ctx->moe_streams = moe_streams && atoi(moe_streams) > 1 ? atoi(moe_streams) : 1;
+    /* 4 by default: measured on the H200 (docs/PERF.md, s2run5), spreading
+     * the prefill experts' GEMMs over 4 streams cut GPT-OSS-20B FP8 prefill
+     * of 8192 tokens from 152.1 to 146.8 ms and never lost in bench_moe's
+     * prefill rows; decode takes the grouped kernels and is unaffected. */
+    ctx->moe_streams = moe_streams && atoi(moe_streams) >= 1 ? atoi(moe_streams)
+                                                              : KN_CUDA_DEFAULT_MOE_STREAMS;
     if (ctx->moe_streams > KN_CUDA_MAX_SIDE)
         ctx->moe_streams = KN_CUDA_MAX_SIDE;
     const char *fused_act = getenv("TANDEM_CUDA_FP8_FUSED_ACT");

@@ -24,6 +24,7 @@ extern "C" {
 }
 
 #define KN_CUDA_MAX_SIDE 4
+#define KN_CUDA_DEFAULT_MOE_STREAMS 4
 
 struct kn_cuda_ctx {
     cudaStream_t stream;
