@@ -6,6 +6,7 @@
 #define TANDEM_TESTS_ENGINE_TESTUTIL_H
 #include <stddef.h>
 #include <stdint.h>
+#include "engine/model.h"
 #include "engine/safetensors.h"
 
 #define ET_GPT_OSS "tests/fixtures/gpt_oss_tiny"
@@ -30,6 +31,12 @@ void et_golden_free(et_golden *g);
 double et_rel_err(const float *a, const float *b, size_t n);
 /* Index of the largest value (lowest index on ties). */
 int et_argmax(const float *x, int n);
+/* Prefills prompt[0..T) through m (a cache of its own, pages of 16) and
+ * runs n greedy steps: all (if not NULL) gets the prompt's logits [T][V],
+ * ids the n greedy tokens (the first from the prefill). Returns KN_OK or
+ * the first failing call's status. */
+int et_run_greedy(tm_model *m, const kn_backend *be, const int32_t *prompt, int T,
+                  float *all, int32_t *ids, int n);
 
 /* mkdtemp under $TMPDIR or /tmp; path written into buf (>= 64 bytes). */
 int et_tmpdir(char *buf, size_t n);

@@ -129,35 +129,6 @@ static tm_model *load(const char *dir, const kn_backend *be, tm_weight_dtype wd)
     return m;
 }
 
-/* Prefill logits of the golden prompt [T][V] and n greedy ids. */
-static void run_model(tm_model *m, const kn_backend *be, const et_golden *g, float *all,
-                      int32_t *ids, int n)
-{
-    const tm_config *c = tm_model_config(m);
-    const int V = c->vocab_size;
-    tm_kv_cache kv;
-    assert_int_equal(tm_kv_cache_init(&kv, be, c->n_layers, c->n_kv_heads, c->head_dim, 16,
-                                      MAX_SEQ / 16), KN_OK);
-    int32_t pages[MAX_SEQ / 16], toks[MAX_SEQ];
-    assert_int_equal(tm_kv_alloc_pages(&kv, MAX_SEQ / 16, pages), KN_OK);
-    memcpy(toks, g->prompt, sizeof(int32_t) * (size_t)g->T);
-    float *logits = calloc((size_t)V, sizeof(float));
-    assert_non_null(logits);
-    tm_seq_step st = {toks, g->T, 0, pages, MAX_SEQ / 16};
-    assert_int_equal(tm_forward(m, &kv, &st, 1, logits, all), KN_OK);
-    int len = g->T;
-    for (int i = 0; i < n; i++) {
-        if (i > 0) {
-            st = (tm_seq_step){toks + len - 1, 1, len - 1, pages, MAX_SEQ / 16};
-            assert_int_equal(tm_forward(m, &kv, &st, 1, logits, NULL), KN_OK);
-        }
-        ids[i] = et_argmax(logits, V);
-        toks[len++] = ids[i];
-    }
-    free(logits);
-    tm_kv_cache_free(&kv);
-}
-
 /* ---- MXFP4 (the test's own encoder and decoder) ------------------------ */
 
 static const float FP4[8] = { 0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f };
@@ -323,18 +294,18 @@ static void gpt_oss_mxfp4_checkpoint(void **state)
     float *lq = calloc(nl, 4), *lp = calloc(nl, 4), *lo = calloc(nl, 4), *l8 = calloc(nl, 4);
     int32_t ids[MAX_SEQ];
     assert_true(lq && lp && lo && l8);
-    run_model(mq, &be, &g, lq, ids, 1);
-    run_model(mp, &be, &g, lp, ids, 1);
+    assert_int_equal(et_run_greedy(mq, &be, g.prompt, g.T, lq, ids, 1), KN_OK);
+    assert_int_equal(et_run_greedy(mp, &be, g.prompt, g.T, lp, ids, 1), KN_OK);
     /* the same weights, the same model: bit for bit */
     assert_memory_equal(lq, lp, nl * sizeof(float));
     tm_model *mo = load(ET_GPT_OSS, &be, TM_WEIGHTS_F32);
-    run_model(mo, &be, &g, lo, ids, 1);
+    assert_int_equal(et_run_greedy(mo, &be, g.prompt, g.T, lo, ids, 1), KN_OK);
     double e_orig = et_rel_err(lq, lo, nl);
     /* MXFP4 -> FP8 at load (and FP8 attention) */
     tm_model *m8 = load(qdir, &be, TM_WEIGHTS_FP8);
     assert_int_equal(m8->w.types.experts, KN_FP8_E4M3);
     assert_non_null(m8->w.layers[0].gate_up_s);
-    run_model(m8, &be, &g, l8, ids, 1);
+    assert_int_equal(et_run_greedy(m8, &be, g.prompt, g.T, l8, ids, 1), KN_OK);
     double e_fp8 = et_rel_err(l8, lq, nl);
     print_message("# gpt-oss MXFP4 experts: logits vs the bf16 original %.3g (bound %.2g); "
                   "loaded as FP8 vs loaded as f32 %.3g (bound %.2g)\n", e_orig,
@@ -445,10 +416,10 @@ static void qwen3_fp8_checkpoint(void **state)
     float *lf = calloc(nl, 4), *l8 = calloc(nl, 4), *lo = calloc(nl, 4);
     int32_t ids[MAX_SEQ];
     assert_true(lf && l8 && lo);
-    run_model(mf, &be, &g, lf, ids, 1);
-    run_model(m8, &be, &g, l8, ids, 1);
+    assert_int_equal(et_run_greedy(mf, &be, g.prompt, g.T, lf, ids, 1), KN_OK);
+    assert_int_equal(et_run_greedy(m8, &be, g.prompt, g.T, l8, ids, 1), KN_OK);
     tm_model *mo = load(ET_QWEN3, &be, TM_WEIGHTS_F32);
-    run_model(mo, &be, &g, lo, ids, 1);
+    assert_int_equal(et_run_greedy(mo, &be, g.prompt, g.T, lo, ids, 1), KN_OK);
     double e_orig = et_rel_err(lf, lo, nl), e_fp8 = et_rel_err(l8, lf, nl);
     print_message("# qwen3 block-FP8 checkpoint: decoded (f32) vs the bf16 original %.3g "
                   "(bound %.2g); loaded as FP8 vs loaded as f32 %.3g (bound %.2g)\n", e_orig,
@@ -568,7 +539,7 @@ static void synthetic_fp8(void **state)
         float *l = calloc((size_t)g.T * g.V, 4);
         int32_t ids[MAX_SEQ];
         assert_non_null(l);
-        run_model(m, &be, &g, l, ids, 1);
+        assert_int_equal(et_run_greedy(m, &be, g.prompt, g.T, l, ids, 1), KN_OK);
         for (size_t i = 0; i < (size_t)g.T * g.V; i++)
             assert_true(isfinite(l[i]));
         if (run == 0) {

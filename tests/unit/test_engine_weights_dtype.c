@@ -30,35 +30,6 @@
 #define BF16_MARGIN 0.01f    /* below this HF top-2 margin bf16 may pick the other token */
 #define MAX_SEQ 128
 
-/* Prefill logits of every prompt row [T][V] and n greedy steps' ids. */
-static void run_model(tm_model *m, const kn_backend *be, const et_golden *g, float *all,
-                      int32_t *ids, int n)
-{
-    const tm_config *c = tm_model_config(m);
-    const int V = c->vocab_size;
-    tm_kv_cache kv;
-    assert_int_equal(tm_kv_cache_init(&kv, be, c->n_layers, c->n_kv_heads, c->head_dim, 16,
-                                      MAX_SEQ / 16), KN_OK);
-    int32_t pages[MAX_SEQ / 16], toks[MAX_SEQ];
-    assert_int_equal(tm_kv_alloc_pages(&kv, MAX_SEQ / 16, pages), KN_OK);
-    memcpy(toks, g->prompt, sizeof(int32_t) * (size_t)g->T);
-    float *logits = calloc((size_t)V, sizeof(float));
-    assert_non_null(logits);
-    tm_seq_step st = {toks, g->T, 0, pages, MAX_SEQ / 16};
-    assert_int_equal(tm_forward(m, &kv, &st, 1, logits, all), KN_OK);
-    int len = g->T;
-    for (int i = 0; i < n; i++) {
-        if (i > 0) {
-            st = (tm_seq_step){toks + len - 1, 1, len - 1, pages, MAX_SEQ / 16};
-            assert_int_equal(tm_forward(m, &kv, &st, 1, logits, NULL), KN_OK);
-        }
-        ids[i] = et_argmax(logits, V);
-        toks[len++] = ids[i];
-    }
-    free(logits);
-    tm_kv_cache_free(&kv);
-}
-
 static void bf16_weights_match_hf(const char *dir)
 {
     kn_backend be;
@@ -74,7 +45,7 @@ static void bf16_weights_match_hf(const char *dir)
     float *all = calloc((size_t)g.T * g.V, sizeof(float));
     int32_t ids[MAX_SEQ];
     assert_non_null(all);
-    run_model(m, &be, &g, all, ids, g.G);
+    assert_int_equal(et_run_greedy(m, &be, g.prompt, g.T, all, ids, g.G), KN_OK);
     double e = et_rel_err(all, g.prompt_logits, (size_t)g.T * g.V);
     int agree = 0;
     while (agree < g.G && g.gen_margin[agree] >= BF16_MARGIN) {
@@ -126,8 +97,8 @@ static void f32_option_is_default(void **state)
     float *la = calloc((size_t)g.T * g.V, sizeof(float)), *lb = calloc((size_t)g.T * g.V, sizeof(float));
     int32_t ia[4], ib[4];
     assert_true(la && lb);
-    run_model(a, &be, &g, la, ia, 4);
-    run_model(b, &be, &g, lb, ib, 4);
+    assert_int_equal(et_run_greedy(a, &be, g.prompt, g.T, la, ia, 4), KN_OK);
+    assert_int_equal(et_run_greedy(b, &be, g.prompt, g.T, lb, ib, 4), KN_OK);
     assert_memory_equal(la, lb, sizeof(float) * (size_t)g.T * g.V);
     o.weights = (tm_weight_dtype)7;
     tm_model *bad = NULL;
