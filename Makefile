@@ -2,13 +2,19 @@
 # objects when nvcc exists); `make test` runs the whole suite; `make run`
 # starts the local cluster; `make deps` installs every system package.
 #
-# Sources are found by folder, so adding a file needs no edit here:
+# Sources are found by folder, so adding a file needs no edit here
+# (docs/ARCHITECTURE.md draws the layers these folders form):
+#   common/*.c                      -> libtandem (status codes, logging, options, buffers, framing)
 #   kernels/*.c kernels/cpu/*.c     -> libtandem (op API + CPU backend)
 #   engine/*.c                      -> libtandem (model runtime)
-#   transfer/*.c                    -> libtandem
+#   transfer/*.c                    -> libtandem (TransferEngine)
+#   tokenizer/*.c chat/*.c autoscale/*.c -> libtandem (the router's tokenizers,
+#                                      chat formats, autoscaling policy and scalers)
+#   worker/*.c prefiller/*.c decoder/*.c router/*.c (not *_main.c) -> libtandem
 #   proto/*.proto                   -> generated protobuf-c, libtandem
-#   router/*.c prefiller/*.c decoder/*.c (not *_main.c) -> libtandem
-#   DIR/*_main.c                    -> executable build/bin/tandem-NAME
+#   DIR/*_main.c                    -> executable build/bin/tandem-NAME (the three
+#                                      processes in prefiller/ decoder/ router/,
+#                                      every other program in programs/)
 #   tests/unit/test_*.c             -> build/tests/test_*  (cmocka)
 #   tests/integration/test_*.sh     -> run by tests/run_tests.sh
 #   kernels/cuda/*.cu               -> build/cuda/*.o (compiled when nvcc exists)
@@ -35,7 +41,8 @@ CFLAGS   += -std=c11 $(OPT) -g -Wall -Wextra -Werror -D_GNU_SOURCE -fopenmp \
 LDLIBS   += $(PKG_LIBS) -libverbs -lcmocka -lcurl -lsodium -lm -lpthread
 LDFLAGS  += -fopenmp $(SANITIZE)
 
-LIB_DIRS := kernels kernels/cpu engine transfer router prefiller decoder
+LIB_DIRS := common kernels kernels/cpu engine transfer tokenizer chat autoscale worker \
+            prefiller decoder router programs
 LIB_SRC  := $(filter-out %_main.c,$(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c)))
 MAIN_SRC := $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*_main.c))
 PROTO    := $(wildcard proto/*.proto)
@@ -44,10 +51,10 @@ PROTO_H  := $(PROTO_C:.c=.h)
 LIB_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRC)) $(patsubst $(BUILD)/gen/%.c,$(BUILD)/obj/gen/%.o,$(PROTO_C))
 LIB      := $(BUILD)/libtandem.a
 # Unicode property tables for the tokenizers, generated from the Debian
-# unicode-data files by router/unicode_gen.py (nothing hand-typed, nothing
+# unicode-data files by tokenizer/unicode_gen.py (nothing hand-typed, nothing
 # generated committed).
 UNICODE_DIR ?= /usr/share/unicode
-LIB_OBJ  += $(BUILD)/obj/gen/router/unicode_tables.o
+LIB_OBJ  += $(BUILD)/obj/gen/tokenizer/unicode_tables.o
 # The router's dashboard page, embedded as bytes (router/embed_file.py).
 LIB_OBJ  += $(BUILD)/obj/gen/router/dashboard_html.o
 # build/bin/tandem-NAME from DIR/NAME_main.c (underscores become dashes)
@@ -88,7 +95,11 @@ GPU_ENGINE_PROGS := $(BUILD)/gpu-bin/tandem-bench $(BUILD)/gpu-bin/tandem-genera
                     $(ENGINE_GPU_TESTS)
 endif
 KN_LIB   := $(BUILD)/libtandem_kernels.a
-KN_OBJ   := $(filter $(BUILD)/obj/kernels/%,$(LIB_OBJ)) $(if $(filter 1,$(CUDA)),$(CU_OBJ))
+# common/ without the parts that need ZeroMQ, libsodium or protobuf-c (the
+# GPU programs link none of those)
+COMMON_NET_SRC := common/wire.c common/sock_auth.c
+COMMON_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(filter-out $(COMMON_NET_SRC),$(wildcard common/*.c)))
+KN_OBJ   := $(COMMON_OBJ) $(filter $(BUILD)/obj/kernels/%,$(LIB_OBJ)) $(if $(filter 1,$(CUDA)),$(CU_OBJ))
 # The engine on top of the kernels (libtandem_engine.a), for the GPU
 # engine programs: they need cJSON and BLAS but no UCX, ZeroMQ or protoc-c.
 ENGINE_OBJ := $(filter $(BUILD)/obj/engine/%,$(LIB_OBJ))
@@ -143,9 +154,9 @@ $(BUILD)/gen/proto/%.pb-c.c $(BUILD)/gen/proto/%.pb-c.h: proto/%.proto
 	@mkdir -p $(dir $@)
 	protoc-c --proto_path=. --c_out=$(BUILD)/gen $<
 
-$(BUILD)/gen/router/unicode_tables.c: router/unicode_gen.py
+$(BUILD)/gen/tokenizer/unicode_tables.c: tokenizer/unicode_gen.py
 	@mkdir -p $(dir $@)
-	python3 router/unicode_gen.py $(UNICODE_DIR) > $@.tmp && mv $@.tmp $@
+	python3 tokenizer/unicode_gen.py $(UNICODE_DIR) > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/gen/router/dashboard_html.c: router/dashboard.html router/embed_file.py
 	@mkdir -p $(dir $@)
@@ -174,8 +185,12 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/unit/%.o $(TEST_HELPER_OBJ) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
-# The kernels, their test helper and the GPU programs include no generated
-# protobuf header, so they build without protoc-c (the GPU machine has none).
+# common/, the kernels, the engine, their test helpers and the GPU programs
+# include no generated protobuf header, so they build without protoc-c (the
+# GPU machine has none).
+$(BUILD)/obj/common/%.o: common/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 $(BUILD)/obj/kernels/%.o: kernels/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
@@ -186,6 +201,9 @@ $(BUILD)/obj/tests/unit/testutil.o: tests/unit/testutil.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 $(BUILD)/obj/engine/%.o: engine/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/obj/programs/generate_main.o $(BUILD)/obj/programs/bench_main.o: $(BUILD)/obj/programs/%.o: programs/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 $(BUILD)/obj/tests/unit/engine_testutil.o: tests/unit/engine_testutil.c
@@ -210,7 +228,7 @@ $(ENGINE_LIB): $(KN_OBJ) $(ENGINE_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/gpu-bin/tandem-%: $(BUILD)/obj/engine/%_main.o $(ENGINE_LIB)
+$(BUILD)/gpu-bin/tandem-%: $(BUILD)/obj/programs/%_main.o $(ENGINE_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(CUDA_LIBS) $(CJSON_LIBS) $(BLAS_LIBS) -lm -o $@
 

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "kernels/sampling.h"
-#include "kernels/status.h"
-#include "router/util.h"
+#include "common/status.h"
+#include "common/sys.h"
 
 #define WHO "decoder"
 

@@ -13,10 +13,10 @@
 #include "engine/model.h"
 #include "engine/rank_group.h"
 #include "kernels/backend.h"
-#include "router/worker_http.h"
-#include "router/worker_link.h"
-#include "router/worker_metrics.h"
-#include "router/worker_process.h"
+#include "worker/worker_http.h"
+#include "worker/worker_link.h"
+#include "worker/worker_metrics.h"
+#include "worker/worker_process.h"
 
 typedef struct decoder_config {
     worker_options w;          /* the flags every worker has (--dp is w.ranks) */

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "kernels/status.h"
-#include "router/options.h"
-#include "router/util.h"
+#include "common/status.h"
+#include "common/options.h"
+#include "common/sys.h"
 
 #define WHO "decoder"
 
@@ -83,7 +83,7 @@ static void on_assignment(decoder_ctx *ctx, const Tandem__V1__DecodeAssignment *
         break; /* KvReady goes out when it is admitted */
     case SCHED_ERR_NEVER_FITS:
         snprintf(msg, sizeof msg, "needs %d KV pages; this decoder has %d in all",
-                 sched_pages_needed(req.prompt_len, req.max_tokens, ctx->s.page_size),
+                 tm_kv_pages_needed(req.prompt_len, req.max_tokens, ctx->s.page_size),
                  ctx->s.n_pages);
         send_error(ctx, a->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_KV_NEVER_FITS, msg);
         break;

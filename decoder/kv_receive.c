@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "kernels/status.h"
+#include "common/status.h"
 #include "transfer/transfer.h"
 #include "transfer/transfer_kv.h"
 

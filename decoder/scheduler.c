@@ -3,14 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int sched_pages_needed(int prompt_len, int max_tokens, int page_size)
-{
-    if (page_size <= 0 || prompt_len <= 0 || max_tokens <= 0)
-        return 0;
-    long tokens = (long)prompt_len + max_tokens - 1;
-    return (int)((tokens + page_size - 1) / page_size);
-}
-
 static int pages_for_tokens(int tokens, int page_size)
 {
     return (tokens + page_size - 1) / page_size;
@@ -115,7 +107,7 @@ sched_status sched_submit(sched *s, const sched_request *req, sched_seq **out)
         return SCHED_ERR_ARG;
     if ((long)req->prompt_len + req->max_tokens > s->max_context)
         return SCHED_ERR_TOO_LONG;
-    int need = sched_pages_needed(req->prompt_len, req->max_tokens, s->page_size);
+    int need = tm_kv_pages_needed(req->prompt_len, req->max_tokens, s->page_size);
     if (need > s->n_pages)
         return SCHED_ERR_NEVER_FITS;
     if (s->n_seqs == s->cap_seqs) {

@@ -3,7 +3,7 @@
  * the model; decoder_main.c runs the forward pass over the batch it forms.
  *
  * Admission control reserves a request's worst case up front: the prompt
- * plus every token it may generate (sched_pages_needed). A request is
+ * plus every token it may generate (tm_kv_pages_needed, engine/kv_cache.h). A request is
  * admitted only when that many pages are free beyond what earlier admissions
  * may still claim, so a running sequence never runs out of pages and nothing
  * is ever preempted. Requests that do not fit now wait in FIFO order (the
@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "kernels/sampling.h"
+#include "engine/kv_cache.h"
 
 #define SCHED_MAX_ID 64
 
@@ -88,11 +89,6 @@ typedef enum {
     SCHED_ERR_ARG = -3,       /* bad sizes, duplicate or over-long id */
     SCHED_ERR_NOMEM = -4,
 } sched_status;
-
-/* Pages holding prompt_len + max_tokens - 1 tokens: the most a request can
- * ever have cached (its last token is returned, never fed back). The router
- * uses the same formula for its placement accounting. */
-int sched_pages_needed(int prompt_len, int max_tokens, int page_size);
 
 /* n_pages pages of page_size tokens, page ids 0..n_pages-1; at most
  * max_batch sequences admitted at once; max_context bounds prompt+output. */

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "engine/comm_internal.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 void comm_set_error(comm *c, const char *fmt, ...)
 {

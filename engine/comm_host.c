@@ -43,7 +43,7 @@
 #include <unistd.h>
 #include "engine/comm.h"
 #include "engine/comm_internal.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 #define SEG_MAGIC 0x3143454d444e4154ull   /* "TANDMEC1" */
 #define POLL_MS 10                       /* longest sleep between liveness probes */

@@ -12,7 +12,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include "kernels/status.h"
+#include "common/status.h"
 
 static void errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void errf(char *err, size_t errlen, const char *fmt, ...)

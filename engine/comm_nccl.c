@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "engine/comm_internal.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 #ifndef TANDEM_NCCL
 

@@ -11,8 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "engine/util.h"
-#include "kernels/status.h"
+#include "common/file.h"
+#include "common/status.h"
 
 #define CONFIG_MAX_BYTES (16u << 20)
 

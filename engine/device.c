@@ -2,8 +2,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include "engine/util.h"
-#include "kernels/status.h"
+#include "common/file.h"
+#include "common/status.h"
 
 int tm_device_parse(const char *arg, kn_backend_kind *kind, int *ordinal)
 {

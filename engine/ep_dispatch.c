@@ -6,7 +6,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/moe.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 struct tm_ep_state {
     /* host */

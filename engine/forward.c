@@ -21,7 +21,7 @@
 #include "kernels/moe.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #include "kernels/stopwatch.h"
 
 static void buf_free(const kn_backend *be, tm_buf *b, int host)

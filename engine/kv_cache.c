@@ -1,7 +1,7 @@
 #include "engine/kv_cache.h"
 #include <stdlib.h>
 #include <string.h>
-#include "kernels/status.h"
+#include "common/status.h"
 
 size_t tm_kv_page_bytes(const tm_kv_cache *c)
 {
@@ -103,4 +103,12 @@ void tm_kv_release_pages(tm_kv_cache *c, const int32_t *pages, int n)
 int tm_kv_pages_for(const tm_kv_cache *c, int n_tokens)
 {
     return n_tokens <= 0 ? 0 : (n_tokens + c->page_size - 1) / c->page_size;
+}
+
+int tm_kv_pages_needed(int prompt_len, int max_tokens, int page_size)
+{
+    if (page_size <= 0 || prompt_len <= 0 || max_tokens <= 0)
+        return 0;
+    long tokens = (long)prompt_len + max_tokens - 1;
+    return (int)((tokens + page_size - 1) / page_size);
 }

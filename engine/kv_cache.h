@@ -35,4 +35,12 @@ void tm_kv_release_pages(tm_kv_cache *c, const int32_t *pages, int n);
 /* Pages a sequence of n_tokens tokens needs. */
 int tm_kv_pages_for(const tm_kv_cache *c, int n_tokens);
 
+/* Pages holding prompt_len + max_tokens - 1 tokens: the most a request can
+ * ever have cached (its last token is returned, never fed back). The
+ * decoder's admission control and the router's placement accounting both
+ * use it, so they agree on what a request needs; it reads no cache, so the
+ * router calls it with a decoder's announced page size. 0 for non-positive
+ * arguments. */
+int tm_kv_pages_needed(int prompt_len, int max_tokens, int page_size);
+
 #endif

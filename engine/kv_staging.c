@@ -2,8 +2,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "engine/util.h"
-#include "kernels/status.h"
+#include "common/file.h"
+#include "common/status.h"
 
 int tm_kv_path_parse(const char *arg, tm_kv_path *out)
 {

@@ -9,9 +9,9 @@
 #include "engine/ep_dispatch.h"
 #include "engine/model_internal.h"
 #include "engine/safetensors.h"
-#include "engine/util.h"
+#include "common/file.h"
 #include "kernels/rope.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 const tm_config *tm_model_config(const tm_model *m)
 {

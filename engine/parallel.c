@@ -1,8 +1,8 @@
 /* Layout planning: the shard of each rank and the TP/EP groups. */
 #include "engine/parallel.h"
 #include <string.h>
-#include "engine/util.h"
-#include "kernels/status.h"
+#include "common/file.h"
+#include "common/status.h"
 
 void tm_shard_full(const tm_config *c, tm_shard *s)
 {

@@ -1,7 +1,7 @@
 #include "engine/rank_group.h"
 #include <stdio.h>
 #include <string.h>
-#include "kernels/status.h"
+#include "common/status.h"
 
 int rank_group_start(rank_group *g, int tp, int ep, int dp, int rank, int world,
                      const char *name, const char *prefix, int timeout_ms,

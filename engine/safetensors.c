@@ -8,8 +8,8 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "engine/util.h"
-#include "kernels/status.h"
+#include "common/file.h"
+#include "common/status.h"
 
 /* A header larger than this is corrupt, not a model (real ones are < 10 MB). */
 #define ST_MAX_HEADER (256u << 20)

@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "engine/mxfp4.h"
-#include "engine/util.h"
+#include "common/file.h"
 #include "kernels/fp8.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 /* Load state: the first failure writes err and turns every later step into
  * a no-op, so the per-tensor code reads straight through. */

@@ -5,12 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "engine/util.h"
+#include "common/file.h"
 #include "engine/weights.h"
 #include "kernels/fp8.h"
 #include "kernels/fill.h"
 #include "kernels/sampling.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 typedef struct maker {
     const kn_backend *be;

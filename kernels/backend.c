@@ -7,9 +7,9 @@
 #include <string.h>
 #include "kernels/backend.h"
 #include "kernels/kn_check.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #ifdef TANDEM_CUDA
-#include "kernels/cuda_backend.h"
+#include "kernels/cuda/cuda_backend.h"
 #endif
 
 /* Host buffers are cache-line aligned so the vectorised loops never split a

@@ -12,7 +12,7 @@
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/sampling.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 /* Returns be->kind, or -1 (after saying why) for a NULL or unknown backend. */
 static int backend_kind(const char *op, const kn_backend *be)

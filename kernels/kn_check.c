@@ -2,7 +2,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "kernels/kn_check.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 int kn_arg_error(const char *op, const char *fmt, ...)
 {

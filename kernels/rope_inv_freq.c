@@ -5,7 +5,7 @@
 #include <math.h>
 #include "kernels/kn_check.h"
 #include "kernels/rope.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 /* The dimension index at which a frequency completes num_rotations turns
  * over the original context (YaRN's find_correction_dim). */

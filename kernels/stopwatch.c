@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <time.h>
 #include "kernels/kn_check.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #ifdef TANDEM_CUDA
-#include "kernels/cuda_backend.h"
+#include "kernels/cuda/cuda_backend.h"
 #endif
 
 struct kn_stopwatch {

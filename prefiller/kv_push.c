@@ -15,8 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "kernels/status.h"
-#include "router/util.h"
+#include "common/status.h"
+#include "common/sys.h"
 #include "transfer/transfer.h"
 #include "transfer/transfer_kv.h"
 

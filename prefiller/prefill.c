@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "kernels/status.h"
-#include "router/util.h"
+#include "common/status.h"
+#include "common/sys.h"
 
 #define WHO "prefiller"
 

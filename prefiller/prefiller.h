@@ -13,10 +13,10 @@
 #include "kernels/backend.h"
 #include "kernels/sampling.h"
 #include "prefiller/kv_push.h"
-#include "router/worker_http.h"
-#include "router/worker_link.h"
-#include "router/worker_metrics.h"
-#include "router/worker_process.h"
+#include "worker/worker_http.h"
+#include "worker/worker_link.h"
+#include "worker/worker_metrics.h"
+#include "worker/worker_process.h"
 
 typedef struct prefiller_config {
     worker_options w;          /* the flags every worker has (--tp is w.ranks) */

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "kernels/status.h"
-#include "router/options.h"
-#include "router/util.h"
+#include "common/status.h"
+#include "common/options.h"
+#include "common/sys.h"
 
 #define WHO "prefiller"
 

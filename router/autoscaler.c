@@ -13,8 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 #include "router/router.h"
-#include "router/scaler.h"
-#include "router/util.h"
+#include "autoscale/scaler.h"
+#include "common/sys.h"
 
 #define WHO "autoscaler"
 /* How often the local scaler reaps exited workers and enforces drain

@@ -2,8 +2,8 @@
  * observes the cluster (arriving input tokens/s from the router's counter,
  * each prefiller's tokens and busy seconds and each decoder's requests from
  * the registry, requests the router holds), runs the policy
- * (router/autoscale_policy.h, the same code tandem-sim runs) and hands the
- * desired replica counts to the scaler backend (router/scaler.h: local,
+ * (autoscale/autoscale_policy.h, the same code tandem-sim runs) and hands the
+ * desired replica counts to the scaler backend (autoscale/scaler.h: local,
  * kubernetes or metrics-only). It publishes what it saw and decided in
  * router_ctx.as_status (under the context lock) for /metrics and the
  * dashboard, and keeps a history of both for the dashboard's charts.
@@ -16,7 +16,7 @@
 #define TANDEM_ROUTER_AUTOSCALER_H
 #include <stddef.h>
 #include <stdint.h>
-#include "router/autoscale_policy.h"
+#include "autoscale/autoscale_policy.h"
 
 typedef struct autoscaler_config {
     char scaler[16];               /* none | local | kubernetes | metrics-only */

@@ -7,7 +7,7 @@
 
 #include <math.h>
 #include <string.h>
-#include "router/util.h"
+#include "common/sys.h"
 
 /* router/embed_file.py output (build/gen/router/dashboard_html.c). */
 extern const unsigned char tandem_dashboard_html[];

@@ -3,20 +3,21 @@
  * failure. Runs on the core thread with the context lock held. */
 #include "router/router.h"
 
+#include <zmq.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "decoder/scheduler.h"
+#include "engine/kv_cache.h"
 #include "router/placement.h"
-#include "router/util.h"
+#include "common/sys.h"
 
 #define WHO "router"
 
 static int send_worker(router_ctx *ctx, const char *worker, const Tandem__V1__WorkerMessage *m)
 {
-    if (wire_send_worker(ctx->worker_sock, worker, strlen(worker), m) != 0) {
+    if (wire_send(ctx->worker_sock, worker, strlen(worker), &m->base, ZMQ_DONTWAIT) != 0) {
         tn_log(WHO, "send to worker %s failed: %s", worker, strerror(errno));
         return -1;
     }
@@ -44,7 +45,7 @@ static void send_error(router_ctx *ctx, const char *rid, size_t rid_len, int cod
     Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
     m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_ERROR;
     m.error = &e;
-    wire_send_worker(ctx->worker_sock, rid, rid_len, &m);
+    wire_send(ctx->worker_sock, rid, rid_len, &m.base, ZMQ_DONTWAIT);
 }
 
 static router_worker *worker_by_name(router_ctx *ctx, const char *name)
@@ -321,7 +322,7 @@ void dispatch_place(router_ctx *ctx, router_request *r)
              "decoder %s is unreachable", d->id);
         return;
     }
-    r->pages_committed = sched_pages_needed(prompt_len, max_tokens, d->page_size);
+    r->pages_committed = tm_kv_pages_needed(prompt_len, max_tokens, d->page_size);
     d->pages_committed += r->pages_committed;
     d->in_flight++;
     r->on_decoder = 1;

@@ -22,7 +22,7 @@
 #include <sys/socket.h>
 #include <time.h>
 #include "router/api_key.h"
-#include "router/util.h"
+#include "common/sys.h"
 
 #define WHO "router"
 #define SSE_BLOCK 16384

@@ -5,14 +5,14 @@
  * worker_up, the pools' replicas (desired, current, ready, draining) and the
  * autoscale policy's numbers; and the cluster view: every registered
  * worker's own series as its last heartbeat carried them
- * (router/worker_metrics.h), labelled pool and worker. Rendered in the
+ * (worker/worker_metrics.h), labelled pool and worker. Rendered in the
  * Prometheus text format (0.0.4) for GET /metrics. */
 #ifndef TANDEM_ROUTER_METRICS_H
 #define TANDEM_ROUTER_METRICS_H
 #include <stdint.h>
 #include "router/autoscaler.h"
-#include "router/prom.h"
-#include "router/sbuf.h"
+#include "common/prom.h"
+#include "common/sbuf.h"
 #include "router/workers.h"
 
 typedef enum { API_OPENAI = 0, API_RPC = 1, API_COUNT = 2 } metrics_api;

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cJSON.h>
-#include "router/sbuf.h"
+#include "common/sbuf.h"
 
 #define API_MAX_STOP 4
 #define API_MAX_MODEL 128

@@ -1,7 +1,7 @@
 #include "router/placement.h"
 
 #include <string.h>
-#include "decoder/scheduler.h"
+#include "engine/kv_cache.h"
 #include "proto/tandem.pb-c.h"
 
 place_status placement_pick_prefiller(const worker_registry *r, const char *model,
@@ -33,7 +33,7 @@ place_status placement_pick_decoder(const worker_registry *r, const char *model,
             w->draining)
             continue;
         any = 1;
-        int need = sched_pages_needed(prompt_len, max_tokens, w->page_size);
+        int need = tm_kv_pages_needed(prompt_len, max_tokens, w->page_size);
         if (need > w->kv_pages_total)
             continue;
         int room = w->kv_pages_total - w->pages_committed;

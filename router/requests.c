@@ -9,9 +9,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include "decoder/scheduler.h"
+#include "engine/kv_cache.h"
 #include "router/placement.h"
-#include "router/util.h"
+#include "common/sys.h"
 
 router_request *request_new(router_ctx *ctx, req_origin origin)
 {

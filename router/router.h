@@ -23,10 +23,11 @@
 #include "router/autoscaler.h"
 #include "router/metrics.h"
 #include "router/openai_api.h"
-#include "router/sbuf.h"
-#include "router/sock_auth.h"
+#include "common/sbuf.h"
+#include "common/sock_auth.h"
 #include "router/text_codec.h"
-#include "router/wire.h"
+#include "common/wire.h"
+#include "proto/tandem.pb-c.h"
 #include "router/workers.h"
 
 typedef struct router_config {
@@ -177,7 +178,7 @@ typedef struct router_ctx {
 
 void router_config_default(router_config *c);
 /* Parses argv and the --config file it names into c (holding defaults).
- * Returns OPTS_OK, OPTS_HELP or OPTS_ERROR (router/options.h) with a reason. */
+ * Returns OPTS_OK, OPTS_HELP or OPTS_ERROR (common/options.h) with a reason. */
 int router_config_parse(router_config *c, int argc, char **argv, char *err, size_t errlen);
 void router_config_print_help(FILE *out, router_config *c, const char *intro);
 /* Ranges and combinations (ports, limits, scaler settings, the policy). */

@@ -13,8 +13,8 @@
 #include <unistd.h>
 #include <zmq.h>
 #include "router/api_key.h"
-#include "router/options.h"
-#include "router/util.h"
+#include "common/options.h"
+#include "common/sys.h"
 
 #define WHO "router"
 

@@ -6,7 +6,7 @@
 
 #include <stdio.h>
 #include <string.h>
-#include "router/options.h"
+#include "common/options.h"
 
 void router_config_default(router_config *c)
 {

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
-#include "router/util.h"
-#include "router/wire.h"
+#include "common/sys.h"
+#include "common/wire.h"
 
 int rpc_client_open(rpc_client *c, const char *endpoint, char *err, size_t errlen)
 {

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "proto/tandem.pb-c.h"
-#include "router/sock_auth.h"
+#include "common/sock_auth.h"
 
 typedef struct rpc_client {
     void *zctx;

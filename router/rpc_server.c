@@ -3,19 +3,20 @@
  * the core thread with the lock held. */
 #include "router/router.h"
 
+#include <zmq.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "router/util.h"
+#include "common/sys.h"
 
 #define WHO "router"
 
 static void reply(router_ctx *ctx, const uint8_t *rid, size_t rid_len,
                   const Tandem__V1__ClientMessage *m)
 {
-    if (wire_send_client(ctx->rpc_sock, rid, rid_len, m) != 0 && errno != EHOSTUNREACH)
+    if (wire_send(ctx->rpc_sock, rid, rid_len, &m->base, ZMQ_DONTWAIT) != 0 && errno != EHOSTUNREACH)
         tn_log(WHO, "RPC reply failed: %s", strerror(errno));
 }
 
@@ -244,7 +245,7 @@ void rpc_deliver(router_ctx *ctx, router_request *r)
     Tandem__V1__ClientMessage m = TANDEM__V1__CLIENT_MESSAGE__INIT;
     m.body_case = TANDEM__V1__CLIENT_MESSAGE__BODY_CHUNK;
     m.chunk = &c;
-    if (wire_send_client(ctx->rpc_sock, r->client_rid, r->client_rid_len, &m) != 0) {
+    if (wire_send(ctx->rpc_sock, r->client_rid, r->client_rid_len, &m.base, ZMQ_DONTWAIT) != 0) {
         /* EHOSTUNREACH: the client is gone; EAGAIN: it stopped reading. */
         tn_log(WHO, "request %s: RPC client unreachable (%s), cancelling", r->id, strerror(errno));
         request_queue_cancel(ctx, r);

@@ -9,11 +9,11 @@
  *          ("<|im_start|>role\ncontent<|im_end|>\n", then
  *          "<|im_start|>assistant\n") and byte-encoded. An honest demo mode
  *          for the tiny fixtures (vocab 512), whose outputs are random.
- *   PATH   a real vocabulary (router/tokenizer.h): a HuggingFace
+ *   PATH   a real vocabulary (tokenizer/tokenizer.h): a HuggingFace
  *          tokenizer.json (Qwen3) or an o200k_base.tiktoken file
  *          (GPT-OSS, o200k_harmony). Prompts are encoded with special-token
  *          strings treated as text; output special tokens are not text.
- *          Chats render in the vocabulary's chat format (router/chat.h:
+ *          Chats render in the vocabulary's chat format (chat/chat.h:
  *          Harmony for o200k_harmony, ChatML with <think> for Qwen3) and
  *          the output is parsed back into reasoning, content and tool
  *          calls.
@@ -25,9 +25,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "router/openai_api.h"
-#include "router/sbuf.h"
-#include "router/chat.h"
-#include "router/tokenizer.h"
+#include "common/sbuf.h"
+#include "chat/chat.h"
+#include "tokenizer/tokenizer.h"
 
 typedef enum { CODEC_NONE = 0, CODEC_BYTES = 1, CODEC_BPE = 2 } codec_kind;
 

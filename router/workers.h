@@ -6,8 +6,9 @@
 #define TANDEM_ROUTER_WORKERS_H
 #include <stddef.h>
 #include <stdint.h>
-#include "router/wire.h"
-#include "router/worker_metrics.h"
+#include "common/wire.h"
+#include "proto/tandem.pb-c.h"
+#include "worker/worker_metrics.h"
 
 #define WORKER_MAX_EOS 8
 

@@ -1,7 +1,7 @@
 /* Element-wise add on the CPU (the residual connection). */
 #include "kernels/elementwise.h"
 #include "kernels/kn_check.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 int kn_add_cpu(float *out, const float *a, const float *b, size_t n)
 {

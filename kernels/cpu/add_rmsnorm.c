@@ -6,7 +6,7 @@
 #include <math.h>
 #include "kernels/kn_check.h"
 #include "kernels/rmsnorm.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 int kn_add_rmsnorm_cpu(float *x, float *xn, const float *delta, const float *weight,
                        int rows, int dim, float eps)

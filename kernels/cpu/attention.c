@@ -11,7 +11,7 @@
 #include "kernels/attention.h"
 #include "kernels/cpu/seq_batch.h"
 #include "kernels/kn_check.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 int kn_attention_cpu(float *out, const float *q, const float *k_pool,
                      const float *v_pool, const kn_seq_batch *b, int n_heads,

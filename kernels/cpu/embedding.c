@@ -2,7 +2,7 @@
 #include <string.h>
 #include "kernels/embedding.h"
 #include "kernels/kn_check.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 int kn_embedding_cpu(float *out, const float *table, const int32_t *ids,
                      int n_tokens, int vocab, int dim)

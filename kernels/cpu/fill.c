@@ -2,7 +2,7 @@
 #include <math.h>
 #include "kernels/fill.h"
 #include "kernels/kn_check.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 /* SplitMix64's output function on seed + (i + 1) * gamma: a counter-based
  * generator, so element i needs no state from element i - 1. The CUDA

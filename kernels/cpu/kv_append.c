@@ -3,7 +3,7 @@
 #include "kernels/attention.h"
 #include "kernels/cpu/seq_batch.h"
 #include "kernels/kn_check.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 int kn_kv_append_cpu(float *k_pool, float *v_pool, const float *k, const float *v,
                      const kn_seq_batch *b, int n_kv_heads, int head_dim, int page_size)

@@ -7,7 +7,7 @@
 #include "kernels/fp8.h"
 #include "kernels/kn_check.h"
 #include "kernels/matmul.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 static int check_args(const char *op, const float *out, const float *x, const void *w,
                       size_t w_bytes, int m, int n, int k)

@@ -12,7 +12,7 @@
 #include "kernels/fp8.h"
 #include "kernels/kn_check.h"
 #include "kernels/moe.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 /* Routes to this rank's experts, grouped by local expert: the routes of
  * expert e are entries [start[e], start[e+1]) of token/weight. */

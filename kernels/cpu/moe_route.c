@@ -9,7 +9,7 @@
 #include <math.h>
 #include "kernels/kn_check.h"
 #include "kernels/moe.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 /* 1 when expert a (logit va) comes before expert b (logit vb). */
 static int route_before(float va, int a, float vb, int b)

@@ -4,7 +4,7 @@
 #include <math.h>
 #include "kernels/kn_check.h"
 #include "kernels/rmsnorm.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 int kn_rmsnorm_cpu(float *out, const float *x, const float *weight, int rows,
                    int dim, float eps)

@@ -7,7 +7,7 @@
 #include <math.h>
 #include "kernels/kn_check.h"
 #include "kernels/rope.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 int kn_rope_cpu(float *x, const int32_t *pos, int n_tokens, int n_heads,
                 int head_dim, const float *inv_freq, float attn_scale)

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include "kernels/kn_check.h"
 #include "kernels/sampling.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 typedef struct candidate {
     double p;     /* unnormalised probability */

@@ -1,6 +1,6 @@
 #include "kernels/cpu/seq_batch.h"
 #include "kernels/kn_check.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 int kn_cpu_check_seq_batch(const char *op, const kn_seq_batch *b, int page_size)
 {

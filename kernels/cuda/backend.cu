@@ -8,7 +8,7 @@
 #include "kernels/cuda/fp8_cuda.cuh"
 #include "kernels/cuda/lt_plan_cache.cuh"
 extern "C" {
-#include "kernels/cuda_backend.h"
+#include "kernels/cuda/cuda_backend.h"
 }
 
 /* cuBLAS gets a fixed workspace of its own so it never allocates inside a

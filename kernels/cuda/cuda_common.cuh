@@ -20,7 +20,7 @@ extern "C" {
 #include "kernels/backend.h"
 #include "kernels/dtype.h"
 #include "kernels/kn_check.h"
-#include "kernels/status.h"
+#include "common/status.h"
 }
 
 #define KN_CUDA_MAX_SIDE 4

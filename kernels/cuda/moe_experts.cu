@@ -55,7 +55,7 @@
 #include "kernels/cuda/fp8_cuda.cuh"
 #include "kernels/cuda/moe_grouped_fp8.cuh"
 extern "C" {
-#include "kernels/cuda_backend.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/moe.h"
 }
 

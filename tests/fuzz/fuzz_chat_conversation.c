@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cJSON.h>
-#include "kernels/status.h"
-#include "router/chat.h"
-#include "router/utf8.h"
+#include "common/status.h"
+#include "chat/chat.h"
+#include "common/utf8.h"
 #include "tests/fuzz/harness.h"
 
 /* Loaded once; see harness.h. */

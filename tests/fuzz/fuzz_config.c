@@ -11,7 +11,7 @@
 #include <string.h>
 #include "engine/config.h"
 #include "kernels/rope.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #include "tests/fuzz/harness.h"
 
 /* Set once; see harness.h. */

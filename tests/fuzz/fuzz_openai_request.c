@@ -14,7 +14,7 @@
 #include <string.h>
 #include <cJSON.h>
 #include "router/openai_api.h"
-#include "router/sbuf.h"
+#include "common/sbuf.h"
 #include "tests/fuzz/harness.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)

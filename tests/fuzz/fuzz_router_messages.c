@@ -27,9 +27,9 @@
 #include <string.h>
 #include <unistd.h>
 #include <zmq.h>
-#include "kernels/status.h"
+#include "common/status.h"
 #include "router/router.h"
-#include "router/util.h"
+#include "common/sys.h"
 #include "tests/fuzz/harness.h"
 
 /* Set up once; see harness.h. */

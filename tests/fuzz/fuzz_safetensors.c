@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "engine/safetensors.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #include "tests/fuzz/harness.h"
 
 /* Set once; see harness.h. */

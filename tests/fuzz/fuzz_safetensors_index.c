@@ -9,7 +9,7 @@
 #include <string.h>
 #include <cJSON.h>
 #include "engine/safetensors.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #include "tests/fuzz/harness.h"
 
 /* Set once; see harness.h. */

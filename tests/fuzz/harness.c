@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "kernels/status.h"
+#include "common/status.h"
 
 void fz_fail(const char *file, int line, const char *what)
 {

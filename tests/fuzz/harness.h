@@ -11,7 +11,7 @@
 #define TANDEM_TESTS_FUZZ_HARNESS_H
 #include <stddef.h>
 #include <stdint.h>
-#include "router/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -2,8 +2,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "kernels/status.h"
-#include "router/utf8.h"
+#include "common/status.h"
+#include "common/utf8.h"
 #include "tests/fuzz/harness.h"
 
 static void pool_add(fz_token_pool *pool, int32_t id, const char *what)

@@ -3,7 +3,7 @@
 #define TANDEM_TESTS_FUZZ_PARSE_PROPS_H
 #include <stddef.h>
 #include <stdint.h>
-#include "router/chat.h"
+#include "chat/chat.h"
 
 /* A pool of token ids the input bytes index: the format's special tokens,
  * ordinary tokens of words the formats use (channel names, "to=functions",

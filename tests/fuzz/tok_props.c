@@ -1,8 +1,8 @@
 #include "tests/fuzz/tok_props.h"
 #include <string.h>
-#include "kernels/status.h"
-#include "router/unicode.h"
-#include "router/utf8.h"
+#include "common/status.h"
+#include "tokenizer/unicode.h"
+#include "common/utf8.h"
 #include "tests/fuzz/harness.h"
 
 static void check_encode(const bpe_tokenizer *t, int32_t vocab, int nfc, int mode,

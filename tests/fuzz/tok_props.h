@@ -3,7 +3,7 @@
 #define TANDEM_TESTS_FUZZ_TOK_PROPS_H
 #include <stddef.h>
 #include <stdint.h>
-#include "router/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 /* data[0] picks the mode, the rest is the payload:
  *  - encode (bit 0 clear): the payload as text, with special tokens

@@ -17,7 +17,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/backend.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #include "tests/unit/testutil.h"
 
 enum { H = 64, HKV = 8, D = 64, PAGE = 16, WARMUP = 3, REPS = 10 };

@@ -36,11 +36,11 @@
 #include <time.h>
 
 #include "kernels/backend.h"
-#include "kernels/cuda_backend.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/fp8.h"
 #include "kernels/fill.h"
 #include "kernels/moe.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #include "tests/unit/testutil.h"
 
 typedef struct moe_model {

@@ -19,7 +19,7 @@
 #include "kernels/matmul.h"
 #include "kernels/moe.h"
 #include "kernels/rmsnorm.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #include "tests/unit/testutil.h"
 
 enum { WARMUP = 3, REPS = 10, TOKENS = 8192, HIDDEN = 2880, QKV = 5120, ATTN_OUT = 4096,

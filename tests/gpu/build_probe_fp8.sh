@@ -9,7 +9,7 @@ OUT=${1:-build/probe_fp8}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 NVCC=${NVCC:-/usr/local/cuda/bin/nvcc}
-for f in kernels/status.c kernels/kn_check.c kernels/dtype.c kernels/fp8.c; do
+for f in common/status.c kernels/kn_check.c kernels/dtype.c kernels/fp8.c; do
     cc -std=c11 -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -I. -c "$f" -o "$TMP/$(basename "$f" .c).o"
 done
 for f in kernels/cuda/backend.cu kernels/cuda/gemm_fp8.cu kernels/cuda/lt_plan_cache.cu kernels/cuda/quant_fp8.cu \

@@ -22,7 +22,7 @@
 
 #include "kernels/attention.h"
 #include "kernels/backend.h"
-#include "kernels/cuda_backend.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/elementwise.h"
 #include "kernels/dtype.h"
 #include "kernels/embedding.h"
@@ -33,7 +33,7 @@
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/sampling.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #include "kernels/stopwatch.h"
 #include "tests/unit/testutil.h"
 

@@ -32,7 +32,7 @@
 #include "engine/kv_cache.h"
 #include "engine/model.h"
 #include "kernels/backend.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #include "tests/unit/engine_testutil.h"
 
 #define HF_TOL 1e-3        /* f32 vs HF float64 */

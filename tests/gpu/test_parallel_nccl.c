@@ -52,7 +52,7 @@
 #include "engine/model.h"
 #include "engine/parallel.h"
 #include "kernels/backend.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #include "tests/unit/engine_testutil.h"
 
 #define PAR_TOL 1e-4       /* parallel vs single-rank, as in the CPU parity tests */

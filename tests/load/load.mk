@@ -1,22 +1,14 @@
 # The load generator and `make test-load`, included by the Makefile.
 #
-#   tests/load/loadgen.c -> build/bin/tandem-loadgen (built with `make` and
-#                           `make test`, so the normal suite can run a
-#                           bounded load test too)
+# The load generator (programs/loadgen_main.c -> build/bin/tandem-loadgen)
+# is built with `make` and `make test`, so the normal suite can run a
+# bounded load test too.
 #
 # `make test-load` runs tests/integration/test_load.sh on its own with
 # LOAD_CLIENTS concurrent streaming clients (default 256, as in `make test`;
 # 1000 or more works: the router is started with room for them).
-LOADGEN      := $(BUILD)/bin/tandem-loadgen
 LOAD_CLIENTS ?= 256
 
 .PHONY: test-load
-all: $(LOADGEN)
-test: $(LOADGEN)
-
-$(LOADGEN): $(BUILD)/obj/tests/load/loadgen.o $(LIB)
-	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
-
-test-load: $(LIB) $(BINS) $(LOADGEN)
+test-load: $(LIB) $(BINS)
 	TANDEM_BUILD=$(BUILD) LOAD_CLIENTS=$(LOAD_CLIENTS) bash tests/integration/test_load.sh

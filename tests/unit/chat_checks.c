@@ -8,8 +8,8 @@
 #include <cmocka.h>
 #include "tests/unit/chat_checks.h"
 #include "tests/unit/tok_test_util.h"
-#include "router/utf8.h"
-#include "kernels/status.h"
+#include "common/utf8.h"
+#include "common/status.h"
 
 int chatcheck_setup(void **state, const char *vocab_key, chat_format fmt)
 {

@@ -4,7 +4,7 @@
 #ifndef TANDEM_TESTS_CHAT_CHECKS_H
 #define TANDEM_TESTS_CHAT_CHECKS_H
 #include <cJSON.h>
-#include "router/chat.h"
+#include "chat/chat.h"
 
 typedef struct chat_suite {
     cJSON *fixture;

@@ -1,5 +1,5 @@
 #include "tests/unit/engine_testutil.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #include <cjson/cJSON.h>
 #include <ftw.h>
 #include <math.h>

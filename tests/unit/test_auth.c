@@ -1,4 +1,4 @@
-/* Shared-secret socket keys (router/sock_auth.c) and the HTTP API key check
+/* Shared-secret socket keys (common/sock_auth.c) and the HTTP API key check
  * (router/api_key.c): keys are a function of the secret and the label
  * alone, different secrets or labels give unrelated keys, bad secret files
  * are refused with a reason, and only "Bearer <the key>" passes. The CURVE
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "router/api_key.h"
-#include "router/sock_auth.h"
+#include "common/sock_auth.h"
 #include "tests/unit/engine_testutil.h"
 
 static void write_text(const char *path, const char *text)

@@ -9,7 +9,7 @@
 #include <cmocka.h>
 #include <math.h>
 #include <string.h>
-#include "router/autoscale_policy.h"
+#include "autoscale/autoscale_policy.h"
 
 /* A config whose damping is off unless a test turns it on. */
 static autoscale_config bare_config(void)

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "router/autoscale_sim.h"
+#include "autoscale/autoscale_sim.h"
 
 /* Both pools pinned to one replica, ready at t = 0. */
 static sim_config pinned_config(void)

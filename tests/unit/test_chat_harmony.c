@@ -10,8 +10,8 @@
 #include <string.h>
 #include <cmocka.h>
 #include "tests/unit/chat_checks.h"
-#include "router/chat_harmony.h"
-#include "kernels/status.h"
+#include "chat/chat_harmony.h"
+#include "common/status.h"
 
 static int setup(void **state)
 {

@@ -9,8 +9,8 @@
 #include <string.h>
 #include <cmocka.h>
 #include "tests/unit/chat_checks.h"
-#include "router/chat_json.h"
-#include "kernels/status.h"
+#include "chat/chat_json.h"
+#include "common/status.h"
 
 static int setup(void **state)
 {

@@ -17,7 +17,7 @@
 #include <unistd.h>
 #include "engine/comm.h"
 #include "engine/comm_launch.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #include "tests/unit/rank_testutil.h"
 
 #define WAIT_MS 60000     /* bound on a whole case; reaching it is a failure */

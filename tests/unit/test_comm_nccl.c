@@ -14,7 +14,7 @@
 #include <unistd.h>
 #include "engine/comm.h"
 #include "kernels/backend.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 #ifndef TANDEM_NCCL
 

@@ -15,7 +15,7 @@
 #include "engine/kv_cache.h"
 #include "engine/model.h"
 #include "kernels/backend.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #include "tests/unit/engine_testutil.h"
 
 typedef void (*edit_fn)(et_tensor *t, int *n, void *ctx);

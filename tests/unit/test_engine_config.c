@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "engine/config.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #include "tests/unit/engine_testutil.h"
 
 static void gpt_oss_fixture(void **state)

@@ -28,7 +28,7 @@
 #include "engine/model.h"
 #include "engine/parallel.h"
 #include "kernels/backend.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #include "tests/unit/engine_testutil.h"
 #include "tests/unit/rank_testutil.h"
 

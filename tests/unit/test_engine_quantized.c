@@ -44,7 +44,7 @@
 #include "kernels/backend.h"
 #include "kernels/dtype.h"
 #include "kernels/fp8.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #include "tests/unit/engine_testutil.h"
 #include "testutil.h"
 

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "engine/safetensors.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #include "tests/unit/engine_testutil.h"
 
 /* Each line of tensors.txt: "name file [d0, d1, ...] DTYPE". */

@@ -19,7 +19,7 @@
 #include "engine/kv_cache.h"
 #include "engine/model.h"
 #include "kernels/backend.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #include "tests/unit/engine_testutil.h"
 
 /* bf16 operands vs HF float64, whole prompt. Most rows land near 1e-2;

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "router/autoscale_policy.h"
-#include "router/flag_file.h"
+#include "autoscale/autoscale_policy.h"
+#include "common/flag_file.h"
 
 /* The router's own settings in router.conf that are not autoscale flags
  * (tests/unit/test_router_options.c parses the file with the router's own

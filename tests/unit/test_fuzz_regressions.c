@@ -12,11 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include "engine/config.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #include <zmq.h>
 #include "router/router.h"
-#include "router/tokenizer.h"
-#include "router/utf8.h"
+#include "tokenizer/tokenizer.h"
+#include "common/utf8.h"
 #include "tests/unit/engine_testutil.h"
 
 #define O200K_VOCAB "vocab/gpt-tokenizer/data/o200k_base.tiktoken"

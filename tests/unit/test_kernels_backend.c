@@ -16,7 +16,7 @@
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
 #include "kernels/sampling.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 static void cpu_buffers_round_trip(void **state)
 {

@@ -10,7 +10,7 @@
 #include <cmocka.h>
 #include "engine/kv_cache.h"
 #include "engine/kv_staging.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 enum { LAYERS = 3, HEADS = 2, HEAD_DIM = 4, PAGE = 5, PAGES = 9 };
 

@@ -9,7 +9,7 @@
 #include <cmocka.h>
 #include "kernels/backend.h"
 #include "kernels/elementwise.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #include "testutil.h"
 
 static void add_is_exact_and_in_place(void **state)

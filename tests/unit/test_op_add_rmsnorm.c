@@ -13,7 +13,7 @@
 #include "kernels/backend.h"
 #include "kernels/elementwise.h"
 #include "kernels/rmsnorm.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #include "testutil.h"
 
 /* sum[i] = x[i] + delta[i] in double; out = rmsnorm(sum) * w, all in double. */

@@ -16,7 +16,7 @@
 #include <cmocka.h>
 #include "kernels/attention.h"
 #include "kernels/backend.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #include "testutil.h"
 
 #define MAX_SEQS 8

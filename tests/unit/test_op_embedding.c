@@ -8,7 +8,7 @@
 #include <cmocka.h>
 #include "kernels/backend.h"
 #include "kernels/embedding.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #include "testutil.h"
 
 static void embedding_copies_rows(void **state)

@@ -16,7 +16,7 @@
 #include "kernels/backend.h"
 #include "kernels/dtype.h"
 #include "kernels/fill.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #include "kernels/stopwatch.h"
 #include "testutil.h"
 

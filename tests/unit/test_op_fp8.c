@@ -25,7 +25,7 @@
 #include "kernels/fp8.h"
 #include "kernels/matmul.h"
 #include "kernels/moe.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #include "testutil.h"
 
 /* e4m3fn by definition: sign, 4 exponent bits (bias 7), 3 mantissa bits,

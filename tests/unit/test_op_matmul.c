@@ -14,7 +14,7 @@
 #include "kernels/backend.h"
 #include "kernels/dtype.h"
 #include "kernels/matmul.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #include "testutil.h"
 
 static void matmul_matches_float64(void **state)

@@ -14,7 +14,7 @@
 #include "kernels/backend.h"
 #include "kernels/dtype.h"
 #include "kernels/moe.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #include "testutil.h"
 
 typedef struct ranked {

@@ -10,7 +10,7 @@
 #include <cmocka.h>
 #include "kernels/backend.h"
 #include "kernels/rmsnorm.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #include "testutil.h"
 
 static void rmsnorm_ref(double *out, const float *x, const float *w, int rows, int dim, double eps)

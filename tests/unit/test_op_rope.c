@@ -13,7 +13,7 @@
 #include <cmocka.h>
 #include "kernels/backend.h"
 #include "kernels/rope.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #include "testutil.h"
 
 static void assert_close_rel(double got, double want, double tol)

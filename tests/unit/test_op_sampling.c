@@ -16,7 +16,7 @@
 #include <cmocka.h>
 #include "kernels/backend.h"
 #include "kernels/sampling.h"
-#include "kernels/status.h"
+#include "common/status.h"
 #include "testutil.h"
 
 static void rng_is_seeded_and_uniform(void **state)

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <cmocka.h>
-#include "router/options.h"
+#include "common/options.h"
 #include "router/placement.h"
 
 static router_worker *add(worker_registry *r, const char *id, int role, const char *model,

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <cmocka.h>
-#include "router/options.h"
+#include "common/options.h"
 #include "router/router.h"
 
 static int parse(router_config *c, int argc, const char **argv, char *err, size_t errlen)

@@ -17,7 +17,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include "router/scaler.h"
+#include "autoscale/scaler.h"
 
 #define TLS_DIR "tests/fixtures/k8s_api_tls"
 

@@ -18,7 +18,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include "router/scaler.h"
+#include "autoscale/scaler.h"
 
 static void sleep_ms(int ms)
 {

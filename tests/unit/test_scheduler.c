@@ -7,6 +7,7 @@
 #include <string.h>
 #include <cmocka.h>
 #include "decoder/scheduler.h"
+#include "engine/kv_cache.h"
 
 static sched_request req(const char *id, int prompt, int max_tokens)
 {
@@ -18,12 +19,12 @@ static void pages_needed_counts_prompt_plus_fed_tokens(void **state)
 {
     (void)state;
     /* 10 prompt + 7 outputs: 16 tokens ever cached (the last output is never fed). */
-    assert_int_equal(sched_pages_needed(10, 7, 4), 4);
-    assert_int_equal(sched_pages_needed(10, 8, 4), 5);
-    assert_int_equal(sched_pages_needed(1, 1, 16), 1);
-    assert_int_equal(sched_pages_needed(16, 1, 16), 1);
-    assert_int_equal(sched_pages_needed(16, 2, 16), 2);
-    assert_int_equal(sched_pages_needed(0, 2, 16), 0);
+    assert_int_equal(tm_kv_pages_needed(10, 7, 4), 4);
+    assert_int_equal(tm_kv_pages_needed(10, 8, 4), 5);
+    assert_int_equal(tm_kv_pages_needed(1, 1, 16), 1);
+    assert_int_equal(tm_kv_pages_needed(16, 1, 16), 1);
+    assert_int_equal(tm_kv_pages_needed(16, 2, 16), 2);
+    assert_int_equal(tm_kv_pages_needed(0, 2, 16), 0);
 }
 
 static void admission_allocates_prompt_pages_and_reserves_the_rest(void **state)

@@ -4,7 +4,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <cmocka.h>
-#include "kernels/status.h"
+#include "common/status.h"
 
 static void status_strings_are_distinct(void **state)
 {

@@ -11,7 +11,7 @@
 #include <cmocka.h>
 #include "tests/unit/tok_checks.h"
 #include "tests/unit/tok_test_util.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 static int setup(void **state)
 {

@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
-#include "router/unicode.h"
-#include "router/utf8.h"
-#include "kernels/status.h"
+#include "tokenizer/unicode.h"
+#include "common/utf8.h"
+#include "common/status.h"
 
 #define NORMALIZATION_TEST "/usr/share/unicode/NormalizationTest.txt.bz2"
 

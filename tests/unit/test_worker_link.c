@@ -10,8 +10,8 @@
 #include <string.h>
 #include <cmocka.h>
 #include <zmq.h>
-#include "router/util.h"
-#include "router/worker_link.h"
+#include "common/sys.h"
+#include "worker/worker_link.h"
 
 typedef struct fake_router {
     void *ctx, *sock;
@@ -91,7 +91,7 @@ static void registers_heartbeats_and_reregisters(void **state)
     Tandem__V1__WorkerMessage out = TANDEM__V1__WORKER_MESSAGE__INIT;
     out.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_REGISTER_ACK;
     out.register_ack = &ack;
-    assert_int_equal(wire_send_worker(r.sock, rid, rid_len, &out), 0);
+    assert_int_equal(wire_send(r.sock, rid, rid_len, &out.base, ZMQ_DONTWAIT), 0);
     pump_until(&l, is_registered);
     assert_int_equal(l.heartbeat_ms, 250);
 
@@ -111,7 +111,7 @@ static void registers_heartbeats_and_reregisters(void **state)
     e.message = "unknown worker";
     out.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_ERROR;
     out.error = &e;
-    assert_int_equal(wire_send_worker(r.sock, rid, rid_len, &out), 0);
+    assert_int_equal(wire_send(r.sock, rid, rid_len, &out.base, ZMQ_DONTWAIT), 0);
     pump_until(&l, is_unregistered);
     m = router_recv(&r, rid, &rid_len);
     assert_int_equal(m->body_case, TANDEM__V1__WORKER_MESSAGE__BODY_REGISTER);
@@ -123,7 +123,7 @@ static void registers_heartbeats_and_reregisters(void **state)
     c.release_kv = 1;
     out.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_CANCEL;
     out.cancel = &c;
-    assert_int_equal(wire_send_worker(r.sock, rid, rid_len, &out), 0);
+    assert_int_equal(wire_send(r.sock, rid, rid_len, &out.base, ZMQ_DONTWAIT), 0);
     Tandem__V1__WorkerMessage *got = NULL;
     for (int i = 0; i < 1000 && !got; i++) {
         zmq_pollitem_t it = {l.sock, 0, ZMQ_POLLIN, 0};

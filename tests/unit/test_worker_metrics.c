@@ -1,4 +1,4 @@
-/* Worker metrics (router/worker_metrics.h): the exposition text follows
+/* Worker metrics (worker/worker_metrics.h): the exposition text follows
  * docs/METRICS.md (names, labels, cumulative buckets, one HELP/TYPE per
  * family however many workers), and the heartbeat's WorkerMetrics carries
  * every number through a real protobuf pack/unpack unchanged. */
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
-#include "router/worker_metrics.h"
+#include "worker/worker_metrics.h"
 
 static int count_lines_starting(const char *text, const char *prefix)
 {

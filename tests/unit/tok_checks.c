@@ -8,9 +8,9 @@
 #include <cmocka.h>
 #include "tests/unit/tok_checks.h"
 #include "tests/unit/tok_test_util.h"
-#include "router/utf8.h"
-#include "router/unicode.h"
-#include "kernels/status.h"
+#include "common/utf8.h"
+#include "tokenizer/unicode.h"
+#include "common/status.h"
 
 int tokcheck_setup(void **state, const char *name, const char *vocab_key, int nfc)
 {

@@ -4,7 +4,7 @@
 #ifndef TANDEM_TESTS_TOK_CHECKS_H
 #define TANDEM_TESTS_TOK_CHECKS_H
 #include <cJSON.h>
-#include "router/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 typedef struct tok_suite {
     cJSON *fixture;

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <cmocka.h>
 #include "tests/unit/tok_test_util.h"
-#include "kernels/status.h"
+#include "common/status.h"
 
 cJSON *toktest_load_fixture(void)
 {

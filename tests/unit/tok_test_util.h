@@ -5,7 +5,7 @@
 #ifndef TANDEM_TESTS_TOK_TEST_UTIL_H
 #define TANDEM_TESTS_TOK_TEST_UTIL_H
 #include <cJSON.h>
-#include "router/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #define TT_FIXTURE "tests/fixtures/tokenizer_ref.json"
 

