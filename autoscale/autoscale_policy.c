@@ -1,6 +1,7 @@
 /* Autoscaling policy: formulas, damping and flags. See autoscale_policy.h for
  * the contract and docs/AUTOSCALING.md for the formulas with worked numbers. */
 #include "autoscale/autoscale_policy.h"
+#include "common/status.h"
 #include "common/flag_file.h"
 
 #include <errno.h>
@@ -12,17 +13,6 @@
 
 /* Replica counts are ints; formulas saturate here instead of overflowing. */
 #define AS_REPLICAS_SATURATE (INT_MAX / 2)
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 const char *as_pool_name(as_pool pool)
 {
@@ -83,42 +73,42 @@ static int finite_nonneg(double x) { return isfinite(x) && x >= 0.0; }
 int autoscale_config_validate(const autoscale_config *cfg, char *err, size_t errlen)
 {
     if (!cfg)
-        return fail(err, errlen, "autoscale config is NULL");
+        return tn_fail(err, errlen, TN_ERR_ARG, "autoscale config is NULL");
     if (!(isfinite(cfg->prefill_target_utilisation) && cfg->prefill_target_utilisation > 0.0 &&
           cfg->prefill_target_utilisation <= 1.0))
-        return fail(err, errlen, "autoscale-prefill-target-utilisation must be in (0, 1], got %g",
+        return tn_fail(err, errlen, TN_ERR_ARG, "autoscale-prefill-target-utilisation must be in (0, 1], got %g",
                     cfg->prefill_target_utilisation);
     if (!finite_positive(cfg->prefill_prior_tps))
-        return fail(err, errlen, "autoscale-prefill-prior-tps must be > 0, got %g", cfg->prefill_prior_tps);
+        return tn_fail(err, errlen, TN_ERR_ARG, "autoscale-prefill-prior-tps must be > 0, got %g", cfg->prefill_prior_tps);
     if (!finite_positive(cfg->prefill_halflife_busy_s))
-        return fail(err, errlen, "autoscale-prefill-halflife-s must be > 0, got %g",
+        return tn_fail(err, errlen, TN_ERR_ARG, "autoscale-prefill-halflife-s must be > 0, got %g",
                     cfg->prefill_halflife_busy_s);
     if (!(finite_positive(cfg->prefill_tps_floor_fraction) && cfg->prefill_tps_floor_fraction <= 1.0))
-        return fail(err, errlen, "autoscale-prefill-tps-floor must be in (0, 1], got %g",
+        return tn_fail(err, errlen, TN_ERR_ARG, "autoscale-prefill-tps-floor must be in (0, 1], got %g",
                     cfg->prefill_tps_floor_fraction);
     if (!finite_nonneg(cfg->prefill_backlog_drain_s))
-        return fail(err, errlen, "autoscale-prefill-backlog-drain-s must be >= 0, got %g",
+        return tn_fail(err, errlen, TN_ERR_ARG, "autoscale-prefill-backlog-drain-s must be >= 0, got %g",
                     cfg->prefill_backlog_drain_s);
     if (!finite_positive(cfg->decode_max_batch))
-        return fail(err, errlen, "autoscale-decode-max-batch must be > 0, got %g", cfg->decode_max_batch);
+        return tn_fail(err, errlen, TN_ERR_ARG, "autoscale-decode-max-batch must be > 0, got %g", cfg->decode_max_batch);
     if (!finite_nonneg(cfg->decode_headroom))
-        return fail(err, errlen, "autoscale-decode-headroom must be >= 0, got %g", cfg->decode_headroom);
+        return tn_fail(err, errlen, TN_ERR_ARG, "autoscale-decode-headroom must be >= 0, got %g", cfg->decode_headroom);
     for (int p = 0; p < AS_POOL_COUNT; p++) {
         const autoscale_pool_config *pc = &cfg->pool[p];
         const char *n = as_pool_name((as_pool)p);
         if (pc->min_replicas < 0)
-            return fail(err, errlen, "autoscale-%s-min must be >= 0, got %d", n, pc->min_replicas);
+            return tn_fail(err, errlen, TN_ERR_ARG, "autoscale-%s-min must be >= 0, got %d", n, pc->min_replicas);
         if (pc->max_replicas < pc->min_replicas || pc->max_replicas < 1)
-            return fail(err, errlen, "autoscale-%s-max (%d) must be >= 1 and >= autoscale-%s-min (%d)", n,
+            return tn_fail(err, errlen, TN_ERR_ARG, "autoscale-%s-max (%d) must be >= 1 and >= autoscale-%s-min (%d)", n,
                         pc->max_replicas, n, pc->min_replicas);
         if (pc->max_replicas > AS_REPLICAS_SATURATE)
-            return fail(err, errlen, "autoscale-%s-max %d is too large", n, pc->max_replicas);
+            return tn_fail(err, errlen, TN_ERR_ARG, "autoscale-%s-max %d is too large", n, pc->max_replicas);
         if (!finite_nonneg(pc->scale_up_window_s) || !finite_nonneg(pc->scale_down_window_s))
-            return fail(err, errlen, "autoscale-%s stabilisation windows must be >= 0 seconds", n);
+            return tn_fail(err, errlen, TN_ERR_ARG, "autoscale-%s stabilisation windows must be >= 0 seconds", n);
         if (!finite_nonneg(pc->scale_up_cooldown_s) || !finite_nonneg(pc->scale_down_cooldown_s))
-            return fail(err, errlen, "autoscale-%s cooldowns must be >= 0 seconds", n);
+            return tn_fail(err, errlen, TN_ERR_ARG, "autoscale-%s cooldowns must be >= 0 seconds", n);
         if (pc->max_step_up < 1 || pc->max_step_down < 1)
-            return fail(err, errlen, "autoscale-%s-max-step-up/down must be >= 1, got %d/%d", n,
+            return tn_fail(err, errlen, TN_ERR_ARG, "autoscale-%s-max-step-up/down must be >= 1, got %d/%d", n,
                         pc->max_step_up, pc->max_step_down);
     }
     return 0;
@@ -172,7 +162,7 @@ int autoscale_config_set_flag(autoscale_config *cfg, const char *name, const cha
                               size_t errlen)
 {
     if (!cfg || !name)
-        return fail(err, errlen, "autoscale_config_set_flag: NULL argument");
+        return tn_fail(err, errlen, TN_ERR_ARG, "autoscale_config_set_flag: NULL argument");
     return flag_field_set(cfg, FLAGS, N_FLAGS, name, value, err, errlen);
 }
 
@@ -227,7 +217,7 @@ double autoscale_ewma_update(double estimate, double sample_tps, double busy_s, 
 int autoscale_policy_init(autoscale_policy *p, const autoscale_config *cfg, char *err, size_t errlen)
 {
     if (!p)
-        return fail(err, errlen, "autoscale_policy_init: NULL policy");
+        return tn_fail(err, errlen, TN_ERR_ARG, "autoscale_policy_init: NULL policy");
     memset(p, 0, sizeof(*p));
     if (autoscale_config_validate(cfg, err, errlen) != 0)
         return -1;
@@ -380,20 +370,20 @@ int autoscale_policy_evaluate(autoscale_policy *p, const autoscale_observation *
                               char *err, size_t errlen)
 {
     if (!p || !obs || !out)
-        return fail(err, errlen, "autoscale_policy_evaluate: NULL argument");
+        return tn_fail(err, errlen, TN_ERR_ARG, "autoscale_policy_evaluate: NULL argument");
     if (!isfinite(obs->now_s))
-        return fail(err, errlen, "observation time is not finite");
+        return tn_fail(err, errlen, TN_ERR_ARG, "observation time is not finite");
     if (p->has_evaluated && obs->now_s < p->last_now_s)
-        return fail(err, errlen, "observation time went backwards (%.3f < %.3f)", obs->now_s, p->last_now_s);
+        return tn_fail(err, errlen, TN_ERR_ARG, "observation time went backwards (%.3f < %.3f)", obs->now_s, p->last_now_s);
     if (!finite_nonneg(obs->input_tps_arriving) || !finite_nonneg(obs->prefill_queued_tokens))
-        return fail(err, errlen, "input tokens/s and queued tokens must be finite and >= 0");
+        return tn_fail(err, errlen, TN_ERR_ARG, "input tokens/s and queued tokens must be finite and >= 0");
     if ((obs->n_prefill_samples && !obs->prefill_samples) || (obs->n_decoders && !obs->decoder_running))
-        return fail(err, errlen, "observation has a count but no array");
+        return tn_fail(err, errlen, TN_ERR_ARG, "observation has a count but no array");
     if (obs->decode_waiting < 0)
-        return fail(err, errlen, "decode_waiting must be >= 0");
+        return tn_fail(err, errlen, TN_ERR_ARG, "decode_waiting must be >= 0");
     for (int i = 0; i < AS_POOL_COUNT; i++)
         if (obs->current[i] < 0)
-            return fail(err, errlen, "current %s replicas must be >= 0", as_pool_name((as_pool)i));
+            return tn_fail(err, errlen, TN_ERR_ARG, "current %s replicas must be >= 0", as_pool_name((as_pool)i));
 
     const autoscale_config *c = &p->cfg;
     memset(out, 0, sizeof(*out));
@@ -416,7 +406,7 @@ int autoscale_policy_evaluate(autoscale_policy *p, const autoscale_observation *
     long seqs = obs->decode_waiting;
     for (size_t i = 0; i < obs->n_decoders; i++) {
         if (obs->decoder_running[i] < 0)
-            return fail(err, errlen, "decoder %zu reports a negative batch size", i);
+            return tn_fail(err, errlen, TN_ERR_ARG, "decoder %zu reports a negative batch size", i);
         seqs += obs->decoder_running[i];
     }
     int f[AS_POOL_COUNT];
@@ -424,7 +414,7 @@ int autoscale_policy_evaluate(autoscale_policy *p, const autoscale_observation *
                                                         p->prefill_tps_estimate);
     f[AS_POOL_DECODE] = autoscale_decode_replicas_for(seqs, c->decode_max_batch, c->decode_headroom);
     if (f[AS_POOL_PREFILL] < 0 || f[AS_POOL_DECODE] < 0)
-        return fail(err, errlen, "autoscale formula got invalid inputs");
+        return tn_fail(err, errlen, TN_ERR_ARG, "autoscale formula got invalid inputs");
 
     out->prefill_tps_per_replica = p->prefill_tps_estimate;
     out->prefill_demand_tps = demand;
@@ -441,7 +431,7 @@ int autoscale_policy_evaluate(autoscale_policy *p, const autoscale_observation *
         int clamped = clamp_int(f[i], pc->min_replicas, pc->max_replicas);
         out->formula[i] = clamped;
         if (history_push(s, obs->now_s, clamped) != 0)
-            return fail(err, errlen, "out of memory for the autoscale history");
+            return tn_fail(err, errlen, TN_ERR_ARG, "out of memory for the autoscale history");
         double keep = pc->scale_up_window_s > pc->scale_down_window_s ? pc->scale_up_window_s
                                                                       : pc->scale_down_window_s;
         history_prune(s, obs->now_s, keep);

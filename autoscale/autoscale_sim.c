@@ -4,6 +4,7 @@
  * policy evaluation. Replica counts are small (tens), so every step scans
  * them instead of keeping a heap. */
 #include "autoscale/autoscale_sim.h"
+#include "common/status.h"
 #include "common/flag_file.h"
 
 #include <errno.h>
@@ -12,17 +13,6 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 void sim_config_default(sim_config *cfg)
 {
@@ -83,27 +73,27 @@ int sim_config_validate(const sim_config *cfg, char *err, size_t errlen)
     if (autoscale_config_validate(&cfg->policy, err, errlen) != 0)
         return -1;
     if (!(cfg->eval_interval_s > 0.0 && isfinite(cfg->eval_interval_s)))
-        return fail(err, errlen, "--eval-interval-s must be > 0");
+        return tn_fail(err, errlen, TN_ERR_ARG, "--eval-interval-s must be > 0");
     if (!(cfg->prefill_tps > 0.0 && isfinite(cfg->prefill_tps)))
-        return fail(err, errlen, "--prefill-tps must be > 0");
+        return tn_fail(err, errlen, TN_ERR_ARG, "--prefill-tps must be > 0");
     if (!(cfg->decode_step_base_s >= 0.0 && cfg->decode_step_per_seq_s >= 0.0 &&
           cfg->decode_step_base_s + cfg->decode_step_per_seq_s > 0.0 && isfinite(cfg->decode_step_base_s) &&
           isfinite(cfg->decode_step_per_seq_s)))
-        return fail(err, errlen, "decode step times must be >= 0 and not both 0");
+        return tn_fail(err, errlen, TN_ERR_ARG, "decode step times must be >= 0 and not both 0");
     if (cfg->decode_max_running < 1)
-        return fail(err, errlen, "--decode-max-running must be >= 1");
+        return tn_fail(err, errlen, TN_ERR_ARG, "--decode-max-running must be >= 1");
     if (!(cfg->startup_s >= 0.0 && isfinite(cfg->startup_s)))
-        return fail(err, errlen, "--startup-s must be >= 0");
+        return tn_fail(err, errlen, TN_ERR_ARG, "--startup-s must be >= 0");
     if (!(cfg->gpu_hour_usd >= 0.0 && isfinite(cfg->gpu_hour_usd)))
-        return fail(err, errlen, "--gpu-hour-usd must be >= 0");
+        return tn_fail(err, errlen, TN_ERR_ARG, "--gpu-hour-usd must be >= 0");
     if (!(cfg->max_sim_s >= 0.0 && isfinite(cfg->max_sim_s)))
-        return fail(err, errlen, "--max-sim-s must be >= 0");
+        return tn_fail(err, errlen, TN_ERR_ARG, "--max-sim-s must be >= 0");
     for (int p = 0; p < AS_POOL_COUNT; p++) {
         const char *pn = as_pool_name((as_pool)p);
         if (cfg->gpus_per_replica[p] < 1)
-            return fail(err, errlen, "--%s-gpus must be >= 1", pn);
+            return tn_fail(err, errlen, TN_ERR_ARG, "--%s-gpus must be >= 1", pn);
         if (cfg->initial[p] < cfg->policy.pool[p].min_replicas || cfg->initial[p] > cfg->policy.pool[p].max_replicas)
-            return fail(err, errlen, "--initial-%s (%d) must be within [autoscale-%s-min, autoscale-%s-max]", pn,
+            return tn_fail(err, errlen, TN_ERR_ARG, "--initial-%s (%d) must be within [autoscale-%s-min, autoscale-%s-max]", pn,
                         cfg->initial[p], pn, pn);
     }
     return 0;
@@ -136,12 +126,12 @@ static int parse_long(const char *s, long *out)
 int sim_load_trace(const char *path, sim_request **out, size_t *n_out, char *err, size_t errlen)
 {
     if (!path || !out || !n_out)
-        return fail(err, errlen, "sim_load_trace: NULL argument");
+        return tn_fail(err, errlen, TN_ERR_ARG, "sim_load_trace: NULL argument");
     *out = NULL;
     *n_out = 0;
     FILE *f = fopen(path, "r");
     if (!f)
-        return fail(err, errlen, "cannot open trace %s: %s", path, strerror(errno));
+        return tn_fail(err, errlen, TN_ERR_ARG, "cannot open trace %s: %s", path, strerror(errno));
     size_t cap = 1024, n = 0;
     sim_request *reqs = malloc(cap * sizeof(*reqs));
     char line[512];
@@ -149,12 +139,12 @@ int sim_load_trace(const char *path, sim_request **out, size_t *n_out, char *err
     int saw_data = 0;
     if (!reqs) {
         fclose(f);
-        return fail(err, errlen, "out of memory");
+        return tn_fail(err, errlen, TN_ERR_ARG, "out of memory");
     }
     while (fgets(line, sizeof(line), f)) {
         lineno++;
         if (!strchr(line, '\n') && !feof(f)) {
-            fail(err, errlen, "%s:%ld: line too long", path, lineno);
+            tn_fail(err, errlen, TN_ERR_ARG, "%s:%ld: line too long", path, lineno);
             goto bad;
         }
         char *s = line;
@@ -171,7 +161,7 @@ int sim_load_trace(const char *path, sim_request **out, size_t *n_out, char *err
         char *f1 = s, *f2 = strchr(f1, ',');
         char *f3 = f2 ? strchr(f2 + 1, ',') : NULL;
         if (!f2 || !f3 || strchr(f3 + 1, ',')) {
-            fail(err, errlen, "%s:%ld: expected time_s,input_tokens,output_tokens", path, lineno);
+            tn_fail(err, errlen, TN_ERR_ARG, "%s:%ld: expected time_s,input_tokens,output_tokens", path, lineno);
             goto bad;
         }
         *f2++ = '\0';
@@ -181,15 +171,15 @@ int sim_load_trace(const char *path, sim_request **out, size_t *n_out, char *err
         double t = strtod(f1, &end);
         long in, outt;
         if (errno || end == f1 || *end || !isfinite(t) || t < 0.0 || parse_long(f2, &in) || parse_long(f3, &outt)) {
-            fail(err, errlen, "%s:%ld: bad number (want time_s >= 0 and integer token counts)", path, lineno);
+            tn_fail(err, errlen, TN_ERR_ARG, "%s:%ld: bad number (want time_s >= 0 and integer token counts)", path, lineno);
             goto bad;
         }
         if (in < 1 || outt < 1 || in > 100000000L || outt > 100000000L) {
-            fail(err, errlen, "%s:%ld: token counts must be in [1, 1e8]", path, lineno);
+            tn_fail(err, errlen, TN_ERR_ARG, "%s:%ld: token counts must be in [1, 1e8]", path, lineno);
             goto bad;
         }
         if (n > 0 && t < reqs[n - 1].t) {
-            fail(err, errlen, "%s:%ld: arrival times must not decrease (%.6f after %.6f)", path, lineno, t,
+            tn_fail(err, errlen, TN_ERR_ARG, "%s:%ld: arrival times must not decrease (%.6f after %.6f)", path, lineno, t,
                  reqs[n - 1].t);
             goto bad;
         }
@@ -197,7 +187,7 @@ int sim_load_trace(const char *path, sim_request **out, size_t *n_out, char *err
             cap *= 2;
             sim_request *nr = realloc(reqs, cap * sizeof(*nr));
             if (!nr) {
-                fail(err, errlen, "out of memory");
+                tn_fail(err, errlen, TN_ERR_ARG, "out of memory");
                 goto bad;
             }
             reqs = nr;
@@ -205,13 +195,13 @@ int sim_load_trace(const char *path, sim_request **out, size_t *n_out, char *err
         reqs[n++] = (sim_request){t, in, outt};
     }
     if (ferror(f)) {
-        fail(err, errlen, "%s: read error", path);
+        tn_fail(err, errlen, TN_ERR_ARG, "%s: read error", path);
         goto bad;
     }
     fclose(f);
     if (n == 0) {
         free(reqs);
-        return fail(err, errlen, "%s: no requests in the trace", path);
+        return tn_fail(err, errlen, TN_ERR_ARG, "%s: no requests in the trace", path);
     }
     *out = reqs;
     *n_out = n;
@@ -475,7 +465,7 @@ static int evaluate(sim_state *s, autoscale_policy *pol, double t, double since,
     autoscale_prefill_sample *samples = calloc(pl->n + 1, sizeof(*samples));
     int *running = calloc(dl->n + 1, sizeof(*running));
     if (!samples || !running) {
-        fail(err, errlen, "out of memory");
+        tn_fail(err, errlen, TN_ERR_ARG, "out of memory");
         goto done;
     }
     size_t ns = 0, nd = 0;
@@ -520,13 +510,13 @@ static int evaluate(sim_state *s, autoscale_policy *pol, double t, double since,
         if (d.action[p] == AS_ACTION_DOWN)
             out->scale_downs[p]++;
         if (apply_scale(s, (as_pool)p, d.desired[p], t) != 0) {
-            fail(err, errlen, "out of memory");
+            tn_fail(err, errlen, TN_ERR_ARG, "out of memory");
             goto done;
         }
         pt.ready[p] = ready_count(s, (as_pool)p);
     }
     if (push_timeline(out, tl_cap, &pt) != 0) {
-        fail(err, errlen, "out of memory");
+        tn_fail(err, errlen, TN_ERR_ARG, "out of memory");
         goto done;
     }
     rc = 0;
@@ -539,14 +529,14 @@ done:
 int sim_run(const sim_config *cfg, const sim_request *reqs, size_t n, sim_result *out, char *err, size_t errlen)
 {
     if (!cfg || !reqs || !out || n == 0)
-        return fail(err, errlen, "sim_run: empty trace or NULL argument");
+        return tn_fail(err, errlen, TN_ERR_ARG, "sim_run: empty trace or NULL argument");
     memset(out, 0, sizeof(*out));
     if (sim_config_validate(cfg, err, errlen) != 0)
         return -1;
     for (size_t i = 0; i < n; i++)
         if (reqs[i].input_tokens < 1 || reqs[i].output_tokens < 1 || !(reqs[i].t >= 0.0) ||
             (i > 0 && reqs[i].t < reqs[i - 1].t))
-            return fail(err, errlen, "request %zu: bad arrival time or token counts", i);
+            return tn_fail(err, errlen, TN_ERR_ARG, "request %zu: bad arrival time or token counts", i);
 
     sim_state s;
     memset(&s, 0, sizeof(s));
@@ -566,13 +556,13 @@ int sim_run(const sim_config *cfg, const sim_request *reqs, size_t n, sim_result
     s.done = calloc(n, sizeof(double));
     s.remaining = malloc(n * sizeof(long));
     if (!s.pq || !s.dq || !s.prefill_start || !s.prefill_end || !s.admit || !s.done || !s.remaining) {
-        fail(err, errlen, "out of memory");
+        tn_fail(err, errlen, TN_ERR_ARG, "out of memory");
         goto done;
     }
     for (int p = 0; p < AS_POOL_COUNT; p++)
         for (int i = 0; i < cfg->initial[p]; i++)
             if (add_replica(&s, (as_pool)p, 0.0, 0.0) != 0) {
-                fail(err, errlen, "out of memory");
+                tn_fail(err, errlen, TN_ERR_ARG, "out of memory");
                 goto done;
             }
     double limit = cfg->max_sim_s > 0.0 ? cfg->max_sim_s : reqs[n - 1].t + 86400.0;
@@ -595,7 +585,7 @@ int sim_run(const sim_config *cfg, const sim_request *reqs, size_t n, sim_result
             }
         t = te;
         if (t > limit) {
-            fail(err, errlen, "simulation passed %.0f s with %zu of %zu requests unserved (the policy never gave the "
+            tn_fail(err, errlen, TN_ERR_ARG, "simulation passed %.0f s with %zu of %zu requests unserved (the policy never gave the "
                               "pools capacity: min replicas 0 and no backlog term?)", limit, n - s.completed, n);
             goto done;
         }
@@ -687,7 +677,7 @@ int sim_run(const sim_config *cfg, const sim_request *reqs, size_t n, sim_result
     /* Delay distributions. */
     double *v = malloc(n * sizeof(double));
     if (!v) {
-        fail(err, errlen, "out of memory");
+        tn_fail(err, errlen, TN_ERR_ARG, "out of memory");
         goto done;
     }
     for (size_t i = 0; i < n; i++)

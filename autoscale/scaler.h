@@ -10,7 +10,11 @@
  *
  * The router calls scaler_set_replicas() with the policy's desired count on
  * every evaluation (it is idempotent) and scaler_poll() on every tick.
- * Functions return 0 on success, -1 on error with a message in err. */
+ * Functions return 0 on success, or a negative tn_status (common/status.h)
+ * with a message in err: TN_ERR_ARG for a bad argument or configuration,
+ * TN_ERR_NOMEM, TN_ERR_SYS when a system call fails, TN_ERR_PEER when the
+ * Kubernetes API server refuses or answers nonsense, TN_ERR_BUSY when no slot
+ * is free. */
 #ifndef TANDEM_AUTOSCALE_SCALER_H
 #define TANDEM_AUTOSCALE_SCALER_H
 

@@ -3,6 +3,7 @@
  * service account (token, ca.crt, namespace under sa_dir), over libcurl.
  * The RBAC it needs is in deploy/base/router-rbac.yaml. */
 #include "autoscale/scaler.h"
+#include "common/status.h"
 
 #include <curl/curl.h>
 #include <cjson/cJSON.h>
@@ -28,29 +29,18 @@ struct scaler_kubernetes {
     long timeout_ms;
 };
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 /* Reads a small file whole, NUL-terminated, trailing whitespace removed. */
 static char *read_trimmed(const char *path, size_t max, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        fail(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        tn_fail(err, errlen, TN_ERR_SYS, "cannot read %s: %s", path, strerror(errno));
         return NULL;
     }
     char *buf = malloc(max + 1);
     if (!buf) {
         fclose(f);
-        fail(err, errlen, "out of memory reading %s", path);
+        tn_fail(err, errlen, TN_ERR_NOMEM, "out of memory reading %s", path);
         return NULL;
     }
     size_t n = fread(buf, 1, max + 1, f);
@@ -58,7 +48,7 @@ static char *read_trimmed(const char *path, size_t max, char *err, size_t errlen
     fclose(f);
     if (bad || n > max) {
         free(buf);
-        fail(err, errlen, "%s: %s", path, bad ? "read error" : "file too large");
+        tn_fail(err, errlen, TN_ERR_SYS, "%s: %s", path, bad ? "read error" : "file too large");
         return NULL;
     }
     while (n > 0 && isspace((unsigned char)buf[n - 1]))
@@ -66,7 +56,7 @@ static char *read_trimmed(const char *path, size_t max, char *err, size_t errlen
     buf[n] = '\0';
     if (n == 0) {
         free(buf);
-        fail(err, errlen, "%s is empty", path);
+        tn_fail(err, errlen, TN_ERR_ARG, "%s is empty", path);
         return NULL;
     }
     return buf;
@@ -110,15 +100,15 @@ int scaler_kubernetes_create(const scaler_kubernetes_config *cfg, scaler_kuberne
                              size_t errlen)
 {
     if (!cfg || !out)
-        return fail(err, errlen, "scaler_kubernetes_create: NULL argument");
+        return tn_fail(err, errlen, TN_ERR_ARG, "scaler_kubernetes_create: NULL argument");
     *out = NULL;
     /* Refcounted by libcurl; balanced in destroy. */
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-        return fail(err, errlen, "curl_global_init failed");
+        return tn_fail(err, errlen, TN_ERR_SYS, "curl_global_init failed");
     scaler_kubernetes *k = calloc(1, sizeof(*k));
     if (!k) {
         curl_global_cleanup();
-        return fail(err, errlen, "out of memory");
+        return tn_fail(err, errlen, TN_ERR_NOMEM, "out of memory");
     }
     k->timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : 10000;
     k->sa_dir = strdup(cfg->sa_dir ? cfg->sa_dir : SA_DIR_DEFAULT);
@@ -128,17 +118,17 @@ int scaler_kubernetes_create(const scaler_kubernetes_config *cfg, scaler_kuberne
         const char *res = cfg->workload_resource[p], *name = cfg->workload_name[p];
         const char *pn = as_pool_name((as_pool)p);
         if (!res || (strcmp(res, "deployments") != 0 && strcmp(res, "statefulsets") != 0)) {
-            fail(err, errlen, "kubernetes scaler: %s workload resource must be 'deployments' or 'statefulsets', got '%s'",
+            tn_fail(err, errlen, TN_ERR_ARG, "kubernetes scaler: %s workload resource must be 'deployments' or 'statefulsets', got '%s'",
                  pn, res ? res : "(none)");
             goto fail_out;
         }
         if (!valid_k8s_name(name)) {
-            fail(err, errlen, "kubernetes scaler: %s workload name '%s' is not a valid Kubernetes name", pn,
+            tn_fail(err, errlen, TN_ERR_ARG, "kubernetes scaler: %s workload name '%s' is not a valid Kubernetes name", pn,
                  name ? name : "(none)");
             goto fail_out;
         }
         if (cfg->pods_per_replica[p] < 0) {
-            fail(err, errlen, "kubernetes scaler: %s pods per replica must be >= 1", pn);
+            tn_fail(err, errlen, TN_ERR_ARG, "kubernetes scaler: %s pods per replica must be >= 1", pn);
             goto fail_out;
         }
         k->pods_per_replica[p] = cfg->pods_per_replica[p] ? cfg->pods_per_replica[p] : 1;
@@ -161,7 +151,7 @@ int scaler_kubernetes_create(const scaler_kubernetes_config *cfg, scaler_kuberne
             goto fail_out;
     }
     if (!valid_k8s_name(k->namespace_name)) {
-        fail(err, errlen, "kubernetes scaler: namespace '%s' is not a valid Kubernetes name", k->namespace_name);
+        tn_fail(err, errlen, TN_ERR_ARG, "kubernetes scaler: namespace '%s' is not a valid Kubernetes name", k->namespace_name);
         goto fail_out;
     }
     if (cfg->api_url) {
@@ -172,7 +162,7 @@ int scaler_kubernetes_create(const scaler_kubernetes_config *cfg, scaler_kuberne
         const char *host = getenv("KUBERNETES_SERVICE_HOST");
         const char *port = getenv("KUBERNETES_SERVICE_PORT");
         if (!host || !*host || !port || !*port) {
-            fail(err, errlen, "kubernetes scaler: KUBERNETES_SERVICE_HOST/KUBERNETES_SERVICE_PORT are not set "
+            tn_fail(err, errlen, TN_ERR_ARG, "kubernetes scaler: KUBERNETES_SERVICE_HOST/KUBERNETES_SERVICE_PORT are not set "
                               "(not running in a pod? pass the API server URL explicitly)");
             goto fail_out;
         }
@@ -189,7 +179,7 @@ int scaler_kubernetes_create(const scaler_kubernetes_config *cfg, scaler_kuberne
     *out = k;
     return 0;
 oom:
-    fail(err, errlen, "out of memory");
+    tn_fail(err, errlen, TN_ERR_NOMEM, "out of memory");
 fail_out:
     scaler_kubernetes_destroy(k);
     return -1;
@@ -239,7 +229,7 @@ static void http_error(char *err, size_t errlen, const char *method, const char 
                "deploy/base/router-rbac.yaml)";
     else if (status == 404)
         hint = " (no such workload in this namespace: check the scaler's workload names)";
-    fail(err, errlen, "kubernetes scaler: %s %s for %s %s/%s: HTTP %ld%s%s%s", method, url, as_pool_name(pool),
+    tn_fail(err, errlen, TN_ERR_PEER, "kubernetes scaler: %s %s for %s %s/%s: HTTP %ld%s%s%s", method, url, as_pool_name(pool),
          k->resource[pool], k->name[pool], status, msg ? ": " : "", msg ? msg : "", hint);
     cJSON_Delete(j);
 }
@@ -259,25 +249,25 @@ static int scale_request(scaler_kubernetes *k, as_pool pool, const char *method,
     if (asprintf(&url, "%s/apis/apps/v1/namespaces/%s/%s/%s/scale", k->api_url, k->namespace_name,
                  k->resource[pool], k->name[pool]) < 0) {
         url = NULL;
-        fail(err, errlen, "out of memory");
+        tn_fail(err, errlen, TN_ERR_NOMEM, "out of memory");
         goto done;
     }
     token_path = path_join(k->sa_dir, "token");
     ca_path = path_join(k->sa_dir, "ca.crt");
     if (!token_path || !ca_path) {
-        fail(err, errlen, "out of memory");
+        tn_fail(err, errlen, TN_ERR_NOMEM, "out of memory");
         goto done;
     }
     /* Read per request: projected service account tokens are rotated. */
     char terr[256];
     token = read_trimmed(token_path, MAX_TOKEN_BYTES, terr, sizeof(terr));
     if (!token) {
-        fail(err, errlen, "kubernetes scaler: service account token: %s", terr);
+        tn_fail(err, errlen, TN_ERR_SYS, "kubernetes scaler: service account token: %s", terr);
         goto done;
     }
     if (asprintf(&auth, "Authorization: Bearer %s", token) < 0) {
         auth = NULL;
-        fail(err, errlen, "out of memory");
+        tn_fail(err, errlen, TN_ERR_NOMEM, "out of memory");
         goto done;
     }
     struct curl_slist *h;
@@ -288,14 +278,14 @@ static int scale_request(scaler_kubernetes *k, as_pool pool, const char *method,
             continue;
         h = curl_slist_append(headers, fixed[i]);
         if (!h) {
-            fail(err, errlen, "out of memory");
+            tn_fail(err, errlen, TN_ERR_NOMEM, "out of memory");
             goto done;
         }
         headers = h;
     }
     c = curl_easy_init();
     if (!c) {
-        fail(err, errlen, "curl_easy_init failed");
+        tn_fail(err, errlen, TN_ERR_SYS, "curl_easy_init failed");
         goto done;
     }
     char curl_err[CURL_ERROR_SIZE] = "";
@@ -314,12 +304,12 @@ static int scale_request(scaler_kubernetes *k, as_pool pool, const char *method,
         ok = curl_easy_setopt(c, CURLOPT_POSTFIELDS, body) == CURLE_OK &&
              curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(body)) == CURLE_OK;
     if (!ok) {
-        fail(err, errlen, "kubernetes scaler: setting up the HTTP request failed");
+        tn_fail(err, errlen, TN_ERR_SYS, "kubernetes scaler: setting up the HTTP request failed");
         goto done;
     }
     CURLcode cr = curl_easy_perform(c);
     if (cr != CURLE_OK) {
-        fail(err, errlen, "kubernetes scaler: %s %s: %s%s%s", method, url, curl_easy_strerror(cr),
+        tn_fail(err, errlen, TN_ERR_SYS, "kubernetes scaler: %s %s: %s%s%s", method, url, curl_easy_strerror(cr),
              curl_err[0] ? ": " : "", curl_err[0] ? curl_err : (rb.too_big ? ": response too large" : ""));
         goto done;
     }
@@ -332,7 +322,7 @@ static int scale_request(scaler_kubernetes *k, as_pool pool, const char *method,
     *body_out = rb.data ? rb.data : strdup("");
     rb.data = NULL;
     if (!*body_out) {
-        fail(err, errlen, "out of memory");
+        tn_fail(err, errlen, TN_ERR_NOMEM, "out of memory");
         goto done;
     }
     rc = 0;
@@ -379,10 +369,10 @@ static int parse_scale_replicas(const char *body, int *replicas)
 int scaler_kubernetes_set_replicas(scaler_kubernetes *k, as_pool pool, int n, char *err, size_t errlen)
 {
     if (!k || !as_pool_name(pool) || n < 0)
-        return fail(err, errlen, "scaler_kubernetes_set_replicas: bad argument");
+        return tn_fail(err, errlen, TN_ERR_ARG, "scaler_kubernetes_set_replicas: bad argument");
     long pods = (long)n * k->pods_per_replica[pool];
     if (pods > 1000000)
-        return fail(err, errlen, "kubernetes scaler: %d replicas is too many", n);
+        return tn_fail(err, errlen, TN_ERR_ARG, "kubernetes scaler: %d replicas is too many", n);
     char body[64];
     snprintf(body, sizeof(body), "{\"spec\":{\"replicas\":%ld}}", pods);
     char *resp = NULL;
@@ -392,10 +382,10 @@ int scaler_kubernetes_set_replicas(scaler_kubernetes *k, as_pool pool, int n, ch
     int prc = parse_scale_replicas(resp, &got);
     free(resp);
     if (prc != 0)
-        return fail(err, errlen, "kubernetes scaler: PATCH %s/%s answered 2xx without a Scale object",
+        return tn_fail(err, errlen, TN_ERR_PEER, "kubernetes scaler: PATCH %s/%s answered 2xx without a Scale object",
                     k->resource[pool], k->name[pool]);
     if (got != pods)
-        return fail(err, errlen, "kubernetes scaler: asked %s/%s for %ld replicas, the API server answered %d",
+        return tn_fail(err, errlen, TN_ERR_PEER, "kubernetes scaler: asked %s/%s for %ld replicas, the API server answered %d",
                     k->resource[pool], k->name[pool], pods, got);
     return 0;
 }
@@ -403,7 +393,7 @@ int scaler_kubernetes_set_replicas(scaler_kubernetes *k, as_pool pool, int n, ch
 int scaler_kubernetes_get_replicas(scaler_kubernetes *k, as_pool pool, int *n, char *err, size_t errlen)
 {
     if (!k || !n || !as_pool_name(pool))
-        return fail(err, errlen, "scaler_kubernetes_get_replicas: bad argument");
+        return tn_fail(err, errlen, TN_ERR_ARG, "scaler_kubernetes_get_replicas: bad argument");
     char *resp = NULL;
     if (scale_request(k, pool, "GET", NULL, &resp, err, errlen) != 0)
         return -1;
@@ -411,7 +401,7 @@ int scaler_kubernetes_get_replicas(scaler_kubernetes *k, as_pool pool, int *n, c
     int prc = parse_scale_replicas(resp, &pods);
     free(resp);
     if (prc != 0)
-        return fail(err, errlen, "kubernetes scaler: GET %s/%s/scale did not return a Scale object",
+        return tn_fail(err, errlen, TN_ERR_PEER, "kubernetes scaler: GET %s/%s/scale did not return a Scale object",
                     k->resource[pool], k->name[pool]);
     /* A partly formed decoder group does not serve: count whole groups. */
     *n = pods / k->pods_per_replica[pool];

@@ -5,6 +5,7 @@
  * Scale-down is a drain: SIGTERM (the worker stops taking requests and
  * finishes its running ones), then SIGKILL after drain_timeout_s. */
 #include "autoscale/scaler.h"
+#include "common/status.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -37,17 +38,6 @@ struct scaler_local {
     worker_slot *slots[AS_POOL_COUNT]; /* max_workers each, index = slot */
     int killed_after_timeout;
 };
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 static double monotonic_s(void)
 {
@@ -86,12 +76,12 @@ static char **copy_argv(const char *const *argv)
 int scaler_local_split_command(const char *line, char ***argv_out, char *err, size_t errlen)
 {
     if (!line || !argv_out)
-        return fail(err, errlen, "scaler_local_split_command: NULL argument");
+        return tn_fail(err, errlen, TN_ERR_ARG, "scaler_local_split_command: NULL argument");
     *argv_out = NULL;
     size_t cap = 8, n = 0;
     char **argv = calloc(cap, sizeof(*argv));
     if (!argv)
-        return fail(err, errlen, "out of memory");
+        return tn_fail(err, errlen, TN_ERR_NOMEM, "out of memory");
     const char *p = line;
     for (;;) {
         while (*p == ' ' || *p == '\t' || *p == '\n')
@@ -106,20 +96,20 @@ int scaler_local_split_command(const char *line, char ***argv_out, char *err, si
             char **na = realloc(argv, cap * sizeof(*na));
             if (!na) {
                 scaler_local_free_argv(argv);
-                return fail(err, errlen, "out of memory");
+                return tn_fail(err, errlen, TN_ERR_NOMEM, "out of memory");
             }
             argv = na;
         }
         argv[n] = strndup(start, (size_t)(p - start));
         if (!argv[n]) {
             scaler_local_free_argv(argv);
-            return fail(err, errlen, "out of memory");
+            return tn_fail(err, errlen, TN_ERR_NOMEM, "out of memory");
         }
         argv[++n] = NULL;
     }
     if (n == 0) {
         free(argv);
-        return fail(err, errlen, "worker command line is empty");
+        return tn_fail(err, errlen, TN_ERR_ARG, "worker command line is empty");
     }
     *argv_out = argv;
     return 0;
@@ -128,15 +118,15 @@ int scaler_local_split_command(const char *line, char ***argv_out, char *err, si
 int scaler_local_create(const scaler_local_config *cfg, scaler_local **out, char *err, size_t errlen)
 {
     if (!cfg || !out)
-        return fail(err, errlen, "scaler_local_create: NULL argument");
+        return tn_fail(err, errlen, TN_ERR_ARG, "scaler_local_create: NULL argument");
     *out = NULL;
     if (!(cfg->drain_timeout_s >= 0.0))
-        return fail(err, errlen, "local scaler: drain timeout must be >= 0 seconds");
+        return tn_fail(err, errlen, TN_ERR_ARG, "local scaler: drain timeout must be >= 0 seconds");
     if (cfg->max_workers < 0 || cfg->max_workers > 4096)
-        return fail(err, errlen, "local scaler: max workers must be in [0, 4096]");
+        return tn_fail(err, errlen, TN_ERR_ARG, "local scaler: max workers must be in [0, 4096]");
     scaler_local *l = calloc(1, sizeof(*l));
     if (!l)
-        return fail(err, errlen, "out of memory");
+        return tn_fail(err, errlen, TN_ERR_NOMEM, "out of memory");
     l->drain_timeout_s = cfg->drain_timeout_s;
     l->max_workers = cfg->max_workers ? cfg->max_workers : DEFAULT_MAX_WORKERS;
     for (int p = 0; p < AS_POOL_COUNT; p++) {
@@ -148,7 +138,7 @@ int scaler_local_create(const scaler_local_config *cfg, scaler_local **out, char
             continue;
         if (!cfg->argv[p][0]) {
             scaler_local_destroy(l);
-            return fail(err, errlen, "local scaler: %s command is empty", as_pool_name((as_pool)p));
+            return tn_fail(err, errlen, TN_ERR_ARG, "local scaler: %s command is empty", as_pool_name((as_pool)p));
         }
         l->argv[p] = copy_argv(cfg->argv[p]);
         if (!l->argv[p])
@@ -158,7 +148,7 @@ int scaler_local_create(const scaler_local_config *cfg, scaler_local **out, char
     return 0;
 oom:
     scaler_local_destroy(l);
-    return fail(err, errlen, "out of memory");
+    return tn_fail(err, errlen, TN_ERR_NOMEM, "out of memory");
 }
 
 /* Replaces every {pool}, {index} and {port} in tmpl. */
@@ -206,19 +196,19 @@ static int start_worker(scaler_local *l, as_pool pool, int index, char *err, siz
         n++;
     char **argv = calloc(n + 1, sizeof(*argv));
     if (!argv)
-        return fail(err, errlen, "out of memory");
+        return tn_fail(err, errlen, TN_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
         argv[i] = expand(tmpl[i], as_pool_name(pool), index, l->base_port[pool] + index);
         if (!argv[i]) {
             scaler_local_free_argv(argv);
-            return fail(err, errlen, "out of memory");
+            return tn_fail(err, errlen, TN_ERR_NOMEM, "out of memory");
         }
     }
     int pfd[2];
     if (pipe2(pfd, O_CLOEXEC) != 0) {
         int e = errno;
         scaler_local_free_argv(argv);
-        return fail(err, errlen, "local scaler: pipe: %s", strerror(e));
+        return tn_fail(err, errlen, TN_ERR_SYS, "local scaler: pipe: %s", strerror(e));
     }
     pid_t parent = getpid();
     pid_t pid = fork();
@@ -227,7 +217,7 @@ static int start_worker(scaler_local *l, as_pool pool, int index, char *err, siz
         close(pfd[0]);
         close(pfd[1]);
         scaler_local_free_argv(argv);
-        return fail(err, errlen, "local scaler: fork: %s", strerror(e));
+        return tn_fail(err, errlen, TN_ERR_SYS, "local scaler: fork: %s", strerror(e));
     }
     if (pid == 0) {
         /* Child: only async-signal-safe calls until exec. */
@@ -260,10 +250,10 @@ static int start_worker(scaler_local *l, as_pool pool, int index, char *err, siz
     close(pfd[0]);
     if (r > 0) {
         waitpid(pid, NULL, 0);
-        fail(err, errlen, "local scaler: cannot start %s worker %d: %s: %s", as_pool_name(pool), index, argv[0],
+        tn_fail(err, errlen, TN_ERR_SYS, "local scaler: cannot start %s worker %d: %s: %s", as_pool_name(pool), index, argv[0],
              strerror(child_errno));
         scaler_local_free_argv(argv);
-        return -1;
+        return TN_ERR_SYS;
     }
     scaler_local_free_argv(argv);
     worker_slot *s = &l->slots[pool][index];
@@ -382,11 +372,11 @@ int scaler_local_poll(scaler_local *l)
 int scaler_local_set_replicas(scaler_local *l, as_pool pool, int n, char *err, size_t errlen)
 {
     if (!l || !as_pool_name(pool) || n < 0)
-        return fail(err, errlen, "scaler_local_set_replicas: bad argument");
+        return tn_fail(err, errlen, TN_ERR_ARG, "scaler_local_set_replicas: bad argument");
     if (!l->argv[pool])
-        return fail(err, errlen, "local scaler: no command configured for the %s pool", as_pool_name(pool));
+        return tn_fail(err, errlen, TN_ERR_ARG, "local scaler: no command configured for the %s pool", as_pool_name(pool));
     if (n > l->max_workers)
-        return fail(err, errlen, "local scaler: %d %s workers is more than the limit %d", n, as_pool_name(pool),
+        return tn_fail(err, errlen, TN_ERR_ARG, "local scaler: %d %s workers is more than the limit %d", n, as_pool_name(pool),
                     l->max_workers);
     scaler_local_poll(l);
     int running = scaler_local_get_replicas(l, pool);
@@ -396,12 +386,13 @@ int scaler_local_set_replicas(scaler_local *l, as_pool pool, int n, char *err, s
     for (int i = 0; i < l->max_workers && running < n; i++) {
         if (slots[i].state != SLOT_FREE)
             continue;
-        if (start_worker(l, pool, i, err, errlen) != 0)
-            return -1;
+        int rc = start_worker(l, pool, i, err, errlen);
+        if (rc != 0)
+            return rc;
         running++;
     }
     if (running < n)
-        return fail(err, errlen, "local scaler: no free %s slot (all %d are running or draining)", as_pool_name(pool),
+        return tn_fail(err, errlen, TN_ERR_BUSY, "local scaler: no free %s slot (all %d are running or draining)", as_pool_name(pool),
                     l->max_workers);
     /* Drain the highest slots first, the mirror of the start order. */
     double now = monotonic_s();

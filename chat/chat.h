@@ -63,7 +63,7 @@ typedef struct chat_conversation {
 /* Builds a conversation from the request's "messages" array and optional
  * "tools" array (OpenAI chat completions shape). Content may be a string,
  * null, or an array of {"type":"text","text":...} parts; other part types
- * are rejected. Returns 0 or KN_ERR_ARG with a message naming the field
+ * are rejected. Returns 0 or TN_ERR_ARG with a message naming the field
  * ("messages[2].role: unknown role 'bot'"). */
 int chat_conversation_from_json(const cJSON *messages, const cJSON *tools, chat_conversation *out,
                                 char *err, size_t errlen);
@@ -87,7 +87,7 @@ void chat_render_opts_default(chat_render_opts *o);
 
 /* Renders the conversation into prompt token ids (appended to ids). When
  * text is not NULL the rendered prompt text is appended to it too (special
- * tokens spelled out). Returns 0 or KN_ERR_ARG with a reason (e.g. a tool
+ * tokens spelled out). Returns 0 or TN_ERR_ARG with a reason (e.g. a tool
  * message whose tool_call_id matches no earlier tool call, a tool schema
  * that is not an object). */
 int chat_render(const bpe_tokenizer *t, chat_format f, const chat_conversation *c,
@@ -140,7 +140,7 @@ void chat_parser_free(chat_parser *p);
 
 /* Feeds one generated token. *d receives what became visible (often
  * CHAT_DELTA_NONE: a header token, half a character, a held-back newline).
- * Returns 0, or KN_ERR_ARG when the output breaks the format (e.g. Harmony
+ * Returns 0, or TN_ERR_ARG when the output breaks the format (e.g. Harmony
  * text where a <|start|> is required). */
 int chat_parser_push(chat_parser *p, int32_t id, chat_delta *d, char *err, size_t errlen);
 

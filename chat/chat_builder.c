@@ -20,7 +20,7 @@ void cb_free(chat_builder *b)
 
 void cb_textn(chat_builder *b, const char *s, size_t n)
 {
-    if (b->rc == KN_OK)
+    if (b->rc == TN_OK)
         b->rc = strbuf_append(&b->text, s, n);
 }
 
@@ -33,7 +33,7 @@ void cb_datan(chat_builder *b, const char *s, size_t n)
 {
     size_t start = b->text.len;
     cb_textn(b, s, n);
-    if (b->rc != KN_OK || !b->guard_data || n == 0)
+    if (b->rc != TN_OK || !b->guard_data || n == 0)
         return;
     if (b->n_guards && b->guards[2 * b->n_guards - 1] == start) {
         b->guards[2 * b->n_guards - 1] = b->text.len; /* extends the previous range */
@@ -43,7 +43,7 @@ void cb_datan(chat_builder *b, const char *s, size_t n)
         size_t cap = b->cap_guards ? b->cap_guards * 2 : 16;
         size_t *g = realloc(b->guards, 2 * cap * sizeof(*g));
         if (!g) {
-            b->rc = KN_ERR_NOMEM;
+            b->rc = TN_ERR_NOMEM;
             return;
         }
         b->guards = g;
@@ -62,13 +62,13 @@ void cb_data(chat_builder *b, const char *s)
 int cb_finish(chat_builder *b, const bpe_tokenizer *t, tok_ids *ids, strbuf *text_out, char *err,
               size_t errlen)
 {
-    if (b->rc != KN_OK) {
-        tok_errf(err, errlen, "chat render: out of memory");
+    if (b->rc != TN_OK) {
+        tn_errf(err, errlen, "chat render: out of memory");
         return b->rc;
     }
     const char *s = b->text.data ? b->text.data : "";
     int rc = bpe_encode_guarded(t, s, b->text.len, b->guards, b->n_guards, ids, err, errlen);
-    if (rc == KN_OK && text_out)
+    if (rc == TN_OK && text_out)
         rc = strbuf_append(text_out, s, b->text.len);
     return rc;
 }

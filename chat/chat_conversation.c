@@ -37,38 +37,38 @@ static int parse_content(const cJSON *v, char **out, size_t idx, char *err, size
 {
     *out = NULL;
     if (!v || cJSON_IsNull(v))
-        return KN_OK;
+        return TN_OK;
     if (cJSON_IsString(v)) {
         *out = dup_str(v->valuestring);
-        return *out ? KN_OK : KN_ERR_NOMEM;
+        return *out ? TN_OK : TN_ERR_NOMEM;
     }
     if (!cJSON_IsArray(v)) {
-        tok_errf(err, errlen, "messages[%zu].content must be a string, null or an array of parts", idx);
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "messages[%zu].content must be a string, null or an array of parts", idx);
+        return TN_ERR_ARG;
     }
     strbuf b;
     strbuf_init(&b);
-    int k = 0, rc = KN_OK;
-    for (const cJSON *part = v->child; part && rc == KN_OK; part = part->next, k++) {
+    int k = 0, rc = TN_OK;
+    for (const cJSON *part = v->child; part && rc == TN_OK; part = part->next, k++) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
         if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0 || !cJSON_IsString(text)) {
-            tok_errf(err, errlen, "messages[%zu].content[%d]: only {\"type\": \"text\"} parts are supported",
+            tn_errf(err, errlen, "messages[%zu].content[%d]: only {\"type\": \"text\"} parts are supported",
                      idx, k);
-            rc = KN_ERR_ARG;
+            rc = TN_ERR_ARG;
             break;
         }
         if (k > 0)
             rc = strbuf_append_char(&b, '\n');
-        if (rc == KN_OK)
+        if (rc == TN_OK)
             rc = strbuf_append_str(&b, text->valuestring);
     }
-    if (rc != KN_OK) {
+    if (rc != TN_OK) {
         strbuf_free(&b);
         return rc;
     }
     *out = strbuf_take(&b);
-    return *out ? KN_OK : KN_ERR_NOMEM;
+    return *out ? TN_OK : TN_ERR_NOMEM;
 }
 
 static int opt_string(const cJSON *obj, const char *key, char **out, size_t idx, char *err,
@@ -77,29 +77,29 @@ static int opt_string(const cJSON *obj, const char *key, char **out, size_t idx,
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     *out = NULL;
     if (!v || cJSON_IsNull(v))
-        return KN_OK;
+        return TN_OK;
     if (!cJSON_IsString(v)) {
-        tok_errf(err, errlen, "messages[%zu].%s must be a string", idx, key);
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "messages[%zu].%s must be a string", idx, key);
+        return TN_ERR_ARG;
     }
     *out = dup_str(v->valuestring);
-    return *out ? KN_OK : KN_ERR_NOMEM;
+    return *out ? TN_OK : TN_ERR_NOMEM;
 }
 
 static int parse_tool_calls(const cJSON *v, chat_message *m, size_t idx, char *err, size_t errlen)
 {
     if (!v || cJSON_IsNull(v))
-        return KN_OK;
+        return TN_OK;
     int n = cJSON_GetArraySize(v);
     if (!cJSON_IsArray(v)) {
-        tok_errf(err, errlen, "messages[%zu].tool_calls must be an array", idx);
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "messages[%zu].tool_calls must be an array", idx);
+        return TN_ERR_ARG;
     }
     if (n == 0)
-        return KN_OK;
+        return TN_OK;
     m->tool_calls = calloc((size_t)n, sizeof(*m->tool_calls));
     if (!m->tool_calls)
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     int k = 0;
     for (const cJSON *tc = v->child; tc; tc = tc->next, k++) {
         m->n_tool_calls++;
@@ -109,8 +109,8 @@ static int parse_tool_calls(const cJSON *v, chat_message *m, size_t idx, char *e
         const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(tc, "id");
         if (!cJSON_IsString(name) || name->valuestring[0] == '\0') {
-            tok_errf(err, errlen, "messages[%zu].tool_calls[%d].function.name is missing", idx, k);
-            return KN_ERR_ARG;
+            tn_errf(err, errlen, "messages[%zu].tool_calls[%d].function.name is missing", idx, k);
+            return TN_ERR_ARG;
         }
         c->name = dup_str(name->valuestring);
         if (cJSON_IsString(id))
@@ -122,23 +122,23 @@ static int parse_tool_calls(const cJSON *v, chat_message *m, size_t idx, char *e
         } else { /* an object: the text the chat templates' tojson prints */
             strbuf b;
             strbuf_init(&b);
-            if (json_dump_python(args, &b) != KN_OK) {
+            if (json_dump_python(args, &b) != TN_OK) {
                 strbuf_free(&b);
-                return KN_ERR_NOMEM;
+                return TN_ERR_NOMEM;
             }
             c->arguments = strbuf_take(&b);
         }
         if (!c->name || !c->arguments || (cJSON_IsString(id) && !c->id))
-            return KN_ERR_NOMEM;
+            return TN_ERR_NOMEM;
     }
-    return KN_OK;
+    return TN_OK;
 }
 
 static int check_tools(const cJSON *tools, char *err, size_t errlen)
 {
     if (!cJSON_IsArray(tools)) {
-        tok_errf(err, errlen, "tools must be an array");
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "tools must be an array");
+        return TN_ERR_ARG;
     }
     int k = 0;
     for (const cJSON *t = tools->child; t; t = t->next, k++) {
@@ -148,23 +148,23 @@ static int check_tools(const cJSON *tools, char *err, size_t errlen)
         const cJSON *desc = cJSON_GetObjectItemCaseSensitive(fn, "description");
         const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
         if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") != 0) {
-            tok_errf(err, errlen, "tools[%d].type must be \"function\"", k);
-            return KN_ERR_ARG;
+            tn_errf(err, errlen, "tools[%d].type must be \"function\"", k);
+            return TN_ERR_ARG;
         }
         if (!cJSON_IsString(name) || name->valuestring[0] == '\0') {
-            tok_errf(err, errlen, "tools[%d].function.name is missing", k);
-            return KN_ERR_ARG;
+            tn_errf(err, errlen, "tools[%d].function.name is missing", k);
+            return TN_ERR_ARG;
         }
         if (desc && !cJSON_IsNull(desc) && !cJSON_IsString(desc)) {
-            tok_errf(err, errlen, "tools[%d].function.description must be a string", k);
-            return KN_ERR_ARG;
+            tn_errf(err, errlen, "tools[%d].function.description must be a string", k);
+            return TN_ERR_ARG;
         }
         if (params && !cJSON_IsNull(params) && !cJSON_IsObject(params)) {
-            tok_errf(err, errlen, "tools[%d].function.parameters must be an object", k);
-            return KN_ERR_ARG;
+            tn_errf(err, errlen, "tools[%d].function.parameters must be an object", k);
+            return TN_ERR_ARG;
         }
     }
-    return KN_OK;
+    return TN_OK;
 }
 
 int chat_conversation_from_json(const cJSON *messages, const cJSON *tools, chat_conversation *out,
@@ -172,58 +172,58 @@ int chat_conversation_from_json(const cJSON *messages, const cJSON *tools, chat_
 {
     memset(out, 0, sizeof(*out));
     if (!cJSON_IsArray(messages) || cJSON_GetArraySize(messages) == 0) {
-        tok_errf(err, errlen, "messages must be a non-empty array");
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "messages must be a non-empty array");
+        return TN_ERR_ARG;
     }
     size_t n = (size_t)cJSON_GetArraySize(messages);
     out->messages = calloc(n, sizeof(*out->messages));
     if (!out->messages) {
-        tok_errf(err, errlen, "out of memory");
-        return KN_ERR_NOMEM;
+        tn_errf(err, errlen, "out of memory");
+        return TN_ERR_NOMEM;
     }
-    int rc = KN_OK;
+    int rc = TN_OK;
     size_t i = 0;
-    for (const cJSON *m = messages->child; m && rc == KN_OK; m = m->next, i++) {
+    for (const cJSON *m = messages->child; m && rc == TN_OK; m = m->next, i++) {
         chat_message *cm = &out->messages[i];
         out->n_messages++;
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
         if (!cJSON_IsObject(m) || !cJSON_IsString(role)) {
-            tok_errf(err, errlen, "messages[%zu] needs a string \"role\"", i);
-            rc = KN_ERR_ARG;
+            tn_errf(err, errlen, "messages[%zu] needs a string \"role\"", i);
+            rc = TN_ERR_ARG;
             break;
         }
         if (!parse_role(role->valuestring, &cm->role)) {
-            tok_errf(err, errlen, "messages[%zu].role: unknown role '%.40s'", i, role->valuestring);
-            rc = KN_ERR_ARG;
+            tn_errf(err, errlen, "messages[%zu].role: unknown role '%.40s'", i, role->valuestring);
+            rc = TN_ERR_ARG;
             break;
         }
         rc = parse_content(cJSON_GetObjectItemCaseSensitive(m, "content"), &cm->content, i, err, errlen);
-        if (rc == KN_OK)
+        if (rc == TN_OK)
             rc = opt_string(m, "reasoning_content", &cm->reasoning, i, err, errlen);
-        if (rc == KN_OK && !cm->reasoning)
+        if (rc == TN_OK && !cm->reasoning)
             rc = opt_string(m, "reasoning", &cm->reasoning, i, err, errlen);
-        if (rc == KN_OK)
+        if (rc == TN_OK)
             rc = opt_string(m, "tool_call_id", &cm->tool_call_id, i, err, errlen);
-        if (rc == KN_OK)
+        if (rc == TN_OK)
             rc = opt_string(m, "name", &cm->name, i, err, errlen);
-        if (rc == KN_OK)
+        if (rc == TN_OK)
             rc = parse_tool_calls(cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), cm, i, err, errlen);
-        if (rc == KN_OK && cm->role != CHAT_ROLE_ASSISTANT && cm->n_tool_calls) {
-            tok_errf(err, errlen, "messages[%zu]: only assistant messages carry tool_calls", i);
-            rc = KN_ERR_ARG;
+        if (rc == TN_OK && cm->role != CHAT_ROLE_ASSISTANT && cm->n_tool_calls) {
+            tn_errf(err, errlen, "messages[%zu]: only assistant messages carry tool_calls", i);
+            rc = TN_ERR_ARG;
         }
     }
-    if (rc == KN_OK && tools && !cJSON_IsNull(tools)) {
+    if (rc == TN_OK && tools && !cJSON_IsNull(tools)) {
         rc = check_tools(tools, err, errlen);
-        if (rc == KN_OK && cJSON_GetArraySize(tools) > 0) {
+        if (rc == TN_OK && cJSON_GetArraySize(tools) > 0) {
             out->tools = cJSON_Duplicate(tools, 1);
             if (!out->tools)
-                rc = KN_ERR_NOMEM;
+                rc = TN_ERR_NOMEM;
         }
     }
-    if (rc != KN_OK) {
-        if (rc == KN_ERR_NOMEM)
-            tok_errf(err, errlen, "out of memory");
+    if (rc != TN_OK) {
+        if (rc == TN_ERR_NOMEM)
+            tn_errf(err, errlen, "out of memory");
         chat_conversation_free(out);
     }
     return rc;

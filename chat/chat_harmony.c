@@ -88,7 +88,7 @@ static int render_tool(chat_builder *b, const cJSON *tool)
         strbuf ts;
         strbuf_init(&ts);
         int rc = harmony_schema_to_typescript(params, &ts);
-        if (rc != KN_OK) {
+        if (rc != TN_OK) {
             strbuf_free(&ts);
             return rc;
         }
@@ -99,7 +99,7 @@ static int render_tool(chat_builder *b, const cJSON *tool)
     } else {
         cb_text(b, " = () => any;\n");
     }
-    return KN_OK;
+    return TN_OK;
 }
 
 static int render_developer(chat_builder *b, const chat_conversation *c, int has_tools)
@@ -111,7 +111,7 @@ static int render_developer(chat_builder *b, const chat_conversation *c, int has
             has_instructions = 1;
     }
     if (!has_instructions && !has_tools)
-        return KN_OK;
+        return TN_OK;
     cb_text(b, "<|start|>developer<|message|>");
     if (has_instructions) {
         cb_text(b, "# Instructions\n\n");
@@ -132,14 +132,14 @@ static int render_developer(chat_builder *b, const chat_conversation *c, int has
                                     : "# Tools\n\n## functions\n\nnamespace functions {\n\n");
         for (const cJSON *t = c->tools->child; t; t = t->next) {
             int rc = render_tool(b, t);
-            if (rc != KN_OK)
+            if (rc != TN_OK)
                 return rc;
             cb_text(b, "\n");
         }
         cb_text(b, "} // namespace functions");
     }
     cb_text(b, "<|end|>");
-    return KN_OK;
+    return TN_OK;
 }
 
 /* The function a tool message answers: its own name, else the name of
@@ -165,8 +165,8 @@ int harmony_render(const bpe_tokenizer *t, const chat_conversation *c, const cha
 {
     const char *effort = o->reasoning_effort ? o->reasoning_effort : "medium";
     if (strcmp(effort, "low") != 0 && strcmp(effort, "medium") != 0 && strcmp(effort, "high") != 0) {
-        tok_errf(err, errlen, "reasoning_effort must be low, medium or high (got '%.20s')", effort);
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "reasoning_effort must be low, medium or high (got '%.20s')", effort);
+        return TN_ERR_ARG;
     }
     int has_tools = c->tools && cJSON_GetArraySize(c->tools) > 0;
     /* Reasoning of turns that already ended in a final answer is dropped;
@@ -185,7 +185,7 @@ int harmony_render(const bpe_tokenizer *t, const chat_conversation *c, const cha
     if (o->system_message)
         render_system(&b, o, effort, has_tools);
     int rc = render_developer(&b, c, has_tools);
-    for (size_t i = 0; i < c->n_messages && rc == KN_OK; i++) {
+    for (size_t i = 0; i < c->n_messages && rc == TN_OK; i++) {
         const chat_message *m = &c->messages[i];
         switch (m->role) {
         case CHAT_ROLE_SYSTEM:
@@ -224,11 +224,11 @@ int harmony_render(const bpe_tokenizer *t, const chat_conversation *c, const cha
         case CHAT_ROLE_TOOL: {
             const char *name = tool_result_name(c, i);
             if (!name) {
-                tok_errf(err, errlen,
+                tn_errf(err, errlen,
                          "messages[%zu]: tool message without a name or a tool_call_id of an "
                          "earlier tool call",
                          i);
-                rc = KN_ERR_ARG;
+                rc = TN_ERR_ARG;
                 break;
             }
             cb_text(&b, "<|start|>functions.");
@@ -240,12 +240,12 @@ int harmony_render(const bpe_tokenizer *t, const chat_conversation *c, const cha
         }
         }
     }
-    if (rc == KN_OK && o->add_generation_prompt)
+    if (rc == TN_OK && o->add_generation_prompt)
         cb_text(&b, "<|start|>assistant");
-    if (rc == KN_OK)
+    if (rc == TN_OK)
         rc = cb_finish(&b, t, ids, text, err, errlen);
-    else if (rc == KN_ERR_NOMEM)
-        tok_errf(err, errlen, "chat render: out of memory");
+    else if (rc == TN_ERR_NOMEM)
+        tn_errf(err, errlen, "chat render: out of memory");
     cb_free(&b);
     return rc;
 }

@@ -5,7 +5,7 @@
 #include "chat/chat.h"
 
 /* Appends the TypeScript-like rendering of a JSON schema (the `_` argument
- * type of a function tool). Returns 0 or KN_ERR_NOMEM. */
+ * type of a function tool). Returns 0 or TN_ERR_NOMEM. */
 int harmony_schema_to_typescript(const cJSON *schema, strbuf *out);
 
 int harmony_render(const bpe_tokenizer *t, const chat_conversation *c, const chat_render_opts *o,

@@ -27,12 +27,12 @@ int harmony_parser_init(chat_parser *p, char *err, size_t errlen)
     p->id_return = bpe_token_id(p->tok, "<|return|>");
     p->id_call = bpe_token_id(p->tok, "<|call|>");
     if (p->id_start < 0 || p->id_message < 0 || p->id_end < 0 || p->id_return < 0 || p->id_call < 0) {
-        tok_errf(err, errlen, "tokenizer %s lacks the Harmony special tokens", bpe_tokenizer_name(p->tok));
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "tokenizer %s lacks the Harmony special tokens", bpe_tokenizer_name(p->tok));
+        return TN_ERR_ARG;
     }
     p->hstate = HS_HEADER; /* the prompt ended with <|start|>assistant */
     p->first_message = 1;
-    return KN_OK;
+    return TN_OK;
 }
 
 static char *dup_n(const char *s, size_t n)
@@ -71,7 +71,7 @@ static int parse_header(chat_parser *p, char *err, size_t errlen)
     free(p->channel);
     free(p->recipient);
     p->channel = p->recipient = NULL;
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         goto out;
     const char *s = h.data ? h.data : "";
     /* the channel: the word after <|channel|> (up to whitespace or '<') */
@@ -81,22 +81,22 @@ static int parse_header(chat_parser *p, char *err, size_t errlen)
         while (*e && !isspace((unsigned char)*e) && *e != '<')
             e++;
         if (e == v) {
-            tok_errf(err, errlen, "Harmony header has <|channel|> without a channel name");
-            rc = KN_ERR_ARG;
+            tn_errf(err, errlen, "Harmony header has <|channel|> without a channel name");
+            rc = TN_ERR_ARG;
             goto out;
         }
         p->channel = dup_n(v, (size_t)(e - v));
-        rc = p->channel ? strbuf_append(&tmp, s, (size_t)(ch - s)) : KN_ERR_NOMEM;
-        if (rc == KN_OK)
+        rc = p->channel ? strbuf_append(&tmp, s, (size_t)(ch - s)) : TN_ERR_NOMEM;
+        if (rc == TN_OK)
             rc = strbuf_append_str(&tmp, e);
     } else {
         rc = strbuf_append_str(&tmp, s);
     }
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         goto out;
     /* "<|constrain|>" starts a word of its own */
     strbuf_clear(&h);
-    for (const char *q = tmp.data ? tmp.data : ""; *q && rc == KN_OK;) {
+    for (const char *q = tmp.data ? tmp.data : ""; *q && rc == TN_OK;) {
         if (strncmp(q, "<|constrain|>", 13) == 0) {
             rc = strbuf_append(&h, " <|constrain|>", 14);
             q += 13;
@@ -104,7 +104,7 @@ static int parse_header(chat_parser *p, char *err, size_t errlen)
             rc = strbuf_append_char(&h, *q++);
         }
     }
-    if (rc != KN_OK || !h.data)
+    if (rc != TN_OK || !h.data)
         goto out;
     char *words[16];
     size_t n = split_words(h.data, words, 16);
@@ -124,7 +124,7 @@ static int parse_header(chat_parser *p, char *err, size_t errlen)
         if (rcpt && strcmp(rcpt, "all") != 0) {
             p->recipient = dup_n(rcpt, strlen(rcpt));
             if (!p->recipient)
-                rc = KN_ERR_NOMEM;
+                rc = TN_ERR_NOMEM;
         }
     }
 out:
@@ -144,7 +144,7 @@ static chat_delta_kind text_kind(const chat_parser *p)
  * streamed. */
 static int end_message(chat_parser *p, chat_delta *d)
 {
-    int rc = KN_OK;
+    int rc = TN_OK;
     if (p->recipient) {
         const char *name = p->recipient;
         if (strncmp(name, "functions.", 10) == 0)
@@ -162,58 +162,58 @@ static int end_message(chat_parser *p, chat_delta *d)
 static int route_text(chat_parser *p, const char *s, size_t n, chat_delta *d)
 {
     if (n == 0)
-        return KN_OK;
+        return TN_OK;
     if (p->recipient)
         return strbuf_append(&p->body, s, n);
     int rc = strbuf_append(&p->delta, s, n);
-    return rc == KN_OK ? parser_emit_text(p, text_kind(p), d) : rc;
+    return rc == TN_OK ? parser_emit_text(p, text_kind(p), d) : rc;
 }
 
 int harmony_parser_push(chat_parser *p, int32_t id, chat_delta *d, char *err, size_t errlen)
 {
-    int rc = KN_OK;
+    int rc = TN_OK;
     switch (p->hstate) {
     case HS_EXPECT_START:
         if (p->res.stopped) {
-            tok_errf(err, errlen, "Harmony output continues after <|return|>/<|call|> (token %d)",
+            tn_errf(err, errlen, "Harmony output continues after <|return|>/<|call|> (token %d)",
                      (int)id);
-            return KN_ERR_ARG;
+            return TN_ERR_ARG;
         }
         if (id != p->id_start) {
-            tok_errf(err, errlen, "Harmony output: expected <|start|> after <|end|>, got token %d",
+            tn_errf(err, errlen, "Harmony output: expected <|start|> after <|end|>, got token %d",
                      (int)id);
-            return KN_ERR_ARG;
+            return TN_ERR_ARG;
         }
         p->hstate = HS_HEADER;
         p->header.len = 0;
-        return KN_OK;
+        return TN_OK;
     case HS_HEADER:
         if (id == p->id_message) {
             rc = parse_header(p, err, errlen);
             p->first_message = 0;
-            if (rc == KN_OK)
+            if (rc == TN_OK)
                 p->hstate = HS_CONTENT;
             return rc;
         }
         if (id == p->id_end || id == p->id_return || id == p->id_call || id == p->id_start) {
-            tok_errf(err, errlen, "Harmony output: message header ended without <|message|>");
-            return KN_ERR_ARG;
+            tn_errf(err, errlen, "Harmony output: message header ended without <|message|>");
+            return TN_ERR_ARG;
         }
         if (p->header.len >= MAX_HEADER_TOKENS) {
-            tok_errf(err, errlen, "Harmony output: message header longer than %d tokens",
+            tn_errf(err, errlen, "Harmony output: message header longer than %d tokens",
                      MAX_HEADER_TOKENS);
-            return KN_ERR_ARG;
+            return TN_ERR_ARG;
         }
         return tok_ids_push(&p->header, id);
     case HS_CONTENT:
         if (id == p->id_end || id == p->id_return || id == p->id_call) {
             strbuf_clear(&p->piece);
             rc = bpe_stream_finish(&p->stream, &p->piece);
-            if (rc == KN_OK)
+            if (rc == TN_OK)
                 rc = route_text(p, p->piece.data, p->piece.len, d);
             /* a tool call and flushed text never coincide: text of a message
              * with a recipient goes to its arguments */
-            if (rc == KN_OK)
+            if (rc == TN_OK)
                 rc = end_message(p, d);
             if (id != p->id_end)
                 p->res.stopped = 1;
@@ -221,11 +221,11 @@ int harmony_parser_push(chat_parser *p, int32_t id, chat_delta *d, char *err, si
             return rc;
         }
         rc = parser_decode(p, id, err, errlen);
-        if (rc != KN_OK)
+        if (rc != TN_OK)
             return rc;
         return route_text(p, p->piece.data, p->piece.len, d);
     }
-    return KN_ERR_ARG;
+    return TN_ERR_ARG;
 }
 
 int harmony_parser_finish(chat_parser *p, chat_delta *d, char *err, size_t errlen)
@@ -233,12 +233,12 @@ int harmony_parser_finish(chat_parser *p, chat_delta *d, char *err, size_t errle
     (void)err;
     (void)errlen;
     if (p->hstate != HS_CONTENT)
-        return KN_OK; /* nothing open, or an unfinished header: no text yet */
+        return TN_OK; /* nothing open, or an unfinished header: no text yet */
     strbuf_clear(&p->piece);
     int rc = bpe_stream_finish(&p->stream, &p->piece);
-    if (rc == KN_OK)
+    if (rc == TN_OK)
         rc = route_text(p, p->piece.data, p->piece.len, d);
-    if (rc == KN_OK)
+    if (rc == TN_OK)
         rc = end_message(p, d); /* a cut-off tool call is still reported */
     p->hstate = HS_EXPECT_START;
     return rc;

@@ -18,13 +18,13 @@ typedef struct writer {
 
 static void put(writer *w, const char *s)
 {
-    if (w->rc == KN_OK)
+    if (w->rc == TN_OK)
         w->rc = strbuf_append_str(w->out, s);
 }
 
 static void put_json(writer *w, const cJSON *v)
 {
-    if (w->rc == KN_OK)
+    if (w->rc == TN_OK)
         w->rc = json_dump_compact(v, w->out);
 }
 
@@ -85,7 +85,7 @@ static void put_type_nullable(writer *w, const cJSON *schema, const char *indent
 {
     size_t start = w->out->len;
     to_ts(w, schema, indent);
-    if (w->rc == KN_OK && is_nullable(schema) && !strstr(w->out->data + start, "null"))
+    if (w->rc == TN_OK && is_nullable(schema) && !strstr(w->out->data + start, "null"))
         put(w, " | null");
 }
 
@@ -171,7 +171,7 @@ static void put_property(writer *w, const cJSON *schema, const cJSON *prop, cons
 
 static void to_ts(writer *w, const cJSON *schema, const char *indent)
 {
-    if (w->rc != KN_OK)
+    if (w->rc != TN_OK)
         return;
     if (strlen(indent) > 200) { /* absurdly deep schema */
         put(w, "any");
@@ -251,7 +251,7 @@ static void to_ts(writer *w, const cJSON *schema, const char *indent)
 
 int harmony_schema_to_typescript(const cJSON *schema, strbuf *out)
 {
-    writer w = {out, KN_OK};
+    writer w = {out, TN_OK};
     to_ts(&w, schema, "");
     return w.rc;
 }

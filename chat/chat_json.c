@@ -8,7 +8,7 @@
 int json_dump_string(const char *s, strbuf *out)
 {
     int rc = strbuf_append_char(out, '"');
-    for (const unsigned char *p = (const unsigned char *)s; *p && rc == KN_OK; p++) {
+    for (const unsigned char *p = (const unsigned char *)s; *p && rc == TN_OK; p++) {
         char esc[8];
         switch (*p) {
         case '"': rc = strbuf_append(out, "\\\"", 2); break;
@@ -27,7 +27,7 @@ int json_dump_string(const char *s, strbuf *out)
             }
         }
     }
-    return rc == KN_OK ? strbuf_append_char(out, '"') : rc;
+    return rc == TN_OK ? strbuf_append_char(out, '"') : rc;
 }
 
 /* Python float repr: the shortest digits that read back to the same
@@ -109,8 +109,8 @@ static int dump_number(double v, strbuf *out)
 static int dump(const cJSON *v, strbuf *out, const char *item_sep, const char *key_sep)
 {
     if (!v)
-        return KN_ERR_ARG;
-    int rc = KN_OK;
+        return TN_ERR_ARG;
+    int rc = TN_OK;
     if (cJSON_IsNull(v))
         return strbuf_append_str(out, "null");
     if (cJSON_IsTrue(v))
@@ -125,20 +125,20 @@ static int dump(const cJSON *v, strbuf *out, const char *item_sep, const char *k
         return strbuf_append_str(out, v->valuestring);
     int is_obj = cJSON_IsObject(v);
     if (!is_obj && !cJSON_IsArray(v))
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     rc = strbuf_append_char(out, is_obj ? '{' : '[');
-    for (const cJSON *c = v->child; c && rc == KN_OK; c = c->next) {
+    for (const cJSON *c = v->child; c && rc == TN_OK; c = c->next) {
         if (c != v->child)
             rc = strbuf_append_str(out, item_sep);
-        if (rc == KN_OK && is_obj) {
+        if (rc == TN_OK && is_obj) {
             rc = json_dump_string(c->string, out);
-            if (rc == KN_OK)
+            if (rc == TN_OK)
                 rc = strbuf_append_str(out, key_sep);
         }
-        if (rc == KN_OK)
+        if (rc == TN_OK)
             rc = dump(c, out, item_sep, key_sep);
     }
-    return rc == KN_OK ? strbuf_append_char(out, is_obj ? '}' : ']') : rc;
+    return rc == TN_OK ? strbuf_append_char(out, is_obj ? '}' : ']') : rc;
 }
 
 int json_dump_python(const cJSON *v, strbuf *out)

@@ -11,7 +11,7 @@
  * document order, non-ASCII kept, control characters escaped. Numbers: an
  * integral value within 2^53 prints as an integer, anything else as
  * Python's float repr (cJSON does not keep the source spelling, so an
- * input "1.0" prints as "1"). Returns 0 or KN_ERR_NOMEM. */
+ * input "1.0" prints as "1"). Returns 0 or TN_ERR_NOMEM. */
 int json_dump_python(const cJSON *v, strbuf *out);
 
 /* Compact JSON (no spaces), same number rule. */

@@ -25,21 +25,21 @@ static int format_matches(const bpe_tokenizer *t, chat_format f, char *err, size
 {
     if ((f == CHAT_FORMAT_HARMONY && bpe_tokenizer_kind(t) == BPE_KIND_O200K_HARMONY) ||
         (f == CHAT_FORMAT_QWEN3 && bpe_tokenizer_kind(t) == BPE_KIND_HF_QWEN))
-        return KN_OK;
-    tok_errf(err, errlen, "chat format %d does not go with the %s tokenizer", (int)f,
+        return TN_OK;
+    tn_errf(err, errlen, "chat format %d does not go with the %s tokenizer", (int)f,
              bpe_tokenizer_name(t));
-    return KN_ERR_ARG;
+    return TN_ERR_ARG;
 }
 
 int chat_render(const bpe_tokenizer *t, chat_format f, const chat_conversation *c,
                 const chat_render_opts *o, tok_ids *ids, strbuf *text, char *err, size_t errlen)
 {
     if (!t || !c || !ids) {
-        tok_errf(err, errlen, "chat_render: null argument");
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "chat_render: null argument");
+        return TN_ERR_ARG;
     }
-    if (format_matches(t, f, err, errlen) != KN_OK)
-        return KN_ERR_ARG;
+    if (format_matches(t, f, err, errlen) != TN_OK)
+        return TN_ERR_ARG;
     chat_render_opts defaults;
     if (!o) {
         chat_render_opts_default(&defaults);
@@ -48,7 +48,7 @@ int chat_render(const bpe_tokenizer *t, chat_format f, const chat_conversation *
     size_t start = ids->len;
     int rc = f == CHAT_FORMAT_HARMONY ? harmony_render(t, c, o, ids, text, err, errlen)
                                       : qwen3_render(t, c, o, ids, text, err, errlen);
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         ids->len = start;
     return rc;
 }
@@ -75,14 +75,14 @@ size_t chat_stop_token_ids(const bpe_tokenizer *t, chat_format f, int32_t *ids, 
 int parser_emit_text(chat_parser *p, chat_delta_kind kind, chat_delta *d)
 {
     if (p->delta.len == 0)
-        return KN_OK;
+        return TN_OK;
     strbuf *dst = kind == CHAT_DELTA_REASONING ? &p->res.reasoning : &p->res.content;
-    if (strbuf_append(dst, p->delta.data, p->delta.len) != KN_OK)
-        return KN_ERR_NOMEM;
+    if (strbuf_append(dst, p->delta.data, p->delta.len) != TN_OK)
+        return TN_ERR_NOMEM;
     d->kind = kind;
     d->text = p->delta.data;
     d->len = p->delta.len;
-    return KN_OK;
+    return TN_OK;
 }
 
 static char *dup_n(const char *s, size_t n)
@@ -101,7 +101,7 @@ int parser_emit_tool_call(chat_parser *p, const char *name, size_t name_len, con
     chat_tool_call *calls =
         realloc(p->res.tool_calls, (p->res.n_tool_calls + 1) * sizeof(*calls));
     if (!calls)
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     p->res.tool_calls = calls;
     chat_tool_call *c = &calls[p->res.n_tool_calls];
     c->id = NULL;
@@ -110,12 +110,12 @@ int parser_emit_tool_call(chat_parser *p, const char *name, size_t name_len, con
     if (!c->name || !c->arguments) {
         free(c->name);
         free(c->arguments);
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     }
     d->kind = CHAT_DELTA_TOOL_CALL;
     d->tool_call = c;
     d->tool_index = p->res.n_tool_calls++;
-    return KN_OK;
+    return TN_OK;
 }
 
 int parser_decode(chat_parser *p, int32_t id, char *err, size_t errlen)
@@ -128,12 +128,12 @@ int chat_parser_new(const bpe_tokenizer *t, chat_format f, const chat_parse_opts
                     chat_parser **out, char *err, size_t errlen)
 {
     *out = NULL;
-    if (format_matches(t, f, err, errlen) != KN_OK)
-        return KN_ERR_ARG;
+    if (format_matches(t, f, err, errlen) != TN_OK)
+        return TN_ERR_ARG;
     chat_parser *p = calloc(1, sizeof(*p));
     if (!p) {
-        tok_errf(err, errlen, "out of memory");
-        return KN_ERR_NOMEM;
+        tn_errf(err, errlen, "out of memory");
+        return TN_ERR_NOMEM;
     }
     p->tok = t;
     p->fmt = f;
@@ -148,12 +148,12 @@ int chat_parser_new(const bpe_tokenizer *t, chat_format f, const chat_parse_opts
     chat_parse_opts none = {0};
     int rc = f == CHAT_FORMAT_HARMONY ? harmony_parser_init(p, err, errlen)
                                       : qwen3_parser_init(p, o ? o : &none, err, errlen);
-    if (rc != KN_OK) {
+    if (rc != TN_OK) {
         chat_parser_free(p);
         return rc;
     }
     *out = p;
-    return KN_OK;
+    return TN_OK;
 }
 
 void chat_parser_free(chat_parser *p)
@@ -182,14 +182,14 @@ int chat_parser_push(chat_parser *p, int32_t id, chat_delta *d, char *err, size_
 {
     memset(d, 0, sizeof(*d));
     if (p->done) {
-        tok_errf(err, errlen, "chat parser: token after finish");
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "chat parser: token after finish");
+        return TN_ERR_ARG;
     }
     strbuf_clear(&p->delta);
     int rc = p->fmt == CHAT_FORMAT_HARMONY ? harmony_parser_push(p, id, d, err, errlen)
                                            : qwen3_parser_push(p, id, d, err, errlen);
-    if (rc == KN_ERR_NOMEM)
-        tok_errf(err, errlen, "out of memory");
+    if (rc == TN_ERR_NOMEM)
+        tn_errf(err, errlen, "out of memory");
     return rc;
 }
 
@@ -197,13 +197,13 @@ int chat_parser_finish(chat_parser *p, chat_delta *d, char *err, size_t errlen)
 {
     memset(d, 0, sizeof(*d));
     if (p->done)
-        return KN_OK;
+        return TN_OK;
     p->done = 1;
     strbuf_clear(&p->delta);
     int rc = p->fmt == CHAT_FORMAT_HARMONY ? harmony_parser_finish(p, d, err, errlen)
                                            : qwen3_parser_finish(p, d, err, errlen);
-    if (rc == KN_ERR_NOMEM)
-        tok_errf(err, errlen, "out of memory");
+    if (rc == TN_ERR_NOMEM)
+        tn_errf(err, errlen, "out of memory");
     return rc;
 }
 
@@ -218,17 +218,17 @@ int chat_parse_completion(const bpe_tokenizer *t, chat_format f, const chat_pars
 {
     chat_parser *p;
     int rc = chat_parser_new(t, f, o, &p, err, errlen);
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         return rc;
     chat_delta d;
-    for (size_t i = 0; i < n && rc == KN_OK; i++)
+    for (size_t i = 0; i < n && rc == TN_OK; i++)
         rc = chat_parser_push(p, ids[i], &d, err, errlen);
-    if (rc == KN_OK)
+    if (rc == TN_OK)
         rc = chat_parser_finish(p, &d, err, errlen);
-    if (rc != KN_OK) {
+    if (rc != TN_OK) {
         chat_parser_free(p);
         return rc;
     }
     *out = p;
-    return KN_OK;
+    return TN_OK;
 }

@@ -79,8 +79,8 @@ static void render_tools_header(chat_builder *b, const chat_conversation *c, con
     for (const cJSON *t = c->tools->child; t; t = t->next) {
         strbuf js;
         strbuf_init(&js);
-        if (json_dump_python(t, &js) != KN_OK)
-            b->rc = KN_ERR_NOMEM;
+        if (json_dump_python(t, &js) != TN_OK)
+            b->rc = TN_ERR_NOMEM;
         cb_text(b, "\n");
         cb_datan(b, js.data ? js.data : "", js.len);
         strbuf_free(&js);

@@ -21,12 +21,12 @@ int qwen3_parser_init(chat_parser *p, const chat_parse_opts *o, char *err, size_
     p->id_eot = bpe_token_id(p->tok, "<|endoftext|>");
     if (p->id_think < 0 || p->id_think_end < 0 || p->id_tool_call < 0 || p->id_tool_call_end < 0 ||
         p->id_im_end < 0 || p->id_eot < 0) {
-        tok_errf(err, errlen, "tokenizer %s lacks the Qwen3 chat tokens", bpe_tokenizer_name(p->tok));
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "tokenizer %s lacks the Qwen3 chat tokens", bpe_tokenizer_name(p->tok));
+        return TN_ERR_ARG;
     }
     p->qmode = o->start_in_reasoning ? QM_REASONING : QM_CONTENT;
     p->at_start = o->start_in_reasoning;
-    return KN_OK;
+    return TN_OK;
 }
 
 static chat_delta_kind mode_kind(const chat_parser *p)
@@ -44,7 +44,7 @@ static int section_text(chat_parser *p, const char *s, size_t n, chat_delta *d)
             n--;
         }
         if (n == 0)
-            return KN_OK;
+            return TN_OK;
         p->at_start = 0;
     }
     size_t trail = 0;
@@ -52,15 +52,15 @@ static int section_text(chat_parser *p, const char *s, size_t n, chat_delta *d)
         trail++;
     if (trail == n) {
         p->held_newlines += n;
-        return KN_OK;
+        return TN_OK;
     }
-    int rc = KN_OK;
-    for (size_t i = 0; i < p->held_newlines && rc == KN_OK; i++)
+    int rc = TN_OK;
+    for (size_t i = 0; i < p->held_newlines && rc == TN_OK; i++)
         rc = strbuf_append_char(&p->delta, '\n');
-    if (rc == KN_OK)
+    if (rc == TN_OK)
         rc = strbuf_append(&p->delta, s, n - trail);
     p->held_newlines = trail;
-    return rc == KN_OK ? parser_emit_text(p, mode_kind(p), d) : rc;
+    return rc == TN_OK ? parser_emit_text(p, mode_kind(p), d) : rc;
 }
 
 /* Emits held newlines and an incomplete trailing character (the output
@@ -69,16 +69,16 @@ static int flush_section(chat_parser *p, chat_delta *d)
 {
     strbuf_clear(&p->piece);
     int rc = bpe_stream_finish(&p->stream, &p->piece);
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         return rc;
     if (p->qmode == QM_TOOL_CALL)
         return strbuf_append(&p->call, p->piece.data, p->piece.len);
-    for (size_t i = 0; i < p->held_newlines && rc == KN_OK; i++)
+    for (size_t i = 0; i < p->held_newlines && rc == TN_OK; i++)
         rc = strbuf_append_char(&p->delta, '\n');
     p->held_newlines = 0;
-    if (rc == KN_OK && p->piece.len)
+    if (rc == TN_OK && p->piece.len)
         rc = strbuf_append(&p->delta, p->piece.data, p->piece.len);
-    return rc == KN_OK ? parser_emit_text(p, mode_kind(p), d) : rc;
+    return rc == TN_OK ? parser_emit_text(p, mode_kind(p), d) : rc;
 }
 
 /* Ends a section at a block token: its trailing newlines are dropped. */
@@ -86,7 +86,7 @@ static int close_section(chat_parser *p, chat_delta *d)
 {
     strbuf_clear(&p->piece);
     int rc = bpe_stream_finish(&p->stream, &p->piece);
-    if (rc == KN_OK && p->piece.len)
+    if (rc == TN_OK && p->piece.len)
         rc = section_text(p, p->piece.data, p->piece.len, d);
     p->held_newlines = 0;
     return rc;
@@ -99,9 +99,9 @@ static int end_tool_call(chat_parser *p, chat_delta *d)
 {
     strbuf_clear(&p->piece);
     int rc = bpe_stream_finish(&p->stream, &p->piece);
-    if (rc == KN_OK)
+    if (rc == TN_OK)
         rc = strbuf_append(&p->call, p->piece.data, p->piece.len);
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         return rc;
     cJSON *j = cJSON_ParseWithLength(p->call.data ? p->call.data : "", p->call.len);
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
@@ -115,17 +115,17 @@ static int end_tool_call(chat_parser *p, chat_delta *d)
             rc = json_dump_python(args, &a);
         else
             rc = strbuf_append_str(&a, "{}");
-        if (rc == KN_OK)
+        if (rc == TN_OK)
             rc = parser_emit_tool_call(p, name->valuestring, strlen(name->valuestring),
                                        a.data ? a.data : "", a.len, d);
         strbuf_free(&a);
     } else {
         rc = strbuf_append_str(&p->delta, "<tool_call>");
-        if (rc == KN_OK)
+        if (rc == TN_OK)
             rc = strbuf_append(&p->delta, p->call.data, p->call.len);
-        if (rc == KN_OK)
+        if (rc == TN_OK)
             rc = strbuf_append_str(&p->delta, "</tool_call>");
-        if (rc == KN_OK)
+        if (rc == TN_OK)
             rc = parser_emit_text(p, CHAT_DELTA_CONTENT, d);
     }
     cJSON_Delete(j);
@@ -136,8 +136,8 @@ static int end_tool_call(chat_parser *p, chat_delta *d)
 int qwen3_parser_push(chat_parser *p, int32_t id, chat_delta *d, char *err, size_t errlen)
 {
     if (p->res.stopped) {
-        tok_errf(err, errlen, "Qwen3 output continues after <|im_end|> (token %d)", (int)id);
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "Qwen3 output continues after <|im_end|> (token %d)", (int)id);
+        return TN_ERR_ARG;
     }
     if (id == p->id_im_end || id == p->id_eot) {
         p->res.stopped = 1;
@@ -153,7 +153,7 @@ int qwen3_parser_push(chat_parser *p, int32_t id, chat_delta *d, char *err, size
             return rc;
         }
         int rc = parser_decode(p, id, err, errlen);
-        return rc == KN_OK ? strbuf_append(&p->call, p->piece.data, p->piece.len) : rc;
+        return rc == TN_OK ? strbuf_append(&p->call, p->piece.data, p->piece.len) : rc;
     }
     if (id == p->id_think || id == p->id_think_end || id == p->id_tool_call) {
         int rc = close_section(p, d);
@@ -170,7 +170,7 @@ int qwen3_parser_push(chat_parser *p, int32_t id, chat_delta *d, char *err, size
         return rc;
     }
     int rc = parser_decode(p, id, err, errlen);
-    return rc == KN_OK ? section_text(p, p->piece.data, p->piece.len, d) : rc;
+    return rc == TN_OK ? section_text(p, p->piece.data, p->piece.len, d) : rc;
 }
 
 int qwen3_parser_finish(chat_parser *p, chat_delta *d, char *err, size_t errlen)
@@ -181,13 +181,13 @@ int qwen3_parser_finish(chat_parser *p, chat_delta *d, char *err, size_t errlen)
         return flush_section(p, d);
     strbuf_clear(&p->piece);
     int rc = bpe_stream_finish(&p->stream, &p->piece);
-    if (rc == KN_OK)
+    if (rc == TN_OK)
         rc = strbuf_append_str(&p->delta, "<tool_call>");
-    if (rc == KN_OK)
+    if (rc == TN_OK)
         rc = strbuf_append(&p->delta, p->call.data ? p->call.data : "", p->call.len);
-    if (rc == KN_OK)
+    if (rc == TN_OK)
         rc = strbuf_append(&p->delta, p->piece.data ? p->piece.data : "", p->piece.len);
-    if (rc == KN_OK)
+    if (rc == TN_OK)
         rc = parser_emit_text(p, CHAT_DELTA_CONTENT, d);
     p->qmode = QM_CONTENT;
     strbuf_clear(&p->call);

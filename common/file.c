@@ -7,16 +7,6 @@
 #include <sys/stat.h>
 #include "common/status.h"
 
-void tm_errf(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 int tm_read_file(const char *path, size_t max_bytes, char **out, size_t *len,
                  char *err, size_t errlen)
 {
@@ -25,41 +15,41 @@ int tm_read_file(const char *path, size_t max_bytes, char **out, size_t *len,
         *len = 0;
     FILE *f = fopen(path, "rb");
     if (!f) {
-        tm_errf(err, errlen, "cannot open %s: %s", path, strerror(errno));
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        return TN_ERR_ARG;
     }
     struct stat sb;
     if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        tm_errf(err, errlen, "%s is not a regular file", path);
+        tn_errf(err, errlen, "%s is not a regular file", path);
         fclose(f);
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
     if ((unsigned long long)sb.st_size > max_bytes) {
-        tm_errf(err, errlen, "%s is too large (%lld bytes, limit %zu)", path,
+        tn_errf(err, errlen, "%s is too large (%lld bytes, limit %zu)", path,
                 (long long)sb.st_size, max_bytes);
         fclose(f);
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
     size_t n = (size_t)sb.st_size;
     char *buf = malloc(n + 1);
     if (!buf) {
-        tm_errf(err, errlen, "%s: out of memory", path);
+        tn_errf(err, errlen, "%s: out of memory", path);
         fclose(f);
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     }
     size_t got = fread(buf, 1, n, f);
     int rerr = ferror(f);
     fclose(f);
     if (got != n || rerr) {
-        tm_errf(err, errlen, "cannot read %s", path);
+        tn_errf(err, errlen, "cannot read %s", path);
         free(buf);
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
     buf[n] = '\0';
     *out = buf;
     if (len)
         *len = n;
-    return KN_OK;
+    return TN_OK;
 }
 
 char *tm_path_join(const char *dir, const char *name)

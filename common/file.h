@@ -4,10 +4,6 @@
 #define TANDEM_COMMON_FILE_H
 #include <stddef.h>
 
-/* snprintf into err (when err and errlen are non-zero); always terminates. */
-void tm_errf(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
 /* Reads the whole file into a NUL-terminated heap buffer (*out, length *len
  * without the NUL). Fails with a message naming the path when the file is
  * missing, unreadable or larger than max_bytes. Returns 0 or a negative

@@ -51,9 +51,9 @@ int bytes_map_init(bytes_map *m, size_t expected)
     m->slots = calloc(m->cap, sizeof(*m->slots));
     if (!m->slots) {
         m->cap = 0;
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     }
-    return KN_OK;
+    return TN_OK;
 }
 
 void bytes_map_free(bytes_map *m)
@@ -74,7 +74,7 @@ static int bytes_map_grow(bytes_map *m)
     size_t cap = m->cap * 2;
     struct bytes_slot *slots = calloc(cap, sizeof(*slots));
     if (!slots)
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     for (size_t i = 0; i < m->cap; i++) {
         struct bytes_slot *s = &m->slots[i];
         if (!s->hash)
@@ -89,14 +89,14 @@ static int bytes_map_grow(bytes_map *m)
     free(m->slots);
     m->slots = slots;
     m->cap = cap;
-    return KN_OK;
+    return TN_OK;
 }
 
 int bytes_map_put(bytes_map *m, const unsigned char *arena, uint32_t off, uint32_t len,
                   uint32_t value)
 {
-    if ((m->count + 1) * 2 > m->cap && bytes_map_grow(m) != KN_OK)
-        return KN_ERR_NOMEM;
+    if ((m->count + 1) * 2 > m->cap && bytes_map_grow(m) != TN_OK)
+        return TN_ERR_NOMEM;
     uint32_t h = slot_hash(hash_bytes(arena + off, len));
     size_t i = h & (m->cap - 1);
     while (m->slots[i].hash) {
@@ -107,7 +107,7 @@ int bytes_map_put(bytes_map *m, const unsigned char *arena, uint32_t off, uint32
     }
     m->slots[i] = (struct bytes_slot){off, len, value, h};
     m->count++;
-    return KN_OK;
+    return TN_OK;
 }
 
 int bytes_map_get(const bytes_map *m, const unsigned char *arena, const void *key,
@@ -146,10 +146,10 @@ int u64_map_init(u64_map *m, size_t expected)
     m->values = malloc(m->cap * sizeof(*m->values));
     if (!m->keys || !m->values) {
         u64_map_free(m);
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     }
     memset(m->keys, 0xFF, m->cap * sizeof(*m->keys));
-    return KN_OK;
+    return TN_OK;
 }
 
 void u64_map_free(u64_map *m)
@@ -164,22 +164,22 @@ void u64_map_free(u64_map *m)
 static int u64_map_grow(u64_map *m)
 {
     u64_map bigger;
-    if (u64_map_init(&bigger, m->cap) != KN_OK)
-        return KN_ERR_NOMEM;
+    if (u64_map_init(&bigger, m->cap) != TN_OK)
+        return TN_ERR_NOMEM;
     for (size_t i = 0; i < m->cap; i++)
         if (m->keys[i] != UINT64_MAX)
             u64_map_put(&bigger, m->keys[i], m->values[i]);
     u64_map_free(m);
     *m = bigger;
-    return KN_OK;
+    return TN_OK;
 }
 
 int u64_map_put(u64_map *m, uint64_t key, uint64_t value)
 {
     if (key == UINT64_MAX)
-        return KN_ERR_ARG;
-    if ((m->count + 1) * 2 > m->cap && u64_map_grow(m) != KN_OK)
-        return KN_ERR_NOMEM;
+        return TN_ERR_ARG;
+    if ((m->count + 1) * 2 > m->cap && u64_map_grow(m) != TN_OK)
+        return TN_ERR_NOMEM;
     size_t i = mix64(key) & (m->cap - 1);
     while (m->keys[i] != UINT64_MAX) {
         if (m->keys[i] == key)
@@ -189,7 +189,7 @@ int u64_map_put(u64_map *m, uint64_t key, uint64_t value)
     m->keys[i] = key;
     m->values[i] = value;
     m->count++;
-    return KN_OK;
+    return TN_OK;
 }
 
 int u64_map_get(const u64_map *m, uint64_t key, uint64_t *value)

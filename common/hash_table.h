@@ -19,11 +19,11 @@ typedef struct bytes_map {
     size_t count;
 } bytes_map;
 
-/* Sizes the table for `expected` keys. Returns 0 or KN_ERR_NOMEM. */
+/* Sizes the table for `expected` keys. Returns 0 or TN_ERR_NOMEM. */
 int bytes_map_init(bytes_map *m, size_t expected);
 void bytes_map_free(bytes_map *m);
 /* Inserts arena[off..off+len) -> value. Returns 0, 1 when the key was
- * already present (the stored value is kept), or KN_ERR_NOMEM. */
+ * already present (the stored value is kept), or TN_ERR_NOMEM. */
 int bytes_map_put(bytes_map *m, const unsigned char *arena, uint32_t off, uint32_t len,
                   uint32_t value);
 /* Looks key[0..len) up; returns 1 and sets *value when found, else 0. */
@@ -40,8 +40,8 @@ typedef struct u64_map {
 
 int u64_map_init(u64_map *m, size_t expected);
 void u64_map_free(u64_map *m);
-/* Returns 0, 1 when already present (value kept), KN_ERR_ARG for the
- * reserved key, or KN_ERR_NOMEM. */
+/* Returns 0, 1 when already present (value kept), TN_ERR_ARG for the
+ * reserved key, or TN_ERR_NOMEM. */
 int u64_map_put(u64_map *m, uint64_t key, uint64_t value);
 int u64_map_get(const u64_map *m, uint64_t key, uint64_t *value);
 

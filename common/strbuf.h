@@ -1,6 +1,6 @@
 /* Growable byte buffer and token-id vector used by the tokenizers and the
  * chat formats. Both keep a terminating NUL / spare slot so callers can use
- * the text as a C string. Append functions return 0 or KN_ERR_NOMEM and
+ * the text as a C string. Append functions return 0 or TN_ERR_NOMEM and
  * leave the buffer unchanged on failure. */
 #ifndef TANDEM_COMMON_STRBUF_H
 #define TANDEM_COMMON_STRBUF_H

@@ -129,8 +129,8 @@ int utf8_append_lossy(strbuf *out, const unsigned char *s, size_t n, int final,
             i += (size_t)len;
             continue;
         }
-        if (strbuf_append(out, s + run, i - run) != KN_OK)
-            return KN_ERR_NOMEM;
+        if (strbuf_append(out, s + run, i - run) != TN_OK)
+            return TN_ERR_NOMEM;
         size_t sub = utf8_maximal_subpart(s + i, n - i);
         int lead_len;
         unsigned char lo, hi;
@@ -139,10 +139,10 @@ int utf8_append_lossy(strbuf *out, const unsigned char *s, size_t n, int final,
             sub < (size_t)lead_len) {
             if (pending)
                 *pending = sub;
-            return KN_OK;
+            return TN_OK;
         }
-        if (strbuf_append(out, UTF8_REPLACEMENT, 3) != KN_OK)
-            return KN_ERR_NOMEM;
+        if (strbuf_append(out, UTF8_REPLACEMENT, 3) != TN_OK)
+            return TN_ERR_NOMEM;
         i += sub ? sub : 1;
         run = i;
     }

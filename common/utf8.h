@@ -31,7 +31,7 @@ size_t utf8_maximal_subpart(const unsigned char *s, size_t n);
  * U+FFFD (the same output as WHATWG TextDecoder and Python's
  * errors="replace"). When final is 0, a truncated sequence at the very end
  * is not replaced: its length is returned in *pending (the caller keeps
- * those bytes for the next call). Returns 0 or KN_ERR_NOMEM. */
+ * those bytes for the next call). Returns 0 or TN_ERR_NOMEM. */
 int utf8_append_lossy(strbuf *out, const unsigned char *s, size_t n, int final,
                       size_t *pending);
 

@@ -85,12 +85,12 @@ int decoder_step(decoder_ctx *ctx)
     /* the logits stay where they were computed and are sampled there: on
      * the GPU only the n token ids come back */
     int rc = tm_forward(ctx->model, &ctx->kv, ctx->steps, n, NULL, NULL);
-    if (rc == KN_OK)
+    if (rc == TN_OK)
         rc = kn_sample(&ctx->be, ctx->sampled, tm_model_last_logits(ctx->model), n, vocab,
                        ctx->params, ctx->rngs);
-    if (rc != KN_OK) {
+    if (rc != TN_OK) {
         char msg[160];
-        snprintf(msg, sizeof msg, "forward/sampling failed: %s", kn_status_str(rc));
+        snprintf(msg, sizeof msg, "forward/sampling failed: %s", tn_status_str(rc));
         fail_batch(ctx, n, msg);
         return rc;
     }
@@ -100,7 +100,7 @@ int decoder_step(decoder_ctx *ctx)
         free(chunks);
         free(ptrs);
         fail_batch(ctx, n, "decoder out of memory");
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     }
     for (int i = 0; i < n; i++) {
         sched_seq *q = ctx->batch[i];

@@ -81,18 +81,18 @@ static void on_assignment(decoder_ctx *ctx, const Tandem__V1__DecodeAssignment *
         break;
     case SCHED_QUEUED:
         break; /* KvReady goes out when it is admitted */
-    case SCHED_ERR_NEVER_FITS:
+    case TN_ERR_NEVER_FITS:
         snprintf(msg, sizeof msg, "needs %d KV pages; this decoder has %d in all",
                  tm_kv_pages_needed(req.prompt_len, req.max_tokens, ctx->s.page_size),
                  ctx->s.n_pages);
         send_error(ctx, a->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_KV_NEVER_FITS, msg);
         break;
-    case SCHED_ERR_TOO_LONG:
+    case TN_ERR_TOO_LONG:
         snprintf(msg, sizeof msg, "prompt %d + max_tokens %d exceeds the context of %d",
                  req.prompt_len, req.max_tokens, ctx->s.max_context);
         send_error(ctx, a->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_CONTEXT_TOO_LONG, msg);
         break;
-    case SCHED_ERR_NOMEM:
+    case TN_ERR_NOMEM:
         send_error(ctx, a->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL,
                    "decoder out of memory");
         break;
@@ -298,7 +298,7 @@ static int group_agree(decoder_ctx *ctx)
 {
     float v[4] = {sched_running(&ctx->s) > 0 ? 1.0f : 0.0f, ctx->stop ? 1.0f : 0.0f,
                   ctx->draining ? 1.0f : 0.0f, ctx->left ? 0.0f : 1.0f};
-    if (comm_all_reduce_sum(ctx->group.world, v, 4) != KN_OK)
+    if (comm_all_reduce_sum(ctx->group.world, v, 4) != TN_OK)
         return -1;
     ctx->group_step = v[0] > 0;
     if (v[1] > 0)
@@ -385,7 +385,7 @@ static void run(decoder_ctx *ctx)
             if (ctx->stop)
                 break;
         }
-        if (decoder_step(ctx) == KN_ERR_PEER) {
+        if (decoder_step(ctx) == TN_ERR_PEER) {
             report_group_failure(ctx);
             ctx->group_failed = 1;
             break;
@@ -454,7 +454,7 @@ int main(int argc, char **argv)
     char err[512];
     /* the DP ranks first, before any thread exists */
     if (rank_group_start(&ctx->group, 1, o->ep, o->ranks, o->rank, o->world, o->comm_name,
-                         "decode", o->comm_timeout_ms, err, sizeof err) != KN_OK) {
+                         "decode", o->comm_timeout_ms, err, sizeof err) != TN_OK) {
         fprintf(stderr, "tandem-decoder: %s\n", err);
         free(ctx);
         return 1;
@@ -494,7 +494,7 @@ int main(int argc, char **argv)
     if (!ctx->batch || !ctx->steps || !ctx->sampled || !ctx->params || !ctx->rngs ||
         sched_init(&ctx->s, c->kv_pages, o->page_size, c->max_batch, ctx->max_context) != 0 ||
         tm_kv_cache_init(&ctx->kv, &ctx->be, ctx->mc->n_layers, ctx->mc->n_kv_heads,
-                         ctx->mc->head_dim, o->page_size, c->kv_pages) != KN_OK) {
+                         ctx->mc->head_dim, o->page_size, c->kv_pages) != TN_OK) {
         fprintf(stderr, "tandem-decoder: cannot allocate %d KV pages and step buffers\n",
                 c->kv_pages);
         goto out;

@@ -61,12 +61,12 @@ int kv_receiver_open(tm_kv_cache *kv, const char *name, const char *tls, tm_kv_p
     te_engine_config_default(&cfg);
     cfg.name = name;
     cfg.tls = tls && tls[0] ? tls : NULL;
-    if (te_engine_create(&cfg, &r->e, err, errlen) != TE_OK) {
+    if (te_engine_create(&cfg, &r->e, err, errlen) != TN_OK) {
         free(r);
         return -1;
     }
     if (tm_kv_staging_init(&r->staging, kv, path, te_engine_cuda_memory(r->e), err,
-                           errlen) != KN_OK) {
+                           errlen) != TN_OK) {
         kv_receiver_close(r);
         return -1;
     }
@@ -75,8 +75,8 @@ int kv_receiver_open(tm_kv_cache *kv, const char *name, const char *tls, tm_kv_p
                       .page_size = kv->page_size, .n_pages = kv->n_pages};
     if (te_kv_register(r->e, &l, (void *const *)r->staging.k, (void *const *)r->staging.v,
                        r->staging.device_memory ? TE_MEM_CUDA : TE_MEM_HOST,
-                       &r->local) != TE_OK ||
-        te_kv_hello_pack(r->e, &r->local, &r->hello, &r->hello_len) != TE_OK) {
+                       &r->local) != TN_OK ||
+        te_kv_hello_pack(r->e, &r->local, &r->hello, &r->hello_len) != TN_OK) {
         snprintf(err, errlen, "%s", te_engine_error(r->e));
         kv_receiver_close(r);
         return -1;
@@ -109,9 +109,9 @@ int kv_receiver_land(kv_receiver *r, const int32_t *pages, int n_pages, char *er
                      size_t errlen)
 {
     int rc = tm_kv_staging_to_device(&r->staging, pages, n_pages);
-    if (rc != KN_OK) {
+    if (rc != TN_OK) {
         snprintf(err, errlen, "copying %d received KV pages to the device: %s", n_pages,
-                 kn_status_str(rc));
+                 tn_status_str(rc));
         return -1;
     }
     return 0;
@@ -199,7 +199,7 @@ int kv_receiver_add_peer(kv_receiver *r, const char *worker_id, const uint8_t *e
         }
         int connected = 0;
         for (int i = 0; !rc && i < n; i++, connected++) {
-            if (te_kv_connect(r->e, hello[i]->hello, &remotes[i]) != TE_OK) {
+            if (te_kv_connect(r->e, hello[i]->hello, &remotes[i]) != TN_OK) {
                 snprintf(err, errlen, "rank %d: %s", i, te_engine_error(r->e));
                 rc = -1;
             } else {
@@ -269,7 +269,7 @@ static int combine(kv_receiver *r, const te_notice *n, int size, uint64_t key,
         *p = (pending_notice){n->request_id, key, 0, 1, 0};
     }
     p->seen++;
-    p->ok = p->ok && n->status == TE_OK;
+    p->ok = p->ok && n->status == TN_OK;
     p->bytes += n->bytes;
     if (p->seen < size)
         return 0;
@@ -289,7 +289,7 @@ int kv_receiver_next(kv_receiver *r, uint64_t *request_id, int *complete, uint64
         int size = sender_group(r, n.sender_id, &key);
         if (size <= 1) {
             *request_id = n.request_id;
-            *complete = n.status == TE_OK;
+            *complete = n.status == TN_OK;
             *bytes = n.bytes;
             return 1;
         }

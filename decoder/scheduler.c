@@ -12,10 +12,10 @@ int sched_init(sched *s, int n_pages, int page_size, int max_batch, int max_cont
 {
     memset(s, 0, sizeof *s);
     if (n_pages <= 0 || page_size <= 0 || max_batch <= 0 || max_context <= 0)
-        return SCHED_ERR_ARG;
+        return TN_ERR_ARG;
     s->free_pages = malloc((size_t)n_pages * sizeof *s->free_pages);
     if (!s->free_pages)
-        return SCHED_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     /* Pop order 0, 1, 2...: a fresh cache hands pages out in order. */
     for (int i = 0; i < n_pages; i++)
         s->free_pages[i] = n_pages - 1 - i;
@@ -98,34 +98,34 @@ static int has_waiting_before(const sched *s, const sched_seq *q)
     return 0;
 }
 
-sched_status sched_submit(sched *s, const sched_request *req, sched_seq **out)
+int sched_submit(sched *s, const sched_request *req, sched_seq **out)
 {
     *out = NULL;
     if (!req->id || !req->id[0] || strlen(req->id) >= SCHED_MAX_ID || req->prompt_len <= 0 ||
         req->max_tokens <= 0 || req->n_stop_ids < 0 || (req->n_stop_ids && !req->stop_ids) ||
         sched_find(s, req->id))
-        return SCHED_ERR_ARG;
+        return TN_ERR_ARG;
     if ((long)req->prompt_len + req->max_tokens > s->max_context)
-        return SCHED_ERR_TOO_LONG;
+        return TN_ERR_TOO_LONG;
     int need = tm_kv_pages_needed(req->prompt_len, req->max_tokens, s->page_size);
     if (need > s->n_pages)
-        return SCHED_ERR_NEVER_FITS;
+        return TN_ERR_NEVER_FITS;
     if (s->n_seqs == s->cap_seqs) {
         int cap = s->cap_seqs ? 2 * s->cap_seqs : 16;
         sched_seq **ns = realloc(s->seqs, (size_t)cap * sizeof *ns);
         if (!ns)
-            return SCHED_ERR_NOMEM;
+            return TN_ERR_NOMEM;
         s->seqs = ns;
         s->cap_seqs = cap;
     }
     sched_seq *q = calloc(1, sizeof *q);
     if (!q)
-        return SCHED_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     q->pages = malloc((size_t)need * sizeof *q->pages);
     q->stop_ids = malloc((size_t)(req->n_stop_ids ? req->n_stop_ids : 1) * sizeof *q->stop_ids);
     if (!q->pages || !q->stop_ids) {
         seq_free(q);
-        return SCHED_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     }
     strcpy(q->id, req->id);
     q->prompt_len = req->prompt_len;

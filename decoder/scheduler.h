@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "kernels/sampling.h"
+#include "common/status.h"
 #include "engine/kv_cache.h"
 
 #define SCHED_MAX_ID 64
@@ -81,14 +82,14 @@ typedef struct sched {
     int n_seqs, cap_seqs;
 } sched;
 
-typedef enum {
+/* sched_submit's outcomes; its errors are negative tn_status codes:
+ * TN_ERR_NEVER_FITS (needs more pages than the whole cache), TN_ERR_TOO_LONG
+ * (prompt + max_tokens exceeds max_context), TN_ERR_ARG (bad sizes,
+ * duplicate or over-long id), TN_ERR_NOMEM. */
+enum sched_outcome {
     SCHED_ADMITTED = 0,       /* pages reserved: send KvReady now */
     SCHED_QUEUED = 1,         /* waits for room: sched_admit_waiting admits it later */
-    SCHED_ERR_NEVER_FITS = -1,/* needs more pages than the whole cache */
-    SCHED_ERR_TOO_LONG = -2,  /* prompt + max_tokens exceeds max_context */
-    SCHED_ERR_ARG = -3,       /* bad sizes, duplicate or over-long id */
-    SCHED_ERR_NOMEM = -4,
-} sched_status;
+};
 
 /* n_pages pages of page_size tokens, page ids 0..n_pages-1; at most
  * max_batch sequences admitted at once; max_context bounds prompt+output. */
@@ -97,7 +98,7 @@ void sched_free(sched *s);
 
 /* Registers a request. On SCHED_ADMITTED or SCHED_QUEUED *out is the new
  * sequence; errors leave nothing behind. */
-sched_status sched_submit(sched *s, const sched_request *req, sched_seq **out);
+int sched_submit(sched *s, const sched_request *req, sched_seq **out);
 
 /* Admits waiting sequences in FIFO order while they fit; writes up to max
  * of them to admitted and returns how many. */

@@ -43,7 +43,7 @@ const char *comm_error(const comm *c)
 int comm_split(comm *parent, int color, int key, comm **out)
 {
     if (!parent || !out)
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     *out = NULL;
     return parent->ops->split(parent, color, key, out);
 }
@@ -61,7 +61,7 @@ void comm_get_stats(const comm *c, comm_stats *out)
 /* Counts a completed collective; passes rc through. */
 static int counted(comm *c, int rc, comm_op op, size_t bytes)
 {
-    if (rc == KN_OK) {
+    if (rc == TN_OK) {
         c->stats.calls[op]++;
         c->stats.bytes[op] += bytes;
     }
@@ -72,7 +72,7 @@ static int bad(comm *c, const char *what)
 {
     if (c)
         comm_set_error(c, "%s: bad argument", what);
-    return KN_ERR_ARG;
+    return TN_ERR_ARG;
 }
 
 int comm_all_reduce_sum(comm *c, float *buf, size_t n)
@@ -116,21 +116,21 @@ int comm_broadcast(comm *c, void *buf, size_t bytes, int root)
 int comm_barrier(comm *c)
 {
     if (!c)
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     return counted(c, c->ops->barrier(c), COMM_OP_BARRIER, 0);
 }
 
 int comm_set_timeout(comm *c, int timeout_ms)
 {
     if (!c || timeout_ms < 0)
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     return c->ops->set_timeout(c, timeout_ms);
 }
 
 int comm_poll_peers(comm *c)
 {
     if (!c)
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     return c->ops->poll_peers(c);
 }
 

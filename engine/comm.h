@@ -16,7 +16,7 @@
  * Failure: a rank that dies (any signal, SIGKILL included), leaves (calls
  * comm_free while others still expect it), or does not arrive within the
  * group's timeout fails the whole group: every blocked or later collective on
- * every rank returns KN_ERR_PEER, and comm_error says which rank and why.
+ * every rank returns TN_ERR_PEER, and comm_error says which rank and why.
  * Nothing blocks forever. A failed group stays failed; free it. */
 #ifndef TANDEM_ENGINE_COMM_H
 #define TANDEM_ENGINE_COMM_H
@@ -55,7 +55,7 @@ int comm_host_init(comm **out, const char *name, int rank, int world,
 /* NCCL communicator over the same ranks as `bootstrap` (a host
  * communicator, used to share the NCCL unique id; NULL for a group of one),
  * running on `be`'s CUDA device and stream. Collective over bootstrap.
- * KN_ERR_UNSUPPORTED in builds without TANDEM_NCCL. */
+ * TN_ERR_UNSUPPORTED in builds without TANDEM_NCCL. */
 int comm_nccl_init(comm **out, comm *bootstrap, const kn_backend *be,
                    char *err, size_t errlen);
 
@@ -91,14 +91,14 @@ int comm_barrier(comm *c);
 int comm_set_timeout(comm *c, int timeout_ms);
 
 /* Checks without blocking that every member is still in the group:
- * KN_OK, or KN_ERR_PEER (comm_error says who died or left) once a member is
+ * TN_OK, or TN_ERR_PEER (comm_error says who died or left) once a member is
  * gone or the group failed. For a rank that is not inside a collective
  * (rank 0 of a prefiller waiting for the router) and must still notice. */
 int comm_poll_peers(comm *c);
 
 /* Fails the group on purpose: a rank that cannot go on (a local error in the
  * middle of a step the others are running) calls this so that its peers get
- * KN_ERR_PEER with "rank R aborted: why" at once instead of waiting for the
+ * TN_ERR_PEER with "rank R aborted: why" at once instead of waiting for the
  * timeout. */
 void comm_abort(comm *c, const char *why);
 
@@ -127,7 +127,7 @@ void comm_get_stats(const comm *c, comm_stats *out);
 /* Why the last failed call on c (or its group) failed; "" if none did. */
 const char *comm_error(const comm *c);
 /* Leaves the group. Not collective: peers still waiting for this rank get
- * KN_ERR_PEER ("left"). Free sub-groups before their parent. NULL is fine. */
+ * TN_ERR_PEER ("left"). Free sub-groups before their parent. NULL is fine. */
 void comm_free(comm *c);
 
 #endif

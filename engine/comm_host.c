@@ -23,7 +23,7 @@
  * milliseconds and a rank that is alive but stuck is reported when the
  * timeout expires. The first rank to see a failure records the reason in
  * the header and rings every bell; from then on every collective of every
- * group returns KN_ERR_PEER. */
+ * group returns TN_ERR_PEER. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -217,7 +217,7 @@ static int failed_call(comm *c)
 {
     host_group *g = c->impl;
     comm_set_error(c, "%s", group_reason(g->seg->h));
-    return KN_ERR_PEER;
+    return TN_ERR_PEER;
 }
 
 /* 1 while rank r may still take part; 0 (and *why) once it died or left. */
@@ -282,7 +282,7 @@ static int group_sync(comm *c, const char *what)
          * meanwhile elsewhere: its data is whole */
         int lag = lagging(a, target);
         if (lag < 0)
-            return KN_OK;
+            return TN_OK;
         if (atomic_load(&h->failed))
             return failed_call(c);
         if (round < SPIN_YIELDS) {
@@ -355,7 +355,7 @@ static int check_call(comm *c)
             return failed_call(c);
         }
     }
-    return KN_OK;
+    return TN_OK;
 }
 
 /* Sync; after the first one of a collective also compare the calls. */
@@ -407,7 +407,7 @@ static int host_all_reduce_sum(comm *c, float *buf, size_t n)
             for (size_t i = lo; i < hi; i++)
                 sum[i] += src[i];
         }
-        if ((rc = group_sync(c, "all_reduce_sum")) != KN_OK)
+        if ((rc = group_sync(c, "all_reduce_sum")) != TN_OK)
             return rc;
         for (int r = 0; r < W; r++) {
             size_t rlo = len * (size_t)r / (size_t)W, rhi = len * (size_t)(r + 1) / (size_t)W;
@@ -415,7 +415,7 @@ static int host_all_reduce_sum(comm *c, float *buf, size_t n)
                    (rhi - rlo) * sizeof(float));
         }
     }
-    return KN_OK;
+    return TN_OK;
 }
 
 static int host_all_gather(comm *c, const void *send, void *recv, size_t bytes)
@@ -436,7 +436,7 @@ static int host_all_gather(comm *c, const void *send, void *recv, size_t bytes)
         for (int r = 0; r < c->size && len; r++)
             memcpy((uint8_t *)recv + (size_t)r * bytes + off, slot(g, p, r), len);
     }
-    return KN_OK;
+    return TN_OK;
 }
 
 static int host_broadcast(comm *c, void *buf, size_t bytes, int root)
@@ -457,7 +457,7 @@ static int host_broadcast(comm *c, void *buf, size_t bytes, int root)
         if (c->rank != root && len)
             memcpy((uint8_t *)buf + off, slot(g, p, root), len);
     }
-    return KN_OK;
+    return TN_OK;
 }
 
 static size_t piece(size_t total, size_t round, size_t chunk)
@@ -520,7 +520,7 @@ static int host_all_to_all_v(comm *c, const void *send, const size_t *send_bytes
             if (n)
                 memcpy(out + (size_t)d * chunk, (const uint8_t *)send + soff[d] + i * chunk, n);
         }
-        if ((rc = group_sync(c, "all_to_all_v")) != KN_OK)
+        if ((rc = group_sync(c, "all_to_all_v")) != TN_OK)
             return rc;
         for (int s = 0; s < W; s++) {
             size_t n = s == me ? 0 : piece(recv_bytes[s], i, chunk);
@@ -529,7 +529,7 @@ static int host_all_to_all_v(comm *c, const void *send, const size_t *send_bytes
                        slot(g, p, s) + (size_t)me * chunk, n);
         }
     }
-    return KN_OK;
+    return TN_OK;
 }
 
 static void seg_release(host_seg *s)
@@ -581,7 +581,7 @@ static void host_destroy(comm *c)
 static int host_set_timeout(comm *c, int timeout_ms)
 {
     ((host_group *)c->impl)->timeout_ms = timeout_ms;
-    return KN_OK;
+    return TN_OK;
 }
 
 static int host_poll_peers(comm *c)
@@ -594,7 +594,7 @@ static int host_poll_peers(comm *c)
             group_fail(h, "rank %d (pid %d) %s", g->a->members[i],
                        h->ranks[g->a->members[i]].pid, why);
     }
-    return atomic_load(&h->failed) ? failed_call(c) : KN_OK;
+    return atomic_load(&h->failed) ? failed_call(c) : TN_OK;
 }
 
 static void host_abort(comm *c, const char *why)
@@ -655,14 +655,14 @@ static int host_split(comm *parent, int color, int key, comm **out)
     if (proposals[leader] < 0) {
         comm_set_error(parent, "comm_split: the group segment holds at most %d groups "
                        "(comm_options.max_groups)", h->max_groups);
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
     *out = group_new(pg->seg, proposals[leader], my_index, n);
     if (!*out) {
         comm_set_error(parent, "comm_split: out of memory");
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     }
-    return KN_OK;
+    return TN_OK;
 }
 
 static const comm_ops host_ops = {
@@ -680,17 +680,6 @@ static const comm_ops host_ops = {
 };
 
 /* ---- start-up ---------------------------------------------------------- */
-
-static void errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void errf(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static int valid_name(const char *name)
 {
@@ -741,15 +730,15 @@ static int create_segment(host_seg *s, int world, size_t slot_bytes, int max_gro
     shm_unlink(s->path);   /* a segment left by a crashed earlier run */
     int fd = shm_open(s->path, O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0) {
-        errf(err, errlen, "comm: cannot create shared memory %s: %s", s->path, strerror(errno));
-        return KN_ERR_SYS;
+        tn_errf(err, errlen, "comm: cannot create shared memory %s: %s", s->path, strerror(errno));
+        return TN_ERR_SYS;
     }
     if (ftruncate(fd, (off_t)total) != 0 || map_fd(s, fd, total) != 0) {
-        errf(err, errlen, "comm: cannot size or map %s (%zu bytes): %s", s->path, total,
+        tn_errf(err, errlen, "comm: cannot size or map %s (%zu bytes): %s", s->path, total,
              strerror(errno));
         close(fd);
         shm_unlink(s->path);
-        return KN_ERR_SYS;
+        return TN_ERR_SYS;
     }
     close(fd);
     seg_header *h = s->h;
@@ -767,17 +756,17 @@ static int create_segment(host_seg *s, int world, size_t slot_bytes, int max_gro
         rc = pthread_mutex_init(&h->ranks[r].life, &at);
     pthread_mutexattr_destroy(&at);
     if (rc) {
-        errf(err, errlen, "comm: cannot initialise robust shared mutexes: %s", strerror(rc));
+        tn_errf(err, errlen, "comm: cannot initialise robust shared mutexes: %s", strerror(rc));
         munmap(s->h, s->bytes);
         shm_unlink(s->path);
-        return KN_ERR_SYS;
+        return TN_ERR_SYS;
     }
     area *a0 = seg_area(h, 0);
     a0->size = world;
     for (int r = 0; r < world; r++)
         a0->members[r] = r;
     atomic_store(&h->n_groups, 1);
-    return KN_OK;
+    return TN_OK;
 }
 
 /* Opens the segment rank 0 created, waiting for it to appear; skips a stale
@@ -799,15 +788,15 @@ static int open_segment(host_seg *s, int world, size_t slot_bytes, int max_group
                     munmap(s->h, s->bytes);   /* stale: wait for the new one */
                 } else if (h->world != world || h->slot_bytes != slot_bytes ||
                            h->max_groups != max_groups || h->total_bytes > s->bytes) {
-                    errf(err, errlen, "comm: group %s was created with world %d, slot %llu, "
+                    tn_errf(err, errlen, "comm: group %s was created with world %d, slot %llu, "
                          "max_groups %d; this rank asks for world %d, slot %zu, "
                          "max_groups %d", s->path, h->world,
                          (unsigned long long)h->slot_bytes, h->max_groups, world,
                          slot_bytes, max_groups);
                     munmap(s->h, s->bytes);
-                    return KN_ERR_ARG;
+                    return TN_ERR_ARG;
                 } else {
-                    return KN_OK;
+                    return TN_OK;
                 }
             } else {
                 munmap(s->h, s->bytes);   /* rank 0 is still initialising */
@@ -816,9 +805,9 @@ static int open_segment(host_seg *s, int world, size_t slot_bytes, int max_group
         if (fd >= 0)
             close(fd);
         if (now_ms() >= deadline) {
-            errf(err, errlen, "comm: rank 0 did not create group %s within %d ms",
+            tn_errf(err, errlen, "comm: rank 0 did not create group %s within %d ms",
                  s->path, s->timeout_ms);
-            return KN_ERR_PEER;
+            return TN_ERR_PEER;
         }
         sleep_ms(5);
     }
@@ -835,12 +824,12 @@ static int take_place(host_seg *s, char *err, size_t errlen)
         rc = EBUSY;
     }
     if (rc != 0) {
-        errf(err, errlen, "comm: rank %d of group %s is already taken by another process",
+        tn_errf(err, errlen, "comm: rank %d of group %s is already taken by another process",
              s->me, s->path);
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
     ri->pid = (int32_t)getpid();
-    return KN_OK;
+    return TN_OK;
 }
 
 /* Counts this rank in and waits until all ranks are. */
@@ -852,26 +841,26 @@ static int wait_joined(host_seg *s, int world, int64_t deadline, char *err, size
     for (;;) {
         uint32_t seen = atomic_load(&h->join_bell);
         if (atomic_load(&h->failed)) {
-            errf(err, errlen, "comm: %s", group_reason(h));
-            return KN_ERR_PEER;
+            tn_errf(err, errlen, "comm: %s", group_reason(h));
+            return TN_ERR_PEER;
         }
         if (atomic_load(&h->joined) >= (uint32_t)world)
-            return KN_OK;
+            return TN_OK;
         for (int r = 0; r < world; r++) {
             const char *why;
             if (r != s->me && !probe_rank(h, r, &why)) {
                 group_fail(h, "rank %d (pid %d) %s while group %s was starting", r,
                            h->ranks[r].pid, why, s->path);
-                errf(err, errlen, "comm: %s", group_reason(h));
-                return KN_ERR_PEER;
+                tn_errf(err, errlen, "comm: %s", group_reason(h));
+                return TN_ERR_PEER;
             }
         }
         int64_t left = deadline - now_ms();
         if (left <= 0) {
             group_fail(h, "only %u of %d ranks joined group %s within %d ms",
                        atomic_load(&h->joined), world, s->path, s->timeout_ms);
-            errf(err, errlen, "comm: %s", group_reason(h));
-            return KN_ERR_PEER;
+            tn_errf(err, errlen, "comm: %s", group_reason(h));
+            return TN_ERR_PEER;
         }
         futex_wait_ms(&h->join_bell, seen, left < POLL_MS ? (int)left : POLL_MS);
     }
@@ -883,20 +872,20 @@ int comm_host_init(comm **out, const char *name, int rank, int world,
     if (out)
         *out = NULL;
     if (!out || !name || !valid_name(name)) {
-        errf(err, errlen, "comm: group name must be 1..%d characters of [A-Za-z0-9._-]",
+        tn_errf(err, errlen, "comm: group name must be 1..%d characters of [A-Za-z0-9._-]",
              COMM_NAME_MAX);
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
     if (world < 1 || world > COMM_MAX_WORLD || rank < 0 || rank >= world) {
-        errf(err, errlen, "comm: rank %d of world %d is out of range (world 1..%d)", rank,
+        tn_errf(err, errlen, "comm: rank %d of world %d is out of range (world 1..%d)", rank,
              world, COMM_MAX_WORLD);
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
     comm_options o = opt ? *opt : (comm_options){0};
     if (o.timeout_ms < 0 || o.max_groups < 0 || o.max_groups > 64) {
-        errf(err, errlen, "comm: bad options (timeout_ms %d, max_groups %d)", o.timeout_ms,
+        tn_errf(err, errlen, "comm: bad options (timeout_ms %d, max_groups %d)", o.timeout_ms,
              o.max_groups);
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
     int timeout_ms = o.timeout_ms ? o.timeout_ms : COMM_DEFAULT_TIMEOUT_MS;
     int max_groups = o.max_groups ? o.max_groups : COMM_DEFAULT_MAX_GROUPS;
@@ -908,8 +897,8 @@ int comm_host_init(comm **out, const char *name, int rank, int world,
 
     host_seg *s = calloc(1, sizeof(*s));
     if (!s) {
-        errf(err, errlen, "comm: out of memory");
-        return KN_ERR_NOMEM;
+        tn_errf(err, errlen, "comm: out of memory");
+        return TN_ERR_NOMEM;
     }
     s->me = rank;
     s->timeout_ms = timeout_ms;
@@ -936,8 +925,8 @@ int comm_host_init(comm **out, const char *name, int rank, int world,
     if (!rc) {
         c = group_new(s, 0, rank, world);
         if (!c) {
-            errf(err, errlen, "comm: out of memory");
-            rc = KN_ERR_NOMEM;
+            tn_errf(err, errlen, "comm: out of memory");
+            rc = TN_ERR_NOMEM;
         }
     }
     if (rc) {
@@ -950,5 +939,5 @@ int comm_host_init(comm **out, const char *name, int rank, int world,
         return rc;
     }
     *out = c;
-    return KN_OK;
+    return TN_OK;
 }

@@ -14,17 +14,6 @@
 #include <unistd.h>
 #include "common/status.h"
 
-static void errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void errf(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static int valid_prefix(const char *p)
 {
     size_t n = strlen(p);
@@ -58,9 +47,9 @@ int comm_launch_fork(comm_launch *L, int world, const char *prefix, char *err,
                      size_t errlen)
 {
     if (!L || !prefix || !valid_prefix(prefix) || world < 1 || world > COMM_MAX_WORLD) {
-        errf(err, errlen, "comm_launch_fork: world must be 1..%d and the prefix 1..16 "
+        tn_errf(err, errlen, "comm_launch_fork: world must be 1..%d and the prefix 1..16 "
              "characters of [A-Za-z0-9._-]", COMM_MAX_WORLD);
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
     memset(L, 0, sizeof(*L));
     L->world = world;
@@ -76,22 +65,22 @@ int comm_launch_fork(comm_launch *L, int world, const char *prefix, char *err,
     for (int r = 1; r < world; r++) {
         pid_t pid = fork();
         if (pid < 0) {
-            errf(err, errlen, "comm_launch_fork: fork of rank %d failed: %s", r,
+            tn_errf(err, errlen, "comm_launch_fork: fork of rank %d failed: %s", r,
                  strerror(errno));
             comm_launch_kill(L);
-            return KN_ERR_SYS;
+            return TN_ERR_SYS;
         }
         if (pid == 0) {
             L->rank = r;
             L->n_children = 0;
             memset(L->children, 0, sizeof(L->children));
-            return KN_OK;
+            return TN_OK;
         }
         L->children[r] = pid;
         L->n_children = r;
     }
     L->rank = 0;
-    return KN_OK;
+    return TN_OK;
 }
 
 static void describe(char *buf, size_t n, int rank, int status)
@@ -147,7 +136,7 @@ int comm_launch_wait(comm_launch *L, int timeout_ms, char *err, size_t errlen)
     }
     L->n_children = 0;
     if (bad) {
-        errf(err, errlen, "%s", first);
+        tn_errf(err, errlen, "%s", first);
         return -1;
     }
     return 0;
@@ -178,25 +167,25 @@ int comm_launch_parse_args(comm_launch *L, int argc, char **argv, char *err,
         if (!is_rank && !is_world && !is_name)
             continue;
         if (i + 1 >= argc) {
-            errf(err, errlen, "%s needs a value", a);
+            tn_errf(err, errlen, "%s needs a value", a);
             return -1;
         }
         const char *v = argv[++i];
         if (is_rank) {
             if (!parse_int(v, 0, COMM_MAX_WORLD - 1, &L->rank)) {
-                errf(err, errlen, "--rank must be 0..%d, got '%s'", COMM_MAX_WORLD - 1, v);
+                tn_errf(err, errlen, "--rank must be 0..%d, got '%s'", COMM_MAX_WORLD - 1, v);
                 return -1;
             }
             have_rank = 1;
         } else if (is_world) {
             if (!parse_int(v, 1, COMM_MAX_WORLD, &L->world)) {
-                errf(err, errlen, "--world must be 1..%d, got '%s'", COMM_MAX_WORLD, v);
+                tn_errf(err, errlen, "--world must be 1..%d, got '%s'", COMM_MAX_WORLD, v);
                 return -1;
             }
             have_world = 1;
         } else {
             if (strlen(v) > COMM_NAME_MAX || !*v) {
-                errf(err, errlen, "--comm-name must be 1..%d characters", COMM_NAME_MAX);
+                tn_errf(err, errlen, "--comm-name must be 1..%d characters", COMM_NAME_MAX);
                 return -1;
             }
             snprintf(L->name, sizeof(L->name), "%s", v);
@@ -207,12 +196,12 @@ int comm_launch_parse_args(comm_launch *L, int argc, char **argv, char *err,
     if (n == 0)
         return 0;
     if (n != 3) {
-        errf(err, errlen, "--rank, --world and --comm-name go together (missing %s)",
+        tn_errf(err, errlen, "--rank, --world and --comm-name go together (missing %s)",
              !have_rank ? "--rank" : !have_world ? "--world" : "--comm-name");
         return -1;
     }
     if (L->rank >= L->world) {
-        errf(err, errlen, "--rank %d is not below --world %d", L->rank, L->world);
+        tn_errf(err, errlen, "--rank %d is not below --world %d", L->rank, L->world);
         return -1;
     }
     return 1;

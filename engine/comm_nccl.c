@@ -7,7 +7,7 @@
  * and the stream until the work is done, the communicator reports an error
  * (a peer died: NCCL's own error detection), or the group timeout passes; on
  * an error or a timeout the communicator is aborted and every later call
- * returns KN_ERR_PEER. Collectives return when their result is in place on
+ * returns TN_ERR_PEER. Collectives return when their result is in place on
  * the device (like the host implementation), which keeps the engine's
  * sequencing identical for both. */
 #include "engine/comm.h"
@@ -30,7 +30,7 @@ int comm_nccl_init(comm **out, comm *bootstrap, const kn_backend *be, char *err,
     if (err && errlen)
         snprintf(err, errlen, "comm: NCCL support is not built in (build with CUDA "
                  "and NCCL so that TANDEM_NCCL is defined)");
-    return KN_ERR_UNSUPPORTED;
+    return TN_ERR_UNSUPPORTED;
 }
 
 #else
@@ -67,7 +67,7 @@ static int fail_abort(comm *c, const char *what, const char *why)
         ncclCommAbort(n->nc);
         n->aborted = 1;
     }
-    return KN_ERR_PEER;
+    return TN_ERR_PEER;
 }
 
 /* Waits until the enqueued work of `what` has finished on the stream. */
@@ -87,7 +87,7 @@ static int finish(comm *c, ncclResult_t enq, const char *what)
         if (async == ncclSuccess) {
             cudaError_t q = cudaStreamQuery(n->stream);
             if (q == cudaSuccess)
-                return KN_OK;
+                return TN_OK;
             if (q != cudaErrorNotReady)
                 return fail_abort(c, what, cudaGetErrorString(q));
         }
@@ -107,9 +107,9 @@ static int usable(comm *c)
     if (n->aborted) {
         if (!c->err[0])
             comm_set_error(c, "NCCL communicator was aborted after an earlier failure");
-        return KN_ERR_PEER;
+        return TN_ERR_PEER;
     }
-    return cudaSetDevice(n->device) == cudaSuccess ? KN_OK : KN_ERR_DEVICE;
+    return cudaSetDevice(n->device) == cudaSuccess ? TN_OK : TN_ERR_DEVICE;
 }
 
 static int nccl_all_reduce_sum(comm *c, float *buf, size_t n)
@@ -159,31 +159,31 @@ static int nccl_all_to_all_v(comm *c, const void *send, const size_t *send_bytes
     if (!host || cudaMalloc((void **)&dev, nbytes * (size_t)(W + 1)) != cudaSuccess) {
         free(host);
         comm_set_error(c, "all_to_all_v: out of memory");
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     }
     for (int p = 0; p < W; p++)
         host[p] = send_bytes[p];
-    rc = cudaMemcpy(dev, host, nbytes, cudaMemcpyHostToDevice) == cudaSuccess ? KN_OK
-                                                                              : KN_ERR_DEVICE;
+    rc = cudaMemcpy(dev, host, nbytes, cudaMemcpyHostToDevice) == cudaSuccess ? TN_OK
+                                                                              : TN_ERR_DEVICE;
     if (!rc)
         rc = finish(c, ncclAllGather(dev, dev + W, (size_t)W, ncclUint64, m->nc, m->stream),
                     "all_to_all_v counts");
     if (!rc && cudaMemcpy(host + W, dev + W, nbytes * (size_t)W, cudaMemcpyDeviceToHost) !=
                    cudaSuccess)
-        rc = KN_ERR_DEVICE;
+        rc = TN_ERR_DEVICE;
     for (int s = 0; s < W && !rc; s++) {
         uint64_t to_me = host[W + (size_t)s * W + c->rank];
         if (to_me != recv_bytes[s]) {
             comm_set_error(c, "all_to_all_v mismatch: rank %d sends %llu bytes to rank %d, "
                            "which expects %zu", s, (unsigned long long)to_me, c->rank,
                            recv_bytes[s]);
-            rc = KN_ERR_PEER;
+            rc = TN_ERR_PEER;
         }
     }
     cudaFree(dev);
     free(host);
     if (rc) {
-        if (rc == KN_ERR_PEER && !m->aborted) {
+        if (rc == TN_ERR_PEER && !m->aborted) {
             ncclCommAbort(m->nc);   /* the peers would wait for bytes never sent */
             m->aborted = 1;
         }
@@ -216,7 +216,7 @@ static int nccl_barrier(comm *c)
 static int nccl_set_timeout(comm *c, int timeout_ms)
 {
     ((nccl_impl *)c->impl)->timeout_ms = timeout_ms;
-    return KN_OK;
+    return TN_OK;
 }
 
 static int nccl_poll_peers(comm *c)
@@ -228,7 +228,7 @@ static int nccl_poll_peers(comm *c)
     if (ncclCommGetAsyncError(n->nc, &async) != ncclSuccess ||
         (async != ncclSuccess && async != ncclInProgress))
         return fail_abort(c, "poll_peers", ncclGetErrorString(async));
-    return KN_OK;
+    return TN_OK;
 }
 
 static void nccl_abort(comm *c, const char *why)
@@ -334,7 +334,7 @@ static int nccl_split(comm *parent, int color, int key, comm **out)
         return fail_abort(parent, "comm_split", ncclGetErrorString(r));
     }
     if (color < 0)
-        return KN_OK;
+        return TN_OK;
     int crank = 0, csize = 0;
     ncclCommUserRank(child, &crank);
     ncclCommCount(child, &csize);
@@ -342,9 +342,9 @@ static int nccl_split(comm *parent, int color, int key, comm **out)
     if (!*out) {
         ncclCommAbort(child);
         comm_set_error(parent, "comm_split: out of memory");
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     }
-    return KN_OK;
+    return TN_OK;
 }
 
 static const comm_ops nccl_ops = {
@@ -371,7 +371,7 @@ int comm_nccl_init(comm **out, comm *bootstrap, const kn_backend *be, char *err,
         if (err && errlen)
             snprintf(err, errlen, "comm_nccl_init: needs a CUDA backend and a host "
                      "bootstrap communicator (or none, for one rank)");
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
     const int rank = bootstrap ? comm_rank(bootstrap) : 0;
     const int size = bootstrap ? comm_size(bootstrap) : 1;
@@ -382,19 +382,19 @@ int comm_nccl_init(comm **out, comm *bootstrap, const kn_backend *be, char *err,
         r = ncclGetUniqueId(&id);
     /* everyone joins the broadcast even if rank 0 failed, then checks */
     int32_t ok = r == ncclSuccess;
-    int rc = bootstrap ? comm_broadcast(bootstrap, &ok, sizeof(ok), 0) : KN_OK;
+    int rc = bootstrap ? comm_broadcast(bootstrap, &ok, sizeof(ok), 0) : TN_OK;
     if (!rc && ok && bootstrap)
         rc = comm_broadcast(bootstrap, &id, sizeof(id), 0);
     if (rc || !ok) {
         if (err && errlen)
             snprintf(err, errlen, "comm_nccl_init: sharing the NCCL id failed: %s",
                      rc && bootstrap ? comm_error(bootstrap) : ncclGetErrorString(r));
-        return rc ? rc : KN_ERR_DEVICE;
+        return rc ? rc : TN_ERR_DEVICE;
     }
     if (cudaSetDevice(be->device) != cudaSuccess) {
         if (err && errlen)
             snprintf(err, errlen, "comm_nccl_init: cannot select CUDA device %d", be->device);
-        return KN_ERR_DEVICE;
+        return TN_ERR_DEVICE;
     }
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
@@ -413,7 +413,7 @@ int comm_nccl_init(comm **out, comm *bootstrap, const kn_backend *be, char *err,
                      last && last[0] ? ": " : "", last && last[0] ? last : "");
         if (nc)
             ncclCommAbort(nc);
-        return KN_ERR_PEER;
+        return TN_ERR_PEER;
     }
     *out = wrap(nc, (cudaStream_t)be->stream, be->device, rank, size,
                 DEFAULT_NCCL_TIMEOUT_MS);
@@ -421,9 +421,9 @@ int comm_nccl_init(comm **out, comm *bootstrap, const kn_backend *be, char *err,
         ncclCommAbort(nc);
         if (err && errlen)
             snprintf(err, errlen, "comm_nccl_init: out of memory");
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     }
-    return KN_OK;
+    return TN_OK;
 }
 
 #endif

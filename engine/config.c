@@ -35,7 +35,7 @@ static void rfail(reader *r, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    tm_errf(r->err, r->errlen, "%s: %s", r->path, msg);
+    tn_errf(r->err, r->errlen, "%s: %s", r->path, msg);
     r->failed = 1;
 }
 
@@ -318,8 +318,8 @@ int tm_config_load(const char *dir, tm_config *cfg, char *err, size_t errlen)
     memset(cfg, 0, sizeof(*cfg));
     char *path = tm_path_join(dir, "config.json");
     if (!path) {
-        tm_errf(err, errlen, "out of memory");
-        return KN_ERR_NOMEM;
+        tn_errf(err, errlen, "out of memory");
+        return TN_ERR_NOMEM;
     }
     int rc = tm_config_load_file(path, cfg, err, errlen);
     free(path);
@@ -362,7 +362,7 @@ int tm_config_load_file(const char *path, tm_config *cfg, char *err, size_t errl
     cJSON_Delete(root);
     if (r.failed) {
         memset(cfg, 0, sizeof(*cfg));
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
-    return KN_OK;
+    return TN_OK;
 }

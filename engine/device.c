@@ -37,22 +37,22 @@ int tm_device_open(const char *arg, kn_backend *be, char *err, size_t errlen)
     int ordinal;
     memset(be, 0, sizeof(*be));
     if (tm_device_parse(arg, &kind, &ordinal) != 0) {
-        tm_errf(err, errlen, "--device must be cpu, cuda or cuda:N, got '%s'", arg ? arg : "");
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "--device must be cpu, cuda or cuda:N, got '%s'", arg ? arg : "");
+        return TN_ERR_ARG;
     }
     if (kind == KN_BACKEND_CPU) {
         int rc = kn_backend_init_cpu(be);
         if (rc)
-            tm_errf(err, errlen, "cannot initialise the CPU backend: %s", kn_status_str(rc));
+            tn_errf(err, errlen, "cannot initialise the CPU backend: %s", tn_status_str(rc));
         return rc;
     }
     int rc = kn_backend_init_cuda(be, ordinal);
-    if (rc == KN_ERR_UNSUPPORTED)
-        tm_errf(err, errlen, "--device %s: this build has no CUDA backend (rebuild with "
+    if (rc == TN_ERR_UNSUPPORTED)
+        tn_errf(err, errlen, "--device %s: this build has no CUDA backend (rebuild with "
                 "`make CUDA=1`, which puts the programs in build-cuda/)", arg);
     else if (rc)
-        tm_errf(err, errlen, "--device %s: cannot initialise CUDA device %d: %s", arg,
-                ordinal, kn_status_str(rc));
+        tn_errf(err, errlen, "--device %s: cannot initialise CUDA device %d: %s", arg,
+                ordinal, tn_status_str(rc));
     return rc;
 }
 

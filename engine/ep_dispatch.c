@@ -42,14 +42,14 @@ static int ep_buf_need(const kn_backend *be, tm_buf *b, size_t bytes, int host)
     if (bytes == 0)
         bytes = 1;
     if (bytes <= b->cap)
-        return KN_OK;
+        return TN_OK;
     ep_buf_free(be, b, host);
     size_t cap = bytes + bytes / 2;
     b->p = host ? malloc(cap) : kn_malloc(be, cap);
     if (!b->p)
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     b->cap = cap;
-    return KN_OK;
+    return TN_OK;
 }
 
 tm_ep_state *tm_ep_state_new(void)
@@ -111,13 +111,13 @@ int tm_ep_dispatch_moe(tm_model *m, int layer, const float *xn, const int32_t *e
     comm *ep = m->par.ep;
     const kn_backend *be = m->be;
     if (!s || !ep || T < 0 || (T > 0 && (!xn || !eidx || !ew || !out)))
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     const int W = comm_size(ep), K = m->cfg.n_experts_per_tok, H = m->cfg.hidden_size;
     const int per_rank = m->shard.n_experts;   /* experts are split evenly, in order */
     const int J = K < W ? K : W;               /* most ranks one token can reach */
     const size_t I = sizeof(int32_t), F = sizeof(float), Tz = (size_t)T;
-    int rc = KN_OK;
-#define TRY(call) do { if ((rc = (call)) != KN_OK) return rc; } while (0)
+    int rc = TN_OK;
+#define TRY(call) do { if ((rc = (call)) != TN_OK) return rc; } while (0)
     TRY(ep_buf_need(be, &s->h_eidx, Tz * K * I, 1));
     TRY(ep_buf_need(be, &s->h_ew, Tz * K * F, 1));
     TRY(ep_buf_need(be, &s->h_n_dest, Tz * I, 1));
@@ -136,7 +136,7 @@ int tm_ep_dispatch_moe(tm_model *m, int layer, const float *xn, const int32_t *e
         for (int j = 0; j < K; j++) {
             int e = h_eidx[(size_t)t * K + j];
             if (e < 0 || e >= m->cfg.n_experts)
-                return KN_ERR_ARG;
+                return TN_ERR_ARG;
             dest |= 1ull << (e / per_rank);
         }
         for (int p = 0; p < W; p++)
@@ -214,7 +214,7 @@ int tm_ep_dispatch_moe(tm_model *m, int layer, const float *xn, const int32_t *e
     row_bytes(rb, from, W, (size_t)H * F);
     TRY(comm_all_to_all_v(ep, s->recv_out.p, rb, s->comb.p, sb));
     if (T == 0)
-        return KN_OK;
+        return TN_OK;
     TRY(ep_buf_need(be, &s->h_zero, (size_t)H * F, 1));
     memset(s->h_zero.p, 0, (size_t)H * F);
     TRY(kn_copy_to_backend(be, (float *)s->comb.p + (size_t)S * H, s->h_zero.p, (size_t)H * F));
@@ -231,5 +231,5 @@ int tm_ep_dispatch_moe(tm_model *m, int layer, const float *xn, const int32_t *e
             TRY(kn_add(be, out, out, s->part.p, Tz * H));
     }
 #undef TRY
-    return KN_OK;
+    return TN_OK;
 }

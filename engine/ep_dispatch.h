@@ -25,7 +25,7 @@ void tm_ep_state_free(const kn_backend *be, tm_ep_state *s);
 /* out[T][H] = the layer's MoE output for this rank's T tokens, from xn
  * [T][H] and the routes eidx/ew [T][k] (backend buffers). T may be 0 (all
  * four NULL): the rank still serves the others. Collective over the model's
- * EP group; KN_ERR_PEER when a peer failed. */
+ * EP group; TN_ERR_PEER when a peer failed. */
 int tm_ep_dispatch_moe(struct tm_model *m, int layer, const float *xn,
                        const int32_t *eidx, const float *ew, int T, float *out);
 

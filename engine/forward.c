@@ -55,14 +55,14 @@ void tm_scratch_free(const kn_backend *be, tm_scratch *s)
 static int buf_need(const kn_backend *be, tm_buf *b, size_t bytes, int host)
 {
     if (bytes <= b->cap)
-        return KN_OK;
+        return TN_OK;
     buf_free(be, b, host);
     size_t cap = bytes + bytes / 2;
     b->p = host ? malloc(cap) : kn_malloc(be, cap);
     if (!b->p)
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     b->cap = cap;
-    return KN_OK;
+    return TN_OK;
 }
 
 static int scratch_need(tm_model *m, size_t rows, size_t seqs, size_t pages,
@@ -95,7 +95,7 @@ static int scratch_need(tm_model *m, size_t rows, size_t seqs, size_t pages,
         if (rc)
             return rc;
     }
-    return KN_OK;
+    return TN_OK;
 }
 
 /* Rejects a batch the kernels could not run safely: sizes, page tables too
@@ -107,33 +107,33 @@ static int check_batch(const tm_model *m, const tm_kv_cache *kv, const tm_seq_st
     if (!kv || !seqs || n_seqs <= 0 || kv->n_layers != c->n_layers ||
         kv->n_kv_heads != m->shard.n_kv_heads || kv->head_dim != c->head_dim ||
         kv->page_size <= 0)
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     long long rows = 0;
     int max_pages = 1;
     for (int s = 0; s < n_seqs; s++) {
         const tm_seq_step *q = &seqs[s];
         if (!q->tokens || q->n_tokens <= 0 || q->n_cached < 0 || !q->pages ||
             (long long)q->n_cached + q->n_tokens > INT_MAX)
-            return KN_ERR_ARG;
+            return TN_ERR_ARG;
         int len = q->n_cached + q->n_tokens;
         int need = (int)(((long long)len + kv->page_size - 1) / kv->page_size);
         if (q->n_pages < need)
-            return KN_ERR_ARG;
+            return TN_ERR_ARG;
         for (int p = 0; p < need; p++)
             if (q->pages[p] < 0 || q->pages[p] >= kv->n_pages)
-                return KN_ERR_ARG;
+                return TN_ERR_ARG;
         for (int t = 0; t < q->n_tokens; t++)
             if (q->tokens[t] < 0 || q->tokens[t] >= c->vocab_size)
-                return KN_ERR_ARG;
+                return TN_ERR_ARG;
         if (need > max_pages)
             max_pages = need;
         rows += q->n_tokens;
     }
     if (rows > INT_MAX / 2)
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     *rows_out = rows;
     *max_pages_out = max_pages;
-    return KN_OK;
+    return TN_OK;
 }
 
 /* Fills the host batch arrays and uploads them with the token ids and
@@ -195,7 +195,7 @@ static kn_weight wt_attn(const tm_model *m, const void *p, const float *scale)
 /* Ends a stretch of timed work when a stopwatch is set (model.h). */
 static int lap(tm_model *m, tm_prof_group g)
 {
-    return m->sw ? kn_stopwatch_lap(m->sw, (int)g) : KN_OK;
+    return m->sw ? kn_stopwatch_lap(m->sw, (int)g) : TN_OK;
 }
 
 /* One decoder layer over all rows, updating the residual stream s->x.
@@ -218,7 +218,7 @@ static int layer_forward(tm_model *m, tm_kv_cache *kv, int l, const kn_seq_batch
     float *x = s->x.p, *xn = s->xn.p, *q = s->q.p, *k = s->k.p, *v = s->v.p;
     float *att = s->att.p, *tmp = s->tmp.p;
     int rc;
-#define TRY(call) do { if ((rc = (call)) != KN_OK) return rc; } while (0)
+#define TRY(call) do { if ((rc = (call)) != TN_OK) return rc; } while (0)
     /* attention block */
     const kn_weight q_w = wt_attn(m, w->q_w, w->q_s), k_w = wt_attn(m, w->k_w, w->k_s),
                     v_w = wt_attn(m, w->v_w, w->v_s), o_w = wt_attn(m, w->o_w, w->o_s);
@@ -265,7 +265,7 @@ static int layer_forward(tm_model *m, tm_kv_cache *kv, int l, const kn_seq_batch
     TRY(lap(m, TM_PROF_EXPERTS));
     /* the residual add of tmp is the next norm's (see above) */
 #undef TRY
-    return KN_OK;
+    return TN_OK;
 }
 
 static int forward_step(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
@@ -275,13 +275,13 @@ int tm_forward(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
                int n_seqs, float *logits, float *all_logits)
 {
     if (!m)
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     int rc = forward_step(m, kv, seqs, n_seqs, logits, all_logits);
-    if (rc && rc != KN_ERR_PEER && (m->par.tp || m->par.ep)) {
+    if (rc && rc != TN_ERR_PEER && (m->par.tp || m->par.ep)) {
         /* the peers are inside this step's collectives, which this rank will
          * not finish: fail the group now rather than at their timeout */
         char why[96];
-        snprintf(why, sizeof(why), "tm_forward failed locally: %s", kn_status_str(rc));
+        snprintf(why, sizeof(why), "tm_forward failed locally: %s", tn_status_str(rc));
         if (m->par.tp)
             comm_abort(m->par.tp, why);
         if (m->par.ep)
@@ -295,7 +295,7 @@ static int forward_step(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
 {
     if (n_seqs == 0 && m->par.ep_mode == TM_EP_DISPATCH) {
         /* an idle DP rank still serves its experts in every layer */
-        int rc = KN_OK;
+        int rc = TN_OK;
         for (int l = 0; l < m->cfg.n_layers && !rc; l++)
             rc = tm_ep_dispatch_moe(m, l, NULL, NULL, NULL, 0, NULL);
         return rc;
@@ -313,7 +313,7 @@ static int forward_step(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
                       all_logits ? (size_t)T : (size_t)n_seqs);
     if (rc)
         return rc;
-    if (m->sw && (rc = kn_stopwatch_start(m->sw)) != KN_OK)
+    if (m->sw && (rc = kn_stopwatch_start(m->sw)) != TN_OK)
         return rc;
     kn_seq_batch b;
     rc = build_batch(m, kv, seqs, n_seqs, T, max_pages, &b);

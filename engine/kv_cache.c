@@ -31,7 +31,7 @@ int tm_kv_cache_init(tm_kv_cache *c, const kn_backend *be, int n_layers,
     memset(c, 0, sizeof(*c));
     if (!be || n_layers <= 0 || n_kv_heads <= 0 || head_dim <= 0 || page_size <= 0 ||
         n_pages <= 0)
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     c->be = be;
     c->n_layers = n_layers;
     c->n_kv_heads = n_kv_heads;
@@ -42,7 +42,7 @@ int tm_kv_cache_init(tm_kv_cache *c, const kn_backend *be, int n_layers,
     if (page / sizeof(float) / (size_t)head_dim / (size_t)page_size != (size_t)n_kv_heads ||
         (size_t)n_pages > SIZE_MAX / page) {
         memset(c, 0, sizeof(*c));
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
     size_t pool = page * (size_t)n_pages;
     c->k = calloc((size_t)n_layers, sizeof(*c->k));
@@ -67,24 +67,24 @@ int tm_kv_cache_init(tm_kv_cache *c, const kn_backend *be, int n_layers,
     for (int i = 0; i < n_pages; i++)
         c->free_pages[i] = n_pages - 1 - i;
     c->n_free = n_pages;
-    return KN_OK;
+    return TN_OK;
 oom:
     tm_kv_cache_free(c);
-    return KN_ERR_NOMEM;
+    return TN_ERR_NOMEM;
 }
 
 int tm_kv_alloc_pages(tm_kv_cache *c, int n, int32_t *pages)
 {
     if (!c || n < 0 || (n > 0 && !pages))
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     if (n > c->n_free)
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     for (int i = 0; i < n; i++) {
         int32_t p = c->free_pages[--c->n_free];
         c->page_used[p] = 1;
         pages[i] = p;
     }
-    return KN_OK;
+    return TN_OK;
 }
 
 void tm_kv_release_pages(tm_kv_cache *c, const int32_t *pages, int n)

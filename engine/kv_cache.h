@@ -18,8 +18,8 @@ typedef struct tm_kv_cache {
     uint8_t *page_used;  /* host [n_pages]: 1 while handed out (catches double release) */
 } tm_kv_cache;
 
-/* Allocates the pools (zeroed on the CPU backend). Returns KN_ERR_ARG for a
- * non-positive size, KN_ERR_NOMEM (with nothing left allocated) when memory
+/* Allocates the pools (zeroed on the CPU backend). Returns TN_ERR_ARG for a
+ * non-positive size, TN_ERR_NOMEM (with nothing left allocated) when memory
  * runs out. */
 int tm_kv_cache_init(tm_kv_cache *c, const kn_backend *be, int n_layers,
                      int n_kv_heads, int head_dim, int page_size, int n_pages);
@@ -27,7 +27,7 @@ int tm_kv_cache_init(tm_kv_cache *c, const kn_backend *be, int n_layers,
 void tm_kv_cache_free(tm_kv_cache *c);
 /* Bytes of one page of one layer's K (or V) pool. */
 size_t tm_kv_page_bytes(const tm_kv_cache *c);
-/* Takes n pages; returns KN_ERR_NOMEM (taking none) if fewer are free. */
+/* Takes n pages; returns TN_ERR_NOMEM (taking none) if fewer are free. */
 int tm_kv_alloc_pages(tm_kv_cache *c, int n, int32_t *pages);
 /* Returns pages to the free list; ids out of range or not handed out are
  * ignored, so a double release cannot hand one page to two sequences. */

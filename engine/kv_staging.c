@@ -40,15 +40,15 @@ int tm_kv_staging_init(tm_kv_staging *s, const tm_kv_cache *kv, tm_kv_path path,
 {
     memset(s, 0, sizeof *s);
     if (!kv || !kv->be || !kv->k || !kv->v) {
-        tm_errf(err, errlen, "KV staging: no KV cache");
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "KV staging: no KV cache");
+        return TN_ERR_ARG;
     }
     s->kv = kv;
     const int on_device = kv->be->kind != KN_BACKEND_CPU;
     if (path == TM_KV_PATH_DIRECT && on_device && !transport_device) {
-        tm_errf(err, errlen, "the KV cache is in GPU memory but UCX here has no CUDA memory "
+        tn_errf(err, errlen, "the KV cache is in GPU memory but UCX here has no CUDA memory "
                 "support (no cuda_copy/cuda_ipc/GPUDirect transports): use the staged path");
-        return KN_ERR_UNSUPPORTED;
+        return TN_ERR_UNSUPPORTED;
     }
     s->staged = path == TM_KV_PATH_STAGED || (on_device && !transport_device);
     if (!s->staged) {
@@ -58,7 +58,7 @@ int tm_kv_staging_init(tm_kv_staging *s, const tm_kv_cache *kv, tm_kv_path path,
         snprintf(s->how, sizeof s->how, "%s",
                  on_device ? "direct from GPU memory (UCX reports CUDA memory support)"
                            : "direct from host memory (CPU backend)");
-        return KN_OK;
+        return TN_OK;
     }
     size_t pool = tm_kv_page_bytes(kv) * (size_t)kv->n_pages;
     s->mirror_k = calloc((size_t)kv->n_layers, sizeof *s->mirror_k);
@@ -74,10 +74,10 @@ int tm_kv_staging_init(tm_kv_staging *s, const tm_kv_cache *kv, tm_kv_path path,
     }
     if (!s->mirror_k || !s->mirror_v || !s->mirror_k[kv->n_layers - 1] ||
         !s->mirror_v[kv->n_layers - 1]) {
-        tm_errf(err, errlen, "KV staging: cannot allocate a host mirror of %d x 2 pools of "
+        tn_errf(err, errlen, "KV staging: cannot allocate a host mirror of %d x 2 pools of "
                 "%zu bytes", kv->n_layers, pool);
         tm_kv_staging_free(s);
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     }
     s->k = s->mirror_k;
     s->v = s->mirror_v;
@@ -86,20 +86,20 @@ int tm_kv_staging_init(tm_kv_staging *s, const tm_kv_cache *kv, tm_kv_path path,
              !on_device ? "--kv-path staged on the CPU backend"
              : path == TM_KV_PATH_STAGED ? "--kv-path staged"
                                          : "UCX here has no CUDA memory support");
-    return KN_OK;
+    return TN_OK;
 }
 
 /* Copies the pages' runs of every layer's pools in one direction. */
 static int copy_pages(tm_kv_staging *s, const int32_t *pages, int n_pages, int to_host)
 {
     if (!s->staged || n_pages <= 0)
-        return KN_OK;
+        return TN_OK;
     const tm_kv_cache *kv = s->kv;
     if (!pages)
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     for (int i = 0; i < n_pages; i++)
         if (pages[i] < 0 || pages[i] >= kv->n_pages)
-            return KN_ERR_ARG;
+            return TN_ERR_ARG;
     const size_t page = tm_kv_page_bytes(kv);
     for (int i = 0; i < n_pages;) {
         int run = 1;
@@ -112,12 +112,12 @@ static int copy_pages(tm_kv_staging *s, const int32_t *pages, int n_pages, int t
                 char *host = (char *)(which ? s->mirror_v[l] : s->mirror_k[l]) + off;
                 int rc = to_host ? kn_copy_to_host(kv->be, host, dev, bytes)
                                  : kn_copy_to_backend(kv->be, dev, host, bytes);
-                if (rc != KN_OK)
+                if (rc != TN_OK)
                     return rc;
             }
         i += run;
     }
-    return KN_OK;
+    return TN_OK;
 }
 
 int tm_kv_staging_to_host(tm_kv_staging *s, const int32_t *pages, int n_pages)

@@ -42,8 +42,8 @@ typedef struct tm_kv_staging {
 
 /* Chooses the path for kv's pools. transport_device: the transport can
  * register device memory. DIRECT with device pools and a transport without
- * GPU memory support is refused (KN_ERR_UNSUPPORTED, reason in err); a
- * mirror that cannot be allocated is KN_ERR_NOMEM. On failure *s is left
+ * GPU memory support is refused (TN_ERR_UNSUPPORTED, reason in err); a
+ * mirror that cannot be allocated is TN_ERR_NOMEM. On failure *s is left
  * safe to tm_kv_staging_free. */
 int tm_kv_staging_init(tm_kv_staging *s, const tm_kv_cache *kv, tm_kv_path path,
                        int transport_device, char *err, size_t errlen);
@@ -52,7 +52,7 @@ void tm_kv_staging_free(tm_kv_staging *s);
 /* Staged only (no-ops otherwise): copies the given pages of every layer's
  * K and V pools from the device to the mirror (before a send), or from the
  * mirror to the device (after a receive). Runs of consecutive page ids go
- * as one copy. Page ids outside the cache are KN_ERR_ARG. */
+ * as one copy. Page ids outside the cache are TN_ERR_ARG. */
 int tm_kv_staging_to_host(tm_kv_staging *s, const int32_t *pages, int n_pages);
 int tm_kv_staging_to_device(tm_kv_staging *s, const int32_t *pages, int n_pages);
 

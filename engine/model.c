@@ -51,20 +51,20 @@ static int load_rope(tm_model *m, char *err, size_t errlen)
     int half = m->cfg.head_dim / 2;
     float *host = malloc(sizeof(float) * (size_t)half);
     if (!host) {
-        tm_errf(err, errlen, "out of memory");
-        return KN_ERR_NOMEM;
+        tn_errf(err, errlen, "out of memory");
+        return TN_ERR_NOMEM;
     }
     int rc = kn_rope_inv_freq(&m->cfg.rope, host, &m->rope_scale);
     if (rc) {
-        tm_errf(err, errlen, "RoPE parameters rejected: %s", kn_status_str(rc));
+        tn_errf(err, errlen, "RoPE parameters rejected: %s", tn_status_str(rc));
     } else {
         m->inv_freq = kn_malloc(m->be, sizeof(float) * (size_t)half);
         rc = m->inv_freq ? kn_copy_to_backend(m->be, m->inv_freq, host,
                                               sizeof(float) * (size_t)half)
-                         : KN_ERR_NOMEM;
+                         : TN_ERR_NOMEM;
         if (rc)
-            tm_errf(err, errlen, "cannot place RoPE tables on the backend: %s",
-                    kn_status_str(rc));
+            tn_errf(err, errlen, "cannot place RoPE tables on the backend: %s",
+                    tn_status_str(rc));
     }
     free(host);
     return rc;
@@ -75,8 +75,8 @@ static int setup_moe(tm_model *m, char *err, size_t errlen)
     const tm_config *c = &m->cfg;
     m->moe = calloc((size_t)c->n_layers, sizeof(*m->moe));
     if (!m->moe) {
-        tm_errf(err, errlen, "out of memory");
-        return KN_ERR_NOMEM;
+        tn_errf(err, errlen, "out of memory");
+        return TN_ERR_NOMEM;
     }
     for (int l = 0; l < c->n_layers; l++) {
         const tm_layer_weights *lw = &m->w.layers[l];
@@ -89,7 +89,7 @@ static int setup_moe(tm_model *m, char *err, size_t errlen)
             .act = c->expert_act, .alpha = c->swiglu_alpha, .limit = c->swiglu_limit,
         };
     }
-    return KN_OK;
+    return TN_OK;
 }
 
 /* Checks a layout against the backend and turns groups of one into "not
@@ -100,7 +100,7 @@ static int check_layout(const tm_parallel *par, const kn_backend *be, tm_paralle
 {
     memset(out, 0, sizeof(*out));
     if (!par)
-        return KN_OK;
+        return TN_OK;
     *out = *par;
     if (out->tp && comm_size(out->tp) == 1 && !out->keep_single)
         out->tp = NULL;
@@ -109,21 +109,21 @@ static int check_layout(const tm_parallel *par, const kn_backend *be, tm_paralle
     if (!out->ep)
         out->ep_mode = TM_EP_NONE;
     if (out->ep && out->ep_mode != TM_EP_REPLICATED && out->ep_mode != TM_EP_DISPATCH) {
-        tm_errf(err, errlen, "parallel layout: an EP group of %d ranks needs ep_mode "
+        tn_errf(err, errlen, "parallel layout: an EP group of %d ranks needs ep_mode "
                 "TM_EP_REPLICATED or TM_EP_DISPATCH", comm_size(out->ep));
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
     comm *groups[2] = {out->tp, out->ep};
     for (int i = 0; i < 2; i++) {
         if (groups[i] && comm_memory(groups[i]) != be->kind) {
-            tm_errf(err, errlen, "parallel layout: the %s communicator takes %s memory but "
+            tn_errf(err, errlen, "parallel layout: the %s communicator takes %s memory but "
                     "the backend is %s", i ? "EP" : "TP",
                     comm_memory(groups[i]) == KN_BACKEND_CPU ? "host" : "device",
                     be->kind == KN_BACKEND_CPU ? "the CPU" : "CUDA");
-            return KN_ERR_ARG;
+            return TN_ERR_ARG;
         }
     }
-    return KN_OK;
+    return TN_OK;
 }
 
 /* The storage dtypes for the option (model.h); q_attn/q_experts say which
@@ -156,13 +156,13 @@ static int model_begin(const char *config_path, int is_dir, const kn_backend *be
 {
     if (opts && opts->weights != TM_WEIGHTS_AUTO && opts->weights != TM_WEIGHTS_F32 &&
         opts->weights != TM_WEIGHTS_BF16 && opts->weights != TM_WEIGHTS_FP8) {
-        tm_errf(err, errlen, "unknown weight dtype option %d", (int)opts->weights);
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "unknown weight dtype option %d", (int)opts->weights);
+        return TN_ERR_ARG;
     }
     tm_model *m = calloc(1, sizeof(*m));
     if (!m) {
-        tm_errf(err, errlen, "out of memory");
-        return KN_ERR_NOMEM;
+        tn_errf(err, errlen, "out of memory");
+        return TN_ERR_NOMEM;
     }
     m->be = be;
     int rc = check_layout(opts ? opts->par : NULL, be, &m->par, err, errlen);
@@ -179,7 +179,7 @@ static int model_begin(const char *config_path, int is_dir, const kn_backend *be
         return rc;
     }
     *out = m;
-    return KN_OK;
+    return TN_OK;
 }
 
 /* RoPE tables, MoE descriptors and dispatch state once the weights are in
@@ -194,7 +194,7 @@ static int model_finish(tm_model *m, tm_model **out, char *err, size_t errlen)
         !(attn_env && strcmp(attn_env, "0") == 0)) {
         int src = kn_backend_set_attn_bf16(m->be, 1);
         if (src) {
-            tm_errf(err, errlen, "cannot turn on bf16 attention: %s", kn_status_str(src));
+            tn_errf(err, errlen, "cannot turn on bf16 attention: %s", tn_status_str(src));
             tm_model_free(m);
             return src;
         }
@@ -203,15 +203,15 @@ static int model_finish(tm_model *m, tm_model **out, char *err, size_t errlen)
     if (!rc)
         rc = setup_moe(m, err, errlen);
     if (!rc && m->par.ep_mode == TM_EP_DISPATCH && !(m->ep = tm_ep_state_new())) {
-        tm_errf(err, errlen, "out of memory");
-        rc = KN_ERR_NOMEM;
+        tn_errf(err, errlen, "out of memory");
+        rc = TN_ERR_NOMEM;
     }
     if (rc) {
         tm_model_free(m);
         return rc;
     }
     *out = m;
-    return KN_OK;
+    return TN_OK;
 }
 
 int tm_model_load(const char *dir, const kn_backend *be, tm_model **out,
@@ -233,17 +233,17 @@ int tm_model_load_opts(const char *dir, const kn_backend *be, const tm_load_opts
     if (out)
         *out = NULL;
     if (!dir || !be || !out) {
-        tm_errf(err, errlen, "tm_model_load: missing argument");
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "tm_model_load: missing argument");
+        return TN_ERR_ARG;
     }
     struct stat sb;
     if (stat(dir, &sb) != 0) {
-        tm_errf(err, errlen, "model directory %s: %s", dir, strerror(errno));
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "model directory %s: %s", dir, strerror(errno));
+        return TN_ERR_ARG;
     }
     if (!S_ISDIR(sb.st_mode)) {
-        tm_errf(err, errlen, "model directory %s is not a directory", dir);
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "model directory %s is not a directory", dir);
+        return TN_ERR_ARG;
     }
     tm_model *m = NULL;
     int rc = model_begin(dir, 1, be, opts, &m, err, errlen);
@@ -262,7 +262,7 @@ int tm_model_load_opts(const char *dir, const kn_backend *be, const tm_load_opts
     rc = tm_weights_load_shard(&m->w, &m->cfg, &st, be, &m->shard, &types, why, sizeof(why));
     tm_st_close(&st);
     if (rc) {
-        tm_errf(err, errlen, "%s: %s", dir, why);
+        tn_errf(err, errlen, "%s: %s", dir, why);
         free(m);
         return rc;
     }
@@ -275,13 +275,13 @@ int tm_model_synthetic(const char *config_path, const kn_backend *be,
     if (out)
         *out = NULL;
     if (!config_path || !be || !out) {
-        tm_errf(err, errlen, "tm_model_synthetic: missing argument");
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "tm_model_synthetic: missing argument");
+        return TN_ERR_ARG;
     }
     struct stat sb;
     if (stat(config_path, &sb) != 0) {
-        tm_errf(err, errlen, "config %s: %s", config_path, strerror(errno));
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "config %s: %s", config_path, strerror(errno));
+        return TN_ERR_ARG;
     }
     tm_model *m = NULL;
     int rc = model_begin(config_path, S_ISDIR(sb.st_mode), be, opts, &m, err, errlen);
@@ -292,7 +292,7 @@ int tm_model_synthetic(const char *config_path, const kn_backend *be,
     rc = tm_weights_synthetic(&m->w, &m->cfg, be, &m->shard, &types, opts ? opts->seed : 0,
                               why, sizeof(why));
     if (rc) {
-        tm_errf(err, errlen, "%s: %s", config_path, why);
+        tn_errf(err, errlen, "%s: %s", config_path, why);
         free(m);
         return rc;
     }

@@ -117,13 +117,13 @@ typedef struct tm_seq_step {
 /* Runs one step for n_seqs sequences. logits: host [n_seqs][vocab], the
  * last new token's logits of each sequence (may be NULL). If all_logits is
  * non-NULL it receives host [sum n_tokens][vocab] (every new token; tests
- * use it). Returns KN_ERR_ARG, touching nothing, when a token id is outside
+ * use it). Returns TN_ERR_ARG, touching nothing, when a token id is outside
  * the vocabulary, a page table does not cover n_cached + n_tokens or names a
  * page outside the cache, or the cache was built for another model's shape.
  * Not reentrant on one model: the scratch buffers live in tm_model.
  *
  * Parallel models (tm_model_load_parallel) communicate inside the pass and
- * return KN_ERR_PEER (comm_error says why) when a peer fails. In the DP+EP
+ * return TN_ERR_PEER (comm_error says why) when a peer fails. In the DP+EP
  * layout a rank with nothing to run calls tm_forward(m, NULL, NULL, 0, NULL,
  * NULL) instead: it serves its experts to the other ranks' tokens for one
  * step. */

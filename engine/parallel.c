@@ -19,23 +19,23 @@ int tm_shard_plan(const tm_config *c, int tp_rank, int tp_size, int ep_rank, int
 {
     if (tp_size < 1 || ep_size < 1 || tp_rank < 0 || tp_rank >= tp_size || ep_rank < 0 ||
         ep_rank >= ep_size) {
-        tm_errf(err, errlen, "parallel layout: rank %d of TP %d / rank %d of EP %d is "
+        tn_errf(err, errlen, "parallel layout: rank %d of TP %d / rank %d of EP %d is "
                 "out of range", tp_rank, tp_size, ep_rank, ep_size);
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
     if (c->n_heads % tp_size != 0) {
-        tm_errf(err, errlen, "TP %d does not divide the %d attention heads", tp_size,
+        tn_errf(err, errlen, "TP %d does not divide the %d attention heads", tp_size,
                 c->n_heads);
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
     if (c->n_kv_heads % tp_size != 0 && tp_size % c->n_kv_heads != 0) {
-        tm_errf(err, errlen, "TP %d and the %d KV heads: one must divide the other",
+        tn_errf(err, errlen, "TP %d and the %d KV heads: one must divide the other",
                 tp_size, c->n_kv_heads);
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
     if (c->n_experts % ep_size != 0) {
-        tm_errf(err, errlen, "EP %d does not divide the %d experts", ep_size, c->n_experts);
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "EP %d does not divide the %d experts", ep_size, c->n_experts);
+        return TN_ERR_ARG;
     }
     tm_shard_full(c, s);
     s->tp_rank = tp_rank;
@@ -57,7 +57,7 @@ int tm_shard_plan(const tm_config *c, int tp_rank, int tp_size, int ep_rank, int
     s->n_experts = c->n_experts / ep_size;
     s->expert0 = ep_rank * s->n_experts;
     s->o_bias = tp_rank == 0;
-    return KN_OK;
+    return TN_OK;
 }
 
 void tm_groups_free(tm_groups *g)
@@ -74,37 +74,37 @@ int tm_groups_init(tm_groups *g, comm *world, int tp, int ep, int dp, char *err,
 {
     memset(g, 0, sizeof(*g));
     if (!world || tp < 1 || ep < 1 || dp < 1) {
-        tm_errf(err, errlen, "parallel layout: tp, ep and dp must be >= 1");
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "parallel layout: tp, ep and dp must be >= 1");
+        return TN_ERR_ARG;
     }
     const int W = comm_size(world), r = comm_rank(world);
     if (tp * dp != W) {
-        tm_errf(err, errlen, "parallel layout: tp %d x dp %d needs %d ranks, the group "
+        tn_errf(err, errlen, "parallel layout: tp %d x dp %d needs %d ranks, the group "
                 "has %d", tp, dp, tp * dp, W);
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
     if (tp > 1 && dp > 1) {
-        tm_errf(err, errlen, "parallel layout: TP and DP together are not supported "
+        tn_errf(err, errlen, "parallel layout: TP and DP together are not supported "
                 "(prefill uses TP+EP, decode DP+EP)");
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
     int span = tp > 1 ? tp : dp;   /* the ranks EP groups are carved from */
     if (span % ep != 0) {
-        tm_errf(err, errlen, "parallel layout: EP %d does not divide the %d %s ranks", ep,
+        tn_errf(err, errlen, "parallel layout: EP %d does not divide the %d %s ranks", ep,
                 span, tp > 1 ? "TP" : "DP");
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
     g->tp_size = tp;
     g->ep_size = ep;
     g->dp_size = dp;
-    int rc = KN_OK;
+    int rc = TN_OK;
     if (tp > 1) {
         rc = comm_split(world, 0, r, &g->tp);
     }
     if (!rc && ep > 1)
         rc = comm_split(world, r / ep, r, &g->ep);
     if (rc) {
-        tm_errf(err, errlen, "parallel layout: splitting the groups failed: %s",
+        tn_errf(err, errlen, "parallel layout: splitting the groups failed: %s",
                 comm_error(world));
         tm_groups_free(g);
         return rc;
@@ -112,5 +112,5 @@ int tm_groups_init(tm_groups *g, comm *world, int tp, int ep, int dp, char *err,
     g->par.tp = g->tp;
     g->par.ep = g->ep;
     g->par.ep_mode = ep == 1 ? TM_EP_NONE : tp > 1 ? TM_EP_REPLICATED : TM_EP_DISPATCH;
-    return KN_OK;
+    return TN_OK;
 }

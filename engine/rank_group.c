@@ -12,13 +12,13 @@ int rank_group_start(rank_group *g, int tp, int ep, int dp, int rank, int world,
     if (tp < 1 || dp < 1 || ep < 1 || g->size > COMM_MAX_WORLD) {
         snprintf(err, errlen, "tp, ep and dp must be >= 1 and tp x dp at most %d",
                  COMM_MAX_WORLD);
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
     if (world > 0) {
         if (world != g->size || rank < 0 || rank >= world || !name || !name[0]) {
             snprintf(err, errlen, "--world %d / --rank %d do not fit the layout of %d ranks "
                      "(and --comm-name is required)", world, rank, g->size);
-            return KN_ERR_ARG;
+            return TN_ERR_ARG;
         }
         g->L.rank = rank;
         g->L.world = world;
@@ -33,7 +33,7 @@ int rank_group_start(rank_group *g, int tp, int ep, int dp, int rank, int world,
     }
     g->rank = g->L.rank;
     if (g->size == 1)
-        return KN_OK;
+        return TN_OK;
     comm_options o = {.timeout_ms = timeout_ms};
     int rc = comm_host_init(&g->world, g->L.name, g->L.rank, g->L.world, &o, err, errlen);
     if (!rc)
@@ -43,7 +43,7 @@ int rank_group_start(rank_group *g, int tp, int ep, int dp, int rank, int world,
         rank_group_finish(g, 1, 1000, ignored, sizeof(ignored));
         return rc;
     }
-    return KN_OK;
+    return TN_OK;
 }
 
 int rank_group_finish(rank_group *g, int status, int timeout_ms, char *err, size_t errlen)

@@ -88,20 +88,20 @@ static int parse_entry(const cJSON *e, tm_st_tensor *t, const uint8_t *data,
     const cJSON *offs = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
     if (!cJSON_IsObject(e) || !cJSON_IsString(dt) || !cJSON_IsArray(shape) ||
         !cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2) {
-        tm_errf(err, errlen, "%s: tensor '%s': header entry needs dtype, shape and "
+        tn_errf(err, errlen, "%s: tensor '%s': header entry needs dtype, shape and "
                 "data_offsets [begin, end]", path, t->name);
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
     if (!dtype_parse(dt->valuestring, &t->dtype)) {
-        tm_errf(err, errlen, "%s: tensor '%s': unknown dtype '%s'", path, t->name,
+        tn_errf(err, errlen, "%s: tensor '%s': unknown dtype '%s'", path, t->name,
                 dt->valuestring);
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
     int nd = cJSON_GetArraySize(shape);
     if (nd > TM_ST_MAX_DIMS) {
-        tm_errf(err, errlen, "%s: tensor '%s': %d dimensions (at most %d)", path,
+        tn_errf(err, errlen, "%s: tensor '%s': %d dimensions (at most %d)", path,
                 t->name, nd, TM_ST_MAX_DIMS);
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
     t->ndim = nd;
     uint64_t numel = 1;
@@ -109,9 +109,9 @@ static int parse_entry(const cJSON *e, tm_st_tensor *t, const uint8_t *data,
     for (int i = 0; i < nd; i++) {
         uint64_t d;
         if (!json_uint(cJSON_GetArrayItem(shape, i), &d)) {
-            tm_errf(err, errlen, "%s: tensor '%s': shape[%d] is not a non-negative "
+            tn_errf(err, errlen, "%s: tensor '%s': shape[%d] is not a non-negative "
                     "integer", path, t->name, i);
-            return KN_ERR_ARG;
+            return TN_ERR_ARG;
         }
         t->shape[i] = (int64_t)d;
         if (d != 0 && numel > UINT64_MAX / d)
@@ -120,41 +120,41 @@ static int parse_entry(const cJSON *e, tm_st_tensor *t, const uint8_t *data,
     }
     uint64_t esize = dtype_info[t->dtype].bytes;
     if (overflow || numel > UINT64_MAX / esize) {
-        tm_errf(err, errlen, "%s: tensor '%s': shape is too large", path, t->name);
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "%s: tensor '%s': shape is too large", path, t->name);
+        return TN_ERR_ARG;
     }
     uint64_t begin, end;
     if (!json_uint(cJSON_GetArrayItem(offs, 0), &begin) ||
         !json_uint(cJSON_GetArrayItem(offs, 1), &end) || begin > end) {
-        tm_errf(err, errlen, "%s: tensor '%s': bad data_offsets", path, t->name);
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "%s: tensor '%s': bad data_offsets", path, t->name);
+        return TN_ERR_ARG;
     }
     if (end > data_size) {
-        tm_errf(err, errlen, "%s: tensor '%s': data ends at byte %llu but the file "
+        tn_errf(err, errlen, "%s: tensor '%s': data ends at byte %llu but the file "
                 "holds %llu data bytes (truncated file?)", path, t->name,
                 (unsigned long long)end, (unsigned long long)data_size);
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
     if (end - begin != numel * esize) {
-        tm_errf(err, errlen, "%s: tensor '%s': data_offsets span %llu bytes but "
+        tn_errf(err, errlen, "%s: tensor '%s': data_offsets span %llu bytes but "
                 "%s shape needs %llu", path, t->name,
                 (unsigned long long)(end - begin), dtype_info[t->dtype].name,
                 (unsigned long long)(numel * esize));
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
     t->numel = (size_t)numel;
     t->nbytes = (size_t)(end - begin);
     t->data = data + begin;
-    return KN_OK;
+    return TN_OK;
 }
 
 static int grow_tensors(tm_safetensors *st, int extra)
 {
     tm_st_tensor *n = realloc(st->tensors, sizeof(*n) * (size_t)(st->n_tensors + extra));
     if (!n)
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     st->tensors = n;
-    return KN_OK;
+    return TN_OK;
 }
 
 /* Maps path and appends its tensors to st (unsorted). */
@@ -162,42 +162,42 @@ static int add_file(tm_safetensors *st, const char *path, char *err, size_t errl
 {
     tm_st_file *files = realloc(st->files, sizeof(*files) * (size_t)(st->n_files + 1));
     if (!files) {
-        tm_errf(err, errlen, "%s: out of memory", path);
-        return KN_ERR_NOMEM;
+        tn_errf(err, errlen, "%s: out of memory", path);
+        return TN_ERR_NOMEM;
     }
     st->files = files;
     tm_st_file *f = &st->files[st->n_files];
     memset(f, 0, sizeof(*f));
     f->path = strdup(path);
     if (!f->path) {
-        tm_errf(err, errlen, "%s: out of memory", path);
-        return KN_ERR_NOMEM;
+        tn_errf(err, errlen, "%s: out of memory", path);
+        return TN_ERR_NOMEM;
     }
     st->n_files++;   /* counted now so tm_st_close frees it on any failure */
 
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        tm_errf(err, errlen, "cannot open %s: %s", path, strerror(errno));
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        return TN_ERR_ARG;
     }
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        tm_errf(err, errlen, "%s is not a regular file", path);
+        tn_errf(err, errlen, "%s is not a regular file", path);
         close(fd);
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
     uint64_t size = (uint64_t)sb.st_size;
     if (size < 8) {
-        tm_errf(err, errlen, "%s: truncated safetensors file (%llu bytes, the "
+        tn_errf(err, errlen, "%s: truncated safetensors file (%llu bytes, the "
                 "header length alone needs 8)", path, (unsigned long long)size);
         close(fd);
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
     void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (map == MAP_FAILED) {
-        tm_errf(err, errlen, "cannot mmap %s: %s", path, strerror(errno));
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "cannot mmap %s: %s", path, strerror(errno));
+        return TN_ERR_ARG;
     }
     f->map = map;
     f->size = (size_t)size;
@@ -207,29 +207,29 @@ static int add_file(tm_safetensors *st, const char *path, char *err, size_t errl
     for (int i = 7; i >= 0; i--)
         hlen = hlen << 8 | bytes[i];
     if (hlen > size - 8) {
-        tm_errf(err, errlen, "%s: truncated safetensors file (header claims %llu "
+        tn_errf(err, errlen, "%s: truncated safetensors file (header claims %llu "
                 "bytes, file has %llu after the length)", path,
                 (unsigned long long)hlen, (unsigned long long)(size - 8));
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
     if (hlen > ST_MAX_HEADER || hlen < 2) {
-        tm_errf(err, errlen, "%s: implausible safetensors header length %llu (not a "
+        tn_errf(err, errlen, "%s: implausible safetensors header length %llu (not a "
                 "safetensors file?)", path, (unsigned long long)hlen);
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
     cJSON *hdr = cJSON_ParseWithLength((const char *)bytes + 8, (size_t)hlen);
     if (!cJSON_IsObject(hdr)) {
-        tm_errf(err, errlen, "%s: safetensors header is not a JSON object (not a "
+        tn_errf(err, errlen, "%s: safetensors header is not a JSON object (not a "
                 "safetensors file?)", path);
         cJSON_Delete(hdr);
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
     const uint8_t *data = bytes + 8 + hlen;
     uint64_t data_size = size - 8 - hlen;
     int n = cJSON_GetArraySize(hdr);
     int rc = grow_tensors(st, n);
     if (rc) {
-        tm_errf(err, errlen, "%s: out of memory", path);
+        tn_errf(err, errlen, "%s: out of memory", path);
         cJSON_Delete(hdr);
         return rc;
     }
@@ -241,9 +241,9 @@ static int add_file(tm_safetensors *st, const char *path, char *err, size_t errl
         memset(t, 0, sizeof(*t));
         t->name = strdup(e->string);
         if (!t->name) {
-            tm_errf(err, errlen, "%s: out of memory", path);
+            tn_errf(err, errlen, "%s: out of memory", path);
             cJSON_Delete(hdr);
-            return KN_ERR_NOMEM;
+            return TN_ERR_NOMEM;
         }
         t->file = st->n_files - 1;
         st->n_tensors++;
@@ -254,7 +254,7 @@ static int add_file(tm_safetensors *st, const char *path, char *err, size_t errl
         }
     }
     cJSON_Delete(hdr);
-    return KN_OK;
+    return TN_OK;
 }
 
 static int cmp_tensor(const void *a, const void *b)
@@ -269,13 +269,13 @@ static int finish(tm_safetensors *st, char *err, size_t errlen)
         qsort(st->tensors, (size_t)st->n_tensors, sizeof(*st->tensors), cmp_tensor);
     for (int i = 1; i < st->n_tensors; i++) {
         if (strcmp(st->tensors[i - 1].name, st->tensors[i].name) == 0) {
-            tm_errf(err, errlen, "tensor '%s' is defined twice (%s and %s)",
+            tn_errf(err, errlen, "tensor '%s' is defined twice (%s and %s)",
                     st->tensors[i].name, st->files[st->tensors[i - 1].file].path,
                     st->files[st->tensors[i].file].path);
-            return KN_ERR_ARG;
+            return TN_ERR_ARG;
         }
     }
-    return KN_OK;
+    return TN_OK;
 }
 
 int tm_st_open_file(tm_safetensors *st, const char *path, char *err, size_t errlen)
@@ -306,18 +306,18 @@ static int open_index(tm_safetensors *st, const char *dir, const char *index_pat
     free(text);
     const cJSON *map = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
     if (!cJSON_IsObject(map) || cJSON_GetArraySize(map) == 0) {
-        tm_errf(err, errlen, "%s: %s", index_path, root ? "no \"weight_map\" object"
+        tn_errf(err, errlen, "%s: %s", index_path, root ? "no \"weight_map\" object"
                 : "not valid JSON");
         cJSON_Delete(root);
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
     const cJSON *e;
     cJSON_ArrayForEach(e, map) {
         if (!cJSON_IsString(e) || !shard_name_ok(e->valuestring)) {
-            tm_errf(err, errlen, "%s: weight_map entry '%s' does not name a shard "
+            tn_errf(err, errlen, "%s: weight_map entry '%s' does not name a shard "
                     "file in the model directory", index_path, e->string);
             cJSON_Delete(root);
-            return KN_ERR_ARG;
+            return TN_ERR_ARG;
         }
         int seen = 0;
         for (int i = 0; i < st->n_files && !seen; i++) {
@@ -328,9 +328,9 @@ static int open_index(tm_safetensors *st, const char *dir, const char *index_pat
             continue;
         char *shard = tm_path_join(dir, e->valuestring);
         if (!shard) {
-            tm_errf(err, errlen, "%s: out of memory", index_path);
+            tn_errf(err, errlen, "%s: out of memory", index_path);
             cJSON_Delete(root);
-            return KN_ERR_NOMEM;
+            return TN_ERR_NOMEM;
         }
         rc = add_file(st, shard, err, errlen);
         free(shard);
@@ -347,13 +347,13 @@ static int open_index(tm_safetensors *st, const char *dir, const char *index_pat
         const tm_st_tensor *t = tm_st_find(st, e->string);
         const char *base = t ? strrchr(st->files[t->file].path, '/') : NULL;
         if (!t) {
-            tm_errf(err, errlen, "%s lists tensor '%s' in %s, which does not hold it",
+            tn_errf(err, errlen, "%s lists tensor '%s' in %s, which does not hold it",
                     index_path, e->string, e->valuestring);
-            rc = KN_ERR_ARG;
+            rc = TN_ERR_ARG;
         } else if (strcmp(base ? base + 1 : st->files[t->file].path, e->valuestring) != 0) {
-            tm_errf(err, errlen, "%s lists tensor '%s' in %s but it is in %s",
+            tn_errf(err, errlen, "%s lists tensor '%s' in %s but it is in %s",
                     index_path, e->string, e->valuestring, st->files[t->file].path);
-            rc = KN_ERR_ARG;
+            rc = TN_ERR_ARG;
         }
     }
     cJSON_Delete(root);
@@ -367,8 +367,8 @@ int tm_st_open_dir(tm_safetensors *st, const char *dir, char *err, size_t errlen
     char *index = tm_path_join(dir, "model.safetensors.index.json");
     int rc;
     if (!single || !index) {
-        tm_errf(err, errlen, "out of memory");
-        rc = KN_ERR_NOMEM;
+        tn_errf(err, errlen, "out of memory");
+        rc = TN_ERR_NOMEM;
     } else if (access(single, F_OK) == 0) {
         rc = add_file(st, single, err, errlen);
         if (!rc)
@@ -376,9 +376,9 @@ int tm_st_open_dir(tm_safetensors *st, const char *dir, char *err, size_t errlen
     } else if (access(index, F_OK) == 0) {
         rc = open_index(st, dir, index, err, errlen);
     } else {
-        tm_errf(err, errlen, "%s: no model.safetensors or model.safetensors.index.json",
+        tn_errf(err, errlen, "%s: no model.safetensors or model.safetensors.index.json",
                 dir);
-        rc = KN_ERR_ARG;
+        rc = TN_ERR_ARG;
     }
     free(single);
     free(index);
@@ -432,12 +432,12 @@ static float half_to_f32(uint16_t h)
 int tm_st_to_f32(const tm_st_tensor *t, size_t first, size_t n, float *dst)
 {
     if (!t || !dst || first > t->numel || n > t->numel - first)
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     const uint8_t *p = t->data;
     switch (t->dtype) {
     case TM_ST_F32:
         memcpy(dst, p + first * 4, n * 4);
-        return KN_OK;
+        return TN_OK;
     case TM_ST_BF16:
         for (size_t i = 0; i < n; i++) {
             uint16_t h;
@@ -445,23 +445,23 @@ int tm_st_to_f32(const tm_st_tensor *t, size_t first, size_t n, float *dst)
             uint32_t bits = (uint32_t)h << 16;
             memcpy(&dst[i], &bits, 4);
         }
-        return KN_OK;
+        return TN_OK;
     case TM_ST_F16:
         for (size_t i = 0; i < n; i++) {
             uint16_t h;
             memcpy(&h, p + (first + i) * 2, 2);
             dst[i] = half_to_f32(h);
         }
-        return KN_OK;
+        return TN_OK;
     case TM_ST_F8_E4M3:   /* the codes' values; block scales are the caller's */
         for (size_t i = 0; i < n; i++)
             dst[i] = kn_e4m3_to_f32(p[first + i]);
-        return KN_OK;
+        return TN_OK;
     case TM_ST_U8:
         for (size_t i = 0; i < n; i++)
             dst[i] = (float)p[first + i];
-        return KN_OK;
+        return TN_OK;
     default:
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
 }

@@ -66,7 +66,7 @@ int tm_st_is_float(tm_st_dtype dt);
  * BF16, F16 exactly; F8_E4M3 as the codes' e4m3fn values (exact; a block-
  * scaled checkpoint's weight_scale_inv is applied by the weight loader);
  * U8 as integers (MXFP4 blocks and e8m0 scales are read bytewise by
- * engine/mxfp4.h instead). Returns KN_ERR_ARG for another dtype or a range
+ * engine/mxfp4.h instead). Returns TN_ERR_ARG for another dtype or a range
  * past the tensor. */
 int tm_st_to_f32(const tm_st_tensor *t, size_t first, size_t n, float *dst);
 

@@ -56,20 +56,20 @@ static const tm_st_tensor *fp8_scale_of(loader *L, const tm_st_tensor *t)
     snprintf(name, sizeof(name), "%s_scale_inv", t->name);
     const tm_st_tensor *s = tm_st_find(L->st, name);
     if (!s) {
-        lfail(L, KN_ERR_ARG, "tensor '%s' is F8_E4M3 but '%s' (its block scales) is missing",
+        lfail(L, TN_ERR_ARG, "tensor '%s' is F8_E4M3 but '%s' (its block scales) is missing",
               t->name, name);
         return NULL;
     }
     L->used[s - L->st->tensors] = 1;
     if (t->ndim != 2) {
-        lfail(L, KN_ERR_UNSUPPORTED, "tensor '%s': F8_E4M3 is read for 2-D weights only "
+        lfail(L, TN_ERR_UNSUPPORTED, "tensor '%s': F8_E4M3 is read for 2-D weights only "
               "(it has %d dims)", t->name, t->ndim);
         return NULL;
     }
     if (!tm_st_is_float(s->dtype) || s->ndim != 2 ||
         s->shape[0] != (int64_t)kn_fp8_blocks((size_t)t->shape[0]) ||
         s->shape[1] != (int64_t)kn_fp8_blocks((size_t)t->shape[1])) {
-        lfail(L, KN_ERR_ARG, "tensor '%s' must be a float [%zu, %zu] (128x128 blocks of "
+        lfail(L, TN_ERR_ARG, "tensor '%s' must be a float [%zu, %zu] (128x128 blocks of "
               "'%s')", name, kn_fp8_blocks((size_t)t->shape[0]),
               kn_fp8_blocks((size_t)t->shape[1]), t->name);
         return NULL;
@@ -92,7 +92,7 @@ static void read_f32(loader *L, const tm_st_tensor *t, size_t first, size_t n, f
     const size_t cols = (size_t)t->shape[1], scols = (size_t)s->shape[1];
     float *sc = malloc(s->numel * sizeof(float));
     if (!sc) {
-        lfail(L, KN_ERR_NOMEM, "out of memory reading '%s'", s->name);
+        lfail(L, TN_ERR_NOMEM, "out of memory reading '%s'", s->name);
         return;
     }
     tm_st_to_f32(s, 0, s->numel, sc);
@@ -110,7 +110,7 @@ static const tm_st_tensor *want(loader *L, const char *name, int ndim, const int
         return NULL;
     const tm_st_tensor *t = tm_st_find(L->st, name);
     if (!t) {
-        lfail(L, KN_ERR_ARG, "missing tensor '%s'", name);
+        lfail(L, TN_ERR_ARG, "missing tensor '%s'", name);
         return NULL;
     }
     L->used[t - L->st->tensors] = 1;
@@ -118,7 +118,7 @@ static const tm_st_tensor *want(loader *L, const char *name, int ndim, const int
         if (!fp8_scale_of(L, t))
             return NULL;
     } else if (!tm_st_is_float(t->dtype)) {
-        lfail(L, KN_ERR_ARG, "tensor '%s' has dtype %s; the loader reads BF16, F16, F32 or "
+        lfail(L, TN_ERR_ARG, "tensor '%s' has dtype %s; the loader reads BF16, F16, F32 or "
               "F8_E4M3 with a weight_scale_inv", name, tm_st_dtype_name(t->dtype));
         return NULL;
     }
@@ -129,7 +129,7 @@ static const tm_st_tensor *want(loader *L, const char *name, int ndim, const int
         char got[128], exp[128];
         shape_str(got, sizeof(got), t->ndim, t->shape);
         shape_str(exp, sizeof(exp), ndim, dims);
-        lfail(L, KN_ERR_ARG, "tensor '%s' has shape %s, expected %s", name, got, exp);
+        lfail(L, TN_ERR_ARG, "tensor '%s' has shape %s, expected %s", name, got, exp);
         return NULL;
     }
     return t;
@@ -144,7 +144,7 @@ static float *stage_alloc(loader *L, size_t n)
     size_t bytes = n * sizeof(float);
     float *p = L->be->kind == KN_BACKEND_CPU ? kn_malloc(L->be, bytes) : malloc(bytes);
     if (!p)
-        lfail(L, KN_ERR_NOMEM, "out of memory loading weights (%zu bytes)", bytes);
+        lfail(L, TN_ERR_NOMEM, "out of memory loading weights (%zu bytes)", bytes);
     return p;
 }
 
@@ -189,12 +189,12 @@ static void *stage_commit_as(loader *L, float *host, size_t n, kn_dtype dt)
     if (L->be->kind == KN_BACKEND_CPU)
         return host;
     void *dev = kn_malloc(L->be, bytes);
-    int rc = dev ? kn_copy_to_backend(L->be, dev, host, bytes) : KN_ERR_NOMEM;
+    int rc = dev ? kn_copy_to_backend(L->be, dev, host, bytes) : TN_ERR_NOMEM;
     free(host);
     if (rc) {
         if (dev)
             kn_free(L->be, dev);
-        lfail(L, rc, "cannot copy weights to the backend: %s", kn_status_str(rc));
+        lfail(L, rc, "cannot copy weights to the backend: %s", tn_status_str(rc));
         return NULL;
     }
     return dev;
@@ -212,12 +212,12 @@ static void *upload_bytes(loader *L, void *host, size_t bytes)
         return NULL;
     L->w->bytes += bytes;
     void *dev = kn_malloc(L->be, bytes);
-    int rc = dev ? kn_copy_to_backend(L->be, dev, host, bytes) : KN_ERR_NOMEM;
+    int rc = dev ? kn_copy_to_backend(L->be, dev, host, bytes) : TN_ERR_NOMEM;
     free(host);
     if (rc) {
         if (dev)
             kn_free(L->be, dev);
-        lfail(L, rc, "cannot copy weights to the backend: %s", kn_status_str(rc));
+        lfail(L, rc, "cannot copy weights to the backend: %s", tn_status_str(rc));
         return NULL;
     }
     return dev;
@@ -245,7 +245,7 @@ static void *commit_matrices(loader *L, float *host, size_t n_mats, size_t rows,
         free(data);
         free(scales);
         stage_drop(L, host);
-        lfail(L, KN_ERR_NOMEM, "out of memory quantizing weights (%zu bytes)", n_mats * db);
+        lfail(L, TN_ERR_NOMEM, "out of memory quantizing weights (%zu bytes)", n_mats * db);
         return NULL;
     }
     for (size_t i = 0; i < n_mats; i++)
@@ -349,7 +349,7 @@ static void *load_gpt_oss_gate_up(loader *L, const char *name, int E, int dim, i
     float *host = t ? stage_alloc(L, n) : NULL;
     float *row = host ? malloc(sizeof(float) * 2 * (size_t)inter) : NULL;
     if (host && !row)
-        lfail(L, KN_ERR_NOMEM, "out of memory loading '%s'", name);
+        lfail(L, TN_ERR_NOMEM, "out of memory loading '%s'", name);
     for (int e = 0; row && e < nE; e++) {
         float *dst = host + (size_t)e * 2 * inter * dim;
         for (int d = 0; d < dim; d++) {
@@ -374,7 +374,7 @@ static float *load_gpt_oss_gate_up_bias(loader *L, const char *name, int E, int 
     float *host = t ? stage_alloc(L, n) : NULL;
     float *row = host ? malloc(sizeof(float) * 2 * (size_t)inter) : NULL;
     if (host && !row)
-        lfail(L, KN_ERR_NOMEM, "out of memory loading '%s'", name);
+        lfail(L, TN_ERR_NOMEM, "out of memory loading '%s'", name);
     for (int e = 0; row && e < nE; e++) {
         read_f32(L, t, (size_t)(e0 + e) * 2 * inter, 2 * (size_t)inter, row);
         for (int i = 0; i < inter; i++) {
@@ -396,7 +396,7 @@ static void *load_gpt_oss_down(loader *L, const char *name, int E, int dim, int 
     float *host = t ? stage_alloc(L, n) : NULL;
     float *row = host ? malloc(sizeof(float) * (size_t)dim) : NULL;
     if (host && !row)
-        lfail(L, KN_ERR_NOMEM, "out of memory loading '%s'", name);
+        lfail(L, TN_ERR_NOMEM, "out of memory loading '%s'", name);
     for (int e = 0; row && e < nE; e++) {
         float *dst = host + (size_t)e * dim * inter;
         for (int i = 0; i < inter; i++) {
@@ -424,14 +424,14 @@ static void *load_gpt_oss_mxfp4(loader *L, const char *prefix, int E, int out_ro
     if (L->rc)
         return NULL;
     if (in_dim % 32) {
-        lfail(L, KN_ERR_ARG, "'%s': MXFP4 needs an input dimension divisible by 32 (%d)", bn,
+        lfail(L, TN_ERR_ARG, "'%s': MXFP4 needs an input dimension divisible by 32 (%d)", bn,
               in_dim);
         return NULL;
     }
     const int G = in_dim / 32;
     const tm_st_tensor *b = tm_st_find(L->st, bn), *s = tm_st_find(L->st, sn);
     if (!b || !s) {
-        lfail(L, KN_ERR_ARG, "missing tensor '%s'", !b ? bn : sn);
+        lfail(L, TN_ERR_ARG, "missing tensor '%s'", !b ? bn : sn);
         return NULL;
     }
     L->used[b - L->st->tensors] = 1;
@@ -441,7 +441,7 @@ static void *load_gpt_oss_mxfp4(loader *L, const char *prefix, int E, int out_ro
     for (int i = 0; ok && i < 4; i++)
         ok = b->shape[i] == bd[i] && (i == 3 || s->shape[i] == sd[i]);
     if (!ok) {
-        lfail(L, KN_ERR_ARG, "MXFP4 tensors '%s' / '%s' must be U8 [%d, %d, %d, 16] and "
+        lfail(L, TN_ERR_ARG, "MXFP4 tensors '%s' / '%s' must be U8 [%d, %d, %d, 16] and "
               "[%d, %d, %d]", bn, sn, E, out_rows, G, E, out_rows, G);
         return NULL;
     }
@@ -601,7 +601,7 @@ static void reject_unreadable(loader *L)
     for (int i = 0; i < L->st->n_tensors && !L->rc; i++) {
         const tm_st_tensor *t = &L->st->tensors[i];
         if (t->dtype == TM_ST_F8_E5M2 || t->dtype == TM_ST_F8_E8M0)
-            lfail(L, KN_ERR_UNSUPPORTED, "tensor '%s' has dtype %s, which the loader does not "
+            lfail(L, TN_ERR_UNSUPPORTED, "tensor '%s' has dtype %s, which the loader does not "
                   "read (F8_E4M3 with weight_scale_inv, and GPT-OSS MXFP4 experts, are read)",
                   t->name, tm_st_dtype_name(t->dtype));
     }
@@ -665,10 +665,10 @@ int tm_weights_load_shard(tm_weights *w, const tm_config *c, const tm_safetensor
         (types->attn != KN_F32 && types->attn != KN_BF16 && types->attn != KN_FP8_E4M3) ||
         (types->experts != KN_F32 && types->experts != KN_BF16 &&
          types->experts != KN_FP8_E4M3)) {
-        tm_errf(err, errlen, "bad weight dtypes (head %d, attention %d, experts %d)",
+        tn_errf(err, errlen, "bad weight dtypes (head %d, attention %d, experts %d)",
                 types ? (int)types->head : -1, types ? (int)types->attn : -1,
                 types ? (int)types->experts : -1);
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
     const kn_dtype wdtype = types->head;
     w->be = be;
@@ -679,7 +679,7 @@ int tm_weights_load_shard(tm_weights *w, const tm_config *c, const tm_safetensor
     L.used = calloc((size_t)st->n_tensors + 1, 1);
     w->layers = calloc((size_t)c->n_layers, sizeof(*w->layers));
     if (!L.used || !w->layers)
-        lfail(&L, KN_ERR_NOMEM, "out of memory");
+        lfail(&L, TN_ERR_NOMEM, "out of memory");
     reject_unreadable(&L);
 
     const int V = c->vocab_size, H = c->hidden_size;
@@ -706,7 +706,7 @@ int tm_weights_load_shard(tm_weights *w, const tm_config *c, const tm_safetensor
     for (int i = 0; i < st->n_tensors && !L.rc; i++) {
         const char *name = st->tensors[i].name;
         if (!L.used[i] && !ends_with(name, "rotary_emb.inv_freq"))
-            lfail(&L, KN_ERR_ARG, "tensor '%s' is not used by a %s model with this "
+            lfail(&L, TN_ERR_ARG, "tensor '%s' is not used by a %s model with this "
                   "config.json", name, c->model_type);
     }
     free(L.used);
@@ -714,5 +714,5 @@ int tm_weights_load_shard(tm_weights *w, const tm_config *c, const tm_safetensor
         tm_weights_free(w);
         return L.rc;
     }
-    return KN_OK;
+    return TN_OK;
 }

@@ -36,8 +36,8 @@ static void *alloc_w(maker *M, size_t bytes)
         return NULL;
     void *p = kn_malloc(M->be, bytes);
     if (!p) {
-        M->rc = KN_ERR_NOMEM;
-        tm_errf(M->err, M->errlen, "out of backend memory making synthetic weights "
+        M->rc = TN_ERR_NOMEM;
+        tn_errf(M->err, M->errlen, "out of backend memory making synthetic weights "
                 "(%zu bytes; %zu already held)", bytes, M->w->bytes);
         return NULL;
     }
@@ -53,7 +53,7 @@ static void fill_at(maker *M, void *p, kn_dtype dt, size_t n, uint64_t seed, siz
     int rc = kn_fill_uniform_at(M->be, p, dt, n, seed, first, lo, hi);
     if (rc) {
         M->rc = rc;
-        tm_errf(M->err, M->errlen, "kn_fill_uniform failed: %s", kn_status_str(rc));
+        tn_errf(M->err, M->errlen, "kn_fill_uniform failed: %s", tn_status_str(rc));
     }
 }
 
@@ -173,8 +173,8 @@ int tm_weights_synthetic(tm_weights *w, const tm_config *c, const kn_backend *be
         (types->attn != KN_F32 && types->attn != KN_BF16 && types->attn != KN_FP8_E4M3) ||
         (types->experts != KN_F32 && types->experts != KN_BF16 &&
          types->experts != KN_FP8_E4M3)) {
-        tm_errf(err, errlen, "bad weight dtypes for synthetic weights");
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "bad weight dtypes for synthetic weights");
+        return TN_ERR_ARG;
     }
     const kn_dtype wdtype = types->head;
     tm_shard full;
@@ -188,9 +188,9 @@ int tm_weights_synthetic(tm_weights *w, const tm_config *c, const kn_backend *be
     if (be->kind == KN_BACKEND_CPU) {
         double avail = (double)sysconf(_SC_AVPHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
         if (avail > 0 && need > 0.9 * avail) {
-            tm_errf(err, errlen, "%s weights of this config need %.1f GB; only %.1f GB of "
+            tn_errf(err, errlen, "%s weights of this config need %.1f GB; only %.1f GB of "
                     "memory is free", kn_dtype_name(wdtype), need / 1e9, avail / 1e9);
-            return KN_ERR_NOMEM;
+            return TN_ERR_NOMEM;
         }
     }
     w->be = be;
@@ -199,9 +199,9 @@ int tm_weights_synthetic(tm_weights *w, const tm_config *c, const kn_backend *be
     w->types = *types;
     w->layers = calloc((size_t)c->n_layers, sizeof(*w->layers));
     if (!w->layers) {
-        tm_errf(err, errlen, "out of memory");
+        tn_errf(err, errlen, "out of memory");
         memset(w, 0, sizeof(*w));
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     }
     maker M = {be, w, seed, 0, err, errlen, 0};
     const size_t H = (size_t)c->hidden_size, V = (size_t)c->vocab_size;
@@ -274,9 +274,9 @@ int tm_weights_synthetic(tm_weights *w, const tm_config *c, const kn_backend *be
         M.rc = kn_backend_sync(be);
     if (M.rc) {
         if (!err || !err[0])
-            tm_errf(err, errlen, "synthetic weights: %s", kn_status_str(M.rc));
+            tn_errf(err, errlen, "synthetic weights: %s", tn_status_str(M.rc));
         tm_weights_free(w);
         return M.rc;
     }
-    return KN_OK;
+    return TN_OK;
 }

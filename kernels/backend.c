@@ -22,7 +22,7 @@ int kn_backend_init_cpu(kn_backend *be)
         return kn_arg_error("kn_backend_init_cpu", "backend is NULL");
     memset(be, 0, sizeof *be);
     be->kind = KN_BACKEND_CPU;
-    return KN_OK;
+    return TN_OK;
 }
 
 int kn_backend_init_cuda(kn_backend *be, int device)
@@ -60,7 +60,7 @@ int kn_backend_sync(const kn_backend *be)
         return kn_arg_error("kn_backend_sync", "backend is NULL");
     switch (be->kind) {
     case KN_BACKEND_CPU:
-        return KN_OK;
+        return TN_OK;
     case KN_BACKEND_CUDA:
 #ifdef TANDEM_CUDA
         return kn_cuda_backend_sync(be);
@@ -77,7 +77,7 @@ int kn_backend_trim(const kn_backend *be)
         return kn_arg_error("kn_backend_trim", "backend is NULL");
     switch (be->kind) {
     case KN_BACKEND_CPU:
-        return KN_OK;
+        return TN_OK;
     case KN_BACKEND_CUDA:
 #ifdef TANDEM_CUDA
         return kn_cuda_trim(be);
@@ -146,18 +146,18 @@ static int check_copy(const char *op, const kn_backend *be, const void *dst,
     if (bytes > 0 && (!dst || !src))
         return kn_arg_error(op, "%s pointer is NULL for a %zu-byte copy",
                             dst ? "source" : "destination", bytes);
-    return KN_OK;
+    return TN_OK;
 }
 
 int kn_copy_to_backend(const kn_backend *be, void *dst, const void *host_src, size_t bytes)
 {
     int rc = check_copy("kn_copy_to_backend", be, dst, host_src, bytes);
-    if (rc != KN_OK || bytes == 0)
+    if (rc != TN_OK || bytes == 0)
         return rc;
     switch (be->kind) {
     case KN_BACKEND_CPU:
         memmove(dst, host_src, bytes);
-        return KN_OK;
+        return TN_OK;
     case KN_BACKEND_CUDA:
 #ifdef TANDEM_CUDA
         return kn_cuda_copy_to_device(be, dst, host_src, bytes);
@@ -171,12 +171,12 @@ int kn_copy_to_backend(const kn_backend *be, void *dst, const void *host_src, si
 int kn_copy_to_host(const kn_backend *be, void *host_dst, const void *src, size_t bytes)
 {
     int rc = check_copy("kn_copy_to_host", be, host_dst, src, bytes);
-    if (rc != KN_OK || bytes == 0)
+    if (rc != TN_OK || bytes == 0)
         return rc;
     switch (be->kind) {
     case KN_BACKEND_CPU:
         memmove(host_dst, src, bytes);
-        return KN_OK;
+        return TN_OK;
     case KN_BACKEND_CUDA:
 #ifdef TANDEM_CUDA
         return kn_cuda_copy_to_host(be, host_dst, src, bytes);
@@ -231,13 +231,13 @@ int kn_backend_set_attn_bf16(const kn_backend *be, int on)
     case KN_BACKEND_CPU:
         if (on) {
             fprintf(stderr, "tandem: %s: the CPU backend computes attention in fp32 only\n", op);
-            return KN_ERR_UNSUPPORTED;
+            return TN_ERR_UNSUPPORTED;
         }
-        return KN_OK;
+        return TN_OK;
     case KN_BACKEND_CUDA:
 #ifdef TANDEM_CUDA
         kn_cuda_set_attn_bf16(be, on);
-        return KN_OK;
+        return TN_OK;
 #else
         return kn_no_cuda(op);
 #endif

@@ -5,7 +5,7 @@
  *
  * The CPU backend is always built. The CUDA backend exists when the build
  * found nvcc (TANDEM_CUDA defined); otherwise kn_backend_init_cuda returns
- * KN_ERR_UNSUPPORTED, so a CPU-only binary never needs a GPU at run time. */
+ * TN_ERR_UNSUPPORTED, so a CPU-only binary never needs a GPU at run time. */
 #ifndef TANDEM_KERNELS_BACKEND_H
 #define TANDEM_KERNELS_BACKEND_H
 
@@ -42,7 +42,7 @@ int kn_backend_trim(const kn_backend *be);
  * weights unless TANDEM_CUDA_ATTN_BF16=0. The flag lives in the backend's
  * device state (hence the const handle); set it between ops, not while
  * another thread queues work on the backend. On the CPU backend, on = 1
- * returns KN_ERR_UNSUPPORTED (the CPU computes in fp32) and on = 0 is a
+ * returns TN_ERR_UNSUPPORTED (the CPU computes in fp32) and on = 0 is a
  * no-op. */
 int kn_backend_set_attn_bf16(const kn_backend *be, int on);
 /* 1 when the backend's attention runs in bf16 (see above), else 0. */

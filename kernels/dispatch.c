@@ -29,7 +29,7 @@ static int backend_kind(const char *op, const kn_backend *be)
 }
 
 /* The CUDA arm of every switch: the call when the CUDA backend is built in,
- * a clear KN_ERR_UNSUPPORTED otherwise. */
+ * a clear TN_ERR_UNSUPPORTED otherwise. */
 #ifdef TANDEM_CUDA
 #define CUDA_CALL(op, call) return call
 #else
@@ -45,7 +45,7 @@ int kn_embedding(const kn_backend *be, float *out, const float *table,
     case KN_BACKEND_CUDA:
         CUDA_CALL("kn_embedding", kn_embedding_cuda(be, out, table, ids, n_tokens, vocab, dim));
     }
-    return KN_ERR_ARG;
+    return TN_ERR_ARG;
 }
 
 int kn_rmsnorm(const kn_backend *be, float *out, const float *x,
@@ -57,7 +57,7 @@ int kn_rmsnorm(const kn_backend *be, float *out, const float *x,
     case KN_BACKEND_CUDA:
         CUDA_CALL("kn_rmsnorm", kn_rmsnorm_cuda(be, out, x, weight, rows, dim, eps));
     }
-    return KN_ERR_ARG;
+    return TN_ERR_ARG;
 }
 
 int kn_add_rmsnorm(const kn_backend *be, float *x, float *xn, const float *delta,
@@ -70,7 +70,7 @@ int kn_add_rmsnorm(const kn_backend *be, float *x, float *xn, const float *delta
         CUDA_CALL("kn_add_rmsnorm",
                   kn_add_rmsnorm_cuda(be, x, xn, delta, weight, rows, dim, eps));
     }
-    return KN_ERR_ARG;
+    return TN_ERR_ARG;
 }
 
 int kn_matmul(const kn_backend *be, float *out, const float *x, const float *w,
@@ -82,7 +82,7 @@ int kn_matmul(const kn_backend *be, float *out, const float *x, const float *w,
     case KN_BACKEND_CUDA:
         CUDA_CALL("kn_matmul", kn_matmul_cuda(be, out, x, w, bias, m, n, k));
     }
-    return KN_ERR_ARG;
+    return TN_ERR_ARG;
 }
 
 int kn_matmul_w(const kn_backend *be, float *out, const float *x, const kn_weight *w,
@@ -94,7 +94,7 @@ int kn_matmul_w(const kn_backend *be, float *out, const float *x, const kn_weigh
     case KN_BACKEND_CUDA:
         CUDA_CALL("kn_matmul_w", kn_matmul_w_cuda(be, out, x, w, bias, m, n, k));
     }
-    return KN_ERR_ARG;
+    return TN_ERR_ARG;
 }
 
 int kn_add(const kn_backend *be, float *out, const float *a, const float *b, size_t n)
@@ -105,7 +105,7 @@ int kn_add(const kn_backend *be, float *out, const float *a, const float *b, siz
     case KN_BACKEND_CUDA:
         CUDA_CALL("kn_add", kn_add_cuda(be, out, a, b, n));
     }
-    return KN_ERR_ARG;
+    return TN_ERR_ARG;
 }
 
 int kn_rope(const kn_backend *be, float *x, const int32_t *pos, int n_tokens,
@@ -118,7 +118,7 @@ int kn_rope(const kn_backend *be, float *x, const int32_t *pos, int n_tokens,
         CUDA_CALL("kn_rope", kn_rope_cuda(be, x, pos, n_tokens, n_heads, head_dim,
                                           inv_freq, attn_scale));
     }
-    return KN_ERR_ARG;
+    return TN_ERR_ARG;
 }
 
 int kn_kv_append(const kn_backend *be, float *k_pool, float *v_pool,
@@ -132,7 +132,7 @@ int kn_kv_append(const kn_backend *be, float *k_pool, float *v_pool,
         CUDA_CALL("kn_kv_append", kn_kv_append_cuda(be, k_pool, v_pool, k, v, b,
                                                     n_kv_heads, head_dim, page_size));
     }
-    return KN_ERR_ARG;
+    return TN_ERR_ARG;
 }
 
 int kn_attention(const kn_backend *be, float *out, const float *q,
@@ -149,7 +149,7 @@ int kn_attention(const kn_backend *be, float *out, const float *q,
                                                     n_kv_heads, head_dim, page_size, scale,
                                                     sinks, window));
     }
-    return KN_ERR_ARG;
+    return TN_ERR_ARG;
 }
 
 int kn_moe_route(const kn_backend *be, int32_t *expert_idx, float *expert_w,
@@ -165,7 +165,7 @@ int kn_moe_route(const kn_backend *be, int32_t *expert_idx, float *expert_w,
                                                     n_tokens, n_experts, k, mode,
                                                     renormalize));
     }
-    return KN_ERR_ARG;
+    return TN_ERR_ARG;
 }
 
 int kn_moe_experts(const kn_backend *be, float *out, const float *x,
@@ -179,7 +179,7 @@ int kn_moe_experts(const kn_backend *be, float *out, const float *x,
         CUDA_CALL("kn_moe_experts", kn_moe_experts_cuda(be, out, x, expert_idx, expert_w,
                                                         n_tokens, k, w));
     }
-    return KN_ERR_ARG;
+    return TN_ERR_ARG;
 }
 
 int kn_sample(const kn_backend *be, int32_t *tokens, const float *logits,
@@ -193,7 +193,7 @@ int kn_sample(const kn_backend *be, int32_t *tokens, const float *logits,
         CUDA_CALL("kn_sample", kn_sample_cuda(be, tokens, logits, n_rows, vocab, params,
                                               rng_state));
     }
-    return KN_ERR_ARG;
+    return TN_ERR_ARG;
 }
 
 int kn_fill_uniform_at(const kn_backend *be, void *x, kn_dtype dt, size_t n, uint64_t seed,
@@ -205,7 +205,7 @@ int kn_fill_uniform_at(const kn_backend *be, void *x, kn_dtype dt, size_t n, uin
     case KN_BACKEND_CUDA:
         CUDA_CALL("kn_fill_uniform", kn_fill_uniform_cuda(be, x, dt, n, seed, first, lo, hi));
     }
-    return KN_ERR_ARG;
+    return TN_ERR_ARG;
 }
 
 int kn_fill_uniform(const kn_backend *be, void *x, kn_dtype dt, size_t n, uint64_t seed,

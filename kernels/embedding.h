@@ -1,5 +1,5 @@
 /* Token embedding lookup: out[t] = table[ids[t]].
- * Returns KN_ERR_ARG (and writes nothing) if any id is outside [0, vocab). */
+ * Returns TN_ERR_ARG (and writes nothing) if any id is outside [0, vocab). */
 #ifndef TANDEM_KERNELS_EMBEDDING_H
 #define TANDEM_KERNELS_EMBEDDING_H
 #include <stdint.h>

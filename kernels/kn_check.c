@@ -12,14 +12,14 @@ int kn_arg_error(const char *op, const char *fmt, ...)
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
-    return KN_ERR_ARG;
+    return TN_ERR_ARG;
 }
 
 int kn_no_cuda(const char *op)
 {
     fprintf(stderr, "tandem: %s: this build has no CUDA backend "
                     "(built without CUDA=1)\n", op);
-    return KN_ERR_UNSUPPORTED;
+    return TN_ERR_UNSUPPORTED;
 }
 
 int kn_ranges_overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes)

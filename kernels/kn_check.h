@@ -5,13 +5,13 @@
 #include <stddef.h>
 #include "kernels/backend.h"
 
-/* Prints "tandem: OP: <message>" on stderr and returns KN_ERR_ARG, so every
+/* Prints "tandem: OP: <message>" on stderr and returns TN_ERR_ARG, so every
  * rejection is one line at the check and tells the caller what was wrong. */
 int kn_arg_error(const char *op, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* Prints that OP needs the CUDA backend, which this build lacks, and returns
- * KN_ERR_UNSUPPORTED. */
+ * TN_ERR_UNSUPPORTED. */
 int kn_no_cuda(const char *op);
 
 /* 1 when the byte ranges [a, a+a_bytes) and [b, b+b_bytes) overlap. */

@@ -30,7 +30,7 @@ int kn_rope_inv_freq(const kn_rope_config *cfg, float *inv_freq, float *attn_sca
         for (int i = 0; i < half; i++)
             inv_freq[i] = (float)(1.0 / pow(cfg->theta, (double)(2 * i) / dim));
         *attn_scale = 1.0f;
-        return KN_OK;
+        return TN_OK;
     }
 
     double factor = cfg->factor;
@@ -79,5 +79,5 @@ int kn_rope_inv_freq(const kn_rope_config *cfg, float *inv_freq, float *attn_sca
         *attn_scale = (float)cfg->attention_factor;
     else
         *attn_scale = factor > 1.0 ? (float)(0.1 * log(factor) + 1.0) : 1.0f;
-    return KN_OK;
+    return TN_OK;
 }

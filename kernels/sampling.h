@@ -26,7 +26,7 @@ uint64_t kn_rng_seed(uint64_t seed);
 double kn_rng_uniform(uint64_t *state);
 
 /* params and rng_state are host arrays [n_rows]; tokens is host [n_rows];
- * logits is backend memory. Returns KN_ERR_ARG for NaN/negative temperature,
+ * logits is backend memory. Returns TN_ERR_ARG for NaN/negative temperature,
  * top_p outside (0, 1], or a row of non-finite logits. */
 int kn_sample(const kn_backend *be, int32_t *tokens, const float *logits,
               int n_rows, int vocab, const kn_sampling *params,

@@ -55,7 +55,7 @@ int kn_stopwatch_create(const kn_backend *be, int n_groups, int max_laps, kn_sto
 #endif
     kn_stopwatch *sw = calloc(1, sizeof *sw);
     if (!sw)
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     sw->be = be;
     sw->n_groups = n_groups;
     sw->max_laps = max_laps;
@@ -66,30 +66,30 @@ int kn_stopwatch_create(const kn_backend *be, int n_groups, int max_laps, kn_sto
         sw->events = calloc((size_t)max_laps + 1, sizeof *sw->events);
     if (!sw->group || (!sw->host_ms && !sw->events)) {
         kn_stopwatch_free(sw);
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     }
 #ifdef TANDEM_CUDA
     for (int i = 0; sw->events && i <= max_laps; i++) {
         int rc = kn_cuda_event_create(be, &sw->events[i]);
-        if (rc != KN_OK) {
+        if (rc != TN_OK) {
             kn_stopwatch_free(sw);
             return rc;
         }
     }
 #endif
     *out = sw;
-    return KN_OK;
+    return TN_OK;
 }
 
 static int mark(kn_stopwatch *sw)
 {
     if (sw->host_ms) {
         sw->host_ms[sw->n_marks++] = now_ms();
-        return KN_OK;
+        return TN_OK;
     }
 #ifdef TANDEM_CUDA
     int rc = kn_cuda_event_record(sw->be, sw->events[sw->n_marks]);
-    if (rc == KN_OK)
+    if (rc == TN_OK)
         sw->n_marks++;
     return rc;
 #else
@@ -133,7 +133,7 @@ int kn_stopwatch_collect(kn_stopwatch *sw, double *ms)
 #ifdef TANDEM_CUDA
             float f = 0;
             int rc = kn_cuda_event_elapsed_ms(sw->be, sw->events[i - 1], sw->events[i], &f);
-            if (rc != KN_OK)
+            if (rc != TN_OK)
                 return rc;
             d = f;
 #else
@@ -143,5 +143,5 @@ int kn_stopwatch_collect(kn_stopwatch *sw, double *ms)
         ms[sw->group[i]] += d;
     }
     sw->n_marks = 0;
-    return KN_OK;
+    return TN_OK;
 }

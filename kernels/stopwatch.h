@@ -16,12 +16,12 @@
 typedef struct kn_stopwatch kn_stopwatch;
 
 /* Room for max_laps laps between collects, charged to groups [0, n_groups).
- * Returns KN_OK, KN_ERR_ARG, KN_ERR_NOMEM or KN_ERR_DEVICE. */
+ * Returns TN_OK, TN_ERR_ARG, TN_ERR_NOMEM or TN_ERR_DEVICE. */
 int kn_stopwatch_create(const kn_backend *be, int n_groups, int max_laps, kn_stopwatch **out);
 void kn_stopwatch_free(kn_stopwatch *sw);
 /* Starts the first stretch (and drops laps not yet collected). */
 int kn_stopwatch_start(kn_stopwatch *sw);
-/* KN_ERR_ARG for a group out of range or more than max_laps laps. */
+/* TN_ERR_ARG for a group out of range or more than max_laps laps. */
 int kn_stopwatch_lap(kn_stopwatch *sw, int group);
 /* Waits for the timed work, adds each lap's milliseconds into ms[group]
  * (the caller zeroes ms once; collects accumulate), and forgets the laps;

@@ -86,12 +86,12 @@ int kv_pusher_open_rank(tm_kv_cache *kv, int n_kv_heads, int tp, int rank, const
     te_engine_config_default(&cfg);
     cfg.name = name;
     cfg.tls = tls && tls[0] ? tls : NULL;
-    if (te_engine_create(&cfg, &p->e, err, errlen) != TE_OK) {
+    if (te_engine_create(&cfg, &p->e, err, errlen) != TN_OK) {
         free(p);
         return -1;
     }
     if (tm_kv_staging_init(&p->staging, kv, path, te_engine_cuda_memory(p->e), err,
-                           errlen) != KN_OK) {
+                           errlen) != TN_OK) {
         kv_pusher_close(p);
         return -1;
     }
@@ -100,8 +100,8 @@ int kv_pusher_open_rank(tm_kv_cache *kv, int n_kv_heads, int tp, int rank, const
                       .page_size = kv->page_size, .n_pages = kv->n_pages};
     if (te_kv_register(p->e, &l, (void *const *)p->staging.k, (void *const *)p->staging.v,
                        p->staging.device_memory ? TE_MEM_CUDA : TE_MEM_HOST,
-                       &p->local) != TE_OK ||
-        te_kv_hello_pack(p->e, &p->local, &p->hello, &p->hello_len) != TE_OK) {
+                       &p->local) != TN_OK ||
+        te_kv_hello_pack(p->e, &p->local, &p->hello, &p->hello_len) != TN_OK) {
         snprintf(err, errlen, "%s", te_engine_error(p->e));
         kv_pusher_close(p);
         return -1;
@@ -121,7 +121,7 @@ const char *kv_pusher_path(const kv_pusher *p)
 static int closable_now(const decoder_peer *peer)
 {
     return !peer->busy && peer->remote.peer &&
-           te_peer_wireup_status(peer->remote.peer) != TE_IN_PROGRESS;
+           te_peer_wireup_status(peer->remote.peer) != TN_IN_PROGRESS;
 }
 
 static void disconnect(kv_pusher *p, decoder_peer *peer)
@@ -200,14 +200,14 @@ static int connect_peer(kv_pusher *p, decoder_peer *peer, char *err, size_t errl
     }
     int rc = te_kv_connect(p->e, m->hello, &peer->remote);
     tandem__transfer__control_message__free_unpacked(m, NULL);
-    if (rc != TE_OK) {
+    if (rc != TN_OK) {
         snprintf(err, errlen, "cannot connect to decoder %s: %s", peer->id, te_engine_error(p->e));
         memset(&peer->remote, 0, sizeof peer->remote);
         return -1;
     }
     peer->connected_at = te_now_seconds();
     peer->ready_logged = peer->slow_logged = 0;
-    if (te_peer_wireup_start(p->e, peer->remote.peer) != TE_OK) {
+    if (te_peer_wireup_start(p->e, peer->remote.peer) != TN_OK) {
         snprintf(err, errlen, "decoder %s: %s", peer->id, te_engine_error(p->e));
         peer->broken = 1;
         return -1;
@@ -295,14 +295,14 @@ static void supervise(kv_pusher *p)
         }
         te_peer *tp = peer->remote.peer;
         int st = te_peer_wireup_status(tp);
-        if (st == TE_OK) {
+        if (st == TN_OK) {
             if (!peer->ready_logged && p->log_connections)
                 tn_log(WHO, "decoder %s: connection ready (UCX set-up took %.0f ms)", peer->id,
                        (now - peer->connected_at) * 1e3);
             peer->ready_logged = 1;
             continue;
         }
-        if (st == TE_IN_PROGRESS) {
+        if (st == TN_IN_PROGRESS) {
             if (te_peer_wireup_failures(tp) > peer->wireup_retries &&
                 peer->wireup_retries < MAX_WIREUP_RETRIES) {
                 peer->wireup_retries++;
@@ -354,7 +354,7 @@ void kv_pusher_progress(kv_pusher *p)
 static int submit(kv_pusher *p, kv_push *k, int timeout_ms)
 {
     if (te_kv_send(p->e, &p->local, k->src_pages, &k->peer->remote, k->dst_pages, k->n_tokens,
-                   k->request_id, timeout_ms, &k->t) != TE_OK) {
+                   k->request_id, timeout_ms, &k->t) != TN_OK) {
         snprintf(k->error, sizeof k->error, "%s", te_engine_error(p->e));
         k->t = NULL;
         return -1;
@@ -396,9 +396,9 @@ int kv_push_start(kv_pusher *p, const Tandem__V1__KvDestination *dst, uint64_t r
      * KV is complete now, so the copy need not wait for the set-up) */
     int n_pages = (n_tokens + p->staging.kv->page_size - 1) / p->staging.kv->page_size;
     int rc = tm_kv_staging_to_host(&p->staging, src_pages, n_pages);
-    if (rc != KN_OK) {
+    if (rc != TN_OK) {
         snprintf(err, errlen, "copying %d KV pages to the host staging buffers: %s", n_pages,
-                 kn_status_str(rc));
+                 tn_status_str(rc));
         return -1;
     }
     kv_push *k = calloc(1, sizeof *k);
@@ -421,7 +421,7 @@ int kv_push_start(kv_pusher *p, const Tandem__V1__KvDestination *dst, uint64_t r
     k->timeout_ms = timeout_ms;
     k->started = te_now_seconds();
     k->deadline = k->started + timeout_ms / 1000.0;
-    if (te_peer_wireup_status(peer->remote.peer) == TE_OK && submit(p, k, timeout_ms) != 0) {
+    if (te_peer_wireup_status(peer->remote.peer) == TN_OK && submit(p, k, timeout_ms) != 0) {
         snprintf(err, errlen, "%s", k->error);
         free(k->src_pages);
         free(k->dst_pages);
@@ -442,12 +442,12 @@ static void advance_waiting(kv_pusher *p, kv_push *k)
     double now = te_now_seconds();
     if (k->canceled) {
         snprintf(k->error, sizeof k->error, "cancelled before the transfer started");
-        k->failed = TE_ERR_CANCELED;
-    } else if (st == TE_OK) {
+        k->failed = TN_ERR_CANCELED;
+    } else if (st == TN_OK) {
         int left_ms = (int)((k->deadline - now) * 1e3);
         if (submit(p, k, left_ms > 0 ? left_ms : 1) != 0)
-            k->failed = TE_ERR_REFUSED;
-    } else if (st != TE_IN_PROGRESS) {
+            k->failed = TN_ERR_REFUSED;
+    } else if (st != TN_IN_PROGRESS) {
         snprintf(k->error, sizeof k->error, "connection to decoder %s failed during its set-up: "
                  "%s; nothing was sent", k->peer->id, te_peer_error(k->peer->remote.peer));
         k->failed = st;
@@ -455,7 +455,7 @@ static void advance_waiting(kv_pusher *p, kv_push *k)
         snprintf(k->error, sizeof k->error, "the UCX connection set-up to decoder %s did not "
                  "finish within %d ms (decoder frozen or unreachable?); nothing was sent",
                  k->peer->id, k->timeout_ms);
-        k->failed = TE_ERR_TIMEOUT;
+        k->failed = TN_ERR_TIMEOUT;
     }
 }
 
@@ -466,18 +466,18 @@ int kv_push_poll(kv_pusher *p, kv_push *t, int *ok, char *err, size_t errlen)
         advance_waiting(p, t);
     if (t->failed) {
         *ok = 0;
-        snprintf(err, errlen, "%s (%s)", t->error, te_status_str(t->failed));
+        snprintf(err, errlen, "%s (%s)", t->error, tn_status_str(t->failed));
         return 1;
     }
     if (!t->t)
         return 0;
     int st = te_transfer_status(t->t);
-    if (st == TE_IN_PROGRESS)
+    if (st == TN_IN_PROGRESS)
         return 0;
-    *ok = st == TE_OK;
+    *ok = st == TN_OK;
     if (!*ok) {
-        snprintf(err, errlen, "%s (%s)", te_transfer_error(t->t), te_status_str(st));
-        if (st == TE_ERR_PEER || st == TE_ERR_TIMEOUT)
+        snprintf(err, errlen, "%s (%s)", te_transfer_error(t->t), tn_status_str(st));
+        if (st == TN_ERR_PEER || st == TN_ERR_TIMEOUT)
             t->peer->broken = 1;
     }
     return 1;

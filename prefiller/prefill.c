@@ -89,13 +89,13 @@ static int group_broken(prefiller_ctx *ctx, int rc, char *err, size_t errlen)
 static int share_flag(prefiller_ctx *ctx, int *flag, char *err, size_t errlen)
 {
     if (!in_group(ctx))
-        return KN_OK;
+        return TN_OK;
     int32_t f = *flag;
     int rc = comm_broadcast(ctx->group.world, &f, sizeof f, 0);
     if (rc)
         return group_broken(ctx, rc, err, errlen);
     *flag = f;
-    return KN_OK;
+    return TN_OK;
 }
 
 /* Runs the prompt through the model, a chunk per forward call, answering
@@ -110,19 +110,19 @@ static int run_prompt(prefiller_ctx *ctx, prefill_job *job, const int32_t *pages
         tm_seq_step step = {.tokens = job->tokens + off, .n_tokens = n, .n_cached = off,
                             .pages = pages, .n_pages = n_pages};
         int rc = tm_forward(ctx->model, &ctx->kv, &step, 1, NULL, NULL);
-        if (rc == KN_ERR_PEER)
+        if (rc == TN_ERR_PEER)
             return group_broken(ctx, rc, err, errlen);
-        if (rc != KN_OK) {
+        if (rc != TN_OK) {
             /* tm_forward has failed the group already if there is one */
             ctx->group_failed = in_group(ctx);
             snprintf(err, errlen, "forward pass failed at prompt token %d: %s", off,
-                     kn_status_str(rc));
+                     tn_status_str(rc));
             return rc;
         }
         if (ctx->group.rank == 0)
             prefiller_service(ctx, 0);
         int cancelled = job->cancelled;
-        if ((rc = share_flag(ctx, &cancelled, err, errlen)) != KN_OK)
+        if ((rc = share_flag(ctx, &cancelled, err, errlen)) != TN_OK)
             return rc;
         if (cancelled)
             return 1;
@@ -137,7 +137,7 @@ static int share_job(prefiller_ctx *ctx, const prefill_job *job, char *err, size
     uint8_t *dbuf = malloc(dlen ? dlen : 1);
     if (!dbuf) {
         snprintf(err, errlen, "out of memory");
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     }
     tandem__v1__kv_destination__pack(job->dest, dbuf);
     group_cmd cmd = {CMD_JOB, job->n_tokens, (int32_t)dlen, ctx->cfg.chunk_tokens, job->key};
@@ -148,7 +148,7 @@ static int share_job(prefiller_ctx *ctx, const prefill_job *job, char *err, size
     if (!rc)
         rc = comm_broadcast(w, dbuf, dlen, 0);
     free(dbuf);
-    return rc ? group_broken(ctx, rc, err, errlen) : KN_OK;
+    return rc ? group_broken(ctx, rc, err, errlen) : TN_OK;
 }
 
 void prefiller_group_stop(prefiller_ctx *ctx)
@@ -171,7 +171,7 @@ static int gather_outcomes(prefiller_ctx *ctx, int *ok, uint64_t *bytes, char *e
                            size_t errlen)
 {
     if (!in_group(ctx))
-        return KN_OK;
+        return TN_OK;
     push_outcome mine = {.bytes = *bytes, .ok = *ok}, all[COMM_MAX_WORLD];
     snprintf(mine.err, sizeof mine.err, "%s", *ok ? "" : err);
     int rc = comm_all_gather(ctx->group.world, &mine, all, sizeof mine);
@@ -187,7 +187,7 @@ static int gather_outcomes(prefiller_ctx *ctx, int *ok, uint64_t *bytes, char *e
             break;
         }
     }
-    return KN_OK;
+    return TN_OK;
 }
 
 void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job)
@@ -203,7 +203,7 @@ void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job)
     }
     int n_pages = tm_kv_pages_for(&ctx->kv, job->n_tokens);
     int32_t *pages = malloc((size_t)(n_pages > 0 ? n_pages : 1) * sizeof *pages);
-    if (!pages || n_pages <= 0 || tm_kv_alloc_pages(&ctx->kv, n_pages, pages) != KN_OK) {
+    if (!pages || n_pages <= 0 || tm_kv_alloc_pages(&ctx->kv, n_pages, pages) != TN_OK) {
         /* Jobs run one at a time and were checked against the cache's size. */
         if (in_group(ctx)) {   /* the other ranks are about to run it: stop them */
             comm_abort(ctx->group.world, "cannot allocate KV pages for a prompt");
@@ -235,13 +235,13 @@ void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job)
      * the GPU only the token id comes back) */
     rc = ctx->group.rank == 0 ? kn_sample(&ctx->be, &first, tm_model_last_logits(ctx->model), 1,
                                           ctx->mc->vocab_size, &job->sampling, &rng)
-                              : KN_OK;
-    if (rc != KN_OK) {
+                              : TN_OK;
+    if (rc != TN_OK) {
         if (in_group(ctx)) {   /* the other ranks would push without us */
             comm_abort(ctx->group.world, "sampling the first token failed");
             ctx->group_failed = 1;
         }
-        snprintf(err, sizeof err, "sampling the first token failed: %s", kn_status_str(rc));
+        snprintf(err, sizeof err, "sampling the first token failed: %s", tn_status_str(rc));
         report(ctx, job, 0, 0, NONE, INTERNAL, err, t1 - t0, 0);
         tm_kv_release_pages(&ctx->kv, pages, n_pages);
         free(pages);
@@ -310,17 +310,17 @@ int prefiller_rank_serve(prefiller_ctx *ctx)
         rc = comm_broadcast(w, job && job->tokens ? (void *)job->tokens : (void *)&scratch,
                             job && job->tokens ? sizeof(int32_t) * (size_t)cmd.n_tokens : 0, 0);
         if (!rc && !(job && job->tokens && dbuf))
-            rc = KN_ERR_NOMEM;
+            rc = TN_ERR_NOMEM;
         if (!rc)
             rc = comm_broadcast(w, dbuf, (size_t)cmd.dest_len, 0);
         if (!rc) {
             job->dest = tandem__v1__kv_destination__unpack(NULL, (size_t)cmd.dest_len, dbuf);
             if (!job->dest)
-                rc = KN_ERR_NOMEM;
+                rc = TN_ERR_NOMEM;
         }
         free(dbuf);
         if (rc) {
-            if (rc != KN_ERR_PEER)
+            if (rc != TN_ERR_PEER)
                 comm_abort(w, "cannot take a job (out of memory)");
             tn_log(WHO, "rank %d: prefiller group failed: %s", ctx->group.rank, comm_error(w));
             prefill_job_free(job);

@@ -286,7 +286,7 @@ static void run(prefiller_ctx *ctx)
 {
     while (!ctx->stop) {
         if (ctx->group.world && !ctx->group_failed &&
-            comm_poll_peers(ctx->group.world) != KN_OK)
+            comm_poll_peers(ctx->group.world) != TN_OK)
             ctx->group_failed = 1;
         if (ctx->group_failed) {
             report_group_failure(ctx);
@@ -332,7 +332,7 @@ static int group_endpoint(prefiller_ctx *ctx, uint8_t **out, size_t *out_len, ch
     }
     const int W = ctx->group.size;
     uint64_t mine = len, lens[COMM_MAX_WORLD], max = 0;
-    if (comm_all_gather(ctx->group.world, &mine, lens, sizeof mine) != KN_OK) {
+    if (comm_all_gather(ctx->group.world, &mine, lens, sizeof mine) != TN_OK) {
         snprintf(err, errlen, "sharing TransferEngine endpoints: %s",
                  comm_error(ctx->group.world));
         return -1;
@@ -345,7 +345,7 @@ static int group_endpoint(prefiller_ctx *ctx, uint8_t **out, size_t *out_len, ch
         memcpy(pad, ep, len);
     /* everyone joins the gather even after a failed allocation */
     if (comm_all_gather(ctx->group.world, pad ? pad : all, all ? all : pad,
-                        pad && all ? max : 0) != KN_OK) {
+                        pad && all ? max : 0) != TN_OK) {
         snprintf(err, errlen, "sharing TransferEngine endpoints: %s",
                  comm_error(ctx->group.world));
         rc = -1;
@@ -427,7 +427,7 @@ int main(int argc, char **argv)
     char err[512];
     /* the TP ranks first, before any thread exists */
     if (rank_group_start(&ctx->group, o->ranks, o->ep, 1, o->rank, o->world, o->comm_name,
-                         "prefill", o->comm_timeout_ms, err, sizeof err) != KN_OK) {
+                         "prefill", o->comm_timeout_ms, err, sizeof err) != TN_OK) {
         fprintf(stderr, "tandem-prefiller: %s\n", err);
         free(ctx);
         return 1;
@@ -452,7 +452,7 @@ int main(int argc, char **argv)
     int n_pages = (c->max_prompt_tokens + o->page_size - 1) / o->page_size;
     /* each TP rank caches only its KV heads */
     if (tm_kv_cache_init(&ctx->kv, &ctx->be, ctx->mc->n_layers, tm_model_kv_heads(ctx->model),
-                         ctx->mc->head_dim, o->page_size, n_pages) != KN_OK) {
+                         ctx->mc->head_dim, o->page_size, n_pages) != TN_OK) {
         fprintf(stderr, "tandem-prefiller: cannot allocate a KV cache of %d pages\n", n_pages);
         goto out;
     }

@@ -221,16 +221,16 @@ static double decode_bytes(const tm_config *c, kn_dtype wd, kn_dtype ed, int bat
 static int profile_start(bench_ctx *c)
 {
     if (!c->sw)
-        return KN_OK;
+        return TN_OK;
     memset(c->prof, 0, sizeof c->prof);
     tm_model_set_stopwatch(c->model, c->sw);
-    return KN_OK;
+    return TN_OK;
 }
 
 /* Adds the laps of the forward just run into c->prof. */
 static int profile_collect(bench_ctx *c)
 {
-    return c->sw ? kn_stopwatch_collect(c->sw, c->prof) : KN_OK;
+    return c->sw ? kn_stopwatch_collect(c->sw, c->prof) : TN_OK;
 }
 
 static void profile_print(bench_ctx *c, const char *what, int forwards)
@@ -266,7 +266,7 @@ static int run_prefill(bench_ctx *c, tm_kv_cache *kv, int32_t *tokens, int32_t *
     int n_pages = tm_kv_pages_for(kv, len);
     fill_tokens(tokens, len, c->cfg->vocab_size, seed);
     int rc = tm_kv_alloc_pages(kv, n_pages, pages);
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         return rc;
     tm_seq_step s = {tokens, len, 0, pages, n_pages};
     double t0 = now_s();
@@ -282,19 +282,19 @@ static int bench_prefill(bench_ctx *c, const bench_args *a, int len)
     int rc = tm_kv_cache_init(&kv, &c->be, c->cfg->n_layers, c->cfg->n_kv_heads,
                               c->cfg->head_dim, a->page_size,
                               (len + a->page_size - 1) / a->page_size);
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         return rc;
     int32_t *tokens = malloc(sizeof(int32_t) * (size_t)len);
     int32_t *pages = malloc(sizeof(int32_t) * (size_t)kv.n_pages);
     float *logits = malloc(sizeof(float) * (size_t)c->cfg->vocab_size);
     double runs[MAX_RUNS], sec = 0;
-    rc = (!tokens || !pages || !logits) ? KN_ERR_NOMEM : KN_OK;
-    for (int r = -1; rc == KN_OK && r < a->repeat; r++) {   /* r = -1: warm-up */
+    rc = (!tokens || !pages || !logits) ? TN_ERR_NOMEM : TN_OK;
+    for (int r = -1; rc == TN_OK && r < a->repeat; r++) {   /* r = -1: warm-up */
         rc = run_prefill(c, &kv, tokens, pages, len, logits, 7u + (uint32_t)(r + 1), &sec);
         if (r >= 0)
             runs[r] = sec;
     }
-    if (rc == KN_OK) {
+    if (rc == TN_OK) {
         print_runs("prefill", runs, a->repeat, 1.0);
         double ms = 1e3 * median(runs, a->repeat);
         double floor_ms = a->peak_tflops > 0
@@ -303,12 +303,12 @@ static int bench_prefill(bench_ctx *c, const bench_args *a, int len)
         snprintf(shape, sizeof shape, "prompt %d", len);
         print_row("prefill", shape, ms, len / (ms * 1e-3), floor_ms);
     }
-    if (rc == KN_OK && c->sw) {
+    if (rc == TN_OK && c->sw) {
         profile_start(c);
         rc = run_prefill(c, &kv, tokens, pages, len, logits, 99u, &sec);
-        if (rc == KN_OK)
+        if (rc == TN_OK)
             rc = profile_collect(c);
-        if (rc == KN_OK) {
+        if (rc == TN_OK) {
             char what[64];
             snprintf(what, sizeof what, "prefill %d", len);
             profile_print(c, what, 1);
@@ -330,10 +330,10 @@ static int fill_context(bench_ctx *c, const bench_args *a, tm_kv_cache *kv, int3
                         int per_seq, int batch, ctx_fill mode)
 {
     if (mode == FILL_RANDOM)
-        return KN_OK;   /* the pools were filled when the cache was made */
+        return TN_OK;   /* the pools were filled when the cache was made */
     int32_t *ctx_tokens = malloc(sizeof(int32_t) * (size_t)a->context);
-    int rc = ctx_tokens ? KN_OK : KN_ERR_NOMEM;
-    for (int b = 0; rc == KN_OK && b < batch; b++) {
+    int rc = ctx_tokens ? TN_OK : TN_ERR_NOMEM;
+    for (int b = 0; rc == TN_OK && b < batch; b++) {
         fill_tokens(ctx_tokens, a->context, c->cfg->vocab_size, 100u + (uint32_t)b);
         tm_seq_step s = {ctx_tokens, a->context, 0, pages + (size_t)b * per_seq, per_seq};
         rc = tm_forward(c->model, kv, &s, 1, NULL, NULL);
@@ -345,13 +345,13 @@ static int fill_context(bench_ctx *c, const bench_args *a, tm_kv_cache *kv, int3
 static int cache_fill_random(bench_ctx *c, tm_kv_cache *kv)
 {
     size_t n = tm_kv_page_bytes(kv) / sizeof(float) * (size_t)kv->n_pages;
-    int rc = KN_OK;
-    for (int l = 0; rc == KN_OK && l < kv->n_layers; l++) {
+    int rc = TN_OK;
+    for (int l = 0; rc == TN_OK && l < kv->n_layers; l++) {
         rc = kn_fill_uniform(&c->be, kv->k[l], KN_F32, n, 1000u + (uint64_t)l, -1.0f, 1.0f);
-        if (rc == KN_OK)
+        if (rc == TN_OK)
             rc = kn_fill_uniform(&c->be, kv->v[l], KN_F32, n, 5000u + (uint64_t)l, -1.0f, 1.0f);
     }
-    return rc == KN_OK ? kn_backend_sync(&c->be) : rc;
+    return rc == TN_OK ? kn_backend_sync(&c->be) : rc;
 }
 
 /* `steps` decode steps over `batch` sequences; returns the wall time. */
@@ -360,11 +360,11 @@ static int run_decode(bench_ctx *c, const bench_args *a, tm_kv_cache *kv, int32_
                       tm_seq_step *seqs, double *sec)
 {
     int rc = tm_kv_alloc_pages(kv, per_seq * batch, pages);
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         return rc;
     rc = fill_context(c, a, kv, pages, per_seq, batch, mode);
     double t0 = now_s();
-    for (int step = 0; rc == KN_OK && step < a->steps; step++) {
+    for (int step = 0; rc == TN_OK && step < a->steps; step++) {
         fill_tokens(step_tokens, batch, c->cfg->vocab_size, 1000u + (uint32_t)step);
         for (int b = 0; b < batch; b++)
             seqs[b] = (tm_seq_step){step_tokens + b, 1, a->context + step,
@@ -384,12 +384,12 @@ static int bench_decode(bench_ctx *c, const bench_args *a, int batch, ctx_fill m
                               c->cfg->head_dim, a->page_size, per_seq * batch);
     char shape[64];
     snprintf(shape, sizeof shape, "batch %d, context %d", batch, a->context);
-    if (rc != KN_OK) {
+    if (rc != TN_OK) {
         printf("%-8s %-30s  cache of %.1f GB did not fit: %s\n", "decode", shape,
                2.0 * c->cfg->n_layers * (double)per_seq * batch * a->page_size *
                    c->cfg->n_kv_heads * c->cfg->head_dim * 4 / 1e9,
-               kn_status_str(rc));
-        return KN_OK;   /* report and go on with the other shapes */
+               tn_status_str(rc));
+        return TN_OK;   /* report and go on with the other shapes */
     }
     if (mode == FILL_RANDOM)
         rc = cache_fill_random(c, &kv);
@@ -397,14 +397,14 @@ static int bench_decode(bench_ctx *c, const bench_args *a, int batch, ctx_fill m
     int32_t *step_tokens = malloc(sizeof(int32_t) * (size_t)batch);
     tm_seq_step *seqs = calloc((size_t)batch, sizeof *seqs);
     double runs[MAX_RUNS], sec = 0;
-    if (rc == KN_OK && (!pages || !step_tokens || !seqs))
-        rc = KN_ERR_NOMEM;
-    for (int r = -1; rc == KN_OK && r < a->repeat; r++) {   /* r = -1: warm-up */
+    if (rc == TN_OK && (!pages || !step_tokens || !seqs))
+        rc = TN_ERR_NOMEM;
+    for (int r = -1; rc == TN_OK && r < a->repeat; r++) {   /* r = -1: warm-up */
         rc = run_decode(c, a, &kv, pages, per_seq, batch, mode, step_tokens, seqs, &sec);
         if (r >= 0)
             runs[r] = sec;
     }
-    if (rc == KN_OK) {
+    if (rc == TN_OK) {
         print_runs("decode", runs, a->repeat, 1.0 / a->steps);
         double step_ms = 1e3 * median(runs, a->repeat) / a->steps;
         double floor_ms = a->hbm_tbps > 0
@@ -415,24 +415,24 @@ static int bench_decode(bench_ctx *c, const bench_args *a, int batch, ctx_fill m
                               : 0;
         print_row("decode", shape, step_ms, batch / (step_ms * 1e-3), floor_ms);
     }
-    if (rc == KN_OK && c->sw) {
+    if (rc == TN_OK && c->sw) {
         /* one more run, every step timed by group */
         rc = tm_kv_alloc_pages(&kv, per_seq * batch, pages);
-        if (rc == KN_OK)
+        if (rc == TN_OK)
             rc = fill_context(c, a, &kv, pages, per_seq, batch, mode);
         profile_start(c);
-        for (int step = 0; rc == KN_OK && step < a->steps; step++) {
+        for (int step = 0; rc == TN_OK && step < a->steps; step++) {
             fill_tokens(step_tokens, batch, c->cfg->vocab_size, 1000u + (uint32_t)step);
             for (int b = 0; b < batch; b++)
                 seqs[b] = (tm_seq_step){step_tokens + b, 1, a->context + step,
                                         pages + (size_t)b * per_seq, per_seq};
             tm_model_set_stopwatch(c->model, c->sw);
             rc = tm_forward(c->model, &kv, seqs, batch, NULL, NULL);
-            if (rc == KN_OK)
+            if (rc == TN_OK)
                 rc = profile_collect(c);
         }
         tm_kv_release_pages(&kv, pages, per_seq * batch);
-        if (rc == KN_OK) {
+        if (rc == TN_OK) {
             char what[96];
             snprintf(what, sizeof what, "decode %s (per step)", shape);
             profile_print(c, what, a->steps);
@@ -545,17 +545,17 @@ int main(int argc, char **argv)
     bench_ctx c = {0};
     char err[512] = "";
     int rc = tm_device_open(a.device, &c.be, err, sizeof err);
-    if (rc == KN_OK) {
+    if (rc == TN_OK) {
         tm_load_opts opts = {.weights = a.weights, .seed = a.seed};
         double t0 = now_s();
         rc = a.synthetic ? tm_model_synthetic(a.synthetic, &c.be, &opts, &c.model, err, sizeof err)
                          : tm_model_load_opts(a.model, &c.be, &opts, &c.model, err, sizeof err);
-        if (rc == KN_OK)
+        if (rc == TN_OK)
             fprintf(stderr, "tandem-bench: %s weights ready in %.2f s (%.2f GB)\n",
                     a.synthetic ? "synthetic" : "checkpoint", now_s() - t0,
                     tm_model_weight_bytes(c.model) / 1e9);
     }
-    if (rc != KN_OK) {
+    if (rc != TN_OK) {
         fprintf(stderr, "tandem-bench: %s\n", err);
         kn_backend_free(&c.be);
         return 1;
@@ -582,14 +582,14 @@ int main(int argc, char **argv)
                a.peak_tflops, a.hbm_tbps);
     printf("%-8s %-30s %12s %14s %10s %8s\n", "phase", "shape", "ms", "tokens/s", "floor ms",
            "x floor");
-    for (int i = 0; rc == KN_OK && i < a.n_prefill; i++)
+    for (int i = 0; rc == TN_OK && i < a.n_prefill; i++)
         rc = bench_prefill(&c, &a, a.prefill_lens[i]);
-    for (int i = 0; rc == KN_OK && i < a.n_batches; i++)
+    for (int i = 0; rc == TN_OK && i < a.n_batches; i++)
         rc = bench_decode(&c, &a, a.batches[i], a.fill);
-    if (rc != KN_OK)
-        fprintf(stderr, "tandem-bench: %s\n", kn_status_str(rc));
+    if (rc != TN_OK)
+        fprintf(stderr, "tandem-bench: %s\n", tn_status_str(rc));
     kn_stopwatch_free(c.sw);
     tm_model_free(c.model);
     kn_backend_free(&c.be);
-    return rc == KN_OK ? 0 : 1;
+    return rc == TN_OK ? 0 : 1;
 }

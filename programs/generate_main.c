@@ -277,11 +277,11 @@ static int generate(const gen_args *a, const kn_backend *be)
     if (rc || !pages || !out || !logits) {
         fprintf(stderr, "tandem-generate: cannot allocate the KV cache and buffers "
                 "(%d pages of %d tokens): %s\n", n_pages, a->page_size,
-                kn_status_str(rc ? rc : KN_ERR_NOMEM));
+                tn_status_str(rc ? rc : TN_ERR_NOMEM));
         goto done;
     }
-    if ((rc = tm_kv_alloc_pages(&kv, n_pages, pages)) != KN_OK) {
-        fprintf(stderr, "tandem-generate: %s\n", kn_status_str(rc));
+    if ((rc = tm_kv_alloc_pages(&kv, n_pages, pages)) != TN_OK) {
+        fprintf(stderr, "tandem-generate: %s\n", tn_status_str(rc));
         goto done;
     }
     uint64_t rng = kn_rng_seed(a->seed);
@@ -295,7 +295,7 @@ static int generate(const gen_args *a, const kn_backend *be)
             rc = kn_sample_cpu(&out[n_out], logits, 1, c->vocab_size, &a->sampling, &rng);
         if (rc) {
             fprintf(stderr, "tandem-generate: forward step %d failed: %s\n", n_out,
-                    kn_status_str(rc));
+                    tn_status_str(rc));
             goto done;
         }
         if (n_out == 0)
@@ -338,7 +338,7 @@ int main(int argc, char **argv)
     }
     kn_backend be;
     char err[512] = "";
-    if (tm_device_open(a.device, &be, err, sizeof(err)) != KN_OK) {
+    if (tm_device_open(a.device, &be, err, sizeof(err)) != TN_OK) {
         fprintf(stderr, "tandem-generate: %s\n", err);
         kn_backend_free(&be);
         free(a.prompt);

@@ -328,17 +328,17 @@ static int run_rank(const pgen_args *a, comm *world, const kn_backend *be)
         }
         /* every rank steps until no rank has work */
         float active = (float)n;
-        if ((rc = comm_all_reduce_sum(world, &active, 1)) != KN_OK)
+        if ((rc = comm_all_reduce_sum(world, &active, 1)) != TN_OK)
             goto peer;
         if (active == 0)
             break;
         rc = n ? tm_forward(m, &kv, steps, n, logits, NULL)
                : tm_forward(m, NULL, NULL, 0, NULL, NULL);
-        if (rc == KN_ERR_PEER)
+        if (rc == TN_ERR_PEER)
             goto peer;
         if (rc) {
             fprintf(stderr, PROG ": rank %d: step %d failed: %s\n", rank, step,
-                    kn_status_str(rc));
+                    tn_status_str(rc));
             goto done;
         }
         int j = 0;
@@ -364,7 +364,7 @@ static int run_rank(const pgen_args *a, comm *world, const kn_backend *be)
         for (int t = 0; t < s->n_out; t++)
             r[1 + t] = (float)s->tokens[s->n_prompt + t];
     }
-    if ((rc = comm_all_reduce_sum(world, table, (size_t)a->n_prompts * row)) != KN_OK)
+    if ((rc = comm_all_reduce_sum(world, table, (size_t)a->n_prompts * row)) != TN_OK)
         goto peer;
     if (rank == 0) {
         for (int i = 0; i < a->n_prompts; i++) {
@@ -382,7 +382,7 @@ peer:
     goto done;
 nomem:
     fprintf(stderr, PROG ": rank %d: cannot allocate the KV cache and buffers: %s\n", rank,
-            kn_status_str(rc ? rc : KN_ERR_NOMEM));
+            tn_status_str(rc ? rc : TN_ERR_NOMEM));
 done:
     for (int i = 0; i < n_seqs; i++) {
         free(seqs[i].tokens);
@@ -418,7 +418,7 @@ int main(int argc, char **argv)
     comm *world = NULL;
     kn_backend be;
     int status = EXIT_RUNTIME;
-    if (kn_backend_init_cpu(&be) != KN_OK) {
+    if (kn_backend_init_cpu(&be) != TN_OK) {
         fprintf(stderr, PROG ": rank %d: cannot initialise the CPU backend\n", a.L.rank);
     } else {
         if (comm_host_init(&world, a.L.name, a.L.rank, a.L.world, &o, err, sizeof(err)))

@@ -32,7 +32,7 @@ static int read_stream(FILE *f, char **data, size_t *len)
     size_t cap = 4096, n = 0;
     char *buf = malloc(cap);
     if (!buf)
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     size_t got;
     while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
         n += got;
@@ -40,7 +40,7 @@ static int read_stream(FILE *f, char **data, size_t *len)
             char *p = realloc(buf, cap * 2);
             if (!p) {
                 free(buf);
-                return KN_ERR_NOMEM;
+                return TN_ERR_NOMEM;
             }
             buf = p;
             cap *= 2;
@@ -48,11 +48,11 @@ static int read_stream(FILE *f, char **data, size_t *len)
     }
     if (ferror(f)) {
         free(buf);
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     }
     *data = buf;
     *len = n;
-    return KN_OK;
+    return TN_OK;
 }
 
 static int parse_ids(const char *s, tok_ids *ids)
@@ -67,13 +67,13 @@ static int parse_ids(const char *s, tok_ids *ids)
         long v = strtol(s, &end, 10);
         if (end == s || errno || v < 0 || v > INT32_MAX) {
             fprintf(stderr, "tandem-tokenize: bad token id near '%.20s'\n", s);
-            return KN_ERR_ARG;
+            return TN_ERR_ARG;
         }
-        if (tok_ids_push(ids, (int32_t)v) != KN_OK)
-            return KN_ERR_NOMEM;
+        if (tok_ids_push(ids, (int32_t)v) != TN_OK)
+            return TN_ERR_NOMEM;
         s = end;
     }
-    return KN_OK;
+    return TN_OK;
 }
 
 int main(int argc, char **argv)
@@ -112,7 +112,7 @@ int main(int argc, char **argv)
     }
     char err[512];
     bpe_tokenizer *tok;
-    if (bpe_tokenizer_load(vocab, &tok, err, sizeof(err)) != KN_OK) {
+    if (bpe_tokenizer_load(vocab, &tok, err, sizeof(err)) != TN_OK) {
         fprintf(stderr, "tandem-tokenize: %s\n", err);
         return 1;
     }
@@ -122,10 +122,10 @@ int main(int argc, char **argv)
     if (decode) {
         strbuf out;
         strbuf_init(&out);
-        if (parse_ids(decode, &ids) != KN_OK) {
+        if (parse_ids(decode, &ids) != TN_OK) {
             rc = 1;
         } else if (bpe_decode(tok, ids.ids, ids.len, skip_special ? BPE_DECODE_SKIP_SPECIAL : 0,
-                              &out, err, sizeof(err)) != KN_OK) {
+                              &out, err, sizeof(err)) != TN_OK) {
             fprintf(stderr, "tandem-tokenize: %s\n", err);
             rc = 1;
         } else {
@@ -140,7 +140,7 @@ int main(int argc, char **argv)
             len = strlen(encode);
         } else {
             FILE *f = strcmp(encode_file, "-") ? fopen(encode_file, "rb") : stdin;
-            if (!f || read_stream(f, &text, &len) != KN_OK) {
+            if (!f || read_stream(f, &text, &len) != TN_OK) {
                 fprintf(stderr, "tandem-tokenize: cannot read %s\n", encode_file);
                 rc = 1;
             }
@@ -148,7 +148,7 @@ int main(int argc, char **argv)
                 fclose(f);
         }
         if (rc == 0 && bpe_encode(tok, text ? text : encode, len, special ? BPE_ENCODE_SPECIAL : 0,
-                                  &ids, err, sizeof(err)) != KN_OK) {
+                                  &ids, err, sizeof(err)) != TN_OK) {
             fprintf(stderr, "tandem-tokenize: %s\n", err);
             rc = 1;
         }

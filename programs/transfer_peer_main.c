@@ -272,7 +272,7 @@ static int run_receiver(const options *o, te_engine *e, void *zctx, pools *pp)
     te_kv_layout advertised = p.layout;
     if (o->shrink)
         advertised.n_pages = p.layout.n_pages / 2;
-    if (te_kv_register(e, &advertised, p.k, p.v, TE_MEM_HOST, &kv) != TE_OK) {
+    if (te_kv_register(e, &advertised, p.k, p.v, TE_MEM_HOST, &kv) != TN_OK) {
         fprintf(stderr, "tandem-transfer-peer: registering pools: %s\n", te_engine_error(e));
         goto out;
     }
@@ -280,14 +280,14 @@ static int run_receiver(const options *o, te_engine *e, void *zctx, pools *pp)
      * (and advertised) region length is short, as a buggy decoder would do. */
     kv.layout = p.layout;
     char endpoint[256];
-    if (te_session_bind(zctx, &sock, endpoint, sizeof endpoint, err, sizeof err) != TE_OK) {
+    if (te_session_bind(zctx, &sock, endpoint, sizeof endpoint, err, sizeof err) != TN_OK) {
         fprintf(stderr, "tandem-transfer-peer: %s\n", err);
         goto out;
     }
     printf("endpoint %s\n", endpoint);
     fflush(stdout);
     if (te_session_accept(sock, e, &kv, o->senders, o->request_id, o->tokens, p.pages,
-                          p.used_pages, o->timeout_ms, senders, err, sizeof err) != TE_OK) {
+                          p.used_pages, o->timeout_ms, senders, err, sizeof err) != TN_OK) {
         fprintf(stderr, "tandem-transfer-peer: rendezvous: %s\n", err);
         goto out;
     }
@@ -306,7 +306,7 @@ static int run_receiver(const options *o, te_engine *e, void *zctx, pools *pp)
             goto out;
         }
         got++;
-        canceled += note.status != TE_OK;
+        canceled += note.status != TN_OK;
     }
     if (o->shrink) {
         /* The senders must have refused: no notice, not one byte written. */
@@ -350,7 +350,7 @@ out:
         int open = 0;
         te_engine_progress(e);
         for (int i = 0; i < n_senders; i++)
-            open += te_peer_status(senders[i].peer) == TE_OK &&
+            open += te_peer_status(senders[i].peer) == TN_OK &&
                     te_peer_detects_failure(senders[i].peer);
         if (!open)
             break;
@@ -398,19 +398,19 @@ static int run_sender(const options *o, te_engine *e, void *zctx, pools *pp)
         fprintf(stderr, "tandem-transfer-peer: out of memory for the pools\n");
         goto out;
     }
-    if (te_kv_register(e, &p.layout, p.k, p.v, TE_MEM_HOST, &kv) != TE_OK) {
+    if (te_kv_register(e, &p.layout, p.k, p.v, TE_MEM_HOST, &kv) != TN_OK) {
         fprintf(stderr, "tandem-transfer-peer: registering pools: %s\n", te_engine_error(e));
         goto out;
     }
     for (int i = 0; i < o->n_connect; i++) {
         if (te_session_connect(zctx, o->connect[i], e, &kv, o->timeout_ms, &offers[i], err,
-                               sizeof err) != TE_OK) {
+                               sizeof err) != TN_OK) {
             fprintf(stderr, "tandem-transfer-peer: rendezvous with %s: %s\n", o->connect[i], err);
             goto out;
         }
         n_offers++;
         /* No transfer starts on a connection still being set up. */
-        if (te_peer_wireup_wait(e, offers[i].remote.peer, o->timeout_ms) != TE_OK) {
+        if (te_peer_wireup_wait(e, offers[i].remote.peer, o->timeout_ms) != TN_OK) {
             fprintf(stderr, "tandem-transfer-peer: connecting to %s: %s\n", o->connect[i],
                     te_engine_error(e));
             goto out;
@@ -426,7 +426,7 @@ static int run_sender(const options *o, te_engine *e, void *zctx, pools *pp)
         for (int i = 0; i < n_offers; i++) {
             const te_session_offer *of = &offers[i];
             if (te_kv_send(e, &kv, p.pages, &of->remote, of->pages, of->n_tokens, of->request_id,
-                           o->timeout_ms, &t[i]) != TE_OK) {
+                           o->timeout_ms, &t[i]) != TN_OK) {
                 /* Refused before anything moved: say so plainly. */
                 printf("transfer refused: %s\n", te_engine_error(e));
                 fflush(stdout);
@@ -436,7 +436,7 @@ static int run_sender(const options *o, te_engine *e, void *zctx, pools *pp)
         }
         int killed = 0, idle = 0, failed = 0;
         for (int i = 0; i < n_offers; i++) {
-            while (te_transfer_status(t[i]) == TE_IN_PROGRESS) {
+            while (te_transfer_status(t[i]) == TN_IN_PROGRESS) {
                 if (te_engine_progress(e))
                     idle = 0;
                 if (o->kill_pid && !killed) {
@@ -454,9 +454,9 @@ static int run_sender(const options *o, te_engine *e, void *zctx, pools *pp)
                 }
                 te_idle_backoff(&idle);
             }
-            if (te_transfer_status(t[i]) != TE_OK) {
+            if (te_transfer_status(t[i]) != TN_OK) {
                 printf("transfer failed: %s: %s (UCX requests in flight: %zu, left to engine "
-                       "destroy: %zu)\n", te_status_str(te_transfer_status(t[i])),
+                       "destroy: %zu)\n", tn_status_str(te_transfer_status(t[i])),
                        te_transfer_error(t[i]), te_engine_outstanding(e), te_engine_abandoned(e));
                 failed = 1;
             } else {
@@ -512,7 +512,7 @@ int main(int argc, char **argv)
     cfg.max_puts_in_flight = o.window;
     te_engine *e;
     char err[512];
-    if (te_engine_create(&cfg, &e, err, sizeof err) != TE_OK) {
+    if (te_engine_create(&cfg, &e, err, sizeof err) != TN_OK) {
         fprintf(stderr, "tandem-transfer-peer: %s\n", err);
         return 1;
     }

@@ -185,9 +185,9 @@ static size_t match_o200k(const text_view *t, size_t i)
 int pretokenize(pretok_kind kind, const char *text, size_t n, pretok_piece_fn fn, void *ctx)
 {
     if (kind != PRETOK_QWEN2 && kind != PRETOK_O200K)
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     if (n == 0)
-        return KN_OK;
+        return TN_OK;
     uint32_t *cp = malloc(n * sizeof(*cp));
     uint8_t *cl = malloc(n);
     size_t *off = malloc((n + 1) * sizeof(*off));
@@ -195,16 +195,16 @@ int pretokenize(pretok_kind kind, const char *text, size_t n, pretok_piece_fn fn
         free(cp);
         free(cl);
         free(off);
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     }
     const unsigned char *s = (const unsigned char *)text;
     size_t count = 0, i = 0;
-    int rc = KN_OK;
+    int rc = TN_OK;
     while (i < n) {
         uint32_t c;
         int len = s[i] < 0x80 ? (c = s[i], 1) : utf8_decode(s + i, n - i, &c);
         if (len == 0) {
-            rc = KN_ERR_ARG;
+            rc = TN_ERR_ARG;
             break;
         }
         cp[count] = c;
@@ -215,7 +215,7 @@ int pretokenize(pretok_kind kind, const char *text, size_t n, pretok_piece_fn fn
     }
     off[count] = n;
     text_view t = {cp, cl, count};
-    for (size_t p = 0; p < count && rc == KN_OK;) {
+    for (size_t p = 0; p < count && rc == TN_OK;) {
         size_t e = kind == PRETOK_QWEN2 ? match_qwen2(&t, p) : match_o200k(&t, p);
         rc = fn(ctx, off[p], off[e]);
         p = e;

@@ -29,7 +29,7 @@ typedef enum pretok_kind {
  * stops the split and is passed back to the caller. */
 typedef int (*pretok_piece_fn)(void *ctx, size_t start, size_t end);
 
-/* Splits text[0..n) (must be valid UTF-8: KN_ERR_ARG otherwise). Returns 0,
+/* Splits text[0..n) (must be valid UTF-8: TN_ERR_ARG otherwise). Returns 0,
  * a negative status, or the first non-zero value returned by fn. */
 int pretokenize(pretok_kind kind, const char *text, size_t n, pretok_piece_fn fn, void *ctx);
 

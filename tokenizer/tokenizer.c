@@ -5,22 +5,12 @@
 #include <string.h>
 #include "common/status.h"
 
-void tok_errf(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 int tok_read_file(const char *path, char **data, size_t *len, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        tok_errf(err, errlen, "%s: %s", path, strerror(errno));
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "%s: %s", path, strerror(errno));
+        return TN_ERR_ARG;
     }
     char *buf = NULL;
     size_t n = 0, cap = 0;
@@ -31,8 +21,8 @@ int tok_read_file(const char *path, char **data, size_t *len, char *err, size_t 
             if (!p) {
                 free(buf);
                 fclose(f);
-                tok_errf(err, errlen, "%s: out of memory", path);
-                return KN_ERR_NOMEM;
+                tn_errf(err, errlen, "%s: out of memory", path);
+                return TN_ERR_NOMEM;
             }
             buf = p;
             cap = ncap;
@@ -46,13 +36,13 @@ int tok_read_file(const char *path, char **data, size_t *len, char *err, size_t 
     fclose(f);
     if (bad) {
         free(buf);
-        tok_errf(err, errlen, "%s: read error", path);
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "%s: read error", path);
+        return TN_ERR_ARG;
     }
     buf[n] = '\0';
     *data = buf;
     *len = n;
-    return KN_OK;
+    return TN_OK;
 }
 
 bpe_tokenizer *tok_alloc(bpe_kind kind, const char *name, int32_t n_ids)
@@ -115,22 +105,22 @@ int64_t tok_arena_add(bpe_tokenizer *t, const void *p, size_t n)
 int tok_set_token(bpe_tokenizer *t, int32_t id, uint32_t off, uint32_t len, uint8_t flags)
 {
     if (id < 0)
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     if (id >= t->n_ids) {
         size_t n = (size_t)id + 1;
         if (n < (size_t)t->n_ids * 2)
             n = (size_t)t->n_ids * 2;
         uint32_t *o = realloc(t->tok_off, n * sizeof(*o));
         if (!o)
-            return KN_ERR_NOMEM;
+            return TN_ERR_NOMEM;
         t->tok_off = o;
         uint32_t *l = realloc(t->tok_len, n * sizeof(*l));
         if (!l)
-            return KN_ERR_NOMEM;
+            return TN_ERR_NOMEM;
         t->tok_len = l;
         uint8_t *f = realloc(t->tok_flags, n);
         if (!f)
-            return KN_ERR_NOMEM;
+            return TN_ERR_NOMEM;
         t->tok_flags = f;
         memset(t->tok_flags + t->n_ids, 0, n - (size_t)t->n_ids);
         t->n_ids = (int32_t)n;
@@ -138,22 +128,22 @@ int tok_set_token(bpe_tokenizer *t, int32_t id, uint32_t off, uint32_t len, uint
     t->tok_off[id] = off;
     t->tok_len[id] = len;
     t->tok_flags[id] = (uint8_t)(flags | TOK_FLAG_PRESENT);
-    return KN_OK;
+    return TN_OK;
 }
 
 int tok_add_added(bpe_tokenizer *t, int32_t id, const char *text, size_t len, int special)
 {
     if (len == 0)
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     int64_t off = tok_arena_add(t, text, len);
     if (off < 0)
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     int rc = tok_set_token(t, id, (uint32_t)off, (uint32_t)len,
                            (uint8_t)(TOK_FLAG_ADDED | (special ? TOK_FLAG_SPECIAL : 0)));
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         return rc;
-    if (!t->added.cap && bytes_map_init(&t->added, 64) != KN_OK)
-        return KN_ERR_NOMEM;
+    if (!t->added.cap && bytes_map_init(&t->added, 64) != TN_OK)
+        return TN_ERR_NOMEM;
     rc = bytes_map_put(&t->added, t->arena, (uint32_t)off, (uint32_t)len, (uint32_t)id);
     if (rc < 0)
         return rc;
@@ -162,13 +152,13 @@ int tok_add_added(bpe_tokenizer *t, int32_t id, const char *text, size_t len, in
     while (k < t->n_added_lens && t->added_lens[k] > len)
         k++;
     if (k < t->n_added_lens && t->added_lens[k] == len)
-        return KN_OK;
+        return TN_OK;
     if (t->n_added_lens == TOK_MAX_ADDED_LENS)
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     memmove(&t->added_lens[k + 1], &t->added_lens[k], (t->n_added_lens - k) * sizeof(size_t));
     t->added_lens[k] = len;
     t->n_added_lens++;
-    return KN_OK;
+    return TN_OK;
 }
 
 int tok_resolve_byte_ids(bpe_tokenizer *t, char *err, size_t errlen)
@@ -177,12 +167,12 @@ int tok_resolve_byte_ids(bpe_tokenizer *t, char *err, size_t errlen)
         unsigned char c = (unsigned char)b;
         uint32_t id;
         if (!bytes_map_get(&t->vocab, t->arena, &c, 1, &id)) {
-            tok_errf(err, errlen, "%s: vocabulary has no token for byte 0x%02X", t->name, b);
-            return KN_ERR_ARG;
+            tn_errf(err, errlen, "%s: vocabulary has no token for byte 0x%02X", t->name, b);
+            return TN_ERR_ARG;
         }
         t->byte_ids[b] = (int32_t)id;
     }
-    return KN_OK;
+    return TN_OK;
 }
 
 static int ends_with(const char *s, const char *suffix)
@@ -194,19 +184,19 @@ static int ends_with(const char *s, const char *suffix)
 int bpe_tokenizer_load(const char *path, bpe_tokenizer **out, char *err, size_t errlen)
 {
     if (!path || !out) {
-        tok_errf(err, errlen, "bpe_tokenizer_load: null argument");
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "bpe_tokenizer_load: null argument");
+        return TN_ERR_ARG;
     }
     *out = NULL;
     if (ends_with(path, ".json"))
         return tok_load_hf_json(path, out, err, errlen);
     if (ends_with(path, ".tiktoken"))
         return tok_load_tiktoken(path, out, err, errlen);
-    tok_errf(err, errlen,
+    tn_errf(err, errlen,
              "%s: unknown vocabulary format (expected a HuggingFace tokenizer.json "
              "or a .tiktoken rank file)",
              path);
-    return KN_ERR_ARG;
+    return TN_ERR_ARG;
 }
 
 bpe_kind bpe_tokenizer_kind(const bpe_tokenizer *t)

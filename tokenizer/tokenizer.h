@@ -46,8 +46,8 @@ int32_t bpe_vocab_size(const bpe_tokenizer *t);
                                 ordinary text, which is what untrusted message
                                 content must use */
 
-/* Appends the token ids of text[0..n) to out. Returns 0, KN_ERR_ARG for
- * invalid UTF-8 (err names the byte offset), or KN_ERR_NOMEM. */
+/* Appends the token ids of text[0..n) to out. Returns 0, TN_ERR_ARG for
+ * invalid UTF-8 (err names the byte offset), or TN_ERR_NOMEM. */
 int bpe_encode(const bpe_tokenizer *t, const char *text, size_t n, int flags, tok_ids *out,
                char *err, size_t errlen);
 
@@ -67,7 +67,7 @@ int bpe_encode_guarded(const bpe_tokenizer *t, const char *text, size_t n, const
 
 /* Appends the text of ids to out. Bytes that do not form valid UTF-8 are
  * replaced by U+FFFD (maximal subparts, like Python errors="replace").
- * Returns 0, KN_ERR_ARG for an id outside the vocabulary, KN_ERR_NOMEM. */
+ * Returns 0, TN_ERR_ARG for an id outside the vocabulary, TN_ERR_NOMEM. */
 int bpe_decode(const bpe_tokenizer *t, const int32_t *ids, size_t n, int flags, strbuf *out,
                char *err, size_t errlen);
 

@@ -11,10 +11,10 @@
 static int check_id(const bpe_tokenizer *t, int32_t id, char *err, size_t errlen)
 {
     if (id < 0 || id >= t->n_ids || !(t->tok_flags[id] & TOK_FLAG_PRESENT)) {
-        tok_errf(err, errlen, "token id %d is not in the %s vocabulary", (int)id, t->name);
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "token id %d is not in the %s vocabulary", (int)id, t->name);
+        return TN_ERR_ARG;
     }
-    return KN_OK;
+    return TN_OK;
 }
 
 void bpe_stream_init(bpe_stream *s, int flags)
@@ -33,17 +33,17 @@ int bpe_stream_finish(bpe_stream *s, strbuf *out)
 int bpe_stream_push(const bpe_tokenizer *t, bpe_stream *s, int32_t id, strbuf *out, char *err,
                     size_t errlen)
 {
-    if (check_id(t, id, err, errlen) != KN_OK)
-        return KN_ERR_ARG;
+    if (check_id(t, id, err, errlen) != TN_OK)
+        return TN_ERR_ARG;
     uint8_t f = t->tok_flags[id];
     const unsigned char *bytes = t->arena + t->tok_off[id];
     size_t n = t->tok_len[id];
     if ((f & TOK_FLAG_SPECIAL) && (s->flags & BPE_DECODE_SKIP_SPECIAL))
-        return KN_OK;
+        return TN_OK;
     if (f & TOK_FLAG_ADDED) {
-        if (bpe_stream_finish(s, out) != KN_OK || strbuf_append(out, bytes, n) != KN_OK)
-            return KN_ERR_NOMEM;
-        return KN_OK;
+        if (bpe_stream_finish(s, out) != TN_OK || strbuf_append(out, bytes, n) != TN_OK)
+            return TN_ERR_NOMEM;
+        return TN_OK;
     }
     /* Pending bytes (at most 3) continue into this token: decode them
      * together, holding back a character that is still incomplete. */
@@ -51,12 +51,12 @@ int bpe_stream_push(const bpe_tokenizer *t, bpe_stream *s, int32_t id, strbuf *o
     size_t k = s->n_pending, total = k + n;
     unsigned char *buf = total <= sizeof(local) ? local : malloc(total);
     if (!buf)
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     memcpy(buf, s->pending, k);
     memcpy(buf + k, bytes, n);
     size_t pending;
     int rc = utf8_append_lossy(out, buf, total, 0, &pending);
-    if (rc == KN_OK) {
+    if (rc == TN_OK) {
         memcpy(s->pending, buf + total - pending, pending);
         s->n_pending = pending;
     }
@@ -69,18 +69,18 @@ int bpe_decode(const bpe_tokenizer *t, const int32_t *ids, size_t n, int flags, 
                char *err, size_t errlen)
 {
     if (!t || (!ids && n) || !out) {
-        tok_errf(err, errlen, "bpe_decode: null argument");
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "bpe_decode: null argument");
+        return TN_ERR_ARG;
     }
     for (size_t i = 0; i < n; i++)
-        if (check_id(t, ids[i], err, errlen) != KN_OK)
-            return KN_ERR_ARG;
+        if (check_id(t, ids[i], err, errlen) != TN_OK)
+            return TN_ERR_ARG;
     /* Join the bytes of each run of ordinary tokens, then make them valid
      * in one pass. */
     strbuf run;
     strbuf_init(&run);
-    int rc = KN_OK;
-    for (size_t i = 0; i <= n && rc == KN_OK; i++) {
+    int rc = TN_OK;
+    for (size_t i = 0; i <= n && rc == TN_OK; i++) {
         uint8_t f = i < n ? t->tok_flags[ids[i]] : TOK_FLAG_ADDED;
         if (i < n && (f & TOK_FLAG_SPECIAL) && (flags & BPE_DECODE_SKIP_SPECIAL))
             continue;
@@ -90,11 +90,11 @@ int bpe_decode(const bpe_tokenizer *t, const int32_t *ids, size_t n, int flags, 
         }
         rc = utf8_append_lossy(out, (const unsigned char *)run.data, run.len, 1, NULL);
         strbuf_clear(&run);
-        if (rc == KN_OK && i < n)
+        if (rc == TN_OK && i < n)
             rc = strbuf_append(out, t->arena + t->tok_off[ids[i]], t->tok_len[ids[i]]);
     }
     strbuf_free(&run);
-    if (rc != KN_OK)
-        tok_errf(err, errlen, "decode: out of memory");
+    if (rc != TN_OK)
+        tn_errf(err, errlen, "decode: out of memory");
     return rc;
 }

@@ -49,7 +49,7 @@ static int heap_push(enc_scratch *sc, merge_cand c)
         size_t cap = sc->heap_cap ? sc->heap_cap * 2 : 64;
         merge_cand *h = realloc(sc->heap, cap * sizeof(*h));
         if (!h)
-            return KN_ERR_NOMEM;
+            return TN_ERR_NOMEM;
         sc->heap = h;
         sc->heap_cap = cap;
     }
@@ -62,7 +62,7 @@ static int heap_push(enc_scratch *sc, merge_cand c)
         i = parent;
     }
     sc->heap[i] = c;
-    return KN_OK;
+    return TN_OK;
 }
 
 static merge_cand heap_pop(enc_scratch *sc)
@@ -116,11 +116,11 @@ static int consider_pair(const bpe_tokenizer *t, const unsigned char *s, size_t 
                          enc_scratch *sc, int32_t pos)
 {
     if (pos < 0 || (size_t)pos + sc->sym_len[pos] >= n)
-        return KN_OK;
+        return TN_OK;
     uint32_t rank;
     int32_t merged;
     if (!pair_rank(t, s, sc, (uint32_t)pos, &rank, &merged))
-        return KN_OK;
+        return TN_OK;
     merge_cand c = {rank, (uint32_t)pos, sc->sym_len[pos], sc->sym_len[pos + sc->sym_len[pos]],
                     merged};
     return heap_push(sc, c);
@@ -131,26 +131,26 @@ static int bpe_piece(const bpe_tokenizer *t, const unsigned char *s, size_t n, e
 {
     uint32_t id;
     if (n == 0)
-        return KN_OK;
+        return TN_OK;
     if (t->whole_piece_lookup && bytes_map_get(&t->vocab, t->arena, s, n, &id))
         return tok_ids_push(out, (int32_t)id);
     if (n == 1)
         return tok_ids_push(out, t->byte_ids[s[0]]);
     if (n > UINT32_MAX / 2)
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     if (n > sc->sym_cap) {
         size_t cap = n < 256 ? 256 : n;
         uint32_t *l = realloc(sc->sym_len, cap * sizeof(*l));
         if (!l)
-            return KN_ERR_NOMEM;
+            return TN_ERR_NOMEM;
         sc->sym_len = l;
         int32_t *d = realloc(sc->sym_id, cap * sizeof(*d));
         if (!d)
-            return KN_ERR_NOMEM;
+            return TN_ERR_NOMEM;
         sc->sym_id = d;
         int32_t *p = realloc(sc->sym_prev, cap * sizeof(*p));
         if (!p)
-            return KN_ERR_NOMEM;
+            return TN_ERR_NOMEM;
         sc->sym_prev = p;
         sc->sym_cap = cap;
     }
@@ -160,10 +160,10 @@ static int bpe_piece(const bpe_tokenizer *t, const unsigned char *s, size_t n, e
         sc->sym_prev[i] = (int32_t)i - 1;
     }
     sc->heap_len = 0;
-    int rc = KN_OK;
-    for (size_t i = 0; i + 1 < n && rc == KN_OK; i++)
+    int rc = TN_OK;
+    for (size_t i = 0; i + 1 < n && rc == TN_OK; i++)
         rc = consider_pair(t, s, n, sc, (int32_t)i);
-    while (rc == KN_OK && sc->heap_len > 0) {
+    while (rc == TN_OK && sc->heap_len > 0) {
         merge_cand c = heap_pop(sc);
         uint32_t right = c.pos + c.len_l;
         if (sc->sym_len[c.pos] != c.len_l || right >= n || sc->sym_len[right] != c.len_r)
@@ -175,10 +175,10 @@ static int bpe_piece(const bpe_tokenizer *t, const unsigned char *s, size_t n, e
         if (after < n)
             sc->sym_prev[after] = (int32_t)c.pos;
         rc = consider_pair(t, s, n, sc, sc->sym_prev[c.pos]);
-        if (rc == KN_OK)
+        if (rc == TN_OK)
             rc = consider_pair(t, s, n, sc, (int32_t)c.pos);
     }
-    for (size_t i = 0; i < n && rc == KN_OK; i += sc->sym_len[i])
+    for (size_t i = 0; i < n && rc == TN_OK; i += sc->sym_len[i])
         rc = tok_ids_push(out, sc->sym_id[i]);
     return rc;
 }
@@ -193,11 +193,11 @@ static int encode_ordinary(const bpe_tokenizer *t, const char *text, size_t n, e
                            tok_ids *out)
 {
     if (n == 0)
-        return KN_OK;
+        return TN_OK;
     if (t->nfc) {
         strbuf_clear(&sc->norm);
         int rc = uc_nfc_append(&sc->norm, text, n);
-        if (rc != KN_OK)
+        if (rc != TN_OK)
             return rc;
         text = sc->norm.data;
         n = sc->norm.len;
@@ -214,13 +214,13 @@ static int encode_impl(const bpe_tokenizer *t, const char *text, size_t n, int s
                        size_t errlen)
 {
     if (!t || (!text && n) || !out || (n_guards && !guards)) {
-        tok_errf(err, errlen, "bpe_encode: null argument");
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "bpe_encode: null argument");
+        return TN_ERR_ARG;
     }
     size_t bad;
     if (!utf8_valid(text, n, &bad)) {
-        tok_errf(err, errlen, "text is not valid UTF-8 (byte offset %zu)", bad);
-        return KN_ERR_ARG;
+        tn_errf(err, errlen, "text is not valid UTF-8 (byte offset %zu)", bad);
+        return TN_ERR_ARG;
     }
     enc_scratch sc;
     memset(&sc, 0, sizeof(sc));
@@ -228,8 +228,8 @@ static int encode_impl(const bpe_tokenizer *t, const char *text, size_t n, int s
     size_t start_len = out->len;
     const unsigned char *u = (const unsigned char *)text;
     size_t seg = 0, p = 0, g = 0;
-    int rc = KN_OK;
-    while (p < n && rc == KN_OK) {
+    int rc = TN_OK;
+    while (p < n && rc == TN_OK) {
         uint32_t id;
         size_t match = 0;
         if (special && t->added_first_byte[u[p]]) {
@@ -249,22 +249,22 @@ static int encode_impl(const bpe_tokenizer *t, const char *text, size_t n, int s
             continue;
         }
         rc = encode_ordinary(t, text + seg, p - seg, &sc, out);
-        if (rc == KN_OK)
+        if (rc == TN_OK)
             rc = tok_ids_push(out, (int32_t)id);
         p += match;
         seg = p;
     }
-    if (rc == KN_OK)
+    if (rc == TN_OK)
         rc = encode_ordinary(t, text + seg, n - seg, &sc, out);
     free(sc.sym_len);
     free(sc.sym_id);
     free(sc.sym_prev);
     free(sc.heap);
     strbuf_free(&sc.norm);
-    if (rc != KN_OK) {
+    if (rc != TN_OK) {
         out->len = start_len;
-        tok_errf(err, errlen, "encode failed: %s",
-                 rc == KN_ERR_NOMEM ? "out of memory" : "bad input");
+        tn_errf(err, errlen, "encode failed: %s",
+                 rc == TN_ERR_NOMEM ? "out of memory" : "bad input");
     }
     return rc;
 }
@@ -281,8 +281,8 @@ int bpe_encode_guarded(const bpe_tokenizer *t, const char *text, size_t n, const
     for (size_t i = 0; i < n_guards; i++)
         if (guards[2 * i] > guards[2 * i + 1] || guards[2 * i + 1] > n ||
             (i > 0 && guards[2 * i] < guards[2 * i - 1])) {
-            tok_errf(err, errlen, "bpe_encode_guarded: guard ranges must be sorted and in range");
-            return KN_ERR_ARG;
+            tn_errf(err, errlen, "bpe_encode_guarded: guard ranges must be sorted and in range");
+            return TN_ERR_ARG;
         }
     return encode_impl(t, text, n, 1, guards, n_guards, out, err, errlen);
 }

@@ -4,6 +4,7 @@
 #ifndef TANDEM_TOKENIZER_TOKENIZER_INTERNAL_H
 #define TANDEM_TOKENIZER_TOKENIZER_INTERNAL_H
 #include <stdarg.h>
+#include "common/status.h"
 #include "tokenizer/tokenizer.h"
 #include "common/hash_table.h"
 #include "tokenizer/pretokenize.h"
@@ -44,7 +45,7 @@ bpe_tokenizer *tok_alloc(bpe_kind kind, const char *name, int32_t n_ids);
 /* Copies bytes into the arena; returns the offset or -1 on overflow/OOM. */
 int64_t tok_arena_add(bpe_tokenizer *t, const void *p, size_t n);
 /* Records id -> arena[off..off+len) with flags; grows the id tables when
- * id >= n_ids. Returns 0 or KN_ERR_NOMEM / KN_ERR_ARG (negative id). */
+ * id >= n_ids. Returns 0 or TN_ERR_NOMEM / TN_ERR_ARG (negative id). */
 int tok_set_token(bpe_tokenizer *t, int32_t id, uint32_t off, uint32_t len, uint8_t flags);
 /* Registers an added token (its text becomes matchable before
  * pre-tokenization). A second text for the same id is an alias: both
@@ -58,8 +59,5 @@ int tok_load_tiktoken(const char *path, bpe_tokenizer **out, char *err, size_t e
 
 /* Reads a whole file; returns 0 and a malloc'd NUL-terminated buffer. */
 int tok_read_file(const char *path, char **data, size_t *len, char *err, size_t errlen);
-
-void tok_errf(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 #endif

@@ -85,7 +85,7 @@ static int add_harmony_specials(bpe_tokenizer *t)
             name = buf;
         }
         int rc = tok_add_added(t, id, name, strlen(name), 1);
-        if (rc != KN_OK)
+        if (rc != TN_OK)
             return rc;
     }
     /* Registered last so that decoding 200018 prints this name, as
@@ -98,21 +98,21 @@ int tok_load_tiktoken(const char *path, bpe_tokenizer **out, char *err, size_t e
     char *data;
     size_t len;
     int rc = tok_read_file(path, &data, &len, err, errlen);
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         return rc;
     bpe_tokenizer *t = tok_alloc(BPE_KIND_O200K_HARMONY, "o200k_harmony", HARMONY_END_SPECIAL);
-    if (!t || bytes_map_init(&t->vocab, O200K_BASE_RANKS) != KN_OK) {
+    if (!t || bytes_map_init(&t->vocab, O200K_BASE_RANKS) != TN_OK) {
         free(data);
         bpe_tokenizer_free(t);
-        tok_errf(err, errlen, "%s: out of memory", path);
-        return KN_ERR_NOMEM;
+        tn_errf(err, errlen, "%s: out of memory", path);
+        return TN_ERR_NOMEM;
     }
     t->pretok = PRETOK_O200K;
     t->whole_piece_lookup = 1;
     size_t line = 0, count = 0;
     const char *p = data, *end = data + len;
-    rc = KN_OK;
-    while (p < end && rc == KN_OK) {
+    rc = TN_OK;
+    while (p < end && rc == TN_OK) {
         line++;
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         const char *eol = nl ? nl : end;
@@ -126,23 +126,23 @@ int tok_load_tiktoken(const char *path, bpe_tokenizer **out, char *err, size_t e
         char *rank_end = NULL;
         long rank = sp ? strtol(sp + 1, &rank_end, 10) : -1;
         if (nb <= 0 || rank < 0 || rank >= HARMONY_FIRST_SPECIAL || rank_end != eol) {
-            tok_errf(err, errlen, "%s:%zu: not a tiktoken rank line", path, line);
-            rc = KN_ERR_ARG;
+            tn_errf(err, errlen, "%s:%zu: not a tiktoken rank line", path, line);
+            rc = TN_ERR_ARG;
             break;
         }
         if (t->tok_flags[rank] & TOK_FLAG_PRESENT) {
-            tok_errf(err, errlen, "%s:%zu: rank %ld appears twice", path, line, rank);
-            rc = KN_ERR_ARG;
+            tn_errf(err, errlen, "%s:%zu: rank %ld appears twice", path, line, rank);
+            rc = TN_ERR_ARG;
             break;
         }
         int64_t off = tok_arena_add(t, bytes, (size_t)nb);
-        rc = off < 0 ? KN_ERR_NOMEM : tok_set_token(t, (int32_t)rank, (uint32_t)off, (uint32_t)nb, 0);
-        if (rc == KN_OK) {
+        rc = off < 0 ? TN_ERR_NOMEM : tok_set_token(t, (int32_t)rank, (uint32_t)off, (uint32_t)nb, 0);
+        if (rc == TN_OK) {
             int put = bytes_map_put(&t->vocab, t->arena, (uint32_t)off, (uint32_t)nb,
                                     (uint32_t)rank);
             if (put == 1) {
-                tok_errf(err, errlen, "%s:%zu: token bytes appear twice", path, line);
-                rc = KN_ERR_ARG;
+                tn_errf(err, errlen, "%s:%zu: token bytes appear twice", path, line);
+                rc = TN_ERR_ARG;
             } else {
                 rc = put;
             }
@@ -151,26 +151,26 @@ int tok_load_tiktoken(const char *path, bpe_tokenizer **out, char *err, size_t e
         p = eol + 1;
     }
     free(data);
-    if (rc == KN_OK && count != O200K_BASE_RANKS) {
-        tok_errf(err, errlen,
+    if (rc == TN_OK && count != O200K_BASE_RANKS) {
+        tn_errf(err, errlen,
                  "%s: %zu ranks, but o200k_harmony needs the %d o200k_base ranks "
                  "(no other tiktoken encoding is supported)",
                  path, count, O200K_BASE_RANKS);
-        rc = KN_ERR_ARG;
+        rc = TN_ERR_ARG;
     }
     char why[160] = "";
-    if (rc == KN_OK)
+    if (rc == TN_OK)
         rc = tok_resolve_byte_ids(t, why, sizeof(why));
-    if (rc == KN_OK)
+    if (rc == TN_OK)
         rc = add_harmony_specials(t);
-    if (rc != KN_OK) {
+    if (rc != TN_OK) {
         if (why[0])
-            tok_errf(err, errlen, "%s: %s", path, why);
-        else if (rc == KN_ERR_NOMEM)
-            tok_errf(err, errlen, "%s: out of memory", path);
+            tn_errf(err, errlen, "%s: %s", path, why);
+        else if (rc == TN_ERR_NOMEM)
+            tn_errf(err, errlen, "%s: out of memory", path);
         bpe_tokenizer_free(t);
         return rc;
     }
     *out = t;
-    return KN_OK;
+    return TN_OK;
 }

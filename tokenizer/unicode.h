@@ -35,7 +35,7 @@ int uc_decompose(uint32_t cp, uint32_t out[UC_MAX_DECOMP]);
 uint32_t uc_compose(uint32_t first, uint32_t second);
 
 /* Appends the NFC form of the UTF-8 text s[0..n) to out. The text must be
- * valid UTF-8 (returns KN_ERR_ARG otherwise). Text that passes the NFC
+ * valid UTF-8 (returns TN_ERR_ARG otherwise). Text that passes the NFC
  * quick check is copied unchanged. Returns 0 or a negative status. */
 int uc_nfc_append(strbuf *out, const char *s, size_t n);
 

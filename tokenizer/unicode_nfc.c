@@ -19,18 +19,18 @@ static int cp_vec_push(cp_vec *v, uint32_t cp)
         size_t cap = v->cap ? v->cap * 2 : 64;
         uint32_t *c = realloc(v->cp, cap * sizeof(*c));
         if (!c)
-            return KN_ERR_NOMEM;
+            return TN_ERR_NOMEM;
         v->cp = c;
         uint8_t *k = realloc(v->cc, cap);
         if (!k)
-            return KN_ERR_NOMEM;
+            return TN_ERR_NOMEM;
         v->cc = k;
         v->cap = cap;
     }
     v->cp[v->len] = cp;
     v->cc[v->len] = (uint8_t)uc_combining_class(cp);
     v->len++;
-    return KN_OK;
+    return TN_OK;
 }
 
 /* Stable sort of a run of non-starters by combining class. Runs are
@@ -52,12 +52,12 @@ static int sort_run(cp_vec *v, size_t start, size_t end)
             v->cp[j] = c;
             v->cc[j] = k;
         }
-        return KN_OK;
+        return TN_OK;
     }
     size_t count[257] = {0};
     uint32_t *tmp = malloc(n * sizeof(*tmp));
     if (!tmp)
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     for (size_t i = start; i < end; i++)
         count[v->cc[i] + 1]++;
     for (int k = 1; k < 257; k++)
@@ -69,7 +69,7 @@ static int sort_run(cp_vec *v, size_t start, size_t end)
         v->cc[start + i] = (uint8_t)uc_combining_class(tmp[i]);
     }
     free(tmp);
-    return KN_OK;
+    return TN_OK;
 }
 
 static int passes_quick_check(const unsigned char *s, size_t n)
@@ -99,22 +99,22 @@ int uc_nfc_append(strbuf *out, const char *text, size_t n)
 {
     const unsigned char *s = (const unsigned char *)text;
     if (!utf8_valid(text, n, NULL))
-        return KN_ERR_ARG;
+        return TN_ERR_ARG;
     if (passes_quick_check(s, n))
         return strbuf_append(out, text, n);
 
     cp_vec v = {0};
-    int rc = KN_OK;
+    int rc = TN_OK;
     size_t i = 0;
-    while (i < n && rc == KN_OK) {
+    while (i < n && rc == TN_OK) {
         uint32_t cp, dec[UC_MAX_DECOMP];
         int len = utf8_decode(s + i, n - i, &cp);
         i += (size_t)len;
         int k = uc_decompose(cp, dec);
-        for (int j = 0; j < k && rc == KN_OK; j++)
+        for (int j = 0; j < k && rc == TN_OK; j++)
             rc = cp_vec_push(&v, dec[j]);
     }
-    for (size_t a = 0; a < v.len && rc == KN_OK;) {
+    for (size_t a = 0; a < v.len && rc == TN_OK;) {
         if (v.cc[a] == 0) {
             a++;
             continue;
@@ -125,7 +125,7 @@ int uc_nfc_append(strbuf *out, const char *text, size_t n)
         rc = sort_run(&v, a, b);
         a = b;
     }
-    if (rc == KN_OK && v.len > 0) {
+    if (rc == TN_OK && v.len > 0) {
         size_t starter = 0, w = 1;
         int last_cc = v.cc[0] ? 256 : 0;
         for (size_t r = 1; r < v.len; r++) {
@@ -142,7 +142,7 @@ int uc_nfc_append(strbuf *out, const char *text, size_t n)
             v.cp[w++] = c;
         }
         v.len = w;
-        for (size_t r = 0; r < v.len && rc == KN_OK; r++) {
+        for (size_t r = 0; r < v.len && rc == TN_OK; r++) {
             char buf[4];
             int len = utf8_encode(v.cp[r], buf);
             rc = strbuf_append(out, buf, (size_t)len);

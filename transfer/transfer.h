@@ -30,23 +30,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include "common/status.h"
 
-typedef enum te_status {
-    TE_OK = 0,
-    TE_IN_PROGRESS = 1,      /* transfer not finished yet */
-    TE_ERR_ARG = -1,         /* bad argument */
-    TE_ERR_NOMEM = -2,
-    TE_ERR_UNSUPPORTED = -3, /* e.g. CUDA memory in a build without CUDA */
-    TE_ERR_UCX = -4,         /* a UCX call failed */
-    TE_ERR_REFUSED = -5,     /* copy outside a registered region: nothing was sent */
-    TE_ERR_TIMEOUT = -6,
-    TE_ERR_CANCELED = -7,
-    TE_ERR_PEER = -8,        /* the peer's connection failed or the peer is gone */
-    TE_ERR_PROTO = -9,       /* malformed message from a peer */
-    TE_ERR_BUSY = -10,       /* still used by transfers that are not released */
-} te_status;
-
-const char *te_status_str(int status);
+/* Every call returns a tn_status (common/status.h): TN_OK, TN_IN_PROGRESS
+ * for a transfer not finished yet, or a negative error. */
 
 /* Monotonic clock in seconds (what deadlines are measured with). */
 double te_now_seconds(void);
@@ -108,10 +95,10 @@ size_t te_engine_abandoned(const te_engine *e);
 /* --- memory regions ----------------------------------------------------- */
 
 /* Registers [addr, addr + len) for remote writes. CUDA memory needs a build
- * with TANDEM_CUDA (UCS_MEMORY_TYPE_CUDA); otherwise TE_ERR_UNSUPPORTED. */
+ * with TANDEM_CUDA (UCS_MEMORY_TYPE_CUDA); otherwise TN_ERR_UNSUPPORTED. */
 int te_region_register(te_engine *e, void *addr, size_t len, te_mem_type type,
                        te_region **out);
-/* TE_ERR_BUSY while an unreleased transfer uses it. */
+/* TN_ERR_BUSY while an unreleased transfer uses it. */
 int te_region_deregister(te_engine *e, te_region *r);
 /* The packed remote key peers need (ucp_rkey_pack); owned by the region. */
 int te_region_rkey(te_engine *e, te_region *r, const void **rkey, size_t *len);
@@ -126,7 +113,7 @@ te_mem_type te_region_type(const te_region *r);
  * are reported through te_peer_status and fail the peer's transfers. */
 int te_peer_connect(te_engine *e, const void *addr, size_t len, uint64_t remote_id,
                     te_peer **out);
-/* TE_OK while usable, otherwise why not (te_peer_error has the message). */
+/* TN_OK while usable, otherwise why not (te_peer_error has the message). */
 int te_peer_status(const te_peer *p);
 const char *te_peer_error(const te_peer *p);
 uint64_t te_peer_remote_id(const te_peer *p);
@@ -141,7 +128,7 @@ const char *te_peer_transports(const te_peer *p);
 int te_peer_import_region(te_engine *e, te_peer *p, uint64_t remote_addr, uint64_t len,
                           const void *rkey, size_t rkey_len, te_remote_region **out);
 uint64_t te_remote_region_len(const te_remote_region *r);
-/* Closes the endpoint and frees the imported regions. TE_ERR_BUSY while an
+/* Closes the endpoint and frees the imported regions. TN_ERR_BUSY while an
  * unreleased transfer uses the peer (the peer stays open then). An endpoint
  * whose wire-up does not finish within 1 s (a frozen peer) or that still has
  * requests in flight is left open and closed by te_engine_progress once
@@ -150,16 +137,16 @@ uint64_t te_remote_region_len(const te_remote_region *r);
 int te_peer_close(te_engine *e, te_peer *p);
 /* Starts finishing the endpoint's connection set-up (UCX wire-up) in the
  * background: a flush that completes once the peer has answered. Does not
- * wait; te_engine_progress moves it. TE_ERR_PEER for an unusable peer. */
+ * wait; te_engine_progress moves it. TN_ERR_PEER for an unusable peer. */
 int te_peer_wireup_start(te_engine *e, te_peer *p);
-/* TE_OK once the wire-up finished (always for shared-memory-only UCX_TLS),
- * TE_IN_PROGRESS while it runs or was not started (or its flush failed:
+/* TN_OK once the wire-up finished (always for shared-memory-only UCX_TLS),
+ * TN_IN_PROGRESS while it runs or was not started (or its flush failed:
  * see te_peer_wireup_failures, start again), else the peer's error. */
 int te_peer_wireup_status(const te_peer *p);
 /* Wire-up flushes of this peer that ended with an error. */
 int te_peer_wireup_failures(const te_peer *p);
 /* te_peer_wireup_start, then progresses the engine until the wire-up
- * finished (TE_OK), the peer failed, or timeout_ms passed (TE_ERR_TIMEOUT);
+ * finished (TN_OK), the peer failed, or timeout_ms passed (TN_ERR_TIMEOUT);
  * a failed flush is posted again. */
 int te_peer_wireup_wait(te_engine *e, te_peer *p, int timeout_ms);
 
@@ -186,10 +173,10 @@ typedef struct te_transfer_desc {
 
 /* Validates every copy (regions registered/imported for this peer, bounds,
  * no two copies writing the same destination bytes) and starts the puts.
- * On TE_ERR_REFUSED / TE_ERR_ARG nothing was sent and *out is NULL; the
+ * On TN_ERR_REFUSED / TN_ERR_ARG nothing was sent and *out is NULL; the
  * message is in te_engine_error. */
 int te_transfer_submit(te_engine *e, const te_transfer_desc *d, te_transfer **out);
-/* TE_IN_PROGRESS, TE_OK, or the failure status. */
+/* TN_IN_PROGRESS, TN_OK, or the failure status. */
 int te_transfer_status(const te_transfer *t);
 const char *te_transfer_error(const te_transfer *t);
 uint64_t te_transfer_request_id(const te_transfer *t);
@@ -200,7 +187,7 @@ void te_transfer_counts(const te_transfer *t, size_t *posted, size_t *completed)
 const char *te_transfer_nic(const te_transfer *t);
 /* Stops posting puts; already posted ones drain, the endpoint is flushed and
  * the receiver gets a CANCELED notice (so it knows no more writes follow).
- * The transfer then ends with TE_ERR_CANCELED. */
+ * The transfer then ends with TN_ERR_CANCELED. */
 int te_transfer_cancel(te_engine *e, te_transfer *t);
 /* Progresses until the transfer is finished; returns its status. Bounded by
  * the transfer's timeout. */
@@ -216,7 +203,7 @@ size_t te_transfer_n_copies(const te_transfer *t);
 typedef struct te_notice {
     uint64_t sender_id;   /* te_engine_id of the sender */
     uint64_t request_id;
-    int status;           /* TE_OK: all bytes landed; TE_ERR_CANCELED: partial, no more writes */
+    int status;           /* TN_OK: all bytes landed; TN_ERR_CANCELED: partial, no more writes */
     uint64_t bytes;
     uint32_t copies;
 } te_notice;

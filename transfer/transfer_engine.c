@@ -10,25 +10,6 @@
 #include "transfer/transfer_internal.h"
 #include "transfer/transfer_nic.h"
 
-const char *te_status_str(int status)
-{
-    switch (status) {
-    case TE_OK: return "ok";
-    case TE_IN_PROGRESS: return "in progress";
-    case TE_ERR_ARG: return "invalid argument";
-    case TE_ERR_NOMEM: return "out of memory";
-    case TE_ERR_UNSUPPORTED: return "not supported by this build";
-    case TE_ERR_UCX: return "UCX error";
-    case TE_ERR_REFUSED: return "refused before sending";
-    case TE_ERR_TIMEOUT: return "timed out";
-    case TE_ERR_CANCELED: return "canceled";
-    case TE_ERR_PEER: return "peer failed";
-    case TE_ERR_PROTO: return "malformed message";
-    case TE_ERR_BUSY: return "in use";
-    default: return "unknown error";
-    }
-}
-
 double te_now_seconds(void)
 {
     struct timespec ts;
@@ -115,7 +96,7 @@ static ucs_status_t on_notice(void *arg, const void *header, size_t header_lengt
         n->sender_id = m->sender_id;
         n->request_id = m->request_id;
         n->status = m->status == TANDEM__TRANSFER__NOTICE_STATUS__NOTICE_COMPLETE
-                        ? TE_OK : TE_ERR_CANCELED;
+                        ? TN_OK : TN_ERR_CANCELED;
         n->bytes = m->bytes;
         n->copies = m->copies;
         e->acks[e->n_acks].sender_id = m->sender_id;
@@ -170,7 +151,7 @@ static void send_pending_acks(te_engine *e)
     for (size_t i = 0; i < e->n_acks; i++) {
         te_pending_ack *a = &e->acks[i];
         te_peer *p = te_peer_find(e, a->sender_id);
-        if (!p || p->status != TE_OK || !p->ep) {
+        if (!p || p->status != TN_OK || !p->ep) {
             te_log(e, "cannot acknowledge transfer %llu of engine %016llx: %s",
                    (unsigned long long)a->transfer_id, (unsigned long long)a->sender_id,
                    p ? p->error : "no peer connected to it");
@@ -335,14 +316,14 @@ static int choose_nic(te_engine *e, const te_engine_config *cfg, ucp_config_t *u
     te_nic_list nics;
     if (te_nic_discover(&nics) != 0) {
         te_nic_list_free(&nics);
-        return te_fail(e, TE_ERR_NOMEM, "%s", nics.note);
+        return te_fail(e, TN_ERR_NOMEM, "%s", nics.note);
     }
-    int rc = TE_OK;
+    int rc = TN_OK;
     if (cfg->net_devices || env_dev) {
         const char *dev = cfg->net_devices ? cfg->net_devices : env_dev;
         snprintf(e->nic, sizeof e->nic, "%s", dev);
         if (cfg->net_devices && ucp_config_modify(uc, "NET_DEVICES", dev) != UCS_OK)
-            rc = te_fail(e, TE_ERR_ARG, "UCX rejects NET_DEVICES=%s", dev);
+            rc = te_fail(e, TN_ERR_ARG, "UCX rejects NET_DEVICES=%s", dev);
         else
             te_log(e, "NIC %s (%s); libibverbs: %s", dev,
                    cfg->net_devices ? "configured" : "from UCX_NET_DEVICES", nics.note);
@@ -361,7 +342,7 @@ static int choose_nic(te_engine *e, const te_engine_config *cfg, ucp_config_t *u
             const te_nic *n = &nics.nics[idx];
             snprintf(e->nic, sizeof e->nic, "%s:%d", n->name, port);
             if (ucp_config_modify(uc, "NET_DEVICES", e->nic) != UCS_OK)
-                rc = te_fail(e, TE_ERR_UCX, "UCX rejects NET_DEVICES=%s", e->nic);
+                rc = te_fail(e, TN_ERR_TRANSPORT, "UCX rejects NET_DEVICES=%s", e->nic);
             else
                 te_log(e, "%s; using NIC %s (numa node %d%s%s)", nics.note, e->nic,
                        n->numa_node, n->pci_path[0] ? ", " : "", n->pci_path);
@@ -376,15 +357,15 @@ static int create_ucx(te_engine *e, const te_engine_config *cfg)
     ucp_config_t *uc;
     ucs_status_t st = ucp_config_read(NULL, NULL, &uc);
     if (st != UCS_OK)
-        return te_fail(e, TE_ERR_UCX, "ucp_config_read: %s", ucs_status_string(st));
+        return te_fail(e, TN_ERR_TRANSPORT, "ucp_config_read: %s", ucs_status_string(st));
     if (cfg->tls && ucp_config_modify(uc, "TLS", cfg->tls) != UCS_OK) {
         ucp_config_release(uc);
-        return te_fail(e, TE_ERR_ARG, "UCX rejects TLS=%s", cfg->tls);
+        return te_fail(e, TN_ERR_ARG, "UCX rejects TLS=%s", cfg->tls);
     }
     const char *tls = cfg->tls ? cfg->tls : getenv("UCX_TLS");
     e->peer_failure_mode = !tls_is_shared_memory_only(tls);
     int rc = choose_nic(e, cfg, uc);
-    if (rc != TE_OK) {
+    if (rc != TN_OK) {
         ucp_config_release(uc);
         return rc;
     }
@@ -398,7 +379,7 @@ static int create_ucx(te_engine *e, const te_engine_config *cfg)
     ucp_config_release(uc);
     if (st != UCS_OK) {
         e->ctx = NULL;
-        return te_fail(e, TE_ERR_UCX, "ucp_init (UCX_TLS=%s): %s",
+        return te_fail(e, TN_ERR_TRANSPORT, "ucp_init (UCX_TLS=%s): %s",
                        cfg->tls ? cfg->tls : "default", ucs_status_string(st));
     }
     ucp_worker_params_t wp = {0};
@@ -407,22 +388,22 @@ static int create_ucx(te_engine *e, const te_engine_config *cfg)
     st = ucp_worker_create(e->ctx, &wp, &e->worker);
     if (st != UCS_OK) {
         e->worker = NULL;
-        return te_fail(e, TE_ERR_UCX, "ucp_worker_create: %s", ucs_status_string(st));
+        return te_fail(e, TN_ERR_TRANSPORT, "ucp_worker_create: %s", ucs_status_string(st));
     }
     ucp_worker_attr_t wa = {0};
     wa.field_mask = UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER;
     st = ucp_worker_query(e->worker, &wa);
     if (st != UCS_OK)
-        return te_fail(e, TE_ERR_UCX, "ucp_worker_query: %s", ucs_status_string(st));
+        return te_fail(e, TN_ERR_TRANSPORT, "ucp_worker_query: %s", ucs_status_string(st));
     e->max_am_header = wa.max_am_header;
     /* Notices and acks travel as AM headers (at most ~60 packed bytes). */
     if (e->max_am_header < 64)
-        return te_fail(e, TE_ERR_UCX, "UCX allows only %zu-byte AM headers, notices need 64",
+        return te_fail(e, TN_ERR_TRANSPORT, "UCX allows only %zu-byte AM headers, notices need 64",
                        e->max_am_header);
     st = ucp_worker_get_address(e->worker, &e->address, &e->address_len);
     if (st != UCS_OK) {
         e->address = NULL;
-        return te_fail(e, TE_ERR_UCX, "ucp_worker_get_address: %s", ucs_status_string(st));
+        return te_fail(e, TN_ERR_TRANSPORT, "ucp_worker_get_address: %s", ucs_status_string(st));
     }
     ucp_am_handler_param_t hp = {0};
     hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
@@ -438,9 +419,9 @@ static int create_ucx(te_engine *e, const te_engine_config *cfg)
         st = ucp_worker_set_am_recv_handler(e->worker, &hp);
     }
     if (st != UCS_OK)
-        return te_fail(e, TE_ERR_UCX, "ucp_worker_set_am_recv_handler: %s",
+        return te_fail(e, TN_ERR_TRANSPORT, "ucp_worker_set_am_recv_handler: %s",
                        ucs_status_string(st));
-    return TE_OK;
+    return TN_OK;
 }
 
 int te_engine_create(const te_engine_config *cfg, te_engine **out, char *err, size_t err_len)
@@ -448,7 +429,7 @@ int te_engine_create(const te_engine_config *cfg, te_engine **out, char *err, si
     te_engine_config defaults;
     if (!out) {
         snprintf(err, err_len, "te_engine_create: out is NULL");
-        return TE_ERR_ARG;
+        return TN_ERR_ARG;
     }
     *out = NULL;
     if (!cfg) {
@@ -457,12 +438,12 @@ int te_engine_create(const te_engine_config *cfg, te_engine **out, char *err, si
     }
     if (cfg->max_puts_in_flight < 0) {
         snprintf(err, err_len, "max_puts_in_flight %d is negative", cfg->max_puts_in_flight);
-        return TE_ERR_ARG;
+        return TN_ERR_ARG;
     }
     te_engine *e = calloc(1, sizeof *e);
     if (!e) {
         snprintf(err, err_len, "out of memory creating the transfer engine");
-        return TE_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     }
     snprintf(e->name, sizeof e->name, "%s", cfg->name ? cfg->name : "transfer");
     e->log = cfg->log ? cfg->log : stderr;
@@ -471,13 +452,13 @@ int te_engine_create(const te_engine_config *cfg, te_engine **out, char *err, si
     if (getrandom(&e->id, sizeof e->id, 0) != (ssize_t)sizeof e->id || e->id == 0)
         e->id = ((uint64_t)getpid() << 32) ^ (uint64_t)(te_now_seconds() * 1e9);
     int rc = create_ucx(e, cfg);
-    if (rc != TE_OK) {
+    if (rc != TN_OK) {
         snprintf(err, err_len, "%s", e->error);
         te_engine_destroy(e);
         return rc;
     }
     *out = e;
-    return TE_OK;
+    return TN_OK;
 }
 
 /* Requests UCX may never complete because they belong to a live endpoint
@@ -505,10 +486,10 @@ void te_engine_destroy(te_engine *e)
      * calls back into freed memory. An endpoint still wiring up is first
      * given a bounded chance to finish (te_peer_close_safe). */
     for (te_transfer *t = e->transfers; t; t = t->next)
-        if (t->status == TE_IN_PROGRESS) {
+        if (t->status == TN_IN_PROGRESS) {
             t->canceled = 1;
             if (!t->failure)
-                t->failure = TE_ERR_CANCELED;
+                t->failure = TN_ERR_CANCELED;
         }
     int leave_worker = 0;
     if (e->worker) {

@@ -34,7 +34,7 @@ struct te_peer {
     void *close_req;          /* in-flight ucp_ep_close_nbx */
     int close_done;
     uint64_t remote_id;
-    int status;               /* TE_OK or why the peer is unusable */
+    int status;               /* TN_OK or why the peer is unusable */
     char error[256];
     te_remote_region *regions;
     int users;                /* unreleased transfers */
@@ -73,7 +73,7 @@ struct te_transfer {
     int abandoned;            /* ended with requests UCX cannot give back */
     int released;             /* te_transfer_release called; freed once in_flight is 0 */
     int peer_dropped;         /* no longer counted in peer->users */
-    int status;               /* TE_IN_PROGRESS until final */
+    int status;               /* TN_IN_PROGRESS until final */
     char error[256];
     double deadline;          /* monotonic seconds */
     int timeout_ms;

@@ -38,26 +38,26 @@ int te_kv_register(te_engine *e, const te_kv_layout *l, void *const *k_pools,
                    void *const *v_pools, te_mem_type type, te_kv_local *out)
 {
     if (!e || !l || !k_pools || !v_pools || !out)
-        return TE_ERR_ARG;
+        return TN_ERR_ARG;
     memset(out, 0, sizeof *out);
     size_t bytes = te_kv_pool_bytes(l, e->error, sizeof e->error);
     if (!bytes)
-        return TE_ERR_ARG;
+        return TN_ERR_ARG;
     out->layout = *l;
     out->n_regions = 2 * l->n_layers;
     out->regions = calloc((size_t)out->n_regions, sizeof *out->regions);
     if (!out->regions)
-        return te_fail(e, TE_ERR_NOMEM, "out of memory for %d regions", out->n_regions);
+        return te_fail(e, TN_ERR_NOMEM, "out of memory for %d regions", out->n_regions);
     for (int layer = 0; layer < l->n_layers; layer++)
         for (int kv = 0; kv < 2; kv++) {
             void *pool = kv ? v_pools[layer] : k_pools[layer];
             int rc = te_region_register(e, pool, bytes, type, &out->regions[layer * 2 + kv]);
-            if (rc != TE_OK) {
+            if (rc != TN_OK) {
                 te_kv_deregister(e, out);
                 return rc;
             }
         }
-    return TE_OK;
+    return TN_OK;
 }
 
 static uint8_t *pack_control(const Tandem__Transfer__ControlMessage *m, size_t *len)
@@ -72,7 +72,7 @@ static uint8_t *pack_control(const Tandem__Transfer__ControlMessage *m, size_t *
 int te_kv_hello_pack(te_engine *e, const te_kv_local *kv, uint8_t **buf, size_t *len)
 {
     if (!e || !kv || !buf || !len)
-        return TE_ERR_ARG;
+        return TN_ERR_ARG;
     *buf = NULL;
     Tandem__Transfer__KvShard shard = TANDEM__TRANSFER__KV_SHARD__INIT;
     shard.tp = (uint32_t)kv->layout.tp;
@@ -90,10 +90,10 @@ int te_kv_hello_pack(te_engine *e, const te_kv_local *kv, uint8_t **buf, size_t 
     if (!descs || !ptrs) {
         free(descs);
         free(ptrs);
-        return te_fail(e, TE_ERR_NOMEM, "out of memory packing a hello");
+        return te_fail(e, TN_ERR_NOMEM, "out of memory packing a hello");
     }
-    int rc = TE_OK;
-    for (size_t i = 0; i < n && rc == TE_OK; i++) {
+    int rc = TN_OK;
+    for (size_t i = 0; i < n && rc == TN_OK; i++) {
         te_region *r = kv->regions[i];
         const void *rkey;
         size_t rkey_len;
@@ -108,7 +108,7 @@ int te_kv_hello_pack(te_engine *e, const te_kv_local *kv, uint8_t **buf, size_t 
                                                       : TANDEM__TRANSFER__MEMORY_TYPE__MEMORY_HOST;
         ptrs[i] = &descs[i];
     }
-    if (rc == TE_OK) {
+    if (rc == TN_OK) {
         Tandem__Transfer__PeerHello hello = TANDEM__TRANSFER__PEER_HELLO__INIT;
         hello.engine_id = e->id;
         hello.worker_address.data = (uint8_t *)e->address;
@@ -122,7 +122,7 @@ int te_kv_hello_pack(te_engine *e, const te_kv_local *kv, uint8_t **buf, size_t 
         m.hello = &hello;
         *buf = pack_control(&m, len);
         if (!*buf)
-            rc = te_fail(e, TE_ERR_NOMEM, "out of memory packing a hello");
+            rc = te_fail(e, TN_ERR_NOMEM, "out of memory packing a hello");
     }
     free(descs);
     free(ptrs);
@@ -133,7 +133,7 @@ int te_kv_request_pack(uint64_t request_id, int n_tokens, const int32_t *pages, 
                        uint8_t **buf, size_t *len)
 {
     if (!buf || !len || n_tokens < 0 || n_pages < 0 || (n_pages && !pages))
-        return TE_ERR_ARG;
+        return TN_ERR_ARG;
     Tandem__Transfer__KvRequest req = TANDEM__TRANSFER__KV_REQUEST__INIT;
     req.request_id = request_id;
     req.n_tokens = (uint32_t)n_tokens;
@@ -143,7 +143,7 @@ int te_kv_request_pack(uint64_t request_id, int n_tokens, const int32_t *pages, 
     m.body_case = TANDEM__TRANSFER__CONTROL_MESSAGE__BODY_KV_REQUEST;
     m.kv_request = &req;
     *buf = pack_control(&m, len);
-    return *buf ? TE_OK : TE_ERR_NOMEM;
+    return *buf ? TN_OK : TN_ERR_NOMEM;
 }
 
 Tandem__Transfer__ControlMessage *te_control_unpack(const uint8_t *buf, size_t len)
@@ -166,34 +166,34 @@ Tandem__Transfer__ControlMessage *te_control_unpack(const uint8_t *buf, size_t l
 int te_kv_connect(te_engine *e, const Tandem__Transfer__PeerHello *h, te_kv_remote *out)
 {
     if (!e || !h || !out)
-        return TE_ERR_ARG;
+        return TN_ERR_ARG;
     memset(out, 0, sizeof *out);
     if (!h->shard)
-        return te_fail(e, TE_ERR_PROTO, "hello without a KV shard");
+        return te_fail(e, TN_ERR_PROTO, "hello without a KV shard");
     const Tandem__Transfer__KvShard *s = h->shard;
     te_kv_layout l = {(int)s->tp, (int)s->rank, (int)s->n_layers, (int)s->n_kv_heads,
                       (int)s->head_dim, (int)s->elem_bytes, (int)s->page_size, (int)s->n_pages};
     char why[200];
     size_t pool = te_kv_pool_bytes(&l, why, sizeof why);
     if (!pool || s->tp > 1024 || s->n_layers > 4096)
-        return te_fail(e, TE_ERR_PROTO, "hello from engine %016llx: %s",
+        return te_fail(e, TN_ERR_PROTO, "hello from engine %016llx: %s",
                        (unsigned long long)h->engine_id, pool ? "absurd layout" : why);
     int n = 2 * l.n_layers;
     if (h->n_regions != (size_t)n)
-        return te_fail(e, TE_ERR_PROTO, "hello from engine %016llx has %zu regions, layout "
+        return te_fail(e, TN_ERR_PROTO, "hello from engine %016llx has %zu regions, layout "
                        "needs %d", (unsigned long long)h->engine_id, h->n_regions, n);
     out->regions = calloc((size_t)n, sizeof *out->regions);
     if (!out->regions)
-        return te_fail(e, TE_ERR_NOMEM, "out of memory importing %d regions", n);
+        return te_fail(e, TN_ERR_NOMEM, "out of memory importing %d regions", n);
     out->layout = l;
     out->n_regions = n;
     out->engine_id = h->engine_id;
     int rc = te_peer_connect(e, h->worker_address.data, h->worker_address.len, h->engine_id,
                              &out->peer);
-    for (size_t i = 0; i < h->n_regions && rc == TE_OK; i++) {
+    for (size_t i = 0; i < h->n_regions && rc == TN_OK; i++) {
         const Tandem__Transfer__RegionDescriptor *d = h->regions[i];
         if (d->id >= (uint32_t)n || out->regions[d->id]) {
-            rc = te_fail(e, TE_ERR_PROTO, "hello region id %u duplicate or out of range", d->id);
+            rc = te_fail(e, TN_ERR_PROTO, "hello region id %u duplicate or out of range", d->id);
             break;
         }
         /* Imported with the length the peer advertised: if that is smaller
@@ -202,27 +202,27 @@ int te_kv_connect(te_engine *e, const Tandem__Transfer__PeerHello *h, te_kv_remo
         rc = te_peer_import_region(e, out->peer, d->address, d->length, d->rkey.data,
                                    d->rkey.len, &out->regions[d->id]);
     }
-    if (rc != TE_OK) {
+    if (rc != TN_OK) {
         te_kv_disconnect(e, out);
         return rc;
     }
-    return TE_OK;
+    return TN_OK;
 }
 
 int te_kv_disconnect(te_engine *e, te_kv_remote *r)
 {
     if (!e || !r)
-        return TE_ERR_ARG;
+        return TN_ERR_ARG;
     if (r->peer) {
         int rc = te_peer_close(e, r->peer);
-        if (rc != TE_OK)
+        if (rc != TN_OK)
             return rc;
         r->peer = NULL;
     }
     free(r->regions); /* the region objects belonged to the peer */
     r->regions = NULL;
     r->n_regions = 0;
-    return TE_OK;
+    return TN_OK;
 }
 
 int te_kv_send(te_engine *e, const te_kv_local *src, const int32_t *src_pages,
@@ -230,23 +230,23 @@ int te_kv_send(te_engine *e, const te_kv_local *src, const int32_t *src_pages,
                uint64_t request_id, int timeout_ms, te_transfer **out)
 {
     if (!e || !src || !dst || !out || !src_pages || !dst_pages)
-        return TE_ERR_ARG;
+        return TN_ERR_ARG;
     *out = NULL;
     const te_kv_layout *s = &src->layout, *d = &dst->layout;
     if (s->n_layers != d->n_layers || s->n_kv_heads != d->n_kv_heads ||
         s->head_dim != d->head_dim || s->elem_bytes != d->elem_bytes)
-        return te_fail(e, TE_ERR_ARG, "KV layouts differ: sender %d layers x %d heads x %d dims "
+        return te_fail(e, TN_ERR_ARG, "KV layouts differ: sender %d layers x %d heads x %d dims "
                        "x %d B, receiver %d x %d x %d x %d B", s->n_layers, s->n_kv_heads,
                        s->head_dim, s->elem_bytes, d->n_layers, d->n_kv_heads, d->head_dim,
                        d->elem_bytes);
     if (s->tp < 1 || s->tp > 1024 || d->tp < 1 || d->tp > 1024)
-        return te_fail(e, TE_ERR_ARG, "TP degree out of range");
+        return te_fail(e, TN_ERR_ARG, "TP degree out of range");
     const int32_t **src_tables = calloc((size_t)s->tp, sizeof *src_tables);
     const int32_t **dst_tables = calloc((size_t)d->tp, sizeof *dst_tables);
     if (!src_tables || !dst_tables) {
         free(src_tables);
         free(dst_tables);
-        return te_fail(e, TE_ERR_NOMEM, "out of memory planning request %llu",
+        return te_fail(e, TN_ERR_NOMEM, "out of memory planning request %llu",
                        (unsigned long long)request_id);
     }
     src_tables[s->rank] = src_pages;
@@ -261,14 +261,14 @@ int te_kv_send(te_engine *e, const te_kv_local *src, const int32_t *src_pages,
     free(src_tables);
     free(dst_tables);
     if (rc != 0)
-        return te_fail(e, TE_ERR_ARG, "request %llu: %s", (unsigned long long)request_id, why);
+        return te_fail(e, TN_ERR_ARG, "request %llu: %s", (unsigned long long)request_id, why);
 
     size_t pools = (size_t)src->n_regions;
     size_t n = plan.n_copies * pools;
     te_copy *copies = malloc((n ? n : 1) * sizeof *copies);
     if (!copies) {
         te_reshard_plan_free(&plan);
-        return te_fail(e, TE_ERR_NOMEM, "out of memory for %zu copies", n);
+        return te_fail(e, TN_ERR_NOMEM, "out of memory for %zu copies", n);
     }
     /* Pool-major order: consecutive puts stay within one pool, which keeps
      * the destination writes of a window close together. */

@@ -58,7 +58,7 @@ Tandem__Transfer__ControlMessage *te_control_unpack(const uint8_t *buf, size_t l
 
 /* Connects to the engine of a hello and imports its pools' regions. */
 int te_kv_connect(te_engine *e, const Tandem__Transfer__PeerHello *hello, te_kv_remote *out);
-/* Closes the peer (TE_ERR_BUSY while a transfer to it is unreleased). */
+/* Closes the peer (TN_ERR_BUSY while a transfer to it is unreleased). */
 int te_kv_disconnect(te_engine *e, te_kv_remote *r);
 
 /* Sends this rank's share of request `request_id` (its first n_tokens

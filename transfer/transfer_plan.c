@@ -1,19 +1,9 @@
 #include "transfer/transfer_plan.h"
+#include "common/status.h"
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int plan_error(char *err, size_t err_len, const char *fmt, ...)
-{
-    if (err && err_len) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_len, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 int te_kv_rank_heads(int n_kv_heads, int tp, int rank, int *first, int *count)
 {
@@ -59,27 +49,27 @@ static int check_side(const char *what, const te_kv_geometry *g, int n_tokens,
 {
     int first, count;
     if (s->tp < 1 || te_kv_rank_heads(g->n_kv_heads, s->tp, 0, &first, &count))
-        return plan_error(err, err_len,
+        return tn_fail(err, err_len, TN_ERR_ARG,
                           "%s TP=%d cannot shard %d KV heads (need heads %% tp == 0 "
                           "or tp %% heads == 0)", what, s->tp, g->n_kv_heads);
     if (s->page_size < 1 || s->n_pages < 0)
-        return plan_error(err, err_len, "%s page_size %d / n_pages %d invalid", what,
+        return tn_fail(err, err_len, TN_ERR_ARG, "%s page_size %d / n_pages %d invalid", what,
                           s->page_size, s->n_pages);
     if (rank_filter < -1 || rank_filter >= s->tp)
-        return plan_error(err, err_len, "%s rank filter %d outside TP=%d", what,
+        return tn_fail(err, err_len, TN_ERR_ARG, "%s rank filter %d outside TP=%d", what,
                           rank_filter, s->tp);
     if (!s->page_table)
-        return plan_error(err, err_len, "%s page table missing", what);
+        return tn_fail(err, err_len, TN_ERR_ARG, "%s page table missing", what);
     int pages = (n_tokens + s->page_size - 1) / s->page_size;
     for (int r = 0; r < s->tp; r++) {
         if (rank_filter >= 0 && r != rank_filter)
             continue;
         if (!s->page_table[r])
-            return plan_error(err, err_len, "%s rank %d has no page table", what, r);
+            return tn_fail(err, err_len, TN_ERR_ARG, "%s rank %d has no page table", what, r);
         for (int i = 0; i < pages; i++) {
             int32_t p = s->page_table[r][i];
             if (p < 0 || p >= s->n_pages)
-                return plan_error(err, err_len,
+                return tn_fail(err, err_len, TN_ERR_ARG,
                                   "%s rank %d page_table[%d] = %d outside pool of %d pages",
                                   what, r, i, p, s->n_pages);
         }
@@ -128,15 +118,15 @@ int te_reshard_plan_build(const te_kv_geometry *g, int n_tokens,
                           te_reshard_plan *plan, char *err, size_t err_len)
 {
     if (!plan)
-        return plan_error(err, err_len, "plan output is NULL");
+        return tn_fail(err, err_len, TN_ERR_ARG, "plan output is NULL");
     memset(plan, 0, sizeof *plan);
     if (!g || !src || !dst)
-        return plan_error(err, err_len, "geometry or sharding is NULL");
+        return tn_fail(err, err_len, TN_ERR_ARG, "geometry or sharding is NULL");
     if (g->n_kv_heads < 1 || g->head_dim < 1 || g->elem_bytes < 1)
-        return plan_error(err, err_len, "geometry invalid: %d heads, head_dim %d, %d-byte elements",
+        return tn_fail(err, err_len, TN_ERR_ARG, "geometry invalid: %d heads, head_dim %d, %d-byte elements",
                           g->n_kv_heads, g->head_dim, g->elem_bytes);
     if (n_tokens < 0)
-        return plan_error(err, err_len, "n_tokens %d is negative", n_tokens);
+        return tn_fail(err, err_len, TN_ERR_ARG, "n_tokens %d is negative", n_tokens);
     if (check_side("sender", g, n_tokens, src, src_rank_filter, err, err_len) ||
         check_side("receiver", g, n_tokens, dst, dst_rank_filter, err, err_len))
         return -1;
@@ -155,7 +145,7 @@ int te_reshard_plan_build(const te_kv_geometry *g, int n_tokens,
     size_t cap = per_head * (size_t)dst_heads * (size_t)dst->tp;
     te_plan_copy *c = malloc(cap * sizeof *c);
     if (!c)
-        return plan_error(err, err_len, "out of memory for %zu plan entries", cap);
+        return tn_fail(err, err_len, TN_ERR_ARG, "out of memory for %zu plan entries", cap);
     size_t n = 0;
 
     for (int d = 0; d < dst->tp; d++) {

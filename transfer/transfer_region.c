@@ -8,24 +8,24 @@
 int te_region_register(te_engine *e, void *addr, size_t len, te_mem_type type, te_region **out)
 {
     if (!e || !out)
-        return TE_ERR_ARG;
+        return TN_ERR_ARG;
     *out = NULL;
     if (!addr || len == 0)
-        return te_fail(e, TE_ERR_ARG, "cannot register region %p of %zu bytes", addr, len);
+        return te_fail(e, TN_ERR_ARG, "cannot register region %p of %zu bytes", addr, len);
     ucs_memory_type_t mt = UCS_MEMORY_TYPE_HOST;
     if (type == TE_MEM_CUDA) {
 #ifdef TANDEM_CUDA
         mt = UCS_MEMORY_TYPE_CUDA;
 #else
-        return te_fail(e, TE_ERR_UNSUPPORTED,
+        return te_fail(e, TN_ERR_UNSUPPORTED,
                        "CUDA memory region: this build has no CUDA (TANDEM_CUDA undefined)");
 #endif
     } else if (type != TE_MEM_HOST) {
-        return te_fail(e, TE_ERR_ARG, "unknown memory type %d", (int)type);
+        return te_fail(e, TN_ERR_ARG, "unknown memory type %d", (int)type);
     }
     te_region *r = calloc(1, sizeof *r);
     if (!r)
-        return te_fail(e, TE_ERR_NOMEM, "out of memory registering a region");
+        return te_fail(e, TN_ERR_NOMEM, "out of memory registering a region");
     ucp_mem_map_params_t mp = {0};
     mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
                     UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
@@ -35,7 +35,7 @@ int te_region_register(te_engine *e, void *addr, size_t len, te_mem_type type, t
     ucs_status_t st = ucp_mem_map(e->ctx, &mp, &r->memh);
     if (st != UCS_OK) {
         free(r);
-        return te_fail(e, TE_ERR_UCX, "ucp_mem_map of %zu bytes at %p: %s", len, addr,
+        return te_fail(e, TN_ERR_TRANSPORT, "ucp_mem_map of %zu bytes at %p: %s", len, addr,
                        ucs_status_string(st));
     }
     r->addr = addr;
@@ -44,7 +44,7 @@ int te_region_register(te_engine *e, void *addr, size_t len, te_mem_type type, t
     r->next = e->regions;
     e->regions = r;
     *out = r;
-    return TE_OK;
+    return TN_OK;
 }
 
 void te_region_free(te_engine *e, te_region *r)
@@ -63,28 +63,28 @@ void te_region_free(te_engine *e, te_region *r)
 int te_region_deregister(te_engine *e, te_region *r)
 {
     if (!e || !r)
-        return TE_ERR_ARG;
+        return TN_ERR_ARG;
     if (r->users)
-        return te_fail(e, TE_ERR_BUSY, "region %p is used by %d unreleased transfer(s)",
+        return te_fail(e, TN_ERR_BUSY, "region %p is used by %d unreleased transfer(s)",
                        r->addr, r->users);
     te_region_free(e, r);
-    return TE_OK;
+    return TN_OK;
 }
 
 int te_region_rkey(te_engine *e, te_region *r, const void **rkey, size_t *len)
 {
     if (!e || !r || !rkey || !len)
-        return TE_ERR_ARG;
+        return TN_ERR_ARG;
     if (!r->rkey_buf) {
         ucs_status_t st = ucp_rkey_pack(e->ctx, r->memh, &r->rkey_buf, &r->rkey_len);
         if (st != UCS_OK) {
             r->rkey_buf = NULL;
-            return te_fail(e, TE_ERR_UCX, "ucp_rkey_pack: %s", ucs_status_string(st));
+            return te_fail(e, TN_ERR_TRANSPORT, "ucp_rkey_pack: %s", ucs_status_string(st));
         }
     }
     *rkey = r->rkey_buf;
     *len = r->rkey_len;
-    return TE_OK;
+    return TN_OK;
 }
 
 void *te_region_addr(const te_region *r) { return r->addr; }
@@ -93,7 +93,7 @@ te_mem_type te_region_type(const te_region *r) { return r->type; }
 
 void te_peer_mark_failed(te_peer *p, int status, const char *fmt, ...)
 {
-    if (p->status != TE_OK)
+    if (p->status != TN_OK)
         return; /* keep the first reason: it is the cause, later ones are effects */
     p->status = status;
     va_list ap;
@@ -108,7 +108,7 @@ static void on_peer_error(void *arg, ucp_ep_h ep, ucs_status_t status)
     (void)ep;
     te_peer *p = arg;
     p->ucx_failed = 1;
-    te_peer_mark_failed(p, TE_ERR_PEER, "connection failed: %s", ucs_status_string(status));
+    te_peer_mark_failed(p, TN_ERR_PEER, "connection failed: %s", ucs_status_string(status));
 }
 
 static void close_done(void *request, ucs_status_t status, void *user_data)
@@ -136,7 +136,7 @@ void te_peer_start_close(te_engine *e, te_peer *p)
 {
     if (!p->ep || p->close_req)
         return;
-    if (!p->detects_failure && p->status != TE_OK)
+    if (!p->detects_failure && p->status != TN_OK)
         return;
     if (!te_peer_close_safe(e, p)) {
         /* Left open; te_peers_close_pending closes it once the wire-up
@@ -222,16 +222,16 @@ int te_peer_connect(te_engine *e, const void *addr, size_t len, uint64_t remote_
                     te_peer **out)
 {
     if (!e || !out)
-        return TE_ERR_ARG;
+        return TN_ERR_ARG;
     *out = NULL;
     if (!addr || len == 0)
-        return te_fail(e, TE_ERR_ARG, "peer worker address is empty");
+        return te_fail(e, TN_ERR_ARG, "peer worker address is empty");
     te_peer *p = calloc(1, sizeof *p);
     if (!p)
-        return te_fail(e, TE_ERR_NOMEM, "out of memory connecting a peer");
+        return te_fail(e, TN_ERR_NOMEM, "out of memory connecting a peer");
     p->e = e;
     p->remote_id = remote_id;
-    p->status = TE_OK;
+    p->status = TN_OK;
     ucp_ep_params_t ep = {0};
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -243,20 +243,20 @@ int te_peer_connect(te_engine *e, const void *addr, size_t len, uint64_t remote_
     ucs_status_t st = ucp_ep_create(e->worker, &ep, &p->ep);
     if (st != UCS_OK) {
         free(p);
-        return te_fail(e, TE_ERR_UCX, "ucp_ep_create to engine %016llx: %s",
+        return te_fail(e, TN_ERR_TRANSPORT, "ucp_ep_create to engine %016llx: %s",
                        (unsigned long long)remote_id, ucs_status_string(st));
     }
     describe_transports(p);
     p->next = e->peers;
     e->peers = p;
     *out = p;
-    return TE_OK;
+    return TN_OK;
 }
 
 te_peer *te_peer_find(te_engine *e, uint64_t remote_id)
 {
     for (te_peer *p = e->peers; p; p = p->next)
-        if (p->remote_id == remote_id && p->status == TE_OK && !p->detached)
+        if (p->remote_id == remote_id && p->status == TN_OK && !p->detached)
             return p;
     for (te_peer *p = e->peers; p; p = p->next)
         if (p->remote_id == remote_id && !p->detached)
@@ -265,7 +265,7 @@ te_peer *te_peer_find(te_engine *e, uint64_t remote_id)
 }
 
 int te_peer_status(const te_peer *p) { return p->status; }
-const char *te_peer_error(const te_peer *p) { return p->status == TE_OK ? "" : p->error; }
+const char *te_peer_error(const te_peer *p) { return p->status == TN_OK ? "" : p->error; }
 uint64_t te_peer_remote_id(const te_peer *p) { return p->remote_id; }
 int te_peer_detects_failure(const te_peer *p) { return p->detects_failure; }
 const char *te_peer_transports(const te_peer *p) { return p->transports; }
@@ -275,23 +275,23 @@ int te_peer_import_region(te_engine *e, te_peer *p, uint64_t remote_addr, uint64
                           const void *rkey, size_t rkey_len, te_remote_region **out)
 {
     if (!e || !p || !out)
-        return TE_ERR_ARG;
+        return TN_ERR_ARG;
     *out = NULL;
     if (!rkey || rkey_len == 0 || len == 0)
-        return te_fail(e, TE_ERR_ARG, "remote region descriptor is empty (len %llu, rkey %zu bytes)",
+        return te_fail(e, TN_ERR_ARG, "remote region descriptor is empty (len %llu, rkey %zu bytes)",
                        (unsigned long long)len, rkey_len);
-    if (p->status != TE_OK || !p->ep)
-        return te_fail(e, TE_ERR_PEER, "peer %016llx is unusable: %s",
+    if (p->status != TN_OK || !p->ep)
+        return te_fail(e, TN_ERR_PEER, "peer %016llx is unusable: %s",
                        (unsigned long long)p->remote_id, p->error);
     if (remote_addr + len < remote_addr)
-        return te_fail(e, TE_ERR_ARG, "remote region wraps the address space");
+        return te_fail(e, TN_ERR_ARG, "remote region wraps the address space");
     te_remote_region *r = calloc(1, sizeof *r);
     if (!r)
-        return te_fail(e, TE_ERR_NOMEM, "out of memory importing a region");
+        return te_fail(e, TN_ERR_NOMEM, "out of memory importing a region");
     ucs_status_t st = ucp_ep_rkey_unpack(p->ep, rkey, &r->rkey);
     if (st != UCS_OK) {
         free(r);
-        return te_fail(e, TE_ERR_PROTO, "ucp_ep_rkey_unpack (%zu bytes): %s", rkey_len,
+        return te_fail(e, TN_ERR_PROTO, "ucp_ep_rkey_unpack (%zu bytes): %s", rkey_len,
                        ucs_status_string(st));
     }
     r->peer = p;
@@ -300,7 +300,7 @@ int te_peer_import_region(te_engine *e, te_peer *p, uint64_t remote_addr, uint64
     r->next = p->regions;
     p->regions = r;
     *out = r;
-    return TE_OK;
+    return TN_OK;
 }
 
 /* Frees the peer; its endpoint is closed (or was) and nothing is in flight. */
@@ -360,21 +360,21 @@ void te_peer_wireup_flush(te_engine *e, te_peer *p)
 int te_peer_wireup_start(te_engine *e, te_peer *p)
 {
     if (!e || !p)
-        return TE_ERR_ARG;
-    if (!p->ep || p->status != TE_OK)
-        return te_fail(e, TE_ERR_PEER, "peer %016llx is unusable: %s",
+        return TN_ERR_ARG;
+    if (!p->ep || p->status != TN_OK)
+        return te_fail(e, TN_ERR_PEER, "peer %016llx is unusable: %s",
                        (unsigned long long)p->remote_id, p->error);
     te_peer_wireup_flush(e, p);
-    return TE_OK;
+    return TN_OK;
 }
 
 int te_peer_wireup_status(const te_peer *p)
 {
-    if (p->status != TE_OK)
+    if (p->status != TN_OK)
         return p->status;
     if (!p->detects_failure)
-        return TE_OK; /* shared memory: nothing to set up with the peer */
-    return p->wireup == TE_WIREUP_DONE ? TE_OK : TE_IN_PROGRESS;
+        return TN_OK; /* shared memory: nothing to set up with the peer */
+    return p->wireup == TE_WIREUP_DONE ? TN_OK : TN_IN_PROGRESS;
 }
 
 int te_peer_wireup_failures(const te_peer *p) { return p->wireup_failures; }
@@ -382,20 +382,20 @@ int te_peer_wireup_failures(const te_peer *p) { return p->wireup_failures; }
 int te_peer_wireup_wait(te_engine *e, te_peer *p, int timeout_ms)
 {
     int rc = te_peer_wireup_start(e, p);
-    if (rc != TE_OK)
+    if (rc != TN_OK)
         return rc;
     double deadline = te_now_seconds() + timeout_ms / 1000.0;
     int idle = 0;
     for (;;) {
         int st = te_peer_wireup_status(p);
-        if (st == TE_IN_PROGRESS && p->wireup == TE_WIREUP_UNKNOWN)
+        if (st == TN_IN_PROGRESS && p->wireup == TE_WIREUP_UNKNOWN)
             te_peer_wireup_flush(e, p); /* the last flush failed: post another */
-        if (st != TE_IN_PROGRESS)
-            return st == TE_OK ? TE_OK
+        if (st != TN_IN_PROGRESS)
+            return st == TN_OK ? TN_OK
                                : te_fail(e, st, "peer %016llx: connection set-up failed: %s",
                                          (unsigned long long)p->remote_id, p->error);
         if (te_now_seconds() >= deadline)
-            return te_fail(e, TE_ERR_TIMEOUT, "peer %016llx: connection set-up not finished "
+            return te_fail(e, TN_ERR_TIMEOUT, "peer %016llx: connection set-up not finished "
                            "within %d ms", (unsigned long long)p->remote_id, timeout_ms);
         if (te_engine_progress(e))
             idle = 0;
@@ -423,25 +423,25 @@ static void finish_wireup(te_engine *e, te_peer *p, double seconds)
 void te_peers_close_pending(te_engine *e)
 {
     for (te_peer *p = e->peers; p; p = p->next)
-        if (p->ep && !p->close_req && (p->status != TE_OK || p->detached))
+        if (p->ep && !p->close_req && (p->status != TN_OK || p->detached))
             te_peer_start_close(e, p);
 }
 
 int te_peer_close(te_engine *e, te_peer *p)
 {
     if (!e || !p)
-        return TE_ERR_ARG;
+        return TN_ERR_ARG;
     if (p->users)
-        return te_fail(e, TE_ERR_BUSY, "peer %016llx is used by %d unreleased transfer(s)",
+        return te_fail(e, TN_ERR_BUSY, "peer %016llx is used by %d unreleased transfer(s)",
                        (unsigned long long)p->remote_id, p->users);
     if (p->detached)
-        return TE_OK;
+        return TN_OK;
     for (te_transfer *t = e->transfers; t; t = t->next)
         if (t->peer == p) {
             /* A released transfer whose requests UCX still holds points at
              * this peer: hand the peer to the engine's destruction. */
             p->detached = 1;
-            return TE_OK;
+            return TN_OK;
         }
     /* Endpoints with peer failure handling are closed by force: nothing of
      * ours is in flight (no unreleased transfer), and a graceful close would
@@ -453,7 +453,7 @@ int te_peer_close(te_engine *e, te_peer *p)
      * sender would fail a transfer whose data all arrived. */
     double deadline = te_now_seconds() + 1.0;
     int idle = 0;
-    while (p->acks_in_flight > 0 && p->status == TE_OK && te_now_seconds() < deadline) {
+    while (p->acks_in_flight > 0 && p->status == TN_OK && te_now_seconds() < deadline) {
         if (ucp_worker_progress(e->worker))
             idle = 0;
         te_idle_backoff(&idle);
@@ -477,8 +477,8 @@ int te_peer_close(te_engine *e, te_peer *p)
                    (unsigned long long)p->remote_id,
                    !p->ep ? "close did not finish in 5 s"
                           : "failed endpoint without failure handling");
-        return TE_OK;
+        return TN_OK;
     }
     te_peer_free(e, p);
-    return TE_OK;
+    return TN_OK;
 }

@@ -66,27 +66,27 @@ int te_session_connect(void *zmq_ctx, const char *endpoint, te_engine *e,
     void *sock = zmq_socket(zmq_ctx, ZMQ_DEALER);
     if (!sock) {
         snprintf(err, err_len, "zmq_socket: %s", zmq_strerror(zmq_errno()));
-        return TE_ERR_ARG;
+        return TN_ERR_ARG;
     }
     int linger = 0;
     zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
-    int rc = TE_OK;
+    int rc = TN_OK;
     uint8_t *hello = NULL;
     size_t hello_len = 0;
     Tandem__Transfer__ControlMessage *their_hello = NULL, *request = NULL;
     if (zmq_connect(sock, endpoint) != 0) {
         snprintf(err, err_len, "zmq_connect %s: %s", endpoint, zmq_strerror(zmq_errno()));
-        rc = TE_ERR_ARG;
+        rc = TN_ERR_ARG;
         goto out;
     }
     rc = te_kv_hello_pack(e, kv, &hello, &hello_len);
-    if (rc != TE_OK) {
+    if (rc != TN_OK) {
         snprintf(err, err_len, "packing hello: %s", te_engine_error(e));
         goto out;
     }
     if (zmq_send(sock, hello, hello_len, 0) != (int)hello_len) {
         snprintf(err, err_len, "zmq_send hello: %s", zmq_strerror(zmq_errno()));
-        rc = TE_ERR_PEER;
+        rc = TN_ERR_PEER;
         goto out;
     }
     /* Two messages back: the receiver's hello, then its request. */
@@ -95,21 +95,21 @@ int te_session_connect(void *zmq_ctx, const char *endpoint, te_engine *e,
         if (r <= 0) {
             snprintf(err, err_len, "no %s from receiver %s within %d ms",
                      their_hello ? "request" : "hello", endpoint, timeout_ms);
-            rc = TE_ERR_TIMEOUT;
+            rc = TN_ERR_TIMEOUT;
             goto out;
         }
         uint8_t *buf;
         size_t len;
         int more;
         if (recv_frame(sock, &buf, &len, &more)) {
-            rc = fail(err, err_len, TE_ERR_PEER, "receiving from the receiver failed");
+            rc = fail(err, err_len, TN_ERR_PEER, "receiving from the receiver failed");
             goto out;
         }
         drain(sock, more);
         Tandem__Transfer__ControlMessage *m = te_control_unpack(buf, len);
         free(buf);
         if (!m) {
-            rc = fail(err, err_len, TE_ERR_PROTO, "malformed control message from the receiver");
+            rc = fail(err, err_len, TN_ERR_PROTO, "malformed control message from the receiver");
             goto out;
         }
         if (m->body_case == TANDEM__TRANSFER__CONTROL_MESSAGE__BODY_HELLO && !their_hello) {
@@ -118,18 +118,18 @@ int te_session_connect(void *zmq_ctx, const char *endpoint, te_engine *e,
             request = m;
         } else {
             tandem__transfer__control_message__free_unpacked(m, NULL);
-            rc = fail(err, err_len, TE_ERR_PROTO, "unexpected control message from the receiver");
+            rc = fail(err, err_len, TN_ERR_PROTO, "unexpected control message from the receiver");
             goto out;
         }
     }
     const Tandem__Transfer__KvRequest *kr = request->kv_request;
     if (kr->n_tokens > (uint32_t)INT32_MAX || kr->n_pages > (size_t)INT32_MAX) {
-        rc = fail(err, err_len, TE_ERR_PROTO, "request too large");
+        rc = fail(err, err_len, TN_ERR_PROTO, "request too large");
         goto out;
     }
     out->pages = malloc((kr->n_pages ? kr->n_pages : 1) * sizeof *out->pages);
     if (!out->pages) {
-        rc = fail(err, err_len, TE_ERR_NOMEM, "out of memory for the page table");
+        rc = fail(err, err_len, TN_ERR_NOMEM, "out of memory for the page table");
         goto out;
     }
     if (kr->n_pages)
@@ -141,14 +141,14 @@ int te_session_connect(void *zmq_ctx, const char *endpoint, te_engine *e,
     if (their_hello->hello->shard->page_size == 0 || out->n_pages < need) {
         snprintf(err, err_len, "request %llu: %d pages cannot hold %d tokens",
                  (unsigned long long)out->request_id, out->n_pages, out->n_tokens);
-        rc = TE_ERR_PROTO;
+        rc = TN_ERR_PROTO;
         goto out;
     }
     rc = te_kv_connect(e, their_hello->hello, &out->remote);
-    if (rc != TE_OK)
+    if (rc != TN_OK)
         snprintf(err, err_len, "connecting to the receiver: %s", te_engine_error(e));
 out:
-    if (rc != TE_OK) {
+    if (rc != TN_OK) {
         free(out->pages);
         out->pages = NULL;
     }
@@ -175,23 +175,23 @@ int te_session_bind(void *zmq_ctx, void **socket, char *endpoint, size_t endpoin
     void *sock = zmq_socket(zmq_ctx, ZMQ_ROUTER);
     if (!sock) {
         snprintf(err, err_len, "zmq_socket: %s", zmq_strerror(zmq_errno()));
-        return TE_ERR_ARG;
+        return TN_ERR_ARG;
     }
     int linger = 0;
     zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
     if (zmq_bind(sock, "tcp://127.0.0.1:*") != 0) {
         snprintf(err, err_len, "zmq_bind tcp://127.0.0.1:*: %s", zmq_strerror(zmq_errno()));
         zmq_close(sock);
-        return TE_ERR_ARG;
+        return TN_ERR_ARG;
     }
     size_t len = endpoint_len;
     if (zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, endpoint, &len) != 0) {
         snprintf(err, err_len, "ZMQ_LAST_ENDPOINT: %s", zmq_strerror(zmq_errno()));
         zmq_close(sock);
-        return TE_ERR_ARG;
+        return TN_ERR_ARG;
     }
     *socket = sock;
-    return TE_OK;
+    return TN_OK;
 }
 
 static int send_to(void *sock, const uint8_t *id, size_t id_len, const uint8_t *buf, size_t len)
@@ -210,10 +210,10 @@ int te_session_accept(void *socket, te_engine *e, const te_kv_local *kv, int n_s
     size_t *id_lens = calloc((size_t)n_senders, sizeof *id_lens);
     uint8_t *hello = NULL, *request = NULL;
     size_t hello_len = 0, request_len = 0;
-    int got = 0, rc = TE_OK;
+    int got = 0, rc = TN_OK;
     memset(senders, 0, (size_t)n_senders * sizeof *senders);
     if (!ids || !id_lens) {
-        rc = fail(err, err_len, TE_ERR_NOMEM, "out of memory");
+        rc = fail(err, err_len, TN_ERR_NOMEM, "out of memory");
         goto out;
     }
     while (got < n_senders) {
@@ -221,14 +221,14 @@ int te_session_accept(void *socket, te_engine *e, const te_kv_local *kv, int n_s
         if (r <= 0) {
             snprintf(err, err_len, "only %d of %d sender hellos arrived within %d ms", got,
                      n_senders, timeout_ms);
-            rc = TE_ERR_TIMEOUT;
+            rc = TN_ERR_TIMEOUT;
             goto out;
         }
         uint8_t *id, *buf = NULL;
         size_t id_len, len = 0;
         int more;
         if (recv_frame(socket, &id, &id_len, &more)) {
-            rc = fail(err, err_len, TE_ERR_PEER, "zmq receive failed");
+            rc = fail(err, err_len, TN_ERR_PEER, "zmq receive failed");
             goto out;
         }
         int ok = more && recv_frame(socket, &buf, &len, &more) == 0;
@@ -245,7 +245,7 @@ int te_session_accept(void *socket, te_engine *e, const te_kv_local *kv, int n_s
         }
         rc = te_kv_connect(e, m->hello, &senders[got]);
         tandem__transfer__control_message__free_unpacked(m, NULL);
-        if (rc != TE_OK) {
+        if (rc != TN_OK) {
             snprintf(err, err_len, "connecting back to sender %d: %s", got, te_engine_error(e));
             free(id);
             goto out;
@@ -255,9 +255,9 @@ int te_session_accept(void *socket, te_engine *e, const te_kv_local *kv, int n_s
         got++;
     }
     rc = te_kv_hello_pack(e, kv, &hello, &hello_len);
-    if (rc == TE_OK)
+    if (rc == TN_OK)
         rc = te_kv_request_pack(request_id, n_tokens, pages, n_pages, &request, &request_len);
-    if (rc != TE_OK) {
+    if (rc != TN_OK) {
         snprintf(err, err_len, "packing the reply: %s", te_engine_error(e));
         goto out;
     }
@@ -265,11 +265,11 @@ int te_session_accept(void *socket, te_engine *e, const te_kv_local *kv, int n_s
         if (send_to(socket, ids[i], id_lens[i], hello, hello_len) ||
             send_to(socket, ids[i], id_lens[i], request, request_len)) {
             snprintf(err, err_len, "replying to sender %d: %s", i, zmq_strerror(zmq_errno()));
-            rc = TE_ERR_PEER;
+            rc = TN_ERR_PEER;
             goto out;
         }
 out:
-    if (rc != TE_OK)
+    if (rc != TN_OK)
         for (int i = 0; i < got; i++)
             te_kv_disconnect(e, &senders[i]);
     for (int i = 0; ids && i < got; i++)

@@ -27,9 +27,9 @@ static void finish(te_transfer *t, int status)
 {
     t->status = status;
     t->phase = TE_PHASE_DONE;
-    if (status == TE_OK)
+    if (status == TN_OK)
         t->error[0] = '\0';
-    else if (status == TE_ERR_CANCELED && !t->error[0])
+    else if (status == TN_ERR_CANCELED && !t->error[0])
         snprintf(t->error, sizeof t->error, "transfer %llu (request %llu) canceled",
                  (unsigned long long)t->id, (unsigned long long)t->request_id);
 }
@@ -59,7 +59,7 @@ static void put_done(void *request, ucs_status_t status, void *user_data)
     if (status == UCS_OK)
         note_connected(t->peer);
     else
-        set_failure(t, status == UCS_ERR_CANCELED ? TE_ERR_CANCELED : TE_ERR_PEER,
+        set_failure(t, status == UCS_ERR_CANCELED ? TN_ERR_CANCELED : TN_ERR_PEER,
                     "put to peer %016llx failed: %s", (unsigned long long)t->peer->remote_id,
                     ucs_status_string(status));
     ucp_request_free(request);
@@ -73,7 +73,7 @@ static void flush_done(void *request, ucs_status_t status, void *user_data)
         t->flush_done = 1;
         t->peer->wireup = TE_WIREUP_DONE;
     } else
-        set_failure(t, TE_ERR_PEER, "flushing puts to peer %016llx failed: %s",
+        set_failure(t, TN_ERR_PEER, "flushing puts to peer %016llx failed: %s",
                     (unsigned long long)t->peer->remote_id, ucs_status_string(status));
     ucp_request_free(request);
 }
@@ -86,7 +86,7 @@ static void notice_sent(void *request, ucs_status_t status, void *user_data)
         t->notice_done = 1;
         note_connected(t->peer);
     } else
-        set_failure(t, TE_ERR_PEER, "sending the completion notice to peer %016llx failed: %s",
+        set_failure(t, TN_ERR_PEER, "sending the completion notice to peer %016llx failed: %s",
                     (unsigned long long)t->peer->remote_id, ucs_status_string(status));
     ucp_request_free(request);
 }
@@ -100,7 +100,7 @@ static int track(te_transfer *t, ucs_status_ptr_t sp, const char *what)
         t->in_flight++;
         t->e->outstanding++;
     } else if (started < 0) {
-        set_failure(t, TE_ERR_PEER, "%s to peer %016llx failed: %s", what,
+        set_failure(t, TN_ERR_PEER, "%s to peer %016llx failed: %s", what,
                     (unsigned long long)t->peer->remote_id, ucs_status_string(st));
     }
     return started;
@@ -178,16 +178,16 @@ static const char *phase_name(const te_transfer *t)
 
 void te_transfer_advance(te_transfer *t, double now)
 {
-    if (t->status != TE_IN_PROGRESS)
+    if (t->status != TN_IN_PROGRESS)
         return;
     te_engine *e = t->e;
     te_peer *p = t->peer;
     int late = now >= t->deadline;
-    if (p->status != TE_OK)
-        set_failure(t, p->status == TE_ERR_TIMEOUT ? TE_ERR_TIMEOUT : TE_ERR_PEER,
+    if (p->status != TN_OK)
+        set_failure(t, p->status == TN_ERR_TIMEOUT ? TN_ERR_TIMEOUT : TN_ERR_PEER,
                     "peer %016llx: %s", (unsigned long long)p->remote_id, p->error);
     if (late)
-        set_failure(t, TE_ERR_TIMEOUT,
+        set_failure(t, TN_ERR_TIMEOUT,
                     "transfer %llu (request %llu) to peer %016llx timed out after %d ms %s "
                     "(%zu/%zu copies done)",
                     (unsigned long long)t->id, (unsigned long long)t->request_id,
@@ -196,7 +196,7 @@ void te_transfer_advance(te_transfer *t, double now)
     /* A failed transfer normally ends once its requests drain. Requests
      * that cannot drain (the peer stopped answering, or is gone) must be
      * taken back from UCX. */
-    if (t->failure && t->in_flight > 0 && (late || p->status != TE_OK)) {
+    if (t->failure && t->in_flight > 0 && (late || p->status != TN_OK)) {
         if (p->ucx_failed) {
             /* UCX failed the endpoint: its force close (te_engine_progress)
              * completes the requests with UCS_ERR_CANCELED. */
@@ -209,7 +209,7 @@ void te_transfer_advance(te_transfer *t, double now)
              * abandoned to the endpoint, which closes once they complete
              * (the peer answers again) or fail (it dies), or at the
              * engine's destruction. Its source regions stay busy till then. */
-            te_peer_mark_failed(p, TE_ERR_TIMEOUT, "stopped answering; %d requests of transfer "
+            te_peer_mark_failed(p, TN_ERR_TIMEOUT, "stopped answering; %d requests of transfer "
                                 "%llu are left to the endpoint until the peer answers or fails",
                                 t->in_flight, (unsigned long long)t->id);
             t->abandoned = 1;
@@ -246,7 +246,7 @@ void te_transfer_advance(te_transfer *t, double now)
             break;
         case TE_PHASE_NOTICE:
             if (t->notice_done && t->acked)
-                finish(t, t->notice_canceled ? TE_ERR_CANCELED : TE_OK);
+                finish(t, t->notice_canceled ? TN_ERR_CANCELED : TN_OK);
             break;
         }
         if (t->phase == phase)
@@ -274,42 +274,42 @@ static int validate(te_engine *e, const te_transfer_desc *d, uint64_t *bytes)
         for (r = e->regions; r && r != d->src[i]; r = r->next)
             ;
         if (!r)
-            return te_fail(e, TE_ERR_REFUSED, "source region %zu is not registered with this engine", i);
+            return te_fail(e, TN_ERR_REFUSED, "source region %zu is not registered with this engine", i);
     }
     for (size_t i = 0; i < d->n_dst; i++) {
         te_remote_region *r;
         for (r = d->peer->regions; r && r != d->dst[i]; r = r->next)
             ;
         if (!r)
-            return te_fail(e, TE_ERR_REFUSED,
+            return te_fail(e, TN_ERR_REFUSED,
                            "destination region %zu was not imported from this peer", i);
     }
     uint64_t total = 0;
     for (size_t i = 0; i < d->n_copies; i++) {
         const te_copy *c = &d->copies[i];
         if (c->src_region >= d->n_src)
-            return te_fail(e, TE_ERR_REFUSED, "copy %zu: source region %u is not registered "
+            return te_fail(e, TN_ERR_REFUSED, "copy %zu: source region %u is not registered "
                            "(%zu given)", i, c->src_region, d->n_src);
         if (c->dst_region >= d->n_dst)
-            return te_fail(e, TE_ERR_REFUSED, "copy %zu: destination region %u is not registered "
+            return te_fail(e, TN_ERR_REFUSED, "copy %zu: destination region %u is not registered "
                            "on the peer (%zu imported)", i, c->dst_region, d->n_dst);
         const te_region *s = d->src[c->src_region];
         const te_remote_region *r = d->dst[c->dst_region];
         if (c->length == 0)
-            return te_fail(e, TE_ERR_REFUSED, "copy %zu has length 0", i);
+            return te_fail(e, TN_ERR_REFUSED, "copy %zu has length 0", i);
         if (c->src_offset > s->len || c->length > s->len - c->src_offset)
-            return te_fail(e, TE_ERR_REFUSED, "copy %zu: source bytes [%llu, +%llu) exceed "
+            return te_fail(e, TN_ERR_REFUSED, "copy %zu: source bytes [%llu, +%llu) exceed "
                            "region %u of %zu bytes", i, (unsigned long long)c->src_offset,
                            (unsigned long long)c->length, c->src_region, s->len);
         if (c->dst_offset > r->len || c->length > r->len - c->dst_offset)
-            return te_fail(e, TE_ERR_REFUSED, "copy %zu: destination bytes [%llu, +%llu) exceed "
+            return te_fail(e, TN_ERR_REFUSED, "copy %zu: destination bytes [%llu, +%llu) exceed "
                            "the peer's region %u of %llu bytes", i,
                            (unsigned long long)c->dst_offset, (unsigned long long)c->length,
                            c->dst_region, (unsigned long long)r->len);
         total += c->length;
     }
     *bytes = total;
-    return TE_OK;
+    return TN_OK;
 }
 
 static int dst_order(const void *pa, const void *pb)
@@ -328,17 +328,17 @@ static int dst_order(const void *pa, const void *pb)
 static int check_overlap(te_engine *e, const te_copy *copies, size_t n)
 {
     if (n < 2)
-        return TE_OK;
+        return TN_OK;
     te_copy *sorted = malloc(n * sizeof *sorted);
     if (!sorted)
-        return te_fail(e, TE_ERR_NOMEM, "out of memory checking %zu copies", n);
+        return te_fail(e, TN_ERR_NOMEM, "out of memory checking %zu copies", n);
     memcpy(sorted, copies, n * sizeof *sorted);
     qsort(sorted, n, sizeof *sorted, dst_order);
-    int rc = TE_OK;
-    for (size_t i = 1; i < n && rc == TE_OK; i++)
+    int rc = TN_OK;
+    for (size_t i = 1; i < n && rc == TN_OK; i++)
         if (sorted[i].dst_region == sorted[i - 1].dst_region &&
             sorted[i - 1].dst_offset + sorted[i - 1].length > sorted[i].dst_offset)
-            rc = te_fail(e, TE_ERR_REFUSED, "two copies write destination region %u bytes "
+            rc = te_fail(e, TN_ERR_REFUSED, "two copies write destination region %u bytes "
                          "[%llu, %llu)", sorted[i].dst_region,
                          (unsigned long long)sorted[i].dst_offset,
                          (unsigned long long)(sorted[i - 1].dst_offset + sorted[i - 1].length));
@@ -349,32 +349,32 @@ static int check_overlap(te_engine *e, const te_copy *copies, size_t n)
 int te_transfer_submit(te_engine *e, const te_transfer_desc *d, te_transfer **out)
 {
     if (!e || !out)
-        return TE_ERR_ARG;
+        return TN_ERR_ARG;
     *out = NULL;
     if (!d || !d->peer)
-        return te_fail(e, TE_ERR_ARG, "transfer has no peer");
+        return te_fail(e, TN_ERR_ARG, "transfer has no peer");
     if (d->timeout_ms <= 0)
-        return te_fail(e, TE_ERR_ARG, "transfer timeout %d ms: must be > 0", d->timeout_ms);
+        return te_fail(e, TN_ERR_ARG, "transfer timeout %d ms: must be > 0", d->timeout_ms);
     if ((d->n_copies && !d->copies) || (d->n_src && !d->src) || (d->n_dst && !d->dst))
-        return te_fail(e, TE_ERR_ARG, "transfer arrays are NULL");
+        return te_fail(e, TN_ERR_ARG, "transfer arrays are NULL");
     te_peer *p;
     for (p = e->peers; p && p != d->peer; p = p->next)
         ;
     if (!p)
-        return te_fail(e, TE_ERR_ARG, "peer is not connected to this engine");
-    if (p->status != TE_OK || !p->ep)
-        return te_fail(e, TE_ERR_PEER, "peer %016llx is unusable: %s",
+        return te_fail(e, TN_ERR_ARG, "peer is not connected to this engine");
+    if (p->status != TN_OK || !p->ep)
+        return te_fail(e, TN_ERR_PEER, "peer %016llx is unusable: %s",
                        (unsigned long long)p->remote_id, p->error);
     uint64_t bytes = 0;
     int rc = validate(e, d, &bytes);
-    if (rc == TE_OK)
+    if (rc == TN_OK)
         rc = check_overlap(e, d->copies, d->n_copies);
-    if (rc != TE_OK)
+    if (rc != TN_OK)
         return rc;
 
     te_transfer *t = calloc(1, sizeof *t);
     if (!t)
-        return te_fail(e, TE_ERR_NOMEM, "out of memory for a transfer");
+        return te_fail(e, TN_ERR_NOMEM, "out of memory for a transfer");
     t->copies = malloc((d->n_copies ? d->n_copies : 1) * sizeof *t->copies);
     t->src = malloc((d->n_src ? d->n_src : 1) * sizeof *t->src);
     t->dst = malloc((d->n_dst ? d->n_dst : 1) * sizeof *t->dst);
@@ -383,7 +383,7 @@ int te_transfer_submit(te_engine *e, const te_transfer_desc *d, te_transfer **ou
         free(t->src);
         free(t->dst);
         free(t);
-        return te_fail(e, TE_ERR_NOMEM, "out of memory for %zu copies", d->n_copies);
+        return te_fail(e, TN_ERR_NOMEM, "out of memory for %zu copies", d->n_copies);
     }
     if (d->n_copies)
         memcpy(t->copies, d->copies, d->n_copies * sizeof *t->copies);
@@ -399,7 +399,7 @@ int te_transfer_submit(te_engine *e, const te_transfer_desc *d, te_transfer **ou
     t->n_src = d->n_src;
     t->n_dst = d->n_dst;
     t->bytes = bytes;
-    t->status = TE_IN_PROGRESS;
+    t->status = TN_IN_PROGRESS;
     t->phase = TE_PHASE_PUT;
     t->timeout_ms = d->timeout_ms;
     t->deadline = te_now_seconds() + d->timeout_ms / 1000.0;
@@ -414,7 +414,7 @@ int te_transfer_submit(te_engine *e, const te_transfer_desc *d, te_transfer **ou
     e->transfers = t;
     te_transfer_advance(t, te_now_seconds());
     *out = t;
-    return TE_OK;
+    return TN_OK;
 }
 
 int te_transfer_status(const te_transfer *t) { return t->status; }
@@ -437,20 +437,20 @@ const char *te_transfer_nic(const te_transfer *t) { return t->peer->transports; 
 int te_transfer_cancel(te_engine *e, te_transfer *t)
 {
     if (!e || !t)
-        return TE_ERR_ARG;
-    if (t->status == TE_IN_PROGRESS)
+        return TN_ERR_ARG;
+    if (t->status == TN_IN_PROGRESS)
         t->canceled = 1;
     te_transfer_advance(t, te_now_seconds());
-    return TE_OK;
+    return TN_OK;
 }
 
 int te_transfer_wait(te_engine *e, te_transfer *t)
 {
     int idle = 0;
-    while (t->status == TE_IN_PROGRESS) {
+    while (t->status == TN_IN_PROGRESS) {
         if (te_engine_progress(e))
             idle = 0;
-        if (t->status != TE_IN_PROGRESS)
+        if (t->status != TN_IN_PROGRESS)
             break;
         te_idle_backoff(&idle);
     }
@@ -499,7 +499,7 @@ void te_transfer_release(te_engine *e, te_transfer *t)
 {
     if (!e || !t)
         return;
-    if (t->status == TE_IN_PROGRESS) {
+    if (t->status == TN_IN_PROGRESS) {
         te_transfer_cancel(e, t);
         te_transfer_wait(e, t); /* ends by the transfer's deadline at the latest */
     }

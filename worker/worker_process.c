@@ -160,12 +160,12 @@ int worker_load_model(const worker_options *o, const char *who, rank_group *g, k
 {
     *out = NULL;
     char why[400];
-    if (tm_device_open(o->device, be, why, sizeof why) != KN_OK) {
+    if (tm_device_open(o->device, be, why, sizeof why) != TN_OK) {
         snprintf(err, errlen, "%s", why);
         return -1;
     }
     tm_load_opts opts = {.weights = o->weight_dtype, .par = &g->groups.par};
-    if (tm_model_load_opts(o->model_dir, be, &opts, out, why, sizeof why) != KN_OK) {
+    if (tm_model_load_opts(o->model_dir, be, &opts, out, why, sizeof why) != TN_OK) {
         snprintf(err, errlen, "cannot load model: %s", why);
         return -1;
     }

@@ -15,5 +15,5 @@ int kn_add_cpu(float *out, const float *a, const float *b, size_t n)
     #pragma omp parallel for schedule(static) if (n > 65536)
     for (size_t i = 0; i < n; i++)
         out[i] = a[i] + b[i];
-    return KN_OK;
+    return TN_OK;
 }

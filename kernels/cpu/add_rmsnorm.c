@@ -41,5 +41,5 @@ int kn_add_rmsnorm_cpu(float *x, float *xn, const float *delta, const float *wei
         for (int i = 0; i < dim; i++)
             xnr[i] = (xr[i] * inv_rms) * weight[i];
     }
-    return KN_OK;
+    return TN_OK;
 }

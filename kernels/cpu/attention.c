@@ -30,10 +30,10 @@ int kn_attention_cpu(float *out, const float *q, const float *k_pool,
     if (!isfinite(scale))
         return kn_arg_error(op, "scale %g is not finite", (double)scale);
     int rc = kn_cpu_check_seq_batch(op, b, page_size);
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         return rc;
     if (b->n_rows == 0)
-        return KN_OK;
+        return TN_OK;
 
     int group = n_heads / n_kv_heads;
     size_t max_keys = (size_t)b->max_kv_len;
@@ -43,7 +43,7 @@ int kn_attention_cpu(float *out, const float *q, const float *k_pool,
     int n_threads = omp_get_max_threads();
     float *scratch = malloc((size_t)n_threads * per_thread * sizeof(float));
     if (!scratch)
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
 
     size_t head_stride = (size_t)page_size * head_dim;
     size_t page_stride = (size_t)n_kv_heads * head_stride;
@@ -97,5 +97,5 @@ int kn_attention_cpu(float *out, const float *q, const float *k_pool,
             oh[d] = acc[d] * inv_denom;
     }
     free(scratch);
-    return KN_OK;
+    return TN_OK;
 }

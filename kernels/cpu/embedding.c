@@ -20,5 +20,5 @@ int kn_embedding_cpu(float *out, const float *table, const int32_t *ids,
     #pragma omp parallel for schedule(static) if ((size_t)n_tokens * dim > 65536)
     for (int t = 0; t < n_tokens; t++)
         memcpy(out + (size_t)t * dim, table + (size_t)ids[t] * dim, row_bytes);
-    return KN_OK;
+    return TN_OK;
 }

@@ -51,5 +51,5 @@ int kn_fill_uniform_cpu(void *x, kn_dtype dt, size_t n, uint64_t seed, size_t fi
     } else {
         return kn_arg_error(op, "unknown dtype %d", (int)dt);
     }
-    return KN_OK;
+    return TN_OK;
 }

@@ -15,7 +15,7 @@ int kn_kv_append_cpu(float *k_pool, float *v_pool, const float *k, const float *
         return kn_arg_error(op, "bad sizes n_kv_heads=%d head_dim=%d page_size=%d",
                             n_kv_heads, head_dim, page_size);
     int rc = kn_cpu_check_seq_batch(op, b, page_size);
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         return rc;
     size_t head_stride = (size_t)page_size * head_dim;
     size_t page_stride = (size_t)n_kv_heads * head_stride;
@@ -32,5 +32,5 @@ int kn_kv_append_cpu(float *k_pool, float *v_pool, const float *k, const float *
             memcpy(v_pool + base + h * head_stride, v + src, row_bytes);
         }
     }
-    return KN_OK;
+    return TN_OK;
 }

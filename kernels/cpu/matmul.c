@@ -20,7 +20,7 @@ static int check_args(const char *op, const float *out, const float *x, const vo
     if (kn_ranges_overlap(out, out_bytes, x, (size_t)m * k * sizeof(float)) ||
         kn_ranges_overlap(out, out_bytes, w, w_bytes))
         return kn_arg_error(op, "out overlaps an input");
-    return KN_OK;
+    return TN_OK;
 }
 
 static void sgemm_bias(float *out, const float *x, const float *w, const float *bias,
@@ -41,10 +41,10 @@ int kn_matmul_cpu(float *out, const float *x, const float *w, const float *bias,
 {
     int rc = check_args("kn_matmul", out, x, w, (size_t)(n > 0 ? n : 0) * (k > 0 ? k : 0) *
                         sizeof(float), m, n, k);
-    if (rc != KN_OK || m == 0)
+    if (rc != TN_OK || m == 0)
         return rc;
     sgemm_bias(out, x, w, bias, m, n, k);
-    return KN_OK;
+    return TN_OK;
 }
 
 /* Both operands as the fp32 values of their FP8 quantizations (fp8.h). */
@@ -56,7 +56,7 @@ static int matmul_fp8(float *out, const float *x, const kn_weight *w, const floa
     if (!xf || !wf) {
         free(xf);
         free(wf);
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     }
     for (int i = 0; i < m; i++)
         kn_fp8_round_act_row(xf + (size_t)i * k, x + (size_t)i * k, (size_t)k);
@@ -64,7 +64,7 @@ static int matmul_fp8(float *out, const float *x, const kn_weight *w, const floa
     sgemm_bias(out, xf, wf, bias, m, n, k);
     free(xf);
     free(wf);
-    return KN_OK;
+    return TN_OK;
 }
 
 int kn_matmul_w_cpu(float *out, const float *x, const kn_weight *w, const float *bias,
@@ -81,13 +81,13 @@ int kn_matmul_w_cpu(float *out, const float *x, const kn_weight *w, const float 
     size_t w_bytes = n > 0 && k > 0 ? (w->dtype == KN_FP8_E4M3 ? kn_fp8_data_bytes(n, k)
                                                                : (size_t)n * k * elem) : 0;
     int rc = check_args(op, out, x, w->data, w_bytes, m, n, k);
-    if (rc != KN_OK || m == 0)
+    if (rc != TN_OK || m == 0)
         return rc;
     if (w->dtype == KN_FP8_E4M3)
         return matmul_fp8(out, x, w, bias, m, n, k);
     if (w->dtype == KN_F32) {
         sgemm_bias(out, x, w->data, bias, m, n, k);
-        return KN_OK;
+        return TN_OK;
     }
     /* bf16: both operands as the fp32 values of their bf16 roundings. */
     float *xf = malloc((size_t)m * k * sizeof(float));
@@ -95,7 +95,7 @@ int kn_matmul_w_cpu(float *out, const float *x, const kn_weight *w, const float 
     if (!xf || !wf) {
         free(xf);
         free(wf);
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     }
     for (size_t i = 0; i < (size_t)m * k; i++)
         xf[i] = kn_round_bf16(x[i]);
@@ -103,5 +103,5 @@ int kn_matmul_w_cpu(float *out, const float *x, const kn_weight *w, const float 
     sgemm_bias(out, xf, wf, bias, m, n, k);
     free(xf);
     free(wf);
-    return KN_OK;
+    return TN_OK;
 }

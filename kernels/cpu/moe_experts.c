@@ -43,7 +43,7 @@ static int expert_routes_build(expert_routes *g, const int32_t *expert_idx,
     if (!g->start || !g->token || !g->weight || !cursor) {
         free(cursor);
         expert_routes_free(g);
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     }
     /* Count per expert, prefix-sum into starts, then place each route. */
     for (size_t i = 0; i < n_routes; i++) {
@@ -66,7 +66,7 @@ static int expert_routes_build(expert_routes *g, const int32_t *expert_idx,
         }
     }
     free(cursor);
-    return KN_OK;
+    return TN_OK;
 }
 
 /* act[r][j] from h[r] = [gate | up] for rows [0, rows). */
@@ -138,7 +138,7 @@ static int check_args(float *out, const float *x, const int32_t *expert_idx,
         if (!isfinite(expert_w[i]))
             return kn_arg_error(op, "token %zu route %zu has a non-finite weight", i / k, i % k);
     }
-    return KN_OK;
+    return TN_OK;
 }
 
 int kn_moe_experts_cpu(float *out, const float *x, const int32_t *expert_idx,
@@ -146,14 +146,14 @@ int kn_moe_experts_cpu(float *out, const float *x, const int32_t *expert_idx,
                        const kn_moe_weights *w)
 {
     int rc = check_args(out, x, expert_idx, expert_w, n_tokens, k, w);
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         return rc;
     int dim = w->dim, inter = w->inter;
     memset(out, 0, (size_t)n_tokens * dim * sizeof(float));
 
     expert_routes g;
     rc = expert_routes_build(&g, expert_idx, expert_w, n_tokens, k, w);
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         return rc;
     const int bf16 = w->wdtype == KN_BF16, fp8 = w->wdtype == KN_FP8_E4M3;
     const int narrow = bf16 || fp8;
@@ -166,7 +166,7 @@ int kn_moe_experts_cpu(float *out, const float *x, const int32_t *expert_idx,
     float *gu_f = narrow ? malloc((size_t)2 * inter * dim * sizeof(float)) : NULL;
     float *dn_f = narrow ? malloc((size_t)dim * inter * sizeof(float)) : NULL;
     if (!xs || !h || !act || !y || (narrow && (!gu_f || !dn_f))) {
-        rc = KN_ERR_NOMEM;
+        rc = TN_ERR_NOMEM;
         goto done;
     }
 

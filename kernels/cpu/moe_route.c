@@ -71,5 +71,5 @@ int kn_moe_route_cpu(int32_t *expert_idx, float *expert_w, const float *logits,
         for (int i = 0; i < k; i++)
             wt[i] = (float)(exp((double)lt[it[i]] - top) / denom);
     }
-    return KN_OK;
+    return TN_OK;
 }

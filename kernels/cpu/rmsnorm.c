@@ -30,5 +30,5 @@ int kn_rmsnorm_cpu(float *out, const float *x, const float *weight, int rows,
         for (int i = 0; i < dim; i++)
             outr[i] = (xr[i] * inv_rms) * weight[i];
     }
-    return KN_OK;
+    return TN_OK;
 }

@@ -39,5 +39,5 @@ int kn_rope_cpu(float *x, const int32_t *pos, int n_tokens, int n_heads,
             }
         }
     }
-    return KN_OK;
+    return TN_OK;
 }

@@ -88,7 +88,7 @@ static int check_row(int row, const float *l, int vocab, const kn_sampling *sp, 
     if (best < 0)
         return kn_arg_error(op, "row %d: no finite logit", row);
     *argmax = best;
-    return KN_OK;
+    return TN_OK;
 }
 
 /* Draws one token for a non-greedy row; cand has room for vocab entries. */
@@ -169,20 +169,20 @@ int kn_sample_cpu(int32_t *tokens, const float *logits, int n_rows, int vocab,
     for (int r = 0; r < n_rows; r++) {
         int argmax = 0;
         int rc = check_row(r, logits + (size_t)r * vocab, vocab, &params[r], &argmax);
-        if (rc != KN_OK)
+        if (rc != TN_OK)
             return rc;
         tokens[r] = argmax;
         any_random |= params[r].temperature > 0.0f;
     }
     if (!any_random)
-        return KN_OK;
+        return TN_OK;
 
     int n_threads = omp_get_max_threads();
     if (n_threads > n_rows)
         n_threads = n_rows;
     candidate *cand = malloc((size_t)n_threads * vocab * sizeof *cand);
     if (!cand)
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     #pragma omp parallel for num_threads(n_threads) schedule(dynamic) if ((size_t)n_rows * vocab > 262144)
     for (int r = 0; r < n_rows; r++) {
         if (params[r].temperature == 0.0f)
@@ -192,5 +192,5 @@ int kn_sample_cpu(int32_t *tokens, const float *logits, int n_rows, int vocab,
                                &rng_state[r], mine);
     }
     free(cand);
-    return KN_OK;
+    return TN_OK;
 }

@@ -37,7 +37,7 @@ int kn_cpu_check_seq_batch(const char *op, const kn_seq_batch *b, int page_size)
                 return kn_arg_error(op, "sequence %d: page_table[%d] = %d outside [0, %d)", s,
                                     i, (int)pages[i], b->n_pages);
     }
-    return KN_OK;
+    return TN_OK;
 }
 
 int kn_cpu_seq_of_row(const kn_seq_batch *b, int r)

@@ -6,7 +6,7 @@
 /* Validates a batch whose arrays are host memory: q_offset starts at 0, never
  * decreases and ends at n_rows; each sequence has no more rows than tokens,
  * fits max_q_len, max_kv_len and its max_pages pages; and every page it uses
- * is an id in [0, n_pages). Returns KN_OK or KN_ERR_ARG with a message. */
+ * is an id in [0, n_pages). Returns TN_OK or TN_ERR_ARG with a message. */
 int kn_cpu_check_seq_batch(const char *op, const kn_seq_batch *b, int page_size);
 
 /* The sequence that row r (< n_rows) belongs to. */

@@ -34,7 +34,7 @@ extern "C" int kn_add_cuda(const kn_backend *be, float *out, const float *a, con
 {
     static const char op[] = "kn_add";
     int rc = kn_cuda_check_backend(op, be);
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         return rc;
     if (!out || !a || !b)
         return kn_arg_error(op, "NULL %s", !out ? "out" : !a ? "a" : "b");
@@ -42,7 +42,7 @@ extern "C" int kn_add_cuda(const kn_backend *be, float *out, const float *a, con
     if (partial_overlap(out, a, bytes) || partial_overlap(out, b, bytes))
         return kn_arg_error(op, "out partially overlaps an input");
     if (n == 0)
-        return KN_OK;
+        return TN_OK;
     bool vec4 = kn_cuda_aligned16(out) && kn_cuda_aligned16(a) && kn_cuda_aligned16(b);
     size_t work = vec4 ? n / 4 + 1 : n;
     size_t blocks = (work + 255) / 256;
@@ -50,5 +50,5 @@ extern "C" int kn_add_cuda(const kn_backend *be, float *out, const float *a, con
     add_kernel<<<(unsigned)(blocks < max_blocks ? blocks : max_blocks), 256, 0, kn_cuda_stream(be)>>>(
         out, a, b, n, vec4);
     KN_CUDA_LAUNCH_CHECK(op, "add_kernel");
-    return KN_OK;
+    return TN_OK;
 }

@@ -679,7 +679,7 @@ int launch_flash(const kn_backend *be, const char *op, const AttnArgs &a, const 
     dim3 grid(kn_cuda_div_up((long long)b->max_q_len * a.group, FL_BM), a.n_kv_heads, b->n_seqs);
     attn_flash_kernel<D><<<grid, FL_THREADS, bytes, kn_cuda_stream(be)>>>(a);
     KN_CUDA_LAUNCH_CHECK(op, "attn_flash_kernel");
-    return KN_OK;
+    return TN_OK;
 }
 
 template <int VPW>
@@ -692,14 +692,14 @@ int launch_split(const kn_backend *be, const char *op, const AttnArgs &a, const 
         else
             attn_decode_kernel<VPW, 128><<<grid, SP_WARPS * 32, 0, kn_cuda_stream(be)>>>(a);
         KN_CUDA_LAUNCH_CHECK(op, "attn_decode_kernel");
-        return KN_OK;
+        return TN_OK;
     }
     size_t bytes = split_smem_bytes(SP_WARPS * VPW, a.head_dim);
     KN_CUDA_TRY(op, cudaFuncSetAttribute(attn_split_kernel<VPW>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
     attn_split_kernel<VPW><<<grid, SP_WARPS * 32, bytes, kn_cuda_stream(be)>>>(a);
     KN_CUDA_LAUNCH_CHECK(op, "attn_split_kernel");
-    return KN_OK;
+    return TN_OK;
 }
 
 } // namespace
@@ -711,9 +711,9 @@ extern "C" int kn_attention_cuda(const kn_backend *be, float *out, const float *
 {
     static const char op[] = "kn_attention";
     int rc = kn_cuda_check_backend(op, be);
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         return rc;
-    if ((rc = kn_cuda_check_seq_batch(op, b)) != KN_OK)
+    if ((rc = kn_cuda_check_seq_batch(op, b)) != TN_OK)
         return rc;
     if (!out || !q || !k_pool || !v_pool)
         return kn_arg_error(op, "NULL %s", !out ? "out" : !q ? "q" : !k_pool ? "k_pool" : "v_pool");
@@ -728,7 +728,7 @@ extern "C" int kn_attention_cuda(const kn_backend *be, float *out, const float *
     if (!isfinite(scale))
         return kn_arg_error(op, "scale %g is not finite", (double)scale);
     if (b->n_rows == 0)
-        return KN_OK;
+        return TN_OK;
 
     kn_cuda_ctx *ctx = kn_cuda_ctx_of(be);
     /* bf16 tensor cores only when the backend was asked for them
@@ -790,13 +790,13 @@ extern "C" int kn_attention_cuda(const kn_backend *be, float *out, const float *
         if (!a.part_o || !a.part_ml) {
             kn_cuda_tmp_free(be, a.part_o);
             kn_cuda_tmp_free(be, a.part_ml);
-            return KN_ERR_NOMEM;
+            return TN_ERR_NOMEM;
         }
     }
     rc = vpw == 1 ? launch_split<1>(be, op, a, b)
        : vpw == 2 ? launch_split<2>(be, op, a, b)
                   : launch_split<4>(be, op, a, b);
-    if (rc == KN_OK && a.n_splits > 1) {
+    if (rc == TN_OK && a.n_splits > 1) {
         attn_combine_kernel<<<(unsigned)((size_t)b->n_rows * n_heads), head_dim < 128 ? 64 : 128, 0,
                               kn_cuda_stream(be)>>>(a);
         cudaError_t err = cudaGetLastError();

@@ -304,7 +304,7 @@ int launch_mma(const kn_backend *be, const char *op, const MmaArgs &a, const kn_
     dim3 grid(kn_cuda_div_up((long long)b->max_q_len * a.group, MB_M), a.n_kv_heads, b->n_seqs);
     attn_mma_kernel<D><<<grid, MB_THREADS, bytes, kn_cuda_stream(be)>>>(a);
     KN_CUDA_LAUNCH_CHECK(op, "attn_mma_kernel");
-    return KN_OK;
+    return TN_OK;
 }
 
 } // namespace

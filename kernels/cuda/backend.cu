@@ -19,13 +19,13 @@ int kn_cuda_device_error(const char *op, const char *what, cudaError_t err)
 {
     fprintf(stderr, "tandem: %s: %s failed: %s (%s)\n", op, what,
             cudaGetErrorString(err), cudaGetErrorName(err));
-    return err == cudaErrorMemoryAllocation ? KN_ERR_NOMEM : KN_ERR_DEVICE;
+    return err == cudaErrorMemoryAllocation ? TN_ERR_NOMEM : TN_ERR_DEVICE;
 }
 
 int kn_cuda_blas_error(const char *op, const char *what, cublasStatus_t st)
 {
     fprintf(stderr, "tandem: %s: %s failed: %s\n", op, what, cublasGetStatusString(st));
-    return st == CUBLAS_STATUS_ALLOC_FAILED ? KN_ERR_NOMEM : KN_ERR_DEVICE;
+    return st == CUBLAS_STATUS_ALLOC_FAILED ? TN_ERR_NOMEM : TN_ERR_DEVICE;
 }
 
 int kn_cuda_check_backend(const char *op, const kn_backend *be)
@@ -34,7 +34,7 @@ int kn_cuda_check_backend(const char *op, const kn_backend *be)
         return kn_arg_error(op, "backend is NULL");
     if (be->kind != KN_BACKEND_CUDA || !be->blas || !be->stream)
         return kn_arg_error(op, "backend is not an initialised CUDA backend");
-    return KN_OK;
+    return TN_OK;
 }
 
 void *kn_cuda_tmp_alloc(const kn_backend *be, const char *op, size_t bytes)
@@ -111,7 +111,7 @@ int kn_cuda_side_streams(const kn_backend *be, const char *op, int n)
         ctx->side_done[ctx->n_side] = done;
         ctx->n_side++;
     }
-    return KN_OK;
+    return TN_OK;
 }
 
 /* Releases whatever init created so far; safe on a half-built ctx. */
@@ -151,9 +151,9 @@ extern "C" int kn_cuda_backend_init(kn_backend *be, int device)
     kn_cuda_ctx *ctx = (kn_cuda_ctx *)calloc(1, sizeof *ctx);
     if (!ctx) {
         fprintf(stderr, "tandem: %s: out of host memory\n", op);
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     }
-    int rc = KN_OK;
+    int rc = TN_OK;
     cublasStatus_t st;
     cudaMemPoolProps props;
     uint64_t keep_all = UINT64_MAX;
@@ -220,7 +220,7 @@ extern "C" int kn_cuda_backend_init(kn_backend *be, int device)
     be->device = device;
     be->stream = ctx->stream;
     be->blas = ctx;
-    return KN_OK;
+    return TN_OK;
 
 fail:
     ctx_destroy(ctx); /* the cuBLAS handle goes before its workspace */
@@ -273,7 +273,7 @@ extern "C" int kn_cuda_attn_bf16(const kn_backend *be)
 extern "C" int kn_cuda_backend_sync(const kn_backend *be)
 {
     KN_CUDA_TRY("kn_backend_sync", cudaStreamSynchronize(kn_cuda_stream(be)));
-    return KN_OK;
+    return TN_OK;
 }
 
 extern "C" void *kn_cuda_malloc(const kn_backend *be, size_t bytes)
@@ -330,7 +330,7 @@ extern "C" int kn_cuda_copy_to_device(const kn_backend *be, void *dst, const voi
     cudaStream_t s = kn_cuda_stream(be);
     KN_CUDA_TRY(op, cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, s));
     KN_CUDA_TRY(op, cudaStreamSynchronize(s));
-    return KN_OK;
+    return TN_OK;
 }
 
 extern "C" int kn_cuda_copy_to_host(const kn_backend *be, void *host_dst, const void *src,
@@ -340,5 +340,5 @@ extern "C" int kn_cuda_copy_to_host(const kn_backend *be, void *host_dst, const 
     cudaStream_t s = kn_cuda_stream(be);
     KN_CUDA_TRY(op, cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, s));
     KN_CUDA_TRY(op, cudaStreamSynchronize(s));
-    return KN_OK;
+    return TN_OK;
 }

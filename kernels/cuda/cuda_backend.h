@@ -16,18 +16,18 @@ extern "C" {
 #endif
 
 /* Selects `device`, creates the stream and BLAS handles and fills *be with
- * kind KN_BACKEND_CUDA. Returns KN_OK, KN_ERR_ARG (no such device) or
- * KN_ERR_DEVICE. On failure *be must be left so that kn_cuda_backend_free
+ * kind KN_BACKEND_CUDA. Returns TN_OK, TN_ERR_ARG (no such device) or
+ * TN_ERR_DEVICE. On failure *be must be left so that kn_cuda_backend_free
  * (and kn_backend_free) on it is safe. */
 int kn_cuda_backend_init(kn_backend *be, int device);
 /* Releases everything kn_cuda_backend_init created, including be->scratch. */
 void kn_cuda_backend_free(kn_backend *be);
-/* cudaStreamSynchronize on be->stream: KN_OK or KN_ERR_DEVICE. */
+/* cudaStreamSynchronize on be->stream: TN_OK or TN_ERR_DEVICE. */
 int kn_cuda_backend_sync(const kn_backend *be);
 /* Device memory on be->device; NULL on failure. */
 void *kn_cuda_malloc(const kn_backend *be, size_t bytes);
 void kn_cuda_free(const kn_backend *be, void *ptr);
-/* Host <-> device copies, complete when they return: KN_OK or KN_ERR_DEVICE. */
+/* Host <-> device copies, complete when they return: TN_OK or TN_ERR_DEVICE. */
 int kn_cuda_copy_to_device(const kn_backend *be, void *dst, const void *host_src, size_t bytes);
 int kn_cuda_copy_to_host(const kn_backend *be, void *host_dst, const void *src, size_t bytes);
 /* Page-locked host memory (cudaHostAlloc); NULL on failure. */
@@ -36,7 +36,7 @@ void kn_cuda_host_free(const kn_backend *be, void *ptr);
 
 /* Events for kn_stopwatch: create (timing enabled), record on be's stream,
  * milliseconds between two recorded events (waits for the later one),
- * destroy (NULL is fine). KN_OK or KN_ERR_DEVICE. */
+ * destroy (NULL is fine). TN_OK or TN_ERR_DEVICE. */
 int kn_cuda_event_create(const kn_backend *be, void **event);
 int kn_cuda_event_record(const kn_backend *be, void *event);
 int kn_cuda_event_elapsed_ms(const kn_backend *be, void *start, void *end, float *ms);

@@ -90,7 +90,7 @@ static inline cudaStream_t kn_cuda_stream(const kn_backend *be)
     return (cudaStream_t)be->stream;
 }
 
-/* "tandem: OP: WHAT failed: <cuda error string>"; returns KN_ERR_DEVICE. */
+/* "tandem: OP: WHAT failed: <cuda error string>"; returns TN_ERR_DEVICE. */
 int kn_cuda_device_error(const char *op, const char *what, cudaError_t err);
 int kn_cuda_blas_error(const char *op, const char *what, cublasStatus_t st);
 

@@ -1,5 +1,5 @@
 /* Token embedding lookup on the GPU. The ids live in device memory, so
- * the contract "an id outside [0, vocab) gives KN_ERR_ARG and writes
+ * the contract "an id outside [0, vocab) gives TN_ERR_ARG and writes
  * nothing" costs one check kernel and a wait for its verdict: the gather
  * kernel itself reads the verdict on the device and writes nothing for a
  * bad batch, and the host waits only to return the status. */
@@ -40,20 +40,20 @@ extern "C" int kn_embedding_cuda(const kn_backend *be, float *out, const float *
 {
     static const char op[] = "kn_embedding";
     int rc = kn_cuda_check_backend(op, be);
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         return rc;
     if (!out || !table || !ids)
         return kn_arg_error(op, "NULL %s", !out ? "out" : !table ? "table" : "ids");
     if (n_tokens < 0 || vocab <= 0 || dim <= 0)
         return kn_arg_error(op, "bad sizes n_tokens=%d vocab=%d dim=%d", n_tokens, vocab, dim);
     if (n_tokens == 0)
-        return KN_OK;
+        return TN_OK;
     cudaStream_t s = kn_cuda_stream(be);
     int *first_bad = (int *)kn_cuda_tmp_alloc(be, op, sizeof(int));
     if (!first_bad)
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     int host_bad = INT_MAX, bad_id = 0;
-    rc = KN_OK;
+    rc = TN_OK;
     cudaError_t err = cudaMemcpyAsync(first_bad, &host_bad, sizeof(int), cudaMemcpyHostToDevice, s);
     if (err == cudaSuccess) {
         int blocks = kn_cuda_div_up(n_tokens, 256);

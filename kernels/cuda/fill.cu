@@ -50,7 +50,7 @@ extern "C" int kn_fill_uniform_cuda(const kn_backend *be, void *x, kn_dtype dt, 
 {
     static const char op[] = "kn_fill_uniform";
     int rc = kn_cuda_check_backend(op, be);
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         return rc;
     if (!x && n > 0)
         return kn_arg_error(op, "NULL buffer");
@@ -59,7 +59,7 @@ extern "C" int kn_fill_uniform_cuda(const kn_backend *be, void *x, kn_dtype dt, 
     if (dt != KN_F32 && dt != KN_BF16 && dt != KN_FP8_E4M3)
         return kn_arg_error(op, "unknown dtype %d", (int)dt);
     if (n == 0)
-        return KN_OK;
+        return TN_OK;
     /* hi - lo rounded once on the host, as the CPU's (hi - lo) is. */
     volatile float range = hi - lo;
     size_t blocks = (n + 255) / 256, cap = (size_t)kn_cuda_ctx_of(be)->sm_count * 32;
@@ -72,5 +72,5 @@ extern "C" int kn_fill_uniform_cuda(const kn_backend *be, void *x, kn_dtype dt, 
     else
         fill_bf16_kernel<<<grid, 256, 0, s>>>((__nv_bfloat16 *)x, n, seed, first, lo, range);
     KN_CUDA_LAUNCH_CHECK(op, "fill kernel");
-    return KN_OK;
+    return TN_OK;
 }

@@ -18,7 +18,7 @@
 #include "kernels/cuda/lt_plan_cache.cuh"
 
 /* Descriptors and the heuristic's algorithm for key (key->m rows) into the
- * empty slot p. KN_ERR_UNSUPPORTED (quietly) when cuBLASLt has none. */
+ * empty slot p. TN_ERR_UNSUPPORTED (quietly) when cuBLASLt has none. */
 static int plan_make(struct kn_lt_cache *c, size_t ws_bytes, const char *op, const kn_lt_key *key,
                      kn_lt_plan *p)
 {
@@ -62,7 +62,7 @@ static int plan_make(struct kn_lt_cache *c, size_t ws_bytes, const char *op, con
     cublasLtMatmulPreferenceDestroy(pref);
     if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found < 1)) {
         kn_lt_plan_reset(p);
-        return KN_ERR_UNSUPPORTED;
+        return TN_ERR_UNSUPPORTED;
     }
     if (st != CUBLAS_STATUS_SUCCESS) {
         kn_lt_plan_reset(p);
@@ -71,7 +71,7 @@ static int plan_make(struct kn_lt_cache *c, size_t ws_bytes, const char *op, con
     p->algo = res.algo;
     p->key = *key;
     p->valid = 1;
-    return KN_OK;
+    return TN_OK;
 fail:
     if (pref)
         cublasLtMatmulPreferenceDestroy(pref);
@@ -103,10 +103,10 @@ int kn_cuda_gemm_bf16_lt(const kn_backend *be, cudaStream_t stream, void *ws, si
                          int m, int n, int k)
 {
     if (m == 0)
-        return KN_OK;
+        return TN_OK;
     struct kn_lt_cache *c = kn_lt_cache_of(be, op);
     if (!c)
-        return KN_ERR_DEVICE;
+        return TN_ERR_DEVICE;
     kn_lt_key key;
     memset(&key, 0, sizeof key);
     key.kind = KN_LT_KIND_BF16;
@@ -122,22 +122,22 @@ int kn_cuda_gemm_bf16_lt(const kn_backend *be, cudaStream_t stream, void *ws, si
     for (int exact = key.m == m; ; exact = 1) {
         if (exact)
             key.m = m;
-        int hit, rc = KN_OK;
+        int hit, rc = TN_OK;
         kn_lt_plan *p = kn_lt_cache_slot(c, &key, &hit);
         if (!hit)
             rc = plan_make(c, ws_bytes, op, &key, p);
-        if (rc == KN_ERR_UNSUPPORTED && !exact)
+        if (rc == TN_ERR_UNSUPPORTED && !exact)
             continue;   /* none for the bucket: ask for the exact count */
-        if (rc == KN_ERR_UNSUPPORTED) {
+        if (rc == TN_ERR_UNSUPPORTED) {
             fprintf(stderr, "tandem: %s: cuBLASLt has no bf16 algorithm for m=%d n=%d k=%d "
                     "(alignments %d/%d/%d)\n", op, m, n, k, key.align[0], key.align[1], key.align[2]);
             return rc;
         }
-        if (rc != KN_OK)
+        if (rc != TN_OK)
             return rc;
         cublasStatus_t st = plan_run(c, p, stream, ws, ws_bytes, out, x, w, beta, m);
         if (st == CUBLAS_STATUS_SUCCESS)
-            return KN_OK;
+            return TN_OK;
         /* the bucket's algorithm refused for these rows: the exact plan */
         if (exact || (st != CUBLAS_STATUS_NOT_SUPPORTED && st != CUBLAS_STATUS_INVALID_VALUE))
             return kn_cuda_blas_error(op, "cublasLtMatmul (bf16)", st);

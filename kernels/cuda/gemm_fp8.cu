@@ -182,7 +182,7 @@ static kn_lt_plan *plan_get(struct kn_lt_cache *c, const kn_backend *be, const c
 {
     int hit;
     kn_lt_plan *p = kn_lt_cache_slot(c, key, &hit);
-    *rc = KN_OK;
+    *rc = TN_OK;
     if (hit)
         return p;
     const char *what = "cuBLASLt descriptors";
@@ -219,7 +219,7 @@ static kn_lt_plan *plan_get(struct kn_lt_cache *c, const kn_backend *be, const c
                 "m=%d n=%d k=%d (%s output, alignments %d/%d/%d)\n", op, key->m, key->n, key->k,
                 key->out_type == CUDA_R_16BF ? "bf16" : "fp32", key->align[0], key->align[1],
                 key->align[2]);
-        *rc = KN_ERR_UNSUPPORTED;
+        *rc = TN_ERR_UNSUPPORTED;
         return NULL;
     }
     return p;
@@ -236,7 +236,7 @@ static cublasStatus_t plan_run(struct kn_cuda_fp8 *f, struct kn_lt_cache *c,
 {
     const char *what = "cuBLASLt descriptors";
     descs d;
-    *rc = KN_OK;
+    *rc = TN_OK;
     cublasStatus_t st = descs_make(&d, be, &p->key, m, xs, ws, bias, p->epilogue_bias, &what);
     if (st != CUBLAS_STATUS_SUCCESS) {
         *rc = kn_cuda_blas_error(op, what, st);
@@ -275,14 +275,14 @@ static int gemm_fp8_on(const kn_backend *be, const char *op, cudaStream_t stream
                        const uint8_t *w, const float *ws, const float *bias, int m, int n, int k)
 {
     if (m == 0)
-        return KN_OK;
+        return TN_OK;
     if (m % KN_CUDA_FP8_M_ALIGN)
         return kn_arg_error(op, "fp8 GEMM rows %d are not a multiple of %d", m,
                             KN_CUDA_FP8_M_ALIGN);
     struct kn_cuda_fp8 *f = fp8_state(be, op);
     struct kn_lt_cache *c = kn_lt_cache_of(be, op);
     if (!f || !c)
-        return KN_ERR_DEVICE;
+        return TN_ERR_DEVICE;
     kn_lt_key key;
     memset(&key, 0, sizeof key);
     key.kind = KN_LT_KIND_FP8_BLOCK;
@@ -302,16 +302,16 @@ static int gemm_fp8_on(const kn_backend *be, const char *op, cudaStream_t stream
         if (exact)
             key.m = m;
         kn_lt_plan *p = plan_get(c, be, op, &key, xs, ws, bias, &rc);
-        if (!p && !exact && rc == KN_ERR_UNSUPPORTED)
+        if (!p && !exact && rc == TN_ERR_UNSUPPORTED)
             continue;   /* none for the bucket: ask for the exact count */
         if (!p)
             return rc;
         cublasStatus_t st = plan_run(f, c, be, op, p, m, out, xq, xs, w, ws, bias, stream, ws_buf,
                                      &rc);
-        if (rc != KN_OK)
+        if (rc != TN_OK)
             return rc;
         if (st == CUBLAS_STATUS_SUCCESS)
-            return KN_OK;
+            return TN_OK;
         if (exact)
             return kn_cuda_blas_error(op, "cublasLtMatmul (fp8)", st);
     }
@@ -335,11 +335,11 @@ int kn_cuda_fp8_act_alloc(const kn_backend *be, const char *op, int m, int k, in
     *xq = (uint8_t *)kn_cuda_tmp_alloc(be, op, qb);
     *xs = (float *)kn_cuda_tmp_alloc(be, op, sb);
     if (!*xq || !*xs)
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     cudaStream_t s = kn_cuda_stream(be);
     KN_CUDA_TRY(op, cudaMemsetAsync(*xq, 0, qb, s));
     KN_CUDA_TRY(op, cudaMemsetAsync(*xs, 0, sb, s));
-    return KN_OK;
+    return TN_OK;
 }
 
 int kn_cuda_fp8_linear(const kn_backend *be, const char *op, void *out, int out_bf16,
@@ -347,23 +347,23 @@ int kn_cuda_fp8_linear(const kn_backend *be, const char *op, void *out, int out_
                        int m, int n, int k)
 {
     if (m == 0)
-        return KN_OK;
+        return TN_OK;
     const int m_pad = (int)kn_cuda_fp8_round_rows((size_t)m);
     const size_t elem = out_bf16 ? 2 : 4;
     uint8_t *xq = NULL;
     float *xs = NULL;
     void *tmp = NULL;
     int rc = kn_cuda_fp8_act_alloc(be, op, m, k, 1, &xq, &xs);
-    if (rc == KN_OK)
+    if (rc == TN_OK)
         rc = kn_cuda_quant_fp8(be, op, xq, xs, x, m, k, NULL, 1);
     /* the pad rows' outputs go to a temporary, whose first m rows are out */
-    if (rc == KN_OK && m_pad != m) {
+    if (rc == TN_OK && m_pad != m) {
         tmp = kn_cuda_tmp_alloc(be, op, (size_t)m_pad * n * elem);
-        rc = tmp ? KN_OK : KN_ERR_NOMEM;
+        rc = tmp ? TN_OK : TN_ERR_NOMEM;
     }
-    if (rc == KN_OK)
+    if (rc == TN_OK)
         rc = kn_cuda_gemm_fp8(be, op, tmp ? tmp : out, out_bf16, xq, xs, w, ws, bias, m_pad, n, k);
-    if (rc == KN_OK && tmp) {
+    if (rc == TN_OK && tmp) {
         cudaError_t err = cudaMemcpyAsync(out, tmp, (size_t)m * n * elem,
                                           cudaMemcpyDeviceToDevice, kn_cuda_stream(be));
         if (err != cudaSuccess)
@@ -391,7 +391,7 @@ int kn_cuda_fp8_expert_gemms_q(const kn_backend *be, const char *op, float *out,
 {
     const int rows_total = host_off[n_experts];
     if (rows_total == 0)
-        return KN_OK;
+        return TN_OK;
     kn_cuda_ctx *ctx = kn_cuda_ctx_of(be);
     if (n_streams < 1 || n_streams > ctx->n_side)
         n_streams = 1;
@@ -418,13 +418,13 @@ int kn_cuda_fp8_expert_gemms_q(const kn_backend *be, const char *op, float *out,
         tmp_total += tmp_rows[c];
     }
     float *tmp = tmp_total ? (float *)kn_cuda_tmp_alloc(be, op, tmp_total * n * sizeof(float)) : NULL;
-    int rc = tmp_total && !tmp ? KN_ERR_NOMEM : KN_OK;
-    if (rc == KN_OK && n_streams > 1) {
+    int rc = tmp_total && !tmp ? TN_ERR_NOMEM : TN_OK;
+    if (rc == TN_OK && n_streams > 1) {
         cudaError_t err = kn_cuda_side_fork(be, n_streams);
         if (err != cudaSuccess)
             rc = kn_cuda_device_error(op, "side stream fork (fp8)", err);
     }
-    for (int e = 0; e < n_experts && rc == KN_OK; e++) {
+    for (int e = 0; e < n_experts && rc == TN_OK; e++) {
         int r0 = host_off[e], rows = host_off[e + 1] - r0;
         if (rows == 0)
             continue;
@@ -439,7 +439,7 @@ int kn_cuda_fp8_expert_gemms_q(const kn_backend *be, const char *op, float *out,
                          xq + p0 * kp, xs + kn_cuda_fp8_seg_base(p0, (size_t)e, (size_t)k),
                          w + (size_t)e * w_bytes, ws + (size_t)e * w_scales,
                          bias ? bias + (size_t)e * n : NULL, m_pad, n, k);
-        if (rc == KN_OK && !direct) {
+        if (rc == TN_OK && !direct) {
             cudaError_t err = cudaMemcpyAsync(out + (size_t)r0 * n, run_tmp,
                                               (size_t)rows * n * sizeof(float),
                                               cudaMemcpyDeviceToDevice, stream);
@@ -451,7 +451,7 @@ int kn_cuda_fp8_expert_gemms_q(const kn_backend *be, const char *op, float *out,
     /* the join runs even after an error: nothing may still use tmp */
     if (n_streams > 1) {
         cudaError_t err = kn_cuda_side_join(be, n_streams);
-        if (err != cudaSuccess && rc == KN_OK)
+        if (err != cudaSuccess && rc == TN_OK)
             rc = kn_cuda_device_error(op, "side stream join (fp8)", err);
     }
     kn_cuda_tmp_free(be, tmp);
@@ -466,14 +466,14 @@ int kn_cuda_fp8_expert_gemms(const kn_backend *be, const char *op, float *out, c
 {
     const int rows_total = host_off[n_experts];
     if (rows_total == 0)
-        return KN_OK;
+        return TN_OK;
     uint8_t *xq = NULL;
     float *xs = NULL;
     int rc = kn_cuda_fp8_act_alloc(be, op, rows_total, k, n_experts, &xq, &xs);
-    if (rc == KN_OK)
+    if (rc == TN_OK)
         rc = kn_cuda_quant_fp8_gather(be, op, xq, xs, x, rows_total, k, dev_off, n_experts, x_rows,
                                       x_rows_div);
-    if (rc == KN_OK)
+    if (rc == TN_OK)
         rc = kn_cuda_fp8_expert_gemms_q(be, op, out, xq, xs, host_off, n_experts, w, ws, bias, n, k,
                                         n_streams);
     kn_cuda_tmp_free(be, xq);

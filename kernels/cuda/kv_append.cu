@@ -50,7 +50,7 @@ int kn_cuda_check_seq_batch(const char *op, const kn_seq_batch *b)
         return kn_arg_error(op, "%d rows but no sequences", b->n_rows);
     if (b->n_rows > 0 && b->max_q_len <= 0)
         return kn_arg_error(op, "max_q_len %d with %d rows", b->max_q_len, b->n_rows);
-    return KN_OK;
+    return TN_OK;
 }
 
 extern "C" int kn_kv_append_cuda(const kn_backend *be, float *k_pool, float *v_pool,
@@ -59,9 +59,9 @@ extern "C" int kn_kv_append_cuda(const kn_backend *be, float *k_pool, float *v_p
 {
     static const char op[] = "kn_kv_append";
     int rc = kn_cuda_check_backend(op, be);
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         return rc;
-    if ((rc = kn_cuda_check_seq_batch(op, b)) != KN_OK)
+    if ((rc = kn_cuda_check_seq_batch(op, b)) != TN_OK)
         return rc;
     if (!k_pool || !v_pool || !k || !v)
         return kn_arg_error(op, "NULL %s", !k_pool ? "k_pool" : !v_pool ? "v_pool" : !k ? "k" : "v");
@@ -69,12 +69,12 @@ extern "C" int kn_kv_append_cuda(const kn_backend *be, float *k_pool, float *v_p
         return kn_arg_error(op, "bad sizes n_kv_heads=%d head_dim=%d page_size=%d",
                                  n_kv_heads, head_dim, page_size);
     if (b->n_rows == 0)
-        return KN_OK;
+        return TN_OK;
     int row_floats = n_kv_heads * head_dim;
     int threads = row_floats >= 256 ? 256 : 64;
     kv_append_kernel<<<b->n_rows, threads, 0, kn_cuda_stream(be)>>>(
         k_pool, v_pool, k, v, b->q_offset, b->kv_len, b->page_table, b->n_seqs, b->max_pages, b->n_pages,
         n_kv_heads, head_dim, page_size);
     KN_CUDA_LAUNCH_CHECK(op, "kv_append_kernel");
-    return KN_OK;
+    return TN_OK;
 }

@@ -52,10 +52,10 @@ static unsigned grid_for(const kn_backend *be, size_t total)
 int kn_cuda_to_bf16(const kn_backend *be, const char *op, void *dst, const float *src, size_t n)
 {
     if (n == 0)
-        return KN_OK;
+        return TN_OK;
     to_bf16_kernel<<<grid_for(be, n), 256, 0, kn_cuda_stream(be)>>>((__nv_bfloat16 *)dst, src, n);
     KN_CUDA_LAUNCH_CHECK(op, "to_bf16_kernel");
-    return KN_OK;
+    return TN_OK;
 }
 
 int kn_cuda_gemm(const kn_backend *be, const char *op, float *out, const void *x,
@@ -76,13 +76,13 @@ static int handle_workspace(const kn_backend *be, cublasHandle_t blas, const cha
     if (blas == ctx->blas) {
         *stream = kn_cuda_stream(be);
         *ws = be->scratch;
-        return KN_OK;
+        return TN_OK;
     }
     for (int i = 0; i < ctx->n_side; i++)
         if (blas == ctx->side_blas[i]) {
             *stream = ctx->side[i];
             *ws = ctx->side_ws[i];
-            return KN_OK;
+            return TN_OK;
         }
     return kn_arg_error(op, "cuBLAS handle is not one of the backend's");
 }
@@ -91,7 +91,7 @@ int kn_cuda_gemm_on(const kn_backend *be, cublasHandle_t blas, const char *op, f
                     const void *x, const void *w, kn_dtype dt, const float *bias, int m, int n, int k)
 {
     if (m == 0)
-        return KN_OK;
+        return TN_OK;
     kn_cuda_ctx *ctx = kn_cuda_ctx_of(be);
     float beta = 0.0f;
     if (bias) {
@@ -108,7 +108,7 @@ int kn_cuda_gemm_on(const kn_backend *be, cublasHandle_t blas, const char *op, f
         size_t ws_bytes = 0;
         cudaStream_t s = NULL;
         int rc = handle_workspace(be, blas, op, &s, &ws, &ws_bytes);
-        if (rc == KN_OK)
+        if (rc == TN_OK)
             rc = kn_cuda_gemm_bf16_lt(be, s, ws, ws_bytes, op, out, x, w, beta, m, n, k);
         return rc;
     }
@@ -122,7 +122,7 @@ int kn_cuda_gemm_on(const kn_backend *be, cublasHandle_t blas, const char *op, f
                                      out, CUDA_R_32F, n, compute, CUBLAS_GEMM_DEFAULT);
     if (st != CUBLAS_STATUS_SUCCESS)
         return kn_cuda_blas_error(op, "cublasGemmEx", st);
-    return KN_OK;
+    return TN_OK;
 }
 
 int kn_cuda_linear(const kn_backend *be, const char *op, float *out, const float *x,
@@ -135,7 +135,7 @@ static int check_args(const char *op, const kn_backend *be, const float *out, co
                       const void *w, size_t w_bytes, int m, int n, int k)
 {
     int rc = kn_cuda_check_backend(op, be);
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         return rc;
     if (!out || !x || !w)
         return kn_arg_error(op, "NULL %s", !out ? "out" : !x ? "x" : "w");
@@ -145,7 +145,7 @@ static int check_args(const char *op, const kn_backend *be, const float *out, co
     if (kn_ranges_overlap(out, out_bytes, x, (size_t)m * k * sizeof(float)) ||
         kn_ranges_overlap(out, out_bytes, w, w_bytes))
         return kn_arg_error(op, "out overlaps an input");
-    return KN_OK;
+    return TN_OK;
 }
 
 extern "C" int kn_matmul_cuda(const kn_backend *be, float *out, const float *x,
@@ -154,7 +154,7 @@ extern "C" int kn_matmul_cuda(const kn_backend *be, float *out, const float *x,
     static const char op[] = "kn_matmul";
     int rc = check_args(op, be, out, x, w, (size_t)(n > 0 ? n : 0) * (k > 0 ? k : 0) *
                         sizeof(float), m, n, k);
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         return rc;
     return kn_cuda_linear(be, op, out, x, w, bias, m, n, k);
 }
@@ -173,7 +173,7 @@ extern "C" int kn_matmul_w_cuda(const kn_backend *be, float *out, const float *x
     size_t w_bytes = n > 0 && k > 0 ? (w->dtype == KN_FP8_E4M3 ? kn_fp8_data_bytes(n, k)
                                                                : (size_t)n * k * elem) : 0;
     int rc = check_args(op, be, out, x, w->data, w_bytes, m, n, k);
-    if (rc != KN_OK || m == 0)
+    if (rc != TN_OK || m == 0)
         return rc;
     if (w->dtype == KN_FP8_E4M3)
         return kn_cuda_fp8_linear(be, op, out, 0, x, (const uint8_t *)w->data, w->scale, bias,
@@ -183,9 +183,9 @@ extern "C" int kn_matmul_w_cuda(const kn_backend *be, float *out, const float *x
     size_t nx = (size_t)m * k;
     void *xb = kn_cuda_tmp_alloc(be, op, nx * sizeof(__nv_bfloat16));
     if (!xb)
-        return KN_ERR_NOMEM;
+        return TN_ERR_NOMEM;
     rc = kn_cuda_to_bf16(be, op, xb, x, nx);
-    if (rc == KN_OK)
+    if (rc == TN_OK)
         rc = kn_cuda_gemm(be, op, out, xb, w->data, KN_BF16, bias, m, n, k);
     kn_cuda_tmp_free(be, xb);
     return rc;

@@ -254,7 +254,7 @@ static int act_quant_fp8(const kn_backend *be, const char *op, const kn_moe_weig
         xq, xs, h, perm, expert_idx, w->expert_offset, w->gate_up_bias, n_routed, inter, kb, ld, dev_off,
         w->n_experts, (int)w->act, w->alpha, w->limit);
     cudaError_t err = cudaGetLastError();
-    return err == cudaSuccess ? KN_OK : kn_cuda_device_error(op, "moe_act_quant_fp8_kernel", err);
+    return err == cudaSuccess ? TN_OK : kn_cuda_device_error(op, "moe_act_quant_fp8_kernel", err);
 }
 
 /* out[t] = sum over t's routes held here of w * (y[pos] + down_bias_e). */
@@ -728,7 +728,7 @@ static int products_all_experts(const kn_backend *be, const char *op, const kn_m
     kn_cuda_ctx *ctx = kn_cuda_ctx_of(be);
     const size_t in_elem = rows_elem(w);
     const int out_w = which == GATE_UP ? 2 * w->inter : w->dim, in_w = which == GATE_UP ? w->dim : w->inter;
-    int rc = KN_OK, used = 0;
+    int rc = TN_OK, used = 0;
     if (w->wdtype == KN_FP8_E4M3) /* all experts in one call; biases are added outside */
         return kn_cuda_fp8_expert_gemms(be, op, out, (const float *)in, in_rows, in_rows_div,
                                         host_off, dev_off, w->n_experts,
@@ -740,7 +740,7 @@ static int products_all_experts(const kn_backend *be, const char *op, const kn_m
         if (err != cudaSuccess)
             return kn_cuda_device_error(op, "side stream fork", err);
     }
-    for (int e = 0; e < w->n_experts && rc == KN_OK; e++) {
+    for (int e = 0; e < w->n_experts && rc == TN_OK; e++) {
         const int rows = host_off[e + 1] - host_off[e];
         if (rows == 0)
             continue;
@@ -750,7 +750,7 @@ static int products_all_experts(const kn_backend *be, const char *op, const kn_m
     }
     if (n_streams > 1) {
         cudaError_t err = kn_cuda_side_join(be, n_streams);
-        if (err != cudaSuccess && rc == KN_OK)
+        if (err != cudaSuccess && rc == TN_OK)
             rc = kn_cuda_device_error(op, "side stream join", err);
     }
     return rc;
@@ -767,12 +767,12 @@ static int per_expert_middle(const kn_backend *be, const char *op, const kn_moe_
     cudaStream_t s = kn_cuda_stream(be);
     const int n_local = w->n_experts, inter = w->inter, n_routed = host_off[n_local];
     const bool bf16 = w->wdtype == KN_BF16;
-    int rc = KN_OK, n_streams = kn_cuda_ctx_of(be)->moe_streams, busy = 0;
+    int rc = TN_OK, n_streams = kn_cuda_ctx_of(be)->moe_streams, busy = 0;
     for (int e = 0; e < n_local; e++)
         busy += host_off[e + 1] > host_off[e];
     if (n_streams > busy)
         n_streams = busy;
-    if (n_streams > 1 && kn_cuda_side_streams(be, op, n_streams) != KN_OK)
+    if (n_streams > 1 && kn_cuda_side_streams(be, op, n_streams) != TN_OK)
         n_streams = 1; /* (message printed) the main stream still works */
     /* FP8 with fused_act: the activation goes straight into the down
      * product's e4m3 codes and scales (no fp32 a). */
@@ -780,17 +780,17 @@ static int per_expert_middle(const kn_backend *be, const char *op, const kn_moe_
     float *h = (float *)kn_cuda_tmp_alloc(be, op, (size_t)n_routed * 2 * inter * sizeof(float));
     void *a = fused ? NULL : kn_cuda_tmp_alloc(be, op, (size_t)n_routed * inter * rows_elem(w));
     if (!h || (!fused && !a))
-        rc = KN_ERR_NOMEM;
-    if (rc == KN_OK)
+        rc = TN_ERR_NOMEM;
+    if (rc == TN_OK)
         rc = products_all_experts(be, op, w, GATE_UP, host_off, dev_off, h, xp,
                                   w->wdtype == KN_FP8_E4M3 ? perm : NULL, k, n_streams);
-    if (rc == KN_OK && fused) {
+    if (rc == TN_OK && fused) {
         uint8_t *xq = NULL;
         float *xs = NULL;
         rc = kn_cuda_fp8_act_alloc(be, op, n_routed, inter, n_local, &xq, &xs);
-        if (rc == KN_OK)
+        if (rc == TN_OK)
             rc = act_quant_fp8(be, op, w, xq, xs, h, perm, expert_idx, dev_off, n_routed);
-        if (rc == KN_OK)
+        if (rc == TN_OK)
             rc = kn_cuda_fp8_expert_gemms_q(be, op, y, xq, xs, host_off, n_local, (const uint8_t *)w->down,
                                             w->down_scale, NULL, w->dim, inter, n_streams);
         kn_cuda_tmp_free(be, xq);
@@ -798,7 +798,7 @@ static int per_expert_middle(const kn_backend *be, const char *op, const kn_moe_
         kn_cuda_tmp_free(be, h);
         return rc;
     }
-    if (rc == KN_OK) {
+    if (rc == TN_OK) {
         const int threads = inter >= 512 ? 256 : 64;
         if (bf16)
             moe_act_kernel<<<n_routed, threads, 0, s>>>((__nv_bfloat16 *)a, h, perm, expert_idx,
@@ -812,7 +812,7 @@ static int per_expert_middle(const kn_backend *be, const char *op, const kn_moe_
         if (err != cudaSuccess)
             rc = kn_cuda_device_error(op, "moe_act_kernel", err);
     }
-    if (rc == KN_OK)
+    if (rc == TN_OK)
         rc = products_all_experts(be, op, w, DOWN, host_off, dev_off, y, a, NULL, 1, n_streams);
     kn_cuda_tmp_free(be, h);
     kn_cuda_tmp_free(be, a);
@@ -837,7 +837,7 @@ extern "C" int kn_moe_experts_cuda(const kn_backend *be, float *out, const float
 {
     static const char op[] = "kn_moe_experts";
     int rc = kn_cuda_check_backend(op, be);
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         return rc;
     if (!out || !x || !expert_idx || !expert_w || !w)
         return kn_arg_error(op, "NULL %s", !out ? "out" : !x ? "x" : !expert_idx ? "expert_idx"
@@ -862,7 +862,7 @@ extern "C" int kn_moe_experts_cuda(const kn_backend *be, float *out, const float
     if (kn_ranges_overlap(out, x_bytes, x, x_bytes))
         return kn_arg_error(op, "out overlaps x");
     if (n_tokens == 0)
-        return KN_OK;
+        return TN_OK;
     if ((size_t)n_tokens * k > (size_t)0x7fffffff)
         return kn_arg_error(op, "%d tokens x %d routes is too many", n_tokens, k);
 
@@ -880,7 +880,7 @@ extern "C" int kn_moe_experts_cuda(const kn_backend *be, float *out, const float
     perm = (int *)kn_cuda_tmp_alloc(be, op, (size_t)n_slots * sizeof(int));
     slot_pos = (int *)kn_cuda_tmp_alloc(be, op, (size_t)n_slots * sizeof(int));
     if (!offsets || !perm || !slot_pos) {
-        rc = KN_ERR_NOMEM;
+        rc = TN_ERR_NOMEM;
         goto done;
     }
     moe_count_kernel<<<1, 1024, (size_t)n_local * sizeof(int), s>>>(expert_idx, n_slots,
@@ -900,12 +900,12 @@ extern "C" int kn_moe_experts_cuda(const kn_backend *be, float *out, const float
     if (grouped && w->wdtype == KN_FP8_E4M3) {
         y = (float *)kn_cuda_tmp_alloc(be, op, (size_t)n_slots * dim * sizeof(float));
         if (!y) {
-            rc = KN_ERR_NOMEM;
+            rc = TN_ERR_NOMEM;
             goto done;
         }
         rc = kn_cuda_moe_grouped_fp8(be, op, w, y, x, perm, offsets, n_tokens, k,
                                      ((long long)n_slots + n_local - 1) / n_local);
-        if (rc != KN_OK)
+        if (rc != TN_OK)
             goto done;
     } else if (grouped) {
         /* Sized for every slot (the routed count stays on the device). */
@@ -913,7 +913,7 @@ extern "C" int kn_moe_experts_cuda(const kn_backend *be, float *out, const float
         a = kn_cuda_tmp_alloc(be, op, (size_t)n_slots * inter * sizeof(__nv_bfloat16));
         y = (float *)kn_cuda_tmp_alloc(be, op, (size_t)n_slots * dim * sizeof(float));
         if (!xp || !a || !y) {
-            rc = KN_ERR_NOMEM;
+            rc = TN_ERR_NOMEM;
             goto done;
         }
         moe_gather_kernel<<<n_slots, dim >= 512 ? 256 : 64, 0, s>>>((__nv_bfloat16 *)xp, x, perm, offsets,
@@ -931,7 +931,7 @@ extern "C" int kn_moe_experts_cuda(const kn_backend *be, float *out, const float
         /* The GEMM sizes must be known on the host: one sync per call. */
         host_off = (int *)malloc((size_t)(n_local + 1) * sizeof(int));
         if (!host_off) {
-            rc = KN_ERR_NOMEM;
+            rc = TN_ERR_NOMEM;
             goto done;
         }
         if ((err = cudaMemcpyAsync(host_off, offsets, (size_t)(n_local + 1) * sizeof(int),
@@ -948,7 +948,7 @@ extern "C" int kn_moe_experts_cuda(const kn_backend *be, float *out, const float
         if (gather)
             xp = kn_cuda_tmp_alloc(be, op, (size_t)(n_routed ? n_routed : 1) * dim * rows_elem(w));
         if (!y || (gather && !xp)) {
-            rc = KN_ERR_NOMEM;
+            rc = TN_ERR_NOMEM;
             goto done;
         }
         if (n_routed > 0) {
@@ -964,7 +964,7 @@ extern "C" int kn_moe_experts_cuda(const kn_backend *be, float *out, const float
                 goto done;
             }
             rc = per_expert_middle(be, op, w, host_off, offsets, y, gather ? xp : x, perm, expert_idx, k);
-            if (rc != KN_OK)
+            if (rc != TN_OK)
                 goto done;
         }
     }

@@ -382,12 +382,12 @@ int kn_cuda_moe_grouped_fp8(const kn_backend *be, const char *op, const kn_moe_w
                                        long long rows_hint)
 {
     if (n_tokens == 0)
-        return KN_OK;
+        return TN_OK;
     cudaStream_t s = kn_cuda_stream(be);
     const size_t n_slots = (size_t)n_tokens * k;
     const int ldx = (int)kn_fp8_ld((size_t)w->dim), kbx = (int)kn_fp8_blocks((size_t)w->dim);
     const size_t ldi = kn_fp8_ld((size_t)w->inter), kbi = kn_fp8_blocks((size_t)w->inter);
-    int rc = KN_OK;
+    int rc = TN_OK;
     cudaError_t err = cudaSuccess;
     const char *what = "moe_fp8_quant_x_kernel";
     /* x quantized per token; the activation per slot (the routed count stays
@@ -397,7 +397,7 @@ int kn_cuda_moe_grouped_fp8(const kn_backend *be, const char *op, const kn_moe_w
     uint8_t *aq = (uint8_t *)kn_cuda_tmp_alloc(be, op, n_slots * ldi);
     float *as = (float *)kn_cuda_tmp_alloc(be, op, n_slots * kbi * sizeof(float));
     if (!xq || !xs || !aq || !as) {
-        rc = KN_ERR_NOMEM;
+        rc = TN_ERR_NOMEM;
         goto done;
     }
     {

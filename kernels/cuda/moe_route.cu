@@ -105,7 +105,7 @@ extern "C" int kn_moe_route_cuda(const kn_backend *be, int32_t *expert_idx, floa
 {
     static const char op[] = "kn_moe_route";
     int rc = kn_cuda_check_backend(op, be);
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         return rc;
     if (!expert_idx || !expert_w || !logits)
         return kn_arg_error(op, "NULL %s", !expert_idx ? "expert_idx" : !expert_w ? "expert_w" : "logits");
@@ -117,12 +117,12 @@ extern "C" int kn_moe_route_cuda(const kn_backend *be, int32_t *expert_idx, floa
         return kn_arg_error(op, "n_experts=%d k=%d is over the CUDA kernel's limits (%d, %d)",
                                  n_experts, k, ROUTE_MAX_EXPERTS, ROUTE_MAX_K);
     if (n_tokens == 0)
-        return KN_OK;
+        return TN_OK;
     const int warps = 4;
     /* Qwen3's renormalised softmax over all experts is a softmax over the k picks. */
     int over_picks = mode == KN_ROUTE_TOPK_SOFTMAX || renormalize;
     moe_route_kernel<<<kn_cuda_div_up(n_tokens, warps), warps * 32, 0, kn_cuda_stream(be)>>>(
         expert_idx, expert_w, logits, n_tokens, n_experts, k, over_picks);
     KN_CUDA_LAUNCH_CHECK(op, "moe_route_kernel");
-    return KN_OK;
+    return TN_OK;
 }

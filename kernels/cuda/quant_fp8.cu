@@ -60,7 +60,7 @@ int kn_cuda_quant_fp8_gather(const kn_backend *be, const char *op, uint8_t *q, f
                              const int *src_rows, int src_div)
 {
     if (m == 0)
-        return KN_OK;
+        return TN_OK;
     if (src_rows && src_div <= 0)
         return kn_arg_error(op, "fp8 quantization row divisor %d", src_div);
     const int kb = (int)kn_fp8_blocks((size_t)k), ld = (int)kn_fp8_ld((size_t)k);
@@ -69,7 +69,7 @@ int kn_cuda_quant_fp8_gather(const kn_backend *be, const char *op, uint8_t *q, f
     quant_fp8_kernel<<<(unsigned)(blocks < cap ? blocks : cap), 256, 0, kn_cuda_stream(be)>>>(
         q, s, x, m, k, kb, ld, seg_offsets, seg_offsets ? n_segs : 1, src_rows, src_div);
     KN_CUDA_LAUNCH_CHECK(op, "quant_fp8_kernel");
-    return KN_OK;
+    return TN_OK;
 }
 
 int kn_cuda_quant_fp8(const kn_backend *be, const char *op, uint8_t *q, float *s,

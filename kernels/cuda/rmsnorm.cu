@@ -64,7 +64,7 @@ static int check_norm_args(const char *op, int rows, int dim, float eps)
         return kn_arg_error(op, "bad sizes rows=%d dim=%d", rows, dim);
     if (!(eps >= 0.0f) || isinf(eps))
         return kn_arg_error(op, "eps %g is not a finite non-negative number", (double)eps);
-    return KN_OK;
+    return TN_OK;
 }
 
 extern "C" int kn_rmsnorm_cuda(const kn_backend *be, float *out, const float *x,
@@ -72,19 +72,19 @@ extern "C" int kn_rmsnorm_cuda(const kn_backend *be, float *out, const float *x,
 {
     static const char op[] = "kn_rmsnorm";
     int rc = kn_cuda_check_backend(op, be);
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         return rc;
     if (!out || !x || !weight)
         return kn_arg_error(op, "NULL %s", !out ? "out" : !x ? "x" : "weight");
-    if ((rc = check_norm_args(op, rows, dim, eps)) != KN_OK)
+    if ((rc = check_norm_args(op, rows, dim, eps)) != TN_OK)
         return rc;
     if (rows == 0)
-        return KN_OK;
+        return TN_OK;
     /* ADD=false never writes x, so dropping const here is safe */
     rmsnorm_kernel<false><<<rows, rms_threads(dim), 0, kn_cuda_stream(be)>>>(
         out, (float *)x, NULL, weight, dim, eps);
     KN_CUDA_LAUNCH_CHECK(op, "rmsnorm_kernel");
-    return KN_OK;
+    return TN_OK;
 }
 
 static bool ranges_overlap(const void *a, const void *b, size_t bytes)
@@ -99,12 +99,12 @@ extern "C" int kn_add_rmsnorm_cuda(const kn_backend *be, float *x, float *xn,
 {
     static const char op[] = "kn_add_rmsnorm";
     int rc = kn_cuda_check_backend(op, be);
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         return rc;
     if (!x || !xn || !delta || !weight)
         return kn_arg_error(op, "NULL %s",
                             !x ? "x" : !xn ? "xn" : !delta ? "delta" : "weight");
-    if ((rc = check_norm_args(op, rows, dim, eps)) != KN_OK)
+    if ((rc = check_norm_args(op, rows, dim, eps)) != TN_OK)
         return rc;
     size_t bytes = (size_t)rows * dim * sizeof(float);
     if (xn != x && ranges_overlap(xn, x, bytes))
@@ -112,9 +112,9 @@ extern "C" int kn_add_rmsnorm_cuda(const kn_backend *be, float *x, float *xn,
     if (ranges_overlap(delta, x, bytes) || ranges_overlap(delta, xn, bytes))
         return kn_arg_error(op, "delta overlaps x or xn");
     if (rows == 0)
-        return KN_OK;
+        return TN_OK;
     rmsnorm_kernel<true><<<rows, rms_threads(dim), 0, kn_cuda_stream(be)>>>(
         xn, x, delta, weight, dim, eps);
     KN_CUDA_LAUNCH_CHECK(op, "rmsnorm_kernel<add>");
-    return KN_OK;
+    return TN_OK;
 }

@@ -42,7 +42,7 @@ extern "C" int kn_rope_cuda(const kn_backend *be, float *x, const int32_t *pos, 
 {
     static const char op[] = "kn_rope";
     int rc = kn_cuda_check_backend(op, be);
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         return rc;
     if (!x || !pos || !inv_freq)
         return kn_arg_error(op, "NULL %s", !x ? "x" : !pos ? "pos" : "inv_freq");
@@ -52,12 +52,12 @@ extern "C" int kn_rope_cuda(const kn_backend *be, float *x, const int32_t *pos, 
     if (!isfinite(attn_scale))
         return kn_arg_error(op, "attn_scale %g is not finite", (double)attn_scale);
     if (n_tokens == 0)
-        return KN_OK;
+        return TN_OK;
     size_t total = (size_t)n_tokens * (head_dim / 2);
     size_t blocks = (total + 127) / 128;
     size_t max_blocks = (size_t)kn_cuda_ctx_of(be)->sm_count * 16;
     rope_kernel<<<(unsigned)(blocks < max_blocks ? blocks : max_blocks), 128, 0, kn_cuda_stream(be)>>>(
         x, pos, n_tokens, n_heads, head_dim, inv_freq, attn_scale);
     KN_CUDA_LAUNCH_CHECK(op, "rope_kernel");
-    return KN_OK;
+    return TN_OK;
 }

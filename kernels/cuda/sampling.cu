@@ -307,7 +307,7 @@ extern "C" int kn_sample_cuda(const kn_backend *be, int32_t *tokens, const float
 {
     static const char op[] = "kn_sample";
     int rc = kn_cuda_check_backend(op, be);
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         return rc;
     if (!tokens || !logits || !params || !rng_state)
         return kn_arg_error(op, "NULL %s", !tokens ? "tokens" : !logits ? "logits"
@@ -315,7 +315,7 @@ extern "C" int kn_sample_cuda(const kn_backend *be, int32_t *tokens, const float
     if (n_rows < 0 || vocab <= 0)
         return kn_arg_error(op, "bad sizes n_rows=%d vocab=%d", n_rows, vocab);
     if (n_rows == 0)
-        return KN_OK;
+        return TN_OK;
     if ((size_t)n_rows * vocab > (size_t)INT_MAX)
         return kn_arg_error(op, "%d rows x %d vocab is over the CUDA kernel's limit", n_rows, vocab);
 
@@ -332,7 +332,7 @@ extern "C" int kn_sample_cuda(const kn_backend *be, int32_t *tokens, const float
     h_rows = (RowDraw *)calloc((size_t)n_rows, sizeof(RowDraw));
     d_argmax = (int *)kn_cuda_tmp_alloc(be, op, (size_t)n_rows * 2 * sizeof(int));
     if (!h_ints || !h_rows || !d_argmax) {
-        rc = KN_ERR_NOMEM;
+        rc = TN_ERR_NOMEM;
         goto done;
     }
     d_bad = d_argmax + n_rows;
@@ -391,7 +391,7 @@ extern "C" int kn_sample_cuda(const kn_backend *be, int32_t *tokens, const float
     d_rows = (RowDraw *)kn_cuda_tmp_alloc(be, op, (size_t)n_rows * sizeof(RowDraw));
     d_tokens = (int *)kn_cuda_tmp_alloc(be, op, (size_t)n_rows * sizeof(int));
     if (!d_rows || !d_tokens) {
-        rc = KN_ERR_NOMEM;
+        rc = TN_ERR_NOMEM;
         goto done;
     }
     if ((err = cudaMemcpyAsync(d_rows, h_rows, (size_t)n_rows * sizeof(RowDraw),
@@ -409,7 +409,7 @@ extern "C" int kn_sample_cuda(const kn_backend *be, int32_t *tokens, const float
         sort_ids = (int *)kn_cuda_tmp_alloc(be, op, (size_t)total * sizeof(int));
         sort_off = (int *)kn_cuda_tmp_alloc(be, op, (size_t)(n_rows + 1) * sizeof(int));
         if (!sort_in || !sort_keys || !sort_vals || !sort_ids || !sort_off) {
-            rc = KN_ERR_NOMEM;
+            rc = TN_ERR_NOMEM;
             goto done;
         }
         int blocks = kn_cuda_div_up(total, 256);
@@ -424,7 +424,7 @@ extern "C" int kn_sample_cuda(const kn_backend *be, int32_t *tokens, const float
             goto done;
         sort_tmp = kn_cuda_tmp_alloc(be, op, tmp_bytes);
         if (!sort_tmp) {
-            rc = KN_ERR_NOMEM;
+            rc = TN_ERR_NOMEM;
             goto done;
         }
         if ((err = cub::DeviceSegmentedSort::StableSortPairsDescending(

@@ -3,7 +3,7 @@
  *
  * data[0] picks render options; the rest is JSON text: an object's
  * "messages" and "tools", or any other value as the messages. Properties:
- * from_json and chat_render either succeed or fail with KN_ERR_ARG and a
+ * from_json and chat_render either succeed or fail with TN_ERR_ARG and a
  * message; rendered ids are in the vocabulary; the Harmony prompt decodes
  * back to its rendered text exactly (o200k has no normalizer); an
  * unguarded Qwen3 prompt (plain_content 0, what HF does) has exactly the
@@ -45,8 +45,8 @@ static void render(const bpe_tokenizer *t, int32_t vocab, chat_format f,
     strbuf_init(&text);
     char err[256] = "";
     int rc = chat_render(t, f, c, o, &ids, &text, err, sizeof(err));
-    if (rc != KN_OK) {
-        FZ_CHECK(rc == KN_ERR_ARG && err[0] != '\0');
+    if (rc != TN_OK) {
+        FZ_CHECK(rc == TN_ERR_ARG && err[0] != '\0');
     } else {
         for (size_t i = 0; i < ids.len; i++)
             FZ_CHECK(ids.ids[i] >= 0 && ids.ids[i] < vocab);
@@ -54,7 +54,7 @@ static void render(const bpe_tokenizer *t, int32_t vocab, chat_format f,
         if (f == CHAT_FORMAT_HARMONY) {
             strbuf back;
             strbuf_init(&back);
-            FZ_CHECK(bpe_decode(t, ids.ids, ids.len, 0, &back, err, sizeof(err)) == KN_OK);
+            FZ_CHECK(bpe_decode(t, ids.ids, ids.len, 0, &back, err, sizeof(err)) == TN_OK);
             FZ_CHECK(back.len == text.len &&
                      (text.len == 0 || memcmp(back.data, text.data, text.len) == 0));
             strbuf_free(&back);
@@ -62,7 +62,7 @@ static void render(const bpe_tokenizer *t, int32_t vocab, chat_format f,
             tok_ids again;
             tok_ids_init(&again);
             FZ_CHECK(bpe_encode(t, text.data ? text.data : "", text.len, BPE_ENCODE_SPECIAL,
-                                &again, err, sizeof(err)) == KN_OK);
+                                &again, err, sizeof(err)) == TN_OK);
             FZ_CHECK(ids_equal(&ids, &again));
             tok_ids_free(&again);
         }
@@ -87,8 +87,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     chat_conversation conv;
     char err[256] = "";
     int rc = chat_conversation_from_json(messages, tools, &conv, err, sizeof(err));
-    if (rc != KN_OK) {
-        FZ_CHECK(rc == KN_ERR_ARG && err[0] != '\0');
+    if (rc != TN_OK) {
+        FZ_CHECK(rc == TN_ERR_ARG && err[0] != '\0');
     } else {
         static const char *const efforts[] = {"low", "medium", "high", NULL};
         chat_render_opts o;

@@ -31,8 +31,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     tm_config c;
     char err[512] = "";
     int rc = tm_config_load(dir, &c, err, sizeof(err));
-    if (rc != KN_OK) {
-        FZ_CHECK(rc == KN_ERR_ARG && err[0] != '\0');
+    if (rc != TN_OK) {
+        FZ_CHECK(rc == TN_ERR_ARG && err[0] != '\0');
         FZ_CHECK(c.arch == 0 && c.n_layers == 0);
         return 0;
     }
@@ -55,7 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
      * whose tables this harness does not allocate. */
     if (c.head_dim <= 4096) {
         float inv_freq[2048], scale = 0;
-        if (kn_rope_inv_freq(&c.rope, inv_freq, &scale) == KN_OK) {
+        if (kn_rope_inv_freq(&c.rope, inv_freq, &scale) == TN_OK) {
             FZ_CHECK(isfinite(scale));
             for (int i = 0; i < c.head_dim / 2; i++)
                 FZ_CHECK(isfinite(inv_freq[i]));

@@ -94,9 +94,9 @@ static void on_assignment(sched *s, const Tandem__V1__DecodeAssignment *a)
     };
     int had = sched_find(s, a->request_id) != NULL;
     sched_seq *q = NULL;
-    sched_status st = sched_submit(s, &req, &q);
+    int st = sched_submit(s, &req, &q);
     if (had)
-        FZ_CHECK(st == SCHED_ERR_ARG);
+        FZ_CHECK(st == TN_ERR_ARG);
     if (st == SCHED_ADMITTED)
         FZ_CHECK(q && q->state == SEQ_RESERVED && q->n_pages == (req.prompt_len + PAGE - 1) / PAGE);
     else if (st == SCHED_QUEUED)

@@ -44,8 +44,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     tm_safetensors st;
     char err[512] = "";
     int rc = tm_st_open_file(&st, path, err, sizeof(err));
-    if (rc != KN_OK) {
-        FZ_CHECK(rc == KN_ERR_ARG && err[0] != '\0');
+    if (rc != TN_OK) {
+        FZ_CHECK(rc == TN_ERR_ARG && err[0] != '\0');
         FZ_CHECK(st.n_tensors == 0 && st.tensors == NULL && st.files == NULL);
         return 0;
     }
@@ -67,10 +67,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
          * bytes (engine/safetensors.h); every other dtype is refused. */
         if (tm_st_is_float(t->dtype) || t->dtype == TM_ST_F8_E4M3 || t->dtype == TM_ST_U8) {
             size_t n = t->numel < 64 ? t->numel : 64;
-            FZ_CHECK(tm_st_to_f32(t, 0, n, buf) == KN_OK);
-            FZ_CHECK(tm_st_to_f32(t, t->numel, 1, buf) == KN_ERR_ARG);
+            FZ_CHECK(tm_st_to_f32(t, 0, n, buf) == TN_OK);
+            FZ_CHECK(tm_st_to_f32(t, t->numel, 1, buf) == TN_ERR_ARG);
         } else {
-            FZ_CHECK(tm_st_to_f32(t, 0, 0, buf) == KN_ERR_ARG);
+            FZ_CHECK(tm_st_to_f32(t, 0, 0, buf) == TN_ERR_ARG);
         }
     }
     tm_st_close(&st);

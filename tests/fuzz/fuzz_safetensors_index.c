@@ -49,8 +49,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     tm_safetensors st;
     char err[512] = "";
     int rc = tm_st_open_dir(&st, dir, err, sizeof(err));
-    if (rc != KN_OK) {
-        FZ_CHECK(rc == KN_ERR_ARG && err[0] != '\0');
+    if (rc != TN_OK) {
+        FZ_CHECK(rc == TN_ERR_ARG && err[0] != '\0');
         FZ_CHECK(st.n_tensors == 0 && st.files == NULL);
         return 0;
     }

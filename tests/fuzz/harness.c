@@ -22,7 +22,7 @@ bpe_tokenizer *fz_load_tokenizer(const char *which)
     snprintf(path, sizeof(path), "%s/%s", dir && dir[0] ? dir : "vocab", rel);
     char err[512];
     bpe_tokenizer *t = NULL;
-    if (bpe_tokenizer_load(path, &t, err, sizeof(err)) != KN_OK) {
+    if (bpe_tokenizer_load(path, &t, err, sizeof(err)) != TN_OK) {
         fprintf(stderr, "cannot load %s: %s (run from the repository root after `make deps`)\n",
                 path, err);
         exit(2);

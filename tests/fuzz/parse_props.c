@@ -32,7 +32,7 @@ void fz_token_pool_init(fz_token_pool *pool, const bpe_tokenizer *t,
     tok_ids ids;
     tok_ids_init(&ids);
     char err[256];
-    if (bpe_encode(t, text, strlen(text), 0, &ids, err, sizeof(err)) != KN_OK) {
+    if (bpe_encode(t, text, strlen(text), 0, &ids, err, sizeof(err)) != TN_OK) {
         fprintf(stderr, "cannot encode the pool text: %s\n", err);
         exit(2);
     }
@@ -75,12 +75,12 @@ void fz_parse_input(const bpe_tokenizer *t, chat_format f, const fz_token_pool *
         int32_t id = b < 0xC0 ? pool->ids[b % pool->n]
                               : (int32_t)(((uint32_t)(b & 0x3F) << 16 | fz_take(&p, end, 2)) %
                                           (uint32_t)pool->vocab);
-        FZ_CHECK(tok_ids_push(&ids, id) == KN_OK);
+        FZ_CHECK(tok_ids_push(&ids, id) == TN_OK);
     }
 
     char err[256] = "";
     chat_parser *sp = NULL;
-    FZ_CHECK(chat_parser_new(t, f, &po, &sp, err, sizeof(err)) == KN_OK);
+    FZ_CHECK(chat_parser_new(t, f, &po, &sp, err, sizeof(err)) == TN_OK);
     strbuf reasoning, content;
     strbuf_init(&reasoning);
     strbuf_init(&content);
@@ -92,8 +92,8 @@ void fz_parse_input(const bpe_tokenizer *t, chat_format f, const fz_token_pool *
         err[0] = '\0';
         int rc = i < ids.len ? chat_parser_push(sp, ids.ids[i], &d, err, sizeof(err))
                              : chat_parser_finish(sp, &d, err, sizeof(err));
-        if (rc != KN_OK) {
-            FZ_CHECK(rc == KN_ERR_ARG);
+        if (rc != TN_OK) {
+            FZ_CHECK(rc == TN_ERR_ARG);
             FZ_CHECK(err[0] != '\0');
             failed = 1;
             break;
@@ -101,7 +101,7 @@ void fz_parse_input(const bpe_tokenizer *t, chat_format f, const fz_token_pool *
         if (d.kind == CHAT_DELTA_REASONING || d.kind == CHAT_DELTA_CONTENT) {
             FZ_CHECK(d.len > 0 && utf8_valid(d.text, d.len, NULL));
             FZ_CHECK(strbuf_append(d.kind == CHAT_DELTA_REASONING ? &reasoning : &content,
-                                   d.text, d.len) == KN_OK);
+                                   d.text, d.len) == TN_OK);
         } else if (d.kind == CHAT_DELTA_TOOL_CALL) {
             FZ_CHECK(d.tool_call != NULL && d.tool_index == n_calls);
             n_calls++;
@@ -116,7 +116,7 @@ void fz_parse_input(const bpe_tokenizer *t, chat_format f, const fz_token_pool *
 
         chat_parser *wp = NULL;
         FZ_CHECK(chat_parse_completion(t, f, &po, ids.ids, ids.len, &wp, err, sizeof(err)) ==
-                 KN_OK);
+                 TN_OK);
         const chat_result *w = chat_parser_result(wp);
         FZ_CHECK(text_equal(&w->reasoning, &r->reasoning));
         FZ_CHECK(text_equal(&w->content, &r->content));

@@ -21,7 +21,7 @@ void fz_token_pool_init(fz_token_pool *pool, const bpe_tokenizer *t,
 /* data[0] bit 0 sets start_in_reasoning. Each following byte below 0xC0
  * picks a pool token; a byte from 0xC0 up takes two more bytes for an
  * arbitrary id in the vocabulary. The ids are streamed through one parser
- * (every push succeeds or fails with KN_ERR_ARG and a message, after which
+ * (every push succeeds or fails with TN_ERR_ARG and a message, after which
  * feeding stops; deltas are non-empty valid UTF-8; streamed reasoning and
  * content add up to the result; tool calls have names and arguments) and,
  * when the stream succeeded, parsed again whole with

@@ -35,18 +35,18 @@ static void check_encode(const bpe_tokenizer *t, int32_t vocab, int nfc, int mod
     }
     int valid = utf8_valid(text, n, NULL);
     if (!valid) {
-        FZ_CHECK(rc == KN_ERR_ARG);
+        FZ_CHECK(rc == TN_ERR_ARG);
         FZ_CHECK(err[0] != '\0');
         tok_ids_free(&ids);
         return;
     }
-    FZ_CHECK(rc == KN_OK);
+    FZ_CHECK(rc == TN_OK);
     for (size_t i = 0; i < ids.len; i++)
         FZ_CHECK(ids.ids[i] >= 0 && ids.ids[i] < vocab);
 
     strbuf out;
     strbuf_init(&out);
-    FZ_CHECK(bpe_decode(t, ids.ids, ids.len, 0, &out, err, sizeof(err)) == KN_OK);
+    FZ_CHECK(bpe_decode(t, ids.ids, ids.len, 0, &out, err, sizeof(err)) == TN_OK);
     /* NFC applies to the text between special tokens, not across them, so
      * the whole-text NFC comparison holds only when none were recognised. */
     if (!nfc) {
@@ -55,7 +55,7 @@ static void check_encode(const bpe_tokenizer *t, int32_t vocab, int nfc, int mod
     } else if (!special && !guarded) {
         strbuf want;
         strbuf_init(&want);
-        FZ_CHECK(uc_nfc_append(&want, text, n) == KN_OK);
+        FZ_CHECK(uc_nfc_append(&want, text, n) == TN_OK);
         FZ_CHECK(out.len == want.len);
         FZ_CHECK(want.len == 0 || memcmp(out.data, want.data, want.len) == 0);
         strbuf_free(&want);
@@ -75,16 +75,16 @@ static void check_decode(const bpe_tokenizer *t, int32_t vocab, int mode, const 
         /* Mostly in range; a few just past the end of the vocabulary. */
         int32_t id = (int32_t)(fz_take(&p, end, 3) % (uint32_t)(vocab + 8));
         any_bad |= id >= vocab;
-        FZ_CHECK(tok_ids_push(&ids, id) == KN_OK);
+        FZ_CHECK(tok_ids_push(&ids, id) == TN_OK);
     }
     char err[256] = "";
     strbuf whole;
     strbuf_init(&whole);
     int rc = bpe_decode(t, ids.ids, ids.len, flags, &whole, err, sizeof(err));
     if (any_bad) {
-        FZ_CHECK(rc == KN_ERR_ARG && err[0] != '\0');
+        FZ_CHECK(rc == TN_ERR_ARG && err[0] != '\0');
     } else {
-        FZ_CHECK(rc == KN_OK);
+        FZ_CHECK(rc == TN_OK);
         FZ_CHECK(utf8_valid(whole.data ? whole.data : "", whole.len, NULL));
         strbuf streamed;
         strbuf_init(&streamed);
@@ -92,12 +92,12 @@ static void check_decode(const bpe_tokenizer *t, int32_t vocab, int mode, const 
         bpe_stream_init(&s, flags);
         for (size_t i = 0; i < ids.len; i++) {
             size_t before = streamed.len;
-            FZ_CHECK(bpe_stream_push(t, &s, ids.ids[i], &streamed, err, sizeof(err)) == KN_OK);
+            FZ_CHECK(bpe_stream_push(t, &s, ids.ids[i], &streamed, err, sizeof(err)) == TN_OK);
             /* each piece is whole characters */
             FZ_CHECK(utf8_valid(streamed.data ? streamed.data + before : "",
                                 streamed.len - before, NULL));
         }
-        FZ_CHECK(bpe_stream_finish(&s, &streamed) == KN_OK);
+        FZ_CHECK(bpe_stream_finish(&s, &streamed) == TN_OK);
         FZ_CHECK(streamed.len == whole.len);
         FZ_CHECK(whole.len == 0 || memcmp(streamed.data, whole.data, whole.len) == 0);
         strbuf_free(&streamed);

@@ -40,7 +40,7 @@ static void *upload_random(bench *b, size_t n, float lo, float hi)
     if (!h || !d)
         fail("allocation");
     tu_rand_fill(&b->rng, h, n, lo, hi);
-    if (kn_copy_to_backend(&b->gpu, d, h, n * sizeof(float)) != KN_OK)
+    if (kn_copy_to_backend(&b->gpu, d, h, n * sizeof(float)) != TN_OK)
         fail("upload");
     free(h);
     return d;
@@ -49,7 +49,7 @@ static void *upload_random(bench *b, size_t n, float lo, float hi)
 static void *upload(bench *b, const void *h, size_t bytes)
 {
     void *d = kn_malloc(&b->gpu, bytes);
-    if (!d || kn_copy_to_backend(&b->gpu, d, h, bytes) != KN_OK)
+    if (!d || kn_copy_to_backend(&b->gpu, d, h, bytes) != TN_OK)
         fail("upload");
     return d;
 }
@@ -75,7 +75,7 @@ int main(int argc, char **argv)
     bench b;
     memset(&b, 0, sizeof b);
     tu_rng_init(&b.rng, 12345);
-    if (kn_backend_init_cuda(&b.gpu, 0) != KN_OK)
+    if (kn_backend_init_cuda(&b.gpu, 0) != TN_OK)
         fail("kn_backend_init_cuda");
 
     int n_seqs = prefill ? 1 : a1, kv = prefill ? a1 : a2, nq = prefill ? a1 : 1, window = prefill ? a2 : 0;
@@ -114,14 +114,14 @@ int main(int argc, char **argv)
         cudaEventRecord(ev0, stream);
         int rc = kn_attention(&b.gpu, d_out, d_q, d_k, d_v, &sb, H, HKV, D, PAGE, 0.125f, d_sinks, window);
         cudaEventRecord(ev1, stream);
-        if (rc != KN_OK || cudaEventSynchronize(ev1) != cudaSuccess)
+        if (rc != TN_OK || cudaEventSynchronize(ev1) != cudaSuccess)
             fail("kn_attention");
         if (it >= WARMUP)
             cudaEventElapsedTime(&ms[it - WARMUP], ev0, ev1);
     }
     /* The output must be finite: a timing of a broken kernel means nothing. */
     float *out = malloc(q_n * sizeof(float));
-    if (!out || kn_copy_to_host(&b.gpu, out, d_out, q_n * sizeof(float)) != KN_OK)
+    if (!out || kn_copy_to_host(&b.gpu, out, d_out, q_n * sizeof(float)) != TN_OK)
         fail("download");
     for (size_t i = 0; i < q_n; i++)
         if (!isfinite(out[i]))

@@ -89,7 +89,7 @@ static float time_call(const kn_backend *be, const moe_call *c, int warmup, int 
     for (int it = 0; it < warmup + reps; it++) {
         if (cudaEventRecord(e0, s) != cudaSuccess)
             fail("cudaEventRecord");
-        if (kn_moe_experts(be, c->out, c->x, c->idx, c->wts, c->n_tokens, c->k, &c->w) != KN_OK)
+        if (kn_moe_experts(be, c->out, c->x, c->idx, c->wts, c->n_tokens, c->k, &c->w) != TN_OK)
             fail("kn_moe_experts");
         if (cudaEventRecord(e1, s) != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess)
             fail("cudaEventRecord/Synchronize");
@@ -105,7 +105,7 @@ static float time_call(const kn_backend *be, const moe_call *c, int warmup, int 
 static void *dev_fill(const kn_backend *be, kn_dtype dt, size_t n, uint64_t seed, float lo, float hi)
 {
     void *d = kn_malloc(be, n * kn_dtype_size(dt));
-    if (!d || kn_fill_uniform(be, d, dt, n, seed, lo, hi) != KN_OK)
+    if (!d || kn_fill_uniform(be, d, dt, n, seed, lo, hi) != TN_OK)
         fail("weight fill");
     return d;
 }
@@ -171,7 +171,7 @@ static void bench_model(const kn_backend *be, tu_rng *rng, const moe_model *m, k
         int n_used = 0;
         for (int e = 0; e < m->n_experts; e++)
             n_used += used[e];
-        if (kn_copy_to_backend(be, c.idx, idx, (size_t)T * m->k * sizeof(int32_t)) != KN_OK)
+        if (kn_copy_to_backend(be, c.idx, idx, (size_t)T * m->k * sizeof(int32_t)) != TN_OK)
             fail("route upload");
         c.n_tokens = T;
         const double bytes = n_used * expert_bytes;
@@ -288,14 +288,14 @@ static void bench_varying_m(const kn_backend *be, tu_rng *rng, const int *tokens
             for (int it = 0; it < VM_WARMUP + VM_REPS; it++) {
                 for (int l = 0; l < VM_LAYERS; l++)
                     random_routes(rng, idx + l * slots, T, m->k, m->n_experts);
-                if (kn_copy_to_backend(be, d_idx, idx, VM_LAYERS * slots * sizeof(int32_t)) != KN_OK)
+                if (kn_copy_to_backend(be, d_idx, idx, VM_LAYERS * slots * sizeof(int32_t)) != TN_OK)
                     fail("route upload");
                 long long q0 = kn_cuda_lt_searches(be);
                 double t0 = wall_ms();
                 for (int l = 0; l < VM_LAYERS; l++)
-                    if (kn_moe_experts(be, out, x, d_idx + l * slots, wts, T, m->k, &w) != KN_OK)
+                    if (kn_moe_experts(be, out, x, d_idx + l * slots, wts, T, m->k, &w) != TN_OK)
                         fail("kn_moe_experts");
-                if (kn_backend_sync(be) != KN_OK)
+                if (kn_backend_sync(be) != TN_OK)
                     fail("kn_backend_sync");
                 if (it >= VM_WARMUP) {
                     ms[it - VM_WARMUP] = (float)(wall_ms() - t0);
@@ -357,7 +357,7 @@ int main(int argc, char **argv)
         return 2;
     }
     kn_backend gpu;
-    if (kn_backend_init_cuda(&gpu, 0) != KN_OK)
+    if (kn_backend_init_cuda(&gpu, 0) != TN_OK)
         fail("kn_backend_init_cuda");
     tu_rng rng;
     tu_rng_init(&rng, 7);

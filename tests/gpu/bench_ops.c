@@ -45,7 +45,7 @@ static float *dev_random(bench *b, size_t n)
         fail("kn_malloc");
     for (size_t done = 0; done < n; done += b->block_n) {
         size_t c = n - done < b->block_n ? n - done : b->block_n;
-        if (kn_copy_to_backend(&b->gpu, d + done, b->block, c * sizeof(float)) != KN_OK)
+        if (kn_copy_to_backend(&b->gpu, d + done, b->block, c * sizeof(float)) != TN_OK)
             fail("upload");
     }
     return d;
@@ -68,7 +68,7 @@ static float time_op(const kn_backend *be, op_fn op, void *ctx)
         fail("cudaEventCreate");
     for (int it = 0; it < WARMUP + REPS; it++) {
         cudaEventRecord(e0, s);
-        if (op(be, ctx) != KN_OK)
+        if (op(be, ctx) != TN_OK)
             fail("op");
         cudaEventRecord(e1, s);
         if (cudaEventSynchronize(e1) != cudaSuccess)
@@ -130,7 +130,7 @@ static int run_add_then_rms(const kn_backend *be, void *p)
 {
     add_rms_ctx *c = p;
     int rc = kn_add(be, c->x, c->x, c->delta, (size_t)TOKENS * HIDDEN);
-    return rc != KN_OK ? rc : kn_rmsnorm(be, c->xn, c->x, c->w, TOKENS, HIDDEN, 1e-5f);
+    return rc != TN_OK ? rc : kn_rmsnorm(be, c->xn, c->x, c->w, TOKENS, HIDDEN, 1e-5f);
 }
 
 static void row(const char *op, const char *prec, const char *shape, float ms, double flops, double bytes)
@@ -153,11 +153,11 @@ int main(void)
         fail("malloc");
     tu_rand_fill(&b.rng, b.block, b.block_n, -0.05f, 0.05f);
     unsetenv("TANDEM_CUDA_TF32");
-    if (kn_backend_init_cuda(&b.gpu, 0) != KN_OK)
+    if (kn_backend_init_cuda(&b.gpu, 0) != TN_OK)
         fail("kn_backend_init_cuda");
     kn_backend tf32;
     setenv("TANDEM_CUDA_TF32", "1", 1);
-    if (kn_backend_init_cuda(&tf32, 0) != KN_OK)
+    if (kn_backend_init_cuda(&tf32, 0) != TN_OK)
         fail("kn_backend_init_cuda (TF32)");
     unsetenv("TANDEM_CUDA_TF32");
 
@@ -201,8 +201,8 @@ int main(void)
     moe.idx = kn_malloc(&b.gpu, (size_t)TOKENS * TOPK * sizeof(int32_t));
     moe.wts = kn_malloc(&b.gpu, (size_t)TOKENS * TOPK * sizeof(float));
     if (!moe.idx || !moe.wts ||
-        kn_copy_to_backend(&b.gpu, moe.idx, idx, (size_t)TOKENS * TOPK * sizeof(int32_t)) != KN_OK ||
-        kn_copy_to_backend(&b.gpu, moe.wts, wts, (size_t)TOKENS * TOPK * sizeof(float)) != KN_OK)
+        kn_copy_to_backend(&b.gpu, moe.idx, idx, (size_t)TOKENS * TOPK * sizeof(int32_t)) != TN_OK ||
+        kn_copy_to_backend(&b.gpu, moe.wts, wts, (size_t)TOKENS * TOPK * sizeof(float)) != TN_OK)
         fail("moe upload");
     moe.w = (kn_moe_weights){ .n_experts = EXPERTS, .expert_offset = 0, .dim = HIDDEN, .inter = INTER,
                               .act = KN_ACT_SWIGLU_OAI, .alpha = 1.702f, .limit = 7.0f };

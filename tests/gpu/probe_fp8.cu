@@ -142,7 +142,7 @@ static double run_case(const kn_backend *be, int m, int n, int k, int out_bf16, 
         /* the device quantization must equal the host's bit for bit */
         CK(cudaMemset(d_xq, 0x7f, (size_t)m * kp));
         CK(cudaMemset(d_xs, 0, act_sc * sizeof(float)));
-        if (kn_cuda_quant_fp8(be, "probe", d_xq, d_xs, d_x, m, k, NULL, 1) != KN_OK)
+        if (kn_cuda_quant_fp8(be, "probe", d_xq, d_xs, d_x, m, k, NULL, 1) != TN_OK)
             return -1;
         std::vector<uint8_t> gq((size_t)m * kp);
         std::vector<float> gs(mp * kb);
@@ -172,7 +172,7 @@ static double run_case(const kn_backend *be, int m, int n, int k, int out_bf16, 
     CK(cudaDeviceSynchronize());
     *fused = with_bias ? kn_cuda_fp8_last_bias_fused(be) : -1;
     double err = -1;
-    if (rc == KN_OK) {
+    if (rc == TN_OK) {
         std::vector<uint8_t> raw(out_bytes);
         CK(cudaMemcpy(raw.data(), d_out, out_bytes, cudaMemcpyDeviceToHost));
         double maxdiff = 0;
@@ -275,7 +275,7 @@ int main(void)
 {
     kn_backend be;
     int rc = kn_cuda_backend_init(&be, 0);
-    if (rc != KN_OK) {
+    if (rc != TN_OK) {
         printf("FAIL backend init %d\n", rc);
         return 1;
     }
@@ -322,7 +322,7 @@ int main(void)
         std::vector<float> gs(ns), hs(kb);
         CK(cudaMemcpy(gq.data(), d_q, gq.size(), cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(gs.data(), d_s, ns * 4, cudaMemcpyDeviceToHost));
-        size_t bad = qrc != KN_OK;
+        size_t bad = qrc != TN_OK;
         for (int g = 0; g < 3; g++)
             for (int r = segs[g]; r < segs[g + 1]; r++) {
                 size_t p0 = kn_cuda_fp8_seg_row(segs[g], g), rows = segs[g + 1] - segs[g];

@@ -72,7 +72,7 @@ static void check_err(test_ctx *t, double err, double tol, const char *what)
 
 static void die(const char *what, int rc)
 {
-    fprintf(stderr, "test_cuda_ops: %s failed: %s\n", what, kn_status_str(rc));
+    fprintf(stderr, "test_cuda_ops: %s failed: %s\n", what, tn_status_str(rc));
     printf("Bail out! %s failed\n", what);
     exit(1);
 }
@@ -81,7 +81,7 @@ static void *dev_alloc(test_ctx *t, size_t bytes)
 {
     void *p = kn_malloc(&t->gpu, bytes);
     if (!p)
-        die("kn_malloc", KN_ERR_NOMEM);
+        die("kn_malloc", TN_ERR_NOMEM);
     return p;
 }
 
@@ -89,7 +89,7 @@ static void *dev_upload(test_ctx *t, const void *host, size_t bytes)
 {
     void *p = dev_alloc(t, bytes);
     int rc = kn_copy_to_backend(&t->gpu, p, host, bytes);
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         die("kn_copy_to_backend", rc);
     return p;
 }
@@ -97,7 +97,7 @@ static void *dev_upload(test_ctx *t, const void *host, size_t bytes)
 static void dev_download(test_ctx *t, void *host, const void *dev, size_t bytes)
 {
     int rc = kn_copy_to_host(&t->gpu, host, dev, bytes);
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         die("kn_copy_to_host", rc);
 }
 
@@ -109,7 +109,7 @@ static void dev_poison(test_ctx *t, float *dev, size_t n)
         nan_buf[i] = NAN;
     int rc = kn_copy_to_backend(&t->gpu, dev, nan_buf, n * sizeof(float));
     free(nan_buf);
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         die("kn_copy_to_backend", rc);
 }
 
@@ -140,9 +140,9 @@ static int all_equal(const float *a, const float *b, size_t n)
 
 static int run_ok(test_ctx *t, int rc, const char *what)
 {
-    if (rc != KN_OK)
-        tap(t, 0, "%s returned %s", what, kn_status_str(rc));
-    return rc == KN_OK;
+    if (rc != TN_OK)
+        tap(t, 0, "%s returned %s", what, tn_status_str(rc));
+    return rc == TN_OK;
 }
 
 /* ------------------------------------------------------------------ */
@@ -164,7 +164,7 @@ static void test_embedding(test_ctx *t, int n_tokens, int vocab, int dim)
         dev_download(t, got, d_out, n * sizeof(float));
         tap(t, all_equal(got, cpu, n), "embedding n_tokens=%d vocab=%d dim=%d: equals CPU", n_tokens, vocab, dim);
     }
-    /* A bad id anywhere: KN_ERR_ARG and nothing written. */
+    /* A bad id anywhere: TN_ERR_ARG and nothing written. */
     if (n_tokens > 1) {
         ids[n_tokens / 2] = vocab;
         kn_copy_to_backend(&t->gpu, d_ids, ids, (size_t)n_tokens * sizeof(int32_t));
@@ -174,7 +174,7 @@ static void test_embedding(test_ctx *t, int n_tokens, int vocab, int dim)
         int untouched = 1;
         for (size_t i = 0; i < n; i++)
             untouched &= isnan(got[i]);
-        tap(t, rc == KN_ERR_ARG && untouched, "embedding: id %d rejected, output untouched", vocab);
+        tap(t, rc == TN_ERR_ARG && untouched, "embedding: id %d rejected, output untouched", vocab);
     }
     kn_free(&t->gpu, d_table);
     kn_free(&t->gpu, d_ids);
@@ -347,8 +347,8 @@ static void test_rope(test_ctx *t, int n_tokens, int n_heads, int head_dim, int 
                            .original_max_position = 4096, .truncate = 0, .attention_factor = 0.0 };
     int half = head_dim / 2;
     float *inv_freq = tu_xcalloc((size_t)half, sizeof(float)), scale = 1.f;
-    if (kn_rope_inv_freq(&cfg, inv_freq, &scale) != KN_OK)
-        die("kn_rope_inv_freq", KN_ERR_ARG);
+    if (kn_rope_inv_freq(&cfg, inv_freq, &scale) != TN_OK)
+        die("kn_rope_inv_freq", TN_ERR_ARG);
     size_t n = (size_t)n_tokens * n_heads * head_dim;
     float *x = rand_floats(t, n, -2.f, 2.f), *cpu = tu_xcalloc(n, sizeof(float));
     float *got = tu_xcalloc(n, sizeof(float));
@@ -511,8 +511,8 @@ static void test_attention(test_ctx *t, const attn_case *c, int bf16)
                 attn_ref_row(c, q, kpool, vpool, page_table + (size_t)s * max_pages, pos, h, r, sinks,
                              scale, ref + ((size_t)r * H + h) * D);
         }
-    if (kn_backend_set_attn_bf16(&t->gpu, bf16) != KN_OK)
-        die("kn_backend_set_attn_bf16", KN_ERR_DEVICE);
+    if (kn_backend_set_attn_bf16(&t->gpu, bf16) != TN_OK)
+        die("kn_backend_set_attn_bf16", TN_ERR_DEVICE);
     if (run_ok(t, kn_attention(&t->gpu, d_out, d_q, d_kp, d_vp, &db, H, n_kv, D, ps, scale, d_sinks, c->window),
                "kn_attention cuda") &&
         run_ok(t, kn_attention(&t->cpu, cpu, q, kpool, vpool, &hb, H, n_kv, D, ps, scale, sinks, c->window),
@@ -1062,7 +1062,7 @@ static void moe_shape_make(test_ctx *t, moe_shape *s, uint64_t seed)
     s->gus = s->dns = s->d_gus = s->d_dns = NULL;
     if (s->fp8) {
         rc = kn_fill_uniform(&t->cpu, s->gu, KN_FP8_E4M3, gub, seed, -448.f, 448.f);
-        if (rc == KN_OK)
+        if (rc == TN_OK)
             rc = kn_fill_uniform(&t->cpu, s->dn, KN_FP8_E4M3, dnb, seed + 1, -448.f, 448.f);
         s->gus = fp8_block_scales(t, s->n_global, 2 * (size_t)s->inter, s->dim, a_gu);
         s->dns = fp8_block_scales(t, s->n_global, s->dim, s->inter, a_dn);
@@ -1071,10 +1071,10 @@ static void moe_shape_make(test_ctx *t, moe_shape *s, uint64_t seed)
         s->d_dns = dev_upload(t, s->dns, (size_t)s->n_global * kn_fp8_scale_count(s->dim, s->inter) * sizeof(float));
     } else {
         rc = kn_fill_uniform(&t->cpu, s->gu, KN_BF16, gub / 2, seed, -a_gu, a_gu);
-        if (rc == KN_OK)
+        if (rc == TN_OK)
             rc = kn_fill_uniform(&t->cpu, s->dn, KN_BF16, dnb / 2, seed + 1, -a_dn, a_dn);
     }
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         die("kn_fill_uniform cpu", rc);
     s->d_gu = dev_upload(t, s->gu, gub);
     s->d_dn = dev_upload(t, s->dn, dnb);
@@ -1355,17 +1355,17 @@ static void test_stopwatch(test_ctx *t)
     float *d = dev_alloc(t, n * sizeof(float));
     double ms[2] = { 0, 0 };
     int rc = kn_stopwatch_create(&t->gpu, 2, 8, &sw);
-    if (rc == KN_OK)
+    if (rc == TN_OK)
         rc = kn_stopwatch_start(sw);
-    for (int i = 0; i < 3 && rc == KN_OK; i++) {
+    for (int i = 0; i < 3 && rc == TN_OK; i++) {
         rc = kn_fill_uniform(&t->gpu, d, KN_F32, n, (uint64_t)i, 0.f, 1.f);
-        if (rc == KN_OK)
+        if (rc == TN_OK)
             rc = kn_stopwatch_lap(sw, i == 0 ? 0 : 1);
     }
-    if (rc == KN_OK)
+    if (rc == TN_OK)
         rc = kn_stopwatch_collect(sw, ms);
-    tap(t, rc == KN_OK && ms[0] > 0 && ms[1] > 0, "stopwatch: 1 fill %.3f ms, 2 fills %.3f ms (%s)", ms[0],
-        ms[1], kn_status_str(rc));
+    tap(t, rc == TN_OK && ms[0] > 0 && ms[1] > 0, "stopwatch: 1 fill %.3f ms, 2 fills %.3f ms (%s)", ms[0],
+        ms[1], tn_status_str(rc));
     kn_stopwatch_free(sw);
     kn_free(&t->gpu, d);
 }
@@ -1403,13 +1403,13 @@ static void test_sampling(test_ctx *t, int n_rows, int vocab, int rounds)
             lr[a] = lr[b] = 12.0f;
             lr[tu_rand_int(&t->rng, vocab)] = -INFINITY;
         }
-        if (kn_copy_to_backend(&t->gpu, d_l, logits, nl * sizeof(float)) != KN_OK)
-            die("kn_copy_to_backend", KN_ERR_DEVICE);
+        if (kn_copy_to_backend(&t->gpu, d_l, logits, nl * sizeof(float)) != TN_OK)
+            die("kn_copy_to_backend", TN_ERR_DEVICE);
         for (int r = 0; r < n_rows; r++)
             tok_gpu[r] = -1;
         int rg = kn_sample(&t->gpu, tok_gpu, d_l, n_rows, vocab, params, st_gpu);
         int rcpu = kn_sample(&t->cpu, tok_cpu, logits, n_rows, vocab, params, st_cpu);
-        if (rg != KN_OK || rcpu != KN_OK) {
+        if (rg != TN_OK || rcpu != TN_OK) {
             failures++;
             continue;
         }
@@ -1422,12 +1422,12 @@ static void test_sampling(test_ctx *t, int n_rows, int vocab, int rounds)
         "sample rows=%d vocab=%d x %d rounds (greedy/temperature/top-k/top-p): tokens equal CPU "
         "(%d mismatches, %d generator mismatches, %d failed calls)", n_rows, vocab, rounds, mismatches,
         state_mismatch, failures);
-    /* A NaN logit: KN_ERR_ARG and no generator moves. */
+    /* A NaN logit: TN_ERR_ARG and no generator moves. */
     logits[(size_t)(n_rows - 1) * vocab + 5] = NAN;
     kn_copy_to_backend(&t->gpu, d_l, logits, nl * sizeof(float));
     uint64_t before = st_gpu[1];
     int rg = kn_sample(&t->gpu, tok_gpu, d_l, n_rows, vocab, params, st_gpu);
-    tap(t, rg == KN_ERR_ARG && st_gpu[1] == before, "sample: NaN logit rejected, generators untouched");
+    tap(t, rg == TN_ERR_ARG && st_gpu[1] == before, "sample: NaN logit rejected, generators untouched");
     kn_free(&t->gpu, d_l);
     free(params), free(st_cpu), free(st_gpu), free(tok_cpu), free(tok_gpu), free(logits);
 }
@@ -1442,10 +1442,10 @@ int main(int argc, char **argv)
     t.tf32 = tf32 && strcmp(tf32, "1") == 0;
     printf("# test_cuda_ops seed=%llu tf32=%d\n", (unsigned long long)seed, t.tf32);
     int rc = kn_backend_init_cpu(&t.cpu);
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         die("kn_backend_init_cpu", rc);
     rc = kn_backend_init_cuda(&t.gpu, 0);
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         die("kn_backend_init_cuda", rc);
 
     if (argc > 2 && strcmp(argv[2], "moe") == 0) { /* the expert paths alone (memcheck runs) */
@@ -1531,7 +1531,7 @@ int main(int argc, char **argv)
         int gpu_rc = kn_backend_set_attn_bf16(&t.gpu, 1);
         int on = kn_backend_attn_bf16(&t.gpu);
         kn_backend_set_attn_bf16(&t.gpu, 0);
-        tap(&t, cpu_rc == KN_ERR_UNSUPPORTED && gpu_rc == KN_OK && on == 1 && kn_backend_attn_bf16(&t.gpu) == 0 &&
+        tap(&t, cpu_rc == TN_ERR_UNSUPPORTED && gpu_rc == TN_OK && on == 1 && kn_backend_attn_bf16(&t.gpu) == 0 &&
                     kn_backend_attn_bf16(&t.cpu) == 0,
             "attention precision switch: cpu refuses bf16 (%d), cuda sets and clears it", cpu_rc);
     }

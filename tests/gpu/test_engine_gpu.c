@@ -94,7 +94,7 @@ static int greedy(tm_model *m, const kn_backend *be, const int32_t *prompt, int 
     r->prompt_logits = calloc((size_t)T * V, sizeof(float));
     r->gen_logits = calloc((size_t)n * V, sizeof(float));
     if (!r->prompt_logits || !r->gen_logits)
-        return r->rc = KN_ERR_NOMEM;
+        return r->rc = TN_ERR_NOMEM;
     tm_kv_cache kv;
     int rc = tm_kv_cache_init(&kv, be, c->n_layers, c->n_kv_heads, c->head_dim, PAGE, n_pages);
     if (rc)
@@ -103,7 +103,7 @@ static int greedy(tm_model *m, const kn_backend *be, const int32_t *prompt, int 
     rc = tm_kv_alloc_pages(&kv, n_pages, pages);
     memcpy(toks, prompt, sizeof(int32_t) * (size_t)T);
     int len = T;
-    for (int i = 0; rc == KN_OK && i < n; i++) {
+    for (int i = 0; rc == TN_OK && i < n; i++) {
         tm_seq_step st = i == 0 ? (tm_seq_step){toks, T, 0, pages, n_pages}
                                 : (tm_seq_step){toks + len - 1, 1, len - 1, pages, n_pages};
         float *lg = r->gen_logits + (size_t)i * V;
@@ -122,7 +122,7 @@ static tm_model *load(ctx *t, const kn_backend *be, const char *dir, tm_weight_d
     tm_model *m = NULL;
     tm_load_opts o = {.weights = wd};
     int rc = tm_model_load_opts(dir, be, &o, &m, err, sizeof err);
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         tap(t, 0, "%s: load (%s): %s", dir, what, err);
     return m;
 }
@@ -144,9 +144,9 @@ static void f32_vs_hf_and_cpu(ctx *t, const char *dir, const et_golden *g)
     run rg, rc;
     greedy(mg, &t->gpu, g->prompt, g->T, g->G, &rg);
     greedy(mc, &t->cpu, g->prompt, g->T, g->G, &rc);
-    tap(t, rg.rc == KN_OK && rc.rc == KN_OK, "%s: f32 runs on cuda (%s) and cpu (%s)", dir,
-        kn_status_str(rg.rc), kn_status_str(rc.rc));
-    if (rg.rc == KN_OK && rc.rc == KN_OK) {
+    tap(t, rg.rc == TN_OK && rc.rc == TN_OK, "%s: f32 runs on cuda (%s) and cpu (%s)", dir,
+        tn_status_str(rg.rc), tn_status_str(rc.rc));
+    if (rg.rc == TN_OK && rc.rc == TN_OK) {
         size_t np = (size_t)g->T * g->V, ng = (size_t)g->G * g->V;
         double worst = 0;
         for (int r = 0; r < g->T; r++) {
@@ -187,30 +187,30 @@ static void decode_matches_prefill(ctx *t, const char *dir, const et_golden *g)
     tm_kv_cache kv;
     int rc = ref && got ? tm_kv_cache_init(&kv, &t->gpu, c->n_layers, c->n_kv_heads, c->head_dim,
                                            8, n_pages)
-                        : KN_ERR_NOMEM;
-    if (rc == KN_OK) {
+                        : TN_ERR_NOMEM;
+    if (rc == TN_OK) {
         rc = tm_kv_alloc_pages(&kv, n_pages, pages);
         tm_seq_step st = {full, N, 0, pages, n_pages};
-        if (rc == KN_OK)
+        if (rc == TN_OK)
             rc = tm_forward(m, &kv, &st, 1, NULL, ref);
         tm_kv_release_pages(&kv, pages, n_pages);
-        if (rc == KN_OK)
+        if (rc == TN_OK)
             rc = tm_kv_alloc_pages(&kv, n_pages, pages);
         st = (tm_seq_step){full, T, 0, pages, n_pages};
-        if (rc == KN_OK)
+        if (rc == TN_OK)
             rc = tm_forward(m, &kv, &st, 1, got, NULL);
-        double worst = rc == KN_OK ? et_rel_err(got, ref + (size_t)(T - 1) * V, V) : INFINITY;
-        for (int i = 0; rc == KN_OK && i < D; i++) {
+        double worst = rc == TN_OK ? et_rel_err(got, ref + (size_t)(T - 1) * V, V) : INFINITY;
+        for (int i = 0; rc == TN_OK && i < D; i++) {
             st = (tm_seq_step){full + T + i, 1, T + i, pages, n_pages};
             rc = tm_forward(m, &kv, &st, 1, got, NULL);
             double e = et_rel_err(got, ref + (size_t)(T + i) * V, V);
             worst = e > worst || isnan(e) ? e : worst;
         }
         tm_kv_cache_free(&kv);
-        tap(t, rc == KN_OK, "%s: cuda prefill + %d decode steps run (%s)", dir, D, kn_status_str(rc));
+        tap(t, rc == TN_OK, "%s: cuda prefill + %d decode steps run (%s)", dir, D, tn_status_str(rc));
         check_err(t, worst, SAME_TOL, dir, "cuda decode steps vs one prefill's rows, worst step");
     } else {
-        tap(t, 0, "%s: cache for decode check: %s", dir, kn_status_str(rc));
+        tap(t, 0, "%s: cache for decode check: %s", dir, tn_status_str(rc));
     }
     free(ref);
     free(got);
@@ -228,9 +228,9 @@ static void bf16_vs_hf_and_cpu(ctx *t, const char *dir, const et_golden *g)
     run rg, rc;
     greedy(mg, &t->gpu, g->prompt, g->T, g->G, &rg);
     greedy(mc, &t->cpu, g->prompt, g->T, g->G, &rc);
-    tap(t, rg.rc == KN_OK && rc.rc == KN_OK, "%s: bf16 runs on cuda (%s) and cpu (%s)", dir,
-        kn_status_str(rg.rc), kn_status_str(rc.rc));
-    if (rg.rc == KN_OK && rc.rc == KN_OK) {
+    tap(t, rg.rc == TN_OK && rc.rc == TN_OK, "%s: bf16 runs on cuda (%s) and cpu (%s)", dir,
+        tn_status_str(rg.rc), tn_status_str(rc.rc));
+    if (rg.rc == TN_OK && rc.rc == TN_OK) {
         size_t np = (size_t)g->T * g->V;
         check_err(t, et_rel_err(rg.prompt_logits, g->prompt_logits, np), BF16_HF_TOL, dir,
                   "cuda bf16 prefill logits vs HF");
@@ -260,15 +260,15 @@ static void synthetic_same_on_both(ctx *t, const char *dir, const et_golden *g, 
     tm_model *mg = NULL, *mc = NULL;
     tm_load_opts o = {.weights = wd, .seed = 2026};
     int rg = tm_model_synthetic(dir, &t->gpu, &o, &mg, err, sizeof err);
-    int rcpu = rg == KN_OK ? tm_model_synthetic(dir, &t->cpu, &o, &mc, err, sizeof err) : rg;
+    int rcpu = rg == TN_OK ? tm_model_synthetic(dir, &t->cpu, &o, &mc, err, sizeof err) : rg;
     const char *name = wd == TM_WEIGHTS_BF16 ? "bf16" : wd == TM_WEIGHTS_FP8 ? "fp8" : "f32";
-    if (rg != KN_OK || rcpu != KN_OK) {
+    if (rg != TN_OK || rcpu != TN_OK) {
         tap(t, 0, "%s: synthetic %s models: %s", dir, name, err);
     } else {
         run a, b;
         greedy(mg, &t->gpu, g->prompt, g->T, 8, &a);
         greedy(mc, &t->cpu, g->prompt, g->T, 8, &b);
-        double e = a.rc == KN_OK && b.rc == KN_OK
+        double e = a.rc == TN_OK && b.rc == TN_OK
                        ? et_rel_err(a.prompt_logits, b.prompt_logits, (size_t)g->T * g->V)
                        : INFINITY;
         char what[96];
@@ -300,10 +300,10 @@ static void fp8_vs_bf16_and_cpu(ctx *t, const char *dir, const et_golden *g, dou
     greedy(m8, &t->gpu, g->prompt, g->T, g->G, &r8);
     greedy(mb, &t->gpu, g->prompt, g->T, g->G, &rb);
     greedy(mc, &t->cpu, g->prompt, g->T, g->G, &rc);
-    tap(t, r8.rc == KN_OK && rb.rc == KN_OK && rc.rc == KN_OK,
-        "%s: fp8 runs on cuda (%s) and cpu (%s), bf16 on cuda (%s)", dir, kn_status_str(r8.rc),
-        kn_status_str(rc.rc), kn_status_str(rb.rc));
-    if (r8.rc == KN_OK && rb.rc == KN_OK && rc.rc == KN_OK) {
+    tap(t, r8.rc == TN_OK && rb.rc == TN_OK && rc.rc == TN_OK,
+        "%s: fp8 runs on cuda (%s) and cpu (%s), bf16 on cuda (%s)", dir, tn_status_str(r8.rc),
+        tn_status_str(rc.rc), tn_status_str(rb.rc));
+    if (r8.rc == TN_OK && rb.rc == TN_OK && rc.rc == TN_OK) {
         size_t np = (size_t)g->T * g->V;
         check_err(t, et_rel_err(r8.prompt_logits, rb.prompt_logits, np), tol, dir,
                   "cuda fp8 vs cuda bf16 prefill logits");
@@ -327,7 +327,7 @@ int main(int argc, char **argv)
     memset(&t, 0, sizeof t);
     int device = argc > 1 ? atoi(argv[1]) : 0;
     printf("# test_engine_gpu device %d\n", device);
-    if (kn_backend_init_cpu(&t.cpu) != KN_OK || kn_backend_init_cuda(&t.gpu, device) != KN_OK) {
+    if (kn_backend_init_cpu(&t.cpu) != TN_OK || kn_backend_init_cuda(&t.gpu, device) != TN_OK) {
         printf("Bail out! cannot initialise the backends\n");
         return 1;
     }

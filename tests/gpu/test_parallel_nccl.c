@@ -171,7 +171,7 @@ static void note_err(lay_run *r, const float *got, const float *ref, size_t n)
 static int idle_step(lay_run *r)
 {
     int rc = tm_forward(r->par, NULL, NULL, 0, NULL, NULL);
-    if (rc == KN_OK)
+    if (rc == TN_OK)
         expect_step(r, 0);
     return rc;
 }
@@ -342,7 +342,7 @@ static int run_steps(lay_run *r, const et_golden *g, int bf16)
     tap(t, e_mix <= PAR_TOL, "%s %s %s: one step batching a decode and a %d-token prefill "
         "vs the single-rank model's same step: rel err %.3g (bound %.0e)", r->fx, r->wname,
         lay_name[r->kind], Tb, e_mix, PAR_TOL);
-    return KN_OK;
+    return TN_OK;
 }
 
 static void run_layout(ctx *t, const char *fx, const et_golden *g, tm_weight_dtype wd,
@@ -367,9 +367,9 @@ static void run_layout(ctx *t, const char *fx, const et_golden *g, tm_weight_dty
     }
     /* the attention precision is the backend's: a bf16 load turns bf16
      * prefill attention on and it stays on, so f32 runs turn it off */
-    if (!t->cpu && wd == TM_WEIGHTS_F32 && (rc = kn_backend_set_attn_bf16(&t->be, 0)) != KN_OK) {
+    if (!t->cpu && wd == TM_WEIGHTS_F32 && (rc = kn_backend_set_attn_bf16(&t->be, 0)) != TN_OK) {
         tap(t, 0, "%s %s %s: fp32 attention: %s", r.fx, r.wname, lay_name[kind],
-            kn_status_str(rc));
+            tn_status_str(rc));
         goto done;
     }
     const tm_config *c = tm_model_config(r.ref);
@@ -390,16 +390,16 @@ static void run_layout(ctx *t, const char *fx, const et_golden *g, tm_weight_dty
     r.lr = calloc((size_t)MAX_SEQ * r.V, sizeof(float));
     if (rc || !r.lp || !r.lr || !whole) {
         tap(t, 0, "%s %s %s: setup (%s, whole-model shard %d)", r.fx, r.wname, lay_name[kind],
-            kn_status_str(rc ? rc : KN_ERR_NOMEM), whole);
+            tn_status_str(rc ? rc : TN_ERR_NOMEM), whole);
         goto done;
     }
     comm_get_stats(t->tp, &r.tp0);
     comm_get_stats(t->ep, &r.ep0);
     rc = run_steps(&r, g, wd == TM_WEIGHTS_BF16);
-    tap(t, rc == KN_OK, "%s %s %s: every step ran through the %s groups (%s%s%s)", r.fx, r.wname,
-        lay_name[kind], t->kind, kn_status_str(rc), rc ? ": " : "",
+    tap(t, rc == TN_OK, "%s %s %s: every step ran through the %s groups (%s%s%s)", r.fx, r.wname,
+        lay_name[kind], t->kind, tn_status_str(rc), rc ? ": " : "",
         rc ? comm_error(kind == LAY_DP_EP ? t->ep : t->tp) : "");
-    if (rc == KN_OK) {
+    if (rc == TN_OK) {
         check_counters(&r);
         printf("# %s %s %s: worst rel err vs single rank %.3g; %s\n", r.fx, r.wname,
                lay_name[kind], r.worst, r.bitwise ? "bitwise equal" : "not bitwise equal");
@@ -425,7 +425,7 @@ static int open_groups(ctx *t, char *err, size_t errlen)
     if (t->cpu) {
         t->world = t->boot;
         t->boot = NULL;
-    } else if ((rc = comm_nccl_init(&t->world, t->boot, &t->be, err, errlen)) != KN_OK) {
+    } else if ((rc = comm_nccl_init(&t->world, t->boot, &t->be, err, errlen)) != TN_OK) {
         return rc;
     }
     /* as tm_groups_init: the TP group is the world's color 0; EP groups
@@ -467,16 +467,16 @@ static int two_rank_body(const comm_launch *L, int device, char *why, size_t n)
     float *lp = NULL, *lr = NULL;
     char err[512] = "";
     int verdict = 1;
-    if (kn_backend_init_cuda(&be, device) != KN_OK) {
+    if (kn_backend_init_cuda(&be, device) != TN_OK) {
         snprintf(why, n, "rank %d: cannot initialise CUDA device %d", L->rank, device);
         return 1;
     }
     comm_options o = {.timeout_ms = 20000};
-    if (comm_host_init(&boot, L->name, L->rank, L->world, &o, err, sizeof(err)) != KN_OK) {
+    if (comm_host_init(&boot, L->name, L->rank, L->world, &o, err, sizeof(err)) != TN_OK) {
         snprintf(why, n, "rank %d: host bootstrap: %s", L->rank, err);
         goto done;
     }
-    if (comm_nccl_init(&world, boot, &be, err, sizeof(err)) != KN_OK) {
+    if (comm_nccl_init(&world, boot, &be, err, sizeof(err)) != TN_OK) {
         snprintf(why, n, "%s", err);
         verdict = 2;
         goto done;
@@ -506,7 +506,7 @@ static int two_rank_body(const comm_launch *L, int device, char *why, size_t n)
     tm_seq_step sp = {g.prompt, g.T, 0, pp, SEQ_PAGES}, sr = {g.prompt, g.T, 0, pr, SEQ_PAGES};
     int rc = tm_forward(par, &kvp, &sp, 1, NULL, lp);
     if (rc) {
-        snprintf(why, n, "rank %d: TP=2 tm_forward: %s: %s", L->rank, kn_status_str(rc),
+        snprintf(why, n, "rank %d: TP=2 tm_forward: %s: %s", L->rank, tn_status_str(rc),
                  comm_error(grp.tp));
         goto done;
     }
@@ -612,19 +612,19 @@ int main(int argc, char **argv)
     printf("# test_parallel_nccl: %s communicators of one rank on %s\n", t.kind,
            t.cpu ? "the CPU" : "a CUDA device");
     int rc = t.cpu ? kn_backend_init_cpu(&t.be) : kn_backend_init_cuda(&t.be, device);
-    if (rc != KN_OK) {
+    if (rc != TN_OK) {
         printf("Bail out! cannot initialise the %s backend: %s\n", t.cpu ? "CPU" : "CUDA",
-               kn_status_str(rc));
+               tn_status_str(rc));
         return 1;
     }
     char err[512] = "";
     rc = open_groups(&t, err, sizeof(err));
-    tap(&t, rc == KN_OK && comm_size(t.world) == 1 && comm_size(t.tp) == 1 &&
+    tap(&t, rc == TN_OK && comm_size(t.world) == 1 && comm_size(t.tp) == 1 &&
             comm_size(t.ep) == 1 &&
             comm_memory(t.tp) == (t.cpu ? KN_BACKEND_CPU : KN_BACKEND_CUDA),
         "%s world of one rank and its TP and EP groups (comm_split)%s%s", t.kind,
         rc ? ": " : "", rc ? err : "");
-    if (rc == KN_OK) {
+    if (rc == TN_OK) {
         const char *fixtures[] = {ET_GPT_OSS, ET_QWEN3};
         const tm_weight_dtype dts[] = {TM_WEIGHTS_F32, TM_WEIGHTS_BF16};
         for (int f = 0; f < 2; f++) {

@@ -72,7 +72,7 @@ void chatcheck_check_render_cases(const chat_suite *s, const char *key)
         char err[512];
         if (chat_conversation_from_json(cJSON_GetObjectItemCaseSensitive(c, "messages"),
                                         cJSON_GetObjectItemCaseSensitive(c, "tools"), &conv, err,
-                                        sizeof(err)) != KN_OK)
+                                        sizeof(err)) != TN_OK)
             fail_msg("%s: %s", toktest_str(c, "name"), err);
         chat_render_opts o;
         opts_from_case(c, &o);
@@ -80,7 +80,7 @@ void chatcheck_check_render_cases(const chat_suite *s, const char *key)
         tok_ids_init(&ids);
         strbuf text;
         strbuf_init(&text);
-        if (chat_render(s->tok, s->fmt, &conv, &o, &ids, &text, err, sizeof(err)) != KN_OK)
+        if (chat_render(s->tok, s->fmt, &conv, &o, &ids, &text, err, sizeof(err)) != TN_OK)
             fail_msg("%s: render failed: %s", toktest_str(c, "name"), err);
         const char *want = toktest_str(c, "text");
         if (strcmp(text.data ? text.data : "", want) != 0) {
@@ -128,13 +128,13 @@ void chatcheck_check_parse_cases(const chat_suite *s, const char *key)
         char err[512];
         /* whole completion, ended by finish */
         chat_parser *p;
-        if (chat_parse_completion(s->tok, s->fmt, &po, ids.ids, ids.len, &p, err, sizeof(err)) != KN_OK)
+        if (chat_parse_completion(s->tok, s->fmt, &po, ids.ids, ids.len, &p, err, sizeof(err)) != TN_OK)
             fail_msg("%s: parse failed: %s", name, err);
         assert_result(name, chat_parser_result(p), want);
         chat_parser_free(p);
 
         /* streamed: the deltas add up to the same result */
-        assert_int_equal(chat_parser_new(s->tok, s->fmt, &po, &p, err, sizeof(err)), KN_OK);
+        assert_int_equal(chat_parser_new(s->tok, s->fmt, &po, &p, err, sizeof(err)), TN_OK);
         strbuf reasoning, content;
         strbuf_init(&reasoning);
         strbuf_init(&content);
@@ -143,12 +143,12 @@ void chatcheck_check_parse_cases(const chat_suite *s, const char *key)
             chat_delta d;
             int rc = i < ids.len ? chat_parser_push(p, ids.ids[i], &d, err, sizeof(err))
                                  : chat_parser_finish(p, &d, err, sizeof(err));
-            if (rc != KN_OK)
+            if (rc != TN_OK)
                 fail_msg("%s: token %zu: %s", name, i, err);
             if (d.kind == CHAT_DELTA_REASONING)
-                assert_int_equal(strbuf_append(&reasoning, d.text, d.len), KN_OK);
+                assert_int_equal(strbuf_append(&reasoning, d.text, d.len), TN_OK);
             else if (d.kind == CHAT_DELTA_CONTENT)
-                assert_int_equal(strbuf_append(&content, d.text, d.len), KN_OK);
+                assert_int_equal(strbuf_append(&content, d.text, d.len), TN_OK);
             else if (d.kind == CHAT_DELTA_TOOL_CALL)
                 assert_int_equal(d.tool_index, calls++);
         }
@@ -172,7 +172,7 @@ int chatcheck_render_json(const chat_suite *s, const char *messages_json, const 
     assert_non_null(m);
     chat_conversation conv;
     int rc = chat_conversation_from_json(m, t, &conv, err, errlen);
-    if (rc == KN_OK) {
+    if (rc == TN_OK) {
         rc = chat_render(s->tok, s->fmt, &conv, o, ids, text, err, errlen);
         chat_conversation_free(&conv);
     }
@@ -195,7 +195,7 @@ void chatcheck_fuzz_parser(const chat_suite *s, const char *const *specials, siz
     tok_ids_init(&ids);
     char err[256];
     const char *text = "Hello world\n\n to=functions.f json {\"a\": 1} analysis final commentary assistant";
-    assert_int_equal(bpe_encode(s->tok, text, strlen(text), 0, &ids, err, sizeof(err)), KN_OK);
+    assert_int_equal(bpe_encode(s->tok, text, strlen(text), 0, &ids, err, sizeof(err)), TN_OK);
     for (size_t i = 0; i < ids.len && n < 56; i++)
         pool[n++] = ids.ids[i];
     /* single-byte tokens that are halves of a 4-byte character */
@@ -210,7 +210,7 @@ void chatcheck_fuzz_parser(const chat_suite *s, const char *const *specials, siz
     for (int iter = 0; iter < 300; iter++) {
         chat_parser *p;
         chat_parse_opts po = {iter % 3 == 0};
-        assert_int_equal(chat_parser_new(s->tok, s->fmt, &po, &p, err, sizeof(err)), KN_OK);
+        assert_int_equal(chat_parser_new(s->tok, s->fmt, &po, &p, err, sizeof(err)), TN_OK);
         strbuf streamed;
         strbuf_init(&streamed);
         int failed = 0;
@@ -222,15 +222,15 @@ void chatcheck_fuzz_parser(const chat_suite *s, const char *const *specials, siz
             chat_delta d;
             int rc = i < len ? chat_parser_push(p, pool[x % n], &d, err, sizeof(err))
                              : chat_parser_finish(p, &d, err, sizeof(err));
-            if (rc != KN_OK) {
-                assert_int_equal(rc, KN_ERR_ARG);
+            if (rc != TN_OK) {
+                assert_int_equal(rc, TN_ERR_ARG);
                 assert_true(err[0] != '\0');
                 failed = 1;
                 break;
             }
             if (d.kind == CHAT_DELTA_REASONING || d.kind == CHAT_DELTA_CONTENT) {
                 assert_true(d.len > 0 && utf8_valid(d.text, d.len, NULL));
-                assert_int_equal(strbuf_append(&streamed, d.text, d.len), KN_OK);
+                assert_int_equal(strbuf_append(&streamed, d.text, d.len), TN_OK);
             }
         }
         if (!failed) {

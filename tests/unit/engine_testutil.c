@@ -244,21 +244,21 @@ int et_run_greedy(tm_model *m, const kn_backend *be, const int32_t *prompt, int 
     const int n_pages = (T + n + page - 1) / page;
     tm_kv_cache kv;
     int rc = tm_kv_cache_init(&kv, be, c->n_layers, c->n_kv_heads, c->head_dim, page, n_pages);
-    if (rc != KN_OK)
+    if (rc != TN_OK)
         return rc;
     int32_t *pages = malloc(sizeof(int32_t) * (size_t)n_pages);
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)(T + n));
     float *logits = calloc((size_t)V, sizeof(float));
-    rc = pages && toks && logits ? tm_kv_alloc_pages(&kv, n_pages, pages) : KN_ERR_NOMEM;
-    if (rc == KN_OK) {
+    rc = pages && toks && logits ? tm_kv_alloc_pages(&kv, n_pages, pages) : TN_ERR_NOMEM;
+    if (rc == TN_OK) {
         memcpy(toks, prompt, sizeof(int32_t) * (size_t)T);
         tm_seq_step st = {toks, T, 0, pages, n_pages};
         rc = tm_forward(m, &kv, &st, 1, logits, all);
     }
-    for (int i = 0, len = T; rc == KN_OK && i < n; i++) {
+    for (int i = 0, len = T; rc == TN_OK && i < n; i++) {
         if (i > 0) {
             tm_seq_step st = {toks + len - 1, 1, len - 1, pages, n_pages};
-            if ((rc = tm_forward(m, &kv, &st, 1, logits, NULL)) != KN_OK)
+            if ((rc = tm_forward(m, &kv, &st, 1, logits, NULL)) != TN_OK)
                 break;
         }
         ids[i] = et_argmax(logits, V);

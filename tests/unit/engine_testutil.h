@@ -33,7 +33,7 @@ double et_rel_err(const float *a, const float *b, size_t n);
 int et_argmax(const float *x, int n);
 /* Prefills prompt[0..T) through m (a cache of its own, pages of 16) and
  * runs n greedy steps: all (if not NULL) gets the prompt's logits [T][V],
- * ids the n greedy tokens (the first from the prefill). Returns KN_OK or
+ * ids the n greedy tokens (the first from the prefill). Returns TN_OK or
  * the first failing call's status. */
 int et_run_greedy(tm_model *m, const kn_backend *be, const int32_t *prompt, int T,
                   float *all, int32_t *ids, int n);

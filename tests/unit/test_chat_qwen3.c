@@ -37,13 +37,13 @@ static void plain_content_guards_markup(void **state)
     tok_ids ids;
     tok_ids_init(&ids);
     char err[256];
-    assert_int_equal(chatcheck_render_json(s, msgs, NULL, NULL, &ids, NULL, err, sizeof(err)), KN_OK);
+    assert_int_equal(chatcheck_render_json(s, msgs, NULL, NULL, &ids, NULL, err, sizeof(err)), TN_OK);
     assert_int_equal(chatcheck_count(&ids, im_start), 3);
     ids.len = 0;
     chat_render_opts o;
     chat_render_opts_default(&o);
     o.plain_content = 1;
-    assert_int_equal(chatcheck_render_json(s, msgs, NULL, &o, &ids, NULL, err, sizeof(err)), KN_OK);
+    assert_int_equal(chatcheck_render_json(s, msgs, NULL, &o, &ids, NULL, err, sizeof(err)), TN_OK);
     assert_int_equal(chatcheck_count(&ids, im_start), 2);
     tok_ids_free(&ids);
 }
@@ -77,10 +77,10 @@ static void broken_tool_calls_become_content(void **state)
         char err[256];
         assert_int_equal(bpe_encode(s->tok, texts[i], strlen(texts[i]), BPE_ENCODE_SPECIAL, &ids, err,
                                     sizeof(err)),
-                         KN_OK);
+                         TN_OK);
         chat_parser *p;
         assert_int_equal(chat_parse_completion(s->tok, s->fmt, NULL, ids.ids, ids.len, &p, err, sizeof(err)),
-                         KN_OK);
+                         TN_OK);
         const chat_result *r = chat_parser_result(p);
         assert_string_equal(r->content.data, want[i]);
         assert_int_equal(r->n_tool_calls, 0);
@@ -97,7 +97,7 @@ static void wrong_tokenizer_is_refused(void **state)
     char err[256];
     chat_conversation conv = {0};
     assert_int_equal(chat_render(s->tok, CHAT_FORMAT_HARMONY, &conv, NULL, &ids, NULL, err, sizeof(err)),
-                     KN_ERR_ARG);
+                     TN_ERR_ARG);
     assert_non_null(strstr(err, "qwen3"));
     tok_ids_free(&ids);
 }
@@ -113,12 +113,12 @@ static void python_json_dumps(void **state)
     assert_non_null(j);
     strbuf out;
     strbuf_init(&out);
-    assert_int_equal(json_dump_python(j, &out), KN_OK);
+    assert_int_equal(json_dump_python(j, &out), TN_OK);
     assert_string_equal(out.data, "{\"a\": 1, \"b\": [1.5, -0.0, 1e-05, 0.0001, 1e+16, 1e+22, "
                                   "123456789.125, 0.1, 2.5e-300, \"x\\\"\\n\\u0001\u00e9\\t/\\\\\"], "
                                   "\"c\": null, \"d\": true, \"e\": {}, \"f\": [], \"g\": -7}");
     strbuf_clear(&out);
-    assert_int_equal(json_dump_compact(j, &out), KN_OK);
+    assert_int_equal(json_dump_compact(j, &out), TN_OK);
     assert_string_equal(out.data, "{\"a\":1,\"b\":[1.5,-0.0,1e-05,0.0001,1e+16,1e+22,123456789.125,"
                                   "0.1,2.5e-300,\"x\\\"\\n\\u0001\u00e9\\t/\\\\\"],\"c\":null,"
                                   "\"d\":true,\"e\":{},\"f\":[],\"g\":-7}");

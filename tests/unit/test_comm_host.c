@@ -2,7 +2,7 @@
  * which rendezvous through POSIX shared memory. Results are checked against
  * float64 recomputations (all-reduce) or against the exact bytes each peer
  * must have sent; failure cases kill or stall a real rank and require the
- * others to return KN_ERR_PEER with a message naming the cause, never to
+ * others to return TN_ERR_PEER with a message naming the cause, never to
  * hang. After every case /dev/shm must hold no segment of ours. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -347,12 +347,12 @@ typedef struct fail_case {
     int timeout_ms;
 } fail_case;
 
-/* Survivors' verdict: the collective must fail with KN_ERR_PEER and the
+/* Survivors' verdict: the collective must fail with TN_ERR_PEER and the
  * reason must name the cause. */
 static int expect_peer_error(const rt_rank *r, comm *c, int rc, const char *expect)
 {
-    if (rc != KN_ERR_PEER) {
-        fprintf(stderr, "rank %d: collective returned %d, expected KN_ERR_PEER\n", r->rank, rc);
+    if (rc != TN_ERR_PEER) {
+        fprintf(stderr, "rank %d: collective returned %d, expected TN_ERR_PEER\n", r->rank, rc);
         return E_EXPECTED_FAIL;
     }
     if (!strstr(comm_error(c), expect)) {
@@ -365,7 +365,7 @@ static int expect_peer_error(const rt_rank *r, comm *c, int rc, const char *expe
 }
 
 /* Every rank all-reduces in a loop; the parent SIGKILLs the victim once it
- * is in the loop. The survivors must leave the loop with KN_ERR_PEER. */
+ * is in the loop. The survivors must leave the loop with TN_ERR_PEER. */
 static int loop_until_failure_rank(const rt_rank *r, void *arg)
 {
     const fail_case *f = arg;
@@ -374,8 +374,8 @@ static int loop_until_failure_rank(const rt_rank *r, void *arg)
     if (join(r, &o, &c))
         return E_INIT;
     float buf[256];
-    int rc = KN_OK;
-    for (long i = 0; rc == KN_OK; i++) {
+    int rc = TN_OK;
+    for (long i = 0; rc == TN_OK; i++) {
         for (int j = 0; j < 256; j++)
             buf[j] = (float)(r->rank + j);
         rc = comm_all_reduce_sum(c, buf, 256);
@@ -384,7 +384,7 @@ static int loop_until_failure_rank(const rt_rank *r, void *arg)
     }
     int code = expect_peer_error(r, c, rc, f->expect);
     /* the group stays failed: later calls fail at once, never block */
-    if (code == PASS && comm_barrier(c) != KN_ERR_PEER)
+    if (code == PASS && comm_barrier(c) != TN_ERR_PEER)
         code = E_EXPECTED_FAIL;
     comm_free(c);
     return code;
@@ -435,7 +435,7 @@ static int victim_rank(const rt_rank *r, void *arg)
         }
         if (!strcmp(f->expect, "aborted: disk on fire")) {
             comm_abort(c, "disk on fire");
-            int code = comm_barrier(c) == KN_ERR_PEER ? PASS : E_EXPECTED_FAIL;
+            int code = comm_barrier(c) == TN_ERR_PEER ? PASS : E_EXPECTED_FAIL;
             comm_free(c);
             return code;
         }
@@ -516,7 +516,7 @@ static int poll_rank(const rt_rank *r, void *arg)
     if (r->rank == 1)
         raise(SIGKILL);
     int rc;
-    while ((rc = comm_poll_peers(c)) == KN_OK)
+    while ((rc = comm_poll_peers(c)) == TN_OK)
         usleep(1000);
     int code = expect_peer_error(r, c, rc, "rank 1");
     if (code == PASS && !strstr(comm_error(c), "died"))
@@ -556,7 +556,7 @@ static int missing_peer_rank(const rt_rank *r, void *arg)
     char err[256] = "";
     /* two processes started, but the group is declared with three */
     int rc = comm_host_init(&c, r->name, r->rank, 3, &o, err, sizeof(err));
-    if (rc == KN_OK || c)
+    if (rc == TN_OK || c)
         return E_EXPECTED_FAIL;
     if (!strstr(err, "joined") && !strstr(err, "did not create")) {
         fprintf(stderr, "rank %d: unexpected start-up error: %s\n", r->rank, err);
@@ -580,7 +580,7 @@ static int double_rank_rank(const rt_rank *r, void *arg)
     /* process 2 claims rank 1 too; world 2 is complete without it */
     int rank = r->rank == 2 ? 1 : r->rank;
     int rc = comm_host_init(&c, r->name, rank, 2, &o, err, sizeof(err));
-    if (rc == KN_OK) {
+    if (rc == TN_OK) {
         /* keep the group alive until the intruder has been refused or gave up */
         float v = 1;
         rc = comm_all_reduce_sum(c, &v, 1);
@@ -614,13 +614,13 @@ static void bad_arguments_are_rejected(void **state)
     comm *c = (comm *)0x1;
     char err[256];
     assert_int_equal(comm_host_init(&c, "bad/name", 0, 2, NULL, err, sizeof(err)),
-                     KN_ERR_ARG);
+                     TN_ERR_ARG);
     assert_null(c);
     assert_non_null(strstr(err, "name"));
-    assert_int_equal(comm_host_init(&c, "ok", 2, 2, NULL, err, sizeof(err)), KN_ERR_ARG);
+    assert_int_equal(comm_host_init(&c, "ok", 2, 2, NULL, err, sizeof(err)), TN_ERR_ARG);
     assert_int_equal(comm_host_init(&c, "ok", 0, COMM_MAX_WORLD + 1, NULL, err, sizeof(err)),
-                     KN_ERR_ARG);
-    assert_int_equal(comm_all_reduce_sum(NULL, NULL, 0), KN_ERR_ARG);
+                     TN_ERR_ARG);
+    assert_int_equal(comm_all_reduce_sum(NULL, NULL, 0), TN_ERR_ARG);
     assert_int_equal(comm_nccl_init(&c, NULL, NULL, err, sizeof(err)) < 0, 1);
 }
 
@@ -630,23 +630,23 @@ static void world_of_one_works_in_process(void **state)
     char name[64], err[256];
     snprintf(name, sizeof(name), "%s-%ld-solo", TAG, (long)getpid());
     comm *c;
-    assert_int_equal(comm_host_init(&c, name, 0, 1, NULL, err, sizeof(err)), KN_OK);
+    assert_int_equal(comm_host_init(&c, name, 0, 1, NULL, err, sizeof(err)), TN_OK);
     assert_false(rt_shm_exists(name));   /* unlinked once everyone joined */
     float v[3] = {1, 2, 3};
-    assert_int_equal(comm_all_reduce_sum(c, v, 3), KN_OK);
+    assert_int_equal(comm_all_reduce_sum(c, v, 3), TN_OK);
     assert_true(v[0] == 1 && v[1] == 2 && v[2] == 3);
     size_t n = 3 * sizeof(float);
     float w[3];
-    assert_int_equal(comm_all_to_all_v(c, v, &n, w, &n), KN_OK);
+    assert_int_equal(comm_all_to_all_v(c, v, &n, w, &n), TN_OK);
     assert_memory_equal(v, w, n);
     assert_int_equal(comm_memory(c), KN_BACKEND_CPU);
     /* the counters: every completed collective, by kind, with its bytes;
      * a refused call is not counted */
     float g[3];
-    assert_int_equal(comm_all_gather(c, v, g, sizeof(g)), KN_OK);
-    assert_int_equal(comm_broadcast(c, v, 2 * sizeof(float), 0), KN_OK);
-    assert_int_equal(comm_barrier(c), KN_OK);
-    assert_int_equal(comm_all_reduce_sum(c, NULL, 1), KN_ERR_ARG);
+    assert_int_equal(comm_all_gather(c, v, g, sizeof(g)), TN_OK);
+    assert_int_equal(comm_broadcast(c, v, 2 * sizeof(float), 0), TN_OK);
+    assert_int_equal(comm_barrier(c), TN_OK);
+    assert_int_equal(comm_all_reduce_sum(c, NULL, 1), TN_ERR_ARG);
     comm_stats st;
     comm_get_stats(c, &st);
     assert_int_equal(st.calls[COMM_OP_ALL_REDUCE_SUM], 1);
@@ -671,7 +671,7 @@ static void fork_launcher_runs_and_supervises_ranks(void **state)
     for (int fail = 0; fail < 2; fail++) {
         comm_launch L;
         char err[256] = "";
-        assert_int_equal(comm_launch_fork(&L, 3, TAG, err, sizeof(err)), KN_OK);
+        assert_int_equal(comm_launch_fork(&L, 3, TAG, err, sizeof(err)), TN_OK);
         comm *c;
         int rc = comm_host_init(&c, L.name, L.rank, L.world, NULL, err, sizeof(err));
         float v = (float)L.rank;
@@ -681,7 +681,7 @@ static void fork_launcher_runs_and_supervises_ranks(void **state)
             comm_free(c);
         if (L.rank != 0)
             exit(rc || v != 3.0f ? 1 : (fail && L.rank == 2) ? 3 : 0);
-        assert_int_equal(rc, KN_OK);
+        assert_int_equal(rc, TN_OK);
         assert_true(v == 3.0f);
         int wrc = comm_launch_wait(&L, WAIT_MS, err, sizeof(err));
         if (fail) {

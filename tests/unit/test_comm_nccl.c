@@ -24,7 +24,7 @@ static void nccl_is_reported_missing(void **state)
     comm *c = (comm *)0x1;
     char err[256] = "";
     kn_backend be = {.kind = KN_BACKEND_CUDA};
-    assert_int_equal(comm_nccl_init(&c, NULL, &be, err, sizeof(err)), KN_ERR_UNSUPPORTED);
+    assert_int_equal(comm_nccl_init(&c, NULL, &be, err, sizeof(err)), TN_ERR_UNSUPPORTED);
     assert_null(c);
     assert_non_null(strstr(err, "not built in"));
 }
@@ -105,24 +105,24 @@ static void collectives_on_device_buffers(void **state)
     for (int i = 0; i < N; i++)
         h[i] = (float)i * 0.25f - 100.0f;
     float *d = dev_copy(h, sizeof(h)), *d2 = dev_copy(NULL, sizeof(h));
-    assert_int_equal(comm_all_reduce_sum(c, d, N), KN_OK);
+    assert_int_equal(comm_all_reduce_sum(c, d, N), TN_OK);
     assert_int_equal(cudaMemcpy(back, d, sizeof(h), cudaMemcpyDeviceToHost), cudaSuccess);
     assert_memory_equal(back, h, sizeof(h));
-    assert_int_equal(comm_all_gather(c, d, d2, sizeof(h)), KN_OK);
+    assert_int_equal(comm_all_gather(c, d, d2, sizeof(h)), TN_OK);
     assert_int_equal(cudaMemcpy(gathered, d2, sizeof(h), cudaMemcpyDeviceToHost), cudaSuccess);
     assert_memory_equal(gathered, h, sizeof(h));
     size_t n = 600 * sizeof(float);
     assert_int_equal(cudaMemset(d2, 0, sizeof(h)), cudaSuccess);
-    assert_int_equal(comm_all_to_all_v(c, d, &n, d2, &n), KN_OK);
+    assert_int_equal(comm_all_to_all_v(c, d, &n, d2, &n), TN_OK);
     assert_int_equal(cudaMemcpy(back, d2, n, cudaMemcpyDeviceToHost), cudaSuccess);
     assert_memory_equal(back, h, n);
     size_t zero = 0;
-    assert_int_equal(comm_all_to_all_v(c, d, &zero, d2, &zero), KN_OK);
-    assert_int_equal(comm_broadcast(c, d, sizeof(h), 0), KN_OK);
-    assert_int_equal(comm_barrier(c), KN_OK);
+    assert_int_equal(comm_all_to_all_v(c, d, &zero, d2, &zero), TN_OK);
+    assert_int_equal(comm_broadcast(c, d, sizeof(h), 0), TN_OK);
+    assert_int_equal(comm_barrier(c), TN_OK);
     /* a count the receiver does not expect fails instead of corrupting */
     size_t more = 8, less = 4;
-    assert_int_equal(comm_all_to_all_v(c, d, &more, d2, &less), KN_ERR_PEER);
+    assert_int_equal(comm_all_to_all_v(c, d, &more, d2, &less), TN_ERR_PEER);
     assert_non_null(strstr(comm_error(c), "mismatch"));
     /* the counters saw every completed NCCL collective, not the failed one */
     comm_stats st;
@@ -145,19 +145,19 @@ static void split_makes_sub_communicators(void **state)
     /* a fresh NCCL communicator (the previous case aborted its own), this
      * time without a bootstrap group: a group of one needs none */
     comm *nc = NULL, *sub = (comm *)0x1, *none = (comm *)0x1;
-    assert_int_equal(comm_nccl_init(&nc, NULL, &g->be, err, sizeof(err)), KN_OK);
-    assert_int_equal(comm_split(nc, 0, 0, &sub), KN_OK);
+    assert_int_equal(comm_nccl_init(&nc, NULL, &g->be, err, sizeof(err)), TN_OK);
+    assert_int_equal(comm_split(nc, 0, 0, &sub), TN_OK);
     assert_non_null(sub);
     assert_int_equal(comm_size(sub), 1);
     float h = 3.5f, *d = dev_copy(&h, sizeof(h));
-    assert_int_equal(comm_all_reduce_sum(sub, d, 1), KN_OK);
+    assert_int_equal(comm_all_reduce_sum(sub, d, 1), TN_OK);
     float back = 0;
     assert_int_equal(cudaMemcpy(&back, d, sizeof(back), cudaMemcpyDeviceToHost), cudaSuccess);
     assert_true(back == 3.5f);
-    assert_int_equal(comm_split(nc, -1, 0, &none), KN_OK);
+    assert_int_equal(comm_split(nc, -1, 0, &none), TN_OK);
     assert_null(none);
-    assert_int_equal(comm_set_timeout(nc, 5000), KN_OK);
-    assert_int_equal(comm_barrier(nc), KN_OK);
+    assert_int_equal(comm_set_timeout(nc, 5000), TN_OK);
+    assert_int_equal(comm_barrier(nc), TN_OK);
     cudaFree(d);
     comm_free(sub);
     comm_free(nc);

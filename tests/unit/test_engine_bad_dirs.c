@@ -44,7 +44,7 @@ static void build_dir(char *dir, size_t n, const char *fixture, edit_fn edit, vo
     assert_int_equal(et_copy_file(et_path(src, sizeof(src), fixture, "config.json"),
                                   et_path(dst, sizeof(dst), dir, "config.json")), 0);
     tm_safetensors st;
-    assert_int_equal(tm_st_open_dir(&st, fixture, err, sizeof(err)), KN_OK);
+    assert_int_equal(tm_st_open_dir(&st, fixture, err, sizeof(err)), TN_OK);
     et_tensor *t;
     int nt;
     assert_int_equal(et_st_entries(&st, &t, &nt), 0);
@@ -59,7 +59,7 @@ static void build_dir(char *dir, size_t n, const char *fixture, edit_fn edit, vo
 static void expect_load_error(const char *dir, const char *expect)
 {
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     tm_model *m = (tm_model *)&be;   /* must be reset to NULL */
     char err[512] = "";
     int rc = tm_model_load(dir, &be, &m, err, sizeof(err));
@@ -275,17 +275,17 @@ static void prefill_logits(const char *dir, const int32_t *prompt, int T, float 
     kn_backend be;
     tm_model *m;
     char err[512] = "";
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
-    if (tm_model_load(dir, &be, &m, err, sizeof(err)) != KN_OK)
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
+    if (tm_model_load(dir, &be, &m, err, sizeof(err)) != TN_OK)
         fail_msg("%s", err);
     const tm_config *c = tm_model_config(m);
     tm_kv_cache kv;
     int32_t pages[8];
     assert_int_equal(tm_kv_cache_init(&kv, &be, c->n_layers, c->n_kv_heads, c->head_dim, 16,
-                                      8), KN_OK);
-    assert_int_equal(tm_kv_alloc_pages(&kv, 8, pages), KN_OK);
+                                      8), TN_OK);
+    assert_int_equal(tm_kv_alloc_pages(&kv, 8, pages), TN_OK);
     tm_seq_step st = {.tokens = prompt, .n_tokens = T, .pages = pages, .n_pages = 8};
-    assert_int_equal(tm_forward(m, &kv, &st, 1, out, NULL), KN_OK);
+    assert_int_equal(tm_forward(m, &kv, &st, 1, out, NULL), TN_OK);
     tm_kv_cache_free(&kv);
     tm_model_free(m);
     kn_backend_free(&be);

@@ -18,7 +18,7 @@ static void gpt_oss_fixture(void **state)
     (void)state;
     tm_config c;
     char err[256] = "";
-    assert_int_equal(tm_config_load(ET_GPT_OSS, &c, err, sizeof(err)), KN_OK);
+    assert_int_equal(tm_config_load(ET_GPT_OSS, &c, err, sizeof(err)), TN_OK);
     assert_int_equal(c.arch, TM_ARCH_GPT_OSS);
     assert_string_equal(c.model_type, "gpt_oss");
     assert_int_equal(c.vocab_size, 512);
@@ -58,7 +58,7 @@ static void qwen3_fixture(void **state)
     (void)state;
     tm_config c;
     char err[256] = "";
-    assert_int_equal(tm_config_load(ET_QWEN3, &c, err, sizeof(err)), KN_OK);
+    assert_int_equal(tm_config_load(ET_QWEN3, &c, err, sizeof(err)), TN_OK);
     assert_int_equal(c.arch, TM_ARCH_QWEN3_MOE);
     assert_int_equal(c.vocab_size, 512);
     assert_int_equal(c.hidden_size, 64);
@@ -139,14 +139,14 @@ static void rope_v4_spelling_matches_v5(void **state)
     (void)state;
     tm_config v5, v4;
     char err[256];
-    assert_int_equal(tm_config_load(ET_GPT_OSS, &v5, err, sizeof(err)), KN_OK);
+    assert_int_equal(tm_config_load(ET_GPT_OSS, &v5, err, sizeof(err)), TN_OK);
     variant v;
     variant_open(&v, ET_GPT_OSS);
     cJSON *rp = cJSON_DetachItemFromObjectCaseSensitive(v.json, "rope_parameters");
     cJSON_DeleteItemFromObjectCaseSensitive(rp, "rope_theta");
     variant_set(&v, "rope_scaling", rp);
     variant_set(&v, "rope_theta", cJSON_CreateNumber(150000.0));
-    assert_int_equal(variant_load(&v, &v4, err, sizeof(err)), KN_OK);
+    assert_int_equal(variant_load(&v, &v4, err, sizeof(err)), TN_OK);
     assert_memory_equal(&v4.rope, &v5.rope, sizeof(v4.rope));
     variant_close(&v);
 }
@@ -163,7 +163,7 @@ static void eos_list_and_layer_type_default(void **state)
     variant_set(&v, "layer_types", NULL);   /* GptOssConfig: even layers slide */
     variant_set(&v, "num_experts_per_tok", NULL);
     variant_set(&v, "experts_per_token", cJSON_CreateNumber(3));
-    assert_int_equal(variant_load(&v, &c, err, sizeof(err)), KN_OK);
+    assert_int_equal(variant_load(&v, &c, err, sizeof(err)), TN_OK);
     assert_int_equal(c.n_eos, 3);
     assert_int_equal(c.eos_ids[2], 511);
     assert_int_equal(c.n_experts_per_tok, 3);
@@ -184,7 +184,7 @@ static void qwen3_sliding_window_applies_to_all_layers(void **state)
     variant_set(&v, "sliding_window", cJSON_CreateNumber(8));
     variant_set(&v, "num_local_experts", NULL);     /* released spelling */
     variant_set(&v, "num_experts", cJSON_CreateNumber(16));
-    assert_int_equal(variant_load(&v, &c, err, sizeof(err)), KN_OK);
+    assert_int_equal(variant_load(&v, &c, err, sizeof(err)), TN_OK);
     assert_int_equal(c.n_experts, 16);
     assert_int_equal(c.sliding_window, 8);
     for (int l = 0; l < 3; l++)
@@ -269,7 +269,7 @@ static void real_model_configs(void **state)
         {"tests/fixtures/configs/gpt-oss-120b.json", 36, 128},
     };
     for (int i = 0; i < 2; i++) {
-        if (tm_config_load_file(oss[i].file, &c, err, sizeof err) != KN_OK)
+        if (tm_config_load_file(oss[i].file, &c, err, sizeof err) != TN_OK)
             fail_msg("%s", err);
         assert_int_equal(c.arch, TM_ARCH_GPT_OSS);
         assert_int_equal(c.n_layers, oss[i].layers);
@@ -305,7 +305,7 @@ static void real_model_configs(void **state)
     assert_true(c.rms_eps == 1e-6f);
     assert_int_equal(c.norm_topk_prob, 1);
     assert_int_equal(tm_config_load_file("tests/fixtures/configs/absent.json", &c, err,
-                                         sizeof err), KN_ERR_ARG);
+                                         sizeof err), TN_ERR_ARG);
 }
 
 int main(void)

@@ -36,9 +36,9 @@ static int family_setup(void **state)
 {
     family *f = *state;
     char err[512] = "";
-    if (kn_backend_init_cpu(&f->be) != KN_OK)
+    if (kn_backend_init_cpu(&f->be) != TN_OK)
         return -1;
-    if (tm_model_load(f->dir, &f->be, &f->m, err, sizeof(err)) != KN_OK ||
+    if (tm_model_load(f->dir, &f->be, &f->m, err, sizeof(err)) != TN_OK ||
         et_golden_load(f->dir, &f->g, err, sizeof(err)) != 0) {
         print_error("%s: %s\n", f->dir, err);
         return -1;
@@ -71,7 +71,7 @@ static void cache_init(family *f, tm_kv_cache *kv, int page_size, int n_pages)
 {
     const tm_config *c = tm_model_config(f->m);
     assert_int_equal(tm_kv_cache_init(kv, &f->be, c->n_layers, c->n_kv_heads, c->head_dim,
-                                      page_size, n_pages), KN_OK);
+                                      page_size, n_pages), TN_OK);
 }
 
 static void seq_init(seq *s, tm_kv_cache *kv, const int32_t *tokens, int n)
@@ -80,7 +80,7 @@ static void seq_init(seq *s, tm_kv_cache *kv, const int32_t *tokens, int n)
     memcpy(s->tokens, tokens, sizeof(int32_t) * (size_t)n);
     s->len = n;
     s->n_pages = tm_kv_pages_for(kv, MAX_SEQ);
-    assert_int_equal(tm_kv_alloc_pages(kv, s->n_pages, s->pages), KN_OK);
+    assert_int_equal(tm_kv_alloc_pages(kv, s->n_pages, s->pages), TN_OK);
 }
 
 /* The step that feeds s's pending tokens (all of them, or at most `chunk`). */
@@ -113,7 +113,7 @@ static void run_greedy(family *f, int page_size, int n, int32_t *ids, float *log
     const int V = f->g.V;
     for (int i = 0; i < n; i++) {
         tm_seq_step st = seq_step(&s, 0);
-        assert_int_equal(tm_forward(f->m, &kv, &st, 1, logits + (size_t)i * V, NULL), KN_OK);
+        assert_int_equal(tm_forward(f->m, &kv, &st, 1, logits + (size_t)i * V, NULL), TN_OK);
         s.n_cached = s.len;
         ids[i] = et_argmax(logits + (size_t)i * V, V);
         s.tokens[s.len++] = ids[i];
@@ -133,7 +133,7 @@ static void prefill_matches_hf(void **state)
     seq s;
     seq_init(&s, &kv, f->g.prompt, T);
     tm_seq_step st = seq_step(&s, 0);
-    assert_int_equal(tm_forward(f->m, &kv, &st, 1, last, all), KN_OK);
+    assert_int_equal(tm_forward(f->m, &kv, &st, 1, last, all), TN_OK);
     double worst = 0;
     for (int t = 0; t < T; t++) {
         double e = et_rel_err(all + (size_t)t * V, f->g.prompt_logits + (size_t)t * V, V);
@@ -151,7 +151,7 @@ static void prefill_matches_hf(void **state)
     cache_init(f, &kv, 16, 8);
     seq_init(&s, &kv, f->g.prompt, T);
     st = seq_step(&s, 0);
-    assert_int_equal(tm_forward(f->m, &kv, &st, 1, last_only, NULL), KN_OK);
+    assert_int_equal(tm_forward(f->m, &kv, &st, 1, last_only, NULL), TN_OK);
     assert_close(last_only, last, V, SAME_TOL, "last-row-only logits", 0);
     tm_kv_cache_free(&kv);
     free(all);
@@ -213,13 +213,13 @@ static void decode_and_chunks_match_full_prefill(void **state)
     seq s;
     seq_init(&s, &kv, full, N);
     tm_seq_step st = seq_step(&s, 0);
-    assert_int_equal(tm_forward(f->m, &kv, &st, 1, NULL, ref), KN_OK);
+    assert_int_equal(tm_forward(f->m, &kv, &st, 1, NULL, ref), TN_OK);
     tm_kv_release_pages(&kv, s.pages, s.n_pages);
 
     /* prompt prefill, then one token per step */
     seq_init(&s, &kv, full, T);
     st = seq_step(&s, 0);
-    assert_int_equal(tm_forward(f->m, &kv, &st, 1, got + (size_t)(T - 1) * V, NULL), KN_OK);
+    assert_int_equal(tm_forward(f->m, &kv, &st, 1, got + (size_t)(T - 1) * V, NULL), TN_OK);
     assert_close(got + (size_t)(T - 1) * V, ref + (size_t)(T - 1) * V, V, SAME_TOL,
                  "prefill last row", T - 1);
     for (int i = 0; i < D; i++) {
@@ -228,7 +228,7 @@ static void decode_and_chunks_match_full_prefill(void **state)
         st = seq_step(&s, 0);
         assert_int_equal(st.n_tokens, 1);
         assert_int_equal(tm_forward(f->m, &kv, &st, 1, got + (size_t)(T + i) * V, NULL),
-                         KN_OK);
+                         TN_OK);
         assert_close(got + (size_t)(T + i) * V, ref + (size_t)(T + i) * V, V, SAME_TOL,
                      "decode step vs full prefill", T + i);
     }
@@ -239,7 +239,7 @@ static void decode_and_chunks_match_full_prefill(void **state)
     while (s.n_cached < s.len) {
         st = seq_step(&s, 7);
         assert_int_equal(tm_forward(f->m, &kv, &st, 1, NULL, got + (size_t)s.n_cached * V),
-                         KN_OK);
+                         TN_OK);
         s.n_cached += st.n_tokens;
     }
     for (int t = 0; t < N; t++)
@@ -279,7 +279,7 @@ static void batched_sequences_match_alone(void **state)
     }
     for (int p = 0; p < batch[0].n_pages; p++)
         for (int i = 0; i < NS; i++)
-            assert_int_equal(tm_kv_alloc_pages(&batch_kv, 1, &batch[i].pages[p]), KN_OK);
+            assert_int_equal(tm_kv_alloc_pages(&batch_kv, 1, &batch[i].pages[p]), TN_OK);
     assert_int_equal(batch[1].pages[0], batch[0].pages[0] + 1);
     float *want = calloc((size_t)STEPS * NS * V, sizeof(float));
     float *got = calloc((size_t)NS * V, sizeof(float));
@@ -288,7 +288,7 @@ static void batched_sequences_match_alone(void **state)
      * at step 0 */
     for (int i = 0; i < 3; i++) {
         tm_seq_step st = seq_step(&alone[i], 0);
-        assert_int_equal(tm_forward(f->m, &alone_kv, &st, 1, got, NULL), KN_OK);
+        assert_int_equal(tm_forward(f->m, &alone_kv, &st, 1, got, NULL), TN_OK);
         alone[i].n_cached = alone[i].len;
         alone[i].tokens[alone[i].len++] = et_argmax(got, V);
     }
@@ -296,7 +296,7 @@ static void batched_sequences_match_alone(void **state)
         for (int i = 0; i < NS; i++) {
             float *w = want + ((size_t)step * NS + i) * V;
             tm_seq_step st = seq_step(&alone[i], 0);
-            assert_int_equal(tm_forward(f->m, &alone_kv, &st, 1, w, NULL), KN_OK);
+            assert_int_equal(tm_forward(f->m, &alone_kv, &st, 1, w, NULL), TN_OK);
             alone[i].n_cached = alone[i].len;
             alone[i].tokens[alone[i].len++] = et_argmax(w, V);
         }
@@ -304,7 +304,7 @@ static void batched_sequences_match_alone(void **state)
     /* batched: same prefills of A..C, then every step in one call */
     for (int i = 0; i < 3; i++) {
         tm_seq_step st = seq_step(&batch[i], 0);
-        assert_int_equal(tm_forward(f->m, &batch_kv, &st, 1, got, NULL), KN_OK);
+        assert_int_equal(tm_forward(f->m, &batch_kv, &st, 1, got, NULL), TN_OK);
         batch[i].n_cached = batch[i].len;
         batch[i].tokens[batch[i].len++] = et_argmax(got, V);
     }
@@ -314,7 +314,7 @@ static void batched_sequences_match_alone(void **state)
             sts[i] = seq_step(&batch[i], 0);
         if (step == 0)
             assert_int_equal(sts[3].n_tokens, lens[3]);   /* D: prefill among decodes */
-        assert_int_equal(tm_forward(f->m, &batch_kv, sts, NS, got, NULL), KN_OK);
+        assert_int_equal(tm_forward(f->m, &batch_kv, sts, NS, got, NULL), TN_OK);
         for (int i = 0; i < NS; i++) {
             const float *w = want + ((size_t)step * NS + i) * V;
             assert_close(got + (size_t)i * V, w, V, SAME_TOL, "batched sequence", i);
@@ -347,31 +347,31 @@ static void forward_rejects_bad_batches(void **state)
                       .n_pages = 2};
     tm_seq_step bad = ok;
     bad.n_pages = 1;                                   /* 5 tokens need 2 pages of 4 */
-    assert_int_equal(tm_forward(f->m, &kv, &bad, 1, lg, NULL), KN_ERR_ARG);
+    assert_int_equal(tm_forward(f->m, &kv, &bad, 1, lg, NULL), TN_ERR_ARG);
     int32_t wild[2] = {0, 8};
     bad = ok;
     bad.pages = wild;                                  /* page id past the cache */
-    assert_int_equal(tm_forward(f->m, &kv, &bad, 1, lg, NULL), KN_ERR_ARG);
+    assert_int_equal(tm_forward(f->m, &kv, &bad, 1, lg, NULL), TN_ERR_ARG);
     int32_t oov[5] = {1, 2, V, 4, 5};
     bad = ok;
     bad.tokens = oov;                                  /* token id outside the vocab */
-    assert_int_equal(tm_forward(f->m, &kv, &bad, 1, lg, NULL), KN_ERR_ARG);
+    assert_int_equal(tm_forward(f->m, &kv, &bad, 1, lg, NULL), TN_ERR_ARG);
     bad = ok;
     bad.n_tokens = 0;
-    assert_int_equal(tm_forward(f->m, &kv, &bad, 1, lg, NULL), KN_ERR_ARG);
+    assert_int_equal(tm_forward(f->m, &kv, &bad, 1, lg, NULL), TN_ERR_ARG);
     bad = ok;
     bad.n_cached = -1;
-    assert_int_equal(tm_forward(f->m, &kv, &bad, 1, lg, NULL), KN_ERR_ARG);
-    assert_int_equal(tm_forward(f->m, &kv, &ok, 0, lg, NULL), KN_ERR_ARG);
-    assert_int_equal(tm_forward(NULL, &kv, &ok, 1, lg, NULL), KN_ERR_ARG);
+    assert_int_equal(tm_forward(f->m, &kv, &bad, 1, lg, NULL), TN_ERR_ARG);
+    assert_int_equal(tm_forward(f->m, &kv, &ok, 0, lg, NULL), TN_ERR_ARG);
+    assert_int_equal(tm_forward(NULL, &kv, &ok, 1, lg, NULL), TN_ERR_ARG);
     /* a cache shaped for another model */
     tm_kv_cache other;
     assert_int_equal(tm_kv_cache_init(&other, &f->be, c->n_layers, c->n_kv_heads,
-                                      c->head_dim * 2, 4, 8), KN_OK);
-    assert_int_equal(tm_forward(f->m, &other, &ok, 1, lg, NULL), KN_ERR_ARG);
+                                      c->head_dim * 2, 4, 8), TN_OK);
+    assert_int_equal(tm_forward(f->m, &other, &ok, 1, lg, NULL), TN_ERR_ARG);
     tm_kv_cache_free(&other);
     /* the model still works after the rejections */
-    assert_int_equal(tm_forward(f->m, &kv, &ok, 1, lg, NULL), KN_OK);
+    assert_int_equal(tm_forward(f->m, &kv, &ok, 1, lg, NULL), TN_OK);
     tm_kv_cache_free(&kv);
     free(lg);
 }
@@ -388,20 +388,20 @@ static void kv_cache_pages(void **state)
     assert_int_equal(tm_kv_pages_for(&kv, 4), 1);
     assert_int_equal(tm_kv_pages_for(&kv, 5), 2);
     int32_t a[5], b[5];
-    assert_int_equal(tm_kv_alloc_pages(&kv, 3, a), KN_OK);
+    assert_int_equal(tm_kv_alloc_pages(&kv, 3, a), TN_OK);
     assert_int_equal(kv.n_free, 2);
-    assert_int_equal(tm_kv_alloc_pages(&kv, 3, b), KN_ERR_NOMEM);   /* takes none */
+    assert_int_equal(tm_kv_alloc_pages(&kv, 3, b), TN_ERR_NOMEM);   /* takes none */
     assert_int_equal(kv.n_free, 2);
     tm_kv_release_pages(&kv, a, 3);
     tm_kv_release_pages(&kv, a, 3);                                  /* double release */
     assert_int_equal(kv.n_free, 5);
-    assert_int_equal(tm_kv_alloc_pages(&kv, 5, b), KN_OK);
+    assert_int_equal(tm_kv_alloc_pages(&kv, 5, b), TN_OK);
     for (int i = 0; i < 5; i++)                                      /* all distinct */
         for (int j = 0; j < i; j++)
             assert_int_not_equal(b[i], b[j]);
     tm_kv_cache_free(&kv);
     tm_kv_cache_free(&kv);                                           /* idempotent */
-    assert_int_equal(tm_kv_cache_init(&kv, &f->be, 1, 1, 16, 0, 4), KN_ERR_ARG);
+    assert_int_equal(tm_kv_cache_init(&kv, &f->be, 1, 1, 16, 0, 4), TN_ERR_ARG);
 }
 
 /* Each test once per family, named after both. */

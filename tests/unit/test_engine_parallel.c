@@ -8,7 +8,7 @@
  * Every rank compares each step's logits with the single-rank model run on
  * the same inputs in the same process (relative error <= 1e-4), and the
  * prefill logits also with HF's float64 golden (1e-3). A rank killed in the
- * middle of a run makes the others' tm_forward fail with KN_ERR_PEER naming
+ * middle of a run makes the others' tm_forward fail with TN_ERR_PEER naming
  * the dead rank. Ranks report through their exit status.
  * Synthetic weights (tm_model_synthetic) follow the same layouts: a rank's
  * random shard is a slice of the single-rank synthetic model, so the TP and
@@ -177,8 +177,8 @@ static int step_both(rank_ctx *x, seq *const *ss, int n, int all_rows, int step)
                : tm_forward(x->par, NULL, NULL, 0, NULL, NULL);
     if (rc) {
         fprintf(stderr, "rank %d: parallel tm_forward (step %d): %s: %s\n", x->r->rank, step,
-                kn_status_str(rc), comm_error(x->world));
-        return rc == KN_ERR_PEER ? -KN_ERR_PEER : E_FORWARD;
+                tn_status_str(rc), comm_error(x->world));
+        return rc == TN_ERR_PEER ? -TN_ERR_PEER : E_FORWARD;
     }
     if (n == 0)
         return PASS;
@@ -322,7 +322,7 @@ static void dp_ep_decode_matches_single_rank(void **state)
 
 /* Every rank decodes in a loop (idle ranks in DP mode join empty); the
  * parent kills rank `victim` once everyone is running. The survivors must
- * get KN_ERR_PEER from tm_forward, with a message naming the death. */
+ * get TN_ERR_PEER from tm_forward, with a message naming the death. */
 typedef struct crash_case {
     layout lo;
     int victim;
@@ -347,7 +347,7 @@ static int crash_rank(const rt_rank *r, void *arg)
             rt_signal_ready(r);
     }
     int code = E_EXPECTED_FAIL;
-    if (rc == -KN_ERR_PEER) {
+    if (rc == -TN_ERR_PEER) {
         code = strstr(comm_error(x.world), "died") ? PASS : E_MESSAGE;
         fprintf(stderr, "rank %d: tm_forward failed as expected: %s\n", r->rank,
                 comm_error(x.world));
@@ -380,7 +380,7 @@ static void crashed_rank_fails_the_group(void **state)
 }
 
 /* A rank whose step fails locally (here: a token outside the vocabulary)
- * fails the group at once; the others get KN_ERR_PEER saying so, with no
+ * fails the group at once; the others get TN_ERR_PEER saying so, with no
  * timeout involved (the group has none). */
 static int local_error_rank(const rt_rank *r, void *arg)
 {
@@ -397,11 +397,11 @@ static int local_error_rank(const rt_rank *r, void *arg)
         int32_t bad = x.V;   /* one past the vocabulary */
         tm_seq_step st = {.tokens = &bad, .n_tokens = 1, .n_cached = s.n_cached,
                           .pages = s.pages, .n_pages = s.n_pages};
-        code = tm_forward(x.par, &x.kv_par, &st, 1, x.lp, NULL) == KN_ERR_ARG
+        code = tm_forward(x.par, &x.kv_par, &st, 1, x.lp, NULL) == TN_ERR_ARG
                    ? PASS : E_EXPECTED_FAIL;
     } else if (!rc) {
         rc = step_both(&x, ss, 1, 0, 1);
-        code = rc == -KN_ERR_PEER && strstr(comm_error(x.world),
+        code = rc == -TN_ERR_PEER && strstr(comm_error(x.world),
                                             "aborted: tm_forward failed locally")
                    ? PASS : E_MESSAGE;
     }
@@ -432,19 +432,19 @@ static int bad_layout_rank(const rt_rank *r, void *arg)
         return E_SETUP;
     int code = PASS;
     /* 3 ranks of TP: the fixtures have 4 heads */
-    if (tm_groups_init(&g, w, 3, 1, 1, err, sizeof(err)) != KN_OK) {
+    if (tm_groups_init(&g, w, 3, 1, 1, err, sizeof(err)) != TN_OK) {
         code = E_SETUP;
     } else {
         int rc = tm_model_load_parallel(ET_QWEN3, &be, &g.par, &m, err, sizeof(err));
-        if (rc != KN_ERR_ARG || m || !strstr(err, "TP 3 does not divide the 4 attention heads"))
+        if (rc != TN_ERR_ARG || m || !strstr(err, "TP 3 does not divide the 4 attention heads"))
             code = E_MESSAGE;
         tm_groups_free(&g);
     }
     /* EP groups must tile the TP group; tp x dp must be the world size */
-    if (!code && (tm_groups_init(&g, w, 3, 2, 1, err, sizeof(err)) != KN_ERR_ARG ||
+    if (!code && (tm_groups_init(&g, w, 3, 2, 1, err, sizeof(err)) != TN_ERR_ARG ||
                   !strstr(err, "EP 2 does not divide the 3 TP ranks")))
         code = E_MESSAGE;
-    if (!code && (tm_groups_init(&g, w, 2, 1, 1, err, sizeof(err)) != KN_ERR_ARG ||
+    if (!code && (tm_groups_init(&g, w, 2, 1, 1, err, sizeof(err)) != TN_ERR_ARG ||
                   !strstr(err, "needs 2 ranks")))
         code = E_MESSAGE;
     if (code)
@@ -492,7 +492,7 @@ static void shard_plan_replicates_kv_heads(void **state)
     tm_shard s;
     char err[256];
     for (int r = 0; r < 8; r++) {
-        assert_int_equal(tm_shard_plan(&c, r, 8, r, 8, &s, err, sizeof(err)), KN_OK);
+        assert_int_equal(tm_shard_plan(&c, r, 8, r, 8, &s, err, sizeof(err)), TN_OK);
         assert_int_equal(s.n_heads, 8);
         assert_int_equal(s.head0, 8 * r);
         assert_int_equal(s.n_kv_heads, 1);
@@ -501,14 +501,14 @@ static void shard_plan_replicates_kv_heads(void **state)
         assert_int_equal(s.expert0, 16 * r);
         assert_int_equal(s.o_bias, r == 0);
     }
-    assert_int_equal(tm_shard_plan(&c, 1, 2, 0, 1, &s, err, sizeof(err)), KN_OK);
+    assert_int_equal(tm_shard_plan(&c, 1, 2, 0, 1, &s, err, sizeof(err)), TN_OK);
     assert_int_equal(s.n_kv_heads, 2);
     assert_int_equal(s.kv_head0, 2);
     c.n_kv_heads = 6;
-    assert_int_equal(tm_shard_plan(&c, 0, 4, 0, 1, &s, err, sizeof(err)), KN_ERR_ARG);
+    assert_int_equal(tm_shard_plan(&c, 0, 4, 0, 1, &s, err, sizeof(err)), TN_ERR_ARG);
     assert_non_null(strstr(err, "KV heads"));
     c.n_kv_heads = 4;
-    assert_int_equal(tm_shard_plan(&c, 0, 1, 0, 3, &s, err, sizeof(err)), KN_ERR_ARG);
+    assert_int_equal(tm_shard_plan(&c, 0, 1, 0, 3, &s, err, sizeof(err)), TN_ERR_ARG);
     assert_non_null(strstr(err, "128 experts"));
 }
 
@@ -524,14 +524,14 @@ static void world_of_one_communicates_only_when_asked(void **state)
     comm *world = NULL, *tp = NULL, *ep = NULL;
     char name[64], err[512] = "";
     snprintf(name, sizeof(name), "%s-%ld-one", TAG, (long)getpid());
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
-    assert_int_equal(comm_host_init(&world, name, 0, 1, NULL, err, sizeof(err)), KN_OK);
-    assert_int_equal(comm_split(world, 0, 0, &tp), KN_OK);
-    assert_int_equal(comm_split(world, 0, 0, &ep), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
+    assert_int_equal(comm_host_init(&world, name, 0, 1, NULL, err, sizeof(err)), TN_OK);
+    assert_int_equal(comm_split(world, 0, 0, &tp), TN_OK);
+    assert_int_equal(comm_split(world, 0, 0, &ep), TN_OK);
     et_golden g;
     assert_int_equal(et_golden_load(ET_QWEN3, &g, err, sizeof(err)), 0);
     tm_model *ref = NULL;
-    assert_int_equal(tm_model_load(ET_QWEN3, &be, &ref, err, sizeof(err)), KN_OK);
+    assert_int_equal(tm_model_load(ET_QWEN3, &be, &ref, err, sizeof(err)), TN_OK);
     const tm_config *c = tm_model_config(ref);
     const int L = c->n_layers, H = c->hidden_size, K = c->n_experts_per_tok, V = c->vocab_size;
     float *lp = calloc((size_t)V, sizeof(float)), *lr = calloc((size_t)V, sizeof(float));
@@ -546,24 +546,24 @@ static void world_of_one_communicates_only_when_asked(void **state)
                                .keep_single = keep};
             tm_model *m = NULL;
             assert_int_equal(tm_model_load_parallel(ET_QWEN3, &be, &par, &m, err, sizeof(err)),
-                             KN_OK);
+                             TN_OK);
             tm_kv_cache kp, kr;
             int32_t pp[MAX_SEQ / PAGE], pr[MAX_SEQ / PAGE];
             const int np = (g.T + PAGE - 1) / PAGE;
             assert_int_equal(tm_kv_cache_init(&kp, &be, L, tm_model_kv_heads(m), c->head_dim,
-                                              PAGE, np), KN_OK);
+                                              PAGE, np), TN_OK);
             assert_int_equal(tm_kv_cache_init(&kr, &be, L, c->n_kv_heads, c->head_dim, PAGE,
-                                              np), KN_OK);
-            assert_int_equal(tm_kv_alloc_pages(&kp, np, pp), KN_OK);
-            assert_int_equal(tm_kv_alloc_pages(&kr, np, pr), KN_OK);
+                                              np), TN_OK);
+            assert_int_equal(tm_kv_alloc_pages(&kp, np, pp), TN_OK);
+            assert_int_equal(tm_kv_alloc_pages(&kr, np, pr), TN_OK);
             comm_stats t0, e0, t1, e1;
             comm_get_stats(tp, &t0);
             comm_get_stats(ep, &e0);
             tm_seq_step sp = {g.prompt, g.T, 0, pp, np}, sr = {g.prompt, g.T, 0, pr, np};
-            assert_int_equal(tm_forward(m, &kp, &sp, 1, lp, NULL), KN_OK);
+            assert_int_equal(tm_forward(m, &kp, &sp, 1, lp, NULL), TN_OK);
             if (dp && keep)   /* an idle DP rank's step (kept groups only) */
-                assert_int_equal(tm_forward(m, NULL, NULL, 0, NULL, NULL), KN_OK);
-            assert_int_equal(tm_forward(ref, &kr, &sr, 1, lr, NULL), KN_OK);
+                assert_int_equal(tm_forward(m, NULL, NULL, 0, NULL, NULL), TN_OK);
+            assert_int_equal(tm_forward(ref, &kr, &sr, 1, lr, NULL), TN_OK);
             assert_true(et_rel_err(lp, lr, (size_t)V) <= PAR_TOL);
             comm_get_stats(tp, &t1);
             comm_get_stats(ep, &e1);

@@ -91,7 +91,7 @@ static float *tensor_f32(const tm_safetensors *st, const char *name)
     assert_non_null(t);
     float *v = malloc(t->numel * sizeof(float));
     assert_non_null(v);
-    assert_int_equal(tm_st_to_f32(t, 0, t->numel, v), KN_OK);
+    assert_int_equal(tm_st_to_f32(t, 0, t->numel, v), TN_OK);
     return v;
 }
 
@@ -124,7 +124,7 @@ static tm_model *load(const char *dir, const kn_backend *be, tm_weight_dtype wd)
     tm_model *m = NULL;
     char err[512] = "";
     tm_load_opts o = {.weights = wd};
-    if (tm_model_load_opts(dir, be, &o, &m, err, sizeof err) != KN_OK)
+    if (tm_model_load_opts(dir, be, &o, &m, err, sizeof err) != TN_OK)
         fail_msg("%s: %s", dir, err);
     return m;
 }
@@ -199,7 +199,7 @@ static void write_gpt_oss(char *dir, size_t dn_len, int mxfp4, float *dec_gu, fl
                  "\"mxfp4\", \"modules_to_not_convert\": [\"model.layers.*.self_attn\", "
                  "\"model.layers.*.mlp.router\", \"model.embed_tokens\", \"lm_head\"]}, " : "");
     tm_safetensors st;
-    assert_int_equal(tm_st_open_dir(&st, ET_GPT_OSS, err, sizeof err), KN_OK);
+    assert_int_equal(tm_st_open_dir(&st, ET_GPT_OSS, err, sizeof err), TN_OK);
     et_tensor *t, *t2;
     int n;
     assert_int_equal(et_st_entries(&st, &t, &n), 0);
@@ -264,7 +264,7 @@ static void gpt_oss_mxfp4_checkpoint(void **state)
 {
     (void)state;
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     const int L = 4, E = 8, H = 64, I = 64;
     size_t ngu = (size_t)L * E * 2 * I * H, ndn = (size_t)L * E * H * I;
     float *dgu = calloc(ngu, 4), *ddn = calloc(ndn, 4), *dgu2 = calloc(ngu, 4), *ddn2 = calloc(ndn, 4);
@@ -294,18 +294,18 @@ static void gpt_oss_mxfp4_checkpoint(void **state)
     float *lq = calloc(nl, 4), *lp = calloc(nl, 4), *lo = calloc(nl, 4), *l8 = calloc(nl, 4);
     int32_t ids[MAX_SEQ];
     assert_true(lq && lp && lo && l8);
-    assert_int_equal(et_run_greedy(mq, &be, g.prompt, g.T, lq, ids, 1), KN_OK);
-    assert_int_equal(et_run_greedy(mp, &be, g.prompt, g.T, lp, ids, 1), KN_OK);
+    assert_int_equal(et_run_greedy(mq, &be, g.prompt, g.T, lq, ids, 1), TN_OK);
+    assert_int_equal(et_run_greedy(mp, &be, g.prompt, g.T, lp, ids, 1), TN_OK);
     /* the same weights, the same model: bit for bit */
     assert_memory_equal(lq, lp, nl * sizeof(float));
     tm_model *mo = load(ET_GPT_OSS, &be, TM_WEIGHTS_F32);
-    assert_int_equal(et_run_greedy(mo, &be, g.prompt, g.T, lo, ids, 1), KN_OK);
+    assert_int_equal(et_run_greedy(mo, &be, g.prompt, g.T, lo, ids, 1), TN_OK);
     double e_orig = et_rel_err(lq, lo, nl);
     /* MXFP4 -> FP8 at load (and FP8 attention) */
     tm_model *m8 = load(qdir, &be, TM_WEIGHTS_FP8);
     assert_int_equal(m8->w.types.experts, KN_FP8_E4M3);
     assert_non_null(m8->w.layers[0].gate_up_s);
-    assert_int_equal(et_run_greedy(m8, &be, g.prompt, g.T, l8, ids, 1), KN_OK);
+    assert_int_equal(et_run_greedy(m8, &be, g.prompt, g.T, l8, ids, 1), TN_OK);
     double e_fp8 = et_rel_err(l8, lq, nl);
     print_message("# gpt-oss MXFP4 experts: logits vs the bf16 original %.3g (bound %.2g); "
                   "loaded as FP8 vs loaded as f32 %.3g (bound %.2g)\n", e_orig,
@@ -338,14 +338,14 @@ static void qwen3_fp8_checkpoint(void **state)
 {
     (void)state;
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     char dir[256], path[512], err[512];
     assert_int_equal(et_tmpdir(dir, sizeof dir), 0);
     write_config(ET_QWEN3, dir, "\"quantization_config\": {\"activation_scheme\": \"dynamic\", "
                  "\"fmt\": \"e4m3\", \"quant_method\": \"fp8\", \"weight_block_size\": [128, "
                  "128], \"modules_to_not_convert\": [\"lm_head\", \"model.layers.0.mlp.gate\"]}, ");
     tm_safetensors st;
-    assert_int_equal(tm_st_open_dir(&st, ET_QWEN3, err, sizeof err), KN_OK);
+    assert_int_equal(tm_st_open_dir(&st, ET_QWEN3, err, sizeof err), TN_OK);
     et_tensor *t0, *t;
     int n;
     assert_int_equal(et_st_entries(&st, &t0, &n), 0);
@@ -416,10 +416,10 @@ static void qwen3_fp8_checkpoint(void **state)
     float *lf = calloc(nl, 4), *l8 = calloc(nl, 4), *lo = calloc(nl, 4);
     int32_t ids[MAX_SEQ];
     assert_true(lf && l8 && lo);
-    assert_int_equal(et_run_greedy(mf, &be, g.prompt, g.T, lf, ids, 1), KN_OK);
-    assert_int_equal(et_run_greedy(m8, &be, g.prompt, g.T, l8, ids, 1), KN_OK);
+    assert_int_equal(et_run_greedy(mf, &be, g.prompt, g.T, lf, ids, 1), TN_OK);
+    assert_int_equal(et_run_greedy(m8, &be, g.prompt, g.T, l8, ids, 1), TN_OK);
     tm_model *mo = load(ET_QWEN3, &be, TM_WEIGHTS_F32);
-    assert_int_equal(et_run_greedy(mo, &be, g.prompt, g.T, lo, ids, 1), KN_OK);
+    assert_int_equal(et_run_greedy(mo, &be, g.prompt, g.T, lo, ids, 1), TN_OK);
     double e_orig = et_rel_err(lf, lo, nl), e_fp8 = et_rel_err(l8, lf, nl);
     print_message("# qwen3 block-FP8 checkpoint: decoded (f32) vs the bf16 original %.3g "
                   "(bound %.2g); loaded as FP8 vs loaded as f32 %.3g (bound %.2g)\n", e_orig,
@@ -447,14 +447,14 @@ static void run_forced(tm_model *m, const kn_backend *be, const et_golden *g, fl
     const tm_config *c = tm_model_config(m);
     tm_kv_cache kv;
     assert_int_equal(tm_kv_cache_init(&kv, be, c->n_layers, c->n_kv_heads, c->head_dim, 16,
-                                      MAX_SEQ / 16), KN_OK);
+                                      MAX_SEQ / 16), TN_OK);
     int32_t pages[MAX_SEQ / 16], toks[MAX_SEQ];
     assert_true(g->T + g->G <= MAX_SEQ);
-    assert_int_equal(tm_kv_alloc_pages(&kv, MAX_SEQ / 16, pages), KN_OK);
+    assert_int_equal(tm_kv_alloc_pages(&kv, MAX_SEQ / 16, pages), TN_OK);
     memcpy(toks, g->prompt, sizeof(int32_t) * (size_t)g->T);
     memcpy(toks + g->T, g->gen_ids, sizeof(int32_t) * (size_t)g->G);
     tm_seq_step st = {toks, g->T + g->G, 0, pages, MAX_SEQ / 16};
-    assert_int_equal(tm_forward(m, &kv, &st, 1, NULL, all), KN_OK);
+    assert_int_equal(tm_forward(m, &kv, &st, 1, NULL, all), TN_OK);
     tm_kv_cache_free(&kv);
 }
 
@@ -466,7 +466,7 @@ static void run_forced(tm_model *m, const kn_backend *be, const et_golden *g, fl
 static void fp8_option_vs_f32(const char *dir, double tol)
 {
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     char err[512];
     et_golden g;
     assert_int_equal(et_golden_load(dir, &g, err, sizeof err), 0);
@@ -525,13 +525,13 @@ static void synthetic_fp8(void **state)
 {
     (void)state;
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     char err[512] = "";
     float *a = NULL, *b = NULL;
     for (int run = 0; run < 2; run++) {
         tm_model *m = NULL;
         tm_load_opts o = {.weights = TM_WEIGHTS_FP8, .seed = 5};
-        if (tm_model_synthetic(ET_GPT_OSS, &be, &o, &m, err, sizeof err) != KN_OK)
+        if (tm_model_synthetic(ET_GPT_OSS, &be, &o, &m, err, sizeof err) != TN_OK)
             fail_msg("%s", err);
         assert_int_equal(tm_model_expert_dtype(m), KN_FP8_E4M3);
         et_golden g;
@@ -539,7 +539,7 @@ static void synthetic_fp8(void **state)
         float *l = calloc((size_t)g.T * g.V, 4);
         int32_t ids[MAX_SEQ];
         assert_non_null(l);
-        assert_int_equal(et_run_greedy(m, &be, g.prompt, g.T, l, ids, 1), KN_OK);
+        assert_int_equal(et_run_greedy(m, &be, g.prompt, g.T, l, ids, 1), TN_OK);
         for (size_t i = 0; i < (size_t)g.T * g.V; i++)
             assert_true(isfinite(l[i]));
         if (run == 0) {

@@ -18,7 +18,7 @@ static void matches_listing(const char *fixture, int expect_files)
 {
     tm_safetensors st;
     char err[512] = "", path[512], line[512];
-    assert_int_equal(tm_st_open_dir(&st, fixture, err, sizeof(err)), KN_OK);
+    assert_int_equal(tm_st_open_dir(&st, fixture, err, sizeof(err)), TN_OK);
     assert_int_equal(st.n_files, expect_files);
     FILE *f = fopen(et_path(path, sizeof(path), fixture, "tensors.txt"), "r");
     assert_non_null(f);
@@ -102,27 +102,27 @@ static void dtype_conversion(void **state)
     };
     assert_int_equal(et_st_write(et_path(path, sizeof(path), dir, "x.safetensors"), t, 4), 0);
     tm_safetensors st;
-    assert_int_equal(tm_st_open_file(&st, path, err, sizeof(err)), KN_OK);
+    assert_int_equal(tm_st_open_file(&st, path, err, sizeof(err)), TN_OK);
     float out[6];
     const tm_st_tensor *a = tm_st_find(&st, "a_bf16");
     assert_non_null(a);
     assert_int_equal(a->numel, 4);
-    assert_int_equal(tm_st_to_f32(a, 0, 4, out), KN_OK);
+    assert_int_equal(tm_st_to_f32(a, 0, 4, out), TN_OK);
     assert_true(out[0] == 1.0f && out[1] == -2.5f && out[2] == 3.140625f && out[3] == 0.0f);
-    assert_int_equal(tm_st_to_f32(a, 2, 2, out), KN_OK);   /* a sub-range */
+    assert_int_equal(tm_st_to_f32(a, 2, 2, out), TN_OK);   /* a sub-range */
     assert_true(out[0] == 3.140625f);
-    assert_int_equal(tm_st_to_f32(a, 3, 2, out), KN_ERR_ARG);  /* past the end */
+    assert_int_equal(tm_st_to_f32(a, 3, 2, out), TN_ERR_ARG);  /* past the end */
     const tm_st_tensor *b = tm_st_find(&st, "b_f16");
-    assert_int_equal(tm_st_to_f32(b, 0, 6, out), KN_OK);
+    assert_int_equal(tm_st_to_f32(b, 0, 6, out), TN_OK);
     assert_true(out[0] == 1.0f && out[1] == -2.0f && out[2] == 65504.0f);
     assert_true(out[3] == 0x1p-24f && out[4] == 0x1p-15f && out[5] > 3e38f);
     const tm_st_tensor *c = tm_st_find(&st, "c_f32");
-    assert_int_equal(tm_st_to_f32(c, 0, 3, out), KN_OK);
+    assert_int_equal(tm_st_to_f32(c, 0, 3, out), TN_OK);
     assert_memory_equal(out, f32, sizeof(f32));
     const tm_st_tensor *d = tm_st_find(&st, "d_i64");
     assert_int_equal(d->dtype, TM_ST_I64);
     assert_false(tm_st_is_float(d->dtype));
-    assert_int_equal(tm_st_to_f32(d, 0, 2, out), KN_ERR_ARG);
+    assert_int_equal(tm_st_to_f32(d, 0, 2, out), TN_ERR_ARG);
     tm_st_close(&st);
     et_rm_rf(dir);
 }

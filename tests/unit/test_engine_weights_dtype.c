@@ -33,19 +33,19 @@
 static void bf16_weights_match_hf(const char *dir)
 {
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     char err[512] = "";
     et_golden g;
     assert_int_equal(et_golden_load(dir, &g, err, sizeof err), 0);
     tm_model *m = NULL;
     tm_load_opts o = {.weights = TM_WEIGHTS_BF16};
-    if (tm_model_load_opts(dir, &be, &o, &m, err, sizeof err) != KN_OK)
+    if (tm_model_load_opts(dir, &be, &o, &m, err, sizeof err) != TN_OK)
         fail_msg("%s: %s", dir, err);
     assert_int_equal(tm_model_weight_dtype(m), KN_BF16);
     float *all = calloc((size_t)g.T * g.V, sizeof(float));
     int32_t ids[MAX_SEQ];
     assert_non_null(all);
-    assert_int_equal(et_run_greedy(m, &be, g.prompt, g.T, all, ids, g.G), KN_OK);
+    assert_int_equal(et_run_greedy(m, &be, g.prompt, g.T, all, ids, g.G), TN_OK);
     double e = et_rel_err(all, g.prompt_logits, (size_t)g.T * g.V);
     int agree = 0;
     while (agree < g.G && g.gen_margin[agree] >= BF16_MARGIN) {
@@ -59,7 +59,7 @@ static void bf16_weights_match_hf(const char *dir)
     assert_true(agree >= 10);
     /* half the bytes of the f32 matrices */
     tm_model *f = NULL;
-    assert_int_equal(tm_model_load(dir, &be, &f, err, sizeof err), KN_OK);
+    assert_int_equal(tm_model_load(dir, &be, &f, err, sizeof err), TN_OK);
     assert_true(tm_model_weight_bytes(m) < tm_model_weight_bytes(f));
     tm_model_free(f);
     tm_model_free(m);
@@ -85,24 +85,24 @@ static void f32_option_is_default(void **state)
 {
     (void)state;
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     char err[512] = "";
     et_golden g;
     assert_int_equal(et_golden_load(ET_GPT_OSS, &g, err, sizeof err), 0);
     tm_model *a = NULL, *b = NULL;
     tm_load_opts o = {.weights = TM_WEIGHTS_F32};
-    assert_int_equal(tm_model_load(ET_GPT_OSS, &be, &a, err, sizeof err), KN_OK);
-    assert_int_equal(tm_model_load_opts(ET_GPT_OSS, &be, &o, &b, err, sizeof err), KN_OK);
+    assert_int_equal(tm_model_load(ET_GPT_OSS, &be, &a, err, sizeof err), TN_OK);
+    assert_int_equal(tm_model_load_opts(ET_GPT_OSS, &be, &o, &b, err, sizeof err), TN_OK);
     assert_int_equal(tm_model_weight_dtype(a), KN_F32);
     float *la = calloc((size_t)g.T * g.V, sizeof(float)), *lb = calloc((size_t)g.T * g.V, sizeof(float));
     int32_t ia[4], ib[4];
     assert_true(la && lb);
-    assert_int_equal(et_run_greedy(a, &be, g.prompt, g.T, la, ia, 4), KN_OK);
-    assert_int_equal(et_run_greedy(b, &be, g.prompt, g.T, lb, ib, 4), KN_OK);
+    assert_int_equal(et_run_greedy(a, &be, g.prompt, g.T, la, ia, 4), TN_OK);
+    assert_int_equal(et_run_greedy(b, &be, g.prompt, g.T, lb, ib, 4), TN_OK);
     assert_memory_equal(la, lb, sizeof(float) * (size_t)g.T * g.V);
     o.weights = (tm_weight_dtype)7;
     tm_model *bad = NULL;
-    assert_int_equal(tm_model_load_opts(ET_GPT_OSS, &be, &o, &bad, err, sizeof err), KN_ERR_ARG);
+    assert_int_equal(tm_model_load_opts(ET_GPT_OSS, &be, &o, &bad, err, sizeof err), TN_ERR_ARG);
     assert_null(bad);
     assert_non_null(strstr(err, "weight dtype"));
     free(la);
@@ -117,22 +117,22 @@ static void f32_option_is_default(void **state)
 static void synthetic_logits(const char *cfg, tm_weight_dtype wd, uint64_t seed, float *out)
 {
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     char err[512] = "";
     tm_model *m = NULL;
     tm_load_opts o = {.weights = wd, .seed = seed};
-    if (tm_model_synthetic(cfg, &be, &o, &m, err, sizeof err) != KN_OK)
+    if (tm_model_synthetic(cfg, &be, &o, &m, err, sizeof err) != TN_OK)
         fail_msg("%s: %s", cfg, err);
     const tm_config *c = tm_model_config(m);
     tm_kv_cache kv;
     assert_int_equal(tm_kv_cache_init(&kv, &be, c->n_layers, c->n_kv_heads, c->head_dim, 8, 8),
-                     KN_OK);
+                     TN_OK);
     int32_t pages[8], toks[40];
-    assert_int_equal(tm_kv_alloc_pages(&kv, 8, pages), KN_OK);
+    assert_int_equal(tm_kv_alloc_pages(&kv, 8, pages), TN_OK);
     for (int i = 0; i < 40; i++)
         toks[i] = (int32_t)((i * 37 + 5) % c->vocab_size);
     tm_seq_step st = {toks, 40, 0, pages, 8};
-    assert_int_equal(tm_forward(m, &kv, &st, 1, out, NULL), KN_OK);
+    assert_int_equal(tm_forward(m, &kv, &st, 1, out, NULL), TN_OK);
     tm_kv_cache_free(&kv);
     tm_model_free(m);
     kn_backend_free(&be);
@@ -174,20 +174,20 @@ static void synthetic_rejects_bad_configs(void **state)
 {
     (void)state;
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     char err[512] = "", dir[128], path[256];
     tm_model *m = NULL;
     assert_int_equal(tm_model_synthetic("/nonexistent/config.json", &be, NULL, &m, err,
-                                        sizeof err), KN_ERR_ARG);
+                                        sizeof err), TN_ERR_ARG);
     assert_null(m);
     assert_non_null(strstr(err, "No such file"));
     assert_int_equal(et_tmpdir(dir, sizeof dir), 0);
     const char *json = "{\"model_type\": \"llama\"}";
     assert_int_equal(et_write_file(et_path(path, sizeof path, dir, "c.json"), json, strlen(json)), 0);
-    assert_int_not_equal(tm_model_synthetic(path, &be, NULL, &m, err, sizeof err), KN_OK);
+    assert_int_not_equal(tm_model_synthetic(path, &be, NULL, &m, err, sizeof err), TN_OK);
     assert_null(m);
     assert_non_null(strstr(err, "unknown model_type 'llama'"));
-    assert_int_equal(tm_model_synthetic(NULL, &be, NULL, &m, err, sizeof err), KN_ERR_ARG);
+    assert_int_equal(tm_model_synthetic(NULL, &be, NULL, &m, err, sizeof err), TN_ERR_ARG);
     et_rm_rf(dir);
     kn_backend_free(&be);
 }

@@ -30,22 +30,22 @@ static void empty_decode_is_empty_text(void **state)
     (void)state;
     strbuf out;
     strbuf_init(&out);
-    assert_int_equal(utf8_append_lossy(&out, NULL, 0, 1, NULL), KN_OK);
+    assert_int_equal(utf8_append_lossy(&out, NULL, 0, 1, NULL), TN_OK);
     assert_int_equal(out.len, 0);
     size_t pending = 7;
-    assert_int_equal(utf8_append_lossy(&out, NULL, 0, 0, &pending), KN_OK);
+    assert_int_equal(utf8_append_lossy(&out, NULL, 0, 0, &pending), TN_OK);
     assert_int_equal(pending, 0);
     assert_int_equal(out.len, 0);
 
     bpe_tokenizer *t = NULL;
     char err[256];
-    if (bpe_tokenizer_load(O200K_VOCAB, &t, err, sizeof(err)) != KN_OK)
+    if (bpe_tokenizer_load(O200K_VOCAB, &t, err, sizeof(err)) != TN_OK)
         fail_msg("cannot load %s (%s); `make deps` fetches it", O200K_VOCAB, err);
     tok_ids ids;
     tok_ids_init(&ids);
-    assert_int_equal(bpe_encode_guarded(t, "", 0, NULL, 0, &ids, err, sizeof(err)), KN_OK);
+    assert_int_equal(bpe_encode_guarded(t, "", 0, NULL, 0, &ids, err, sizeof(err)), TN_OK);
     assert_int_equal(ids.len, 0);
-    assert_int_equal(bpe_decode(t, ids.ids, ids.len, 0, &out, err, sizeof(err)), KN_OK);
+    assert_int_equal(bpe_decode(t, ids.ids, ids.len, 0, &out, err, sizeof(err)), TN_OK);
     assert_int_equal(out.len, 0);
     tok_ids_free(&ids);
     bpe_tokenizer_free(t);
@@ -73,7 +73,7 @@ static void config_float_fields_must_fit_float(void **state)
     char err[256] = "";
     assert_int_equal(load_config_file("tests/fuzz/corpus/config/regress-rms-eps-overflow", &c,
                                       err, sizeof(err)),
-                     KN_ERR_ARG);
+                     TN_ERR_ARG);
     assert_non_null(strstr(err, "rms_norm_eps"));
     assert_int_equal(c.arch, 0);
 
@@ -94,7 +94,7 @@ static void config_float_fields_must_fit_float(void **state)
                                    strlen(edited)),
                      0);
     err[0] = '\0';
-    assert_int_equal(tm_config_load(dir, &c, err, sizeof(err)), KN_ERR_ARG);
+    assert_int_equal(tm_config_load(dir, &c, err, sizeof(err)), TN_ERR_ARG);
     assert_non_null(strstr(err, "swiglu_limit"));
     et_rm_rf(dir);
 }

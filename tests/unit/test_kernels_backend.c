@@ -22,9 +22,9 @@ static void cpu_buffers_round_trip(void **state)
 {
     (void)state;
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     assert_int_equal(be.kind, KN_BACKEND_CPU);
-    assert_int_equal(kn_backend_sync(&be), KN_OK);
+    assert_int_equal(kn_backend_sync(&be), TN_OK);
 
     unsigned char host[1000], back[1000];
     for (int i = 0; i < 1000; i++)
@@ -32,9 +32,9 @@ static void cpu_buffers_round_trip(void **state)
     unsigned char *buf = kn_malloc(&be, sizeof host);
     assert_non_null(buf);
     assert_int_equal((uintptr_t)buf % 64, 0);
-    assert_int_equal(kn_copy_to_backend(&be, buf, host, sizeof host), KN_OK);
+    assert_int_equal(kn_copy_to_backend(&be, buf, host, sizeof host), TN_OK);
     memset(back, 0, sizeof back);
-    assert_int_equal(kn_copy_to_host(&be, back, buf, sizeof back), KN_OK);
+    assert_int_equal(kn_copy_to_host(&be, back, buf, sizeof back), TN_OK);
     assert_memory_equal(host, back, sizeof host);
     kn_free(&be, buf);
 
@@ -52,15 +52,15 @@ static void copy_rejects_null_pointers(void **state)
     (void)state;
     kn_backend be;
     char a[4] = "abc", b[4];
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
-    assert_int_equal(kn_copy_to_backend(&be, NULL, a, 4), KN_ERR_ARG);
-    assert_int_equal(kn_copy_to_backend(&be, b, NULL, 4), KN_ERR_ARG);
-    assert_int_equal(kn_copy_to_host(&be, NULL, a, 4), KN_ERR_ARG);
-    assert_int_equal(kn_copy_to_host(NULL, b, a, 4), KN_ERR_ARG);
-    assert_int_equal(kn_copy_to_host(&be, NULL, NULL, 0), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
+    assert_int_equal(kn_copy_to_backend(&be, NULL, a, 4), TN_ERR_ARG);
+    assert_int_equal(kn_copy_to_backend(&be, b, NULL, 4), TN_ERR_ARG);
+    assert_int_equal(kn_copy_to_host(&be, NULL, a, 4), TN_ERR_ARG);
+    assert_int_equal(kn_copy_to_host(NULL, b, a, 4), TN_ERR_ARG);
+    assert_int_equal(kn_copy_to_host(&be, NULL, NULL, 0), TN_OK);
     assert_null(kn_malloc(NULL, 16));
-    assert_int_equal(kn_backend_init_cpu(NULL), KN_ERR_ARG);
-    assert_int_equal(kn_backend_sync(NULL), KN_ERR_ARG);
+    assert_int_equal(kn_backend_init_cpu(NULL), TN_ERR_ARG);
+    assert_int_equal(kn_backend_sync(NULL), TN_ERR_ARG);
     kn_backend_free(&be);
 }
 
@@ -71,7 +71,7 @@ static void cuda_backend_absent_without_nvcc(void **state)
     skip();
 #else
     kn_backend be;
-    assert_int_equal(kn_backend_init_cuda(&be, 0), KN_ERR_UNSUPPORTED);
+    assert_int_equal(kn_backend_init_cuda(&be, 0), TN_ERR_UNSUPPORTED);
     kn_backend_free(&be); /* a failed init leaves a freeable backend */
 
     /* A backend that claims CUDA anyway gets UNSUPPORTED from ops and buffers. */
@@ -79,16 +79,16 @@ static void cuda_backend_absent_without_nvcc(void **state)
     memset(&fake, 0, sizeof fake);
     fake.kind = KN_BACKEND_CUDA;
     float x[4] = { 1, 2, 3, 4 }, w[4] = { 1, 1, 1, 1 };
-    assert_int_equal(kn_rmsnorm(&fake, x, x, w, 1, 4, 1e-5f), KN_ERR_UNSUPPORTED);
-    assert_int_equal(kn_add(&fake, x, x, x, 4), KN_ERR_UNSUPPORTED);
+    assert_int_equal(kn_rmsnorm(&fake, x, x, w, 1, 4, 1e-5f), TN_ERR_UNSUPPORTED);
+    assert_int_equal(kn_add(&fake, x, x, x, 4), TN_ERR_UNSUPPORTED);
     assert_null(kn_malloc(&fake, 16));
-    assert_int_equal(kn_backend_sync(&fake), KN_ERR_UNSUPPORTED);
-    assert_int_equal(kn_copy_to_host(&fake, x, w, sizeof x), KN_ERR_UNSUPPORTED);
+    assert_int_equal(kn_backend_sync(&fake), TN_ERR_UNSUPPORTED);
+    assert_int_equal(kn_copy_to_host(&fake, x, w, sizeof x), TN_ERR_UNSUPPORTED);
 #endif
-    assert_int_equal(kn_backend_init_cuda(NULL, 0), KN_ERR_ARG);
+    assert_int_equal(kn_backend_init_cuda(NULL, 0), TN_ERR_ARG);
 }
 
-/* Every op: NULL backend and an unknown kind are KN_ERR_ARG, and nothing is
+/* Every op: NULL backend and an unknown kind are TN_ERR_ARG, and nothing is
  * written. Arguments are otherwise valid so only the backend is at fault. */
 static void ops_reject_bad_backend(void **state)
 {
@@ -110,18 +110,18 @@ static void ops_reject_bad_backend(void **state)
     uint64_t rng = 1;
     for (int i = 0; i < 2; i++) {
         const kn_backend *be = bad[i];
-        assert_int_equal(kn_embedding(be, out, x, ids, 2, 2, 2), KN_ERR_ARG);
-        assert_int_equal(kn_rmsnorm(be, out, x, w, 2, 2, 1e-5f), KN_ERR_ARG);
-        assert_int_equal(kn_matmul(be, out, x, w, NULL, 2, 2, 2), KN_ERR_ARG);
-        assert_int_equal(kn_add(be, out, x, w, 4), KN_ERR_ARG);
-        assert_int_equal(kn_rope(be, x, pos, 2, 1, 2, w, 1.0f), KN_ERR_ARG);
-        assert_int_equal(kn_kv_append(be, w, w, x, x, &b, 1, 2, 1), KN_ERR_ARG);
+        assert_int_equal(kn_embedding(be, out, x, ids, 2, 2, 2), TN_ERR_ARG);
+        assert_int_equal(kn_rmsnorm(be, out, x, w, 2, 2, 1e-5f), TN_ERR_ARG);
+        assert_int_equal(kn_matmul(be, out, x, w, NULL, 2, 2, 2), TN_ERR_ARG);
+        assert_int_equal(kn_add(be, out, x, w, 4), TN_ERR_ARG);
+        assert_int_equal(kn_rope(be, x, pos, 2, 1, 2, w, 1.0f), TN_ERR_ARG);
+        assert_int_equal(kn_kv_append(be, w, w, x, x, &b, 1, 2, 1), TN_ERR_ARG);
         assert_int_equal(kn_attention(be, out, x, w, w, &b, 1, 1, 2, 1, 1.0f, NULL, 0),
-                         KN_ERR_ARG);
+                         TN_ERR_ARG);
         assert_int_equal(kn_moe_route(be, eidx, ew, x, 1, 2, 2, KN_ROUTE_TOPK_SOFTMAX, 0),
-                         KN_ERR_ARG);
-        assert_int_equal(kn_moe_experts(be, out, x, eidx, ew, 1, 2, &mw), KN_ERR_ARG);
-        assert_int_equal(kn_sample(be, tok, x, 1, 2, &sp, &rng), KN_ERR_ARG);
+                         TN_ERR_ARG);
+        assert_int_equal(kn_moe_experts(be, out, x, eidx, ew, 1, 2, &mw), TN_ERR_ARG);
+        assert_int_equal(kn_sample(be, tok, x, 1, 2, &sp, &rng), TN_ERR_ARG);
     }
     for (int i = 0; i < 16; i++)
         assert_true(out[i] == 0.0f);

@@ -68,21 +68,21 @@ static void host_pools_go_direct(void **state)
     kn_backend be;
     kn_backend_init_cpu(&be);
     tm_kv_cache kv;
-    assert_int_equal(tm_kv_cache_init(&kv, &be, LAYERS, HEADS, HEAD_DIM, PAGE, PAGES), KN_OK);
+    assert_int_equal(tm_kv_cache_init(&kv, &be, LAYERS, HEADS, HEAD_DIM, PAGE, PAGES), TN_OK);
     char err[200];
     for (int transport_device = 0; transport_device < 2; transport_device++)
         for (tm_kv_path path = TM_KV_PATH_AUTO; path <= TM_KV_PATH_DIRECT; path++) {
             tm_kv_staging s;
             assert_int_equal(tm_kv_staging_init(&s, &kv, path, transport_device, err, sizeof err),
-                             KN_OK);
+                             TN_OK);
             assert_false(s.staged);
             assert_false(s.device_memory);
             assert_ptr_equal(s.k, kv.k);
             assert_ptr_equal(s.v, kv.v);
             assert_non_null(strstr(s.how, "direct from host memory"));
             int32_t pages[] = {1, 2};
-            assert_int_equal(tm_kv_staging_to_host(&s, pages, 2), KN_OK);   /* no-ops */
-            assert_int_equal(tm_kv_staging_to_device(&s, pages, 2), KN_OK);
+            assert_int_equal(tm_kv_staging_to_host(&s, pages, 2), TN_OK);   /* no-ops */
+            assert_int_equal(tm_kv_staging_to_device(&s, pages, 2), TN_OK);
             tm_kv_staging_free(&s);
         }
     tm_kv_cache_free(&kv);
@@ -101,11 +101,11 @@ static void direct_device_pools_need_a_cuda_transport(void **state)
     char err[200] = "";
     tm_kv_staging s;
     assert_int_equal(tm_kv_staging_init(&s, &kv, TM_KV_PATH_DIRECT, 0, err, sizeof err),
-                     KN_ERR_UNSUPPORTED);
+                     TN_ERR_UNSUPPORTED);
     assert_non_null(strstr(err, "no CUDA memory support"));
     tm_kv_staging_free(&s);
     for (tm_kv_path path = TM_KV_PATH_AUTO; path <= TM_KV_PATH_DIRECT; path++) {
-        assert_int_equal(tm_kv_staging_init(&s, &kv, path, 1, err, sizeof err), KN_OK);
+        assert_int_equal(tm_kv_staging_init(&s, &kv, path, 1, err, sizeof err), TN_OK);
         assert_false(s.staged);
         assert_true(s.device_memory);
         assert_non_null(strstr(s.how, "direct from GPU memory"));
@@ -119,10 +119,10 @@ static void staged_copies_move_exactly_the_named_pages(void **state)
     kn_backend be;
     kn_backend_init_cpu(&be);
     tm_kv_cache kv;
-    assert_int_equal(tm_kv_cache_init(&kv, &be, LAYERS, HEADS, HEAD_DIM, PAGE, PAGES), KN_OK);
+    assert_int_equal(tm_kv_cache_init(&kv, &be, LAYERS, HEADS, HEAD_DIM, PAGE, PAGES), TN_OK);
     char err[200];
     tm_kv_staging s;
-    assert_int_equal(tm_kv_staging_init(&s, &kv, TM_KV_PATH_STAGED, 0, err, sizeof err), KN_OK);
+    assert_int_equal(tm_kv_staging_init(&s, &kv, TM_KV_PATH_STAGED, 0, err, sizeof err), TN_OK);
     assert_true(s.staged);
     assert_false(s.device_memory);
     assert_ptr_equal(s.k, s.mirror_k);
@@ -132,7 +132,7 @@ static void staged_copies_move_exactly_the_named_pages(void **state)
     /* cache -> mirror: pages 2,3,4 (one run), 7 and 0 (out of order) */
     fill(kv.k, kv.v, &kv, 0);
     int32_t out[] = {2, 3, 4, 7, 0};
-    assert_int_equal(tm_kv_staging_to_host(&s, out, 5), KN_OK);
+    assert_int_equal(tm_kv_staging_to_host(&s, out, 5), TN_OK);
     for (int p = 0; p < PAGES; p++) {
         int named = p == 0 || p == 2 || p == 3 || p == 4 || p == 7;
         assert_int_equal(page_is(s.mirror_k, s.mirror_v, &kv, p, 0), named);
@@ -141,7 +141,7 @@ static void staged_copies_move_exactly_the_named_pages(void **state)
     /* mirror -> cache: pages 5, 6 and 1 only */
     fill(s.mirror_k, s.mirror_v, &kv, 7);
     int32_t in[] = {5, 6, 1};
-    assert_int_equal(tm_kv_staging_to_device(&s, in, 3), KN_OK);
+    assert_int_equal(tm_kv_staging_to_device(&s, in, 3), TN_OK);
     for (int p = 0; p < PAGES; p++) {
         int named = p == 1 || p == 5 || p == 6;
         assert_int_equal(page_is(kv.k, kv.v, &kv, p, named ? 7 : 0), 1);
@@ -150,11 +150,11 @@ static void staged_copies_move_exactly_the_named_pages(void **state)
     /* a page outside the cache is refused before anything moves */
     int32_t bad[] = {8, PAGES};
     fill(kv.k, kv.v, &kv, 0);
-    assert_int_equal(tm_kv_staging_to_device(&s, bad, 2), KN_ERR_ARG);
+    assert_int_equal(tm_kv_staging_to_device(&s, bad, 2), TN_ERR_ARG);
     assert_int_equal(page_is(kv.k, kv.v, &kv, 8, 0), 1);
     int32_t neg[] = {-1};
-    assert_int_equal(tm_kv_staging_to_host(&s, neg, 1), KN_ERR_ARG);
-    assert_int_equal(tm_kv_staging_to_host(&s, NULL, 0), KN_OK);
+    assert_int_equal(tm_kv_staging_to_host(&s, neg, 1), TN_ERR_ARG);
+    assert_int_equal(tm_kv_staging_to_host(&s, NULL, 0), TN_OK);
 
     tm_kv_staging_free(&s);
     tm_kv_staging_free(&s);   /* twice is harmless */

@@ -37,7 +37,7 @@ static void add_rmsnorm_matches_float64_and_unfused(void **state)
 {
     (void)state;
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     tu_rng rng;
     tu_rng_init(&rng, 33);
     /* 64 x 2880 is above the OpenMP threshold, 1 x 1 the smallest row */
@@ -58,7 +58,7 @@ static void add_rmsnorm_matches_float64_and_unfused(void **state)
             add_rmsnorm_ref(sum, ref, x0, delta, w, rows, dim, eps[e]);
 
             memcpy(x, x0, n * sizeof(float));
-            assert_int_equal(kn_add_rmsnorm(&be, x, xn, delta, w, rows, dim, eps[e]), KN_OK);
+            assert_int_equal(kn_add_rmsnorm(&be, x, xn, delta, w, rows, dim, eps[e]), TN_OK);
             for (int r = 0; r < rows; r++) {
                 size_t o = (size_t)r * dim;
                 assert_true(tu_max_rel_err(x + o, sum + o, (size_t)dim) <= TU_FP32_REL_TOL);
@@ -66,13 +66,13 @@ static void add_rmsnorm_matches_float64_and_unfused(void **state)
             }
             /* The unfused pair the engine used before gives the same bits. */
             memcpy(ux, x0, n * sizeof(float));
-            assert_int_equal(kn_add(&be, ux, ux, delta, n), KN_OK);
-            assert_int_equal(kn_rmsnorm(&be, uxn, ux, w, rows, dim, eps[e]), KN_OK);
+            assert_int_equal(kn_add(&be, ux, ux, delta, n), TN_OK);
+            assert_int_equal(kn_rmsnorm(&be, uxn, ux, w, rows, dim, eps[e]), TN_OK);
             assert_memory_equal(x, ux, n * sizeof(float));
             assert_memory_equal(xn, uxn, n * sizeof(float));
             /* xn == x leaves the normed rows, same bits. */
             memcpy(x, x0, n * sizeof(float));
-            assert_int_equal(kn_add_rmsnorm(&be, x, x, delta, w, rows, dim, eps[e]), KN_OK);
+            assert_int_equal(kn_add_rmsnorm(&be, x, x, delta, w, rows, dim, eps[e]), TN_OK);
             assert_memory_equal(x, uxn, n * sizeof(float));
             free(x0);
             free(delta);
@@ -92,23 +92,23 @@ static void add_rmsnorm_rejects_bad_arguments(void **state)
 {
     (void)state;
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     float x[16] = { 1 }, d[8] = { 1 }, w[4] = { 1, 1, 1, 1 }, xn[8];
-    assert_int_equal(kn_add_rmsnorm(NULL, x, xn, d, w, 2, 4, 1e-5f), KN_ERR_ARG);
-    assert_int_equal(kn_add_rmsnorm(&be, NULL, xn, d, w, 2, 4, 1e-5f), KN_ERR_ARG);
-    assert_int_equal(kn_add_rmsnorm(&be, x, NULL, d, w, 2, 4, 1e-5f), KN_ERR_ARG);
-    assert_int_equal(kn_add_rmsnorm(&be, x, xn, NULL, w, 2, 4, 1e-5f), KN_ERR_ARG);
-    assert_int_equal(kn_add_rmsnorm(&be, x, xn, d, NULL, 2, 4, 1e-5f), KN_ERR_ARG);
-    assert_int_equal(kn_add_rmsnorm(&be, x, xn, d, w, -1, 4, 1e-5f), KN_ERR_ARG);
-    assert_int_equal(kn_add_rmsnorm(&be, x, xn, d, w, 2, 0, 1e-5f), KN_ERR_ARG);
-    assert_int_equal(kn_add_rmsnorm(&be, x, xn, d, w, 2, 4, -1e-5f), KN_ERR_ARG);
-    assert_int_equal(kn_add_rmsnorm(&be, x, xn, d, w, 2, 4, NAN), KN_ERR_ARG);
-    assert_int_equal(kn_add_rmsnorm(&be, x, xn, d, w, 2, 4, INFINITY), KN_ERR_ARG);
+    assert_int_equal(kn_add_rmsnorm(NULL, x, xn, d, w, 2, 4, 1e-5f), TN_ERR_ARG);
+    assert_int_equal(kn_add_rmsnorm(&be, NULL, xn, d, w, 2, 4, 1e-5f), TN_ERR_ARG);
+    assert_int_equal(kn_add_rmsnorm(&be, x, NULL, d, w, 2, 4, 1e-5f), TN_ERR_ARG);
+    assert_int_equal(kn_add_rmsnorm(&be, x, xn, NULL, w, 2, 4, 1e-5f), TN_ERR_ARG);
+    assert_int_equal(kn_add_rmsnorm(&be, x, xn, d, NULL, 2, 4, 1e-5f), TN_ERR_ARG);
+    assert_int_equal(kn_add_rmsnorm(&be, x, xn, d, w, -1, 4, 1e-5f), TN_ERR_ARG);
+    assert_int_equal(kn_add_rmsnorm(&be, x, xn, d, w, 2, 0, 1e-5f), TN_ERR_ARG);
+    assert_int_equal(kn_add_rmsnorm(&be, x, xn, d, w, 2, 4, -1e-5f), TN_ERR_ARG);
+    assert_int_equal(kn_add_rmsnorm(&be, x, xn, d, w, 2, 4, NAN), TN_ERR_ARG);
+    assert_int_equal(kn_add_rmsnorm(&be, x, xn, d, w, 2, 4, INFINITY), TN_ERR_ARG);
     /* xn shifted into x, delta overlapping x or xn */
-    assert_int_equal(kn_add_rmsnorm(&be, x, x + 1, d, w, 2, 4, 1e-5f), KN_ERR_ARG);
-    assert_int_equal(kn_add_rmsnorm(&be, x, xn, x + 2, w, 1, 4, 1e-5f), KN_ERR_ARG);
-    assert_int_equal(kn_add_rmsnorm(&be, x, xn, xn, w, 2, 4, 1e-5f), KN_ERR_ARG);
-    assert_int_equal(kn_add_rmsnorm(&be, x, xn, d, w, 0, 4, 1e-5f), KN_OK);
+    assert_int_equal(kn_add_rmsnorm(&be, x, x + 1, d, w, 2, 4, 1e-5f), TN_ERR_ARG);
+    assert_int_equal(kn_add_rmsnorm(&be, x, xn, x + 2, w, 1, 4, 1e-5f), TN_ERR_ARG);
+    assert_int_equal(kn_add_rmsnorm(&be, x, xn, xn, w, 2, 4, 1e-5f), TN_ERR_ARG);
+    assert_int_equal(kn_add_rmsnorm(&be, x, xn, d, w, 0, 4, 1e-5f), TN_OK);
     kn_backend_free(&be);
 }
 

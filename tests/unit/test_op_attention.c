@@ -192,10 +192,10 @@ static void step_run(const kn_backend *be, attn_step *st, const attn_world *w,
 {
     const attn_case *c = w->c;
     assert_int_equal(kn_kv_append(be, k_pool, v_pool, st->k, st->v, &st->b, c->n_kv_heads,
-                                  c->head_dim, c->page_size), KN_OK);
+                                  c->head_dim, c->page_size), TN_OK);
     assert_int_equal(kn_attention(be, st->out, st->q, k_pool, v_pool, &st->b, c->n_heads,
                                   c->n_kv_heads, c->head_dim, c->page_size, w->scale,
-                                  w->sinks, c->window), KN_OK);
+                                  w->sinks, c->window), TN_OK);
 }
 
 /* Checks every row of the step against float64 and, when prefill_out is
@@ -243,7 +243,7 @@ static void prefill_matches_float64(void **state)
 {
     (void)state;
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     tu_rng rng;
     tu_rng_init(&rng, 61);
     for (size_t ci = 0; ci < N_CASES; ci++) {
@@ -284,7 +284,7 @@ static void decode_after_prefill_equals_prefill(void **state)
 {
     (void)state;
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     tu_rng rng;
     tu_rng_init(&rng, 62);
     enum { DECODE_STEPS = 3 };
@@ -341,7 +341,7 @@ static void chunked_prefill_with_idle_sequence(void **state)
 {
     (void)state;
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     tu_rng rng;
     tu_rng_init(&rng, 63);
     for (size_t ci = 0; ci < N_CASES; ci++) {
@@ -374,7 +374,7 @@ static void attention_rejects_bad_arguments(void **state)
 {
     (void)state;
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     /* Two sequences, page_size 2: lens 3 and 2, pages {1, 0} and {2}. */
     enum { HD = 2, PS = 2, NP = 3 };
     float pool_k[NP * PS * HD] = { 0 }, pool_v[NP * PS * HD] = { 0 };
@@ -384,16 +384,16 @@ static void attention_rejects_bad_arguments(void **state)
     kn_seq_batch ok = { .n_seqs = 2, .n_rows = 5, .max_pages = 2, .max_q_len = 3,
                         .max_kv_len = 3, .q_offset = q_offset, .kv_len = kv_len,
                         .page_table = pages, .n_pages = NP };
-    assert_int_equal(kn_kv_append(&be, pool_k, pool_v, k, v, &ok, 1, HD, PS), KN_OK);
+    assert_int_equal(kn_kv_append(&be, pool_k, pool_v, k, v, &ok, 1, HD, PS), TN_OK);
     assert_int_equal(kn_attention(&be, out, q, pool_k, pool_v, &ok, 1, 1, HD, PS, 1.0f,
-                                  NULL, 0), KN_OK);
+                                  NULL, 0), TN_OK);
 
 #define BOTH_REJECT(batch, n_heads, n_kv, page_size, scale, window)                          \
     do {                                                                                     \
         assert_int_equal(kn_kv_append(&be, pool_k, pool_v, k, v, batch, n_kv, HD, page_size), \
-                         KN_ERR_ARG);                                                        \
+                         TN_ERR_ARG);                                                        \
         assert_int_equal(kn_attention(&be, out, q, pool_k, pool_v, batch, n_heads, n_kv, HD,  \
-                                      page_size, scale, NULL, window), KN_ERR_ARG);          \
+                                      page_size, scale, NULL, window), TN_ERR_ARG);          \
     } while (0)
 
     BOTH_REJECT(NULL, 1, 1, PS, 1.0f, 0);
@@ -437,16 +437,16 @@ static void attention_rejects_bad_arguments(void **state)
 
     /* Attention-only checks. */
     assert_int_equal(kn_attention(&be, out, q, pool_k, pool_v, &ok, 3, 2, HD, PS, 1.0f, NULL, 0),
-                     KN_ERR_ARG); /* 3 heads over 2 KV heads */
+                     TN_ERR_ARG); /* 3 heads over 2 KV heads */
     assert_int_equal(kn_attention(&be, out, q, pool_k, pool_v, &ok, 1, 1, HD, PS, 1.0f, NULL, -1),
-                     KN_ERR_ARG);
+                     TN_ERR_ARG);
     assert_int_equal(kn_attention(&be, out, q, pool_k, pool_v, &ok, 1, 1, HD, PS, NAN, NULL, 0),
-                     KN_ERR_ARG);
+                     TN_ERR_ARG);
     assert_int_equal(kn_attention(&be, NULL, q, pool_k, pool_v, &ok, 1, 1, HD, PS, 1.0f, NULL, 0),
-                     KN_ERR_ARG);
+                     TN_ERR_ARG);
     assert_int_equal(kn_attention(&be, out, q, NULL, pool_v, &ok, 1, 1, HD, PS, 1.0f, NULL, 0),
-                     KN_ERR_ARG);
-    assert_int_equal(kn_kv_append(&be, pool_k, NULL, k, v, &ok, 1, HD, PS), KN_ERR_ARG);
+                     TN_ERR_ARG);
+    assert_int_equal(kn_kv_append(&be, pool_k, NULL, k, v, &ok, 1, HD, PS), TN_ERR_ARG);
     kn_backend_free(&be);
 }
 

@@ -266,7 +266,7 @@ static void matmul_w_fp8_matches_float64(void **state)
 {
     (void)state;
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     tu_rng rng;
     tu_rng_init(&rng, 811);
     const int shapes[][3] = { { 1, 1, 1 }, { 3, 200, 300 }, { 5, 129, 128 }, { 17, 40, 2880 } };
@@ -288,7 +288,7 @@ static void matmul_w_fp8_matches_float64(void **state)
             for (size_t i = 0; i < (size_t)m * n; i++)
                 out[i] = NAN;
             assert_int_equal(kn_matmul_w(&be, out, x, &kw, with_bias ? bias : NULL, m, n, k),
-                             KN_OK);
+                             TN_OK);
             /* the CPU dequantizes both sides to fp32 (exact up to one fp32
              * rounding of code * scale) and runs sgemm: fp32 accuracy */
             double err = tu_max_rel_err(out, ref, (size_t)m * n);
@@ -306,7 +306,7 @@ static void matmul_w_fp8_matches_float64(void **state)
     float x1[4] = {1, 2, 3, 4}, o1[2];
     uint8_t q1[256] = {0};
     kn_weight noscale = { KN_FP8_E4M3, q1, NULL };
-    assert_int_equal(kn_matmul_w(&be, o1, x1, &noscale, NULL, 1, 2, 2), KN_ERR_ARG);
+    assert_int_equal(kn_matmul_w(&be, o1, x1, &noscale, NULL, 1, 2, 2), TN_ERR_ARG);
     kn_backend_free(&be);
 }
 
@@ -355,7 +355,7 @@ static void moe_experts_fp8_matches_float64(void **state)
 {
     (void)state;
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     tu_rng rng;
     tu_rng_init(&rng, 812);
     const int n_tok = 11, n_exp = 6, k = 2, dim = 160, inter = 72;
@@ -395,7 +395,7 @@ static void moe_experts_fp8_matches_float64(void **state)
         rw[t * k + 1] = 0.4f;
     }
     ref_moe_fp8(ref, x, idx, rw, n_tok, k, &w, gud, dnd);
-    assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, n_tok, k, &w), KN_OK);
+    assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, n_tok, k, &w), TN_OK);
     /* Same quantization on both sides; where fp32 sgemm and the float64 sum
      * put an activation on different sides of an e4m3 rounding boundary,
      * that one activation moves by one e4m3 step (2^-3 relative at most),
@@ -406,7 +406,7 @@ static void moe_experts_fp8_matches_float64(void **state)
         fail_msg("fp8 experts: rel err %g", err);
     print_message("# fp8 experts vs float64: normwise rel err %.3g\n", err);
     w.down_scale = NULL;
-    assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, n_tok, k, &w), KN_ERR_ARG);
+    assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, n_tok, k, &w), TN_ERR_ARG);
     free(gu); free(dn); free(gub); free(dnb); free(guq); free(dnq); free(gus); free(dns);
     free(gud); free(dnd); free(x); free(out); free(rw); free(idx); free(ref);
     kn_backend_free(&be);

@@ -21,7 +21,7 @@ static void matmul_matches_float64(void **state)
 {
     (void)state;
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     tu_rng rng;
     tu_rng_init(&rng, 31);
     const int shapes[][3] = { { 1, 1, 1 }, { 3, 5, 7 }, { 1, 33, 65 }, { 17, 33, 65 },
@@ -44,7 +44,7 @@ static void matmul_matches_float64(void **state)
                         acc += (double)x[(size_t)i * k + l] * w[(size_t)j * k + l];
                     ref[(size_t)i * n + j] = acc;
                 }
-            assert_int_equal(kn_matmul(&be, out, x, w, with_bias ? bias : NULL, m, n, k), KN_OK);
+            assert_int_equal(kn_matmul(&be, out, x, w, with_bias ? bias : NULL, m, n, k), TN_OK);
             double err = tu_max_rel_err(out, ref, (size_t)m * n);
             if (err > TU_FP32_REL_TOL)
                 fail_msg("m=%d n=%d k=%d bias=%d: rel err %g", m, n, k, with_bias, err);
@@ -62,17 +62,17 @@ static void matmul_rejects_bad_arguments(void **state)
 {
     (void)state;
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     float x[12] = { 0 }, w[12] = { 0 }, out[12] = { 0 };
-    assert_int_equal(kn_matmul(&be, NULL, x, w, NULL, 2, 3, 2), KN_ERR_ARG);
-    assert_int_equal(kn_matmul(&be, out, NULL, w, NULL, 2, 3, 2), KN_ERR_ARG);
-    assert_int_equal(kn_matmul(&be, out, x, NULL, NULL, 2, 3, 2), KN_ERR_ARG);
-    assert_int_equal(kn_matmul(&be, out, x, w, NULL, -1, 3, 2), KN_ERR_ARG);
-    assert_int_equal(kn_matmul(&be, out, x, w, NULL, 2, 0, 2), KN_ERR_ARG);
-    assert_int_equal(kn_matmul(&be, out, x, w, NULL, 2, 3, 0), KN_ERR_ARG);
-    assert_int_equal(kn_matmul(&be, x, x, w, NULL, 2, 3, 2), KN_ERR_ARG);      /* out is x */
-    assert_int_equal(kn_matmul(&be, x + 2, x, w, NULL, 2, 3, 2), KN_ERR_ARG);  /* overlaps */
-    assert_int_equal(kn_matmul(&be, out, x, w, NULL, 0, 3, 2), KN_OK);
+    assert_int_equal(kn_matmul(&be, NULL, x, w, NULL, 2, 3, 2), TN_ERR_ARG);
+    assert_int_equal(kn_matmul(&be, out, NULL, w, NULL, 2, 3, 2), TN_ERR_ARG);
+    assert_int_equal(kn_matmul(&be, out, x, NULL, NULL, 2, 3, 2), TN_ERR_ARG);
+    assert_int_equal(kn_matmul(&be, out, x, w, NULL, -1, 3, 2), TN_ERR_ARG);
+    assert_int_equal(kn_matmul(&be, out, x, w, NULL, 2, 0, 2), TN_ERR_ARG);
+    assert_int_equal(kn_matmul(&be, out, x, w, NULL, 2, 3, 0), TN_ERR_ARG);
+    assert_int_equal(kn_matmul(&be, x, x, w, NULL, 2, 3, 2), TN_ERR_ARG);      /* out is x */
+    assert_int_equal(kn_matmul(&be, x + 2, x, w, NULL, 2, 3, 2), TN_ERR_ARG);  /* overlaps */
+    assert_int_equal(kn_matmul(&be, out, x, w, NULL, 0, 3, 2), TN_OK);
     kn_backend_free(&be);
 }
 
@@ -80,7 +80,7 @@ static void matmul_w_f32_and_bf16(void **state)
 {
     (void)state;
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     tu_rng rng;
     tu_rng_init(&rng, 77);
     const int shapes[][3] = { { 1, 1, 1 }, { 5, 7, 9 }, { 33, 65, 130 }, { 64, 40, 256 } };
@@ -96,8 +96,8 @@ static void matmul_w_f32_and_bf16(void **state)
         tu_rand_fill(&rng, bias, (size_t)n, -1.0f, 1.0f);
         /* f32: the very same numbers as kn_matmul */
         kn_weight wf = { KN_F32, w, NULL };
-        assert_int_equal(kn_matmul(&be, plain, x, w, bias, m, n, k), KN_OK);
-        assert_int_equal(kn_matmul_w(&be, out, x, &wf, bias, m, n, k), KN_OK);
+        assert_int_equal(kn_matmul(&be, plain, x, w, bias, m, n, k), TN_OK);
+        assert_int_equal(kn_matmul_w(&be, out, x, &wf, bias, m, n, k), TN_OK);
         assert_memory_equal(out, plain, sizeof(float) * (size_t)m * n);
         /* bf16: float64 over the rounded operands */
         kn_f32_to_bf16_n(wb, w, (size_t)n * k);
@@ -110,7 +110,7 @@ static void matmul_w_f32_and_bf16(void **state)
                 ref[(size_t)i * n + j] = acc;
             }
         kn_weight wh = { KN_BF16, wb, NULL };
-        assert_int_equal(kn_matmul_w(&be, out, x, &wh, bias, m, n, k), KN_OK);
+        assert_int_equal(kn_matmul_w(&be, out, x, &wh, bias, m, n, k), TN_OK);
         double err = tu_max_rel_err(out, ref, (size_t)m * n);
         if (err > TU_FP32_REL_TOL)
             fail_msg("bf16 m=%d n=%d k=%d: rel err %g vs the rounded-operand product", m, n, k, err);
@@ -123,13 +123,13 @@ static void matmul_w_f32_and_bf16(void **state)
     float x[4] = { 0 }, out[4] = { 0 };
     uint16_t w[4] = { 0 };
     kn_weight bad = { (kn_dtype)9, w, NULL };
-    assert_int_equal(kn_matmul_w(&be, out, x, &bad, NULL, 2, 2, 1), KN_ERR_ARG);
-    assert_int_equal(kn_matmul_w(&be, out, x, NULL, NULL, 2, 2, 1), KN_ERR_ARG);
+    assert_int_equal(kn_matmul_w(&be, out, x, &bad, NULL, 2, 2, 1), TN_ERR_ARG);
+    assert_int_equal(kn_matmul_w(&be, out, x, NULL, NULL, 2, 2, 1), TN_ERR_ARG);
     kn_weight nul = { KN_BF16, NULL, NULL };
-    assert_int_equal(kn_matmul_w(&be, out, x, &nul, NULL, 2, 2, 1), KN_ERR_ARG);
+    assert_int_equal(kn_matmul_w(&be, out, x, &nul, NULL, 2, 2, 1), TN_ERR_ARG);
     kn_weight ok = { KN_BF16, w, NULL };
-    assert_int_equal(kn_matmul_w(&be, x, x, &ok, NULL, 2, 2, 1), KN_ERR_ARG);   /* out is x */
-    assert_int_equal(kn_matmul_w(&be, out, x, &ok, NULL, 2, 2, 0), KN_ERR_ARG);
+    assert_int_equal(kn_matmul_w(&be, x, x, &ok, NULL, 2, 2, 1), TN_ERR_ARG);   /* out is x */
+    assert_int_equal(kn_matmul_w(&be, out, x, &ok, NULL, 2, 2, 0), TN_ERR_ARG);
     kn_backend_free(&be);
 }
 

@@ -61,7 +61,7 @@ static void route_matches_float64(void **state)
 {
     (void)state;
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     tu_rng rng;
     tu_rng_init(&rng, 71);
     const int shapes[][3] = { { 1, 1, 1 }, { 5, 8, 2 }, { 33, 32, 4 }, { 64, 128, 8 },
@@ -81,7 +81,7 @@ static void route_matches_float64(void **state)
                 float *w = tu_xcalloc((size_t)n_tok * k, sizeof *w);
                 double ref_w[128];
                 assert_int_equal(kn_moe_route(&be, idx, w, logits, n_tok, n_exp, k, mode, renorm),
-                                 KN_OK);
+                                 TN_OK);
                 for (int t = 0; t < n_tok; t++) {
                     ref_route(logits + (size_t)t * n_exp, n_exp, k, mode, renorm, ref_idx, ref_w);
                     double sum = 0.0;
@@ -109,11 +109,11 @@ static void route_ties_pick_lower_id(void **state)
 {
     (void)state;
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     const float logits[6] = { 1.0f, 3.0f, 2.0f, 3.0f, 2.0f, 3.0f };
     int32_t idx[4];
     float w[4];
-    assert_int_equal(kn_moe_route(&be, idx, w, logits, 1, 6, 4, KN_ROUTE_TOPK_SOFTMAX, 0), KN_OK);
+    assert_int_equal(kn_moe_route(&be, idx, w, logits, 1, 6, 4, KN_ROUTE_TOPK_SOFTMAX, 0), TN_OK);
     assert_int_equal(idx[0], 1);
     assert_int_equal(idx[1], 3);
     assert_int_equal(idx[2], 5);
@@ -126,21 +126,21 @@ static void route_rejects_bad_arguments(void **state)
 {
     (void)state;
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     float logits[8] = { 0 }, w[8];
     int32_t idx[8];
-    assert_int_equal(kn_moe_route(&be, idx, w, logits, 2, 4, 5, KN_ROUTE_TOPK_SOFTMAX, 0), KN_ERR_ARG);
-    assert_int_equal(kn_moe_route(&be, idx, w, logits, 2, 4, 0, KN_ROUTE_TOPK_SOFTMAX, 0), KN_ERR_ARG);
-    assert_int_equal(kn_moe_route(&be, idx, w, logits, -1, 4, 2, KN_ROUTE_TOPK_SOFTMAX, 0), KN_ERR_ARG);
-    assert_int_equal(kn_moe_route(&be, idx, w, logits, 2, 0, 2, KN_ROUTE_TOPK_SOFTMAX, 0), KN_ERR_ARG);
-    assert_int_equal(kn_moe_route(&be, idx, w, logits, 2, 4, 2, (kn_route_mode)9, 0), KN_ERR_ARG);
-    assert_int_equal(kn_moe_route(&be, NULL, w, logits, 2, 4, 2, KN_ROUTE_TOPK_SOFTMAX, 0), KN_ERR_ARG);
-    assert_int_equal(kn_moe_route(&be, idx, NULL, logits, 2, 4, 2, KN_ROUTE_TOPK_SOFTMAX, 0), KN_ERR_ARG);
-    assert_int_equal(kn_moe_route(&be, idx, w, NULL, 2, 4, 2, KN_ROUTE_TOPK_SOFTMAX, 0), KN_ERR_ARG);
+    assert_int_equal(kn_moe_route(&be, idx, w, logits, 2, 4, 5, KN_ROUTE_TOPK_SOFTMAX, 0), TN_ERR_ARG);
+    assert_int_equal(kn_moe_route(&be, idx, w, logits, 2, 4, 0, KN_ROUTE_TOPK_SOFTMAX, 0), TN_ERR_ARG);
+    assert_int_equal(kn_moe_route(&be, idx, w, logits, -1, 4, 2, KN_ROUTE_TOPK_SOFTMAX, 0), TN_ERR_ARG);
+    assert_int_equal(kn_moe_route(&be, idx, w, logits, 2, 0, 2, KN_ROUTE_TOPK_SOFTMAX, 0), TN_ERR_ARG);
+    assert_int_equal(kn_moe_route(&be, idx, w, logits, 2, 4, 2, (kn_route_mode)9, 0), TN_ERR_ARG);
+    assert_int_equal(kn_moe_route(&be, NULL, w, logits, 2, 4, 2, KN_ROUTE_TOPK_SOFTMAX, 0), TN_ERR_ARG);
+    assert_int_equal(kn_moe_route(&be, idx, NULL, logits, 2, 4, 2, KN_ROUTE_TOPK_SOFTMAX, 0), TN_ERR_ARG);
+    assert_int_equal(kn_moe_route(&be, idx, w, NULL, 2, 4, 2, KN_ROUTE_TOPK_SOFTMAX, 0), TN_ERR_ARG);
     logits[5] = NAN;
-    assert_int_equal(kn_moe_route(&be, idx, w, logits, 2, 4, 2, KN_ROUTE_SOFTMAX_TOPK, 1), KN_ERR_ARG);
+    assert_int_equal(kn_moe_route(&be, idx, w, logits, 2, 4, 2, KN_ROUTE_SOFTMAX_TOPK, 1), TN_ERR_ARG);
     logits[5] = INFINITY;
-    assert_int_equal(kn_moe_route(&be, idx, w, logits, 2, 4, 2, KN_ROUTE_SOFTMAX_TOPK, 1), KN_ERR_ARG);
+    assert_int_equal(kn_moe_route(&be, idx, w, logits, 2, 4, 2, KN_ROUTE_SOFTMAX_TOPK, 1), TN_ERR_ARG);
     kn_backend_free(&be);
 }
 
@@ -271,7 +271,7 @@ static void experts_match_float64(void **state)
 {
     (void)state;
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     tu_rng rng;
     tu_rng_init(&rng, 72);
     /* n_tokens, n_experts, k, dim, inter */
@@ -296,7 +296,7 @@ static void experts_match_float64(void **state)
                 random_routes(&rng, idx, rw, n_tok, k, n_exp);
                 clamp_hits hits = { 0 };
                 ref_experts(ref, x, idx, rw, n_tok, k, &w, &hits);
-                assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, n_tok, k, &w), KN_OK);
+                assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, n_tok, k, &w), TN_OK);
                 double err = tu_max_rel_err(out, ref, (size_t)n_tok * dim);
                 if (err > TU_FP32_REL_TOL)
                     fail_msg("shape %zu act %d biases %d: rel err %g", s, act, biases, err);
@@ -316,7 +316,7 @@ static void experts_bf16_weights(void **state)
 {
     (void)state;
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     tu_rng rng;
     tu_rng_init(&rng, 74);
     const int shapes[][5] = { { 9, 8, 2, 16, 8 }, { 70, 16, 4, 64, 40 } };
@@ -354,8 +354,8 @@ static void experts_bf16_weights(void **state)
             random_routes(&rng, idx, rw, n_tok, k, n_exp);
             clamp_hits hits = { 0 };
             ref_experts_r(ref, xr, idx, rw, n_tok, k, &wr, &hits, 1);
-            assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, n_tok, k, &wb), KN_OK);
-            assert_int_equal(kn_moe_experts(&be, out_f, x, idx, rw, n_tok, k, &wf), KN_OK);
+            assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, n_tok, k, &wb), TN_OK);
+            assert_int_equal(kn_moe_experts(&be, out_f, x, idx, rw, n_tok, k, &wf), TN_OK);
             /* an activation whose float and double values round to different
              * bf16 neighbours moves its term by 2^-8: well under 1e-3 */
             double err = tu_max_rel_err(out, ref, nx), vs_f32 = tu_max_rel_err_f32(out, out_f, nx);
@@ -364,7 +364,7 @@ static void experts_bf16_weights(void **state)
             if (!(vs_f32 > 1e-4 && vs_f32 < 5e-2))
                 fail_msg("shape %zu act %d: %g from the f32-weight MoE", s, act, vs_f32);
             wb.wdtype = (kn_dtype)5;
-            assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, n_tok, k, &wb), KN_ERR_ARG);
+            assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, n_tok, k, &wb), TN_ERR_ARG);
             free(gu), free(dn), free(gur), free(dnr), free(x), free(xr), free(out), free(out_f);
             free(rw), free(idx), free(ref);
             model_free(&m);
@@ -377,7 +377,7 @@ static void clamped_swiglu_hits_the_clamp(void **state)
 {
     (void)state;
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     tu_rng rng;
     tu_rng_init(&rng, 73);
     int n_tok = 40, n_exp = 4, k = 2, dim = 32, inter = 16;
@@ -394,7 +394,7 @@ static void clamped_swiglu_hits_the_clamp(void **state)
     clamp_hits hits = { 0 };
     ref_experts(ref, x, idx, rw, n_tok, k, &w, &hits);
     assert_true(hits.gate_high > 20 && hits.up_high > 20 && hits.up_low > 20);
-    assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, n_tok, k, &w), KN_OK);
+    assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, n_tok, k, &w), TN_OK);
     double err = tu_max_rel_err(out, ref, (size_t)n_tok * dim);
     if (err > TU_FP32_REL_TOL)
         fail_msg("rel err %g", err);
@@ -422,7 +422,7 @@ static void expert_shares_sum_to_full(void **state)
 {
     (void)state;
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     tu_rng rng;
     tu_rng_init(&rng, 74);
     int n_tok = 25, n_exp = 8, k = 3, dim = 24, inter = 12;
@@ -439,10 +439,10 @@ static void expert_shares_sum_to_full(void **state)
         tu_rand_fill(&rng, x, n, -1.0f, 1.0f);
         random_routes(&rng, idx, rw, n_tok, k, n_exp);
         kn_moe_weights all = model_share(&m, 0, n_exp, 1, (kn_act)act);
-        assert_int_equal(kn_moe_experts(&be, full, x, idx, rw, n_tok, k, &all), KN_OK);
+        assert_int_equal(kn_moe_experts(&be, full, x, idx, rw, n_tok, k, &all), TN_OK);
         for (int r = 0; r < 3; r++) {
             kn_moe_weights share = model_share(&m, first[r], count[r], 1, (kn_act)act);
-            assert_int_equal(kn_moe_experts(&be, part, x, idx, rw, n_tok, k, &share), KN_OK);
+            assert_int_equal(kn_moe_experts(&be, part, x, idx, rw, n_tok, k, &share), TN_OK);
             clamp_hits hits = { 0 };
             ref_experts(ref, x, idx, rw, n_tok, k, &share, &hits);
             assert_true(tu_max_rel_err(part, ref, n) <= TU_FP32_REL_TOL);
@@ -456,7 +456,7 @@ static void expert_shares_sum_to_full(void **state)
         for (size_t i = 0; i < (size_t)n_tok * k; i++)
             low[i] = (int32_t)(i % 3);
         kn_moe_weights last = model_share(&m, 6, 2, 1, (kn_act)act);
-        assert_int_equal(kn_moe_experts(&be, part, x, low, rw, n_tok, k, &last), KN_OK);
+        assert_int_equal(kn_moe_experts(&be, part, x, low, rw, n_tok, k, &last), TN_OK);
         for (size_t i = 0; i < n; i++)
             assert_true(part[i] == 0.0f);
         free(low);
@@ -476,7 +476,7 @@ static void experts_reject_bad_arguments(void **state)
 {
     (void)state;
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     tu_rng rng;
     tu_rng_init(&rng, 75);
     moe_model m;
@@ -484,37 +484,37 @@ static void experts_reject_bad_arguments(void **state)
     float x[2 * 4] = { 0 }, out[2 * 4], rw[2 * 2] = { 0.5f, 0.5f, 0.5f, 0.5f };
     int32_t idx[2 * 2] = { 0, 1, 2, 3 };
     kn_moe_weights ok = model_share(&m, 0, 4, 1, KN_ACT_SWIGLU_OAI);
-    assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, 2, 2, &ok), KN_OK);
-    assert_int_equal(kn_moe_experts(&be, NULL, x, idx, rw, 2, 2, &ok), KN_ERR_ARG);
-    assert_int_equal(kn_moe_experts(&be, out, NULL, idx, rw, 2, 2, &ok), KN_ERR_ARG);
-    assert_int_equal(kn_moe_experts(&be, out, x, NULL, rw, 2, 2, &ok), KN_ERR_ARG);
-    assert_int_equal(kn_moe_experts(&be, out, x, idx, NULL, 2, 2, &ok), KN_ERR_ARG);
-    assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, 2, 2, NULL), KN_ERR_ARG);
-    assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, -1, 2, &ok), KN_ERR_ARG);
-    assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, 2, 0, &ok), KN_ERR_ARG);
-    assert_int_equal(kn_moe_experts(&be, x, x, idx, rw, 2, 2, &ok), KN_ERR_ARG); /* aliasing */
+    assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, 2, 2, &ok), TN_OK);
+    assert_int_equal(kn_moe_experts(&be, NULL, x, idx, rw, 2, 2, &ok), TN_ERR_ARG);
+    assert_int_equal(kn_moe_experts(&be, out, NULL, idx, rw, 2, 2, &ok), TN_ERR_ARG);
+    assert_int_equal(kn_moe_experts(&be, out, x, NULL, rw, 2, 2, &ok), TN_ERR_ARG);
+    assert_int_equal(kn_moe_experts(&be, out, x, idx, NULL, 2, 2, &ok), TN_ERR_ARG);
+    assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, 2, 2, NULL), TN_ERR_ARG);
+    assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, -1, 2, &ok), TN_ERR_ARG);
+    assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, 2, 0, &ok), TN_ERR_ARG);
+    assert_int_equal(kn_moe_experts(&be, x, x, idx, rw, 2, 2, &ok), TN_ERR_ARG); /* aliasing */
     kn_moe_weights bad = ok;
     bad.gate_up = NULL;
-    assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, 2, 2, &bad), KN_ERR_ARG);
+    assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, 2, 2, &bad), TN_ERR_ARG);
     bad = ok;
     bad.act = (kn_act)5;
-    assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, 2, 2, &bad), KN_ERR_ARG);
+    assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, 2, 2, &bad), TN_ERR_ARG);
     bad = ok;
     bad.limit = 0.0f;
-    assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, 2, 2, &bad), KN_ERR_ARG);
+    assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, 2, 2, &bad), TN_ERR_ARG);
     bad = ok;
     bad.alpha = NAN;
-    assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, 2, 2, &bad), KN_ERR_ARG);
+    assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, 2, 2, &bad), TN_ERR_ARG);
     bad = ok;
     bad.expert_offset = -1;
-    assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, 2, 2, &bad), KN_ERR_ARG);
+    assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, 2, 2, &bad), TN_ERR_ARG);
     bad = ok;
     bad.inter = 0;
-    assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, 2, 2, &bad), KN_ERR_ARG);
+    assert_int_equal(kn_moe_experts(&be, out, x, idx, rw, 2, 2, &bad), TN_ERR_ARG);
     int32_t neg[4] = { 0, -3, 2, 3 };
-    assert_int_equal(kn_moe_experts(&be, out, x, neg, rw, 2, 2, &ok), KN_ERR_ARG);
+    assert_int_equal(kn_moe_experts(&be, out, x, neg, rw, 2, 2, &ok), TN_ERR_ARG);
     float nan_w[4] = { 0.5f, NAN, 0.5f, 0.5f };
-    assert_int_equal(kn_moe_experts(&be, out, x, idx, nan_w, 2, 2, &ok), KN_ERR_ARG);
+    assert_int_equal(kn_moe_experts(&be, out, x, idx, nan_w, 2, 2, &ok), TN_ERR_ARG);
     model_free(&m);
     kn_backend_free(&be);
 }

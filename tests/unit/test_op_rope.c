@@ -31,7 +31,7 @@ static void inv_freq_plain_matches_hf(void **state)
     for (int d = 0; d < 4; d++)
         for (int t = 0; t < 2; t++) {
             kn_rope_config cfg = { .head_dim = dims[d], .theta = thetas[t] };
-            assert_int_equal(kn_rope_inv_freq(&cfg, inv, &scale), KN_OK);
+            assert_int_equal(kn_rope_inv_freq(&cfg, inv, &scale), TN_OK);
             assert_true(scale == 1.0f);
             /* HF: 1 / base^(arange(0, dim, 2) / dim) */
             for (int i = 0; i < dims[d] / 2; i++)
@@ -52,13 +52,13 @@ static void inv_freq_yarn_gpt_oss_matches_hf(void **state)
                            .beta_fast = 32.0, .beta_slow = 1.0,
                            .original_max_position = 4096, .truncate = 0 };
     float inv[8], scale;
-    assert_int_equal(kn_rope_inv_freq(&cfg, inv, &scale), KN_OK);
+    assert_int_equal(kn_rope_inv_freq(&cfg, inv, &scale), TN_OK);
     for (int i = 0; i < 8; i++)
         assert_close_rel(inv[i], golden[i], 1e-6);
     assert_close_rel(scale, 1.3465735902799727, 1e-7); /* 0.1 ln 32 + 1 */
 
     cfg.attention_factor = 1.25; /* an explicit attention_factor wins */
-    assert_int_equal(kn_rope_inv_freq(&cfg, inv, &scale), KN_OK);
+    assert_int_equal(kn_rope_inv_freq(&cfg, inv, &scale), TN_OK);
     assert_true(scale == 1.25f);
 }
 
@@ -83,7 +83,7 @@ static void inv_freq_yarn_truncated_matches_hf(void **state)
                            .beta_fast = 32.0, .beta_slow = 1.0,
                            .original_max_position = 4096, .truncate = 1 };
     float inv[64], scale;
-    assert_int_equal(kn_rope_inv_freq(&cfg, inv, &scale), KN_OK);
+    assert_int_equal(kn_rope_inv_freq(&cfg, inv, &scale), TN_OK);
     for (int i = 0; i < 32; i++)
         assert_close_rel(inv[i], golden64[i], 1e-6);
 
@@ -97,14 +97,14 @@ static void inv_freq_yarn_truncated_matches_hf(void **state)
     kn_rope_config c2 = { .head_dim = 128, .theta = 1e6, .yarn = 1, .factor = 4.0,
                           .beta_fast = 32.0, .beta_slow = 1.0,
                           .original_max_position = 32768, .truncate = 1 };
-    assert_int_equal(kn_rope_inv_freq(&c2, inv, &scale), KN_OK);
+    assert_int_equal(kn_rope_inv_freq(&c2, inv, &scale), TN_OK);
     for (size_t j = 0; j < sizeof golden128 / sizeof golden128[0]; j++)
         assert_close_rel(inv[golden128[j].i], golden128[j].v, 1e-6);
     assert_close_rel(scale, 1.138629436111989, 1e-7);
 
     /* factor <= 1 means no attention scaling. */
     c2.factor = 1.0;
-    assert_int_equal(kn_rope_inv_freq(&c2, inv, &scale), KN_OK);
+    assert_int_equal(kn_rope_inv_freq(&c2, inv, &scale), TN_OK);
     assert_true(scale == 1.0f);
 }
 
@@ -112,7 +112,7 @@ static void rope_matches_float64(void **state)
 {
     (void)state;
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     tu_rng rng;
     tu_rng_init(&rng, 51);
     const int shapes[][3] = { { 1, 1, 2 }, { 5, 3, 16 }, { 33, 4, 64 }, { 7, 2, 128 } };
@@ -124,7 +124,7 @@ static void rope_matches_float64(void **state)
                                    .beta_slow = 1.0, .original_max_position = 4096,
                                    .truncate = 0 };
             float *inv = tu_xcalloc((size_t)half, sizeof *inv), scale;
-            assert_int_equal(kn_rope_inv_freq(&cfg, inv, &scale), KN_OK);
+            assert_int_equal(kn_rope_inv_freq(&cfg, inv, &scale), TN_OK);
             size_t n = (size_t)n_tok * n_heads * hd;
             float *x = tu_xcalloc(n, sizeof *x);
             double *ref = tu_xcalloc(n, sizeof *ref);
@@ -141,7 +141,7 @@ static void rope_matches_float64(void **state)
                         ref[o + i] = x[o + i] * c - x[o + i + half] * sn;
                         ref[o + i + half] = x[o + i + half] * c + x[o + i] * sn;
                     }
-            assert_int_equal(kn_rope(&be, x, pos, n_tok, n_heads, hd, inv, scale), KN_OK);
+            assert_int_equal(kn_rope(&be, x, pos, n_tok, n_heads, hd, inv, scale), TN_OK);
             for (int t = 0; t < n_tok; t++) {
                 size_t o = (size_t)t * n_heads * hd;
                 double err = tu_max_rel_err(x + o, ref + o, (size_t)n_heads * hd);
@@ -161,39 +161,39 @@ static void rope_rejects_bad_arguments(void **state)
 {
     (void)state;
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     float x[8] = { 0 }, inv[4] = { 1, 1, 1, 1 }, scale;
     int32_t pos[2] = { 0, 1 }, neg[2] = { 0, -1 };
-    assert_int_equal(kn_rope(&be, NULL, pos, 2, 1, 4, inv, 1.0f), KN_ERR_ARG);
-    assert_int_equal(kn_rope(&be, x, NULL, 2, 1, 4, inv, 1.0f), KN_ERR_ARG);
-    assert_int_equal(kn_rope(&be, x, pos, 2, 1, 4, NULL, 1.0f), KN_ERR_ARG);
-    assert_int_equal(kn_rope(&be, x, pos, 2, 1, 3, inv, 1.0f), KN_ERR_ARG); /* odd */
-    assert_int_equal(kn_rope(&be, x, pos, 2, 0, 4, inv, 1.0f), KN_ERR_ARG);
-    assert_int_equal(kn_rope(&be, x, pos, -1, 1, 4, inv, 1.0f), KN_ERR_ARG);
-    assert_int_equal(kn_rope(&be, x, neg, 2, 1, 4, inv, 1.0f), KN_ERR_ARG);
-    assert_int_equal(kn_rope(&be, x, pos, 2, 1, 4, inv, NAN), KN_ERR_ARG);
+    assert_int_equal(kn_rope(&be, NULL, pos, 2, 1, 4, inv, 1.0f), TN_ERR_ARG);
+    assert_int_equal(kn_rope(&be, x, NULL, 2, 1, 4, inv, 1.0f), TN_ERR_ARG);
+    assert_int_equal(kn_rope(&be, x, pos, 2, 1, 4, NULL, 1.0f), TN_ERR_ARG);
+    assert_int_equal(kn_rope(&be, x, pos, 2, 1, 3, inv, 1.0f), TN_ERR_ARG); /* odd */
+    assert_int_equal(kn_rope(&be, x, pos, 2, 0, 4, inv, 1.0f), TN_ERR_ARG);
+    assert_int_equal(kn_rope(&be, x, pos, -1, 1, 4, inv, 1.0f), TN_ERR_ARG);
+    assert_int_equal(kn_rope(&be, x, neg, 2, 1, 4, inv, 1.0f), TN_ERR_ARG);
+    assert_int_equal(kn_rope(&be, x, pos, 2, 1, 4, inv, NAN), TN_ERR_ARG);
 
     kn_rope_config ok = { .head_dim = 8, .theta = 10000.0, .yarn = 1, .factor = 4.0,
                           .beta_fast = 32.0, .beta_slow = 1.0, .original_max_position = 4096 };
-    assert_int_equal(kn_rope_inv_freq(&ok, inv, &scale), KN_OK);
-    assert_int_equal(kn_rope_inv_freq(NULL, inv, &scale), KN_ERR_ARG);
-    assert_int_equal(kn_rope_inv_freq(&ok, NULL, &scale), KN_ERR_ARG);
-    assert_int_equal(kn_rope_inv_freq(&ok, inv, NULL), KN_ERR_ARG);
+    assert_int_equal(kn_rope_inv_freq(&ok, inv, &scale), TN_OK);
+    assert_int_equal(kn_rope_inv_freq(NULL, inv, &scale), TN_ERR_ARG);
+    assert_int_equal(kn_rope_inv_freq(&ok, NULL, &scale), TN_ERR_ARG);
+    assert_int_equal(kn_rope_inv_freq(&ok, inv, NULL), TN_ERR_ARG);
     kn_rope_config bad = ok;
     bad.head_dim = 7;
-    assert_int_equal(kn_rope_inv_freq(&bad, inv, &scale), KN_ERR_ARG);
+    assert_int_equal(kn_rope_inv_freq(&bad, inv, &scale), TN_ERR_ARG);
     bad = ok;
     bad.theta = 1.0;
-    assert_int_equal(kn_rope_inv_freq(&bad, inv, &scale), KN_ERR_ARG);
+    assert_int_equal(kn_rope_inv_freq(&bad, inv, &scale), TN_ERR_ARG);
     bad = ok;
     bad.factor = 0.0;
-    assert_int_equal(kn_rope_inv_freq(&bad, inv, &scale), KN_ERR_ARG);
+    assert_int_equal(kn_rope_inv_freq(&bad, inv, &scale), TN_ERR_ARG);
     bad = ok;
     bad.beta_slow = NAN;
-    assert_int_equal(kn_rope_inv_freq(&bad, inv, &scale), KN_ERR_ARG);
+    assert_int_equal(kn_rope_inv_freq(&bad, inv, &scale), TN_ERR_ARG);
     bad = ok;
     bad.original_max_position = 0;
-    assert_int_equal(kn_rope_inv_freq(&bad, inv, &scale), KN_ERR_ARG);
+    assert_int_equal(kn_rope_inv_freq(&bad, inv, &scale), TN_ERR_ARG);
     kn_backend_free(&be);
 }
 

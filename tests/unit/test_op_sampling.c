@@ -46,7 +46,7 @@ static void greedy_picks_argmax(void **state)
 {
     (void)state;
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     tu_rng rng;
     tu_rng_init(&rng, 81);
     enum { ROWS = 6, VOCAB = 1000 };
@@ -69,7 +69,7 @@ static void greedy_picks_argmax(void **state)
         st[r] = st0[r] = kn_rng_seed((uint64_t)r);
     }
     int32_t tok[ROWS];
-    assert_int_equal(kn_sample(&be, tok, logits, ROWS, VOCAB, sp, st), KN_OK);
+    assert_int_equal(kn_sample(&be, tok, logits, ROWS, VOCAB, sp, st), TN_OK);
     for (int r = 0; r < ROWS; r++) {
         assert_int_equal(tok[r], want[r]);
         assert_true(st[r] == st0[r]); /* greedy draws nothing */
@@ -86,7 +86,7 @@ static void draw_sequence(const kn_backend *be, const float *logits, int rows, i
     for (int r = 0; r < rows; r++)
         st[r] = kn_rng_seed(seed + (uint64_t)r);
     for (int i = 0; i < steps; i++)
-        assert_int_equal(kn_sample(be, out + (size_t)i * rows, logits, rows, vocab, sp, st), KN_OK);
+        assert_int_equal(kn_sample(be, out + (size_t)i * rows, logits, rows, vocab, sp, st), TN_OK);
     free(st);
 }
 
@@ -94,7 +94,7 @@ static void same_seed_same_tokens(void **state)
 {
     (void)state;
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     tu_rng rng;
     tu_rng_init(&rng, 82);
     enum { ROWS = 4, VOCAB = 300, STEPS = 40 };
@@ -121,7 +121,7 @@ static void top_k_one_and_tiny_top_p_are_greedy(void **state)
 {
     (void)state;
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     tu_rng rng;
     tu_rng_init(&rng, 83);
     enum { ROWS = 16, VOCAB = 777 };
@@ -137,12 +137,12 @@ static void top_k_one_and_tiny_top_p_are_greedy(void **state)
         st[r] = kn_rng_seed((uint64_t)r * 7);
     }
     int32_t want[ROWS], got[ROWS];
-    assert_int_equal(kn_sample(&be, want, logits, ROWS, VOCAB, greedy, st), KN_OK);
+    assert_int_equal(kn_sample(&be, want, logits, ROWS, VOCAB, greedy, st), TN_OK);
     assert_int_equal(want[3], 10);
     for (int rep = 0; rep < 20; rep++) {
-        assert_int_equal(kn_sample(&be, got, logits, ROWS, VOCAB, topk1, st), KN_OK);
+        assert_int_equal(kn_sample(&be, got, logits, ROWS, VOCAB, topk1, st), TN_OK);
         assert_memory_equal(got, want, sizeof want);
-        assert_int_equal(kn_sample(&be, got, logits, ROWS, VOCAB, topp, st), KN_OK);
+        assert_int_equal(kn_sample(&be, got, logits, ROWS, VOCAB, topp, st), TN_OK);
         assert_memory_equal(got, want, sizeof want);
     }
     free(logits);
@@ -198,7 +198,7 @@ static void empirical_distribution_matches(void **state)
 {
     (void)state;
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     enum { VOCAB = 12, ROWS = 500, CALLS = 200 }; /* N = 100000 draws per setting */
     const float base[VOCAB] = { 1.0f, 2.5f, -0.5f, 2.0f, 0.0f, 1.7f, -INFINITY, 0.3f,
                                 2.2f, -1.0f, 1.9f, 0.9f };
@@ -217,7 +217,7 @@ static void empirical_distribution_matches(void **state)
             st[r] = kn_rng_seed(1000 * s + (uint64_t)r);
         }
         for (int c = 0; c < CALLS; c++) {
-            assert_int_equal(kn_sample(&be, tok, logits, ROWS, VOCAB, sp, st), KN_OK);
+            assert_int_equal(kn_sample(&be, tok, logits, ROWS, VOCAB, sp, st), TN_OK);
             for (int r = 0; r < ROWS; r++) {
                 assert_true(tok[r] >= 0 && tok[r] < VOCAB);
                 counts[tok[r]]++;
@@ -243,7 +243,7 @@ static void sampling_rejects_bad_arguments(void **state)
 {
     (void)state;
     kn_backend be;
-    assert_int_equal(kn_backend_init_cpu(&be), KN_OK);
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
     float logits[2 * 4] = { 0.1f, 0.2f, 0.3f, 0.4f, 1, 2, 3, 4 };
     int32_t tok[2];
     uint64_t st[2] = { 5, 6 };
@@ -253,27 +253,27 @@ static void sampling_rejects_bad_arguments(void **state)
                                 { 0.0f, -0.5f, 0 } };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         kn_sampling sp[2] = { good, bad[i] };
-        assert_int_equal(kn_sample(&be, tok, logits, 2, 4, sp, st), KN_ERR_ARG);
+        assert_int_equal(kn_sample(&be, tok, logits, 2, 4, sp, st), TN_ERR_ARG);
         assert_true(st[0] == 5 && st[1] == 6); /* no generator advanced */
     }
     kn_sampling sp[2] = { good, good };
     logits[6] = NAN;
-    assert_int_equal(kn_sample(&be, tok, logits, 2, 4, sp, st), KN_ERR_ARG);
+    assert_int_equal(kn_sample(&be, tok, logits, 2, 4, sp, st), TN_ERR_ARG);
     logits[6] = INFINITY;
-    assert_int_equal(kn_sample(&be, tok, logits, 2, 4, sp, st), KN_ERR_ARG);
+    assert_int_equal(kn_sample(&be, tok, logits, 2, 4, sp, st), TN_ERR_ARG);
     for (int i = 4; i < 8; i++)
         logits[i] = -INFINITY; /* a row with no finite logit */
-    assert_int_equal(kn_sample(&be, tok, logits, 2, 4, sp, st), KN_ERR_ARG);
+    assert_int_equal(kn_sample(&be, tok, logits, 2, 4, sp, st), TN_ERR_ARG);
     assert_true(st[0] == 5 && st[1] == 6);
     logits[5] = 0.0f;
-    assert_int_equal(kn_sample(&be, tok, logits, 2, 4, sp, st), KN_OK);
+    assert_int_equal(kn_sample(&be, tok, logits, 2, 4, sp, st), TN_OK);
     assert_int_equal(tok[1], 1); /* the only finite logit */
-    assert_int_equal(kn_sample(&be, NULL, logits, 2, 4, sp, st), KN_ERR_ARG);
-    assert_int_equal(kn_sample(&be, tok, NULL, 2, 4, sp, st), KN_ERR_ARG);
-    assert_int_equal(kn_sample(&be, tok, logits, 2, 4, NULL, st), KN_ERR_ARG);
-    assert_int_equal(kn_sample(&be, tok, logits, 2, 4, sp, NULL), KN_ERR_ARG);
-    assert_int_equal(kn_sample(&be, tok, logits, 2, 0, sp, st), KN_ERR_ARG);
-    assert_int_equal(kn_sample(&be, tok, logits, -1, 4, sp, st), KN_ERR_ARG);
+    assert_int_equal(kn_sample(&be, NULL, logits, 2, 4, sp, st), TN_ERR_ARG);
+    assert_int_equal(kn_sample(&be, tok, NULL, 2, 4, sp, st), TN_ERR_ARG);
+    assert_int_equal(kn_sample(&be, tok, logits, 2, 4, NULL, st), TN_ERR_ARG);
+    assert_int_equal(kn_sample(&be, tok, logits, 2, 4, sp, NULL), TN_ERR_ARG);
+    assert_int_equal(kn_sample(&be, tok, logits, 2, 0, sp, st), TN_ERR_ARG);
+    assert_int_equal(kn_sample(&be, tok, logits, -1, 4, sp, st), TN_ERR_ARG);
     kn_backend_free(&be);
 }
 

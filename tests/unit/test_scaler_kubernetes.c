@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include "common/status.h"
 #include "autoscale/scaler.h"
 
 #define TLS_DIR "tests/fixtures/k8s_api_tls"
@@ -290,7 +291,7 @@ static void http_errors_are_explained(void **state)
 
     /* A 2xx answer that is not a Scale object is an error, not a success. */
     answer(fx, 200, "[]");
-    assert_int_equal(scaler_kubernetes_set_replicas(k, AS_POOL_PREFILL, 2, err, sizeof(err)), -1);
+    assert_int_equal(scaler_kubernetes_set_replicas(k, AS_POOL_PREFILL, 2, err, sizeof(err)), TN_ERR_PEER);
     assert_non_null(strstr(err, "Scale object"));
     scaler_kubernetes_destroy(k);
 }

@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "common/status.h"
 #include "autoscale/scaler.h"
 
 static void sleep_ms(int ms)
@@ -98,7 +99,7 @@ static void split_command_on_blanks(void **state)
     assert_string_equal(argv[4], "{index}");
     assert_null(argv[5]);
     scaler_local_free_argv(argv);
-    assert_int_equal(scaler_local_split_command("   ", &argv, err, sizeof(err)), -1);
+    assert_int_equal(scaler_local_split_command("   ", &argv, err, sizeof(err)), TN_ERR_ARG);
     assert_non_null(strstr(err, "empty"));
     assert_null(argv);
 }
@@ -127,7 +128,7 @@ static void placeholders_are_expanded(void **state)
     fclose(f);
     assert_string_equal(line, "decode 1 9101\n");
     /* The prefill pool has no command: setting it fails loudly. */
-    assert_int_equal(scaler_local_set_replicas(l, AS_POOL_PREFILL, 1, err, sizeof(err)), -1);
+    assert_int_equal(scaler_local_set_replicas(l, AS_POOL_PREFILL, 1, err, sizeof(err)), TN_ERR_ARG);
     assert_non_null(strstr(err, "no command configured for the prefill pool"));
     scaler_local_destroy(l);
     assert_no_children_left();
@@ -234,11 +235,11 @@ static void exec_failure_is_reported(void **state)
     scaler_local *l = NULL;
     char err[256];
     assert_int_equal(scaler_local_create(&cfg, &l, err, sizeof(err)), 0);
-    assert_int_equal(scaler_local_set_replicas(l, AS_POOL_PREFILL, 1, err, sizeof(err)), -1);
+    assert_int_equal(scaler_local_set_replicas(l, AS_POOL_PREFILL, 1, err, sizeof(err)), TN_ERR_SYS);
     assert_non_null(strstr(err, "/nonexistent/tandem-worker"));
     assert_non_null(strstr(err, "No such file"));
     assert_int_equal(scaler_local_get_replicas(l, AS_POOL_PREFILL), 0);
-    assert_int_equal(scaler_local_set_replicas(l, AS_POOL_PREFILL, 65, err, sizeof(err)), -1);
+    assert_int_equal(scaler_local_set_replicas(l, AS_POOL_PREFILL, 65, err, sizeof(err)), TN_ERR_ARG);
     assert_non_null(strstr(err, "limit"));
     scaler_local_destroy(l);
     assert_no_children_left();
@@ -284,11 +285,11 @@ static void bad_configuration_is_rejected(void **state)
     cfg.argv[AS_POOL_PREFILL] = empty;
     scaler_local *l = NULL;
     char err[256];
-    assert_int_equal(scaler_local_create(&cfg, &l, err, sizeof(err)), -1);
+    assert_int_equal(scaler_local_create(&cfg, &l, err, sizeof(err)), TN_ERR_ARG);
     assert_non_null(strstr(err, "prefill command is empty"));
     memset(&cfg, 0, sizeof(cfg));
     cfg.drain_timeout_s = -1.0;
-    assert_int_equal(scaler_local_create(&cfg, &l, err, sizeof(err)), -1);
+    assert_int_equal(scaler_local_create(&cfg, &l, err, sizeof(err)), TN_ERR_ARG);
     assert_null(l);
 }
 

@@ -84,17 +84,17 @@ static void request_larger_than_the_cache_is_rejected(void **state)
     assert_int_equal(sched_init(&s, 4, 4, 8, 1000), 0);
     sched_seq *q = (sched_seq *)1;
     sched_request big = req("big", 16, 2); /* 17 tokens: 5 pages > 4 */
-    assert_int_equal(sched_submit(&s, &big, &q), SCHED_ERR_NEVER_FITS);
+    assert_int_equal(sched_submit(&s, &big, &q), TN_ERR_NEVER_FITS);
     assert_null(q);
     assert_int_equal(s.n_seqs, 0);
     sched_request fits = req("fits", 16, 1);
     assert_int_equal(sched_submit(&s, &fits, &q), SCHED_ADMITTED);
     sched_request toolong = req("long", 900, 200);
-    assert_int_equal(sched_submit(&s, &toolong, &q), SCHED_ERR_TOO_LONG);
+    assert_int_equal(sched_submit(&s, &toolong, &q), TN_ERR_TOO_LONG);
     sched_request dup = req("fits", 1, 1);
-    assert_int_equal(sched_submit(&s, &dup, &q), SCHED_ERR_ARG);
+    assert_int_equal(sched_submit(&s, &dup, &q), TN_ERR_ARG);
     sched_request zero = req("zero", 1, 0);
-    assert_int_equal(sched_submit(&s, &zero, &q), SCHED_ERR_ARG);
+    assert_int_equal(sched_submit(&s, &zero, &q), TN_ERR_ARG);
     assert_int_equal(s.n_seqs, 1);
     sched_free(&s);
 }

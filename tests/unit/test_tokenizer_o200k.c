@@ -66,7 +66,7 @@ static void whitespace_follows_rust_tiktoken(void **state)
         tok_ids ids;
         tok_ids_init(&ids);
         char err[256];
-        assert_int_equal(bpe_encode(s->tok, text, strlen(text), 0, &ids, err, sizeof(err)), KN_OK);
+        assert_int_equal(bpe_encode(s->tok, text, strlen(text), 0, &ids, err, sizeof(err)), TN_OK);
         toktest_assert_ids_equal(toktest_str(c, "name"), ids.ids, ids.len, cJSON_GetObjectItemCaseSensitive(c, "ids"));
         tok_ids_free(&ids);
     }
@@ -84,13 +84,13 @@ static void truncated_rank_file_is_refused(void **state)
     fclose(f);
     bpe_tokenizer *t;
     char err[512];
-    assert_int_equal(bpe_tokenizer_load(path, &t, err, sizeof(err)), KN_ERR_ARG);
+    assert_int_equal(bpe_tokenizer_load(path, &t, err, sizeof(err)), TN_ERR_ARG);
     assert_non_null(strstr(err, "o200k_base"));
     f = fopen(path, "w");
     assert_non_null(f);
     fputs("IQ== 0\n!!notbase64 1\n", f);
     fclose(f);
-    assert_int_equal(bpe_tokenizer_load(path, &t, err, sizeof(err)), KN_ERR_ARG);
+    assert_int_equal(bpe_tokenizer_load(path, &t, err, sizeof(err)), TN_ERR_ARG);
     assert_non_null(strstr(err, ":2:"));
     remove(path);
 }

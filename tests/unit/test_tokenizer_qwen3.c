@@ -67,7 +67,7 @@ static void unsupported_files_are_refused(void **state)
         fputs(bad[i].body, f);
         fclose(f);
         bpe_tokenizer *t = (bpe_tokenizer *)1;
-        assert_int_equal(bpe_tokenizer_load(path, &t, err, sizeof(err)), KN_ERR_ARG);
+        assert_int_equal(bpe_tokenizer_load(path, &t, err, sizeof(err)), TN_ERR_ARG);
         assert_null(t);
         if (!strstr(err, bad[i].why))
             fail_msg("error '%s' does not mention '%s'", err, bad[i].why);
@@ -75,9 +75,9 @@ static void unsupported_files_are_refused(void **state)
     }
     bpe_tokenizer *t;
     assert_int_equal(bpe_tokenizer_load("/nonexistent/tokenizer.json", &t, err, sizeof(err)),
-                     KN_ERR_ARG);
+                     TN_ERR_ARG);
     assert_non_null(strstr(err, "/nonexistent/tokenizer.json"));
-    assert_int_equal(bpe_tokenizer_load("vocab.txt", &t, err, sizeof(err)), KN_ERR_ARG);
+    assert_int_equal(bpe_tokenizer_load("vocab.txt", &t, err, sizeof(err)), TN_ERR_ARG);
     assert_non_null(strstr(err, "unknown vocabulary format"));
     rmdir(dir);
 }
@@ -94,9 +94,9 @@ static void nfc_applies_before_bpe(void **state)
     tok_ids_init(&a);
     tok_ids_init(&b);
     char err[256];
-    assert_int_equal(bpe_encode(s->tok, composed, strlen(composed), 0, &a, err, sizeof(err)), KN_OK);
+    assert_int_equal(bpe_encode(s->tok, composed, strlen(composed), 0, &a, err, sizeof(err)), TN_OK);
     assert_int_equal(bpe_encode(s->tok, decomposed, strlen(decomposed), 0, &b, err, sizeof(err)),
-                     KN_OK);
+                     TN_OK);
     assert_int_equal(a.len, b.len);
     assert_memory_equal(a.ids, b.ids, a.len * sizeof(int32_t));
     tok_ids_free(&a);

@@ -36,7 +36,7 @@ static te_engine *make_engine(const char *name, const char *tls, int window, FIL
     te_engine *e = NULL;
     char err[256] = "";
     int rc = te_engine_create(&cfg, &e, err, sizeof err);
-    if (rc != TE_OK)
+    if (rc != TN_OK)
         fail_msg("te_engine_create(%s): %s", tls, err);
     return e;
 }
@@ -51,22 +51,22 @@ static void pair_open(pair *p, const char *tls, int window)
     const void *addr;
     size_t len;
     te_engine_address(p->b, &addr, &len);
-    assert_int_equal(te_peer_connect(p->a, addr, len, te_engine_id(p->b), &p->a_to_b), TE_OK);
+    assert_int_equal(te_peer_connect(p->a, addr, len, te_engine_id(p->b), &p->a_to_b), TN_OK);
     te_engine_address(p->a, &addr, &len);
-    assert_int_equal(te_peer_connect(p->b, addr, len, te_engine_id(p->a), &p->b_to_a), TE_OK);
+    assert_int_equal(te_peer_connect(p->b, addr, len, te_engine_id(p->a), &p->b_to_a), TN_OK);
     /* Both endpoints finish their connection set-up first, as the cluster
      * does before any push (an engine never closes an endpoint whose set-up
      * is unfinished: UCX 1.13 aborts then). */
-    assert_int_equal(te_peer_wireup_start(p->a, p->a_to_b), TE_OK);
-    assert_int_equal(te_peer_wireup_start(p->b, p->b_to_a), TE_OK);
+    assert_int_equal(te_peer_wireup_start(p->a, p->a_to_b), TN_OK);
+    assert_int_equal(te_peer_wireup_start(p->b, p->b_to_a), TN_OK);
     double deadline = te_now_seconds() + 20;
-    while ((te_peer_wireup_status(p->a_to_b) == TE_IN_PROGRESS ||
-            te_peer_wireup_status(p->b_to_a) == TE_IN_PROGRESS) && te_now_seconds() < deadline) {
+    while ((te_peer_wireup_status(p->a_to_b) == TN_IN_PROGRESS ||
+            te_peer_wireup_status(p->b_to_a) == TN_IN_PROGRESS) && te_now_seconds() < deadline) {
         te_engine_progress(p->a);
         te_engine_progress(p->b);
     }
-    assert_int_equal(te_peer_wireup_status(p->a_to_b), TE_OK);
-    assert_int_equal(te_peer_wireup_status(p->b_to_a), TE_OK);
+    assert_int_equal(te_peer_wireup_status(p->a_to_b), TN_OK);
+    assert_int_equal(te_peer_wireup_status(p->b_to_a), TN_OK);
 }
 
 static void pair_close(pair *p)
@@ -80,7 +80,7 @@ static void pair_close(pair *p)
 /* Progresses both engines until the transfer is finished. */
 static int pump(pair *p, te_transfer *t)
 {
-    while (te_transfer_status(t) == TE_IN_PROGRESS) {
+    while (te_transfer_status(t) == TN_IN_PROGRESS) {
         te_engine_progress(p->a);
         te_engine_progress(p->b);
     }
@@ -111,14 +111,14 @@ static void moves_bytes_exactly(const char *tls)
     memset(dst, 0xA5, N + 64);
 
     te_region *rs, *rd;
-    assert_int_equal(te_region_register(p.a, src, N, TE_MEM_HOST, &rs), TE_OK);
-    assert_int_equal(te_region_register(p.b, dst, N, TE_MEM_HOST, &rd), TE_OK);
+    assert_int_equal(te_region_register(p.a, src, N, TE_MEM_HOST, &rs), TN_OK);
+    assert_int_equal(te_region_register(p.b, dst, N, TE_MEM_HOST, &rd), TN_OK);
     const void *rkey;
     size_t rkey_len;
-    assert_int_equal(te_region_rkey(p.b, rd, &rkey, &rkey_len), TE_OK);
+    assert_int_equal(te_region_rkey(p.b, rd, &rkey, &rkey_len), TN_OK);
     te_remote_region *remote;
     assert_int_equal(te_peer_import_region(p.a, p.a_to_b, (uint64_t)(uintptr_t)dst, N, rkey,
-                                           rkey_len, &remote), TE_OK);
+                                           rkey_len, &remote), TN_OK);
 
     /* Chunks land in reverse order in the destination: a permutation, so
      * a wrong offset anywhere shows up. */
@@ -132,8 +132,8 @@ static void moves_bytes_exactly(const char *tls)
     }
     te_transfer_desc d = {p.a_to_b, 77, &rs, 1, &remote, 1, copies, n, 10000};
     te_transfer *t;
-    assert_int_equal(te_transfer_submit(p.a, &d, &t), TE_OK);
-    assert_int_equal(pump(&p, t), TE_OK);
+    assert_int_equal(te_transfer_submit(p.a, &d, &t), TN_OK);
+    assert_int_equal(pump(&p, t), TN_OK);
     assert_int_equal(te_transfer_bytes(t), (uint64_t)N);
     size_t posted, completed;
     te_transfer_counts(t, &posted, &completed);
@@ -145,7 +145,7 @@ static void moves_bytes_exactly(const char *tls)
     te_notice note;
     assert_int_equal(te_engine_next_notice(p.b, &note), 1);
     assert_int_equal(note.request_id, 77);
-    assert_int_equal(note.status, TE_OK);
+    assert_int_equal(note.status, TN_OK);
     assert_int_equal(note.sender_id, te_engine_id(p.a));
     assert_int_equal(note.bytes, (uint64_t)N);
     assert_int_equal(te_engine_next_notice(p.b, &note), 0);
@@ -188,53 +188,53 @@ static void bad_copies_are_refused_before_any_byte_moves(void **state)
     fill_random(src, N, 1);
     memset(dst, 0xA5, N);
     te_region *rs, *rd, *foreign;
-    assert_int_equal(te_region_register(p.a, src, N, TE_MEM_HOST, &rs), TE_OK);
+    assert_int_equal(te_region_register(p.a, src, N, TE_MEM_HOST, &rs), TN_OK);
     /* The receiver registers only half of its buffer. */
-    assert_int_equal(te_region_register(p.b, dst, N / 2, TE_MEM_HOST, &rd), TE_OK);
+    assert_int_equal(te_region_register(p.b, dst, N / 2, TE_MEM_HOST, &rd), TN_OK);
     /* A region of the receiver's engine is not a source the sender owns. */
-    assert_int_equal(te_region_register(p.b, other, N, TE_MEM_HOST, &foreign), TE_OK);
+    assert_int_equal(te_region_register(p.b, other, N, TE_MEM_HOST, &foreign), TN_OK);
     const void *rkey;
     size_t rkey_len;
-    assert_int_equal(te_region_rkey(p.b, rd, &rkey, &rkey_len), TE_OK);
+    assert_int_equal(te_region_rkey(p.b, rd, &rkey, &rkey_len), TN_OK);
     te_remote_region *remote;
     assert_int_equal(te_peer_import_region(p.a, p.a_to_b, (uint64_t)(uintptr_t)dst, N / 2, rkey,
-                                           rkey_len, &remote), TE_OK);
+                                           rkey_len, &remote), TN_OK);
 
     te_transfer *t = (te_transfer *)&p; /* must be reset to NULL on refusal */
     /* 1. too small: the last byte would land past the registered half. */
     te_copy big[2] = {{0, 0, 0, 0, 1024}, {0, 0, 4096, N / 2 - 100, 101}};
     te_transfer_desc d = {p.a_to_b, 1, &rs, 1, &remote, 1, big, 2, 1000};
-    assert_int_equal(te_transfer_submit(p.a, &d, &t), TE_ERR_REFUSED);
+    assert_int_equal(te_transfer_submit(p.a, &d, &t), TN_ERR_REFUSED);
     assert_null(t);
     assert_non_null(strstr(te_engine_error(p.a), "exceed"));
     /* 2. a destination region index that was never imported. */
     te_copy unreg = {0, 1, 0, 0, 16};
     d.copies = &unreg;
     d.n_copies = 1;
-    assert_int_equal(te_transfer_submit(p.a, &d, &t), TE_ERR_REFUSED);
+    assert_int_equal(te_transfer_submit(p.a, &d, &t), TN_ERR_REFUSED);
     assert_non_null(strstr(te_engine_error(p.a), "not registered"));
     /* 3. a source region registered with another engine. */
     te_copy ok = {0, 0, 0, 0, 16};
     d.copies = &ok;
     d.src = &foreign;
-    assert_int_equal(te_transfer_submit(p.a, &d, &t), TE_ERR_REFUSED);
+    assert_int_equal(te_transfer_submit(p.a, &d, &t), TN_ERR_REFUSED);
     assert_non_null(strstr(te_engine_error(p.a), "not registered"));
     /* 4. offsets that overflow 64 bits. */
     te_copy wrap = {0, 0, 8, UINT64_MAX - 4, 16};
     d.src = &rs;
     d.copies = &wrap;
-    assert_int_equal(te_transfer_submit(p.a, &d, &t), TE_ERR_REFUSED);
+    assert_int_equal(te_transfer_submit(p.a, &d, &t), TN_ERR_REFUSED);
     /* 5. two copies writing the same bytes. */
     te_copy overlap[2] = {{0, 0, 0, 0, 64}, {0, 0, 128, 32, 64}};
     d.copies = overlap;
     d.n_copies = 2;
-    assert_int_equal(te_transfer_submit(p.a, &d, &t), TE_ERR_REFUSED);
+    assert_int_equal(te_transfer_submit(p.a, &d, &t), TN_ERR_REFUSED);
     assert_non_null(strstr(te_engine_error(p.a), "two copies"));
     /* 6. no timeout. */
     d.copies = &ok;
     d.n_copies = 1;
     d.timeout_ms = 0;
-    assert_int_equal(te_transfer_submit(p.a, &d, &t), TE_ERR_ARG);
+    assert_int_equal(te_transfer_submit(p.a, &d, &t), TN_ERR_ARG);
 
     /* Nothing moved, nothing is in flight, no notice arrived. */
     for (int i = 0; i < 200; i++) {
@@ -249,8 +249,8 @@ static void bad_copies_are_refused_before_any_byte_moves(void **state)
 
     /* The same connection still works for a valid transfer. */
     d.timeout_ms = 10000;
-    assert_int_equal(te_transfer_submit(p.a, &d, &t), TE_OK);
-    assert_int_equal(pump(&p, t), TE_OK);
+    assert_int_equal(te_transfer_submit(p.a, &d, &t), TN_OK);
+    assert_int_equal(pump(&p, t), TN_OK);
     assert_memory_equal(dst, src, 16);
     assert_int_equal(dst[16], 0xA5);
     te_transfer_release(p.a, t);
@@ -270,34 +270,34 @@ static void silent_receiver_times_out_and_leaves_nothing_in_flight(void **state)
     assert_non_null(src);
     assert_non_null(dst);
     te_region *rs, *rd;
-    assert_int_equal(te_region_register(p.a, src, N, TE_MEM_HOST, &rs), TE_OK);
-    assert_int_equal(te_region_register(p.b, dst, N, TE_MEM_HOST, &rd), TE_OK);
+    assert_int_equal(te_region_register(p.a, src, N, TE_MEM_HOST, &rs), TN_OK);
+    assert_int_equal(te_region_register(p.b, dst, N, TE_MEM_HOST, &rd), TN_OK);
     const void *rkey;
     size_t rkey_len;
-    assert_int_equal(te_region_rkey(p.b, rd, &rkey, &rkey_len), TE_OK);
+    assert_int_equal(te_region_rkey(p.b, rd, &rkey, &rkey_len), TN_OK);
     te_remote_region *remote;
     assert_int_equal(te_peer_import_region(p.a, p.a_to_b, (uint64_t)(uintptr_t)dst, N, rkey,
-                                           rkey_len, &remote), TE_OK);
+                                           rkey_len, &remote), TN_OK);
     te_copy c = {0, 0, 0, 0, N};
     te_transfer_desc d = {p.a_to_b, 5, &rs, 1, &remote, 1, &c, 1, 300};
     te_transfer *t;
-    assert_int_equal(te_transfer_submit(p.a, &d, &t), TE_OK);
+    assert_int_equal(te_transfer_submit(p.a, &d, &t), TN_OK);
     /* The receiver never runs progress (a frozen process): over tcp it
      * neither drains the socket nor answers, so only the timeout can end
      * this. The endpoint is not force-closed under the frozen receiver (it
      * would abort in UCX 1.13 when it runs again): what is in flight is
      * left to the endpoint, counted as abandoned. */
-    assert_int_equal(te_transfer_wait(p.a, t), TE_ERR_TIMEOUT);
+    assert_int_equal(te_transfer_wait(p.a, t), TN_ERR_TIMEOUT);
     assert_non_null(strstr(te_transfer_error(t), "timed out after 300 ms"));
     assert_true(te_engine_outstanding(p.a) > 0);
     assert_int_equal(te_engine_outstanding(p.a), te_engine_abandoned(p.a));
-    assert_int_not_equal(te_peer_status(p.a_to_b), TE_OK);
+    assert_int_not_equal(te_peer_status(p.a_to_b), TN_OK);
     /* A peer that stopped answering refuses new work with a clear error. */
     te_transfer *t2 = NULL;
-    assert_int_equal(te_transfer_submit(p.a, &d, &t2), TE_ERR_PEER);
+    assert_int_equal(te_transfer_submit(p.a, &d, &t2), TN_ERR_PEER);
     assert_non_null(strstr(te_engine_error(p.a), "unusable"));
     te_transfer_release(p.a, t);
-    assert_int_equal(te_peer_close(p.a, p.a_to_b), TE_OK);
+    assert_int_equal(te_peer_close(p.a, p.a_to_b), TN_OK);
     /* The receiver runs again: the abandoned requests complete, the
      * endpoint closes, and nothing is left in flight. */
     double deadline = te_now_seconds() + 20;
@@ -324,14 +324,14 @@ static void cancel_stops_puts_and_tells_the_receiver(void **state)
     fill_random(src, N, 3);
     memset(dst, 0xA5, N);
     te_region *rs, *rd;
-    assert_int_equal(te_region_register(p.a, src, N, TE_MEM_HOST, &rs), TE_OK);
-    assert_int_equal(te_region_register(p.b, dst, N, TE_MEM_HOST, &rd), TE_OK);
+    assert_int_equal(te_region_register(p.a, src, N, TE_MEM_HOST, &rs), TN_OK);
+    assert_int_equal(te_region_register(p.b, dst, N, TE_MEM_HOST, &rd), TN_OK);
     const void *rkey;
     size_t rkey_len;
-    assert_int_equal(te_region_rkey(p.b, rd, &rkey, &rkey_len), TE_OK);
+    assert_int_equal(te_region_rkey(p.b, rd, &rkey, &rkey_len), TN_OK);
     te_remote_region *remote;
     assert_int_equal(te_peer_import_region(p.a, p.a_to_b, (uint64_t)(uintptr_t)dst, N, rkey,
-                                           rkey_len, &remote), TE_OK);
+                                           rkey_len, &remote), TN_OK);
     size_t n = N / CHUNK;
     te_copy *copies = calloc(n, sizeof *copies);
     assert_non_null(copies);
@@ -341,16 +341,16 @@ static void cancel_stops_puts_and_tells_the_receiver(void **state)
     }
     te_transfer_desc d = {p.a_to_b, 9, &rs, 1, &remote, 1, copies, n, 10000};
     te_transfer *t;
-    assert_int_equal(te_transfer_submit(p.a, &d, &t), TE_OK);
-    assert_int_equal(te_transfer_cancel(p.a, t), TE_OK);
-    assert_int_equal(pump(&p, t), TE_ERR_CANCELED);
+    assert_int_equal(te_transfer_submit(p.a, &d, &t), TN_OK);
+    assert_int_equal(te_transfer_cancel(p.a, t), TN_OK);
+    assert_int_equal(pump(&p, t), TN_ERR_CANCELED);
     size_t posted;
     te_transfer_counts(t, &posted, NULL);
     assert_true(posted < n); /* the window is 2: cancel came long before the end */
     te_notice note;
     assert_int_equal(te_engine_wait_notice(p.b, &note, 5000), 1);
     assert_int_equal(note.request_id, 9);
-    assert_int_equal(note.status, TE_ERR_CANCELED);
+    assert_int_equal(note.status, TN_ERR_CANCELED);
     /* Whatever was posted landed; nothing after it did. */
     assert_memory_equal(dst, src, posted * CHUNK);
     for (size_t i = posted * CHUNK; i < N; i++)
@@ -373,14 +373,14 @@ static void vanished_receiver_fails_the_transfer(void **state)
     assert_non_null(src);
     assert_non_null(dst);
     te_region *rs, *rd;
-    assert_int_equal(te_region_register(p.a, src, N, TE_MEM_HOST, &rs), TE_OK);
-    assert_int_equal(te_region_register(p.b, dst, N, TE_MEM_HOST, &rd), TE_OK);
+    assert_int_equal(te_region_register(p.a, src, N, TE_MEM_HOST, &rs), TN_OK);
+    assert_int_equal(te_region_register(p.b, dst, N, TE_MEM_HOST, &rd), TN_OK);
     const void *rkey;
     size_t rkey_len;
-    assert_int_equal(te_region_rkey(p.b, rd, &rkey, &rkey_len), TE_OK);
+    assert_int_equal(te_region_rkey(p.b, rd, &rkey, &rkey_len), TN_OK);
     te_remote_region *remote;
     assert_int_equal(te_peer_import_region(p.a, p.a_to_b, (uint64_t)(uintptr_t)dst, N, rkey,
-                                           rkey_len, &remote), TE_OK);
+                                           rkey_len, &remote), TN_OK);
     size_t n = N / CHUNK;
     te_copy *copies = calloc(n, sizeof *copies);
     assert_non_null(copies);
@@ -390,7 +390,7 @@ static void vanished_receiver_fails_the_transfer(void **state)
     }
     te_transfer_desc d = {p.a_to_b, 11, &rs, 1, &remote, 1, copies, n, 5000};
     te_transfer *t;
-    assert_int_equal(te_transfer_submit(p.a, &d, &t), TE_OK);
+    assert_int_equal(te_transfer_submit(p.a, &d, &t), TN_OK);
     for (int i = 0; i < 20; i++) {
         te_engine_progress(p.a);
         te_engine_progress(p.b);
@@ -399,8 +399,8 @@ static void vanished_receiver_fails_the_transfer(void **state)
     te_engine_destroy(p.b);
     p.b = NULL;
     int st = te_transfer_wait(p.a, t);
-    if (st != TE_ERR_PEER && st != TE_ERR_TIMEOUT)
-        fail_msg("status %s: %s", te_status_str(st), te_transfer_error(t));
+    if (st != TN_ERR_PEER && st != TN_ERR_TIMEOUT)
+        fail_msg("status %s: %s", tn_status_str(st), te_transfer_error(t));
     assert_true(strlen(te_transfer_error(t)) > 0);
     assert_int_equal(te_engine_outstanding(p.a), 0);
     te_transfer_release(p.a, t);
@@ -417,31 +417,31 @@ static void busy_resources_and_unsupported_memory(void **state)
     pair_open(&p, "tcp", 4);
     uint8_t src[256], dst[256];
     te_region *rs, *rd;
-    assert_int_equal(te_region_register(p.a, src, sizeof src, TE_MEM_HOST, &rs), TE_OK);
-    assert_int_equal(te_region_register(p.b, dst, sizeof dst, TE_MEM_HOST, &rd), TE_OK);
+    assert_int_equal(te_region_register(p.a, src, sizeof src, TE_MEM_HOST, &rs), TN_OK);
+    assert_int_equal(te_region_register(p.b, dst, sizeof dst, TE_MEM_HOST, &rd), TN_OK);
     const void *rkey;
     size_t rkey_len;
-    assert_int_equal(te_region_rkey(p.b, rd, &rkey, &rkey_len), TE_OK);
+    assert_int_equal(te_region_rkey(p.b, rd, &rkey, &rkey_len), TN_OK);
     te_remote_region *remote;
     assert_int_equal(te_peer_import_region(p.a, p.a_to_b, (uint64_t)(uintptr_t)dst, sizeof dst,
-                                           rkey, rkey_len, &remote), TE_OK);
+                                           rkey, rkey_len, &remote), TN_OK);
     te_copy c = {0, 0, 0, 0, 128};
     te_transfer_desc d = {p.a_to_b, 1, &rs, 1, &remote, 1, &c, 1, 10000};
     te_transfer *t;
-    assert_int_equal(te_transfer_submit(p.a, &d, &t), TE_OK);
-    assert_int_equal(pump(&p, t), TE_OK);
+    assert_int_equal(te_transfer_submit(p.a, &d, &t), TN_OK);
+    assert_int_equal(pump(&p, t), TN_OK);
     /* Finished but not released: still holds its region and peer. */
-    assert_int_equal(te_region_deregister(p.a, rs), TE_ERR_BUSY);
-    assert_int_equal(te_peer_close(p.a, p.a_to_b), TE_ERR_BUSY);
+    assert_int_equal(te_region_deregister(p.a, rs), TN_ERR_BUSY);
+    assert_int_equal(te_peer_close(p.a, p.a_to_b), TN_ERR_BUSY);
     te_transfer_release(p.a, t);
-    assert_int_equal(te_region_deregister(p.a, rs), TE_OK);
-    assert_int_equal(te_peer_close(p.a, p.a_to_b), TE_OK);
+    assert_int_equal(te_region_deregister(p.a, rs), TN_OK);
+    assert_int_equal(te_peer_close(p.a, p.a_to_b), TN_OK);
 
     te_region *r = NULL;
-    assert_int_equal(te_region_register(p.a, NULL, 16, TE_MEM_HOST, &r), TE_ERR_ARG);
-    assert_int_equal(te_region_register(p.a, src, 0, TE_MEM_HOST, &r), TE_ERR_ARG);
+    assert_int_equal(te_region_register(p.a, NULL, 16, TE_MEM_HOST, &r), TN_ERR_ARG);
+    assert_int_equal(te_region_register(p.a, src, 0, TE_MEM_HOST, &r), TN_ERR_ARG);
 #ifndef TANDEM_CUDA
-    assert_int_equal(te_region_register(p.a, src, 16, TE_MEM_CUDA, &r), TE_ERR_UNSUPPORTED);
+    assert_int_equal(te_region_register(p.a, src, 16, TE_MEM_CUDA, &r), TN_ERR_UNSUPPORTED);
     assert_non_null(strstr(te_engine_error(p.a), "CUDA"));
 #endif
     assert_null(r);
@@ -532,10 +532,10 @@ static void hello_round_trips_through_protobuf(void **state)
         assert_non_null(v[i]);
     }
     te_kv_local kv;
-    assert_int_equal(te_kv_register(e, &l, k, v, TE_MEM_HOST, &kv), TE_OK);
+    assert_int_equal(te_kv_register(e, &l, k, v, TE_MEM_HOST, &kv), TN_OK);
     uint8_t *buf;
     size_t len;
-    assert_int_equal(te_kv_hello_pack(e, &kv, &buf, &len), TE_OK);
+    assert_int_equal(te_kv_hello_pack(e, &kv, &buf, &len), TN_OK);
     Tandem__Transfer__ControlMessage *m = te_control_unpack(buf, len);
     assert_non_null(m);
     assert_int_equal(m->body_case, TANDEM__TRANSFER__CONTROL_MESSAGE__BODY_HELLO);
@@ -546,19 +546,19 @@ static void hello_round_trips_through_protobuf(void **state)
     assert_int_equal(m->hello->regions[3]->address, (uint64_t)(uintptr_t)v[1]);
     assert_int_equal(m->hello->regions[3]->length, bytes);
     te_kv_remote remote;
-    assert_int_equal(te_kv_connect(f, m->hello, &remote), TE_OK);
+    assert_int_equal(te_kv_connect(f, m->hello, &remote), TN_OK);
     /* The connection's set-up finishes (e answers) before it is closed. */
-    assert_int_equal(te_peer_wireup_start(f, remote.peer), TE_OK);
+    assert_int_equal(te_peer_wireup_start(f, remote.peer), TN_OK);
     for (double end = te_now_seconds() + 20;
-         te_peer_wireup_status(remote.peer) == TE_IN_PROGRESS && te_now_seconds() < end;) {
+         te_peer_wireup_status(remote.peer) == TN_IN_PROGRESS && te_now_seconds() < end;) {
         te_engine_progress(e);
         te_engine_progress(f);
     }
-    assert_int_equal(te_peer_wireup_status(remote.peer), TE_OK);
+    assert_int_equal(te_peer_wireup_status(remote.peer), TN_OK);
     assert_int_equal(remote.layout.rank, 1);
     assert_int_equal(remote.n_regions, 4);
     assert_int_equal(te_remote_region_len(remote.regions[2]), bytes);
-    assert_int_equal(te_kv_disconnect(f, &remote), TE_OK);
+    assert_int_equal(te_kv_disconnect(f, &remote), TN_OK);
     tandem__transfer__control_message__free_unpacked(m, NULL);
     /* Garbage and truncated messages are rejected, not crashed on. */
     uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0x0f};
@@ -567,7 +567,7 @@ static void hello_round_trips_through_protobuf(void **state)
     free(buf);
 
     int32_t pages[3] = {7, 2, 9};
-    assert_int_equal(te_kv_request_pack(5, 40, pages, 3, &buf, &len), TE_OK);
+    assert_int_equal(te_kv_request_pack(5, 40, pages, 3, &buf, &len), TN_OK);
     m = te_control_unpack(buf, len);
     assert_non_null(m);
     assert_int_equal(m->body_case, TANDEM__TRANSFER__CONTROL_MESSAGE__BODY_KV_REQUEST);
@@ -607,10 +607,10 @@ static void resharded_kv_lands_byte_exact(void **state)
     }
     int32_t dpages[5] = {11, 3, 7, 0, 5};
     te_kv_local dkv;
-    assert_int_equal(te_kv_register(rcv, &dl, dk, dv, TE_MEM_HOST, &dkv), TE_OK);
+    assert_int_equal(te_kv_register(rcv, &dl, dk, dv, TE_MEM_HOST, &dkv), TN_OK);
     uint8_t *hello;
     size_t hello_len;
-    assert_int_equal(te_kv_hello_pack(rcv, &dkv, &hello, &hello_len), TE_OK);
+    assert_int_equal(te_kv_hello_pack(rcv, &dkv, &hello, &hello_len), TN_OK);
     Tandem__Transfer__ControlMessage *dm = te_control_unpack(hello, hello_len);
     assert_non_null(dm);
 
@@ -630,21 +630,21 @@ static void resharded_kv_lands_byte_exact(void **state)
             te_pattern_fill(&sl, sk[r][i], i, 0, spages[r], TOKENS, SEED);
             te_pattern_fill(&sl, sv[r][i], i, 1, spages[r], TOKENS, SEED);
         }
-        assert_int_equal(te_kv_register(snd[r], &sl, sk[r], sv[r], TE_MEM_HOST, &skv[r]), TE_OK);
+        assert_int_equal(te_kv_register(snd[r], &sl, sk[r], sv[r], TE_MEM_HOST, &skv[r]), TN_OK);
         uint8_t *sh;
         size_t sh_len;
-        assert_int_equal(te_kv_hello_pack(snd[r], &skv[r], &sh, &sh_len), TE_OK);
+        assert_int_equal(te_kv_hello_pack(snd[r], &skv[r], &sh, &sh_len), TN_OK);
         Tandem__Transfer__ControlMessage *sm = te_control_unpack(sh, sh_len);
         assert_non_null(sm);
-        assert_int_equal(te_kv_connect(rcv, sm->hello, &from_snd[r]), TE_OK);
+        assert_int_equal(te_kv_connect(rcv, sm->hello, &from_snd[r]), TN_OK);
         tandem__transfer__control_message__free_unpacked(sm, NULL);
         free(sh);
-        assert_int_equal(te_kv_connect(snd[r], dm->hello, &to_rcv[r]), TE_OK);
+        assert_int_equal(te_kv_connect(snd[r], dm->hello, &to_rcv[r]), TN_OK);
         assert_int_equal(te_kv_send(snd[r], &skv[r], spages[r], &to_rcv[r], dpages, TOKENS, 31,
-                                    10000, &t[r]), TE_OK);
+                                    10000, &t[r]), TN_OK);
     }
     int notices = 0;
-    while (te_transfer_status(t[0]) == TE_IN_PROGRESS || te_transfer_status(t[1]) == TE_IN_PROGRESS ||
+    while (te_transfer_status(t[0]) == TN_IN_PROGRESS || te_transfer_status(t[1]) == TN_IN_PROGRESS ||
            notices < 2) {
         te_engine_progress(snd[0]);
         te_engine_progress(snd[1]);
@@ -652,12 +652,12 @@ static void resharded_kv_lands_byte_exact(void **state)
         te_notice note;
         while (te_engine_next_notice(rcv, &note)) {
             assert_int_equal(note.request_id, 31);
-            assert_int_equal(note.status, TE_OK);
+            assert_int_equal(note.status, TN_OK);
             notices++;
         }
     }
-    assert_int_equal(te_transfer_status(t[0]), TE_OK);
-    assert_int_equal(te_transfer_status(t[1]), TE_OK);
+    assert_int_equal(te_transfer_status(t[0]), TN_OK);
+    assert_int_equal(te_transfer_status(t[1]), TN_OK);
     for (int i = 0; i < LAYERS; i++) {
         assert_int_equal(te_pattern_verify(&dl, dk[i], i, 0, dpages, TOKENS, SEED, 0x5A, why,
                                            sizeof why), 0);
@@ -669,8 +669,8 @@ static void resharded_kv_lands_byte_exact(void **state)
                                   sizeof why) > 0);
     for (int r = 0; r < 2; r++) {
         te_transfer_release(snd[r], t[r]);
-        assert_int_equal(te_kv_disconnect(snd[r], &to_rcv[r]), TE_OK);
-        assert_int_equal(te_kv_disconnect(rcv, &from_snd[r]), TE_OK);
+        assert_int_equal(te_kv_disconnect(snd[r], &to_rcv[r]), TN_OK);
+        assert_int_equal(te_kv_disconnect(rcv, &from_snd[r]), TN_OK);
         te_kv_deregister(snd[r], &skv[r]);
         te_engine_destroy(snd[r]);
         for (int i = 0; i < LAYERS; i++) {

@@ -46,7 +46,7 @@ static const cJSON *cases(const tok_suite *s, const char *key)
 static void decode_all(const bpe_tokenizer *t, const int32_t *ids, size_t n, int flags, strbuf *out)
 {
     char err[256];
-    if (bpe_decode(t, ids, n, flags, out, err, sizeof(err)) != KN_OK)
+    if (bpe_decode(t, ids, n, flags, out, err, sizeof(err)) != TN_OK)
         fail_msg("decode failed: %s", err);
 }
 
@@ -59,7 +59,7 @@ void tokcheck_encode_matches_reference(void **state)
         tok_ids ids;
         tok_ids_init(&ids);
         char err[256], what[128];
-        assert_int_equal(bpe_encode(s->tok, text, strlen(text), 0, &ids, err, sizeof(err)), KN_OK);
+        assert_int_equal(bpe_encode(s->tok, text, strlen(text), 0, &ids, err, sizeof(err)), TN_OK);
         snprintf(what, sizeof(what), "%s encode of '%s'", s->name, toktest_str(c, "name"));
         toktest_assert_ids_equal(what, ids.ids, ids.len, cJSON_GetObjectItemCaseSensitive(c, s->name));
         tok_ids_free(&ids);
@@ -99,7 +99,7 @@ void tokcheck_special_tokens_match_reference(void **state)
         char err[256];
         assert_int_equal(
             bpe_encode(s->tok, text, strlen(text), BPE_ENCODE_SPECIAL, &ids, err, sizeof(err)),
-            KN_OK);
+            TN_OK);
         toktest_assert_ids_equal(text, ids.ids, ids.len, cJSON_GetObjectItemCaseSensitive(c, "ids"));
         strbuf out;
         strbuf_init(&out);
@@ -130,7 +130,7 @@ void tokcheck_special_strings_stay_text_without_flag(void **state)
         tok_ids ids;
         tok_ids_init(&ids);
         char err[256];
-        assert_int_equal(bpe_encode(s->tok, text, strlen(text), 0, &ids, err, sizeof(err)), KN_OK);
+        assert_int_equal(bpe_encode(s->tok, text, strlen(text), 0, &ids, err, sizeof(err)), TN_OK);
         for (size_t i = 0; i < ids.len; i++)
             assert_false(bpe_token_is_added(s->tok, ids.ids[i]));
         strbuf out;
@@ -178,11 +178,11 @@ static void check_stream(const bpe_tokenizer *t, const int32_t *ids, size_t n)
     for (size_t i = 0; i <= n; i++) {
         strbuf_clear(&chunk);
         if (i < n)
-            assert_int_equal(bpe_stream_push(t, &st, ids[i], &chunk, err, sizeof(err)), KN_OK);
+            assert_int_equal(bpe_stream_push(t, &st, ids[i], &chunk, err, sizeof(err)), TN_OK);
         else
-            assert_int_equal(bpe_stream_finish(&st, &chunk), KN_OK);
+            assert_int_equal(bpe_stream_finish(&st, &chunk), TN_OK);
         assert_true(utf8_valid(chunk.data, chunk.len, NULL));
-        assert_int_equal(strbuf_append(&streamed, chunk.data, chunk.len), KN_OK);
+        assert_int_equal(strbuf_append(&streamed, chunk.data, chunk.len), TN_OK);
     }
     assert_int_equal(streamed.len, whole.len);
     assert_memory_equal(streamed.len ? streamed.data : "", whole.len ? whole.data : "", whole.len);
@@ -246,13 +246,13 @@ void tokcheck_random_text_round_trips(void **state)
         for (size_t i = 0; i < len; i++) {
             char b[4];
             int k = utf8_encode(pool[rng_next(&x) % npool], b);
-            assert_int_equal(strbuf_append(&text, b, (size_t)k), KN_OK);
+            assert_int_equal(strbuf_append(&text, b, (size_t)k), TN_OK);
         }
         ids.len = 0;
         char err[256];
         assert_int_equal(bpe_encode(s->tok, text.data ? text.data : "", text.len, 0, &ids, err,
                                     sizeof(err)),
-                         KN_OK);
+                         TN_OK);
         for (size_t i = 0; i < ids.len; i++) {
             assert_true(ids.ids[i] >= 0 && ids.ids[i] < vocab);
             assert_false(bpe_token_is_added(s->tok, ids.ids[i]));
@@ -262,7 +262,7 @@ void tokcheck_random_text_round_trips(void **state)
         if (s->nfc) {
             strbuf nfc;
             strbuf_init(&nfc);
-            assert_int_equal(uc_nfc_append(&nfc, text.data ? text.data : "", text.len), KN_OK);
+            assert_int_equal(uc_nfc_append(&nfc, text.data ? text.data : "", text.len), TN_OK);
             assert_int_equal(out.len, nfc.len);
             assert_memory_equal(out.len ? out.data : "", nfc.len ? nfc.data : "", nfc.len);
             strbuf_free(&nfc);
@@ -288,11 +288,11 @@ void tokcheck_long_runs_encode(void **state)
         strbuf_init(&text);
         strbuf_init(&out);
         for (size_t i = 0; i < counts[u]; i++)
-            assert_int_equal(strbuf_append_str(&text, units[u]), KN_OK);
+            assert_int_equal(strbuf_append_str(&text, units[u]), TN_OK);
         tok_ids ids;
         tok_ids_init(&ids);
         char err[256];
-        assert_int_equal(bpe_encode(s->tok, text.data, text.len, 0, &ids, err, sizeof(err)), KN_OK);
+        assert_int_equal(bpe_encode(s->tok, text.data, text.len, 0, &ids, err, sizeof(err)), TN_OK);
         assert_true(ids.len > 0 && ids.len <= counts[u]);
         decode_all(s->tok, ids.ids, ids.len, 0, &out);
         assert_int_equal(out.len, text.len);
@@ -313,20 +313,20 @@ void tokcheck_bad_input_is_rejected(void **state)
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         err[0] = '\0';
         assert_int_equal(bpe_encode(s->tok, bad[i], strlen(bad[i]), 0, &ids, err, sizeof(err)),
-                         KN_ERR_ARG);
+                         TN_ERR_ARG);
         assert_non_null(strstr(err, "UTF-8"));
         assert_int_equal(ids.len, 0);
     }
     strbuf out;
     strbuf_init(&out);
     int32_t bad_ids[] = {5, -1};
-    assert_int_equal(bpe_decode(s->tok, bad_ids, 2, 0, &out, err, sizeof(err)), KN_ERR_ARG);
+    assert_int_equal(bpe_decode(s->tok, bad_ids, 2, 0, &out, err, sizeof(err)), TN_ERR_ARG);
     assert_non_null(strstr(err, "-1"));
     int32_t too_big = bpe_vocab_size(s->tok);
-    assert_int_equal(bpe_decode(s->tok, &too_big, 1, 0, &out, err, sizeof(err)), KN_ERR_ARG);
+    assert_int_equal(bpe_decode(s->tok, &too_big, 1, 0, &out, err, sizeof(err)), TN_ERR_ARG);
     bpe_stream st;
     bpe_stream_init(&st, 0);
-    assert_int_equal(bpe_stream_push(s->tok, &st, too_big, &out, err, sizeof(err)), KN_ERR_ARG);
+    assert_int_equal(bpe_stream_push(s->tok, &st, too_big, &out, err, sizeof(err)), TN_ERR_ARG);
     strbuf_free(&out);
     tok_ids_free(&ids);
 }

@@ -44,7 +44,7 @@ bpe_tokenizer *toktest_load_tokenizer(const cJSON *fixture, const char *key)
     const char *path = toktest_str(fixture, key);
     char err[512];
     bpe_tokenizer *t = NULL;
-    if (bpe_tokenizer_load(path, &t, err, sizeof(err)) != KN_OK)
+    if (bpe_tokenizer_load(path, &t, err, sizeof(err)) != TN_OK)
         fail_msg("cannot load %s (%s); `make deps` fetches the vocabularies", path, err);
     return t;
 }
@@ -56,7 +56,7 @@ void toktest_ids_from_json(const cJSON *arr, tok_ids *out)
     for (const cJSON *e = arr->child; e; e = e->next) {
         if (!cJSON_IsNumber(e))
             fail_msg("fixture: non-numeric token id");
-        assert_int_equal(tok_ids_push(out, (int32_t)e->valuedouble), KN_OK);
+        assert_int_equal(tok_ids_push(out, (int32_t)e->valuedouble), TN_OK);
     }
 }
 
