@@ -256,11 +256,12 @@ run: $(LIB) $(BINS)
 bench: $(LIB) $(BINS)
 	bash tests/bench.sh
 
-# On a GPU machine: builds with CUDA=1, checks every CUDA op against the
-# CPU backend, times the attention kernel next to torch SDPA, then checks
-# the engine on the GPU and benchmarks it on the real models' shapes.
+# On a GPU machine: builds with CUDA=1, runs every GPU check (the op table
+# on CPU and CUDA, the engine, NCCL) and every benchmark (attention next to
+# torch SDPA, the ops, the experts, the engine on the real models' shapes)
+# with their floors; tests/gpu/run.sh --help lists the steps.
 bench-gpu:
-	ENGINE_BENCH=1 bash tests/gpu/run.sh
+	bash tests/gpu/run.sh all
 
 clean:
 	rm -rf build build-asan build-cuda build-fuzz

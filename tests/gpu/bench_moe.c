@@ -12,7 +12,7 @@
  * FP8 rows add "per-expert, unfused act" (kn_cuda_set_moe_fp8_fused_act 0:
  * the activation pass and the quantization as two kernels, as before).
  * Built with
- * `make CUDA=1 gpu-progs`; run by tests/gpu/run_moe.sh.
+ * `make CUDA=1 gpu-progs`; run by tests/gpu/run.sh bench-moe.
  *
  * Weights are random (kn_fill_uniform on the GPU; time does not depend on
  * the values); routes are uniform over the experts (k distinct per token),

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Builds the GPU programs the engine's device run needs (test_cuda_ops,
 # test_engine_gpu, the GPU tandem-bench and tandem-generate; test_comm_nccl
-# and test_parallel_nccl for tests/gpu/run_nccl.sh) on a machine with nvcc
+# and test_parallel_nccl for tests/gpu/run.sh nccl) on a machine with nvcc
 # (and nccl.h) but maybe no GPU, into a folder that runs on the GPU machine
 # without building there:
 #   DEST/bin/  the programs (stripped)
 #   DEST/lib/  the non-system libraries they load: cJSON, OpenBLAS and the
 #              gfortran runtime OpenBLAS needs, cmocka (test_comm_nccl)
 # The GPU machine then needs only glibc, libstdc++/libgomp and the CUDA 13
-# libraries in /usr/local/cuda/lib64 (rpath). tests/gpu/run_engine.sh and
-# run_nccl.sh take DEST as $TANDEM_PREBUILT. Usage: tests/gpu/make_prebuilt.sh DEST
+# libraries in /usr/local/cuda/lib64 (rpath). tests/gpu/run.sh takes DEST as
+# $TANDEM_PREBUILT. Usage: tests/gpu/make_prebuilt.sh DEST
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DEST=${1:?usage: make_prebuilt.sh DEST}
@@ -34,6 +34,4 @@ for lib in libcjson.so.1 libopenblas.so.0 libgfortran.so.5 libquadmath.so.0 libc
     [ -n "$path" ] || { echo "make_prebuilt: $lib not linked"; exit 1; }
     cp -L "$path" "$DEST/lib/$lib"
 done
-# the FP8 cuBLASLt probe (tests/gpu/run_fp8.sh runs it when present)
-tests/gpu/build_probe_fp8.sh "$DEST/bin/probe_fp8" >/dev/null
 echo "prebuilt in $DEST ($(git rev-parse --short HEAD)): $(ls "$DEST/bin" | tr '\n' ' ')($(du -sh "$DEST" | cut -f1))"

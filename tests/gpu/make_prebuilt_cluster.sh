@@ -21,7 +21,7 @@
 #              and their libraries go to DEST/lib; run with
 #              UCX_MODULE_DIR=DEST/ucx
 #   DEST/BUILD_INFO  commit, compiler, library list
-# tests/gpu/run_cluster.sh takes DEST as $TANDEM_PREBUILT.
+# tests/gpu/run.sh cluster takes DEST as $TANDEM_PREBUILT.
 # Usage: tests/gpu/make_prebuilt_cluster.sh DEST   (DEST inside the tree, e.g.
 # prebuilt-cluster, which .gitignore keeps out of commits; the device call
 # carries it)

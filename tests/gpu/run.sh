@@ -1,102 +1,270 @@
 #!/usr/bin/env bash
-# The GPU check, in one go, on a machine with an NVIDIA GPU (the device
-# machine, or `make bench-gpu` anywhere with CUDA):
-#   1. builds the GPU programs with CUDA=1 (kernels + tests/gpu/*.c);
-#   2. runs test_cuda_ops: every CUDA op against the CPU backend and float64
-#      (TAP), again with TF32 products allowed, and under compute-sanitizer
-#      memcheck;
-#   3. runs the attention benchmark next to torch SDPA, and the dense ops'
-#      (matmul, MoE experts, RMSNorm) on GPT-OSS-20B prefill shapes;
-#   4. prints a short table last;
-#   5. with ENGINE=1 (the default), then runs tests/gpu/run_engine.sh: the
-#      engine's checks on the GPU (the tiny HF fixtures' logits and tokens,
-#      CPU vs GPU) and, with ENGINE_BENCH=1, the model benchmarks
-#      (tandem-bench --synthetic on GPT-OSS-20B and Qwen3-30B-A3B shapes).
-#      ENGINE=0 skips it; run_engine.sh alone skips this kernel suite.
-# Full logs go to $OUT (default /tmp/tandem-gpu). Exit status: non-zero if
-# the build or any check failed.
+# Every GPU check and benchmark, one script, steps chosen by argument:
 #
-# When the machine cannot build (no BLAS headers, say), a bundle of the same
-# programs built elsewhere with `make CUDA=1 gpu-progs` can be given as
-# $TANDEM_GPU_PREBUILT (a .tgz holding test_cuda_ops and bench_attention);
-# the summary says which was used.
+#   tests/gpu/run.sh [STEP|GROUP ...]       (default: checks)
+#
+# checks:
+#   ops          the op case table on every backend (CPU and CUDA, each case
+#                vs float64 and CUDA vs CPU), seed $SEED
+#   ops-tf32     the same with TANDEM_CUDA_TF32=1 (cuBLAS TF32 products)
+#   memcheck     the op table under compute-sanitizer memcheck (if installed)
+#   engine       test_engine_gpu: the HF fixtures on the GPU (f32, bf16, FP8)
+#   generate     tandem-generate --device cuda vs the fixtures' HF golden tokens
+#   nccl         test_comm_nccl and test_parallel_nccl at world size 1, and TP=2
+#                as two processes on the one GPU
+#   cluster      router + prefiller + decoder on --device cuda
+#                (tests/gpu/cluster_check.sh; needs TANDEM_PREBUILT_CLUSTER)
+# bench:
+#   ceilings     device copy bandwidth and bf16/fp32 GEMM rate through torch
+#                (the floors of every row below)
+#   bench-attention  our attention next to torch SDPA (bench_attention.py)
+#   bench-ops    the dense ops on GPT-OSS-20B prefill shapes (bench_ops)
+#   bench-moe    the expert paths alone, bf16 and FP8, and cached cuBLASLt
+#                plans under fresh row counts (bench_moe)
+#   bench-engine tandem-bench --synthetic (random weights of the real
+#                configs): GPT-OSS-20B FP8 and bf16, GPT-OSS-120B FP8,
+#                Qwen3-30B-A3B: prefill 8192/32768, decode batch 1..128
+# all = checks + bench.
+#
+# Programs: $TANDEM_PREBUILT (a folder made by tests/gpu/make_prebuilt.sh on
+# a machine with nvcc: bin/ and lib/), else built here with
+# `make CUDA=1 gpu-progs gpu-engine-progs`. The cluster step takes
+# $TANDEM_PREBUILT_CLUSTER (tests/gpu/make_prebuilt_cluster.sh). Logs go to
+# $OUT (default /tmp/tandem-gpu); BUDGET_S (default 540) bounds the whole
+# run: a benchmark that would pass it is skipped and says so. A short table
+# is printed last. Exit status non-zero when a check failed or a step did
+# not run.
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/tandem-gpu}
 mkdir -p "$OUT"
 export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
-BUILD=${BUILD_GPU:-build-cuda}
+# NVLink multicast stays off (a program using it can take shared GPUs down)
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 SEED=${SEED:-$(date +%s)}
+BUDGET=${BUDGET_S:-540}
+NCCL_LIB=${NCCL_LIB:-/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib}
+t_start=$(date +%s)
 status=0
+rows=()
+
+steps=()
+for a in "${@:-checks}"; do
+    case "$a" in
+    checks) steps+=(ops ops-tf32 memcheck engine generate nccl cluster) ;;
+    bench) steps+=(ceilings bench-attention bench-ops bench-moe bench-engine) ;;
+    all) steps+=(ops ops-tf32 memcheck engine generate nccl cluster
+                 ceilings bench-attention bench-ops bench-moe bench-engine) ;;
+    ops|ops-tf32|memcheck|engine|generate|nccl|cluster|ceilings|bench-attention|bench-ops|bench-moe|bench-engine)
+        steps+=("$a") ;;
+    -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "run.sh: unknown step '$a' (run.sh --help lists them)"; exit 2 ;;
+    esac
+done
+
+left() { echo $(( BUDGET - ($(date +%s) - t_start) )); }
+tap_counts() { echo "$(grep -c '^ok ' "$1") ok, $(grep -c '^not ok ' "$1") not ok"; }
 
 echo "== GPU"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,memory.total \
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total,memory.used \
     --format=csv 2>&1 | tee "$OUT/gpu.txt"
-nvcc --version | tail -1
+echo "seed $SEED, tree $(cat COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 
-echo "== build (make CUDA=1 gpu-progs)"
-build_how="device: make CUDA=1 gpu-progs"
-if ! make -j"$(nproc)" CUDA=1 BUILD="$BUILD" gpu-progs >"$OUT/build.log" 2>&1; then
-    tail -n 5 "$OUT/build.log"
-    if [ -n "${TANDEM_GPU_PREBUILT:-}" ] && [ -f "$TANDEM_GPU_PREBUILT" ]; then
-        mkdir -p "$BUILD/tests/gpu" && tar xzf "$TANDEM_GPU_PREBUILT" -C "$BUILD/tests/gpu" || exit 1
-        build_how="prebuilt bundle (device build failed, see build.log)"
-        [ -d "$BUILD/tests/gpu/lib" ] && export LD_LIBRARY_PATH="$PWD/$BUILD/tests/gpu/lib:${LD_LIBRARY_PATH:-}"
+echo "== programs"
+LIBS=""
+BIN=""
+if [ -n "${TANDEM_PREBUILT:-}" ]; then
+    BIN=$(cd "$TANDEM_PREBUILT/bin" && pwd) && LIBS=$(cd "$TANDEM_PREBUILT/lib" && pwd)
+    how="prebuilt ($TANDEM_PREBUILT)"
+else
+    how="built here: make CUDA=1 gpu-progs gpu-engine-progs"
+    if make -j"$(nproc)" CUDA=1 gpu-progs gpu-engine-progs >"$OUT/build.log" 2>&1; then
+        BIN=build-cuda/tests/gpu
+        cp build-cuda/gpu-bin/* build-cuda/tests/test_comm_nccl "$BIN/" 2>/dev/null
     else
-        echo "build failed and no prebuilt bundle"; exit 1
+        tail -n 8 "$OUT/build.log"
+        echo "build failed"; exit 1
     fi
 fi
-echo "$build_how"
+echo "$how"
+rows+=("| programs | $how |")
+# Our programs get our library path (and the image's NCCL); python keeps its own.
+run() { LD_LIBRARY_PATH="$LIBS:$NCCL_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
+OPS=$BIN/test_ops
+[ -x "$OPS" ] || OPS=$BIN/test_cuda_ops
 
-echo "== test_cuda_ops (seed $SEED)"
-"$BUILD/tests/gpu/test_cuda_ops" "$SEED" 2>&1 | tee "$OUT/test_cuda_ops.log"
-[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-n_ok=$(grep -c '^ok ' "$OUT/test_cuda_ops.log")
-n_bad=$(grep -c '^not ok ' "$OUT/test_cuda_ops.log")
+# check NAME TIMEOUT LOG CMD...: a TAP program; its counts make a row
+check() {
+    local name=$1 limit=$2 log=$3
+    shift 3
+    echo "== $name"
+    if [ ! -x "$1" ]; then
+        echo "$1 missing"; rows+=("| $name | not run: $1 missing |"); status=1; return
+    fi
+    CMOCKA_MESSAGE_OUTPUT=TAP run timeout "$limit" "$@" >"$log" 2>&1
+    local rc=$?
+    grep -E '^not ok |Bail' "$log" | head -20
+    tail -n 2 "$log"
+    [ $rc -eq 0 ] || status=1
+    rows+=("| $name | exit $rc, $(tap_counts "$log") |")
+}
 
-echo "== test_cuda_ops with TANDEM_CUDA_TF32=1 (cuBLAS TF32 products, bound 2e-3)"
-TANDEM_CUDA_TF32=1 "$BUILD/tests/gpu/test_cuda_ops" "$SEED" >"$OUT/test_cuda_ops_tf32.log" 2>&1
-[ $? -eq 0 ] || status=1
-tf32_ok=$(grep -c '^ok ' "$OUT/test_cuda_ops_tf32.log")
-tf32_bad=$(grep -c '^not ok ' "$OUT/test_cuda_ops_tf32.log")
-grep -E '^not ok |matmul m=300' "$OUT/test_cuda_ops_tf32.log"
+step_generate() {
+    echo "== tandem-generate --device cuda (f32 and default weights) vs the HF golden tokens"
+    local gen="" fx w prompt want got same
+    ids() {
+        python3 - "tests/fixtures/$1/golden.safetensors" "$2" <<'PY'
+import json, struct, sys
+data = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+e = json.loads(data[8:8 + n])[sys.argv[2]]
+b, end = e["data_offsets"]
+raw = data[8 + n + b:8 + n + end]
+print(",".join(str(v) for v in struct.unpack("<%di" % (len(raw) // 4), raw)))
+PY
+    }
+    for fx in gpt_oss_tiny qwen3_moe_tiny; do
+        prompt=$(ids $fx prompt_ids); want=$(ids $fx gen_ids)
+        for w in f32 auto; do
+            got=$(run timeout 60 "$BIN/tandem-generate" --model "tests/fixtures/$fx" --prompt-ids "$prompt" \
+                  --max-tokens 32 --ignore-eos --device cuda --weights $w 2>>"$OUT/generate.log")
+            IFS=, read -r -a g <<<"$got"; IFS=, read -r -a h <<<"$want"
+            same=0
+            while [ $same -lt ${#h[@]} ] && [ "${g[$same]:-x}" = "${h[$same]}" ]; do same=$((same + 1)); done
+            echo "$fx --weights $w: $same of ${#h[@]} tokens equal HF's"
+            gen="$gen$fx/$w $same/${#h[@]}; "
+            # f32 weights must reproduce HF's greedy tokens exactly
+            [ $w = f32 ] && [ $same -ne ${#h[@]} ] && status=1
+        done
+    done
+    rows+=("| tandem-generate --device cuda, greedy tokens equal to HF's | $gen|")
+}
 
-san="not run"
-if command -v compute-sanitizer >/dev/null; then
-    echo "== compute-sanitizer memcheck"
-    timeout 180 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
-        "$BUILD/tests/gpu/test_cuda_ops" "$SEED" >"$OUT/memcheck.log" 2>&1
-    rc=$?
-    san="exit $rc, $(grep -c '^ok ' "$OUT/memcheck.log") ok / $(grep -c '^not ok ' "$OUT/memcheck.log") not ok, $(grep -oE 'ERROR SUMMARY: [0-9]+ errors?' "$OUT/memcheck.log" | tail -1)"
-    [ "$rc" -eq 124 ] && san="timed out after 180 s ($san)"
-    [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || status=1
-    tail -n 3 "$OUT/memcheck.log"
-fi
+step_nccl() {
+    check "test_comm_nccl (world size 1)" 30 "$OUT/test_comm_nccl.log" "$BIN/test_comm_nccl"
+    check "test_parallel_nccl (TP, TP+EP, DP x EP, world size 1)" 60 "$OUT/test_parallel_nccl.log" \
+        "$BIN/test_parallel_nccl"
+    # NCCL refuses two ranks on one device: the program reports it as a skip
+    NCCL_DEBUG=WARN check "test_parallel_nccl --two-ranks (TP=2, one GPU)" 30 "$OUT/two_ranks.log" \
+        "$BIN/test_parallel_nccl" --two-ranks
+}
 
-echo "== attention benchmark"
-python3 tests/gpu/bench_attention.py "$BUILD" "$OUT" 2>&1 | tee "$OUT/bench.log"
-[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+step_cluster() {
+    if [ -z "${TANDEM_PREBUILT_CLUSTER:-}" ]; then
+        rows+=("| cluster | not run: no TANDEM_PREBUILT_CLUSTER |"); status=1; return
+    fi
+    echo "== cluster (tests/gpu/cluster_check.sh)"
+    OUT="$OUT/cluster" TANDEM_PREBUILT="$TANDEM_PREBUILT_CLUSTER" timeout 150 \
+        bash tests/gpu/cluster_check.sh >"$OUT/cluster.txt" 2>&1
+    local rc=$?
+    [ $rc -eq 0 ] || status=1
+    grep -E '^not ok ' "$OUT/cluster.txt" | head; tail -n 4 "$OUT/cluster.txt"
+    rows+=("| cluster on the GPU | exit $rc, $(tap_counts "$OUT/cluster.txt") |")
+}
 
-echo "== dense ops benchmark"
-"$BUILD/tests/gpu/bench_ops" 2>&1 | tee "$OUT/bench_ops.log"
-[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+PEAK=${PEAK_TFLOPS:-}
+HBM=${HBM_TBPS:-}
+PEAK32=""
+step_ceilings() {
+    echo "== ceilings (torch, random data)"
+    python3 - <<'PY' 2>&1 | tee "$OUT/ceilings.txt"
+import sys
+sys.path.insert(0, "tests/gpu")
+from bench_attention import ceilings
+bw, bf16, fp32 = ceilings()
+print(f"CEILINGS copy_tbps={bw / 1e12:.3f} bf16_tflops={bf16 / 1e12:.1f} fp32_tflops={fp32 / 1e12:.1f}")
+PY
+    read -r HBM PEAK PEAK32 < <(sed -n 's/^CEILINGS copy_tbps=\([0-9.]*\) bf16_tflops=\([0-9.]*\) fp32_tflops=\([0-9.]*\)/\1 \2 \3/p' "$OUT/ceilings.txt")
+    rows+=("| ceilings | copy ${HBM:-?} TB/s, bf16 GEMM ${PEAK:-?} TFLOP/s, fp32 GEMM ${PEAK32:-?} TFLOP/s |")
+}
+floors() { # the measured ceilings, else the ones measured on 2026-12-02 (docs/PERF.md)
+    PEAK=${PEAK:-789.8}; HBM=${HBM:-4.229}
+}
+
+# timed NAME MAX_SECONDS LOG CMD...: a benchmark within what is left of the budget
+timed() {
+    local name=$1 limit=$2 log=$3 l
+    shift 3
+    l=$(left)
+    [ "$l" -lt "$limit" ] && limit=$l
+    if [ "$limit" -lt 20 ]; then
+        echo "== $name: skipped (time budget spent)"; rows+=("| $name | skipped: time budget |"); return 1
+    fi
+    echo "== $name (${limit} s at most)"
+    run timeout "$limit" "$@" >"$log" 2>&1
+    local rc=$?
+    [ $rc -eq 0 ] || { echo "$name: exit $rc"; tail -n 5 "$log"; status=1; rows+=("| $name | exit $rc |"); }
+    return $rc
+}
+
+step_bench_attention() {
+    mkdir -p "$OUT/ab/tests/gpu" && cp "$BIN/bench_attention" "$OUT/ab/tests/gpu/" || return
+    timed bench-attention 200 "$OUT/bench_attention.log" python3 tests/gpu/bench_attention.py "$OUT/ab" "$OUT" &&
+        grep -E '^GPU: |^\| ' "$OUT/bench_attention.log"
+}
+step_bench_ops() {
+    timed bench-ops 90 "$OUT/bench_ops.log" "$BIN/bench_ops" && grep -E '^\| ' "$OUT/bench_ops.log"
+}
+step_bench_moe() {
+    floors
+    timed bench-moe 170 "$OUT/bench_moe.log" "$BIN/bench_moe" --hbm-tbps "$HBM" --peak-tflops "$PEAK" &&
+        grep -E '^\| ' "$OUT/bench_moe.log"
+    timed "bench-moe --varying-m" 90 "$OUT/bench_moe_varying_m.log" "$BIN/bench_moe" --varying-m &&
+        grep -E '^\| ' "$OUT/bench_moe_varying_m.log"
+}
+engine_bench() { # NAME MAX_SECONDS ARGS... (tandem-bench; env before the call passes through)
+    local name=$1 limit=$2
+    shift 2
+    timed "bench $name" "$limit" "$OUT/bench_$name.log" "$BIN/tandem-bench" --device cuda \
+        --peak-tflops "$PEAK" --hbm-tbps "$HBM" "$@" &&
+        grep -E '^(prefill|decode) |^# (tandem-bench|prefill runs)' "$OUT/bench_$name.log"
+}
+step_bench_engine() {
+    floors
+    local C=tests/fixtures/configs
+    engine_bench oss20b_fp8 90 --synthetic $C/gpt-oss-20b.json --weights fp8 --prefill 8192,32768 \
+        --batch 1,8,32,128 --context 8192 --steps 8 --repeat 3 --profile
+    engine_bench oss120b_fp8 110 --synthetic $C/gpt-oss-120b.json --weights fp8 --prefill 8192,32768 \
+        --batch 1,8 --context 8192 --steps 8 --repeat 3 --profile
+    engine_bench oss20b_bf16 90 --synthetic $C/gpt-oss-20b.json --weights bf16 --prefill 8192,32768 \
+        --batch 1,8,32,128 --context 8192 --steps 8 --repeat 5 --profile
+    engine_bench qwen30b_fp8 90 --synthetic $C/qwen3-30b-a3b.json --weights fp8 --prefill 8192 \
+        --batch 1,32 --context 8192 --steps 8 --repeat 3 --profile
+}
+
+for s in "${steps[@]}"; do
+    case "$s" in
+    ops) check "ops on every backend (seed $SEED)" 300 "$OUT/ops.log" "$OPS" "$SEED" ;;
+    ops-tf32) TANDEM_CUDA_TF32=1 check "ops, TANDEM_CUDA_TF32=1" 300 "$OUT/ops_tf32.log" "$OPS" "$SEED" ;;
+    memcheck)
+        if command -v compute-sanitizer >/dev/null && [ "$(left)" -gt 200 ]; then
+            check "ops under compute-sanitizer memcheck" 180 "$OUT/memcheck.log" \
+                compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 "$OPS" "$SEED"
+            grep -oE 'ERROR SUMMARY: [0-9]+ errors?' "$OUT/memcheck.log" | tail -1
+        else
+            rows+=("| memcheck | skipped: no compute-sanitizer or no time |")
+        fi ;;
+    engine) check "test_engine_gpu" 240 "$OUT/test_engine_gpu.log" "$BIN/test_engine_gpu" 0 ;;
+    generate) step_generate ;;
+    nccl) step_nccl ;;
+    cluster) step_cluster ;;
+    ceilings) step_ceilings ;;
+    bench-attention) step_bench_attention ;;
+    bench-ops) step_bench_ops ;;
+    bench-moe) step_bench_moe ;;
+    bench-engine) step_bench_engine ;;
+    esac
+done
 
 echo
-echo "== summary ($(date -u +%Y-%m-%dT%H:%MZ), $(head -2 "$OUT/gpu.txt" | tail -1 | cut -d, -f1))"
+echo "== summary ($(date -u +%Y-%m-%dT%H:%MZ), $(sed -n 2p "$OUT/gpu.txt" | cut -d, -f1), $(( $(date +%s) - t_start )) s)"
 echo "| step | result |"
 echo "| --- | --- |"
-echo "| build | $build_how |"
-echo "| test_cuda_ops (seed $SEED) | $n_ok ok, $n_bad not ok |"
-echo "| test_cuda_ops, TANDEM_CUDA_TF32=1 | $tf32_ok ok, $tf32_bad not ok |"
-echo "| compute-sanitizer memcheck | $san |"
-grep -E '^GPU: ' "$OUT/bench.log"
-grep -E '^\| ' "$OUT/bench.log"
-echo
-grep -E '^\| ' "$OUT/bench_ops.log"
-
-if [ "${ENGINE:-1}" = 1 ]; then
-    echo
-    echo "== engine (tests/gpu/run_engine.sh, ENGINE_BENCH=${ENGINE_BENCH:-0})"
-    OUT="$OUT/engine" BENCH="${ENGINE_BENCH:-0}" SEED="$SEED" bash tests/gpu/run_engine.sh || status=1
-fi
+for r in "${rows[@]}"; do echo "$r"; done
+for f in "$OUT"/bench_*.log; do
+    [ -f "$f" ] || continue
+    n=$(basename "$f" .log | sed 's/^bench_//')
+    grep -E '^(prefill|decode) ' "$f" | sed "s#^#| $n: #; s#\$# |#"
+done
+echo "RESULT: $([ $status -eq 0 ] && echo PASS || echo FAIL)"
 exit $status

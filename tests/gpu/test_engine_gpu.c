@@ -1,5 +1,5 @@
 /* The engine on the CUDA backend, on the GPU machine (built with
- * `make CUDA=1 gpu-engine-progs`, run by tests/gpu/run_engine.sh), for both
+ * `make CUDA=1 gpu-engine-progs`, run by tests/gpu/run.sh engine), for both
  * tiny HF fixtures:
  *   - f32 weights: every prompt row's logits against the HF golden
  *     (transformers in float64 from the same bf16 weights) within 1e-3,
@@ -293,7 +293,7 @@ static void fp8_vs_bf16_and_cpu(ctx *t, const char *dir, const et_golden *g, dou
     /* Not a check: the fixtures' matrices are 64 wide, and FP8 pads every
      * matrix to 128x128 blocks, so FP8 saves nothing at this size (measured
      * 1.12 MB vs 1.12 MB). The saving is seen where it matters: the
-     * synthetic gpt-oss-120b model fits one H200 (run_fp8.sh). */
+     * synthetic gpt-oss-120b model fits one H200 (tests/gpu/run.sh bench-engine). */
     printf("# %s: fp8 model holds %zu bytes, bf16 %zu (128x128 padding of 64-wide matrices)\n",
            dir, tm_model_weight_bytes(m8), tm_model_weight_bytes(mb));
     run r8, rb, rc;

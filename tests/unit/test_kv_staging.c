@@ -1,7 +1,7 @@
 /* The KV path choice and the host mirror (engine/kv_staging.h) on the CPU
  * backend: which pools get registered, and that page copies move exactly
  * the named pages of every layer's K and V pools, runs or not. The CUDA
- * copies are the same calls on the GPU (tests/gpu/run_cluster.sh). */
+ * copies are the same calls on the GPU (tests/gpu/run.sh cluster). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
