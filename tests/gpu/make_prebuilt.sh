@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 DEST=${1:?usage: make_prebuilt.sh DEST}
 BUILD=build-prebuilt
-PROGS="tests/gpu/test_cuda_ops tests/gpu/test_engine_gpu tests/gpu/bench_attention tests/gpu/bench_moe gpu-bin/tandem-bench
+PROGS="tests/gpu/test_cuda_ops tests/gpu/test_engine_gpu tests/gpu/bench_attention tests/gpu/bench_moe tests/gpu/bench_ops gpu-bin/tandem-bench
        gpu-bin/tandem-generate tests/test_comm_nccl tests/gpu/test_parallel_nccl"
 # A clean tree: the .cu objects do not track header changes.
 rm -rf "$BUILD"

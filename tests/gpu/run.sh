@@ -29,7 +29,10 @@
 # Programs: $TANDEM_PREBUILT (a folder made by tests/gpu/make_prebuilt.sh on
 # a machine with nvcc: bin/ and lib/), else built here with
 # `make CUDA=1 gpu-progs gpu-engine-progs`. The cluster step takes
-# $TANDEM_PREBUILT_CLUSTER (tests/gpu/make_prebuilt_cluster.sh). Logs go to
+# $TANDEM_PREBUILT_CLUSTER (tests/gpu/make_prebuilt_cluster.sh). Either may
+# be given as a .tar.xz of that folder (`tar cJf prebuilt.tar.xz prebuilt`:
+# OpenBLAS alone is 35 MB, 6 MB packed, and a device call carries at most
+# 64 MiB), unpacked under $OUT first. Logs go to
 # $OUT (default /tmp/tandem-gpu); BUDGET_S (default 540) bounds the whole
 # run: a benchmark that would pass it is skipped and says so. A short table
 # is printed last. Exit status non-zero when a check failed or a step did
@@ -71,6 +74,15 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total,
 echo "seed $SEED, tree $(cat COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 
 echo "== programs"
+unpack() { # a .tar.xz of a prebuilt folder -> the folder, unpacked under $OUT
+    case "$1" in
+    *.tar.xz) mkdir -p "$OUT/unpacked" && tar xJf "$1" -C "$OUT/unpacked" &&
+              echo "$OUT/unpacked/$(tar tJf "$1" | head -1 | cut -d/ -f1)" ;;
+    *) echo "$1" ;;
+    esac
+}
+[ -n "${TANDEM_PREBUILT:-}" ] && TANDEM_PREBUILT=$(unpack "$TANDEM_PREBUILT")
+[ -n "${TANDEM_PREBUILT_CLUSTER:-}" ] && TANDEM_PREBUILT_CLUSTER=$(unpack "$TANDEM_PREBUILT_CLUSTER")
 LIBS=""
 BIN=""
 if [ -n "${TANDEM_PREBUILT:-}" ]; then
