@@ -249,9 +249,12 @@ for s in "${steps[@]}"; do
     ops) check "ops on every backend (seed $SEED)" 300 "$OUT/ops.log" "$OPS" "$SEED" ;;
     ops-tf32) TANDEM_CUDA_TF32=1 check "ops, TANDEM_CUDA_TF32=1" 300 "$OUT/ops_tf32.log" "$OPS" "$SEED" ;;
     memcheck)
-        if command -v compute-sanitizer >/dev/null && [ "$(left)" -gt 200 ]; then
+        # the CUDA image keeps it beside nvcc or under its own folder
+        san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer \
+              /usr/local/cuda/compute-sanitizer/compute-sanitizer /opt/nvidia/*/compute-sanitizer 2>/dev/null | head -1)
+        if [ -n "$san" ] && [ "$(left)" -gt 200 ]; then
             check "ops under compute-sanitizer memcheck" 180 "$OUT/memcheck.log" \
-                compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 "$OPS" "$SEED"
+                "$san" --tool memcheck --leak-check no --error-exitcode 9 "$OPS" "$SEED"
             grep -oE 'ERROR SUMMARY: [0-9]+ errors?' "$OUT/memcheck.log" | tail -1
         else
             rows+=("| memcheck | skipped: no compute-sanitizer or no time |")
