@@ -116,6 +116,13 @@ static int set_flag(void *ctx, const char *name, const char *v, char *err, size_
             return 0;
         }
         snprintf(err, errlen, "--%s must be 1..%d, got '%s'", name, COMM_MAX_WORLD, v);
+    } else if (!strcmp(name, "prompt-ids")) {
+        free_args(a);
+        a->n_prompts = 0;
+        if (parse_prompts(v, a))
+            return 0;
+        snprintf(err, errlen, "--prompt-ids must be up to %d ';'-separated lists of "
+                 "comma-separated non-negative integers, got '%s'", MAX_PROMPTS, v);
     } else if (!strcmp(name, "page-size")) {
         if (opts_int(v, 1, 1 << 20, &a->page_size) == 0)
             return 0;
@@ -140,11 +147,10 @@ static int parse_args(int argc, char **argv, pgen_args *a)
     a->page_size = 16;
     a->max_tokens = -1;
     a->timeout_ms = COMM_DEFAULT_TIMEOUT_MS;
-    char prompts[1 << 16] = "";
     opt_call call = {set_flag, a};
     const opt_spec specs[] = {
         {"model", OPT_STR, a->model, sizeof a->model, "model directory"},
-        {"prompt-ids", OPT_STR, prompts, sizeof prompts, "prompts, ';'-separated id lists"},
+        {"prompt-ids", OPT_CALL, &call, 0, "prompts, ';'-separated id lists"},
         {"max-tokens", OPT_CALL, &call, 0, "tokens to generate per prompt"},
         {"tp", OPT_CALL, &call, 0, "prefill layout: ranks splitting the heads"},
         {"ep", OPT_CALL, &call, 0, "expert-parallel group size"},
@@ -162,15 +168,11 @@ static int parse_args(int argc, char **argv, pgen_args *a)
     case OPTS_HELP: usage(stdout); return -1;
     case OPTS_ERROR: return opts_usage_error(PROG, "%s", err);
     }
-    if (!a->model[0] || !prompts[0] || a->max_tokens < 0)
+    if (!a->model[0] || !a->n_prompts || a->max_tokens < 0)
         return opts_usage_error(PROG, "--model, --prompt-ids and --max-tokens are required");
     if (a->have_tp && a->have_dp && a->tp > 1 && a->dp > 1)
         return opts_usage_error(PROG, "--tp and --dp cannot both exceed 1 (prefill is TP+EP, "
                                 "decode DP+EP)");
-    if (!parse_prompts(prompts, a))
-        return opts_usage_error(PROG, "--prompt-ids must be up to %d ';'-separated lists of "
-                                "comma-separated non-negative integers, got '%s'", MAX_PROMPTS,
-                                prompts);
     if (a->tp > 1 && a->n_prompts != 1)
         return opts_usage_error(PROG, "the TP layout runs one prompt (all ranks share it); "
                                 "got %d", a->n_prompts);
