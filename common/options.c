@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +16,91 @@ static const opt_spec *find_spec(const opt_spec *specs, int n, const char *name,
             strncmp(specs[i].name, name, name_len) == 0)
             return &specs[i];
     return NULL;
+}
+
+int opts_int(const char *s, int lo, int hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+int opts_u64(const char *s, unsigned long long *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-')
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int opts_double(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int opts_list_len(const char *s, size_t len)
+{
+    int n = 1;
+    for (size_t i = 0; i < len; i++)
+        n += s[i] == ',';
+    return n;
+}
+
+int opts_int_list(const char *s, size_t len, int lo, int hi, int32_t *out, int cap, int *n)
+{
+    const char *p = s, *stop = s + len;
+    int k = 0;
+    for (;;) {
+        char item[24];
+        size_t il = 0;
+        while (p + il < stop && p[il] != ',')
+            il++;
+        if (il == 0 || il >= sizeof item || *p < '0' || *p > '9' || k == cap)
+            return -1;
+        memcpy(item, p, il);
+        item[il] = '\0';
+        int v;
+        if (opts_int(item, lo, hi, &v) != 0)
+            return -1;
+        out[k++] = v;
+        p += il;
+        if (p == stop)
+            break;
+        p++;   /* the comma; an item must follow */
+        if (p == stop)
+            return -1;
+    }
+    *n = k;
+    return 0;
+}
+
+int opts_usage_error(const char *prog, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    /* the parser's own "(see --help)" would say it twice */
+    static const char see[] = " (see --help)";
+    size_t len = strlen(msg);
+    if (len >= sizeof see - 1 && !strcmp(msg + len - (sizeof see - 1), see))
+        msg[len - (sizeof see - 1)] = '\0';
+    fprintf(stderr, "%s: %s\n(see %s --help)\n", prog, msg, prog);
+    return 2;
 }
 
 static int parse_bool(const char *v, int *out)
@@ -34,7 +120,6 @@ static int parse_bool(const char *v, int *out)
 static int set_value(const opt_spec *s, const char *value, const char *where,
                      char *err, size_t errlen)
 {
-    char *end = NULL;
     switch (s->type) {
     case OPT_STR:
         if (strlen(value) >= s->dst_size) {
@@ -44,27 +129,23 @@ static int set_value(const opt_spec *s, const char *value, const char *where,
         }
         memcpy(s->dst, value, strlen(value) + 1);
         return OPTS_OK;
-    case OPT_INT: {
-        errno = 0;
-        long v = strtol(value, &end, 10);
-        if (errno || end == value || *end || v < INT_MIN || v > INT_MAX) {
+    case OPT_INT:
+        if (opts_int(value, INT_MIN, INT_MAX, (int *)s->dst) != 0) {
             snprintf(err, errlen, "%s: '%s' wants an integer, got '%s'", where,
                      s->name, value);
             return OPTS_ERROR;
         }
-        *(int *)s->dst = (int)v;
         return OPTS_OK;
-    }
-    case OPT_DOUBLE: {
-        errno = 0;
-        double v = strtod(value, &end);
-        if (errno || end == value || *end || !isfinite(v)) {
+    case OPT_DOUBLE:
+        if (opts_double(value, (double *)s->dst) != 0) {
             snprintf(err, errlen, "%s: '%s' wants a number, got '%s'", where,
                      s->name, value);
             return OPTS_ERROR;
         }
-        *(double *)s->dst = v;
         return OPTS_OK;
+    case OPT_CALL: {
+        const opt_call *call = s->dst;
+        return call->set(call->ctx, s->name, value, err, errlen) == 0 ? OPTS_OK : OPTS_ERROR;
     }
     case OPT_BOOL:
         if (parse_bool(value, (int *)s->dst) != 0) {
@@ -183,6 +264,17 @@ int opts_parse(const opt_spec *specs, int n_specs, int argc, char **argv,
 int opts_parse_with(const opt_spec *specs, int n_specs, opts_extra_setter extra, void *extra_ctx,
                     int argc, char **argv, char *err, size_t errlen)
 {
+    const opts_cli cli = {specs, n_specs, extra, extra_ctx, NULL};
+    return opts_parse_cli(&cli, argc, argv, err, errlen);
+}
+
+int opts_parse_cli(const opts_cli *cli, int argc, char **argv, char *err, size_t errlen)
+{
+    const opt_spec *specs = cli->specs;
+    const int n_specs = cli->n_specs;
+    const opts_extra_setter extra = cli->extra;
+    void *extra_ctx = cli->extra_ctx;
+    const char *word = cli->word ? cli->word : "flag";
     /* --help wins over everything, and the config file is applied before
      * the other flags so that flags override it. */
     for (int i = 1; i < argc; i++)
@@ -216,7 +308,8 @@ int opts_parse_with(const opt_spec *specs, int n_specs, opts_extra_setter extra,
         if (!s && extra) {
             char key[128], where[160];
             if (name_len >= sizeof key) {
-                snprintf(err, errlen, "unknown flag '--%.*s' (see --help)", (int)name_len, name);
+                snprintf(err, errlen, "unknown %s '--%.*s' (see --help)", word, (int)name_len,
+                         name);
                 return OPTS_ERROR;
             }
             memcpy(key, name, name_len);
@@ -250,7 +343,7 @@ int opts_parse_with(const opt_spec *specs, int n_specs, opts_extra_setter extra,
         }
         if (!s) {
         unknown:
-            snprintf(err, errlen, "unknown flag '--%.*s' (see --help)", (int)name_len, name);
+            snprintf(err, errlen, "unknown %s '--%.*s' (see --help)", word, (int)name_len, name);
             return OPTS_ERROR;
         }
         if (!value) {
@@ -293,6 +386,9 @@ void opts_print_help(FILE *out, const char *prog, const char *intro,
         case OPT_BOOL:
             snprintf(def, sizeof def, "%s", *(const int *)s->dst ? "true" : "false");
             break;
+        case OPT_CALL:
+            fprintf(out, "  --%-22s %s\n", s->name, s->help);
+            continue;
         }
         fprintf(out, "  --%-22s %s (default %s)\n", s->name, s->help, def);
     }

@@ -7,8 +7,6 @@
  * figure's floor: the work's FLOPs over the matrix peak (prefill) or the
  * bytes a decode step must read over the memory bandwidth (decode).
  * It measures, it does not check: correctness lives in the tests. */
-#include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -20,6 +18,7 @@
 #include "engine/model.h"
 #include "kernels/backend.h"
 #include "kernels/fill.h"
+#include "common/options.h"
 #include "common/status.h"
 #include "kernels/stopwatch.h"
 
@@ -29,11 +28,13 @@
 typedef enum { FILL_AUTO, FILL_PREFILL, FILL_RANDOM } ctx_fill;
 
 typedef struct bench_args {
-    const char *model, *synthetic, *device;
+    char model[4096], synthetic[4096], device[64];
     tm_weight_dtype weights;
     unsigned long long seed;
-    int prefill_lens[MAX_LIST], n_prefill;
-    int batches[MAX_LIST], n_batches;
+    int32_t prefill_lens[MAX_LIST];
+    int n_prefill;
+    int32_t batches[MAX_LIST];
+    int n_batches;
     int context;      /* tokens in each sequence's cache before decode steps */
     int steps;        /* decode steps timed per run */
     int repeat;
@@ -79,47 +80,12 @@ static void usage(FILE *f)
 }
 
 /* "a,b,c" of positive ints, or "none" for an empty list. */
-static int parse_list(const char *s, int *out, int *n)
+static int parse_list(const char *s, int32_t *out, int *n)
 {
     *n = 0;
     if (strcmp(s, "none") == 0)
-        return 1;
-    while (*s) {
-        char *end;
-        errno = 0;
-        long v = strtol(s, &end, 10);
-        if (errno || end == s || v < 1 || v > (1 << 20) || *n == MAX_LIST)
-            return 0;
-        out[(*n)++] = (int)v;
-        if (*end == '\0')
-            return 1;
-        if (*end != ',')
-            return 0;
-        s = end + 1;
-    }
-    return 0;
-}
-
-static int parse_int(const char *s, int lo, int hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
         return 0;
-    *out = (int)v;
-    return 1;
-}
-
-static int parse_pos_double(const char *s, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v > 0) || !isfinite(v))
-        return 0;
-    *out = v;
-    return 1;
+    return opts_int_list(s, strlen(s), 1, 1 << 20, out, MAX_LIST, n);
 }
 
 static double now_s(void)
@@ -447,88 +413,88 @@ static int bench_decode(bench_ctx *c, const bench_args *a, int batch, ctx_fill m
     return rc;
 }
 
+/* Every flag with a value: checked here, refused as "bad value for --NAME". */
+static int set_flag(void *ctx, const char *name, const char *v, char *err, size_t errlen)
+{
+    bench_args *a = ctx;
+    kn_backend_kind kind;
+    int ordinal, bad = 0;
+    size_t len = strlen(v);
+    if (!strcmp(name, "model") || !strcmp(name, "synthetic") || !strcmp(name, "device")) {
+        char *dst = name[0] == 'm' ? a->model : name[0] == 's' ? a->synthetic : a->device;
+        size_t cap = name[0] == 'd' ? sizeof a->device : sizeof a->model;
+        bad = len >= cap || (name[0] == 'd' && tm_device_parse(v, &kind, &ordinal));
+        if (!bad)
+            memcpy(dst, v, len + 1);
+    } else if (!strcmp(name, "seed")) {
+        bad = opts_u64(v, &a->seed);
+    } else if (!strcmp(name, "weights")) {
+        bad = tm_weights_parse(v, &a->weights);
+    } else if (!strcmp(name, "prefill")) {
+        bad = parse_list(v, a->prefill_lens, &a->n_prefill);
+    } else if (!strcmp(name, "batch")) {
+        bad = parse_list(v, a->batches, &a->n_batches);
+    } else if (!strcmp(name, "context")) {
+        bad = opts_int(v, 1, 1 << 20, &a->context);
+    } else if (!strcmp(name, "context-fill")) {
+        if (!strcmp(v, "prefill"))
+            a->fill = FILL_PREFILL;
+        else if (!strcmp(v, "random"))
+            a->fill = FILL_RANDOM;
+        else
+            bad = 1;
+    } else if (!strcmp(name, "steps")) {
+        bad = opts_int(v, 1, 1 << 16, &a->steps);
+    } else if (!strcmp(name, "repeat")) {
+        bad = opts_int(v, 1, MAX_RUNS, &a->repeat);
+    } else if (!strcmp(name, "page-size")) {
+        bad = opts_int(v, 1, 4096, &a->page_size);
+    } else if (!strcmp(name, "peak-tflops") || !strcmp(name, "hbm-tbps")) {
+        double *dst = name[0] == 'p' ? &a->peak_tflops : &a->hbm_tbps, d;
+        bad = opts_double(v, &d) || !(d > 0);
+        if (!bad)
+            *dst = d;
+    } else {
+        bad = 1;
+    }
+    if (bad)
+        snprintf(err, errlen, "bad value for --%s: '%s' (see --help)", name, v);
+    return bad ? -1 : 0;
+}
+
 static int parse_args(int argc, char **argv, bench_args *a)
 {
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},     {"synthetic", required_argument, 0, 'S'},
-        {"seed", required_argument, 0, 'e'},      {"device", required_argument, 0, 'd'},
-        {"weights", required_argument, 0, 'w'},   {"prefill", required_argument, 0, 'p'},
-        {"batch", required_argument, 0, 'b'},     {"context", required_argument, 0, 'c'},
-        {"context-fill", required_argument, 0, 'f'},
-        {"steps", required_argument, 0, 's'},     {"repeat", required_argument, 0, 'r'},
-        {"page-size", required_argument, 0, 'g'}, {"profile", no_argument, 0, 'P'},
-        {"peak-tflops", required_argument, 0, 'T'}, {"hbm-tbps", required_argument, 0, 'B'},
-        {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
-    int o;
-    opterr = 0;
-    while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-        int ok = 1;
-        switch (o) {
-        case 'm': a->model = optarg; break;
-        case 'S': a->synthetic = optarg; break;
-        case 'e': {
-            char *end;
-            errno = 0;
-            a->seed = strtoull(optarg, &end, 10);
-            ok = !errno && end != optarg && !*end && optarg[0] != '-';
-            break;
-        }
-        case 'd': {
-            kn_backend_kind kind;
-            int ordinal;
-            ok = tm_device_parse(optarg, &kind, &ordinal) == 0;
-            a->device = optarg;
-            break;
-        }
-        case 'w': ok = tm_weights_parse(optarg, &a->weights) == 0; break;
-        case 'p': ok = parse_list(optarg, a->prefill_lens, &a->n_prefill); break;
-        case 'b': ok = parse_list(optarg, a->batches, &a->n_batches); break;
-        case 'c': ok = parse_int(optarg, 1, 1 << 20, &a->context); break;
-        case 'f':
-            if (strcmp(optarg, "prefill") == 0)
-                a->fill = FILL_PREFILL;
-            else if (strcmp(optarg, "random") == 0)
-                a->fill = FILL_RANDOM;
-            else
-                ok = 0;
-            break;
-        case 's': ok = parse_int(optarg, 1, 1 << 16, &a->steps); break;
-        case 'r': ok = parse_int(optarg, 1, MAX_RUNS, &a->repeat); break;
-        case 'g': ok = parse_int(optarg, 1, 4096, &a->page_size); break;
-        case 'P': a->profile = 1; break;
-        case 'T': ok = parse_pos_double(optarg, &a->peak_tflops); break;
-        case 'B': ok = parse_pos_double(optarg, &a->hbm_tbps); break;
-        case 'h': usage(stdout); return -1;
-        case ':':
-            fprintf(stderr, "tandem-bench: option %s needs a value (see --help)\n",
-                    argv[optind - 1]);
-            return 2;
-        default:
-            fprintf(stderr, "tandem-bench: unknown option '%s' (see --help)\n",
-                    argv[optind - 1]);
-            return 2;
-        }
-        if (!ok) {
-            const char *name = "?";
-            for (const struct option *op = opts; op->name; op++)
-                if (op->val == o)
-                    name = op->name;
-            fprintf(stderr, "tandem-bench: bad value for --%s: '%s' (see --help)\n", name,
-                    optarg);
-            return 2;
-        }
+    opt_call call = {set_flag, a};
+    const opt_spec specs[] = {
+        {"model", OPT_CALL, &call, 0, "model directory"},
+        {"synthetic", OPT_CALL, &call, 0, "random weights of this config.json"},
+        {"seed", OPT_CALL, &call, 0, "seed of the synthetic weights"},
+        {"device", OPT_CALL, &call, 0, "cpu, cuda or cuda:N"},
+        {"weights", OPT_CALL, &call, 0, "auto, f32, bf16 or fp8"},
+        {"prefill", OPT_CALL, &call, 0, "prompt lengths, comma-separated, or none"},
+        {"batch", OPT_CALL, &call, 0, "decode batch sizes, or none"},
+        {"context", OPT_CALL, &call, 0, "cached tokens per sequence before decoding"},
+        {"context-fill", OPT_CALL, &call, 0, "prefill or random"},
+        {"steps", OPT_CALL, &call, 0, "decode steps per run"},
+        {"repeat", OPT_CALL, &call, 0, "timed runs per figure"},
+        {"page-size", OPT_CALL, &call, 0, "KV page size in tokens"},
+        {"profile", OPT_BOOL, &a->profile, 0, "one more run per shape with device timing"},
+        {"peak-tflops", OPT_CALL, &call, 0, "matrix peak for the prefill floor"},
+        {"hbm-tbps", OPT_CALL, &call, 0, "memory bandwidth for the decode floor"},
+    };
+    const opts_cli cli = {specs, (int)(sizeof specs / sizeof *specs), NULL, NULL, "option"};
+    char err[512];
+    switch (opts_parse_cli(&cli, argc, argv, err, sizeof err)) {
+    case OPTS_HELP: usage(stdout); return -1;
+    case OPTS_ERROR: fprintf(stderr, "tandem-bench: %s\n", err); return 2;
     }
-    if (optind != argc) {
-        fprintf(stderr, "tandem-bench: unexpected argument '%s' (see --help)\n", argv[optind]);
-        return 2;
-    }
-    if (!a->model == !a->synthetic) {
+    if (!a->model[0] == !a->synthetic[0]) {
         fprintf(stderr, "tandem-bench: give exactly one of --model DIR and --synthetic CONFIG "
                 "(see --help)\n");
         return 2;
     }
     if (a->fill == FILL_AUTO)
-        a->fill = a->synthetic ? FILL_RANDOM : FILL_PREFILL;
+        a->fill = a->synthetic[0] ? FILL_RANDOM : FILL_PREFILL;
     return 0;
 }
 
@@ -548,11 +514,11 @@ int main(int argc, char **argv)
     if (rc == TN_OK) {
         tm_load_opts opts = {.weights = a.weights, .seed = a.seed};
         double t0 = now_s();
-        rc = a.synthetic ? tm_model_synthetic(a.synthetic, &c.be, &opts, &c.model, err, sizeof err)
+        rc = a.synthetic[0] ? tm_model_synthetic(a.synthetic, &c.be, &opts, &c.model, err, sizeof err)
                          : tm_model_load_opts(a.model, &c.be, &opts, &c.model, err, sizeof err);
         if (rc == TN_OK)
             fprintf(stderr, "tandem-bench: %s weights ready in %.2f s (%.2f GB)\n",
-                    a.synthetic ? "synthetic" : "checkpoint", now_s() - t0,
+                    a.synthetic[0] ? "synthetic" : "checkpoint", now_s() - t0,
                     tm_model_weight_bytes(c.model) / 1e9);
     }
     if (rc != TN_OK) {
@@ -566,12 +532,12 @@ int main(int argc, char **argv)
 
     printf("# tandem-bench %s%s (%s), device %s, weights: attention q/k/v/o %s, experts %s, "
            "LM head %s; %s attention kernel, median of %d after 1 warm-up\n",
-           a.synthetic ? "synthetic " : "", a.synthetic ? a.synthetic : a.model,
+           a.synthetic[0] ? "synthetic " : "", a.synthetic[0] ? a.synthetic : a.model,
            c.cfg->model_type, a.device, kn_dtype_name(tm_model_attn_dtype(c.model)),
            kn_dtype_name(tm_model_expert_dtype(c.model)),
            kn_dtype_name(tm_model_weight_dtype(c.model)),
            kn_backend_attn_bf16(&c.be) ? "bf16 (prefill)" : "f32", a.repeat);
-    if (a.synthetic)
+    if (a.synthetic[0])
         printf("# random weights (seed %llu): real shapes, throughput does not depend on "
                "values; routing is near uniform\n", a.seed);
     if (a.n_batches)

@@ -6,7 +6,6 @@
  *       --cancel-after N cancels the request through the API.
  *   tandem-cli status
  *       prints the registered workers and their load. */
-#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,26 +53,15 @@ static int parse_ids(const char *s, int32_t **out, int *n, const char *what)
     *n = 0;
     if (!*s)
         return 0;
-    int cap = 1;
-    for (const char *p = s; *p; p++)
-        cap += *p == ',';
+    size_t len = strlen(s);
+    int cap = opts_list_len(s, len);
     int32_t *ids = malloc((size_t)cap * sizeof *ids);
     if (!ids)
         return -1;
-    const char *p = s;
-    for (;;) {
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (errno || end == p || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
-            fprintf(stderr, "tandem-cli: %s must be comma-separated non-negative integers\n", what);
-            free(ids);
-            return -1;
-        }
-        ids[(*n)++] = (int32_t)v;
-        if (!*end)
-            break;
-        p = end + 1;
+    if (opts_int_list(s, len, 0, INT32_MAX, ids, cap, n) != 0) {
+        fprintf(stderr, "tandem-cli: %s must be comma-separated non-negative integers\n", what);
+        free(ids);
+        return -1;
     }
     *out = ids;
     return 0;
@@ -127,15 +115,14 @@ static int cmd_generate(rpc_client *rc, const cli_args *a)
     p.top_p = (float)a->top_p;
     p.top_k = a->top_k;
     if (a->seed[0]) {
-        char *end;
-        errno = 0;
-        p.seed = strtoull(a->seed, &end, 10);
-        if (errno || *end || a->seed[0] == '-') {
+        unsigned long long seed;
+        if (opts_u64(a->seed, &seed) != 0) {
             fprintf(stderr, "tandem-cli: --seed must be a non-negative integer\n");
             free(prompt);
             free(stops);
             return 2;
         }
+        p.seed = seed;
         p.has_seed = 1;
     }
     p.ignore_eos = a->ignore_eos;

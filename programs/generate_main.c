@@ -1,9 +1,6 @@
 /* tandem-generate: single-process generation from a model directory.
  * Prefills the prompt into a paged KV cache, then decodes one token per
  * step through the same cache, exactly as a decoder does for one request. */
-#include <errno.h>
-#include <getopt.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,14 +11,16 @@
 #include "engine/model.h"
 #include "kernels/backend.h"
 #include "kernels/sampling.h"
+#include "common/options.h"
 #include "common/status.h"
 
 #define EXIT_RUNTIME 1
 #define EXIT_USAGE 2
 #define MAX_TOKENS_LIMIT (1 << 24)
+#define PROG "tandem-generate"
 
 typedef struct gen_args {
-    const char *model;
+    char model[4096];
     int32_t *prompt;
     int n_prompt;
     int max_tokens;
@@ -29,7 +28,7 @@ typedef struct gen_args {
     uint64_t seed;
     int page_size;
     int ignore_eos;
-    const char *device;
+    char device[64];
     tm_weight_dtype weights;
 } gen_args;
 
@@ -63,170 +62,110 @@ static void usage(FILE *f)
         MAX_TOKENS_LIMIT);
 }
 
-static int bad_arg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int bad_arg(const char *fmt, ...)
+/* The flags that need more than the table's types: ranges in this
+ * program's words, floats, the seed, --device and --weights. */
+static int set_flag(void *ctx, const char *name, const char *v, char *err, size_t errlen)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "tandem-generate: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n(see tandem-generate --help)\n");
-    va_end(ap);
-    return EXIT_USAGE;
-}
-
-static int parse_long(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end != '\0' || v < lo || v > hi)
-        return 0;
-    *out = v;
-    return 1;
-}
-
-static int parse_float(const char *s, float *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end != '\0' || v != v)
-        return 0;
-    *out = (float)v;
-    return 1;
-}
-
-/* "1,2,3" -> ids; no empty items, no signs, each a non-negative int. */
-static int parse_ids(const char *s, int32_t **out, int *n)
-{
-    int cap = 1;
-    for (const char *p = s; *p; p++)
-        cap += *p == ',';
-    int32_t *ids = malloc(sizeof(*ids) * (size_t)cap);
-    if (!ids)
-        return 0;
-    int k = 0;
-    const char *p = s;
-    for (;;) {
-        char *end;
-        if (*p < '0' || *p > '9')
-            break;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (errno || v > INT32_MAX)
-            break;
-        ids[k++] = (int32_t)v;
-        if (*end == '\0') {
-            *out = ids;
-            *n = k;
-            return 1;
+    gen_args *a = ctx;
+    double d;
+    unsigned long long u;
+    kn_backend_kind kind;
+    int ordinal;
+    if (!strcmp(name, "max-tokens")) {
+        if (opts_int(v, 1, MAX_TOKENS_LIMIT, &a->max_tokens) == 0)
+            return 0;
+        snprintf(err, errlen, "--max-tokens must be an integer from 1 to %d, got '%s'",
+                 MAX_TOKENS_LIMIT, v);
+    } else if (!strcmp(name, "temperature")) {
+        if (opts_double(v, &d) == 0 && d >= 0) {
+            a->sampling.temperature = (float)d;
+            return 0;
         }
-        if (*end != ',')
-            break;
-        p = end + 1;
+        snprintf(err, errlen, "--temperature must be a number >= 0, got '%s'", v);
+    } else if (!strcmp(name, "top-p")) {
+        if (opts_double(v, &d) == 0 && d > 0 && d <= 1) {
+            a->sampling.top_p = (float)d;
+            return 0;
+        }
+        snprintf(err, errlen, "--top-p must be in (0, 1], got '%s'", v);
+    } else if (!strcmp(name, "top-k")) {
+        if (opts_int(v, 0, INT32_MAX, &a->sampling.top_k) == 0)
+            return 0;
+        snprintf(err, errlen, "--top-k must be an integer >= 0, got '%s'", v);
+    } else if (!strcmp(name, "seed")) {
+        if (opts_u64(v, &u) == 0) {
+            a->seed = u;
+            return 0;
+        }
+        snprintf(err, errlen, "--seed must be a non-negative integer, got '%s'", v);
+    } else if (!strcmp(name, "page-size")) {
+        if (opts_int(v, 1, 1 << 20, &a->page_size) == 0)
+            return 0;
+        snprintf(err, errlen, "--page-size must be a positive integer, got '%s'", v);
+    } else if (!strcmp(name, "device")) {
+        if (tm_device_parse(v, &kind, &ordinal) == 0 && strlen(v) < sizeof a->device) {
+            memcpy(a->device, v, strlen(v) + 1);
+            return 0;
+        }
+        snprintf(err, errlen, "--device must be cpu, cuda or cuda:N, got '%s'", v);
+    } else if (!strcmp(name, "prompt-ids")) {
+        size_t len = strlen(v);
+        int cap = opts_list_len(v, len);
+        int32_t *prompt = malloc(sizeof(*prompt) * (size_t)cap);
+        int n = 0;
+        if (prompt && opts_int_list(v, len, 0, INT32_MAX, prompt, cap, &n) == 0) {
+            free(a->prompt);
+            a->prompt = prompt;
+            a->n_prompt = n;
+            return 0;
+        }
+        free(prompt);
+        snprintf(err, errlen, "--prompt-ids must be comma-separated non-negative integers, "
+                 "got '%s'", v);
+    } else if (!strcmp(name, "weights")) {
+        if (tm_weights_parse(v, &a->weights) == 0)
+            return 0;
+        snprintf(err, errlen, "--weights must be auto, f32, bf16 or fp8, got '%s'", v);
+    } else {
+        snprintf(err, errlen, "--%s has no setter", name);
     }
-    free(ids);
-    return 0;
+    return -1;
 }
 
 /* Returns 0 to run, or the exit status (EXIT_SUCCESS after --help). */
 static int parse_args(int argc, char **argv, gen_args *a)
 {
-    static const struct option opts[] = {
-        {"model", required_argument, NULL, 'm'},
-        {"prompt-ids", required_argument, NULL, 'p'},
-        {"max-tokens", required_argument, NULL, 'n'},
-        {"temperature", required_argument, NULL, 't'},
-        {"top-p", required_argument, NULL, 'P'},
-        {"top-k", required_argument, NULL, 'k'},
-        {"seed", required_argument, NULL, 's'},
-        {"page-size", required_argument, NULL, 'g'},
-        {"ignore-eos", no_argument, NULL, 'e'},
-        {"device", required_argument, NULL, 'd'},
-        {"weights", required_argument, NULL, 'w'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     memset(a, 0, sizeof(*a));
     a->sampling = (kn_sampling){.temperature = 0.0f, .top_p = 1.0f, .top_k = 0};
     a->page_size = 16;
     a->max_tokens = -1;
-    a->device = "cpu";
-    const char *prompt = NULL;
-    opterr = 0;
-    int c;
-    long v;
-    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-        switch (c) {
-        case 'm': a->model = optarg; break;
-        case 'p': prompt = optarg; break;
-        case 'n':
-            if (!parse_long(optarg, 1, MAX_TOKENS_LIMIT, &v))
-                return bad_arg("--max-tokens must be an integer from 1 to %d, got '%s'",
-                               MAX_TOKENS_LIMIT, optarg);
-            a->max_tokens = (int)v;
-            break;
-        case 't':
-            if (!parse_float(optarg, &a->sampling.temperature) ||
-                a->sampling.temperature < 0)
-                return bad_arg("--temperature must be a number >= 0, got '%s'", optarg);
-            break;
-        case 'P':
-            if (!parse_float(optarg, &a->sampling.top_p) || !(a->sampling.top_p > 0) ||
-                a->sampling.top_p > 1)
-                return bad_arg("--top-p must be in (0, 1], got '%s'", optarg);
-            break;
-        case 'k':
-            if (!parse_long(optarg, 0, INT32_MAX, &v))
-                return bad_arg("--top-k must be an integer >= 0, got '%s'", optarg);
-            a->sampling.top_k = (int)v;
-            break;
-        case 's': {
-            char *end;
-            errno = 0;
-            unsigned long long s = strtoull(optarg, &end, 10);
-            if (errno || end == optarg || *end != '\0' || optarg[0] == '-')
-                return bad_arg("--seed must be a non-negative integer, got '%s'", optarg);
-            a->seed = s;
-            break;
-        }
-        case 'g':
-            if (!parse_long(optarg, 1, 1 << 20, &v))
-                return bad_arg("--page-size must be a positive integer, got '%s'", optarg);
-            a->page_size = (int)v;
-            break;
-        case 'e': a->ignore_eos = 1; break;
-        case 'd': {
-            kn_backend_kind kind;
-            int ordinal;
-            if (tm_device_parse(optarg, &kind, &ordinal) != 0)
-                return bad_arg("--device must be cpu, cuda or cuda:N, got '%s'", optarg);
-            a->device = optarg;
-            break;
-        }
-        case 'w':
-            if (tm_weights_parse(optarg, &a->weights) != 0)
-                return bad_arg("--weights must be auto, f32, bf16 or fp8, got '%s'", optarg);
-            break;
-        case 'h': usage(stdout); return -1;
-        case ':':
-            return bad_arg("option %s needs a value", argv[optind - 1]);
-        default:
-            return bad_arg("unknown option '%s'", argv[optind - 1]);
-        }
+    snprintf(a->device, sizeof a->device, "cpu");
+    opt_call call = {set_flag, a};
+    const opt_spec specs[] = {
+        {"model", OPT_STR, a->model, sizeof a->model, "model directory"},
+        {"prompt-ids", OPT_CALL, &call, 0, "prompt token ids, comma-separated"},
+        {"max-tokens", OPT_CALL, &call, 0, "number of tokens to generate"},
+        {"temperature", OPT_CALL, &call, 0, "sampling temperature, 0 = greedy"},
+        {"top-p", OPT_CALL, &call, 0, "nucleus probability mass in (0, 1]"},
+        {"top-k", OPT_CALL, &call, 0, "keep the K most likely tokens, 0 = all"},
+        {"seed", OPT_CALL, &call, 0, "sampling seed"},
+        {"page-size", OPT_CALL, &call, 0, "KV cache page size in tokens"},
+        {"ignore-eos", OPT_BOOL, &a->ignore_eos, 0, "do not stop at end-of-sequence tokens"},
+        {"device", OPT_CALL, &call, 0, "cpu, cuda or cuda:N"},
+        {"weights", OPT_CALL, &call, 0, "auto, f32, bf16 or fp8"},
+    };
+    const opts_cli cli = {specs, (int)(sizeof specs / sizeof *specs), NULL, NULL, "option"};
+    char err[512];
+    switch (opts_parse_cli(&cli, argc, argv, err, sizeof err)) {
+    case OPTS_HELP: usage(stdout); return -1;
+    case OPTS_ERROR: return opts_usage_error(PROG, "%s", err);
     }
-    if (optind < argc)
-        return bad_arg("unexpected argument '%s'", argv[optind]);
-    if (!a->model)
-        return bad_arg("--model DIR is required");
-    if (!prompt)
-        return bad_arg("--prompt-ids is required");
+    if (!a->model[0])
+        return opts_usage_error(PROG, "--model DIR is required");
+    if (!a->prompt)
+        return opts_usage_error(PROG, "--prompt-ids is required");
     if (a->max_tokens < 0)
-        return bad_arg("--max-tokens is required");
-    if (!parse_ids(prompt, &a->prompt, &a->n_prompt))
-        return bad_arg("--prompt-ids must be comma-separated non-negative integers, got '%s'",
-                       prompt);
+        return opts_usage_error(PROG, "--max-tokens is required");
     return 0;
 }
 

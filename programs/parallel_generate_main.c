@@ -3,9 +3,6 @@
  * paths across real processes. It shows both ways of starting ranks
  * (engine/comm_launch.h): one process forking the group (`--tp 2`), or an
  * orchestrator starting every rank with --rank/--world/--comm-name. */
-#include <errno.h>
-#include <getopt.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +14,7 @@
 #include "engine/model.h"
 #include "engine/parallel.h"
 #include "kernels/backend.h"
+#include "common/options.h"
 #include "common/status.h"
 
 #define EXIT_RUNTIME 1
@@ -26,12 +24,13 @@
 #define PROG "tandem-parallel-generate"
 
 typedef struct pgen_args {
-    const char *model;
+    char model[4096];
     int32_t *ids[MAX_PROMPTS];
     int n_ids[MAX_PROMPTS];
     int n_prompts;
     int max_tokens;
     int tp, ep, dp;
+    int have_tp, have_dp;  /* given on the command line */
     int page_size;
     int ignore_eos;
     int timeout_ms;
@@ -71,29 +70,6 @@ static void usage(FILE *f)
         MAX_TOKENS_LIMIT, COMM_DEFAULT_TIMEOUT_MS);
 }
 
-static int bad_arg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int bad_arg(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, PROG ": ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n(see " PROG " --help)\n");
-    va_end(ap);
-    return EXIT_USAGE;
-}
-
-static int parse_int(const char *s, int lo, int hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return 0;
-    *out = (int)v;
-    return 1;
-}
-
 /* "1,2;3,4,5" -> prompts. */
 static int parse_prompts(const char *s, pgen_args *a)
 {
@@ -101,34 +77,17 @@ static int parse_prompts(const char *s, pgen_args *a)
     while (*p) {
         if (a->n_prompts == MAX_PROMPTS)
             return 0;
-        size_t len = strcspn(p, ";"), cap = 1;
-        for (size_t i = 0; i < len; i++)
-            cap += p[i] == ',';
-        int32_t *ids = malloc(sizeof(int32_t) * cap);
+        size_t len = strcspn(p, ";");
+        int cap = opts_list_len(p, len);
+        int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
         if (!ids)
             return 0;
-        a->ids[a->n_prompts] = ids;
-        int k = 0;
-        const char *q = p, *stop = p + len;
-        while (q < stop) {
-            char *end;
-            if (*q < '0' || *q > '9')
-                return 0;
-            errno = 0;
-            long v = strtol(q, &end, 10);
-            if (errno || v > INT32_MAX || end > stop)
-                return 0;
-            ids[k++] = (int32_t)v;
-            q = end;
-            if (q < stop && *q++ != ',')
-                return 0;
-            if (q == stop && q[-1] == ',')
-                return 0;
-        }
-        if (k == 0)
+        if (opts_int_list(p, len, 0, INT32_MAX, ids, cap, &a->n_ids[a->n_prompts]) != 0) {
+            free(ids);
             return 0;
-        a->n_ids[a->n_prompts++] = k;
-        p = stop;
+        }
+        a->ids[a->n_prompts++] = ids;
+        p += len;
         if (*p == ';' && *++p == '\0')
             return 0;
     }
@@ -141,90 +100,89 @@ static void free_args(pgen_args *a)
         free(a->ids[i]);
 }
 
+/* The flags with a range, in this program's words. */
+static int set_flag(void *ctx, const char *name, const char *v, char *err, size_t errlen)
+{
+    pgen_args *a = ctx;
+    if (!strcmp(name, "max-tokens")) {
+        if (opts_int(v, 1, MAX_TOKENS_LIMIT, &a->max_tokens) == 0)
+            return 0;
+        snprintf(err, errlen, "--max-tokens must be 1..%d, got '%s'", MAX_TOKENS_LIMIT, v);
+    } else if (!strcmp(name, "tp") || !strcmp(name, "ep") || !strcmp(name, "dp")) {
+        int *dst = name[0] == 't' ? &a->tp : name[0] == 'e' ? &a->ep : &a->dp;
+        if (opts_int(v, 1, COMM_MAX_WORLD, dst) == 0) {
+            a->have_tp |= name[0] == 't';
+            a->have_dp |= name[0] == 'd';
+            return 0;
+        }
+        snprintf(err, errlen, "--%s must be 1..%d, got '%s'", name, COMM_MAX_WORLD, v);
+    } else if (!strcmp(name, "prompt-ids")) {
+        free_args(a);
+        a->n_prompts = 0;
+        if (parse_prompts(v, a))
+            return 0;
+        snprintf(err, errlen, "--prompt-ids must be up to %d ';'-separated lists of "
+                 "comma-separated non-negative integers, got '%s'", MAX_PROMPTS, v);
+    } else if (!strcmp(name, "page-size")) {
+        if (opts_int(v, 1, 1 << 20, &a->page_size) == 0)
+            return 0;
+        snprintf(err, errlen, "--page-size must be a positive integer, got '%s'", v);
+    } else if (!strcmp(name, "timeout-ms")) {
+        if (opts_int(v, 1, 24 * 3600 * 1000, &a->timeout_ms) == 0)
+            return 0;
+        snprintf(err, errlen, "--timeout-ms must be a positive integer, got '%s'", v);
+    } else if (!strcmp(name, "rank") || !strcmp(name, "world") || !strcmp(name, "comm-name")) {
+        return 0;   /* read by comm_launch_parse_args */
+    } else {
+        snprintf(err, errlen, "--%s has no setter", name);
+    }
+    return -1;
+}
+
 /* Returns 0 to run, -1 after --help, or an exit status. */
 static int parse_args(int argc, char **argv, pgen_args *a)
 {
-    static const struct option opts[] = {
-        {"model", required_argument, NULL, 'm'},
-        {"prompt-ids", required_argument, NULL, 'p'},
-        {"max-tokens", required_argument, NULL, 'n'},
-        {"tp", required_argument, NULL, 't'},
-        {"ep", required_argument, NULL, 'e'},
-        {"dp", required_argument, NULL, 'd'},
-        {"page-size", required_argument, NULL, 'g'},
-        {"ignore-eos", no_argument, NULL, 'i'},
-        {"timeout-ms", required_argument, NULL, 'T'},
-        {"rank", required_argument, NULL, 'R'},
-        {"world", required_argument, NULL, 'W'},
-        {"comm-name", required_argument, NULL, 'N'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
     memset(a, 0, sizeof(*a));
     a->tp = a->dp = a->ep = 1;
     a->page_size = 16;
     a->max_tokens = -1;
     a->timeout_ms = COMM_DEFAULT_TIMEOUT_MS;
-    int have_tp = 0, have_dp = 0, c;
-    const char *prompts = NULL;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-        switch (c) {
-        case 'm': a->model = optarg; break;
-        case 'p': prompts = optarg; break;
-        case 'n':
-            if (!parse_int(optarg, 1, MAX_TOKENS_LIMIT, &a->max_tokens))
-                return bad_arg("--max-tokens must be 1..%d, got '%s'", MAX_TOKENS_LIMIT, optarg);
-            break;
-        case 't':
-            if (!parse_int(optarg, 1, COMM_MAX_WORLD, &a->tp))
-                return bad_arg("--tp must be 1..%d, got '%s'", COMM_MAX_WORLD, optarg);
-            have_tp = 1;
-            break;
-        case 'e':
-            if (!parse_int(optarg, 1, COMM_MAX_WORLD, &a->ep))
-                return bad_arg("--ep must be 1..%d, got '%s'", COMM_MAX_WORLD, optarg);
-            break;
-        case 'd':
-            if (!parse_int(optarg, 1, COMM_MAX_WORLD, &a->dp))
-                return bad_arg("--dp must be 1..%d, got '%s'", COMM_MAX_WORLD, optarg);
-            have_dp = 1;
-            break;
-        case 'g':
-            if (!parse_int(optarg, 1, 1 << 20, &a->page_size))
-                return bad_arg("--page-size must be a positive integer, got '%s'", optarg);
-            break;
-        case 'i': a->ignore_eos = 1; break;
-        case 'T':
-            if (!parse_int(optarg, 1, 24 * 3600 * 1000, &a->timeout_ms))
-                return bad_arg("--timeout-ms must be a positive integer, got '%s'", optarg);
-            break;
-        case 'R': case 'W': case 'N': break;   /* read by comm_launch_parse_args */
-        case 'h': usage(stdout); return -1;
-        case ':': return bad_arg("option %s needs a value", argv[optind - 1]);
-        default: return bad_arg("unknown option '%s'", argv[optind - 1]);
-        }
+    opt_call call = {set_flag, a};
+    const opt_spec specs[] = {
+        {"model", OPT_STR, a->model, sizeof a->model, "model directory"},
+        {"prompt-ids", OPT_CALL, &call, 0, "prompts, ';'-separated id lists"},
+        {"max-tokens", OPT_CALL, &call, 0, "tokens to generate per prompt"},
+        {"tp", OPT_CALL, &call, 0, "prefill layout: ranks splitting the heads"},
+        {"ep", OPT_CALL, &call, 0, "expert-parallel group size"},
+        {"dp", OPT_CALL, &call, 0, "decode layout: ranks with their own prompts"},
+        {"page-size", OPT_CALL, &call, 0, "KV cache page size in tokens"},
+        {"ignore-eos", OPT_BOOL, &a->ignore_eos, 0, "do not stop at end-of-sequence tokens"},
+        {"timeout-ms", OPT_CALL, &call, 0, "longest wait for a peer rank"},
+        {"rank", OPT_CALL, &call, 0, "this process's rank (with --world, --comm-name)"},
+        {"world", OPT_CALL, &call, 0, "ranks started by the orchestrator"},
+        {"comm-name", OPT_CALL, &call, 0, "where the ranks meet"},
+    };
+    const opts_cli cli = {specs, (int)(sizeof specs / sizeof *specs), NULL, NULL, "option"};
+    char err[512];
+    switch (opts_parse_cli(&cli, argc, argv, err, sizeof err)) {
+    case OPTS_HELP: usage(stdout); return -1;
+    case OPTS_ERROR: return opts_usage_error(PROG, "%s", err);
     }
-    if (optind < argc)
-        return bad_arg("unexpected argument '%s'", argv[optind]);
-    if (!a->model || !prompts || a->max_tokens < 0)
-        return bad_arg("--model, --prompt-ids and --max-tokens are required");
-    if (have_tp && have_dp && a->tp > 1 && a->dp > 1)
-        return bad_arg("--tp and --dp cannot both exceed 1 (prefill is TP+EP, decode DP+EP)");
-    if (!parse_prompts(prompts, a))
-        return bad_arg("--prompt-ids must be up to %d ';'-separated lists of comma-separated "
-                       "non-negative integers, got '%s'", MAX_PROMPTS, prompts);
+    if (!a->model[0] || !a->n_prompts || a->max_tokens < 0)
+        return opts_usage_error(PROG, "--model, --prompt-ids and --max-tokens are required");
+    if (a->have_tp && a->have_dp && a->tp > 1 && a->dp > 1)
+        return opts_usage_error(PROG, "--tp and --dp cannot both exceed 1 (prefill is TP+EP, "
+                                "decode DP+EP)");
     if (a->tp > 1 && a->n_prompts != 1)
-        return bad_arg("the TP layout runs one prompt (all ranks share it); got %d",
-                       a->n_prompts);
-    char err[256];
+        return opts_usage_error(PROG, "the TP layout runs one prompt (all ranks share it); "
+                                "got %d", a->n_prompts);
     int got = comm_launch_parse_args(&a->L, argc, argv, err, sizeof(err));
     if (got < 0)
-        return bad_arg("%s", err);
+        return opts_usage_error(PROG, "%s", err);
     a->orchestrated = got == 1;
     if (a->orchestrated && a->L.world != a->tp * a->dp)
-        return bad_arg("--world %d does not match the layout (tp %d x dp %d = %d ranks)",
-                       a->L.world, a->tp, a->dp, a->tp * a->dp);
+        return opts_usage_error(PROG, "--world %d does not match the layout (tp %d x dp %d = "
+                                "%d ranks)", a->L.world, a->tp, a->dp, a->tp * a->dp);
     return 0;
 }
 

@@ -6,10 +6,11 @@
 #include <string.h>
 
 #include "autoscale/autoscale_sim.h"
+#include "common/options.h"
 
 typedef struct {
     sim_config cfg;
-    const char *trace_path;
+    char trace_path[4096];
     double print_every_s; /* also print unchanged rows this often; 0 = changes only */
     int show_reasons;
 } sim_cli;
@@ -33,68 +34,40 @@ static void usage(FILE *out)
     sim_config_print_help(out);
 }
 
+/* The autoscale policy's and the cost model's flags (outside the table). */
+static int set_sim_flag(void *ctx, const char *name, const char *value, char *err, size_t errlen)
+{
+    sim_cli *cli = ctx;
+    int rc = value ? sim_config_set_flag(&cli->cfg, name, value, err, errlen) : -1;
+    if (rc == 1) {
+        snprintf(err, errlen, "unknown option --%s (see --help)", name);
+        return -1;
+    }
+    return rc;
+}
+
 /* Accepts --name=value and --name value. */
 static int parse_args(int argc, char **argv, sim_cli *cli)
 {
-    char err[256];
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            exit(0);
-        }
-        if (strncmp(a, "--", 2) != 0) {
-            fprintf(stderr, "tandem-sim: unexpected argument '%s' (see --help)\n", a);
-            return -1;
-        }
-        if (strcmp(a, "--reasons") == 0) {
-            cli->show_reasons = 1;
-            continue;
-        }
-        char name[128];
-        const char *value;
-        const char *eq = strchr(a + 2, '=');
-        if (eq) {
-            size_t len = (size_t)(eq - (a + 2));
-            if (len >= sizeof(name)) {
-                fprintf(stderr, "tandem-sim: option too long: %s\n", a);
-                return -1;
-            }
-            memcpy(name, a + 2, len);
-            name[len] = '\0';
-            value = eq + 1;
-        } else {
-            snprintf(name, sizeof(name), "%s", a + 2);
-            if (i + 1 >= argc) {
-                fprintf(stderr, "tandem-sim: --%s needs a value\n", name);
-                return -1;
-            }
-            value = argv[++i];
-        }
-        if (strcmp(name, "trace") == 0) {
-            cli->trace_path = value;
-            continue;
-        }
-        if (strcmp(name, "print-every-s") == 0) {
-            char *end;
-            cli->print_every_s = strtod(value, &end);
-            if (*end || !(cli->print_every_s >= 0.0)) {
-                fprintf(stderr, "tandem-sim: --print-every-s: '%s' is not a number >= 0\n", value);
-                return -1;
-            }
-            continue;
-        }
-        int rc = sim_config_set_flag(&cli->cfg, name, value, err, sizeof(err));
-        if (rc < 0) {
-            fprintf(stderr, "tandem-sim: %s\n", err);
-            return -1;
-        }
-        if (rc == 1) {
-            fprintf(stderr, "tandem-sim: unknown option --%s (see --help)\n", name);
-            return -1;
-        }
+    const opt_spec specs[] = {
+        {"trace", OPT_STR, cli->trace_path, sizeof cli->trace_path, "the trace (required)"},
+        {"print-every-s", OPT_DOUBLE, &cli->print_every_s, 0,
+         "print a timeline row at least this often"},
+        {"reasons", OPT_BOOL, &cli->show_reasons, 0, "print the policy's reasons"},
+    };
+    const opts_cli ocli = {specs, (int)(sizeof specs / sizeof *specs), set_sim_flag, cli,
+                           "option"};
+    char err[512];
+    switch (opts_parse_cli(&ocli, argc, argv, err, sizeof err)) {
+    case OPTS_HELP: usage(stdout); exit(0);
+    case OPTS_ERROR: fprintf(stderr, "tandem-sim: %s\n", err); return -1;
     }
-    if (!cli->trace_path) {
+    if (!(cli->print_every_s >= 0.0)) {
+        fprintf(stderr, "tandem-sim: --print-every-s: '%g' is not a number >= 0\n",
+                cli->print_every_s);
+        return -1;
+    }
+    if (!cli->trace_path[0]) {
         fprintf(stderr, "tandem-sim: --trace FILE is required (see --help)\n");
         return -1;
     }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "tokenizer/tokenizer.h"
+#include "common/options.h"
 #include "common/status.h"
 
 static void usage(FILE *f)
@@ -76,40 +77,68 @@ static int parse_ids(const char *s, tok_ids *ids)
     return TN_OK;
 }
 
+typedef struct tok_cli {
+    char vocab[4096], encode_file[4096];
+    char *encode, *decode;   /* any length: copies */
+    int special, skip_special;
+} tok_cli;
+
+/* --encode TEXT and --decode IDS */
+static int set_text(void *ctx, const char *name, const char *value, char *err, size_t errlen)
+{
+    tok_cli *c = ctx;
+    char **dst = name[0] == 'e' ? &c->encode : &c->decode;
+    free(*dst);
+    if (!(*dst = strdup(value))) {
+        snprintf(err, errlen, "--%s: out of memory", name);
+        return -1;
+    }
+    return 0;
+}
+
+static int run(const tok_cli *c);
+
 int main(int argc, char **argv)
 {
-    const char *vocab = NULL, *encode = NULL, *encode_file = NULL, *decode = NULL;
-    int special = 0, skip_special = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int has_value = i + 1 < argc;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--vocab") && has_value) {
-            vocab = argv[++i];
-        } else if (!strcmp(a, "--encode") && has_value) {
-            encode = argv[++i];
-        } else if (!strcmp(a, "--encode-file") && has_value) {
-            encode_file = argv[++i];
-        } else if (!strcmp(a, "--decode") && has_value) {
-            decode = argv[++i];
-        } else if (!strcmp(a, "--special")) {
-            special = 1;
-        } else if (!strcmp(a, "--skip-special")) {
-            skip_special = 1;
-        } else {
-            fprintf(stderr, "tandem-tokenize: unknown or incomplete option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!vocab || (!!encode + !!encode_file + !!decode) != 1) {
+    tok_cli c = {0};
+    opt_call text = {set_text, &c};
+    const opt_spec specs[] = {
+        {"vocab", OPT_STR, c.vocab, sizeof c.vocab, "tokenizer.json or o200k_base.tiktoken"},
+        {"encode", OPT_CALL, &text, 0, "print the token ids of TEXT"},
+        {"encode-file", OPT_STR, c.encode_file, sizeof c.encode_file,
+         "the same for a file ('-' = stdin)"},
+        {"decode", OPT_CALL, &text, 0, "print the text of IDS"},
+        {"special", OPT_BOOL, &c.special, 0, "--encode: recognise special-token strings"},
+        {"skip-special", OPT_BOOL, &c.skip_special, 0, "--decode: leave special tokens out"},
+    };
+    const opts_cli cli = {specs, (int)(sizeof specs / sizeof *specs), NULL, NULL, "option"};
+    char err[512];
+    int rc = opts_parse_cli(&cli, argc, argv, err, sizeof err);
+    if (rc == OPTS_HELP) {
+        usage(stdout);
+        rc = 0;
+    } else if (rc == OPTS_ERROR) {
+        fprintf(stderr, "tandem-tokenize: %s\n", err);
+        usage(stderr);
+        rc = 2;
+    } else if (!c.vocab[0] || (!!c.encode + !!c.encode_file[0] + !!c.decode) != 1) {
         fprintf(stderr, "tandem-tokenize: need --vocab and exactly one of --encode, "
                         "--encode-file, --decode\n");
         usage(stderr);
-        return 2;
+        rc = 2;
+    } else {
+        rc = run(&c);
     }
+    free(c.encode);
+    free(c.decode);
+    return rc;
+}
+
+static int run(const tok_cli *c)
+{
+    const char *vocab = c->vocab, *encode = c->encode, *decode = c->decode;
+    const char *encode_file = c->encode_file;
+    const int special = c->special, skip_special = c->skip_special;
     char err[512];
     bpe_tokenizer *tok;
     if (bpe_tokenizer_load(vocab, &tok, err, sizeof(err)) != TN_OK) {

@@ -7,9 +7,7 @@
  * and timed transfers of the whole cache, and reads the sender's timing;
  * the receiver verifies the final contents byte for byte, so a fast but
  * wrong transport cannot produce a number. */
-#include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -19,6 +17,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "common/options.h"
 #include "transfer/transfer.h"
 #include "transfer/transfer_plan.h"
 
@@ -59,6 +58,18 @@ static void usage(FILE *f)
         "  --helper PATH     tandem-transfer-peer to run (default: next to this program)\n");
 }
 
+/* --mib, --repeat, --warmup and --timeout-ms: 1..1000000 (--warmup from 0). */
+static int set_count(void *ctx, const char *name, const char *v, char *err, size_t errlen)
+{
+    bench_opts *o = ctx;
+    int *dst = !strcmp(name, "mib") ? &o->mib : !strcmp(name, "repeat") ? &o->repeat
+             : !strcmp(name, "warmup") ? &o->warmup : &o->timeout_ms;
+    if (opts_int(v, dst == &o->warmup ? 0 : 1, 1000000, dst) == 0)
+        return 0;
+    snprintf(err, errlen, "bad number '%s' for --%s", v, name);
+    return -1;
+}
+
 static int parse_opts(int argc, char **argv, bench_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -68,37 +79,21 @@ static int parse_opts(int argc, char **argv, bench_opts *o)
     o->repeat = 5;
     o->warmup = 1;
     o->timeout_ms = 120000;
-    static const struct option longs[] = {
-        {"tls", 1, 0, 't'}, {"page-kib", 1, 0, 'p'}, {"mib", 1, 0, 'm'},
-        {"repeat", 1, 0, 'r'}, {"warmup", 1, 0, 'w'}, {"timeout-ms", 1, 0, 'o'},
-        {"helper", 1, 0, 'x'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-    int c;
-    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
-        char *end = NULL;
-        long v = 0;
-        if (c == 'm' || c == 'r' || c == 'w' || c == 'o') {
-            errno = 0;
-            v = strtol(optarg, &end, 10);
-            if (errno || *end || v < (c == 'w' ? 0 : 1) || v > 1000000) {
-                fprintf(stderr, "tandem-transfer-bench: bad number '%s'\n", optarg);
-                return -1;
-            }
-        }
-        switch (c) {
-        case 't': snprintf(o->tls_list, sizeof o->tls_list, "%s", optarg); break;
-        case 'p': snprintf(o->pages_list, sizeof o->pages_list, "%s", optarg); break;
-        case 'm': o->mib = (int)v; break;
-        case 'r': o->repeat = (int)v; break;
-        case 'w': o->warmup = (int)v; break;
-        case 'o': o->timeout_ms = (int)v; break;
-        case 'x': snprintf(o->helper, sizeof o->helper, "%s", optarg); break;
-        case 'h': usage(stdout); exit(0);
-        default: usage(stderr); return -1;
-        }
-    }
-    if (optind != argc) {
-        fprintf(stderr, "tandem-transfer-bench: unexpected argument '%s'\n", argv[optind]);
-        return -1;
+    opt_call count = {set_count, o};
+    const opt_spec specs[] = {
+        {"tls", OPT_STR, o->tls_list, sizeof o->tls_list, "';'-separated UCX_TLS values"},
+        {"page-kib", OPT_STR, o->pages_list, sizeof o->pages_list, "','-separated KiB"},
+        {"mib", OPT_CALL, &count, 0, "KV cache size in MiB"},
+        {"repeat", OPT_CALL, &count, 0, "timed transfers per point"},
+        {"warmup", OPT_CALL, &count, 0, "untimed transfers first"},
+        {"timeout-ms", OPT_CALL, &count, 0, "bound of each process"},
+        {"helper", OPT_STR, o->helper, sizeof o->helper, "tandem-transfer-peer to run"},
+    };
+    const opts_cli cli = {specs, (int)(sizeof specs / sizeof *specs), NULL, NULL, "option"};
+    char err[512];
+    switch (opts_parse_cli(&cli, argc, argv, err, sizeof err)) {
+    case OPTS_HELP: usage(stdout); exit(0);
+    case OPTS_ERROR: fprintf(stderr, "tandem-transfer-bench: %s\n", err); return -1;
     }
     if (!o->helper[0]) {
         char self[PATH_MAX];

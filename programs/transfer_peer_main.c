@@ -5,8 +5,7 @@
  * Both sides derive the KV contents from --seed (transfer_pattern.h), so the
  * receiver verifies every byte of every page it received, and that nothing
  * outside the request's pages changed, without seeing the sender's memory. */
-#include <errno.h>
-#include <getopt.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
+#include "common/options.h"
 #include "transfer/transfer.h"
 #include "transfer/transfer_kv.h"
 #include "transfer/transfer_pattern.h"
@@ -24,13 +24,14 @@
 
 typedef struct options {
     int is_sender;
-    const char *tls;
+    char tls[256];                    /* "": UCX's choice */
     int tp, rank, senders;
     int layers, kv_heads, head_dim, page_size, tokens, spare_pages;
     uint64_t seed, request_id;
+    int seed_arg, request_id_arg, kill_pid_arg;   /* as given */
     int repeat, warmup, timeout_ms, window;
     int shrink;                       /* receiver: register only half of each pool */
-    const char *connect[MAX_RECEIVERS];
+    char connect[MAX_RECEIVERS][256];
     int n_connect;
     pid_t kill_pid;                   /* sender: SIGKILL this receiver mid-transfer */
     double kill_fraction;
@@ -70,33 +71,58 @@ static void usage(FILE *f)
         "  --expect-failure    exit 0 only if the transfer fails with an error\n");
 }
 
-static int parse_int(const char *s, int lo, int hi, int *out)
+/* The integer flags and their ranges. */
+typedef struct int_flag {
+    const char *name;
+    int lo, hi;
+    size_t offset;   /* of the int in options */
+} int_flag;
+
+static const int_flag INT_FLAGS[] = {
+    {"tp", 1, 64, offsetof(options, tp)},
+    {"rank", 0, 63, offsetof(options, rank)},
+    {"senders", 1, 64, offsetof(options, senders)},
+    {"layers", 1, 512, offsetof(options, layers)},
+    {"kv-heads", 1, 1024, offsetof(options, kv_heads)},
+    {"head-dim", 1, 4096, offsetof(options, head_dim)},
+    {"page-size", 1, 1 << 16, offsetof(options, page_size)},
+    {"tokens", 0, 1 << 24, offsetof(options, tokens)},
+    {"seed", 0, 1 << 30, offsetof(options, seed_arg)},
+    {"request-id", 0, 1 << 30, offsetof(options, request_id_arg)},
+    {"repeat", 1, 100000, offsetof(options, repeat)},
+    {"timeout-ms", 1, 3600000, offsetof(options, timeout_ms)},
+    {"window", 1, 1 << 16, offsetof(options, window)},
+    {"warmup", 0, 1000, offsetof(options, warmup)},
+    {"kill-pid", 2, 1 << 30, offsetof(options, kill_pid_arg)},
+};
+#define N_INT_FLAGS (int)(sizeof INT_FLAGS / sizeof *INT_FLAGS)
+
+static int set_flag(void *ctx, const char *name, const char *v, char *err, size_t errlen)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || v < lo || v > hi)
-        return -1;
-    *out = (int)v;
-    return 0;
+    options *o = ctx;
+    int bad = 1;
+    for (int i = 0; i < N_INT_FLAGS; i++)
+        if (!strcmp(name, INT_FLAGS[i].name))
+            bad = opts_int(v, INT_FLAGS[i].lo, INT_FLAGS[i].hi,
+                           (int *)((char *)o + INT_FLAGS[i].offset)) != 0;
+    if (!strcmp(name, "connect")) {
+        bad = o->n_connect == MAX_RECEIVERS || strlen(v) >= sizeof o->connect[0];
+        if (!bad)
+            memcpy(o->connect[o->n_connect++], v, strlen(v) + 1);
+    } else if (!strcmp(name, "kill-after")) {
+        bad = opts_double(v, &o->kill_fraction) != 0 || o->kill_fraction < 0 ||
+              o->kill_fraction >= 1;
+    }
+    if (bad)
+        snprintf(err, errlen, "bad value '%s' for --%s", v, name);
+    return bad ? -1 : 0;
 }
 
 static int parse_options(int argc, char **argv, options *o)
 {
-    memset(o, 0, sizeof *o);
-    o->tp = 1;
-    o->senders = 1;
-    o->layers = 2;
-    o->kv_heads = 4;
-    o->head_dim = 16;
-    o->page_size = 16;
-    o->tokens = 300;
-    o->spare_pages = 3;
-    o->seed = 1;
-    o->request_id = 1;
-    o->repeat = 1;
-    o->timeout_ms = 20000;
-    o->window = 64;
+    *o = (options){.tp = 1, .senders = 1, .layers = 2, .kv_heads = 4, .head_dim = 16,
+                   .page_size = 16, .tokens = 300, .spare_pages = 3, .seed_arg = 1,
+                   .request_id_arg = 1, .repeat = 1, .timeout_ms = 20000, .window = 64};
     if (argc < 2) {
         usage(stderr);
         return -1;
@@ -112,62 +138,25 @@ static int parse_options(int argc, char **argv, options *o)
                 argv[1]);
         return -1;
     }
-    static const struct option longs[] = {
-        {"tls", 1, 0, 't'}, {"tp", 1, 0, 'p'}, {"rank", 1, 0, 'r'}, {"senders", 1, 0, 's'},
-        {"layers", 1, 0, 'l'}, {"kv-heads", 1, 0, 'H'}, {"head-dim", 1, 0, 'D'},
-        {"page-size", 1, 0, 'P'}, {"tokens", 1, 0, 'T'}, {"seed", 1, 0, 'S'},
-        {"request-id", 1, 0, 'i'}, {"repeat", 1, 0, 'R'}, {"timeout-ms", 1, 0, 'o'},
-        {"window", 1, 0, 'w'}, {"warmup", 1, 0, 'W'}, {"shrink-region", 0, 0, 'k'}, {"connect", 1, 0, 'c'},
-        {"kill-pid", 1, 0, 'K'}, {"kill-after", 1, 0, 'F'}, {"expect-failure", 0, 0, 'x'},
-        {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-    optind = 2;
-    int c, v, which = 0;
-    while ((c = getopt_long(argc, argv, "", longs, &which)) != -1) {
-        int bad = 0;
-        switch (c) {
-        case 't': o->tls = optarg; break;
-        case 'p': bad = parse_int(optarg, 1, 64, &o->tp); break;
-        case 'r': bad = parse_int(optarg, 0, 63, &o->rank); break;
-        case 's': bad = parse_int(optarg, 1, 64, &o->senders); break;
-        case 'l': bad = parse_int(optarg, 1, 512, &o->layers); break;
-        case 'H': bad = parse_int(optarg, 1, 1024, &o->kv_heads); break;
-        case 'D': bad = parse_int(optarg, 1, 4096, &o->head_dim); break;
-        case 'P': bad = parse_int(optarg, 1, 1 << 16, &o->page_size); break;
-        case 'T': bad = parse_int(optarg, 0, 1 << 24, &o->tokens); break;
-        case 'S': bad = parse_int(optarg, 0, 1 << 30, &v); o->seed = (uint64_t)v; break;
-        case 'i': bad = parse_int(optarg, 0, 1 << 30, &v); o->request_id = (uint64_t)v; break;
-        case 'R': bad = parse_int(optarg, 1, 100000, &o->repeat); break;
-        case 'o': bad = parse_int(optarg, 1, 3600000, &o->timeout_ms); break;
-        case 'w': bad = parse_int(optarg, 1, 1 << 16, &o->window); break;
-        case 'W': bad = parse_int(optarg, 0, 1000, &o->warmup); break;
-        case 'k': o->shrink = 1; break;
-        case 'c':
-            if (o->n_connect == MAX_RECEIVERS)
-                bad = 1;
-            else
-                o->connect[o->n_connect++] = optarg;
-            break;
-        case 'K': bad = parse_int(optarg, 2, 1 << 30, &v); o->kill_pid = (pid_t)v; break;
-        case 'F': {
-            char *end;
-            o->kill_fraction = strtod(optarg, &end);
-            bad = *end || o->kill_fraction < 0 || o->kill_fraction >= 1;
-            break;
-        }
-        case 'x': o->expect_failure = 1; break;
-        case 'h': usage(stdout); exit(0);
-        default: usage(stderr); return -1;
-        }
-        if (bad) {
-            fprintf(stderr, "tandem-transfer-peer: bad value '%s' for --%s\n", optarg,
-                    longs[which].name);
-            return -1;
-        }
+    opt_call call = {set_flag, o};
+    opt_spec specs[N_INT_FLAGS + 5] = {
+        {"tls", OPT_STR, o->tls, sizeof o->tls, "UCX transports (UCX_TLS)"},
+        {"shrink-region", OPT_BOOL, &o->shrink, 0, "recv: register half of each pool"},
+        {"connect", OPT_CALL, &call, 0, "send: a receiver rank's endpoint (repeatable)"},
+        {"kill-after", OPT_CALL, &call, 0, "send: kill --kill-pid after this fraction"},
+        {"expect-failure", OPT_BOOL, &o->expect_failure, 0, "send: exit 0 only on failure"},
+    };
+    for (int i = 0; i < N_INT_FLAGS; i++)
+        specs[5 + i] = (opt_spec){INT_FLAGS[i].name, OPT_CALL, &call, 0, "an integer"};
+    const opts_cli cli = {specs, N_INT_FLAGS + 5, NULL, NULL, "option"};
+    char err[512];
+    switch (opts_parse_cli(&cli, argc - 1, argv + 1, err, sizeof err)) {
+    case OPTS_HELP: usage(stdout); exit(0);
+    case OPTS_ERROR: fprintf(stderr, "tandem-transfer-peer: %s\n", err); return -1;
     }
-    if (optind != argc) {
-        fprintf(stderr, "tandem-transfer-peer: unexpected argument '%s'\n", argv[optind]);
-        return -1;
-    }
+    o->seed = (uint64_t)o->seed_arg;
+    o->request_id = (uint64_t)o->request_id_arg;
+    o->kill_pid = (pid_t)o->kill_pid_arg;
     if (o->rank >= o->tp) {
         fprintf(stderr, "tandem-transfer-peer: --rank %d must be below --tp %d\n", o->rank, o->tp);
         return -1;
@@ -508,7 +497,7 @@ int main(int argc, char **argv)
     char name[64];
     snprintf(name, sizeof name, "%s[rank %d]", o.is_sender ? "sender" : "receiver", o.rank);
     cfg.name = name;
-    cfg.tls = o.tls;
+    cfg.tls = o.tls[0] ? o.tls : NULL;
     cfg.max_puts_in_flight = o.window;
     te_engine *e;
     char err[512];
