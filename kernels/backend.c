@@ -9,7 +9,7 @@
 #include "kernels/kn_check.h"
 #include "common/status.h"
 #ifdef TANDEM_CUDA
-#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_ops.h"
 #endif
 
 /* Host buffers are cache-line aligned so the vectorised loops never split a

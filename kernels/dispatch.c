@@ -3,6 +3,8 @@
  * implementations, because only they can read their backend's memory. */
 #include "kernels/attention.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
 #include "kernels/fill.h"

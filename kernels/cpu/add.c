@@ -1,4 +1,5 @@
 /* Element-wise add on the CPU (the residual connection). */
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/elementwise.h"
 #include "kernels/kn_check.h"
 #include "common/status.h"

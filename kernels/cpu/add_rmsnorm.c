@@ -5,6 +5,7 @@
  * so the results are bit-identical to that unfused pair. */
 #include <math.h>
 #include "kernels/kn_check.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/rmsnorm.h"
 #include "common/status.h"
 

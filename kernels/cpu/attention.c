@@ -8,6 +8,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/attention.h"
 #include "kernels/cpu/seq_batch.h"
 #include "kernels/kn_check.h"

@@ -1,5 +1,6 @@
 /* Token embedding lookup on the CPU. */
 #include <string.h>
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/embedding.h"
 #include "kernels/kn_check.h"
 #include "common/status.h"

@@ -1,5 +1,6 @@
 /* Seeded uniform fill on the CPU (kernels/fill.h). */
 #include <math.h>
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/fill.h"
 #include "kernels/kn_check.h"
 #include "common/status.h"

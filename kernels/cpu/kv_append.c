@@ -1,5 +1,6 @@
 /* Writes this step's K and V rows into the paged HND pools on the CPU. */
 #include <string.h>
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/attention.h"
 #include "kernels/cpu/seq_batch.h"
 #include "kernels/kn_check.h"

@@ -6,6 +6,7 @@
 #include <string.h>
 #include "kernels/fp8.h"
 #include "kernels/kn_check.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/matmul.h"
 #include "common/status.h"
 

@@ -11,6 +11,7 @@
 #include <string.h>
 #include "kernels/fp8.h"
 #include "kernels/kn_check.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/moe.h"
 #include "common/status.h"
 

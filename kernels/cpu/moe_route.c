@@ -8,6 +8,7 @@
  * to float once. */
 #include <math.h>
 #include "kernels/kn_check.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/moe.h"
 #include "common/status.h"
 

@@ -3,6 +3,7 @@
  * accurate for any row length, which keeps us within float rounding of it. */
 #include <math.h>
 #include "kernels/kn_check.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/rmsnorm.h"
 #include "common/status.h"
 

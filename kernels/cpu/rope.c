@@ -6,6 +6,7 @@
  * HF's logits; cos/sin of that float angle are then taken in double. */
 #include <math.h>
 #include "kernels/kn_check.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/rope.h"
 #include "common/status.h"
 

@@ -16,6 +16,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include "kernels/kn_check.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/sampling.h"
 #include "common/status.h"
 

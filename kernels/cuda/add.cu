@@ -2,6 +2,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 extern "C" {
 #include "kernels/elementwise.h"
+#include "kernels/cuda/cuda_ops.h"
 }
 
 /* In place is fine (each element is read before it is written by the same

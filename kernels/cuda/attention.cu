@@ -40,6 +40,7 @@
 #include "kernels/cuda/paged_kv.cuh"
 extern "C" {
 #include "kernels/attention.h"
+#include "kernels/cuda/cuda_ops.h"
 }
 
 namespace {

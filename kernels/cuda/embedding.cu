@@ -7,6 +7,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 extern "C" {
 #include "kernels/embedding.h"
+#include "kernels/cuda/cuda_ops.h"
 }
 
 /* first_bad starts at INT_MAX and ends as the lowest bad token index. */

@@ -8,6 +8,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 extern "C" {
 #include "kernels/fill.h"
+#include "kernels/cuda/cuda_ops.h"
 }
 
 __device__ __forceinline__ float fill_value(uint64_t seed, size_t i, float lo, float range)

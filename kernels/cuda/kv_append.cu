@@ -7,6 +7,7 @@
 #include "kernels/cuda/paged_kv.cuh"
 extern "C" {
 #include "kernels/attention.h"
+#include "kernels/cuda/cuda_ops.h"
 }
 
 __global__ void kv_append_kernel(float *k_pool, float *v_pool, const float *k, const float *v,

@@ -26,6 +26,7 @@
 #include "kernels/cuda/fp8_cuda.cuh"
 extern "C" {
 #include "kernels/matmul.h"
+#include "kernels/cuda/cuda_ops.h"
 }
 
 __global__ void bias_broadcast_kernel(float *out, const float *bias, int m, int n)

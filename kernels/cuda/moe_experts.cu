@@ -57,6 +57,7 @@
 extern "C" {
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/moe.h"
+#include "kernels/cuda/cuda_ops.h"
 }
 
 __device__ __forceinline__ int local_expert(const int32_t *expert_idx, int slot, int offset, int n_local)

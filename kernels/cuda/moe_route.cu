@@ -12,6 +12,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 extern "C" {
 #include "kernels/moe.h"
+#include "kernels/cuda/cuda_ops.h"
 }
 
 static const int ROUTE_PER_LANE = 8, ROUTE_MAX_EXPERTS = 32 * ROUTE_PER_LANE;

@@ -11,6 +11,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 extern "C" {
 #include "kernels/rmsnorm.h"
+#include "kernels/cuda/cuda_ops.h"
 }
 
 static const int RMS_THREADS = 256;

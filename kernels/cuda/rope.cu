@@ -11,6 +11,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 extern "C" {
 #include "kernels/rope.h"
+#include "kernels/cuda/cuda_ops.h"
 }
 
 /* One thread per (token, frequency); it rotates that pair in every head, so

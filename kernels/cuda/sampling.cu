@@ -32,6 +32,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 extern "C" {
 #include "kernels/sampling.h"
+#include "kernels/cuda/cuda_ops.h"
 }
 
 namespace {

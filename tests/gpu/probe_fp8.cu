@@ -22,7 +22,7 @@
 #include <cublasLt.h>
 #include "kernels/cuda/fp8_cuda.cuh"
 extern "C" {
-#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/dtype.h"
 }
 
