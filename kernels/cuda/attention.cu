@@ -714,20 +714,8 @@ extern "C" int kn_attention_cuda(const kn_backend *be, float *out, const float *
     int rc = kn_cuda_check_backend(op, be);
     if (rc != TN_OK)
         return rc;
-    if ((rc = kn_cuda_check_seq_batch(op, b)) != TN_OK)
-        return rc;
-    if (!out || !q || !k_pool || !v_pool)
-        return kn_arg_error(op, "NULL %s", !out ? "out" : !q ? "q" : !k_pool ? "k_pool" : "v_pool");
-    if (n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0 || page_size <= 0 || window < 0)
-        return kn_arg_error(op, "bad sizes n_heads=%d n_kv_heads=%d head_dim=%d page_size=%d "
-                                 "window=%d", n_heads, n_kv_heads, head_dim, page_size, window);
-    if (n_heads % n_kv_heads != 0)
-        return kn_arg_error(op, "n_heads %d is not a multiple of n_kv_heads %d", n_heads,
-                                 n_kv_heads);
     if (head_dim > SP_DMAX)
         return kn_arg_error(op, "head_dim %d is over the CUDA kernels' limit %d", head_dim, SP_DMAX);
-    if (!isfinite(scale))
-        return kn_arg_error(op, "scale %g is not finite", (double)scale);
     if (b->n_rows == 0)
         return TN_OK;
 
