@@ -31,6 +31,7 @@
 #include <math.h>
 #include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/paged_kv.cuh"
 extern "C" {
 #include "kernels/attention.h"
@@ -55,33 +56,17 @@ template <int D> struct MmaSmem {
     static const size_t BYTES = (size_t)(MB_M + 2 * MB_N) * LD * sizeof(__nv_bfloat16);
 };
 
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
+/* c += A B, A given as its four registers (mma.cuh). */
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
 {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* .x (low half) = lo */
-    return *reinterpret_cast<uint32_t *>(&v);
-}
-
-__device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const __nv_bfloat16 *p)
-{
-    unsigned addr = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
+    kn_mma_bf16(c, a[0], a[1], a[2], a[3], b0, b1);
 }
 
 __device__ __forceinline__ void store_bf16x4(__nv_bfloat16 *dst, float4 v)
 {
     uint2 u;
-    u.x = pack_bf16(v.x, v.y);
-    u.y = pack_bf16(v.z, v.w);
+    u.x = kn_pack_bf16(v.x, v.y);
+    u.y = kn_pack_bf16(v.z, v.w);
     *reinterpret_cast<uint2 *>(dst) = u;
 }
 
@@ -260,10 +245,10 @@ attn_mma_kernel(MmaArgs a)
 #pragma unroll
         for (int kk = 0; kk < MB_N / 16; kk++) {
             uint32_t pa[4];
-            pa[0] = pack_bf16(sc[2 * kk][0], sc[2 * kk][1]);
-            pa[1] = pack_bf16(sc[2 * kk][2], sc[2 * kk][3]);
-            pa[2] = pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
-            pa[3] = pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+            pa[0] = kn_pack_bf16(sc[2 * kk][0], sc[2 * kk][1]);
+            pa[1] = kn_pack_bf16(sc[2 * kk][2], sc[2 * kk][3]);
+            pa[2] = kn_pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+            pa[3] = kn_pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
             /* ldmatrix x4 .trans: matrices (keys +0..7, dims n0..), (keys
              * +8..15, dims n0..), (keys +0..7, dims n0+8..), (keys +8..15,
              * dims n0+8..) = b0, b1 of dim tile n0 and b0, b1 of n0 + 8. */
@@ -271,7 +256,7 @@ attn_mma_kernel(MmaArgs a)
 #pragma unroll
             for (int n0 = 0; n0 < D; n0 += 16) {
                 uint32_t vb[4];
-                ldmatrix_x4_trans(vb, Vs + (kk * 16 + (mi & 1) * 8 + r) * LD + n0 + (mi >> 1) * 8);
+                kn_ldmatrix_x4_trans(vb, Vs + (kk * 16 + (mi & 1) * 8 + r) * LD + n0 + (mi >> 1) * 8);
                 mma_bf16(o[n0 / 8], pa, vb[0], vb[1]);
                 mma_bf16(o[n0 / 8 + 1], pa, vb[2], vb[3]);
             }

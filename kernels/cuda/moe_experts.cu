@@ -53,6 +53,7 @@
 #include <cuda_bf16.h>
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/fp8_cuda.cuh"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/moe_grouped_fp8.cuh"
 extern "C" {
 #include "kernels/cuda/cuda_backend.h"
@@ -295,18 +296,6 @@ constexpr int GROUPED_WARPS = 8;  /* warps per block */
 constexpr int ACT_COLS = 2;       /* activation columns per warp: 2 gate + 2 up rows */
 constexpr int DOWN_COLS = 4;      /* output columns (down rows) per warp */
 
-/* 16 bytes of weights, read once per pass: through the read-only path
- * without allocating in L1, so the expert's x rows (re-read by every warp)
- * stay there. Not volatile: the weights do not change during a kernel. */
-__device__ __forceinline__ uint4 ld_weights16(const __nv_bfloat16 *p)
-{
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-}
-
 __device__ __forceinline__ void bf16x8_to_f32(uint4 v, float (&f)[8])
 {
     const unsigned u[4] = { v.x, v.y, v.z, v.w };
@@ -329,7 +318,7 @@ __device__ __forceinline__ void rows_dot(float (&acc)[NW][R], const __nv_bfloat1
             float wf[NW][8];
 #pragma unroll
             for (int c = 0; c < NW; c++)
-                bf16x8_to_f32(ld_weights16(w[c] + k), wf[c]);
+                bf16x8_to_f32(kn_ld_stream16(w[c] + k), wf[c]);
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 if (r < nr) {
@@ -464,15 +453,6 @@ moe_grouped_down_kernel(float *y, const __nv_bfloat16 *a, const int *offsets,
  * the weight stream is all that matters, else 4). */
 constexpr int MMA_WARPS = 4;
 
-__device__ __forceinline__ void moe_mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                             uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 /* acc[j]: rows g and g+8 of the warp's 16 weight rows (wlo, whi: this lane's
  * two rows) times tokens 8j + 2t, 8j + 2t + 1 of x ([nr][K], nr <= 8*NT):
  * acc[j][0..1] row g, acc[j][2..3] row g+8 (the mma C layout). */
@@ -496,8 +476,8 @@ __device__ __forceinline__ void mma_rows_dot(float (&acc)[NT][4], const __nv_bfl
 #pragma unroll
         for (int u = 0; u < MMA_UNROLL; u++) {
             if (k0 + 32 * u < K) {
-                wa[u] = ld_weights16(wlo + k0 + 32 * u);
-                wb[u] = ld_weights16(whi + k0 + 32 * u);
+                wa[u] = kn_ld_stream16(wlo + k0 + 32 * u);
+                wb[u] = kn_ld_stream16(whi + k0 + 32 * u);
             } else {
                 wa[u] = wb[u] = make_uint4(0u, 0u, 0u, 0u);
             }
@@ -511,8 +491,8 @@ __device__ __forceinline__ void mma_rows_dot(float (&acc)[NT][4], const __nv_bfl
                 if (8 * j >= nr) /* warp-uniform: no tokens in this tile */
                     break;
                 const uint4 xv = xok[j] ? *(const uint4 *)(xr[j] + k0 + 32 * u) : make_uint4(0u, 0u, 0u, 0u);
-                moe_mma_bf16(acc[j], wa[u].x, wb[u].x, wa[u].y, wb[u].y, xv.x, xv.y);
-                moe_mma_bf16(acc[j], wa[u].z, wb[u].z, wa[u].w, wb[u].w, xv.z, xv.w);
+                kn_mma_bf16(acc[j], wa[u].x, wb[u].x, wa[u].y, wb[u].y, xv.x, xv.y);
+                kn_mma_bf16(acc[j], wa[u].z, wb[u].z, wa[u].w, wb[u].w, xv.z, xv.w);
             }
         }
     }

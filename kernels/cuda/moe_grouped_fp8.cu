@@ -33,6 +33,8 @@
  * k's (as in the bf16 kernels), so no shared memory is needed. */
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
+#include "kernels/cuda/fp8_cuda.cuh"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/moe_grouped_fp8.cuh"
 extern "C" {
 #include "kernels/fp8.h"
@@ -62,17 +64,6 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two)
     return (uint32_t)h.x | ((uint32_t)h.y << 16);
 }
 
-/* 16 bytes of weight codes, read once per pass: not allocated in L1 so the
- * activation rows (re-read by every warp) stay there. */
-__device__ __forceinline__ uint4 ld_codes16(const uint8_t *p)
-{
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-}
-
 /* 32 codes (two 16-byte loads) -> 16 f16x2 registers, pair i = codes 2i, 2i+1. */
 __device__ __forceinline__ void codes32_to_f16(const uint4 (&v)[2], uint32_t (&h)[16])
 {
@@ -85,15 +76,6 @@ __device__ __forceinline__ void codes32_to_f16(const uint4 (&v)[2], uint32_t (&h
             h[8 * q + 2 * i + 1] = e4m3x2_to_f16x2(u[i] >> 16);
         }
     }
-}
-
-__device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                        uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 /* acc[j] += block-scaled products of this lane's weight rows wlo (row g)
@@ -117,10 +99,10 @@ __device__ __forceinline__ void fp8_rows_dot(float (&acc)[NT][4], const uint8_t 
         for (int u = 0; u < U; u++) {
             if (kb0 + u < nkb) {
                 const size_t o = (size_t)(kb0 + u) * KN_FP8_BLOCK;
-                wa[u][0] = ld_codes16(wlo + o);
-                wa[u][1] = ld_codes16(wlo + o + 64);
-                wb[u][0] = ld_codes16(whi + o);
-                wb[u][1] = ld_codes16(whi + o + 64);
+                wa[u][0] = kn_ld_stream16(wlo + o);
+                wa[u][1] = kn_ld_stream16(wlo + o + 64);
+                wb[u][0] = kn_ld_stream16(whi + o);
+                wb[u][1] = kn_ld_stream16(whi + o + 64);
             } else {
                 wa[u][0] = wa[u][1] = wb[u][0] = wb[u][1] = make_uint4(0u, 0u, 0u, 0u);
             }
@@ -151,7 +133,7 @@ __device__ __forceinline__ void fp8_rows_dot(float (&acc)[NT][4], const uint8_t 
                 float p[4] = { 0.f, 0.f, 0.f, 0.f };
 #pragma unroll
                 for (int i = 0; i < 8; i++)
-                    mma_f16(p, al[2 * i], ah[2 * i], al[2 * i + 1], ah[2 * i + 1], bx[2 * i], bx[2 * i + 1]);
+                    kn_mma_f16(p, al[2 * i], ah[2 * i], al[2 * i + 1], ah[2 * i + 1], bx[2 * i], bx[2 * i + 1]);
                 const float s0 = xs[(size_t)srow[j][0] * nkb + kb], s1 = xs[(size_t)srow[j][1] * nkb + kb];
                 acc[j][0] = fmaf(p[0], s0 * sl, acc[j][0]);
                 acc[j][1] = fmaf(p[1], s1 * sl, acc[j][1]);
