@@ -188,9 +188,10 @@ __global__ void moe_act_kernel(T *a, const float *h, const int *perm, const int3
  * one segment per expert) in one pass, so the fp32 a is never written.
  * One warp per (row, 128-wide block of a's columns); each lane computes 4
  * activations with the same expert_act as moe_act_kernel and quantizes
- * them with quant_fp8_kernel's formula (amax over the warp, s = amax /
- * 448 or 1, IEEE division, RNE saturating codes), so codes and scales are
- * bit-identical to the two-kernel path. q and s come zeroed
+ * them with quant_fp8_kernel's quantizer (fp8_cuda.cuh's
+ * kn_cuda_fp8_quant4: amax over the warp, s = amax / 448 or 1, IEEE
+ * division, RNE saturating codes), so codes and scales are bit-identical
+ * to the two-kernel path. q and s come zeroed
  * (kn_cuda_fp8_act_alloc) and laid out as fp8_cuda.cuh says. */
 __global__ void moe_act_quant_fp8_kernel(uint8_t *q, float *sc, const float *h, const int *perm,
                                          const int32_t *expert_idx, int offset,
@@ -210,7 +211,6 @@ __global__ void moe_act_quant_fp8_kernel(uint8_t *q, float *sc, const float *h, 
                                 ? gate_up_bias + (size_t)(expert_idx[perm[r]] - offset) * 2 * inter
                                 : NULL;
         float v[4];
-        float amax = 0.f;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             v[i] = 0.f;
@@ -222,23 +222,10 @@ __global__ void moe_act_quant_fp8_kernel(uint8_t *q, float *sc, const float *h, 
                 }
                 v[i] = expert_act(g, u, act, alpha, limit);
             }
-            amax = fmaxf(amax, fabsf(v[i]));
         }
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1)
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-        const float s = amax > 0.f && isfinite(amax) ? amax / KN_E4M3_MAX : 1.f;
-        uint32_t packed = 0;
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            packed |= (uint32_t)(c0 + i < inter ? kn_cuda_fp8_to_e4m3(v[i] / s) : 0) << (8 * i);
-        const int g = kn_cuda_fp8_segment_of(seg_offsets, n_segs, r);
-        const int r0 = seg_offsets[g], rows = seg_offsets[g + 1] - r0;
-        const size_t pr0 = kn_cuda_fp8_seg_row((size_t)r0, (size_t)g);
-        *(uint32_t *)(q + (pr0 + (size_t)(r - r0)) * ld + c0) = packed;
-        if (lane == 0)
-            sc[kn_cuda_fp8_seg_base(pr0, (size_t)g, (size_t)inter) +
-               (size_t)b * kn_cuda_fp8_round_rows((size_t)rows) + (r - r0)] = s;
+        float s;
+        const uint32_t packed = kn_cuda_fp8_quant4(v, inter - c0, &s);
+        kn_cuda_fp8_store_block(q, sc, ld, inter, seg_offsets, n_segs, m, r, b, c0, packed, s);
     }
 }
 

@@ -52,11 +52,6 @@ struct fp8_dims {
 constexpr int GU_WARPS = KN_FP8_BLOCK / 8; /* 8 activation columns per warp */
 constexpr int DN_WARPS = 4;                /* 16 output columns per warp */
 
-__device__ __forceinline__ unsigned char fp8_code(float v)
-{
-    return (unsigned char)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
-}
-
 /* Two e4m3 codes (low byte first) -> their exact f16 values, packed. */
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two)
 {
@@ -144,8 +139,9 @@ __device__ __forceinline__ void fp8_rows_dot(float (&acc)[NT][4], const uint8_t 
     }
 }
 
-/* One warp per (token, 128-wide block): the arithmetic of quant_fp8.cu in
- * a plain [n_tokens][ld] / [n_tokens][kb] layout. */
+/* One warp per (token, 128-wide block): quant_fp8.cu's quantizer
+ * (kn_cuda_fp8_quant_row4) in a plain [n_tokens][ld] / [n_tokens][kb]
+ * layout. */
 __global__ void moe_fp8_quant_x_kernel(uint8_t *xq, float *xs, const float *x, int n_tokens, int dim,
                                        int kb, int ld)
 {
@@ -155,21 +151,8 @@ __global__ void moe_fp8_quant_x_kernel(uint8_t *xq, float *xs, const float *x, i
     for (long long w = blockIdx.x * (long long)(blockDim.x >> 5) + (threadIdx.x >> 5); w < tasks; w += warps) {
         const int r = (int)(w / kb), b = (int)(w - (long long)r * kb);
         const int c0 = b * KN_FP8_BLOCK + lane * 4;
-        const float *xr = x + (size_t)r * dim;
-        float v[4], amax = 0.f;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            v[i] = c0 + i < dim ? xr[c0 + i] : 0.f;
-            amax = fmaxf(amax, fabsf(v[i]));
-        }
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1)
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-        const float sc = amax > 0.f && isfinite(amax) ? amax / KN_E4M3_MAX : 1.f;
-        uint32_t packed = 0;
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            packed |= (uint32_t)(c0 + i < dim ? fp8_code(v[i] / sc) : 0) << (8 * i);
+        float sc;
+        const uint32_t packed = kn_cuda_fp8_quant_row4(x + (size_t)r * dim, c0, dim, &sc);
         *(uint32_t *)(xq + (size_t)r * ld + c0) = packed;
         if (lane == 0)
             xs[(size_t)r * kb + b] = sc;
@@ -266,7 +249,7 @@ moe_fp8_gate_up_kernel(uint8_t *aq, float *as, const uint8_t *xq, const float *x
             for (int h = 0; h < 2; h++) {
                 const int tok = 8 * j + 2 * t + h;
                 if (tok < nr)
-                    aq[(size_t)(first + r0 + tok) * ldi + col] = valid ? fp8_code(v[j][h] / scale_s[tok]) : 0;
+                    aq[(size_t)(first + r0 + tok) * ldi + col] = valid ? kn_cuda_fp8_to_e4m3(v[j][h] / scale_s[tok]) : 0;
             }
         /* Next pass: amax_s is rewritten after every thread passed this
          * pass's second barrier (its reads are done), scale_s only after
