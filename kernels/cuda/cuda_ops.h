@@ -59,6 +59,7 @@ int kn_cuda_trim(const kn_backend *be);
 /* The attention precision flag behind the backend (kn_backend_set_attn_bf16). */
 void kn_cuda_set_attn_bf16(const kn_backend *be, int on);
 int kn_cuda_attn_bf16(const kn_backend *be);
+
 /* The ops (kernels/OP.h states each contract). */
 int kn_embedding_cuda(const kn_backend *be, float *out, const float *table,
                       const int32_t *ids, int n_tokens, int vocab, int dim);
