@@ -37,11 +37,6 @@ typedef struct kn_seq_batch {
 int kn_kv_append(const kn_backend *be, float *k_pool, float *v_pool,
                  const float *k, const float *v, const kn_seq_batch *b,
                  int n_kv_heads, int head_dim, int page_size);
-int kn_kv_append_cpu(float *k_pool, float *v_pool, const float *k, const float *v,
-                     const kn_seq_batch *b, int n_kv_heads, int head_dim, int page_size);
-int kn_kv_append_cuda(const kn_backend *be, float *k_pool, float *v_pool,
-                      const float *k, const float *v, const kn_seq_batch *b,
-                      int n_kv_heads, int head_dim, int page_size);
 
 /* out[r][h][:] = sum_j p_j v_j over the keys row r may see, where
  *   p = softmax([q.k_j * scale for visible j] ++ [sinks[h]]) without the sink
@@ -52,13 +47,4 @@ int kn_attention(const kn_backend *be, float *out, const float *q,
                  const float *k_pool, const float *v_pool, const kn_seq_batch *b,
                  int n_heads, int n_kv_heads, int head_dim, int page_size,
                  float scale, const float *sinks, int window);
-int kn_attention_cpu(float *out, const float *q, const float *k_pool,
-                     const float *v_pool, const kn_seq_batch *b, int n_heads,
-                     int n_kv_heads, int head_dim, int page_size, float scale,
-                     const float *sinks, int window);
-int kn_attention_cuda(const kn_backend *be, float *out, const float *q,
-                      const float *k_pool, const float *v_pool,
-                      const kn_seq_batch *b, int n_heads, int n_kv_heads,
-                      int head_dim, int page_size, float scale,
-                      const float *sinks, int window);
 #endif

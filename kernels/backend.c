@@ -1,5 +1,5 @@
 /* Backend lifetime and buffers. The CPU backend's buffers are plain host
- * memory; the CUDA backend's live in kernels/cuda/ behind cuda_backend.h and
+ * memory; the CUDA backend's live in kernels/cuda/ behind cuda_ops.h and
  * exist only when the build defines TANDEM_CUDA. */
 #include <stdint.h>
 #include <stdio.h>
@@ -9,7 +9,7 @@
 #include "kernels/kn_check.h"
 #include "common/status.h"
 #ifdef TANDEM_CUDA
-#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_ops.h"
 #endif
 
 /* Host buffers are cache-line aligned so the vectorised loops never split a
@@ -54,38 +54,37 @@ void kn_backend_free(kn_backend *be)
     memset(be, 0, sizeof *be);
 }
 
-int kn_backend_sync(const kn_backend *be)
+/* The CUDA implementation of a backend-wide call, or NULL in a build
+ * without the CUDA backend. */
+#ifdef TANDEM_CUDA
+#define CUDA_FN(fn) (fn)
+#else
+#define CUDA_FN(fn) NULL
+#endif
+
+/* A call that has nothing to do on the CPU and is cuda_fn on CUDA. */
+static int cuda_only_call(const char *op, const kn_backend *be,
+                          int (*cuda_fn)(const kn_backend *))
 {
     if (!be)
-        return kn_arg_error("kn_backend_sync", "backend is NULL");
+        return kn_arg_error(op, "backend is NULL");
     switch (be->kind) {
     case KN_BACKEND_CPU:
         return TN_OK;
     case KN_BACKEND_CUDA:
-#ifdef TANDEM_CUDA
-        return kn_cuda_backend_sync(be);
-#else
-        return kn_no_cuda("kn_backend_sync");
-#endif
+        return cuda_fn ? cuda_fn(be) : kn_no_cuda(op);
     }
-    return kn_arg_error("kn_backend_sync", "unknown backend kind %d", (int)be->kind);
+    return kn_arg_error(op, "unknown backend kind %d", (int)be->kind);
+}
+
+int kn_backend_sync(const kn_backend *be)
+{
+    return cuda_only_call("kn_backend_sync", be, CUDA_FN(kn_cuda_backend_sync));
 }
 
 int kn_backend_trim(const kn_backend *be)
 {
-    if (!be)
-        return kn_arg_error("kn_backend_trim", "backend is NULL");
-    switch (be->kind) {
-    case KN_BACKEND_CPU:
-        return TN_OK;
-    case KN_BACKEND_CUDA:
-#ifdef TANDEM_CUDA
-        return kn_cuda_trim(be);
-#else
-        return kn_no_cuda("kn_backend_trim");
-#endif
-    }
-    return kn_arg_error("kn_backend_trim", "unknown backend kind %d", (int)be->kind);
+    return cuda_only_call("kn_backend_trim", be, CUDA_FN(kn_cuda_trim));
 }
 
 void *kn_malloc(const kn_backend *be, size_t bytes)
@@ -149,42 +148,38 @@ static int check_copy(const char *op, const kn_backend *be, const void *dst,
     return TN_OK;
 }
 
-int kn_copy_to_backend(const kn_backend *be, void *dst, const void *host_src, size_t bytes)
+/* Both copy directions: to_backend picks host -> backend (else backend ->
+ * host); on the CPU both are a memmove. */
+static int copy_bytes(const char *op, const kn_backend *be, void *dst, const void *src,
+                      size_t bytes, int to_backend)
 {
-    int rc = check_copy("kn_copy_to_backend", be, dst, host_src, bytes);
+    int rc = check_copy(op, be, dst, src, bytes);
     if (rc != TN_OK || bytes == 0)
         return rc;
     switch (be->kind) {
     case KN_BACKEND_CPU:
-        memmove(dst, host_src, bytes);
+        memmove(dst, src, bytes);
         return TN_OK;
     case KN_BACKEND_CUDA:
 #ifdef TANDEM_CUDA
-        return kn_cuda_copy_to_device(be, dst, host_src, bytes);
+        return to_backend ? kn_cuda_copy_to_device(be, dst, src, bytes)
+                          : kn_cuda_copy_to_host(be, dst, src, bytes);
 #else
-        return kn_no_cuda("kn_copy_to_backend");
+        (void)to_backend;
+        return kn_no_cuda(op);
 #endif
     }
-    return kn_arg_error("kn_copy_to_backend", "unknown backend kind %d", (int)be->kind);
+    return kn_arg_error(op, "unknown backend kind %d", (int)be->kind);
+}
+
+int kn_copy_to_backend(const kn_backend *be, void *dst, const void *host_src, size_t bytes)
+{
+    return copy_bytes("kn_copy_to_backend", be, dst, host_src, bytes, 1);
 }
 
 int kn_copy_to_host(const kn_backend *be, void *host_dst, const void *src, size_t bytes)
 {
-    int rc = check_copy("kn_copy_to_host", be, host_dst, src, bytes);
-    if (rc != TN_OK || bytes == 0)
-        return rc;
-    switch (be->kind) {
-    case KN_BACKEND_CPU:
-        memmove(host_dst, src, bytes);
-        return TN_OK;
-    case KN_BACKEND_CUDA:
-#ifdef TANDEM_CUDA
-        return kn_cuda_copy_to_host(be, host_dst, src, bytes);
-#else
-        return kn_no_cuda("kn_copy_to_host");
-#endif
-    }
-    return kn_arg_error("kn_copy_to_host", "unknown backend kind %d", (int)be->kind);
+    return copy_bytes("kn_copy_to_host", be, host_dst, src, bytes, 0);
 }
 
 void *kn_host_alloc(const kn_backend *be, size_t bytes)

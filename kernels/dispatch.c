@@ -1,10 +1,17 @@
-/* The op entry points: each checks the backend and hands the call to that
- * backend's implementation. Argument checks beyond the backend live in the
- * implementations, because only they can read their backend's memory. */
+/* The op entry points: each checks the backend and every argument that
+ * reads no buffer (NULL pointers, sizes, dtypes, overlapping ranges), once
+ * for both backends, and hands the call to that backend's implementation
+ * (kernels/cpu/cpu_ops.h, kernels/cuda/cuda_ops.h). Checks that read the
+ * data (token ids, positions, logits, the batch arrays) and a backend's own
+ * limits stay in the implementations, which alone can read their memory. */
+#include <math.h>
 #include "kernels/attention.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
+#include "kernels/fp8.h"
 #include "kernels/fill.h"
 #include "kernels/kn_check.h"
 #include "kernels/matmul.h"
@@ -36,10 +43,247 @@ static int backend_kind(const char *op, const kn_backend *be)
 #define CUDA_CALL(op, call) return kn_no_cuda(op)
 #endif
 
+/* Each check_OP returns TN_OK or, after saying why, TN_ERR_ARG. */
+
+static int check_embedding(const float *out, const float *table, const int32_t *ids,
+                           int n_tokens, int vocab, int dim)
+{
+    static const char op[] = "kn_embedding";
+    if (!out || !table || !ids)
+        return kn_arg_error(op, "NULL %s", !out ? "out" : !table ? "table" : "ids");
+    if (n_tokens < 0 || vocab <= 0 || dim <= 0)
+        return kn_arg_error(op, "bad sizes n_tokens=%d vocab=%d dim=%d", n_tokens, vocab, dim);
+    return TN_OK;
+}
+
+static int check_norm(const char *op, int rows, int dim, float eps)
+{
+    if (rows < 0 || dim <= 0)
+        return kn_arg_error(op, "bad sizes rows=%d dim=%d", rows, dim);
+    if (!(eps >= 0.0f) || isinf(eps))
+        return kn_arg_error(op, "eps %g is not a finite non-negative number", (double)eps);
+    return TN_OK;
+}
+
+static int check_rmsnorm(const float *out, const float *x, const float *weight, int rows,
+                         int dim, float eps)
+{
+    static const char op[] = "kn_rmsnorm";
+    if (!out || !x || !weight)
+        return kn_arg_error(op, "NULL %s", !out ? "out" : !x ? "x" : "weight");
+    return check_norm(op, rows, dim, eps);
+}
+
+static int check_add_rmsnorm(const float *x, const float *xn, const float *delta,
+                             const float *weight, int rows, int dim, float eps)
+{
+    static const char op[] = "kn_add_rmsnorm";
+    if (!x || !xn || !delta || !weight)
+        return kn_arg_error(op, "NULL %s",
+                            !x ? "x" : !xn ? "xn" : !delta ? "delta" : "weight");
+    int rc = check_norm(op, rows, dim, eps);
+    if (rc != TN_OK)
+        return rc;
+    size_t bytes = (size_t)rows * dim * sizeof(float);
+    /* xn == x is fine (each element is read before it is written); any other
+     * overlap would read values this call already changed. */
+    if (xn != x && kn_ranges_overlap(xn, bytes, x, bytes))
+        return kn_arg_error(op, "xn partially overlaps x");
+    if (kn_ranges_overlap(delta, bytes, x, bytes) || kn_ranges_overlap(delta, bytes, xn, bytes))
+        return kn_arg_error(op, "delta overlaps x or xn");
+    return TN_OK;
+}
+
+/* out = x w^T with w_bytes of weight: pointers, sizes, out apart from both. */
+static int check_matmul(const char *op, const float *out, const float *x, const void *w,
+                        size_t w_bytes, int m, int n, int k)
+{
+    if (!out || !x || !w)
+        return kn_arg_error(op, "NULL %s", !out ? "out" : !x ? "x" : "w");
+    if (m < 0 || n <= 0 || k <= 0)
+        return kn_arg_error(op, "bad sizes m=%d n=%d k=%d", m, n, k);
+    size_t out_bytes = (size_t)m * n * sizeof(float);
+    if (kn_ranges_overlap(out, out_bytes, x, (size_t)m * k * sizeof(float)) ||
+        kn_ranges_overlap(out, out_bytes, w, w_bytes))
+        return kn_arg_error(op, "out overlaps an input");
+    return TN_OK;
+}
+
+static int check_matmul_w(const float *out, const float *x, const kn_weight *w, int m, int n,
+                          int k)
+{
+    static const char op[] = "kn_matmul_w";
+    if (!w)
+        return kn_arg_error(op, "NULL weight descriptor");
+    size_t elem = kn_dtype_size(w->dtype);
+    if (!elem)
+        return kn_arg_error(op, "unknown weight dtype %d", (int)w->dtype);
+    if (w->dtype == KN_FP8_E4M3 && !w->scale)
+        return kn_arg_error(op, "fp8 weight without block scales");
+    size_t w_bytes = n > 0 && k > 0 ? (w->dtype == KN_FP8_E4M3 ? kn_fp8_data_bytes(n, k)
+                                                               : (size_t)n * k * elem) : 0;
+    return check_matmul(op, out, x, w->data, w_bytes, m, n, k);
+}
+
+static int check_add(const float *out, const float *a, const float *b, size_t n)
+{
+    static const char op[] = "kn_add";
+    if (!out || !a || !b)
+        return kn_arg_error(op, "NULL %s", !out ? "out" : !a ? "a" : "b");
+    /* In place is fine; a shifted overlap would read already-written sums. */
+    size_t bytes = n * sizeof(float);
+    if ((out != a && kn_ranges_overlap(out, bytes, a, bytes)) ||
+        (out != b && kn_ranges_overlap(out, bytes, b, bytes)))
+        return kn_arg_error(op, "out partially overlaps an input");
+    return TN_OK;
+}
+
+static int check_rope(const float *x, const int32_t *pos, int n_tokens, int n_heads,
+                      int head_dim, const float *inv_freq, float attn_scale)
+{
+    static const char op[] = "kn_rope";
+    if (!x || !pos || !inv_freq)
+        return kn_arg_error(op, "NULL %s", !x ? "x" : !pos ? "pos" : "inv_freq");
+    if (n_tokens < 0 || n_heads <= 0 || head_dim <= 0 || head_dim % 2 != 0)
+        return kn_arg_error(op, "bad sizes n_tokens=%d n_heads=%d head_dim=%d (must be even)",
+                            n_tokens, n_heads, head_dim);
+    if (!isfinite(attn_scale))
+        return kn_arg_error(op, "attn_scale %g is not finite", (double)attn_scale);
+    return TN_OK;
+}
+
+/* The batch's host fields; its arrays are backend memory, which the
+ * backends check (the CPU) or trust (CUDA's kernels skip bad pages). */
+static int check_seq_batch(const char *op, const kn_seq_batch *b)
+{
+    if (!b)
+        return kn_arg_error(op, "NULL batch");
+    if (b->n_seqs < 0 || b->n_rows < 0 || b->max_pages <= 0 || b->max_q_len < 0 ||
+        b->max_kv_len < 0 || b->n_pages <= 0)
+        return kn_arg_error(op, "bad batch sizes n_seqs=%d n_rows=%d max_pages=%d max_q_len=%d "
+                            "max_kv_len=%d n_pages=%d", b->n_seqs, b->n_rows, b->max_pages,
+                            b->max_q_len, b->max_kv_len, b->n_pages);
+    if (b->n_seqs > 0 && (!b->q_offset || !b->kv_len || !b->page_table))
+        return kn_arg_error(op, "batch has a NULL %s",
+                            !b->q_offset ? "q_offset" : !b->kv_len ? "kv_len" : "page_table");
+    if (b->n_rows > 0 && b->n_seqs == 0)
+        return kn_arg_error(op, "%d rows but no sequences", b->n_rows);
+    if (b->n_rows > 0 && b->max_q_len <= 0)
+        return kn_arg_error(op, "max_q_len %d with %d rows", b->max_q_len, b->n_rows);
+    return TN_OK;
+}
+
+static int check_kv_append(const float *k_pool, const float *v_pool, const float *k,
+                           const float *v, const kn_seq_batch *b, int n_kv_heads, int head_dim,
+                           int page_size)
+{
+    static const char op[] = "kn_kv_append";
+    if (!k_pool || !v_pool || !k || !v)
+        return kn_arg_error(op, "NULL %s", !k_pool ? "k_pool" : !v_pool ? "v_pool" : !k ? "k" : "v");
+    if (n_kv_heads <= 0 || head_dim <= 0 || page_size <= 0)
+        return kn_arg_error(op, "bad sizes n_kv_heads=%d head_dim=%d page_size=%d",
+                            n_kv_heads, head_dim, page_size);
+    return check_seq_batch(op, b);
+}
+
+static int check_attention(const float *out, const float *q, const float *k_pool,
+                           const float *v_pool, const kn_seq_batch *b, int n_heads,
+                           int n_kv_heads, int head_dim, int page_size, float scale, int window)
+{
+    static const char op[] = "kn_attention";
+    if (!out || !q || !k_pool || !v_pool)
+        return kn_arg_error(op, "NULL %s", !out ? "out" : !q ? "q" : !k_pool ? "k_pool" : "v_pool");
+    if (n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0 || page_size <= 0 || window < 0)
+        return kn_arg_error(op, "bad sizes n_heads=%d n_kv_heads=%d head_dim=%d page_size=%d "
+                            "window=%d", n_heads, n_kv_heads, head_dim, page_size, window);
+    if (n_heads % n_kv_heads != 0)
+        return kn_arg_error(op, "n_heads %d is not a multiple of n_kv_heads %d", n_heads,
+                            n_kv_heads);
+    if (!isfinite(scale))
+        return kn_arg_error(op, "scale %g is not finite", (double)scale);
+    return check_seq_batch(op, b);
+}
+
+static int check_moe_route(const int32_t *expert_idx, const float *expert_w,
+                           const float *logits, int n_tokens, int n_experts, int k,
+                           kn_route_mode mode)
+{
+    static const char op[] = "kn_moe_route";
+    if (!expert_idx || !expert_w || !logits)
+        return kn_arg_error(op, "NULL %s", !expert_idx ? "expert_idx" : !expert_w ? "expert_w" : "logits");
+    if (n_tokens < 0 || n_experts <= 0 || k <= 0 || k > n_experts)
+        return kn_arg_error(op, "bad sizes n_tokens=%d n_experts=%d k=%d (need 0 < k <= n_experts)",
+                            n_tokens, n_experts, k);
+    if (mode != KN_ROUTE_TOPK_SOFTMAX && mode != KN_ROUTE_SOFTMAX_TOPK)
+        return kn_arg_error(op, "unknown routing mode %d", (int)mode);
+    return TN_OK;
+}
+
+static int check_moe_experts(const float *out, const float *x, const int32_t *expert_idx,
+                             const float *expert_w, int n_tokens, int k, const kn_moe_weights *w)
+{
+    static const char op[] = "kn_moe_experts";
+    if (!out || !x || !expert_idx || !expert_w || !w)
+        return kn_arg_error(op, "NULL %s", !out ? "out" : !x ? "x" : !expert_idx ? "expert_idx"
+                                           : !expert_w ? "expert_w" : "weights");
+    if (!w->gate_up || !w->down)
+        return kn_arg_error(op, "NULL %s weights", !w->gate_up ? "gate_up" : "down");
+    if (n_tokens < 0 || k <= 0 || w->n_experts <= 0 || w->expert_offset < 0 || w->dim <= 0 ||
+        w->inter <= 0)
+        return kn_arg_error(op, "bad sizes n_tokens=%d k=%d n_experts=%d expert_offset=%d "
+                            "dim=%d inter=%d", n_tokens, k, w->n_experts, w->expert_offset,
+                            w->dim, w->inter);
+    if (w->act != KN_ACT_SWIGLU && w->act != KN_ACT_SWIGLU_OAI)
+        return kn_arg_error(op, "unknown activation %d", (int)w->act);
+    if (w->wdtype != KN_F32 && w->wdtype != KN_BF16 && w->wdtype != KN_FP8_E4M3)
+        return kn_arg_error(op, "unknown weight dtype %d", (int)w->wdtype);
+    if (w->wdtype == KN_FP8_E4M3 && (!w->gate_up_scale || !w->down_scale))
+        return kn_arg_error(op, "fp8 expert weights without block scales");
+    if (w->act == KN_ACT_SWIGLU_OAI && (!isfinite(w->alpha) || !(w->limit > 0.0f) ||
+                                        isinf(w->limit)))
+        return kn_arg_error(op, "clamped SwiGLU needs a finite alpha (%g) and a finite "
+                            "positive limit (%g)", (double)w->alpha, (double)w->limit);
+    size_t row_bytes = (size_t)n_tokens * w->dim * sizeof(float);
+    if (kn_ranges_overlap(out, row_bytes, x, row_bytes))
+        return kn_arg_error(op, "out overlaps x");
+    return TN_OK;
+}
+
+static int check_sample(const int32_t *tokens, const float *logits, int n_rows, int vocab,
+                        const kn_sampling *params, const uint64_t *rng_state)
+{
+    static const char op[] = "kn_sample";
+    if (!tokens || !logits || !params || !rng_state)
+        return kn_arg_error(op, "NULL %s", !tokens ? "tokens" : !logits ? "logits"
+                                           : !params ? "params" : "rng_state");
+    if (n_rows < 0 || vocab <= 0)
+        return kn_arg_error(op, "bad sizes n_rows=%d vocab=%d", n_rows, vocab);
+    return TN_OK;
+}
+
+static int check_fill(const void *x, kn_dtype dt, size_t n, float lo, float hi)
+{
+    static const char op[] = "kn_fill_uniform";
+    if (!x && n > 0)
+        return kn_arg_error(op, "NULL buffer");
+    if (!isfinite(lo) || !isfinite(hi) || lo > hi)
+        return kn_arg_error(op, "bad range [%g, %g)", (double)lo, (double)hi);
+    if (dt != KN_F32 && dt != KN_BF16 && dt != KN_FP8_E4M3)
+        return kn_arg_error(op, "unknown dtype %d", (int)dt);
+    return TN_OK;
+}
+
+/* The backend's kind when it and the op's arguments pass (check is a
+ * check_OP call, evaluated only after the backend passed); -1 otherwise,
+ * which every switch below turns into TN_ERR_ARG. */
+#define CHECKED_KIND(op, be, check) \
+    (backend_kind((op), (be)) < 0 || (check) != TN_OK ? -1 : (int)(be)->kind)
+
 int kn_embedding(const kn_backend *be, float *out, const float *table,
                  const int32_t *ids, int n_tokens, int vocab, int dim)
 {
-    switch (backend_kind("kn_embedding", be)) {
+    switch (CHECKED_KIND("kn_embedding", be,
+                         check_embedding(out, table, ids, n_tokens, vocab, dim))) {
     case KN_BACKEND_CPU:
         return kn_embedding_cpu(out, table, ids, n_tokens, vocab, dim);
     case KN_BACKEND_CUDA:
@@ -51,7 +295,7 @@ int kn_embedding(const kn_backend *be, float *out, const float *table,
 int kn_rmsnorm(const kn_backend *be, float *out, const float *x,
                const float *weight, int rows, int dim, float eps)
 {
-    switch (backend_kind("kn_rmsnorm", be)) {
+    switch (CHECKED_KIND("kn_rmsnorm", be, check_rmsnorm(out, x, weight, rows, dim, eps))) {
     case KN_BACKEND_CPU:
         return kn_rmsnorm_cpu(out, x, weight, rows, dim, eps);
     case KN_BACKEND_CUDA:
@@ -63,7 +307,8 @@ int kn_rmsnorm(const kn_backend *be, float *out, const float *x,
 int kn_add_rmsnorm(const kn_backend *be, float *x, float *xn, const float *delta,
                    const float *weight, int rows, int dim, float eps)
 {
-    switch (backend_kind("kn_add_rmsnorm", be)) {
+    switch (CHECKED_KIND("kn_add_rmsnorm", be,
+                         check_add_rmsnorm(x, xn, delta, weight, rows, dim, eps))) {
     case KN_BACKEND_CPU:
         return kn_add_rmsnorm_cpu(x, xn, delta, weight, rows, dim, eps);
     case KN_BACKEND_CUDA:
@@ -76,7 +321,10 @@ int kn_add_rmsnorm(const kn_backend *be, float *x, float *xn, const float *delta
 int kn_matmul(const kn_backend *be, float *out, const float *x, const float *w,
               const float *bias, int m, int n, int k)
 {
-    switch (backend_kind("kn_matmul", be)) {
+    switch (CHECKED_KIND("kn_matmul", be,
+                         check_matmul("kn_matmul", out, x, w,
+                                      (size_t)(n > 0 ? n : 0) * (k > 0 ? k : 0) * sizeof(float),
+                                      m, n, k))) {
     case KN_BACKEND_CPU:
         return kn_matmul_cpu(out, x, w, bias, m, n, k);
     case KN_BACKEND_CUDA:
@@ -88,7 +336,7 @@ int kn_matmul(const kn_backend *be, float *out, const float *x, const float *w,
 int kn_matmul_w(const kn_backend *be, float *out, const float *x, const kn_weight *w,
                 const float *bias, int m, int n, int k)
 {
-    switch (backend_kind("kn_matmul_w", be)) {
+    switch (CHECKED_KIND("kn_matmul_w", be, check_matmul_w(out, x, w, m, n, k))) {
     case KN_BACKEND_CPU:
         return kn_matmul_w_cpu(out, x, w, bias, m, n, k);
     case KN_BACKEND_CUDA:
@@ -99,7 +347,7 @@ int kn_matmul_w(const kn_backend *be, float *out, const float *x, const kn_weigh
 
 int kn_add(const kn_backend *be, float *out, const float *a, const float *b, size_t n)
 {
-    switch (backend_kind("kn_add", be)) {
+    switch (CHECKED_KIND("kn_add", be, check_add(out, a, b, n))) {
     case KN_BACKEND_CPU:
         return kn_add_cpu(out, a, b, n);
     case KN_BACKEND_CUDA:
@@ -111,7 +359,8 @@ int kn_add(const kn_backend *be, float *out, const float *a, const float *b, siz
 int kn_rope(const kn_backend *be, float *x, const int32_t *pos, int n_tokens,
             int n_heads, int head_dim, const float *inv_freq, float attn_scale)
 {
-    switch (backend_kind("kn_rope", be)) {
+    switch (CHECKED_KIND("kn_rope", be,
+                         check_rope(x, pos, n_tokens, n_heads, head_dim, inv_freq, attn_scale))) {
     case KN_BACKEND_CPU:
         return kn_rope_cpu(x, pos, n_tokens, n_heads, head_dim, inv_freq, attn_scale);
     case KN_BACKEND_CUDA:
@@ -125,7 +374,8 @@ int kn_kv_append(const kn_backend *be, float *k_pool, float *v_pool,
                  const float *k, const float *v, const kn_seq_batch *b,
                  int n_kv_heads, int head_dim, int page_size)
 {
-    switch (backend_kind("kn_kv_append", be)) {
+    switch (CHECKED_KIND("kn_kv_append", be,
+                         check_kv_append(k_pool, v_pool, k, v, b, n_kv_heads, head_dim, page_size))) {
     case KN_BACKEND_CPU:
         return kn_kv_append_cpu(k_pool, v_pool, k, v, b, n_kv_heads, head_dim, page_size);
     case KN_BACKEND_CUDA:
@@ -140,7 +390,9 @@ int kn_attention(const kn_backend *be, float *out, const float *q,
                  int n_heads, int n_kv_heads, int head_dim, int page_size,
                  float scale, const float *sinks, int window)
 {
-    switch (backend_kind("kn_attention", be)) {
+    switch (CHECKED_KIND("kn_attention", be,
+                         check_attention(out, q, k_pool, v_pool, b, n_heads, n_kv_heads,
+                                         head_dim, page_size, scale, window))) {
     case KN_BACKEND_CPU:
         return kn_attention_cpu(out, q, k_pool, v_pool, b, n_heads, n_kv_heads,
                                 head_dim, page_size, scale, sinks, window);
@@ -156,7 +408,8 @@ int kn_moe_route(const kn_backend *be, int32_t *expert_idx, float *expert_w,
                  const float *logits, int n_tokens, int n_experts, int k,
                  kn_route_mode mode, int renormalize)
 {
-    switch (backend_kind("kn_moe_route", be)) {
+    switch (CHECKED_KIND("kn_moe_route", be,
+                         check_moe_route(expert_idx, expert_w, logits, n_tokens, n_experts, k, mode))) {
     case KN_BACKEND_CPU:
         return kn_moe_route_cpu(expert_idx, expert_w, logits, n_tokens, n_experts, k,
                                 mode, renormalize);
@@ -172,7 +425,8 @@ int kn_moe_experts(const kn_backend *be, float *out, const float *x,
                    const int32_t *expert_idx, const float *expert_w,
                    int n_tokens, int k, const kn_moe_weights *w)
 {
-    switch (backend_kind("kn_moe_experts", be)) {
+    switch (CHECKED_KIND("kn_moe_experts", be,
+                         check_moe_experts(out, x, expert_idx, expert_w, n_tokens, k, w))) {
     case KN_BACKEND_CPU:
         return kn_moe_experts_cpu(out, x, expert_idx, expert_w, n_tokens, k, w);
     case KN_BACKEND_CUDA:
@@ -186,7 +440,8 @@ int kn_sample(const kn_backend *be, int32_t *tokens, const float *logits,
               int n_rows, int vocab, const kn_sampling *params,
               uint64_t *rng_state)
 {
-    switch (backend_kind("kn_sample", be)) {
+    switch (CHECKED_KIND("kn_sample", be,
+                         check_sample(tokens, logits, n_rows, vocab, params, rng_state))) {
     case KN_BACKEND_CPU:
         return kn_sample_cpu(tokens, logits, n_rows, vocab, params, rng_state);
     case KN_BACKEND_CUDA:
@@ -199,7 +454,7 @@ int kn_sample(const kn_backend *be, int32_t *tokens, const float *logits,
 int kn_fill_uniform_at(const kn_backend *be, void *x, kn_dtype dt, size_t n, uint64_t seed,
                        size_t first, float lo, float hi)
 {
-    switch (backend_kind("kn_fill_uniform", be)) {
+    switch (CHECKED_KIND("kn_fill_uniform", be, check_fill(x, dt, n, lo, hi))) {
     case KN_BACKEND_CPU:
         return kn_fill_uniform_cpu(x, dt, n, seed, first, lo, hi);
     case KN_BACKEND_CUDA:

@@ -6,6 +6,4 @@
 
 /* out[i] = a[i] + b[i]; out may alias a or b (the residual add). */
 int kn_add(const kn_backend *be, float *out, const float *a, const float *b, size_t n);
-int kn_add_cpu(float *out, const float *a, const float *b, size_t n);
-int kn_add_cuda(const kn_backend *be, float *out, const float *a, const float *b, size_t n);
 #endif

@@ -7,8 +7,4 @@
 
 int kn_embedding(const kn_backend *be, float *out, const float *table,
                  const int32_t *ids, int n_tokens, int vocab, int dim);
-int kn_embedding_cpu(float *out, const float *table, const int32_t *ids,
-                     int n_tokens, int vocab, int dim);
-int kn_embedding_cuda(const kn_backend *be, float *out, const float *table,
-                      const int32_t *ids, int n_tokens, int vocab, int dim);
 #endif

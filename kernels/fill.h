@@ -23,10 +23,6 @@ int kn_fill_uniform(const kn_backend *be, void *x, kn_dtype dt, size_t n, uint64
  * tensor (a rank's rows) can be made without the rest. */
 int kn_fill_uniform_at(const kn_backend *be, void *x, kn_dtype dt, size_t n, uint64_t seed,
                        size_t first, float lo, float hi);
-int kn_fill_uniform_cpu(void *x, kn_dtype dt, size_t n, uint64_t seed, size_t first,
-                        float lo, float hi);
-int kn_fill_uniform_cuda(const kn_backend *be, void *x, kn_dtype dt, size_t n, uint64_t seed,
-                         size_t first, float lo, float hi);
 
 /* The value kn_fill_uniform writes at index i as fp32 (before any bf16
  * rounding): the definition both backends implement. */

@@ -8,10 +8,6 @@
 
 int kn_matmul(const kn_backend *be, float *out, const float *x, const float *w,
               const float *bias, int m, int n, int k);
-int kn_matmul_cpu(float *out, const float *x, const float *w, const float *bias,
-                  int m, int n, int k);
-int kn_matmul_cuda(const kn_backend *be, float *out, const float *x,
-                   const float *w, const float *bias, int m, int n, int k);
 
 /* A weight matrix on a backend with its element type. */
 typedef struct kn_weight {
@@ -38,8 +34,4 @@ typedef struct kn_weight {
  *            runs cuBLASLt's block-scaled FP8 GEMM). */
 int kn_matmul_w(const kn_backend *be, float *out, const float *x, const kn_weight *w,
                 const float *bias, int m, int n, int k);
-int kn_matmul_w_cpu(float *out, const float *x, const kn_weight *w, const float *bias,
-                    int m, int n, int k);
-int kn_matmul_w_cuda(const kn_backend *be, float *out, const float *x, const kn_weight *w,
-                     const float *bias, int m, int n, int k);
 #endif

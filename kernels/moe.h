@@ -17,12 +17,6 @@ typedef enum { KN_ROUTE_TOPK_SOFTMAX = 0, KN_ROUTE_SOFTMAX_TOPK = 1 } kn_route_m
 int kn_moe_route(const kn_backend *be, int32_t *expert_idx, float *expert_w,
                  const float *logits, int n_tokens, int n_experts, int k,
                  kn_route_mode mode, int renormalize);
-int kn_moe_route_cpu(int32_t *expert_idx, float *expert_w, const float *logits,
-                     int n_tokens, int n_experts, int k, kn_route_mode mode,
-                     int renormalize);
-int kn_moe_route_cuda(const kn_backend *be, int32_t *expert_idx, float *expert_w,
-                      const float *logits, int n_tokens, int n_experts, int k,
-                      kn_route_mode mode, int renormalize);
 
 /* Expert activation on h = [gate | up] (each `inter` wide):
  *   KN_ACT_SWIGLU:      silu(gate) * up                                (Qwen3)
@@ -66,10 +60,4 @@ typedef struct kn_moe_weights {
 int kn_moe_experts(const kn_backend *be, float *out, const float *x,
                    const int32_t *expert_idx, const float *expert_w,
                    int n_tokens, int k, const kn_moe_weights *w);
-int kn_moe_experts_cpu(float *out, const float *x, const int32_t *expert_idx,
-                       const float *expert_w, int n_tokens, int k,
-                       const kn_moe_weights *w);
-int kn_moe_experts_cuda(const kn_backend *be, float *out, const float *x,
-                        const int32_t *expert_idx, const float *expert_w,
-                        int n_tokens, int k, const kn_moe_weights *w);
 #endif

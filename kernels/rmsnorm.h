@@ -9,10 +9,6 @@
 
 int kn_rmsnorm(const kn_backend *be, float *out, const float *x,
                const float *weight, int rows, int dim, float eps);
-int kn_rmsnorm_cpu(float *out, const float *x, const float *weight, int rows,
-                   int dim, float eps);
-int kn_rmsnorm_cuda(const kn_backend *be, float *out, const float *x,
-                    const float *weight, int rows, int dim, float eps);
 
 /* The residual add fused with the norm that follows it, saving a pass over
  * the residual stream:
@@ -23,8 +19,4 @@ int kn_rmsnorm_cuda(const kn_backend *be, float *out, const float *x,
  * only the normed rows remain); delta must not overlap x or xn. */
 int kn_add_rmsnorm(const kn_backend *be, float *x, float *xn, const float *delta,
                    const float *weight, int rows, int dim, float eps);
-int kn_add_rmsnorm_cpu(float *x, float *xn, const float *delta, const float *weight,
-                       int rows, int dim, float eps);
-int kn_add_rmsnorm_cuda(const kn_backend *be, float *x, float *xn, const float *delta,
-                        const float *weight, int rows, int dim, float eps);
 #endif

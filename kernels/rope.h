@@ -29,8 +29,4 @@ int kn_rope_inv_freq(const kn_rope_config *cfg, float *inv_freq, float *attn_sca
 /* inv_freq is backend memory [head_dim/2]; pos is backend memory [n_tokens]. */
 int kn_rope(const kn_backend *be, float *x, const int32_t *pos, int n_tokens,
             int n_heads, int head_dim, const float *inv_freq, float attn_scale);
-int kn_rope_cpu(float *x, const int32_t *pos, int n_tokens, int n_heads,
-                int head_dim, const float *inv_freq, float attn_scale);
-int kn_rope_cuda(const kn_backend *be, float *x, const int32_t *pos, int n_tokens,
-                 int n_heads, int head_dim, const float *inv_freq, float attn_scale);
 #endif

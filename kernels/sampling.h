@@ -31,9 +31,4 @@ double kn_rng_uniform(uint64_t *state);
 int kn_sample(const kn_backend *be, int32_t *tokens, const float *logits,
               int n_rows, int vocab, const kn_sampling *params,
               uint64_t *rng_state);
-int kn_sample_cpu(int32_t *tokens, const float *logits, int n_rows, int vocab,
-                  const kn_sampling *params, uint64_t *rng_state);
-int kn_sample_cuda(const kn_backend *be, int32_t *tokens, const float *logits,
-                   int n_rows, int vocab, const kn_sampling *params,
-                   uint64_t *rng_state);
 #endif

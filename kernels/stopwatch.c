@@ -6,7 +6,7 @@
 #include "kernels/kn_check.h"
 #include "common/status.h"
 #ifdef TANDEM_CUDA
-#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_ops.h"
 #endif
 
 struct kn_stopwatch {

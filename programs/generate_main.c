@@ -10,6 +10,7 @@
 #include "engine/kv_cache.h"
 #include "engine/model.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/sampling.h"
 #include "common/options.h"
 #include "common/status.h"

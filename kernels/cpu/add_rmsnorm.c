@@ -5,27 +5,13 @@
  * so the results are bit-identical to that unfused pair. */
 #include <math.h>
 #include "kernels/kn_check.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/rmsnorm.h"
 #include "common/status.h"
 
 int kn_add_rmsnorm_cpu(float *x, float *xn, const float *delta, const float *weight,
                        int rows, int dim, float eps)
 {
-    static const char op[] = "kn_add_rmsnorm";
-    if (!x || !xn || !delta || !weight)
-        return kn_arg_error(op, "NULL %s",
-                            !x ? "x" : !xn ? "xn" : !delta ? "delta" : "weight");
-    if (rows < 0 || dim <= 0)
-        return kn_arg_error(op, "bad sizes rows=%d dim=%d", rows, dim);
-    if (!(eps >= 0.0f) || isinf(eps))
-        return kn_arg_error(op, "eps %g is not a finite non-negative number", (double)eps);
-    size_t bytes = (size_t)rows * dim * sizeof(float);
-    /* xn == x is fine (each element is read before it is written); any other
-     * overlap would read values this call already changed. */
-    if (xn != x && kn_ranges_overlap(xn, bytes, x, bytes))
-        return kn_arg_error(op, "xn partially overlaps x");
-    if (kn_ranges_overlap(delta, bytes, x, bytes) || kn_ranges_overlap(delta, bytes, xn, bytes))
-        return kn_arg_error(op, "delta overlaps x or xn");
     #pragma omp parallel for schedule(static) if ((size_t)rows * dim > 16384)
     for (int r = 0; r < rows; r++) {
         float *xr = x + (size_t)r * dim, *xnr = xn + (size_t)r * dim;

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/attention.h"
 #include "kernels/cpu/seq_batch.h"
 #include "kernels/kn_check.h"
@@ -19,16 +20,6 @@ int kn_attention_cpu(float *out, const float *q, const float *k_pool,
                      const float *sinks, int window)
 {
     static const char op[] = "kn_attention";
-    if (!out || !q || !k_pool || !v_pool)
-        return kn_arg_error(op, "NULL %s", !out ? "out" : !q ? "q" : !k_pool ? "k_pool" : "v_pool");
-    if (n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0 || page_size <= 0 || window < 0)
-        return kn_arg_error(op, "bad sizes n_heads=%d n_kv_heads=%d head_dim=%d page_size=%d "
-                            "window=%d", n_heads, n_kv_heads, head_dim, page_size, window);
-    if (n_heads % n_kv_heads != 0)
-        return kn_arg_error(op, "n_heads %d is not a multiple of n_kv_heads %d", n_heads,
-                            n_kv_heads);
-    if (!isfinite(scale))
-        return kn_arg_error(op, "scale %g is not finite", (double)scale);
     int rc = kn_cpu_check_seq_batch(op, b, page_size);
     if (rc != TN_OK)
         return rc;

@@ -1,5 +1,6 @@
 /* Token embedding lookup on the CPU. */
 #include <string.h>
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/embedding.h"
 #include "kernels/kn_check.h"
 #include "common/status.h"
@@ -8,10 +9,6 @@ int kn_embedding_cpu(float *out, const float *table, const int32_t *ids,
                      int n_tokens, int vocab, int dim)
 {
     static const char op[] = "kn_embedding";
-    if (!out || !table || !ids)
-        return kn_arg_error(op, "NULL %s", !out ? "out" : !table ? "table" : "ids");
-    if (n_tokens < 0 || vocab <= 0 || dim <= 0)
-        return kn_arg_error(op, "bad sizes n_tokens=%d vocab=%d dim=%d", n_tokens, vocab, dim);
     /* Check every id before writing, so a bad batch leaves out untouched. */
     for (int t = 0; t < n_tokens; t++)
         if (ids[t] < 0 || ids[t] >= vocab)

@@ -1,5 +1,6 @@
 /* Writes this step's K and V rows into the paged HND pools on the CPU. */
 #include <string.h>
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/attention.h"
 #include "kernels/cpu/seq_batch.h"
 #include "kernels/kn_check.h"
@@ -9,11 +10,6 @@ int kn_kv_append_cpu(float *k_pool, float *v_pool, const float *k, const float *
                      const kn_seq_batch *b, int n_kv_heads, int head_dim, int page_size)
 {
     static const char op[] = "kn_kv_append";
-    if (!k_pool || !v_pool || !k || !v)
-        return kn_arg_error(op, "NULL %s", !k_pool ? "k_pool" : !v_pool ? "v_pool" : !k ? "k" : "v");
-    if (n_kv_heads <= 0 || head_dim <= 0 || page_size <= 0)
-        return kn_arg_error(op, "bad sizes n_kv_heads=%d head_dim=%d page_size=%d",
-                            n_kv_heads, head_dim, page_size);
     int rc = kn_cpu_check_seq_batch(op, b, page_size);
     if (rc != TN_OK)
         return rc;

@@ -8,6 +8,7 @@
  * to float once. */
 #include <math.h>
 #include "kernels/kn_check.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/moe.h"
 #include "common/status.h"
 
@@ -37,13 +38,6 @@ int kn_moe_route_cpu(int32_t *expert_idx, float *expert_w, const float *logits,
                      int renormalize)
 {
     static const char op[] = "kn_moe_route";
-    if (!expert_idx || !expert_w || !logits)
-        return kn_arg_error(op, "NULL %s", !expert_idx ? "expert_idx" : !expert_w ? "expert_w" : "logits");
-    if (n_tokens < 0 || n_experts <= 0 || k <= 0 || k > n_experts)
-        return kn_arg_error(op, "bad sizes n_tokens=%d n_experts=%d k=%d (need 0 < k <= n_experts)",
-                            n_tokens, n_experts, k);
-    if (mode != KN_ROUTE_TOPK_SOFTMAX && mode != KN_ROUTE_SOFTMAX_TOPK)
-        return kn_arg_error(op, "unknown routing mode %d", (int)mode);
     for (size_t i = 0; i < (size_t)n_tokens * n_experts; i++)
         if (!isfinite(logits[i]))
             return kn_arg_error(op, "token %zu has a non-finite router logit for expert %zu",

@@ -3,19 +3,13 @@
  * accurate for any row length, which keeps us within float rounding of it. */
 #include <math.h>
 #include "kernels/kn_check.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/rmsnorm.h"
 #include "common/status.h"
 
 int kn_rmsnorm_cpu(float *out, const float *x, const float *weight, int rows,
                    int dim, float eps)
 {
-    static const char op[] = "kn_rmsnorm";
-    if (!out || !x || !weight)
-        return kn_arg_error(op, "NULL %s", !out ? "out" : !x ? "x" : "weight");
-    if (rows < 0 || dim <= 0)
-        return kn_arg_error(op, "bad sizes rows=%d dim=%d", rows, dim);
-    if (!(eps >= 0.0f) || isinf(eps))
-        return kn_arg_error(op, "eps %g is not a finite non-negative number", (double)eps);
     #pragma omp parallel for schedule(static) if ((size_t)rows * dim > 16384)
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * dim;

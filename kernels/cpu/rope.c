@@ -6,6 +6,7 @@
  * HF's logits; cos/sin of that float angle are then taken in double. */
 #include <math.h>
 #include "kernels/kn_check.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/rope.h"
 #include "common/status.h"
 
@@ -13,13 +14,6 @@ int kn_rope_cpu(float *x, const int32_t *pos, int n_tokens, int n_heads,
                 int head_dim, const float *inv_freq, float attn_scale)
 {
     static const char op[] = "kn_rope";
-    if (!x || !pos || !inv_freq)
-        return kn_arg_error(op, "NULL %s", !x ? "x" : !pos ? "pos" : "inv_freq");
-    if (n_tokens < 0 || n_heads <= 0 || head_dim <= 0 || head_dim % 2 != 0)
-        return kn_arg_error(op, "bad sizes n_tokens=%d n_heads=%d head_dim=%d (must be even)",
-                            n_tokens, n_heads, head_dim);
-    if (!isfinite(attn_scale))
-        return kn_arg_error(op, "attn_scale %g is not finite", (double)attn_scale);
     for (int t = 0; t < n_tokens; t++)
         if (pos[t] < 0)
             return kn_arg_error(op, "token %d has negative position %d", t, (int)pos[t]);

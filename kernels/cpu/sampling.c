@@ -16,6 +16,7 @@
 #include <omp.h>
 #include <stdlib.h>
 #include "kernels/kn_check.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/sampling.h"
 #include "common/status.h"
 
@@ -158,12 +159,6 @@ static int32_t sample_row(const float *l, int vocab, const kn_sampling *sp, int 
 int kn_sample_cpu(int32_t *tokens, const float *logits, int n_rows, int vocab,
                   const kn_sampling *params, uint64_t *rng_state)
 {
-    static const char op[] = "kn_sample";
-    if (!tokens || !logits || !params || !rng_state)
-        return kn_arg_error(op, "NULL %s", !tokens ? "tokens" : !logits ? "logits"
-                                           : !params ? "params" : "rng_state");
-    if (n_rows < 0 || vocab <= 0)
-        return kn_arg_error(op, "bad sizes n_rows=%d vocab=%d", n_rows, vocab);
     /* Check every row before drawing any, so a bad batch advances no generator. */
     int any_random = 0;
     for (int r = 0; r < n_rows; r++) {

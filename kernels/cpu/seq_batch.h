@@ -3,7 +3,9 @@
 #define TANDEM_KERNELS_CPU_SEQ_BATCH_H
 #include "kernels/attention.h"
 
-/* Validates a batch whose arrays are host memory: q_offset starts at 0, never
+/* Validates the arrays of a batch whose host fields kn_attention /
+ * kn_kv_append have checked (dispatch.c) and whose arrays are host memory:
+ * none is NULL; q_offset starts at 0, never
  * decreases and ends at n_rows; each sequence has no more rows than tokens,
  * fits max_q_len, max_kv_len and its max_pages pages; and every page it uses
  * is an id in [0, n_pages). Returns TN_OK or TN_ERR_ARG with a message. */

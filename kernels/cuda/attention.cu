@@ -36,15 +36,15 @@
  */
 #include <math.h>
 #include "kernels/cuda/attention_mma.cuh"
+#include "kernels/cuda/attention_setup.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/paged_kv.cuh"
 extern "C" {
 #include "kernels/attention.h"
+#include "kernels/cuda/cuda_ops.h"
 }
 
 namespace {
-
-const float LOG2E = 1.4426950408889634f;
 
 struct AttnArgs {
     float *out;
@@ -102,15 +102,8 @@ attn_flash_kernel(AttnArgs a)
     const int tx = lane & 15, ty = (tid >> 5) * 2 + (lane >> 4);
 
     for (int idx = tid; idx < FL_BM * (D / 4); idx += FL_THREADS) {
-        int r = idx / (D / 4), c4 = idx % (D / 4), v = v0 + r;
-        float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (v < nvec) {
-            int rl = v / G, g = v - rl * G;
-            val = *(const float4 *)(a.q + ((size_t)(q0 + rl) * a.n_heads + kvh * G + g) * D + c4 * 4);
-            val.x *= a.scale_log2; val.y *= a.scale_log2;
-            val.z *= a.scale_log2; val.w *= a.scale_log2;
-        }
-        *(float4 *)&Qs[r * LD + c4 * 4] = val;
+        int r = idx / (D / 4), c4 = idx % (D / 4);
+        *(float4 *)&Qs[r * LD + c4 * 4] = kn_attn_q4<D>(a, q0, kvh, v0 + r, nvec, c4);
     }
 
     /* This thread's rows are ty + 16*i; its score columns tx + 16*c; its
@@ -121,25 +114,15 @@ attn_flash_kernel(AttnArgs a)
     float m[8], l[8], o[8][DC];
 #pragma unroll
     for (int i = 0; i < 8; i++) {
-        int v = v0 + ty + 16 * i;
-        bool valid = v < nvec;
-        pos[i] = valid ? first_pos + v / G : -1;
-        if (a.sinks && valid) {
-            m[i] = a.sinks[kvh * G + v % G] * LOG2E;
-            l[i] = tx == 0 ? 1.f : 0.f;
-        } else {
-            m[i] = -INFINITY;
-            l[i] = 0.f;
-        }
+        kn_attn_row_init(a, kvh, v0 + ty + 16 * i, nvec, first_pos, true, tx == 0, pos[i], m[i],
+                         l[i]);
 #pragma unroll
         for (int c = 0; c < DC; c++)
             o[i][c] = 0.f;
     }
 
-    const int pos_lo = first_pos + v0 / G;
-    const int pos_hi = first_pos + (min(v0 + FL_BM, nvec) - 1) / G;
-    const int kbeg = a.window > 0 ? max(0, pos_lo - a.window + 1) : 0;
-    const int kend = pos_hi + 1;
+    int kbeg, kend;
+    kn_attn_key_range(a, first_pos, v0, FL_BM, nvec, &kbeg, &kend);
 
     for (int j0 = kbeg; j0 < kend; j0 += FL_BN) {
         __syncthreads(); /* the previous tile's K, V, P are no longer read */
@@ -278,6 +261,90 @@ static size_t split_smem_bytes(int vb, int d)
     return floats * sizeof(float) + SP_KC * sizeof(long long);
 }
 
+/* The split-KV and decode kernels' block: sequence s = blockIdx.z, KV head
+ * and chunk of vb query vectors from blockIdx.y, split blockIdx.x; the
+ * sequence's first row q0, its nvec query vectors, the chunk's first v0
+ * and the position of its first row. False (the block has nothing to do)
+ * when the chunk starts past the sequence's vectors. */
+__device__ __forceinline__ bool split_block(const AttnArgs &a, int vb, int &s, int &kvh, int &split,
+                                            int &q0, int &nvec, int &v0, int &first_pos)
+{
+    s = blockIdx.z;
+    kvh = blockIdx.y / a.n_qchunks;
+    split = blockIdx.x;
+    q0 = a.q_offset[s];
+    const int nq = a.q_offset[s + 1] - q0;
+    nvec = nq * a.group;
+    v0 = (blockIdx.y % a.n_qchunks) * vb;
+    if (v0 >= nvec)
+        return false;
+    first_pos = a.kv_len[s] - nq;
+    return true;
+}
+
+/* The split-KV and decode kernels' state before any key: warp w owns
+ * vectors v0 + w + SP_WARPS*t (t < VPW), the lane DPL output dims of each;
+ * split 0 starts from the sinks. */
+template <int VPW, int DPL>
+__device__ __forceinline__ void split_init_state(const AttnArgs &a, int kvh, int v0, int nvec,
+                                                 int first_pos, int split, int w, int lane,
+                                                 int (&pos)[VPW], float (&m)[VPW],
+                                                 float (&l)[VPW], float (&o)[VPW][DPL])
+{
+#pragma unroll
+    for (int t = 0; t < VPW; t++) {
+        kn_attn_row_init(a, kvh, v0 + w + SP_WARPS * t, nvec, first_pos, split == 0, lane == 0,
+                         pos[t], m[t], l[t]);
+#pragma unroll
+        for (int c = 0; c < DPL; c++)
+            o[t][c] = 0.f;
+    }
+}
+
+/* The split-KV and decode kernels' results: each of the warp's vectors
+ * gets its normalised output (one split) or this split's partial state
+ * (o, m and the row sum l) for attn_combine_kernel; dims past D are not
+ * written. */
+template <int VPW, int DPL>
+__device__ __forceinline__ void split_store(const AttnArgs &a, int D, int q0, int kvh, int v0,
+                                            int nvec, int split, int w, int lane,
+                                            const float (&m)[VPW], const float (&l)[VPW],
+                                            const float (&o)[VPW][DPL])
+{
+    const int G = a.group;
+#pragma unroll
+    for (int t = 0; t < VPW; t++) {
+        float lsum = l[t];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1)
+            lsum += __shfl_xor_sync(0xffffffffu, lsum, off);
+        int v = v0 + w + SP_WARPS * t;
+        if (v >= nvec)
+            continue;
+        int rl = v / G, g = v - rl * G;
+        size_t oh = (size_t)(q0 + rl) * a.n_heads + kvh * G + g;
+        if (a.n_splits == 1) {
+            float inv = lsum > 0.f ? 1.f / lsum : 0.f;
+            float *dst = a.out + oh * D;
+#pragma unroll
+            for (int c = 0; c < DPL; c++)
+                if (lane + 32 * c < D)
+                    dst[lane + 32 * c] = o[t][c] * inv;
+        } else {
+            size_t pi = oh * a.n_splits + split;
+            float *dst = a.part_o + pi * D;
+#pragma unroll
+            for (int c = 0; c < DPL; c++)
+                if (lane + 32 * c < D)
+                    dst[lane + 32 * c] = o[t][c];
+            if (lane == 0) {
+                a.part_ml[pi * 2] = m[t];
+                a.part_ml[pi * 2 + 1] = lsum;
+            }
+        }
+    }
+}
+
 template <int VPW>
 __global__ void __launch_bounds__(SP_WARPS * 32)
 attn_split_kernel(AttnArgs a)
@@ -292,14 +359,10 @@ attn_split_kernel(AttnArgs a)
     size_t kofs = ((size_t)(VB * D + SP_KC * LDK + SP_KC * D + VB * SP_KC) + 1) & ~(size_t)1;
     long long *krow = (long long *)(smem + kofs);
 
-    const int s = blockIdx.z;
-    const int kvh = blockIdx.y / a.n_qchunks, qc = blockIdx.y % a.n_qchunks;
-    const int split = blockIdx.x;
-    const int q0 = a.q_offset[s], nq = a.q_offset[s + 1] - q0;
-    const int G = a.group, nvec = nq * G, v0 = qc * VB;
-    if (v0 >= nvec)
+    int s, kvh, split, q0, nvec, v0, first_pos;
+    if (!split_block(a, VB, s, kvh, split, q0, nvec, v0, first_pos))
         return;
-    const int first_pos = a.kv_len[s] - nq;
+    const int G = a.group;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
 
     for (int idx = tid; idx < VB * D; idx += blockDim.x) {
@@ -315,33 +378,10 @@ attn_split_kernel(AttnArgs a)
     /* Warp w owns vectors w + 4*t; lane holds output dims lane + 32*c. */
     int pos[VPW];
     float m[VPW], l[VPW], o[VPW][SP_DPL];
-#pragma unroll
-    for (int t = 0; t < VPW; t++) {
-        int v = v0 + w + SP_WARPS * t;
-        bool valid = v < nvec;
-        pos[t] = valid ? first_pos + v / G : -1;
-        if (a.sinks && valid && split == 0) {
-            m[t] = a.sinks[kvh * G + v % G] * LOG2E;
-            l[t] = lane == 0 ? 1.f : 0.f;
-        } else {
-            m[t] = -INFINITY;
-            l[t] = 0.f;
-        }
-#pragma unroll
-        for (int c = 0; c < SP_DPL; c++)
-            o[t][c] = 0.f;
-    }
-
-    const int pos_lo = first_pos + v0 / G;
-    const int pos_hi = first_pos + (min(v0 + VB, nvec) - 1) / G;
-    int kbeg = a.window > 0 ? max(0, pos_lo - a.window + 1) : 0;
-    int kend = pos_hi + 1;
-    /* The last split runs to the end whatever max_kv_len said. */
-    int split_beg = split * a.split_keys;
-    if (split_beg > kbeg)
-        kbeg = split_beg;
-    if (split < a.n_splits - 1 && split_beg + a.split_keys < kend)
-        kend = split_beg + a.split_keys;
+    split_init_state<VPW, SP_DPL>(a, kvh, v0, nvec, first_pos, split, w, lane, pos, m, l, o);
+    int kbeg, kend;
+    kn_attn_key_range(a, first_pos, v0, VB, nvec, &kbeg, &kend);
+    kn_attn_split_range(split, a.n_splits, a.split_keys, &kbeg, &kend);
 
     for (int j0 = kbeg; j0 < kend; j0 += SP_KC) {
         __syncthreads();
@@ -425,37 +465,7 @@ attn_split_kernel(AttnArgs a)
         }
     }
 
-#pragma unroll
-    for (int t = 0; t < VPW; t++) {
-        float lsum = l[t];
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1)
-            lsum += __shfl_xor_sync(0xffffffffu, lsum, off);
-        int v = v0 + w + SP_WARPS * t;
-        if (v >= nvec)
-            continue;
-        int rl = v / G, g = v - rl * G;
-        size_t oh = (size_t)(q0 + rl) * a.n_heads + kvh * G + g;
-        if (a.n_splits == 1) {
-            float inv = lsum > 0.f ? 1.f / lsum : 0.f;
-            float *dst = a.out + oh * D;
-#pragma unroll
-            for (int c = 0; c < SP_DPL; c++)
-                if (lane + 32 * c < D)
-                    dst[lane + 32 * c] = o[t][c] * inv;
-        } else {
-            size_t pi = oh * a.n_splits + split;
-            float *dst = a.part_o + pi * D;
-#pragma unroll
-            for (int c = 0; c < SP_DPL; c++)
-                if (lane + 32 * c < D)
-                    dst[lane + 32 * c] = o[t][c];
-            if (lane == 0) {
-                a.part_ml[pi * 2] = m[t];
-                a.part_ml[pi * 2 + 1] = lsum;
-            }
-        }
-    }
+    split_store<VPW, SP_DPL>(a, D, q0, kvh, v0, nvec, split, w, lane, m, l, o);
 }
 
 /* The split kernel specialised for head_dim D in {64, 128} with 16-byte
@@ -475,56 +485,22 @@ attn_decode_kernel(AttnArgs a)
     __shared__ float Ks[SP_KC * LDK];
     __shared__ __align__(16) float Vs[SP_KC * D];
 
-    const int s = blockIdx.z;
-    const int kvh = blockIdx.y / a.n_qchunks, qc = blockIdx.y % a.n_qchunks;
-    const int split = blockIdx.x;
-    const int q0 = a.q_offset[s], nq = a.q_offset[s + 1] - q0;
-    const int G = a.group, nvec = nq * G, v0 = qc * VB;
-    if (v0 >= nvec)
+    int s, kvh, split, q0, nvec, v0, first_pos;
+    if (!split_block(a, VB, s, kvh, split, q0, nvec, v0, first_pos))
         return;
-    const int first_pos = a.kv_len[s] - nq;
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
 
     for (int idx = tid; idx < VB * D4; idx += blockDim.x) {
-        int vb = idx / D4, c4 = idx - vb * D4, v = v0 + vb;
-        float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (v < nvec) {
-            int rl = v / G, g = v - rl * G;
-            val = *(const float4 *)(a.q + ((size_t)(q0 + rl) * a.n_heads + kvh * G + g) * D + c4 * 4);
-            val.x *= a.scale_log2; val.y *= a.scale_log2;
-            val.z *= a.scale_log2; val.w *= a.scale_log2;
-        }
-        *(float4 *)&Qs[vb * D + c4 * 4] = val;
+        int vb = idx / D4, c4 = idx - vb * D4;
+        *(float4 *)&Qs[vb * D + c4 * 4] = kn_attn_q4<D>(a, q0, kvh, v0 + vb, nvec, c4);
     }
 
     int pos[VPW];
     float m[VPW], l[VPW], o[VPW][DPL];
-#pragma unroll
-    for (int t = 0; t < VPW; t++) {
-        int v = v0 + w + SP_WARPS * t;
-        bool valid = v < nvec;
-        pos[t] = valid ? first_pos + v / G : -1;
-        if (a.sinks && valid && split == 0) {
-            m[t] = a.sinks[kvh * G + v % G] * LOG2E;
-            l[t] = lane == 0 ? 1.f : 0.f;
-        } else {
-            m[t] = -INFINITY;
-            l[t] = 0.f;
-        }
-#pragma unroll
-        for (int c = 0; c < DPL; c++)
-            o[t][c] = 0.f;
-    }
-
-    const int pos_lo = first_pos + v0 / G;
-    const int pos_hi = first_pos + (min(v0 + VB, nvec) - 1) / G;
-    int kbeg = a.window > 0 ? max(0, pos_lo - a.window + 1) : 0;
-    int kend = pos_hi + 1;
-    int split_beg = split * a.split_keys;
-    if (split_beg > kbeg)
-        kbeg = split_beg;
-    if (split < a.n_splits - 1 && split_beg + a.split_keys < kend)
-        kend = split_beg + a.split_keys;
+    split_init_state<VPW, DPL>(a, kvh, v0, nvec, first_pos, split, w, lane, pos, m, l, o);
+    int kbeg, kend;
+    kn_attn_key_range(a, first_pos, v0, VB, nvec, &kbeg, &kend);
+    kn_attn_split_range(split, a.n_splits, a.split_keys, &kbeg, &kend);
 
     float4 kreg[LOADS], vreg[LOADS];
 #define KN_DECODE_LOAD(J0)                                                                   \
@@ -614,33 +590,7 @@ attn_decode_kernel(AttnArgs a)
     }
 #undef KN_DECODE_LOAD
 
-#pragma unroll
-    for (int t = 0; t < VPW; t++) {
-        float lsum = l[t];
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1)
-            lsum += __shfl_xor_sync(0xffffffffu, lsum, off);
-        int v = v0 + w + SP_WARPS * t;
-        if (v >= nvec)
-            continue;
-        int rl = v / G, g = v - rl * G;
-        size_t oh = (size_t)(q0 + rl) * a.n_heads + kvh * G + g;
-        if (a.n_splits == 1) {
-            float inv = lsum > 0.f ? 1.f / lsum : 0.f;
-#pragma unroll
-            for (int c = 0; c < DPL; c++)
-                a.out[oh * D + lane + 32 * c] = o[t][c] * inv;
-        } else {
-            size_t pi = oh * a.n_splits + split;
-#pragma unroll
-            for (int c = 0; c < DPL; c++)
-                a.part_o[pi * D + lane + 32 * c] = o[t][c];
-            if (lane == 0) {
-                a.part_ml[pi * 2] = m[t];
-                a.part_ml[pi * 2 + 1] = lsum;
-            }
-        }
-    }
+    split_store<VPW, DPL>(a, D, q0, kvh, v0, nvec, split, w, lane, m, l, o);
 }
 
 /* Merges the splits of one (row, head): each split's state (m_i, l_i, o_i)
@@ -713,20 +663,8 @@ extern "C" int kn_attention_cuda(const kn_backend *be, float *out, const float *
     int rc = kn_cuda_check_backend(op, be);
     if (rc != TN_OK)
         return rc;
-    if ((rc = kn_cuda_check_seq_batch(op, b)) != TN_OK)
-        return rc;
-    if (!out || !q || !k_pool || !v_pool)
-        return kn_arg_error(op, "NULL %s", !out ? "out" : !q ? "q" : !k_pool ? "k_pool" : "v_pool");
-    if (n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0 || page_size <= 0 || window < 0)
-        return kn_arg_error(op, "bad sizes n_heads=%d n_kv_heads=%d head_dim=%d page_size=%d "
-                                 "window=%d", n_heads, n_kv_heads, head_dim, page_size, window);
-    if (n_heads % n_kv_heads != 0)
-        return kn_arg_error(op, "n_heads %d is not a multiple of n_kv_heads %d", n_heads,
-                                 n_kv_heads);
     if (head_dim > SP_DMAX)
         return kn_arg_error(op, "head_dim %d is over the CUDA kernels' limit %d", head_dim, SP_DMAX);
-    if (!isfinite(scale))
-        return kn_arg_error(op, "scale %g is not finite", (double)scale);
     if (b->n_rows == 0)
         return TN_OK;
 
@@ -738,23 +676,9 @@ extern "C" int kn_attention_cuda(const kn_backend *be, float *out, const float *
         return kn_cuda_attention_mma(be, op, out, q, k_pool, v_pool, b, n_heads, n_kv_heads, head_dim,
                                      page_size, scale, sinks, window);
     AttnArgs a;
-    a.out = out;
-    a.q = q;
-    a.k_pool = k_pool;
-    a.v_pool = v_pool;
-    a.q_offset = b->q_offset;
-    a.kv_len = b->kv_len;
-    a.page_table = b->page_table;
-    a.sinks = sinks;
-    a.max_pages = b->max_pages;
-    a.n_pages = b->n_pages;
-    a.n_heads = n_heads;
-    a.n_kv_heads = n_kv_heads;
-    a.group = n_heads / n_kv_heads;
+    kn_attn_args_fill(a, out, q, k_pool, v_pool, b, n_heads, n_kv_heads, page_size, scale, sinks,
+                      window);
     a.head_dim = head_dim;
-    a.page_size = page_size;
-    a.window = window;
-    a.scale_log2 = scale * LOG2E;
     a.vec4 = head_dim % 4 == 0 && kn_cuda_aligned16(k_pool) && kn_cuda_aligned16(v_pool) &&
              kn_cuda_aligned16(q);
     a.n_qchunks = 1;

@@ -30,7 +30,9 @@
 #include <cuda_bf16.h>
 #include <math.h>
 #include "kernels/cuda/attention_mma.cuh"
+#include "kernels/cuda/attention_setup.cuh"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/paged_kv.cuh"
 extern "C" {
 #include "kernels/attention.h"
@@ -38,7 +40,6 @@ extern "C" {
 
 namespace {
 
-const float MMA_LOG2E = 1.4426950408889634f;
 const int MB_M = 128, MB_N = 64, MB_WARPS = 8, MB_THREADS = MB_WARPS * 32;
 
 struct MmaArgs {
@@ -55,33 +56,17 @@ template <int D> struct MmaSmem {
     static const size_t BYTES = (size_t)(MB_M + 2 * MB_N) * LD * sizeof(__nv_bfloat16);
 };
 
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
+/* c += A B, A given as its four registers (mma.cuh). */
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
 {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* .x (low half) = lo */
-    return *reinterpret_cast<uint32_t *>(&v);
-}
-
-__device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const __nv_bfloat16 *p)
-{
-    unsigned addr = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
+    kn_mma_bf16(c, a[0], a[1], a[2], a[3], b0, b1);
 }
 
 __device__ __forceinline__ void store_bf16x4(__nv_bfloat16 *dst, float4 v)
 {
     uint2 u;
-    u.x = pack_bf16(v.x, v.y);
-    u.y = pack_bf16(v.z, v.w);
+    u.x = kn_pack_bf16(v.x, v.y);
+    u.y = kn_pack_bf16(v.z, v.w);
     *reinterpret_cast<uint2 *>(dst) = u;
 }
 
@@ -112,15 +97,8 @@ attn_mma_kernel(MmaArgs a)
     const int g = lane >> 2, t = lane & 3;
 
     for (int idx = tid; idx < MB_M * D4; idx += MB_THREADS) {
-        int r = idx / D4, c4 = idx - r * D4, v = v0 + r;
-        float4 val = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (v < nvec) {
-            int rl = v / G, gg = v - rl * G;
-            val = *(const float4 *)(a.q + ((size_t)(q0 + rl) * a.n_heads + kvh * G + gg) * D + c4 * 4);
-            val.x *= a.scale_log2; val.y *= a.scale_log2;
-            val.z *= a.scale_log2; val.w *= a.scale_log2;
-        }
-        store_bf16x4(Qs + r * LD + c4 * 4, val);
+        int r = idx / D4, c4 = idx - r * D4;
+        store_bf16x4(Qs + r * LD + c4 * 4, kn_attn_q4<D>(a, q0, kvh, v0 + r, nvec, c4));
     }
 
     /* This thread's two rows: warp row base + g and + g + 8. The sink's 1
@@ -130,29 +108,18 @@ attn_mma_kernel(MmaArgs a)
     int pos[2];
     float m[2], l[2];
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
-        int v = v0 + wr + g + 8 * i;
-        bool valid = v < nvec;
-        pos[i] = valid ? first_pos + v / G : -1;
-        if (a.sinks && valid) {
-            m[i] = a.sinks[kvh * G + v % G] * MMA_LOG2E;
-            l[i] = t == 0 ? 1.f : 0.f;
-        } else {
-            m[i] = -INFINITY;
-            l[i] = 0.f;
-        }
-    }
+    for (int i = 0; i < 2; i++)
+        kn_attn_row_init(a, kvh, v0 + wr + g + 8 * i, nvec, first_pos, true, t == 0, pos[i], m[i],
+                         l[i]);
     float o[D / 8][4];
 #pragma unroll
     for (int n = 0; n < D / 8; n++)
         o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
 
     const int pos_lo = first_pos + v0 / G;
-    const int pos_hi = first_pos + (min(v0 + MB_M, nvec) - 1) / G;
-    /* Only keys some vector of the block may see: tiles wholly before the
-     * window or after the causal bound are never visited. */
-    const int kbeg = a.window > 0 ? max(0, pos_lo - a.window + 1) : 0;
-    const int kend = pos_hi + 1;
+    int kbeg, kend;
+    kn_attn_key_range(a, first_pos, v0, MB_M, nvec, &kbeg, &kend);
+    const int pos_hi = kend - 1; /* the block's last position */
 
     float4 kreg[LOADS], vreg[LOADS];
     auto load_tile = [&](int j0) {
@@ -260,10 +227,10 @@ attn_mma_kernel(MmaArgs a)
 #pragma unroll
         for (int kk = 0; kk < MB_N / 16; kk++) {
             uint32_t pa[4];
-            pa[0] = pack_bf16(sc[2 * kk][0], sc[2 * kk][1]);
-            pa[1] = pack_bf16(sc[2 * kk][2], sc[2 * kk][3]);
-            pa[2] = pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
-            pa[3] = pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+            pa[0] = kn_pack_bf16(sc[2 * kk][0], sc[2 * kk][1]);
+            pa[1] = kn_pack_bf16(sc[2 * kk][2], sc[2 * kk][3]);
+            pa[2] = kn_pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+            pa[3] = kn_pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
             /* ldmatrix x4 .trans: matrices (keys +0..7, dims n0..), (keys
              * +8..15, dims n0..), (keys +0..7, dims n0+8..), (keys +8..15,
              * dims n0+8..) = b0, b1 of dim tile n0 and b0, b1 of n0 + 8. */
@@ -271,7 +238,7 @@ attn_mma_kernel(MmaArgs a)
 #pragma unroll
             for (int n0 = 0; n0 < D; n0 += 16) {
                 uint32_t vb[4];
-                ldmatrix_x4_trans(vb, Vs + (kk * 16 + (mi & 1) * 8 + r) * LD + n0 + (mi >> 1) * 8);
+                kn_ldmatrix_x4_trans(vb, Vs + (kk * 16 + (mi & 1) * 8 + r) * LD + n0 + (mi >> 1) * 8);
                 mma_bf16(o[n0 / 8], pa, vb[0], vb[1]);
                 mma_bf16(o[n0 / 8 + 1], pa, vb[2], vb[3]);
             }
@@ -323,22 +290,8 @@ int kn_cuda_attention_mma(const kn_backend *be, const char *op, float *out, cons
                           int window)
 {
     MmaArgs a;
-    a.out = out;
-    a.q = q;
-    a.k_pool = k_pool;
-    a.v_pool = v_pool;
-    a.q_offset = b->q_offset;
-    a.kv_len = b->kv_len;
-    a.page_table = b->page_table;
-    a.sinks = sinks;
-    a.max_pages = b->max_pages;
-    a.n_pages = b->n_pages;
-    a.n_heads = n_heads;
-    a.n_kv_heads = n_kv_heads;
-    a.group = n_heads / n_kv_heads;
-    a.page_size = page_size;
-    a.window = window;
-    a.scale_log2 = scale * MMA_LOG2E;
+    kn_attn_args_fill(a, out, q, k_pool, v_pool, b, n_heads, n_kv_heads, page_size, scale, sinks,
+                      window);
     if (head_dim == 64)
         return launch_mma<64>(be, op, a, b);
     if (head_dim == 128)

@@ -1,4 +1,4 @@
-/* The CUDA backend's lifetime, buffers and copies (cuda_backend.h), and the
+/* The CUDA backend's lifetime, buffers and copies (cuda_ops.h), and the
  * device-error helpers every .cu file of kernels/cuda shares. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,7 +8,7 @@
 #include "kernels/cuda/fp8_cuda.cuh"
 #include "kernels/cuda/lt_plan_cache.cuh"
 extern "C" {
-#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_ops.h"
 }
 
 /* cuBLAS gets a fixed workspace of its own so it never allocates inside a

@@ -148,11 +148,6 @@ cudaError_t kn_cuda_side_join(const kn_backend *be, int n_streams);
 /* dst[i] = bf16(src[i]) (round to nearest even), queued on the stream. */
 int kn_cuda_to_bf16(const kn_backend *be, const char *op, void *dst, const float *src, size_t n);
 
-/* Host-side checks of a kn_seq_batch (kv_append.cu); the device arrays
- * are not read. */
-struct kn_seq_batch;
-int kn_cuda_check_seq_batch(const char *op, const struct kn_seq_batch *b);
-
 static inline int kn_cuda_div_up(long long a, long long b)
 {
     return (int)((a + b - 1) / b);

@@ -7,6 +7,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 extern "C" {
 #include "kernels/embedding.h"
+#include "kernels/cuda/cuda_ops.h"
 }
 
 /* first_bad starts at INT_MAX and ends as the lowest bad token index. */
@@ -42,10 +43,6 @@ extern "C" int kn_embedding_cuda(const kn_backend *be, float *out, const float *
     int rc = kn_cuda_check_backend(op, be);
     if (rc != TN_OK)
         return rc;
-    if (!out || !table || !ids)
-        return kn_arg_error(op, "NULL %s", !out ? "out" : !table ? "table" : "ids");
-    if (n_tokens < 0 || vocab <= 0 || dim <= 0)
-        return kn_arg_error(op, "bad sizes n_tokens=%d vocab=%d dim=%d", n_tokens, vocab, dim);
     if (n_tokens == 0)
         return TN_OK;
     cudaStream_t s = kn_cuda_stream(be);

@@ -58,6 +58,66 @@ static __device__ __forceinline__ int kn_cuda_fp8_segment_of(const int *seg_offs
     }
     return lo;
 }
+/* The 1x128 activation quantizer (kernels/fp8.h), one warp per (row,
+ * 128-wide block): lane l holds the block's elements 4l..4l+3 in v, of
+ * which the first `valid` are in the row (the rest are 0). Returns the
+ * lane's 4 codes packed low byte first (zero codes past the row) and sets
+ * *scale to the block's s = amax / 448 (1 for an all-zero or non-finite
+ * amax, as on the CPU). The division is IEEE and the conversion rounds to
+ * nearest even with saturation, so codes and scales are bit-identical to
+ * kn_fp8_quantize_act_row. All 32 lanes must call it (warp shuffles). */
+static __device__ __forceinline__ uint32_t kn_cuda_fp8_quant4(const float (&v)[4], int valid,
+                                                              float *scale)
+{
+    float amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        amax = fmaxf(amax, fabsf(v[i]));
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    const float s = amax > 0.f && isfinite(amax) ? amax / KN_E4M3_MAX : 1.f;
+    uint32_t packed = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        packed |= (uint32_t)(i < valid ? kn_cuda_fp8_to_e4m3(v[i] / s) : 0) << (8 * i);
+    *scale = s;
+    return packed;
+}
+/* kn_cuda_fp8_quant4 on the elements c0..c0+3 of the k-wide fp32 row xr
+ * (those past k read as 0). */
+static __device__ __forceinline__ uint32_t kn_cuda_fp8_quant_row4(const float *xr, int c0, int k,
+                                                                  float *scale)
+{
+    float v[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        v[i] = c0 + i < k ? xr[c0 + i] : 0.f;
+    return kn_cuda_fp8_quant4(v, k - c0, scale);
+}
+/* Stores what kn_cuda_fp8_quant4 gave for block b of row r (this lane's
+ * codes at column c0; lane 0 writes the scale) into q and s in the
+ * segmented layout above, ld codes per row, k the row's width.
+ * seg_offsets: device [n_segs + 1] row offsets, or NULL for one segment of
+ * m rows. */
+static __device__ __forceinline__ void kn_cuda_fp8_store_block(uint8_t *q, float *s, int ld, int k,
+                                                               const int *seg_offsets, int n_segs,
+                                                               int m, int r, int b, int c0,
+                                                               uint32_t packed, float scale)
+{
+    int r0 = 0, rows = m, g = 0;
+    if (seg_offsets) {
+        g = kn_cuda_fp8_segment_of(seg_offsets, n_segs, r);
+        r0 = seg_offsets[g];
+        rows = seg_offsets[g + 1] - r0;
+    }
+    const size_t pr0 = kn_cuda_fp8_seg_row((size_t)r0, (size_t)g);
+    *(uint32_t *)(q + (pr0 + (size_t)(r - r0)) * ld + c0) = packed;
+    if ((threadIdx.x & 31) == 0)
+        s[kn_cuda_fp8_seg_base(pr0, (size_t)g, (size_t)k) +
+          (size_t)b * kn_cuda_fp8_round_rows((size_t)rows) + (r - r0)] = scale;
+}
+
 /* Padded rows, and floats of scales, for m rows in n_segs segments. */
 static inline size_t kn_cuda_fp8_padded_rows(size_t m, size_t n_segs)
 {

@@ -7,6 +7,7 @@
 #include "kernels/cuda/paged_kv.cuh"
 extern "C" {
 #include "kernels/attention.h"
+#include "kernels/cuda/cuda_ops.h"
 }
 
 __global__ void kv_append_kernel(float *k_pool, float *v_pool, const float *k, const float *v,
@@ -34,25 +35,6 @@ __global__ void kv_append_kernel(float *k_pool, float *v_pool, const float *k, c
     }
 }
 
-/* Host-side checks shared with attention.cu's. */
-int kn_cuda_check_seq_batch(const char *op, const kn_seq_batch *b)
-{
-    if (!b)
-        return kn_arg_error(op, "NULL batch");
-    if (b->n_seqs < 0 || b->n_rows < 0 || b->max_pages <= 0 || b->max_q_len < 0 ||
-        b->max_kv_len < 0 || b->n_pages <= 0)
-        return kn_arg_error(op, "bad batch sizes n_seqs=%d n_rows=%d max_pages=%d max_q_len=%d "
-                                 "max_kv_len=%d n_pages=%d", b->n_seqs, b->n_rows, b->max_pages,
-                                 b->max_q_len, b->max_kv_len, b->n_pages);
-    if (b->n_seqs > 0 && (!b->q_offset || !b->kv_len || !b->page_table))
-        return kn_arg_error(op, "NULL %s", !b->q_offset ? "q_offset" : !b->kv_len ? "kv_len" : "page_table");
-    if (b->n_rows > 0 && b->n_seqs == 0)
-        return kn_arg_error(op, "%d rows but no sequences", b->n_rows);
-    if (b->n_rows > 0 && b->max_q_len <= 0)
-        return kn_arg_error(op, "max_q_len %d with %d rows", b->max_q_len, b->n_rows);
-    return TN_OK;
-}
-
 extern "C" int kn_kv_append_cuda(const kn_backend *be, float *k_pool, float *v_pool,
                                  const float *k, const float *v, const kn_seq_batch *b,
                                  int n_kv_heads, int head_dim, int page_size)
@@ -61,13 +43,6 @@ extern "C" int kn_kv_append_cuda(const kn_backend *be, float *k_pool, float *v_p
     int rc = kn_cuda_check_backend(op, be);
     if (rc != TN_OK)
         return rc;
-    if ((rc = kn_cuda_check_seq_batch(op, b)) != TN_OK)
-        return rc;
-    if (!k_pool || !v_pool || !k || !v)
-        return kn_arg_error(op, "NULL %s", !k_pool ? "k_pool" : !v_pool ? "v_pool" : !k ? "k" : "v");
-    if (n_kv_heads <= 0 || head_dim <= 0 || page_size <= 0)
-        return kn_arg_error(op, "bad sizes n_kv_heads=%d head_dim=%d page_size=%d",
-                                 n_kv_heads, head_dim, page_size);
     if (b->n_rows == 0)
         return TN_OK;
     int row_floats = n_kv_heads * head_dim;

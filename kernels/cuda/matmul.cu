@@ -26,6 +26,7 @@
 #include "kernels/cuda/fp8_cuda.cuh"
 extern "C" {
 #include "kernels/matmul.h"
+#include "kernels/cuda/cuda_ops.h"
 }
 
 __global__ void bias_broadcast_kernel(float *out, const float *bias, int m, int n)
@@ -131,29 +132,11 @@ int kn_cuda_linear(const kn_backend *be, const char *op, float *out, const float
     return kn_cuda_gemm(be, op, out, x, w, KN_F32, bias, m, n, k);
 }
 
-static int check_args(const char *op, const kn_backend *be, const float *out, const float *x,
-                      const void *w, size_t w_bytes, int m, int n, int k)
-{
-    int rc = kn_cuda_check_backend(op, be);
-    if (rc != TN_OK)
-        return rc;
-    if (!out || !x || !w)
-        return kn_arg_error(op, "NULL %s", !out ? "out" : !x ? "x" : "w");
-    if (m < 0 || n <= 0 || k <= 0)
-        return kn_arg_error(op, "bad sizes m=%d n=%d k=%d", m, n, k);
-    size_t out_bytes = (size_t)m * n * sizeof(float);
-    if (kn_ranges_overlap(out, out_bytes, x, (size_t)m * k * sizeof(float)) ||
-        kn_ranges_overlap(out, out_bytes, w, w_bytes))
-        return kn_arg_error(op, "out overlaps an input");
-    return TN_OK;
-}
-
 extern "C" int kn_matmul_cuda(const kn_backend *be, float *out, const float *x,
                               const float *w, const float *bias, int m, int n, int k)
 {
     static const char op[] = "kn_matmul";
-    int rc = check_args(op, be, out, x, w, (size_t)(n > 0 ? n : 0) * (k > 0 ? k : 0) *
-                        sizeof(float), m, n, k);
+    int rc = kn_cuda_check_backend(op, be);
     if (rc != TN_OK)
         return rc;
     return kn_cuda_linear(be, op, out, x, w, bias, m, n, k);
@@ -163,16 +146,7 @@ extern "C" int kn_matmul_w_cuda(const kn_backend *be, float *out, const float *x
                                 const kn_weight *w, const float *bias, int m, int n, int k)
 {
     static const char op[] = "kn_matmul_w";
-    if (!w)
-        return kn_arg_error(op, "NULL weight descriptor");
-    size_t elem = kn_dtype_size(w->dtype);
-    if (!elem)
-        return kn_arg_error(op, "unknown weight dtype %d", (int)w->dtype);
-    if (w->dtype == KN_FP8_E4M3 && !w->scale)
-        return kn_arg_error(op, "fp8 weight without block scales");
-    size_t w_bytes = n > 0 && k > 0 ? (w->dtype == KN_FP8_E4M3 ? kn_fp8_data_bytes(n, k)
-                                                               : (size_t)n * k * elem) : 0;
-    int rc = check_args(op, be, out, x, w->data, w_bytes, m, n, k);
+    int rc = kn_cuda_check_backend(op, be);
     if (rc != TN_OK || m == 0)
         return rc;
     if (w->dtype == KN_FP8_E4M3)

@@ -53,10 +53,12 @@
 #include <cuda_bf16.h>
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/fp8_cuda.cuh"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/moe_grouped_fp8.cuh"
 extern "C" {
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/moe.h"
+#include "kernels/cuda/cuda_ops.h"
 }
 
 __device__ __forceinline__ int local_expert(const int32_t *expert_idx, int slot, int offset, int n_local)
@@ -186,9 +188,10 @@ __global__ void moe_act_kernel(T *a, const float *h, const int *perm, const int3
  * one segment per expert) in one pass, so the fp32 a is never written.
  * One warp per (row, 128-wide block of a's columns); each lane computes 4
  * activations with the same expert_act as moe_act_kernel and quantizes
- * them with quant_fp8_kernel's formula (amax over the warp, s = amax /
- * 448 or 1, IEEE division, RNE saturating codes), so codes and scales are
- * bit-identical to the two-kernel path. q and s come zeroed
+ * them with quant_fp8_kernel's quantizer (fp8_cuda.cuh's
+ * kn_cuda_fp8_quant4: amax over the warp, s = amax / 448 or 1, IEEE
+ * division, RNE saturating codes), so codes and scales are bit-identical
+ * to the two-kernel path. q and s come zeroed
  * (kn_cuda_fp8_act_alloc) and laid out as fp8_cuda.cuh says. */
 __global__ void moe_act_quant_fp8_kernel(uint8_t *q, float *sc, const float *h, const int *perm,
                                          const int32_t *expert_idx, int offset,
@@ -208,7 +211,6 @@ __global__ void moe_act_quant_fp8_kernel(uint8_t *q, float *sc, const float *h, 
                                 ? gate_up_bias + (size_t)(expert_idx[perm[r]] - offset) * 2 * inter
                                 : NULL;
         float v[4];
-        float amax = 0.f;
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             v[i] = 0.f;
@@ -220,23 +222,10 @@ __global__ void moe_act_quant_fp8_kernel(uint8_t *q, float *sc, const float *h, 
                 }
                 v[i] = expert_act(g, u, act, alpha, limit);
             }
-            amax = fmaxf(amax, fabsf(v[i]));
         }
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1)
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-        const float s = amax > 0.f && isfinite(amax) ? amax / KN_E4M3_MAX : 1.f;
-        uint32_t packed = 0;
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            packed |= (uint32_t)(c0 + i < inter ? kn_cuda_fp8_to_e4m3(v[i] / s) : 0) << (8 * i);
-        const int g = kn_cuda_fp8_segment_of(seg_offsets, n_segs, r);
-        const int r0 = seg_offsets[g], rows = seg_offsets[g + 1] - r0;
-        const size_t pr0 = kn_cuda_fp8_seg_row((size_t)r0, (size_t)g);
-        *(uint32_t *)(q + (pr0 + (size_t)(r - r0)) * ld + c0) = packed;
-        if (lane == 0)
-            sc[kn_cuda_fp8_seg_base(pr0, (size_t)g, (size_t)inter) +
-               (size_t)b * kn_cuda_fp8_round_rows((size_t)rows) + (r - r0)] = s;
+        float s;
+        const uint32_t packed = kn_cuda_fp8_quant4(v, inter - c0, &s);
+        kn_cuda_fp8_store_block(q, sc, ld, inter, seg_offsets, n_segs, m, r, b, c0, packed, s);
     }
 }
 
@@ -294,18 +283,6 @@ constexpr int GROUPED_WARPS = 8;  /* warps per block */
 constexpr int ACT_COLS = 2;       /* activation columns per warp: 2 gate + 2 up rows */
 constexpr int DOWN_COLS = 4;      /* output columns (down rows) per warp */
 
-/* 16 bytes of weights, read once per pass: through the read-only path
- * without allocating in L1, so the expert's x rows (re-read by every warp)
- * stay there. Not volatile: the weights do not change during a kernel. */
-__device__ __forceinline__ uint4 ld_weights16(const __nv_bfloat16 *p)
-{
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-}
-
 __device__ __forceinline__ void bf16x8_to_f32(uint4 v, float (&f)[8])
 {
     const unsigned u[4] = { v.x, v.y, v.z, v.w };
@@ -328,7 +305,7 @@ __device__ __forceinline__ void rows_dot(float (&acc)[NW][R], const __nv_bfloat1
             float wf[NW][8];
 #pragma unroll
             for (int c = 0; c < NW; c++)
-                bf16x8_to_f32(ld_weights16(w[c] + k), wf[c]);
+                bf16x8_to_f32(kn_ld_stream16(w[c] + k), wf[c]);
 #pragma unroll
             for (int r = 0; r < R; r++) {
                 if (r < nr) {
@@ -463,15 +440,6 @@ moe_grouped_down_kernel(float *y, const __nv_bfloat16 *a, const int *offsets,
  * the weight stream is all that matters, else 4). */
 constexpr int MMA_WARPS = 4;
 
-__device__ __forceinline__ void moe_mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                             uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 /* acc[j]: rows g and g+8 of the warp's 16 weight rows (wlo, whi: this lane's
  * two rows) times tokens 8j + 2t, 8j + 2t + 1 of x ([nr][K], nr <= 8*NT):
  * acc[j][0..1] row g, acc[j][2..3] row g+8 (the mma C layout). */
@@ -495,8 +463,8 @@ __device__ __forceinline__ void mma_rows_dot(float (&acc)[NT][4], const __nv_bfl
 #pragma unroll
         for (int u = 0; u < MMA_UNROLL; u++) {
             if (k0 + 32 * u < K) {
-                wa[u] = ld_weights16(wlo + k0 + 32 * u);
-                wb[u] = ld_weights16(whi + k0 + 32 * u);
+                wa[u] = kn_ld_stream16(wlo + k0 + 32 * u);
+                wb[u] = kn_ld_stream16(whi + k0 + 32 * u);
             } else {
                 wa[u] = wb[u] = make_uint4(0u, 0u, 0u, 0u);
             }
@@ -510,8 +478,8 @@ __device__ __forceinline__ void mma_rows_dot(float (&acc)[NT][4], const __nv_bfl
                 if (8 * j >= nr) /* warp-uniform: no tokens in this tile */
                     break;
                 const uint4 xv = xok[j] ? *(const uint4 *)(xr[j] + k0 + 32 * u) : make_uint4(0u, 0u, 0u, 0u);
-                moe_mma_bf16(acc[j], wa[u].x, wb[u].x, wa[u].y, wb[u].y, xv.x, xv.y);
-                moe_mma_bf16(acc[j], wa[u].z, wb[u].z, wa[u].w, wb[u].w, xv.z, xv.w);
+                kn_mma_bf16(acc[j], wa[u].x, wb[u].x, wa[u].y, wb[u].y, xv.x, xv.y);
+                kn_mma_bf16(acc[j], wa[u].z, wb[u].z, wa[u].w, wb[u].w, xv.z, xv.w);
             }
         }
     }
@@ -839,28 +807,8 @@ extern "C" int kn_moe_experts_cuda(const kn_backend *be, float *out, const float
     int rc = kn_cuda_check_backend(op, be);
     if (rc != TN_OK)
         return rc;
-    if (!out || !x || !expert_idx || !expert_w || !w)
-        return kn_arg_error(op, "NULL %s", !out ? "out" : !x ? "x" : !expert_idx ? "expert_idx"
-                                                              : !expert_w ? "expert_w" : "weights");
-    if (!w->gate_up || !w->down)
-        return kn_arg_error(op, "NULL %s weights", !w->gate_up ? "gate_up" : "down");
-    if (n_tokens < 0 || k <= 0 || w->n_experts <= 0 || w->dim <= 0 || w->inter <= 0 || w->expert_offset < 0)
-        return kn_arg_error(op, "bad sizes n_tokens=%d k=%d n_experts=%d dim=%d inter=%d expert_offset=%d",
-                                 n_tokens, k, w->n_experts, w->dim, w->inter, w->expert_offset);
-    if (w->act != KN_ACT_SWIGLU && w->act != KN_ACT_SWIGLU_OAI)
-        return kn_arg_error(op, "unknown activation %d", (int)w->act);
-    if (w->wdtype != KN_F32 && w->wdtype != KN_BF16 && w->wdtype != KN_FP8_E4M3)
-        return kn_arg_error(op, "unknown weight dtype %d", (int)w->wdtype);
-    if (w->wdtype == KN_FP8_E4M3 && (!w->gate_up_scale || !w->down_scale))
-        return kn_arg_error(op, "fp8 expert weights without block scales");
-    if (w->act == KN_ACT_SWIGLU_OAI && (!isfinite(w->alpha) || !(w->limit > 0.f) || isinf(w->limit)))
-        return kn_arg_error(op, "bad clamped-SwiGLU parameters alpha=%g limit=%g",
-                                 (double)w->alpha, (double)w->limit);
     if (w->n_experts > 65535)
         return kn_arg_error(op, "%d local experts is more than one grid dimension holds", w->n_experts);
-    size_t x_bytes = (size_t)n_tokens * w->dim * sizeof(float);
-    if (kn_ranges_overlap(out, x_bytes, x, x_bytes))
-        return kn_arg_error(op, "out overlaps x");
     if (n_tokens == 0)
         return TN_OK;
     if ((size_t)n_tokens * k > (size_t)0x7fffffff)

@@ -33,6 +33,8 @@
  * k's (as in the bf16 kernels), so no shared memory is needed. */
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
+#include "kernels/cuda/fp8_cuda.cuh"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/moe_grouped_fp8.cuh"
 extern "C" {
 #include "kernels/fp8.h"
@@ -50,27 +52,11 @@ struct fp8_dims {
 constexpr int GU_WARPS = KN_FP8_BLOCK / 8; /* 8 activation columns per warp */
 constexpr int DN_WARPS = 4;                /* 16 output columns per warp */
 
-__device__ __forceinline__ unsigned char fp8_code(float v)
-{
-    return (unsigned char)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
-}
-
 /* Two e4m3 codes (low byte first) -> their exact f16 values, packed. */
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two)
 {
     const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two, __NV_E4M3);
     return (uint32_t)h.x | ((uint32_t)h.y << 16);
-}
-
-/* 16 bytes of weight codes, read once per pass: not allocated in L1 so the
- * activation rows (re-read by every warp) stay there. */
-__device__ __forceinline__ uint4 ld_codes16(const uint8_t *p)
-{
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
 }
 
 /* 32 codes (two 16-byte loads) -> 16 f16x2 registers, pair i = codes 2i, 2i+1. */
@@ -85,15 +71,6 @@ __device__ __forceinline__ void codes32_to_f16(const uint4 (&v)[2], uint32_t (&h
             h[8 * q + 2 * i + 1] = e4m3x2_to_f16x2(u[i] >> 16);
         }
     }
-}
-
-__device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                        uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 /* acc[j] += block-scaled products of this lane's weight rows wlo (row g)
@@ -117,10 +94,10 @@ __device__ __forceinline__ void fp8_rows_dot(float (&acc)[NT][4], const uint8_t 
         for (int u = 0; u < U; u++) {
             if (kb0 + u < nkb) {
                 const size_t o = (size_t)(kb0 + u) * KN_FP8_BLOCK;
-                wa[u][0] = ld_codes16(wlo + o);
-                wa[u][1] = ld_codes16(wlo + o + 64);
-                wb[u][0] = ld_codes16(whi + o);
-                wb[u][1] = ld_codes16(whi + o + 64);
+                wa[u][0] = kn_ld_stream16(wlo + o);
+                wa[u][1] = kn_ld_stream16(wlo + o + 64);
+                wb[u][0] = kn_ld_stream16(whi + o);
+                wb[u][1] = kn_ld_stream16(whi + o + 64);
             } else {
                 wa[u][0] = wa[u][1] = wb[u][0] = wb[u][1] = make_uint4(0u, 0u, 0u, 0u);
             }
@@ -151,7 +128,7 @@ __device__ __forceinline__ void fp8_rows_dot(float (&acc)[NT][4], const uint8_t 
                 float p[4] = { 0.f, 0.f, 0.f, 0.f };
 #pragma unroll
                 for (int i = 0; i < 8; i++)
-                    mma_f16(p, al[2 * i], ah[2 * i], al[2 * i + 1], ah[2 * i + 1], bx[2 * i], bx[2 * i + 1]);
+                    kn_mma_f16(p, al[2 * i], ah[2 * i], al[2 * i + 1], ah[2 * i + 1], bx[2 * i], bx[2 * i + 1]);
                 const float s0 = xs[(size_t)srow[j][0] * nkb + kb], s1 = xs[(size_t)srow[j][1] * nkb + kb];
                 acc[j][0] = fmaf(p[0], s0 * sl, acc[j][0]);
                 acc[j][1] = fmaf(p[1], s1 * sl, acc[j][1]);
@@ -162,8 +139,9 @@ __device__ __forceinline__ void fp8_rows_dot(float (&acc)[NT][4], const uint8_t 
     }
 }
 
-/* One warp per (token, 128-wide block): the arithmetic of quant_fp8.cu in
- * a plain [n_tokens][ld] / [n_tokens][kb] layout. */
+/* One warp per (token, 128-wide block): quant_fp8.cu's quantizer
+ * (kn_cuda_fp8_quant_row4) in a plain [n_tokens][ld] / [n_tokens][kb]
+ * layout. */
 __global__ void moe_fp8_quant_x_kernel(uint8_t *xq, float *xs, const float *x, int n_tokens, int dim,
                                        int kb, int ld)
 {
@@ -173,21 +151,8 @@ __global__ void moe_fp8_quant_x_kernel(uint8_t *xq, float *xs, const float *x, i
     for (long long w = blockIdx.x * (long long)(blockDim.x >> 5) + (threadIdx.x >> 5); w < tasks; w += warps) {
         const int r = (int)(w / kb), b = (int)(w - (long long)r * kb);
         const int c0 = b * KN_FP8_BLOCK + lane * 4;
-        const float *xr = x + (size_t)r * dim;
-        float v[4], amax = 0.f;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            v[i] = c0 + i < dim ? xr[c0 + i] : 0.f;
-            amax = fmaxf(amax, fabsf(v[i]));
-        }
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1)
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-        const float sc = amax > 0.f && isfinite(amax) ? amax / KN_E4M3_MAX : 1.f;
-        uint32_t packed = 0;
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            packed |= (uint32_t)(c0 + i < dim ? fp8_code(v[i] / sc) : 0) << (8 * i);
+        float sc;
+        const uint32_t packed = kn_cuda_fp8_quant_row4(x + (size_t)r * dim, c0, dim, &sc);
         *(uint32_t *)(xq + (size_t)r * ld + c0) = packed;
         if (lane == 0)
             xs[(size_t)r * kb + b] = sc;
@@ -284,7 +249,7 @@ moe_fp8_gate_up_kernel(uint8_t *aq, float *as, const uint8_t *xq, const float *x
             for (int h = 0; h < 2; h++) {
                 const int tok = 8 * j + 2 * t + h;
                 if (tok < nr)
-                    aq[(size_t)(first + r0 + tok) * ldi + col] = valid ? fp8_code(v[j][h] / scale_s[tok]) : 0;
+                    aq[(size_t)(first + r0 + tok) * ldi + col] = valid ? kn_cuda_fp8_to_e4m3(v[j][h] / scale_s[tok]) : 0;
             }
         /* Next pass: amax_s is rewritten after every thread passed this
          * pass's second barrier (its reads are done), scale_s only after

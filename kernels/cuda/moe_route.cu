@@ -12,6 +12,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 extern "C" {
 #include "kernels/moe.h"
+#include "kernels/cuda/cuda_ops.h"
 }
 
 static const int ROUTE_PER_LANE = 8, ROUTE_MAX_EXPERTS = 32 * ROUTE_PER_LANE;
@@ -107,12 +108,6 @@ extern "C" int kn_moe_route_cuda(const kn_backend *be, int32_t *expert_idx, floa
     int rc = kn_cuda_check_backend(op, be);
     if (rc != TN_OK)
         return rc;
-    if (!expert_idx || !expert_w || !logits)
-        return kn_arg_error(op, "NULL %s", !expert_idx ? "expert_idx" : !expert_w ? "expert_w" : "logits");
-    if (n_tokens < 0 || n_experts <= 0 || k <= 0 || k > n_experts)
-        return kn_arg_error(op, "bad sizes n_tokens=%d n_experts=%d k=%d", n_tokens, n_experts, k);
-    if (mode != KN_ROUTE_TOPK_SOFTMAX && mode != KN_ROUTE_SOFTMAX_TOPK)
-        return kn_arg_error(op, "unknown routing mode %d", (int)mode);
     if (n_experts > ROUTE_MAX_EXPERTS || k > ROUTE_MAX_K)
         return kn_arg_error(op, "n_experts=%d k=%d is over the CUDA kernel's limits (%d, %d)",
                                  n_experts, k, ROUTE_MAX_EXPERTS, ROUTE_MAX_K);

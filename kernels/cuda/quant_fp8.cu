@@ -2,14 +2,11 @@
  * over fp32 rows writes e4m3 codes and the 1x128 block scales in the
  * layout cuBLASLt's VEC128 scale mode reads (fp8_cuda.cuh).
  *
- * One warp per (row, 128-wide k block): each lane loads 4 elements, the
- * warp reduces amax with shuffles, s = amax / 448 (1 for an all-zero or
- * non-finite amax, as on the CPU), and each lane writes its 4 codes as one
- * 32-bit store. Elements past k (the row padding up to a multiple of 128)
- * are written as zero codes, so the padded GEMM adds exact zeros. The
- * division x / s is IEEE (nvcc's default -prec-div=true) and the
- * conversion rounds to nearest even with saturation, so the codes and
- * scales are bit-identical to kn_fp8_quantize_act_row on the host. */
+ * One warp per (row, 128-wide k block), each lane 4 elements, through
+ * fp8_cuda.cuh's kn_cuda_fp8_quant_row4 (the block quantizer the MoE
+ * kernels share) and kn_cuda_fp8_store_block. Elements past k (the row
+ * padding up to a multiple of 128) are written as zero codes, so the
+ * padded GEMM adds exact zeros. */
 #include "kernels/cuda/fp8_cuda.cuh"
 
 /* Row r reads x row src_rows[r] / src_div (the MoE permutation: slot ->
@@ -26,32 +23,9 @@ __global__ void quant_fp8_kernel(uint8_t *q, float *s, const float *x, int m, in
         const int r = (int)(t / kb), b = (int)(t - (long long)r * kb);
         const int c0 = b * KN_FP8_BLOCK + lane * 4;
         const float *xr = x + (size_t)(src_rows ? src_rows[r] / src_div : r) * k;
-        float v[4];
-        float amax = 0.f;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            v[i] = c0 + i < k ? xr[c0 + i] : 0.f;
-            amax = fmaxf(amax, fabsf(v[i]));
-        }
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1)
-            amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-        const float sc = amax > 0.f && isfinite(amax) ? amax / KN_E4M3_MAX : 1.f;
-        uint32_t packed = 0;
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            packed |= (uint32_t)(c0 + i < k ? kn_cuda_fp8_to_e4m3(v[i] / sc) : 0) << (8 * i);
-        int r0 = 0, rows = m, g = 0;
-        if (seg_offsets) {
-            g = kn_cuda_fp8_segment_of(seg_offsets, n_segs, r);
-            r0 = seg_offsets[g];
-            rows = seg_offsets[g + 1] - r0;
-        }
-        const size_t pr0 = kn_cuda_fp8_seg_row((size_t)r0, (size_t)g);
-        *(uint32_t *)(q + (pr0 + (size_t)(r - r0)) * ld + c0) = packed;
-        if (lane == 0)
-            s[kn_cuda_fp8_seg_base(pr0, (size_t)g, (size_t)k) +
-              (size_t)b * kn_cuda_fp8_round_rows((size_t)rows) + (r - r0)] = sc;
+        float sc;
+        const uint32_t packed = kn_cuda_fp8_quant_row4(xr, c0, k, &sc);
+        kn_cuda_fp8_store_block(q, s, ld, k, seg_offsets, n_segs, m, r, b, c0, packed, sc);
     }
 }
 

@@ -11,6 +11,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 extern "C" {
 #include "kernels/rmsnorm.h"
+#include "kernels/cuda/cuda_ops.h"
 }
 
 static const int RMS_THREADS = 256;
@@ -58,25 +59,12 @@ static int rms_threads(int dim)
     return dim >= 1024 ? RMS_THREADS : dim >= 256 ? 128 : 64;
 }
 
-static int check_norm_args(const char *op, int rows, int dim, float eps)
-{
-    if (rows < 0 || dim <= 0)
-        return kn_arg_error(op, "bad sizes rows=%d dim=%d", rows, dim);
-    if (!(eps >= 0.0f) || isinf(eps))
-        return kn_arg_error(op, "eps %g is not a finite non-negative number", (double)eps);
-    return TN_OK;
-}
-
 extern "C" int kn_rmsnorm_cuda(const kn_backend *be, float *out, const float *x,
                                const float *weight, int rows, int dim, float eps)
 {
     static const char op[] = "kn_rmsnorm";
     int rc = kn_cuda_check_backend(op, be);
     if (rc != TN_OK)
-        return rc;
-    if (!out || !x || !weight)
-        return kn_arg_error(op, "NULL %s", !out ? "out" : !x ? "x" : "weight");
-    if ((rc = check_norm_args(op, rows, dim, eps)) != TN_OK)
         return rc;
     if (rows == 0)
         return TN_OK;
@@ -87,12 +75,6 @@ extern "C" int kn_rmsnorm_cuda(const kn_backend *be, float *out, const float *x,
     return TN_OK;
 }
 
-static bool ranges_overlap(const void *a, const void *b, size_t bytes)
-{
-    uintptr_t p = (uintptr_t)a, q = (uintptr_t)b;
-    return p < q + bytes && q < p + bytes;
-}
-
 extern "C" int kn_add_rmsnorm_cuda(const kn_backend *be, float *x, float *xn,
                                    const float *delta, const float *weight, int rows,
                                    int dim, float eps)
@@ -101,16 +83,6 @@ extern "C" int kn_add_rmsnorm_cuda(const kn_backend *be, float *x, float *xn,
     int rc = kn_cuda_check_backend(op, be);
     if (rc != TN_OK)
         return rc;
-    if (!x || !xn || !delta || !weight)
-        return kn_arg_error(op, "NULL %s",
-                            !x ? "x" : !xn ? "xn" : !delta ? "delta" : "weight");
-    if ((rc = check_norm_args(op, rows, dim, eps)) != TN_OK)
-        return rc;
-    size_t bytes = (size_t)rows * dim * sizeof(float);
-    if (xn != x && ranges_overlap(xn, x, bytes))
-        return kn_arg_error(op, "xn partially overlaps x");
-    if (ranges_overlap(delta, x, bytes) || ranges_overlap(delta, xn, bytes))
-        return kn_arg_error(op, "delta overlaps x or xn");
     if (rows == 0)
         return TN_OK;
     rmsnorm_kernel<true><<<rows, rms_threads(dim), 0, kn_cuda_stream(be)>>>(

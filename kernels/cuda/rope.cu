@@ -11,6 +11,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 extern "C" {
 #include "kernels/rope.h"
+#include "kernels/cuda/cuda_ops.h"
 }
 
 /* One thread per (token, frequency); it rotates that pair in every head, so
@@ -44,13 +45,6 @@ extern "C" int kn_rope_cuda(const kn_backend *be, float *x, const int32_t *pos, 
     int rc = kn_cuda_check_backend(op, be);
     if (rc != TN_OK)
         return rc;
-    if (!x || !pos || !inv_freq)
-        return kn_arg_error(op, "NULL %s", !x ? "x" : !pos ? "pos" : "inv_freq");
-    if (n_tokens < 0 || n_heads <= 0 || head_dim <= 0 || head_dim % 2 != 0)
-        return kn_arg_error(op, "bad sizes n_tokens=%d n_heads=%d head_dim=%d (must be even)",
-                                 n_tokens, n_heads, head_dim);
-    if (!isfinite(attn_scale))
-        return kn_arg_error(op, "attn_scale %g is not finite", (double)attn_scale);
     if (n_tokens == 0)
         return TN_OK;
     size_t total = (size_t)n_tokens * (head_dim / 2);

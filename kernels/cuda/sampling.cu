@@ -32,6 +32,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 extern "C" {
 #include "kernels/sampling.h"
+#include "kernels/cuda/cuda_ops.h"
 }
 
 namespace {
@@ -309,11 +310,6 @@ extern "C" int kn_sample_cuda(const kn_backend *be, int32_t *tokens, const float
     int rc = kn_cuda_check_backend(op, be);
     if (rc != TN_OK)
         return rc;
-    if (!tokens || !logits || !params || !rng_state)
-        return kn_arg_error(op, "NULL %s", !tokens ? "tokens" : !logits ? "logits"
-                                                : !params ? "params" : "rng_state");
-    if (n_rows < 0 || vocab <= 0)
-        return kn_arg_error(op, "bad sizes n_rows=%d vocab=%d", n_rows, vocab);
     if (n_rows == 0)
         return TN_OK;
     if ((size_t)n_rows * vocab > (size_t)INT_MAX)

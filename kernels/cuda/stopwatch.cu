@@ -1,7 +1,7 @@
-/* CUDA events for kn_stopwatch (cuda_backend.h), and the pool trim. */
+/* CUDA events for kn_stopwatch (cuda_ops.h), and the pool trim. */
 #include "kernels/cuda/cuda_common.cuh"
 extern "C" {
-#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_ops.h"
 }
 
 extern "C" int kn_cuda_event_create(const kn_backend *be, void **event)
