@@ -20,7 +20,7 @@ void worker_loop_init(worker_loop *wl, const worker_role *role, void *ctx, wm_po
 int worker_loop_open_signals(worker_loop *wl, int handle)
 {
     wl->sig_fd = handle ? tn_signalfd_open() : -2;
-    return wl->sig_fd == -1 ? -1 : 0;
+    return handle && wl->sig_fd < 0 ? -1 : 0;
 }
 
 int worker_loop_join(worker_loop *wl, const worker_options *o, const Tandem__V1__Register *reg,
