@@ -33,12 +33,12 @@ static void send_batch(decoder_ctx *ctx, Tandem__V1__TokenChunk **chunks, int n)
     Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
     m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_TOKEN_BATCH;
     m.token_batch = &b;
-    link_send(&ctx->link, &m);
+    link_send(&ctx->loop.link, &m);
 }
 
 void decoder_finish_seq(decoder_ctx *ctx, sched_seq *q)
 {
-    ctx->wm.decode_requests[OUTCOME_OK]++;
+    ctx->loop.wm.decode_requests[OUTCOME_OK]++;
     Tandem__V1__TokenChunk c = TANDEM__V1__TOKEN_CHUNK__INIT;
     c.request_id = q->id;
     c.finish_reason = finish_reason(q);
@@ -63,7 +63,7 @@ static void fail_batch(decoder_ctx *ctx, int n, const char *msg)
         Tandem__V1__TokenChunk *cp = &c;
         send_batch(ctx, &cp, 1);
         sched_remove(&ctx->s, ctx->batch[i]);
-        ctx->wm.decode_requests[OUTCOME_ERROR]++;
+        ctx->loop.wm.decode_requests[OUTCOME_ERROR]++;
     }
 }
 
@@ -119,14 +119,13 @@ int decoder_step(decoder_ctx *ctx)
     for (int i = 0; i < n; i++)
         if (ctx->batch[i]->state == SEQ_FINISHED) {
             sched_remove(&ctx->s, ctx->batch[i]);
-            ctx->wm.decode_requests[OUTCOME_OK]++;
+            ctx->loop.wm.decode_requests[OUTCOME_OK]++;
         }
     /* One step = one token for each running sequence: its duration is every
      * sequence's inter-token latency at the decoder. */
-    histogram_observe(&ctx->wm.decode_step_duration, tn_now_s() - t0);
-    histogram_observe(&ctx->wm.decode_step_batch, (double)n);
-    ctx->wm.decode_output_tokens += (uint64_t)n;
-    ctx->tokens_total += (uint64_t)n;
-    ctx->window_tokens += (uint64_t)n;
+    histogram_observe(&ctx->loop.wm.decode_step_duration, tn_now_s() - t0);
+    histogram_observe(&ctx->loop.wm.decode_step_batch, (double)n);
+    ctx->loop.wm.decode_output_tokens += (uint64_t)n;
+    worker_loop_count_tokens(&ctx->loop, (uint64_t)n);
     return n;
 }

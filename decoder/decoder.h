@@ -15,6 +15,7 @@
 #include "kernels/backend.h"
 #include "worker/worker_http.h"
 #include "worker/worker_link.h"
+#include "worker/worker_loop.h"
 #include "worker/worker_metrics.h"
 #include "worker/worker_process.h"
 
@@ -34,25 +35,17 @@ typedef struct decoder_ctx {
     tm_kv_cache kv;            /* pools only: pages are handed out by sched */
     sched s;
     kv_receiver *recv;
-    worker_link link;
-    int sig_fd;
-    int stop;
-    int draining;              /* SIGTERM: finish running sequences, take nothing new */
+    /* the router link, signals, heartbeats, drain (finish the running
+     * sequences, take nothing new) and metrics; a grouped rank steps on
+     * with the others (loop.lockstep) until every rank has left */
+    worker_loop loop;
     int max_context;
-    int session;               /* link.session the sequences came in */
-    /* cancelled while their KV may still be arriving: released on the
-     * transfer's notice or the router's release_kv */
-    uint64_t tokens_total, window_tokens, window_start_ms;
     /* step buffers, sized for max_batch */
     sched_seq **batch;
     tm_seq_step *steps;
     int32_t *sampled;          /* host: only token ids come back from the device */
     kn_sampling *params;
     uint64_t *rngs;
-    worker_metrics wm;         /* docs/METRICS.md series, sent with heartbeats */
-    worker_http *http;
-    int left;                  /* drained and deregistered (a grouped rank steps on
-                                  with the others until every rank has) */
     /* DP+EP group: every rank is a decoder of its own (own requests, KV
      * cache, registration); the experts are split across the EP group, so
      * the ranks step together, a rank without sequences joining empty */

@@ -26,7 +26,7 @@ static const char *const INTRO =
 static void send_error(decoder_ctx *ctx, const char *request_id, int code, const char *msg)
 {
     tn_log(WHO, "request %s refused: %s", request_id, msg);
-    ctx->wm.decode_requests[code == TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL ? OUTCOME_ERROR
+    ctx->loop.wm.decode_requests[code == TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL ? OUTCOME_ERROR
                                                                                 : OUTCOME_CLIENT_ERROR]++;
     Tandem__V1__Error e = TANDEM__V1__ERROR__INIT;
     e.code = code;
@@ -35,7 +35,7 @@ static void send_error(decoder_ctx *ctx, const char *request_id, int code, const
     Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
     m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_ERROR;
     m.error = &e;
-    link_send(&ctx->link, &m);
+    link_send(&ctx->loop.link, &m);
 }
 
 /* Tells the router where q's prompt KV goes. */
@@ -52,7 +52,7 @@ static void send_kv_ready(decoder_ctx *ctx, const sched_seq *q)
     Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
     m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_KV_READY;
     m.kv_ready = &k;
-    link_send(&ctx->link, &m);
+    link_send(&ctx->loop.link, &m);
 }
 
 static void on_assignment(decoder_ctx *ctx, const Tandem__V1__DecodeAssignment *a)
@@ -118,13 +118,14 @@ static void on_start(decoder_ctx *ctx, const Tandem__V1__StartDecode *s)
         decoder_finish_seq(ctx, q);
 }
 
-static void on_cancel(decoder_ctx *ctx, const Tandem__V1__Cancel *c)
+static void on_cancel(void *arg, const Tandem__V1__Cancel *c)
 {
+    decoder_ctx *ctx = arg;
     sched_seq *q = sched_find(&ctx->s, c->request_id);
     if (!q)
         return;
     if (!q->cancelled)
-        ctx->wm.decode_requests[OUTCOME_CANCELLED]++;
+        ctx->loop.wm.decode_requests[OUTCOME_CANCELLED]++;
     if (q->state == SEQ_RESERVED && !q->kv_arrived && !c->release_kv) {
         /* A prefiller may still be writing into its pages: freed on the
          * transfer's notice, or after orphan_release_ms if none comes. */
@@ -159,7 +160,6 @@ static void drop_old_session(void *arg)
     }
     tn_log(WHO, "registered again: dropped %d sequence(s), %d more once their KV transfer ends",
            freed, held);
-    ctx->session = ctx->link.session;
 }
 
 /* Frees cancelled reservations whose transfer never reported: by then the
@@ -175,8 +175,9 @@ static void release_orphans(decoder_ctx *ctx, uint64_t now)
     }
 }
 
-static void on_transfer_peer(decoder_ctx *ctx, const Tandem__V1__TransferPeer *p)
+static void on_transfer_peer(void *arg, const Tandem__V1__TransferPeer *p)
 {
+    decoder_ctx *ctx = arg;
     if (p->removed) {
         kv_receiver_remove_peer(ctx->recv, p->worker_id);
         tn_log(WHO, "prefiller %s is gone", p->worker_id);
@@ -195,8 +196,8 @@ static void handle_notices(decoder_ctx *ctx)
     uint64_t key, bytes;
     int complete;
     while (kv_receiver_next(ctx->recv, &key, &complete, &bytes)) {
-        ctx->wm.kv_transfers[complete ? OUTCOME_OK : OUTCOME_CANCELLED]++;
-        ctx->wm.kv_transfer_bytes += bytes;
+        ctx->loop.wm.kv_transfers[complete ? OUTCOME_OK : OUTCOME_CANCELLED]++;
+        ctx->loop.wm.kv_transfer_bytes += bytes;
         char id[24];
         snprintf(id, sizeof id, "%016llx", (unsigned long long)key);
         sched_seq *q = sched_find(&ctx->s, id);
@@ -223,35 +224,35 @@ static void handle_notices(decoder_ctx *ctx)
     }
 }
 
-/* Hands the current numbers to the HTTP server (and marks progress). */
-static void publish(decoder_ctx *ctx)
+static void gauges(void *arg, worker_metrics *wm)
 {
-    ctx->wm.decode_batch_size = (uint32_t)sched_running(&ctx->s);
-    ctx->wm.decode_waiting = (uint32_t)sched_waiting(&ctx->s);
-    ctx->wm.kv_blocks_total = (uint32_t)ctx->s.n_pages;
-    ctx->wm.kv_blocks_used = (uint32_t)(ctx->s.n_pages - sched_pages_available(&ctx->s));
-    ctx->wm.draining = ctx->draining;
-    worker_http_publish(ctx->http, &ctx->wm, ctx->link.registered);
+    decoder_ctx *ctx = arg;
+    wm->decode_batch_size = (uint32_t)sched_running(&ctx->s);
+    wm->decode_waiting = (uint32_t)sched_waiting(&ctx->s);
+    wm->kv_blocks_total = (uint32_t)ctx->s.n_pages;
+    wm->kv_blocks_used = (uint32_t)(ctx->s.n_pages - sched_pages_available(&ctx->s));
 }
 
-static void send_heartbeat(decoder_ctx *ctx, uint64_t now)
+static void load(void *arg, Tandem__V1__Heartbeat *hb, worker_load *room, double tokens_per_s,
+                 uint64_t tokens_total)
 {
-    double secs = (double)(now - ctx->window_start_ms) / 1000.0;
-    Tandem__V1__DecoderLoad load = TANDEM__V1__DECODER_LOAD__INIT;
-    load.batch_size = (uint32_t)sched_running(&ctx->s);
-    load.waiting = (uint32_t)sched_waiting(&ctx->s);
-    load.kv_pages_free = (uint32_t)sched_pages_available(&ctx->s);
-    load.kv_pages_total = (uint32_t)ctx->s.n_pages;
-    load.tokens_per_s = secs > 0 ? (double)ctx->window_tokens / secs : 0;
-    load.tokens_total = ctx->tokens_total;
-    Tandem__V1__Heartbeat hb = TANDEM__V1__HEARTBEAT__INIT;
-    hb.load_case = TANDEM__V1__HEARTBEAT__LOAD_DECODER;
-    hb.decoder = &load;
-    hb.draining = ctx->draining;
-    publish(ctx);
-    worker_send_heartbeat(&ctx->link, &hb, &ctx->wm, now);
-    ctx->window_tokens = 0;
-    ctx->window_start_ms = now;
+    decoder_ctx *ctx = arg;
+    Tandem__V1__DecoderLoad *l = &room->decoder;
+    tandem__v1__decoder_load__init(l);
+    l->batch_size = (uint32_t)sched_running(&ctx->s);
+    l->waiting = (uint32_t)sched_waiting(&ctx->s);
+    l->kv_pages_free = (uint32_t)sched_pages_available(&ctx->s);
+    l->kv_pages_total = (uint32_t)ctx->s.n_pages;
+    l->tokens_per_s = tokens_per_s;
+    l->tokens_total = tokens_total;
+    hb->load_case = TANDEM__V1__HEARTBEAT__LOAD_DECODER;
+    hb->decoder = l;
+}
+
+static int held(void *arg)
+{
+    decoder_ctx *ctx = arg;
+    return ctx->s.n_seqs;
 }
 
 static int awaiting_kv(const decoder_ctx *ctx)
@@ -275,18 +276,8 @@ static void report_group_failure(decoder_ctx *ctx)
         sched_remove(&ctx->s, q);
     }
     send_error(ctx, "", TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL, msg);
-    ctx->stop = 1;
-}
-
-/* Drain: the router hears it with this heartbeat and places nothing new
- * here; running and admitted sequences finish, then the decoder
- * deregisters. */
-static void begin_drain(decoder_ctx *ctx)
-{
-    ctx->draining = 1;
-    link_begin_drain(&ctx->link);
-    if (ctx->link.registered)
-        send_heartbeat(ctx, tn_now_ms());
+    ctx->loop.stop = 1;
+    ctx->group_failed = 1;
 }
 
 /* Every rank learns whether any rank has sequences to step, whether any is
@@ -296,23 +287,26 @@ static void begin_drain(decoder_ctx *ctx)
  * when the group failed. */
 static int group_agree(decoder_ctx *ctx)
 {
-    float v[4] = {sched_running(&ctx->s) > 0 ? 1.0f : 0.0f, ctx->stop ? 1.0f : 0.0f,
-                  ctx->draining ? 1.0f : 0.0f, ctx->left ? 0.0f : 1.0f};
+    worker_loop *wl = &ctx->loop;
+    float v[4] = {sched_running(&ctx->s) > 0 ? 1.0f : 0.0f, wl->stop ? 1.0f : 0.0f,
+                  wl->draining ? 1.0f : 0.0f, wl->left ? 0.0f : 1.0f};
     if (comm_all_reduce_sum(ctx->group.world, v, 4) != TN_OK)
         return -1;
     ctx->group_step = v[0] > 0;
     if (v[1] > 0)
-        ctx->stop = 1;
-    if (v[2] > 0 && !ctx->draining) {
+        wl->stop = 1;
+    if (v[2] > 0 && !wl->draining) {
         tn_log(WHO, "another rank of the group drains: draining (%d sequences to finish)",
                ctx->s.n_seqs);
-        begin_drain(ctx);
+        worker_loop_drain(wl);
     }
     if (v[3] == 0)
-        ctx->stop = 1; /* every rank drained and deregistered */
+        wl->stop = 1; /* every rank drained and deregistered */
     return 0;
 }
 
+/* The decoder's own messages (Cancel and TransferPeer come to on_cancel and
+ * on_transfer_peer). */
 static int on_message(void *arg, const Tandem__V1__WorkerMessage *m)
 {
     decoder_ctx *ctx = arg;
@@ -325,84 +319,68 @@ static int on_message(void *arg, const Tandem__V1__WorkerMessage *m)
         if (m->start_decode)
             on_start(ctx, m->start_decode);
         return 1;
-    case TANDEM__V1__WORKER_MESSAGE__BODY_CANCEL:
-        if (m->cancel)
-            on_cancel(ctx, m->cancel);
-        return 1;
-    case TANDEM__V1__WORKER_MESSAGE__BODY_TRANSFER_PEER:
-        if (m->transfer_peer)
-            on_transfer_peer(ctx, m->transfer_peer);
-        return 1;
     default:
         return 0;
     }
 }
 
-static void run(decoder_ctx *ctx)
+/* Busy when decoding; short naps while a KV transfer may need its
+ * acknowledgement (UCX progress); otherwise sleep until a message. */
+static int poll_timeout(void *arg, int due_ms)
 {
-    const int grouped = ctx->group.world != NULL;
-    while (!ctx->stop || grouped) {
-        uint64_t now = tn_now_ms();
-        /* Busy when decoding; short naps while a KV transfer may need its
-         * acknowledgement (UCX progress); otherwise sleep until a message. */
-        int timeout = sched_running(&ctx->s) || ctx->group_step ? 0 : awaiting_kv(ctx) ? 1
-                                                                     : link_next_due_ms(&ctx->link, now);
-        if (timeout > 100)
-            timeout = 100; /* UCX progresses only when asked (handle_notices) */
-        if ((grouped || ctx->draining) && timeout > 20)
-            timeout = 20;  /* the group waits for its slowest rank at every step; a drain
-                              waits for its deregistration's answer */
-        unsigned sig;
-        if (worker_wait(&ctx->link, ctx->sig_fd, timeout, WHO, &sig)) {
-            if (ctx->draining) {
-                tn_log(WHO, "signal %u: stopping now", sig);
-                ctx->stop = 1;
-                if (!grouped)
-                    break;
-            } else {
-                tn_log(WHO, "signal %u: draining (%d sequences to finish; again to stop now)", sig,
-                       ctx->s.n_seqs);
-                begin_drain(ctx);
-            }
-        }
-        worker_receive(&ctx->link, WHO, &ctx->session, on_message, drop_old_session, ctx);
-        handle_notices(ctx);
-        now = tn_now_ms();
-        release_orphans(ctx, now);
-        if (ctx->link.drain != LINK_LEFT && link_tick(&ctx->link, now))
-            send_heartbeat(ctx, now);
-        if (ctx->draining && !ctx->left && link_drain_step(&ctx->link, ctx->s.n_seqs == 0, now)) {
-            ctx->left = 1;
-            if (!grouped)
-                break;
-        }
-        if (grouped) {
-            if (group_agree(ctx) != 0) {
-                report_group_failure(ctx);
-                ctx->group_failed = 1;
-                break;
-            }
-            if (ctx->stop)
-                break;
-        }
-        if (decoder_step(ctx) == TN_ERR_PEER) {
-            report_group_failure(ctx);
-            ctx->group_failed = 1;
-            break;
-        }
-        sched_seq *admitted[64];
-        int n;
-        while ((n = sched_admit_waiting(&ctx->s, admitted, 64)) > 0)
-            for (int i = 0; i < n; i++)
-                send_kv_ready(ctx, admitted[i]);
-        publish(ctx);
-    }
+    decoder_ctx *ctx = arg;
+    int timeout = sched_running(&ctx->s) || ctx->group_step ? 0 : awaiting_kv(ctx) ? 1 : due_ms;
+    if ((ctx->loop.lockstep || ctx->loop.draining) && timeout > 20)
+        timeout = 20; /* the group waits for its slowest rank at every step; a drain
+                         waits for its deregistration's answer */
+    return timeout;
 }
+
+/* The KV transfers' notices, then the reservations they left behind. */
+static void progress(void *arg)
+{
+    decoder_ctx *ctx = arg;
+    handle_notices(ctx);
+    release_orphans(ctx, tn_now_ms());
+}
+
+/* One decode step (with the group: once every rank agreed to), then the
+ * waiting requests that fit now. */
+static int step(void *arg)
+{
+    decoder_ctx *ctx = arg;
+    if (ctx->loop.lockstep) {
+        if (group_agree(ctx) != 0) {
+            report_group_failure(ctx);
+            return 1;
+        }
+        if (ctx->loop.stop)
+            return 1;
+    }
+    if (decoder_step(ctx) == TN_ERR_PEER) {
+        report_group_failure(ctx);
+        return 1;
+    }
+    sched_seq *admitted[64];
+    int n;
+    while ((n = sched_admit_waiting(&ctx->s, admitted, 64)) > 0)
+        for (int i = 0; i < n; i++)
+            send_kv_ready(ctx, admitted[i]);
+    return 0;
+}
+
+static const worker_role DECODER_ROLE = {
+    .who = WHO, .held_what = "sequences",
+    .cancel = on_cancel, .transfer_peer = on_transfer_peer, .on_message = on_message,
+    .new_session = drop_old_session,
+    .poll_timeout = poll_timeout, .progress = progress, .held = held,
+    .load = load, .gauges = gauges,
+    .step = step,
+};
 
 static void ctx_free(decoder_ctx *ctx)
 {
-    worker_http_stop(ctx->http);
-    link_close(&ctx->link);
+    worker_loop_free(&ctx->loop);
     if (ctx->recv)
         kv_receiver_close(ctx->recv);
     sched_free(&ctx->s);
@@ -414,20 +392,13 @@ static void ctx_free(decoder_ctx *ctx)
     free(ctx->sampled);
     free(ctx->params);
     free(ctx->rngs);
-    if (ctx->sig_fd >= 0)
-        close(ctx->sig_fd);
     free(ctx);
 }
 
-int main(int argc, char **argv)
+/* The role's flags and their defaults, after the common ones: -1 to go
+ * on, or the exit status (worker_parse_flags). */
+static int parse_flags(decoder_config *c, int argc, char **argv)
 {
-    decoder_ctx *ctx = calloc(1, sizeof *ctx);
-    if (!ctx) {
-        fprintf(stderr, "tandem-decoder: out of memory\n");
-        return 1;
-    }
-    ctx->sig_fd = -1;
-    decoder_config *c = &ctx->cfg;
     worker_options *o = &c->w;
     worker_options_default(o);
     c->kv_pages = 1024;
@@ -440,17 +411,25 @@ int main(int argc, char **argv)
          "free a cancelled reservation whose KV transfer never reports after this long "
          "(keep it above the prefillers' --transfer-timeout-ms)"},
     };
-    int prc = worker_parse_flags(o, "tandem-decoder", INTRO, "dp", specs,
-                                 (int)(sizeof specs / sizeof *specs), argc, argv);
-    if (prc < 0 && (c->kv_pages <= 0 || c->max_batch <= 0 || c->orphan_release_ms <= 0)) {
-        fprintf(stderr, "tandem-decoder: --model is required, sizes must be positive and "
-                "--metrics-port in -1..65535\n");
-        prc = 2;
+    return worker_parse_flags(o, "tandem-decoder", INTRO, "dp", specs,
+                              (int)(sizeof specs / sizeof *specs), argc, argv);
+}
+
+int main(int argc, char **argv)
+{
+    decoder_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) {
+        fprintf(stderr, "tandem-decoder: out of memory\n");
+        return 1;
     }
+    worker_loop_init(&ctx->loop, &DECODER_ROLE, ctx, WM_DECODE);
+    int prc = parse_flags(&ctx->cfg, argc, argv);
     if (prc >= 0) {
         free(ctx);
         return prc;
     }
+    decoder_config *c = &ctx->cfg;
+    worker_options *o = &c->w;
     char err[512];
     /* the DP ranks first, before any thread exists */
     if (rank_group_start(&ctx->group, 1, o->ep, o->ranks, o->rank, o->world, o->comm_name,
@@ -470,10 +449,9 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    ctx->sig_fd = tn_signalfd_open();
-    worker_metrics_init(&ctx->wm, WM_DECODE);
+    ctx->loop.lockstep = ctx->group.world != NULL;
     int rc = 1;
-    if (ctx->sig_fd < 0) {
+    if (worker_loop_open_signals(&ctx->loop, 1) != 0) {
         fprintf(stderr, "tandem-decoder: cannot set up signals\n");
         goto out;
     }
@@ -511,15 +489,14 @@ int main(int argc, char **argv)
     Tandem__V1__Register reg;
     worker_register_init(&reg, o, TANDEM__V1__WORKER_ROLE__WORKER_ROLE_DECODER, ctx->mc,
                          ctx->max_context, c->kv_pages, ep, ep_len);
-    if (worker_join(o, WHO, &reg, &ctx->link, &ctx->wm, &ctx->http, err, sizeof err) != 0) {
+    if (worker_loop_join(&ctx->loop, o, &reg, err, sizeof err) != 0) {
         fprintf(stderr, "tandem-decoder: %s\n", err);
         goto out;
     }
-    ctx->window_start_ms = tn_now_ms();
     tn_log(WHO, "%s: model %s (%s) on %s, %d KV pages of %d tokens, batch %d, DP %d EP %d, "
            "router %s (pid %d)", o->worker_id, o->model_name, ctx->mc->model_type, o->device,
            c->kv_pages, o->page_size, c->max_batch, o->ranks, o->ep, o->router, (int)getpid());
-    run(ctx);
+    worker_loop_run(&ctx->loop);
     rc = ctx->group_failed ? 1 : 0;
     tn_log(WHO, "%s: stopped", o->worker_id);
 out:

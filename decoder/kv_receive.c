@@ -8,6 +8,7 @@
 #include "common/status.h"
 #include "transfer/transfer.h"
 #include "transfer/transfer_kv.h"
+#include "worker/worker_transfer.h"
 
 #include "proto/tandem.pb-c.h"
 
@@ -28,11 +29,7 @@ typedef struct pending_notice {
 } pending_notice;
 
 struct kv_receiver {
-    te_engine *e;
-    tm_kv_staging staging;     /* the pools registered, or their host mirror */
-    te_kv_local local;
-    uint8_t *hello;
-    size_t hello_len;
+    worker_transfer xfer;      /* the engine and the pools registered */
     prefiller_peer *peers;
     int n_peers, cap_peers;
     pending_notice *pending;
@@ -42,7 +39,7 @@ struct kv_receiver {
 static void peer_disconnect(kv_receiver *r, prefiller_peer *p)
 {
     for (int i = 0; i < p->n_remotes; i++)
-        te_kv_disconnect(r->e, &p->remotes[i]);
+        te_kv_disconnect(r->xfer.e, &p->remotes[i]);
     free(p->remotes);
     p->remotes = NULL;
     p->n_remotes = 0;
@@ -57,28 +54,9 @@ int kv_receiver_open(tm_kv_cache *kv, const char *name, const char *tls, tm_kv_p
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    te_engine_config cfg;
-    te_engine_config_default(&cfg);
-    cfg.name = name;
-    cfg.tls = tls && tls[0] ? tls : NULL;
-    if (te_engine_create(&cfg, &r->e, err, errlen) != TN_OK) {
+    if (worker_transfer_open(&r->xfer, kv, kv->n_kv_heads, 1, 0, name, tls, path, err,
+                             errlen) != 0) {
         free(r);
-        return -1;
-    }
-    if (tm_kv_staging_init(&r->staging, kv, path, te_engine_cuda_memory(r->e), err,
-                           errlen) != TN_OK) {
-        kv_receiver_close(r);
-        return -1;
-    }
-    te_kv_layout l = {.tp = 1, .rank = 0, .n_layers = kv->n_layers, .n_kv_heads = kv->n_kv_heads,
-                      .head_dim = kv->head_dim, .elem_bytes = (int)sizeof(float),
-                      .page_size = kv->page_size, .n_pages = kv->n_pages};
-    if (te_kv_register(r->e, &l, (void *const *)r->staging.k, (void *const *)r->staging.v,
-                       r->staging.device_memory ? TE_MEM_CUDA : TE_MEM_HOST,
-                       &r->local) != TN_OK ||
-        te_kv_hello_pack(r->e, &r->local, &r->hello, &r->hello_len) != TN_OK) {
-        snprintf(err, errlen, "%s", te_engine_error(r->e));
-        kv_receiver_close(r);
         return -1;
     }
     *out = r;
@@ -93,22 +71,19 @@ void kv_receiver_close(kv_receiver *r)
         peer_disconnect(r, &r->peers[i]);
     free(r->peers);
     free(r->pending);
-    te_kv_deregister(r->e, &r->local);
-    free(r->hello);
-    te_engine_destroy(r->e);
-    tm_kv_staging_free(&r->staging);
+    worker_transfer_close(&r->xfer);
     free(r);
 }
 
 const char *kv_receiver_path(const kv_receiver *r)
 {
-    return r->staging.how;
+    return r->xfer.staging.how;
 }
 
 int kv_receiver_land(kv_receiver *r, const int32_t *pages, int n_pages, char *err,
                      size_t errlen)
 {
-    int rc = tm_kv_staging_to_device(&r->staging, pages, n_pages);
+    int rc = tm_kv_staging_to_device(&r->xfer.staging, pages, n_pages);
     if (rc != TN_OK) {
         snprintf(err, errlen, "copying %d received KV pages to the device: %s", n_pages,
                  tn_status_str(rc));
@@ -119,8 +94,8 @@ int kv_receiver_land(kv_receiver *r, const int32_t *pages, int n_pages, char *er
 
 void kv_receiver_endpoint(const kv_receiver *r, const uint8_t **buf, size_t *len)
 {
-    *buf = r->hello;
-    *len = r->hello_len;
+    *buf = r->xfer.hello;
+    *len = r->xfer.hello_len;
 }
 
 static prefiller_peer *find(kv_receiver *r, const char *id)
@@ -199,19 +174,19 @@ int kv_receiver_add_peer(kv_receiver *r, const char *worker_id, const uint8_t *e
         }
         int connected = 0;
         for (int i = 0; !rc && i < n; i++, connected++) {
-            if (te_kv_connect(r->e, hello[i]->hello, &remotes[i]) != TN_OK) {
-                snprintf(err, errlen, "rank %d: %s", i, te_engine_error(r->e));
+            if (te_kv_connect(r->xfer.e, hello[i]->hello, &remotes[i]) != TN_OK) {
+                snprintf(err, errlen, "rank %d: %s", i, te_engine_error(r->xfer.e));
                 rc = -1;
             } else {
                 /* Finish UCX's connection set-up in the background (the
                  * scheduler loop progresses the engine): an endpoint still
                  * setting up cannot be closed safely (transfer.h). */
-                te_peer_wireup_start(r->e, remotes[i].peer);
+                te_peer_wireup_start(r->xfer.e, remotes[i].peer);
             }
         }
         if (rc && remotes) {
             for (int i = 0; i < connected; i++)
-                te_kv_disconnect(r->e, &remotes[i]);
+                te_kv_disconnect(r->xfer.e, &remotes[i]);
             free(remotes);
         } else if (!rc) {
             p = &r->peers[r->n_peers++];
@@ -282,9 +257,9 @@ static int combine(kv_receiver *r, const te_notice *n, int size, uint64_t key,
 
 int kv_receiver_next(kv_receiver *r, uint64_t *request_id, int *complete, uint64_t *bytes)
 {
-    te_engine_progress(r->e);
+    te_engine_progress(r->xfer.e);
     te_notice n;
-    while (te_engine_next_notice(r->e, &n)) {
+    while (te_engine_next_notice(r->xfer.e, &n)) {
         uint64_t key;
         int size = sender_group(r, n.sender_id, &key);
         if (size <= 1) {

@@ -19,6 +19,7 @@
 #include "common/sys.h"
 #include "transfer/transfer.h"
 #include "transfer/transfer_kv.h"
+#include "worker/worker_transfer.h"
 
 #define WHO "prefiller"
 /* A wire-up flush that fails while the endpoint still looks healthy is
@@ -46,11 +47,7 @@ typedef struct decoder_peer {
 } decoder_peer;
 
 struct kv_pusher {
-    te_engine *e;
-    tm_kv_staging staging;    /* the pools registered, or their host mirror */
-    te_kv_local local;
-    uint8_t *hello;
-    size_t hello_len;
+    worker_transfer xfer;     /* the engine and the pools registered */
     decoder_peer *peers;
     int n_peers, cap_peers;
     int log_connections;      /* rank 0 logs connection events (others are quiet) */
@@ -82,28 +79,9 @@ int kv_pusher_open_rank(tm_kv_cache *kv, int n_kv_heads, int tp, int rank, const
         return -1;
     }
     p->log_connections = rank == 0;
-    te_engine_config cfg;
-    te_engine_config_default(&cfg);
-    cfg.name = name;
-    cfg.tls = tls && tls[0] ? tls : NULL;
-    if (te_engine_create(&cfg, &p->e, err, errlen) != TN_OK) {
+    if (worker_transfer_open(&p->xfer, kv, n_kv_heads, tp, rank, name, tls, path, err,
+                             errlen) != 0) {
         free(p);
-        return -1;
-    }
-    if (tm_kv_staging_init(&p->staging, kv, path, te_engine_cuda_memory(p->e), err,
-                           errlen) != TN_OK) {
-        kv_pusher_close(p);
-        return -1;
-    }
-    te_kv_layout l = {.tp = tp, .rank = rank, .n_layers = kv->n_layers, .n_kv_heads = n_kv_heads,
-                      .head_dim = kv->head_dim, .elem_bytes = (int)sizeof(float),
-                      .page_size = kv->page_size, .n_pages = kv->n_pages};
-    if (te_kv_register(p->e, &l, (void *const *)p->staging.k, (void *const *)p->staging.v,
-                       p->staging.device_memory ? TE_MEM_CUDA : TE_MEM_HOST,
-                       &p->local) != TN_OK ||
-        te_kv_hello_pack(p->e, &p->local, &p->hello, &p->hello_len) != TN_OK) {
-        snprintf(err, errlen, "%s", te_engine_error(p->e));
-        kv_pusher_close(p);
         return -1;
     }
     *out = p;
@@ -112,7 +90,7 @@ int kv_pusher_open_rank(tm_kv_cache *kv, int n_kv_heads, int tp, int rank, const
 
 const char *kv_pusher_path(const kv_pusher *p)
 {
-    return p->staging.how;
+    return p->xfer.staging.how;
 }
 
 /* Whether the connection can be closed without waiting: closing one whose
@@ -127,7 +105,7 @@ static int closable_now(const decoder_peer *peer)
 static void disconnect(kv_pusher *p, decoder_peer *peer)
 {
     if (peer->remote.peer || peer->remote.regions)
-        te_kv_disconnect(p->e, &peer->remote);
+        te_kv_disconnect(p->xfer.e, &peer->remote);
     memset(&peer->remote, 0, sizeof peer->remote);
     peer->broken = 0;
     peer->ready_logged = peer->slow_logged = 0;
@@ -142,17 +120,14 @@ void kv_pusher_close(kv_pusher *p)
         free(p->peers[i].hello);
     }
     free(p->peers);
-    te_kv_deregister(p->e, &p->local);
-    free(p->hello);
-    te_engine_destroy(p->e);
-    tm_kv_staging_free(&p->staging);
+    worker_transfer_close(&p->xfer);
     free(p);
 }
 
 void kv_pusher_endpoint(const kv_pusher *p, const uint8_t **buf, size_t *len)
 {
-    *buf = p->hello;
-    *len = p->hello_len;
+    *buf = p->xfer.hello;
+    *len = p->xfer.hello_len;
 }
 
 static decoder_peer *find_peer(kv_pusher *p, const char *id)
@@ -198,17 +173,17 @@ static int connect_peer(kv_pusher *p, decoder_peer *peer, char *err, size_t errl
             tandem__transfer__control_message__free_unpacked(m, NULL);
         return -1;
     }
-    int rc = te_kv_connect(p->e, m->hello, &peer->remote);
+    int rc = te_kv_connect(p->xfer.e, m->hello, &peer->remote);
     tandem__transfer__control_message__free_unpacked(m, NULL);
     if (rc != TN_OK) {
-        snprintf(err, errlen, "cannot connect to decoder %s: %s", peer->id, te_engine_error(p->e));
+        snprintf(err, errlen, "cannot connect to decoder %s: %s", peer->id, te_engine_error(p->xfer.e));
         memset(&peer->remote, 0, sizeof peer->remote);
         return -1;
     }
     peer->connected_at = te_now_seconds();
     peer->ready_logged = peer->slow_logged = 0;
-    if (te_peer_wireup_start(p->e, peer->remote.peer) != TN_OK) {
-        snprintf(err, errlen, "decoder %s: %s", peer->id, te_engine_error(p->e));
+    if (te_peer_wireup_start(p->xfer.e, peer->remote.peer) != TN_OK) {
+        snprintf(err, errlen, "decoder %s: %s", peer->id, te_engine_error(p->xfer.e));
         peer->broken = 1;
         return -1;
     }
@@ -309,7 +284,7 @@ static void supervise(kv_pusher *p)
                 if (p->log_connections)
                     tn_log(WHO, "decoder %s: connection set-up flush failed; retrying (%d of %d)",
                            peer->id, peer->wireup_retries, MAX_WIREUP_RETRIES);
-                te_peer_wireup_start(p->e, tp);
+                te_peer_wireup_start(p->xfer.e, tp);
             }
             if (!peer->slow_logged && now - peer->connected_at > WIREUP_SLOW_S) {
                 peer->slow_logged = 1;
@@ -347,15 +322,15 @@ static void supervise(kv_pusher *p)
 
 void kv_pusher_progress(kv_pusher *p)
 {
-    te_engine_progress(p->e);
+    te_engine_progress(p->xfer.e);
     supervise(p);
 }
 
 static int submit(kv_pusher *p, kv_push *k, int timeout_ms)
 {
-    if (te_kv_send(p->e, &p->local, k->src_pages, &k->peer->remote, k->dst_pages, k->n_tokens,
+    if (te_kv_send(p->xfer.e, &p->xfer.local, k->src_pages, &k->peer->remote, k->dst_pages, k->n_tokens,
                    k->request_id, timeout_ms, &k->t) != TN_OK) {
-        snprintf(k->error, sizeof k->error, "%s", te_engine_error(p->e));
+        snprintf(k->error, sizeof k->error, "%s", te_engine_error(p->xfer.e));
         k->t = NULL;
         return -1;
     }
@@ -394,8 +369,8 @@ int kv_push_start(kv_pusher *p, const Tandem__V1__KvDestination *dst, uint64_t r
     }
     /* staged: the prompt's pages go to the host mirror the puts read (the
      * KV is complete now, so the copy need not wait for the set-up) */
-    int n_pages = (n_tokens + p->staging.kv->page_size - 1) / p->staging.kv->page_size;
-    int rc = tm_kv_staging_to_host(&p->staging, src_pages, n_pages);
+    int n_pages = (n_tokens + p->xfer.staging.kv->page_size - 1) / p->xfer.staging.kv->page_size;
+    int rc = tm_kv_staging_to_host(&p->xfer.staging, src_pages, n_pages);
     if (rc != TN_OK) {
         snprintf(err, errlen, "copying %d KV pages to the host staging buffers: %s", n_pages,
                  tn_status_str(rc));
@@ -403,7 +378,7 @@ int kv_push_start(kv_pusher *p, const Tandem__V1__KvDestination *dst, uint64_t r
     }
     kv_push *k = calloc(1, sizeof *k);
     if (k) {
-        k->src_pages = copy_pages(src_pages, n_tokens, p->local.layout.page_size);
+        k->src_pages = copy_pages(src_pages, n_tokens, p->xfer.local.layout.page_size);
         k->dst_pages = copy_pages(dst->page_ids, n_tokens, dst->page_size);
     }
     if (!k || !k->src_pages || !k->dst_pages) {
@@ -487,7 +462,7 @@ void kv_push_cancel(kv_pusher *p, kv_push *t)
 {
     t->canceled = 1;
     if (t->t)
-        te_transfer_cancel(p->e, t->t);
+        te_transfer_cancel(p->xfer.e, t->t);
 }
 
 void kv_push_release(kv_pusher *p, kv_push *t)
@@ -495,7 +470,7 @@ void kv_push_release(kv_pusher *p, kv_push *t)
     if (!t)
         return;
     if (t->t)
-        te_transfer_release(p->e, t->t);
+        te_transfer_release(p->xfer.e, t->t);
     t->peer->busy--;
     free(t->src_pages);
     free(t->dst_pages);

@@ -30,7 +30,7 @@ void prefiller_count_outcome(prefiller_ctx *ctx, int code)
     case TANDEM__V1__ERROR_CODE__ERROR_CODE_CONTEXT_TOO_LONG: o = OUTCOME_CLIENT_ERROR; break;
     default: o = OUTCOME_ERROR; break;
     }
-    ctx->wm.prefill_requests[o]++;
+    ctx->loop.wm.prefill_requests[o]++;
 }
 
 static void report(prefiller_ctx *ctx, const prefill_job *job, int32_t first, uint64_t rng,
@@ -61,7 +61,7 @@ static void report(prefiller_ctx *ctx, const prefill_job *job, int32_t first, ui
     Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
     m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_PREFILL_RESULT;
     m.prefill_result = &r;
-    link_send(&ctx->link, &m);
+    link_send(&ctx->loop.link, &m);
 }
 
 /* In a TP group every rank runs every step of a job; rank 0, which talks to
@@ -222,13 +222,12 @@ void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job)
         free(pages);
         return;
     }
-    ctx->tokens_total += (uint64_t)job->n_tokens;
-    ctx->window_tokens += (uint64_t)job->n_tokens;
+    worker_loop_count_tokens(&ctx->loop, (uint64_t)job->n_tokens);
     /* Tokens and busy time of completed prefills only, so tokens / busy is
      * the replica's throughput (the autoscaler's measurement). */
-    ctx->wm.prefill_input_tokens += (uint64_t)job->n_tokens;
-    ctx->wm.prefill_busy_s += t1 - t0;
-    histogram_observe(&ctx->wm.prefill_duration, t1 - t0);
+    ctx->loop.wm.prefill_input_tokens += (uint64_t)job->n_tokens;
+    ctx->loop.wm.prefill_busy_s += t1 - t0;
+    histogram_observe(&ctx->loop.wm.prefill_duration, t1 - t0);
     uint64_t rng = kn_rng_seed(job->seed);
     int32_t first = 0;
     /* TP ranks hold identical logits: rank 0 samples them where they are (on
@@ -268,10 +267,10 @@ void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job)
     /* every rank pushed its KV heads; the request is whole only if all did */
     gather_outcomes(ctx, &ok, &bytes, err, sizeof err);
     double t2 = tn_now_s();
-    ctx->wm.kv_transfers[ok ? OUTCOME_OK : job->cancelled ? OUTCOME_CANCELLED : OUTCOME_ERROR]++;
+    ctx->loop.wm.kv_transfers[ok ? OUTCOME_OK : job->cancelled ? OUTCOME_CANCELLED : OUTCOME_ERROR]++;
     if (ok) {
-        ctx->wm.kv_transfer_bytes += bytes;
-        histogram_observe(&ctx->wm.kv_transfer_duration, t2 - t1);
+        ctx->loop.wm.kv_transfer_bytes += bytes;
+        histogram_observe(&ctx->loop.wm.kv_transfer_duration, t2 - t1);
     }
     tm_kv_release_pages(&ctx->kv, pages, n_pages);
     free(pages);

@@ -15,6 +15,7 @@
 #include "prefiller/kv_push.h"
 #include "worker/worker_http.h"
 #include "worker/worker_link.h"
+#include "worker/worker_loop.h"
 #include "worker/worker_metrics.h"
 #include "worker/worker_process.h"
 
@@ -44,27 +45,21 @@ typedef struct prefiller_ctx {
     const tm_config *mc;
     tm_kv_cache kv;
     kv_pusher *pusher;
-    worker_link link;
-    int sig_fd;
-    int stop;                  /* leave the main loop */
-    int draining;              /* SIGTERM: finish the queue, take nothing new, deregister */
+    /* the router link, signals, heartbeats, drain and metrics (rank 0; the
+     * drain finishes the queue, takes nothing new, then deregisters) */
+    worker_loop loop;
     prefill_job *head, *tail;  /* queued work */
     prefill_job *current;      /* the job being prefilled or pushed */
-    int session;               /* link.session the queued jobs came in */
     uint64_t queued_tokens;
-    uint64_t tokens_total;     /* prompt tokens prefilled since start */
-    uint64_t window_tokens;    /* ... since the last heartbeat */
-    uint64_t window_start_ms;
-    worker_metrics wm;         /* docs/METRICS.md series, sent with heartbeats (rank 0) */
-    worker_http *http;         /* rank 0 only */
     /* TP group: rank 0 talks to the router and hands each job to the other
      * ranks; every rank runs the prompt on its shard and pushes its KV heads */
     rank_group group;
     int group_failed;          /* a peer rank died: report and exit */
 } prefiller_ctx;
 
-/* Handles what arrived from the router and sends a heartbeat when due;
- * waits up to timeout_ms for something to arrive. */
+/* Inside a job: handles what arrived from the router and sends a heartbeat
+ * when due; waits up to timeout_ms for something to arrive
+ * (worker_loop_service). */
 void prefiller_service(prefiller_ctx *ctx, int timeout_ms);
 
 /* Runs one job to the end (prefill, first token, KV push) and reports its

@@ -30,30 +30,28 @@ static uint32_t queued_requests(const prefiller_ctx *ctx)
     return n + (ctx->current != NULL);
 }
 
-/* Hands the current numbers to the HTTP server (and marks progress). */
-static void publish(prefiller_ctx *ctx)
+static int held(void *arg)
 {
-    ctx->wm.prefill_queue_depth = queued_requests(ctx);
-    ctx->wm.draining = ctx->draining;
-    worker_http_publish(ctx->http, &ctx->wm, ctx->link.registered);
+    return (int)queued_requests(arg);
 }
 
-static void send_heartbeat(prefiller_ctx *ctx, uint64_t now)
+static void gauges(void *arg, worker_metrics *wm)
 {
-    double secs = (double)(now - ctx->window_start_ms) / 1000.0;
-    Tandem__V1__PrefillerLoad load = TANDEM__V1__PREFILLER_LOAD__INIT;
-    load.queued_input_tokens = ctx->queued_tokens;
-    load.queued_requests = queued_requests(ctx);
-    load.input_tokens_per_s = secs > 0 ? (double)ctx->window_tokens / secs : 0;
-    load.input_tokens_total = ctx->tokens_total;
-    Tandem__V1__Heartbeat hb = TANDEM__V1__HEARTBEAT__INIT;
-    hb.load_case = TANDEM__V1__HEARTBEAT__LOAD_PREFILLER;
-    hb.prefiller = &load;
-    hb.draining = ctx->draining;
-    publish(ctx);
-    worker_send_heartbeat(&ctx->link, &hb, &ctx->wm, now);
-    ctx->window_tokens = 0;
-    ctx->window_start_ms = now;
+    wm->prefill_queue_depth = queued_requests(arg);
+}
+
+static void load(void *arg, Tandem__V1__Heartbeat *hb, worker_load *room, double tokens_per_s,
+                 uint64_t tokens_total)
+{
+    prefiller_ctx *ctx = arg;
+    Tandem__V1__PrefillerLoad *l = &room->prefiller;
+    tandem__v1__prefiller_load__init(l);
+    l->queued_input_tokens = ctx->queued_tokens;
+    l->queued_requests = queued_requests(ctx);
+    l->input_tokens_per_s = tokens_per_s;
+    l->input_tokens_total = tokens_total;
+    hb->load_case = TANDEM__V1__HEARTBEAT__LOAD_PREFILLER;
+    hb->prefiller = l;
 }
 
 static void reject(prefiller_ctx *ctx, const char *id, int code, const char *msg)
@@ -70,7 +68,7 @@ static void reject(prefiller_ctx *ctx, const char *id, int code, const char *msg
     Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
     m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_PREFILL_RESULT;
     m.prefill_result = &r;
-    link_send(&ctx->link, &m);
+    link_send(&ctx->loop.link, &m);
 }
 
 /* Checks an assignment and queues it as a job. */
@@ -140,8 +138,9 @@ static void on_assignment(prefiller_ctx *ctx, const Tandem__V1__PrefillAssignmen
     ctx->queued_tokens += (uint64_t)job->n_tokens;
 }
 
-static void on_cancel(prefiller_ctx *ctx, const Tandem__V1__Cancel *c)
+static void on_cancel(void *arg, const Tandem__V1__Cancel *c)
 {
+    prefiller_ctx *ctx = arg;
     if (ctx->current && !strcmp(ctx->current->id, c->request_id)) {
         ctx->current->cancelled = 1;
         return;
@@ -164,8 +163,9 @@ static void on_cancel(prefiller_ctx *ctx, const Tandem__V1__Cancel *c)
 
 /* The router introduces a decoder (or says it left): connect now, so the
  * UCX connection set-up is over before a push needs it. */
-static void on_transfer_peer(prefiller_ctx *ctx, const Tandem__V1__TransferPeer *p)
+static void on_transfer_peer(void *arg, const Tandem__V1__TransferPeer *p)
 {
+    prefiller_ctx *ctx = arg;
     char err[300];
     if (kv_pusher_introduce(ctx->pusher, p->worker_id, p->transfer_endpoint.data,
                             p->transfer_endpoint.len, p->removed, err, sizeof err) != 0)
@@ -197,64 +197,45 @@ static void drop_old_session(void *arg)
         ctx->current->cancelled = 1;
     tn_log(WHO, "registered again: dropped %d queued job(s)%s", n,
            ctx->current ? " and cancelled the current one" : "");
-    ctx->session = ctx->link.session;
 }
 
+/* The prefiller's own message: work (Cancel and TransferPeer come to
+ * on_cancel and on_transfer_peer). */
 static int on_message(void *arg, const Tandem__V1__WorkerMessage *m)
 {
-    prefiller_ctx *ctx = arg;
-    switch (m->body_case) {
-    case TANDEM__V1__WORKER_MESSAGE__BODY_PREFILL_ASSIGNMENT:
-        if (m->prefill_assignment)
-            on_assignment(ctx, m->prefill_assignment);
-        return 1;
-    case TANDEM__V1__WORKER_MESSAGE__BODY_CANCEL:
-        if (m->cancel)
-            on_cancel(ctx, m->cancel);
-        return 1;
-    case TANDEM__V1__WORKER_MESSAGE__BODY_TRANSFER_PEER:
-        if (m->transfer_peer)
-            on_transfer_peer(ctx, m->transfer_peer);
-        return 1;
-    default:
+    if (m->body_case != TANDEM__V1__WORKER_MESSAGE__BODY_PREFILL_ASSIGNMENT)
         return 0;
-    }
+    if (m->prefill_assignment)
+        on_assignment(arg, m->prefill_assignment);
+    return 1;
 }
 
 void prefiller_service(prefiller_ctx *ctx, int timeout_ms)
 {
-    uint64_t now = tn_now_ms();
-    int due = link_next_due_ms(&ctx->link, now);
-    if (timeout_ms > due)
-        timeout_ms = due;
-    /* UCX makes progress only when asked: keep connection set-up from
-     * decoders moving while idle. */
+    worker_loop_service(&ctx->loop, timeout_ms);
+}
+
+/* UCX makes progress only when asked: keep connection set-up from
+ * decoders moving while idle. */
+static void progress(void *arg)
+{
+    prefiller_ctx *ctx = arg;
     kv_pusher_progress(ctx->pusher);
-    if (timeout_ms > 100)
-        timeout_ms = 100;
-    unsigned sig;
-    if (worker_wait(&ctx->link, ctx->sig_fd, timeout_ms, WHO, &sig)) {
-        if (!ctx->draining) {
-            /* Drain: the router hears it with this heartbeat and places
-             * nothing new here; what is queued still runs. */
-            tn_log(WHO, "signal %u: draining (%u requests to finish; again to stop now)", sig,
-                   queued_requests(ctx));
-            ctx->draining = 1;
-            link_begin_drain(&ctx->link);
-            if (ctx->link.registered)
-                send_heartbeat(ctx, tn_now_ms());
-        } else {
-            tn_log(WHO, "signal %u: stopping now", sig);
-            ctx->stop = 1;
-            if (ctx->current)
-                ctx->current->cancelled = 1;
-        }
-    }
-    worker_receive(&ctx->link, WHO, &ctx->session, on_message, drop_old_session, ctx);
-    now = tn_now_ms();
-    if (link_tick(&ctx->link, now))
-        send_heartbeat(ctx, now);
-    publish(ctx);
+}
+
+static int poll_timeout(void *arg, int due_ms)
+{
+    prefiller_ctx *ctx = arg;
+    int t = ctx->head ? 0 : ctx->loop.draining ? 20 : ctx->group.world ? 50 : 1000;
+    return t < due_ms ? t : due_ms;
+}
+
+/* The second signal: the job in flight stops too. */
+static void on_stop(void *arg)
+{
+    prefiller_ctx *ctx = arg;
+    if (ctx->current)
+        ctx->current->cancelled = 1;
 }
 
 /* A TP group that lost a rank cannot prefill: say so to the router (for
@@ -271,7 +252,7 @@ static void report_group_failure(prefiller_ctx *ctx)
     Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
     m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_ERROR;
     m.error = &e;
-    link_send(&ctx->link, &m);
+    link_send(&ctx->loop.link, &m);
     while (ctx->head) {   /* queued work will never run here */
         prefill_job *j = ctx->head;
         ctx->head = j->next;
@@ -279,37 +260,53 @@ static void report_group_failure(prefiller_ctx *ctx)
         prefill_job_free(j);
     }
     ctx->tail = NULL;
-    ctx->stop = 1;
+    ctx->loop.stop = 1;
 }
 
-static void run(prefiller_ctx *ctx)
+/* Before each round: a TP group that lost a rank stops the prefiller. */
+static int check_group(void *arg)
 {
-    while (!ctx->stop) {
-        if (ctx->group.world && !ctx->group_failed &&
-            comm_poll_peers(ctx->group.world) != TN_OK)
-            ctx->group_failed = 1;
-        if (ctx->group_failed) {
-            report_group_failure(ctx);
-            break;
-        }
-        prefiller_service(ctx, ctx->head ? 0 : ctx->draining ? 20 : ctx->group.world ? 50 : 1000);
-        if (ctx->draining && link_drain_step(&ctx->link, !ctx->head && !ctx->current, tn_now_ms()))
-            break;
-        if (ctx->stop || !ctx->head)
-            continue;
-        prefill_job *job = ctx->head;
-        ctx->head = job->next;
-        if (!ctx->head)
-            ctx->tail = NULL;
-        job->next = NULL;
-        ctx->current = job;
-        prefiller_run_job(ctx, job);
-        ctx->queued_tokens -= (uint64_t)job->n_tokens;
-        ctx->current = NULL;
-        prefill_job_free(job);
-    }
-    prefiller_group_stop(ctx);
+    prefiller_ctx *ctx = arg;
+    if (ctx->group.world && !ctx->group_failed && comm_poll_peers(ctx->group.world) != TN_OK)
+        ctx->group_failed = 1;
+    if (!ctx->group_failed)
+        return 0;
+    report_group_failure(ctx);
+    return 1;
 }
+
+/* Runs the first queued job, if any, to the end. */
+static int step(void *arg)
+{
+    prefiller_ctx *ctx = arg;
+    if (ctx->loop.stop || !ctx->head)
+        return 0;
+    prefill_job *job = ctx->head;
+    ctx->head = job->next;
+    if (!ctx->head)
+        ctx->tail = NULL;
+    job->next = NULL;
+    ctx->current = job;
+    prefiller_run_job(ctx, job);
+    ctx->queued_tokens -= (uint64_t)job->n_tokens;
+    ctx->current = NULL;
+    prefill_job_free(job);
+    return 0;
+}
+
+static void shutdown_group(void *arg)
+{
+    prefiller_group_stop(arg);
+}
+
+static const worker_role PREFILLER_ROLE = {
+    .who = WHO, .held_what = "requests",
+    .cancel = on_cancel, .transfer_peer = on_transfer_peer, .on_message = on_message,
+    .new_session = drop_old_session,
+    .poll_timeout = poll_timeout, .progress = progress, .held = held,
+    .load = load, .gauges = gauges,
+    .on_stop = on_stop, .check = check_group, .step = step, .shutdown = shutdown_group,
+};
 
 /* The TransferEngine endpoint the router hands to decoders: this rank's
  * hello, or for a TP group every rank's, in rank order
@@ -373,32 +370,24 @@ static int group_endpoint(prefiller_ctx *ctx, uint8_t **out, size_t *out_len, ch
 
 static void ctx_free(prefiller_ctx *ctx)
 {
-    worker_http_stop(ctx->http);
+    worker_loop_free(&ctx->loop);
     while (ctx->head) {
         prefill_job *j = ctx->head;
         ctx->head = j->next;
         prefill_job_free(j);
     }
-    link_close(&ctx->link);
     if (ctx->pusher)
         kv_pusher_close(ctx->pusher);
     tm_kv_cache_free(&ctx->kv);
     tm_model_free(ctx->model);
     kn_backend_free(&ctx->be);
-    if (ctx->sig_fd >= 0)
-        close(ctx->sig_fd);
     free(ctx);
 }
 
-int main(int argc, char **argv)
+/* The role's flags and their defaults, after the common ones: -1 to go
+ * on, or the exit status (worker_parse_flags). */
+static int parse_flags(prefiller_config *c, int argc, char **argv)
 {
-    prefiller_ctx *ctx = calloc(1, sizeof *ctx);
-    if (!ctx) {
-        fprintf(stderr, "tandem-prefiller: out of memory\n");
-        return 1;
-    }
-    ctx->sig_fd = -1;
-    prefiller_config *c = &ctx->cfg;
     worker_options *o = &c->w;
     worker_options_default(o);
     c->max_prompt_tokens = 4096;
@@ -412,18 +401,25 @@ int main(int argc, char **argv)
         {"transfer-timeout-ms", OPT_INT, &c->transfer_timeout_ms, 0,
          "give up a KV push after this long"},
     };
-    int prc = worker_parse_flags(o, "tandem-prefiller", INTRO, "tp", specs,
-                                 (int)(sizeof specs / sizeof *specs), argc, argv);
-    if (prc < 0 && (c->max_prompt_tokens <= 0 || c->chunk_tokens <= 0 ||
-                    c->transfer_timeout_ms <= 0)) {
-        fprintf(stderr, "tandem-prefiller: --model is required, sizes must be positive and "
-                "--metrics-port in -1..65535\n");
-        prc = 2;
+    return worker_parse_flags(o, "tandem-prefiller", INTRO, "tp", specs,
+                              (int)(sizeof specs / sizeof *specs), argc, argv);
+}
+
+int main(int argc, char **argv)
+{
+    prefiller_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) {
+        fprintf(stderr, "tandem-prefiller: out of memory\n");
+        return 1;
     }
+    worker_loop_init(&ctx->loop, &PREFILLER_ROLE, ctx, WM_PREFILL);
+    int prc = parse_flags(&ctx->cfg, argc, argv);
     if (prc >= 0) {
         free(ctx);
         return prc;
     }
+    prefiller_config *c = &ctx->cfg;
+    worker_options *o = &c->w;
     char err[512];
     /* the TP ranks first, before any thread exists */
     if (rank_group_start(&ctx->group, o->ranks, o->ep, 1, o->rank, o->world, o->comm_name,
@@ -435,12 +431,10 @@ int main(int argc, char **argv)
     const int rank0 = ctx->group.rank == 0;
     worker_fill_names(o, "prefiller");
     /* the group's rank 0 handles the signals and tells the others */
-    ctx->sig_fd = rank0 ? tn_signalfd_open() : -2;
-    worker_metrics_init(&ctx->wm, WM_PREFILL);
     int rc = 1;
     uint8_t *endpoint = NULL;
     size_t endpoint_len = 0;
-    if (ctx->sig_fd == -1) {
+    if (worker_loop_open_signals(&ctx->loop, rank0) != 0) {
         fprintf(stderr, "tandem-prefiller: cannot set up signals\n");
         goto out;
     }
@@ -480,16 +474,15 @@ int main(int argc, char **argv)
     Tandem__V1__Register reg;
     worker_register_init(&reg, o, TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER, ctx->mc,
                          max_ctx, n_pages, endpoint, endpoint_len);
-    if (worker_join(o, WHO, &reg, &ctx->link, &ctx->wm, &ctx->http, err, sizeof err) != 0) {
+    if (worker_loop_join(&ctx->loop, o, &reg, err, sizeof err) != 0) {
         fprintf(stderr, "tandem-prefiller: %s\n", err);
         prefiller_group_stop(ctx);
         goto out;
     }
-    ctx->window_start_ms = tn_now_ms();
     tn_log(WHO, "%s: model %s (%s) on %s, %d KV pages of %d tokens, TP %d EP %d, router %s",
            o->worker_id, o->model_name, ctx->mc->model_type, o->device, n_pages, o->page_size,
            o->ranks, o->ep, o->router);
-    run(ctx);
+    worker_loop_run(&ctx->loop);
     rc = ctx->group_failed ? 1 : 0;
     tn_log(WHO, "%s: stopped", o->worker_id);
 out:

@@ -108,11 +108,12 @@ int worker_parse_flags(worker_options *o, const char *prog, const char *intro,
         fprintf(stderr, "%s: %s\n", prog, err);
         return 2;
     }
+    static const char BAD_VALUES[] =
+        "--model is required, sizes must be positive and --metrics-port in -1..65535";
     if (!o->model_dir[0] || o->page_size <= 0 || o->ranks < 1 || o->ep < 1 || o->world < 0 ||
         o->comm_timeout_ms < 1 || o->metrics_port < -1 || o->metrics_port > 65535 ||
         !(o->wedged_after_s > 0)) {
-        fprintf(stderr, "%s: --model is required, sizes must be positive and --metrics-port "
-                "in -1..65535\n", prog);
+        fprintf(stderr, "%s: %s\n", prog, BAD_VALUES);
         return 2;
     }
     kn_backend_kind kind;
@@ -138,6 +139,12 @@ int worker_parse_flags(worker_options *o, const char *prog, const char *intro,
                 o->kv_path);
         return 2;
     }
+    /* the role's integer flags are sizes and time limits: positive */
+    for (int i = 0; i < n_role; i++)
+        if (role_specs[i].type == OPT_INT && *(const int *)role_specs[i].dst <= 0) {
+            fprintf(stderr, "%s: %s\n", prog, BAD_VALUES);
+            return 2;
+        }
     return -1;
 }
 

@@ -3,9 +3,9 @@
  * server, rank group), the model loaded on the chosen device, registration
  * with the router (authenticated when a secret is given) and the metrics
  * server, the wait on the router socket and the signals, heartbeats, and
- * the shutdown order. Each executable keeps what is its own: its flags, its
- * messages, its loop. Like worker/worker_link.h, it lives in router/
- * because it speaks the router's worker protocol. */
+ * the shutdown order. The main loop is worker/worker_loop.h; each
+ * executable keeps what is its own: its flags, its messages, its
+ * callbacks. */
 #ifndef TANDEM_WORKER_WORKER_PROCESS_H
 #define TANDEM_WORKER_WORKER_PROCESS_H
 #include <stddef.h>
@@ -49,9 +49,10 @@ void worker_options_default(worker_options *o);
 
 /* Parses argv into o (the common flags) and the role's own specs, which
  * --help lists after --page-size/--device/--weights. ranks_flag is "tp" or
- * "dp" (o->ranks). Returns -1 to go on, or the exit status: 0 after --help,
- * 2 after a bad flag (message on stderr as "PROG: reason"). The role checks
- * its own values afterwards. */
+ * "dp" (o->ranks). The role's OPT_INT flags are sizes and time limits: each
+ * must be positive. Returns -1 to go on, or the exit status: 0 after
+ * --help, 2 after a bad flag or value (message on stderr as "PROG:
+ * reason"). */
 int worker_parse_flags(worker_options *o, const char *prog, const char *intro,
                        const char *ranks_flag, const opt_spec *role_specs, int n_role,
                        int argc, char **argv);
