@@ -240,15 +240,22 @@ static void ref_fp8_matmul(double *out, const float *x, const uint8_t *wq, const
 {
     const size_t ld = kn_fp8_ld(k), kb = kn_fp8_blocks(k), sld = kn_fp8_scale_ld(k);
     uint8_t *xq = tu_xcalloc(ld, 1);
-    float *xs = tu_xcalloc(kb, sizeof *xs);
+    float *xs = tu_xcalloc(kb, sizeof *xs), *xv = tu_xcalloc(ld, sizeof *xv);
+    float *wv = tu_xcalloc((size_t)n * ld, sizeof *wv), lut[256];
+    for (int c = 0; c < 256; c++) /* the codes' values, decoded once */
+        lut[c] = kn_e4m3_to_f32((uint8_t)c);
+    for (size_t i = 0; i < (size_t)n * ld; i++)
+        wv[i] = lut[wq[i]];
     for (int i = 0; i < m; i++) {
         kn_fp8_quantize_act_row(xq, xs, x + (size_t)i * k, k);
+        for (size_t c = 0; c < ld; c++)
+            xv[c] = lut[xq[c]];
         for (int j = 0; j < n; j++) {
             double acc = bias ? bias[j] : 0.0;
             for (size_t b = 0; b < kb; b++) {
                 double part = 0;
                 for (size_t c = b * 128; c < (size_t)k && c < b * 128 + 128; c++)
-                    part += (double)kn_e4m3_to_f32(xq[c]) * kn_e4m3_to_f32(wq[(size_t)j * ld + c]);
+                    part += (double)xv[c] * wv[(size_t)j * ld + c];
                 acc += part * xs[b] * ws[(j / 128) * sld + b];
             }
             out[(size_t)i * n + j] = acc;
@@ -256,6 +263,8 @@ static void ref_fp8_matmul(double *out, const float *x, const uint8_t *wq, const
     }
     free(xq);
     free(xs);
+    free(xv);
+    free(wv);
 }
 
 void ops_fp8_weight(op_env *e, int n, int k, int blocky, uint8_t **data, float **scale)
