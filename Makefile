@@ -63,6 +63,9 @@ TEST_SRC := $(wildcard tests/unit/test_*.c)
 TESTS    := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TEST_HELPER_SRC := $(filter-out tests/unit/test_%.c,$(wildcard tests/unit/*.c))
 TEST_HELPER_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_HELPER_SRC))
+# tests/ops/*.c: the op case table, linked into build/tests/test_ops (from
+# tests/unit/test_ops.c) and, with CUDA=1, tests/gpu/test_cuda_ops
+OPS_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/ops/*.c))
 CU_SRC   := $(wildcard kernels/cuda/*.cu)
 CU_OBJ   := $(patsubst %.cu,$(BUILD)/cuda/%.o,$(CU_SRC))
 NVCCFLAGS ?= -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xcompiler -Wall,-Wextra,-Werror -I.
@@ -194,6 +197,9 @@ $(BUILD)/obj/common/%.o: common/%.c
 $(BUILD)/obj/kernels/%.o: kernels/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/obj/tests/ops/%.o: tests/ops/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 $(BUILD)/obj/tests/gpu/%.o: tests/gpu/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
@@ -216,6 +222,14 @@ $(KN_LIB): $(KN_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/tests/gpu/%: $(BUILD)/obj/tests/gpu/%.o $(BUILD)/obj/tests/unit/testutil.o $(KN_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(CUDA_LIBS) $(BLAS_LIBS) -lm -o $@
+
+$(BUILD)/tests/test_ops: $(BUILD)/obj/tests/unit/test_ops.o $(OPS_OBJ) $(TEST_HELPER_OBJ) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $^ $(LDLIBS) -o $@
+$(BUILD)/tests/gpu/test_cuda_ops: $(BUILD)/obj/tests/gpu/test_cuda_ops.o $(OPS_OBJ) \
+        $(BUILD)/obj/tests/unit/testutil.o $(KN_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $^ $(CUDA_LIBS) $(BLAS_LIBS) -lm -o $@
 

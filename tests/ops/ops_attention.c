@@ -1,0 +1,623 @@
+/* kn_kv_append + kn_attention over the paged HND cache on every backend,
+ * against float64 recomputations (normwise per output row on the sequence
+ * scenarios, over the whole output on the pool cases).
+ *
+ * Sequence scenarios (the `seq` cases): several sequences of different
+ * lengths, page sizes that do not divide them, pages in shuffled physical
+ * order, GQA ratios 1, 2 and 4, sinks on and off, sliding windows (shorter
+ * and longer than the sequences); a full prefill (and the pool layout it
+ * leaves: page_table[t / page_size], slot t % page_size, head-major), decode
+ * steps after a shorter prefill that must reproduce the full prefill's rows,
+ * and a chunked prefill with an idle sequence. Pool slots never written
+ * hold NaN and unused page-table entries hold -1, so reading either shows.
+ *
+ * Pool cases (the `pool` cases, the CUDA kernels' shapes): random earlier
+ * tokens already in the pool, this step's rows appended (the pools must
+ * then hold exactly the rows placed by hand), prefill, chunked prefill,
+ * decode with split-KV lengths, speculative multi-row decode, head sizes
+ * of the generic kernel; on CUDA also against the CPU, and the bf16
+ * tensor-core prefill kernel (kn_backend_set_attn_bf16) as a CUDA variant.
+ * And the precision switch and the argument checks. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "common/status.h"
+#include "kernels/attention.h"
+#include "tests/ops/op_harness.h"
+
+#define MAX_SEQS 8
+
+/* float64 attention of one query head over nk visible keys/values (row
+ * pointers), with an optional sink logit: out[head_dim]. */
+static void ref_head(double *out, const float *q, const float *const *keys, const float *const *vals,
+                     int nk, int hd, double scale, const float *sink)
+{
+    double *sc = tu_xcalloc((size_t)nk + 1, sizeof *sc);
+    double m = sink ? *sink : -INFINITY;
+    for (int j = 0; j < nk; j++) {
+        double dot = 0.0;
+        for (int d = 0; d < hd; d++)
+            dot += (double)q[d] * keys[j][d];
+        sc[j] = dot * scale;
+        if (sc[j] > m)
+            m = sc[j];
+    }
+    double denom = sink ? exp(*sink - m) : 0.0;
+    for (int d = 0; d < hd; d++)
+        out[d] = 0.0;
+    for (int j = 0; j < nk; j++) {
+        double p = exp(sc[j] - m);
+        denom += p;
+        for (int d = 0; d < hd; d++)
+            out[d] += p * vals[j][d];
+    }
+    for (int d = 0; d < hd; d++)
+        out[d] /= denom;
+    free(sc);
+}
+
+/* The first visible key position of a row at position pos. */
+static int first_visible(int pos, int window)
+{
+    return window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Sequence scenarios.                                                */
+
+typedef struct attn_case {
+    const char *name;
+    int n_seqs;
+    int lens[MAX_SEQS];
+    int n_heads, n_kv_heads, head_dim, page_size, window, sinks;
+} attn_case;
+
+/* One case's data: every token's q, k, v unpaged, and the page assignment. */
+typedef struct attn_world {
+    const attn_case *c;
+    int tok_off[MAX_SEQS + 1]; /* token t of sequence s is row tok_off[s] + t */
+    float *q, *k, *v;          /* [total][heads][head_dim] */
+    float *sinks;              /* [n_heads] or NULL */
+    float scale;
+    int max_pages, n_pages;
+    int32_t *page_table;       /* [n_seqs][max_pages], -1 where unused */
+    size_t pool_floats;
+} attn_world;
+
+static void world_init(attn_world *w, const attn_case *c, tu_rng *rng)
+{
+    memset(w, 0, sizeof *w);
+    w->c = c;
+    int used_pages = 0;
+    w->max_pages = 1;
+    for (int s = 0; s < c->n_seqs; s++) {
+        w->tok_off[s + 1] = w->tok_off[s] + c->lens[s];
+        int p = (c->lens[s] + c->page_size - 1) / c->page_size;
+        used_pages += p;
+        if (p + 1 > w->max_pages)
+            w->max_pages = p + 1; /* a spare column, left at -1 */
+    }
+    int total = w->tok_off[c->n_seqs];
+    size_t kv_row = (size_t)c->n_kv_heads * c->head_dim, q_row = (size_t)c->n_heads * c->head_dim;
+    w->q = tu_xcalloc((size_t)total * q_row, sizeof(float));
+    w->k = tu_xcalloc((size_t)total * kv_row, sizeof(float));
+    w->v = tu_xcalloc((size_t)total * kv_row, sizeof(float));
+    tu_rand_fill(rng, w->q, (size_t)total * q_row, -2.0f, 2.0f);
+    tu_rand_fill(rng, w->k, (size_t)total * kv_row, -2.0f, 2.0f);
+    tu_rand_fill(rng, w->v, (size_t)total * kv_row, -1.0f, 1.0f);
+    if (c->sinks) {
+        w->sinks = tu_xcalloc((size_t)c->n_heads, sizeof(float));
+        tu_rand_fill(rng, w->sinks, (size_t)c->n_heads, -2.0f, 4.0f);
+    }
+    w->scale = (float)(1.0 / sqrt((double)c->head_dim));
+
+    /* Physical pages: a shuffled pool with a few pages nobody owns. */
+    w->n_pages = used_pages + 3;
+    int32_t *perm = tu_xcalloc((size_t)w->n_pages, sizeof *perm);
+    for (int i = 0; i < w->n_pages; i++)
+        perm[i] = i;
+    tu_rand_shuffle_i32(rng, perm, w->n_pages);
+    w->page_table = tu_xcalloc((size_t)c->n_seqs * w->max_pages, sizeof(int32_t));
+    int next = 0;
+    for (int s = 0; s < c->n_seqs; s++)
+        for (int i = 0; i < w->max_pages; i++)
+            w->page_table[(size_t)s * w->max_pages + i] =
+                i * c->page_size < c->lens[s] ? perm[next++] : -1;
+    free(perm);
+    w->pool_floats = (size_t)w->n_pages * c->n_kv_heads * c->page_size * c->head_dim;
+}
+
+static void world_free(attn_world *w)
+{
+    free(w->q);
+    free(w->k);
+    free(w->v);
+    free(w->sinks);
+    free(w->page_table);
+}
+
+/* float64 attention for token t of sequence s, all heads: out[n_heads][hd]. */
+static void ref_attention_row(const attn_world *w, int s, int t, double *out)
+{
+    const attn_case *c = w->c;
+    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads, first = first_visible(t, c->window);
+    const float **keys = tu_xcalloc((size_t)t + 1, sizeof *keys), **vals = tu_xcalloc((size_t)t + 1, sizeof *vals);
+    for (int h = 0; h < c->n_heads; h++) {
+        for (int j = first; j <= t; j++) {
+            size_t at = ((size_t)(w->tok_off[s] + j) * c->n_kv_heads + h / group) * hd;
+            keys[j - first] = w->k + at;
+            vals[j - first] = w->v + at;
+        }
+        ref_head(out + (size_t)h * hd, w->q + ((size_t)(w->tok_off[s] + t) * c->n_heads + h) * hd, keys,
+                 vals, t - first + 1, hd, w->scale, c->sinks ? &w->sinks[h] : NULL);
+    }
+    free(keys);
+    free(vals);
+}
+
+/* One step: sequence s brings tokens [start[s], start[s] + n_q[s]). */
+typedef struct attn_step {
+    int32_t q_offset[MAX_SEQS + 1], kv_len[MAX_SEQS];
+    kn_seq_batch b;
+    float *q, *k, *v, *out;
+} attn_step;
+
+static void step_init(attn_step *st, const attn_world *w, const int *start, const int *n_q)
+{
+    const attn_case *c = w->c;
+    memset(st, 0, sizeof *st);
+    int max_q = 0, max_kv = 0;
+    for (int s = 0; s < c->n_seqs; s++) {
+        st->q_offset[s + 1] = st->q_offset[s] + n_q[s];
+        st->kv_len[s] = start[s] + n_q[s];
+        if (n_q[s] > max_q)
+            max_q = n_q[s];
+        if (st->kv_len[s] > max_kv)
+            max_kv = st->kv_len[s];
+    }
+    int rows = st->q_offset[c->n_seqs];
+    size_t kv_row = (size_t)c->n_kv_heads * c->head_dim, q_row = (size_t)c->n_heads * c->head_dim;
+    st->q = tu_xcalloc((size_t)rows * q_row, sizeof(float));
+    st->k = tu_xcalloc((size_t)rows * kv_row, sizeof(float));
+    st->v = tu_xcalloc((size_t)rows * kv_row, sizeof(float));
+    st->out = tu_xcalloc((size_t)rows * q_row, sizeof(float));
+    for (int s = 0; s < c->n_seqs; s++)
+        for (int i = 0; i < n_q[s]; i++) {
+            size_t src = (size_t)w->tok_off[s] + start[s] + i, dst = (size_t)st->q_offset[s] + i;
+            memcpy(st->q + dst * q_row, w->q + src * q_row, q_row * sizeof(float));
+            memcpy(st->k + dst * kv_row, w->k + src * kv_row, kv_row * sizeof(float));
+            memcpy(st->v + dst * kv_row, w->v + src * kv_row, kv_row * sizeof(float));
+        }
+    st->b = (kn_seq_batch){ .n_seqs = c->n_seqs, .n_rows = rows, .max_pages = w->max_pages,
+                            .max_q_len = max_q, .max_kv_len = max_kv,
+                            .q_offset = st->q_offset, .kv_len = st->kv_len,
+                            .page_table = w->page_table, .n_pages = w->n_pages };
+}
+
+static void step_free(attn_step *st)
+{
+    free(st->q);
+    free(st->k);
+    free(st->v);
+    free(st->out);
+}
+
+/* Appends the step's K/V to the backend pools and runs attention on it;
+ * st->out gets the rows. */
+static void step_run(op_env *e, attn_step *st, const attn_world *w, float *k_pool, float *v_pool)
+{
+    const attn_case *c = w->c;
+    int rows = st->b.n_rows;
+    size_t kv_row = (size_t)c->n_kv_heads * c->head_dim, q_row = (size_t)c->n_heads * c->head_dim;
+    kn_seq_batch db = st->b;
+    db.q_offset = op_up(e, st->q_offset, sizeof(int32_t) * (size_t)(c->n_seqs + 1));
+    db.kv_len = op_up(e, st->kv_len, sizeof(int32_t) * (size_t)c->n_seqs);
+    db.page_table = op_up(e, w->page_table, sizeof(int32_t) * (size_t)c->n_seqs * w->max_pages);
+    float *d_q = op_up(e, st->q, (size_t)rows * q_row * 4), *d_k = op_up(e, st->k, (size_t)rows * kv_row * 4);
+    float *d_v = op_up(e, st->v, (size_t)rows * kv_row * 4), *d_out = op_nan(e, (size_t)rows * q_row);
+    float *d_sinks = w->sinks ? op_up(e, w->sinks, (size_t)c->n_heads * 4) : NULL;
+    op_ok(e, kn_kv_append(e->be, k_pool, v_pool, d_k, d_v, &db, c->n_kv_heads, c->head_dim, c->page_size),
+          "kn_kv_append");
+    op_ok(e, kn_attention(e->be, d_out, d_q, k_pool, v_pool, &db, c->n_heads, c->n_kv_heads, c->head_dim,
+                          c->page_size, w->scale, d_sinks, c->window), "kn_attention");
+    op_down(e, st->out, d_out, (size_t)rows * q_row * 4);
+}
+
+/* Checks every row of the step against float64 and, when prefill_out is
+ * given (the full prefill's rows, indexed by tok_off), against those too
+ * (on CUDA decode and prefill run different kernels: fp32 bound). */
+static void step_check(op_env *e, const attn_step *st, const attn_world *w, const int *start,
+                       const float *prefill_out, const char *what)
+{
+    const attn_case *c = w->c;
+    size_t q_row = (size_t)c->n_heads * c->head_dim;
+    double *ref = tu_xcalloc(q_row, sizeof *ref), tol = op_tol_fp32(e, 0);
+    for (int s = 0; s < c->n_seqs; s++)
+        for (int r = st->q_offset[s]; r < st->q_offset[s + 1]; r++) {
+            int t = start[s] + (r - st->q_offset[s]);
+            const float *got = st->out + (size_t)r * q_row;
+            ref_attention_row(w, s, t, ref);
+            double err = tu_max_rel_err(got, ref, q_row);
+            if (!(err <= tol))
+                op_fail(e, "%s: seq %d token %d rel err %g", what, s, t, err);
+            if (prefill_out) {
+                const float *want = prefill_out + (size_t)(w->tok_off[s] + t) * q_row;
+                err = tu_max_rel_err_f32(got, want, q_row);
+                if (!(err <= (e->cuda ? tol : 1e-6)))
+                    op_fail(e, "%s: seq %d token %d differs from prefill by %g", what, s, t, err);
+            }
+        }
+    free(ref);
+}
+
+typedef enum { SEQ_PREFILL, SEQ_DECODE, SEQ_CHUNKED } seq_kind;
+typedef struct seq_param {
+    attn_case c;
+    seq_kind kind;
+} seq_param;
+
+/* Full prefill: every sequence's whole prompt in one batch, and the pool
+ * layout it leaves. */
+static void seq_prefill(op_env *e, const attn_world *w)
+{
+    const attn_case *c = w->c;
+    int start[MAX_SEQS] = { 0 }, n_q[MAX_SEQS];
+    for (int s = 0; s < c->n_seqs; s++)
+        n_q[s] = c->lens[s];
+    float *k_pool = op_nan(e, w->pool_floats), *v_pool = op_nan(e, w->pool_floats);
+    attn_step st;
+    step_init(&st, w, start, n_q);
+    step_run(e, &st, w, k_pool, v_pool);
+    step_check(e, &st, w, start, NULL, "prefill");
+    float *kp = op_get(e, k_pool, w->pool_floats), *vp = op_get(e, v_pool, w->pool_floats);
+    for (int s = 0; s < c->n_seqs; s++)
+        for (int t = 0; t < c->lens[s]; t++)
+            for (int h = 0; h < c->n_kv_heads; h++) {
+                size_t page = (size_t)w->page_table[(size_t)s * w->max_pages + t / c->page_size];
+                size_t at = ((page * c->n_kv_heads + h) * c->page_size + t % c->page_size) * c->head_dim;
+                size_t src = ((size_t)(w->tok_off[s] + t) * c->n_kv_heads + h) * c->head_dim;
+                if (memcmp(kp + at, w->k + src, c->head_dim * sizeof(float)) != 0 ||
+                    memcmp(vp + at, w->v + src, c->head_dim * sizeof(float)) != 0)
+                    op_fail(e, "pool: seq %d token %d head %d not at its slot", s, t, h);
+            }
+    step_free(&st);
+}
+
+/* Prefill of all but the last few tokens, then decode steps of one row per
+ * sequence: each decode row must equal the full prefill's row for that
+ * token (and the float64 reference). */
+static void seq_decode(op_env *e, const attn_world *w)
+{
+    const attn_case *c = w->c;
+    enum { DECODE_STEPS = 3 };
+    int zero[MAX_SEQS] = { 0 }, full[MAX_SEQS], start[MAX_SEQS], n_q[MAX_SEQS];
+    for (int s = 0; s < c->n_seqs; s++)
+        full[s] = c->lens[s];
+    float *k_pool = op_nan(e, w->pool_floats), *v_pool = op_nan(e, w->pool_floats);
+    attn_step prefill, st;
+    step_init(&prefill, w, zero, full);
+    step_run(e, &prefill, w, k_pool, v_pool);
+    float *k2 = op_nan(e, w->pool_floats), *v2 = op_nan(e, w->pool_floats);
+    for (int s = 0; s < c->n_seqs; s++) /* shorter sequences join the decode later */
+        n_q[s] = c->lens[s] - DECODE_STEPS > 0 ? c->lens[s] - DECODE_STEPS : 0;
+    step_init(&st, w, zero, n_q);
+    step_run(e, &st, w, k2, v2);
+    step_check(e, &st, w, zero, prefill.out, "short prefill");
+    step_free(&st);
+    for (int i = DECODE_STEPS; i > 0; i--) {
+        /* sequences too short to have reached this step sit it out */
+        for (int s = 0; s < c->n_seqs; s++) {
+            start[s] = c->lens[s] - i;
+            n_q[s] = start[s] >= 0 ? 1 : 0;
+            if (start[s] < 0)
+                start[s] = 0;
+        }
+        step_init(&st, w, start, n_q);
+        step_run(e, &st, w, k2, v2);
+        step_check(e, &st, w, start, prefill.out, "decode");
+        step_free(&st);
+    }
+    step_free(&prefill);
+}
+
+/* Chunked prefill: a first chunk of varying length, then the rest, with
+ * one sequence idle (no rows, full kv_len) in the second batch. */
+static void seq_chunked(op_env *e, const attn_world *w)
+{
+    const attn_case *c = w->c;
+    int zero[MAX_SEQS] = { 0 }, first[MAX_SEQS], rest[MAX_SEQS];
+    for (int s = 0; s < c->n_seqs; s++) {
+        first[s] = s == 1 ? c->lens[s] : tu_rand_int(&e->rng, c->lens[s] + 1);
+        rest[s] = c->lens[s] - first[s];
+    }
+    float *k_pool = op_nan(e, w->pool_floats), *v_pool = op_nan(e, w->pool_floats);
+    attn_step a, b;
+    step_init(&a, w, zero, first);
+    step_run(e, &a, w, k_pool, v_pool);
+    step_check(e, &a, w, zero, NULL, "chunk 1");
+    step_init(&b, w, first, rest);
+    step_run(e, &b, w, k_pool, v_pool);
+    step_check(e, &b, w, first, NULL, "chunk 2");
+    step_free(&a);
+    step_free(&b);
+}
+
+static void seq_case(op_env *e, const void *param)
+{
+    const seq_param *p = param;
+    attn_world w;
+    world_init(&w, &p->c, &e->rng);
+    if (p->kind == SEQ_PREFILL)
+        seq_prefill(e, &w);
+    else if (p->kind == SEQ_DECODE)
+        seq_decode(e, &w);
+    else
+        seq_chunked(e, &w);
+    world_free(&w);
+}
+
+/* ------------------------------------------------------------------ */
+/* Pool cases.                                                        */
+
+typedef struct pool_param {
+    const char *name;
+    int n_seqs;
+    int n_q[MAX_SEQS], kv_len[MAX_SEQS];
+    int n_heads, n_kv_heads, head_dim, page_size, window, sinks;
+    int bf16; /* CUDA: the bf16 tensor-core prefill kernel */
+} pool_param;
+
+/* bf16 attention: Q, K, V and P rounded to bf16, fp32 softmax and sums.
+ * Max abs error over max |ref| lands near 2e-3..5e-3 on these inputs; the
+ * bound is 1e-2. fp32 rounding alone would stay under 1e-5: an error below
+ * BF16_ATTN_MIN means the bf16 kernel did not run. */
+#define BF16_ATTN_TOL 1e-2
+#define BF16_ATTN_MIN 1e-5
+
+static void pool_case(op_env *e, const void *param)
+{
+    const pool_param *c = param;
+    int D = c->head_dim, ps = c->page_size, n_kv = c->n_kv_heads, H = c->n_heads, G = H / n_kv;
+    int n_rows = 0, max_q = 0, max_kv = 0, max_pages = 0;
+    for (int s = 0; s < c->n_seqs; s++) {
+        n_rows += c->n_q[s];
+        max_q = c->n_q[s] > max_q ? c->n_q[s] : max_q;
+        max_kv = c->kv_len[s] > max_kv ? c->kv_len[s] : max_kv;
+        int np = (c->kv_len[s] + ps - 1) / ps;
+        max_pages = np > max_pages ? np : max_pages;
+    }
+    /* pages of all sequences shuffled over a pool with spare pages */
+    int n_pages = c->n_seqs * max_pages + 3;
+    int32_t *perm = op_host(e, (size_t)n_pages * 4);
+    for (int i = 0; i < n_pages; i++)
+        perm[i] = i;
+    tu_rand_shuffle_i32(&e->rng, perm, n_pages);
+    int32_t *page_table = op_host(e, (size_t)c->n_seqs * max_pages * 4);
+    int32_t q_offset[MAX_SEQS + 1] = { 0 }, kv_len[MAX_SEQS];
+    for (int s = 0, next = 0; s < c->n_seqs; s++) {
+        for (int p = 0; p < max_pages; p++)
+            page_table[(size_t)s * max_pages + p] = perm[next++];
+        q_offset[s + 1] = q_offset[s] + c->n_q[s];
+        kv_len[s] = c->kv_len[s];
+    }
+    size_t pool_n = (size_t)n_pages * n_kv * ps * D;
+    size_t row_n = (size_t)n_rows * n_kv * D, q_n = (size_t)n_rows * H * D;
+    /* earlier tokens: random pool contents; this step's rows: kv_append */
+    float *kpool = op_rand(e, pool_n, -1.f, 1.f), *vpool = op_rand(e, pool_n, -1.f, 1.f);
+    float *k = op_rand(e, row_n, -1.f, 1.f), *v = op_rand(e, row_n, -1.f, 1.f);
+    float *q = op_rand(e, q_n, -1.f, 1.f);
+    float *sinks = c->sinks ? op_rand(e, (size_t)H, -1.f, 3.f) : NULL;
+    float scale = 1.f / sqrtf((float)D);
+    float *d_kp = op_up(e, kpool, pool_n * 4), *d_vp = op_up(e, vpool, pool_n * 4);
+    float *d_k = op_up(e, k, row_n * 4), *d_v = op_up(e, v, row_n * 4), *d_q = op_up(e, q, q_n * 4);
+    float *d_sinks = sinks ? op_up(e, sinks, (size_t)H * 4) : NULL, *d_out = op_nan(e, q_n);
+    kn_seq_batch hb = { .n_seqs = c->n_seqs, .n_rows = n_rows, .max_pages = max_pages, .max_q_len = max_q,
+                        .max_kv_len = max_kv, .q_offset = q_offset, .kv_len = kv_len,
+                        .page_table = page_table, .n_pages = n_pages };
+    kn_seq_batch db = hb;
+    db.q_offset = op_up(e, q_offset, (size_t)(c->n_seqs + 1) * 4);
+    db.kv_len = op_up(e, kv_len, (size_t)c->n_seqs * 4);
+    db.page_table = op_up(e, page_table, (size_t)c->n_seqs * max_pages * 4);
+    /* the rows placed by hand: row r of sequence s at its position's slot */
+    for (int s = 0; s < c->n_seqs; s++)
+        for (int r = q_offset[s]; r < q_offset[s + 1]; r++) {
+            int pos = kv_len[s] - c->n_q[s] + (r - q_offset[s]);
+            for (int h = 0; h < n_kv; h++) {
+                size_t at = (((size_t)page_table[(size_t)s * max_pages + pos / ps] * n_kv + h) * ps + pos % ps) * D;
+                memcpy(kpool + at, k + ((size_t)r * n_kv + h) * D, (size_t)D * 4);
+                memcpy(vpool + at, v + ((size_t)r * n_kv + h) * D, (size_t)D * 4);
+            }
+        }
+    if (op_ok(e, kn_kv_append(e->be, d_kp, d_vp, d_k, d_v, &db, n_kv, D, ps), "kn_kv_append"))
+        op_check(e, memcmp(op_get(e, d_kp, pool_n), kpool, pool_n * 4) == 0 &&
+                        memcmp(op_get(e, d_vp, pool_n), vpool, pool_n * 4) == 0,
+                 "kv_append: the pools differ from the rows placed by hand");
+    double *ref = op_host(e, q_n * sizeof(double));
+    const float **keys = op_host(e, (size_t)max_kv * sizeof *keys), **vals = op_host(e, (size_t)max_kv * sizeof *vals);
+    for (int s = 0; s < c->n_seqs; s++)
+        for (int r = q_offset[s]; r < q_offset[s + 1]; r++) {
+            int pos = kv_len[s] - c->n_q[s] + (r - q_offset[s]), first = first_visible(pos, c->window);
+            for (int h = 0; h < H; h++) {
+                for (int j = first; j <= pos; j++) {
+                    size_t at = (((size_t)page_table[(size_t)s * max_pages + j / ps] * n_kv + h / G) * ps + j % ps) * D;
+                    keys[j - first] = kpool + at;
+                    vals[j - first] = vpool + at;
+                }
+                ref_head(ref + ((size_t)r * H + h) * D, q + ((size_t)r * H + h) * D, keys, vals, pos - first + 1,
+                         D, scale, sinks ? &sinks[h] : NULL);
+            }
+        }
+    if (c->bf16 && !op_ok(e, kn_backend_set_attn_bf16(e->be, 1), "kn_backend_set_attn_bf16"))
+        return;
+    int rc = kn_attention(e->be, d_out, d_q, d_kp, d_vp, &db, H, n_kv, D, ps, scale, d_sinks, c->window);
+    kn_backend_set_attn_bf16(e->be, 0);
+    if (!op_ok(e, rc, "kn_attention"))
+        return;
+    double tol = c->bf16 ? BF16_ATTN_TOL : op_tol_fp32(e, 0);
+    float *got = op_get(e, d_out, q_n);
+    double err = tu_max_rel_err(got, ref, q_n);
+    op_check_err(e, err, tol, "attention%s vs float64", c->bf16 ? " bf16" : "");
+    if (c->bf16)
+        op_check(e, err > BF16_ATTN_MIN, "bf16: rel err %.3g not above fp32's %g: the bf16 kernel did not run",
+                 err, BF16_ATTN_MIN);
+    if (e->cuda) {
+        float *cpu = op_host(e, q_n * 4);
+        if (op_ok(e, kn_attention(e->cpu, cpu, q, kpool, vpool, &hb, H, n_kv, D, ps, scale, sinks, c->window),
+                  "kn_attention cpu"))
+            op_check_err(e, tu_max_rel_err_f32(got, cpu, q_n), tol, "attention%s vs CPU", c->bf16 ? " bf16" : "");
+    }
+}
+
+/* The precision switch: the CPU refuses bf16, CUDA sets and clears it. */
+static void precision_switch(op_env *e, const void *param)
+{
+    (void)param;
+    if (!e->cuda) {
+        OP_INT_EQ(e, kn_backend_set_attn_bf16(e->be, 1), TN_ERR_UNSUPPORTED);
+        OP_INT_EQ(e, kn_backend_set_attn_bf16(e->be, 0), TN_OK);
+        OP_INT_EQ(e, kn_backend_attn_bf16(e->be), 0);
+        return;
+    }
+    OP_INT_EQ(e, kn_backend_set_attn_bf16(e->be, 1), TN_OK);
+    OP_INT_EQ(e, kn_backend_attn_bf16(e->be), 1);
+    OP_INT_EQ(e, kn_backend_set_attn_bf16(e->be, 0), TN_OK);
+    OP_INT_EQ(e, kn_backend_attn_bf16(e->be), 0);
+    OP_INT_EQ(e, kn_backend_attn_bf16(e->cpu), 0);
+}
+
+static void attention_rejects_bad_arguments(op_env *e, const void *param)
+{
+    (void)param;
+    /* Two sequences, page_size 2: lens 3 and 2, pages {1, 0} and {2}. */
+    enum { HD = 2, PS = 2, NP = 3 };
+    float pool_k[NP * PS * HD] = { 0 }, pool_v[NP * PS * HD] = { 0 };
+    float q[5 * HD] = { 0 }, k[5 * HD] = { 0 }, v[5 * HD] = { 0 }, out[5 * HD];
+    int32_t q_offset[3] = { 0, 3, 5 }, kv_len[2] = { 3, 2 };
+    int32_t pages[2 * 2] = { 1, 0, 2, -1 };
+    kn_seq_batch ok = { .n_seqs = 2, .n_rows = 5, .max_pages = 2, .max_q_len = 3,
+                        .max_kv_len = 3, .q_offset = q_offset, .kv_len = kv_len,
+                        .page_table = pages, .n_pages = NP };
+    OP_INT_EQ(e, kn_kv_append(e->be, pool_k, pool_v, k, v, &ok, 1, HD, PS), TN_OK);
+    OP_INT_EQ(e, kn_attention(e->be, out, q, pool_k, pool_v, &ok, 1, 1, HD, PS, 1.0f,
+                                  NULL, 0), TN_OK);
+
+#define BOTH_REJECT(batch, n_heads, n_kv, page_size, scale, window)                          \
+    do {                                                                                     \
+        OP_INT_EQ(e, kn_kv_append(e->be, pool_k, pool_v, k, v, batch, n_kv, HD, page_size), TN_ERR_ARG); \
+        OP_INT_EQ(e, kn_attention(e->be, out, q, pool_k, pool_v, batch, n_heads, n_kv, HD,  \
+                                      page_size, scale, NULL, window), TN_ERR_ARG);          \
+    } while (0)
+
+    BOTH_REJECT(NULL, 1, 1, PS, 1.0f, 0);
+    BOTH_REJECT(&ok, 1, 0, PS, 1.0f, 0);
+    BOTH_REJECT(&ok, 1, 1, 0, 1.0f, 0);
+    kn_seq_batch bad = ok;
+    bad.n_pages = 2; /* page 2 is now out of range */
+    BOTH_REJECT(&bad, 1, 1, PS, 1.0f, 0);
+    bad = ok;
+    bad.n_pages = 0;
+    BOTH_REJECT(&bad, 1, 1, PS, 1.0f, 0);
+    bad = ok;
+    bad.n_rows = 4; /* q_offset ends at 5 */
+    BOTH_REJECT(&bad, 1, 1, PS, 1.0f, 0);
+    bad = ok;
+    bad.max_q_len = 2;
+    BOTH_REJECT(&bad, 1, 1, PS, 1.0f, 0);
+    bad = ok;
+    bad.max_kv_len = 2;
+    BOTH_REJECT(&bad, 1, 1, PS, 1.0f, 0);
+    bad = ok;
+    bad.max_pages = 1; /* sequence 0 needs 2 pages */
+    BOTH_REJECT(&bad, 1, 1, PS, 1.0f, 0);
+    bad = ok;
+    bad.page_table = NULL;
+    BOTH_REJECT(&bad, 1, 1, PS, 1.0f, 0);
+
+    int32_t neg_pages[4] = { 1, -1, 2, -1 };
+    bad = ok;
+    bad.page_table = neg_pages; /* sequence 0's second page is missing */
+    BOTH_REJECT(&bad, 1, 1, PS, 1.0f, 0);
+    int32_t short_kv[2] = { 2, 2 }; /* sequence 0 has 3 rows but 2 tokens */
+    bad = ok;
+    bad.kv_len = short_kv;
+    BOTH_REJECT(&bad, 1, 1, PS, 1.0f, 0);
+    int32_t down_offsets[3] = { 0, 4, 3 };
+    bad = ok;
+    bad.q_offset = down_offsets;
+    bad.n_rows = 3;
+    BOTH_REJECT(&bad, 1, 1, PS, 1.0f, 0);
+
+    /* Attention-only checks. */
+    OP_INT_EQ(e, kn_attention(e->be, out, q, pool_k, pool_v, &ok, 3, 2, HD, PS, 1.0f, NULL, 0),
+                     TN_ERR_ARG); /* 3 heads over 2 KV heads */
+    OP_INT_EQ(e, kn_attention(e->be, out, q, pool_k, pool_v, &ok, 1, 1, HD, PS, 1.0f, NULL, -1),
+                     TN_ERR_ARG);
+    OP_INT_EQ(e, kn_attention(e->be, out, q, pool_k, pool_v, &ok, 1, 1, HD, PS, NAN, NULL, 0),
+                     TN_ERR_ARG);
+    OP_INT_EQ(e, kn_attention(e->be, NULL, q, pool_k, pool_v, &ok, 1, 1, HD, PS, 1.0f, NULL, 0),
+                     TN_ERR_ARG);
+    OP_INT_EQ(e, kn_attention(e->be, out, q, NULL, pool_v, &ok, 1, 1, HD, PS, 1.0f, NULL, 0),
+                     TN_ERR_ARG);
+    OP_INT_EQ(e, kn_kv_append(e->be, pool_k, NULL, k, v, &ok, 1, HD, PS), TN_ERR_ARG);
+}
+
+void ops_register_attention(void)
+{
+    static const attn_case seq[] = {
+        { "gqa2", 3, { 37, 5, 64 }, 4, 2, 16, 8, 0, 0 },
+        { "gqa2-sinks", 3, { 37, 5, 64 }, 4, 2, 16, 8, 0, 1 },
+        { "gqa2-sinks-window", 3, { 37, 5, 64 }, 4, 2, 16, 8, 16, 1 },
+        { "gqa4-sinks", 4, { 50, 17, 3, 33 }, 8, 2, 32, 16, 0, 1 },
+        { "gqa4-window", 4, { 50, 17, 3, 33 }, 8, 2, 32, 5, 7, 0 },
+        { "mha-page1-longwindow", 2, { 9, 4 }, 2, 2, 8, 1, 100, 1 },
+        { "gqa4-bigpage", 2, { 70, 129 }, 8, 2, 64, 64, 32, 1 },
+    };
+    static const char *const kind[] = { "prefill", "decode after prefill", "chunked prefill, idle sequence" };
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; i < sizeof seq / sizeof seq[0]; i++) {
+            seq_param p = { seq[i], (seq_kind)k };
+            OP_CASE("attention", OP_ALL, seq_case, p, "seq %s: %s", kind[k], seq[i].name);
+        }
+    static const pool_param pool[] = {
+        { "prefill 1 seq 200 rows, 16/2 heads, d64, page 16, sinks", 1, { 200 }, { 200 }, 16, 2, 64, 16, 0, 1, 0 },
+        { "prefill 1 seq 300 rows, sliding window 128, sinks", 1, { 300 }, { 300 }, 16, 2, 64, 16, 128, 1, 0 },
+        { "chunked prefill 2 seqs (70 of 150, 33 of 33), 8/2 heads, d128, no sink", 2, { 70, 33 }, { 150, 33 },
+          8, 2, 128, 16, 0, 0, 0 },
+        { "MHA 4/4 heads, d64, 100 rows, page 5, sinks", 1, { 100 }, { 100 }, 4, 4, 64, 5, 0, 1, 0 },
+        { "decode 5 seqs kv 1..2500 (split-KV), 16/2 heads, d64, sinks", 5, { 1, 1, 1, 1, 1 },
+          { 1, 17, 300, 1500, 2500 }, 16, 2, 64, 16, 0, 1, 0 },
+        { "decode 3 seqs kv 40..3000, window 128, sinks", 3, { 1, 1, 1 }, { 40, 700, 3000 }, 16, 2, 64, 16, 128, 1, 0 },
+        { "decode 2 seqs kv 2000, 32/4 heads d128, no sink (split-KV)", 2, { 1, 1 }, { 2000, 1999 }, 32, 4, 128, 16,
+          0, 0, 0 },
+        { "prefill d80 (generic kernel) 45 rows, 4/2 heads, sinks", 1, { 45 }, { 45 }, 4, 2, 80, 16, 0, 1, 0 },
+        { "spec-decode 3 rows x 2 seqs kv 600, 16/2 heads, d64, sinks, window 128", 2, { 3, 3 }, { 600, 601 },
+          16, 2, 64, 16, 128, 1, 0 },
+        { "decode d96 (generic) kv 1300, 12/4 heads, sinks", 2, { 1, 2 }, { 1300, 77 }, 12, 4, 96, 8, 0, 1, 0 },
+    };
+    for (size_t i = 0; i < sizeof pool / sizeof pool[0]; i++)
+        OP_CASE("attention", OP_ALL, pool_case, pool[i], "pool %s", pool[i].name);
+    /* The bf16 tensor-core prefill kernel: the prefill cases above, then
+     * GPT-OSS's 64/8 heads, odd lengths, chunked multi-sequence batches,
+     * windows with and without sinks (rows whose first tiles are all
+     * masked), head_dim 128. */
+    static const pool_param bf16[] = {
+        { "prefill 1 seq 200 rows, 16/2 heads, d64, page 16, sinks", 1, { 200 }, { 200 }, 16, 2, 64, 16, 0, 1, 1 },
+        { "prefill 1 seq 300 rows, sliding window 128, sinks", 1, { 300 }, { 300 }, 16, 2, 64, 16, 128, 1, 1 },
+        { "chunked prefill 2 seqs (70 of 150, 33 of 33), 8/2 heads, d128, no sink", 2, { 70, 33 }, { 150, 33 },
+          8, 2, 128, 16, 0, 0, 1 },
+        { "MHA 4/4 heads, d64, 100 rows, page 5, sinks", 1, { 100 }, { 100 }, 4, 4, 64, 5, 0, 1, 1 },
+        { "GPT-OSS 64/8 heads d64, 777 rows, window 128, sinks", 1, { 777 }, { 777 }, 64, 8, 64, 16, 128, 1, 1 },
+        { "GPT-OSS 64/8 heads d64, 3 seqs (517 of 517, 129 of 1000, 5 of 63), sinks", 3, { 517, 129, 5 },
+          { 517, 1000, 63 }, 64, 8, 64, 16, 0, 1, 1 },
+        { "32/4 heads d128, 333 rows, page 16, no sink", 1, { 333 }, { 333 }, 32, 4, 128, 16, 0, 0, 1 },
+        { "window 128 chunked 2 seqs (300 of 1200, 64 of 64), 16/2 d64, page 7, sinks", 2, { 300, 64 },
+          { 1200, 64 }, 16, 2, 64, 7, 128, 1, 1 },
+        { "window 64, no sink, 16/2 heads d64, 400 rows", 1, { 400 }, { 400 }, 16, 2, 64, 16, 64, 0, 1 },
+        { "d128 window 100, sinks, 8/1 heads, 2 seqs (250 of 250, 31 of 400)", 2, { 250, 31 }, { 250, 400 }, 8,
+          1, 128, 16, 100, 1, 1 },
+    };
+    for (size_t i = 0; i < sizeof bf16 / sizeof bf16[0]; i++)
+        OP_CASE("attention", OP_CUDA, pool_case, bf16[i], "pool bf16 %s", bf16[i].name);
+    OP_CASE("attention", OP_ALL, precision_switch, pool[0], "precision switch");
+    OP_CASE("attention", OP_CPU, attention_rejects_bad_arguments, pool[0], "rejects bad arguments");
+}
