@@ -34,6 +34,7 @@
 #include "kernels/backend.h"
 #include "common/status.h"
 #include "tests/unit/engine_testutil.h"
+#include "tests/unit/testutil.h"
 
 #define HF_TOL 1e-3        /* f32 vs HF float64 */
 #define CPU_F32_TOL 1e-4   /* two fp32 computations of one model, different sum orders */
@@ -48,22 +49,11 @@
 
 typedef struct ctx {
     kn_backend cpu, gpu;
-    int n_checks, n_failed;
+    tu_tap tap;
 } ctx;
 
-static void tap(ctx *t, int ok, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void tap(ctx *t, int ok, const char *fmt, ...)
-{
-    va_list ap;
-    t->n_checks++;
-    t->n_failed += !ok;
-    printf("%s %d - ", ok ? "ok" : "not ok", t->n_checks);
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    putchar('\n');
-    fflush(stdout);
-}
+/* every check is one TAP line through tests/unit/testutil.h */
+#define tap(t, ...) tu_tap_line(&(t)->tap, __VA_ARGS__)
 
 static void check_err(ctx *t, double err, double tol, const char *fx, const char *what)
 {
@@ -351,7 +341,5 @@ int main(int argc, char **argv)
     }
     kn_backend_free(&t.gpu);
     kn_backend_free(&t.cpu);
-    printf("1..%d\n", t.n_checks);
-    printf("# %d checks, %d failed\n", t.n_checks, t.n_failed);
-    return t.n_failed ? 1 : 0;
+    return tu_tap_finish(&t.tap);
 }

@@ -54,6 +54,7 @@
 #include "kernels/backend.h"
 #include "common/status.h"
 #include "tests/unit/engine_testutil.h"
+#include "tests/unit/testutil.h"
 
 #define PAR_TOL 1e-4       /* parallel vs single-rank, as in the CPU parity tests */
 #define HF_TOL 1e-3        /* f32 vs HF float64 */
@@ -70,22 +71,11 @@ typedef struct ctx {
     const char *kind;      /* "NCCL" or "host" */
     comm *boot, *world;    /* world: NCCL (boot: its host bootstrap) or host */
     comm *tp, *ep;         /* groups of one split from world */
-    int n_checks, n_failed;
+    tu_tap tap;
 } ctx;
 
-static void tap(ctx *t, int ok, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void tap(ctx *t, int ok, const char *fmt, ...)
-{
-    va_list ap;
-    t->n_checks++;
-    t->n_failed += !ok;
-    printf("%s %d - ", ok ? "ok" : "not ok", t->n_checks);
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    putchar('\n');
-    fflush(stdout);
-}
+/* every check is one TAP line through tests/unit/testutil.h */
+#define tap(t, ...) tu_tap_line(&(t)->tap, __VA_ARGS__)
 
 typedef enum { LAY_TP = 0, LAY_TP_EP, LAY_DP_EP, LAY_COUNT } lay_kind;
 static const char *const lay_name[LAY_COUNT] = {"TP", "TP+EP", "DP x EP"};
@@ -641,7 +631,5 @@ int main(int argc, char **argv)
     }
     close_groups(&t);
     kn_backend_free(&t.be);
-    printf("1..%d\n", t.n_checks);
-    printf("# %d checks, %d failed\n", t.n_checks, t.n_failed);
-    return t.n_failed ? 1 : 0;
+    return tu_tap_finish(&t.tap);
 }

@@ -1,3 +1,4 @@
+#include <stdarg.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,4 +79,24 @@ void *tu_xcalloc(size_t n, size_t size)
         abort();
     }
     return p;
+}
+
+void tu_tap_line(tu_tap *t, int ok, const char *fmt, ...)
+{
+    va_list ap;
+    t->n_checks++;
+    t->n_failed += !ok;
+    printf("%s %d - ", ok ? "ok" : "not ok", t->n_checks);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    putchar('\n');
+    fflush(stdout);
+}
+
+int tu_tap_finish(const tu_tap *t)
+{
+    printf("1..%d\n", t->n_checks);
+    printf("# %d checks, %d failed\n", t->n_checks, t->n_failed);
+    return t->n_failed ? 1 : 0;
 }

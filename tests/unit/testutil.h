@@ -32,6 +32,18 @@ double tu_max_rel_err(const float *got, const double *ref, size_t n);
 /* The same between two float arrays (ref promoted to double). */
 double tu_max_rel_err_f32(const float *got, const float *ref, size_t n);
 
+/* Plain TAP for the programs that are not cmocka tests (the GPU checks):
+ * one numbered "ok N - ..." / "not ok N - ..." line per check, and the plan
+ * with a summary at the end. */
+typedef struct tu_tap {
+    int n_checks, n_failed;
+} tu_tap;
+
+void tu_tap_line(tu_tap *t, int ok, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Prints "1..N" and "# N checks, F failed"; returns the exit status (0 when
+ * nothing failed, else 1). */
+int tu_tap_finish(const tu_tap *t);
+
 /* calloc that aborts the test program with a message when memory runs out. */
 void *tu_xcalloc(size_t n, size_t size);
 
