@@ -21,7 +21,7 @@ void chatcheck_check_render_cases(const chat_suite *s, const char *key);
 void chatcheck_check_parse_cases(const chat_suite *s, const char *key);
 /* Renders a conversation given as JSON text with default options. */
 int chatcheck_render_json(const chat_suite *s, const char *messages_json, const char *tools_json,
-                   const chat_render_opts *o, tok_ids *ids, strbuf *text, char *err, size_t errlen);
+                   const chat_render_opts *o, tok_ids *ids, sbuf *text, char *err, size_t errlen);
 /* Feeds random mixtures of the format's special tokens and ordinary
  * tokens (including halves of multi-byte characters) to fresh parsers:
  * every push either succeeds or reports an error, deltas are valid UTF-8,

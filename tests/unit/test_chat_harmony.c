@@ -123,11 +123,11 @@ static void schema(const char *json, const char *want)
 {
     cJSON *j = cJSON_Parse(json);
     assert_non_null(j);
-    strbuf out;
-    strbuf_init(&out);
+    sbuf out;
+    sb_init(&out);
     assert_int_equal(harmony_schema_to_typescript(j, &out), TN_OK);
-    assert_string_equal(out.data, want);
-    strbuf_free(&out);
+    assert_string_equal(out.p, want);
+    sb_free(&out);
     cJSON_Delete(j);
 }
 
