@@ -242,3 +242,11 @@ void chatcheck_fuzz_parser(const chat_suite *s, const char *const *specials, siz
     }
     tok_ids_free(&ids);
 }
+
+void chatcheck_stop_tokens(const chat_suite *s, int32_t first, int32_t second)
+{
+    int32_t ids[4];
+    assert_int_equal(chat_stop_token_ids(s->tok, s->fmt, ids, 4), 2);
+    assert_int_equal(ids[0], first);
+    assert_int_equal(ids[1], second);
+}

@@ -28,6 +28,8 @@ int chatcheck_render_json(const chat_suite *s, const char *messages_json, const 
  * and the streamed deltas add up to the result. Catches crashes and leaks
  * under ASan/valgrind rather than checking meaning. */
 void chatcheck_fuzz_parser(const chat_suite *s, const char *const *specials, size_t n_specials);
+/* The format's stop tokens are exactly first, then second. */
+void chatcheck_stop_tokens(const chat_suite *s, int32_t first, int32_t second);
 /* Number of occurrences of id in ids. */
 size_t chatcheck_count(const tok_ids *ids, int32_t id);
 
