@@ -232,6 +232,19 @@ wait_in_flight() {
     echo "$st" | grep -qE "$re"
 }
 
+# wait_kv_free DECODER: waits (about 5 s) until the decoder's
+# tandem_kv_cache_blocks_used is 0; prints the last value, fails if it never was.
+wait_kv_free() {
+    local used="" _
+    for _ in $(seq 1 50); do
+        used=$(metric "tandem_kv_cache_blocks_used{pool=\"decode\",worker=\"$1\"}")
+        [ "$used" = 0 ] && break
+        sleep 0.1
+    done
+    echo "$used"
+    [ "$used" = 0 ]
+}
+
 # metric 'NAME{LABELS}': the value of one /metrics sample ("" if absent).
 metric() {
     curl -s "$URL/metrics" | awk -v k="$1" '$1 == k {print $2}'

@@ -63,12 +63,6 @@ code=$(post /v1/completions "{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_token
 got=$(json_get "$CLUSTER_TMP/after.json" '",".join(map(str, j["choices"][0]["token_ids"]))' 2>&1)
 [ "$code" = 200 ] && [ "$got" = "$(golden_ids "$dir" gen_ids | cut -d, -f1-8)" ]
 check "the surviving decoder serves new requests correctly" $? "HTTP $code $got"
-used=""
-for _ in $(seq 1 50); do
-    used=$(metric "tandem_kv_cache_blocks_used{pool=\"decode\",worker=\"$survivor\"}")
-    [ "$used" = 0 ] && break
-    sleep 0.1
-done
-[ "$used" = 0 ]
+used=$(wait_kv_free "$survivor")
 check "the surviving decoder's KV pages are all free again" $? "blocks used: $used"
 cluster_finish

@@ -75,12 +75,6 @@ wait_health 1 2
 check "the thawed decoder registers again" $? "$(curl -s "$URL/healthz")"
 grep -q 'registering again' "$CLUSTER_TMP/d2.log" && grep -q 'registered again: dropped' "$CLUSTER_TMP/d2.log"
 check "it dropped the work the router had moved away" $? "$(tail -4 "$CLUSTER_TMP/d2.log")"
-used=""
-for _ in $(seq 1 50); do
-    used=$(metric 'tandem_kv_cache_blocks_used{pool="decode",worker="d2"}')
-    [ "$used" = 0 ] && break
-    sleep 0.1
-done
-[ "$used" = 0 ]
+used=$(wait_kv_free d2)
 check "and holds no KV pages" $? "blocks used: $used"
 cluster_finish

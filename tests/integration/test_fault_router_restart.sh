@@ -62,12 +62,6 @@ got=$(json_get "$CLUSTER_TMP/after.json" '",".join(map(str, j["choices"][0]["tok
 check "the new router serves with the same workers" $? "HTTP $code $got"
 grep -q 'registered again: dropped 1 sequence' "$CLUSTER_TMP/d1.log"
 check "the decoder dropped the dead router's sequence" $? "$(grep -E 'again|dropped' "$CLUSTER_TMP/d1.log")"
-used=""
-for _ in $(seq 1 50); do
-    used=$(metric 'tandem_kv_cache_blocks_used{pool="decode",worker="d1"}')
-    [ "$used" = 0 ] && break
-    sleep 0.1
-done
-[ "$used" = 0 ]
+used=$(wait_kv_free d1)
 check "the decoder holds no KV pages" $? "blocks used: $used"
 cluster_finish
