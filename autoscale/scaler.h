@@ -34,6 +34,19 @@ typedef struct {
     void *impl;
 } scaler;
 
+/* Defines `scaler FN(TYPE *impl)`, which wraps an implementation in a scaler
+ * over a static ops table of the given kind and adapters (poll and destroy
+ * may be NULL). */
+#define SCALER_DEFINE_AS_SCALER(fn, type, kind_, set, get, poll_, destroy_)          \
+    scaler fn(type *impl)                                                            \
+    {                                                                                \
+        static const scaler_ops ops = {                                              \
+            .kind = kind_, .set_replicas = set, .get_replicas = get, .poll = poll_,  \
+            .destroy = destroy_,                                                     \
+        };                                                                           \
+        return (scaler){&ops, impl};                                                 \
+    }
+
 /* Sets the pool's replica count (n >= 0). */
 int scaler_set_replicas(scaler *s, as_pool pool, int n, char *err, size_t errlen);
 /* The pool's replica count as the backend sees it (local: workers started

@@ -423,15 +423,5 @@ static void k8s_destroy(void *impl)
     scaler_kubernetes_destroy(impl);
 }
 
-static const scaler_ops K8S_OPS = {
-    .kind = "kubernetes",
-    .set_replicas = k8s_set,
-    .get_replicas = k8s_get,
-    .poll = NULL,
-    .destroy = k8s_destroy,
-};
-
-scaler scaler_kubernetes_as_scaler(scaler_kubernetes *k)
-{
-    return (scaler){&K8S_OPS, k};
-}
+SCALER_DEFINE_AS_SCALER(scaler_kubernetes_as_scaler, scaler_kubernetes, "kubernetes",
+                        k8s_set, k8s_get, NULL, k8s_destroy)

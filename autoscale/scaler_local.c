@@ -475,15 +475,5 @@ static void local_destroy(void *impl)
     scaler_local_destroy(impl);
 }
 
-static const scaler_ops LOCAL_OPS = {
-    .kind = "local",
-    .set_replicas = local_set,
-    .get_replicas = local_get,
-    .poll = local_poll,
-    .destroy = local_destroy,
-};
-
-scaler scaler_local_as_scaler(scaler_local *l)
-{
-    return (scaler){&LOCAL_OPS, l};
-}
+SCALER_DEFINE_AS_SCALER(scaler_local_as_scaler, scaler_local, "local",
+                        local_set, local_get, local_poll, local_destroy)

@@ -66,15 +66,5 @@ static int metrics_get(void *impl, as_pool pool, int *n, char *err, size_t errle
     return -1;
 }
 
-static const scaler_ops METRICS_OPS = {
-    .kind = "metrics-only",
-    .set_replicas = metrics_set,
-    .get_replicas = metrics_get,
-    .poll = NULL,
-    .destroy = NULL,
-};
-
-scaler scaler_metrics_as_scaler(scaler_metrics *m)
-{
-    return (scaler){&METRICS_OPS, m};
-}
+SCALER_DEFINE_AS_SCALER(scaler_metrics_as_scaler, scaler_metrics, "metrics-only",
+                        metrics_set, metrics_get, NULL, NULL)

@@ -18,7 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cJSON.h>
-#include "common/strbuf.h"
+#include "common/sbuf.h"
+#include "common/tok_ids.h"
 #include "tokenizer/tokenizer.h"
 
 typedef enum chat_format {
@@ -91,7 +92,7 @@ void chat_render_opts_default(chat_render_opts *o);
  * message whose tool_call_id matches no earlier tool call, a tool schema
  * that is not an object). */
 int chat_render(const bpe_tokenizer *t, chat_format f, const chat_conversation *c,
-                const chat_render_opts *o, tok_ids *ids, strbuf *text, char *err,
+                const chat_render_opts *o, tok_ids *ids, sbuf *text, char *err,
                 size_t errlen);
 
 /* Token ids that end generation for the format: Harmony <|return|> and
@@ -117,8 +118,8 @@ typedef struct chat_delta {
 } chat_delta;
 
 typedef struct chat_result {
-    strbuf reasoning;
-    strbuf content;
+    sbuf reasoning;
+    sbuf content;
     chat_tool_call *tool_calls;
     size_t n_tool_calls;
     int stopped; /* a stop token ended the output (else: length limit or cut) */

@@ -7,13 +7,13 @@
 void cb_init(chat_builder *b, int guard_data)
 {
     memset(b, 0, sizeof(*b));
-    strbuf_init(&b->text);
+    sb_init(&b->text);
     b->guard_data = guard_data;
 }
 
 void cb_free(chat_builder *b)
 {
-    strbuf_free(&b->text);
+    sb_free(&b->text);
     free(b->guards);
     b->guards = NULL;
 }
@@ -21,7 +21,7 @@ void cb_free(chat_builder *b)
 void cb_textn(chat_builder *b, const char *s, size_t n)
 {
     if (b->rc == TN_OK)
-        b->rc = strbuf_append(&b->text, s, n);
+        b->rc = sb_append(&b->text, s, n);
 }
 
 void cb_text(chat_builder *b, const char *s)
@@ -59,16 +59,16 @@ void cb_data(chat_builder *b, const char *s)
     cb_datan(b, s ? s : "", s ? strlen(s) : 0);
 }
 
-int cb_finish(chat_builder *b, const bpe_tokenizer *t, tok_ids *ids, strbuf *text_out, char *err,
+int cb_finish(chat_builder *b, const bpe_tokenizer *t, tok_ids *ids, sbuf *text_out, char *err,
               size_t errlen)
 {
     if (b->rc != TN_OK) {
         tn_errf(err, errlen, "chat render: out of memory");
         return b->rc;
     }
-    const char *s = b->text.data ? b->text.data : "";
+    const char *s = b->text.p ? b->text.p : "";
     int rc = bpe_encode_guarded(t, s, b->text.len, b->guards, b->n_guards, ids, err, errlen);
     if (rc == TN_OK && text_out)
-        rc = strbuf_append(text_out, s, b->text.len);
+        rc = sb_append(text_out, s, b->text.len);
     return rc;
 }

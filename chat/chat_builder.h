@@ -7,11 +7,12 @@
 #ifndef TANDEM_CHAT_CHAT_BUILDER_H
 #define TANDEM_CHAT_CHAT_BUILDER_H
 #include <stddef.h>
-#include "common/strbuf.h"
+#include "common/sbuf.h"
+#include "common/tok_ids.h"
 #include "tokenizer/tokenizer.h"
 
 typedef struct chat_builder {
-    strbuf text;
+    sbuf text;
     size_t *guards; /* pairs [start, end) */
     size_t n_guards, cap_guards;
     int guard_data; /* 0: data is not guarded (HF-compatible Qwen3 mode) */
@@ -25,7 +26,7 @@ void cb_textn(chat_builder *b, const char *s, size_t n);
 void cb_data(chat_builder *b, const char *s);                /* caller data (NULL = "") */
 void cb_datan(chat_builder *b, const char *s, size_t n);
 /* Encodes the text into ids (and appends it to text_out when not NULL). */
-int cb_finish(chat_builder *b, const bpe_tokenizer *t, tok_ids *ids, strbuf *text_out, char *err,
+int cb_finish(chat_builder *b, const bpe_tokenizer *t, tok_ids *ids, sbuf *text_out, char *err,
               size_t errlen);
 
 #endif

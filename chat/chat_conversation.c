@@ -46,8 +46,8 @@ static int parse_content(const cJSON *v, char **out, size_t idx, char *err, size
         tn_errf(err, errlen, "messages[%zu].content must be a string, null or an array of parts", idx);
         return TN_ERR_ARG;
     }
-    strbuf b;
-    strbuf_init(&b);
+    sbuf b;
+    sb_init(&b);
     int k = 0, rc = TN_OK;
     for (const cJSON *part = v->child; part && rc == TN_OK; part = part->next, k++) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
@@ -59,15 +59,15 @@ static int parse_content(const cJSON *v, char **out, size_t idx, char *err, size
             break;
         }
         if (k > 0)
-            rc = strbuf_append_char(&b, '\n');
+            rc = sb_putc(&b, '\n');
         if (rc == TN_OK)
-            rc = strbuf_append_str(&b, text->valuestring);
+            rc = sb_puts(&b, text->valuestring);
     }
     if (rc != TN_OK) {
-        strbuf_free(&b);
+        sb_free(&b);
         return rc;
     }
-    *out = strbuf_take(&b);
+    *out = sb_take(&b);
     return *out ? TN_OK : TN_ERR_NOMEM;
 }
 
@@ -120,13 +120,13 @@ static int parse_tool_calls(const cJSON *v, chat_message *m, size_t idx, char *e
         } else if (!args || cJSON_IsNull(args)) {
             c->arguments = dup_str("{}");
         } else { /* an object: the text the chat templates' tojson prints */
-            strbuf b;
-            strbuf_init(&b);
+            sbuf b;
+            sb_init(&b);
             if (json_dump_python(args, &b) != TN_OK) {
-                strbuf_free(&b);
+                sb_free(&b);
                 return TN_ERR_NOMEM;
             }
-            c->arguments = strbuf_take(&b);
+            c->arguments = sb_take(&b);
         }
         if (!c->name || !c->arguments || (cJSON_IsString(id) && !c->id))
             return TN_ERR_NOMEM;

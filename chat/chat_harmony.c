@@ -85,17 +85,17 @@ static int render_tool(chat_builder *b, const cJSON *tool)
     cb_text(b, "type ");
     cb_data(b, name->valuestring);
     if (params && !cJSON_IsNull(params)) {
-        strbuf ts;
-        strbuf_init(&ts);
+        sbuf ts;
+        sb_init(&ts);
         int rc = harmony_schema_to_typescript(params, &ts);
         if (rc != TN_OK) {
-            strbuf_free(&ts);
+            sb_free(&ts);
             return rc;
         }
         cb_text(b, " = (_: ");
-        cb_datan(b, ts.data ? ts.data : "", ts.len);
+        cb_datan(b, ts.p ? ts.p : "", ts.len);
         cb_text(b, ") => any;\n");
-        strbuf_free(&ts);
+        sb_free(&ts);
     } else {
         cb_text(b, " = () => any;\n");
     }
@@ -161,7 +161,7 @@ static const char *tool_result_name(const chat_conversation *c, size_t idx)
 }
 
 int harmony_render(const bpe_tokenizer *t, const chat_conversation *c, const chat_render_opts *o,
-                   tok_ids *ids, strbuf *text, char *err, size_t errlen)
+                   tok_ids *ids, sbuf *text, char *err, size_t errlen)
 {
     const char *effort = o->reasoning_effort ? o->reasoning_effort : "medium";
     if (strcmp(effort, "low") != 0 && strcmp(effort, "medium") != 0 && strcmp(effort, "high") != 0) {

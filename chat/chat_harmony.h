@@ -6,9 +6,9 @@
 
 /* Appends the TypeScript-like rendering of a JSON schema (the `_` argument
  * type of a function tool). Returns 0 or TN_ERR_NOMEM. */
-int harmony_schema_to_typescript(const cJSON *schema, strbuf *out);
+int harmony_schema_to_typescript(const cJSON *schema, sbuf *out);
 
 int harmony_render(const bpe_tokenizer *t, const chat_conversation *c, const chat_render_opts *o,
-                   tok_ids *ids, strbuf *text, char *err, size_t errlen);
+                   tok_ids *ids, sbuf *text, char *err, size_t errlen);
 
 #endif

@@ -64,16 +64,16 @@ static size_t split_words(char *s, char **words, size_t max)
 
 static int parse_header(chat_parser *p, char *err, size_t errlen)
 {
-    strbuf h, tmp;
-    strbuf_init(&h);
-    strbuf_init(&tmp);
+    sbuf h, tmp;
+    sb_init(&h);
+    sb_init(&tmp);
     int rc = bpe_decode(p->tok, p->header.ids, p->header.len, 0, &h, err, errlen);
     free(p->channel);
     free(p->recipient);
     p->channel = p->recipient = NULL;
     if (rc != TN_OK)
         goto out;
-    const char *s = h.data ? h.data : "";
+    const char *s = h.p ? h.p : "";
     /* the channel: the word after <|channel|> (up to whitespace or '<') */
     const char *ch = strstr(s, "<|channel|>");
     if (ch) {
@@ -86,28 +86,28 @@ static int parse_header(chat_parser *p, char *err, size_t errlen)
             goto out;
         }
         p->channel = dup_n(v, (size_t)(e - v));
-        rc = p->channel ? strbuf_append(&tmp, s, (size_t)(ch - s)) : TN_ERR_NOMEM;
+        rc = p->channel ? sb_append(&tmp, s, (size_t)(ch - s)) : TN_ERR_NOMEM;
         if (rc == TN_OK)
-            rc = strbuf_append_str(&tmp, e);
+            rc = sb_puts(&tmp, e);
     } else {
-        rc = strbuf_append_str(&tmp, s);
+        rc = sb_puts(&tmp, s);
     }
     if (rc != TN_OK)
         goto out;
     /* "<|constrain|>" starts a word of its own */
-    strbuf_clear(&h);
-    for (const char *q = tmp.data ? tmp.data : ""; *q && rc == TN_OK;) {
+    sb_reset(&h);
+    for (const char *q = tmp.p ? tmp.p : ""; *q && rc == TN_OK;) {
         if (strncmp(q, "<|constrain|>", 13) == 0) {
-            rc = strbuf_append(&h, " <|constrain|>", 14);
+            rc = sb_append(&h, " <|constrain|>", 14);
             q += 13;
         } else {
-            rc = strbuf_append_char(&h, *q++);
+            rc = sb_putc(&h, *q++);
         }
     }
-    if (rc != TN_OK || !h.data)
+    if (rc != TN_OK || !h.p)
         goto out;
     char *words[16];
-    size_t n = split_words(h.data, words, 16);
+    size_t n = split_words(h.p, words, 16);
     size_t w = 0;
     /* the author: "assistant" for the model's own messages */
     if (n > 0 && (!p->first_message || strcmp(words[0], "assistant") == 0))
@@ -128,8 +128,8 @@ static int parse_header(chat_parser *p, char *err, size_t errlen)
         }
     }
 out:
-    strbuf_free(&h);
-    strbuf_free(&tmp);
+    sb_free(&h);
+    sb_free(&tmp);
     return rc;
 }
 
@@ -149,10 +149,10 @@ static int end_message(chat_parser *p, chat_delta *d)
         const char *name = p->recipient;
         if (strncmp(name, "functions.", 10) == 0)
             name += 10;
-        rc = parser_emit_tool_call(p, name, strlen(name), p->body.data ? p->body.data : "",
+        rc = parser_emit_tool_call(p, name, strlen(name), p->body.p ? p->body.p : "",
                                    p->body.len, d);
     }
-    strbuf_clear(&p->body);
+    sb_reset(&p->body);
     p->header.len = 0;
     bpe_stream_init(&p->stream, BPE_DECODE_SKIP_SPECIAL);
     return rc;
@@ -164,8 +164,8 @@ static int route_text(chat_parser *p, const char *s, size_t n, chat_delta *d)
     if (n == 0)
         return TN_OK;
     if (p->recipient)
-        return strbuf_append(&p->body, s, n);
-    int rc = strbuf_append(&p->delta, s, n);
+        return sb_append(&p->body, s, n);
+    int rc = sb_append(&p->delta, s, n);
     return rc == TN_OK ? parser_emit_text(p, text_kind(p), d) : rc;
 }
 
@@ -207,10 +207,10 @@ int harmony_parser_push(chat_parser *p, int32_t id, chat_delta *d, char *err, si
         return tok_ids_push(&p->header, id);
     case HS_CONTENT:
         if (id == p->id_end || id == p->id_return || id == p->id_call) {
-            strbuf_clear(&p->piece);
+            sb_reset(&p->piece);
             rc = bpe_stream_finish(&p->stream, &p->piece);
             if (rc == TN_OK)
-                rc = route_text(p, p->piece.data, p->piece.len, d);
+                rc = route_text(p, p->piece.p, p->piece.len, d);
             /* a tool call and flushed text never coincide: text of a message
              * with a recipient goes to its arguments */
             if (rc == TN_OK)
@@ -223,7 +223,7 @@ int harmony_parser_push(chat_parser *p, int32_t id, chat_delta *d, char *err, si
         rc = parser_decode(p, id, err, errlen);
         if (rc != TN_OK)
             return rc;
-        return route_text(p, p->piece.data, p->piece.len, d);
+        return route_text(p, p->piece.p, p->piece.len, d);
     }
     return TN_ERR_ARG;
 }
@@ -234,10 +234,10 @@ int harmony_parser_finish(chat_parser *p, chat_delta *d, char *err, size_t errle
     (void)errlen;
     if (p->hstate != HS_CONTENT)
         return TN_OK; /* nothing open, or an unfinished header: no text yet */
-    strbuf_clear(&p->piece);
+    sb_reset(&p->piece);
     int rc = bpe_stream_finish(&p->stream, &p->piece);
     if (rc == TN_OK)
-        rc = route_text(p, p->piece.data, p->piece.len, d);
+        rc = route_text(p, p->piece.p, p->piece.len, d);
     if (rc == TN_OK)
         rc = end_message(p, d); /* a cut-off tool call is still reported */
     p->hstate = HS_EXPECT_START;

@@ -12,14 +12,14 @@
 #include "common/status.h"
 
 typedef struct writer {
-    strbuf *out;
+    sbuf *out;
     int rc;
 } writer;
 
 static void put(writer *w, const char *s)
 {
     if (w->rc == TN_OK)
-        w->rc = strbuf_append_str(w->out, s);
+        w->rc = sb_puts(w->out, s);
 }
 
 static void put_json(writer *w, const cJSON *v)
@@ -85,7 +85,7 @@ static void put_type_nullable(writer *w, const cJSON *schema, const char *indent
 {
     size_t start = w->out->len;
     to_ts(w, schema, indent);
-    if (w->rc == TN_OK && is_nullable(schema) && !strstr(w->out->data + start, "null"))
+    if (w->rc == TN_OK && is_nullable(schema) && !strstr(w->out->p + start, "null"))
         put(w, " | null");
 }
 
@@ -249,7 +249,7 @@ static void to_ts(writer *w, const cJSON *schema, const char *indent)
     }
 }
 
-int harmony_schema_to_typescript(const cJSON *schema, strbuf *out)
+int harmony_schema_to_typescript(const cJSON *schema, sbuf *out)
 {
     writer w = {out, TN_OK};
     to_ts(&w, schema, "");

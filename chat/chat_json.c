@@ -5,38 +5,38 @@
 #include <string.h>
 #include "common/status.h"
 
-int json_dump_string(const char *s, strbuf *out)
+int json_dump_string(const char *s, sbuf *out)
 {
-    int rc = strbuf_append_char(out, '"');
+    int rc = sb_putc(out, '"');
     for (const unsigned char *p = (const unsigned char *)s; *p && rc == TN_OK; p++) {
         char esc[8];
         switch (*p) {
-        case '"': rc = strbuf_append(out, "\\\"", 2); break;
-        case '\\': rc = strbuf_append(out, "\\\\", 2); break;
-        case '\n': rc = strbuf_append(out, "\\n", 2); break;
-        case '\r': rc = strbuf_append(out, "\\r", 2); break;
-        case '\t': rc = strbuf_append(out, "\\t", 2); break;
-        case '\b': rc = strbuf_append(out, "\\b", 2); break;
-        case '\f': rc = strbuf_append(out, "\\f", 2); break;
+        case '"': rc = sb_append(out, "\\\"", 2); break;
+        case '\\': rc = sb_append(out, "\\\\", 2); break;
+        case '\n': rc = sb_append(out, "\\n", 2); break;
+        case '\r': rc = sb_append(out, "\\r", 2); break;
+        case '\t': rc = sb_append(out, "\\t", 2); break;
+        case '\b': rc = sb_append(out, "\\b", 2); break;
+        case '\f': rc = sb_append(out, "\\f", 2); break;
         default:
             if (*p < 0x20) {
                 snprintf(esc, sizeof(esc), "\\u%04x", *p);
-                rc = strbuf_append(out, esc, 6);
+                rc = sb_append(out, esc, 6);
             } else {
-                rc = strbuf_append_char(out, (char)*p);
+                rc = sb_putc(out, (char)*p);
             }
         }
     }
-    return rc == TN_OK ? strbuf_append_char(out, '"') : rc;
+    return rc == TN_OK ? sb_putc(out, '"') : rc;
 }
 
 /* Python float repr: the shortest digits that read back to the same
  * double, in fixed notation when the decimal exponent is in [-4, 16),
  * otherwise d.ddde+XX. */
-static int dump_float(double v, strbuf *out)
+static int dump_float(double v, sbuf *out)
 {
     if (isnan(v) || isinf(v))
-        return strbuf_append_str(out, isnan(v) ? "NaN" : (v > 0 ? "Infinity" : "-Infinity"));
+        return sb_puts(out, isnan(v) ? "NaN" : (v > 0 ? "Infinity" : "-Infinity"));
     char buf[40];
     int prec;
     for (prec = 1; prec <= 17; prec++) {
@@ -91,62 +91,62 @@ static int dump_float(double v, strbuf *out)
         }
         snprintf(res + k, sizeof(res) - (size_t)k, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
     }
-    return strbuf_append_str(out, res);
+    return sb_puts(out, res);
 }
 
-static int dump_number(double v, strbuf *out)
+static int dump_number(double v, sbuf *out)
 {
     if (v == floor(v) && fabs(v) <= 9007199254740992.0) {
         char buf[32];
         snprintf(buf, sizeof(buf), "%.0f", v);
         if (strcmp(buf, "-0") == 0)
-            return strbuf_append_str(out, "-0.0");
-        return strbuf_append_str(out, buf);
+            return sb_puts(out, "-0.0");
+        return sb_puts(out, buf);
     }
     return dump_float(v, out);
 }
 
-static int dump(const cJSON *v, strbuf *out, const char *item_sep, const char *key_sep)
+static int dump(const cJSON *v, sbuf *out, const char *item_sep, const char *key_sep)
 {
     if (!v)
         return TN_ERR_ARG;
     int rc = TN_OK;
     if (cJSON_IsNull(v))
-        return strbuf_append_str(out, "null");
+        return sb_puts(out, "null");
     if (cJSON_IsTrue(v))
-        return strbuf_append_str(out, "true");
+        return sb_puts(out, "true");
     if (cJSON_IsFalse(v))
-        return strbuf_append_str(out, "false");
+        return sb_puts(out, "false");
     if (cJSON_IsNumber(v))
         return dump_number(v->valuedouble, out);
     if (cJSON_IsString(v))
         return json_dump_string(v->valuestring, out);
     if (cJSON_IsRaw(v))
-        return strbuf_append_str(out, v->valuestring);
+        return sb_puts(out, v->valuestring);
     int is_obj = cJSON_IsObject(v);
     if (!is_obj && !cJSON_IsArray(v))
         return TN_ERR_ARG;
-    rc = strbuf_append_char(out, is_obj ? '{' : '[');
+    rc = sb_putc(out, is_obj ? '{' : '[');
     for (const cJSON *c = v->child; c && rc == TN_OK; c = c->next) {
         if (c != v->child)
-            rc = strbuf_append_str(out, item_sep);
+            rc = sb_puts(out, item_sep);
         if (rc == TN_OK && is_obj) {
             rc = json_dump_string(c->string, out);
             if (rc == TN_OK)
-                rc = strbuf_append_str(out, key_sep);
+                rc = sb_puts(out, key_sep);
         }
         if (rc == TN_OK)
             rc = dump(c, out, item_sep, key_sep);
     }
-    return rc == TN_OK ? strbuf_append_char(out, is_obj ? '}' : ']') : rc;
+    return rc == TN_OK ? sb_putc(out, is_obj ? '}' : ']') : rc;
 }
 
-int json_dump_python(const cJSON *v, strbuf *out)
+int json_dump_python(const cJSON *v, sbuf *out)
 {
     return dump(v, out, ", ", ": ");
 }
 
-int json_dump_compact(const cJSON *v, strbuf *out)
+int json_dump_compact(const cJSON *v, sbuf *out)
 {
     return dump(v, out, ",", ":");
 }

@@ -32,7 +32,7 @@ static int format_matches(const bpe_tokenizer *t, chat_format f, char *err, size
 }
 
 int chat_render(const bpe_tokenizer *t, chat_format f, const chat_conversation *c,
-                const chat_render_opts *o, tok_ids *ids, strbuf *text, char *err, size_t errlen)
+                const chat_render_opts *o, tok_ids *ids, sbuf *text, char *err, size_t errlen)
 {
     if (!t || !c || !ids) {
         tn_errf(err, errlen, "chat_render: null argument");
@@ -76,11 +76,11 @@ int parser_emit_text(chat_parser *p, chat_delta_kind kind, chat_delta *d)
 {
     if (p->delta.len == 0)
         return TN_OK;
-    strbuf *dst = kind == CHAT_DELTA_REASONING ? &p->res.reasoning : &p->res.content;
-    if (strbuf_append(dst, p->delta.data, p->delta.len) != TN_OK)
+    sbuf *dst = kind == CHAT_DELTA_REASONING ? &p->res.reasoning : &p->res.content;
+    if (sb_append(dst, p->delta.p, p->delta.len) != TN_OK)
         return TN_ERR_NOMEM;
     d->kind = kind;
-    d->text = p->delta.data;
+    d->text = p->delta.p;
     d->len = p->delta.len;
     return TN_OK;
 }
@@ -120,7 +120,7 @@ int parser_emit_tool_call(chat_parser *p, const char *name, size_t name_len, con
 
 int parser_decode(chat_parser *p, int32_t id, char *err, size_t errlen)
 {
-    strbuf_clear(&p->piece);
+    sb_reset(&p->piece);
     return bpe_stream_push(p->tok, &p->stream, id, &p->piece, err, errlen);
 }
 
@@ -137,12 +137,12 @@ int chat_parser_new(const bpe_tokenizer *t, chat_format f, const chat_parse_opts
     }
     p->tok = t;
     p->fmt = f;
-    strbuf_init(&p->res.reasoning);
-    strbuf_init(&p->res.content);
-    strbuf_init(&p->delta);
-    strbuf_init(&p->piece);
-    strbuf_init(&p->body);
-    strbuf_init(&p->call);
+    sb_init(&p->res.reasoning);
+    sb_init(&p->res.content);
+    sb_init(&p->delta);
+    sb_init(&p->piece);
+    sb_init(&p->body);
+    sb_init(&p->call);
     tok_ids_init(&p->header);
     bpe_stream_init(&p->stream, BPE_DECODE_SKIP_SPECIAL);
     chat_parse_opts none = {0};
@@ -160,18 +160,18 @@ void chat_parser_free(chat_parser *p)
 {
     if (!p)
         return;
-    strbuf_free(&p->res.reasoning);
-    strbuf_free(&p->res.content);
+    sb_free(&p->res.reasoning);
+    sb_free(&p->res.content);
     for (size_t i = 0; i < p->res.n_tool_calls; i++) {
         free(p->res.tool_calls[i].id);
         free(p->res.tool_calls[i].name);
         free(p->res.tool_calls[i].arguments);
     }
     free(p->res.tool_calls);
-    strbuf_free(&p->delta);
-    strbuf_free(&p->piece);
-    strbuf_free(&p->body);
-    strbuf_free(&p->call);
+    sb_free(&p->delta);
+    sb_free(&p->piece);
+    sb_free(&p->body);
+    sb_free(&p->call);
     tok_ids_free(&p->header);
     free(p->channel);
     free(p->recipient);
@@ -185,7 +185,7 @@ int chat_parser_push(chat_parser *p, int32_t id, chat_delta *d, char *err, size_
         tn_errf(err, errlen, "chat parser: token after finish");
         return TN_ERR_ARG;
     }
-    strbuf_clear(&p->delta);
+    sb_reset(&p->delta);
     int rc = p->fmt == CHAT_FORMAT_HARMONY ? harmony_parser_push(p, id, d, err, errlen)
                                            : qwen3_parser_push(p, id, d, err, errlen);
     if (rc == TN_ERR_NOMEM)
@@ -199,7 +199,7 @@ int chat_parser_finish(chat_parser *p, chat_delta *d, char *err, size_t errlen)
     if (p->done)
         return TN_OK;
     p->done = 1;
-    strbuf_clear(&p->delta);
+    sb_reset(&p->delta);
     int rc = p->fmt == CHAT_FORMAT_HARMONY ? harmony_parser_finish(p, d, err, errlen)
                                            : qwen3_parser_finish(p, d, err, errlen);
     if (rc == TN_ERR_NOMEM)

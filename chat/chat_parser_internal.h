@@ -12,8 +12,8 @@ struct chat_parser {
     const bpe_tokenizer *tok;
     chat_format fmt;
     chat_result res;
-    strbuf delta;      /* text of the delta being returned */
-    strbuf piece;      /* scratch: text decoded from one token */
+    sbuf delta;      /* text of the delta being returned */
+    sbuf piece;      /* scratch: text decoded from one token */
     bpe_stream stream; /* UTF-8 assembly of content tokens */
     int done;          /* finish was called */
 
@@ -22,14 +22,14 @@ struct chat_parser {
     int first_message;     /* header of the message the prompt opened */
     tok_ids header;
     char *channel, *recipient;
-    strbuf body;           /* arguments of a tool call being generated */
+    sbuf body;           /* arguments of a tool call being generated */
     int32_t id_start, id_message, id_end, id_return, id_call;
 
     /* Qwen3 */
     enum qwen_mode qmode;
     int at_start;          /* leading newlines of this section are dropped */
     size_t held_newlines;  /* trailing newlines not yet emitted */
-    strbuf call;           /* text of a <tool_call> block */
+    sbuf call;           /* text of a <tool_call> block */
     int32_t id_think, id_think_end, id_tool_call, id_tool_call_end, id_im_end, id_eot;
 };
 

@@ -77,13 +77,13 @@ static void render_tools_header(chat_builder *b, const chat_conversation *c, con
     cb_text(b, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
                "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
     for (const cJSON *t = c->tools->child; t; t = t->next) {
-        strbuf js;
-        strbuf_init(&js);
+        sbuf js;
+        sb_init(&js);
         if (json_dump_python(t, &js) != TN_OK)
             b->rc = TN_ERR_NOMEM;
         cb_text(b, "\n");
-        cb_datan(b, js.data ? js.data : "", js.len);
-        strbuf_free(&js);
+        cb_datan(b, js.p ? js.p : "", js.len);
+        sb_free(&js);
     }
     cb_text(b, "\n</tools>\n\nFor each function call, return a json object with function name and "
                "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
@@ -149,7 +149,7 @@ static void render_assistant(chat_builder *b, const chat_message *m, int after_l
 }
 
 int qwen3_render(const bpe_tokenizer *t, const chat_conversation *c, const chat_render_opts *o,
-                 tok_ids *ids, strbuf *text, char *err, size_t errlen)
+                 tok_ids *ids, sbuf *text, char *err, size_t errlen)
 {
     chat_builder b;
     cb_init(&b, o->plain_content);

@@ -4,6 +4,6 @@
 #include "chat/chat.h"
 
 int qwen3_render(const bpe_tokenizer *t, const chat_conversation *c, const chat_render_opts *o,
-                 tok_ids *ids, strbuf *text, char *err, size_t errlen);
+                 tok_ids *ids, sbuf *text, char *err, size_t errlen);
 
 #endif

@@ -56,9 +56,9 @@ static int section_text(chat_parser *p, const char *s, size_t n, chat_delta *d)
     }
     int rc = TN_OK;
     for (size_t i = 0; i < p->held_newlines && rc == TN_OK; i++)
-        rc = strbuf_append_char(&p->delta, '\n');
+        rc = sb_putc(&p->delta, '\n');
     if (rc == TN_OK)
-        rc = strbuf_append(&p->delta, s, n - trail);
+        rc = sb_append(&p->delta, s, n - trail);
     p->held_newlines = trail;
     return rc == TN_OK ? parser_emit_text(p, mode_kind(p), d) : rc;
 }
@@ -67,27 +67,27 @@ static int section_text(chat_parser *p, const char *s, size_t n, chat_delta *d)
  * ended here). */
 static int flush_section(chat_parser *p, chat_delta *d)
 {
-    strbuf_clear(&p->piece);
+    sb_reset(&p->piece);
     int rc = bpe_stream_finish(&p->stream, &p->piece);
     if (rc != TN_OK)
         return rc;
     if (p->qmode == QM_TOOL_CALL)
-        return strbuf_append(&p->call, p->piece.data, p->piece.len);
+        return sb_append(&p->call, p->piece.p, p->piece.len);
     for (size_t i = 0; i < p->held_newlines && rc == TN_OK; i++)
-        rc = strbuf_append_char(&p->delta, '\n');
+        rc = sb_putc(&p->delta, '\n');
     p->held_newlines = 0;
     if (rc == TN_OK && p->piece.len)
-        rc = strbuf_append(&p->delta, p->piece.data, p->piece.len);
+        rc = sb_append(&p->delta, p->piece.p, p->piece.len);
     return rc == TN_OK ? parser_emit_text(p, mode_kind(p), d) : rc;
 }
 
 /* Ends a section at a block token: its trailing newlines are dropped. */
 static int close_section(chat_parser *p, chat_delta *d)
 {
-    strbuf_clear(&p->piece);
+    sb_reset(&p->piece);
     int rc = bpe_stream_finish(&p->stream, &p->piece);
     if (rc == TN_OK && p->piece.len)
-        rc = section_text(p, p->piece.data, p->piece.len, d);
+        rc = section_text(p, p->piece.p, p->piece.len, d);
     p->held_newlines = 0;
     return rc;
 }
@@ -97,39 +97,39 @@ static int close_section(chat_parser *p, chat_delta *d)
  * anything else is given back as content, tags included. */
 static int end_tool_call(chat_parser *p, chat_delta *d)
 {
-    strbuf_clear(&p->piece);
+    sb_reset(&p->piece);
     int rc = bpe_stream_finish(&p->stream, &p->piece);
     if (rc == TN_OK)
-        rc = strbuf_append(&p->call, p->piece.data, p->piece.len);
+        rc = sb_append(&p->call, p->piece.p, p->piece.len);
     if (rc != TN_OK)
         return rc;
-    cJSON *j = cJSON_ParseWithLength(p->call.data ? p->call.data : "", p->call.len);
+    cJSON *j = cJSON_ParseWithLength(p->call.p ? p->call.p : "", p->call.len);
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(j, "name");
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(j, "arguments");
     if (cJSON_IsObject(j) && cJSON_IsString(name)) {
-        strbuf a;
-        strbuf_init(&a);
+        sbuf a;
+        sb_init(&a);
         if (cJSON_IsString(args))
-            rc = strbuf_append_str(&a, args->valuestring);
+            rc = sb_puts(&a, args->valuestring);
         else if (args)
             rc = json_dump_python(args, &a);
         else
-            rc = strbuf_append_str(&a, "{}");
+            rc = sb_puts(&a, "{}");
         if (rc == TN_OK)
             rc = parser_emit_tool_call(p, name->valuestring, strlen(name->valuestring),
-                                       a.data ? a.data : "", a.len, d);
-        strbuf_free(&a);
+                                       a.p ? a.p : "", a.len, d);
+        sb_free(&a);
     } else {
-        rc = strbuf_append_str(&p->delta, "<tool_call>");
+        rc = sb_puts(&p->delta, "<tool_call>");
         if (rc == TN_OK)
-            rc = strbuf_append(&p->delta, p->call.data, p->call.len);
+            rc = sb_append(&p->delta, p->call.p, p->call.len);
         if (rc == TN_OK)
-            rc = strbuf_append_str(&p->delta, "</tool_call>");
+            rc = sb_puts(&p->delta, "</tool_call>");
         if (rc == TN_OK)
             rc = parser_emit_text(p, CHAT_DELTA_CONTENT, d);
     }
     cJSON_Delete(j);
-    strbuf_clear(&p->call);
+    sb_reset(&p->call);
     return rc;
 }
 
@@ -153,7 +153,7 @@ int qwen3_parser_push(chat_parser *p, int32_t id, chat_delta *d, char *err, size
             return rc;
         }
         int rc = parser_decode(p, id, err, errlen);
-        return rc == TN_OK ? strbuf_append(&p->call, p->piece.data, p->piece.len) : rc;
+        return rc == TN_OK ? sb_append(&p->call, p->piece.p, p->piece.len) : rc;
     }
     if (id == p->id_think || id == p->id_think_end || id == p->id_tool_call) {
         int rc = close_section(p, d);
@@ -165,12 +165,12 @@ int qwen3_parser_push(chat_parser *p, int32_t id, chat_delta *d, char *err, size
             p->at_start = 1;
         } else {
             p->qmode = QM_TOOL_CALL;
-            strbuf_clear(&p->call);
+            sb_reset(&p->call);
         }
         return rc;
     }
     int rc = parser_decode(p, id, err, errlen);
-    return rc == TN_OK ? section_text(p, p->piece.data, p->piece.len, d) : rc;
+    return rc == TN_OK ? section_text(p, p->piece.p, p->piece.len, d) : rc;
 }
 
 int qwen3_parser_finish(chat_parser *p, chat_delta *d, char *err, size_t errlen)
@@ -179,17 +179,17 @@ int qwen3_parser_finish(chat_parser *p, chat_delta *d, char *err, size_t errlen)
     (void)errlen;
     if (p->qmode != QM_TOOL_CALL)
         return flush_section(p, d);
-    strbuf_clear(&p->piece);
+    sb_reset(&p->piece);
     int rc = bpe_stream_finish(&p->stream, &p->piece);
     if (rc == TN_OK)
-        rc = strbuf_append_str(&p->delta, "<tool_call>");
+        rc = sb_puts(&p->delta, "<tool_call>");
     if (rc == TN_OK)
-        rc = strbuf_append(&p->delta, p->call.data ? p->call.data : "", p->call.len);
+        rc = sb_append(&p->delta, p->call.p ? p->call.p : "", p->call.len);
     if (rc == TN_OK)
-        rc = strbuf_append(&p->delta, p->piece.data ? p->piece.data : "", p->piece.len);
+        rc = sb_append(&p->delta, p->piece.p ? p->piece.p : "", p->piece.len);
     if (rc == TN_OK)
         rc = parser_emit_text(p, CHAT_DELTA_CONTENT, d);
     p->qmode = QM_CONTENT;
-    strbuf_clear(&p->call);
+    sb_reset(&p->call);
     return rc;
 }

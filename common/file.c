@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include "common/status.h"
 
-int tm_read_file(const char *path, size_t max_bytes, char **out, size_t *len,
+int tn_read_file(const char *path, size_t max_bytes, char **out, size_t *len,
                  char *err, size_t errlen)
 {
     *out = NULL;
@@ -52,7 +52,7 @@ int tm_read_file(const char *path, size_t max_bytes, char **out, size_t *len,
     return TN_OK;
 }
 
-char *tm_path_join(const char *dir, const char *name)
+char *tn_path_join(const char *dir, const char *name)
 {
     size_t a = strlen(dir), b = strlen(name);
     int slash = a > 0 && dir[a - 1] != '/';

@@ -1,5 +1,6 @@
 #include "common/sbuf.h"
 
+#include "common/status.h"
 #include "common/utf8.h"
 
 #include <stdarg.h>
@@ -25,55 +26,69 @@ void sb_reset(sbuf *b)
         b->p[0] = '\0';
 }
 
-static int sb_grow(sbuf *b, size_t extra)
+int sb_reserve(sbuf *b, size_t extra)
 {
     if (b->oom)
-        return -1;
-    if (b->len + extra + 1 <= b->cap)
-        return 0;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + extra + 1)
-        cap *= 2;
+        return TN_ERR_NOMEM;
+    if (extra > SIZE_MAX - b->len - 1) {
+        b->oom = 1;
+        return TN_ERR_NOMEM;
+    }
+    size_t need = b->len + extra + 1;
+    if (need <= b->cap)
+        return TN_OK;
+    size_t cap = b->cap ? b->cap : 64;
+    while (cap < need)
+        cap = cap > SIZE_MAX / 2 ? need : cap * 2;
     char *p = realloc(b->p, cap);
     if (!p) {
         b->oom = 1;
-        return -1;
+        return TN_ERR_NOMEM;
     }
     b->p = p;
     b->cap = cap;
-    return 0;
+    return TN_OK;
 }
 
-void sb_append(sbuf *b, const char *s, size_t n)
+int sb_append(sbuf *b, const void *s, size_t n)
 {
-    if (sb_grow(b, n) != 0)
-        return;
+    if (sb_reserve(b, n) != TN_OK)
+        return TN_ERR_NOMEM;
     if (n)
         memcpy(b->p + b->len, s, n);
     b->len += n;
     b->p[b->len] = '\0';
+    return TN_OK;
 }
 
-void sb_puts(sbuf *b, const char *s)
+int sb_puts(sbuf *b, const char *s)
 {
-    sb_append(b, s, strlen(s));
+    return sb_append(b, s, strlen(s));
 }
 
-void sb_printf(sbuf *b, const char *fmt, ...)
+int sb_putc(sbuf *b, char c)
+{
+    return sb_append(b, &c, 1);
+}
+
+int sb_printf(sbuf *b, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    if (n < 0 || sb_grow(b, (size_t)n) != 0)
-        return;
+    if (n < 0)
+        return TN_ERR_ARG; /* an encoding error; the text is unchanged */
+    if (sb_reserve(b, (size_t)n) != TN_OK)
+        return TN_ERR_NOMEM;
     va_start(ap, fmt);
     vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
     va_end(ap);
     b->len += (size_t)n;
+    return TN_OK;
 }
 
-void sb_json_str(sbuf *b, const char *s, size_t n)
+int sb_json_str(sbuf *b, const char *s, size_t n)
 {
     sb_append(b, "\"", 1);
     size_t run = 0; /* bytes copied verbatim in one go */
@@ -104,7 +119,7 @@ void sb_json_str(sbuf *b, const char *s, size_t n)
         }
     }
     sb_append(b, s + n - run, run);
-    sb_append(b, "\"", 1);
+    return sb_append(b, "\"", 1);
 }
 
 void sb_consume(sbuf *b, size_t n)
@@ -121,12 +136,10 @@ void sb_consume(sbuf *b, size_t n)
 char *sb_take(sbuf *b)
 {
     char *p = NULL;
-    if (!b->oom) {
-        if (!b->p)
-            sb_grow(b, 0);
-        p = b->oom ? NULL : b->p;
-        if (p)
-            b->p = NULL;
+    if (sb_reserve(b, 0) == TN_OK) {
+        b->p[b->len] = '\0'; /* a buffer that never held text has no NUL yet */
+        p = b->p;
+        b->p = NULL;
     }
     sb_free(b);
     return p;

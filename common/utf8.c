@@ -110,7 +110,7 @@ size_t utf8_maximal_subpart(const unsigned char *s, size_t n)
     return k;
 }
 
-int utf8_append_lossy(strbuf *out, const unsigned char *s, size_t n, int final,
+int utf8_append_lossy(sbuf *out, const unsigned char *s, size_t n, int final,
                       size_t *pending)
 {
     size_t i = 0, run = 0; /* s[run..i) is valid and not yet copied */
@@ -129,7 +129,7 @@ int utf8_append_lossy(strbuf *out, const unsigned char *s, size_t n, int final,
             i += (size_t)len;
             continue;
         }
-        if (strbuf_append(out, s + run, i - run) != TN_OK)
+        if (sb_append(out, s + run, i - run) != TN_OK)
             return TN_ERR_NOMEM;
         size_t sub = utf8_maximal_subpart(s + i, n - i);
         int lead_len;
@@ -141,12 +141,12 @@ int utf8_append_lossy(strbuf *out, const unsigned char *s, size_t n, int final,
                 *pending = sub;
             return TN_OK;
         }
-        if (strbuf_append(out, UTF8_REPLACEMENT, 3) != TN_OK)
+        if (sb_append(out, UTF8_REPLACEMENT, 3) != TN_OK)
             return TN_ERR_NOMEM;
         i += sub ? sub : 1;
         run = i;
     }
-    /* s is NULL when n is 0 (an empty strbuf's data) and NULL + 0 is
+    /* s is NULL when n is 0 (an empty sbuf's p) and NULL + 0 is
      * undefined behaviour in C, so an empty tail appends from a literal. */
-    return strbuf_append(out, i > run ? s + run : (const unsigned char *)"", i - run);
+    return sb_append(out, i > run ? s + run : (const unsigned char *)"", i - run);
 }

@@ -5,7 +5,7 @@
 #define TANDEM_COMMON_UTF8_H
 #include <stddef.h>
 #include <stdint.h>
-#include "common/strbuf.h"
+#include "common/sbuf.h"
 
 #define UTF8_REPLACEMENT "\xEF\xBF\xBD" /* U+FFFD */
 
@@ -32,7 +32,7 @@ size_t utf8_maximal_subpart(const unsigned char *s, size_t n);
  * errors="replace"). When final is 0, a truncated sequence at the very end
  * is not replaced: its length is returned in *pending (the caller keeps
  * those bytes for the next call). Returns 0 or TN_ERR_NOMEM. */
-int utf8_append_lossy(strbuf *out, const unsigned char *s, size_t n, int final,
+int utf8_append_lossy(sbuf *out, const unsigned char *s, size_t n, int final,
                       size_t *pending);
 
 #endif

@@ -665,19 +665,7 @@ static int host_split(comm *parent, int color, int key, comm **out)
     return TN_OK;
 }
 
-static const comm_ops host_ops = {
-    .split = host_split,
-    .all_reduce_sum = host_all_reduce_sum,
-    .all_gather = host_all_gather,
-    .all_to_all_v = host_all_to_all_v,
-    .broadcast = host_broadcast,
-    .barrier = host_barrier,
-    .set_timeout = host_set_timeout,
-    .abort = host_abort,
-    .poll_peers = host_poll_peers,
-    .group_error = host_group_error,
-    .destroy = host_destroy,
-};
+static const comm_ops host_ops = COMM_OPS(host);
 
 /* ---- start-up ---------------------------------------------------------- */
 

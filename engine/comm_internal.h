@@ -22,6 +22,18 @@ typedef struct comm_ops {
     void (*destroy)(comm *c);
 } comm_ops;
 
+/* The ops table of an implementation whose functions are all named
+ * <prefix>_<op>: `static const comm_ops host_ops = COMM_OPS(host);`. */
+#define COMM_OPS(prefix)                                                        \
+    {                                                                           \
+        .split = prefix##_split, .all_reduce_sum = prefix##_all_reduce_sum,     \
+        .all_gather = prefix##_all_gather, .all_to_all_v = prefix##_all_to_all_v, \
+        .broadcast = prefix##_broadcast, .barrier = prefix##_barrier,           \
+        .set_timeout = prefix##_set_timeout, .abort = prefix##_abort,           \
+        .poll_peers = prefix##_poll_peers, .group_error = prefix##_group_error, \
+        .destroy = prefix##_destroy,                                            \
+    }
+
 struct comm {
     const comm_ops *ops;
     int rank, size;

@@ -347,19 +347,7 @@ static int nccl_split(comm *parent, int color, int key, comm **out)
     return TN_OK;
 }
 
-static const comm_ops nccl_ops = {
-    .split = nccl_split,
-    .all_reduce_sum = nccl_all_reduce_sum,
-    .all_gather = nccl_all_gather,
-    .all_to_all_v = nccl_all_to_all_v,
-    .broadcast = nccl_broadcast,
-    .barrier = nccl_barrier,
-    .set_timeout = nccl_set_timeout,
-    .abort = nccl_abort,
-    .poll_peers = nccl_poll_peers,
-    .group_error = nccl_group_error,
-    .destroy = nccl_destroy,
-};
+static const comm_ops nccl_ops = COMM_OPS(nccl);
 
 int comm_nccl_init(comm **out, comm *bootstrap, const kn_backend *be, char *err,
                    size_t errlen)

@@ -316,7 +316,7 @@ static void parse_qwen3_moe(reader *r, const cJSON *root, tm_config *c)
 int tm_config_load(const char *dir, tm_config *cfg, char *err, size_t errlen)
 {
     memset(cfg, 0, sizeof(*cfg));
-    char *path = tm_path_join(dir, "config.json");
+    char *path = tn_path_join(dir, "config.json");
     if (!path) {
         tn_errf(err, errlen, "out of memory");
         return TN_ERR_NOMEM;
@@ -330,7 +330,7 @@ int tm_config_load_file(const char *path, tm_config *cfg, char *err, size_t errl
 {
     memset(cfg, 0, sizeof(*cfg));
     char *text = NULL;
-    int rc = tm_read_file(path, CONFIG_MAX_BYTES, &text, NULL, err, errlen);
+    int rc = tn_read_file(path, CONFIG_MAX_BYTES, &text, NULL, err, errlen);
     if (rc)
         return rc;
     cJSON *root = cJSON_Parse(text);

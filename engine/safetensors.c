@@ -299,7 +299,7 @@ static int open_index(tm_safetensors *st, const char *dir, const char *index_pat
                       char *err, size_t errlen)
 {
     char *text = NULL;
-    int rc = tm_read_file(index_path, ST_MAX_INDEX, &text, NULL, err, errlen);
+    int rc = tn_read_file(index_path, ST_MAX_INDEX, &text, NULL, err, errlen);
     if (rc)
         return rc;
     cJSON *root = cJSON_Parse(text);
@@ -326,7 +326,7 @@ static int open_index(tm_safetensors *st, const char *dir, const char *index_pat
         }
         if (seen)
             continue;
-        char *shard = tm_path_join(dir, e->valuestring);
+        char *shard = tn_path_join(dir, e->valuestring);
         if (!shard) {
             tn_errf(err, errlen, "%s: out of memory", index_path);
             cJSON_Delete(root);
@@ -363,8 +363,8 @@ static int open_index(tm_safetensors *st, const char *dir, const char *index_pat
 int tm_st_open_dir(tm_safetensors *st, const char *dir, char *err, size_t errlen)
 {
     memset(st, 0, sizeof(*st));
-    char *single = tm_path_join(dir, "model.safetensors");
-    char *index = tm_path_join(dir, "model.safetensors.index.json");
+    char *single = tn_path_join(dir, "model.safetensors");
+    char *index = tn_path_join(dir, "model.safetensors.index.json");
     int rc;
     if (!single || !index) {
         tn_errf(err, errlen, "out of memory");

@@ -149,8 +149,8 @@ static int run(const tok_cli *c)
     tok_ids ids;
     tok_ids_init(&ids);
     if (decode) {
-        strbuf out;
-        strbuf_init(&out);
+        sbuf out;
+        sb_init(&out);
         if (parse_ids(decode, &ids) != TN_OK) {
             rc = 1;
         } else if (bpe_decode(tok, ids.ids, ids.len, skip_special ? BPE_DECODE_SKIP_SPECIAL : 0,
@@ -158,10 +158,10 @@ static int run(const tok_cli *c)
             fprintf(stderr, "tandem-tokenize: %s\n", err);
             rc = 1;
         } else {
-            fwrite(out.data ? out.data : "", 1, out.len, stdout);
+            fwrite(out.p ? out.p : "", 1, out.len, stdout);
             fputc('\n', stdout);
         }
-        strbuf_free(&out);
+        sb_free(&out);
     } else {
         char *text = NULL;
         size_t len = 0;

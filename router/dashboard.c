@@ -111,62 +111,71 @@ static void workers_json(router_ctx *ctx, sbuf *b)
     sb_puts(b, "]");
 }
 
-static void history_json(const autoscale_status *as, sbuf *b, double since_s)
+/* Appends "name":[...] with one object {"t":...,...} per entry of a ring
+ * (cap slots, n held, next the slot written next), oldest first, leaving
+ * out those at or before since_s; t(as, i) is slot i's time and
+ * members(as, i, b) writes the rest of its members, each after a comma. */
+static void ring_json(const autoscale_status *as, sbuf *b, double since_s, const char *name,
+                      int n, int next, int cap, double (*t)(const autoscale_status *, int),
+                      void (*members)(const autoscale_status *, int, sbuf *))
 {
-    sb_puts(b, "\"history\":[");
+    sb_printf(b, "\"%s\":[", name);
     int first = 1;
-    for (int k = 0; k < as->n_history; k++) {
-        int i = (as->history_next - as->n_history + k + AUTOSCALE_HISTORY) % AUTOSCALE_HISTORY;
-        const autoscale_sample *h = &as->history[i];
-        if (seen(h->t, since_s))
+    for (int k = 0; k < n; k++) {
+        int i = (next - n + k + cap) % cap;
+        if (seen(t(as, i), since_s))
             continue;
-        sb_puts(b, first ? "{" : ",{");
+        sb_puts(b, first ? "{\"t\":" : ",{\"t\":");
         first = 0;
-        sb_puts(b, "\"t\":");
-        json_time(b, h->t);
-        sb_puts(b, ",");
-        pair(b, "current", h->current);
-        sb_puts(b, ",");
-        pair(b, "desired", h->desired);
-        sb_puts(b, ",");
-        pair(b, "ready", h->ready);
-        sb_puts(b, ",");
-        pair(b, "draining", h->draining);
-        sb_puts(b, ",\"input_tps\":");
-        json_num(b, h->input_tps);
-        sb_puts(b, ",\"served_tps\":");
-        json_num(b, h->served_tps);
-        sb_puts(b, ",\"demand_tps\":");
-        json_num(b, h->demand_tps);
-        sb_puts(b, ",\"tps_per_replica\":");
-        json_num(b, h->tps_per_replica);
-        sb_printf(b, ",\"decode_sequences\":%ld,\"mean_batch\":", h->decode_sequences);
-        json_num(b, h->mean_batch);
-        sb_puts(b, ",\"kv_occupancy\":");
-        json_num(b, h->kv_occupancy);
-        sb_printf(b, ",\"held\":%d}", h->held);
+        json_time(b, t(as, i));
+        members(as, i, b);
+        sb_puts(b, "}");
     }
     sb_puts(b, "]");
 }
 
-static void events_json(const autoscale_status *as, sbuf *b, double since_s)
+static double history_t(const autoscale_status *as, int i)
 {
-    sb_puts(b, "\"events\":[");
-    int first = 1;
-    for (int k = 0; k < as->n_events; k++) {
-        int i = (as->events_next - as->n_events + k + AUTOSCALE_EVENTS) % AUTOSCALE_EVENTS;
-        const autoscale_event *e = &as->events[i];
-        if (seen(e->t, since_s))
-            continue;
-        sb_puts(b, first ? "{\"t\":" : ",{\"t\":");
-        first = 0;
-        json_time(b, e->t);
-        sb_printf(b, ",\"pool\":\"%s\",\"from\":%d,\"to\":%d,", as_pool_name((as_pool)e->pool),
-                  e->from, e->to);
-        json_key_str(b, "reason", e->reason);
-        sb_puts(b, "}");
-    }
-    sb_puts(b, "]");
+    return as->history[i].t;
+}
+
+static void history_members(const autoscale_status *as, int i, sbuf *b)
+{
+    const autoscale_sample *h = &as->history[i];
+    sb_puts(b, ",");
+    pair(b, "current", h->current);
+    sb_puts(b, ",");
+    pair(b, "desired", h->desired);
+    sb_puts(b, ",");
+    pair(b, "ready", h->ready);
+    sb_puts(b, ",");
+    pair(b, "draining", h->draining);
+    sb_puts(b, ",\"input_tps\":");
+    json_num(b, h->input_tps);
+    sb_puts(b, ",\"served_tps\":");
+    json_num(b, h->served_tps);
+    sb_puts(b, ",\"demand_tps\":");
+    json_num(b, h->demand_tps);
+    sb_puts(b, ",\"tps_per_replica\":");
+    json_num(b, h->tps_per_replica);
+    sb_printf(b, ",\"decode_sequences\":%ld,\"mean_batch\":", h->decode_sequences);
+    json_num(b, h->mean_batch);
+    sb_puts(b, ",\"kv_occupancy\":");
+    json_num(b, h->kv_occupancy);
+    sb_printf(b, ",\"held\":%d", h->held);
+}
+
+static double event_t(const autoscale_status *as, int i)
+{
+    return as->events[i].t;
+}
+
+static void event_members(const autoscale_status *as, int i, sbuf *b)
+{
+    const autoscale_event *e = &as->events[i];
+    sb_printf(b, ",\"pool\":\"%s\",\"from\":%d,\"to\":%d,", as_pool_name((as_pool)e->pool),
+              e->from, e->to);
+    json_key_str(b, "reason", e->reason);
 }
 
 void dashboard_state_json(router_ctx *ctx, sbuf *b, double since_s)
@@ -192,8 +201,10 @@ void dashboard_state_json(router_ctx *ctx, sbuf *b, double since_s)
     sb_printf(b, ",\"decode_sequences\":%ld},", as->evaluated ? as->decode_sequences : 0L);
     workers_json(ctx, b);
     sb_puts(b, ",");
-    history_json(as, b, since_s);
+    ring_json(as, b, since_s, "history", as->n_history, as->history_next, AUTOSCALE_HISTORY,
+              history_t, history_members);
     sb_puts(b, ",");
-    events_json(as, b, since_s);
+    ring_json(as, b, since_s, "events", as->n_events, as->events_next, AUTOSCALE_EVENTS,
+              event_t, event_members);
     sb_puts(b, "}");
 }

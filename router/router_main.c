@@ -98,43 +98,39 @@ static int bind_router(void *sock, const char *host, int port, char *err, size_t
     return colon ? atoi(colon + 1) : -1;
 }
 
-static void drain_workers(router_ctx *ctx)
+typedef void (*message_handler)(router_ctx *ctx, const uint8_t *rid, size_t rid_len,
+                                const ProtobufCMessage *msg);
+
+static void on_worker_message(router_ctx *ctx, const uint8_t *rid, size_t rid_len,
+                              const ProtobufCMessage *msg)
 {
-    for (;;) {
-        char rid[WIRE_MAX_ID];
-        size_t rid_len = 0;
-        ProtobufCMessage *msg = NULL;
-        int rc = wire_recv(ctx->worker_sock, rid, sizeof rid, &rid_len,
-                           &tandem__v1__worker_message__descriptor, &msg, ZMQ_DONTWAIT);
-        if (rc == -1)
-            return;
-        if (rc == -2) {
-            tn_log(WHO, "dropped a malformed message on the worker socket");
-            continue;
-        }
-        pthread_mutex_lock(&ctx->lock);
-        dispatch_worker_message(ctx, rid, rid_len, (Tandem__V1__WorkerMessage *)msg);
-        pthread_mutex_unlock(&ctx->lock);
-        protobuf_c_message_free_unpacked(msg, NULL);
-    }
+    dispatch_worker_message(ctx, (const char *)rid, rid_len,
+                            (const Tandem__V1__WorkerMessage *)msg);
 }
 
-static void drain_clients(router_ctx *ctx)
+static void on_client_message(router_ctx *ctx, const uint8_t *rid, size_t rid_len,
+                              const ProtobufCMessage *msg)
+{
+    rpc_handle_message(ctx, rid, rid_len, (const Tandem__V1__ClientMessage *)msg);
+}
+
+/* Handles every message waiting on sock (what names it in the log). */
+static void drain(router_ctx *ctx, void *sock, const ProtobufCMessageDescriptor *desc,
+                  const char *what, message_handler handle)
 {
     for (;;) {
         uint8_t rid[WIRE_MAX_ID];
         size_t rid_len = 0;
         ProtobufCMessage *msg = NULL;
-        int rc = wire_recv(ctx->rpc_sock, rid, sizeof rid, &rid_len,
-                           &tandem__v1__client_message__descriptor, &msg, ZMQ_DONTWAIT);
+        int rc = wire_recv(sock, rid, sizeof rid, &rid_len, desc, &msg, ZMQ_DONTWAIT);
         if (rc == -1)
             return;
         if (rc == -2) {
-            tn_log(WHO, "dropped a malformed message on the RPC socket");
+            tn_log(WHO, "dropped a malformed message on the %s socket", what);
             continue;
         }
         pthread_mutex_lock(&ctx->lock);
-        rpc_handle_message(ctx, rid, rid_len, (Tandem__V1__ClientMessage *)msg);
+        handle(ctx, rid, rid_len, msg);
         pthread_mutex_unlock(&ctx->lock);
         protobuf_c_message_free_unpacked(msg, NULL);
     }
@@ -209,8 +205,10 @@ static void run_loop(router_ctx *ctx, int sig_fd)
         pthread_mutex_lock(&ctx->lock);
         dispatch_process_queues(ctx);
         pthread_mutex_unlock(&ctx->lock);
-        drain_workers(ctx);
-        drain_clients(ctx);
+        drain(ctx, ctx->worker_sock, &tandem__v1__worker_message__descriptor, "worker",
+              on_worker_message);
+        drain(ctx, ctx->rpc_sock, &tandem__v1__client_message__descriptor, "RPC",
+              on_client_message);
         pthread_mutex_lock(&ctx->lock);
         dispatch_process_queues(ctx);
         dispatch_expire_workers(ctx, tn_now_ms());

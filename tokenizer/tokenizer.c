@@ -1,49 +1,8 @@
 #include "tokenizer/tokenizer_internal.h"
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "common/status.h"
-
-int tok_read_file(const char *path, char **data, size_t *len, char *err, size_t errlen)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        tn_errf(err, errlen, "%s: %s", path, strerror(errno));
-        return TN_ERR_ARG;
-    }
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (cap - n < 65536) {
-            size_t ncap = cap ? cap * 2 : 1 << 20;
-            char *p = realloc(buf, ncap + 1);
-            if (!p) {
-                free(buf);
-                fclose(f);
-                tn_errf(err, errlen, "%s: out of memory", path);
-                return TN_ERR_NOMEM;
-            }
-            buf = p;
-            cap = ncap;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0)
-            break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        tn_errf(err, errlen, "%s: read error", path);
-        return TN_ERR_ARG;
-    }
-    buf[n] = '\0';
-    *data = buf;
-    *len = n;
-    return TN_OK;
-}
 
 bpe_tokenizer *tok_alloc(bpe_kind kind, const char *name, int32_t n_ids)
 {

@@ -16,7 +16,8 @@
 #define TANDEM_TOKENIZER_TOKENIZER_H
 #include <stddef.h>
 #include <stdint.h>
-#include "common/strbuf.h"
+#include "common/sbuf.h"
+#include "common/tok_ids.h"
 
 typedef struct bpe_tokenizer bpe_tokenizer;
 
@@ -68,7 +69,7 @@ int bpe_encode_guarded(const bpe_tokenizer *t, const char *text, size_t n, const
 /* Appends the text of ids to out. Bytes that do not form valid UTF-8 are
  * replaced by U+FFFD (maximal subparts, like Python errors="replace").
  * Returns 0, TN_ERR_ARG for an id outside the vocabulary, TN_ERR_NOMEM. */
-int bpe_decode(const bpe_tokenizer *t, const int32_t *ids, size_t n, int flags, strbuf *out,
+int bpe_decode(const bpe_tokenizer *t, const int32_t *ids, size_t n, int flags, sbuf *out,
                char *err, size_t errlen);
 
 /* Incremental decoder for streaming: emits only complete UTF-8 characters
@@ -82,10 +83,10 @@ typedef struct bpe_stream {
 } bpe_stream;
 
 void bpe_stream_init(bpe_stream *s, int flags);
-int bpe_stream_push(const bpe_tokenizer *t, bpe_stream *s, int32_t id, strbuf *out, char *err,
+int bpe_stream_push(const bpe_tokenizer *t, bpe_stream *s, int32_t id, sbuf *out, char *err,
                     size_t errlen);
 /* Flushes a trailing incomplete character as U+FFFD. */
-int bpe_stream_finish(bpe_stream *s, strbuf *out);
+int bpe_stream_finish(bpe_stream *s, sbuf *out);
 
 /* Id of an added/special token by its exact text ("<|im_end|>",
  * "<|call|>"), or of a regular token by its raw bytes; -1 if none. */

@@ -23,14 +23,14 @@ void bpe_stream_init(bpe_stream *s, int flags)
     s->flags = flags;
 }
 
-int bpe_stream_finish(bpe_stream *s, strbuf *out)
+int bpe_stream_finish(bpe_stream *s, sbuf *out)
 {
     int rc = utf8_append_lossy(out, s->pending, s->n_pending, 1, NULL);
     s->n_pending = 0;
     return rc;
 }
 
-int bpe_stream_push(const bpe_tokenizer *t, bpe_stream *s, int32_t id, strbuf *out, char *err,
+int bpe_stream_push(const bpe_tokenizer *t, bpe_stream *s, int32_t id, sbuf *out, char *err,
                     size_t errlen)
 {
     if (check_id(t, id, err, errlen) != TN_OK)
@@ -41,7 +41,7 @@ int bpe_stream_push(const bpe_tokenizer *t, bpe_stream *s, int32_t id, strbuf *o
     if ((f & TOK_FLAG_SPECIAL) && (s->flags & BPE_DECODE_SKIP_SPECIAL))
         return TN_OK;
     if (f & TOK_FLAG_ADDED) {
-        if (bpe_stream_finish(s, out) != TN_OK || strbuf_append(out, bytes, n) != TN_OK)
+        if (bpe_stream_finish(s, out) != TN_OK || sb_append(out, bytes, n) != TN_OK)
             return TN_ERR_NOMEM;
         return TN_OK;
     }
@@ -65,7 +65,7 @@ int bpe_stream_push(const bpe_tokenizer *t, bpe_stream *s, int32_t id, strbuf *o
     return rc;
 }
 
-int bpe_decode(const bpe_tokenizer *t, const int32_t *ids, size_t n, int flags, strbuf *out,
+int bpe_decode(const bpe_tokenizer *t, const int32_t *ids, size_t n, int flags, sbuf *out,
                char *err, size_t errlen)
 {
     if (!t || (!ids && n) || !out) {
@@ -77,23 +77,23 @@ int bpe_decode(const bpe_tokenizer *t, const int32_t *ids, size_t n, int flags, 
             return TN_ERR_ARG;
     /* Join the bytes of each run of ordinary tokens, then make them valid
      * in one pass. */
-    strbuf run;
-    strbuf_init(&run);
+    sbuf run;
+    sb_init(&run);
     int rc = TN_OK;
     for (size_t i = 0; i <= n && rc == TN_OK; i++) {
         uint8_t f = i < n ? t->tok_flags[ids[i]] : TOK_FLAG_ADDED;
         if (i < n && (f & TOK_FLAG_SPECIAL) && (flags & BPE_DECODE_SKIP_SPECIAL))
             continue;
         if (!(f & TOK_FLAG_ADDED)) {
-            rc = strbuf_append(&run, t->arena + t->tok_off[ids[i]], t->tok_len[ids[i]]);
+            rc = sb_append(&run, t->arena + t->tok_off[ids[i]], t->tok_len[ids[i]]);
             continue;
         }
-        rc = utf8_append_lossy(out, (const unsigned char *)run.data, run.len, 1, NULL);
-        strbuf_clear(&run);
+        rc = utf8_append_lossy(out, (const unsigned char *)run.p, run.len, 1, NULL);
+        sb_reset(&run);
         if (rc == TN_OK && i < n)
-            rc = strbuf_append(out, t->arena + t->tok_off[ids[i]], t->tok_len[ids[i]]);
+            rc = sb_append(out, t->arena + t->tok_off[ids[i]], t->tok_len[ids[i]]);
     }
-    strbuf_free(&run);
+    sb_free(&run);
     if (rc != TN_OK)
         tn_errf(err, errlen, "decode: out of memory");
     return rc;

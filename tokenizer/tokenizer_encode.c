@@ -28,7 +28,7 @@ typedef struct enc_scratch {
     size_t sym_cap;
     merge_cand *heap;
     size_t heap_len, heap_cap;
-    strbuf norm;
+    sbuf norm;
 } enc_scratch;
 
 typedef struct enc_ctx {
@@ -195,11 +195,11 @@ static int encode_ordinary(const bpe_tokenizer *t, const char *text, size_t n, e
     if (n == 0)
         return TN_OK;
     if (t->nfc) {
-        strbuf_clear(&sc->norm);
+        sb_reset(&sc->norm);
         int rc = uc_nfc_append(&sc->norm, text, n);
         if (rc != TN_OK)
             return rc;
-        text = sc->norm.data;
+        text = sc->norm.p;
         n = sc->norm.len;
     }
     enc_ctx c = {t, (const unsigned char *)text, out, sc};
@@ -224,7 +224,7 @@ static int encode_impl(const bpe_tokenizer *t, const char *text, size_t n, int s
     }
     enc_scratch sc;
     memset(&sc, 0, sizeof(sc));
-    strbuf_init(&sc.norm);
+    sb_init(&sc.norm);
     size_t start_len = out->len;
     const unsigned char *u = (const unsigned char *)text;
     size_t seg = 0, p = 0, g = 0;
@@ -260,7 +260,7 @@ static int encode_impl(const bpe_tokenizer *t, const char *text, size_t n, int s
     free(sc.sym_id);
     free(sc.sym_prev);
     free(sc.heap);
-    strbuf_free(&sc.norm);
+    sb_free(&sc.norm);
     if (rc != TN_OK) {
         out->len = start_len;
         tn_errf(err, errlen, "encode failed: %s",

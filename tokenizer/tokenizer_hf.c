@@ -2,10 +2,12 @@
  * Qwen3 family). Only the exact pipeline implemented by the encoder is
  * accepted; every other normalizer, pre-tokenizer or model option is
  * rejected by name rather than approximated. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cJSON.h>
 #include "tokenizer/tokenizer_internal.h"
+#include "common/file.h"
 #include "common/utf8.h"
 #include "common/status.h"
 
@@ -283,7 +285,7 @@ int tok_load_hf_json(const char *path, bpe_tokenizer **out, char *err, size_t er
 {
     char *data;
     size_t len;
-    int rc = tok_read_file(path, &data, &len, err, errlen);
+    int rc = tn_read_file(path, SIZE_MAX - 1, &data, &len, err, errlen);
     if (rc != TN_OK)
         return rc;
     cJSON *root = cJSON_ParseWithLength(data, len);

@@ -57,7 +57,4 @@ int tok_resolve_byte_ids(bpe_tokenizer *t, char *err, size_t errlen);
 int tok_load_hf_json(const char *path, bpe_tokenizer **out, char *err, size_t errlen);
 int tok_load_tiktoken(const char *path, bpe_tokenizer **out, char *err, size_t errlen);
 
-/* Reads a whole file; returns 0 and a malloc'd NUL-terminated buffer. */
-int tok_read_file(const char *path, char **data, size_t *len, char *err, size_t errlen);
-
 #endif

@@ -2,9 +2,11 @@
  * o200k_harmony encoding of GPT-OSS: o200k_base ranks, the o200k split
  * regex and the Harmony special tokens. */
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "tokenizer/tokenizer_internal.h"
+#include "common/file.h"
 #include "common/status.h"
 
 /* o200k_base has ranks 0..199997. */
@@ -97,7 +99,7 @@ int tok_load_tiktoken(const char *path, bpe_tokenizer **out, char *err, size_t e
 {
     char *data;
     size_t len;
-    int rc = tok_read_file(path, &data, &len, err, errlen);
+    int rc = tn_read_file(path, SIZE_MAX - 1, &data, &len, err, errlen);
     if (rc != TN_OK)
         return rc;
     bpe_tokenizer *t = tok_alloc(BPE_KIND_O200K_HARMONY, "o200k_harmony", HARMONY_END_SPECIAL);

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "tokenizer/unicode_data.h"
-#include "common/strbuf.h"
+#include "common/sbuf.h"
 
 /* General category of cp (UC_CN when unassigned or out of range). */
 uc_gc uc_category(uint32_t cp);
@@ -37,6 +37,6 @@ uint32_t uc_compose(uint32_t first, uint32_t second);
 /* Appends the NFC form of the UTF-8 text s[0..n) to out. The text must be
  * valid UTF-8 (returns TN_ERR_ARG otherwise). Text that passes the NFC
  * quick check is copied unchanged. Returns 0 or a negative status. */
-int uc_nfc_append(strbuf *out, const char *s, size_t n);
+int uc_nfc_append(sbuf *out, const char *s, size_t n);
 
 #endif

@@ -95,13 +95,13 @@ static int passes_quick_check(const unsigned char *s, size_t n)
     return 1;
 }
 
-int uc_nfc_append(strbuf *out, const char *text, size_t n)
+int uc_nfc_append(sbuf *out, const char *text, size_t n)
 {
     const unsigned char *s = (const unsigned char *)text;
     if (!utf8_valid(text, n, NULL))
         return TN_ERR_ARG;
     if (passes_quick_check(s, n))
-        return strbuf_append(out, text, n);
+        return sb_append(out, text, n);
 
     cp_vec v = {0};
     int rc = TN_OK;
@@ -145,7 +145,7 @@ int uc_nfc_append(strbuf *out, const char *text, size_t n)
         for (size_t r = 0; r < v.len && rc == TN_OK; r++) {
             char buf[4];
             int len = utf8_encode(v.cp[r], buf);
-            rc = strbuf_append(out, buf, (size_t)len);
+            rc = sb_append(out, buf, (size_t)len);
         }
     }
     free(v.cp);

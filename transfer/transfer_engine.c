@@ -74,55 +74,64 @@ static int grow(void **arr, size_t *cap, size_t need, size_t elem)
 
 /* AM callbacks run inside ucp_worker_progress: they only decode and queue;
  * the acks are sent from te_engine_progress, outside UCX's callback. */
-static ucs_status_t on_notice(void *arg, const void *header, size_t header_length, void *data,
-                              size_t length, const ucp_am_recv_param_t *param)
+typedef void (*header_handler)(te_engine *e, const ProtobufCMessage *msg);
+
+/* Decodes a header-only AM as a desc message and hands it to handle; a
+ * malformed one is logged (what names it) and dropped. */
+static ucs_status_t on_header(te_engine *e, const void *header, size_t header_length,
+                              const ProtobufCMessageDescriptor *desc, const char *what,
+                              header_handler handle)
 {
-    (void)data;
-    (void)length;
-    (void)param;
-    te_engine *e = arg;
-    Tandem__Transfer__TransferNotice *m =
-        tandem__transfer__transfer_notice__unpack(NULL, header_length, header);
+    ProtobufCMessage *m = protobuf_c_message_unpack(desc, NULL, header_length, header);
     if (!m) {
-        te_log(e, "dropped a malformed transfer notice (%zu bytes)", header_length);
+        te_log(e, "dropped a malformed transfer %s (%zu bytes)", what, header_length);
         return UCS_OK;
     }
+    handle(e, m);
+    protobuf_c_message_free_unpacked(m, NULL);
+    return UCS_OK;
+}
+
+static void handle_notice(te_engine *e, const ProtobufCMessage *msg)
+{
+    const Tandem__Transfer__TransferNotice *m = (const Tandem__Transfer__TransferNotice *)msg;
     if (grow((void **)&e->notices, &e->cap_notices, e->n_notices + 1, sizeof *e->notices) ||
         grow((void **)&e->acks, &e->cap_acks, e->n_acks + 1, sizeof *e->acks)) {
         te_log(e, "out of memory queueing the notice of request %llu",
                (unsigned long long)m->request_id);
-    } else {
-        te_notice *n = &e->notices[e->n_notices++];
-        n->sender_id = m->sender_id;
-        n->request_id = m->request_id;
-        n->status = m->status == TANDEM__TRANSFER__NOTICE_STATUS__NOTICE_COMPLETE
-                        ? TN_OK : TN_ERR_CANCELED;
-        n->bytes = m->bytes;
-        n->copies = m->copies;
-        e->acks[e->n_acks].sender_id = m->sender_id;
-        e->acks[e->n_acks].transfer_id = m->transfer_id;
-        e->n_acks++;
+        return;
     }
-    tandem__transfer__transfer_notice__free_unpacked(m, NULL);
-    return UCS_OK;
+    te_notice *n = &e->notices[e->n_notices++];
+    n->sender_id = m->sender_id;
+    n->request_id = m->request_id;
+    n->status = m->status == TANDEM__TRANSFER__NOTICE_STATUS__NOTICE_COMPLETE
+                    ? TN_OK : TN_ERR_CANCELED;
+    n->bytes = m->bytes;
+    n->copies = m->copies;
+    e->acks[e->n_acks].sender_id = m->sender_id;
+    e->acks[e->n_acks].transfer_id = m->transfer_id;
+    e->n_acks++;
+}
+
+static void handle_ack(te_engine *e, const ProtobufCMessage *msg)
+{
+    te_transfer_on_ack(e, ((const Tandem__Transfer__TransferAck *)msg)->transfer_id);
+}
+
+static ucs_status_t on_notice(void *arg, const void *header, size_t header_length, void *data,
+                              size_t length, const ucp_am_recv_param_t *param)
+{
+    (void)data, (void)length, (void)param;
+    return on_header(arg, header, header_length, &tandem__transfer__transfer_notice__descriptor,
+                     "notice", handle_notice);
 }
 
 static ucs_status_t on_ack(void *arg, const void *header, size_t header_length, void *data,
                            size_t length, const ucp_am_recv_param_t *param)
 {
-    (void)data;
-    (void)length;
-    (void)param;
-    te_engine *e = arg;
-    Tandem__Transfer__TransferAck *m =
-        tandem__transfer__transfer_ack__unpack(NULL, header_length, header);
-    if (!m) {
-        te_log(e, "dropped a malformed transfer ack (%zu bytes)", header_length);
-        return UCS_OK;
-    }
-    te_transfer_on_ack(e, m->transfer_id);
-    tandem__transfer__transfer_ack__free_unpacked(m, NULL);
-    return UCS_OK;
+    (void)data, (void)length, (void)param;
+    return on_header(arg, header, header_length, &tandem__transfer__transfer_ack__descriptor,
+                     "ack", handle_ack);
 }
 
 typedef struct ack_op {

@@ -110,6 +110,17 @@ struct te_engine {
     char error[256];
 };
 
+/* Removes node from the singly linked list of TYPEs at *head (linked
+ * through next); nothing when it is not there. */
+#define TE_LIST_UNLINK(type, head, node)                         \
+    do {                                                         \
+        for (type **pp_ = (head); *pp_; pp_ = &(*pp_)->next)     \
+            if (*pp_ == (node)) {                                \
+                *pp_ = (node)->next;                             \
+                break;                                           \
+            }                                                    \
+    } while (0)
+
 /* Records the engine's last error and returns status. */
 int te_fail(te_engine *e, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -49,11 +49,7 @@ int te_region_register(te_engine *e, void *addr, size_t len, te_mem_type type, t
 
 void te_region_free(te_engine *e, te_region *r)
 {
-    for (te_region **pp = &e->regions; *pp; pp = &(*pp)->next)
-        if (*pp == r) {
-            *pp = r->next;
-            break;
-        }
+    TE_LIST_UNLINK(te_region, &e->regions, r);
     if (r->rkey_buf)
         ucp_rkey_buffer_release(r->rkey_buf);
     ucp_mem_unmap(e->ctx, r->memh);
@@ -306,11 +302,7 @@ int te_peer_import_region(te_engine *e, te_peer *p, uint64_t remote_addr, uint64
 /* Frees the peer; its endpoint is closed (or was) and nothing is in flight. */
 void te_peer_free(te_engine *e, te_peer *p)
 {
-    for (te_peer **pp = &e->peers; *pp; pp = &(*pp)->next)
-        if (*pp == p) {
-            *pp = p->next;
-            break;
-        }
+    TE_LIST_UNLINK(te_peer, &e->peers, p);
     while (p->regions) {
         te_remote_region *r = p->regions;
         p->regions = r->next;

@@ -40,9 +40,9 @@ static void render(const bpe_tokenizer *t, int32_t vocab, chat_format f,
                    const chat_conversation *c, const chat_render_opts *o)
 {
     tok_ids ids;
-    strbuf text;
+    sbuf text;
     tok_ids_init(&ids);
-    strbuf_init(&text);
+    sb_init(&text);
     char err[256] = "";
     int rc = chat_render(t, f, c, o, &ids, &text, err, sizeof(err));
     if (rc != TN_OK) {
@@ -50,25 +50,25 @@ static void render(const bpe_tokenizer *t, int32_t vocab, chat_format f,
     } else {
         for (size_t i = 0; i < ids.len; i++)
             FZ_CHECK(ids.ids[i] >= 0 && ids.ids[i] < vocab);
-        FZ_CHECK(utf8_valid(text.data ? text.data : "", text.len, NULL));
+        FZ_CHECK(utf8_valid(text.p ? text.p : "", text.len, NULL));
         if (f == CHAT_FORMAT_HARMONY) {
-            strbuf back;
-            strbuf_init(&back);
+            sbuf back;
+            sb_init(&back);
             FZ_CHECK(bpe_decode(t, ids.ids, ids.len, 0, &back, err, sizeof(err)) == TN_OK);
             FZ_CHECK(back.len == text.len &&
-                     (text.len == 0 || memcmp(back.data, text.data, text.len) == 0));
-            strbuf_free(&back);
+                     (text.len == 0 || memcmp(back.p, text.p, text.len) == 0));
+            sb_free(&back);
         } else if (!o->plain_content) {
             tok_ids again;
             tok_ids_init(&again);
-            FZ_CHECK(bpe_encode(t, text.data ? text.data : "", text.len, BPE_ENCODE_SPECIAL,
+            FZ_CHECK(bpe_encode(t, text.p ? text.p : "", text.len, BPE_ENCODE_SPECIAL,
                                 &again, err, sizeof(err)) == TN_OK);
             FZ_CHECK(ids_equal(&ids, &again));
             tok_ids_free(&again);
         }
     }
     tok_ids_free(&ids);
-    strbuf_free(&text);
+    sb_free(&text);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

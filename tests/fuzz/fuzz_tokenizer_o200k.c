@@ -1,25 +1,5 @@
 /* libFuzzer target: the o200k tokenizer's encode, guarded encode, decode and
  * streaming decode (properties in tests/fuzz/tok_props.h). */
-#include <stddef.h>
-#include <stdint.h>
-#include "tests/fuzz/harness.h"
-#include "tests/fuzz/tok_props.h"
-
-/* Loaded once; see harness.h. */
-static bpe_tokenizer *tok;
-static int32_t vocab;
-
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-    (void)argc;
-    (void)argv;
-    tok = fz_load_tokenizer("o200k");
-    vocab = bpe_vocab_size(tok);
-    return 0;
-}
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
-{
-    fz_tokenizer_input(tok, vocab, 0, data, size);
-    return 0;
-}
+#define FZ_TOKENIZER "o200k"
+#define FZ_TOKENIZER_NFC 0
+#include "tests/fuzz/tok_target.h"

@@ -41,9 +41,9 @@ void fz_token_pool_init(fz_token_pool *pool, const bpe_tokenizer *t,
     tok_ids_free(&ids);
 }
 
-static int text_equal(const strbuf *a, const strbuf *b)
+static int text_equal(const sbuf *a, const sbuf *b)
 {
-    return a->len == b->len && (a->len == 0 || memcmp(a->data, b->data, a->len) == 0);
+    return a->len == b->len && (a->len == 0 || memcmp(a->p, b->p, a->len) == 0);
 }
 
 static int str_equal(const char *a, const char *b)
@@ -53,8 +53,8 @@ static int str_equal(const char *a, const char *b)
 
 static void check_result(const chat_result *r)
 {
-    FZ_CHECK(utf8_valid(r->reasoning.data ? r->reasoning.data : "", r->reasoning.len, NULL));
-    FZ_CHECK(utf8_valid(r->content.data ? r->content.data : "", r->content.len, NULL));
+    FZ_CHECK(utf8_valid(r->reasoning.p ? r->reasoning.p : "", r->reasoning.len, NULL));
+    FZ_CHECK(utf8_valid(r->content.p ? r->content.p : "", r->content.len, NULL));
     for (size_t i = 0; i < r->n_tool_calls; i++) {
         FZ_CHECK(r->tool_calls[i].name != NULL);
         FZ_CHECK(r->tool_calls[i].arguments != NULL);
@@ -81,9 +81,9 @@ void fz_parse_input(const bpe_tokenizer *t, chat_format f, const fz_token_pool *
     char err[256] = "";
     chat_parser *sp = NULL;
     FZ_CHECK(chat_parser_new(t, f, &po, &sp, err, sizeof(err)) == TN_OK);
-    strbuf reasoning, content;
-    strbuf_init(&reasoning);
-    strbuf_init(&content);
+    sbuf reasoning, content;
+    sb_init(&reasoning);
+    sb_init(&content);
     size_t n_calls = 0;
     int failed = 0;
     for (size_t i = 0; i <= ids.len && !failed; i++) {
@@ -100,7 +100,7 @@ void fz_parse_input(const bpe_tokenizer *t, chat_format f, const fz_token_pool *
         }
         if (d.kind == CHAT_DELTA_REASONING || d.kind == CHAT_DELTA_CONTENT) {
             FZ_CHECK(d.len > 0 && utf8_valid(d.text, d.len, NULL));
-            FZ_CHECK(strbuf_append(d.kind == CHAT_DELTA_REASONING ? &reasoning : &content,
+            FZ_CHECK(sb_append(d.kind == CHAT_DELTA_REASONING ? &reasoning : &content,
                                    d.text, d.len) == TN_OK);
         } else if (d.kind == CHAT_DELTA_TOOL_CALL) {
             FZ_CHECK(d.tool_call != NULL && d.tool_index == n_calls);
@@ -128,7 +128,7 @@ void fz_parse_input(const bpe_tokenizer *t, chat_format f, const fz_token_pool *
         chat_parser_free(wp);
     }
     chat_parser_free(sp);
-    strbuf_free(&reasoning);
-    strbuf_free(&content);
+    sb_free(&reasoning);
+    sb_free(&content);
     tok_ids_free(&ids);
 }

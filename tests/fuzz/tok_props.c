@@ -44,23 +44,23 @@ static void check_encode(const bpe_tokenizer *t, int32_t vocab, int nfc, int mod
     for (size_t i = 0; i < ids.len; i++)
         FZ_CHECK(ids.ids[i] >= 0 && ids.ids[i] < vocab);
 
-    strbuf out;
-    strbuf_init(&out);
+    sbuf out;
+    sb_init(&out);
     FZ_CHECK(bpe_decode(t, ids.ids, ids.len, 0, &out, err, sizeof(err)) == TN_OK);
     /* NFC applies to the text between special tokens, not across them, so
      * the whole-text NFC comparison holds only when none were recognised. */
     if (!nfc) {
         FZ_CHECK(out.len == n);
-        FZ_CHECK(n == 0 || memcmp(out.data, text, n) == 0);
+        FZ_CHECK(n == 0 || memcmp(out.p, text, n) == 0);
     } else if (!special && !guarded) {
-        strbuf want;
-        strbuf_init(&want);
+        sbuf want;
+        sb_init(&want);
         FZ_CHECK(uc_nfc_append(&want, text, n) == TN_OK);
         FZ_CHECK(out.len == want.len);
-        FZ_CHECK(want.len == 0 || memcmp(out.data, want.data, want.len) == 0);
-        strbuf_free(&want);
+        FZ_CHECK(want.len == 0 || memcmp(out.p, want.p, want.len) == 0);
+        sb_free(&want);
     }
-    strbuf_free(&out);
+    sb_free(&out);
     tok_ids_free(&ids);
 }
 
@@ -78,31 +78,31 @@ static void check_decode(const bpe_tokenizer *t, int32_t vocab, int mode, const 
         FZ_CHECK(tok_ids_push(&ids, id) == TN_OK);
     }
     char err[256] = "";
-    strbuf whole;
-    strbuf_init(&whole);
+    sbuf whole;
+    sb_init(&whole);
     int rc = bpe_decode(t, ids.ids, ids.len, flags, &whole, err, sizeof(err));
     if (any_bad) {
         FZ_CHECK(rc == TN_ERR_ARG && err[0] != '\0');
     } else {
         FZ_CHECK(rc == TN_OK);
-        FZ_CHECK(utf8_valid(whole.data ? whole.data : "", whole.len, NULL));
-        strbuf streamed;
-        strbuf_init(&streamed);
+        FZ_CHECK(utf8_valid(whole.p ? whole.p : "", whole.len, NULL));
+        sbuf streamed;
+        sb_init(&streamed);
         bpe_stream s;
         bpe_stream_init(&s, flags);
         for (size_t i = 0; i < ids.len; i++) {
             size_t before = streamed.len;
             FZ_CHECK(bpe_stream_push(t, &s, ids.ids[i], &streamed, err, sizeof(err)) == TN_OK);
             /* each piece is whole characters */
-            FZ_CHECK(utf8_valid(streamed.data ? streamed.data + before : "",
+            FZ_CHECK(utf8_valid(streamed.p ? streamed.p + before : "",
                                 streamed.len - before, NULL));
         }
         FZ_CHECK(bpe_stream_finish(&s, &streamed) == TN_OK);
         FZ_CHECK(streamed.len == whole.len);
-        FZ_CHECK(whole.len == 0 || memcmp(streamed.data, whole.data, whole.len) == 0);
-        strbuf_free(&streamed);
+        FZ_CHECK(whole.len == 0 || memcmp(streamed.p, whole.p, whole.len) == 0);
+        sb_free(&streamed);
     }
-    strbuf_free(&whole);
+    sb_free(&whole);
     tok_ids_free(&ids);
 }
 

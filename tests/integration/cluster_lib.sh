@@ -175,6 +175,76 @@ wait_health() {
     return 1
 }
 
+# name_workers P D: after cluster_start with PREFILLER_ID=P and/or
+# DECODER_ID=D, the workers go by those ids (pid_of, forget, the exit
+# checks) and log to $CLUSTER_TMP/P.log and D.log; "" keeps a worker as is.
+name_workers() {
+    if [ -n "$1" ]; then
+        CLUSTER_NAMES[1]=$1
+        mv "$CLUSTER_TMP/prefiller.log" "$CLUSTER_TMP/$1.log"
+    fi
+    if [ -n "$2" ]; then
+        CLUSTER_NAMES[2]=$2
+        mv "$CLUSTER_TMP/decoder.log" "$CLUSTER_TMP/$2.log"
+    fi
+}
+
+# greedy_req MODEL PROMPT_IDS MAX_TOKENS [stream]: the body of a greedy
+# /v1/completions request that ignores EOS (streamed when a 4th argument is
+# given).
+greedy_req() {
+    printf '{"model":"%s","prompt":[%s],"max_tokens":%s,"temperature":0,"ignore_eos":true%s}' \
+        "$1" "$2" "$3" "${4:+,\"stream\":true}"
+}
+
+# stream_start MAX_TIME BODY OUTFILE: streams a completion into OUTFILE with
+# curl in the background ($! is its pid) and returns once 5 events arrived
+# (or after about 10 s).
+stream_start() {
+    curl -s -N --max-time "$1" -H 'Content-Type: application/json' -o "$3" -d "$2" \
+        "$URL/v1/completions" &
+    local _ c
+    for _ in $(seq 1 1000); do
+        c=$(grep -c '^data: {' "$3" 2>/dev/null)
+        [ "${c:-0}" -ge 5 ] && break
+        sleep 0.01
+    done
+}
+
+# post_bg MAX_TIME BODY OUTFILE CODEFILE: posts a completion with curl in the
+# background ($! is its pid); the HTTP status goes to CODEFILE.
+post_bg() {
+    curl -s --max-time "$1" -o "$3" -w '%{http_code}' -H 'Content-Type: application/json' \
+        -d "$2" "$URL/v1/completions" >"$4" &
+}
+
+# wait_in_flight PREFILLER: polls `tandem-cli status` (about 5 s) until
+# PREFILLER has one request in flight; prints the last status and fails if
+# it never did.
+wait_in_flight() {
+    local st="" _ re="^ +prefiller +$1 .*in_flight=1 "
+    for _ in $(seq 1 100); do
+        st=$(timeout 10 "$BIN/tandem-cli" status --rpc "$RPC" 2>&1)
+        echo "$st" | grep -qE "$re" && break
+        sleep 0.05
+    done
+    echo "$st"
+    echo "$st" | grep -qE "$re"
+}
+
+# wait_kv_free DECODER: waits (about 5 s) until the decoder's
+# tandem_kv_cache_blocks_used is 0; prints the last value, fails if it never was.
+wait_kv_free() {
+    local used="" _
+    for _ in $(seq 1 50); do
+        used=$(metric "tandem_kv_cache_blocks_used{pool=\"decode\",worker=\"$1\"}")
+        [ "$used" = 0 ] && break
+        sleep 0.1
+    done
+    echo "$used"
+    [ "$used" = 0 ]
+}
+
 # metric 'NAME{LABELS}': the value of one /metrics sample ("" if absent).
 metric() {
     curl -s "$URL/metrics" | awk -v k="$1" '$1 == k {print $2}'
@@ -204,19 +274,8 @@ print(",".join(map(str, toks)), ("ERROR:" + err) if err else finish)
 PYEOF
 }
 
-# An I32 tensor of a fixture's golden.safetensors as "a,b,c".
-golden_ids() {
-    python3 - "$1/golden.safetensors" "$2" <<'EOF'
-import json, struct, sys
-data = open(sys.argv[1], "rb").read()
-n = struct.unpack("<Q", data[:8])[0]
-entry = json.loads(data[8:8 + n])[sys.argv[2]]
-assert entry["dtype"] == "I32"
-b, e = entry["data_offsets"]
-raw = data[8 + n + b:8 + n + e]
-print(",".join(str(v) for v in struct.unpack("<%di" % (len(raw) // 4), raw)))
-EOF
-}
+# golden_ids FIXTURE_DIR NAME: see golden_lib.sh.
+. "$(dirname "${BASH_SOURCE[0]}")/golden_lib.sh"
 
 # json_get FILE EXPR: evaluates a Python expression on the parsed JSON `j`.
 json_get() {

@@ -73,30 +73,26 @@ prompt=$(golden_ids "$dir" prompt_ids)
 body="{\"model\":\"qwen3_moe_tiny\",\"prompt\":[$prompt],\"max_tokens\":4,\"temperature\":0}"
 code=$(post /v1/completions "$body" "$CLUSTER_TMP/warm.json")
 check "a request before the crashes" $([ "$code" = 200 ]; echo $?) "HTTP $code"
-victim=$(sed -n 's/.*TP rank 1 of 2 ready (pid \([0-9]*\)).*/\1/p' "$CLUSTER_TMP/prefiller.log" | tail -1)
-if [ -n "$victim" ]; then
+# kill_rank ROLE GROUP_PID PID_SED RANK TAIL: SIGKILLs rank 1 of ROLE's
+# group (its pid from ROLE.log by the sed expression PID_SED) and checks that
+# the group tells the router and exits 1; TAIL log lines go with a failure.
+kill_rank() {
+    local role=$1 gpid=$2 log="$CLUSTER_TMP/$1.log" victim st
+    victim=$(sed -n "s/$3/\\1/p" "$log" | tail -1)
+    if [ -z "$victim" ]; then
+        not_ok "$role $4 logs its pid" "$(tail -"$5" "$log")"
+        return
+    fi
     kill -KILL "$victim"
-    wait_exit "$pre_pid"
+    wait_exit "$gpid"
     st=$ST
-    grep -q "prefiller group failed: rank 1 (pid $victim) died" "$CLUSTER_TMP/prefiller.log" &&
-        [ "$st" = 1 ] && grep -q "reports error .*prefiller group failed" "$CLUSTER_TMP/router.log"
-    check "prefiller TP rank 1 SIGKILLed: the group tells the router and exits 1" $? \
-        "exit: $st" "$(tail -40 "$CLUSTER_TMP/prefiller.log")"
-else
-    not_ok "prefiller TP rank 1 logs its pid" "$(tail -40 "$CLUSTER_TMP/prefiller.log")"
-fi
-victim=$(sed -n 's/.*-dp1: model.*(pid \([0-9]*\)).*/\1/p' "$CLUSTER_TMP/decoder.log" | tail -1)
-if [ -n "$victim" ]; then
-    kill -KILL "$victim"
-    wait_exit "$dec_pid"
-    st=$ST
-    grep -q "decoder group failed: rank 1 (pid $victim) died" "$CLUSTER_TMP/decoder.log" &&
-        [ "$st" = 1 ] && grep -q "reports error .*decoder group failed" "$CLUSTER_TMP/router.log"
-    check "decoder DP rank 1 SIGKILLed: the group tells the router and exits 1" $? \
-        "exit: $st" "$(tail -4 "$CLUSTER_TMP/decoder.log")"
-else
-    not_ok "decoder DP rank 1 logs its pid" "$(tail -4 "$CLUSTER_TMP/decoder.log")"
-fi
+    grep -q "$role group failed: rank 1 (pid $victim) died" "$log" &&
+        [ "$st" = 1 ] && grep -q "reports error .*$role group failed" "$CLUSTER_TMP/router.log"
+    check "$role $4 SIGKILLed: the group tells the router and exits 1" $? \
+        "exit: $st" "$(tail -"$5" "$log")"
+}
+kill_rank prefiller "$pre_pid" '.*TP rank 1 of 2 ready (pid \([0-9]*\)).*' "TP rank 1" 40
+kill_rank decoder "$dec_pid" '.*-dp1: model.*(pid \([0-9]*\)).*' "DP rank 1" 4
 cluster_stop
 left=$(ls /dev/shm 2>/dev/null | grep -c -e "tandem-comm-prefill-" -e "tandem-comm-decode-" || true)
 [ "$left" -eq 0 ]

@@ -16,23 +16,15 @@ fx=gpt_oss_tiny
 dir=tests/fixtures/$fx
 # Heartbeats every 100 ms; a worker silent for 3 s is dropped.
 DECODER_ID=d1 cluster_start "$dir" --heartbeat-ms 100 --worker-timeout-ms 3000 || cluster_finish
-CLUSTER_NAMES[2]=d1
-mv "$CLUSTER_TMP/decoder.log" "$CLUSTER_TMP/d1.log"
+name_workers "" d1
 prompt=$(golden_ids "$dir" prompt_ids)
 N=2000
 
 # The request starts on d1 (the only decoder). Once it streams, d1 is
 # frozen (so the stream cannot finish first), a second decoder d2 joins,
 # and d1 is killed.
-curl -s -N --max-time 120 -H 'Content-Type: application/json' -o "$CLUSTER_TMP/s.sse" \
-    -d "{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_tokens\":$N,\"temperature\":0,\"ignore_eos\":true,\"stream\":true}" \
-    "$URL/v1/completions" &
+stream_start 120 "$(greedy_req "$fx" "$prompt" $N stream)" "$CLUSTER_TMP/s.sse"
 cpid=$!
-for _ in $(seq 1 1000); do
-    c=$(grep -c '^data: {' "$CLUSTER_TMP/s.sse" 2>/dev/null)
-    [ "${c:-0}" -ge 5 ] && break
-    sleep 0.01
-done
 kill -STOP "$(pid_of d1)"
 start_worker decoder d2
 wait_health 1 2
@@ -71,12 +63,6 @@ code=$(post /v1/completions "{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_token
 got=$(json_get "$CLUSTER_TMP/after.json" '",".join(map(str, j["choices"][0]["token_ids"]))' 2>&1)
 [ "$code" = 200 ] && [ "$got" = "$(golden_ids "$dir" gen_ids | cut -d, -f1-8)" ]
 check "the surviving decoder serves new requests correctly" $? "HTTP $code $got"
-used=""
-for _ in $(seq 1 50); do
-    used=$(metric "tandem_kv_cache_blocks_used{pool=\"decode\",worker=\"$survivor\"}")
-    [ "$used" = 0 ] && break
-    sleep 0.1
-done
-[ "$used" = 0 ]
+used=$(wait_kv_free "$survivor")
 check "the surviving decoder's KV pages are all free again" $? "blocks used: $used"
 cluster_finish

@@ -14,20 +14,12 @@ fx=gpt_oss_tiny
 dir=tests/fixtures/$fx
 TIMEOUT_MS=3000
 DECODER_ID=d2 cluster_start "$dir" --heartbeat-ms 100 --worker-timeout-ms $TIMEOUT_MS || cluster_finish
-CLUSTER_NAMES[2]=d2
-mv "$CLUSTER_TMP/decoder.log" "$CLUSTER_TMP/d2.log"
+name_workers "" d2
 prompt=$(golden_ids "$dir" prompt_ids)
 N=2000
 
-curl -s -N --max-time 120 -H 'Content-Type: application/json' -o "$CLUSTER_TMP/s.sse" \
-    -d "{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_tokens\":$N,\"temperature\":0,\"ignore_eos\":true,\"stream\":true}" \
-    "$URL/v1/completions" &
+stream_start 120 "$(greedy_req "$fx" "$prompt" $N stream)" "$CLUSTER_TMP/s.sse"
 cpid=$!
-for _ in $(seq 1 1000); do
-    c=$(grep -c '^data: {' "$CLUSTER_TMP/s.sse" 2>/dev/null)
-    [ "${c:-0}" -ge 5 ] && break
-    sleep 0.01
-done
 # d2 freezes mid-stream; d1 joins while d2 is still registered.
 kill -STOP "$(pid_of d2)"
 t0=$(date +%s%N)
@@ -83,12 +75,6 @@ wait_health 1 2
 check "the thawed decoder registers again" $? "$(curl -s "$URL/healthz")"
 grep -q 'registering again' "$CLUSTER_TMP/d2.log" && grep -q 'registered again: dropped' "$CLUSTER_TMP/d2.log"
 check "it dropped the work the router had moved away" $? "$(tail -4 "$CLUSTER_TMP/d2.log")"
-used=""
-for _ in $(seq 1 50); do
-    used=$(metric 'tandem_kv_cache_blocks_used{pool="decode",worker="d2"}')
-    [ "$used" = 0 ] && break
-    sleep 0.1
-done
-[ "$used" = 0 ]
+used=$(wait_kv_free d2)
 check "and holds no KV pages" $? "blocks used: $used"
 cluster_finish

@@ -19,31 +19,20 @@ dir=tests/fixtures/$fx
 # transfer timeout is what this test exercises.
 PREFILLER_ID=p1 DECODER_ID=d1 PREFILLER_FLAGS="--transfer-timeout-ms 500" \
     cluster_start "$dir" --heartbeat-ms 100 --worker-timeout-ms 20000 || cluster_finish
-CLUSTER_NAMES[1]=p1
-CLUSTER_NAMES[2]=d1
-mv "$CLUSTER_TMP/prefiller.log" "$CLUSTER_TMP/p1.log"
-mv "$CLUSTER_TMP/decoder.log" "$CLUSTER_TMP/d1.log"
+name_workers p1 d1
 prompt=$(golden_ids "$dir" prompt_ids)
 
 # A first request goes through d1, so this tests the steady state (a
 # decoder that freezes during the first connection or transfer is
 # test_fault_wireup_freeze.sh).
-code=$(post /v1/completions "{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_tokens\":4,\"temperature\":0,\"ignore_eos\":true}" "$CLUSTER_TMP/warm.json")
+code=$(post /v1/completions "$(greedy_req "$fx" "$prompt" 4)" "$CLUSTER_TMP/warm.json")
 [ "$code" = 200 ]
 check "a first request through d1 connects the prefiller to it" $? "HTTP $code $(cat "$CLUSTER_TMP/warm.json")"
 
 kill -STOP "$(pid_of p1)"
-curl -s --max-time 120 -o "$CLUSTER_TMP/r.json" -w '%{http_code}' -H 'Content-Type: application/json' \
-    -d "{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_tokens\":16,\"temperature\":0,\"ignore_eos\":true}" \
-    "$URL/v1/completions" >"$CLUSTER_TMP/code" &
+post_bg 120 "$(greedy_req "$fx" "$prompt" 16)" "$CLUSTER_TMP/r.json" "$CLUSTER_TMP/code"
 cpid=$!
-st=""
-for _ in $(seq 1 100); do
-    st=$(timeout 10 "$BIN/tandem-cli" status --rpc "$RPC" 2>&1)
-    echo "$st" | grep -qE '^ +prefiller +p1 .*in_flight=1 ' && break
-    sleep 0.05
-done
-echo "$st" | grep -qE '^ +prefiller +p1 .*in_flight=1 '
+st=$(wait_in_flight p1)
 check "d1 reserved the pages and the prefill is assigned" $? "$st"
 start_worker decoder d2
 wait_health 1 2

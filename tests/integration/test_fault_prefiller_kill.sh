@@ -62,12 +62,6 @@ check "the router placed each of p1's requests again" $? "$n requeue lines" \
     "$(grep -E 'placing|dropping|failed' "$CLUSTER_TMP/router.log" | tail -6)"
 [ "$(metric 'tandem_prefill_input_tokens_total{pool="prefill",worker="p2"}')" -ge $((M * 30)) ] 2>/dev/null
 check "p2 prefilled them" $? "$(curl -s "$URL/metrics" | grep prefill_input_tokens)"
-used=""
-for _ in $(seq 1 50); do
-    used=$(metric 'tandem_kv_cache_blocks_used{pool="decode",worker="d1"}')
-    [ "$used" = 0 ] && break
-    sleep 0.1
-done
-[ "$used" = 0 ]
+used=$(wait_kv_free d1)
 check "the decoder released every page reserved for p1's work" $? "blocks used: $used"
 cluster_finish

@@ -15,13 +15,10 @@ fx=gpt_oss_tiny
 dir=tests/fixtures/$fx
 RFLAGS=(--heartbeat-ms 100 --worker-timeout-ms 2000)
 PREFILLER_ID=p1 DECODER_ID=d1 cluster_start "$dir" "${RFLAGS[@]}" || cluster_finish
-CLUSTER_NAMES[1]=p1
-CLUSTER_NAMES[2]=d1
-mv "$CLUSTER_TMP/prefiller.log" "$CLUSTER_TMP/p1.log"
-mv "$CLUSTER_TMP/decoder.log" "$CLUSTER_TMP/d1.log"
+name_workers p1 d1
 prompt=$(golden_ids "$dir" prompt_ids)
 golden=$(golden_ids "$dir" gen_ids | cut -d, -f1-8)
-req="{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_tokens\":8,\"temperature\":0,\"ignore_eos\":true}"
+req=$(greedy_req "$fx" "$prompt" 8)
 
 code=$(post /v1/completions "$req" "$CLUSTER_TMP/before.json")
 got=$(json_get "$CLUSTER_TMP/before.json" '",".join(map(str, j["choices"][0]["token_ids"]))' 2>&1)
@@ -29,15 +26,8 @@ got=$(json_get "$CLUSTER_TMP/before.json" '",".join(map(str, j["choices"][0]["to
 check "the first router serves" $? "HTTP $code $got"
 
 # A long stream in flight when the router dies.
-curl -s -N --max-time 60 -H 'Content-Type: application/json' -o "$CLUSTER_TMP/s.sse" \
-    -d "{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_tokens\":8000,\"temperature\":0,\"ignore_eos\":true,\"stream\":true}" \
-    "$URL/v1/completions" &
+stream_start 60 "$(greedy_req "$fx" "$prompt" 8000 stream)" "$CLUSTER_TMP/s.sse"
 cpid=$!
-for _ in $(seq 1 1000); do
-    c=$(grep -c '^data: {' "$CLUSTER_TMP/s.sse" 2>/dev/null)
-    [ "${c:-0}" -ge 5 ] && break
-    sleep 0.01
-done
 kill -KILL "$(pid_of router)"
 forget router
 wait "$cpid"
@@ -72,12 +62,6 @@ got=$(json_get "$CLUSTER_TMP/after.json" '",".join(map(str, j["choices"][0]["tok
 check "the new router serves with the same workers" $? "HTTP $code $got"
 grep -q 'registered again: dropped 1 sequence' "$CLUSTER_TMP/d1.log"
 check "the decoder dropped the dead router's sequence" $? "$(grep -E 'again|dropped' "$CLUSTER_TMP/d1.log")"
-used=""
-for _ in $(seq 1 50); do
-    used=$(metric 'tandem_kv_cache_blocks_used{pool="decode",worker="d1"}')
-    [ "$used" = 0 ] && break
-    sleep 0.1
-done
-[ "$used" = 0 ]
+used=$(wait_kv_free d1)
 check "the decoder holds no KV pages" $? "blocks used: $used"
 cluster_finish

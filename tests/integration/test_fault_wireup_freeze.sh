@@ -64,10 +64,7 @@ first_transfer() {
     local ph=$1 P=$2 D=$3 D2=$4 ready=$5 st o i pid cpid
     PREFILLER_ID=$P DECODER_ID=$D PREFILLER_FLAGS="--transfer-timeout-ms 500" DECODER_FLAGS=$DFLAGS \
         cluster_start "$dir" "${ROUTER_FLAGS[@]}" || cluster_finish
-    CLUSTER_NAMES[1]=$P
-    CLUSTER_NAMES[2]=$D
-    mv "$CLUSTER_TMP/prefiller.log" "$CLUSTER_TMP/$P.log"
-    mv "$CLUSTER_TMP/decoder.log" "$CLUSTER_TMP/$D.log"
+    name_workers "$P" "$D"
     if [ "$ready" = 1 ]; then
         for _ in $(seq 1 100); do
             grep -q "decoder $D: connection ready" "$CLUSTER_TMP/$P.log" && break
@@ -77,17 +74,9 @@ first_transfer() {
         check "$ph: $P connected to $D when the router introduced it" $? "$(tail -3 "$CLUSTER_TMP/$P.log")"
     fi
     kill -STOP "$(pid_of "$P")"
-    curl -s --max-time 60 -o "$CLUSTER_TMP/$ph.json" -w '%{http_code}' -H 'Content-Type: application/json' \
-        -d "{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_tokens\":16,\"temperature\":0,\"ignore_eos\":true}" \
-        "$URL/v1/completions" >"$CLUSTER_TMP/$ph.code" &
+    post_bg 60 "$(greedy_req "$fx" "$prompt" 16)" "$CLUSTER_TMP/$ph.json" "$CLUSTER_TMP/$ph.code"
     cpid=$!
-    st=""
-    for _ in $(seq 1 100); do
-        st=$(timeout 10 "$BIN/tandem-cli" status --rpc "$RPC" 2>&1)
-        echo "$st" | grep -qE "^ +prefiller +$P .*in_flight=1 " && break
-        sleep 0.05
-    done
-    echo "$st" | grep -qE "^ +prefiller +$P .*in_flight=1 "
+    st=$(wait_in_flight "$P")
     check "$ph: $D reserved the pages, the prefill waits at frozen $P" $? "$st"
     start_worker decoder "$D2" $DFLAGS
     wait_health 1 2
@@ -136,10 +125,7 @@ first_transfer "phase 1b" p1b d1b d2b 1
 # ---------------------------------------------------------------- phase 2
 PREFILLER_ID=p2 DECODER_ID=d3 PREFILLER_FLAGS="--transfer-timeout-ms 500" DECODER_FLAGS=$DFLAGS \
     cluster_start "$dir" "${ROUTER_FLAGS[@]}" || cluster_finish
-CLUSTER_NAMES[1]=p2
-CLUSTER_NAMES[2]=d3
-mv "$CLUSTER_TMP/prefiller.log" "$CLUSTER_TMP/p2.log"
-mv "$CLUSTER_TMP/decoder.log" "$CLUSTER_TMP/d3.log"
+name_workers p2 d3
 # p2 leaves (drains), so the next prefiller's first connection is the one
 # that meets frozen d3.
 kill -TERM "$(pid_of p2)"
@@ -153,9 +139,7 @@ kill -STOP "$(pid_of d3)"
 start_worker prefiller p3 --transfer-timeout-ms 500
 wait_health 1 1
 check "phase 2: p3 registers while d3 is frozen" $? "$(curl -s "$URL/healthz")"
-curl -s --max-time 60 -o "$CLUSTER_TMP/r2.json" -w '%{http_code}' -H 'Content-Type: application/json' \
-    -d "{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_tokens\":16,\"temperature\":0,\"ignore_eos\":true}" \
-    "$URL/v1/completions" >"$CLUSTER_TMP/r2.code" &
+post_bg 60 "$(greedy_req "$fx" "$prompt" 16)" "$CLUSTER_TMP/r2.json" "$CLUSTER_TMP/r2.code"
 cpid=$!
 wait_health 1 0 100
 check "phase 2: frozen d3 is removed from placement" $? "$(curl -s "$URL/healthz")"

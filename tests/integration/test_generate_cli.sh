@@ -15,19 +15,7 @@ trap 'rm -rf "$tmp"' EXIT
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
 not_ok() { n=$((n + 1)); failed=$((failed + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
 
-# An I32 tensor of a fixture's golden.safetensors as "a,b,c".
-golden_ids() {
-    python3 - "$1/golden.safetensors" "$2" <<'EOF'
-import json, struct, sys
-data = open(sys.argv[1], "rb").read()
-n = struct.unpack("<Q", data[:8])[0]
-entry = json.loads(data[8:8 + n])[sys.argv[2]]
-assert entry["dtype"] == "I32"
-b, e = entry["data_offsets"]
-raw = data[8 + n + b:8 + n + e]
-print(",".join(str(v) for v in struct.unpack("<%di" % (len(raw) // 4), raw)))
-EOF
-}
+. "$(dirname "$0")/golden_lib.sh"
 
 # run NAME EXPECTED_STATUS STDERR_SUBSTRING ARGS...
 expect_fail() {

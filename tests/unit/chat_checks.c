@@ -78,20 +78,20 @@ void chatcheck_check_render_cases(const chat_suite *s, const char *key)
         opts_from_case(c, &o);
         tok_ids ids;
         tok_ids_init(&ids);
-        strbuf text;
-        strbuf_init(&text);
+        sbuf text;
+        sb_init(&text);
         if (chat_render(s->tok, s->fmt, &conv, &o, &ids, &text, err, sizeof(err)) != TN_OK)
             fail_msg("%s: render failed: %s", toktest_str(c, "name"), err);
         const char *want = toktest_str(c, "text");
-        if (strcmp(text.data ? text.data : "", want) != 0) {
-            fprintf(stderr, "# %s rendered:\n%s\n# want:\n%s\n", toktest_str(c, "name"), text.data, want);
+        if (strcmp(text.p ? text.p : "", want) != 0) {
+            fprintf(stderr, "# %s rendered:\n%s\n# want:\n%s\n", toktest_str(c, "name"), text.p, want);
             fail_msg("%s: rendered text differs from the reference", toktest_str(c, "name"));
         }
         char what[160];
         snprintf(what, sizeof(what), "render of '%s'", toktest_str(c, "name"));
         toktest_assert_ids_equal(what, ids.ids, ids.len, cJSON_GetObjectItemCaseSensitive(c, "ids"));
         tok_ids_free(&ids);
-        strbuf_free(&text);
+        sb_free(&text);
         chat_conversation_free(&conv);
     }
 }
@@ -99,10 +99,10 @@ void chatcheck_check_render_cases(const chat_suite *s, const char *key)
 static void assert_result(const char *name, const chat_result *r, const cJSON *want)
 {
     const char *reasoning = toktest_str(want, "reasoning"), *content = toktest_str(want, "content");
-    if (strcmp(r->reasoning.data ? r->reasoning.data : "", reasoning) != 0)
-        fail_msg("%s: reasoning '%s', want '%s'", name, r->reasoning.data, reasoning);
-    if (strcmp(r->content.data ? r->content.data : "", content) != 0)
-        fail_msg("%s: content '%s', want '%s'", name, r->content.data, content);
+    if (strcmp(r->reasoning.p ? r->reasoning.p : "", reasoning) != 0)
+        fail_msg("%s: reasoning '%s', want '%s'", name, r->reasoning.p, reasoning);
+    if (strcmp(r->content.p ? r->content.p : "", content) != 0)
+        fail_msg("%s: content '%s', want '%s'", name, r->content.p, content);
     const cJSON *calls = cJSON_GetObjectItemCaseSensitive(want, "tool_calls");
     assert_int_equal(r->n_tool_calls, (size_t)cJSON_GetArraySize(calls));
     size_t k = 0;
@@ -135,9 +135,9 @@ void chatcheck_check_parse_cases(const chat_suite *s, const char *key)
 
         /* streamed: the deltas add up to the same result */
         assert_int_equal(chat_parser_new(s->tok, s->fmt, &po, &p, err, sizeof(err)), TN_OK);
-        strbuf reasoning, content;
-        strbuf_init(&reasoning);
-        strbuf_init(&content);
+        sbuf reasoning, content;
+        sb_init(&reasoning);
+        sb_init(&content);
         size_t calls = 0;
         for (size_t i = 0; i <= ids.len; i++) {
             chat_delta d;
@@ -146,26 +146,26 @@ void chatcheck_check_parse_cases(const chat_suite *s, const char *key)
             if (rc != TN_OK)
                 fail_msg("%s: token %zu: %s", name, i, err);
             if (d.kind == CHAT_DELTA_REASONING)
-                assert_int_equal(strbuf_append(&reasoning, d.text, d.len), TN_OK);
+                assert_int_equal(sb_append(&reasoning, d.text, d.len), TN_OK);
             else if (d.kind == CHAT_DELTA_CONTENT)
-                assert_int_equal(strbuf_append(&content, d.text, d.len), TN_OK);
+                assert_int_equal(sb_append(&content, d.text, d.len), TN_OK);
             else if (d.kind == CHAT_DELTA_TOOL_CALL)
                 assert_int_equal(d.tool_index, calls++);
         }
         const chat_result *r = chat_parser_result(p);
         assert_result(name, r, want);
-        assert_string_equal(reasoning.data ? reasoning.data : "", r->reasoning.data ? r->reasoning.data : "");
-        assert_string_equal(content.data ? content.data : "", r->content.data ? r->content.data : "");
+        assert_string_equal(reasoning.p ? reasoning.p : "", r->reasoning.p ? r->reasoning.p : "");
+        assert_string_equal(content.p ? content.p : "", r->content.p ? r->content.p : "");
         assert_int_equal(calls, r->n_tool_calls);
-        strbuf_free(&reasoning);
-        strbuf_free(&content);
+        sb_free(&reasoning);
+        sb_free(&content);
         chat_parser_free(p);
         tok_ids_free(&ids);
     }
 }
 
 int chatcheck_render_json(const chat_suite *s, const char *messages_json, const char *tools_json,
-                   const chat_render_opts *o, tok_ids *ids, strbuf *text, char *err, size_t errlen)
+                   const chat_render_opts *o, tok_ids *ids, sbuf *text, char *err, size_t errlen)
 {
     cJSON *m = cJSON_Parse(messages_json);
     cJSON *t = tools_json ? cJSON_Parse(tools_json) : NULL;
@@ -211,8 +211,8 @@ void chatcheck_fuzz_parser(const chat_suite *s, const char *const *specials, siz
         chat_parser *p;
         chat_parse_opts po = {iter % 3 == 0};
         assert_int_equal(chat_parser_new(s->tok, s->fmt, &po, &p, err, sizeof(err)), TN_OK);
-        strbuf streamed;
-        strbuf_init(&streamed);
+        sbuf streamed;
+        sb_init(&streamed);
         int failed = 0;
         size_t len = 1 + (size_t)(x % 40);
         for (size_t i = 0; i <= len && !failed; i++) {
@@ -230,15 +230,23 @@ void chatcheck_fuzz_parser(const chat_suite *s, const char *const *specials, siz
             }
             if (d.kind == CHAT_DELTA_REASONING || d.kind == CHAT_DELTA_CONTENT) {
                 assert_true(d.len > 0 && utf8_valid(d.text, d.len, NULL));
-                assert_int_equal(strbuf_append(&streamed, d.text, d.len), TN_OK);
+                assert_int_equal(sb_append(&streamed, d.text, d.len), TN_OK);
             }
         }
         if (!failed) {
             const chat_result *r = chat_parser_result(p);
             assert_int_equal(streamed.len, r->reasoning.len + r->content.len);
         }
-        strbuf_free(&streamed);
+        sb_free(&streamed);
         chat_parser_free(p);
     }
     tok_ids_free(&ids);
+}
+
+void chatcheck_stop_tokens(const chat_suite *s, int32_t first, int32_t second)
+{
+    int32_t ids[4];
+    assert_int_equal(chat_stop_token_ids(s->tok, s->fmt, ids, 4), 2);
+    assert_int_equal(ids[0], first);
+    assert_int_equal(ids[1], second);
 }

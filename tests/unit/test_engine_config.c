@@ -13,6 +13,26 @@
 #include "common/status.h"
 #include "tests/unit/engine_testutil.h"
 
+/* The fields that give a MoE model its shape. */
+typedef struct moe_shape {
+    int arch, vocab_size, hidden_size, n_layers, n_heads, n_kv_heads, head_dim, n_experts,
+        n_experts_per_tok, moe_inter;
+} moe_shape;
+
+static void assert_moe_shape(const tm_config *c, moe_shape want)
+{
+    assert_int_equal(c->arch, want.arch);
+    assert_int_equal(c->vocab_size, want.vocab_size);
+    assert_int_equal(c->hidden_size, want.hidden_size);
+    assert_int_equal(c->n_layers, want.n_layers);
+    assert_int_equal(c->n_heads, want.n_heads);
+    assert_int_equal(c->n_kv_heads, want.n_kv_heads);
+    assert_int_equal(c->head_dim, want.head_dim);
+    assert_int_equal(c->n_experts, want.n_experts);
+    assert_int_equal(c->n_experts_per_tok, want.n_experts_per_tok);
+    assert_int_equal(c->moe_inter, want.moe_inter);
+}
+
 static void gpt_oss_fixture(void **state)
 {
     (void)state;
@@ -59,16 +79,7 @@ static void qwen3_fixture(void **state)
     tm_config c;
     char err[256] = "";
     assert_int_equal(tm_config_load(ET_QWEN3, &c, err, sizeof(err)), TN_OK);
-    assert_int_equal(c.arch, TM_ARCH_QWEN3_MOE);
-    assert_int_equal(c.vocab_size, 512);
-    assert_int_equal(c.hidden_size, 64);
-    assert_int_equal(c.n_layers, 3);
-    assert_int_equal(c.n_heads, 4);
-    assert_int_equal(c.n_kv_heads, 2);
-    assert_int_equal(c.head_dim, 16);
-    assert_int_equal(c.n_experts, 16);
-    assert_int_equal(c.n_experts_per_tok, 4);
-    assert_int_equal(c.moe_inter, 32);
+    assert_moe_shape(&c, (moe_shape){TM_ARCH_QWEN3_MOE, 512, 64, 3, 4, 2, 16, 16, 4, 32});
     assert_true(c.norm_topk_prob && c.qk_norm);
     assert_false(c.attention_bias || c.attn_sinks || c.expert_bias);
     assert_int_equal(c.route_mode, KN_ROUTE_SOFTMAX_TOPK);
@@ -290,16 +301,7 @@ static void real_model_configs(void **state)
     }
     if (tm_config_load_file("tests/fixtures/configs/qwen3-30b-a3b.json", &c, err, sizeof err))
         fail_msg("%s", err);
-    assert_int_equal(c.arch, TM_ARCH_QWEN3_MOE);
-    assert_int_equal(c.n_layers, 48);
-    assert_int_equal(c.hidden_size, 2048);
-    assert_int_equal(c.n_heads, 32);
-    assert_int_equal(c.n_kv_heads, 4);
-    assert_int_equal(c.head_dim, 128);
-    assert_int_equal(c.n_experts, 128);
-    assert_int_equal(c.n_experts_per_tok, 8);
-    assert_int_equal(c.moe_inter, 768);
-    assert_int_equal(c.vocab_size, 151936);
+    assert_moe_shape(&c, (moe_shape){TM_ARCH_QWEN3_MOE, 151936, 2048, 48, 32, 4, 128, 128, 8, 768});
     assert_int_equal(c.sliding_window, 0);
     assert_true(c.rope.theta == 1e6 && c.rope.yarn == 0);
     assert_true(c.rms_eps == 1e-6f);

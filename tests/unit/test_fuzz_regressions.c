@@ -28,8 +28,8 @@
 static void empty_decode_is_empty_text(void **state)
 {
     (void)state;
-    strbuf out;
-    strbuf_init(&out);
+    sbuf out;
+    sb_init(&out);
     assert_int_equal(utf8_append_lossy(&out, NULL, 0, 1, NULL), TN_OK);
     assert_int_equal(out.len, 0);
     size_t pending = 7;
@@ -49,7 +49,7 @@ static void empty_decode_is_empty_text(void **state)
     assert_int_equal(out.len, 0);
     tok_ids_free(&ids);
     bpe_tokenizer_free(t);
-    strbuf_free(&out);
+    sb_free(&out);
 }
 
 /* Loads the corpus file as dir/config.json; returns tm_config_load's status. */

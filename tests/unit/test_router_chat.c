@@ -92,18 +92,27 @@ static void harmony_reasoning_then_tool_call(void **state)
     teardown(&f);
 }
 
+/* Feeds the model output out in one piece, finishes it, and checks the
+ * content and reasoning it parses into. */
+static void expect_parsed(const char *vocab_key, const char *out, const char *text,
+                          const char *reasoning)
+{
+    fixture f = setup(vocab_key);
+    assert_int_equal(feed(&f, out), 0);
+    request_finish_output(f.r);
+    assert_string_equal(str(&f.r->text), text);
+    assert_string_equal(str(&f.r->reasoning), reasoning);
+    teardown(&f);
+}
+
 static void harmony_final_answer_and_broken_output(void **state)
 {
     (void)state;
-    fixture f = setup("o200k_vocab");
-    assert_int_equal(feed(&f, "<|channel|>final<|message|>Zdravo, svijete! Grüße 👋<|return|>"), 0);
-    request_finish_output(f.r);
-    assert_string_equal(str(&f.r->text), "Zdravo, svijete! Grüße 👋");
-    assert_string_equal(str(&f.r->reasoning), "");
-    teardown(&f);
+    expect_parsed("o200k_vocab", "<|channel|>final<|message|>Zdravo, svijete! Grüße 👋<|return|>",
+                  "Zdravo, svijete! Grüße 👋", "");
 
     /* Text where a message header must start: an error, not a guess. */
-    f = setup("o200k_vocab");
+    fixture f = setup("o200k_vocab");
     assert_int_equal(feed(&f, "<|channel|>final<|message|>ok<|end|>stray text"), -2);
     assert_true(strlen(f.r->parse_error) > 0);
     teardown(&f);
@@ -112,15 +121,11 @@ static void harmony_final_answer_and_broken_output(void **state)
 static void qwen3_think_block_and_stop_string(void **state)
 {
     (void)state;
-    fixture f = setup("qwen3_vocab");
-    assert_int_equal(feed(&f, "<think>\nLet me see.\n</think>\n\nHi there!<|im_end|>"), 0);
-    request_finish_output(f.r);
-    assert_string_equal(str(&f.r->reasoning), "Let me see.");
-    assert_string_equal(str(&f.r->text), "Hi there!");
-    teardown(&f);
+    expect_parsed("qwen3_vocab", "<think>\nLet me see.\n</think>\n\nHi there!<|im_end|>",
+                  "Hi there!", "Let me see.");
 
     /* Stop strings apply to the content, not the reasoning. */
-    f = setup("qwen3_vocab");
+    fixture f = setup("qwen3_vocab");
     f.r->stop_strs[0] = strdup("there");
     f.r->n_stop_strs = 1;
     f.r->max_stop_len = 5;

@@ -99,6 +99,34 @@ static void fill_random(uint8_t *buf, size_t n, uint64_t seed)
     }
 }
 
+/* Registers src (n bytes) with p->a and dst with p->b, and imports dst's
+ * region into p->a so that a can write into it. */
+static te_remote_region *link_regions(pair *p, void *src, void *dst, size_t n, te_region **rs,
+                                      te_region **rd)
+{
+    assert_int_equal(te_region_register(p->a, src, n, TE_MEM_HOST, rs), TN_OK);
+    assert_int_equal(te_region_register(p->b, dst, n, TE_MEM_HOST, rd), TN_OK);
+    const void *rkey;
+    size_t rkey_len;
+    assert_int_equal(te_region_rkey(p->b, *rd, &rkey, &rkey_len), TN_OK);
+    te_remote_region *remote;
+    assert_int_equal(te_peer_import_region(p->a, p->a_to_b, (uint64_t)(uintptr_t)dst, n, rkey,
+                                           rkey_len, &remote), TN_OK);
+    return remote;
+}
+
+/* n copies of chunk bytes, each to the same offset it comes from. */
+static te_copy *same_offset_copies(size_t n, size_t chunk)
+{
+    te_copy *copies = calloc(n, sizeof *copies);
+    assert_non_null(copies);
+    for (size_t i = 0; i < n; i++) {
+        copies[i].src_offset = copies[i].dst_offset = i * chunk;
+        copies[i].length = chunk;
+    }
+    return copies;
+}
+
 static void moves_bytes_exactly(const char *tls)
 {
     pair p;
@@ -111,14 +139,7 @@ static void moves_bytes_exactly(const char *tls)
     memset(dst, 0xA5, N + 64);
 
     te_region *rs, *rd;
-    assert_int_equal(te_region_register(p.a, src, N, TE_MEM_HOST, &rs), TN_OK);
-    assert_int_equal(te_region_register(p.b, dst, N, TE_MEM_HOST, &rd), TN_OK);
-    const void *rkey;
-    size_t rkey_len;
-    assert_int_equal(te_region_rkey(p.b, rd, &rkey, &rkey_len), TN_OK);
-    te_remote_region *remote;
-    assert_int_equal(te_peer_import_region(p.a, p.a_to_b, (uint64_t)(uintptr_t)dst, N, rkey,
-                                           rkey_len, &remote), TN_OK);
+    te_remote_region *remote = link_regions(&p, src, dst, N, &rs, &rd);
 
     /* Chunks land in reverse order in the destination: a permutation, so
      * a wrong offset anywhere shows up. */
@@ -270,14 +291,7 @@ static void silent_receiver_times_out_and_leaves_nothing_in_flight(void **state)
     assert_non_null(src);
     assert_non_null(dst);
     te_region *rs, *rd;
-    assert_int_equal(te_region_register(p.a, src, N, TE_MEM_HOST, &rs), TN_OK);
-    assert_int_equal(te_region_register(p.b, dst, N, TE_MEM_HOST, &rd), TN_OK);
-    const void *rkey;
-    size_t rkey_len;
-    assert_int_equal(te_region_rkey(p.b, rd, &rkey, &rkey_len), TN_OK);
-    te_remote_region *remote;
-    assert_int_equal(te_peer_import_region(p.a, p.a_to_b, (uint64_t)(uintptr_t)dst, N, rkey,
-                                           rkey_len, &remote), TN_OK);
+    te_remote_region *remote = link_regions(&p, src, dst, N, &rs, &rd);
     te_copy c = {0, 0, 0, 0, N};
     te_transfer_desc d = {p.a_to_b, 5, &rs, 1, &remote, 1, &c, 1, 300};
     te_transfer *t;
@@ -324,21 +338,9 @@ static void cancel_stops_puts_and_tells_the_receiver(void **state)
     fill_random(src, N, 3);
     memset(dst, 0xA5, N);
     te_region *rs, *rd;
-    assert_int_equal(te_region_register(p.a, src, N, TE_MEM_HOST, &rs), TN_OK);
-    assert_int_equal(te_region_register(p.b, dst, N, TE_MEM_HOST, &rd), TN_OK);
-    const void *rkey;
-    size_t rkey_len;
-    assert_int_equal(te_region_rkey(p.b, rd, &rkey, &rkey_len), TN_OK);
-    te_remote_region *remote;
-    assert_int_equal(te_peer_import_region(p.a, p.a_to_b, (uint64_t)(uintptr_t)dst, N, rkey,
-                                           rkey_len, &remote), TN_OK);
+    te_remote_region *remote = link_regions(&p, src, dst, N, &rs, &rd);
     size_t n = N / CHUNK;
-    te_copy *copies = calloc(n, sizeof *copies);
-    assert_non_null(copies);
-    for (size_t i = 0; i < n; i++) {
-        copies[i].src_offset = copies[i].dst_offset = i * CHUNK;
-        copies[i].length = CHUNK;
-    }
+    te_copy *copies = same_offset_copies(n, CHUNK);
     te_transfer_desc d = {p.a_to_b, 9, &rs, 1, &remote, 1, copies, n, 10000};
     te_transfer *t;
     assert_int_equal(te_transfer_submit(p.a, &d, &t), TN_OK);
@@ -373,21 +375,9 @@ static void vanished_receiver_fails_the_transfer(void **state)
     assert_non_null(src);
     assert_non_null(dst);
     te_region *rs, *rd;
-    assert_int_equal(te_region_register(p.a, src, N, TE_MEM_HOST, &rs), TN_OK);
-    assert_int_equal(te_region_register(p.b, dst, N, TE_MEM_HOST, &rd), TN_OK);
-    const void *rkey;
-    size_t rkey_len;
-    assert_int_equal(te_region_rkey(p.b, rd, &rkey, &rkey_len), TN_OK);
-    te_remote_region *remote;
-    assert_int_equal(te_peer_import_region(p.a, p.a_to_b, (uint64_t)(uintptr_t)dst, N, rkey,
-                                           rkey_len, &remote), TN_OK);
+    te_remote_region *remote = link_regions(&p, src, dst, N, &rs, &rd);
     size_t n = N / CHUNK;
-    te_copy *copies = calloc(n, sizeof *copies);
-    assert_non_null(copies);
-    for (size_t i = 0; i < n; i++) {
-        copies[i].src_offset = copies[i].dst_offset = i * CHUNK;
-        copies[i].length = CHUNK;
-    }
+    te_copy *copies = same_offset_copies(n, CHUNK);
     te_transfer_desc d = {p.a_to_b, 11, &rs, 1, &remote, 1, copies, n, 5000};
     te_transfer *t;
     assert_int_equal(te_transfer_submit(p.a, &d, &t), TN_OK);
@@ -417,14 +407,7 @@ static void busy_resources_and_unsupported_memory(void **state)
     pair_open(&p, "tcp", 4);
     uint8_t src[256], dst[256];
     te_region *rs, *rd;
-    assert_int_equal(te_region_register(p.a, src, sizeof src, TE_MEM_HOST, &rs), TN_OK);
-    assert_int_equal(te_region_register(p.b, dst, sizeof dst, TE_MEM_HOST, &rd), TN_OK);
-    const void *rkey;
-    size_t rkey_len;
-    assert_int_equal(te_region_rkey(p.b, rd, &rkey, &rkey_len), TN_OK);
-    te_remote_region *remote;
-    assert_int_equal(te_peer_import_region(p.a, p.a_to_b, (uint64_t)(uintptr_t)dst, sizeof dst,
-                                           rkey, rkey_len, &remote), TN_OK);
+    te_remote_region *remote = link_regions(&p, src, dst, sizeof dst, &rs, &rd);
     te_copy c = {0, 0, 0, 0, 128};
     te_transfer_desc d = {p.a_to_b, 1, &rs, 1, &remote, 1, &c, 1, 10000};
     te_transfer *t;

@@ -16,9 +16,9 @@
 #define NORMALIZATION_TEST "/usr/share/unicode/NormalizationTest.txt.bz2"
 
 /* Parses "0044 0307" into UTF-8. */
-static void hex_field_to_utf8(const char *field, strbuf *out)
+static void hex_field_to_utf8(const char *field, sbuf *out)
 {
-    strbuf_clear(out);
+    sb_reset(out);
     const char *p = field;
     while (*p) {
         char *end;
@@ -28,21 +28,21 @@ static void hex_field_to_utf8(const char *field, strbuf *out)
         char b[4];
         int n = utf8_encode((uint32_t)cp, b);
         assert_true(n > 0);
-        assert_int_equal(strbuf_append(out, b, (size_t)n), TN_OK);
+        assert_int_equal(sb_append(out, b, (size_t)n), TN_OK);
         p = end;
         while (*p == ' ')
             p++;
     }
 }
 
-static void assert_nfc(const strbuf *in, const strbuf *want, const char *line)
+static void assert_nfc(const sbuf *in, const sbuf *want, const char *line)
 {
-    strbuf got;
-    strbuf_init(&got);
-    assert_int_equal(uc_nfc_append(&got, in->data ? in->data : "", in->len), TN_OK);
-    if (got.len != want->len || memcmp(got.data ? got.data : "", want->data ? want->data : "", got.len))
+    sbuf got;
+    sb_init(&got);
+    assert_int_equal(uc_nfc_append(&got, in->p ? in->p : "", in->len), TN_OK);
+    if (got.len != want->len || memcmp(got.p ? got.p : "", want->p ? want->p : "", got.len))
         fail_msg("NFC mismatch on NormalizationTest line: %s", line);
-    strbuf_free(&got);
+    sb_free(&got);
 }
 
 static void nfc_conformance(void **state)
@@ -56,9 +56,9 @@ static void nfc_conformance(void **state)
     assert_non_null(in_part1);
     char line[1024];
     int part = -1, checked = 0;
-    strbuf c[5];
+    sbuf c[5];
     for (int i = 0; i < 5; i++)
-        strbuf_init(&c[i]);
+        sb_init(&c[i]);
     while (fgets(line, sizeof(line), f)) {
         if (line[0] == '#' || line[0] == '\n')
             continue;
@@ -89,31 +89,31 @@ static void nfc_conformance(void **state)
     if (rc != 0 || checked < 10000)
         fail_msg("could not read %s (bzcat status %d, %d lines)", NORMALIZATION_TEST, rc, checked);
     /* Every code point not listed in part 1 is its own NFC. */
-    strbuf one;
-    strbuf_init(&one);
+    sbuf one;
+    sb_init(&one);
     for (uint32_t cp = 0; cp < 0x110000; cp++) {
         if (in_part1[cp] || (cp >= 0xD800 && cp <= 0xDFFF))
             continue;
         char b[4];
         int n = utf8_encode(cp, b);
-        strbuf_clear(&one);
+        sb_reset(&one);
         assert_int_equal(uc_nfc_append(&one, b, (size_t)n), TN_OK);
-        if (one.len != (size_t)n || memcmp(one.data, b, (size_t)n))
+        if (one.len != (size_t)n || memcmp(one.p, b, (size_t)n))
             fail_msg("NFC changed U+%04X, which part 1 says is stable", cp);
     }
-    strbuf_free(&one);
+    sb_free(&one);
     for (int i = 0; i < 5; i++)
-        strbuf_free(&c[i]);
+        sb_free(&c[i]);
     free(in_part1);
 }
 
 static void nfc_rejects_invalid_utf8(void **state)
 {
     (void)state;
-    strbuf out;
-    strbuf_init(&out);
+    sbuf out;
+    sb_init(&out);
     assert_int_equal(uc_nfc_append(&out, "a\xff", 2), TN_ERR_ARG);
-    strbuf_free(&out);
+    sb_free(&out);
 }
 
 /* Unicode 15.0, section 3.9 "U+FFFD Substitution of Maximal Subparts",
@@ -124,24 +124,24 @@ static void lossy_decoding_follows_the_standard(void **state)
     (void)state;
     const unsigned char in[] = {0x61, 0xF1, 0x80, 0x80, 0xE1, 0x80, 0xC2,
                                 0x62, 0x80, 0x63, 0x80, 0xBF, 0x64};
-    strbuf out;
-    strbuf_init(&out);
+    sbuf out;
+    sb_init(&out);
     assert_int_equal(utf8_append_lossy(&out, in, sizeof(in), 1, NULL), TN_OK);
-    assert_string_equal(out.data, "a\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD" "b\xEF\xBF\xBD"
+    assert_string_equal(out.p, "a\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD" "b\xEF\xBF\xBD"
                                   "c\xEF\xBF\xBD\xEF\xBF\xBD" "d");
     /* Table 3-9..3-11 shapes: surrogates and overlongs are one FFFD per byte. */
-    strbuf_clear(&out);
+    sb_reset(&out);
     const unsigned char sur[] = {0xED, 0xA0, 0x80, 0xC0, 0xAF};
     assert_int_equal(utf8_append_lossy(&out, sur, sizeof(sur), 1, NULL), TN_OK);
     assert_int_equal(out.len, 15);
     /* Not final: a truncated character at the end waits. */
-    strbuf_clear(&out);
+    sb_reset(&out);
     size_t pending = 99;
     const unsigned char part[] = {'o', 'k', 0xF0, 0x9F, 0x98};
     assert_int_equal(utf8_append_lossy(&out, part, sizeof(part), 0, &pending), TN_OK);
-    assert_string_equal(out.data, "ok");
+    assert_string_equal(out.p, "ok");
     assert_int_equal(pending, 3);
-    strbuf_free(&out);
+    sb_free(&out);
 }
 
 static void utf8_strictness(void **state)

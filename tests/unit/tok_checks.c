@@ -43,7 +43,7 @@ static const cJSON *cases(const tok_suite *s, const char *key)
     return a;
 }
 
-static void decode_all(const bpe_tokenizer *t, const int32_t *ids, size_t n, int flags, strbuf *out)
+static void decode_all(const bpe_tokenizer *t, const int32_t *ids, size_t n, int flags, sbuf *out)
 {
     char err[256];
     if (bpe_decode(t, ids, n, flags, out, err, sizeof(err)) != TN_OK)
@@ -74,13 +74,13 @@ void tokcheck_decode_round_trips(void **state)
         tok_ids ids;
         tok_ids_init(&ids);
         toktest_ids_from_json(cJSON_GetObjectItemCaseSensitive(c, s->name), &ids);
-        strbuf out;
-        strbuf_init(&out);
+        sbuf out;
+        sb_init(&out);
         decode_all(s->tok, ids.ids, ids.len, 0, &out);
         const char *want = toktest_str(c, s->nfc ? "nfc" : "text");
         assert_int_equal(out.len, strlen(want));
-        assert_memory_equal(out.len ? out.data : "", want, out.len);
-        strbuf_free(&out);
+        assert_memory_equal(out.len ? out.p : "", want, out.len);
+        sb_free(&out);
         tok_ids_free(&ids);
     }
 }
@@ -101,12 +101,12 @@ void tokcheck_special_tokens_match_reference(void **state)
             bpe_encode(s->tok, text, strlen(text), BPE_ENCODE_SPECIAL, &ids, err, sizeof(err)),
             TN_OK);
         toktest_assert_ids_equal(text, ids.ids, ids.len, cJSON_GetObjectItemCaseSensitive(c, "ids"));
-        strbuf out;
-        strbuf_init(&out);
+        sbuf out;
+        sb_init(&out);
         decode_all(s->tok, ids.ids, ids.len, 0, &out);
-        assert_string_equal(out.data, text);
+        assert_string_equal(out.p, text);
         /* Skipping special tokens leaves exactly the non-special text. */
-        strbuf_clear(&out);
+        sb_reset(&out);
         decode_all(s->tok, ids.ids, ids.len, BPE_DECODE_SKIP_SPECIAL, &out);
         size_t kept = 0;
         for (size_t i = 0; i < ids.len; i++)
@@ -114,7 +114,7 @@ void tokcheck_special_tokens_match_reference(void **state)
                 kept++;
         assert_true(kept < ids.len);
         assert_true(out.len < strlen(text));
-        strbuf_free(&out);
+        sb_free(&out);
         tok_ids_free(&ids);
     }
     assert_true(n >= 3);
@@ -133,11 +133,11 @@ void tokcheck_special_strings_stay_text_without_flag(void **state)
         assert_int_equal(bpe_encode(s->tok, text, strlen(text), 0, &ids, err, sizeof(err)), TN_OK);
         for (size_t i = 0; i < ids.len; i++)
             assert_false(bpe_token_is_added(s->tok, ids.ids[i]));
-        strbuf out;
-        strbuf_init(&out);
+        sbuf out;
+        sb_init(&out);
         decode_all(s->tok, ids.ids, ids.len, 0, &out);
-        assert_string_equal(out.data, text);
-        strbuf_free(&out);
+        assert_string_equal(out.p, text);
+        sb_free(&out);
         tok_ids_free(&ids);
     }
 }
@@ -153,11 +153,11 @@ void tokcheck_lossy_decode_matches_reference(void **state)
         tok_ids ids;
         tok_ids_init(&ids);
         toktest_ids_from_json(cJSON_GetObjectItemCaseSensitive(c, "ids"), &ids);
-        strbuf out;
-        strbuf_init(&out);
+        sbuf out;
+        sb_init(&out);
         decode_all(s->tok, ids.ids, ids.len, 0, &out);
-        assert_string_equal(out.data ? out.data : "", toktest_str(c, "text"));
-        strbuf_free(&out);
+        assert_string_equal(out.p ? out.p : "", toktest_str(c, "text"));
+        sb_free(&out);
         tok_ids_free(&ids);
     }
     assert_true(n >= 8);
@@ -167,28 +167,28 @@ void tokcheck_lossy_decode_matches_reference(void **state)
  * chunks together must equal the whole decode. */
 static void check_stream(const bpe_tokenizer *t, const int32_t *ids, size_t n)
 {
-    strbuf whole, streamed, chunk;
-    strbuf_init(&whole);
-    strbuf_init(&streamed);
-    strbuf_init(&chunk);
+    sbuf whole, streamed, chunk;
+    sb_init(&whole);
+    sb_init(&streamed);
+    sb_init(&chunk);
     decode_all(t, ids, n, 0, &whole);
     bpe_stream st;
     bpe_stream_init(&st, 0);
     char err[256];
     for (size_t i = 0; i <= n; i++) {
-        strbuf_clear(&chunk);
+        sb_reset(&chunk);
         if (i < n)
             assert_int_equal(bpe_stream_push(t, &st, ids[i], &chunk, err, sizeof(err)), TN_OK);
         else
             assert_int_equal(bpe_stream_finish(&st, &chunk), TN_OK);
-        assert_true(utf8_valid(chunk.data, chunk.len, NULL));
-        assert_int_equal(strbuf_append(&streamed, chunk.data, chunk.len), TN_OK);
+        assert_true(utf8_valid(chunk.p, chunk.len, NULL));
+        assert_int_equal(sb_append(&streamed, chunk.p, chunk.len), TN_OK);
     }
     assert_int_equal(streamed.len, whole.len);
-    assert_memory_equal(streamed.len ? streamed.data : "", whole.len ? whole.data : "", whole.len);
-    strbuf_free(&whole);
-    strbuf_free(&streamed);
-    strbuf_free(&chunk);
+    assert_memory_equal(streamed.len ? streamed.p : "", whole.len ? whole.p : "", whole.len);
+    sb_free(&whole);
+    sb_free(&streamed);
+    sb_free(&chunk);
 }
 
 void tokcheck_stream_decode_equals_whole_decode(void **state)
@@ -234,46 +234,46 @@ void tokcheck_random_text_round_trips(void **state)
     };
     const size_t npool = sizeof(pool) / sizeof(pool[0]);
     uint64_t x = 0x9E3779B97F4A7C15ULL;
-    strbuf text, out;
-    strbuf_init(&text);
-    strbuf_init(&out);
+    sbuf text, out;
+    sb_init(&text);
+    sb_init(&out);
     tok_ids ids;
     tok_ids_init(&ids);
     int32_t vocab = bpe_vocab_size(s->tok);
     for (int iter = 0; iter < 400; iter++) {
-        strbuf_clear(&text);
+        sb_reset(&text);
         size_t len = rng_next(&x) % 48;
         for (size_t i = 0; i < len; i++) {
             char b[4];
             int k = utf8_encode(pool[rng_next(&x) % npool], b);
-            assert_int_equal(strbuf_append(&text, b, (size_t)k), TN_OK);
+            assert_int_equal(sb_append(&text, b, (size_t)k), TN_OK);
         }
         ids.len = 0;
         char err[256];
-        assert_int_equal(bpe_encode(s->tok, text.data ? text.data : "", text.len, 0, &ids, err,
+        assert_int_equal(bpe_encode(s->tok, text.p ? text.p : "", text.len, 0, &ids, err,
                                     sizeof(err)),
                          TN_OK);
         for (size_t i = 0; i < ids.len; i++) {
             assert_true(ids.ids[i] >= 0 && ids.ids[i] < vocab);
             assert_false(bpe_token_is_added(s->tok, ids.ids[i]));
         }
-        strbuf_clear(&out);
+        sb_reset(&out);
         decode_all(s->tok, ids.ids, ids.len, 0, &out);
         if (s->nfc) {
-            strbuf nfc;
-            strbuf_init(&nfc);
-            assert_int_equal(uc_nfc_append(&nfc, text.data ? text.data : "", text.len), TN_OK);
+            sbuf nfc;
+            sb_init(&nfc);
+            assert_int_equal(uc_nfc_append(&nfc, text.p ? text.p : "", text.len), TN_OK);
             assert_int_equal(out.len, nfc.len);
-            assert_memory_equal(out.len ? out.data : "", nfc.len ? nfc.data : "", nfc.len);
-            strbuf_free(&nfc);
+            assert_memory_equal(out.len ? out.p : "", nfc.len ? nfc.p : "", nfc.len);
+            sb_free(&nfc);
         } else {
             assert_int_equal(out.len, text.len);
-            assert_memory_equal(out.len ? out.data : "", text.len ? text.data : "", text.len);
+            assert_memory_equal(out.len ? out.p : "", text.len ? text.p : "", text.len);
         }
     }
     tok_ids_free(&ids);
-    strbuf_free(&text);
-    strbuf_free(&out);
+    sb_free(&text);
+    sb_free(&out);
 }
 
 void tokcheck_long_runs_encode(void **state)
@@ -284,22 +284,22 @@ void tokcheck_long_runs_encode(void **state)
     const char *units[] = {"a", " ", "\xe4\xb8\xad"};
     const size_t counts[] = {200000, 100000, 50000};
     for (int u = 0; u < 3; u++) {
-        strbuf text, out;
-        strbuf_init(&text);
-        strbuf_init(&out);
+        sbuf text, out;
+        sb_init(&text);
+        sb_init(&out);
         for (size_t i = 0; i < counts[u]; i++)
-            assert_int_equal(strbuf_append_str(&text, units[u]), TN_OK);
+            assert_int_equal(sb_puts(&text, units[u]), TN_OK);
         tok_ids ids;
         tok_ids_init(&ids);
         char err[256];
-        assert_int_equal(bpe_encode(s->tok, text.data, text.len, 0, &ids, err, sizeof(err)), TN_OK);
+        assert_int_equal(bpe_encode(s->tok, text.p, text.len, 0, &ids, err, sizeof(err)), TN_OK);
         assert_true(ids.len > 0 && ids.len <= counts[u]);
         decode_all(s->tok, ids.ids, ids.len, 0, &out);
         assert_int_equal(out.len, text.len);
-        assert_memory_equal(out.data, text.data, text.len);
+        assert_memory_equal(out.p, text.p, text.len);
         tok_ids_free(&ids);
-        strbuf_free(&text);
-        strbuf_free(&out);
+        sb_free(&text);
+        sb_free(&out);
     }
 }
 
@@ -317,8 +317,8 @@ void tokcheck_bad_input_is_rejected(void **state)
         assert_non_null(strstr(err, "UTF-8"));
         assert_int_equal(ids.len, 0);
     }
-    strbuf out;
-    strbuf_init(&out);
+    sbuf out;
+    sb_init(&out);
     int32_t bad_ids[] = {5, -1};
     assert_int_equal(bpe_decode(s->tok, bad_ids, 2, 0, &out, err, sizeof(err)), TN_ERR_ARG);
     assert_non_null(strstr(err, "-1"));
@@ -327,6 +327,6 @@ void tokcheck_bad_input_is_rejected(void **state)
     bpe_stream st;
     bpe_stream_init(&st, 0);
     assert_int_equal(bpe_stream_push(s->tok, &st, too_big, &out, err, sizeof(err)), TN_ERR_ARG);
-    strbuf_free(&out);
+    sb_free(&out);
     tok_ids_free(&ids);
 }
