@@ -1,5 +1,6 @@
 /* Flag-file parser (see flag_file.h). */
 #include "common/flag_file.h"
+#include "common/status.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -22,12 +23,12 @@ int flag_file_load(const char *path, flag_file_setter set, void *ctx, char *err,
 {
     if (!path || !set) {
         snprintf(err, errlen, "flag_file_load: NULL argument");
-        return -1;
+        return TN_ERR_ARG;
     }
     FILE *f = fopen(path, "r");
     if (!f) {
         snprintf(err, errlen, "cannot open config %s: %s", path, strerror(errno));
-        return -1;
+        return TN_ERR_SYS;
     }
     char line[1024], msg[512];
     long lineno = 0;
@@ -78,7 +79,7 @@ static int field_error(char *err, size_t errlen, const char *fmt, const char *na
 {
     if (err && errlen)
         snprintf(err, errlen, fmt, name, value);
-    return -1;
+    return TN_ERR_ARG;
 }
 
 int flag_field_set(void *base, const flag_field *fields, size_t n, const char *name,

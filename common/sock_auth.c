@@ -1,4 +1,5 @@
 #include "common/sock_auth.h"
+#include "common/status.h"
 
 #include <errno.h>
 #include <sodium.h>
@@ -32,18 +33,18 @@ int sock_auth_load(sock_auth *a, const char *path, const char *label, char *err,
     memset(a, 0, sizeof *a);
     if (sodium_init() < 0) {
         snprintf(err, errlen, "libsodium cannot initialise");
-        return -1;
+        return TN_ERR_ARG;
     }
     FILE *f = fopen(path, "rb");
     if (!f) {
         snprintf(err, errlen, "cannot read the secret file %s: %s", path, strerror(errno));
-        return -1;
+        return TN_ERR_SYS;
     }
     unsigned char *buf = sodium_malloc(SECRET_MAX + 1);
     if (!buf) {
         fclose(f);
         snprintf(err, errlen, "out of memory");
-        return -1;
+        return TN_ERR_NOMEM;
     }
     size_t n = fread(buf, 1, SECRET_MAX + 1, f);
     int too_big = n > SECRET_MAX;

@@ -52,12 +52,12 @@ int kv_receiver_open(tm_kv_cache *kv, const char *name, const char *tls, tm_kv_p
     kv_receiver *r = calloc(1, sizeof *r);
     if (!r) {
         snprintf(err, errlen, "out of memory");
-        return -1;
+        return TN_ERR_NOMEM;
     }
     if (worker_transfer_open(&r->xfer, kv, kv->n_kv_heads, 1, 0, name, tls, path, err,
                              errlen) != 0) {
         free(r);
-        return -1;
+        return TN_ERR_ARG;
     }
     *out = r;
     return 0;
@@ -87,7 +87,7 @@ int kv_receiver_land(kv_receiver *r, const int32_t *pages, int n_pages, char *er
     if (rc != TN_OK) {
         snprintf(err, errlen, "copying %d received KV pages to the device: %s", n_pages,
                  tn_status_str(rc));
-        return -1;
+        return TN_ERR_ARG;
     }
     return 0;
 }

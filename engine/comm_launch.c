@@ -137,7 +137,7 @@ int comm_launch_wait(comm_launch *L, int timeout_ms, char *err, size_t errlen)
     L->n_children = 0;
     if (bad) {
         tn_errf(err, errlen, "%s", first);
-        return -1;
+        return TN_ERR_ARG;
     }
     return 0;
 }
@@ -157,7 +157,7 @@ int comm_launch_parse_args(comm_launch *L, int argc, char **argv, char *err,
                            size_t errlen)
 {
     if (!L || (argc > 0 && !argv))
-        return -1;
+        return TN_ERR_ARG;
     memset(L, 0, sizeof(*L));
     int have_rank = 0, have_world = 0, have_name = 0;
     for (int i = 1; i < argc; i++) {
@@ -168,25 +168,25 @@ int comm_launch_parse_args(comm_launch *L, int argc, char **argv, char *err,
             continue;
         if (i + 1 >= argc) {
             tn_errf(err, errlen, "%s needs a value", a);
-            return -1;
+            return TN_ERR_ARG;
         }
         const char *v = argv[++i];
         if (is_rank) {
             if (!parse_int(v, 0, COMM_MAX_WORLD - 1, &L->rank)) {
                 tn_errf(err, errlen, "--rank must be 0..%d, got '%s'", COMM_MAX_WORLD - 1, v);
-                return -1;
+                return TN_ERR_ARG;
             }
             have_rank = 1;
         } else if (is_world) {
             if (!parse_int(v, 1, COMM_MAX_WORLD, &L->world)) {
                 tn_errf(err, errlen, "--world must be 1..%d, got '%s'", COMM_MAX_WORLD, v);
-                return -1;
+                return TN_ERR_ARG;
             }
             have_world = 1;
         } else {
             if (strlen(v) > COMM_NAME_MAX || !*v) {
                 tn_errf(err, errlen, "--comm-name must be 1..%d characters", COMM_NAME_MAX);
-                return -1;
+                return TN_ERR_ARG;
             }
             snprintf(L->name, sizeof(L->name), "%s", v);
             have_name = 1;
@@ -198,11 +198,11 @@ int comm_launch_parse_args(comm_launch *L, int argc, char **argv, char *err,
     if (n != 3) {
         tn_errf(err, errlen, "--rank, --world and --comm-name go together (missing %s)",
              !have_rank ? "--rank" : !have_world ? "--world" : "--comm-name");
-        return -1;
+        return TN_ERR_ARG;
     }
     if (L->rank >= L->world) {
         tn_errf(err, errlen, "--rank %d is not below --world %d", L->rank, L->world);
-        return -1;
+        return TN_ERR_ARG;
     }
     return 1;
 }

@@ -76,13 +76,13 @@ int kv_pusher_open_rank(tm_kv_cache *kv, int n_kv_heads, int tp, int rank, const
     kv_pusher *p = calloc(1, sizeof *p);
     if (!p) {
         snprintf(err, errlen, "out of memory");
-        return -1;
+        return TN_ERR_NOMEM;
     }
     p->log_connections = rank == 0;
     if (worker_transfer_open(&p->xfer, kv, n_kv_heads, tp, rank, name, tls, path, err,
                              errlen) != 0) {
         free(p);
-        return -1;
+        return TN_ERR_ARG;
     }
     *out = p;
     return 0;
@@ -171,21 +171,21 @@ static int connect_peer(kv_pusher *p, decoder_peer *peer, char *err, size_t errl
         snprintf(err, errlen, "decoder %s sent no valid TransferEngine endpoint", peer->id);
         if (m)
             tandem__transfer__control_message__free_unpacked(m, NULL);
-        return -1;
+        return TN_ERR_ARG;
     }
     int rc = te_kv_connect(p->xfer.e, m->hello, &peer->remote);
     tandem__transfer__control_message__free_unpacked(m, NULL);
     if (rc != TN_OK) {
         snprintf(err, errlen, "cannot connect to decoder %s: %s", peer->id, te_engine_error(p->xfer.e));
         memset(&peer->remote, 0, sizeof peer->remote);
-        return -1;
+        return TN_ERR_ARG;
     }
     peer->connected_at = te_now_seconds();
     peer->ready_logged = peer->slow_logged = 0;
     if (te_peer_wireup_start(p->xfer.e, peer->remote.peer) != TN_OK) {
         snprintf(err, errlen, "decoder %s: %s", peer->id, te_engine_error(p->xfer.e));
         peer->broken = 1;
-        return -1;
+        return TN_ERR_ARG;
     }
     return 0;
 }
@@ -200,7 +200,7 @@ static int set_hello(decoder_peer *peer, const uint8_t *buf, size_t len, char *e
     uint8_t *copy = malloc(len ? len : 1);
     if (!copy) {
         snprintf(err, errlen, "out of memory");
-        return -1;
+        return TN_ERR_NOMEM;
     }
     memcpy(copy, buf, len);
     free(peer->hello);
@@ -243,7 +243,7 @@ int kv_pusher_introduce(kv_pusher *p, const char *decoder_id, const uint8_t *end
     }
     if (!endpoint || !len) {
         snprintf(err, errlen, "decoder %s has no TransferEngine endpoint", decoder_id);
-        return -1;
+        return TN_ERR_ARG;
     }
     decoder_peer *peer = find_peer(p, decoder_id);
     if (peer)
@@ -354,18 +354,18 @@ int kv_push_start(kv_pusher *p, const Tandem__V1__KvDestination *dst, uint64_t r
     decoder_peer *peer = peer_for(p, dst->decoder_id, dst->transfer_endpoint.data,
                                   dst->transfer_endpoint.len, err, errlen);
     if (!peer)
-        return -1;
+        return TN_ERR_ARG;
     if (peer->remote.layout.page_size != dst->page_size) {
         snprintf(err, errlen, "decoder %s: KvDestination page size %d differs from its "
                  "TransferEngine layout (%d)", dst->decoder_id, dst->page_size,
                  peer->remote.layout.page_size);
-        return -1;
+        return TN_ERR_ARG;
     }
     int need = (n_tokens + dst->page_size - 1) / dst->page_size;
     if (n_tokens <= 0 || dst->n_page_ids < (size_t)need) {
         snprintf(err, errlen, "decoder %s: %zu destination pages for %d tokens", dst->decoder_id,
                  dst->n_page_ids, n_tokens);
-        return -1;
+        return TN_ERR_ARG;
     }
     /* staged: the prompt's pages go to the host mirror the puts read (the
      * KV is complete now, so the copy need not wait for the set-up) */
@@ -374,7 +374,7 @@ int kv_push_start(kv_pusher *p, const Tandem__V1__KvDestination *dst, uint64_t r
     if (rc != TN_OK) {
         snprintf(err, errlen, "copying %d KV pages to the host staging buffers: %s", n_pages,
                  tn_status_str(rc));
-        return -1;
+        return TN_ERR_ARG;
     }
     kv_push *k = calloc(1, sizeof *k);
     if (k) {
@@ -388,7 +388,7 @@ int kv_push_start(kv_pusher *p, const Tandem__V1__KvDestination *dst, uint64_t r
         }
         free(k);
         snprintf(err, errlen, "out of memory");
-        return -1;
+        return TN_ERR_NOMEM;
     }
     k->peer = peer;
     k->n_tokens = n_tokens;
@@ -401,7 +401,7 @@ int kv_push_start(kv_pusher *p, const Tandem__V1__KvDestination *dst, uint64_t r
         free(k->src_pages);
         free(k->dst_pages);
         free(k);
-        return -1;
+        return TN_ERR_ARG;
     }
     peer->busy++;
     *out = k;

@@ -322,7 +322,7 @@ static int group_endpoint(prefiller_ctx *ctx, uint8_t **out, size_t *out_len, ch
     if (!ctx->group.world) {
         *out = malloc(len ? len : 1);
         if (!*out)
-            return -1;
+            return TN_ERR_ARG;
         memcpy(*out, ep, len);
         *out_len = len;
         return 0;
@@ -332,7 +332,7 @@ static int group_endpoint(prefiller_ctx *ctx, uint8_t **out, size_t *out_len, ch
     if (comm_all_gather(ctx->group.world, &mine, lens, sizeof mine) != TN_OK) {
         snprintf(err, errlen, "sharing TransferEngine endpoints: %s",
                  comm_error(ctx->group.world));
-        return -1;
+        return TN_ERR_ARG;
     }
     for (int r = 0; r < W; r++)
         max = lens[r] > max ? lens[r] : max;

@@ -1,4 +1,5 @@
 #include "router/api_key.h"
+#include "common/status.h"
 
 #include <errno.h>
 #include <sodium.h>
@@ -17,18 +18,18 @@ int api_key_hash_file(const char *path, unsigned char hash[32], char *err, size_
 {
     if (sodium_init() < 0) {
         snprintf(err, errlen, "libsodium cannot initialise");
-        return -1;
+        return TN_ERR_ARG;
     }
     FILE *f = fopen(path, "rb");
     if (!f) {
         snprintf(err, errlen, "cannot read the API key file %s: %s", path, strerror(errno));
-        return -1;
+        return TN_ERR_SYS;
     }
     char *buf = sodium_malloc(KEY_MAX + 1);
     if (!buf) {
         fclose(f);
         snprintf(err, errlen, "out of memory");
-        return -1;
+        return TN_ERR_NOMEM;
     }
     size_t n = fread(buf, 1, KEY_MAX + 1, f);
     fclose(f);

@@ -1,5 +1,6 @@
 /* The router's autoscale loop (router/autoscaler.h). */
 #include "router/autoscaler.h"
+#include "common/status.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -74,39 +75,39 @@ int autoscaler_config_validate(const autoscaler_config *c, char *err, size_t err
     if (kind < 0) {
         snprintf(err, errlen, "--scaler must be none, local, kubernetes or metrics-only, got '%s'",
                  c->scaler);
-        return -1;
+        return TN_ERR_ARG;
     }
     if (!(c->interval_s > 0) || !isfinite(c->interval_s)) {
         snprintf(err, errlen, "--autoscale-interval-s must be > 0, got %g", c->interval_s);
-        return -1;
+        return TN_ERR_ARG;
     }
     if (autoscale_config_validate(&c->policy, err, errlen) != 0)
-        return -1;
+        return TN_ERR_ARG;
     for (int p = 0; p < AS_POOL_COUNT; p++) {
         if (c->k8s_pods_per_replica[p] < 1) {
             snprintf(err, errlen, "--scaler-k8s-%s-pods-per-replica must be >= 1",
                      as_pool_name((as_pool)p));
-            return -1;
+            return TN_ERR_ARG;
         }
         if (kind == SCALER_KUBERNETES && !strchr(c->k8s_workload[p], '/')) {
             snprintf(err, errlen, "--scaler-k8s-%s must be RESOURCE/NAME (e.g. deployments/x), got '%s'",
                      as_pool_name((as_pool)p), c->k8s_workload[p]);
-            return -1;
+            return TN_ERR_ARG;
         }
         if (c->local_metrics_port[p] < 0 || c->local_metrics_port[p] > 65535 - 64) {
             snprintf(err, errlen, "--scaler-local-%s-metrics-port must be 0 (any) or a port base",
                      as_pool_name((as_pool)p));
-            return -1;
+            return TN_ERR_ARG;
         }
     }
     if (kind == SCALER_LOCAL && !c->local_model[0]) {
         snprintf(err, errlen, "--scaler=local needs --scaler-local-model (the workers' model directory)");
-        return -1;
+        return TN_ERR_ARG;
     }
     if (!(c->local_drain_timeout_s >= 0) || c->local_max_workers < 1 || c->local_max_workers > 64) {
         snprintf(err, errlen, "--scaler-local-drain-timeout-s must be >= 0 and "
                               "--scaler-local-max-workers in 1..64");
-        return -1;
+        return TN_ERR_ARG;
     }
     return 0;
 }
@@ -172,7 +173,7 @@ static int make_local(router_ctx *ctx, autoscaler *a, char *err, size_t errlen)
         snprintf(bin_dir, sizeof bin_dir, "%s", c->local_bin_dir);
     else if (own_dir(bin_dir, sizeof bin_dir) != 0) {
         snprintf(err, errlen, "cannot find the router's own directory; give --scaler-local-bin-dir");
-        return -1;
+        return TN_ERR_ARG;
     }
     scaler_local_config lc;
     memset(&lc, 0, sizeof lc);
@@ -182,17 +183,17 @@ static int make_local(router_ctx *ctx, autoscaler *a, char *err, size_t errlen)
                  p == AS_POOL_PREFILL ? "tandem-prefiller" : "tandem-decoder");
         if (access(exe, X_OK) != 0) {
             snprintf(err, errlen, "local scaler: %s is not an executable (--scaler-local-bin-dir)", exe);
-            return -1;
+            return TN_ERR_ARG;
         }
         if (!(a->argv[p] = local_argv(ctx, bin_dir, (as_pool)p, err, errlen)))
-            return -1;
+            return TN_ERR_ARG;
         lc.argv[p] = (const char *const *)a->argv[p];
         lc.base_port[p] = c->local_metrics_port[p];
     }
     lc.drain_timeout_s = c->local_drain_timeout_s;
     lc.max_workers = c->local_max_workers;
     if (scaler_local_create(&lc, &a->local, err, errlen) != 0)
-        return -1;
+        return TN_ERR_ARG;
     a->sc = scaler_local_as_scaler(a->local);
     a->has_scaler = 1;
     return 0;
@@ -217,7 +218,7 @@ static int make_kubernetes(router_ctx *ctx, autoscaler *a, char *err, size_t err
     kc.namespace_name = c->k8s_namespace[0] ? c->k8s_namespace : NULL;
     scaler_kubernetes *k = NULL;
     if (scaler_kubernetes_create(&kc, &k, err, errlen) != 0)
-        return -1;
+        return TN_ERR_ARG;
     a->sc = scaler_kubernetes_as_scaler(k);
     a->has_scaler = 1;
     return 0;
@@ -515,7 +516,7 @@ int autoscaler_start(router_ctx *ctx, char *err, size_t errlen)
     autoscaler *a = calloc(1, sizeof *a);
     if (!a) {
         snprintf(err, errlen, "out of memory");
-        return -1;
+        return TN_ERR_NOMEM;
     }
     a->stop_fd = tn_wakefd_open();
     a->kind = scaler_kind_of(c->scaler);
@@ -542,14 +543,14 @@ int autoscaler_start(router_ctx *ctx, char *err, size_t errlen)
     }
     if (rc != 0) {
         autoscaler_release(a);
-        return -1;
+        return TN_ERR_ARG;
     }
     ctx->autoscaler = a;
     if (pthread_create(&a->thread, NULL, loop, ctx) != 0) {
         snprintf(err, errlen, "cannot start the autoscaler thread");
         ctx->autoscaler = NULL;
         autoscaler_release(a);
-        return -1;
+        return TN_ERR_ARG;
     }
     a->thread_started = 1;
     tn_log(WHO, "scaler %s, evaluating every %.3g s", c->scaler, c->interval_s);

@@ -10,6 +10,7 @@
  * after the first token (or a failure), so early failures still get a real
  * HTTP status. */
 #include "router/router.h"
+#include "common/status.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -798,7 +799,7 @@ int http_start(router_ctx *ctx, char *err, size_t errlen)
     addr.sin_port = htons((uint16_t)ctx->cfg.http_port);
     if (inet_pton(AF_INET, ctx->cfg.host, &addr.sin_addr) != 1) {
         snprintf(err, errlen, "--host '%s' is not an IPv4 address", ctx->cfg.host);
-        return -1;
+        return TN_ERR_ARG;
     }
     ctx->httpd = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
@@ -809,7 +810,7 @@ int http_start(router_ctx *ctx, char *err, size_t errlen)
     if (!ctx->httpd) {
         snprintf(err, errlen, "cannot start the HTTP server on %s:%d (port in use?)",
                  ctx->cfg.host, ctx->cfg.http_port);
-        return -1;
+        return TN_ERR_ARG;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(ctx->httpd, MHD_DAEMON_INFO_BIND_PORT);
     ctx->http_port = di ? di->port : ctx->cfg.http_port;
@@ -826,7 +827,7 @@ int http_start(router_ctx *ctx, char *err, size_t errlen)
     if (!ctx->metrics_httpd) {
         snprintf(err, errlen, "cannot serve /metrics on %s:%d (port in use?)", ctx->cfg.host,
                  ctx->cfg.metrics_port);
-        return -1;
+        return TN_ERR_ARG;
     }
     di = MHD_get_daemon_info(ctx->metrics_httpd, MHD_DAEMON_INFO_BIND_PORT);
     ctx->metrics_port = di ? di->port : ctx->cfg.metrics_port;

@@ -3,6 +3,7 @@
  * a prefiller, and relays tokens back. See router/router.h for its threads
  * and docs/ARCHITECTURE.md for the protocol. */
 #include "router/router.h"
+#include "common/status.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -35,26 +36,26 @@ static int setup_auth(router_ctx *ctx, char *err, size_t errlen)
     const router_config *c = &ctx->cfg;
     if (c->worker_secret_file[0]) {
         if (sock_auth_load(&ctx->worker_auth, c->worker_secret_file, "workers", err, errlen) != 0)
-            return -1;
+            return TN_ERR_ARG;
         if (sock_auth_server(ctx->worker_sock, &ctx->worker_auth, "tandem-workers") != 0) {
             snprintf(err, errlen, "cannot enable CURVE: %s", zmq_strerror(errno));
-            return -1;
+            return TN_ERR_SYS;
         }
     }
     if (c->api_key_file[0]) {
         if (sock_auth_load(&ctx->rpc_auth, c->api_key_file, "rpc", err, errlen) != 0)
-            return -1;
+            return TN_ERR_ARG;
         if (sock_auth_server(ctx->rpc_sock, &ctx->rpc_auth, "tandem-rpc") != 0) {
             snprintf(err, errlen, "cannot enable CURVE: %s", zmq_strerror(errno));
-            return -1;
+            return TN_ERR_SYS;
         }
         if (api_key_hash_file(c->api_key_file, ctx->api_key_hash, err, errlen) != 0)
-            return -1;
+            return TN_ERR_ARG;
         ctx->api_key_set = 1;
     }
     if ((ctx->worker_auth.enabled || ctx->rpc_auth.enabled) &&
         !(ctx->zap = sock_auth_zap_open(ctx->zctx, err, errlen)))
-        return -1;
+        return TN_ERR_ARG;
     tn_log(WHO, "worker socket: %s; APIs: %s",
            ctx->worker_auth.enabled ? "shared secret (CURVE)" : "unauthenticated",
            ctx->api_key_set ? "API key required" : "open");
@@ -86,13 +87,13 @@ static int bind_router(void *sock, const char *host, int port, char *err, size_t
         snprintf(ep, sizeof ep, "tcp://%s:*", host);
     if (zmq_bind(sock, ep) != 0) {
         snprintf(err, errlen, "cannot bind %s: %s", ep, zmq_strerror(errno));
-        return -1;
+        return TN_ERR_SYS;
     }
     char last[128];
     size_t len = sizeof last;
     if (zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, last, &len) != 0) {
         snprintf(err, errlen, "cannot read the bound endpoint: %s", zmq_strerror(errno));
-        return -1;
+        return TN_ERR_SYS;
     }
     const char *colon = strrchr(last, ':');
     return colon ? atoi(colon + 1) : -1;

@@ -3,6 +3,7 @@
  * (deploy/base/router.conf) accept the same names; the autoscale policy's
  * flags (autoscale_config_set_flag) join through the extra setter. */
 #include "router/router.h"
+#include "common/status.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -134,7 +135,7 @@ int router_config_validate(const router_config *c, char *err, size_t errlen)
         snprintf(err, errlen, "ports must be 0..65535 (--metrics-port also -1), limits positive, "
                               "--queue-timeout-ms >= 0 and --worker-timeout-ms larger than "
                               "--heartbeat-ms");
-        return -1;
+        return TN_ERR_ARG;
     }
     return autoscaler_config_validate(&c->as, err, errlen);
 }

@@ -1,4 +1,5 @@
 #include "router/rpc_client.h"
+#include "common/status.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -22,19 +23,19 @@ int rpc_client_open_auth(rpc_client *c, const char *endpoint, const sock_auth *a
     if (!c->zctx || !(c->sock = zmq_socket(c->zctx, ZMQ_DEALER))) {
         snprintf(err, errlen, "cannot create a ZeroMQ socket: %s", zmq_strerror(errno));
         rpc_client_close(c);
-        return -1;
+        return TN_ERR_SYS;
     }
     int linger = 0;
     zmq_setsockopt(c->sock, ZMQ_LINGER, &linger, sizeof linger);
     if (auth && auth->enabled && sock_auth_client(c->sock, auth) != 0) {
         snprintf(err, errlen, "cannot set up CURVE: %s", zmq_strerror(errno));
         rpc_client_close(c);
-        return -1;
+        return TN_ERR_SYS;
     }
     if (zmq_connect(c->sock, endpoint) != 0) {
         snprintf(err, errlen, "cannot connect to %s: %s", endpoint, zmq_strerror(errno));
         rpc_client_close(c);
-        return -1;
+        return TN_ERR_SYS;
     }
     c->next_tag = tn_random_u64();
     return 0;
@@ -119,7 +120,7 @@ int rpc_generate(rpc_client *c, const rpc_generate_params *p, rpc_chunk_fn fn, v
     request_id[0] = '\0';
     if (rpc_client_send(c, &m) != 0) {
         snprintf(err, errlen, "send failed: %s", zmq_strerror(errno));
-        return -1;
+        return TN_ERR_SYS;
     }
     int cancelled = 0;
     for (;;) {
@@ -128,7 +129,7 @@ int rpc_generate(rpc_client *c, const rpc_generate_params *p, rpc_chunk_fn fn, v
         if (rc <= 0) {
             snprintf(err, errlen, rc == 0 ? "no reply from the router within %d ms"
                                           : "receive failed", idle_timeout_ms);
-            return -1;
+            return TN_ERR_ARG;
         }
         int result = -2; /* keep going */
         if (r->body_case == TANDEM__V1__CLIENT_MESSAGE__BODY_ERROR && r->error &&
@@ -166,7 +167,7 @@ int rpc_status(rpc_client *c, int timeout_ms, Tandem__V1__ClusterStatus **out, c
     *out = NULL;
     if (rpc_client_send(c, &m) != 0) {
         snprintf(err, errlen, "send failed: %s", zmq_strerror(errno));
-        return -1;
+        return TN_ERR_SYS;
     }
     uint64_t deadline = tn_now_ms() + (uint64_t)timeout_ms;
     for (;;) {
@@ -175,7 +176,7 @@ int rpc_status(rpc_client *c, int timeout_ms, Tandem__V1__ClusterStatus **out, c
         int rc = rpc_client_recv(c, now < deadline ? (int)(deadline - now) : 0, &r);
         if (rc <= 0) {
             snprintf(err, errlen, "no status from the router within %d ms", timeout_ms);
-            return -1;
+            return TN_ERR_TIMEOUT;
         }
         if (r->body_case == TANDEM__V1__CLIENT_MESSAGE__BODY_STATUS && r->status) {
             /* Detach the status so the caller owns it alone. */

@@ -1,4 +1,5 @@
 #include "router/text_codec.h"
+#include "common/status.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +24,7 @@ int codec_init(text_codec *c, const char *name, char *err, size_t errlen)
         char why[400];
         if (bpe_tokenizer_load(name, &c->bpe, why, sizeof why) != 0) {
             snprintf(err, errlen, "tokenizer %s: %s", name, why);
-            return -1;
+            return TN_ERR_ARG;
         }
         c->kind = CODEC_BPE;
         snprintf(c->name, sizeof c->name, "%s", bpe_tokenizer_name(c->bpe));
@@ -31,7 +32,7 @@ int codec_init(text_codec *c, const char *name, char *err, size_t errlen)
     }
     snprintf(err, errlen, "unknown tokenizer '%s' (expected none, bytes, or a tokenizer.json / "
              "o200k_base.tiktoken path)", name);
-    return -1;
+    return TN_ERR_ARG;
 }
 
 void codec_free(text_codec *c)
@@ -57,7 +58,7 @@ static int bytes_to_ids(const char *s, size_t n, int32_t **ids, int *n_ids, char
     *ids = malloc((n ? n : 1) * sizeof **ids);
     if (!*ids) {
         snprintf(err, errlen, "out of memory");
-        return -1;
+        return TN_ERR_NOMEM;
     }
     for (size_t i = 0; i < n; i++)
         (*ids)[i] = (unsigned char)s[i];
@@ -71,11 +72,11 @@ int codec_encode(const text_codec *c, const char *text, size_t len, int32_t **id
     if (c->kind == CODEC_NONE) {
         snprintf(err, errlen, "this router runs with --tokenizer none: send the prompt as an "
                  "array of token ids");
-        return -1;
+        return TN_ERR_ARG;
     }
     if (len > (size_t)1 << 30) {
         snprintf(err, errlen, "prompt too large");
-        return -1;
+        return TN_ERR_ARG;
     }
     if (c->kind == CODEC_BPE) {
         tok_ids v;
@@ -85,13 +86,13 @@ int codec_encode(const text_codec *c, const char *text, size_t len, int32_t **id
         if (bpe_encode(c->bpe, text, len, 0, &v, why, sizeof why) != 0) {
             tok_ids_free(&v);
             snprintf(err, errlen, "cannot tokenize the prompt: %s", why);
-            return -1;
+            return TN_ERR_ARG;
         }
         *ids = malloc((v.len ? v.len : 1) * sizeof **ids);
         if (!*ids) {
             tok_ids_free(&v);
             snprintf(err, errlen, "out of memory");
-            return -1;
+            return TN_ERR_NOMEM;
         }
         if (v.len)
             memcpy(*ids, v.ids, v.len * sizeof **ids);
@@ -119,7 +120,7 @@ int codec_chat_parser_new(const text_codec *c, chat_parser **out, char *err, siz
     *out = NULL;
     if (c->kind != CODEC_BPE) {
         snprintf(err, errlen, "no chat format for the %s codec", c->name);
-        return -1;
+        return TN_ERR_ARG;
     }
     return chat_parser_new(c->bpe, chat_format_for(c->bpe), NULL, out, err, errlen) ? -1 : 0;
 }
@@ -130,7 +131,7 @@ static int render_with_format(const text_codec *c, const api_request *ar, int32_
 {
     chat_conversation conv;
     if (chat_conversation_from_json(ar->messages_json, ar->tools_json, &conv, err, errlen) != 0)
-        return -1;
+        return TN_ERR_ARG;
     chat_render_opts o;
     chat_render_opts_default(&o);
     /* Message text from clients stays text, even if it spells special tokens. */
@@ -170,14 +171,14 @@ int codec_render_chat(const text_codec *c, const api_request *ar, int32_t **ids,
     if (c->kind == CODEC_NONE) {
         snprintf(err, errlen, "this router runs with --tokenizer none: chat completions need a "
                  "tokenizer; send token ids to /v1/completions");
-        return -1;
+        return TN_ERR_ARG;
     }
     if (c->kind == CODEC_BPE)
         return render_with_format(c, ar, ids, n_ids, err, errlen);
     if (ar->tools_json) {
         snprintf(err, errlen, "tools need a chat format: run the router with a real vocabulary "
                  "(--tokenizer PATH)");
-        return -1;
+        return TN_ERR_ARG;
     }
     const api_message *msgs = ar->messages;
     int n_msgs = ar->n_messages;
@@ -192,7 +193,7 @@ int codec_render_chat(const text_codec *c, const api_request *ar, int32_t **ids,
     if (b.oom) {
         sb_free(&b);
         snprintf(err, errlen, "out of memory");
-        return -1;
+        return TN_ERR_NOMEM;
     }
     int rc = codec_encode(c, b.p, b.len, ids, n_ids, err, errlen);
     sb_free(&b);

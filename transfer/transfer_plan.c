@@ -129,7 +129,7 @@ int te_reshard_plan_build(const te_kv_geometry *g, int n_tokens,
         return tn_fail(err, err_len, TN_ERR_ARG, "n_tokens %d is negative", n_tokens);
     if (check_side("sender", g, n_tokens, src, src_rank_filter, err, err_len) ||
         check_side("receiver", g, n_tokens, dst, dst_rank_filter, err, err_len))
-        return -1;
+        return TN_ERR_ARG;
     if (n_tokens == 0)
         return 0;
 

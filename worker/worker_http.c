@@ -1,4 +1,5 @@
 #include "worker/worker_http.h"
+#include "common/status.h"
 
 #include <arpa/inet.h>
 #include <microhttpd.h>
@@ -100,7 +101,7 @@ int worker_http_start(const worker_http_config *cfg, const worker_metrics *initi
     *out = NULL;
     if (cfg->port < 0 || cfg->port > 65535) {
         snprintf(err, errlen, "metrics port %d is not in 0..65535", cfg->port);
-        return -1;
+        return TN_ERR_ARG;
     }
     struct sockaddr_in addr;
     memset(&addr, 0, sizeof addr);
@@ -108,12 +109,12 @@ int worker_http_start(const worker_http_config *cfg, const worker_metrics *initi
     addr.sin_port = htons((uint16_t)cfg->port);
     if (inet_pton(AF_INET, cfg->host, &addr.sin_addr) != 1) {
         snprintf(err, errlen, "metrics host '%s' is not an IPv4 address", cfg->host);
-        return -1;
+        return TN_ERR_ARG;
     }
     worker_http *h = calloc(1, sizeof *h);
     if (!h) {
         snprintf(err, errlen, "out of memory");
-        return -1;
+        return TN_ERR_NOMEM;
     }
     snprintf(h->process, sizeof h->process, "%s", cfg->process);
     snprintf(h->worker_id, sizeof h->worker_id, "%s", cfg->worker_id);
@@ -130,7 +131,7 @@ int worker_http_start(const worker_http_config *cfg, const worker_metrics *initi
                  cfg->port);
         pthread_mutex_destroy(&h->lock);
         free(h);
-        return -1;
+        return TN_ERR_ARG;
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
     h->port = di ? di->port : cfg->port;
@@ -164,7 +165,7 @@ int worker_http_serve(const char *host, int port, const char *port_file, const c
     worker_http_config cfg = {.host = host, .port = port, .process = process,
                               .worker_id = worker_id, .wedged_after_s = wedged_after_s};
     if (worker_http_start(&cfg, initial, out, err, errlen) != 0)
-        return -1;
+        return TN_ERR_ARG;
     tn_log(process, "%s: /metrics and /healthz on http://%s:%d", worker_id, host,
            worker_http_port(*out));
     if (port_file && port_file[0]) {
@@ -174,7 +175,7 @@ int worker_http_serve(const char *host, int port, const char *port_file, const c
             snprintf(err, errlen, "cannot write %s", port_file);
             worker_http_stop(*out);
             *out = NULL;
-            return -1;
+            return TN_ERR_ARG;
         }
     }
     return 0;

@@ -1,4 +1,5 @@
 #include "worker/worker_link.h"
+#include "common/status.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -30,7 +31,7 @@ int link_open_auth(worker_link *l, const char *who, const char *endpoint, const 
     l->who = who;
     if (!id[0] || strlen(id) > WIRE_MAX_ID) {
         snprintf(err, errlen, "worker id must be 1..%d bytes", WIRE_MAX_ID);
-        return -1;
+        return TN_ERR_ARG;
     }
     snprintf(l->id, sizeof l->id, "%s", id);
     Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
@@ -42,7 +43,7 @@ int link_open_auth(worker_link *l, const char *who, const char *endpoint, const 
     if (!l->register_msg || !l->zctx || !(l->sock = zmq_socket(l->zctx, ZMQ_DEALER))) {
         snprintf(err, errlen, "cannot create the ZeroMQ socket: %s", zmq_strerror(errno));
         link_close(l);
-        return -1;
+        return TN_ERR_SYS;
     }
     tandem__v1__worker_message__pack(&m, l->register_msg);
     int linger = 0, hwm = 100000;
@@ -54,7 +55,7 @@ int link_open_auth(worker_link *l, const char *who, const char *endpoint, const 
         snprintf(err, errlen, "cannot set up CURVE on the router connection: %s",
                  zmq_strerror(errno));
         link_close(l);
-        return -1;
+        return TN_ERR_SYS;
     }
     char ep[300];
     snprintf(ep, sizeof ep, "%s%s", strstr(endpoint, "://") ? "" : "tcp://", endpoint);
@@ -62,7 +63,7 @@ int link_open_auth(worker_link *l, const char *who, const char *endpoint, const 
         snprintf(err, errlen, "cannot connect to the router at %s: %s", endpoint,
                  zmq_strerror(errno));
         link_close(l);
-        return -1;
+        return TN_ERR_SYS;
     }
     send_register(l, tn_now_ms());
     return 0;

@@ -27,7 +27,7 @@ int worker_loop_join(worker_loop *wl, const worker_options *o, const Tandem__V1_
                      char *err, size_t errlen)
 {
     if (worker_join(o, wl->role->who, reg, &wl->link, &wl->wm, &wl->http, err, errlen) != 0)
-        return -1;
+        return TN_ERR_ARG;
     wl->window_start_ms = tn_now_ms();
     return 0;
 }

@@ -169,12 +169,12 @@ int worker_load_model(const worker_options *o, const char *who, rank_group *g, k
     char why[400];
     if (tm_device_open(o->device, be, why, sizeof why) != TN_OK) {
         snprintf(err, errlen, "%s", why);
-        return -1;
+        return TN_ERR_ARG;
     }
     tm_load_opts opts = {.weights = o->weight_dtype, .par = &g->groups.par};
     if (tm_model_load_opts(o->model_dir, be, &opts, out, why, sizeof why) != TN_OK) {
         snprintf(err, errlen, "cannot load model: %s", why);
-        return -1;
+        return TN_ERR_ARG;
     }
     tn_log(who, "rank %d: model on %s, %s weights (%.1f MiB)", g->rank, o->device,
            kn_dtype_name(tm_model_weight_dtype(*out)),
@@ -208,11 +208,11 @@ int worker_join(const worker_options *o, const char *who, const Tandem__V1__Regi
     sock_auth auth = {0};
     if (o->worker_secret_file[0] &&
         sock_auth_load(&auth, o->worker_secret_file, "workers", err, errlen) != 0)
-        return -1;
+        return TN_ERR_ARG;
     int rc = link_open_auth(link, who, o->router, o->worker_id, reg, &auth, err, errlen);
     sock_auth_wipe(&auth);
     if (rc != 0)
-        return -1;
+        return TN_ERR_ARG;
     return worker_http_serve(o->metrics_host, o->metrics_port, o->port_file, who, o->worker_id,
                              o->wedged_after_s, wm, http, err, errlen) == 0 ? 0 : -1;
 }

@@ -16,12 +16,12 @@ int worker_transfer_open(worker_transfer *t, tm_kv_cache *kv, int n_kv_heads, in
     cfg.tls = tls && tls[0] ? tls : NULL;
     if (te_engine_create(&cfg, &t->e, err, errlen) != TN_OK) {
         t->e = NULL;
-        return -1;
+        return TN_ERR_ARG;
     }
     if (tm_kv_staging_init(&t->staging, kv, path, te_engine_cuda_memory(t->e), err,
                            errlen) != TN_OK) {
         worker_transfer_close(t);
-        return -1;
+        return TN_ERR_ARG;
     }
     te_kv_layout l = {.tp = tp, .rank = rank, .n_layers = kv->n_layers, .n_kv_heads = n_kv_heads,
                       .head_dim = kv->head_dim, .elem_bytes = (int)sizeof(float),
@@ -32,7 +32,7 @@ int worker_transfer_open(worker_transfer *t, tm_kv_cache *kv, int n_kv_heads, in
         te_kv_hello_pack(t->e, &t->local, &t->hello, &t->hello_len) != TN_OK) {
         snprintf(err, errlen, "%s", te_engine_error(t->e));
         worker_transfer_close(t);
-        return -1;
+        return TN_ERR_ARG;
     }
     return 0;
 }

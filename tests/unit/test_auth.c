@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "common/status.h"
 #include "router/api_key.h"
 #include "common/sock_auth.h"
 #include "tests/unit/engine_testutil.h"
@@ -64,7 +65,7 @@ static void bad_secret_files_are_refused(void **state)
     assert_int_equal(x.enabled, 0);
     assert_int_equal(sock_auth_load(&x, et_path(p, sizeof p, dir, "none"), "workers", err,
                                     sizeof err),
-                     -1);
+                     TN_ERR_SYS);
     assert_non_null(strstr(err, "cannot read"));
     et_rm_rf(dir);
 }

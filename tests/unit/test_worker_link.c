@@ -10,6 +10,7 @@
 #include <string.h>
 #include <cmocka.h>
 #include <zmq.h>
+#include "common/status.h"
 #include "common/sys.h"
 #include "worker/worker_link.h"
 
@@ -147,7 +148,7 @@ static void bad_endpoint_or_id_is_refused(void **state)
     Tandem__V1__Register reg = TANDEM__V1__REGISTER__INIT;
     worker_link l;
     char err[200];
-    assert_int_equal(link_open(&l, "test", "nonsense://x", "w", &reg, err, sizeof err), -1);
+    assert_int_equal(link_open(&l, "test", "nonsense://x", "w", &reg, err, sizeof err), TN_ERR_SYS);
     assert_non_null(strstr(err, "cannot connect"));
     assert_int_equal(link_open(&l, "test", "tcp://127.0.0.1:1", "", &reg, err, sizeof err), -1);
 }
