@@ -12,6 +12,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* The capacity of an OPT_STR that holds a file or directory path: Linux's
+ * PATH_MAX, the longest path the kernel accepts, so any path a user can
+ * open fits. A longer value is refused with the flag named, never cut. */
+#define OPT_PATH_MAX 4096
+
 typedef enum { OPT_STR, OPT_INT, OPT_DOUBLE, OPT_BOOL, OPT_CALL } opt_type;
 
 typedef struct opt_spec {

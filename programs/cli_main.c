@@ -17,7 +17,7 @@
 
 typedef struct cli_args {
     char rpc[256];
-    char api_key_file[512];
+    char api_key_file[OPT_PATH_MAX];
     char model[128];
     char prompt_ids[65536];
     char stop_ids[4096];

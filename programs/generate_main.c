@@ -21,7 +21,7 @@
 #define PROG "tandem-generate"
 
 typedef struct gen_args {
-    char model[4096];
+    char model[OPT_PATH_MAX];
     int32_t *prompt;
     int n_prompt;
     int max_tokens;

@@ -41,7 +41,7 @@ static const char *const outcome_names[OUT_N] = {"ok", "http_error", "stream_err
 typedef struct lg_config {
     char url[512];
     char model[128];
-    char api_key_file[512];
+    char api_key_file[OPT_PATH_MAX];
     int clients, requests;
     int prompt_min, prompt_max, out_min, out_max, vocab;
     int seed;

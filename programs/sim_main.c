@@ -10,7 +10,7 @@
 
 typedef struct {
     sim_config cfg;
-    char trace_path[4096];
+    char trace_path[OPT_PATH_MAX];
     double print_every_s; /* also print unchanged rows this often; 0 = changes only */
     int show_reasons;
 } sim_cli;

@@ -78,7 +78,7 @@ static int parse_ids(const char *s, tok_ids *ids)
 }
 
 typedef struct tok_cli {
-    char vocab[4096], encode_file[4096];
+    char vocab[OPT_PATH_MAX], encode_file[OPT_PATH_MAX];
     char *encode, *decode;   /* any length: copies */
     int special, skip_special;
 } tok_cli;

@@ -121,7 +121,7 @@ static char **local_argv(const router_ctx *ctx, const char *bin_dir, as_pool poo
 {
     const autoscaler_config *c = &ctx->cfg.as;
     const char *host = strcmp(ctx->cfg.host, "0.0.0.0") ? ctx->cfg.host : "127.0.0.1";
-    char exe[600], ep[128], id[32];
+    char exe[OPT_PATH_MAX + 32], ep[128], id[32];
     snprintf(exe, sizeof exe, "%s/%s", bin_dir,
              pool == AS_POOL_PREFILL ? "tandem-prefiller" : "tandem-decoder");
     snprintf(ep, sizeof ep, "tcp://%s:%d", host, ctx->worker_port);
@@ -168,7 +168,7 @@ static int own_dir(char *out, size_t len)
 static int make_local(router_ctx *ctx, autoscaler *a, char *err, size_t errlen)
 {
     const autoscaler_config *c = &ctx->cfg.as;
-    char bin_dir[512];
+    char bin_dir[OPT_PATH_MAX];
     if (c->local_bin_dir[0])
         snprintf(bin_dir, sizeof bin_dir, "%s", c->local_bin_dir);
     else if (own_dir(bin_dir, sizeof bin_dir) != 0) {
@@ -178,7 +178,7 @@ static int make_local(router_ctx *ctx, autoscaler *a, char *err, size_t errlen)
     scaler_local_config lc;
     memset(&lc, 0, sizeof lc);
     for (int p = 0; p < AS_POOL_COUNT; p++) {
-        char exe[600];
+        char exe[OPT_PATH_MAX + 32];
         snprintf(exe, sizeof exe, "%s/%s", bin_dir,
                  p == AS_POOL_PREFILL ? "tandem-prefiller" : "tandem-decoder");
         if (access(exe, X_OK) != 0) {

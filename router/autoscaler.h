@@ -16,6 +16,7 @@
 #define TANDEM_ROUTER_AUTOSCALER_H
 #include <stddef.h>
 #include <stdint.h>
+#include "common/options.h"
 #include "autoscale/autoscale_policy.h"
 
 typedef struct autoscaler_config {
@@ -27,10 +28,10 @@ typedef struct autoscaler_config {
     int k8s_pods_per_replica[AS_POOL_COUNT];
     char k8s_namespace[64];        /* "" = the service account's */
     char k8s_api_url[256];         /* "" = https://$KUBERNETES_SERVICE_HOST:$..._PORT */
-    char k8s_sa_dir[256];          /* "" = /var/run/secrets/kubernetes.io/serviceaccount */
+    char k8s_sa_dir[OPT_PATH_MAX];        /* "" = /var/run/secrets/kubernetes.io/serviceaccount */
     /* local */
-    char local_bin_dir[512];       /* "" = the router executable's directory */
-    char local_model[512];
+    char local_bin_dir[OPT_PATH_MAX];     /* "" = the router executable's directory */
+    char local_model[OPT_PATH_MAX];
     char local_args[AS_POOL_COUNT][1024]; /* extra worker flags, blank separated */
     int local_metrics_port[AS_POOL_COUNT]; /* base; worker i gets base + i; 0 = any free port */
     double local_drain_timeout_s;

@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "router/autoscaler.h"
+#include "common/options.h"
 #include "router/metrics.h"
 #include "router/openai_api.h"
 #include "common/sbuf.h"
@@ -35,16 +36,16 @@ typedef struct router_config {
     int http_port;             /* 0: any free port */
     int worker_port;
     int rpc_port;
-    char port_file[512];       /* where the bound ports are written ("" = nowhere) */
-    char tokenizer[32];        /* none | bytes (text_codec.h) */
+    char port_file[OPT_PATH_MAX];       /* where the bound ports are written ("" = nowhere) */
+    char tokenizer[OPT_PATH_MAX]; /* none | bytes | a vocabulary file (text_codec.h) */
     int heartbeat_ms;          /* interval the workers are told to use */
     int worker_timeout_ms;     /* a worker silent this long is dropped */
     int default_max_tokens;    /* completions without max_tokens (OpenAI: 16) */
     int chat_default_max_tokens;
     int max_body_bytes;
     int max_active_requests;   /* beyond this, HTTP 429 / RPC NO_CAPACITY */
-    char api_key_file[512];    /* "" = the APIs are open (docs/SECURITY.md) */
-    char worker_secret_file[512]; /* "" = workers register unauthenticated */
+    char api_key_file[OPT_PATH_MAX];    /* "" = the APIs are open (docs/SECURITY.md) */
+    char worker_secret_file[OPT_PATH_MAX]; /* "" = workers register unauthenticated */
     int metrics_port;          /* -1: /metrics only on the HTTP port; else also here (0: any) */
     int queue_timeout_ms;      /* hold requests no worker can take for this long; 0: refuse at once */
     autoscaler_config as;      /* --scaler, --autoscale-*, --scaler-* */

@@ -21,7 +21,7 @@
 
 typedef struct worker_options {
     char router[256];          /* the router's worker endpoint */
-    char model_dir[512];
+    char model_dir[OPT_PATH_MAX];
     char model_name[128];      /* "" = the model directory's base name */
     char worker_id[128];       /* "" = ROLE-HOST-PID */
     int page_size;
@@ -29,10 +29,10 @@ typedef struct worker_options {
     char weights[16];          /* auto, f32, bf16 */
     char kv_path[16];          /* auto, direct, staged (engine/kv_staging.h) */
     char ucx_tls[128];         /* UCX_TLS for the TransferEngine ("" = environment) */
-    char worker_secret_file[512]; /* shared secret of the worker socket ("" = none) */
+    char worker_secret_file[OPT_PATH_MAX]; /* shared secret of the worker socket ("" = none) */
     char metrics_host[64];     /* /metrics and /healthz (worker/worker_http.h) */
     int metrics_port;          /* 0: any free port; -1: no HTTP server */
-    char port_file[512];       /* where the bound metrics port is written ("" = nowhere) */
+    char port_file[OPT_PATH_MAX];       /* where the bound metrics port is written ("" = nowhere) */
     double wedged_after_s;     /* liveness fails after this long without progress */
     int ranks;                 /* --tp (prefiller) or --dp (decoder) */
     int ep;                    /* expert-parallel ranks among them */
