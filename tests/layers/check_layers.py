@@ -7,7 +7,8 @@ and that table must have no loops, so lower layers never include higher ones.
 
 A source's layer is its top folder (kernels/cuda/x.cu is in `kernels`); an
 include's layer is the top folder of the quoted path. Includes within one
-layer are always allowed. Files in folders the table does not name fail, so
+layer are always allowed. Tracked files in folders the table does not name
+fail, so
 a new folder must be placed in the table (and so in the docs) first.
 """
 import os
@@ -63,15 +64,20 @@ def find_loop(table):
     return None
 
 
-def sources(root):
+def sources(root, table):
+    """In a git checkout: the tracked files, and the untracked ones (not yet
+    added) inside folders the table names, so a build folder of one's own
+    (build-*/gen/*.c) is not taken for a new layer; elsewhere every file."""
+    def git(*args):
+        return subprocess.run(['git', '-C', root, 'ls-files', *args], capture_output=True,
+                              text=True, check=True).stdout.split('\n')
     try:
-        out = subprocess.run(['git', '-C', root, 'ls-files', '--cached', '--others',
-                              '--exclude-standard'], capture_output=True, text=True,
-                             check=True).stdout.split('\n')
+        out = git('--cached') + [f for f in git('--others', '--exclude-standard')
+                                 if f.split('/', 1)[0] in table]
     except (OSError, subprocess.CalledProcessError):
         out = [os.path.relpath(os.path.join(d, f), root)
                for d, _, fs in os.walk(root) for f in fs]
-    return sorted(f for f in out if f.endswith(SOURCE_ENDINGS) and '/' in f
+    return sorted(f for f in set(out) if f.endswith(SOURCE_ENDINGS) and '/' in f
                   and os.path.exists(os.path.join(root, f)))
 
 
@@ -88,7 +94,7 @@ def main():
     else:
         print(f'ok {n} - the layer table ({len(table)} layers) has no loop')
     by_layer = {}
-    for f in sources(root):
+    for f in sources(root, table):
         by_layer.setdefault(f.split('/', 1)[0], []).append(f)
     for layer in sorted(by_layer):
         n += 1
