@@ -8,8 +8,8 @@ and that table must have no loops, so lower layers never include higher ones.
 A source's layer is its top folder (kernels/cuda/x.cu is in `kernels`); an
 include's layer is the top folder of the quoted path. Includes within one
 layer are always allowed. Tracked files in folders the table does not name
-fail, so
-a new folder must be placed in the table (and so in the docs) first.
+fail, so a new folder must be placed in the table (and so in the docs)
+first.
 """
 import os
 import re
