@@ -49,6 +49,20 @@ typedef struct http_conn {
 
 /* ------------------------------------------------------------ responses */
 
+/* Every response carries x-request-id: the client's own when it is sane
+ * (api_request_id_ok), else 32 random hex digits. */
+static void add_request_id(struct MHD_Connection *c, struct MHD_Response *resp)
+{
+    const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-request-id");
+    char gen[33];
+    if (!api_request_id_ok(v)) {
+        snprintf(gen, sizeof gen, "%016llx%016llx", (unsigned long long)tn_random_u64(),
+                 (unsigned long long)tn_random_u64());
+        v = gen;
+    }
+    MHD_add_response_header(resp, "x-request-id", v);
+}
+
 static enum MHD_Result respond(struct MHD_Connection *c, int status,
                                const char *content_type, const char *body, size_t len)
 {
@@ -57,6 +71,7 @@ static enum MHD_Result respond(struct MHD_Connection *c, int status,
     if (!resp)
         return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    add_request_id(c, resp);
     /* 429 (at the active request limit) and 503 (no worker registered for
      * the model) are temporary: tell clients when to come back instead of
      * letting them retry in a tight loop. One second is about how long a
@@ -223,6 +238,10 @@ static void format_events(http_conn *hc)
     api_tool_call *tools = NULL;
     char *ids = NULL;
     api_output o = {0};
+    char fp[API_MAX_MODEL + 16];
+    api_system_fingerprint(fp, sizeof fp, r->model);
+    o.fingerprint = fp;
+    o.usage_null = r->include_usage;
     o.with_token_ids = r->with_token_ids;
     o.omit_empty_content = r->parser != NULL;
     if (hc->kind == API_CHAT && !hc->role_sent) {
@@ -285,7 +304,7 @@ static void format_events(http_conn *hc)
             else
                 api_sse_completion_chunk(&hc->pending, hc->resp_id, r->created, r->model, &o);
             if (r->include_usage)
-                api_sse_usage_chunk(&hc->pending, hc->kind, hc->resp_id, r->created, r->model,
+                api_sse_usage_chunk(&hc->pending, hc->kind, hc->resp_id, r->created, r->model, fp,
                                     r->n_prompt, r->n_out);
         }
         api_sse_done(&hc->pending);
@@ -349,7 +368,10 @@ static enum MHD_Result respond_final(http_conn *hc, struct MHD_Connection *c)
         n_tools = 0, t.oom = 1;
     if (n_tools)
         tool_calls_slice(r, 0, n_tools, tools, ids);
+    char fp[API_MAX_MODEL + 16];
+    api_system_fingerprint(fp, sizeof fp, r->model);
     api_output o = {
+        .fingerprint = fp,
         .text = t.p ? t.p : "",
         .text_len = t.len,
         .reasoning = r->reasoning.p ? r->reasoning.p : "",
@@ -531,6 +553,7 @@ static enum MHD_Result handle_generate(http_conn *hc, struct MHD_Connection *c, 
     if (!resp)
         return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    add_request_id(c, resp);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     enum MHD_Result ok = MHD_queue_response(c, MHD_HTTP_OK, resp);
     MHD_destroy_response(resp);
@@ -539,7 +562,9 @@ static enum MHD_Result handle_generate(http_conn *hc, struct MHD_Connection *c, 
 
 /* ------------------------------------------------------------ other routes */
 
-static enum MHD_Result handle_models(http_conn *hc, struct MHD_Connection *c)
+/* GET /v1/models lists the served models; GET /v1/models/{id} (id not
+ * NULL) is one of them, or 404 model_not_found. */
+static enum MHD_Result handle_models(http_conn *hc, struct MHD_Connection *c, const char *id)
 {
     router_ctx *ctx = hc->ctx;
     sbuf b;
@@ -555,12 +580,26 @@ static enum MHD_Result handle_models(http_conn *hc, struct MHD_Connection *c)
         if (!dup)
             names[n++] = w->w[i]->model;
     }
-    if (names)
+    int found = 0;
+    if (!names)
+        b.oom = 1;
+    else if (!id)
         api_models_body(&b, names, n, (long)time(NULL));
     else
-        b.oom = 1;
+        for (int k = 0; k < n && !found; k++)
+            if (!strcmp(names[k], id)) {
+                api_model_body(&b, names[k], (long)time(NULL));
+                found = 1;
+            }
     pthread_mutex_unlock(&ctx->lock);
     free(names);
+    if (id && names && !found) {
+        sb_free(&b);
+        api_error e;
+        api_error_set(&e, 404, "invalid_request_error", NULL, "model_not_found",
+                      "The model '%.200s' does not exist.", id);
+        return respond_error(c, &e);
+    }
     return respond_sb(c, 200, "application/json", &b);
 }
 
@@ -632,6 +671,7 @@ static enum MHD_Result refuse_unauthorized(struct MHD_Connection *c, const api_e
         return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    add_request_id(c, resp);
     enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_UNAUTHORIZED, resp);
     MHD_destroy_response(resp);
     return rc;
@@ -719,6 +759,11 @@ static enum MHD_Result on_request_any(router_ctx *ctx, int metrics_only, struct 
     for (int i = 0; i < (int)(sizeof routes / sizeof *routes); i++)
         if (!strcmp(url, routes[i].path) && (!hc->metrics_only || routes[i].on_metrics_port))
             known = i;
+    const char *model_id = NULL; /* GET /v1/models/{id} */
+    if (known < 0 && !hc->metrics_only && !strncmp(url, "/v1/models/", 11) && url[11]) {
+        known = 2;
+        model_id = url + 11;
+    }
     api_error e;
     if (known < 0) {
         api_error_set(&e, 404, "invalid_request_error", NULL, "unknown_url",
@@ -736,7 +781,7 @@ static enum MHD_Result on_request_any(router_ctx *ctx, int metrics_only, struct 
     case 1:
         return handle_generate(hc, c, API_CHAT);
     case 2:
-        return handle_models(hc, c);
+        return handle_models(hc, c, model_id);
     case 3:
         return handle_health(hc, c);
     case 4:

@@ -628,6 +628,32 @@ static void head(sbuf *b, const char *id, const char *object, long created, cons
     sb_json_str(b, model, strlen(model));
 }
 
+static void fingerprint_field(sbuf *b, const char *fp)
+{
+    if (!fp)
+        return;
+    sb_puts(b, ",\"system_fingerprint\":");
+    sb_json_str(b, fp, strlen(fp));
+}
+
+void api_system_fingerprint(char *out, size_t n, const char *model)
+{
+    snprintf(out, n, "tandem-%s-%s", API_FINGERPRINT_VERSION, model);
+}
+
+int api_request_id_ok(const char *v)
+{
+    if (!v)
+        return 0;
+    size_t n = strlen(v);
+    if (n == 0 || n > API_MAX_REQUEST_ID)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)v[i] < 0x20 || (unsigned char)v[i] > 0x7E)
+            return 0;
+    return 1;
+}
+
 static void usage(sbuf *b, int prompt_tokens, int completion_tokens)
 {
     sb_printf(b, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d}",
@@ -649,9 +675,10 @@ void api_sse_completion_chunk(sbuf *b, const char *id, long created, const char 
 {
     sb_puts(b, "data: ");
     head(b, id, "text_completion", created, model);
+    fingerprint_field(b, o->fingerprint);
     sb_puts(b, ",\"choices\":[");
     completion_choice(b, o);
-    sb_puts(b, "]}\n\n");
+    sb_puts(b, o->usage_null ? "],\"usage\":null}\n\n" : "]}\n\n");
 }
 
 static void tool_calls_field(sbuf *b, const api_output *o, int streaming)
@@ -678,6 +705,7 @@ void api_sse_chat_chunk(sbuf *b, const char *id, long created, const char *model
 {
     sb_puts(b, "data: ");
     head(b, id, "chat.completion.chunk", created, model);
+    fingerprint_field(b, o->fingerprint);
     sb_puts(b, ",\"choices\":[{\"index\":0,\"delta\":{");
     int n = 0;
     if (first_chunk) {
@@ -701,14 +729,16 @@ void api_sse_chat_chunk(sbuf *b, const char *id, long created, const char *model
     sb_puts(b, "},\"logprobs\":null");
     finish_field(b, o);
     token_ids_field(b, o);
-    sb_puts(b, "}]}\n\n");
+    sb_puts(b, o->usage_null ? "}],\"usage\":null}\n\n" : "}]}\n\n");
 }
 
 void api_sse_usage_chunk(sbuf *b, api_kind kind, const char *id, long created,
-                         const char *model, int prompt_tokens, int completion_tokens)
+                         const char *model, const char *fingerprint, int prompt_tokens,
+                         int completion_tokens)
 {
     sb_puts(b, "data: ");
     head(b, id, kind == API_CHAT ? "chat.completion.chunk" : "text_completion", created, model);
+    fingerprint_field(b, fingerprint);
     sb_puts(b, ",\"choices\":[],");
     usage(b, prompt_tokens, completion_tokens);
     sb_puts(b, "}\n\n");
@@ -730,6 +760,7 @@ void api_completion_body(sbuf *b, const char *id, long created, const char *mode
                          const api_output *o, int prompt_tokens, int completion_tokens)
 {
     head(b, id, "text_completion", created, model);
+    fingerprint_field(b, o->fingerprint);
     sb_puts(b, ",\"choices\":[");
     completion_choice(b, o);
     sb_puts(b, "],");
@@ -741,11 +772,13 @@ void api_chat_body(sbuf *b, const char *id, long created, const char *model,
                    const api_output *o, int prompt_tokens, int completion_tokens)
 {
     head(b, id, "chat.completion", created, model);
+    fingerprint_field(b, o->fingerprint);
     sb_puts(b, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
     if (!o->text_len && o->n_tool_calls)
         sb_puts(b, "null"); /* OpenAI: a message with only tool calls has null content */
     else
         sb_json_str(b, o->text ? o->text : "", o->text ? o->text_len : 0);
+    sb_puts(b, ",\"refusal\":null");
     if (o->reasoning_len) {
         sb_puts(b, ",\"reasoning_content\":");
         sb_json_str(b, o->reasoning, o->reasoning_len);
@@ -762,13 +795,20 @@ void api_chat_body(sbuf *b, const char *id, long created, const char *model,
     sb_puts(b, "}");
 }
 
+void api_model_body(sbuf *b, const char *model, long created)
+{
+    sb_puts(b, "{\"id\":");
+    sb_json_str(b, model, strlen(model));
+    sb_printf(b, ",\"object\":\"model\",\"created\":%ld,\"owned_by\":\"tandem\"}", created);
+}
+
 void api_models_body(sbuf *b, const char *const *models, int n_models, long created)
 {
     sb_puts(b, "{\"object\":\"list\",\"data\":[");
     for (int i = 0; i < n_models; i++) {
-        sb_puts(b, i ? ",{\"id\":" : "{\"id\":");
-        sb_json_str(b, models[i], strlen(models[i]));
-        sb_printf(b, ",\"object\":\"model\",\"created\":%ld,\"owned_by\":\"tandem\"}", created);
+        if (i)
+            sb_puts(b, ",");
+        api_model_body(b, models[i], created);
     }
     sb_puts(b, "]}");
 }

@@ -96,7 +96,19 @@ typedef struct api_output {
     int n_token_ids;
     int with_token_ids;
     const char *finish_reason;    /* "stop" | "length" | NULL (still running) */
+    const char *fingerprint;      /* "system_fingerprint" (NULL: left out) */
+    int usage_null;               /* chunks: add "usage":null (include_usage) */
 } api_output;
+
+/* The system_fingerprint of responses for model: "tandem-" API_FINGERPRINT_VERSION
+ * "-" and the model name (cut to fit n). */
+#define API_FINGERPRINT_VERSION "1"
+void api_system_fingerprint(char *out, size_t n, const char *model);
+
+/* x-request-id: whether the client's value is echoed (1..API_MAX_REQUEST_ID
+ * bytes of printable ASCII, 0x20..0x7E). */
+#define API_MAX_REQUEST_ID 128
+int api_request_id_ok(const char *v);
 
 /* One SSE event "data: {...}\n\n" appended to b, in the exact shape of an
  * OpenAI text_completion chunk / chat.completion.chunk. For chat,
@@ -107,7 +119,8 @@ void api_sse_chat_chunk(sbuf *b, const char *id, long created, const char *model
                         const api_output *o, int first_chunk);
 /* The final usage-only chunk (stream_options.include_usage). */
 void api_sse_usage_chunk(sbuf *b, api_kind kind, const char *id, long created,
-                         const char *model, int prompt_tokens, int completion_tokens);
+                         const char *model, const char *fingerprint, int prompt_tokens,
+                         int completion_tokens); /* fingerprint NULL: left out */
 /* An error in the middle of a stream: "data: {"error":{...}}\n\n". */
 void api_sse_error(sbuf *b, const api_error *e);
 void api_sse_done(sbuf *b);
@@ -119,5 +132,7 @@ void api_chat_body(sbuf *b, const char *id, long created, const char *model,
                    const api_output *o, int prompt_tokens, int completion_tokens);
 /* GET /v1/models */
 void api_models_body(sbuf *b, const char *const *models, int n_models, long created);
+/* GET /v1/models/{id}: one entry of the list. */
+void api_model_body(sbuf *b, const char *model, long created);
 
 #endif

@@ -84,7 +84,7 @@ static void write_responses(const api_request *r)
     } else {
         api_sse_completion_chunk(&b, "cmpl-1", 1, r->model, &o);
     }
-    api_sse_usage_chunk(&b, r->kind, "x", 1, r->model, 1, 2);
+    api_sse_usage_chunk(&b, r->kind, "x", 1, r->model, "tandem-1-x", 1, 2);
     api_sse_done(&b);
     check_sse(&b);
     sb_reset(&b);

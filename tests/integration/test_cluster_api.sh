@@ -2,8 +2,9 @@
 # The router's HTTP API against a real cluster: OpenAI-style 400s for bad
 # JSON, an unknown model, over-long prompts and invalid sampling parameters
 # (exact status and error fields); the SSE stream byte for byte (data:
-# lines, final [DONE]); non-streaming bodies; /v1/models, /healthz,
-# /metrics; 404/405 for unknown routes.
+# lines, final [DONE], system_fingerprint, "usage":null with include_usage);
+# non-streaming bodies; /v1/models, /v1/models/{id}, /healthz, /metrics;
+# 404/405 for unknown routes; x-request-id on every response.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/integration/cluster_lib.sh
@@ -60,8 +61,9 @@ check "metadata fields accepted, default max_tokens 16" $? "HTTP $code $got"
 verdict=$(python3 - "$CLUSTER_TMP/ok.json" "$fx" <<'EOF'
 import json, sys
 j = json.load(open(sys.argv[1]))
-assert list(j) == ["id", "object", "created", "model", "choices", "usage"], list(j)
+assert list(j) == ["id", "object", "created", "model", "system_fingerprint", "choices", "usage"], list(j)
 assert j["id"].startswith("cmpl-") and j["object"] == "text_completion" and j["model"] == sys.argv[2]
+assert j["system_fingerprint"] == "tandem-1-" + sys.argv[2], j["system_fingerprint"]
 assert isinstance(j["created"], int)
 c = j["choices"][0]
 assert list(c) == ["index", "text", "logprobs", "finish_reason", "token_ids"], list(c)
@@ -87,11 +89,12 @@ m = re.match(rb'data: \{"id":"(cmpl-[0-9a-f]{16})","object":"text_completion","c
 if not m:
     print("first event:", body[:120]); sys.exit()
 rid, created = m.group(1).decode(), m.group(2).decode()
-head = '{"id":"%s","object":"text_completion","created":%s,"model":"%s","choices":' % (rid, created, model)
+head = '{"id":"%s","object":"text_completion","created":%s,"model":"%s","system_fingerprint":"tandem-1-%s","choices":' % (rid, created, model, model)
 want = ""
+# include_usage: every chunk but the last carries "usage":null.
 for t in golden[:4]:
-    want += 'data: %s[{"index":0,"text":"","logprobs":null,"finish_reason":null,"token_ids":[%d]}]}\n\n' % (head, t)
-want += 'data: %s[{"index":0,"text":"","logprobs":null,"finish_reason":"length","token_ids":[]}]}\n\n' % head
+    want += 'data: %s[{"index":0,"text":"","logprobs":null,"finish_reason":null,"token_ids":[%d]}],"usage":null}\n\n' % (head, t)
+want += 'data: %s[{"index":0,"text":"","logprobs":null,"finish_reason":"length","token_ids":[]}],"usage":null}\n\n' % head
 want += 'data: %s[],"usage":{"prompt_tokens":40,"completion_tokens":4,"total_tokens":44}}\n\n' % head
 want += "data: [DONE]\n\n"
 print("ok" if body == want.encode() else "got:\n%s\nwant:\n%s" % (body.decode(errors="replace"), want))
@@ -101,6 +104,11 @@ EOF
 check "SSE stream is byte for byte OpenAI's shape, ending with data: [DONE]" $? "$verdict"
 grep -qi '^content-type: text/event-stream' "$CLUSTER_TMP/sse.headers"
 check "SSE content type is text/event-stream" $? "$(cat "$CLUSTER_TMP/sse.headers")"
+# rid_of HEADERS: the x-request-id header's value ("" if none).
+rid_of() { sed -n 's/^[xX]-[rR]equest-[iI][dD]: \(.*\)\r$/\1/p' "$1"; }
+got=$(rid_of "$CLUSTER_TMP/sse.headers")
+[[ "$got" =~ ^[0-9a-f]{32}$ ]]
+check "SSE response without x-request-id gets a generated one (32 hex digits)" $? "'$got'"
 
 code=$(curl -s -o "$CLUSTER_TMP/models.json" -w '%{http_code}' "$URL/v1/models")
 got=$(json_get "$CLUSTER_TMP/models.json" '(j["object"], [m["id"] for m in j["data"]], j["data"][0]["object"])' 2>&1)
@@ -134,4 +142,58 @@ check "unknown URL: 404 with an error body" $? "HTTP $code $(cat "$CLUSTER_TMP/4
 code=$(curl -s -o /dev/null -w '%{http_code}' "$URL/v1/completions")
 [ "$code" = 405 ]
 check "GET on a POST route: 405" $? "HTTP $code"
+
+# GET /v1/models/{id}: the list's entry, or a 404 model_not_found body.
+code=$(curl -s -o "$CLUSTER_TMP/model.json" -w '%{http_code}' "$URL/v1/models/$fx")
+got=$(json_get "$CLUSTER_TMP/model.json" '(list(j), j["id"], j["object"], j["owned_by"], type(j["created"]).__name__)' 2>&1)
+[ "$code" = 200 ] && [ "$got" = "(['id', 'object', 'created', 'owned_by'], '$fx', 'model', 'tandem', 'int')" ]
+check "GET /v1/models/$fx: the model object" $? "HTTP $code $got"
+code=$(curl -s -o "$CLUSTER_TMP/model404.json" -w '%{http_code}' "$URL/v1/models/no-such-model")
+got=$(cat "$CLUSTER_TMP/model404.json")
+[ "$code" = 404 ] && [ "$got" = '{"error":{"message":"The model '"'no-such-model'"' does not exist.","type":"invalid_request_error","param":null,"code":"model_not_found"}}' ]
+check "GET /v1/models/no-such-model: 404 model_not_found" $? "HTTP $code $got"
+
+# x-request-id on every API response: the client's when sane, else generated.
+hdr=$CLUSTER_TMP/rid.headers
+rid_req() { # rid_req HEADER_VALUE CURL_ARGS... -> prints "HTTP x-request-id"
+    local v=$1 code
+    shift
+    code=$(curl -s -D "$hdr" -o "$CLUSTER_TMP/rid.body" -w '%{http_code}' --max-time 60 \
+        -H "x-request-id: $v" "$@")
+    echo "$code $(rid_of "$hdr")"
+}
+got=$(rid_req 'my req-42' -H 'Content-Type: application/json' \
+    -d "{\"model\":\"$fx\",\"prompt\":[1,2,3],\"max_tokens\":2}" "$URL$C")
+[ "$got" = "200 my req-42" ]
+check "x-request-id echoed on a completion" $? "$got"
+got=$(rid_req 'sse-1' -N -H 'Content-Type: application/json' \
+    -d "{\"model\":\"$fx\",\"prompt\":[1,2,3],\"max_tokens\":2,\"stream\":true}" "$URL$C")
+[ "$got" = "200 sse-1" ]
+check "x-request-id echoed on a stream" $? "$got"
+got=$(rid_req 'm-1' "$URL/v1/models")
+[ "$got" = "200 m-1" ]
+check "x-request-id echoed on GET /v1/models" $? "$got"
+got=$(rid_req 'm-2' "$URL/v1/models/no-such-model")
+[ "$got" = "404 m-2" ]
+check "x-request-id echoed on a 404" $? "$got"
+got=$(rid_req 'e-1' -H 'Content-Type: application/json' -d '{"model":' "$URL$C")
+[ "$got" = "400 e-1" ]
+check "x-request-id echoed on a 400" $? "$got"
+got=$(rid_req 'e-2' "$URL/v1/chat/completions")
+[ "$got" = "405 e-2" ]
+check "x-request-id echoed on a 405" $? "$got"
+long=$(printf 'a%.0s' $(seq 128))
+got=$(rid_req "$long" "$URL/v1/models")
+[ "$got" = "200 $long" ]
+check "x-request-id of 128 bytes echoed" $? "$got"
+got=$(rid_req "${long}b" "$URL/v1/models")
+[[ "$got" =~ ^200\ [0-9a-f]{32}$ ]]
+check "x-request-id of 129 bytes replaced by a generated one" $? "$got"
+got=$(rid_req $'caf\xc3\xa9' "$URL/v1/models")
+[[ "$got" =~ ^200\ [0-9a-f]{32}$ ]]
+check "non-ASCII x-request-id replaced by a generated one" $? "$got"
+a=$(curl -s -D - -o /dev/null "$URL/v1/models" | sed -n 's/^[xX]-[rR]equest-[iI][dD]: \(.*\)\r$/\1/p')
+b=$(curl -s -D - -o /dev/null "$URL/v1/models" | sed -n 's/^[xX]-[rR]equest-[iI][dD]: \(.*\)\r$/\1/p')
+[[ "$a" =~ ^[0-9a-f]{32}$ ]] && [[ "$b" =~ ^[0-9a-f]{32}$ ]] && [ "$a" != "$b" ]
+check "without x-request-id each response gets its own" $? "'$a' '$b'"
 cluster_finish

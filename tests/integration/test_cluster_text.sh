@@ -96,6 +96,8 @@ j = json.load(open(sys.argv[1]))
 assert j["object"] == "chat.completion" and j["id"].startswith("chatcmpl-"), j
 c = j["choices"][0]
 assert c["message"]["role"] == "assistant"
+assert list(c["message"]) == ["role", "content", "refusal"] and c["message"]["refusal"] is None, c
+assert j["system_fingerprint"] == "tandem-1-" + j["model"], j
 assert ",".join(map(str, c["token_ids"])) == sys.argv[2], (c["token_ids"], sys.argv[2])
 assert c["message"]["content"] == text_of(sys.argv[2])
 assert c["finish_reason"] == "length"
@@ -119,7 +121,28 @@ assert d[0]["delta"] == {"role": "assistant", "content": ""}, d[0]
 assert d[-1]["delta"] == {} and d[-1]["finish_reason"] == "length", d[-1]
 assert len(d) == 1 + 20 + 1, len(d)
 assert "".join(x["delta"].get("content", "") for x in d) == text_of(sys.argv[2])
+assert all(c["system_fingerprint"] == "tandem-1-" + sys.argv[3] for c in chunks)
+assert all("usage" not in c for c in chunks)
 EOF
 check "streamed chat completion: role chunk, one delta per token, finish chunk, [DONE]" $? \
     "$(head -c 800 "$CLUSTER_TMP/chat.sse")"
+
+curl -s -N --max-time 60 -H 'Content-Type: application/json' -o "$CLUSTER_TMP/chatu.sse" \
+    -d "{\"model\":\"$fx\",\"messages\":$msgs,\"max_tokens\":3,\"temperature\":0,\"ignore_eos\":true,\"stream\":true,\"stream_options\":{\"include_usage\":true}}" \
+    "$URL/v1/chat/completions"
+python3 - "$CLUSTER_TMP/chatu.sse" "$fx" <<'EOF'
+import json, sys
+ev = open(sys.argv[1], encoding="utf-8").read().split("\n\n")
+assert ev[-2:] == ["data: [DONE]", ""], ev[-3:]
+chunks = [json.loads(e[6:]) for e in ev[:-2]]
+assert len(chunks) == 1 + 3 + 1 + 1, len(chunks)
+assert all(c["system_fingerprint"] == "tandem-1-" + sys.argv[2] for c in chunks)
+assert all(list(c) == ["id", "object", "created", "model", "system_fingerprint", "choices", "usage"]
+           and c["usage"] is None for c in chunks[:-1]), chunks[:-1]
+u = chunks[-1]
+assert u["choices"] == [] and u["usage"]["completion_tokens"] == 3, u
+assert u["usage"]["total_tokens"] == u["usage"]["prompt_tokens"] + 3, u
+EOF
+check "streamed chat with include_usage: usage null on every chunk, the usage object last" $? \
+    "$(head -c 800 "$CLUSTER_TMP/chatu.sse")"
 cluster_finish

@@ -249,7 +249,7 @@ static void sse_chunks_have_openai_shape(void **state)
                              "\"created\":5,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},"
                              "\"logprobs\":null,\"finish_reason\":\"stop\"}]}\n\n");
     sb_reset(&b);
-    api_sse_usage_chunk(&b, API_COMPLETIONS, "cmpl-1", 5, "tiny", 3, 4);
+    api_sse_usage_chunk(&b, API_COMPLETIONS, "cmpl-1", 5, "tiny", NULL, 3, 4);
     api_sse_done(&b);
     assert_string_equal(b.p, "data: {\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":5,"
                              "\"model\":\"tiny\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,"
@@ -266,7 +266,7 @@ static void final_bodies_have_openai_shape(void **state)
     api_chat_body(&b, "chatcmpl-9", 7, "m", &o, 5, 2);
     assert_string_equal(b.p, "{\"id\":\"chatcmpl-9\",\"object\":\"chat.completion\",\"created\":7,"
                              "\"model\":\"m\",\"choices\":[{\"index\":0,\"message\":{\"role\":"
-                             "\"assistant\",\"content\":\"ok\"},\"logprobs\":null,\"finish_reason\":"
+                             "\"assistant\",\"content\":\"ok\",\"refusal\":null},\"logprobs\":null,\"finish_reason\":"
                              "\"length\"}],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2,"
                              "\"total_tokens\":7}}");
     sb_reset(&b);
@@ -275,7 +275,83 @@ static void final_bodies_have_openai_shape(void **state)
     assert_string_equal(b.p, "{\"object\":\"list\",\"data\":[{\"id\":\"a\",\"object\":\"model\","
                              "\"created\":3,\"owned_by\":\"tandem\"},{\"id\":\"b\",\"object\":"
                              "\"model\",\"created\":3,\"owned_by\":\"tandem\"}]}");
+    sb_reset(&b);
+    api_model_body(&b, "a", 3);
+    assert_string_equal(b.p, "{\"id\":\"a\",\"object\":\"model\",\"created\":3,\"owned_by\":"
+                             "\"tandem\"}");
+    sb_reset(&b);
+    o.fingerprint = "tandem-1-m";
+    api_completion_body(&b, "cmpl-9", 7, "m", &o, 5, 2);
+    assert_string_equal(b.p, "{\"id\":\"cmpl-9\",\"object\":\"text_completion\",\"created\":7,"
+                             "\"model\":\"m\",\"system_fingerprint\":\"tandem-1-m\",\"choices\":"
+                             "[{\"index\":0,\"text\":\"ok\",\"logprobs\":null,\"finish_reason\":"
+                             "\"length\"}],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2,"
+                             "\"total_tokens\":7}}");
+    sb_reset(&b);
+    api_chat_body(&b, "chatcmpl-9", 7, "m", &o, 5, 2);
+    assert_string_equal(b.p, "{\"id\":\"chatcmpl-9\",\"object\":\"chat.completion\",\"created\":7,"
+                             "\"model\":\"m\",\"system_fingerprint\":\"tandem-1-m\",\"choices\":"
+                             "[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"ok\","
+                             "\"refusal\":null},\"logprobs\":null,\"finish_reason\":\"length\"}],"
+                             "\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2,"
+                             "\"total_tokens\":7}}");
     sb_free(&b);
+}
+
+static void fingerprint_and_usage_null_in_chunks(void **state)
+{
+    (void)state;
+    char fp[API_MAX_MODEL + 16];
+    api_system_fingerprint(fp, sizeof fp, "gpt_oss_tiny");
+    assert_string_equal(fp, "tandem-1-gpt_oss_tiny");
+    sbuf b;
+    sb_init(&b);
+    api_output o = {.text = "x", .text_len = 1, .fingerprint = fp, .usage_null = 1};
+    api_sse_completion_chunk(&b, "cmpl-1", 5, "m", &o);
+    assert_string_equal(b.p, "data: {\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":5,"
+                             "\"model\":\"m\",\"system_fingerprint\":\"tandem-1-gpt_oss_tiny\","
+                             "\"choices\":[{\"index\":0,\"text\":\"x\",\"logprobs\":null,"
+                             "\"finish_reason\":null}],\"usage\":null}\n\n");
+    sb_reset(&b);
+    api_sse_chat_chunk(&b, "chatcmpl-1", 5, "m", &o, 1);
+    assert_string_equal(b.p, "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\","
+                             "\"created\":5,\"model\":\"m\",\"system_fingerprint\":"
+                             "\"tandem-1-gpt_oss_tiny\",\"choices\":[{\"index\":0,\"delta\":"
+                             "{\"role\":\"assistant\",\"content\":\"x\"},\"logprobs\":null,"
+                             "\"finish_reason\":null}],\"usage\":null}\n\n");
+    sb_reset(&b);
+    o.usage_null = 0; /* without include_usage: no "usage" in chunks */
+    o.finish_reason = "stop";
+    api_sse_chat_chunk(&b, "chatcmpl-1", 5, "m", &o, 0);
+    assert_string_equal(b.p, "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\","
+                             "\"created\":5,\"model\":\"m\",\"system_fingerprint\":"
+                             "\"tandem-1-gpt_oss_tiny\",\"choices\":[{\"index\":0,\"delta\":"
+                             "{\"content\":\"x\"},\"logprobs\":null,\"finish_reason\":\"stop\"}]}\n\n");
+    sb_reset(&b);
+    api_sse_usage_chunk(&b, API_CHAT, "chatcmpl-1", 5, "m", fp, 3, 4);
+    assert_string_equal(b.p, "data: {\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\","
+                             "\"created\":5,\"model\":\"m\",\"system_fingerprint\":"
+                             "\"tandem-1-gpt_oss_tiny\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,"
+                             "\"completion_tokens\":4,\"total_tokens\":7}}\n\n");
+    sb_free(&b);
+}
+
+static void request_id_sanity(void **state)
+{
+    (void)state;
+    char max[API_MAX_REQUEST_ID + 2];
+    memset(max, 'a', sizeof max);
+    max[API_MAX_REQUEST_ID] = 0;
+    assert_int_equal(api_request_id_ok(max), 1);
+    max[API_MAX_REQUEST_ID] = 'a';
+    max[API_MAX_REQUEST_ID + 1] = 0;
+    assert_int_equal(api_request_id_ok(max), 0);
+    assert_int_equal(api_request_id_ok("req-1 ~!"), 1);
+    assert_int_equal(api_request_id_ok(""), 0);
+    assert_int_equal(api_request_id_ok(NULL), 0);
+    assert_int_equal(api_request_id_ok("a\tb"), 0);
+    assert_int_equal(api_request_id_ok("a\x7f"), 0);
+    assert_int_equal(api_request_id_ok("caf\xC3\xA9"), 0);
 }
 
 static void utf8_streaming_helpers(void **state)
@@ -311,6 +387,8 @@ int main(void)
         cmocka_unit_test(error_body_has_openai_shape),
         cmocka_unit_test(sse_chunks_have_openai_shape),
         cmocka_unit_test(final_bodies_have_openai_shape),
+        cmocka_unit_test(fingerprint_and_usage_null_in_chunks),
+        cmocka_unit_test(request_id_sanity),
         cmocka_unit_test(utf8_streaming_helpers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -202,7 +202,7 @@ static void chat_shapes_with_reasoning_and_tool_calls(void **state)
     api_chat_body(&b, "chatcmpl-1", 5, "m", &body, 10, 7);
     assert_string_equal(b.p, "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion\",\"created\":5,"
                              "\"model\":\"m\",\"choices\":[{\"index\":0,\"message\":{\"role\":"
-                             "\"assistant\",\"content\":null,\"reasoning_content\":\"r\",\"tool_calls\":"
+                             "\"assistant\",\"content\":null,\"refusal\":null,\"reasoning_content\":\"r\",\"tool_calls\":"
                              "[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":"
                              "\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"X\\\"}\"}}]},"
                              "\"logprobs\":null,\"finish_reason\":\"tool_calls\"}],\"usage\":"
