@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include "router/api_key.h"
@@ -665,6 +666,66 @@ static enum MHD_Result handle_dashboard(http_conn *hc, struct MHD_Connection *c,
     return respond_sb(c, 200, "application/json", &b);
 }
 
+/* Request smuggling: a front proxy and this server must agree on where a
+ * request ends. Two Content-Length headers that differ, or Content-Length
+ * together with Transfer-Encoding, make that ambiguous (RFC 9112 6.3), and
+ * libmicrohttpd 0.9.75 takes the first length or the chunked coding without
+ * a word; such a request is refused before its body is read. */
+typedef struct framing {
+    const char *length; /* the first Content-Length value */
+    int lengths_differ;
+    int transfer_encoding;
+} framing;
+
+static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                      const char *value)
+{
+    (void)kind;
+    framing *f = cls;
+    if (!key || !value)
+        return MHD_YES;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+        if (!f->length)
+            f->length = value;
+        else if (strcmp(f->length, value))
+            f->lengths_differ = 1;
+    } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+        f->transfer_encoding = 1;
+    }
+    return MHD_YES;
+}
+
+static const char *ambiguous_framing(struct MHD_Connection *c)
+{
+    framing f = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, framing_header, &f);
+    if (f.lengths_differ)
+        return "The request has two different Content-Length headers.";
+    if (f.length && f.transfer_encoding)
+        return "The request has both Content-Length and Transfer-Encoding headers.";
+    return NULL;
+}
+
+static enum MHD_Result refuse_framing(struct MHD_Connection *c, const char *why)
+{
+    api_error e;
+    api_error_set(&e, 400, "invalid_request_error", NULL, "invalid_request", "%s", why);
+    char *json = api_error_json(&e);
+    if (!json)
+        return MHD_NO;
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(strlen(json), json, MHD_RESPMEM_MUST_COPY);
+    free(json);
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    /* The body was not read: the connection cannot carry another request. */
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_BAD_REQUEST, resp);
+    MHD_destroy_response(resp);
+    return rc;
+}
+
 static enum MHD_Result on_request_any(router_ctx *ctx, int metrics_only, struct MHD_Connection *c,
                                       const char *url, const char *method,
                                       const char *upload_data, size_t *upload_data_size,
@@ -683,7 +744,8 @@ static enum MHD_Result on_request_any(router_ctx *ctx, int metrics_only, struct 
             MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         hc->fd = ci ? ci->connect_fd : -1;
         *con_cls = hc;
-        return MHD_YES;
+        const char *why = ambiguous_framing(c);
+        return why ? refuse_framing(c, why) : MHD_YES;
     }
     if (*upload_data_size) {
         /* An unauthenticated client's body is not even buffered. */
