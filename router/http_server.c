@@ -695,21 +695,34 @@ static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind, const 
     return MHD_YES;
 }
 
-static const char *ambiguous_framing(struct MHD_Connection *c)
+/* Refuses a request as soon as its headers are in: the 400 above, or a 413
+ * for a declared Content-Length over --max-body-bytes (answered at once
+ * instead of after reading, or waiting for, a body that would be dropped).
+ * The body was not read, so the connection cannot carry another request. */
+static enum MHD_Result refuse_early(http_conn *hc, struct MHD_Connection *c, const char *url)
 {
     framing f = {0};
     MHD_get_connection_values(c, MHD_HEADER_KIND, framing_header, &f);
-    if (f.lengths_differ)
-        return "The request has two different Content-Length headers.";
-    if (f.length && f.transfer_encoding)
-        return "The request has both Content-Length and Transfer-Encoding headers.";
-    return NULL;
-}
-
-static enum MHD_Result refuse_framing(struct MHD_Connection *c, const char *why)
-{
     api_error e;
-    api_error_set(&e, 400, "invalid_request_error", NULL, "invalid_request", "%s", why);
+    unsigned long long declared = 0;
+    if (f.lengths_differ)
+        api_error_set(&e, 400, "invalid_request_error", NULL, "invalid_request",
+                      "The request has two different Content-Length headers.");
+    else if (f.length && f.transfer_encoding)
+        api_error_set(&e, 400, "invalid_request_error", NULL, "invalid_request",
+                      "The request has both Content-Length and Transfer-Encoding headers.");
+    else if (f.length && sscanf(f.length, "%llu", &declared) == 1 &&
+             declared > (unsigned long long)hc->ctx->cfg.max_body_bytes)
+        api_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
+                      "The request body exceeds %d bytes.", hc->ctx->cfg.max_body_bytes);
+    else
+        return MHD_YES;
+    if (!strcmp(url, "/v1/completions") || !strcmp(url, "/v1/chat/completions")) {
+        pthread_mutex_lock(&hc->ctx->lock);
+        metrics_request_done(&hc->ctx->metrics, API_OPENAI,
+                             metrics_outcome_for_status(e.http_status));
+        pthread_mutex_unlock(&hc->ctx->lock);
+    }
     char *json = api_error_json(&e);
     if (!json)
         return MHD_NO;
@@ -719,9 +732,8 @@ static enum MHD_Result refuse_framing(struct MHD_Connection *c, const char *why)
     if (!resp)
         return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    /* The body was not read: the connection cannot carry another request. */
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-    enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_BAD_REQUEST, resp);
+    enum MHD_Result rc = MHD_queue_response(c, (unsigned)e.http_status, resp);
     MHD_destroy_response(resp);
     return rc;
 }
@@ -744,8 +756,7 @@ static enum MHD_Result on_request_any(router_ctx *ctx, int metrics_only, struct 
             MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         hc->fd = ci ? ci->connect_fd : -1;
         *con_cls = hc;
-        const char *why = ambiguous_framing(c);
-        return why ? refuse_framing(c, why) : MHD_YES;
+        return refuse_early(hc, c, url);
     }
     if (*upload_data_size) {
         /* An unauthenticated client's body is not even buffered. */

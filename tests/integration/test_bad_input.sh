@@ -81,30 +81,38 @@ print("%.1f" % (time.time() - t))
 sys.stdout.write(out.decode("latin1"))
 EOF
 }
-# expect_framing NAME REQUEST MESSAGE: a 400 with exactly this OpenAI error
-# body and Connection: close, the connection closed in under a second.
-expect_framing() {
+# expect_early NAME REQUEST STATUS_LINE CODE MESSAGE: that status with exactly
+# this OpenAI error body and Connection: close, the connection closed in
+# under a second (the body is not waited for).
+expect_early() {
     raw "$2" >"$CLUSTER_TMP/raw.out"
-    python3 - "$CLUSTER_TMP/raw.out" "$3" <<'EOF'
+    python3 - "$CLUSTER_TMP/raw.out" "$3" "$4" "$5" <<'EOF'
 import json, sys
 secs, resp = open(sys.argv[1], encoding="latin1", newline="").read().split("\n", 1)
 head, _, body = resp.partition("\r\n\r\n")
 hl = head.split("\r\n")
-want = {"error": {"message": sys.argv[2], "type": "invalid_request_error", "param": None,
-                  "code": "invalid_request"}}
-ok = (float(secs) < 1 and hl[0] == "HTTP/1.1 400 Bad Request" and "Connection: close" in hl
+want = {"error": {"message": sys.argv[4], "type": "invalid_request_error", "param": None,
+                  "code": sys.argv[3]}}
+ok = (float(secs) < 1 and hl[0] == sys.argv[2] and "Connection: close" in hl
       and "Content-Type: application/json" in hl and json.loads(body) == want)
 sys.exit(0 if ok else 1)
 EOF
-    check "$1: 400 at once" $? "$(cat "$CLUSTER_TMP/raw.out")"
+    check "$1: ${3#HTTP/1.1 } at once" $? "$(cat "$CLUSTER_TMP/raw.out")"
 }
 body="{$ok_prompt,\"max_tokens\":1}"
-expect_framing "two different Content-Length headers" \
+expect_early "two different Content-Length headers" \
     "POST $C HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${#body}\r\nContent-Length: 2\r\n\r\n$body" \
-    "The request has two different Content-Length headers."
-expect_framing "Content-Length and Transfer-Encoding: chunked" \
+    "HTTP/1.1 400 Bad Request" invalid_request "The request has two different Content-Length headers."
+expect_early "Content-Length and Transfer-Encoding: chunked" \
     "POST $C HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n" \
-    "The request has both Content-Length and Transfer-Encoding headers."
+    "HTTP/1.1 400 Bad Request" invalid_request "The request has both Content-Length and Transfer-Encoding headers."
+# A declared length over --max-body-bytes: 413 before any body is sent.
+expect_early "declared Content-Length 2^64-1" \
+    "POST $C HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 18446744073709551615\r\n\r\n{" \
+    "HTTP/1.1 413 Content Too Large" request_too_large "The request body exceeds 4096 bytes."
+expect_early "declared Content-Length one over the limit" \
+    "POST $CH HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 4097\r\n\r\n" \
+    "HTTP/1.1 413 Content Too Large" request_too_large "The request body exceeds 4096 bytes."
 # The same Content-Length twice is not ambiguous (RFC 9112 6.3): served.
 raw "POST $C HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: ${#body}\r\nContent-Length: ${#body}\r\n\r\n$body" \
     >"$CLUSTER_TMP/raw.out"
