@@ -653,15 +653,21 @@ int api_parse_request(api_kind kind, const char *body, size_t len, api_request *
     }
     if (nuls > 0) {
         cJSON *alt = cJSON_ParseWithLength(copy, len);
-        const char *f = alt ? nul_field(root->child, alt->child, NULL) : NULL;
-        cJSON_Delete(alt);
         free(copy);
+        if (!alt) { /* the copy is as valid as the body: out of memory */
+            cJSON_Delete(root);
+            api_error_set(e, 400, INVALID, NULL, NULL, "out of memory");
+            return -1;
+        }
+        const char *f = nul_field(root->child, alt->child, NULL);
         if (f) {
             api_error_set(e, 400, INVALID, f, "invalid_value",
                           "Invalid '%s': strings containing NUL (\\u0000) are not supported.", f);
+            cJSON_Delete(alt);
             cJSON_Delete(root);
             return -1;
         }
+        cJSON_Delete(alt);
     }
     int rc = parse_fields(root, kind, out, e);
     cJSON_Delete(root);
