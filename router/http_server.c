@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include "router/api_key.h"
@@ -705,6 +706,78 @@ static enum MHD_Result handle_dashboard(http_conn *hc, struct MHD_Connection *c,
     return respond_sb(c, 200, "application/json", &b);
 }
 
+/* Request smuggling: a front proxy and this server must agree on where a
+ * request ends. Two Content-Length headers that differ, or Content-Length
+ * together with Transfer-Encoding, make that ambiguous (RFC 9112 6.3), and
+ * libmicrohttpd 0.9.75 takes the first length or the chunked coding without
+ * a word; such a request is refused before its body is read. */
+typedef struct framing {
+    const char *length; /* the first Content-Length value */
+    int lengths_differ;
+    int transfer_encoding;
+} framing;
+
+static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                      const char *value)
+{
+    (void)kind;
+    framing *f = cls;
+    if (!key || !value)
+        return MHD_YES;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+        if (!f->length)
+            f->length = value;
+        else if (strcmp(f->length, value))
+            f->lengths_differ = 1;
+    } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+        f->transfer_encoding = 1;
+    }
+    return MHD_YES;
+}
+
+/* Refuses a request as soon as its headers are in: the 400 above, or a 413
+ * for a declared Content-Length over --max-body-bytes (answered at once
+ * instead of after reading, or waiting for, a body that would be dropped).
+ * The body was not read, so the connection cannot carry another request. */
+static enum MHD_Result refuse_early(http_conn *hc, struct MHD_Connection *c, const char *url)
+{
+    framing f = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, framing_header, &f);
+    api_error e;
+    unsigned long long declared = 0;
+    if (f.lengths_differ)
+        api_error_set(&e, 400, "invalid_request_error", NULL, "invalid_request",
+                      "The request has two different Content-Length headers.");
+    else if (f.length && f.transfer_encoding)
+        api_error_set(&e, 400, "invalid_request_error", NULL, "invalid_request",
+                      "The request has both Content-Length and Transfer-Encoding headers.");
+    else if (f.length && sscanf(f.length, "%llu", &declared) == 1 &&
+             declared > (unsigned long long)hc->ctx->cfg.max_body_bytes)
+        api_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
+                      "The request body exceeds %d bytes.", hc->ctx->cfg.max_body_bytes);
+    else
+        return MHD_YES;
+    if (!strcmp(url, "/v1/completions") || !strcmp(url, "/v1/chat/completions")) {
+        pthread_mutex_lock(&hc->ctx->lock);
+        metrics_request_done(&hc->ctx->metrics, API_OPENAI,
+                             metrics_outcome_for_status(e.http_status));
+        pthread_mutex_unlock(&hc->ctx->lock);
+    }
+    char *json = api_error_json(&e);
+    if (!json)
+        return MHD_NO;
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(strlen(json), json, MHD_RESPMEM_MUST_COPY);
+    free(json);
+    if (!resp)
+        return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    enum MHD_Result rc = MHD_queue_response(c, (unsigned)e.http_status, resp);
+    MHD_destroy_response(resp);
+    return rc;
+}
+
 static enum MHD_Result on_request_any(router_ctx *ctx, int metrics_only, struct MHD_Connection *c,
                                       const char *url, const char *method,
                                       const char *upload_data, size_t *upload_data_size,
@@ -723,7 +796,7 @@ static enum MHD_Result on_request_any(router_ctx *ctx, int metrics_only, struct 
             MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         hc->fd = ci ? ci->connect_fd : -1;
         *con_cls = hc;
-        return MHD_YES;
+        return refuse_early(hc, c, url);
     }
     if (*upload_data_size) {
         /* An unauthenticated client's body is not even buffered. */

@@ -568,6 +568,57 @@ static int parse_fields(const cJSON *root, api_kind kind, api_request *r, api_er
     return reject_unsupported(root, kind, e);
 }
 
+/* cJSON decodes the escape \u0000 into a NUL byte and its strings end
+ * there, so "gpt_oss_tiny\u0000junk" would read as "gpt_oss_tiny" and a
+ * prompt would lose its tail without a word. Such strings are refused,
+ * naming the top-level field: nul_escapes() finds the escapes in the raw
+ * body (inside strings only) and writes a copy with each one turned into
+ * \u0001; the copy's strings then differ from the original's exactly
+ * where a NUL cut one short. */
+static int nul_escapes(const char *s, size_t len, char **copy)
+{
+    int n = 0, in_str = 0;
+    *copy = NULL;
+    for (size_t i = 0; i < len; i++) {
+        if (!in_str) {
+            in_str = s[i] == '"';
+            continue;
+        }
+        if (s[i] == '"') {
+            in_str = 0;
+        } else if (s[i] == '\\' && i + 1 < len) {
+            if (i + 5 < len && !memcmp(s + i + 1, "u0000", 5)) {
+                if (!*copy && !(*copy = malloc(len ? len : 1)))
+                    return -1;
+                if (!n)
+                    memcpy(*copy, s, len);
+                (*copy)[i + 5] = '1';
+                n++;
+            }
+            i++; /* the escaped character */
+        }
+    }
+    return n;
+}
+
+/* The top-level field of `a` holding a string (or key) cut short by a NUL,
+ * comparing with `b`, the same document parsed from the copy. */
+static const char *nul_field(const cJSON *a, const cJSON *b, const char *top)
+{
+    for (; a && b; a = a->next, b = b->next) {
+        const char *name = top ? top : a->string;
+        if ((a->string || b->string) &&
+            (!a->string || !b->string || strcmp(a->string, b->string)))
+            return a->string ? a->string : "";
+        if (cJSON_IsString(a) && cJSON_IsString(b) && strcmp(a->valuestring, b->valuestring))
+            return name ? name : "";
+        const char *f = nul_field(a->child, b->child, name);
+        if (f)
+            return f;
+    }
+    return NULL;
+}
+
 int api_parse_request(api_kind kind, const char *body, size_t len, api_request *out,
                       api_error *e)
 {
@@ -592,6 +643,31 @@ int api_parse_request(api_kind kind, const char *body, size_t len, api_request *
                       "We could not parse the JSON body of your request. The OpenAI API expects "
                       "a JSON payload, but what was sent was not valid JSON.");
         return -1;
+    }
+    char *copy = NULL;
+    int nuls = nul_escapes(body, len, &copy);
+    if (nuls < 0) {
+        cJSON_Delete(root);
+        api_error_set(e, 400, INVALID, NULL, NULL, "out of memory");
+        return -1;
+    }
+    if (nuls > 0) {
+        cJSON *alt = cJSON_ParseWithLength(copy, len);
+        free(copy);
+        if (!alt) { /* the copy is as valid as the body: out of memory */
+            cJSON_Delete(root);
+            api_error_set(e, 400, INVALID, NULL, NULL, "out of memory");
+            return -1;
+        }
+        const char *f = nul_field(root->child, alt->child, NULL);
+        if (f) {
+            api_error_set(e, 400, INVALID, f, "invalid_value",
+                          "Invalid '%s': strings containing NUL (\\u0000) are not supported.", f);
+            cJSON_Delete(alt);
+            cJSON_Delete(root);
+            return -1;
+        }
+        cJSON_Delete(alt);
     }
     int rc = parse_fields(root, kind, out, e);
     cJSON_Delete(root);

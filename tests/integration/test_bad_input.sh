@@ -41,6 +41,84 @@ expect_error "NaN literal" $C "{$ok_prompt,\"temperature\":NaN}" 400 null null
 expect_error "Infinity literal" $C "{$ok_prompt,\"top_p\":Infinity}" 400 null null
 expect_error "truncated body" $C "{$ok_prompt,\"max_tokens\":" 400 null null
 
+# ---- strings with an embedded NUL: cJSON would cut them at the NUL, so they
+# are refused naming the field rather than served truncated
+nul_msg='strings containing NUL (\u0000) are not supported.'
+expect_error "model name with an embedded NUL" $C "{\"model\":\"$fx\\u0000junk\",\"prompt\":[1,2,3]}" \
+    400 model invalid_value "Invalid 'model': $nul_msg"
+expect_error "prompt string with an embedded NUL" $C "{\"model\":\"$fx\",\"prompt\":\"ab\\u0000cd\"}" \
+    400 prompt invalid_value "Invalid 'prompt': $nul_msg"
+expect_error "prompt string ending in NUL" $C "{\"model\":\"$fx\",\"prompt\":[\"ab\\u0000\"]}" \
+    400 prompt invalid_value "Invalid 'prompt': $nul_msg"
+expect_error "chat content with an embedded NUL" $CH \
+    "{\"model\":\"$fx\",\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000b\"}]}" \
+    400 messages invalid_value "Invalid 'messages': $nul_msg"
+# An escaped backslash followed by u0000 is plain text, not a NUL.
+expect_error "escaped backslash before u0000 is not a NUL" $C \
+    "{\"model\":\"$fx\",\"prompt\":[1,2,3],\"x\\\\u0000\":1}" 400 'x\u0000' unknown_parameter
+
+# ---- request smuggling: ambiguous framing is refused before the body is read
+# raw REQUEST: sends REQUEST (Python escapes such as \r\n) over a socket,
+# prints the seconds until the server closed the connection, then the response.
+raw() {
+    python3 - "$HTTP" "$1" <<'EOF'
+import socket, sys, time
+port, req = int(sys.argv[1]), sys.argv[2].encode().decode("unicode_escape").encode("latin1")
+s = socket.create_connection(("127.0.0.1", port))
+s.settimeout(5)
+t = time.time()
+s.sendall(req)
+out = b""
+try:
+    while True:
+        d = s.recv(65536)
+        if not d:
+            break
+        out += d
+except socket.timeout:
+    out += b"<no close within 5 s>"
+print("%.1f" % (time.time() - t))
+sys.stdout.write(out.decode("latin1"))
+EOF
+}
+# expect_early NAME REQUEST STATUS_LINE CODE MESSAGE: that status with exactly
+# this OpenAI error body and Connection: close, the connection closed in
+# under a second (the body is not waited for).
+expect_early() {
+    raw "$2" >"$CLUSTER_TMP/raw.out"
+    python3 - "$CLUSTER_TMP/raw.out" "$3" "$4" "$5" <<'EOF'
+import json, sys
+secs, resp = open(sys.argv[1], encoding="latin1", newline="").read().split("\n", 1)
+head, _, body = resp.partition("\r\n\r\n")
+hl = head.split("\r\n")
+want = {"error": {"message": sys.argv[4], "type": "invalid_request_error", "param": None,
+                  "code": sys.argv[3]}}
+ok = (float(secs) < 1 and hl[0] == sys.argv[2] and "Connection: close" in hl
+      and "Content-Type: application/json" in hl and json.loads(body) == want)
+sys.exit(0 if ok else 1)
+EOF
+    check "$1: ${3#HTTP/1.1 } at once" $? "$(cat "$CLUSTER_TMP/raw.out")"
+}
+body="{$ok_prompt,\"max_tokens\":1}"
+expect_early "two different Content-Length headers" \
+    "POST $C HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${#body}\r\nContent-Length: 2\r\n\r\n$body" \
+    "HTTP/1.1 400 Bad Request" invalid_request "The request has two different Content-Length headers."
+expect_early "Content-Length and Transfer-Encoding: chunked" \
+    "POST $C HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n" \
+    "HTTP/1.1 400 Bad Request" invalid_request "The request has both Content-Length and Transfer-Encoding headers."
+# A declared length over --max-body-bytes: 413 before any body is sent.
+expect_early "declared Content-Length 2^64-1" \
+    "POST $C HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 18446744073709551615\r\n\r\n{" \
+    "HTTP/1.1 413 Content Too Large" request_too_large "The request body exceeds 4096 bytes."
+expect_early "declared Content-Length one over the limit" \
+    "POST $CH HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 4097\r\n\r\n" \
+    "HTTP/1.1 413 Content Too Large" request_too_large "The request body exceeds 4096 bytes."
+# The same Content-Length twice is not ambiguous (RFC 9112 6.3): served.
+raw "POST $C HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: ${#body}\r\nContent-Length: ${#body}\r\n\r\n$body" \
+    >"$CLUSTER_TMP/raw.out"
+sed -n 2p "$CLUSTER_TMP/raw.out" | grep -q '^HTTP/1.1 200 OK' && grep -q '"completion_tokens":1' "$CLUSTER_TMP/raw.out"
+check "the same Content-Length twice: served" $? "$(cat "$CLUSTER_TMP/raw.out")"
+
 # ---- numbers out of range
 expect_error "huge max_tokens" $C "{$ok_prompt,\"max_tokens\":1000000000000}" 400 max_tokens \
     context_length_exceeded

@@ -146,6 +146,34 @@ static void unknown_and_unimplemented_fields(void **state)
     api_request_free(&r);
 }
 
+/* cJSON ends a string at an escaped NUL: such strings are refused naming
+ * the top-level field, never served cut short. */
+static void strings_with_nul_are_refused(void **state)
+{
+    (void)state;
+    expect_400(API_COMPLETIONS, "{\"model\":\"tiny\\u0000junk\",\"prompt\":[1]}", "model",
+               "invalid_value");
+    expect_400(API_COMPLETIONS, "{\"model\":\"tiny\",\"prompt\":\"a\\u0000b\"}", "prompt",
+               "invalid_value");
+    expect_400(API_COMPLETIONS, "{\"model\":\"tiny\",\"prompt\":[\"\\u0000\"]}", "prompt",
+               "invalid_value");
+    expect_400(API_CHAT,
+               "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"},"
+               "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\\u0000\"}]}]}",
+               "messages", "invalid_value");
+    expect_400(API_COMPLETIONS, "{\"model\":\"tiny\",\"prompt\":[1],\"stop\":[\"x\",\"\\u0000\"]}",
+               "stop", "invalid_value");
+    api_request r;
+    api_error e;
+    assert_int_equal(parse(API_COMPLETIONS, "{\"model\":\"a\\u0000\",\"prompt\":[1]}", &r, &e), -1);
+    assert_string_equal(e.message, "Invalid 'model': strings containing NUL (\\u0000) are not supported.");
+    /* An escaped backslash before u0000, and U+0001, are ordinary text. */
+    assert_int_equal(parse(API_COMPLETIONS,
+                           "{\"model\":\"tiny\",\"prompt\":\"a\\\\u0000\\u0001\"}", &r, &e), 0);
+    assert_string_equal(r.prompt_text, "a\\u0000\x01");
+    api_request_free(&r);
+}
+
 static void valid_requests_parse_with_defaults(void **state)
 {
     (void)state;
@@ -383,6 +411,7 @@ int main(void)
         cmocka_unit_test(required_fields),
         cmocka_unit_test(sampling_parameters_are_range_checked),
         cmocka_unit_test(unknown_and_unimplemented_fields),
+        cmocka_unit_test(strings_with_nul_are_refused),
         cmocka_unit_test(valid_requests_parse_with_defaults),
         cmocka_unit_test(error_body_has_openai_shape),
         cmocka_unit_test(sse_chunks_have_openai_shape),
