@@ -64,14 +64,20 @@ static void add_request_id(struct MHD_Connection *c, struct MHD_Response *resp)
     MHD_add_response_header(resp, "x-request-id", v);
 }
 
-static enum MHD_Result respond(struct MHD_Connection *c, int status,
-                               const char *content_type, const char *body, size_t len)
+/* One response with a copied body; header/value (or NULL) adds one more
+ * header (WWW-Authenticate on a 401, Connection: close on a refusal made
+ * before the body was read). */
+static enum MHD_Result respond_with(struct MHD_Connection *c, int status,
+                                    const char *content_type, const char *body, size_t len,
+                                    const char *header, const char *value)
 {
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!resp)
         return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    if (header)
+        MHD_add_response_header(resp, header, value);
     add_request_id(c, resp);
     /* 429 (at the active request limit) and 503 (no worker registered for
      * the model) are temporary: tell clients when to come back instead of
@@ -84,14 +90,28 @@ static enum MHD_Result respond(struct MHD_Connection *c, int status,
     return rc;
 }
 
-static enum MHD_Result respond_error(struct MHD_Connection *c, const api_error *e)
+static enum MHD_Result respond(struct MHD_Connection *c, int status,
+                               const char *content_type, const char *body, size_t len)
+{
+    return respond_with(c, status, content_type, body, len, NULL, NULL);
+}
+
+/* An OpenAI-style error body (api_error_json), with one more header or none. */
+static enum MHD_Result respond_error_with(struct MHD_Connection *c, const api_error *e,
+                                          const char *header, const char *value)
 {
     char *json = api_error_json(e);
     if (!json)
         return MHD_NO;
-    enum MHD_Result rc = respond(c, e->http_status, "application/json", json, strlen(json));
+    enum MHD_Result rc =
+        respond_with(c, e->http_status, "application/json", json, strlen(json), header, value);
     free(json);
     return rc;
+}
+
+static enum MHD_Result respond_error(struct MHD_Connection *c, const api_error *e)
+{
+    return respond_error_with(c, e, NULL, NULL);
 }
 
 static enum MHD_Result respond_sb(struct MHD_Connection *c, int status,
@@ -662,20 +682,7 @@ static int authorized(const router_ctx *ctx, struct MHD_Connection *c)
 
 static enum MHD_Result refuse_unauthorized(struct MHD_Connection *c, const api_error *e)
 {
-    char *json = api_error_json(e);
-    if (!json)
-        return MHD_NO;
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(strlen(json), json, MHD_RESPMEM_MUST_COPY);
-    free(json);
-    if (!resp)
-        return MHD_NO;
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-    add_request_id(c, resp);
-    enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_UNAUTHORIZED, resp);
-    MHD_destroy_response(resp);
-    return rc;
+    return respond_error_with(c, e, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
 }
 
 static enum MHD_Result handle_dashboard(http_conn *hc, struct MHD_Connection *c, int state)
@@ -763,19 +770,7 @@ static enum MHD_Result refuse_early(http_conn *hc, struct MHD_Connection *c, con
                              metrics_outcome_for_status(e.http_status));
         pthread_mutex_unlock(&hc->ctx->lock);
     }
-    char *json = api_error_json(&e);
-    if (!json)
-        return MHD_NO;
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(strlen(json), json, MHD_RESPMEM_MUST_COPY);
-    free(json);
-    if (!resp)
-        return MHD_NO;
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-    enum MHD_Result rc = MHD_queue_response(c, (unsigned)e.http_status, resp);
-    MHD_destroy_response(resp);
-    return rc;
+    return respond_error_with(c, &e, MHD_HTTP_HEADER_CONNECTION, "close");
 }
 
 static enum MHD_Result on_request_any(router_ctx *ctx, int metrics_only, struct MHD_Connection *c,
