@@ -4,18 +4,61 @@
  * two passes over its visible keys: scores first (kept in the thread's
  * scratch), then the softmax weights applied to V. The max includes the sink
  * logit, so exp never overflows, and the sink adds to the denominator only:
- * that is GPT-OSS's "attend to nothing" column. */
+ * that is GPT-OSS's "attend to nothing" column.
+ *
+ * bf16 pools are read as they are: each element is widened to fp32 (a
+ * 16-bit shift, exact) inside the dot product and the V update, so the
+ * arithmetic is the fp32 path's on the bf16 values and no fp32 copy of the
+ * cache is made. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/attention.h"
 #include "kernels/cpu/seq_batch.h"
+#include "kernels/dtype.h"
 #include "kernels/kn_check.h"
 #include "common/status.h"
 
-int kn_attention_cpu(float *out, const float *q, const float *k_pool,
-                     const float *v_pool, const kn_seq_batch *b, int n_heads,
+static inline float bf16_at(const uint16_t *p, int d)
+{
+    return kn_bf16_to_f32(p[d]);
+}
+
+/* q . row over head_dim elements of a pool of dtype dt at element off. */
+static inline float dot_row(const float *q, const void *pool, kn_dtype dt, size_t off,
+                            int head_dim)
+{
+    float dot = 0.0f;
+    if (dt == KN_BF16) {
+        const uint16_t *r = (const uint16_t *)pool + off;
+        for (int d = 0; d < head_dim; d++)
+            dot += q[d] * bf16_at(r, d);
+    } else {
+        const float *r = (const float *)pool + off;
+        for (int d = 0; d < head_dim; d++)
+            dot += q[d] * r[d];
+    }
+    return dot;
+}
+
+/* acc += p * row, the row as dot_row reads it. */
+static inline void axpy_row(float *acc, float p, const void *pool, kn_dtype dt, size_t off,
+                            int head_dim)
+{
+    if (dt == KN_BF16) {
+        const uint16_t *r = (const uint16_t *)pool + off;
+        for (int d = 0; d < head_dim; d++)
+            acc[d] += p * bf16_at(r, d);
+    } else {
+        const float *r = (const float *)pool + off;
+        for (int d = 0; d < head_dim; d++)
+            acc[d] += p * r[d];
+    }
+}
+
+int kn_attention_cpu(float *out, const float *q, const kn_kv_pools *pools,
+                     const kn_seq_batch *b, int n_heads,
                      int n_kv_heads, int head_dim, int page_size, float scale,
                      const float *sinks, int window)
 {
@@ -60,12 +103,9 @@ int kn_attention_cpu(float *out, const float *q, const float *k_pool,
         float max_logit = sinks ? sinks[h] : -INFINITY;
         for (int j = 0; j < n_keys; j++) {
             int t = first + j;
-            const float *kj = k_pool + (size_t)pages[t / page_size] * page_stride +
-                              kv_head_off + (size_t)(t % page_size) * head_dim;
-            float dot = 0.0f;
-            for (int d = 0; d < head_dim; d++)
-                dot += qh[d] * kj[d];
-            scores[j] = dot * scale;
+            size_t kj = (size_t)pages[t / page_size] * page_stride + kv_head_off +
+                        (size_t)(t % page_size) * head_dim;
+            scores[j] = dot_row(qh, pools->k, pools->dtype, kj, head_dim) * scale;
             if (scores[j] > max_logit)
                 max_logit = scores[j];
         }
@@ -75,12 +115,11 @@ int kn_attention_cpu(float *out, const float *q, const float *k_pool,
         double denom = sinks ? exp((double)sinks[h] - max_logit) : 0.0;
         for (int j = 0; j < n_keys; j++) {
             int t = first + j;
-            const float *vj = v_pool + (size_t)pages[t / page_size] * page_stride +
-                              kv_head_off + (size_t)(t % page_size) * head_dim;
+            size_t vj = (size_t)pages[t / page_size] * page_stride + kv_head_off +
+                        (size_t)(t % page_size) * head_dim;
             float p = expf(scores[j] - max_logit);
             denom += p;
-            for (int d = 0; d < head_dim; d++)
-                acc[d] += p * vj[d];
+            axpy_row(acc, p, pools->v, pools->dtype, vj, head_dim);
         }
         float inv_denom = (float)(1.0 / denom);
         float *oh = out + ((size_t)r * n_heads + h) * head_dim;

@@ -1,4 +1,5 @@
-/* Writes this step's K and V rows into the paged HND pools on the GPU.
+/* Writes this step's K and V rows into the paged HND pools on the GPU,
+ * rounded to the pools' dtype (fp32 or bf16).
  * One block per batch row; its threads copy all KV heads of the row. The
  * descriptor arrays live in device memory, so rows whose position or page
  * the table does not map are skipped (never written out of bounds) rather
@@ -10,7 +11,8 @@ extern "C" {
 #include "kernels/cuda/cuda_ops.h"
 }
 
-__global__ void kv_append_kernel(float *k_pool, float *v_pool, const float *k, const float *v,
+template <class T>
+__global__ void kv_append_kernel(T *k_pool, T *v_pool, const float *k, const float *v,
                                  const int32_t *q_offset, const int32_t *kv_len,
                                  const int32_t *page_table, int n_seqs, int max_pages, int n_pages,
                                  int n_kv_heads, int head_dim, int page_size)
@@ -22,7 +24,7 @@ __global__ void kv_append_kernel(float *k_pool, float *v_pool, const float *k, c
     int row_floats = n_kv_heads * head_dim;
     const float *kr = k + (size_t)r * row_floats;
     const float *vr = v + (size_t)r * row_floats;
-    /* Head kvh's row is page_size*head_dim floats after head kvh-1's. */
+    /* Head kvh's row is page_size*head_dim elements after head kvh-1's. */
     long long base = paged_kv_row(page_table, max_pages, n_pages, s, pos, 0, n_kv_heads, head_dim, page_size);
     if (base < 0)
         return;
@@ -30,12 +32,12 @@ __global__ void kv_append_kernel(float *k_pool, float *v_pool, const float *k, c
     for (int i = threadIdx.x; i < row_floats; i += blockDim.x) {
         int kvh = i / head_dim, d = i - kvh * head_dim;
         long long off = base + kvh * head_stride + d;
-        k_pool[off] = kr[i];
-        v_pool[off] = vr[i];
+        kv_store1(k_pool, off, kr[i]);
+        kv_store1(v_pool, off, vr[i]);
     }
 }
 
-extern "C" int kn_kv_append_cuda(const kn_backend *be, float *k_pool, float *v_pool,
+extern "C" int kn_kv_append_cuda(const kn_backend *be, const kn_kv_pools *pools,
                                  const float *k, const float *v, const kn_seq_batch *b,
                                  int n_kv_heads, int head_dim, int page_size)
 {
@@ -47,9 +49,14 @@ extern "C" int kn_kv_append_cuda(const kn_backend *be, float *k_pool, float *v_p
         return TN_OK;
     int row_floats = n_kv_heads * head_dim;
     int threads = row_floats >= 256 ? 256 : 64;
-    kv_append_kernel<<<b->n_rows, threads, 0, kn_cuda_stream(be)>>>(
-        k_pool, v_pool, k, v, b->q_offset, b->kv_len, b->page_table, b->n_seqs, b->max_pages, b->n_pages,
-        n_kv_heads, head_dim, page_size);
+    if (pools->dtype == KN_BF16)
+        kv_append_kernel<__nv_bfloat16><<<b->n_rows, threads, 0, kn_cuda_stream(be)>>>(
+            (__nv_bfloat16 *)pools->k, (__nv_bfloat16 *)pools->v, k, v, b->q_offset, b->kv_len,
+            b->page_table, b->n_seqs, b->max_pages, b->n_pages, n_kv_heads, head_dim, page_size);
+    else
+        kv_append_kernel<float><<<b->n_rows, threads, 0, kn_cuda_stream(be)>>>(
+            (float *)pools->k, (float *)pools->v, k, v, b->q_offset, b->kv_len, b->page_table,
+            b->n_seqs, b->max_pages, b->n_pages, n_kv_heads, head_dim, page_size);
     KN_CUDA_LAUNCH_CHECK(op, "kv_append_kernel");
     return TN_OK;
 }

@@ -86,7 +86,7 @@ static int greedy(tm_model *m, const kn_backend *be, const int32_t *prompt, int 
     if (!r->prompt_logits || !r->gen_logits)
         return r->rc = TN_ERR_NOMEM;
     tm_kv_cache kv;
-    int rc = tm_kv_cache_init(&kv, be, c->n_layers, c->n_kv_heads, c->head_dim, PAGE, n_pages);
+    int rc = tm_kv_cache_init(&kv, be, KN_F32, c->n_layers, c->n_kv_heads, c->head_dim, PAGE, n_pages);
     if (rc)
         return r->rc = rc;
     int32_t pages[MAX_SEQ / PAGE], toks[MAX_SEQ];
@@ -175,7 +175,7 @@ static void decode_matches_prefill(ctx *t, const char *dir, const et_golden *g)
     memcpy(full + T, g->gen_ids, sizeof(int32_t) * (size_t)D);
     float *ref = calloc((size_t)N * V, sizeof(float)), *got = calloc((size_t)V, sizeof(float));
     tm_kv_cache kv;
-    int rc = ref && got ? tm_kv_cache_init(&kv, &t->gpu, c->n_layers, c->n_kv_heads, c->head_dim,
+    int rc = ref && got ? tm_kv_cache_init(&kv, &t->gpu, KN_F32, c->n_layers, c->n_kv_heads, c->head_dim,
                                            8, n_pages)
                         : TN_ERR_NOMEM;
     if (rc == TN_OK) {

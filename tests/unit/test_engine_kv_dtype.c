@@ -1,0 +1,154 @@
+/* The KV cache's dtype against the HF golden outputs of both tiny fixtures
+ * (float64 transformers runs of the same weights), on the CPU backend with
+ * f32 weights, so the KV dtype is the only difference between the runs.
+ *
+ * Each run feeds the golden sequence teacher-forced through the cache: the
+ * prompt in one prefill (every row's logits), then HF's greedy tokens one
+ * decode step at a time. Every logit row therefore comes from attention
+ * over the cache's stored K and V, prefill rows included (kn_kv_append
+ * writes the rows first, kn_attention reads them back from the pools).
+ *
+ * Bounds (normwise relative error over all logits of a run, ||a-b||/||b||):
+ *   f32 KV  vs HF float64:  HF_TOL 1e-3 (as test_engine_model)
+ *   bf16 KV vs f32 KV:      BF16_KV_TOL 2e-2; measured 7.3e-3 (GPT-OSS)
+ *                           and 1.7e-3 (Qwen3) -- bf16 keeps 8 significant
+ *                           bits, so each stored value is within 2^-9
+ *                           relative; f32 KV is 1.1e-6 / 3.3e-7 from HF
+ *   bf16 KV vs HF float64:  the same bound
+ * and bf16 KV's greedy tokens equal HF's wherever HF's top-2 margin is
+ * above MARGIN (a token closer than that may flip under any rounding). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "engine/kv_cache.h"
+#include "engine/model.h"
+#include "kernels/backend.h"
+#include "common/status.h"
+#include "tests/unit/engine_testutil.h"
+
+#define HF_TOL 1e-3
+#define BF16_KV_TOL 2e-2
+#define MARGIN 0.05f
+
+typedef struct family {
+    const char *dir;
+    kn_backend be;
+    tm_model *m;
+    et_golden g;
+} family;
+
+static family gpt_oss = {.dir = ET_GPT_OSS};
+static family qwen3 = {.dir = ET_QWEN3};
+
+static int family_setup(void **state)
+{
+    family *f = *state;
+    char err[512] = "";
+    if (kn_backend_init_cpu(&f->be) != TN_OK)
+        return -1;
+    if (tm_model_load(f->dir, &f->be, &f->m, err, sizeof(err)) != TN_OK ||
+        et_golden_load(f->dir, &f->g, err, sizeof(err)) != 0) {
+        print_error("%s: %s\n", f->dir, err);
+        return -1;
+    }
+    return f->g.V == tm_model_config(f->m)->vocab_size ? 0 : -1;
+}
+
+static int family_teardown(void **state)
+{
+    family *f = *state;
+    tm_model_free(f->m);
+    f->m = NULL;
+    et_golden_free(&f->g);
+    kn_backend_free(&f->be);
+    return 0;
+}
+
+/* Logits [T + G - 1][V] of the golden sequence (prompt, then HF's greedy
+ * tokens but the last) through a cache of dtype dt with page size 16:
+ * row r predicts token r + 1. */
+static float *run_forced(family *f, kn_dtype dt)
+{
+    const tm_config *c = tm_model_config(f->m);
+    const int T = f->g.T, G = f->g.G, V = f->g.V, n = T + G - 1, page = 16;
+    const int n_pages = (n + page - 1) / page;
+    tm_kv_cache kv;
+    assert_int_equal(tm_kv_cache_init(&kv, &f->be, dt, c->n_layers, c->n_kv_heads, c->head_dim,
+                                      page, n_pages), TN_OK);
+    assert_int_equal(kv.dtype, dt);
+    int32_t *pages = calloc((size_t)n_pages, sizeof *pages);
+    int32_t *toks = calloc((size_t)n, sizeof *toks);
+    float *out = calloc((size_t)n * V, sizeof *out);
+    assert_true(pages && toks && out);
+    assert_int_equal(tm_kv_alloc_pages(&kv, n_pages, pages), TN_OK);
+    memcpy(toks, f->g.prompt, sizeof *toks * (size_t)T);
+    memcpy(toks + T, f->g.gen_ids, sizeof *toks * (size_t)(G - 1));
+    tm_seq_step st = {toks, T, 0, pages, n_pages};
+    assert_int_equal(tm_forward(f->m, &kv, &st, 1, out + (size_t)(T - 1) * V, out), TN_OK);
+    for (int p = T; p < n; p++) {
+        st = (tm_seq_step){toks + p, 1, p, pages, n_pages};
+        assert_int_equal(tm_forward(f->m, &kv, &st, 1, out + (size_t)p * V, NULL), TN_OK);
+    }
+    tm_kv_cache_free(&kv);
+    free(pages);
+    free(toks);
+    return out;
+}
+
+/* HF's logits in run_forced's rows: the prompt's, then the greedy steps'
+ * (gen_logits[i] predicts gen_ids[i], row T - 1 + i). */
+static float *golden_rows(const family *f)
+{
+    const int T = f->g.T, G = f->g.G, V = f->g.V;
+    float *ref = calloc((size_t)(T + G - 1) * V, sizeof *ref);
+    assert_non_null(ref);
+    memcpy(ref, f->g.prompt_logits, sizeof *ref * (size_t)(T - 1) * V);
+    memcpy(ref + (size_t)(T - 1) * V, f->g.gen_logits, sizeof *ref * (size_t)G * V);
+    return ref;
+}
+
+static void bf16_kv_logits_within_bound(void **state)
+{
+    family *f = *state;
+    const int T = f->g.T, G = f->g.G, V = f->g.V;
+    const size_t n = (size_t)(T + G - 1) * V;
+    float *f32 = run_forced(f, KN_F32), *bf = run_forced(f, KN_BF16), *ref = golden_rows(f);
+    double e_f32 = et_rel_err(f32, ref, n), e_bf_f32 = et_rel_err(bf, f32, n);
+    double e_bf_hf = et_rel_err(bf, ref, n);
+    print_message("# %s: f32 KV vs HF %.3g; bf16 KV vs f32 KV %.3g, vs HF %.3g\n", f->dir, e_f32,
+                  e_bf_f32, e_bf_hf);
+    assert_true(e_f32 <= HF_TOL);
+    assert_true(e_bf_f32 <= BF16_KV_TOL);
+    assert_true(e_bf_hf <= BF16_KV_TOL);
+    /* the bf16 run really stored bf16: it differs from the f32 run */
+    assert_true(e_bf_f32 > 0.0);
+    int checked = 0;
+    for (int i = 0; i < G; i++) {
+        if (f->g.gen_margin[i] < MARGIN)
+            continue;
+        assert_int_equal(et_argmax(bf + (size_t)(T - 1 + i) * V, V), f->g.gen_ids[i]);
+        checked++;
+    }
+    print_message("# %s: bf16 KV greedy token equals HF's at %d of %d steps (margin >= %g)\n",
+                  f->dir, checked, G, (double)MARGIN);
+    assert_true(checked > G / 2);
+    free(f32);
+    free(bf);
+    free(ref);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_prestate_setup_teardown(bf16_kv_logits_within_bound, family_setup,
+                                                 family_teardown, &gpt_oss),
+        cmocka_unit_test_prestate_setup_teardown(bf16_kv_logits_within_bound, family_setup,
+                                                 family_teardown, &qwen3),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
