@@ -24,7 +24,7 @@ int worker_transfer_open(worker_transfer *t, tm_kv_cache *kv, int n_kv_heads, in
         return TN_ERR_ARG;
     }
     te_kv_layout l = {.tp = tp, .rank = rank, .n_layers = kv->n_layers, .n_kv_heads = n_kv_heads,
-                      .head_dim = kv->head_dim, .elem_bytes = (int)sizeof(float),
+                      .head_dim = kv->head_dim, .elem_bytes = (int)kn_dtype_size(kv->dtype),
                       .page_size = kv->page_size, .n_pages = kv->n_pages};
     if (te_kv_register(t->e, &l, (void *const *)t->staging.k, (void *const *)t->staging.v,
                        t->staging.device_memory ? TE_MEM_CUDA : TE_MEM_HOST,
