@@ -31,6 +31,15 @@ rc=$?
 [ "$rc" = 2 ] && grep -q "kv-dtype must be auto, f32 or bf16" "$CLUSTER_TMP/bad.err"
 check "an unknown --kv-dtype is a usage error" $? "exit $rc" "$(cat "$CLUSTER_TMP/bad.err")"
 
+for prog in tandem-prefiller tandem-decoder tandem-bench; do
+    out=$("$BIN/$prog" --model "$dir" --kv-dtype fp8 2>&1 >/dev/null)
+    rc=$?
+    [ "$rc" = 2 ] && echo "$out" | grep -q "kv-dtype fp8 is not supported yet" &&
+        "$BIN/$prog" --help | grep -q -- "--kv-dtype"
+    check "$prog: --kv-dtype in --help, fp8 refused as not supported yet (exit 2)" $? \
+        "exit $rc" "$out"
+done
+
 PREFILLER_ID=pre-bf16 DECODER_ID=dec-bf16 \
 PREFILLER_FLAGS="--kv-dtype bf16 --page-size 16" \
 DECODER_FLAGS="--kv-dtype bf16 --page-size 5 --kv-pages 256" \
