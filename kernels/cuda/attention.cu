@@ -28,7 +28,9 @@
  *
  * Kernels (all fp32; attention_mma.cu has the bf16 tensor-core prefill
  * kernel that replaces attn_flash_kernel when the backend's attention
- * precision is bf16):
+ * precision is bf16, and attention_wgmma.cu the Hopper wgmma one that
+ * replaces that for head_dim 64 over bf16 pools when the wgmma switch is
+ * on):
  *  - attn_flash_kernel<D>: prefill and long chunks (D = 64 or 128). 128
  *    query vectors x 64-key tiles, 256 threads, each thread an 8x4 block of
  *    scores and 8 x D/16 of the output; the whole key range in one block.
@@ -41,6 +43,7 @@
  */
 #include <math.h>
 #include "kernels/cuda/attention_mma.cuh"
+#include "kernels/cuda/attention_wgmma.cuh"
 #include "kernels/cuda/attention_setup.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/paged_kv.cuh"
@@ -698,6 +701,11 @@ extern "C" int kn_attention_cuda(const kn_backend *be, float *out, const float *
     kn_cuda_ctx *ctx = kn_cuda_ctx_of(be);
     /* bf16 tensor cores only when the backend was asked for them
      * (kn_backend_set_attn_bf16, TANDEM_CUDA_ATTN_BF16=1); fp32 otherwise. */
+    if (ctx->attn_bf16 && ctx->attn_wgmma &&
+        kn_cuda_attention_wgmma_fits(b, n_heads, n_kv_heads, head_dim, out, q, pools))
+        return kn_cuda_attention_wgmma(be, op, out, q, pools, b, n_heads, n_kv_heads, head_dim,
+                                       page_size, scale, sinks, window,
+                                       ctx->attn_wgmma == 2 && kn_cuda_attention_wgmma_tma_fits(page_size));
     if (ctx->attn_bf16 &&
         kn_cuda_attention_mma_fits(b, n_heads, n_kv_heads, head_dim, out, q, pools))
         return kn_cuda_attention_mma(be, op, out, q, pools, b, n_heads, n_kv_heads, head_dim,

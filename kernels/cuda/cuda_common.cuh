@@ -78,6 +78,17 @@ struct kn_cuda_ctx {
      * on every new shape (0: TANDEM_CUDA_LT_CACHE=0 at init, or
      * kn_cuda_set_lt_cache; kept for comparison). */
     int bf16_lt;
+    /* With attn_bf16: 0 = attention_mma.cu's kernel for prefill; 1 = the
+     * Hopper wgmma kernel with cp.async loads, 2 = the wgmma kernel with
+     * TMA loads (attention_wgmma.cu; page sizes it cannot box fall back to
+     * 1) for the calls they take (head_dim 64, bf16 pools). Starts from
+     * TANDEM_CUDA_ATTN_WGMMA=0|1|2 at init; kn_cuda_set_attn_wgmma changes
+     * it. attn_wgmma_launches[mode - 1] counts each form's launches (tests
+     * check which ran); tensor_map_encode is the driver's
+     * cuTensorMapEncodeTiled, looked up on first use. */
+    int attn_wgmma;
+    long long attn_wgmma_launches[2];
+    void *tensor_map_encode;
 };
 
 static inline kn_cuda_ctx *kn_cuda_ctx_of(const kn_backend *be)

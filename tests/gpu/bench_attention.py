@@ -7,13 +7,21 @@ GPT-OSS shapes: 64 query heads, 8 KV heads, head_dim 64, causal.
   ours      kn_attention, fp32 in/out, sink, paged (page 16, shuffled
             pages), window 0 (full) or 128 (sliding); fp32 FFMA (CUDA cores),
             and with TANDEM_CUDA_ATTN_BF16=1 the bf16 tensor-core kernel
-            (mma.sync m16n8k16, fp32 accumulation)
+            (mma.sync m16n8k16, fp32 accumulation); with
+            TANDEM_CUDA_ATTN_WGMMA=1 (cp.async loads) or 2 (TMA loads,
+            producer warp) too and a bf16 cache, the Hopper wgmma kernels
+            (attention_wgmma.cu)
+  sdpa-cudnn torch SDPA, CUDNN_ATTENTION backend, bf16, no sink (when this
+            torch has it)
   sdpa-bf16 torch SDPA, FLASH_ATTENTION backend, bf16, GQA, no sink
   sdpa-fp32 torch SDPA, EFFICIENT_ATTENTION backend, fp32, no sink
 Floors: FLOPs / measured peak of the matching unit (fp32 cuBLAS SGEMM for
 fp32, bf16 cuBLAS GEMM for bf16); decode: bytes / measured copy bandwidth.
 
 Usage: bench_attention.py BUILD_DIR OUT_DIR
+Environment: BENCH_DECODE=0 leaves the decode rows out, BENCH_FP32=0 the
+fp32 rows (ours and mem-efficient), BENCH_ONLY_WGMMA=1 keeps only the
+prefill rows of the bf16 kernels and the torch bf16 peers.
 """
 import json
 import os
@@ -93,15 +101,17 @@ def sdpa(n, dtype, backend):
     return ms, note
 
 
-def ours(build, *args, bf16=False, kv="f32"):
+def ours(build, *args, bf16=False, kv="f32", wgmma=0):
     exe = os.path.join(build, "tests", "gpu", "bench_attention")
-    env = dict(os.environ, TANDEM_CUDA_ATTN_BF16="1" if bf16 else "0")
+    env = dict(os.environ, TANDEM_CUDA_ATTN_BF16="1" if bf16 or wgmma else "0",
+               TANDEM_CUDA_ATTN_WGMMA=str(wgmma))
     out = subprocess.run([exe, *map(str, args), kv], check=True, capture_output=True, text=True,
                          env=env).stdout
     line = [l for l in out.splitlines() if l.startswith("RESULT ")][-1]
     r = {kv.split("=")[0]: kv.split("=")[1] for kv in line.split()[1:]}
-    if r["attn"] != ("bf16" if bf16 else "f32"):
-        raise SystemExit(f"bench_attention ran attn={r['attn']}, wanted bf16={bf16}")
+    want = {1: "wgmma", 2: "wgmma-tma"}.get(wgmma, "bf16" if bf16 else "f32")
+    if r["attn"] != want:
+        raise SystemExit(f"bench_attention ran attn={r['attn']}, wanted {want}")
     if r.get("kv") != kv:
         raise SystemExit(f"bench_attention read a {r.get('kv')} cache, wanted {kv}")
     return r
@@ -119,36 +129,53 @@ def main():
                          tflops=flops / (ms * 1e-3) / 1e12 if flops else None,
                          floor_ms=floor_ms, note=note))
 
+    only_wgmma = os.environ.get("BENCH_ONLY_WGMMA", "0") == "1"
+    fp32_rows = os.environ.get("BENCH_FP32", "1") != "0" and not only_wgmma
     for n in (8192, 32768):
         fl = causal_flops(n)
+        if hasattr(SDPBackend, "CUDNN_ATTENTION"):
+            try:
+                ms, note = sdpa(n, torch.bfloat16, SDPBackend.CUDNN_ATTENTION)
+                add("torch SDPA cuDNN", "bf16", f"prefill {n}", ms, fl, fl / bf16_peak * 1e3, note + ", no sink")
+            except RuntimeError as e:
+                print(f"torch SDPA cuDNN not run: {e}")
         ms, note = sdpa(n, torch.bfloat16, SDPBackend.FLASH_ATTENTION)
         add("torch SDPA flash", "bf16", f"prefill {n}", ms, fl, fl / bf16_peak * 1e3, note + ", no sink")
-        ms, note = sdpa(n, torch.float32, SDPBackend.EFFICIENT_ATTENTION)
-        add("torch SDPA mem-efficient", "fp32", f"prefill {n}", ms, fl, fl / fp32_peak * 1e3, note + ", no sink")
+        if fp32_rows:
+            ms, note = sdpa(n, torch.float32, SDPBackend.EFFICIENT_ATTENTION)
+            add("torch SDPA mem-efficient", "fp32", f"prefill {n}", ms, fl, fl / fp32_peak * 1e3,
+                note + ", no sink")
         for window in (0, 128):
             shape = f"prefill {n}" + (f" win {window}" if window else "")
-            r = ours(build, "prefill", n, window, bf16=True)
+            r = ours(build, "prefill", n, window, kv="bf16", wgmma=2)
             fl_o = float(r["flops"])
+            add("tandem kn_attention wgmma", "bf16, bf16 KV", shape, float(r["ms"]), fl_o,
+                fl_o / bf16_peak * 1e3, "sink, paged, wgmma, TMA + producer warp")
+            r = ours(build, "prefill", n, window, kv="bf16", wgmma=1)
+            add("tandem kn_attention wgmma", "bf16, bf16 KV", shape, float(r["ms"]), fl_o,
+                fl_o / bf16_peak * 1e3, "sink, paged, wgmma, cp.async")
+            r = ours(build, "prefill", n, window, bf16=True, kv="bf16")
+            add("tandem kn_attention", "bf16, bf16 KV", shape, float(r["ms"]), fl_o, fl_o / bf16_peak * 1e3,
+                "sink, paged, mma.sync")
+            if only_wgmma:
+                continue
+            r = ours(build, "prefill", n, window, bf16=True)
             add("tandem kn_attention", "bf16", shape, float(r["ms"]), fl_o, fl_o / bf16_peak * 1e3,
                 "sink, paged, mma.sync")
-            r = ours(build, "prefill", n, window)
-            add("tandem kn_attention", "fp32", shape, float(r["ms"]), fl_o, fl_o / fp32_peak * 1e3, "sink, paged")
+            if fp32_rows:
+                r = ours(build, "prefill", n, window)
+                add("tandem kn_attention", "fp32", shape, float(r["ms"]), fl_o, fl_o / fp32_peak * 1e3,
+                    "sink, paged")
     # BENCH_DECODE=0 leaves the (split-KV) decode rows out: fp32 arithmetic
     # over an fp32 cache and over a bf16 cache (half the bytes, the floor
     # computed from the bytes actually read).
-    for batch in (1, 32, 128) if os.environ.get("BENCH_DECODE", "1") != "0" else ():
+    for batch in (1, 32, 128) if os.environ.get("BENCH_DECODE", "1") != "0" and not only_wgmma else ():
         for kv in ("f32", "bf16"):
             r = ours(build, "decode", batch, 8192, kv=kv)
             by = float(r["bytes"])
             add("tandem kn_attention", f"fp32, {kv} KV", f"decode b{batch} ctx 8192", float(r["ms"]),
                 float(r["flops"]), by / bw * 1e3,
                 f"split-KV, {by / (float(r['ms']) * 1e-3) / 1e12:.2f} TB/s")
-    # the bf16 prefill kernel reading a bf16 cache
-    for n in (8192,):
-        r = ours(build, "prefill", n, 0, bf16=True, kv="bf16")
-        fl_o = float(r["flops"])
-        add("tandem kn_attention", "bf16, bf16 KV", f"prefill {n}", float(r["ms"]), fl_o,
-            fl_o / bf16_peak * 1e3, "sink, paged, mma.sync")
 
     with open(os.path.join(out_dir, "bench_attention.json"), "w") as f:
         json.dump(dict(gpu=gpu, copy_bw=bw, bf16_peak=bf16_peak, fp32_peak=fp32_peak, rows=rows), f, indent=1)

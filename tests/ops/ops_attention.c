@@ -31,6 +31,9 @@
 #include "kernels/attention.h"
 #include "kernels/dtype.h"
 #include "tests/ops/op_harness.h"
+#ifdef TANDEM_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#endif
 
 #define MAX_SEQS 8
 
@@ -374,6 +377,7 @@ typedef struct pool_param {
     int n_heads, n_kv_heads, head_dim, page_size, window, sinks;
     int bf16; /* CUDA: the bf16 tensor-core prefill kernel */
     kn_dtype kv; /* the pools' dtype */
+    int wgmma; /* CUDA: the Hopper wgmma kernel, mode 1 (cp.async) or 2 (TMA): kn_cuda_set_attn_wgmma */
 } pool_param;
 
 /* bf16 attention: Q, K, V and P rounded to bf16, fp32 softmax and sums.
@@ -419,6 +423,51 @@ static int pool_equals(op_env *e, const void *dev, const float *values, size_t n
     return memcmp(got, pool_host(e, values, n, dt), bytes) == 0;
 }
 
+/* On a failed comparison: the first output element (row, head, dim) off
+ * by more than tol times max |ref|, or NaN, so a log names where a kernel
+ * went wrong. */
+static void report_first_bad(op_env *e, const char *what, const float *got, const double *ref, int n_rows,
+                             int H, int D, double tol)
+{
+    double max_ref = 0.0;
+    size_t n = (size_t)n_rows * H * D;
+    for (size_t i = 0; i < n; i++)
+        max_ref = fabs(ref[i]) > max_ref ? fabs(ref[i]) : max_ref;
+    int bad = 0;
+    for (size_t i = 0; i < n && bad < 3; i++) {
+        double err = fabs((double)got[i] - ref[i]);
+        if (err <= tol * (max_ref > 0.0 ? max_ref : 1.0))
+            continue;
+        op_fail(e, "%s: first bad: row %zu head %zu dim %zu: got %.6g want %.6g", what, i / ((size_t)H * D),
+                i / D % H, i % D, got[i], ref[i]);
+        bad++;
+    }
+}
+
+/* Pool slots no sequence has written -- positions at or past each
+ * sequence's kv_len on its pages, and the pages nobody owns -- become NaN,
+ * so a kernel that lets a key it must not see into a product shows. */
+static void poison_unused_slots(float *pool, const int32_t *page_table, const int32_t *kv_len, int n_seqs,
+                                int max_pages, int n_pages, int n_kv, int ps, int D)
+{
+    unsigned char *owned = tu_xcalloc((size_t)n_pages, 1);
+    for (int s = 0; s < n_seqs; s++)
+        for (int p = 0; p < max_pages; p++) {
+            int page = page_table[(size_t)s * max_pages + p];
+            owned[page] = 1;
+            for (int slot = 0; slot < ps; slot++)
+                if (p * ps + slot >= kv_len[s])
+                    for (int h = 0; h < n_kv; h++)
+                        for (int d = 0; d < D; d++)
+                            pool[(((size_t)page * n_kv + h) * ps + slot) * D + d] = NAN;
+        }
+    for (int page = 0; page < n_pages; page++)
+        if (!owned[page])
+            for (size_t i = 0; i < (size_t)n_kv * ps * D; i++)
+                pool[(size_t)page * n_kv * ps * D + i] = NAN;
+    free(owned);
+}
+
 static void pool_case(op_env *e, const void *param)
 {
     const pool_param *c = param;
@@ -454,6 +503,10 @@ static void pool_case(op_env *e, const void *param)
     float *q = op_rand(e, q_n, -1.f, 1.f);
     float *sinks = c->sinks ? op_rand(e, (size_t)H, -1.f, 3.f) : NULL;
     float scale = 1.f / sqrtf((float)D);
+    if (c->wgmma) {
+        poison_unused_slots(kpool, page_table, kv_len, c->n_seqs, max_pages, n_pages, n_kv, ps, D);
+        poison_unused_slots(vpool, page_table, kv_len, c->n_seqs, max_pages, n_pages, n_kv, ps, D);
+    }
     /* fp32 values of the whole pool as the float64 references read it:
      * kpool/vpool hold the stored values (bf16-rounded for bf16 pools),
      * kexact/vexact the unrounded ones */
@@ -518,33 +571,54 @@ static void pool_case(op_env *e, const void *param)
                          pos - first + 1, D, scale, sinks ? &sinks[h] : NULL);
             }
         }
-    if (c->bf16 && !op_ok(e, kn_backend_set_attn_bf16(e->be, 1), "kn_backend_set_attn_bf16"))
+    const int bf16 = c->bf16 || c->wgmma;
+    if (bf16 && !op_ok(e, kn_backend_set_attn_bf16(e->be, 1), "kn_backend_set_attn_bf16"))
         return;
+#ifdef TANDEM_CUDA
+    /* mode 2 boxes whole pages: other page sizes take mode 1's kernel */
+    int wgmma_was = 0, ran = c->wgmma == 2 && ps >= 8 && ps <= 128 && 128 % ps == 0 ? 2 : 1;
+    long long wgmma_runs = 0;
+    if (c->wgmma) {
+        wgmma_was = kn_cuda_attn_wgmma(e->be);
+        wgmma_runs = kn_cuda_attn_wgmma_launches(e->be, ran);
+        kn_cuda_set_attn_wgmma(e->be, c->wgmma);
+    }
+#endif
     int rc = kn_attention(e->be, d_out, d_q, &dpools, &db, H, n_kv, D, ps, scale, d_sinks, c->window);
     kn_backend_set_attn_bf16(e->be, 0);
+#ifdef TANDEM_CUDA
+    if (c->wgmma) {
+        kn_cuda_set_attn_wgmma(e->be, wgmma_was);
+        op_check(e, kn_cuda_attn_wgmma_launches(e->be, ran) == wgmma_runs + 1,
+                 "the mode %d wgmma kernel did not run (launches %lld -> %lld)", ran, wgmma_runs,
+                 kn_cuda_attn_wgmma_launches(e->be, ran));
+    }
+#endif
     if (!op_ok(e, rc, "kn_attention"))
         return;
-    double tol = c->bf16 ? BF16_ATTN_TOL : op_tol_fp32(e, 0);
+    double tol = bf16 ? BF16_ATTN_TOL : op_tol_fp32(e, 0);
+    const char *kname = c->wgmma ? " wgmma" : c->bf16 ? " bf16" : "";
     float *got = op_get(e, d_out, q_n);
     double err = tu_max_rel_err(got, ref, q_n);
-    op_check_err(e, err, tol, "attention%s, %s pools vs float64", c->bf16 ? " bf16" : "",
-                 kn_dtype_name(kvt));
-    if (c->bf16)
+    if (!op_check_err(e, err, tol, "attention%s, %s pools vs float64", kname, kn_dtype_name(kvt)))
+        report_first_bad(e, "attention vs float64", got, ref, n_rows, H, D, tol);
+    if (bf16)
         op_check(e, err > BF16_ATTN_MIN, "bf16: rel err %.3g not above fp32's %g: the bf16 kernel did not run",
                  err, BF16_ATTN_MIN);
     if (kvt == KN_BF16)
-        op_check_err(e, tu_max_rel_err(got, ref_exact, q_n), BF16_KV_TOL + (c->bf16 ? BF16_ATTN_TOL : 0),
+        op_check_err(e, tu_max_rel_err(got, ref_exact, q_n), BF16_KV_TOL + (bf16 ? BF16_ATTN_TOL : 0),
                      "attention over bf16 pools vs float64 over the unrounded K, V");
     if (e->cuda) {
         float *cpu = op_host(e, q_n * 4);
         kn_kv_pools hpools = { pool_host(e, kpool, pool_n, kvt), pool_host(e, vpool, pool_n, kvt), kvt };
         if (op_ok(e, kn_attention(e->cpu, cpu, q, &hpools, &hb, H, n_kv, D, ps, scale, sinks, c->window),
                   "kn_attention cpu"))
-            op_check_err(e, tu_max_rel_err_f32(got, cpu, q_n), tol, "attention%s vs CPU", c->bf16 ? " bf16" : "");
+            op_check_err(e, tu_max_rel_err_f32(got, cpu, q_n), tol, "attention%s vs CPU", kname);
     }
 }
 
-/* The precision switch: the CPU refuses bf16, CUDA sets and clears it. */
+/* The precision switch: the CPU refuses bf16, CUDA sets and clears it
+ * (and the wgmma switch). */
 static void precision_switch(op_env *e, const void *param)
 {
     (void)param;
@@ -559,6 +633,18 @@ static void precision_switch(op_env *e, const void *param)
     OP_INT_EQ(e, kn_backend_set_attn_bf16(e->be, 0), TN_OK);
     OP_INT_EQ(e, kn_backend_attn_bf16(e->be), 0);
     OP_INT_EQ(e, kn_backend_attn_bf16(e->cpu), 0);
+#ifdef TANDEM_CUDA
+    int was = kn_cuda_attn_wgmma(e->be);
+    kn_cuda_set_attn_wgmma(e->be, 1);
+    OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 1);
+    kn_cuda_set_attn_wgmma(e->be, 2);
+    OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 2);
+    kn_cuda_set_attn_wgmma(e->be, 3);
+    OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 0);
+    kn_cuda_set_attn_wgmma(e->be, 0);
+    OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 0);
+    kn_cuda_set_attn_wgmma(e->be, was);
+#endif
 }
 
 static void attention_rejects_bad_arguments(op_env *e, const void *param)
@@ -663,20 +749,20 @@ void ops_register_attention(void)
             OP_CASE("attention", OP_ALL, seq_case, p, "seq %s: %s", kind[k], seq[i].name);
         }
     static const pool_param pool[] = {
-        { "prefill 1 seq 200 rows, 16/2 heads, d64, page 16, sinks", 1, { 200 }, { 200 }, 16, 2, 64, 16, 0, 1, 0, KN_F32 },
-        { "prefill 1 seq 300 rows, sliding window 128, sinks", 1, { 300 }, { 300 }, 16, 2, 64, 16, 128, 1, 0, KN_F32 },
+        { "prefill 1 seq 200 rows, 16/2 heads, d64, page 16, sinks", 1, { 200 }, { 200 }, 16, 2, 64, 16, 0, 1, 0, KN_F32, 0 },
+        { "prefill 1 seq 300 rows, sliding window 128, sinks", 1, { 300 }, { 300 }, 16, 2, 64, 16, 128, 1, 0, KN_F32, 0 },
         { "chunked prefill 2 seqs (70 of 150, 33 of 33), 8/2 heads, d128, no sink", 2, { 70, 33 }, { 150, 33 },
-          8, 2, 128, 16, 0, 0, 0, KN_F32 },
-        { "MHA 4/4 heads, d64, 100 rows, page 5, sinks", 1, { 100 }, { 100 }, 4, 4, 64, 5, 0, 1, 0, KN_F32 },
+          8, 2, 128, 16, 0, 0, 0, KN_F32, 0 },
+        { "MHA 4/4 heads, d64, 100 rows, page 5, sinks", 1, { 100 }, { 100 }, 4, 4, 64, 5, 0, 1, 0, KN_F32, 0 },
         { "decode 5 seqs kv 1..2500 (split-KV), 16/2 heads, d64, sinks", 5, { 1, 1, 1, 1, 1 },
-          { 1, 17, 300, 1500, 2500 }, 16, 2, 64, 16, 0, 1, 0, KN_F32 },
-        { "decode 3 seqs kv 40..3000, window 128, sinks", 3, { 1, 1, 1 }, { 40, 700, 3000 }, 16, 2, 64, 16, 128, 1, 0, KN_F32 },
+          { 1, 17, 300, 1500, 2500 }, 16, 2, 64, 16, 0, 1, 0, KN_F32, 0 },
+        { "decode 3 seqs kv 40..3000, window 128, sinks", 3, { 1, 1, 1 }, { 40, 700, 3000 }, 16, 2, 64, 16, 128, 1, 0, KN_F32, 0 },
         { "decode 2 seqs kv 2000, 32/4 heads d128, no sink (split-KV)", 2, { 1, 1 }, { 2000, 1999 }, 32, 4, 128, 16,
-          0, 0, 0, KN_F32 },
-        { "prefill d80 (generic kernel) 45 rows, 4/2 heads, sinks", 1, { 45 }, { 45 }, 4, 2, 80, 16, 0, 1, 0, KN_F32 },
+          0, 0, 0, KN_F32, 0 },
+        { "prefill d80 (generic kernel) 45 rows, 4/2 heads, sinks", 1, { 45 }, { 45 }, 4, 2, 80, 16, 0, 1, 0, KN_F32, 0 },
         { "spec-decode 3 rows x 2 seqs kv 600, 16/2 heads, d64, sinks, window 128", 2, { 3, 3 }, { 600, 601 },
-          16, 2, 64, 16, 128, 1, 0, KN_F32 },
-        { "decode d96 (generic) kv 1300, 12/4 heads, sinks", 2, { 1, 2 }, { 1300, 77 }, 12, 4, 96, 8, 0, 1, 0, KN_F32 },
+          16, 2, 64, 16, 128, 1, 0, KN_F32, 0 },
+        { "decode d96 (generic) kv 1300, 12/4 heads, sinks", 2, { 1, 2 }, { 1300, 77 }, 12, 4, 96, 8, 0, 1, 0, KN_F32, 0 },
     };
     for (size_t i = 0; i < sizeof pool / sizeof pool[0]; i++)
         OP_CASE("attention", OP_ALL, pool_case, pool[i], "pool %s", pool[i].name);
@@ -690,20 +776,20 @@ void ops_register_attention(void)
      * windows with and without sinks (rows whose first tiles are all
      * masked), head_dim 128. */
     static const pool_param bf16[] = {
-        { "prefill 1 seq 200 rows, 16/2 heads, d64, page 16, sinks", 1, { 200 }, { 200 }, 16, 2, 64, 16, 0, 1, 1, KN_F32 },
-        { "prefill 1 seq 300 rows, sliding window 128, sinks", 1, { 300 }, { 300 }, 16, 2, 64, 16, 128, 1, 1, KN_F32 },
+        { "prefill 1 seq 200 rows, 16/2 heads, d64, page 16, sinks", 1, { 200 }, { 200 }, 16, 2, 64, 16, 0, 1, 1, KN_F32, 0 },
+        { "prefill 1 seq 300 rows, sliding window 128, sinks", 1, { 300 }, { 300 }, 16, 2, 64, 16, 128, 1, 1, KN_F32, 0 },
         { "chunked prefill 2 seqs (70 of 150, 33 of 33), 8/2 heads, d128, no sink", 2, { 70, 33 }, { 150, 33 },
-          8, 2, 128, 16, 0, 0, 1, KN_F32 },
-        { "MHA 4/4 heads, d64, 100 rows, page 5, sinks", 1, { 100 }, { 100 }, 4, 4, 64, 5, 0, 1, 1, KN_F32 },
-        { "GPT-OSS 64/8 heads d64, 777 rows, window 128, sinks", 1, { 777 }, { 777 }, 64, 8, 64, 16, 128, 1, 1, KN_F32 },
+          8, 2, 128, 16, 0, 0, 1, KN_F32, 0 },
+        { "MHA 4/4 heads, d64, 100 rows, page 5, sinks", 1, { 100 }, { 100 }, 4, 4, 64, 5, 0, 1, 1, KN_F32, 0 },
+        { "GPT-OSS 64/8 heads d64, 777 rows, window 128, sinks", 1, { 777 }, { 777 }, 64, 8, 64, 16, 128, 1, 1, KN_F32, 0 },
         { "GPT-OSS 64/8 heads d64, 3 seqs (517 of 517, 129 of 1000, 5 of 63), sinks", 3, { 517, 129, 5 },
-          { 517, 1000, 63 }, 64, 8, 64, 16, 0, 1, 1, KN_F32 },
-        { "32/4 heads d128, 333 rows, page 16, no sink", 1, { 333 }, { 333 }, 32, 4, 128, 16, 0, 0, 1, KN_F32 },
+          { 517, 1000, 63 }, 64, 8, 64, 16, 0, 1, 1, KN_F32, 0 },
+        { "32/4 heads d128, 333 rows, page 16, no sink", 1, { 333 }, { 333 }, 32, 4, 128, 16, 0, 0, 1, KN_F32, 0 },
         { "window 128 chunked 2 seqs (300 of 1200, 64 of 64), 16/2 d64, page 7, sinks", 2, { 300, 64 },
-          { 1200, 64 }, 16, 2, 64, 7, 128, 1, 1, KN_F32 },
-        { "window 64, no sink, 16/2 heads d64, 400 rows", 1, { 400 }, { 400 }, 16, 2, 64, 16, 64, 0, 1, KN_F32 },
+          { 1200, 64 }, 16, 2, 64, 7, 128, 1, 1, KN_F32, 0 },
+        { "window 64, no sink, 16/2 heads d64, 400 rows", 1, { 400 }, { 400 }, 16, 2, 64, 16, 64, 0, 1, KN_F32, 0 },
         { "d128 window 100, sinks, 8/1 heads, 2 seqs (250 of 250, 31 of 400)", 2, { 250, 31 }, { 250, 400 }, 8,
-          1, 128, 16, 100, 1, 1, KN_F32 },
+          1, 128, 16, 100, 1, 1, KN_F32, 0 },
     };
     for (size_t i = 0; i < sizeof bf16 / sizeof bf16[0]; i++)
         OP_CASE("attention", OP_CUDA, pool_case, bf16[i], "pool bf16 %s", bf16[i].name);
@@ -712,6 +798,42 @@ void ops_register_attention(void)
         p.kv = KN_BF16;
         OP_CASE("attention", OP_CUDA, pool_case, p, "pool bf16 bf16 KV %s", bf16[i].name);
     }
+    /* The Hopper wgmma kernel (attention_wgmma.cu: head_dim 64, bf16 pools),
+     * with the unwritten pool slots and unowned pages NaN: GPT-OSS's 64/8
+     * heads and GQA 8:1 at smaller head counts, causal with and without
+     * a 128 window, sinks on and off, lengths that are not multiples of the
+     * 128-vector or 128-key tiles, page sizes that do not divide them,
+     * several sequences with their own page tables, chunked prefill
+     * (earlier tokens cached), MHA, and one tile's worth of rows. */
+    static const pool_param wg[] = {
+        { "GPT-OSS 64/8 heads d64, 1 seq 700 rows, causal, sinks, page 16", 1, { 700 }, { 700 }, 64, 8, 64, 16, 0, 1,
+          0, KN_BF16, 1 },
+        { "GPT-OSS 64/8 heads d64, 777 rows, window 128, sinks", 1, { 777 }, { 777 }, 64, 8, 64, 16, 128, 1, 0,
+          KN_BF16, 1 },
+        { "16/2 heads, 1200 rows, causal, no sink, page 16", 1, { 1200 }, { 1200 }, 16, 2, 64, 16, 0, 0, 0,
+          KN_BF16, 1 },
+        { "16/2 heads, 1000 rows, window 128, sinks, page 5", 1, { 1000 }, { 1000 }, 16, 2, 64, 5, 128, 1, 0,
+          KN_BF16, 1 },
+        { "16/2 heads, 333 rows, window 128, no sink, page 7", 1, { 333 }, { 333 }, 16, 2, 64, 7, 128, 0, 0,
+          KN_BF16, 1 },
+        { "64/8 heads, 3 seqs (517 of 517, 129 of 1000, 5 of 63), sinks", 3, { 517, 129, 5 }, { 517, 1000, 63 },
+          64, 8, 64, 16, 0, 1, 0, KN_BF16, 1 },
+        { "16/2 heads, window 128 chunked 3 seqs (300 of 1200, 64 of 64, 200 of 333), page 16, sinks", 3,
+          { 300, 64, 200 }, { 1200, 64, 333 }, 16, 2, 64, 16, 128, 1, 0, KN_BF16, 1 },
+        { "8/1 heads, 2 seqs (250 of 250, 31 of 400), window 100, sinks, page 32", 2, { 250, 31 }, { 250, 400 }, 8,
+          1, 64, 32, 100, 1, 0, KN_BF16, 1 },
+        { "MHA 4/4 heads, 300 rows, causal, sinks, page 16", 1, { 300 }, { 300 }, 4, 4, 64, 16, 0, 1, 0, KN_BF16,
+          1 },
+        { "16/2 heads, 16 rows (one 128-vector tile), chunked after 500, sinks, page 16", 1, { 16 }, { 516 }, 16, 2,
+          64, 16, 0, 1, 0, KN_BF16, 1 },
+    };
+    for (int mode = 1; mode <= 2; mode++)
+        for (size_t i = 0; i < sizeof wg / sizeof wg[0]; i++) {
+            pool_param p = wg[i];
+            p.wgmma = mode;
+            OP_CASE("attention", OP_CUDA, pool_case, p, "pool wgmma %s %s", mode == 1 ? "cp.async" : "tma",
+                    wg[i].name);
+        }
     OP_CASE("attention", OP_ALL, precision_switch, pool[0], "precision switch");
     OP_CASE("attention", OP_CPU, attention_rejects_bad_arguments, pool[0], "rejects bad arguments");
 }
