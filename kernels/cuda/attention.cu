@@ -705,7 +705,9 @@ extern "C" int kn_attention_cuda(const kn_backend *be, float *out, const float *
         kn_cuda_attention_wgmma_fits(b, n_heads, n_kv_heads, head_dim, out, q, pools))
         return kn_cuda_attention_wgmma(be, op, out, q, pools, b, n_heads, n_kv_heads, head_dim,
                                        page_size, scale, sinks, window,
-                                       ctx->attn_wgmma == 2 && kn_cuda_attention_wgmma_tma_fits(page_size));
+                                       ctx->attn_wgmma > 1 && kn_cuda_attention_wgmma_tma_fits(page_size)
+                                           ? ctx->attn_wgmma
+                                           : 1);
     if (ctx->attn_bf16 &&
         kn_cuda_attention_mma_fits(b, n_heads, n_kv_heads, head_dim, out, q, pools))
         return kn_cuda_attention_mma(be, op, out, q, pools, b, n_heads, n_kv_heads, head_dim,

@@ -102,14 +102,28 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t byt
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
                  : "memory");
 }
-/* Waits until the phase with this parity has completed. */
+__device__ __forceinline__ bool mbar_try_wait(uint32_t bar, int parity)
+{
+    uint32_t done;
+    asm volatile("{\n.reg .pred P1;\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 P1, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, P1;\n}\n"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+    return done != 0;
+}
+/* Waits until the phase with this parity has completed. A wait past
+ * about 2^34 cycles (seconds; a tile takes microseconds) traps: a broken
+ * pipeline shows as a launch failure instead of a hang. */
 __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity)
 {
-    asm volatile("{\n.reg .pred P1;\nWAIT_LOOP:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
-                 "@P1 bra WAIT_DONE;\nbra WAIT_LOOP;\nWAIT_DONE:\n}\n" ::"r"(bar),
-                 "r"(parity)
-                 : "memory");
+    if (mbar_try_wait(bar, parity))
+        return;
+    const long long t0 = clock64();
+    while (!mbar_try_wait(bar, parity))
+        if (clock64() - t0 > (1LL << 34))
+            __trap();
 }
 /* Box (0, row) of a 2D tensor map into shared memory at dst, completing
  * its bytes on mbarrier bar. */
@@ -204,15 +218,20 @@ __device__ __forceinline__ bool wg_sees(const WgState &w, int j0)
     return w.active && j0 < w.wend && j0 + WB_N > w.wbeg;
 }
 
-/* The tile of keys [j0, j0 + WB_N) at shared addresses kaddr (K) and vaddr
- * (V), 128-byte swizzled, into this warpgroup's softmax state and output.
- * Keys at or past kend are masked. */
-__device__ __forceinline__ void wg_tile(const WgArgs &a, WgState &w, uint32_t kaddr, uint32_t vaddr,
-                                        int j0, int kend, int t)
+/* 2^x on the special-function unit (ex2.approx.ftz: 2^-inf = 0, about
+ * 2 ulp; P is rounded to bf16 next). */
+__device__ __forceinline__ float fast_exp2(float x)
 {
-    /* S = Q K^T: 64 rows x 128 keys, 16 dims per wgmma (+32 bytes along
-     * the swizzled K rows). */
-    float sc[WB_N / 2];
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* Issues S = Q K^T for the tile at kaddr into sc: 64 rows x 128 keys, 16
+ * dims per wgmma (+32 bytes along the swizzled K rows), committed as one
+ * group; the caller waits. */
+__device__ __forceinline__ void wg_scores_issue(const WgState &w, uint32_t kaddr, float (&sc)[WB_N / 2])
+{
 #pragma unroll
     for (int n = 0; n < WB_N / 2; n++)
         sc[n] = 0.f;
@@ -221,9 +240,15 @@ __device__ __forceinline__ void wg_tile(const WgArgs &a, WgState &w, uint32_t ka
     for (int ks = 0; ks < WD / 16; ks++)
         kn_wgmma_m64n128k16_rs<0>(sc, w.qa[ks], kn_wgmma_desc_sw128(kaddr + ks * 32, 16, 1024), ks > 0);
     kn_wgmma_commit();
-    kn_wgmma_wait<0>();
-    kn_wgmma_fence_regs(sc);
+}
 
+/* The scores sc of keys [j0, j0 + WB_N) into P in place (fp32, unscaled
+ * probabilities) and the rows' softmax state (m, l); alpha gets the factor
+ * the output must be rescaled by (the caller does it once no wgmma writes
+ * the output). Keys at or past kend are masked. */
+__device__ __forceinline__ void wg_softmax(const WgArgs &a, WgState &w, float (&sc)[WB_N / 2], int j0,
+                                           int kend, int t, float (&alpha)[2])
+{
     /* Masks only where the tile crosses a row's causal bound or window
      * edge, or runs past kend (warpgroup-uniform test). */
     const bool need_mask = j0 + WB_N > w.pos_lo || j0 + WB_N > kend ||
@@ -253,27 +278,23 @@ __device__ __forceinline__ void wg_tile(const WgArgs &a, WgState &w, uint32_t ka
         /* A row with nothing visible yet (no sink) keeps m = -inf: use 0
          * as the reference so every exp2 is of -inf, i.e. 0. */
         float m_ref = m_new == -INFINITY ? 0.f : m_new;
-        float alpha = exp2f(w.m[i] - m_ref);
+        alpha[i] = fast_exp2(w.m[i] - m_ref);
         float psum = 0.f;
 #pragma unroll
         for (int n = 0; n < WB_N / 8; n++) {
-            sc[4 * n + 2 * i] = exp2f(sc[4 * n + 2 * i] - m_ref);
-            sc[4 * n + 2 * i + 1] = exp2f(sc[4 * n + 2 * i + 1] - m_ref);
+            sc[4 * n + 2 * i] = fast_exp2(sc[4 * n + 2 * i] - m_ref);
+            sc[4 * n + 2 * i + 1] = fast_exp2(sc[4 * n + 2 * i + 1] - m_ref);
             psum += sc[4 * n + 2 * i] + sc[4 * n + 2 * i + 1];
         }
         w.m[i] = m_new;
-        w.l[i] = w.l[i] * alpha + psum;
-#pragma unroll
-        for (int n = 0; n < WD / 8; n++) {
-            w.o[4 * n + 2 * i] *= alpha;
-            w.o[4 * n + 2 * i + 1] *= alpha;
-        }
+        w.l[i] = w.l[i] * alpha[i] + psum;
     }
+}
 
-    /* O += P V: 16 keys per wgmma; P's A fragment is two adjacent 8-key
-     * blocks of S; V is [key][dim] in shared memory, read transposed
-     * (MN-major), 16 keys = two 1024-byte atoms. */
-    uint32_t pa[WB_N / 16][4];
+/* P (fp32, the S accumulator layout) as bf16 A fragments: the fragment
+ * for 16 keys is two adjacent 8-key blocks of S. */
+__device__ __forceinline__ void pack_p(const float (&sc)[WB_N / 2], uint32_t (&pa)[WB_N / 16][4])
+{
 #pragma unroll
     for (int kk = 0; kk < WB_N / 16; kk++) {
         pa[kk][0] = kn_pack_bf16(sc[8 * kk + 0], sc[8 * kk + 1]);
@@ -281,12 +302,47 @@ __device__ __forceinline__ void wg_tile(const WgArgs &a, WgState &w, uint32_t ka
         pa[kk][2] = kn_pack_bf16(sc[8 * kk + 4], sc[8 * kk + 5]);
         pa[kk][3] = kn_pack_bf16(sc[8 * kk + 6], sc[8 * kk + 7]);
     }
+}
+
+__device__ __forceinline__ void wg_rescale(WgState &w, const float (&alpha)[2])
+{
+#pragma unroll
+    for (int n = 0; n < WD / 8; n++) {
+        w.o[4 * n + 0] *= alpha[0];
+        w.o[4 * n + 1] *= alpha[0];
+        w.o[4 * n + 2] *= alpha[1];
+        w.o[4 * n + 3] *= alpha[1];
+    }
+}
+
+/* Issues O += P V for the tile's V at vaddr: 16 keys per wgmma; V is
+ * [key][dim] in shared memory, read transposed (MN-major), 16 keys = two
+ * 1024-byte atoms. One committed group; the caller waits. */
+__device__ __forceinline__ void wg_pv_issue(WgState &w, const uint32_t (&pa)[WB_N / 16][4], uint32_t vaddr)
+{
     kn_wgmma_fence_regs(w.o);
     kn_wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < WB_N / 16; kk++)
         kn_wgmma_m64n64k16_rs<1>(w.o, pa[kk], kn_wgmma_desc_sw128(vaddr + kk * 2048, 1024, 1024), 1);
     kn_wgmma_commit();
+}
+
+/* The tile of keys [j0, j0 + WB_N) at shared addresses kaddr (K) and vaddr
+ * (V), 128-byte swizzled, into this warpgroup's softmax state and output,
+ * one product after the other. */
+__device__ __forceinline__ void wg_tile(const WgArgs &a, WgState &w, uint32_t kaddr, uint32_t vaddr,
+                                        int j0, int kend, int t)
+{
+    float sc[WB_N / 2], alpha[2];
+    uint32_t pa[WB_N / 16][4];
+    wg_scores_issue(w, kaddr, sc);
+    kn_wgmma_wait<0>();
+    kn_wgmma_fence_regs(sc);
+    wg_softmax(a, w, sc, j0, kend, t, alpha);
+    pack_p(sc, pa);
+    wg_rescale(w, alpha);
+    wg_pv_issue(w, pa, vaddr);
     kn_wgmma_wait<0>();
     kn_wgmma_fence_regs(w.o);
 }
@@ -377,21 +433,85 @@ __global__ void __launch_bounds__(WB_THREADS, 1) attn_wgmma_kernel(WgArgs a)
         wg_store(a, b, w, t);
 }
 
-/* The TMA kernel: warps 0-7 are the two consumer warpgroups, warp 8 the
- * producer. Each page of page_size tokens of one KV head is one
+/* The TMA kernels. Each page of page_size tokens of one KV head is one
  * contiguous [page_size][64] bf16 box of the pool seen as a 2D tensor
  * [n_pages * n_kv_heads * page_size][64] (kmap, vmap: 128-byte swizzle),
  * so a 128-key tile is 128 / page_size box copies of K and as many of V,
- * completing on the stage's `full` mbarrier; the consumer warps arrive on
- * its `empty` mbarrier when their wgmma have read it. Tiles start at a
+ * completing on the stage's `full` mbarrier; the 8 consumer warps arrive
+ * on its `empty` mbarrier when their wgmma have read it. Tiles start at a
  * multiple of page_size. A tile with a key at or past kv_len or an
  * unmapped page is copied by the producer warp with cp.async instead (zero
- * fill, as the other kernel), so unwritten slots never reach P V. */
+ * fill, as the other kernel), so unwritten slots never reach P V.
+ *
+ * Warps 0-7 are the two consumer warpgroups.
+ * PIPE = false (mode 2): 288 threads, warp 8 the producer; one product
+ * after the other per tile.
+ * PIPE = true (mode 3): each warpgroup issues tile i's S = Q K^T before
+ * tile i-1's O += P V and computes tile i's softmax while that product
+ * runs. That needs more than the 168 registers a thread may hold when 9
+ * warps share an SM's four register files (3 on one), and a producer
+ * warpgroup handing its registers over with setmaxnreg did not help
+ * (ptxas still allotted the consumers 168 and spilled). So mode 3 has 8
+ * warps (up to 255 registers) and warp 0 also produces: at the top of
+ * tile i it copies tile i + TMA_STAGES - 2, whose stage tile i - 2 freed
+ * (tile i - 1's stage is held until its P V is done). */
 const int TMA_STAGES = 4;
-const int TMA_THREADS = WB_THREADS + 32;
 const size_t TMA_SMEM_BYTES = (size_t)TMA_STAGES * STAGE_BYTES + 1024 + 2 * TMA_STAGES * 8;
+const int TMA_THREADS = WB_THREADS + 32; /* mode 2 */
+const int PRODUCER_WARP = N_WG * 4;
+const int PIPE_AHEAD = TMA_STAGES - 2; /* mode 3: tiles copied ahead of the one computed */
 
-__global__ void __launch_bounds__(TMA_THREADS, 1)
+/* Tile i of the block into its stage of the ring, by one warp (after
+ * waiting for the stage to be released when the ring has wrapped). */
+__device__ __forceinline__ void tma_produce_tile(const WgArgs &a, const BlockPlace &b, const CUtensorMap *kmap,
+                                                 const CUtensorMap *vmap, uint32_t smem, uint32_t bars, int i,
+                                                 int lane)
+{
+    const int ps = a.page_size, np = WB_N / ps;
+    const int st = i % TMA_STAGES;
+    const uint32_t full = bars + 8 * st, empty = bars + 8 * (TMA_STAGES + st);
+    const uint32_t kdst = smem + st * STAGE_BYTES, vdst = kdst + TILE_BYTES;
+    if (i >= TMA_STAGES)
+        mbar_wait(empty, ((i / TMA_STAGES) - 1) & 1);
+    const int j0 = b.kbeg + i * WB_N;
+    /* lane l < np: page l of the tile */
+    int row = 0;
+    bool ok = true;
+    if (lane < np) {
+        const int key0 = j0 + lane * ps, pi = key0 / ps;
+        int page = pi < a.max_pages ? a.page_table[(size_t)b.s * a.max_pages + pi] : -1;
+        ok = key0 + ps <= a.kv_len[b.s] && page >= 0 && page < a.n_pages;
+        row = (page * a.n_kv_heads + b.kvh) * ps;
+    }
+    if (__all_sync(0xffffffffu, ok)) {
+        if (lane == 0)
+            mbar_arrive_expect_tx(full, 2 * TILE_BYTES);
+        __syncwarp();
+        if (lane < np) {
+            tma_load_2d(kdst + lane * ps * 128, kmap, row, full);
+            tma_load_2d(vdst + lane * ps * 128, vmap, row, full);
+        }
+    } else {
+        cp_async_tile(a, b, kdst, vdst, j0, lane, 32);
+        cp_async_commit();
+        cp_async_wait<0>();
+        kn_fence_proxy_async_smem();
+        __syncwarp();
+        if (lane == 0)
+            mbar_arrive(full);
+    }
+}
+
+/* This warp's share of releasing a stage: after its wgmma have read it. */
+__device__ __forceinline__ void release_stage(uint32_t bars, int st, int lane)
+{
+    __syncwarp();
+    if (lane == 0)
+        mbar_arrive(bars + 8 * (TMA_STAGES + st));
+}
+
+template <bool PIPE>
+__global__ void __launch_bounds__(PIPE ? WB_THREADS : TMA_THREADS, 1)
 attn_wgmma_tma_kernel(const WgArgs a, const __grid_constant__ CUtensorMap kmap,
                       const __grid_constant__ CUtensorMap vmap)
 {
@@ -401,8 +521,7 @@ attn_wgmma_tma_kernel(const WgArgs a, const __grid_constant__ CUtensorMap kmap,
     BlockPlace b;
     if (!block_place(a, b))
         return;
-    const int ps = a.page_size;
-    b.kbeg -= b.kbeg % ps; /* tiles of whole pages (the keys before kbeg are masked) */
+    b.kbeg -= b.kbeg % a.page_size; /* tiles of whole pages (the keys before kbeg are masked) */
     const int n_tiles = (b.kend - b.kbeg + WB_N - 1) / WB_N;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     if (tid == 0) {
@@ -414,60 +533,81 @@ attn_wgmma_tma_kernel(const WgArgs a, const __grid_constant__ CUtensorMap kmap,
     }
     __syncthreads();
 
-    if (warp == N_WG * 4) { /* the producer */
-        const int kv_len = a.kv_len[b.s], np = WB_N / ps;
-        for (int i = 0; i < n_tiles; i++) {
-            const int st = i % TMA_STAGES;
-            const uint32_t full = bars + 8 * st, empty = bars + 8 * (TMA_STAGES + st);
-            const uint32_t kdst = smem + st * STAGE_BYTES, vdst = kdst + TILE_BYTES;
-            if (i >= TMA_STAGES)
-                mbar_wait(empty, ((i / TMA_STAGES) - 1) & 1);
-            const int j0 = b.kbeg + i * WB_N;
-            /* lane l < np: page l of the tile */
-            int row = 0;
-            bool ok = true;
-            if (lane < np) {
-                const int key0 = j0 + lane * ps, pi = key0 / ps;
-                int page = pi < a.max_pages ? a.page_table[(size_t)b.s * a.max_pages + pi] : -1;
-                ok = key0 + ps <= kv_len && page >= 0 && page < a.n_pages;
-                row = (page * a.n_kv_heads + b.kvh) * ps;
-            }
-            if (__all_sync(0xffffffffu, ok)) {
-                if (lane == 0)
-                    mbar_arrive_expect_tx(full, 2 * TILE_BYTES);
-                __syncwarp();
-                if (lane < np) {
-                    tma_load_2d(kdst + lane * ps * 128, &kmap, row, full);
-                    tma_load_2d(vdst + lane * ps * 128, &vmap, row, full);
-                }
-            } else {
-                cp_async_tile(a, b, kdst, vdst, j0, lane, 32);
-                cp_async_commit();
-                cp_async_wait<0>();
-                kn_fence_proxy_async_smem();
-                __syncwarp();
-                if (lane == 0)
-                    mbar_arrive(full);
-            }
-        }
+    if (!PIPE && warp == PRODUCER_WARP) {
+        for (int i = 0; i < n_tiles; i++)
+            tma_produce_tile(a, b, &kmap, &vmap, smem, bars, i, lane);
         return;
     }
+    if (PIPE && warp == 0)
+        for (int i = 0; i < PIPE_AHEAD && i < n_tiles; i++)
+            tma_produce_tile(a, b, &kmap, &vmap, smem, bars, i, lane);
 
     const int wg = warp >> 2, wq = warp & 3, g = lane >> 2, t = lane & 3;
     WgState w;
     wg_init(a, b, wg, wq, g, t, w);
-    for (int i = 0; i < n_tiles; i++) {
-        const int st = i % TMA_STAGES;
-        const uint32_t kaddr = smem + st * STAGE_BYTES;
-        /* wait even for a tile this warpgroup skips: the stage must not be
-         * released before its copies have landed */
-        mbar_wait(bars + 8 * st, (i / TMA_STAGES) & 1);
-        const int j0 = b.kbeg + i * WB_N;
-        if (wg_sees(w, j0))
-            wg_tile(a, w, kaddr, kaddr + TILE_BYTES, j0, b.kend, t);
-        __syncwarp();
-        if (lane == 0)
-            mbar_arrive(bars + 8 * (TMA_STAGES + st));
+    if (!PIPE) {
+        for (int i = 0; i < n_tiles; i++) {
+            const int st = i % TMA_STAGES;
+            const uint32_t kaddr = smem + st * STAGE_BYTES;
+            /* wait even for a tile this warpgroup skips: the stage must not
+             * be released before its copies have landed */
+            mbar_wait(bars + 8 * st, (i / TMA_STAGES) & 1);
+            const int j0 = b.kbeg + i * WB_N;
+            if (wg_sees(w, j0))
+                wg_tile(a, w, kaddr, kaddr + TILE_BYTES, j0, b.kend, t);
+            release_stage(bars, st, lane);
+        }
+    } else {
+        /* pending: tile prev_st's P (pa_prev) still has its P V to issue,
+         * and its stage to release after that. This tile's P stays fp32 in
+         * sc until that P V has read pa_prev (registers: one S, one P). */
+        bool pending = false;
+        int prev_st = 0;
+        float sc[WB_N / 2], alpha[2];
+        uint32_t pa_prev[WB_N / 16][4];
+        for (int i = 0; i < n_tiles; i++) {
+            const int st = i % TMA_STAGES, j0 = b.kbeg + i * WB_N;
+            const uint32_t kaddr = smem + st * STAGE_BYTES;
+            const bool sees = wg_sees(w, j0);
+            if (warp == 0 && i + PIPE_AHEAD < n_tiles)
+                tma_produce_tile(a, b, &kmap, &vmap, smem, bars, i + PIPE_AHEAD, lane);
+            if (!sees && pending) { /* past this warpgroup's keys: finish the last tile */
+                wg_pv_issue(w, pa_prev, smem + prev_st * STAGE_BYTES + TILE_BYTES);
+                kn_wgmma_wait<0>();
+                kn_wgmma_fence_regs(w.o);
+                release_stage(bars, prev_st, lane);
+                pending = false;
+            }
+            mbar_wait(bars + 8 * st, (i / TMA_STAGES) & 1);
+            if (!sees) {
+                release_stage(bars, st, lane);
+                continue;
+            }
+            wg_scores_issue(w, kaddr, sc);
+            if (pending) {
+                wg_pv_issue(w, pa_prev, smem + prev_st * STAGE_BYTES + TILE_BYTES);
+                kn_wgmma_wait<1>(); /* S of this tile; the previous P V may still run */
+            } else {
+                kn_wgmma_wait<0>();
+            }
+            kn_wgmma_fence_regs(sc);
+            wg_softmax(a, w, sc, j0, b.kend, t, alpha);
+            if (pending) {
+                kn_wgmma_wait<0>();
+                kn_wgmma_fence_regs(w.o);
+                release_stage(bars, prev_st, lane);
+            }
+            pack_p(sc, pa_prev);
+            wg_rescale(w, alpha);
+            prev_st = st;
+            pending = true;
+        }
+        if (pending) {
+            wg_pv_issue(w, pa_prev, smem + prev_st * STAGE_BYTES + TILE_BYTES);
+            kn_wgmma_wait<0>();
+            kn_wgmma_fence_regs(w.o);
+            release_stage(bars, prev_st, lane);
+        }
     }
     if (w.active)
         wg_store(a, b, w, t);
@@ -538,13 +678,15 @@ static int pool_tensor_map(tensor_map_encode_fn encode, const char *op, CUtensor
 int kn_cuda_attention_wgmma(const kn_backend *be, const char *op, float *out, const float *q,
                             const kn_kv_pools *pools, const kn_seq_batch *b, int n_heads,
                             int n_kv_heads, int head_dim, int page_size, float scale,
-                            const float *sinks, int window, int tma)
+                            const float *sinks, int window, int mode)
 {
     if (head_dim != WD || pools->dtype != KN_BF16)
         return kn_arg_error(op, "the wgmma attention kernel takes head_dim %d over bf16 pools, "
                                 "not head_dim %d over %s pools",
                             WD, head_dim, kn_dtype_name(pools->dtype));
-    if (tma && !kn_cuda_attention_wgmma_tma_fits(page_size))
+    if (mode < 1 || mode > 3)
+        return kn_arg_error(op, "wgmma attention mode %d is not 1, 2 or 3", mode);
+    if (mode > 1 && !kn_cuda_attention_wgmma_tma_fits(page_size))
         return kn_arg_error(op, "the TMA attention kernel takes page sizes 8..%d dividing %d, not %d",
                             WB_N, WB_N, page_size);
     WgArgs a;
@@ -552,7 +694,7 @@ int kn_cuda_attention_wgmma(const kn_backend *be, const char *op, float *out, co
                       sinks, window);
     dim3 grid(kn_cuda_div_up((long long)b->max_q_len * a.group, WB_M), n_kv_heads, b->n_seqs);
     kn_cuda_ctx *ctx = kn_cuda_ctx_of(be);
-    if (!tma) {
+    if (mode == 1) {
         KN_CUDA_TRY(op, cudaFuncSetAttribute(attn_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)WGMMA_SMEM_BYTES));
         attn_wgmma_kernel<<<grid, WB_THREADS, WGMMA_SMEM_BYTES, kn_cuda_stream(be)>>>(a);
@@ -569,10 +711,19 @@ int kn_cuda_attention_wgmma(const kn_backend *be, const char *op, float *out, co
     if ((rc = pool_tensor_map(encode, op, &kmap, pools->k, rows, page_size)) != TN_OK ||
         (rc = pool_tensor_map(encode, op, &vmap, pools->v, rows, page_size)) != TN_OK)
         return rc;
-    KN_CUDA_TRY(op, cudaFuncSetAttribute(attn_wgmma_tma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)TMA_SMEM_BYTES));
-    attn_wgmma_tma_kernel<<<grid, TMA_THREADS, TMA_SMEM_BYTES, kn_cuda_stream(be)>>>(a, kmap, vmap);
-    KN_CUDA_LAUNCH_CHECK(op, "attn_wgmma_tma_kernel");
-    ctx->attn_wgmma_launches[1]++;
+    if (mode == 2) {
+        KN_CUDA_TRY(op, cudaFuncSetAttribute(attn_wgmma_tma_kernel<false>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)TMA_SMEM_BYTES));
+        attn_wgmma_tma_kernel<false><<<grid, TMA_THREADS, TMA_SMEM_BYTES, kn_cuda_stream(be)>>>(
+            a, kmap, vmap);
+        KN_CUDA_LAUNCH_CHECK(op, "attn_wgmma_tma_kernel<false>");
+    } else {
+        KN_CUDA_TRY(op, cudaFuncSetAttribute(attn_wgmma_tma_kernel<true>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)TMA_SMEM_BYTES));
+        attn_wgmma_tma_kernel<true><<<grid, WB_THREADS, TMA_SMEM_BYTES, kn_cuda_stream(be)>>>(
+            a, kmap, vmap);
+        KN_CUDA_LAUNCH_CHECK(op, "attn_wgmma_tma_kernel<true>");
+    }
+    ctx->attn_wgmma_launches[mode - 1]++;
     return TN_OK;
 }

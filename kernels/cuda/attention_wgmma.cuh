@@ -20,13 +20,14 @@ bool kn_cuda_attention_wgmma_fits(const struct kn_seq_batch *b, int n_heads, int
 bool kn_cuda_attention_wgmma_tma_fits(int page_size);
 
 /* kn_attention's contract with bf16 operands (Q, K, V, P in bf16; fp32
- * softmax state and accumulation), on the warpgroup tensor cores; tma = 0
- * loads K/V with cp.async (every thread, one block barrier per tile),
- * tma = 1 with bulk tensor copies from a producer warp into an mbarrier
- * ring (needs kn_cuda_attention_wgmma_tma_fits). Arguments already
- * checked. */
+ * softmax state and accumulation), on the warpgroup tensor cores. mode 1
+ * loads K/V with cp.async (every thread, one block barrier per tile);
+ * modes 2 and 3 with bulk tensor copies from a producer warp into an
+ * mbarrier ring (need kn_cuda_attention_wgmma_tma_fits), mode 3 also
+ * overlapping each tile's softmax with the previous tile's P V. Arguments
+ * already checked. */
 int kn_cuda_attention_wgmma(const kn_backend *be, const char *op, float *out, const float *q,
                             const struct kn_kv_pools *pools, const struct kn_seq_batch *b,
                             int n_heads, int n_kv_heads, int head_dim, int page_size, float scale,
-                            const float *sinks, int window, int tma);
+                            const float *sinks, int window, int mode);
 #endif

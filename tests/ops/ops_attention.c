@@ -377,7 +377,8 @@ typedef struct pool_param {
     int n_heads, n_kv_heads, head_dim, page_size, window, sinks;
     int bf16; /* CUDA: the bf16 tensor-core prefill kernel */
     kn_dtype kv; /* the pools' dtype */
-    int wgmma; /* CUDA: the Hopper wgmma kernel, mode 1 (cp.async) or 2 (TMA): kn_cuda_set_attn_wgmma */
+    int wgmma; /* CUDA: the Hopper wgmma kernel, mode 1 (cp.async), 2 (TMA), 3 (TMA, overlapped):
+                  kn_cuda_set_attn_wgmma */
 } pool_param;
 
 /* bf16 attention: Q, K, V and P rounded to bf16, fp32 softmax and sums.
@@ -575,8 +576,8 @@ static void pool_case(op_env *e, const void *param)
     if (bf16 && !op_ok(e, kn_backend_set_attn_bf16(e->be, 1), "kn_backend_set_attn_bf16"))
         return;
 #ifdef TANDEM_CUDA
-    /* mode 2 boxes whole pages: other page sizes take mode 1's kernel */
-    int wgmma_was = 0, ran = c->wgmma == 2 && ps >= 8 && ps <= 128 && 128 % ps == 0 ? 2 : 1;
+    /* modes 2, 3 box whole pages: other page sizes take mode 1's kernel */
+    int wgmma_was = 0, ran = c->wgmma >= 2 && ps >= 8 && ps <= 128 && 128 % ps == 0 ? c->wgmma : 1;
     long long wgmma_runs = 0;
     if (c->wgmma) {
         wgmma_was = kn_cuda_attn_wgmma(e->be);
@@ -640,6 +641,8 @@ static void precision_switch(op_env *e, const void *param)
     kn_cuda_set_attn_wgmma(e->be, 2);
     OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 2);
     kn_cuda_set_attn_wgmma(e->be, 3);
+    OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 3);
+    kn_cuda_set_attn_wgmma(e->be, 4);
     OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 0);
     kn_cuda_set_attn_wgmma(e->be, 0);
     OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 0);
@@ -806,18 +809,18 @@ void ops_register_attention(void)
      * several sequences with their own page tables, chunked prefill
      * (earlier tokens cached), MHA, and one tile's worth of rows. */
     static const pool_param wg[] = {
-        { "GPT-OSS 64/8 heads d64, 1 seq 700 rows, causal, sinks, page 16", 1, { 700 }, { 700 }, 64, 8, 64, 16, 0, 1,
+        { "GPT-OSS 64/8 heads d64, 1 seq 520 rows, causal, sinks, page 16", 1, { 520 }, { 520 }, 64, 8, 64, 16, 0, 1,
           0, KN_BF16, 1 },
         { "GPT-OSS 64/8 heads d64, 777 rows, window 128, sinks", 1, { 777 }, { 777 }, 64, 8, 64, 16, 128, 1, 0,
           KN_BF16, 1 },
-        { "16/2 heads, 1200 rows, causal, no sink, page 16", 1, { 1200 }, { 1200 }, 16, 2, 64, 16, 0, 0, 0,
+        { "16/2 heads, 900 rows, causal, no sink, page 16", 1, { 900 }, { 900 }, 16, 2, 64, 16, 0, 0, 0,
           KN_BF16, 1 },
         { "16/2 heads, 1000 rows, window 128, sinks, page 5", 1, { 1000 }, { 1000 }, 16, 2, 64, 5, 128, 1, 0,
           KN_BF16, 1 },
         { "16/2 heads, 333 rows, window 128, no sink, page 7", 1, { 333 }, { 333 }, 16, 2, 64, 7, 128, 0, 0,
           KN_BF16, 1 },
-        { "64/8 heads, 3 seqs (517 of 517, 129 of 1000, 5 of 63), sinks", 3, { 517, 129, 5 }, { 517, 1000, 63 },
-          64, 8, 64, 16, 0, 1, 0, KN_BF16, 1 },
+        { "16/2 heads, 3 seqs (517 of 517, 129 of 1000, 5 of 63), sinks, page 8", 3, { 517, 129, 5 },
+          { 517, 1000, 63 }, 16, 2, 64, 8, 0, 1, 0, KN_BF16, 1 },
         { "16/2 heads, window 128 chunked 3 seqs (300 of 1200, 64 of 64, 200 of 333), page 16, sinks", 3,
           { 300, 64, 200 }, { 1200, 64, 333 }, 16, 2, 64, 16, 128, 1, 0, KN_BF16, 1 },
         { "8/1 heads, 2 seqs (250 of 250, 31 of 400), window 100, sinks, page 32", 2, { 250, 31 }, { 250, 400 }, 8,
@@ -827,12 +830,12 @@ void ops_register_attention(void)
         { "16/2 heads, 16 rows (one 128-vector tile), chunked after 500, sinks, page 16", 1, { 16 }, { 516 }, 16, 2,
           64, 16, 0, 1, 0, KN_BF16, 1 },
     };
-    for (int mode = 1; mode <= 2; mode++)
+    for (int mode = 1; mode <= 3; mode++)
         for (size_t i = 0; i < sizeof wg / sizeof wg[0]; i++) {
             pool_param p = wg[i];
             p.wgmma = mode;
-            OP_CASE("attention", OP_CUDA, pool_case, p, "pool wgmma %s %s", mode == 1 ? "cp.async" : "tma",
-                    wg[i].name);
+            OP_CASE("attention", OP_CUDA, pool_case, p, "pool wgmma %s %s",
+                    mode == 1 ? "cp.async" : mode == 2 ? "tma" : "tma-pipe", wg[i].name);
         }
     OP_CASE("attention", OP_ALL, precision_switch, pool[0], "precision switch");
     OP_CASE("attention", OP_CPU, attention_rejects_bad_arguments, pool[0], "rejects bad arguments");
