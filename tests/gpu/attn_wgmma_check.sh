@@ -16,9 +16,13 @@
 #              window 0 / 128
 # A short table is printed last; a failed case's log lines (which case,
 # the first bad row/head/dim) are printed under its step.
+# With the argument `engine`, instead: tandem-bench --synthetic GPT-OSS-20B
+# FP8, prefill 8192 and 32768 with --profile, once per TANDEM_CUDA_ATTN_WGMMA
+# value in ENGINE_MODES (default "0 3"), the prefill lines and the attention
+# share of the profile printed.
 #
 # Usage: TANDEM_PREBUILT=DIR|DIR.tar.xz [SEED=n] [OUT=dir]
-#        bash tests/gpu/attn_wgmma_check.sh
+#        bash tests/gpu/attn_wgmma_check.sh [engine]
 # DIR is made by tests/gpu/make_prebuilt.sh on a machine with nvcc.
 # BUDGET_S (default 560) bounds the whole run: each step's timeout is cut
 # to what is left, and a step with under 20 s left is skipped and says so.
@@ -52,6 +56,27 @@ limit() {
 }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader 2>&1
 echo "seed $SEED, tree $(cat COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+
+if [ "${1:-}" = engine ]; then
+    for m in ${ENGINE_MODES:-0 3}; do
+        secs=$(limit 150)
+        [ "$secs" -ge 30 ] || { rows+=("| tandem-bench mode $m | skipped: out of time |"); continue; }
+        echo "== tandem-bench GPT-OSS-20B FP8, TANDEM_CUDA_ATTN_WGMMA=$m"
+        run timeout "$secs" env TANDEM_CUDA_ATTN_WGMMA=$m "$BIN/tandem-bench" --device cuda \
+            --synthetic tests/fixtures/configs/gpt-oss-20b.json --weights fp8 --prefill 8192,32768 \
+            --batch none --repeat 3 --profile >"$OUT/engine_wgmma$m.log" 2>&1
+        rc=$?
+        grep -iE '^prefill |attention' "$OUT/engine_wgmma$m.log" | head -12
+        [ $rc -eq 0 ] || status=1
+        rows+=("| tandem-bench oss20b fp8, TANDEM_CUDA_ATTN_WGMMA=$m | exit $rc; $(grep -E '^prefill ' \
+            "$OUT/engine_wgmma$m.log" | tr -s ' ' | tr '\n' ';') |")
+    done
+    echo
+    echo "| step | result |"
+    echo "| --- | --- |"
+    for r in "${rows[@]}"; do echo "$r"; done
+    exit $status
+fi
 
 echo "== sass: the wgmma kernels in test_cuda_ops"
 if command -v cuobjdump >/dev/null; then
