@@ -135,14 +135,14 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map
                  : "memory");
 }
 
-/* One block's place: sequence s, KV head kvh, query vectors [v0, v0 +
- * WB_M) of nvec, and the keys [kbeg, kend) they may see. */
+/* One block's place: sequence s, KV head kvh, query vectors [v0, v0 + bm)
+ * of nvec, and the keys [kbeg, kend) they may see. */
 struct BlockPlace {
     int s, kvh, q0, nvec, v0, first_pos, kbeg, kend;
 };
 
 /* Returns false when the block has no query vectors. */
-__device__ __forceinline__ bool block_place(const WgArgs &a, BlockPlace &b)
+__device__ __forceinline__ bool block_place(const WgArgs &a, BlockPlace &b, int bm)
 {
     b.s = blockIdx.z;
     b.kvh = blockIdx.y;
@@ -151,11 +151,11 @@ __device__ __forceinline__ bool block_place(const WgArgs &a, BlockPlace &b)
     b.q0 = a.q_offset[b.s];
     const int nq = a.q_offset[b.s + 1] - b.q0;
     b.nvec = nq * a.group;
-    b.v0 = tile * WB_M;
+    b.v0 = tile * bm;
     if (b.v0 >= b.nvec)
         return false;
     b.first_pos = a.kv_len[b.s] - nq;
-    kn_attn_key_range(a, b.first_pos, b.v0, WB_M, b.nvec, &b.kbeg, &b.kend);
+    kn_attn_key_range(a, b.first_pos, b.v0, bm, b.nvec, &b.kbeg, &b.kend);
     return true;
 }
 
@@ -172,8 +172,13 @@ struct WgState {
     float o[WD / 2];
 };
 
+/* Q_SMEM: instead of register fragments, this warpgroup's 64 x 64 Q tile
+ * (scaled, bf16) into shared memory at qs, 128-byte swizzled like the K
+ * tiles (the wgmma A operand from a descriptor); wtid is the thread's index
+ * in its warpgroup. The caller syncs the warpgroup before the first wgmma. */
+template <bool Q_SMEM>
 __device__ __forceinline__ void wg_init(const WgArgs &a, const BlockPlace &b, int wg, int wq, int g,
-                                        int t, WgState &w)
+                                        int t, WgState &w, uint32_t qs = 0, int wtid = 0)
 {
     w.wv0 = b.v0 + wg * WG_ROWS;
     w.active = w.wv0 < b.nvec;
@@ -193,7 +198,7 @@ __device__ __forceinline__ void wg_init(const WgArgs &a, const BlockPlace &b, in
             qp = a.q + ((size_t)(b.q0 + rl) * a.n_heads + b.kvh * G + gg) * WD + 2 * t;
         }
 #pragma unroll
-        for (int ks = 0; ks < WD / 16; ks++) {
+        for (int ks = 0; ks < WD / 16 && !Q_SMEM; ks++) {
             float2 lo = make_float2(0.f, 0.f), hi = make_float2(0.f, 0.f);
             if (qp) {
                 lo = *(const float2 *)(qp + ks * 16);
@@ -210,6 +215,30 @@ __device__ __forceinline__ void wg_init(const WgArgs &a, const BlockPlace &b, in
 #pragma unroll
     for (int i = 0; i < WD / 2; i++)
         w.o[i] = 0.f;
+    if (Q_SMEM) {
+        /* 64 rows x 8 chunks of 8 dims; thread wtid writes chunks wtid + 128k */
+#pragma unroll
+        for (int k = 0; k < WG_ROWS * 8 / 128; k++) {
+            const int idx = wtid + 128 * k, r = idx >> 3, c = idx & 7, v = w.wv0 + r;
+            float4 x0 = make_float4(0.f, 0.f, 0.f, 0.f), x1 = x0;
+            if (v < b.nvec) {
+                int rl = v / G, gg = v - rl * G;
+                const float *qp = a.q + ((size_t)(b.q0 + rl) * a.n_heads + b.kvh * G + gg) * WD + c * 8;
+                x0 = *(const float4 *)qp;
+                x1 = *(const float4 *)(qp + 4);
+            }
+            const float sl = a.scale_log2;
+            uint4 u;
+            u.x = kn_pack_bf16(x0.x * sl, x0.y * sl);
+            u.y = kn_pack_bf16(x0.z * sl, x0.w * sl);
+            u.z = kn_pack_bf16(x1.x * sl, x1.y * sl);
+            u.w = kn_pack_bf16(x1.z * sl, x1.w * sl);
+            asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(qs + kn_sw128_offset(r, c)),
+                         "r"(u.x), "r"(u.y), "r"(u.z), "r"(u.w)
+                         : "memory");
+        }
+        kn_fence_proxy_async_smem(); /* the stores, before wgmma reads them */
+    }
 }
 
 /* Whether this warpgroup's rows see any key of the tile at j0. */
@@ -230,7 +259,9 @@ __device__ __forceinline__ float fast_exp2(float x)
 /* Issues S = Q K^T for the tile at kaddr into sc: 64 rows x 128 keys, 16
  * dims per wgmma (+32 bytes along the swizzled K rows), committed as one
  * group; the caller waits. */
-__device__ __forceinline__ void wg_scores_issue(const WgState &w, uint32_t kaddr, float (&sc)[WB_N / 2])
+template <bool Q_SMEM>
+__device__ __forceinline__ void wg_scores_issue(const WgState &w, uint32_t kaddr, float (&sc)[WB_N / 2],
+                                                uint32_t qs)
 {
 #pragma unroll
     for (int n = 0; n < WB_N / 2; n++)
@@ -238,7 +269,11 @@ __device__ __forceinline__ void wg_scores_issue(const WgState &w, uint32_t kaddr
     kn_wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < WD / 16; ks++)
-        kn_wgmma_m64n128k16_rs<0>(sc, w.qa[ks], kn_wgmma_desc_sw128(kaddr + ks * 32, 16, 1024), ks > 0);
+        if (Q_SMEM) /* Q from shared memory at qs */
+            kn_wgmma_m64n128k16_ss(sc, kn_wgmma_desc_sw128(qs + ks * 32, 16, 1024),
+                                   kn_wgmma_desc_sw128(kaddr + ks * 32, 16, 1024), ks > 0);
+        else
+            kn_wgmma_m64n128k16_rs<0>(sc, w.qa[ks], kn_wgmma_desc_sw128(kaddr + ks * 32, 16, 1024), ks > 0);
     kn_wgmma_commit();
 }
 
@@ -336,7 +371,7 @@ __device__ __forceinline__ void wg_tile(const WgArgs &a, WgState &w, uint32_t ka
 {
     float sc[WB_N / 2], alpha[2];
     uint32_t pa[WB_N / 16][4];
-    wg_scores_issue(w, kaddr, sc);
+    wg_scores_issue<false>(w, kaddr, sc, 0);
     kn_wgmma_wait<0>();
     kn_wgmma_fence_regs(sc);
     wg_softmax(a, w, sc, j0, kend, t, alpha);
@@ -398,13 +433,13 @@ __global__ void __launch_bounds__(WB_THREADS, 1) attn_wgmma_kernel(WgArgs a)
     extern __shared__ __align__(1024) uint8_t wg_smem[];
     const uint32_t smem = ((uint32_t)__cvta_generic_to_shared(wg_smem) + 1023u) & ~1023u;
     BlockPlace b;
-    if (!block_place(a, b))
+    if (!block_place(a, b, WB_M))
         return;
     const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, wq = (tid >> 5) & 3;
     const int g = lane >> 2, t = lane & 3;
     const int n_tiles = (b.kend - b.kbeg + WB_N - 1) / WB_N;
     WgState w;
-    wg_init(a, b, wg, wq, g, t, w);
+    wg_init<false>(a, b, wg, wq, g, t, w);
 
 #pragma unroll
     for (int st = 0; st < STAGES - 1; st++) {
@@ -456,10 +491,13 @@ __global__ void __launch_bounds__(WB_THREADS, 1) attn_wgmma_kernel(WgArgs a)
  * tile i it copies tile i + TMA_STAGES - 2, whose stage tile i - 2 freed
  * (tile i - 1's stage is held until its P V is done). */
 const int TMA_STAGES = 4;
-const size_t TMA_SMEM_BYTES = (size_t)TMA_STAGES * STAGE_BYTES + 1024 + 2 * TMA_STAGES * 8;
 const int TMA_THREADS = WB_THREADS + 32; /* mode 2 */
 const int PRODUCER_WARP = N_WG * 4;
-const int PIPE_AHEAD = TMA_STAGES - 2; /* mode 3: tiles copied ahead of the one computed */
+const int PIPE_AHEAD = TMA_STAGES - 2; /* modes 3, 4: tiles copied ahead of the one computed */
+const int Q_TILE_BYTES = WG_ROWS * WD * 2;
+/* The ring, mode 4's Q tiles (3 warpgroups), the barriers; 1024 bytes of
+ * alignment slack. */
+const size_t TMA_SMEM_BYTES = (size_t)TMA_STAGES * STAGE_BYTES + 3 * Q_TILE_BYTES + 1024 + 2 * TMA_STAGES * 8;
 
 /* Tile i of the block into its stage of the ring, by one warp (after
  * waiting for the stage to be released when the ring has wrapped). */
@@ -510,16 +548,20 @@ __device__ __forceinline__ void release_stage(uint32_t bars, int st, int lane)
         mbar_arrive(bars + 8 * (TMA_STAGES + st));
 }
 
-template <bool PIPE>
-__global__ void __launch_bounds__(PIPE ? WB_THREADS : TMA_THREADS, 1)
+template <int NWG, bool PIPE>
+__global__ void __launch_bounds__(PIPE ? NWG * 128 : TMA_THREADS, 1)
 attn_wgmma_tma_kernel(const WgArgs a, const __grid_constant__ CUtensorMap kmap,
                       const __grid_constant__ CUtensorMap vmap)
 {
+    /* mode 4 (3 warpgroups) keeps Q in shared memory: registers for the
+     * third warpgroup */
+    const bool Q_SMEM = NWG == 3;
     extern __shared__ __align__(1024) uint8_t wg_smem[];
     const uint32_t smem = ((uint32_t)__cvta_generic_to_shared(wg_smem) + 1023u) & ~1023u;
-    const uint32_t bars = smem + TMA_STAGES * STAGE_BYTES; /* full[TMA_STAGES], empty[TMA_STAGES] */
+    const uint32_t qsm = smem + TMA_STAGES * STAGE_BYTES; /* Q tiles, mode 4 */
+    const uint32_t bars = qsm + 3 * Q_TILE_BYTES;         /* full[TMA_STAGES], empty[TMA_STAGES] */
     BlockPlace b;
-    if (!block_place(a, b))
+    if (!block_place(a, b, NWG * WG_ROWS))
         return;
     b.kbeg -= b.kbeg % a.page_size; /* tiles of whole pages (the keys before kbeg are masked) */
     const int n_tiles = (b.kend - b.kbeg + WB_N - 1) / WB_N;
@@ -527,7 +569,7 @@ attn_wgmma_tma_kernel(const WgArgs a, const __grid_constant__ CUtensorMap kmap,
     if (tid == 0) {
         for (int st = 0; st < TMA_STAGES; st++) {
             mbar_init(bars + 8 * st, 1);
-            mbar_init(bars + 8 * (TMA_STAGES + st), N_WG * 4);
+            mbar_init(bars + 8 * (TMA_STAGES + st), NWG * 4);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -543,8 +585,11 @@ attn_wgmma_tma_kernel(const WgArgs a, const __grid_constant__ CUtensorMap kmap,
             tma_produce_tile(a, b, &kmap, &vmap, smem, bars, i, lane);
 
     const int wg = warp >> 2, wq = warp & 3, g = lane >> 2, t = lane & 3;
+    const uint32_t qs = qsm + wg * Q_TILE_BYTES;
     WgState w;
-    wg_init(a, b, wg, wq, g, t, w);
+    wg_init<Q_SMEM>(a, b, wg, wq, g, t, w, qs, tid & 127);
+    if (Q_SMEM) /* this warpgroup's Q tile is written (named barrier 1 + wg) */
+        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + wg) : "memory");
     if (!PIPE) {
         for (int i = 0; i < n_tiles; i++) {
             const int st = i % TMA_STAGES;
@@ -583,7 +628,7 @@ attn_wgmma_tma_kernel(const WgArgs a, const __grid_constant__ CUtensorMap kmap,
                 release_stage(bars, st, lane);
                 continue;
             }
-            wg_scores_issue(w, kaddr, sc);
+            wg_scores_issue<Q_SMEM>(w, kaddr, sc, qs);
             if (pending) {
                 wg_pv_issue(w, pa_prev, smem + prev_st * STAGE_BYTES + TILE_BYTES);
                 kn_wgmma_wait<1>(); /* S of this tile; the previous P V may still run */
@@ -675,6 +720,19 @@ static int pool_tensor_map(tensor_map_encode_fn encode, const char *op, CUtensor
     return TN_OK;
 }
 
+template <int NWG, bool PIPE>
+static int launch_tma(const kn_backend *be, const char *op, const WgArgs &a, const kn_seq_batch *b,
+                      const CUtensorMap &kmap, const CUtensorMap &vmap, int threads)
+{
+    KN_CUDA_TRY(op, cudaFuncSetAttribute(attn_wgmma_tma_kernel<NWG, PIPE>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)TMA_SMEM_BYTES));
+    dim3 grid(kn_cuda_div_up((long long)b->max_q_len * a.group, NWG * WG_ROWS), a.n_kv_heads,
+              b->n_seqs);
+    attn_wgmma_tma_kernel<NWG, PIPE><<<grid, threads, TMA_SMEM_BYTES, kn_cuda_stream(be)>>>(a, kmap, vmap);
+    KN_CUDA_LAUNCH_CHECK(op, "attn_wgmma_tma_kernel");
+    return TN_OK;
+}
+
 int kn_cuda_attention_wgmma(const kn_backend *be, const char *op, float *out, const float *q,
                             const kn_kv_pools *pools, const kn_seq_batch *b, int n_heads,
                             int n_kv_heads, int head_dim, int page_size, float scale,
@@ -684,17 +742,19 @@ int kn_cuda_attention_wgmma(const kn_backend *be, const char *op, float *out, co
         return kn_arg_error(op, "the wgmma attention kernel takes head_dim %d over bf16 pools, "
                                 "not head_dim %d over %s pools",
                             WD, head_dim, kn_dtype_name(pools->dtype));
-    if (mode < 1 || mode > 3)
-        return kn_arg_error(op, "wgmma attention mode %d is not 1, 2 or 3", mode);
+    if (mode < 1 || mode > 4)
+        return kn_arg_error(op, "wgmma attention mode %d is not 1..4", mode);
+    if (mode == 4 && !kn_cuda_aligned16(q))
+        mode = 3; /* mode 4 reads Q rows 16 bytes at a time */
     if (mode > 1 && !kn_cuda_attention_wgmma_tma_fits(page_size))
         return kn_arg_error(op, "the TMA attention kernel takes page sizes 8..%d dividing %d, not %d",
                             WB_N, WB_N, page_size);
     WgArgs a;
     kn_attn_args_fill(a, out, q, pools->k, pools->v, b, n_heads, n_kv_heads, page_size, scale,
                       sinks, window);
-    dim3 grid(kn_cuda_div_up((long long)b->max_q_len * a.group, WB_M), n_kv_heads, b->n_seqs);
     kn_cuda_ctx *ctx = kn_cuda_ctx_of(be);
     if (mode == 1) {
+        dim3 grid(kn_cuda_div_up((long long)b->max_q_len * a.group, WB_M), n_kv_heads, b->n_seqs);
         KN_CUDA_TRY(op, cudaFuncSetAttribute(attn_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)WGMMA_SMEM_BYTES));
         attn_wgmma_kernel<<<grid, WB_THREADS, WGMMA_SMEM_BYTES, kn_cuda_stream(be)>>>(a);
@@ -711,19 +771,14 @@ int kn_cuda_attention_wgmma(const kn_backend *be, const char *op, float *out, co
     if ((rc = pool_tensor_map(encode, op, &kmap, pools->k, rows, page_size)) != TN_OK ||
         (rc = pool_tensor_map(encode, op, &vmap, pools->v, rows, page_size)) != TN_OK)
         return rc;
-    if (mode == 2) {
-        KN_CUDA_TRY(op, cudaFuncSetAttribute(attn_wgmma_tma_kernel<false>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)TMA_SMEM_BYTES));
-        attn_wgmma_tma_kernel<false><<<grid, TMA_THREADS, TMA_SMEM_BYTES, kn_cuda_stream(be)>>>(
-            a, kmap, vmap);
-        KN_CUDA_LAUNCH_CHECK(op, "attn_wgmma_tma_kernel<false>");
-    } else {
-        KN_CUDA_TRY(op, cudaFuncSetAttribute(attn_wgmma_tma_kernel<true>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)TMA_SMEM_BYTES));
-        attn_wgmma_tma_kernel<true><<<grid, WB_THREADS, TMA_SMEM_BYTES, kn_cuda_stream(be)>>>(
-            a, kmap, vmap);
-        KN_CUDA_LAUNCH_CHECK(op, "attn_wgmma_tma_kernel<true>");
-    }
+    if (mode == 2)
+        rc = launch_tma<N_WG, false>(be, op, a, b, kmap, vmap, TMA_THREADS);
+    else if (mode == 3)
+        rc = launch_tma<N_WG, true>(be, op, a, b, kmap, vmap, N_WG * 128);
+    else
+        rc = launch_tma<3, true>(be, op, a, b, kmap, vmap, 3 * 128);
+    if (rc != TN_OK)
+        return rc;
     ctx->attn_wgmma_launches[mode - 1]++;
     return TN_OK;
 }

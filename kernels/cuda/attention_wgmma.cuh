@@ -24,8 +24,9 @@ bool kn_cuda_attention_wgmma_tma_fits(int page_size);
  * loads K/V with cp.async (every thread, one block barrier per tile);
  * modes 2 and 3 with bulk tensor copies from a producer warp into an
  * mbarrier ring (need kn_cuda_attention_wgmma_tma_fits), mode 3 also
- * overlapping each tile's softmax with the previous tile's P V. Arguments
- * already checked. */
+ * overlapping each tile's softmax with the previous tile's P V, mode 4 as
+ * 3 with three warpgroups (192 query vectors) per block and Q in shared
+ * memory. Arguments already checked. */
 int kn_cuda_attention_wgmma(const kn_backend *be, const char *op, float *out, const float *q,
                             const struct kn_kv_pools *pools, const struct kn_seq_batch *b,
                             int n_heads, int n_kv_heads, int head_dim, int page_size, float scale,

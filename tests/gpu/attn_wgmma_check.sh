@@ -7,11 +7,11 @@
 #   ops-off    test_cuda_ops SEED attention (the wgmma switch off: the
 #              earlier kernels; the `pool wgmma` cases turn it on themselves)
 #   ops-on     the `pool bf16 bf16 KV` cases (the mma.sync kernel's) with
-#              TANDEM_CUDA_ATTN_WGMMA=1, =2 and =3: those with head_dim 64
-#              run the cp.async / TMA / TMA-overlapped wgmma kernel instead
+#              TANDEM_CUDA_ATTN_WGMMA=1..4: those with head_dim 64 run the
+#              cp.async / TMA / TMA-overlapped / 3-warpgroup wgmma kernel
 #   memcheck   compute-sanitizer memcheck on the `pool wgmma` cases
 #   bench      tests/gpu/bench_attention.py with BENCH_ONLY_WGMMA=1: the
-#              three wgmma forms and the mma.sync kernel over a bf16 cache next
+#              four wgmma forms and the mma.sync kernel over a bf16 cache next
 #              to torch SDPA cuDNN and flash, prefill 8192 and 32768,
 #              window 0 / 128
 # A short table is printed last; a failed case's log lines (which case,
@@ -83,7 +83,8 @@ if command -v cuobjdump >/dev/null; then
     all=$(mktemp)
     cuobjdump -sass "$BIN/test_cuda_ops" >"$all" 2>&1
     cuobjdump -res-usage "$BIN/test_cuda_ops" 2>&1 | grep -A1 attn_wgmma >"$OUT/res_usage.txt"
-    for k in attn_wgmma_kernel 'attn_wgmma_tma_kernelILb0E' 'attn_wgmma_tma_kernelILb1E'; do
+    for k in attn_wgmma_kernel attn_wgmma_tma_kernelILi2ELb0E attn_wgmma_tma_kernelILi2ELb1E \
+        attn_wgmma_tma_kernelILi3ELb1E; do
         # the kernel's own listing: from its Function header to the next one
         awk -v k="$k" '/Function : / { on = index($0, k) > 0 } on' "$all" >"$OUT/sass_$k.txt"
         hg=$(grep -c 'HGMMA' "$OUT/sass_$k.txt"); ll=$(grep -cE '\b(LDL|STL)\b' "$OUT/sass_$k.txt")
@@ -115,7 +116,7 @@ ops() {
 }
 ops "ops attention, wgmma switch off" "$OUT/ops_attn_off.log" 200 TANDEM_CUDA_ATTN_WGMMA=0 \
     "$BIN/test_cuda_ops" "$SEED" attention
-for m in 1 2 3; do
+for m in 1 2 3 4; do
     ops "ops pool bf16 bf16 KV, TANDEM_CUDA_ATTN_WGMMA=$m" "$OUT/ops_attn_on$m.log" 90 \
         TANDEM_CUDA_ATTN_WGMMA=$m "$BIN/test_cuda_ops" "$SEED" "pool bf16 bf16 KV"
 done

@@ -9,8 +9,9 @@ GPT-OSS shapes: 64 query heads, 8 KV heads, head_dim 64, causal.
             and with TANDEM_CUDA_ATTN_BF16=1 the bf16 tensor-core kernel
             (mma.sync m16n8k16, fp32 accumulation); with
             TANDEM_CUDA_ATTN_WGMMA=1 (cp.async loads), 2 (TMA loads,
-            producer warp) or 3 (2 with each tile's softmax overlapping the
-            previous P V) too and a bf16 cache, the Hopper wgmma kernels
+            producer warp), 3 (2 with each tile's softmax overlapping the
+            previous P V) or 4 (3 with three warpgroups) too and a bf16
+            cache, the Hopper wgmma kernels
             (attention_wgmma.cu)
   sdpa-cudnn torch SDPA, CUDNN_ATTENTION backend, bf16, no sink (when this
             torch has it)
@@ -110,7 +111,8 @@ def ours(build, *args, bf16=False, kv="f32", wgmma=0):
                          env=env).stdout
     line = [l for l in out.splitlines() if l.startswith("RESULT ")][-1]
     r = {kv.split("=")[0]: kv.split("=")[1] for kv in line.split()[1:]}
-    want = {1: "wgmma", 2: "wgmma-tma", 3: "wgmma-tma-pipe"}.get(wgmma, "bf16" if bf16 else "f32")
+    want = {1: "wgmma", 2: "wgmma-tma", 3: "wgmma-tma-pipe", 4: "wgmma-tma-pipe-3wg"}.get(
+        wgmma, "bf16" if bf16 else "f32")
     if r["attn"] != want:
         raise SystemExit(f"bench_attention ran attn={r['attn']}, wanted {want}")
     if r.get("kv") != kv:
@@ -148,7 +150,8 @@ def main():
                 note + ", no sink")
         for window in (0, 128):
             shape = f"prefill {n}" + (f" win {window}" if window else "")
-            for mode, how in ((3, "TMA, softmax / PV overlap"), (2, "TMA + producer warp"), (1, "cp.async")):
+            for mode, how in ((4, "TMA, overlap, 3 warpgroups"), (3, "TMA, softmax / PV overlap"),
+                              (2, "TMA + producer warp"), (1, "cp.async")):
                 try:
                     r = ours(build, "prefill", n, window, kv="bf16", wgmma=mode)
                 except (subprocess.CalledProcessError, SystemExit) as e:

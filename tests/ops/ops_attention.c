@@ -377,8 +377,8 @@ typedef struct pool_param {
     int n_heads, n_kv_heads, head_dim, page_size, window, sinks;
     int bf16; /* CUDA: the bf16 tensor-core prefill kernel */
     kn_dtype kv; /* the pools' dtype */
-    int wgmma; /* CUDA: the Hopper wgmma kernel, mode 1 (cp.async), 2 (TMA), 3 (TMA, overlapped):
-                  kn_cuda_set_attn_wgmma */
+    int wgmma; /* CUDA: the Hopper wgmma kernel, mode 1 (cp.async), 2 (TMA), 3 (TMA, overlapped),
+                  4 (3 with three warpgroups): kn_cuda_set_attn_wgmma */
 } pool_param;
 
 /* bf16 attention: Q, K, V and P rounded to bf16, fp32 softmax and sums.
@@ -576,7 +576,7 @@ static void pool_case(op_env *e, const void *param)
     if (bf16 && !op_ok(e, kn_backend_set_attn_bf16(e->be, 1), "kn_backend_set_attn_bf16"))
         return;
 #ifdef TANDEM_CUDA
-    /* modes 2, 3 box whole pages: other page sizes take mode 1's kernel */
+    /* modes 2-4 box whole pages: other page sizes take mode 1's kernel */
     int wgmma_was = 0, ran = c->wgmma >= 2 && ps >= 8 && ps <= 128 && 128 % ps == 0 ? c->wgmma : 1;
     long long wgmma_runs = 0;
     if (c->wgmma) {
@@ -643,6 +643,8 @@ static void precision_switch(op_env *e, const void *param)
     kn_cuda_set_attn_wgmma(e->be, 3);
     OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 3);
     kn_cuda_set_attn_wgmma(e->be, 4);
+    OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 4);
+    kn_cuda_set_attn_wgmma(e->be, 5);
     OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 0);
     kn_cuda_set_attn_wgmma(e->be, 0);
     OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 0);
@@ -830,12 +832,13 @@ void ops_register_attention(void)
         { "16/2 heads, 16 rows (one 128-vector tile), chunked after 500, sinks, page 16", 1, { 16 }, { 516 }, 16, 2,
           64, 16, 0, 1, 0, KN_BF16, 1 },
     };
-    for (int mode = 1; mode <= 3; mode++)
+    for (int mode = 1; mode <= 4; mode++)
         for (size_t i = 0; i < sizeof wg / sizeof wg[0]; i++) {
             pool_param p = wg[i];
             p.wgmma = mode;
             OP_CASE("attention", OP_CUDA, pool_case, p, "pool wgmma %s %s",
-                    mode == 1 ? "cp.async" : mode == 2 ? "tma" : "tma-pipe", wg[i].name);
+                    mode == 1 ? "cp.async" : mode == 2 ? "tma" : mode == 3 ? "tma-pipe" : "tma-pipe-3wg",
+                    wg[i].name);
         }
     OP_CASE("attention", OP_ALL, precision_switch, pool[0], "precision switch");
     OP_CASE("attention", OP_CPU, attention_rejects_bad_arguments, pool[0], "rejects bad arguments");
