@@ -379,7 +379,11 @@ typedef struct pool_param {
     kn_dtype kv; /* the pools' dtype */
     int wgmma; /* CUDA: the Hopper wgmma kernel, mode 1 (cp.async), 2 (TMA), 3 (TMA, overlapped),
                   4 (3 with three warpgroups): kn_cuda_set_attn_wgmma */
+    int fill; /* 0: random K, V; the diagnostic fills, which test one product alone:
+                 FILL_K_ZERO (S = 0: only P V and the V layout matter),
+                 FILL_V_CONST (V[key][d] = c[d]: out = c whatever P, if P is normalised) */
 } pool_param;
+enum { FILL_RANDOM, FILL_K_ZERO, FILL_V_CONST };
 
 /* bf16 attention: Q, K, V and P rounded to bf16, fp32 softmax and sums.
  * Max abs error over max |ref| lands near 2e-3..5e-3 on these inputs; the
@@ -502,6 +506,15 @@ static void pool_case(op_env *e, const void *param)
     float *kpool = op_rand(e, pool_n, -1.f, 1.f), *vpool = op_rand(e, pool_n, -1.f, 1.f);
     float *k = op_rand(e, row_n, -1.f, 1.f), *v = op_rand(e, row_n, -1.f, 1.f);
     float *q = op_rand(e, q_n, -1.f, 1.f);
+    if (c->fill == FILL_K_ZERO) {
+        memset(kpool, 0, pool_n * 4);
+        memset(k, 0, row_n * 4);
+    } else if (c->fill == FILL_V_CONST) {
+        for (size_t i = 0; i < pool_n; i++)
+            vpool[i] = vpool[i % D];
+        for (size_t i = 0; i < row_n; i++)
+            v[i] = vpool[i % D];
+    }
     float *sinks = c->sinks ? op_rand(e, (size_t)H, -1.f, 3.f) : NULL;
     float scale = 1.f / sqrtf((float)D);
     if (c->wgmma) {
@@ -754,20 +767,20 @@ void ops_register_attention(void)
             OP_CASE("attention", OP_ALL, seq_case, p, "seq %s: %s", kind[k], seq[i].name);
         }
     static const pool_param pool[] = {
-        { "prefill 1 seq 200 rows, 16/2 heads, d64, page 16, sinks", 1, { 200 }, { 200 }, 16, 2, 64, 16, 0, 1, 0, KN_F32, 0 },
-        { "prefill 1 seq 300 rows, sliding window 128, sinks", 1, { 300 }, { 300 }, 16, 2, 64, 16, 128, 1, 0, KN_F32, 0 },
+        { "prefill 1 seq 200 rows, 16/2 heads, d64, page 16, sinks", 1, { 200 }, { 200 }, 16, 2, 64, 16, 0, 1, 0, KN_F32, 0, 0 },
+        { "prefill 1 seq 300 rows, sliding window 128, sinks", 1, { 300 }, { 300 }, 16, 2, 64, 16, 128, 1, 0, KN_F32, 0, 0 },
         { "chunked prefill 2 seqs (70 of 150, 33 of 33), 8/2 heads, d128, no sink", 2, { 70, 33 }, { 150, 33 },
-          8, 2, 128, 16, 0, 0, 0, KN_F32, 0 },
-        { "MHA 4/4 heads, d64, 100 rows, page 5, sinks", 1, { 100 }, { 100 }, 4, 4, 64, 5, 0, 1, 0, KN_F32, 0 },
+          8, 2, 128, 16, 0, 0, 0, KN_F32, 0, 0 },
+        { "MHA 4/4 heads, d64, 100 rows, page 5, sinks", 1, { 100 }, { 100 }, 4, 4, 64, 5, 0, 1, 0, KN_F32, 0, 0 },
         { "decode 5 seqs kv 1..2500 (split-KV), 16/2 heads, d64, sinks", 5, { 1, 1, 1, 1, 1 },
-          { 1, 17, 300, 1500, 2500 }, 16, 2, 64, 16, 0, 1, 0, KN_F32, 0 },
-        { "decode 3 seqs kv 40..3000, window 128, sinks", 3, { 1, 1, 1 }, { 40, 700, 3000 }, 16, 2, 64, 16, 128, 1, 0, KN_F32, 0 },
+          { 1, 17, 300, 1500, 2500 }, 16, 2, 64, 16, 0, 1, 0, KN_F32, 0, 0 },
+        { "decode 3 seqs kv 40..3000, window 128, sinks", 3, { 1, 1, 1 }, { 40, 700, 3000 }, 16, 2, 64, 16, 128, 1, 0, KN_F32, 0, 0 },
         { "decode 2 seqs kv 2000, 32/4 heads d128, no sink (split-KV)", 2, { 1, 1 }, { 2000, 1999 }, 32, 4, 128, 16,
-          0, 0, 0, KN_F32, 0 },
-        { "prefill d80 (generic kernel) 45 rows, 4/2 heads, sinks", 1, { 45 }, { 45 }, 4, 2, 80, 16, 0, 1, 0, KN_F32, 0 },
+          0, 0, 0, KN_F32, 0, 0 },
+        { "prefill d80 (generic kernel) 45 rows, 4/2 heads, sinks", 1, { 45 }, { 45 }, 4, 2, 80, 16, 0, 1, 0, KN_F32, 0, 0 },
         { "spec-decode 3 rows x 2 seqs kv 600, 16/2 heads, d64, sinks, window 128", 2, { 3, 3 }, { 600, 601 },
-          16, 2, 64, 16, 128, 1, 0, KN_F32, 0 },
-        { "decode d96 (generic) kv 1300, 12/4 heads, sinks", 2, { 1, 2 }, { 1300, 77 }, 12, 4, 96, 8, 0, 1, 0, KN_F32, 0 },
+          16, 2, 64, 16, 128, 1, 0, KN_F32, 0, 0 },
+        { "decode d96 (generic) kv 1300, 12/4 heads, sinks", 2, { 1, 2 }, { 1300, 77 }, 12, 4, 96, 8, 0, 1, 0, KN_F32, 0, 0 },
     };
     for (size_t i = 0; i < sizeof pool / sizeof pool[0]; i++)
         OP_CASE("attention", OP_ALL, pool_case, pool[i], "pool %s", pool[i].name);
@@ -781,20 +794,20 @@ void ops_register_attention(void)
      * windows with and without sinks (rows whose first tiles are all
      * masked), head_dim 128. */
     static const pool_param bf16[] = {
-        { "prefill 1 seq 200 rows, 16/2 heads, d64, page 16, sinks", 1, { 200 }, { 200 }, 16, 2, 64, 16, 0, 1, 1, KN_F32, 0 },
-        { "prefill 1 seq 300 rows, sliding window 128, sinks", 1, { 300 }, { 300 }, 16, 2, 64, 16, 128, 1, 1, KN_F32, 0 },
+        { "prefill 1 seq 200 rows, 16/2 heads, d64, page 16, sinks", 1, { 200 }, { 200 }, 16, 2, 64, 16, 0, 1, 1, KN_F32, 0, 0 },
+        { "prefill 1 seq 300 rows, sliding window 128, sinks", 1, { 300 }, { 300 }, 16, 2, 64, 16, 128, 1, 1, KN_F32, 0, 0 },
         { "chunked prefill 2 seqs (70 of 150, 33 of 33), 8/2 heads, d128, no sink", 2, { 70, 33 }, { 150, 33 },
-          8, 2, 128, 16, 0, 0, 1, KN_F32, 0 },
-        { "MHA 4/4 heads, d64, 100 rows, page 5, sinks", 1, { 100 }, { 100 }, 4, 4, 64, 5, 0, 1, 1, KN_F32, 0 },
-        { "GPT-OSS 64/8 heads d64, 777 rows, window 128, sinks", 1, { 777 }, { 777 }, 64, 8, 64, 16, 128, 1, 1, KN_F32, 0 },
+          8, 2, 128, 16, 0, 0, 1, KN_F32, 0, 0 },
+        { "MHA 4/4 heads, d64, 100 rows, page 5, sinks", 1, { 100 }, { 100 }, 4, 4, 64, 5, 0, 1, 1, KN_F32, 0, 0 },
+        { "GPT-OSS 64/8 heads d64, 777 rows, window 128, sinks", 1, { 777 }, { 777 }, 64, 8, 64, 16, 128, 1, 1, KN_F32, 0, 0 },
         { "GPT-OSS 64/8 heads d64, 3 seqs (517 of 517, 129 of 1000, 5 of 63), sinks", 3, { 517, 129, 5 },
-          { 517, 1000, 63 }, 64, 8, 64, 16, 0, 1, 1, KN_F32, 0 },
-        { "32/4 heads d128, 333 rows, page 16, no sink", 1, { 333 }, { 333 }, 32, 4, 128, 16, 0, 0, 1, KN_F32, 0 },
+          { 517, 1000, 63 }, 64, 8, 64, 16, 0, 1, 1, KN_F32, 0, 0 },
+        { "32/4 heads d128, 333 rows, page 16, no sink", 1, { 333 }, { 333 }, 32, 4, 128, 16, 0, 0, 1, KN_F32, 0, 0 },
         { "window 128 chunked 2 seqs (300 of 1200, 64 of 64), 16/2 d64, page 7, sinks", 2, { 300, 64 },
-          { 1200, 64 }, 16, 2, 64, 7, 128, 1, 1, KN_F32, 0 },
-        { "window 64, no sink, 16/2 heads d64, 400 rows", 1, { 400 }, { 400 }, 16, 2, 64, 16, 64, 0, 1, KN_F32, 0 },
+          { 1200, 64 }, 16, 2, 64, 7, 128, 1, 1, KN_F32, 0, 0 },
+        { "window 64, no sink, 16/2 heads d64, 400 rows", 1, { 400 }, { 400 }, 16, 2, 64, 16, 64, 0, 1, KN_F32, 0, 0 },
         { "d128 window 100, sinks, 8/1 heads, 2 seqs (250 of 250, 31 of 400)", 2, { 250, 31 }, { 250, 400 }, 8,
-          1, 128, 16, 100, 1, 1, KN_F32, 0 },
+          1, 128, 16, 100, 1, 1, KN_F32, 0, 0 },
     };
     for (size_t i = 0; i < sizeof bf16 / sizeof bf16[0]; i++)
         OP_CASE("attention", OP_CUDA, pool_case, bf16[i], "pool bf16 %s", bf16[i].name);
@@ -812,34 +825,47 @@ void ops_register_attention(void)
      * (earlier tokens cached), MHA, and one tile's worth of rows. */
     static const pool_param wg[] = {
         { "GPT-OSS 64/8 heads d64, 1 seq 520 rows, causal, sinks, page 16", 1, { 520 }, { 520 }, 64, 8, 64, 16, 0, 1,
-          0, KN_BF16, 1 },
+          0, KN_BF16, 1, 0 },
         { "GPT-OSS 64/8 heads d64, 777 rows, window 128, sinks", 1, { 777 }, { 777 }, 64, 8, 64, 16, 128, 1, 0,
-          KN_BF16, 1 },
+          KN_BF16, 1, 0 },
         { "16/2 heads, 900 rows, causal, no sink, page 16", 1, { 900 }, { 900 }, 16, 2, 64, 16, 0, 0, 0,
-          KN_BF16, 1 },
+          KN_BF16, 1, 0 },
         { "16/2 heads, 1000 rows, window 128, sinks, page 5", 1, { 1000 }, { 1000 }, 16, 2, 64, 5, 128, 1, 0,
-          KN_BF16, 1 },
+          KN_BF16, 1, 0 },
         { "16/2 heads, 333 rows, window 128, no sink, page 7", 1, { 333 }, { 333 }, 16, 2, 64, 7, 128, 0, 0,
-          KN_BF16, 1 },
+          KN_BF16, 1, 0 },
         { "16/2 heads, 3 seqs (517 of 517, 129 of 1000, 5 of 63), sinks, page 8", 3, { 517, 129, 5 },
-          { 517, 1000, 63 }, 16, 2, 64, 8, 0, 1, 0, KN_BF16, 1 },
+          { 517, 1000, 63 }, 16, 2, 64, 8, 0, 1, 0, KN_BF16, 1, 0 },
         { "16/2 heads, window 128 chunked 3 seqs (300 of 1200, 64 of 64, 200 of 333), page 16, sinks", 3,
-          { 300, 64, 200 }, { 1200, 64, 333 }, 16, 2, 64, 16, 128, 1, 0, KN_BF16, 1 },
+          { 300, 64, 200 }, { 1200, 64, 333 }, 16, 2, 64, 16, 128, 1, 0, KN_BF16, 1, 0 },
         { "8/1 heads, 2 seqs (250 of 250, 31 of 400), window 100, sinks, page 32", 2, { 250, 31 }, { 250, 400 }, 8,
-          1, 64, 32, 100, 1, 0, KN_BF16, 1 },
+          1, 64, 32, 100, 1, 0, KN_BF16, 1, 0 },
         { "MHA 4/4 heads, 300 rows, causal, sinks, page 16", 1, { 300 }, { 300 }, 4, 4, 64, 16, 0, 1, 0, KN_BF16,
-          1 },
+          1, 0 },
         { "16/2 heads, 16 rows (one 128-vector tile), chunked after 500, sinks, page 16", 1, { 16 }, { 516 }, 16, 2,
-          64, 16, 0, 1, 0, KN_BF16, 1 },
+          64, 16, 0, 1, 0, KN_BF16, 1, 0 },
     };
-    for (int mode = 1; mode <= 4; mode++)
+    /* and two diagnostic fills per mode: which product is wrong when a
+     * case above fails */
+    static const pool_param wg_diag[] = {
+        { "diag K = 0 (P V alone), 16/2 heads, 300 rows, sinks", 1, { 300 }, { 300 }, 16, 2, 64, 16, 0, 1, 0,
+          KN_BF16, 1, FILL_K_ZERO },
+        { "diag V[key][d] = c[d] (softmax sums alone), 16/2 heads, 300 rows, sinks", 1, { 300 }, { 300 }, 16, 2,
+          64, 16, 0, 1, 0, KN_BF16, 1, FILL_V_CONST },
+    };
+    for (int mode = 1; mode <= 4; mode++) {
+        const char *how = mode == 1 ? "cp.async" : mode == 2 ? "tma" : mode == 3 ? "tma-pipe" : "tma-pipe-3wg";
         for (size_t i = 0; i < sizeof wg / sizeof wg[0]; i++) {
             pool_param p = wg[i];
             p.wgmma = mode;
-            OP_CASE("attention", OP_CUDA, pool_case, p, "pool wgmma %s %s",
-                    mode == 1 ? "cp.async" : mode == 2 ? "tma" : mode == 3 ? "tma-pipe" : "tma-pipe-3wg",
-                    wg[i].name);
+            OP_CASE("attention", OP_CUDA, pool_case, p, "pool wgmma %s %s", how, wg[i].name);
         }
+        for (size_t i = 0; i < sizeof wg_diag / sizeof wg_diag[0]; i++) {
+            pool_param p = wg_diag[i];
+            p.wgmma = mode;
+            OP_CASE("attention", OP_CUDA, pool_case, p, "pool wgmma %s %s", how, wg_diag[i].name);
+        }
+    }
     OP_CASE("attention", OP_ALL, precision_switch, pool[0], "precision switch");
     OP_CASE("attention", OP_CPU, attention_rejects_bad_arguments, pool[0], "rejects bad arguments");
 }
