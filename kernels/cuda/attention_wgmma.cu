@@ -491,8 +491,6 @@ __global__ void __launch_bounds__(WB_THREADS, 1) attn_wgmma_kernel(WgArgs a)
  * tile i it copies tile i + TMA_STAGES - 2, whose stage tile i - 2 freed
  * (tile i - 1's stage is held until its P V is done). */
 const int TMA_STAGES = 4;
-const int TMA_THREADS = WB_THREADS + 32; /* mode 2 */
-const int PRODUCER_WARP = N_WG * 4;
 const int PIPE_AHEAD = TMA_STAGES - 2; /* modes 3, 4: tiles copied ahead of the one computed */
 const int Q_TILE_BYTES = WG_ROWS * WD * 2;
 /* The ring, mode 4's Q tiles (3 warpgroups), the barriers; 1024 bytes of
@@ -548,14 +546,14 @@ __device__ __forceinline__ void release_stage(uint32_t bars, int st, int lane)
         mbar_arrive(bars + 8 * (TMA_STAGES + st));
 }
 
-template <int NWG, bool PIPE>
-__global__ void __launch_bounds__(PIPE ? NWG * 128 : TMA_THREADS, 1)
+template <int NWG, bool PIPE, bool PWARP>
+__global__ void __launch_bounds__(PWARP ? NWG * 128 + 32 : NWG * 128, 1)
 attn_wgmma_tma_kernel(const WgArgs a, const __grid_constant__ CUtensorMap kmap,
                       const __grid_constant__ CUtensorMap vmap)
 {
-    /* mode 4 (3 warpgroups) keeps Q in shared memory: registers for the
-     * third warpgroup */
-    const bool Q_SMEM = NWG == 3;
+    /* modes 4 and 5 keep Q in shared memory: registers for a third
+     * warpgroup (4), for the overlap under a producer warp's 168 cap (5) */
+    const bool Q_SMEM = NWG == 3 || (PIPE && PWARP);
     extern __shared__ __align__(1024) uint8_t wg_smem[];
     const uint32_t smem = ((uint32_t)__cvta_generic_to_shared(wg_smem) + 1023u) & ~1023u;
     const uint32_t qsm = smem + TMA_STAGES * STAGE_BYTES; /* Q tiles, mode 4 */
@@ -575,12 +573,12 @@ attn_wgmma_tma_kernel(const WgArgs a, const __grid_constant__ CUtensorMap kmap,
     }
     __syncthreads();
 
-    if (!PIPE && warp == PRODUCER_WARP) {
+    if (PWARP && warp == NWG * 4) {
         for (int i = 0; i < n_tiles; i++)
             tma_produce_tile(a, b, &kmap, &vmap, smem, bars, i, lane);
         return;
     }
-    if (PIPE && warp == 0)
+    if (!PWARP && warp == 0)
         for (int i = 0; i < PIPE_AHEAD && i < n_tiles; i++)
             tma_produce_tile(a, b, &kmap, &vmap, smem, bars, i, lane);
 
@@ -614,7 +612,7 @@ attn_wgmma_tma_kernel(const WgArgs a, const __grid_constant__ CUtensorMap kmap,
             const int st = i % TMA_STAGES, j0 = b.kbeg + i * WB_N;
             const uint32_t kaddr = smem + st * STAGE_BYTES;
             const bool sees = wg_sees(w, j0);
-            if (warp == 0 && i + PIPE_AHEAD < n_tiles)
+            if (!PWARP && warp == 0 && i + PIPE_AHEAD < n_tiles)
                 tma_produce_tile(a, b, &kmap, &vmap, smem, bars, i + PIPE_AHEAD, lane);
             if (!sees && pending) { /* past this warpgroup's keys: finish the last tile */
                 wg_pv_issue(w, pa_prev, smem + prev_st * STAGE_BYTES + TILE_BYTES);
@@ -720,15 +718,16 @@ static int pool_tensor_map(tensor_map_encode_fn encode, const char *op, CUtensor
     return TN_OK;
 }
 
-template <int NWG, bool PIPE>
+template <int NWG, bool PIPE, bool PWARP>
 static int launch_tma(const kn_backend *be, const char *op, const WgArgs &a, const kn_seq_batch *b,
-                      const CUtensorMap &kmap, const CUtensorMap &vmap, int threads)
+                      const CUtensorMap &kmap, const CUtensorMap &vmap)
 {
-    KN_CUDA_TRY(op, cudaFuncSetAttribute(attn_wgmma_tma_kernel<NWG, PIPE>,
+    const int threads = PWARP ? NWG * 128 + 32 : NWG * 128;
+    KN_CUDA_TRY(op, cudaFuncSetAttribute(attn_wgmma_tma_kernel<NWG, PIPE, PWARP>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)TMA_SMEM_BYTES));
     dim3 grid(kn_cuda_div_up((long long)b->max_q_len * a.group, NWG * WG_ROWS), a.n_kv_heads,
               b->n_seqs);
-    attn_wgmma_tma_kernel<NWG, PIPE><<<grid, threads, TMA_SMEM_BYTES, kn_cuda_stream(be)>>>(a, kmap, vmap);
+    attn_wgmma_tma_kernel<NWG, PIPE, PWARP><<<grid, threads, TMA_SMEM_BYTES, kn_cuda_stream(be)>>>(a, kmap, vmap);
     KN_CUDA_LAUNCH_CHECK(op, "attn_wgmma_tma_kernel");
     return TN_OK;
 }
@@ -742,10 +741,10 @@ int kn_cuda_attention_wgmma(const kn_backend *be, const char *op, float *out, co
         return kn_arg_error(op, "the wgmma attention kernel takes head_dim %d over bf16 pools, "
                                 "not head_dim %d over %s pools",
                             WD, head_dim, kn_dtype_name(pools->dtype));
-    if (mode < 1 || mode > 4)
-        return kn_arg_error(op, "wgmma attention mode %d is not 1..4", mode);
-    if (mode == 4 && !kn_cuda_aligned16(q))
-        mode = 3; /* mode 4 reads Q rows 16 bytes at a time */
+    if (mode < 1 || mode > 5)
+        return kn_arg_error(op, "wgmma attention mode %d is not 1..5", mode);
+    if ((mode == 4 || mode == 5) && !kn_cuda_aligned16(q))
+        mode = mode == 4 ? 3 : 2; /* modes 4, 5 read Q rows 16 bytes at a time */
     if (mode > 1 && !kn_cuda_attention_wgmma_tma_fits(page_size))
         return kn_arg_error(op, "the TMA attention kernel takes page sizes 8..%d dividing %d, not %d",
                             WB_N, WB_N, page_size);
@@ -772,11 +771,13 @@ int kn_cuda_attention_wgmma(const kn_backend *be, const char *op, float *out, co
         (rc = pool_tensor_map(encode, op, &vmap, pools->v, rows, page_size)) != TN_OK)
         return rc;
     if (mode == 2)
-        rc = launch_tma<N_WG, false>(be, op, a, b, kmap, vmap, TMA_THREADS);
+        rc = launch_tma<N_WG, false, true>(be, op, a, b, kmap, vmap);
     else if (mode == 3)
-        rc = launch_tma<N_WG, true>(be, op, a, b, kmap, vmap, N_WG * 128);
+        rc = launch_tma<N_WG, true, false>(be, op, a, b, kmap, vmap);
+    else if (mode == 4)
+        rc = launch_tma<3, true, false>(be, op, a, b, kmap, vmap);
     else
-        rc = launch_tma<3, true>(be, op, a, b, kmap, vmap, 3 * 128);
+        rc = launch_tma<N_WG, true, true>(be, op, a, b, kmap, vmap);
     if (rc != TN_OK)
         return rc;
     ctx->attn_wgmma_launches[mode - 1]++;

@@ -26,7 +26,8 @@ bool kn_cuda_attention_wgmma_tma_fits(int page_size);
  * mbarrier ring (need kn_cuda_attention_wgmma_tma_fits), mode 3 also
  * overlapping each tile's softmax with the previous tile's P V, mode 4 as
  * 3 with three warpgroups (192 query vectors) per block and Q in shared
- * memory. Arguments already checked. */
+ * memory, mode 5 as 3 with mode 2's producer warp and Q in shared memory.
+ * Arguments already checked. */
 int kn_cuda_attention_wgmma(const kn_backend *be, const char *op, float *out, const float *q,
                             const struct kn_kv_pools *pools, const struct kn_seq_batch *b,
                             int n_heads, int n_kv_heads, int head_dim, int page_size, float scale,

@@ -43,10 +43,11 @@ void kn_cuda_set_lt_cache(const kn_backend *be, int on);
  * 64, bf16 KV pools, prefill-sized) to the wgmma kernel with cp.async
  * loads, mode 2 to the wgmma kernel with TMA loads and a producer warp,
  * mode 3 to that kernel with each tile's softmax overlapping the previous
- * tile's P V, mode 4 to mode 3 with three warpgroups of query rows (modes
- * 2-4: page sizes 8..128 dividing 128; other page sizes take mode 1's
- * kernel); 0 (the default) keeps the mma.sync kernel. Needs an sm_90 GPU.
- * Starts from TANDEM_CUDA_ATTN_WGMMA=0..4 at
+ * tile's P V, mode 4 to mode 3 with three warpgroups of query rows, mode
+ * 5 to mode 2's producer warp with mode 3's overlap (modes 2-5: page sizes
+ * 8..128 dividing 128; other page sizes take mode 1's kernel); 0 (the
+ * default) keeps the mma.sync kernel. Needs an sm_90 GPU. Starts from
+ * TANDEM_CUDA_ATTN_WGMMA=0..5 at
  * init; for benchmarks and tests. kn_cuda_attn_wgmma_launches counts one
  * mode's kernel launches on this backend. */
 void kn_cuda_set_attn_wgmma(const kn_backend *be, int mode);

@@ -81,15 +81,15 @@ struct kn_cuda_ctx {
     /* With attn_bf16: 0 = attention_mma.cu's kernel for prefill; 1 = the
      * Hopper wgmma kernel with cp.async loads, 2 = the wgmma kernel with
      * TMA loads, 3 = that with softmax / P V overlap, 4 = 3 with three
-     * warpgroups (attention_wgmma.cu; page sizes TMA cannot box fall back
-     * to 1) for the calls they take (head_dim 64, bf16 pools). Starts from
-     * TANDEM_CUDA_ATTN_WGMMA=0..4
+     * warpgroups, 5 = 2 with the overlap (attention_wgmma.cu; page sizes
+     * TMA cannot box fall back to 1) for the calls they take (head_dim 64,
+     * bf16 pools). Starts from TANDEM_CUDA_ATTN_WGMMA=0..5
      * at init; kn_cuda_set_attn_wgmma changes it. attn_wgmma_launches[mode
      * - 1] counts each form's launches (tests check which ran);
      * tensor_map_encode is the driver's cuTensorMapEncodeTiled, looked up
      * on first use. */
     int attn_wgmma;
-    long long attn_wgmma_launches[4];
+    long long attn_wgmma_launches[5];
     void *tensor_map_encode;
 };
 

@@ -21,6 +21,11 @@
 # value in ENGINE_MODES (default "0 3"), the prefill lines and the attention
 # share of the profile printed.
 #
+# MODES (default "1 2 3 4 5") picks the modes of the ops-on runs, OPS_FILTER
+# (default "attention") the ops-off run's cases, MEMCHECK_FILTER (default
+# "pool wgmma") memcheck's, BENCH_WGMMA_MODES the bench's; ENGINE_MODES set
+# adds the `engine` comparison after the bench.
+#
 # Usage: TANDEM_PREBUILT=DIR|DIR.tar.xz [SEED=n] [OUT=dir]
 #        bash tests/gpu/attn_wgmma_check.sh [engine]
 # DIR is made by tests/gpu/make_prebuilt.sh on a machine with nvcc.
@@ -57,7 +62,7 @@ limit() {
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader 2>&1
 echo "seed $SEED, tree $(cat COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 
-if [ "${1:-}" = engine ]; then
+engine_step() {
     for m in ${ENGINE_MODES:-0 3}; do
         secs=$(limit 150)
         [ "$secs" -ge 30 ] || { rows+=("| tandem-bench mode $m | skipped: out of time |"); continue; }
@@ -71,10 +76,16 @@ if [ "${1:-}" = engine ]; then
         rows+=("| tandem-bench oss20b fp8, TANDEM_CUDA_ATTN_WGMMA=$m | exit $rc; $(grep -E '^prefill ' \
             "$OUT/engine_wgmma$m.log" | tr -s ' ' | tr '\n' ';') |")
     done
+}
+print_rows() {
     echo
     echo "| step | result |"
     echo "| --- | --- |"
     for r in "${rows[@]}"; do echo "$r"; done
+}
+if [ "${1:-}" = engine ]; then
+    engine_step
+    print_rows
     exit $status
 fi
 
@@ -83,8 +94,8 @@ if command -v cuobjdump >/dev/null; then
     all=$(mktemp)
     cuobjdump -sass "$BIN/test_cuda_ops" >"$all" 2>&1
     cuobjdump -res-usage "$BIN/test_cuda_ops" 2>&1 | grep -A1 attn_wgmma >"$OUT/res_usage.txt"
-    for k in attn_wgmma_kernel attn_wgmma_tma_kernelILi2ELb0E attn_wgmma_tma_kernelILi2ELb1E \
-        attn_wgmma_tma_kernelILi3ELb1E; do
+    for k in $(grep -oE 'Function : [^ ]*attn_wgmma[^ ]*' "$all" |
+               grep -oE 'attn_wgmma(_tma)?_kernel(ILi[0-9]ELb[01]ELb[01]E)?' | sort -u); do
         # the kernel's own listing: from its Function header to the next one
         awk -v k="$k" '/Function : / { on = index($0, k) > 0 } on' "$all" >"$OUT/sass_$k.txt"
         hg=$(grep -c 'HGMMA' "$OUT/sass_$k.txt"); ll=$(grep -cE '\b(LDL|STL)\b' "$OUT/sass_$k.txt")
@@ -115,8 +126,8 @@ ops() {
     rows+=("| $name | exit $rc, $(grep -c '^ok ' "$log") ok, $(grep -c '^not ok ' "$log") not ok |")
 }
 ops "ops attention, wgmma switch off" "$OUT/ops_attn_off.log" 200 TANDEM_CUDA_ATTN_WGMMA=0 \
-    "$BIN/test_cuda_ops" "$SEED" attention
-for m in 1 2 3 4; do
+    "$BIN/test_cuda_ops" "$SEED" "${OPS_FILTER:-attention}"
+for m in ${MODES:-1 2 3 4 5}; do
     ops "ops pool bf16 bf16 KV, TANDEM_CUDA_ATTN_WGMMA=$m" "$OUT/ops_attn_on$m.log" 90 \
         TANDEM_CUDA_ATTN_WGMMA=$m "$BIN/test_cuda_ops" "$SEED" "pool bf16 bf16 KV"
 done
@@ -125,7 +136,8 @@ san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer \
       /usr/local/cuda/compute-sanitizer/compute-sanitizer /opt/nvidia/*/compute-sanitizer 2>/dev/null | head -1)
 if [ -n "$san" ]; then
     ops "memcheck, pool wgmma cases" "$OUT/memcheck_wgmma.log" 120 TANDEM_CUDA_ATTN_WGMMA=1 \
-        "$san" --tool memcheck --leak-check no --error-exitcode 9 "$BIN/test_cuda_ops" "$SEED" "pool wgmma"
+        "$san" --tool memcheck --leak-check no --error-exitcode 9 "$BIN/test_cuda_ops" "$SEED" \
+        "${MEMCHECK_FILTER:-pool wgmma}"
     grep -E '^=========' "$OUT/memcheck_wgmma.log" | head -20
     rows+=("| memcheck summary | $(grep -oE 'ERROR SUMMARY: [0-9]+ errors?' "$OUT/memcheck_wgmma.log" | tail -1) |")
 else
@@ -144,10 +156,9 @@ fi
 [ "$rc" = 0 ] || { status=1; tail -n 15 "$OUT/bench_attention.log"; }
 rows+=("| bench_attention | exit $rc |")
 
+# ENGINE_MODES set: the tandem-bench comparison too (see `engine` above)
+[ -n "${ENGINE_MODES:-}" ] && engine_step
 echo
 grep -E '^GPU: |^\| ' "$OUT/bench_attention.log"
-echo
-echo "| step | result |"
-echo "| --- | --- |"
-for r in "${rows[@]}"; do echo "$r"; done
+print_rows
 exit $status

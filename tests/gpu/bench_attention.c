@@ -1,8 +1,9 @@
 /* Times kn_attention on the CUDA backend (paged HND cache, GPT-OSS sink;
  * fp32, or the bf16 tensor-core kernel when TANDEM_CUDA_ATTN_BF16=1 is in
  * the environment, the Hopper wgmma ones when TANDEM_CUDA_ATTN_WGMMA=1
- * (cp.async loads), 2 (TMA loads), 3 (TMA, softmax overlapping P V) or 4
- * (3 with three warpgroups) is too and the cache is bf16) on
+ * (cp.async loads), 2 (TMA loads), 3 (TMA, softmax overlapping P V), 4
+ * (3 with three warpgroups) or 5 (2 with 3's overlap) is too and the cache
+ * is bf16) on
  * GPT-OSS shapes: 64 query heads, 8 KV heads, head_dim 64.
  * Built with `make CUDA=1`; tests/gpu/bench_attention.py runs it next to
  * torch SDPA in the same device call and prints the comparison.
@@ -10,7 +11,7 @@
  * Usage: bench_attention prefill N WINDOW [KV]   (one sequence of N tokens)
  *        bench_attention decode BATCH CONTEXT [KV]
  * KV: the KV pools' dtype, f32 (default) or bf16.
- * Prints one line: RESULT kind=... attn=f32|bf16|wgmma|wgmma-tma|wgmma-tma-pipe|wgmma-tma-pipe-3wg (the kernel
+ * Prints one line: RESULT kind=... attn=f32|bf16|wgmma|wgmma-tma|wgmma-tma-pipe|wgmma-tma-pipe-3wg|wgmma-tma-pipe-pw (the kernel
  * that ran) kv=... ms=<median> flops=<useful FLOPs> bytes=<min bytes>
  * Inputs are random (never zeros); every timing is the median of 10 runs
  * after 3 warm-ups, with CUDA events on the backend's stream. */
@@ -170,7 +171,8 @@ int main(int argc, char **argv)
     double bytes = 2.0 * q_n * sizeof(float) +
                    2.0 * (double)n_seqs * kv * HKV * D * (double)kn_dtype_size(kv_dt);
     printf("RESULT kind=%s attn=%s kv=%s a=%d b=%d ms=%.4f ms_min=%.4f ms_max=%.4f flops=%.6g bytes=%.6g\n", argv[1],
-           kn_cuda_attn_wgmma_launches(&b.gpu, 4) > 0   ? "wgmma-tma-pipe-3wg"
+           kn_cuda_attn_wgmma_launches(&b.gpu, 5) > 0   ? "wgmma-tma-pipe-pw"
+           : kn_cuda_attn_wgmma_launches(&b.gpu, 4) > 0 ? "wgmma-tma-pipe-3wg"
            : kn_cuda_attn_wgmma_launches(&b.gpu, 3) > 0 ? "wgmma-tma-pipe"
            : kn_cuda_attn_wgmma_launches(&b.gpu, 2) > 0 ? "wgmma-tma"
            : kn_cuda_attn_wgmma_launches(&b.gpu, 1) > 0 ? "wgmma"

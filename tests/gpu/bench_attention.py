@@ -10,8 +10,8 @@ GPT-OSS shapes: 64 query heads, 8 KV heads, head_dim 64, causal.
             (mma.sync m16n8k16, fp32 accumulation); with
             TANDEM_CUDA_ATTN_WGMMA=1 (cp.async loads), 2 (TMA loads,
             producer warp), 3 (2 with each tile's softmax overlapping the
-            previous P V) or 4 (3 with three warpgroups) too and a bf16
-            cache, the Hopper wgmma kernels
+            previous P V), 4 (3 with three warpgroups) or 5 (2 with 3's
+            overlap) too and a bf16 cache, the Hopper wgmma kernels
             (attention_wgmma.cu)
   sdpa-cudnn torch SDPA, CUDNN_ATTENTION backend, bf16, no sink (when this
             torch has it)
@@ -23,7 +23,8 @@ fp32, bf16 cuBLAS GEMM for bf16); decode: bytes / measured copy bandwidth.
 Usage: bench_attention.py BUILD_DIR OUT_DIR
 Environment: BENCH_DECODE=0 leaves the decode rows out, BENCH_FP32=0 the
 fp32 rows (ours and mem-efficient), BENCH_ONLY_WGMMA=1 keeps only the
-prefill rows of the bf16 kernels and the torch bf16 peers.
+prefill rows of the bf16 kernels and the torch bf16 peers, BENCH_WGMMA_MODES
+(default "5 4 3 2 1") the wgmma modes measured.
 """
 import json
 import os
@@ -111,7 +112,7 @@ def ours(build, *args, bf16=False, kv="f32", wgmma=0):
                          env=env).stdout
     line = [l for l in out.splitlines() if l.startswith("RESULT ")][-1]
     r = {kv.split("=")[0]: kv.split("=")[1] for kv in line.split()[1:]}
-    want = {1: "wgmma", 2: "wgmma-tma", 3: "wgmma-tma-pipe", 4: "wgmma-tma-pipe-3wg"}.get(
+    want = {1: "wgmma", 2: "wgmma-tma", 3: "wgmma-tma-pipe", 4: "wgmma-tma-pipe-3wg", 5: "wgmma-tma-pipe-pw"}.get(
         wgmma, "bf16" if bf16 else "f32")
     if r["attn"] != want:
         raise SystemExit(f"bench_attention ran attn={r['attn']}, wanted {want}")
@@ -150,8 +151,10 @@ def main():
                 note + ", no sink")
         for window in (0, 128):
             shape = f"prefill {n}" + (f" win {window}" if window else "")
-            for mode, how in ((4, "TMA, overlap, 3 warpgroups"), (3, "TMA, softmax / PV overlap"),
-                              (2, "TMA + producer warp"), (1, "cp.async")):
+            hows = {5: "TMA + producer warp, softmax / PV overlap", 4: "TMA, overlap, 3 warpgroups",
+                    3: "TMA, softmax / PV overlap", 2: "TMA + producer warp", 1: "cp.async"}
+            for mode in [int(m) for m in os.environ.get("BENCH_WGMMA_MODES", "5 4 3 2 1").split()]:
+                how = hows[mode]
                 try:
                     r = ours(build, "prefill", n, window, kv="bf16", wgmma=mode)
                 except (subprocess.CalledProcessError, SystemExit) as e:

@@ -378,7 +378,7 @@ typedef struct pool_param {
     int bf16; /* CUDA: the bf16 tensor-core prefill kernel */
     kn_dtype kv; /* the pools' dtype */
     int wgmma; /* CUDA: the Hopper wgmma kernel, mode 1 (cp.async), 2 (TMA), 3 (TMA, overlapped),
-                  4 (3 with three warpgroups): kn_cuda_set_attn_wgmma */
+                  4 (3 with three warpgroups), 5 (2 with 3's overlap): kn_cuda_set_attn_wgmma */
     int fill; /* 0: random K, V; the diagnostic fills, which test one product alone:
                  FILL_K_ZERO (S = 0: only P V and the V layout matter),
                  FILL_V_CONST (V[key][d] = c[d]: out = c whatever P, if P is normalised) */
@@ -589,7 +589,7 @@ static void pool_case(op_env *e, const void *param)
     if (bf16 && !op_ok(e, kn_backend_set_attn_bf16(e->be, 1), "kn_backend_set_attn_bf16"))
         return;
 #ifdef TANDEM_CUDA
-    /* modes 2-4 box whole pages: other page sizes take mode 1's kernel */
+    /* modes 2-5 box whole pages: other page sizes take mode 1's kernel */
     int wgmma_was = 0, ran = c->wgmma >= 2 && ps >= 8 && ps <= 128 && 128 % ps == 0 ? c->wgmma : 1;
     long long wgmma_runs = 0;
     if (c->wgmma) {
@@ -658,6 +658,8 @@ static void precision_switch(op_env *e, const void *param)
     kn_cuda_set_attn_wgmma(e->be, 4);
     OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 4);
     kn_cuda_set_attn_wgmma(e->be, 5);
+    OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 5);
+    kn_cuda_set_attn_wgmma(e->be, 6);
     OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 0);
     kn_cuda_set_attn_wgmma(e->be, 0);
     OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 0);
@@ -853,8 +855,9 @@ void ops_register_attention(void)
         { "diag V[key][d] = c[d] (softmax sums alone), 16/2 heads, 300 rows, sinks", 1, { 300 }, { 300 }, 16, 2,
           64, 16, 0, 1, 0, KN_BF16, 1, FILL_V_CONST },
     };
-    for (int mode = 1; mode <= 4; mode++) {
-        const char *how = mode == 1 ? "cp.async" : mode == 2 ? "tma" : mode == 3 ? "tma-pipe" : "tma-pipe-3wg";
+    static const char *const wg_how[] = { "cp.async", "tma", "tma-pipe", "tma-pipe-3wg", "tma-pipe-pw" };
+    for (int mode = 1; mode <= 5; mode++) {
+        const char *how = wg_how[mode - 1];
         for (size_t i = 0; i < sizeof wg / sizeof wg[0]; i++) {
             pool_param p = wg[i];
             p.wgmma = mode;
