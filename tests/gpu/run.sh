@@ -20,7 +20,8 @@
 #   bench-attention  our attention next to torch SDPA (bench_attention.py)
 #   bench-ops    the dense ops on GPT-OSS-20B prefill shapes (bench_ops)
 #   bench-moe    the expert paths alone, bf16 and FP8, and cached cuBLASLt
-#                plans under fresh row counts (bench_moe)
+#                plans under fresh row counts (bench_moe), next to torch's
+#                _grouped_mm / _scaled_grouped_mm (bench_moe_peer.py)
 #   bench-engine tandem-bench --synthetic (random weights of the real
 #                configs): GPT-OSS-20B FP8 and bf16, GPT-OSS-120B FP8,
 #                Qwen3-30B-A3B: prefill 8192/32768, decode batch 1..128
@@ -221,6 +222,8 @@ step_bench_moe() {
     floors
     timed bench-moe 170 "$OUT/bench_moe.log" "$BIN/bench_moe" --hbm-tbps "$HBM" --peak-tflops "$PEAK" &&
         grep -E '^\| ' "$OUT/bench_moe.log"
+    timed "torch grouped_mm peer" 90 "$OUT/bench_moe_peer.log" python3 tests/gpu/bench_moe_peer.py "$OUT" &&
+        grep -E '^\| |^torch ' "$OUT/bench_moe_peer.log"
     timed "bench-moe --varying-m" 90 "$OUT/bench_moe_varying_m.log" "$BIN/bench_moe" --varying-m &&
         grep -E '^\| ' "$OUT/bench_moe_varying_m.log"
 }
