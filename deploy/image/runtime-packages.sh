@@ -5,8 +5,10 @@
 # installs exactly what they need on the same distribution, no guessed
 # package names. Libraries that no package owns are left out on purpose:
 # CUDA's (the runtime base image has them; libcuda comes from the node's
-# driver), UCX's own (/opt/ucx, copied), and "not found" ones (libcuda and
-# libnvidia-ml have no driver in a build stage). Fails when ldd or dpkg do.
+# driver), UCX's own (/opt/ucx, copied), NCCL's (installed at its pinned
+# version by the Dockerfile itself), and "not found" ones (libcuda and
+# libnvidia-ml have no driver in a build stage). Files that are not dynamic
+# executables (the scripts next to the programs) add nothing.
 set -eu
 [ $# -gt 0 ] || { echo "usage: runtime-packages.sh FILE..." >&2; exit 2; }
 libs=$(for f in "$@"; do
@@ -14,7 +16,7 @@ libs=$(for f in "$@"; do
 done | sort -u)
 for lib in $libs; do
     case "$lib" in
-        /usr/local/cuda*|/opt/ucx/*) continue ;;
+        /usr/local/cuda* | /opt/ucx/* | */libnccl.so*) continue ;;
     esac
     real=$(readlink -f "$lib")
     # dpkg -S names the owner as "pkg:arch: /path"; with usrmerge the
