@@ -13,6 +13,9 @@ VALIDATOR_DIR=tests/deploy
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 failed=0
+# make outside the make that runs the tests (`make test-asan` runs a sub-make,
+# whose flags would add "Entering directory" lines to what we read)
+plain_make() { env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL -u MAKEOVERRIDES make "$@"; }
 ok() { echo "ok - $1"; }
 notok() { echo "not ok - $1"; failed=1; [ $# -gt 1 ] && sed 's/^/# /' "$2" | head -30; }
 
@@ -39,7 +42,7 @@ done
 
 # The image every container must run: the one name:tag of the base
 # kustomization's images: entry, as `make image` builds it.
-if image=$(make -s --no-print-directory print-image 2>"$tmp/image.err") && [ -n "$image" ]; then
+if image=$(plain_make -s --no-print-directory print-image 2>"$tmp/image.err") && [ -n "$image" ]; then
     ok "make print-image names the image ($image)"
 else
     notok "make print-image names the image" "$tmp/image.err"
