@@ -17,13 +17,17 @@
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <malloc.h>
+#include <sys/resource.h>
 #include "router/api_key.h"
+#include "router/http_front.h"
 #include "common/sys.h"
 
 #define WHO "router"
@@ -804,6 +808,21 @@ static enum MHD_Result on_request_any(router_ctx *ctx, int metrics_only, struct 
         *upload_data_size = 0;
         return MHD_YES;
     }
+    /* The front ended this request early: its chunked body declared more
+     * than --max-body-bytes (http_front.h). The rest of the body was never
+     * read, so the connection closes. */
+    if (!hc->metrics_only && http_front_body_refused(ctx->front, hc->fd)) {
+        api_error e;
+        api_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
+                      "The request body exceeds %d bytes.", ctx->cfg.max_body_bytes);
+        if (!strcmp(url, "/v1/completions") || !strcmp(url, "/v1/chat/completions")) {
+            pthread_mutex_lock(&ctx->lock);
+            metrics_request_done(&ctx->metrics, API_OPENAI,
+                                 metrics_outcome_for_status(e.http_status));
+            pthread_mutex_unlock(&ctx->lock);
+        }
+        return respond_error_with(c, &e, MHD_HTTP_HEADER_CONNECTION, "close");
+    }
     /* With an API key, everything under /v1/ needs it; /healthz and
      * /metrics stay open for probes and scrapers (docs/SECURITY.md). The
      * body of a refused request was not kept (see above). */
@@ -904,29 +923,89 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     *con_cls = NULL;
 }
 
+/* Client connections need a descriptor each, and three while libmicrohttpd
+ * serves them (the client's and the socket pair): the soft limit is raised
+ * to the hard one, and --http-max-connections kept within it. */
+static int connection_budget(router_ctx *ctx)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return ctx->cfg.http_max_connections;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    long long fds = rl.rlim_cur == RLIM_INFINITY ? 1LL << 30 : (long long)rl.rlim_cur;
+    long long spare = fds - 3LL * (ctx->cfg.max_active_requests + 64) - 256;
+    if (spare < ctx->cfg.http_max_connections) {
+        int n = spare > 64 ? (int)spare : 64;
+        tn_log(WHO, "--http-max-connections %d is more than %lld open files allow: using %d",
+               ctx->cfg.http_max_connections, fds, n);
+        return n;
+    }
+    return ctx->cfg.http_max_connections;
+}
+
+/* libmicrohttpd's messages for the API daemon. Its connections are Unix
+ * socket pairs from the front, where TCP_NODELAY / TCP_CORK do not apply
+ * (and nothing needs pushing): libmicrohttpd 0.9.75 still tries them for
+ * every response and reports the failure, which says nothing here. */
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    if (strstr(fmt, "TCP_NODELAY") || strstr(fmt, "TCP_CORK") || strstr(fmt, "%s option") ||
+        strstr(fmt, "Failed to push the data"))
+        return;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && msg[n - 1] == '\n')
+        msg[--n] = 0;
+    tn_log(WHO, "HTTP server: %s", msg);
+}
+
 int http_start(router_ctx *ctx, char *err, size_t errlen)
 {
     struct sockaddr_in addr;
     memset(&addr, 0, sizeof addr);
     addr.sin_family = AF_INET;
-    addr.sin_port = htons((uint16_t)ctx->cfg.http_port);
     if (inet_pton(AF_INET, ctx->cfg.host, &addr.sin_addr) != 1) {
         snprintf(err, errlen, "--host '%s' is not an IPv4 address", ctx->cfg.host);
         return TN_ERR_ARG;
     }
+    /* Request bodies are large and short-lived: served from mmap and given
+     * back at free, instead of staying in a connection thread's arena
+     * (glibc would raise this threshold after the first large free). */
+    mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+    /* The API port: connections arrive through the front (http_front.h),
+     * which hands each to libmicrohttpd once its first request head is in.
+     * libmicrohttpd's limit counts those: requests in progress. */
+    unsigned idle_s = (unsigned)((ctx->cfg.http_idle_timeout_ms + 999) / 1000);
     ctx->httpd = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-            MHD_USE_ERROR_LOG,
-        0, NULL, NULL, on_request, ctx, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, ctx, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned int)(ctx->cfg.max_active_requests + 64), MHD_OPTION_END);
+            MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC,
+        0, NULL, NULL, on_request, ctx, MHD_OPTION_NOTIFY_COMPLETED, on_completed, ctx,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)(ctx->cfg.max_active_requests + 64),
+        MHD_OPTION_CONNECTION_TIMEOUT, idle_s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+        MHD_OPTION_END);
     if (!ctx->httpd) {
-        snprintf(err, errlen, "cannot start the HTTP server on %s:%d (port in use?)",
-                 ctx->cfg.host, ctx->cfg.http_port);
-        return TN_ERR_ARG;
+        snprintf(err, errlen, "cannot start the HTTP server");
+        return TN_ERR_SYS;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(ctx->httpd, MHD_DAEMON_INFO_BIND_PORT);
-    ctx->http_port = di ? di->port : ctx->cfg.http_port;
+    http_front_config fc = {
+        .host = ctx->cfg.host,
+        .port = ctx->cfg.http_port,
+        .max_connections = connection_budget(ctx),
+        .idle_timeout_ms = ctx->cfg.http_idle_timeout_ms,
+        .request_timeout_ms = ctx->cfg.http_request_timeout_ms,
+        .max_body_bytes = (uint64_t)ctx->cfg.max_body_bytes,
+        .mhd = ctx->httpd,
+    };
+    int rc = http_front_start(&ctx->front, &fc, err, errlen);
+    if (rc != TN_OK)
+        return rc;
+    ctx->http_port = http_front_port(ctx->front);
     if (ctx->cfg.metrics_port < 0)
         return 0;
     /* Prometheus and the dashboard get their own port (deploy/: 9090), so a
@@ -942,13 +1021,17 @@ int http_start(router_ctx *ctx, char *err, size_t errlen)
                  ctx->cfg.metrics_port);
         return TN_ERR_ARG;
     }
-    di = MHD_get_daemon_info(ctx->metrics_httpd, MHD_DAEMON_INFO_BIND_PORT);
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(ctx->metrics_httpd, MHD_DAEMON_INFO_BIND_PORT);
     ctx->metrics_port = di ? di->port : ctx->cfg.metrics_port;
     return 0;
 }
 
 void http_stop(router_ctx *ctx)
 {
+    /* The front first: its connections end, so handlers waiting on them
+     * return before libmicrohttpd joins their threads. */
+    http_front_stop(ctx->front);
+    ctx->front = NULL;
     if (ctx->httpd)
         MHD_stop_daemon(ctx->httpd);
     ctx->httpd = NULL;
