@@ -443,7 +443,7 @@ static int submit(http_conn *hc, api_request *ar, api_error *e)
             return -1;
         }
     } else if (ar->prompt_text) {
-        if (codec_encode(&ctx->codec, ar->prompt_text, strlen(ar->prompt_text), &ids, &n_ids,
+        if (codec_encode(&ctx->codec, ar->prompt_text, ar->prompt_len, &ids, &n_ids,
                          err, sizeof err) != 0) {
             api_error_set(e, 400, "invalid_request_error", "prompt", "invalid_type", "%s", err);
             return -1;
