@@ -38,6 +38,11 @@ typedef struct http_conn {
     int metrics_only;       /* arrived on the --metrics-port listener */
     sbuf body;
     int body_too_large;
+    size_t declared;        /* Content-Length, 0 if none (chunked) */
+    size_t reserved;        /* bytes held in ctx->http_mem_used for this request */
+    size_t body_budget;     /* of which for the body buffer's capacity */
+    size_t parse_budget;    /* of which for the parse and tokenization */
+    int over_budget;        /* the body did not fit the memory budget: 503 */
     int fd;                 /* the client's socket */
     router_request *req;    /* a reference, once submitted */
     api_kind kind;
@@ -130,6 +135,85 @@ static enum MHD_Result respond_sb(struct MHD_Connection *c, int status,
     enum MHD_Result rc = respond(c, status, type, b->p ? b->p : "", b->len);
     sb_free(b);
     return rc;
+}
+
+/* ------------------------------------------------------------ memory budget */
+
+/* --http-memory-budget-mb bounds what request bodies and their parse hold,
+ * all requests together: a request reserves before it allocates (its body
+ * buffer's capacity, then api_parse_cost), and one that does not fit is
+ * answered 503 with Retry-After instead of growing the process. */
+static int mem_take(http_conn *hc, size_t n)
+{
+    router_ctx *ctx = hc->ctx;
+    size_t budget = (size_t)ctx->cfg.http_memory_budget_mb << 20;
+    pthread_mutex_lock(&ctx->lock);
+    int ok = ctx->http_mem_used <= budget && n <= budget - ctx->http_mem_used;
+    if (ok) {
+        ctx->http_mem_used += n;
+        hc->reserved += n;
+    }
+    pthread_mutex_unlock(&ctx->lock);
+    return ok ? 0 : -1;
+}
+
+static void mem_give_back(http_conn *hc, size_t n)
+{
+    if (n > hc->reserved)
+        n = hc->reserved;
+    pthread_mutex_lock(&hc->ctx->lock);
+    hc->ctx->http_mem_used -= n;
+    pthread_mutex_unlock(&hc->ctx->lock);
+    hc->reserved -= n;
+}
+
+/* The capacity sb_reserve grows a buffer of capacity cap to for need bytes. */
+static size_t grown_capacity(size_t cap, size_t need)
+{
+    cap = cap ? cap : 64;
+    while (cap < need)
+        cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+    return cap;
+}
+
+/* Makes room for n more body bytes within the budget; -1 if it has none. */
+static int body_room(http_conn *hc, size_t n)
+{
+    size_t need = hc->body.len + n + 1;
+    if (hc->declared && need <= hc->declared + 1)
+        need = hc->declared + 1; /* the whole declared body at once */
+    if (need <= hc->body.cap)
+        return 0;
+    size_t cap = grown_capacity(hc->body.cap, need);
+    if (cap > hc->body_budget) {
+        if (mem_take(hc, cap - hc->body_budget) != 0)
+            return -1;
+        hc->body_budget = cap;
+    }
+    return sb_reserve(&hc->body, need - 1 - hc->body.len) == TN_OK ? 0 : -1;
+}
+
+/* A declared body reserves, with the headers, its buffer and what a text
+ * prompt of that size takes to parse and tokenize (api_parse_cost: five
+ * times the text), so that requests the budget cannot carry are refused
+ * before their bodies are read rather than after. */
+static int reserve_declared(http_conn *hc, size_t declared)
+{
+    hc->declared = declared;
+    if (body_room(hc, 0) != 0)
+        return -1;
+    size_t parse = declared > SIZE_MAX / 8 ? SIZE_MAX / 8 : declared * 5;
+    if (mem_take(hc, parse) != 0)
+        return -1;
+    hc->parse_budget = parse;
+    return 0;
+}
+
+static void refuse_over_budget(api_error *e, const router_ctx *ctx)
+{
+    api_error_set(e, 503, "server_error", NULL, "no_capacity",
+                  "The router's request memory (--http-memory-budget-mb %d) is in use; retry "
+                  "later.", ctx->cfg.http_memory_budget_mb);
 }
 
 /* ------------------------------------------------------------ waiting */
@@ -554,12 +638,41 @@ static enum MHD_Result handle_generate(http_conn *hc, struct MHD_Connection *c, 
                       "The request body exceeds %d bytes.", hc->ctx->cfg.max_body_bytes);
         return refuse(hc, c, &e);
     }
+    if (hc->over_budget) {
+        refuse_over_budget(&e, hc->ctx);
+        return refuse(hc, c, &e);
+    }
+    /* What the parse will take is reserved first. cJSON spends about 80
+     * bytes per JSON value, so a body of tiny values ([1,1,1,...]) would
+     * cost 40 times its size: beyond 16 times (and 1 MiB) it is refused
+     * unparsed. A prompt of token ids written as JSON numbers costs about
+     * 12 times its text, a text prompt about 6. */
+    const char *body = hc->body.p ? hc->body.p : "";
+    size_t cost = api_parse_cost(body, hc->body.len);
+    if (cost / 16 > hc->body.len + (1u << 16)) {
+        api_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
+                      "The request body holds too many JSON values for its size: parsing it "
+                      "would take %zu MB.", cost >> 20);
+        return refuse(hc, c, &e);
+    }
+    if (cost > hc->parse_budget && mem_take(hc, cost - hc->parse_budget) != 0) {
+        refuse_over_budget(&e, hc->ctx);
+        return refuse(hc, c, &e);
+    }
+    if (cost < hc->parse_budget)
+        mem_give_back(hc, hc->parse_budget - cost);
+    hc->parse_budget = cost;
     api_request ar;
-    if (api_parse_request(kind, hc->body.p ? hc->body.p : "", hc->body.len, &ar, &e) != 0)
+    int parsed = api_parse_request(kind, body, hc->body.len, &ar, &e);
+    sb_free(&hc->body);
+    mem_give_back(hc, hc->body_budget);
+    hc->body_budget = 0;
+    if (parsed != 0)
         return refuse(hc, c, &e);
     int rc = submit(hc, &ar, &e);
     int stream = ar.stream;
     api_request_free(&ar);
+    mem_give_back(hc, hc->reserved); /* the prompt's ids now belong to the request */
     if (rc != 0)
         return refuse(hc, c, &e);
     if (wait_for(hc, !stream) != 0)
@@ -766,6 +879,8 @@ static enum MHD_Result refuse_early(http_conn *hc, struct MHD_Connection *c, con
              declared > (unsigned long long)hc->ctx->cfg.max_body_bytes)
         api_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
                       "The request body exceeds %d bytes.", hc->ctx->cfg.max_body_bytes);
+    else if (declared && reserve_declared(hc, (size_t)declared) != 0)
+        refuse_over_budget(&e, hc->ctx);
     else
         return MHD_YES;
     if (!strcmp(url, "/v1/completions") || !strcmp(url, "/v1/chat/completions")) {
@@ -803,8 +918,15 @@ static enum MHD_Result on_request_any(router_ctx *ctx, int metrics_only, struct 
             hc->body_too_large = 1;
         else if (hc->body.len + *upload_data_size > (size_t)ctx->cfg.max_body_bytes)
             hc->body_too_large = 1;
+        else if (hc->over_budget || body_room(hc, *upload_data_size) != 0)
+            hc->over_budget = 1; /* dropped; answered 503 at the end */
         else
             sb_append(&hc->body, upload_data, *upload_data_size);
+        if (hc->body_too_large || hc->over_budget) {
+            sb_free(&hc->body);
+            mem_give_back(hc, hc->body_budget);
+            hc->body_budget = 0;
+        }
         *upload_data_size = 0;
         return MHD_YES;
     }
@@ -916,6 +1038,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         }
         request_unref(hc->req);
     }
+    ctx->http_mem_used -= hc->reserved;
     pthread_mutex_unlock(&ctx->lock);
     sb_free(&hc->body);
     sb_free(&hc->pending);
@@ -985,9 +1108,9 @@ int http_start(router_ctx *ctx, char *err, size_t errlen)
     ctx->httpd = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
             MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC,
-        0, NULL, NULL, on_request, ctx, MHD_OPTION_NOTIFY_COMPLETED, on_completed, ctx,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)(ctx->cfg.max_active_requests + 64),
-        MHD_OPTION_CONNECTION_TIMEOUT, idle_s, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+        0, NULL, NULL, on_request, ctx, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, ctx, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned int)(ctx->cfg.max_active_requests + 64), MHD_OPTION_CONNECTION_TIMEOUT, idle_s,
         MHD_OPTION_END);
     if (!ctx->httpd) {
         snprintf(err, errlen, "cannot start the HTTP server");

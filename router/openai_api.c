@@ -801,6 +801,45 @@ int api_parse_request(api_kind kind, const char *body, size_t len, api_request *
     return 0;
 }
 
+size_t api_parse_cost(const char *s, size_t len)
+{
+    size_t values = 0, strings = 0, str_bytes = 0, nuls = 0;
+    int in_str = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (in_str) {
+            if (c == '"') {
+                in_str = 0;
+            } else {
+                str_bytes++;
+                if (c == '\\' && i + 1 < len) {
+                    nuls += i + 5 < len && !memcmp(s + i + 1, "u0000", 5);
+                    i++;
+                }
+            }
+            continue;
+        }
+        if (c == '"') {
+            in_str = 1;
+            strings++;
+        } else if (c == '{' || c == '[') {
+            values++;
+        } else if ((c == '-' || (c >= '0' && c <= '9') || c == 't' || c == 'f' || c == 'n') &&
+                   (i == 0 || (!isalnum((unsigned char)s[i - 1]) && s[i - 1] != '.' &&
+                               s[i - 1] != '-' && s[i - 1] != '+'))) {
+            values++; /* a number or literal starts */
+        }
+    }
+    size_t node = 64 + 16, str_header = 32;
+    size_t tree = (values + strings) * node + str_bytes + strings * str_header;
+    /* While parsing: the tree, the text copied out of it (and with NULs
+     * the second tree and the copy of the body). Then, with the tree gone:
+     * the text and its ids. */
+    size_t parsing = tree + str_bytes + (nuls ? tree + len : 0);
+    size_t tokenizing = str_bytes * (1 + 4);
+    return parsing > tokenizing ? parsing : tokenizing;
+}
+
 /* ------------------------------------------------------------ responses */
 
 static void token_ids_field(sbuf *b, const api_output *o)

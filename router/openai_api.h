@@ -86,6 +86,16 @@ int api_parse_request(api_kind kind, const char *body, size_t len, api_request *
                       api_error *e);
 void api_request_free(api_request *r);
 
+/* An upper bound on the bytes api_parse_request and then the prompt's
+ * tokenization hold at once for body[0..len) (the body itself not
+ * counted), from one pass that allocates nothing: while parsing, a cJSON
+ * node (64 bytes + the allocator's header) per value and per string, every
+ * string's bytes in the tree and copied out as text (with escaped NULs
+ * also the second parse and its copy of the body); then the text and up
+ * to one 4-byte id per byte. The router reserves it against
+ * --http-memory-budget-mb before parsing. */
+size_t api_parse_cost(const char *body, size_t len);
+
 typedef struct api_tool_call {
     const char *id, *name, *arguments;
 } api_tool_call;

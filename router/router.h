@@ -154,6 +154,7 @@ typedef struct router_ctx {
     int http_port, worker_port, rpc_port;
     struct MHD_Daemon *httpd;
     struct http_front *front;      /* the API port's connections (http_front.h) */
+    size_t http_mem_used;          /* reserved by HTTP requests (--http-memory-budget-mb) */
     /* Authentication (docs/SECURITY.md): CURVE keys of the worker and RPC
      * sockets, their ZAP handler, and the API key's hash for HTTP. */
     sock_auth worker_auth, rpc_auth;
