@@ -863,6 +863,15 @@ static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind, const 
  * for a declared Content-Length over --max-body-bytes (answered at once
  * instead of after reading, or waiting for, a body that would be dropped).
  * The body was not read, so the connection cannot carry another request. */
+/* Only the generation routes read a body: any other's is dropped unbuffered,
+ * as is an unauthenticated client's. */
+static int keeps_body(const http_conn *hc, struct MHD_Connection *c, const char *url)
+{
+    return !hc->metrics_only &&
+           (!strcmp(url, "/v1/completions") || !strcmp(url, "/v1/chat/completions")) &&
+           authorized(hc->ctx, c);
+}
+
 static enum MHD_Result refuse_early(http_conn *hc, struct MHD_Connection *c, const char *url)
 {
     framing f = {0};
@@ -879,7 +888,7 @@ static enum MHD_Result refuse_early(http_conn *hc, struct MHD_Connection *c, con
              declared > (unsigned long long)hc->ctx->cfg.max_body_bytes)
         api_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
                       "The request body exceeds %d bytes.", hc->ctx->cfg.max_body_bytes);
-    else if (declared && reserve_declared(hc, (size_t)declared) != 0)
+    else if (declared && keeps_body(hc, c, url) && reserve_declared(hc, (size_t)declared) != 0)
         refuse_over_budget(&e, hc->ctx);
     else
         return MHD_YES;
@@ -913,9 +922,8 @@ static enum MHD_Result on_request_any(router_ctx *ctx, int metrics_only, struct 
         return refuse_early(hc, c, url);
     }
     if (*upload_data_size) {
-        /* An unauthenticated client's body is not even buffered. */
-        if (!strncmp(url, "/v1/", 4) && !authorized(ctx, c))
-            hc->body_too_large = 1;
+        if (!keeps_body(hc, c, url))
+            hc->body_too_large = !strncmp(url, "/v1/", 4); /* not buffered */
         else if (hc->body.len + *upload_data_size > (size_t)ctx->cfg.max_body_bytes)
             hc->body_too_large = 1;
         else if (hc->over_budget || body_room(hc, *upload_data_size) != 0)
