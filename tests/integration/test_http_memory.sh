@@ -15,6 +15,22 @@ cd "$(dirname "$0")/../.."
 . tests/integration/cluster_lib.sh
 
 budget=192
+# Under AddressSanitizer freed memory sits in its quarantine (256 MB) and
+# malloc's settings do not apply: the bounds below measure glibc's malloc,
+# so that build checks only the answers.
+sanitized=0
+ldd "$BIN/tandem-router" 2>/dev/null | grep -q libasan && sanitized=1
+# bound NAME COND...: a memory bound, skipped under the sanitizer.
+bound() {
+    local name=$1
+    shift
+    if [ "$sanitized" = 1 ]; then
+        ok "$name # SKIP sanitizer allocator"
+    else
+        "$@"
+        check "$name" $? "base ${base} kB peak ${peak:-$one} kB now $(kb VmRSS) kB"
+    fi
+}
 "$BIN/tandem-router" --http-port 0 --worker-port 0 --rpc-port 0 --port-file "$CLUSTER_TMP/ports" \
     --http-memory-budget-mb $budget >>"$CLUSTER_TMP/router.log" 2>&1 &
 rpid=$!
@@ -65,9 +81,10 @@ EOF
 python3 "$CLUSTER_TMP/bodies.py" "$HTTP" 1 "$CLUSTER_TMP/one.txt"
 one=$(kb VmHWM)
 read -r _ status _ _ _ <"$CLUSTER_TMP/one.txt"
-[ "$status" = 400 ] && [ $((one - base)) -le $((7 * 15 * 1024)) ]
-check "one 15 MB body: 400, peak +$(((one - base) / 1024)) MB <= 7 x 15 MB" $? \
-    "$(cat "$CLUSTER_TMP/one.txt") base ${base} kB peak ${one} kB"
+[ "$status" = 400 ]
+check "one 15 MB body: 400" $? "$(cat "$CLUSTER_TMP/one.txt")"
+bound "one 15 MB body: peak +$(((one - base) / 1024)) MB <= 7 x 15 MB" \
+    test $((one - base)) -le $((7 * 15 * 1024))
 
 python3 "$CLUSTER_TMP/bodies.py" "$HTTP" 16 "$CLUSTER_TMP/16.txt"
 peak=$(kb VmHWM)
@@ -77,12 +94,11 @@ check "16 concurrent 15 MB bodies: each its 400 / 413 (503s had Retry-After: 1)"
 retried=$(awk '$4 > 0' "$CLUSTER_TMP/16.txt" | wc -l)
 [ "$retried" -gt 0 ]
 check "the budget was in use: $retried of them were told 503 first" $? "$(cat "$CLUSTER_TMP/16.txt")"
-[ $((peak - base)) -le $(((budget + 64) * 1024)) ]
-check "peak +$(((peak - base) / 1024)) MB <= budget $budget MB + 64 MB" $? "base ${base} kB peak ${peak} kB"
+bound "peak +$(((peak - base) / 1024)) MB <= budget $budget MB + 64 MB" \
+    test $((peak - base)) -le $(((budget + 64) * 1024))
 after=$(kb VmRSS)
-[ $((after - base)) -le $((32 * 1024)) ]
-check "afterwards the resident set is back: +$(((after - base) / 1024)) MB <= 32 MB" $? \
-    "base ${base} kB now ${after} kB"
+bound "afterwards the resident set is back: +$(((after - base) / 1024)) MB <= 32 MB" \
+    test $((after - base)) -le $((32 * 1024))
 code=$(curl -s --max-time 10 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$HTTP/healthz")
 [ "$code" = 200 ]
 check "the router still serves" $? "HTTP $code"
