@@ -50,6 +50,10 @@ static cJSON *point_json(const svb_run_info *info, const svb_point *p)
     add_dist(o, "tpot_ms", &s->tpot);
     add_dist(o, "itl_ms", &s->itl);
     add_dist(o, "e2e_ms", &s->e2e);
+    add_dist(o, "ttft_streamed_ms", &s->ttft_streamed);
+    add_dist(o, "itl_streamed_ms", &s->itl_streamed);
+    cJSON_AddNumberToObject(o, "streamed_output_tokens", (double)s->streamed_tokens);
+    cJSON_AddNumberToObject(o, "streamed_output_token_throughput", s->streamed_tok_per_s);
     cJSON_AddNumberToObject(o, "gpus", s->gpus);
     cJSON_AddNumberToObject(o, "output_tokens_per_s_per_gpu", s->output_tok_per_s_per_gpu);
     cJSON_AddNumberToObject(o, "total_tokens_per_s_per_gpu", s->total_tok_per_s_per_gpu);

@@ -83,23 +83,34 @@ int svb_summarize(const svb_record *recs, int n, double duration_s, const svb_sl
     s->usd_per_gpu_hour = usd_per_gpu_hour;
     size_t n_itl = 0;
     for (int i = 0; i < n; i++)
-        if (recs[i].outcome == SVB_OK && recs[i].n_chunks > 1)
+        if (recs[i].n_chunks > 1)
             n_itl += (size_t)recs[i].n_chunks - 1;
     double *ttft = malloc(((size_t)n + 1) * sizeof *ttft);
     double *tpot = malloc(((size_t)n + 1) * sizeof *tpot);
     double *e2e = malloc(((size_t)n + 1) * sizeof *e2e);
     double *itl = malloc((n_itl + 1) * sizeof *itl);
-    if (!ttft || !tpot || !e2e || !itl) {
+    double *ttft_s = malloc(((size_t)n + 1) * sizeof *ttft_s);
+    double *itl_s = malloc((n_itl + 1) * sizeof *itl_s);
+    if (!ttft || !tpot || !e2e || !itl || !ttft_s || !itl_s) {
         free(ttft);
         free(tpot);
         free(e2e);
         free(itl);
+        free(ttft_s);
+        free(itl_s);
         return tn_fail(err, errlen, TN_ERR_NOMEM, "out of memory for the statistics");
     }
-    size_t nt = 0, np = 0, ne = 0, ni = 0;
+    size_t nt = 0, np = 0, ne = 0, ni = 0, nts = 0, nis = 0;
     for (int i = 0; i < n; i++) {
         const svb_record *r = &recs[i];
         s->counts[r->outcome]++;
+        if (r->outcome == SVB_OK || r->outcome == SVB_ABORTED) {
+            if (r->n_chunks > 0)
+                ttft_s[nts++] = r->chunk_t[0] - r->t_send;
+            for (int k = 1; k < r->n_chunks; k++)
+                itl_s[nis++] = r->chunk_t[k] - r->chunk_t[k - 1];
+            s->streamed_tokens += r->outcome == SVB_OK ? svb_output_tokens(r) : r->id_tokens;
+        }
         if (r->outcome != SVB_OK)
             continue;
         int out = svb_output_tokens(r);
@@ -122,6 +133,10 @@ int svb_summarize(const svb_record *recs, int n, double duration_s, const svb_sl
     dist_of(tpot, np, &s->tpot);
     dist_of(e2e, ne, &s->e2e);
     dist_of(itl, ni, &s->itl);
+    dist_of(ttft_s, nts, &s->ttft_streamed);
+    dist_of(itl_s, nis, &s->itl_streamed);
+    free(ttft_s);
+    free(itl_s);
     free(ttft);
     free(tpot);
     free(e2e);
@@ -132,6 +147,7 @@ int svb_summarize(const svb_record *recs, int n, double duration_s, const svb_sl
         s->input_tok_per_s = (double)s->input_tokens / duration_s;
         s->output_tok_per_s = (double)s->output_tokens / duration_s;
         s->total_tok_per_s = s->input_tok_per_s + s->output_tok_per_s;
+        s->streamed_tok_per_s = (double)s->streamed_tokens / duration_s;
     }
     s->output_tok_per_s_per_gpu = s->output_tok_per_s / gpus;
     s->total_tok_per_s_per_gpu = s->total_tok_per_s / gpus;

@@ -10,6 +10,8 @@
  *   throughput  completed requests, their input and output tokens, / the
  *          point's duration (first send to last end)
  *   goodput completed requests meeting every SLO given / duration
+ * and, over completed and aborted requests alike, TTFT, ITL and the tokens
+ * received (the *_streamed figures).
  * Percentiles interpolate linearly between order statistics (numpy's
  * default, which vLLM uses). */
 #ifndef TANDEM_PROGRAMS_SERVEBENCH_STATS_H
@@ -37,6 +39,14 @@ typedef struct svb_summary {
     int good;
     double goodput_req_per_s;
     svb_dist ttft, tpot, itl, e2e;
+    /* Over every request that streamed, the ones the point's time bound
+     * aborted included (a bounded point at a high load completes few
+     * requests; its running streams still show the decode rate): TTFT of
+     * those that got a first token, every chunk gap, and the tokens they
+     * received / duration. Not in vLLM's report. */
+    svb_dist ttft_streamed, itl_streamed;
+    long streamed_tokens;
+    double streamed_tok_per_s;
     int gpus;
     double usd_per_gpu_hour;
     double output_tok_per_s_per_gpu, total_tok_per_s_per_gpu;

@@ -108,7 +108,15 @@ def main():
                 if slo["itl"] > 0 and any(g > slo["itl"] for g in gaps):
                     ok = False
             good += ok
-        for name, vals in (("ttft_ms", ttft), ("tpot_ms", tpot), ("itl_ms", itl), ("e2e_ms", e2e)):
+        streamed = [r for r in reqs if r["outcome"] in ("ok", "aborted")]
+        ttft_s = [r["chunks"][0] - r["t_send"] for r in streamed if r["chunks"]]
+        itl_s = [b - a for r in streamed for a, b in zip(r["chunks"], r["chunks"][1:])]
+        tok_s = sum(out_tokens(r) if r["outcome"] == "ok" else r["token_ids"] for r in streamed)
+        close(where + " streamed_output_tokens", point["streamed_output_tokens"], tok_s)
+        close(where + " streamed_output_token_throughput",
+              point["streamed_output_token_throughput"], tok_s / duration if duration > 0 else 0)
+        for name, vals in (("ttft_ms", ttft), ("tpot_ms", tpot), ("itl_ms", itl), ("e2e_ms", e2e),
+                           ("ttft_streamed_ms", ttft_s), ("itl_streamed_ms", itl_s)):
             want = dist(vals)
             for key in ("n", "mean", "p50", "p90", "p99", "max"):
                 close("%s %s.%s" % (where, name, key), point[name][key], want[key])

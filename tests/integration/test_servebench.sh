@@ -13,6 +13,7 @@
 #     from the trace, exact output/prompt token counts, and the router's own
 #     counters (requests ok, tokens streamed) equal to the report's totals.
 #     The JSON, the table, the SVG plot and the stage breakdown exist.
+#  3. tests/gpu/serve_bench.sh (the GPU step) with DEVICE=cpu, shortened.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/integration/cluster_lib.sh
@@ -43,14 +44,16 @@ p = json.load(open(sys.argv[1]))["points"][0]
 o = p["outcomes"]
 print(o["ok"], o["http_error"], o["stream_error"], o["malformed"], o["lost"], o["aborted"],
       o["not_sent"], p["output_tokens"], p["ttft_ms"]["n"], p["itl_ms"]["n"], p["tpot_ms"]["n"],
-      p["e2e_ms"]["n"], p["good_requests"])
+      p["e2e_ms"]["n"], p["good_requests"], p["ttft_streamed_ms"]["n"], p["itl_streamed_ms"]["n"],
+      p["streamed_output_tokens"])
 EOF
 )
-# ok http stream malformed lost aborted not_sent | out tokens | ttft itl tpot e2e samples | good
-[ "$got" = "3 1 1 2 0 1 2 9 3 5 3 3 3" ]
+# ok http stream malformed lost aborted not_sent | out tokens | ttft itl tpot e2e samples | good |
+# with the aborted stream (one id received): ttft itl samples, tokens
+[ "$got" = "3 1 1 2 0 1 2 9 3 5 3 3 3 4 5 10" ]
 check "fake server: outcomes, token totals and sample counts are the scripted ones" $? \
-    "got  ok http stream malformed lost aborted not_sent out ttft itl tpot e2e good: $got" \
-    "want 3 1 1 2 0 1 2 9 3 5 3 3 3"
+    "got  ok http stream malformed lost aborted not_sent out ttft itl tpot e2e good streamed: $got" \
+    "want 3 1 1 2 0 1 2 9 3 5 3 3 3 4 5 10"
 $PY tests/integration/servebench_ref.py "$T/fake.trace" "$T/fake.json" >"$T/fake.ref" 2>&1
 check "fake server: every figure recomputed from the trace" $? "$(head -8 "$T/fake.ref")"
 kill "$FAKE" 2>/dev/null
@@ -139,4 +142,19 @@ check "chat with token-id prompts is a usage error (exit 2)" $? "$(cat "$T/usage
 "$SB" --help | grep -q -- '--sweep-concurrency'
 check "--help lists the sweep options" $?
 cluster_stop 1
+
+# --- 3. the GPU step's script, on the CPU with tiny shapes -----------------
+# tests/gpu/serve_bench.sh runs once, unattended, on the H200: its control
+# flow (workers with --synthetic weights, the sweeps, the disaggregation
+# pair, the summary) is run here, shortened.
+DEVICE=cpu OUT="$T/serve" BIN_DIR="$BIN" CONC=1,2 WORKLOADS="32/8 48/4" SEND_S=1 POINT_S=3 \
+    DIS_CONC=2 DIS_WORKLOAD=16/16 LONG=256 BUDGET_S=100 timeout 120 bash tests/gpu/serve_bench.sh \
+    >"$T/serve.out" 2>&1
+rc=$?
+[ $rc = 0 ] && [ "$(grep -cE '^\| (32/8|48/4) \| [12] \|' "$T/serve.out")" = 4 ] &&
+    grep -qE '^disaggregation: decode ITL p99 .* ratio [0-9.]+' "$T/serve.out" &&
+    [ -s "$T/serve/serve_32_8.svg" ] && [ -s "$T/serve/serve_48_4.json" ] &&
+    grep -q 'model on cpu' "$T/serve/prefiller.log"
+check "tests/gpu/serve_bench.sh with DEVICE=cpu: workers on --synthetic weights, 2 sweeps, the disaggregation ratio, the summary table" $? \
+    "exit $rc" "$(tail -12 "$T/serve.out")"
 cluster_finish
