@@ -35,7 +35,8 @@
 
 static const char *const INTRO =
     "Serving benchmark: streaming requests at a fixed concurrency (--concurrency, or a sweep\n"
-    "--sweep-concurrency 1,4,16) or a Poisson arrival rate (--rate, --sweep-rate 0.5,1,2),\n"
+    "--sweep-concurrency 1,4,16) or a Poisson arrival rate (--rate, --sweep-rate 0.5,1,2;\n"
+    "--max-concurrency caps it),\n"
     "input/output lengths fixed (--input-len 1024), uniform (--input-len 100-200) or drawn\n"
     "from a file of length pairs (--lengths-file), token-id or text prompts, completions or\n"
     "chat. Reports TTFT, TPOT, ITL, E2E (p50/p90/p99), throughput, goodput under the\n"
@@ -47,7 +48,8 @@ typedef struct args {
     char lengths_file[OPT_PATH_MAX], sweep_conc[512], sweep_rate[512];
     char json[OPT_PATH_MAX], trace[OPT_PATH_MAX], svg[OPT_PATH_MAX], label[128];
     char metrics_url[512], api_key_file[OPT_PATH_MAX];
-    int vocab, requests, per_client, max_requests, concurrency, timeout_s, seed, gpus;
+    int vocab, requests, per_client, max_requests, concurrency, max_concurrency, timeout_s, seed,
+        gpus;
     int require_ok;
     double rate, send_for_s, point_limit_s, settle_s, usd_per_gpu_hour;
     double slo_ttft_ms, slo_itl_ms, slo_tpot_ms, slo_e2e_ms;
@@ -153,7 +155,7 @@ static int run_point(const args *a, const svb_workload_cfg *wbase, const svb_slo
                      svb_point *pt, int *bad)
 {
     svb_workload_cfg w = *wbase;
-    int conc = rate_mode ? a->concurrency : (int)load;
+    int conc = rate_mode ? a->max_concurrency : (int)load;
     w.rate = rate_mode ? load : 0;
     w.n = a->requests > 0 ? a->requests : a->per_client * conc;
     if (a->max_requests > 0 && w.n > a->max_requests)
@@ -249,8 +251,11 @@ int main(int argc, char **argv)
          "draw (input, output) pairs from this file instead: 'INPUT OUTPUT' per line"},
         {"vocab", OPT_INT, &a->vocab, 0, "token-id prompts draw ids below this"},
         {"concurrency", OPT_INT, &a->concurrency, 0,
-         "requests in flight at most (the load; in rate mode a cap, 0: none)"},
-        {"rate", OPT_DOUBLE, &a->rate, 0, "Poisson arrivals at this many requests/s (0: off)"},
+         "the load: this many requests in flight, a new one as soon as one ends"},
+        {"rate", OPT_DOUBLE, &a->rate, 0,
+         "the load instead: Poisson arrivals at this many requests/s (0: off)"},
+        {"max-concurrency", OPT_INT, &a->max_concurrency, 0,
+         "with a rate: requests in flight at most; later arrivals wait (0: no cap)"},
         {"sweep-concurrency", OPT_STR, a->sweep_conc, sizeof a->sweep_conc,
          "one point per concurrency in this list, e.g. 1,4,16,64"},
         {"sweep-rate", OPT_STR, a->sweep_rate, sizeof a->sweep_rate,
@@ -342,7 +347,7 @@ int main(int argc, char **argv)
     if (!a->sweep_conc[0] && !a->sweep_rate[0])
         loads[0] = rate_mode ? a->rate : a->concurrency;
     if (a->vocab < 1 || a->requests < 0 || a->per_client < 1 || a->max_requests < 0 ||
-        a->concurrency < 0 || (!rate_mode && !a->sweep_conc[0] && a->concurrency < 1) ||
+        a->max_concurrency < 0 || (!rate_mode && !a->sweep_conc[0] && a->concurrency < 1) ||
         a->rate < 0 || a->timeout_s < 1 || a->gpus < 1 || !(a->usd_per_gpu_hour >= 0) ||
         a->send_for_s < 0 || a->point_limit_s < 0 || a->settle_s < 0 || a->slo_ttft_ms < 0 ||
         a->slo_itl_ms < 0 || a->slo_tpot_ms < 0 || a->slo_e2e_ms < 0) {
@@ -393,7 +398,7 @@ int main(int argc, char **argv)
         .label = a->label, .url = a->url, .model = a->model, .api = a->api,
         .prompt = a->prompt, .input = a->input, .output = a->output,
         .lengths_file = a->lengths_file, .load_kind = rate_mode ? "rate" : "concurrency",
-        .concurrency = rate_mode ? a->concurrency : 0, .seed = (unsigned long long)a->seed,
+        .concurrency = rate_mode ? a->max_concurrency : 0, .seed = (unsigned long long)a->seed,
         .slo = slo, .send_for_s = a->send_for_s, .point_limit_s = a->point_limit_s,
     };
     const char *auth_hdr = a->api_key_file[0] ? auth : NULL;
@@ -409,8 +414,10 @@ int main(int argc, char **argv)
                 info.load_kind, loads[k], s->counts[SVB_OK], s->requests, s->counts[SVB_ABORTED],
                 s->counts[SVB_NOT_SENT], s->duration_s);
     }
-    if (trace && fclose(trace) != 0)
-        fprintf(stderr, PROG ": cannot write %s\n", a->trace), bad = 1;
+    if (trace && fclose(trace) != 0) {
+        fprintf(stderr, PROG ": cannot write %s\n", a->trace);
+        bad = 1;
+    }
     curl_global_cleanup();
     printf("%s: %s %s, %s prompts, input %s, output %s, %d GPU(s) at $%g/h%s%s\n", PROG,
            a->model, a->api, a->prompt, a->lengths_file[0] ? "(file)" : a->input,
@@ -418,10 +425,14 @@ int main(int argc, char **argv)
            a->label[0] ? ", " : "", a->label);
     svb_print_table(stdout, &info, pts, ran);
     int wrote = 0;
-    if (a->json[0] && svb_write_json(a->json, &info, pts, ran, err, sizeof err) != TN_OK)
-        fprintf(stderr, PROG ": %s\n", err), wrote = -1;
-    if (a->svg[0] && svb_write_svg(a->svg, &info, pts, ran, err, sizeof err) != TN_OK)
-        fprintf(stderr, PROG ": %s\n", err), wrote = -1;
+    if (a->json[0] && svb_write_json(a->json, &info, pts, ran, err, sizeof err) != TN_OK) {
+        fprintf(stderr, PROG ": %s\n", err);
+        wrote = -1;
+    }
+    if (a->svg[0] && svb_write_svg(a->svg, &info, pts, ran, err, sizeof err) != TN_OK) {
+        fprintf(stderr, PROG ": %s\n", err);
+        wrote = -1;
+    }
     rc = ran == n_loads && !bad && wrote == 0 ? 0 : 1;
 done:
     svb_lengths_free(&lengths);

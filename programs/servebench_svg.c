@@ -7,7 +7,7 @@
 #include "common/sbuf.h"
 #include "common/status.h"
 
-enum { W = 1000, H = 420, PANEL_W = 440, PANEL_H = 300, LEFT = 70, TOP = 60 };
+enum { W = 1060, H = 450, PANEL_W = 420, PANEL_GAP = 110, PANEL_H = 300, LEFT = 70, TOP = 60 };
 
 /* One axis: value -> pixel offset in [0, len]. */
 typedef struct axis {
@@ -87,11 +87,12 @@ typedef struct series {
     int p99;      /* p99 else p50 */
 } series;
 
+/* The series' value in ms; -1 when the point has no samples. */
 static double series_value(const svb_point *p, const series *s)
 {
     const svb_dist *d = (const svb_dist *)((const char *)&p->s + s->off);
     if (d->n == 0)
-        return 0;
+        return -1;
     return (s->p99 ? d->p99 : d->p50) * 1e3;
 }
 
@@ -111,7 +112,7 @@ static double x_of(const svb_point *p, int panel)
 static void panel(sbuf *b, const svb_point *pts, int n, int panel_no, const axis *ya,
                   const char *xlabel)
 {
-    int x0 = LEFT + panel_no * (PANEL_W + 90), y0 = TOP + PANEL_H;
+    int x0 = LEFT + panel_no * (PANEL_W + PANEL_GAP), y0 = TOP + PANEL_H;
     double xlo = INFINITY, xhi = 0;
     for (int i = 0; i < n; i++) {
         double x = x_of(&pts[i], panel_no);
@@ -136,9 +137,11 @@ static void panel(sbuf *b, const svb_point *pts, int n, int panel_no, const axis
         sb_init(&pts_attr);
         for (int i = 0; i < n; i++) {
             double x = x_of(&pts[i], panel_no), y = series_value(&pts[i], &SERIES[s]);
-            if (!(x > 0) || !(y > 0) || (xa.log && x < xa.lo))
+            if (!(x > 0) || y < 0 || (xa.log && x < xa.lo))
                 continue;
-            double px = x0 + axis_pos(&xa, x), py = y0 - axis_pos(ya, y);
+            /* 0 (two chunks read at once) has no place on a log scale: it
+             * sits on the axis floor, as the legend says */
+            double px = x0 + axis_pos(&xa, x), py = y0 - axis_pos(ya, y > ya->lo ? y : ya->lo);
             sb_printf(&pts_attr, "%.1f,%.1f ", px, py);
             sb_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", px, py,
                       SERIES[s].color);
@@ -175,6 +178,7 @@ int svb_write_svg(const char *path, const svb_run_info *info, const svb_point *p
              info->lengths_file && info->lengths_file[0] ? "from file" : info->input,
              info->lengths_file && info->lengths_file[0] ? "from file" : info->output, info->api);
     text(&b, W / 2.0, 24, "middle", 15, title);
+    text(&b, W - 10, H - 14, "end", 11, "values under the axis (0: chunks read at once) on its floor");
     if (yhi > 0) {
         axis ya = log_axis(ylo, yhi, PANEL_H);
         char xl[64];

@@ -54,11 +54,13 @@ else
     CONC=${CONC:-1,4,16,64,256}
     WORKLOADS=${WORKLOADS:-"4096/200 32768/100 1024/1024 8192/256"}
     SEND_S=${SEND_S:-7}; POINT_S=${POINT_S:-11}; MAX_REQ=${MAX_REQ:-512}
-    # fp32 KV: 24 layers x 8 heads x 64 x 2 x 4 B = 96 KiB a token; 32768
-    # pages of 16 tokens = 48 GiB, next to two copies of the weights (2 x
-    # 23.7 GB) and the prefiller's own cache on the 139 GiB H200
-    KV_PAGES=${KV_PAGES:-32768}; MAX_BATCH=${MAX_BATCH:-256}; VOCAB=${VOCAB:-200000}
-    DIS_CONC=${DIS_CONC:-32}; DIS_WORKLOAD=${DIS_WORKLOAD:-1024/400}; LONG=${LONG:-32768}
+    # fp32 KV: 24 layers x 8 heads x 64 x 2 x 4 B = 96 KiB a token; 16384
+    # pages of 16 tokens = 24 GiB (262144 tokens), next to two copies of the
+    # weights (2 x 23.7 GB) and the prefiller's own cache on the 139 GiB
+    # H200, and as much pinned host memory (the staged KV path keeps a host
+    # copy of the pools) on the 128 GiB host
+    KV_PAGES=${KV_PAGES:-16384}; MAX_BATCH=${MAX_BATCH:-256}; VOCAB=${VOCAB:-200000}
+    DIS_CONC=${DIS_CONC:-32}; DIS_WORKLOAD=${DIS_WORKLOAD:-128/400}; LONG=${LONG:-32768}
     MAX_PROMPT=${MAX_PROMPT:-33024}; CHUNK=${CHUNK:-8192}
 fi
 NAME=$(basename "$CONFIG" .json)
