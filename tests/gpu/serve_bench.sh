@@ -77,6 +77,14 @@ fi
 for p in tandem-router tandem-prefiller tandem-decoder tandem-servebench; do
     [ -x "$BIN/$p" ] || { echo "serve: $BIN/$p missing (make_prebuilt_cluster.sh, or BIN_DIR)"; exit 1; }
 done
+# /healthz through python (the GPU machine may have no curl)
+healthz() {
+    python3 -c 'import sys, urllib.request
+try:
+    print(urllib.request.urlopen(sys.argv[1], timeout=2).read().decode())
+except Exception as e:
+    print("ERROR", e)' "$URL/healthz"
+}
 spawn() { LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$@"; }
 run() { LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
 left() { echo $((BUDGET - ($(date +%s) - t_start))); }
@@ -115,10 +123,10 @@ spawn "$BIN/tandem-decoder" "${common[@]}" --worker-id decoder-serve --kv-pages 
     --max-batch "$MAX_BATCH" >"$OUT/decoder.log" 2>&1 &
 PIDS+=($!)
 ready=0
-for _ in $(seq 1 1200); do   # CUDA start-up and the synthetic weights: up to 120 s
-    curl -s --max-time 2 "$URL/healthz" 2>/dev/null | grep -q '"ready":true' && { ready=1; break; }
+for _ in $(seq 1 600); do   # CUDA start-up and the synthetic weights: up to 120 s
+    healthz | grep -q '"ready":true' && { ready=1; break; }
     kill -0 "${PIDS[1]}" 2>/dev/null && kill -0 "${PIDS[2]}" 2>/dev/null || break
-    sleep 0.1
+    sleep 0.2
 done
 if [ "$ready" != 1 ]; then
     echo "serve: the workers did not register"
