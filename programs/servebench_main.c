@@ -123,22 +123,26 @@ static int scrape(const args *a, const char *auth, svb_prom *out)
 
 /* Reads /metrics until the workers' relayed counters include every
  * completed request of the point (their heartbeats carry them to the
- * router): prompt tokens prefilled, and every output token but the
- * prefiller's first decoded. At most --settle-s. */
+ * router): its prefill and KV push, its prompt tokens prefilled, and every
+ * output token but the prefiller's first decoded. At most --settle-s. */
 static int caught_up(const args *a, const char *auth, const svb_prom *before,
                      const svb_record *recs, int n, svb_prom *after)
 {
-    double in = 0, out = 0;
+    double in = 0, out = 0, ok = 0;
     for (int i = 0; i < n; i++)
         if (recs[i].outcome == SVB_OK) {
             in += svb_input_tokens(&recs[i]);
             out += svb_output_tokens(&recs[i]) - 1;
+            ok++;
         }
     for (double waited = 0;; waited += 0.2) {
         if (scrape(a, auth, after) != 0)
             return 0;
+        /* a heartbeat can carry a prefill before its KV push ended */
         if (after->prefill_tokens - before->prefill_tokens >= in &&
-            after->decode_tokens - before->decode_tokens >= out)
+            after->decode_tokens - before->decode_tokens >= out &&
+            after->count[SVB_T_PREFILL] - before->count[SVB_T_PREFILL] >= ok &&
+            after->count[SVB_T_KV_TRANSFER] - before->count[SVB_T_KV_TRANSFER] >= ok)
             return 1;
         if (waited >= a->settle_s) {
             fprintf(stderr, PROG ": the workers' metrics did not catch up within %g s: no stage "
