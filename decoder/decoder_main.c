@@ -181,7 +181,12 @@ static void release_orphans(decoder_ctx *ctx, uint64_t now)
 {
     for (int i = ctx->s.n_seqs - 1; i >= 0; i--) {
         sched_seq *q = ctx->s.seqs[i];
-        if (q->cancelled && q->release_at_ms && now >= q->release_at_ms) {
+        /* A cancelled reservation's prefill may still push until its lease
+         * ends (the prefiller honours it), so that bounds the wait too. */
+        uint64_t release_at = q->release_at_ms;
+        if (q->lease_until_ms && (!release_at || q->lease_until_ms < release_at))
+            release_at = q->lease_until_ms;
+        if (q->cancelled && release_at && now >= release_at) {
             tn_log(WHO, "request %s: no word from its KV transfer; freeing its pages", q->id);
             sched_remove(&ctx->s, q);
         } else if (!q->cancelled && q->state == SEQ_RESERVED && q->lease_until_ms &&

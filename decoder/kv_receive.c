@@ -31,7 +31,7 @@ typedef struct prefiller_peer {
 /* Reopening a failed connection: at once, then backing off up to this
  * long between tries while the prefiller does not answer (the router says
  * when it is gone for good: TransferPeer removed). */
-#define RECONNECT_MAX_BACKOFF_S 2.0
+#define RECONNECT_MAX_BACKOFF_S 5.0
 
 /* A request whose notices from a TP group's ranks are not all in yet. */
 typedef struct pending_notice {
@@ -315,14 +315,16 @@ static void supervise(kv_receiver *r)
         int rc = kv_receiver_add_peer(r, id, ep, len, err, sizeof err);
         prefiller_peer *np = find(r, id);
         if (np) {
-            double backoff = 0.25 * (1 << (tries < 3 ? tries : 3));
+            double backoff = 0.25 * (1 << (tries < 5 ? tries : 5));
             np->reconnects = tries + 1;
             np->reconnect_at = now + (backoff < RECONNECT_MAX_BACKOFF_S ? backoff
                                                                          : RECONNECT_MAX_BACKOFF_S);
         }
-        if (tries == 0 || rc != 0)
-            tn_log("decoder", "prefiller %s: connection failed (%s); %s", id, why,
-                   rc ? err : "reconnected (acks wait for the new endpoint)");
+        if (tries == 0 || (rc != 0 && tries % 10 == 1))
+            tn_log("decoder", "prefiller %s: connection failed%s%s%s; %s%s", id,
+                   why[0] ? " (" : "", why, why[0] ? ")" : "",
+                   rc ? "reconnecting failed: " : "reconnected (acks wait for the new endpoint)",
+                   rc ? err : "");
         if (rc != 0) {
             /* Keep the endpoint to try again later. */
             if (r->n_peers == r->cap_peers) {
