@@ -23,10 +23,11 @@ int tm_weights_parse(const char *arg, tm_weight_dtype *out);
 
 /* --kv-dtype: the KV cache's element type. auto is f32 on the CPU backend
  * (the reference the other dtypes are measured against; docs/PERF.md "KV
- * cache dtype") and bf16 on CUDA. */
-typedef enum { TM_KV_AUTO = 0, TM_KV_F32, TM_KV_BF16 } tm_kv_dtype;
-/* "auto", "f32" or "bf16". Returns 0; -1 for anything else, with the
- * reason in err ("fp8" is named as not supported yet). */
+ * cache dtype") and bf16 on CUDA; fp8 is e4m3 with a scale per (token,
+ * KV head) row. */
+typedef enum { TM_KV_AUTO = 0, TM_KV_F32, TM_KV_BF16, TM_KV_FP8 } tm_kv_dtype;
+/* "auto", "f32", "bf16" or "fp8". Returns 0; -1 for anything else, with
+ * the reason in err. */
 int tm_kv_dtype_parse(const char *arg, tm_kv_dtype *out, char *err, size_t errlen);
 /* The dtype the cache gets on a backend of this kind. */
 kn_dtype tm_kv_dtype_resolve(tm_kv_dtype d, kn_backend_kind kind);

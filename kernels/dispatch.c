@@ -173,16 +173,31 @@ static int check_seq_batch(const char *op, const kn_seq_batch *b)
     return TN_OK;
 }
 
-/* The pools: both present and of a dtype the ops read. */
-static int check_kv_pools(const char *op, const kn_kv_pools *p)
+size_t kn_kv_row_bytes(kn_dtype dt, int head_dim)
+{
+    if (head_dim <= 0)
+        return 0;
+    switch (dt) {
+    case KN_F32: return (size_t)head_dim * 4;
+    case KN_BF16: return (size_t)head_dim * 2;
+    case KN_FP8_E4M3: return (size_t)head_dim + sizeof(float);
+    }
+    return 0;
+}
+
+/* The pools: both present and of a dtype the ops read (FP8 rows keep
+ * their scale 4-byte aligned: head_dim a multiple of 4). */
+static int check_kv_pools(const char *op, const kn_kv_pools *p, int head_dim)
 {
     if (!p)
         return kn_arg_error(op, "NULL KV pools");
     if (!p->k || !p->v)
         return kn_arg_error(op, "NULL %s", !p->k ? "k_pool" : "v_pool");
-    if (p->dtype != KN_F32 && p->dtype != KN_BF16)
-        return kn_arg_error(op, "KV pools of dtype %s (%d): the KV dtypes are f32 and bf16",
+    if (p->dtype != KN_F32 && p->dtype != KN_BF16 && p->dtype != KN_FP8_E4M3)
+        return kn_arg_error(op, "KV pools of dtype %s (%d): the KV dtypes are f32, bf16 and fp8",
                             kn_dtype_name(p->dtype), (int)p->dtype);
+    if (p->dtype == KN_FP8_E4M3 && head_dim % 4 != 0)
+        return kn_arg_error(op, "fp8 KV pools need head_dim a multiple of 4, got %d", head_dim);
     return TN_OK;
 }
 
@@ -190,7 +205,7 @@ static int check_kv_append(const kn_kv_pools *pools, const float *k, const float
                            const kn_seq_batch *b, int n_kv_heads, int head_dim, int page_size)
 {
     static const char op[] = "kn_kv_append";
-    int rc = check_kv_pools(op, pools);
+    int rc = check_kv_pools(op, pools, head_dim);
     if (rc != TN_OK)
         return rc;
     if (!k || !v)
@@ -208,7 +223,7 @@ static int check_attention(const float *out, const float *q, const kn_kv_pools *
     static const char op[] = "kn_attention";
     if (!out || !q)
         return kn_arg_error(op, "NULL %s", !out ? "out" : "q");
-    int rc = check_kv_pools(op, pools);
+    int rc = check_kv_pools(op, pools, head_dim);
     if (rc != TN_OK)
         return rc;
     if (n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0 || page_size <= 0 || window < 0)

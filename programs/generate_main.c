@@ -57,7 +57,8 @@ static void usage(FILE *f)
         "                      matrices stay FP8 on cuda), f32, bf16, or fp8 (attention\n"
         "                      and experts FP8 e4m3 with 128x128 block scales)\n"
         "  --kv-dtype T        KV cache element type: auto (default: f32 on cpu,\n"
-        "                      bf16 on cuda), f32 or bf16\n"
+        "                      bf16 on cuda), f32, bf16 or fp8 (e4m3 with a scale\n"
+        "                      per token and KV head)\n"
         "  --help              show this help\n"
         "\n"
         "Output: the generated ids on stdout as one comma-separated line; timings\n"
@@ -160,7 +161,7 @@ static int parse_args(int argc, char **argv, gen_args *a)
         {"ignore-eos", OPT_BOOL, &a->ignore_eos, 0, "do not stop at end-of-sequence tokens"},
         {"device", OPT_CALL, &call, 0, "cpu, cuda or cuda:N"},
         {"weights", OPT_CALL, &call, 0, "auto, f32, bf16 or fp8"},
-        {"kv-dtype", OPT_CALL, &call, 0, "auto, f32 or bf16"},
+        {"kv-dtype", OPT_CALL, &call, 0, "auto, f32, bf16 or fp8"},
     };
     const opts_cli cli = {specs, (int)(sizeof specs / sizeof *specs), NULL, NULL, "option"};
     char err[512];

@@ -52,7 +52,8 @@ int worker_parse_flags(worker_options *o, const char *prog, const char *intro,
          "storage of the large weight matrices: auto (f32 on cpu, bf16 on cuda), f32, bf16 "
          "or fp8 (attention and experts FP8 e4m3 with 128x128 block scales)"},
         {"kv-dtype", OPT_STR, o->kv_dtype, sizeof o->kv_dtype,
-         "KV cache element type: auto (f32 on cpu, bf16 on cuda), f32 or bf16; the "
+         "KV cache element type: auto (f32 on cpu, bf16 on cuda), f32, bf16 or fp8 (e4m3, a "
+         "scale per token and KV head); the "
          "prefillers and decoders of a model must agree (the router refuses a mismatch)"},
     };
     const opt_spec tail[] = {
@@ -210,8 +211,9 @@ void worker_register_init(Tandem__V1__Register *reg, const worker_options *o,
     reg->n_eos_token_ids = (size_t)mc->n_eos;
     reg->transfer_endpoint.data = (uint8_t *)endpoint;
     reg->transfer_endpoint.len = endpoint_len;
-    reg->kv_dtype = o->kv_elem == KN_BF16 ? TANDEM__V1__KV_DTYPE__KV_DTYPE_BF16
-                                          : TANDEM__V1__KV_DTYPE__KV_DTYPE_F32;
+    reg->kv_dtype = o->kv_elem == KN_BF16       ? TANDEM__V1__KV_DTYPE__KV_DTYPE_BF16
+                  : o->kv_elem == KN_FP8_E4M3 ? TANDEM__V1__KV_DTYPE__KV_DTYPE_FP8_E4M3
+                                              : TANDEM__V1__KV_DTYPE__KV_DTYPE_F32;
     reg->kv_layers = mc->n_layers;
     reg->kv_heads = mc->n_kv_heads;
     reg->kv_head_dim = mc->head_dim;

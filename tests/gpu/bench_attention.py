@@ -134,20 +134,20 @@ def main():
             r = ours(build, "prefill", n, window)
             add("tandem kn_attention", "fp32", shape, float(r["ms"]), fl_o, fl_o / fp32_peak * 1e3, "sink, paged")
     # BENCH_DECODE=0 leaves the (split-KV) decode rows out: fp32 arithmetic
-    # over an fp32 cache and over a bf16 cache (half the bytes, the floor
-    # computed from the bytes actually read).
+    # over an fp32, a bf16 and an FP8 cache (the floor computed from the
+    # bytes each reads: FP8 rows carry a 4-byte scale).
     for batch in (1, 32, 128) if os.environ.get("BENCH_DECODE", "1") != "0" else ():
-        for kv in ("f32", "bf16"):
+        for kv in ("f32", "bf16", "fp8"):
             r = ours(build, "decode", batch, 8192, kv=kv)
             by = float(r["bytes"])
             add("tandem kn_attention", f"fp32, {kv} KV", f"decode b{batch} ctx 8192", float(r["ms"]),
                 float(r["flops"]), by / bw * 1e3,
                 f"split-KV, {by / (float(r['ms']) * 1e-3) / 1e12:.2f} TB/s")
-    # the bf16 prefill kernel reading a bf16 cache
-    for n in (8192,):
-        r = ours(build, "prefill", n, 0, bf16=True, kv="bf16")
+    # the bf16 prefill kernel reading a bf16 and an FP8 cache
+    for kv in ("bf16", "fp8"):
+        r = ours(build, "prefill", 8192, 0, bf16=True, kv=kv)
         fl_o = float(r["flops"])
-        add("tandem kn_attention", "bf16, bf16 KV", f"prefill {n}", float(r["ms"]), fl_o,
+        add("tandem kn_attention", f"bf16, {kv} KV", "prefill 8192", float(r["ms"]), fl_o,
             fl_o / bf16_peak * 1e3, "sink, paged, mma.sync")
 
     with open(os.path.join(out_dir, "bench_attention.json"), "w") as f:
