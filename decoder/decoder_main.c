@@ -514,12 +514,14 @@ int main(int argc, char **argv)
     ctx->rngs = calloc(mb, sizeof *ctx->rngs);
     if (!ctx->batch || !ctx->steps || !ctx->sampled || !ctx->params || !ctx->rngs ||
         sched_init(&ctx->s, c->kv_pages, o->page_size, c->max_batch, ctx->max_context) != 0 ||
-        tm_kv_cache_init(&ctx->kv, &ctx->be, ctx->mc->n_layers, ctx->mc->n_kv_heads,
+        tm_kv_cache_init(&ctx->kv, &ctx->be, o->kv_elem, ctx->mc->n_layers, ctx->mc->n_kv_heads,
                          ctx->mc->head_dim, o->page_size, c->kv_pages) != TN_OK) {
         fprintf(stderr, "tandem-decoder: cannot allocate %d KV pages and step buffers\n",
                 c->kv_pages);
         goto out;
     }
+    tn_log(WHO, "%s: %s KV cache, %d pages of %zu bytes per layer and pool", o->worker_id,
+           kn_dtype_name(ctx->kv.dtype), c->kv_pages, tm_kv_page_bytes(&ctx->kv));
     if (kv_receiver_open(&ctx->kv, o->worker_id, o->ucx_tls, o->kv_path_mode, &ctx->recv, err,
                          sizeof err) != 0) {
         fprintf(stderr, "tandem-decoder: TransferEngine: %s\n", err);

@@ -446,11 +446,14 @@ int main(int argc, char **argv)
     ctx->mc = tm_model_config(ctx->model);
     int n_pages = (c->max_prompt_tokens + o->page_size - 1) / o->page_size;
     /* each TP rank caches only its KV heads */
-    if (tm_kv_cache_init(&ctx->kv, &ctx->be, ctx->mc->n_layers, tm_model_kv_heads(ctx->model),
-                         ctx->mc->head_dim, o->page_size, n_pages) != TN_OK) {
+    if (tm_kv_cache_init(&ctx->kv, &ctx->be, o->kv_elem, ctx->mc->n_layers,
+                         tm_model_kv_heads(ctx->model), ctx->mc->head_dim, o->page_size,
+                         n_pages) != TN_OK) {
         fprintf(stderr, "tandem-prefiller: cannot allocate a KV cache of %d pages\n", n_pages);
         goto out;
     }
+    tn_log(WHO, "rank %d: %s KV cache, %d pages of %zu bytes per layer and pool",
+           ctx->group.rank, kn_dtype_name(ctx->kv.dtype), n_pages, tm_kv_page_bytes(&ctx->kv));
     char engine_name[160];
     snprintf(engine_name, sizeof engine_name, "%s-r%d", o->worker_id, ctx->group.rank);
     if (kv_pusher_open_rank(&ctx->kv, ctx->mc->n_kv_heads, o->ranks, ctx->group.rank,

@@ -31,6 +31,7 @@ typedef struct gen_args {
     int ignore_eos;
     char device[64];
     tm_weight_dtype weights;
+    tm_kv_dtype kv_dtype;
 } gen_args;
 
 static void usage(FILE *f)
@@ -55,6 +56,9 @@ static void usage(FILE *f)
         "                      f32 on cpu, bf16 on cuda; a checkpoint's MXFP4/FP8\n"
         "                      matrices stay FP8 on cuda), f32, bf16, or fp8 (attention\n"
         "                      and experts FP8 e4m3 with 128x128 block scales)\n"
+        "  --kv-dtype T        KV cache element type: auto (default: f32 on cpu,\n"
+        "                      bf16 on cuda), f32, bf16 or fp8 (e4m3 with a scale\n"
+        "                      per token and KV head)\n"
         "  --help              show this help\n"
         "\n"
         "Output: the generated ids on stdout as one comma-separated line; timings\n"
@@ -127,6 +131,9 @@ static int set_flag(void *ctx, const char *name, const char *v, char *err, size_
         if (tm_weights_parse(v, &a->weights) == 0)
             return 0;
         snprintf(err, errlen, "--weights must be auto, f32, bf16 or fp8, got '%s'", v);
+    } else if (!strcmp(name, "kv-dtype")) {
+        if (tm_kv_dtype_parse(v, &a->kv_dtype, err, errlen) == 0)
+            return 0;
     } else {
         snprintf(err, errlen, "--%s has no setter", name);
     }
@@ -154,6 +161,7 @@ static int parse_args(int argc, char **argv, gen_args *a)
         {"ignore-eos", OPT_BOOL, &a->ignore_eos, 0, "do not stop at end-of-sequence tokens"},
         {"device", OPT_CALL, &call, 0, "cpu, cuda or cuda:N"},
         {"weights", OPT_CALL, &call, 0, "auto, f32, bf16 or fp8"},
+        {"kv-dtype", OPT_CALL, &call, 0, "auto, f32, bf16 or fp8"},
     };
     const opts_cli cli = {specs, (int)(sizeof specs / sizeof *specs), NULL, NULL, "option"};
     char err[512];
@@ -212,8 +220,8 @@ static int generate(const gen_args *a, const kn_backend *be)
     int32_t *out = malloc(sizeof(*out) * (size_t)a->max_tokens);
     float *logits = malloc(sizeof(float) * (size_t)c->vocab_size);
     int status = EXIT_RUNTIME;
-    rc = tm_kv_cache_init(&kv, be, c->n_layers, c->n_kv_heads, c->head_dim,
-                          a->page_size, n_pages);
+    rc = tm_kv_cache_init(&kv, be, tm_kv_dtype_resolve(a->kv_dtype, be->kind), c->n_layers,
+                          c->n_kv_heads, c->head_dim, a->page_size, n_pages);
     if (rc || !pages || !out || !logits) {
         fprintf(stderr, "tandem-generate: cannot allocate the KV cache and buffers "
                 "(%d pages of %d tokens): %s\n", n_pages, a->page_size,
@@ -253,9 +261,9 @@ static int generate(const gen_args *a, const kn_backend *be)
     printf("\n");
     fflush(stdout);
     double pre = t1 - t0, dec = t2 - t1;
-    fprintf(stderr, "tandem-generate: %s on %s (%s weights), prefill %d tokens in %.3f s "
-            "(%.1f tokens/s), decode %d tokens in %.3f s (%.1f tokens/s)\n", c->model_type,
-            a->device, kn_dtype_name(tm_model_weight_dtype(m)), a->n_prompt,
+    fprintf(stderr, "tandem-generate: %s on %s (%s weights), %s KV cache, prefill %d tokens in "
+            "%.3f s (%.1f tokens/s), decode %d tokens in %.3f s (%.1f tokens/s)\n", c->model_type,
+            a->device, kn_dtype_name(tm_model_weight_dtype(m)), kn_dtype_name(kv.dtype), a->n_prompt,
             pre, pre > 0 ? a->n_prompt / pre : 0.0, n_out - 1, dec,
             dec > 0 ? (n_out - 1) / dec : 0.0);
     status = EXIT_SUCCESS;

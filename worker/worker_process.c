@@ -21,6 +21,7 @@ void worker_options_default(worker_options *o)
     o->page_size = 16;
     snprintf(o->device, sizeof o->device, "cpu");
     snprintf(o->weights, sizeof o->weights, "auto");
+    snprintf(o->kv_dtype, sizeof o->kv_dtype, "auto");
     snprintf(o->kv_path, sizeof o->kv_path, "auto");
     snprintf(o->metrics_host, sizeof o->metrics_host, "127.0.0.1");
     o->wedged_after_s = 60;
@@ -53,6 +54,10 @@ int worker_parse_flags(worker_options *o, const char *prog, const char *intro,
         {"weights", OPT_STR, o->weights, sizeof o->weights,
          "storage of the large weight matrices: auto (f32 on cpu, bf16 on cuda), f32, bf16 "
          "or fp8 (attention and experts FP8 e4m3 with 128x128 block scales)"},
+        {"kv-dtype", OPT_STR, o->kv_dtype, sizeof o->kv_dtype,
+         "KV cache element type: auto (f32 on cpu, bf16 on cuda), f32, bf16 or fp8 (e4m3, a "
+         "scale per token and KV head); the "
+         "prefillers and decoders of a model must agree (the router refuses a mismatch)"},
     };
     const opt_spec tail[] = {
         {"worker-secret-file", OPT_STR, o->worker_secret_file, sizeof o->worker_secret_file,
@@ -138,6 +143,13 @@ int worker_parse_flags(worker_options *o, const char *prog, const char *intro,
         fprintf(stderr, "%s: --weights must be auto, f32, bf16 or fp8, got '%s'\n", prog, o->weights);
         return 2;
     }
+    tm_kv_dtype kvd;
+    char why[160];
+    if (tm_kv_dtype_parse(o->kv_dtype, &kvd, why, sizeof why) != 0) {
+        fprintf(stderr, "%s: %s\n", prog, why);
+        return 2;
+    }
+    o->kv_elem = tm_kv_dtype_resolve(kvd, kind);
     if (tm_kv_path_parse(o->kv_path, &o->kv_path_mode) != 0) {
         fprintf(stderr, "%s: --kv-path must be auto, direct or staged, got '%s'\n", prog,
                 o->kv_path);
@@ -208,6 +220,12 @@ void worker_register_init(Tandem__V1__Register *reg, const worker_options *o,
     reg->n_eos_token_ids = (size_t)mc->n_eos;
     reg->transfer_endpoint.data = (uint8_t *)endpoint;
     reg->transfer_endpoint.len = endpoint_len;
+    reg->kv_dtype = o->kv_elem == KN_BF16       ? TANDEM__V1__KV_DTYPE__KV_DTYPE_BF16
+                  : o->kv_elem == KN_FP8_E4M3 ? TANDEM__V1__KV_DTYPE__KV_DTYPE_FP8_E4M3
+                                              : TANDEM__V1__KV_DTYPE__KV_DTYPE_F32;
+    reg->kv_layers = mc->n_layers;
+    reg->kv_heads = mc->n_kv_heads;
+    reg->kv_head_dim = mc->head_dim;
 }
 
 int worker_join(const worker_options *o, const char *who, const Tandem__V1__Register *reg,

@@ -29,6 +29,7 @@ typedef struct worker_options {
     int page_size;
     char device[32];           /* cpu, cuda, cuda:N (engine/device.h) */
     char weights[16];          /* auto, f32, bf16 */
+    char kv_dtype[16];         /* auto, f32, bf16 (engine/device.h) */
     char kv_path[16];          /* auto, direct, staged (engine/kv_staging.h) */
     char ucx_tls[128];         /* UCX_TLS for the TransferEngine ("" = environment) */
     char worker_secret_file[OPT_PATH_MAX]; /* shared secret of the worker socket ("" = none) */
@@ -44,6 +45,7 @@ typedef struct worker_options {
     /* parsed from the strings above by worker_parse_flags */
     tm_weight_dtype weight_dtype;
     tm_kv_path kv_path_mode;
+    kn_dtype kv_elem;          /* the KV cache's dtype, auto resolved for --device */
 } worker_options;
 
 /* The defaults of every common flag. */

@@ -10,6 +10,8 @@
 #   memcheck     the op table under compute-sanitizer memcheck (if installed)
 #   engine       test_engine_gpu: the HF fixtures on the GPU (f32, bf16, FP8)
 #   generate     tandem-generate --device cuda vs the fixtures' HF golden tokens
+#                (f32 weights with an f32 cache: exact; the default bf16
+#                cache and default weights: counted)
 #   nccl         test_comm_nccl and test_parallel_nccl at world size 1, and TP=2
 #                as two processes on the one GPU
 #   cluster      router + prefiller + decoder on --device cuda
@@ -137,8 +139,8 @@ check() {
 }
 
 step_generate() {
-    echo "== tandem-generate --device cuda (f32 and default weights) vs the HF golden tokens"
-    local gen="" fx w prompt want got same
+    echo "== tandem-generate --device cuda (f32 and default weights and KV cache) vs the HF golden tokens"
+    local gen="" fx w kv prompt want got same
     ids() {
         python3 - "tests/fixtures/$1/golden.safetensors" "$2" <<'PY'
 import json, struct, sys
@@ -152,16 +154,17 @@ PY
     }
     for fx in gpt_oss_tiny qwen3_moe_tiny; do
         prompt=$(ids $fx prompt_ids); want=$(ids $fx gen_ids)
-        for w in f32 auto; do
+        for wk in f32:f32 f32:auto auto:auto; do
+            w=${wk%:*} kv=${wk#*:}
             got=$(run timeout 60 "$BIN/tandem-generate" --model "tests/fixtures/$fx" --prompt-ids "$prompt" \
-                  --max-tokens 32 --ignore-eos --device cuda --weights $w 2>>"$OUT/generate.log")
+                  --max-tokens 32 --ignore-eos --device cuda --weights $w --kv-dtype $kv 2>>"$OUT/generate.log")
             IFS=, read -r -a g <<<"$got"; IFS=, read -r -a h <<<"$want"
             same=0
             while [ $same -lt ${#h[@]} ] && [ "${g[$same]:-x}" = "${h[$same]}" ]; do same=$((same + 1)); done
-            echo "$fx --weights $w: $same of ${#h[@]} tokens equal HF's"
-            gen="$gen$fx/$w $same/${#h[@]}; "
-            # f32 weights must reproduce HF's greedy tokens exactly
-            [ $w = f32 ] && [ $same -ne ${#h[@]} ] && status=1
+            echo "$fx --weights $w --kv-dtype $kv: $same of ${#h[@]} tokens equal HF's"
+            gen="$gen$fx/$w/kv-$kv $same/${#h[@]}; "
+            # f32 weights with an f32 cache must reproduce HF's greedy tokens exactly
+            [ $wk = f32:f32 ] && [ $same -ne ${#h[@]} ] && status=1
         done
     done
     rows+=("| tandem-generate --device cuda, greedy tokens equal to HF's | $gen|")
