@@ -432,8 +432,9 @@ int main(int argc, char **argv)
     worker_options *o = &c->w;
     char err[512];
     /* the DP ranks first, before any thread exists */
-    if (rank_group_start(&ctx->group, 1, o->ep, o->ranks, o->rank, o->world, o->comm_name,
-                         "decode", o->comm_timeout_ms, err, sizeof err) != TN_OK) {
+    rank_group_spec spec;
+    worker_group_spec(o, 1, o->ranks, "decode", &spec);
+    if (rank_group_start(&ctx->group, &spec, err, sizeof err) != TN_OK) {
         fprintf(stderr, "tandem-decoder: %s\n", err);
         free(ctx);
         return 1;
@@ -449,7 +450,6 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    ctx->loop.lockstep = ctx->group.world != NULL;
     int rc = 1;
     if (worker_loop_open_signals(&ctx->loop, 1) != 0) {
         fprintf(stderr, "tandem-decoder: cannot set up signals\n");
@@ -459,6 +459,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "tandem-decoder: %s\n", err);
         goto out;
     }
+    /* the group's control communicator exists once the layout is built */
+    ctx->loop.lockstep = ctx->group.world != NULL;
     ctx->mc = tm_model_config(ctx->model);
     /* The longest sequence: every token but the last is cached. */
     long cap = (long)c->kv_pages * o->page_size + 1;
