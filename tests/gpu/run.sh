@@ -14,6 +14,12 @@
 #                as two processes on the one GPU
 #   cluster      router + prefiller + decoder on --device cuda
 #                (tests/gpu/cluster_check.sh; needs TANDEM_PREBUILT_CLUSTER)
+#   ranks        test_rank_groups_gpu: TP=2, TP=2/EP=2, TP=4/EP=4 prefill and
+#                DP=2xEP=2 decode (f32, bf16, FP8), one process per rank, all
+#                on the one GPU (the staged communicator), vs the single rank
+#   cluster-ranks  the cluster with a TP=2/EP=2 prefiller and a DP=2xEP=2
+#                decoder, every rank on the one GPU, incl. 64 concurrent
+#                streams (cluster_check.sh with RANKS=1)
 # bench:
 #   ceilings     device copy bandwidth and bf16/fp32 GEMM rate through torch
 #                (the floors of every row below)
@@ -54,11 +60,11 @@ rows=()
 steps=()
 for a in "${@:-checks}"; do
     case "$a" in
-    checks) steps+=(ops ops-tf32 memcheck engine generate nccl cluster) ;;
+    checks) steps+=(ops ops-tf32 memcheck engine generate nccl ranks cluster cluster-ranks) ;;
     bench) steps+=(ceilings bench-attention bench-ops bench-moe bench-engine) ;;
-    all) steps+=(ops ops-tf32 memcheck engine generate nccl cluster
+    all) steps+=(ops ops-tf32 memcheck engine generate nccl ranks cluster cluster-ranks
                  ceilings bench-attention bench-ops bench-moe bench-engine) ;;
-    ops|ops-tf32|memcheck|engine|generate|nccl|cluster|ceilings|bench-attention|bench-ops|bench-moe|bench-engine)
+    ops|ops-tf32|memcheck|engine|generate|nccl|ranks|cluster|cluster-ranks|ceilings|bench-attention|bench-ops|bench-moe|bench-engine)
         steps+=("$a") ;;
     -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown step '$a' (run.sh --help lists them)"; exit 2 ;;
@@ -161,17 +167,27 @@ step_nccl() {
         "$BIN/test_parallel_nccl" --two-ranks
 }
 
+step_ranks() {
+    # the ranks are processes on the one GPU: auto picks the staged
+    # communicator (NCCL refuses two ranks on one device)
+    check "test_rank_groups_gpu (TP=2, TP=2/EP=2, TP=4/EP=4, DP=2xEP=2; ranks sharing the GPU)" \
+        300 "$OUT/test_rank_groups_gpu.log" "$BIN/test_rank_groups_gpu"
+    grep -E '^# .*(communicator|rel err)' "$OUT/test_rank_groups_gpu.log" | head -8
+}
+
+# step_cluster [ranks]: cluster_check.sh, with RANKS=1 for "ranks"
 step_cluster() {
+    local tag=cluster${1:+-$1}
     if [ -z "${TANDEM_PREBUILT_CLUSTER:-}" ]; then
-        rows+=("| cluster | not run: no TANDEM_PREBUILT_CLUSTER |"); status=1; return
+        rows+=("| $tag | not run: no TANDEM_PREBUILT_CLUSTER |"); status=1; return
     fi
-    echo "== cluster (tests/gpu/cluster_check.sh)"
-    OUT="$OUT/cluster" TANDEM_PREBUILT="$TANDEM_PREBUILT_CLUSTER" timeout 150 \
-        bash tests/gpu/cluster_check.sh >"$OUT/cluster.txt" 2>&1
+    echo "== $tag (tests/gpu/cluster_check.sh${1:+ RANKS=1})"
+    OUT="$OUT/$tag" TANDEM_PREBUILT="$TANDEM_PREBUILT_CLUSTER" RANKS=${1:+1} NCCL_LIB="$NCCL_LIB" \
+        timeout 240 bash tests/gpu/cluster_check.sh >"$OUT/$tag.txt" 2>&1
     local rc=$?
     [ $rc -eq 0 ] || status=1
-    grep -E '^not ok ' "$OUT/cluster.txt" | head; tail -n 4 "$OUT/cluster.txt"
-    rows+=("| cluster on the GPU | exit $rc, $(tap_counts "$OUT/cluster.txt") |")
+    grep -E '^not ok ' "$OUT/$tag.txt" | head; tail -n 4 "$OUT/$tag.txt"
+    rows+=("| $tag on the GPU | exit $rc, $(tap_counts "$OUT/$tag.txt") |")
 }
 
 PEAK=${PEAK_TFLOPS:-}
@@ -262,7 +278,9 @@ for s in "${steps[@]}"; do
     engine) check "test_engine_gpu" 240 "$OUT/test_engine_gpu.log" "$BIN/test_engine_gpu" 0 ;;
     generate) step_generate ;;
     nccl) step_nccl ;;
+    ranks) step_ranks ;;
     cluster) step_cluster ;;
+    cluster-ranks) step_cluster ranks ;;
     ceilings) step_ceilings ;;
     bench-attention) step_bench_attention ;;
     bench-ops) step_bench_ops ;;
