@@ -10,6 +10,7 @@
 #include "common/status.h"
 #include "common/options.h"
 #include "common/sys.h"
+#include "worker/worker_group_env.h"
 
 #define WHO "decoder"
 
@@ -397,6 +398,11 @@ static void ctx_free(decoder_ctx *ctx)
 
 /* The role's flags and their defaults, after the common ones: -1 to go
  * on, or the exit status (worker_parse_flags). */
+static const char *env_var(const char *name)
+{
+    return getenv(name);
+}
+
 static int parse_flags(decoder_config *c, int argc, char **argv)
 {
     worker_options *o = &c->w;
@@ -410,9 +416,19 @@ static int parse_flags(decoder_config *c, int argc, char **argv)
         {"orphan-release-ms", OPT_INT, &c->orphan_release_ms, 0,
          "free a cancelled reservation whose KV transfer never reports after this long "
          "(keep it above the prefillers' --transfer-timeout-ms)"},
+        {"group-from-env", OPT_BOOL, &c->group_from_env, 0,
+         "a decoder group on Kubernetes: --dp/--ep, --rank, --world, --local-ranks and "
+         "--group-leader from POD_NAME, TANDEM_DECODER_PODS_PER_GROUP, "
+         "TANDEM_DECODER_GPUS_PER_POD, TANDEM_DECODER_HEADLESS_SERVICE, POD_NAMESPACE"},
     };
-    return worker_parse_flags(o, "tandem-decoder", INTRO, "dp", specs,
-                              (int)(sizeof specs / sizeof *specs), argc, argv);
+    int rc = worker_parse_flags(o, "tandem-decoder", INTRO, "dp", specs,
+                                (int)(sizeof specs / sizeof *specs), argc, argv);
+    char err[400];
+    if (rc < 0 && c->group_from_env && worker_group_from_env(o, env_var, err, sizeof err)) {
+        fprintf(stderr, "tandem-decoder: %s\n", err);
+        return 2;
+    }
+    return rc;
 }
 
 int main(int argc, char **argv)
