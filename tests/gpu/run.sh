@@ -27,6 +27,9 @@
 #   bench-ops    the dense ops on GPT-OSS-20B prefill shapes (bench_ops)
 #   bench-moe    the expert paths alone, bf16 and FP8, and cached cuBLASLt
 #                plans under fresh row counts (bench_moe)
+#   bench-comm   the rank communicators' all-reduce and all-to-all-v at
+#                prefill and decode sizes, 2 and 4 ranks sharing the GPU
+#                (staged), with the host collective and the copies alone
 #   bench-engine tandem-bench --synthetic (random weights of the real
 #                configs): GPT-OSS-20B FP8 and bf16, GPT-OSS-120B FP8,
 #                Qwen3-30B-A3B: prefill 8192/32768, decode batch 1..128
@@ -61,10 +64,10 @@ steps=()
 for a in "${@:-checks}"; do
     case "$a" in
     checks) steps+=(ops ops-tf32 memcheck engine generate nccl ranks cluster cluster-ranks) ;;
-    bench) steps+=(ceilings bench-attention bench-ops bench-moe bench-engine) ;;
+    bench) steps+=(ceilings bench-attention bench-ops bench-moe bench-comm bench-engine) ;;
     all) steps+=(ops ops-tf32 memcheck engine generate nccl ranks cluster cluster-ranks
-                 ceilings bench-attention bench-ops bench-moe bench-engine) ;;
-    ops|ops-tf32|memcheck|engine|generate|nccl|ranks|cluster|cluster-ranks|ceilings|bench-attention|bench-ops|bench-moe|bench-engine)
+                 ceilings bench-attention bench-ops bench-moe bench-comm bench-engine) ;;
+    ops|ops-tf32|memcheck|engine|generate|nccl|ranks|cluster|cluster-ranks|ceilings|bench-attention|bench-ops|bench-moe|bench-comm|bench-engine)
         steps+=("$a") ;;
     -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown step '$a' (run.sh --help lists them)"; exit 2 ;;
@@ -240,6 +243,12 @@ step_bench_moe() {
     timed "bench-moe --varying-m" 90 "$OUT/bench_moe_varying_m.log" "$BIN/bench_moe" --varying-m &&
         grep -E '^\| ' "$OUT/bench_moe_varying_m.log"
 }
+step_bench_comm() {
+    timed "bench-comm 2 ranks" 100 "$OUT/bench_comm2.log" "$BIN/bench_comm" --ranks 2 &&
+        grep -E '^# |^\| ' "$OUT/bench_comm2.log"
+    timed "bench-comm 4 ranks" 120 "$OUT/bench_comm4.log" "$BIN/bench_comm" --ranks 4 &&
+        grep -E '^# |^\| ' "$OUT/bench_comm4.log"
+}
 engine_bench() { # NAME MAX_SECONDS ARGS... (tandem-bench; env before the call passes through)
     local name=$1 limit=$2
     shift 2
@@ -285,6 +294,7 @@ for s in "${steps[@]}"; do
     bench-attention) step_bench_attention ;;
     bench-ops) step_bench_ops ;;
     bench-moe) step_bench_moe ;;
+    bench-comm) step_bench_comm ;;
     bench-engine) step_bench_engine ;;
     esac
 done
