@@ -184,45 +184,56 @@ static int io_all(int fd, void *buf, size_t n, long long deadline, int writing)
     return 0;
 }
 
-/* The leader's listening socket: on host when it is a numeric address, else
- * on every interface (IPv6 and IPv4). */
-static int listen_on(const char *host, int port, char *err, size_t errlen)
+/* A listening socket on the first address of ai that binds; -1 (errno
+ * saved in *saved) when none does. */
+static int bind_first(struct addrinfo *ai, int *saved)
 {
-    struct addrinfo hints = {0}, *ai = NULL;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST | AI_NUMERICSERV;
-    char ps[16];
-    snprintf(ps, sizeof ps, "%d", port);
-    int numeric = getaddrinfo(host, ps, &hints, &ai) == 0;
-    if (!numeric) {
-        hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-        hints.ai_family = AF_INET6;
-        if (getaddrinfo(NULL, ps, &hints, &ai) != 0) {
-            hints.ai_family = AF_INET;
-            if (getaddrinfo(NULL, ps, &hints, &ai) != 0)
-                return tn_fail(err, errlen, TN_ERR_SYS, "rendezvous: no address to listen "
-                               "on port %d", port);
-        }
-    }
-    int fd = -1, saved = 0;
-    for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
-        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    for (struct addrinfo *a = ai; a; a = a->ai_next) {
+        int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
         if (fd < 0) {
-            saved = errno;
+            *saved = errno;
             continue;
         }
         int one = 1, zero = 0;
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (a->ai_family == AF_INET6)
+        if (a->ai_family == AF_INET6)   /* IPv4 clients too, where the stack allows */
             setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-        if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 64) != 0 ||
-            set_nonblocking(fd) != 0) {
-            saved = errno;
-            close(fd);
-            fd = -1;
+        if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 64) == 0 &&
+            set_nonblocking(fd) == 0)
+            return fd;
+        *saved = errno;
+        close(fd);
+    }
+    return -1;
+}
+
+/* The leader's listening socket: on host when it is a numeric address,
+ * else on every interface (IPv6 and IPv4, or IPv4 alone where the pod has
+ * no IPv6). */
+static int listen_on(const char *host, int port, char *err, size_t errlen)
+{
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    struct addrinfo hints = {0}, *ai = NULL;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST | AI_NUMERICSERV;
+    const int numeric = getaddrinfo(host, ps, &hints, &ai) == 0;
+    int fd = -1, saved = EADDRNOTAVAIL;
+    if (numeric) {
+        fd = bind_first(ai, &saved);
+        freeaddrinfo(ai);
+    } else {
+        const int families[2] = {AF_INET6, AF_INET};
+        hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+        for (int i = 0; i < 2 && fd < 0; i++) {
+            hints.ai_family = families[i];
+            ai = NULL;
+            if (getaddrinfo(NULL, ps, &hints, &ai) != 0)
+                continue;
+            fd = bind_first(ai, &saved);
+            freeaddrinfo(ai);
         }
     }
-    freeaddrinfo(ai);
     if (fd < 0)
         return tn_fail(err, errlen, TN_ERR_SYS, "rendezvous: rank 0 cannot listen on %s:%d: "
                        "%s", numeric ? host : "*", port, strerror(saved));
@@ -235,6 +246,7 @@ typedef struct leader_state {
     int fd[COMM_MAX_WORLD];         /* per rank, -1 until it joined */
     rdv_hello hello[COMM_MAX_WORLD];
     int world;
+    unsigned char refusal[REPLY_BYTES];  /* the last refusal sent, for latecomers */
 } leader_state;
 
 /* Tells every joined rank why the group cannot form and closes them. */
@@ -248,17 +260,32 @@ static int refuse_all(leader_state *L, int status, char *err, size_t errlen,
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    unsigned char frame[REPLY_BYTES];
+    unsigned char *frame = L->refusal;
     pack_reply(frame, msg, NULL);
     long long d = now_ms() + 1000;  /* a refusal is best effort, briefly */
     for (int r = 0; r < L->world; r++)
         if (L->fd[r] >= 0) {
-            io_all(L->fd[r], frame, sizeof frame, d, 1);
+            io_all(L->fd[r], frame, REPLY_BYTES, d, 1);
             close(L->fd[r]);
             L->fd[r] = -1;
         }
     tn_errf(err, errlen, "rendezvous: %s", msg);
     return status;
+}
+
+/* After a refusal: ranks whose connections wait in the listen queue get
+ * the same reason (closing the socket would reset them without one). Their
+ * hello is read first: closing with unread data would reset the reply. */
+static void refuse_pending(leader_state *L, int lfd)
+{
+    int fd;
+    while ((fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0) {
+        unsigned char hello[HELLO_BYTES];
+        long long d = now_ms() + 500;
+        if (io_all(fd, hello, sizeof hello, d, 0) == 0)
+            io_all(fd, L->refusal, REPLY_BYTES, d, 1);
+        close(fd);
+    }
 }
 
 /* The ranks that have not joined, as "2, 3". */
@@ -351,6 +378,8 @@ static int lead(const char *host, int port, const rdv_hello *me, long long deadl
                              errlen)))
             break;
     }
+    if (rc)
+        refuse_pending(&L, lfd);
     close(lfd);
     if (rc)
         return rc;
