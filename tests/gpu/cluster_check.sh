@@ -18,7 +18,8 @@
 # the model's collectives take the staged communicator, logged per rank);
 # the same checks (every DP rank of the decoder registers), plus 64
 # concurrent streamed greedy requests (SSE), each returning HF's golden
-# tokens.
+# tokens, and (qwen3_moe_tiny) the prefiller's rank 1 SIGKILLed: the group
+# must report the failure to the router and exit 1 within 30 s.
 # The prefiller's pages hold 16 tokens and the decoder's 5, so the KV push
 # reshards between page layouts (on the GPU through pinned host buffers
 # when UCX has no CUDA transports, which Debian's lacks).
@@ -109,8 +110,12 @@ stop_all() {   # stop_all [CHECK]: SIGTERM, 10 s, SIGKILL; CHECK=1: TAP on exit 
         kill -KILL "$pid" 2>/dev/null
         wait "$pid" 2>/dev/null
         rc=$?
-        [ "${1:-0}" = 1 ] && check "$FX: ${NAMES[$i]} exits 0 on SIGTERM" "$rc" "exit $rc" \
-            "$(tail -3 "$OUT/$FX.${NAMES[$i]}.log")"
+        if [ "${1:-0}" = 1 ] && [ "${NAMES[$i]}" = "${KILLED:-}" ]; then
+            :   # its exit was checked when its rank was killed
+        elif [ "${1:-0}" = 1 ]; then
+            check "$FX: ${NAMES[$i]} exits 0 on SIGTERM" "$rc" "exit $rc" \
+                "$(tail -3 "$OUT/$FX.${NAMES[$i]}.log")"
+        fi
     done
     PIDS=()
     NAMES=()
@@ -319,6 +324,22 @@ for FX in gpt_oss_tiny qwen3_moe_tiny; do
         check "$FX: seeded sampling on $DEVICE through the cluster = tandem-generate, same seed" $? \
             "cluster:  $got" "generate: $want" "$(tail -2 "$OUT/$FX.generate.log")"
         r_seed=$([ -n "$want" ] && [ "$got" = "$want" ] && echo ok || echo FAIL)
+    fi
+    KILLED=""
+    if [ "${RANKS:-0}" = 1 ] && [ "$FX" = qwen3_moe_tiny ]; then
+        # a rank dies: its group reports to the router and exits 1, no hang
+        victim=$(sed -n 's/.*TP rank 1 of 2 ready (pid \([0-9]*\)).*/\1/p' "$OUT/$FX.prefiller.log" | tail -1)
+        ppid_=${PIDS[1]}
+        st=hung
+        if [ -n "$victim" ] && kill -KILL "$victim" 2>/dev/null; then
+            for _ in $(seq 1 300); do kill -0 "$ppid_" 2>/dev/null || break; sleep 0.1; done
+            if ! kill -0 "$ppid_" 2>/dev/null; then wait "$ppid_" 2>/dev/null; st=$?; fi
+        fi
+        [ "$st" = 1 ] && grep -q "prefiller group failed: rank 1 (pid $victim) died" "$OUT/$FX.prefiller.log" &&
+            grep -q "reports error .*prefiller group failed" "$OUT/$FX.router.log"
+        check "$FX: prefiller TP rank 1 SIGKILLed: the group tells the router and exits 1" $? \
+            "exit $st (victim ${victim:-not found})" "$(tail -3 "$OUT/$FX.prefiller.log")"
+        KILLED=prefiller
     fi
     stop_all 1
     kind=$(echo "$path_d" | awk '{print $1}')
