@@ -7,7 +7,8 @@
 #      the CPU backend's copies: a TP=2/EP=2 prefiller and a DP=2xEP=2 decoder
 #      must return HF's golden tokens for both fixtures;
 #   2. a decoder group of two processes standing in for two pods, meeting at
-#      rank 0's TCP rendezvous (--group-leader, --local-ranks 2: DP=4xEP=4):
+#      rank 0's TCP rendezvous (--group-leader, or TANDEM_DECODER_GROUP_LEADER
+#      for the second; --local-ranks 2: DP=4xEP=4):
 #      golden tokens through all four ranks, then the second "pod" SIGKILLed:
 #      the first reports the group failure to the router and exits 1, and the
 #      orphaned rank of the killed pod exits too; nothing hangs.
@@ -63,9 +64,12 @@ done
 
 # Two "pods" of one DP=4xEP=4 decoder group, meeting over TCP.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-pod="--dp 4 --ep 4 --world 4 --local-ranks 2 --group-leader 127.0.0.1:$port --page-size 5 --kv-pages 256"
+# the second pod finds rank 0 through TANDEM_DECODER_GROUP_LEADER, as
+# deploy/image/tandem-decoder-pod passes it
+pod="--dp 4 --ep 4 --world 4 --local-ranks 2 --page-size 5 --kv-pages 256"
 fx=qwen3_moe_tiny
-DECODER_FLAGS="$pod --rank 0" DECODER2_FLAGS="$pod --rank 2" cluster_start "tests/fixtures/$fx"
+TANDEM_DECODER_GROUP_LEADER=127.0.0.1:$port DECODER_FLAGS="$pod --rank 0 --group-leader 127.0.0.1:$port" \
+    DECODER2_FLAGS="$pod --rank 2" cluster_start "tests/fixtures/$fx"
 wait_grep 4 "DP 4 EP 4" "$CLUSTER_TMP/decoder.log" "$CLUSTER_TMP/decoder2.log"
 check "both pods' ranks register: dp0..dp3" $? "$(tail -3 "$CLUSTER_TMP/decoder.log")" \
     "$(tail -3 "$CLUSTER_TMP/decoder2.log")"
