@@ -199,6 +199,11 @@ void worker_register_init(Tandem__V1__Register *reg, const worker_options *o,
     reg->n_eos_token_ids = (size_t)mc->n_eos;
     reg->transfer_endpoint.data = (uint8_t *)endpoint;
     reg->transfer_endpoint.len = endpoint_len;
+    /* One per process: the router tells a restart under the same id (a
+     * scaler replacing a dead worker) from a repeated registration. */
+    do
+        reg->incarnation = tn_random_u64();
+    while (reg->incarnation == 0);
 }
 
 int worker_join(const worker_options *o, const char *who, const Tandem__V1__Register *reg,
