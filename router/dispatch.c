@@ -467,6 +467,12 @@ static void on_prefill_result(router_ctx *ctx, router_worker *from,
         return; /* its decoder is gone (and with it the pages) */
     release_prefiller(ctx, r);
     r->t_progress = tn_now_s();
+    /* The decoder's reservations move too: the pages of this one are about
+     * to be decoded and freed, so requests waiting for its room are not
+     * stuck while prefills for it complete. */
+    router_worker *dec = workers_find_serial(&ctx->workers, r->decoder, r->decoder_serial);
+    if (dec)
+        worker_progress(dec);
     if (r->zombie) {
         /* Cancelled while prefilling: the transfer is over now either way. */
         send_cancel(ctx, r->decoder, r->wid, 1);
@@ -583,7 +589,7 @@ static void introduce(router_ctx *ctx, const router_worker *w, int removed)
     }
 }
 
-static void worker_lost(router_ctx *ctx, const char *id, const char *why);
+static void worker_lost(router_ctx *ctx, const char *id, uint64_t serial, const char *why);
 
 static const char *role_name(int role)
 {
@@ -598,9 +604,10 @@ static void drop_worker(router_ctx *ctx, int i, const char *why)
     router_worker *w = ctx->workers.w[i];
     char id[WIRE_MAX_ID + 1];
     snprintf(id, sizeof id, "%s", w->id);
+    uint64_t serial = w->serial;
     introduce(ctx, w, 1);
     workers_remove_at(&ctx->workers, i);
-    worker_lost(ctx, id, why);
+    worker_lost(ctx, id, serial, why);
 }
 
 static void on_register(router_ctx *ctx, const char *rid, size_t rid_len,
@@ -618,30 +625,36 @@ static void on_register(router_ctx *ctx, const char *rid, size_t rid_len,
         send_error(ctx, rid, rid_len, TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT, NULL, err);
         return;
     }
-    if (workers_is_restart(&ctx->workers, rid, rid_len, reg)) {
-        /* Same id, new process (a scaler restarted a dead worker before its
-         * heartbeats lapsed): the old process is gone with its KV cache and
-         * queue. Its requests start over at once rather than after
-         * --worker-timeout-ms or never (the new process knows none of them). */
-        for (int i = 0; i < ctx->workers.n; i++) {
-            router_worker *old = ctx->workers.w[i];
-            if (old->id_len != rid_len || memcmp(old->id, rid, rid_len))
-                continue;
-            char why[WIRE_MAX_ID + 128];
-            snprintf(why, sizeof why, "%s %s restarted (incarnation %016llx replaced by %016llx)",
-                     role_name(old->role), old->id, (unsigned long long)old->incarnation,
-                     (unsigned long long)reg->incarnation);
-            tn_log(WHO, "%s: dropping the old process's %d requests", why, old->in_flight);
-            workers_retire(&ctx->workers, old);
-            drop_worker(ctx, i, why);
-            break;
-        }
+    /* Same id, new process (a scaler restarted a dead worker before its
+     * heartbeats lapsed): the old process is gone with its KV cache and
+     * queue, and the new one knows none of its requests. The old entry
+     * leaves (with its counts), the new one registers, and then the old
+     * one's requests start over at once, on the new process or elsewhere,
+     * rather than after --worker-timeout-ms or never. */
+    char old_id[WIRE_MAX_ID + 1] = "", why[WIRE_MAX_ID + 128] = "";
+    uint64_t old_serial = 0;
+    for (int i = 0; workers_is_restart(&ctx->workers, rid, rid_len, reg) && i < ctx->workers.n; i++) {
+        router_worker *old = ctx->workers.w[i];
+        if (old->id_len != rid_len || memcmp(old->id, rid, rid_len))
+            continue;
+        snprintf(why, sizeof why, "%s %s restarted (incarnation %016llx replaced by %016llx)",
+                 role_name(old->role), old->id, (unsigned long long)old->incarnation,
+                 (unsigned long long)reg->incarnation);
+        tn_log(WHO, "%s: placing the old process's %d requests again", why, old->in_flight);
+        snprintf(old_id, sizeof old_id, "%s", old->id);
+        old_serial = old->serial;
+        workers_retire(&ctx->workers, old);
+        introduce(ctx, old, 1);
+        workers_remove_at(&ctx->workers, i);
+        break;
     }
     router_worker *w = workers_register(&ctx->workers, rid, rid_len, reg, tn_now_ms(), err,
                                         sizeof err);
     if (!w) {
         tn_log(WHO, "registration refused: %s", err);
         send_error(ctx, rid, rid_len, TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT, NULL, err);
+        if (old_serial)
+            worker_lost(ctx, old_id, old_serial, why);
         return;
     }
     tn_log(WHO, "registered %s %s (model %s, vocab %d, context %d, page %d, pages %d)",
@@ -655,6 +668,10 @@ static void on_register(router_ctx *ctx, const char *rid, size_t rid_len,
     m.register_ack = &ack;
     send_worker(ctx, w->id, &m);
     introduce(ctx, w, 0);
+    if (old_serial)
+        worker_lost(ctx, old_id, old_serial, why);
+    if (ctx->held_head)
+        dispatch_retry_held(ctx); /* what waited for a worker like this one */
 }
 
 /* A draining worker that holds nothing asks to leave. It may not know of
@@ -782,10 +799,11 @@ static int collect(router_ctx *ctx, router_request ***out)
     return n;
 }
 
-/* The worker id (already removed from the registry, so placement cannot
- * pick it again) is gone (why: it stopped heartbeating, or restarted):
- * what it held is placed again. */
-static void worker_lost(router_ctx *ctx, const char *id, const char *why)
+/* The registry entry (id, serial), already removed, is gone (why: the
+ * worker stopped heartbeating, or restarted): what was placed on it is
+ * placed again (a worker registered meanwhile under the same id is another
+ * entry, and may take it). */
+static void worker_lost(router_ctx *ctx, const char *id, uint64_t serial, const char *why)
 {
     router_request **v;
     int n = collect(ctx, &v);
@@ -794,9 +812,11 @@ static void worker_lost(router_ctx *ctx, const char *id, const char *why)
     const int LOST = TANDEM__V1__ERROR_CODE__ERROR_CODE_WORKER_LOST;
     for (int i = 0; i < n; i++) {
         router_request *r = v[i];
-        int is_dec = !strcmp(r->decoder, id) && r->on_decoder;
-        int is_pre = !strcmp(r->prefiller, id) && (r->stage == STAGE_PREFILLING || r->zombie);
-        if (r->zombie && (is_pre || !strcmp(r->decoder, id))) {
+        int on_dec = !strcmp(r->decoder, id) && r->decoder_serial == serial;
+        int is_dec = on_dec && r->on_decoder;
+        int is_pre = !strcmp(r->prefiller, id) && r->prefiller_serial == serial &&
+                     (r->stage == STAGE_PREFILLING || r->zombie);
+        if (r->zombie && (is_pre || on_dec)) {
             if (is_pre)
                 send_cancel(ctx, r->decoder, r->wid, 1);
             release_prefiller(ctx, r);
@@ -852,7 +872,7 @@ static int stalled(router_ctx *ctx, const router_request *r, double now, double 
     router_worker *w = waited_on(ctx, r);
     double idle = now - r->t_progress;
     if (w && r->stage != STAGE_DECODING) {
-        double w_idle = (double)(tn_now_ms() - w->last_progress_ms) / 1000.0;
+        double w_idle = now - (double)w->last_progress_ms / 1000.0; /* one clock */
         if (w_idle < idle)
             idle = w_idle;
     }
