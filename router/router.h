@@ -175,6 +175,9 @@ typedef struct router_ctx {
     router_request *table[ROUTER_HASH_BUCKETS];
     int n_active;                  /* requests in the table */
     int n_queued;                  /* submitted by HTTP threads, not yet taken */
+    int n_http_responses;          /* HTTP responses still being written (a finished
+                                      request's end may not be on the wire yet): a
+                                      drain waits for them */
     uint64_t next_key;
     router_request *submit_head, *submit_tail;
     router_request *cancel_head, *cancel_tail;

@@ -164,6 +164,14 @@ static int unfinished(const router_ctx *ctx)
     return n + ctx->n_queued;
 }
 
+/* The drain is done when every request ended and every HTTP response
+ * carrying one has been written out (stopping the HTTP server earlier
+ * would cut the end of a stream that already finished in the router). */
+static int drained(const router_ctx *ctx)
+{
+    return unfinished(ctx) == 0 && ctx->n_http_responses == 0;
+}
+
 /* First signal: refuse new requests (503 with Retry-After: a rolling update
  * sends them to another replica) and let those in flight finish, up to
  * --drain-timeout-ms; workers keep being served and replaced meanwhile. */
@@ -213,6 +221,8 @@ static void run_loop(router_ctx *ctx, int sig_fd)
         int timeout = ctx->cfg.heartbeat_ms > 0 ? ctx->cfg.heartbeat_ms : 500;
         if (ctx->held_head && timeout > 100)
             timeout = 100; /* held requests time out on time */
+        if (ctx->stopping && !ctx->stop_final && timeout > 50)
+            timeout = 50; /* a drain ends soon after its last response */
         if (zmq_poll(items, ctx->zap ? 5 : 4, timeout) < 0 && errno != EINTR) {
             tn_log(WHO, "zmq_poll failed: %s", zmq_strerror(errno));
             return;
@@ -249,10 +259,10 @@ static void run_loop(router_ctx *ctx, int sig_fd)
         dispatch_check_progress(ctx, tn_now_s());
         if (ctx->held_head)
             dispatch_retry_held(ctx);
-        int drained = ctx->stopping && !ctx->stop_final &&
-                      (unfinished(ctx) == 0 || tn_now_s() >= ctx->drain_deadline_s);
+        int drain_over = ctx->stopping && !ctx->stop_final &&
+                         (drained(ctx) || tn_now_s() >= ctx->drain_deadline_s);
         pthread_mutex_unlock(&ctx->lock);
-        if (drained)
+        if (drain_over)
             stop_deadline = end_drain(ctx);
         if (ctx->stop_final && (autoscaler_stopped(ctx) || tn_now_s() > stop_deadline)) {
             if (!autoscaler_stopped(ctx))
@@ -286,10 +296,17 @@ static void ctx_free(router_ctx *ctx)
         zmq_close(ctx->zap);
     sock_auth_wipe(&ctx->worker_auth);
     sock_auth_wipe(&ctx->rpc_auth);
-    if (ctx->worker_sock)
+    /* The last messages (RPC clients' final chunks, the workers' Cancels
+     * for what the shutdown failed) get a moment to leave. */
+    int linger = 500;
+    if (ctx->worker_sock) {
+        zmq_setsockopt(ctx->worker_sock, ZMQ_LINGER, &linger, sizeof linger);
         zmq_close(ctx->worker_sock);
-    if (ctx->rpc_sock)
+    }
+    if (ctx->rpc_sock) {
+        zmq_setsockopt(ctx->rpc_sock, ZMQ_LINGER, &linger, sizeof linger);
         zmq_close(ctx->rpc_sock);
+    }
     if (ctx->zctx)
         zmq_ctx_term(ctx->zctx);
     if (ctx->wake_fd >= 0)

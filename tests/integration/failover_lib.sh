@@ -39,9 +39,29 @@ fo_references() {
     printf ']' >>"$CLUSTER_TMP/expect.json"
 }
 
-# A free TCP port on 127.0.0.1 (for the workers' own /metrics).
+# fo_free_port [N]: the first of N consecutive free TCP ports on 127.0.0.1
+# (the workers' own /metrics: the local scaler gives worker i base + i),
+# below the ephemeral range, so no outgoing connection takes one meanwhile.
 fo_free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+    python3 - "${1:-1}" <<'PYEOF2'
+import random, socket, sys
+n = int(sys.argv[1])
+for _ in range(200):
+    base = random.randrange(20000, 32000 - n)
+    socks = []
+    try:
+        for p in range(base, base + n):
+            s = socket.socket()
+            socks.append(s)
+            s.bind(("127.0.0.1", p))
+        print(base)
+        break
+    except OSError:
+        pass
+    finally:
+        for s in socks:
+            s.close()
+PYEOF2
 }
 
 # fo_router_scaler P D [flags...]: tandem-router with the local scaler keeping
@@ -50,7 +70,7 @@ fo_free_port() {
 fo_router_scaler() {
     local np=$1 nd=$2
     shift 2
-    FO_DPORT=$(fo_free_port)
+    FO_DPORT=$(fo_free_port "$nd")
     rm -f "$CLUSTER_TMP/ports"
     "$BIN/tandem-router" --http-port 0 --worker-port 0 --rpc-port 0 \
         --port-file "$CLUSTER_TMP/ports" --heartbeat-ms 200 \
