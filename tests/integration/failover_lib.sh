@@ -122,6 +122,19 @@ fo_streams() {
     fi
 }
 
+# fo_wait_decoding METRICS_URL: waits (about 20 s) until that decoder runs
+# a batch (its sequences have streamed tokens: they joined the batch with
+# their first one), so a kill now cuts streams mid-output.
+fo_wait_decoding() {
+    local b="" _
+    for _ in $(seq 1 200); do
+        b=$(curl -s "$1/metrics" | awk '$1 ~ /^tandem_decode_batch_size\{/ { print $2; exit }')
+        [ "${b:-0}" -gt 0 ] 2>/dev/null && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
 # fo_check_streams NAME N WHAT: waits for the clients and checks that all N
 # streams completed with the reference tokens.
 fo_check_streams() {

@@ -19,6 +19,8 @@ old=$(scaler_pid decode 0)
 
 fo_streams load 200 30
 check "200 streams are running on two decoders" $? "$(cat "$CLUSTER_TMP/load.out")"
+fo_wait_decoding "http://127.0.0.1:$FO_DPORT"
+check "decode-0 is decoding a batch of those streams" $? "$(curl -s "http://127.0.0.1:$FO_DPORT/metrics" | grep batch_size)"
 kill -KILL "$old"
 fo_check_streams load 200 "one of two decoders SIGKILLed"
 

@@ -22,6 +22,8 @@ old=$(scaler_pid decode 0)
 
 fo_streams load 200 30
 check "200 streams are running on decode-0 (pid ${old:-?})" $? "$(cat "$CLUSTER_TMP/load.out")"
+fo_wait_decoding "http://127.0.0.1:$FO_DPORT"
+check "decode-0 is decoding a batch of those streams" $? "$(curl -s "http://127.0.0.1:$FO_DPORT/metrics" | grep batch_size)"
 kill -KILL "$old"
 # The scaler notices the exit and starts decode-0 again.
 for _ in $(seq 1 200); do
