@@ -17,7 +17,7 @@ cd "$(dirname "$0")/../.."
 . tests/integration/failover_lib.sh
 
 fo_references 64 || cluster_finish
-fo_router_scaler 1 1 --worker-timeout-ms 20000 || cluster_finish
+fo_router_scaler 1 1 --worker-timeout-ms 20000 --scaler-local-decode-args "--max-batch 16" || cluster_finish
 old=$(scaler_pid decode 0)
 
 fo_streams load 200 30
