@@ -14,6 +14,8 @@
 #include "kernels/fp8.h"
 #include "kernels/fill.h"
 #include "kernels/kn_check.h"
+#include "kernels/logit_adjust.h"
+#include "kernels/logprobs.h"
 #include "kernels/matmul.h"
 #include "kernels/moe.h"
 #include "kernels/rmsnorm.h"
@@ -261,6 +263,63 @@ static int check_sample(const int32_t *tokens, const float *logits, int n_rows, 
     return TN_OK;
 }
 
+static int check_logprobs(const float *logits, int n_rows, int vocab, const int32_t *tokens,
+                          const float *token_logprob, int top_n, const int32_t *top_ids,
+                          const float *top_logprobs)
+{
+    static const char op[] = "kn_logprobs";
+    if (!logits || (token_logprob && !tokens))
+        return kn_arg_error(op, "NULL %s", !logits ? "logits" : "tokens");
+    if (n_rows < 0 || vocab <= 0)
+        return kn_arg_error(op, "bad sizes n_rows=%d vocab=%d", n_rows, vocab);
+    if (top_n < 0 || top_n > KN_LOGPROBS_MAX_TOP || top_n > vocab)
+        return kn_arg_error(op, "top_n=%d is outside [0, %d] (vocab %d)", top_n,
+                            KN_LOGPROBS_MAX_TOP, vocab);
+    if (top_n > 0 && (!top_ids || !top_logprobs))
+        return kn_arg_error(op, "NULL top_%s with top_n=%d", !top_ids ? "ids" : "logprobs", top_n);
+    for (int r = 0; token_logprob && r < n_rows; r++)
+        if (tokens[r] >= vocab)
+            return kn_arg_error(op, "row %d: token %d is outside the vocabulary of %d", r,
+                                (int)tokens[r], vocab);
+    return TN_OK;
+}
+
+/* Every host argument of kn_logit_adjust_apply, so a backend only applies. */
+static int check_logit_adjust(const float *logits, int n_rows, int vocab,
+                              const kn_logit_adjust *params, const int32_t *row_start,
+                              const kn_logit_entry *entries)
+{
+    static const char op[] = "kn_logit_adjust_apply";
+    if (!logits || !params || !row_start)
+        return kn_arg_error(op, "NULL %s", !logits ? "logits" : !params ? "params" : "row_start");
+    if (n_rows < 0 || vocab <= 0)
+        return kn_arg_error(op, "bad sizes n_rows=%d vocab=%d", n_rows, vocab);
+    if (row_start[0] != 0)
+        return kn_arg_error(op, "row_start[0] is %d, not 0", (int)row_start[0]);
+    if (row_start[n_rows] > 0 && !entries)
+        return kn_arg_error(op, "NULL entries for %d entries", (int)row_start[n_rows]);
+    for (int r = 0; r < n_rows; r++) {
+        const kn_logit_adjust *p = &params[r];
+        if (!isfinite(p->presence) || !isfinite(p->frequency) || !isfinite(p->repetition) ||
+            p->repetition <= 0.0f)
+            return kn_arg_error(op, "row %d: bad parameters presence=%g frequency=%g repetition=%g",
+                                r, (double)p->presence, (double)p->frequency,
+                                (double)p->repetition);
+        if (row_start[r + 1] < row_start[r])
+            return kn_arg_error(op, "row_start decreases at row %d", r);
+        for (int32_t k = row_start[r]; k < row_start[r + 1]; k++) {
+            const kn_logit_entry *e = &entries[k];
+            if (e->token < 0 || e->token >= vocab || (k > row_start[r] && e->token <= entries[k - 1].token))
+                return kn_arg_error(op, "row %d: entry token %d is out of range or out of order", r,
+                                    (int)e->token);
+            if (e->out_count < 0 || !isfinite(e->bias))
+                return kn_arg_error(op, "row %d: token %d has count %d bias %g", r, (int)e->token,
+                                    (int)e->out_count, (double)e->bias);
+        }
+    }
+    return TN_OK;
+}
+
 static int check_fill(const void *x, kn_dtype dt, size_t n, float lo, float hi)
 {
     static const char op[] = "kn_fill_uniform";
@@ -447,6 +506,38 @@ int kn_sample(const kn_backend *be, int32_t *tokens, const float *logits,
     case KN_BACKEND_CUDA:
         CUDA_CALL("kn_sample", kn_sample_cuda(be, tokens, logits, n_rows, vocab, params,
                                               rng_state));
+    }
+    return TN_ERR_ARG;
+}
+
+int kn_logprobs(const kn_backend *be, const float *logits, int n_rows, int vocab,
+                const int32_t *tokens, float *token_logprob, int top_n, int32_t *top_ids,
+                float *top_logprobs)
+{
+    switch (CHECKED_KIND("kn_logprobs", be,
+                         check_logprobs(logits, n_rows, vocab, tokens, token_logprob, top_n,
+                                        top_ids, top_logprobs))) {
+    case KN_BACKEND_CPU:
+        return kn_logprobs_cpu(logits, n_rows, vocab, tokens, token_logprob, top_n, top_ids,
+                               top_logprobs);
+    case KN_BACKEND_CUDA:
+        CUDA_CALL("kn_logprobs", kn_logprobs_cuda(be, logits, n_rows, vocab, tokens,
+                                                  token_logprob, top_n, top_ids, top_logprobs));
+    }
+    return TN_ERR_ARG;
+}
+
+int kn_logit_adjust_apply(const kn_backend *be, float *logits, int n_rows, int vocab,
+                          const kn_logit_adjust *params, const int32_t *row_start,
+                          const kn_logit_entry *entries)
+{
+    switch (CHECKED_KIND("kn_logit_adjust_apply", be,
+                         check_logit_adjust(logits, n_rows, vocab, params, row_start, entries))) {
+    case KN_BACKEND_CPU:
+        return kn_logit_adjust_cpu(logits, n_rows, vocab, params, row_start, entries);
+    case KN_BACKEND_CUDA:
+        CUDA_CALL("kn_logit_adjust_apply",
+                  kn_logit_adjust_cuda(be, logits, n_rows, vocab, params, row_start, entries));
     }
     return TN_ERR_ARG;
 }

@@ -124,6 +124,7 @@ static void on_assignment(prefiller_ctx *ctx, const Tandem__V1__PrefillAssignmen
     }
     snprintf(job->id, sizeof job->id, "%s", a->request_id);
     job->key = key;
+    job->lease_end_ms = d->lease_end_unix_ms;
     memcpy(job->tokens, a->prompt_tokens, a->n_prompt_tokens * sizeof *job->tokens);
     job->n_tokens = (int)a->n_prompt_tokens;
     job->sampling.temperature = sp->temperature;

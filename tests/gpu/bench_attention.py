@@ -8,7 +8,13 @@ GPT-OSS shapes: 64 query heads, 8 KV heads, head_dim 64, causal.
             pages), window 0 (full) or 128 (sliding); fp32 FFMA (CUDA cores),
             and with TANDEM_CUDA_ATTN_BF16=1 the bf16 tensor-core kernel
             (mma.sync m16n8k16, fp32 accumulation)
+  sdpa-cudnn torch SDPA, CUDNN_ATTENTION backend, bf16, no sink (the peer
+            issue 17's goal is measured against: "x cuDNN" column)
   sdpa-bf16 torch SDPA, FLASH_ATTENTION backend, bf16, GQA, no sink
+  flex      torch flex_attention (compiled), bf16, GQA, with the sink folded
+            in exactly through the returned log-sum-exp: softmax over the
+            scores and the sink s gives out * sigmoid(lse - s); full causal
+            and sliding window 128 (block mask skips the window's blocks)
   sdpa-fp32 torch SDPA, EFFICIENT_ATTENTION backend, fp32, no sink
 Floors: FLOPs / measured peak of the matching unit (fp32 cuBLAS SGEMM for
 fp32, bf16 cuBLAS GEMM for bf16); decode: bytes / measured copy bandwidth.
@@ -93,6 +99,42 @@ def sdpa(n, dtype, backend):
     return ms, note
 
 
+def flex(n, window):
+    """flex_attention with a per-head sink through its LSE; None if this
+    torch has no flex_attention or it fails to compile here."""
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    except ImportError:
+        return None, "no flex_attention in this torch"
+    q = torch.randn(1, H, n, D, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(1, HKV, n, D, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(1, HKV, n, D, device="cuda", dtype=torch.bfloat16)
+    sink = torch.randn(H, device="cuda", dtype=torch.float32)
+
+    def causal(b, h, qi, ki):
+        return qi >= ki
+
+    def windowed(b, h, qi, ki):
+        return (qi >= ki) & (qi - ki < window)
+
+    try:
+        mask = create_block_mask(windowed if window else causal, None, None, n, n, device="cuda")
+        compiled = torch.compile(flex_attention)
+
+        def fn():
+            out, lse = compiled(q, k, v, block_mask=mask, enable_gqa=True, return_lse=True)
+            # lse is natural-log based over the scaled scores; fold the sink in
+            return out * torch.sigmoid(lse - sink[None, :, None]).unsqueeze(-1).to(out.dtype)
+
+        ms = time_ms(fn)
+    except Exception as e:  # noqa: BLE001 - report any compile/run failure as a row note
+        return None, f"flex_attention failed: {type(e).__name__}: {str(e)[:80]}"
+    finally:
+        del q, k, v
+        torch.cuda.empty_cache()
+    return ms, "sink via LSE, compiled"
+
+
 def ours(build, *args, bf16=False):
     exe = os.path.join(build, "tests", "gpu", "bench_attention")
     env = dict(os.environ, TANDEM_CUDA_ATTN_BF16="1" if bf16 else "0")
@@ -116,8 +158,23 @@ def main():
                          tflops=flops / (ms * 1e-3) / 1e12 if flops else None,
                          floor_ms=floor_ms, note=note))
 
+    cudnn_ms = {}
     for n in (8192, 32768):
         fl = causal_flops(n)
+        try:
+            ms, note = sdpa(n, torch.bfloat16, SDPBackend.CUDNN_ATTENTION)
+            cudnn_ms[n] = ms
+            add("torch SDPA cuDNN", "bf16", f"prefill {n}", ms, fl, fl / bf16_peak * 1e3, note + ", no sink")
+        except RuntimeError as e:
+            print(f"cuDNN SDPA unavailable: {str(e)[:120]}")
+        for window in (0, 128):
+            ms, note = flex(n, window)
+            if ms is not None:
+                fl_w = fl if not window else 4.0 * D * H * n * min(window, n)
+                add("torch flex_attention", "bf16", f"prefill {n}" + (f" win {window}" if window else ""),
+                    ms, fl_w, fl_w / bf16_peak * 1e3, note)
+            else:
+                print(note)
         ms, note = sdpa(n, torch.bfloat16, SDPBackend.FLASH_ATTENTION)
         add("torch SDPA flash", "bf16", f"prefill {n}", ms, fl, fl / bf16_peak * 1e3, note + ", no sink")
         ms, note = sdpa(n, torch.float32, SDPBackend.EFFICIENT_ATTENTION)
@@ -141,12 +198,17 @@ def main():
         json.dump(dict(gpu=gpu, copy_bw=bw, bf16_peak=bf16_peak, fp32_peak=fp32_peak, rows=rows), f, indent=1)
     print(f"\nGPU: {gpu}; measured ceilings: copy {bw / 1e12:.2f} TB/s, "
           f"bf16 GEMM {bf16_peak / 1e12:.0f} TFLOP/s, fp32 GEMM {fp32_peak / 1e12:.1f} TFLOP/s")
-    print("| kernel | precision | shape | median ms | TFLOP/s | floor ms | x floor | note |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| kernel | precision | shape | median ms | TFLOP/s | floor ms | x floor | speed vs cuDNN | note |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         tf = f"{r['tflops']:.1f}" if r["tflops"] else "-"
+        # full-causal prefill rows only: cuDNN time / this time (> 1: faster than cuDNN)
+        parts = r["shape"].split()
+        vs = "-"
+        if parts[0] == "prefill" and len(parts) == 2 and int(parts[1]) in cudnn_ms:
+            vs = f"{cudnn_ms[int(parts[1])] / r['ms']:.2f}x"
         print(f"| {r['name']} | {r['precision']} | {r['shape']} | {r['ms']:.3f} | {tf} | "
-              f"{r['floor_ms']:.3f} | {r['ms'] / r['floor_ms']:.1f} | {r['note']} |")
+              f"{r['floor_ms']:.3f} | {r['ms'] / r['floor_ms']:.1f} | {vs} | {r['note']} |")
 
 
 if __name__ == "__main__":

@@ -14,17 +14,27 @@
 #                as two processes on the one GPU
 #   cluster      router + prefiller + decoder on --device cuda
 #                (tests/gpu/cluster_check.sh; needs TANDEM_PREBUILT_CLUSTER)
+# serve:
+#   serve        the serving benchmark (tests/gpu/serve_bench.sh; needs
+#                TANDEM_PREBUILT_CLUSTER with tandem-servebench): router +
+#                prefiller + decoder on cuda:0, GPT-OSS-20B shapes, FP8
+#                random weights, token-id prompts, concurrency 1..256 for
+#                4096/200, 32768/100, 1024/1024, 8192/256 (points bounded in
+#                time: about 6 minutes in all) and the decode ITL p99 alone
+#                vs while 32k prompts arrive; JSON, SVG and logs in $OUT/serve
+#                (DEVICE=cpu runs its control flow with tiny shapes)
 # bench:
 #   ceilings     device copy bandwidth and bf16/fp32 GEMM rate through torch
 #                (the floors of every row below)
 #   bench-attention  our attention next to torch SDPA (bench_attention.py)
 #   bench-ops    the dense ops on GPT-OSS-20B prefill shapes (bench_ops)
 #   bench-moe    the expert paths alone, bf16 and FP8, and cached cuBLASLt
-#                plans under fresh row counts (bench_moe)
+#                plans under fresh row counts (bench_moe), next to torch's
+#                _grouped_mm / _scaled_grouped_mm (bench_moe_peer.py)
 #   bench-engine tandem-bench --synthetic (random weights of the real
 #                configs): GPT-OSS-20B FP8 and bf16, GPT-OSS-120B FP8,
 #                Qwen3-30B-A3B: prefill 8192/32768, decode batch 1..128
-# all = checks + bench.
+# all = checks + bench (serve is asked for by name: it needs its own ~6 min).
 #
 # Programs: $TANDEM_PREBUILT (a folder made by tests/gpu/make_prebuilt.sh on
 # a machine with nvcc: bin/ and lib/), else built here with
@@ -58,7 +68,7 @@ for a in "${@:-checks}"; do
     bench) steps+=(ceilings bench-attention bench-ops bench-moe bench-engine) ;;
     all) steps+=(ops ops-tf32 memcheck engine generate nccl cluster
                  ceilings bench-attention bench-ops bench-moe bench-engine) ;;
-    ops|ops-tf32|memcheck|engine|generate|nccl|cluster|ceilings|bench-attention|bench-ops|bench-moe|bench-engine)
+    ops|ops-tf32|memcheck|engine|generate|nccl|cluster|serve|ceilings|bench-attention|bench-ops|bench-moe|bench-engine)
         steps+=("$a") ;;
     -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown step '$a' (run.sh --help lists them)"; exit 2 ;;
@@ -85,7 +95,12 @@ unpack() { # a .tar.xz of a prebuilt folder -> the folder, unpacked under $OUT
 [ -n "${TANDEM_PREBUILT_CLUSTER:-}" ] && TANDEM_PREBUILT_CLUSTER=$(unpack "$TANDEM_PREBUILT_CLUSTER")
 LIBS=""
 BIN=""
-if [ -n "${TANDEM_PREBUILT:-}" ]; then
+# the cluster steps use only TANDEM_PREBUILT_CLUSTER: nothing to build for them
+only_cluster=1
+for s in "${steps[@]}"; do case "$s" in cluster|serve) ;; *) only_cluster=0 ;; esac; done
+if [ "$only_cluster" = 1 ]; then
+    how="none needed (cluster steps: TANDEM_PREBUILT_CLUSTER)"
+elif [ -n "${TANDEM_PREBUILT:-}" ]; then
     BIN=$(cd "$TANDEM_PREBUILT/bin" && pwd) && LIBS=$(cd "$TANDEM_PREBUILT/lib" && pwd)
     how="prebuilt ($TANDEM_PREBUILT)"
 else
@@ -174,6 +189,24 @@ step_cluster() {
     rows+=("| cluster on the GPU | exit $rc, $(tap_counts "$OUT/cluster.txt") |")
 }
 
+step_serve() {
+    if [ -z "${TANDEM_PREBUILT_CLUSTER:-}" ]; then
+        rows+=("| serve | not run: no TANDEM_PREBUILT_CLUSTER |"); status=1; return
+    fi
+    local budget l
+    l=$(left)
+    budget=$(( l - 20 < 390 ? l - 20 : 390 ))
+    if [ "$budget" -lt 120 ]; then
+        rows+=("| serve | skipped: time budget |"); status=1; return
+    fi
+    echo "== serve (tests/gpu/serve_bench.sh, ${budget} s at most)"
+    OUT="$OUT/serve" TANDEM_PREBUILT="$TANDEM_PREBUILT_CLUSTER" BUDGET_S=$budget \
+        timeout $((budget + 60)) bash tests/gpu/serve_bench.sh >"$OUT/serve.txt" 2>&1
+    local rc=$?
+    [ $rc -eq 0 ] || { status=1; tail -n 5 "$OUT/serve.txt"; }
+    rows+=("| serve: servebench sweep + disaggregation | exit $rc, $(grep -c '^| [0-9]' "$OUT/serve.txt") points; JSON/SVG in serve/ |")
+}
+
 PEAK=${PEAK_TFLOPS:-}
 HBM=${HBM_TBPS:-}
 PEAK32=""
@@ -221,6 +254,8 @@ step_bench_moe() {
     floors
     timed bench-moe 170 "$OUT/bench_moe.log" "$BIN/bench_moe" --hbm-tbps "$HBM" --peak-tflops "$PEAK" &&
         grep -E '^\| ' "$OUT/bench_moe.log"
+    timed "torch grouped_mm peer" 90 "$OUT/bench_moe_peer.log" python3 tests/gpu/bench_moe_peer.py "$OUT" &&
+        grep -E '^\| |^torch ' "$OUT/bench_moe_peer.log"
     timed "bench-moe --varying-m" 90 "$OUT/bench_moe_varying_m.log" "$BIN/bench_moe" --varying-m &&
         grep -E '^\| ' "$OUT/bench_moe_varying_m.log"
 }
@@ -263,6 +298,7 @@ for s in "${steps[@]}"; do
     generate) step_generate ;;
     nccl) step_nccl ;;
     cluster) step_cluster ;;
+    serve) step_serve ;;
     ceilings) step_ceilings ;;
     bench-attention) step_bench_attention ;;
     bench-ops) step_bench_ops ;;
@@ -281,5 +317,7 @@ for f in "$OUT"/bench_*.log; do
     n=$(basename "$f" .log | sed 's/^bench_//')
     grep -E '^(prefill|decode) ' "$f" | sed "s#^#| $n: #; s#\$# |#"
 done
+# the serving table last: it is the one to read
+[ -f "$OUT/serve.txt" ] && sed -n '/^== serve summary/,$p' "$OUT/serve.txt"
 echo "RESULT: $([ $status -eq 0 ] && echo PASS || echo FAIL)"
 exit $status
