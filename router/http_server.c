@@ -604,6 +604,7 @@ static int submit(http_conn *hc, api_request *ar, api_error *e)
              ar->kind == API_CHAT ? "chatcmpl" : "cmpl", r->id);
     hc->req = r;
     hc->kind = ar->kind;
+    ctx->n_http_responses++;
     /* The queue's reference becomes the table's when the core takes it. */
     r->refs++;
     r->qnext = NULL;
@@ -1045,6 +1046,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
             request_queue_cancel(ctx, hc->req);
         }
         request_unref(hc->req);
+        ctx->n_http_responses--;
     }
     ctx->http_mem_used -= hc->reserved;
     pthread_mutex_unlock(&ctx->lock);

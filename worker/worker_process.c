@@ -308,6 +308,11 @@ void worker_register_init(Tandem__V1__Register *reg, const worker_options *o,
     reg->kv_layers = mc->n_layers;
     reg->kv_heads = mc->n_kv_heads;
     reg->kv_head_dim = mc->head_dim;
+    /* One per process: the router tells a restart under the same id (a
+     * scaler replacing a dead worker) from a repeated registration. */
+    do
+        reg->incarnation = tn_random_u64();
+    while (reg->incarnation == 0);
 }
 
 int worker_join(const worker_options *o, const char *who, const Tandem__V1__Register *reg,
