@@ -266,9 +266,9 @@ static int rank_main(const opts *o, const char *name, int rank, const lay *L, co
     x.lp = calloc((size_t)MAX_SEQ * c->vocab_size, sizeof(float));
     x.lr = calloc((size_t)MAX_SEQ * c->vocab_size, sizeof(float));
     if (!x.lp || !x.lr ||
-        tm_kv_cache_init(&x.kvp, &x.be, c->n_layers, tm_model_kv_heads(x.par), c->head_dim, PAGE,
+        tm_kv_cache_init(&x.kvp, &x.be, KN_F32, c->n_layers, tm_model_kv_heads(x.par), c->head_dim, PAGE,
                          SEQ_PAGES) ||
-        tm_kv_cache_init(&x.kvr, &x.be, c->n_layers, c->n_kv_heads, c->head_dim, PAGE,
+        tm_kv_cache_init(&x.kvr, &x.be, KN_F32, c->n_layers, c->n_kv_heads, c->head_dim, PAGE,
                          SEQ_PAGES)) {
         v = fail(rank, "%s: buffers", label);
         goto out;
