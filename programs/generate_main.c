@@ -31,6 +31,7 @@ typedef struct gen_args {
     int ignore_eos;
     char device[64];
     tm_weight_dtype weights;
+    char logits_out[OPT_PATH_MAX];
 } gen_args;
 
 static void usage(FILE *f)
@@ -55,6 +56,8 @@ static void usage(FILE *f)
         "                      f32 on cpu, bf16 on cuda; a checkpoint's MXFP4/FP8\n"
         "                      matrices stay FP8 on cuda), f32, bf16, or fp8 (attention\n"
         "                      and experts FP8 e4m3 with 128x128 block scales)\n"
+        "  --logits-out PATH   also write the logits that chose each generated token\n"
+        "                      (float32 little-endian, one row of vocab_size per token)\n"
         "  --help              show this help\n"
         "\n"
         "Output: the generated ids on stdout as one comma-separated line; timings\n"
@@ -154,6 +157,7 @@ static int parse_args(int argc, char **argv, gen_args *a)
         {"ignore-eos", OPT_BOOL, &a->ignore_eos, 0, "do not stop at end-of-sequence tokens"},
         {"device", OPT_CALL, &call, 0, "cpu, cuda or cuda:N"},
         {"weights", OPT_CALL, &call, 0, "auto, f32, bf16 or fp8"},
+        {"logits-out", OPT_STR, a->logits_out, sizeof a->logits_out, "write the logits here"},
     };
     const opts_cli cli = {specs, (int)(sizeof specs / sizeof *specs), NULL, NULL, "option"};
     char err[512];
@@ -190,6 +194,7 @@ static int generate(const gen_args *a, const kn_backend *be)
 {
     char err[512] = "";
     tm_model *m = NULL;
+    FILE *logits_file = NULL;
     tm_load_opts opts = {.weights = a->weights};
     int rc = tm_model_load_opts(a->model, be, &opts, &m, err, sizeof(err));
     if (rc) {
@@ -224,6 +229,10 @@ static int generate(const gen_args *a, const kn_backend *be)
         fprintf(stderr, "tandem-generate: %s\n", tn_status_str(rc));
         goto done;
     }
+    if (a->logits_out[0] && !(logits_file = fopen(a->logits_out, "wb"))) {
+        fprintf(stderr, "tandem-generate: cannot create %s\n", a->logits_out);
+        goto done;
+    }
     uint64_t rng = kn_rng_seed(a->seed);
     int n_out = 0;
     double t0 = now_s(), t1 = t0;
@@ -231,6 +240,12 @@ static int generate(const gen_args *a, const kn_backend *be)
                         .pages = pages, .n_pages = n_pages};
     while (n_out < a->max_tokens) {
         rc = tm_forward(m, &kv, &step, 1, logits, NULL);
+        if (!rc && logits_file &&
+            fwrite(logits, sizeof(float), (size_t)c->vocab_size, logits_file) !=
+                (size_t)c->vocab_size) {
+            fprintf(stderr, "tandem-generate: writing %s failed\n", a->logits_out);
+            goto done;
+        }
         if (!rc)
             rc = kn_sample_cpu(&out[n_out], logits, 1, c->vocab_size, &a->sampling, &rng);
         if (rc) {
@@ -259,7 +274,17 @@ static int generate(const gen_args *a, const kn_backend *be)
             pre, pre > 0 ? a->n_prompt / pre : 0.0, n_out - 1, dec,
             dec > 0 ? (n_out - 1) / dec : 0.0);
     status = EXIT_SUCCESS;
+    if (logits_file) {
+        int bad = fclose(logits_file) != 0;
+        logits_file = NULL;
+        if (bad) {
+            fprintf(stderr, "tandem-generate: writing %s failed\n", a->logits_out);
+            status = EXIT_RUNTIME;
+        }
+    }
 done:
+    if (logits_file)
+        fclose(logits_file);
     tm_kv_cache_free(&kv);
     free(pages);
     free(out);
