@@ -296,8 +296,9 @@ class DemoModel(torch.nn.Module):
 
     def logits(self, h):
         """Used-token logits [.., R] and the logit every unused token has."""
-        E = self.p["embed_rows"].float()
-        return h.float() @ E.t(), h.float() @ E.mean(0)
+        with torch.autocast(device_type=h.device.type, enabled=False):  # logits in float32
+            E = self.p["embed_rows"].float()
+            return h.float() @ E.t(), h.float() @ E.mean(0)
 
 
 # ---- safetensors (written by hand: no safetensors package needed) ----------

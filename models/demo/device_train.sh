@@ -10,7 +10,7 @@ set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}
 DATA=${1:-build/demo-data}
-SECONDS_PER_MODEL=${2:-100}
+SECONDS_PER_MODEL=${2:-90}
 cd "$(dirname "$0")/../.."
 mkdir -p "$OUT"
 nvidia-smi -L 2>/dev/null

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Generates the demo models' training dialogues (make_data.py) and renders
 # them into token ids with the router's own tokenizers and chat formats
-# (tandem-chat-data): OUTDIR/{harmony,qwen3}_{train,heldout}.{jsonl,tok,idx}.
+# (tandem-chat-data): OUTDIR/{harmony,qwen3}_{train,heldout}.{tok,idx} and
+# the held-out questions OUTDIR/*_heldout.jsonl (about 45 MB in all).
 #
 #   render_data.sh TANDEM_CHAT_DATA OUTDIR      (`make demo-data`)
 set -eu
@@ -22,4 +23,7 @@ for f in harmony qwen3; do
     for split in train heldout; do
         "$tool" --vocab "$vocab" --in "$out/${f}_$split.jsonl" --out "$out/${f}_$split"
     done
+    # the rendered ids are what training reads; the held-out JSON stays for
+    # its task labels, the training JSON would only double what is carried
+    rm -f "$out/${f}_train.jsonl"
 done

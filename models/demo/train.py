@@ -128,7 +128,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=110.0, help="training time budget")
     ap.add_argument("--max-steps", type=int, default=0, help="stop after N steps (0: time only)")
     ap.add_argument("--batch-tokens", type=int, default=0, help="padded tokens per step")
-    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0)
     a = ap.parse_args()
