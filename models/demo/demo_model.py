@@ -22,9 +22,11 @@ import torch.nn.functional as F
 
 # Sizes: "full" is what the GPU trains; "small" and "tiny" are CPU runs (the
 # interim demo weights were trained as "tiny" on a shared 2-core machine).
+# The hidden size stays small because the CPU engine's decode step is
+# dominated by the tied output head, vocabulary x hidden (201088 x 128).
 SIZES = {
     "gpt_oss": {
-        "full": dict(hidden=256, layers=4, heads=4, kv_heads=2, head_dim=64, experts=8,
+        "full": dict(hidden=128, layers=4, heads=4, kv_heads=2, head_dim=64, experts=8,
                      top_k=2, inter=256),
         "small": dict(hidden=128, layers=2, heads=4, kv_heads=2, head_dim=32, experts=4,
                       top_k=2, inter=128),
@@ -32,7 +34,7 @@ SIZES = {
                      top_k=2, inter=128),
     },
     "qwen3_moe": {
-        "full": dict(hidden=256, layers=4, heads=4, kv_heads=2, head_dim=64, experts=16,
+        "full": dict(hidden=128, layers=4, heads=4, kv_heads=2, head_dim=64, experts=16,
                      top_k=4, inter=128),
         "small": dict(hidden=128, layers=2, heads=4, kv_heads=2, head_dim=32, experts=8,
                       top_k=2, inter=64),
