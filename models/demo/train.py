@@ -27,7 +27,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from demo_model import SIZES, DemoModel, export_tensors, hf_config, write_safetensors  # noqa: E402
+from demo_model import (SIZES, DemoModel, export_tensors, hf_config, load_compact,  # noqa: E402
+                        read_safetensors, write_safetensors)
 
 FORMAT = {"gpt_oss": "harmony", "qwen3_moe": "qwen3"}
 
@@ -119,6 +120,26 @@ def evaluate(model, tok, idx, tasks, remap, device, budget, autocast):
     return tot_loss / max(tot_n, 1), exact, allc / max(alln, 1)
 
 
+def init_from(model, src, used, cfg):
+    """Loads a compact checkpoint of the same size into the model, mapping
+    its embedding rows onto this run's token set."""
+    with open(os.path.join(src, "config.json")) as f:
+        old_cfg = json.load(f)
+    if old_cfg != cfg:
+        sys.exit(f"--init {src}: its config.json is not this size's")
+    t = read_safetensors(os.path.join(src, "weights.safetensors"))
+    old_ids = {int(v): i for i, v in enumerate(t["demo.embed_ids"])}
+    rows = np.repeat(np.array(t["demo.embed_unused"])[None, :], len(used), axis=0)
+    for r, tok in enumerate(used):
+        if int(tok) in old_ids:
+            rows[r] = t["demo.embed_rows"][old_ids[int(tok)]]
+    t = dict(t)
+    t["demo.embed_rows"] = rows
+    load_compact(model, t)
+    print(f"initialised from {src}: {sum(int(v) in old_ids for v in used)} of {len(used)} "
+          "rows carried over", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--arch", choices=["gpt_oss", "qwen3_moe"], required=True)
@@ -131,6 +152,8 @@ def main():
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--init", help="continue from this compact checkpoint (same size); "
+                    "tokens it has no row for start at its unused row")
     a = ap.parse_args()
     t_start = time.time()
     torch.manual_seed(a.seed)
@@ -161,7 +184,10 @@ def main():
     print(f"{a.arch} ({a.size}) on {device}: {len(tr_idx)} training samples, "
           f"{len(tr_tok)} tokens, {len(used)} distinct tokens; {len(he_idx)} held out", flush=True)
 
-    model = DemoModel(a.arch, cfg, len(used), seed=a.seed).to(device)
+    model = DemoModel(a.arch, cfg, len(used), seed=a.seed)
+    if a.init:
+        init_from(model, a.init, used, cfg)
+    model = model.to(device)
     n_params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.01)
     rng = np.random.default_rng(a.seed)
