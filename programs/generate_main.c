@@ -32,6 +32,7 @@ typedef struct gen_args {
     char device[64];
     tm_weight_dtype weights;
     tm_kv_dtype kv_dtype;
+    char logits_out[OPT_PATH_MAX];
 } gen_args;
 
 static void usage(FILE *f)
@@ -59,6 +60,8 @@ static void usage(FILE *f)
         "  --kv-dtype T        KV cache element type: auto (default: f32 on cpu,\n"
         "                      bf16 on cuda), f32, bf16 or fp8 (e4m3 with a scale\n"
         "                      per token and KV head)\n"
+        "  --logits-out PATH   also write the logits that chose each generated token\n"
+        "                      (float32 little-endian, one row of vocab_size per token)\n"
         "  --help              show this help\n"
         "\n"
         "Output: the generated ids on stdout as one comma-separated line; timings\n"
@@ -162,6 +165,7 @@ static int parse_args(int argc, char **argv, gen_args *a)
         {"device", OPT_CALL, &call, 0, "cpu, cuda or cuda:N"},
         {"weights", OPT_CALL, &call, 0, "auto, f32, bf16 or fp8"},
         {"kv-dtype", OPT_CALL, &call, 0, "auto, f32, bf16 or fp8"},
+        {"logits-out", OPT_STR, a->logits_out, sizeof a->logits_out, "write the logits here"},
     };
     const opts_cli cli = {specs, (int)(sizeof specs / sizeof *specs), NULL, NULL, "option"};
     char err[512];
@@ -198,6 +202,7 @@ static int generate(const gen_args *a, const kn_backend *be)
 {
     char err[512] = "";
     tm_model *m = NULL;
+    FILE *logits_file = NULL;
     tm_load_opts opts = {.weights = a->weights};
     int rc = tm_model_load_opts(a->model, be, &opts, &m, err, sizeof(err));
     if (rc) {
@@ -232,6 +237,10 @@ static int generate(const gen_args *a, const kn_backend *be)
         fprintf(stderr, "tandem-generate: %s\n", tn_status_str(rc));
         goto done;
     }
+    if (a->logits_out[0] && !(logits_file = fopen(a->logits_out, "wb"))) {
+        fprintf(stderr, "tandem-generate: cannot create %s\n", a->logits_out);
+        goto done;
+    }
     uint64_t rng = kn_rng_seed(a->seed);
     int n_out = 0;
     double t0 = now_s(), t1 = t0;
@@ -239,6 +248,12 @@ static int generate(const gen_args *a, const kn_backend *be)
                         .pages = pages, .n_pages = n_pages};
     while (n_out < a->max_tokens) {
         rc = tm_forward(m, &kv, &step, 1, logits, NULL);
+        if (!rc && logits_file &&
+            fwrite(logits, sizeof(float), (size_t)c->vocab_size, logits_file) !=
+                (size_t)c->vocab_size) {
+            fprintf(stderr, "tandem-generate: writing %s failed\n", a->logits_out);
+            goto done;
+        }
         if (!rc)
             rc = kn_sample_cpu(&out[n_out], logits, 1, c->vocab_size, &a->sampling, &rng);
         if (rc) {
@@ -267,7 +282,17 @@ static int generate(const gen_args *a, const kn_backend *be)
             pre, pre > 0 ? a->n_prompt / pre : 0.0, n_out - 1, dec,
             dec > 0 ? (n_out - 1) / dec : 0.0);
     status = EXIT_SUCCESS;
+    if (logits_file) {
+        int bad = fclose(logits_file) != 0;
+        logits_file = NULL;
+        if (bad) {
+            fprintf(stderr, "tandem-generate: writing %s failed\n", a->logits_out);
+            status = EXIT_RUNTIME;
+        }
+    }
 done:
+    if (logits_file)
+        fclose(logits_file);
     tm_kv_cache_free(&kv);
     free(pages);
     free(out);
