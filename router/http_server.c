@@ -24,6 +24,7 @@
 #include <sys/socket.h>
 #include <time.h>
 #include "router/api_key.h"
+#include "router/logprobs_view.h"
 #include "common/sys.h"
 
 #define WHO "router"
@@ -265,6 +266,9 @@ static void format_events(http_conn *hc)
     o.usage_null = r->include_usage;
     o.with_token_ids = r->with_token_ids;
     o.omit_empty_content = r->parser != NULL;
+    o.with_logprobs = r->logprobs >= 0;
+    lp_view lpv;
+    lp_view_init(&lpv);
     if (hc->kind == API_CHAT && !hc->role_sent) {
         o.text = "";
         api_sse_chat_chunk(&hc->pending, hc->resp_id, r->created, r->model, &o, 1);
@@ -294,10 +298,15 @@ static void format_events(http_conn *hc)
         o.finish_reason = NULL;
         if (r->parser)
             chat_parts(hc, &o, r->out_reasoning_end[i], r->out_tools_end[i], &tools, &ids);
+        if (lp_view_build(&lpv, &hc->ctx->codec, r, i, i + 1) != 0)
+            hc->pending.oom = 1;
+        o.logprobs = lpv.tokens;
+        o.n_logprobs = lpv.n;
         hc->n_sent++;
         /* With a chat format, tokens that show nothing (channel headers)
          * make no chunk unless the client wants every token id. */
-        if (r->parser && !o.text_len && !o.reasoning_len && !o.n_tool_calls && !o.with_token_ids)
+        if (r->parser && !o.text_len && !o.reasoning_len && !o.n_tool_calls && !o.with_token_ids &&
+            !o.n_logprobs)
             continue;
         if (hc->kind == API_CHAT)
             api_sse_chat_chunk(&hc->pending, hc->resp_id, r->created, r->model, &o, 0);
@@ -314,6 +323,7 @@ static void format_events(http_conn *hc)
             o.text_len = t.len;
             o.token_ids = NULL;
             o.n_token_ids = 0;
+            o.n_logprobs = 0;
             o.finish_reason = response_finish_reason(r);
             if (r->parser) {
                 int n_tools = 0;
@@ -332,6 +342,7 @@ static void format_events(http_conn *hc)
         hc->final_sent = 1;
     }
     sb_free(&t);
+    lp_view_free(&lpv);
     free(tools);
     free(ids);
 }
@@ -391,6 +402,10 @@ static enum MHD_Result respond_final(http_conn *hc, struct MHD_Connection *c)
         tool_calls_slice(r, 0, n_tools, tools, ids);
     char fp[API_MAX_MODEL + 16];
     api_system_fingerprint(fp, sizeof fp, r->model);
+    lp_view lpv;
+    lp_view_init(&lpv);
+    if (lp_view_build(&lpv, &ctx->codec, r, 0, r->n_out) != 0)
+        t.oom = 1;
     api_output o = {
         .fingerprint = fp,
         .text = t.p ? t.p : "",
@@ -403,6 +418,9 @@ static enum MHD_Result respond_final(http_conn *hc, struct MHD_Connection *c)
         .n_token_ids = r->n_out,
         .with_token_ids = r->with_token_ids,
         .finish_reason = response_finish_reason(r),
+        .with_logprobs = r->logprobs >= 0,
+        .logprobs = lpv.tokens,
+        .n_logprobs = lpv.n,
     };
     if (hc->kind == API_CHAT)
         api_chat_body(&b, hc->resp_id, r->created, r->model, &o, r->n_prompt, r->n_out);
@@ -412,6 +430,7 @@ static enum MHD_Result respond_final(http_conn *hc, struct MHD_Connection *c)
         b.oom = 1;
     pthread_mutex_unlock(&ctx->lock);
     sb_free(&t);
+    lp_view_free(&lpv);
     free(tools);
     free(ids);
     return respond_sb(c, 200, "application/json", &b);
@@ -475,6 +494,16 @@ static int submit(http_conn *hc, api_request *ar, api_error *e)
     r->stream = ar->stream;
     r->include_usage = ar->include_usage;
     r->with_token_ids = with_token_ids(hc, ar);
+    r->presence_penalty = (float)ar->presence_penalty;
+    r->frequency_penalty = (float)ar->frequency_penalty;
+    r->repetition_penalty = (float)ar->repetition_penalty;
+    r->bias_tokens = ar->bias_tokens;
+    r->bias_values = ar->bias_values;
+    r->n_bias = ar->n_bias;
+    ar->bias_tokens = NULL;
+    ar->bias_values = NULL;
+    ar->n_bias = 0;
+    r->logprobs = ar->logprobs;
     for (int i = 0; i < ar->n_stop; i++) {
         r->stop_strs[i] = ar->stop[i];
         ar->stop[i] = NULL;

@@ -6,9 +6,9 @@
  * Validation follows OpenAI's rules and error body
  *   {"error":{"message":..., "type":"invalid_request_error", "param":..., "code":...}}
  * Unknown fields are refused (400 unknown_parameter, as OpenAI does); known
- * fields Tandem does not implement (n > 1, logprobs, echo, penalties,
- * logit_bias, best_of, suffix, tool_choice other than "auto", a
- * response_format other than text, audio, ...) are rejected when set to a
+ * fields Tandem does not implement (n > 1, echo, best_of, suffix,
+ * tool_choice other than "auto", a response_format other than text,
+ * audio, ...) are rejected when set to a
  * non-default value rather than silently ignored; metadata fields (user,
  * metadata, store, service_tier, ...) are accepted and ignored. Checks that need the model
  * (vocabulary, context length) happen in the router. */
@@ -21,6 +21,8 @@
 
 #define API_MAX_STOP 4
 #define API_MAX_MODEL 128
+#define API_MAX_TOP_LOGPROBS 20   /* top_logprobs / completions logprobs: 0..20 (OpenAI, vLLM) */
+#define API_MAX_LOGIT_BIAS 1024   /* logit_bias entries per request */
 
 typedef enum { API_COMPLETIONS = 0, API_CHAT = 1 } api_kind;
 
@@ -70,6 +72,15 @@ typedef struct api_request {
     int n_stop_token_ids;
     int ignore_eos;           /* extension */
     int return_token_ids;     /* extension: add "token_ids" to each choice */
+    double presence_penalty;  /* [-2, 2], default 0 */
+    double frequency_penalty; /* [-2, 2], default 0 */
+    double repetition_penalty; /* extension (vLLM): > 0, default 1 (none) */
+    int32_t *bias_tokens;     /* logit_bias: token ids (each once; the router */
+    float *bias_values;       /* checks them against the vocabulary), [-100, 100] */
+    int n_bias;
+    int logprobs;             /* -1: none; else how many alternatives per token
+                                 (completions: logprobs k; chat: top_logprobs
+                                 with logprobs true) */
 } api_request;
 
 /* Parses and validates a request body. Returns 0, or -1 with e filled
@@ -81,6 +92,25 @@ void api_request_free(api_request *r);
 typedef struct api_tool_call {
     const char *id, *name, *arguments;
 } api_tool_call;
+
+/* One token in a logprobs listing: its text as the bytes the tokenizer
+ * gives it (bytes NULL: the router has no vocabulary, --tokenizer none; the
+ * token is then written "token_id:<id>" with "bytes":null) and its
+ * log-probability (-inf is written -9999.0, as OpenAI does). */
+typedef struct api_lp_entry {
+    const char *bytes;
+    size_t len;
+    int32_t id;
+    float logprob;
+} api_lp_entry;
+
+/* A generated token with its alternatives (most likely first). */
+typedef struct api_lp_token {
+    api_lp_entry tok;
+    const api_lp_entry *top;
+    int n_top;
+    long text_offset;             /* completions: characters of text before it */
+} api_lp_token;
 
 /* What one streamed chunk (or the final response) carries. */
 typedef struct api_output {
@@ -98,6 +128,11 @@ typedef struct api_output {
     const char *finish_reason;    /* "stop" | "length" | NULL (still running) */
     const char *fingerprint;      /* "system_fingerprint" (NULL: left out) */
     int usage_null;               /* chunks: add "usage":null (include_usage) */
+    int with_logprobs;            /* the request asked for logprobs: write them
+                                     (else "logprobs":null) */
+    const api_lp_token *logprobs; /* the tokens of this chunk / response */
+    int n_logprobs;
+    int index;                    /* the choice's index */
 } api_output;
 
 /* The system_fingerprint of responses for model: "tandem-" API_FINGERPRINT_VERSION

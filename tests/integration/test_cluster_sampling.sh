@@ -1,0 +1,235 @@
+#!/usr/bin/env bash
+# Logprobs, penalties and logit_bias through the real cluster (router +
+# prefiller + decoder, the gpt_oss_tiny fixture), against a float64
+# recomputation from the fixture's golden logits (gen_logits[k]: the
+# reference model's logits after prompt_ids + gen_ids[:k]):
+#   - completions logprobs k: the greedy tokens' logprobs equal
+#     log_softmax(gen_logits) in float64 within 2e-3 (the engine runs the
+#     model in float32), the k alternatives in the reference's order;
+#     streaming chunks carry the same logprobs;
+#   - logit_bias +100 makes greedy output that token, -100 bans it (the next
+#     best token of the reference, with its raw logprob);
+#   - presence/frequency 2 leave no repeated token in greedy output (the
+#     reference output repeats), frequency does not count the prompt;
+#   - repetition_penalty 1.5 matches the float64 re-computation of one step;
+#   - chat logprobs (--tokenizer bytes): content[] with token, bytes and
+#     top_logprobs, streaming and not;
+#   - out-of-range values get OpenAI-style 400s.
+set -u
+cd "$(dirname "$0")/../.."
+. tests/integration/cluster_lib.sh
+
+fx=gpt_oss_tiny
+dir=tests/fixtures/$fx
+prompt=$(golden_ids "$dir" prompt_ids)
+golden=$(golden_ids "$dir" gen_ids)
+C=/v1/completions
+# ref.py CHECK ARGS...: the float64 reference checks (one line: ok or why).
+REF=$CLUSTER_TMP/ref.py
+cat >"$REF" <<'PYEOF'
+import json, math, struct, sys
+BOUND = 2e-3  # |float32 engine - float64 reference| for logprobs
+data = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+head = json.loads(data[8:8 + n])
+def tensor(name):
+    e = head[name]; b, end = e["data_offsets"]; raw = data[8 + n + b:8 + n + end]
+    return struct.unpack("<%d%s" % (len(raw) // 4, "f" if e["dtype"] == "F32" else "i"), raw)
+V = head["gen_logits"]["shape"][1]
+logits, gen, prompt = tensor("gen_logits"), tensor("gen_ids"), tensor("prompt_ids")
+row = lambda k: logits[k * V:(k + 1) * V]
+def log_softmax(r):
+    m = max(r); z = math.log(sum(math.exp(x - m) for x in r))
+    return [x - m - z for x in r]
+def order(r):  # the sampler's order: higher logit first, then lower id
+    return sorted(range(V), key=lambda j: (-r[j], j))
+check, args = sys.argv[2], sys.argv[3:]
+def done(ok, why=""):
+    print("ok" if ok else why); sys.exit()
+if check == "completion_logprobs":  # FILE K N
+    j = json.load(open(args[0])); k, count = int(args[1]), int(args[2])
+    c = j["choices"][0]; lp = c["logprobs"]
+    if c["token_ids"] != list(gen[:count]): done(0, "tokens %s" % c["token_ids"])
+    if list(lp) != ["tokens", "token_logprobs", "top_logprobs", "text_offset"]: done(0, "keys %s" % list(lp))
+    if lp["tokens"] != ["token_id:%d" % t for t in gen[:count]]: done(0, "token strings %s" % lp["tokens"])
+    if lp["text_offset"] != [0] * count: done(0, "text_offset %s" % lp["text_offset"])
+    worst = 0.0
+    for i in range(count):
+        ref = log_softmax(row(i)); top = order(row(i))
+        worst = max(worst, abs(lp["token_logprobs"][i] - ref[gen[i]]))
+        d = lp["top_logprobs"][i]
+        # greedy: the sampled token is the first alternative, so exactly k keys
+        if len(d) != max(k, 1) or ("token_id:%d" % gen[i]) not in d: done(0, "step %d: dict %s" % (i, d))
+        got = [int(s.split(":")[1]) for s in d]
+        for a in range(len(got)):
+            if got[a] != top[a] and abs(row(i)[got[a]] - row(i)[top[a]]) > BOUND:
+                done(0, "step %d: order %s, reference %s" % (i, got, top[:k]))
+            worst = max(worst, abs(d["token_id:%d" % got[a]] - ref[got[a]]))
+    done(worst <= BOUND, "max |logprob - float64 reference| = %g > %g" % (worst, BOUND))
+if check == "banned":  # FILE: logit_bias -100 on gen[0], max_tokens 1, logprobs 2
+    j = json.load(open(args[0])); c = j["choices"][0]
+    r = row(0); ref = log_softmax(r); want = [t for t in order(r) if t != gen[0]][0]
+    if c["token_ids"] != [want]: done(0, "token %s, want %d" % (c["token_ids"], want))
+    lp = c["logprobs"]
+    # logprobs are the raw distribution's: the banned token stays the top alternative
+    if abs(lp["token_logprobs"][0] - ref[want]) > BOUND: done(0, "logprob %s vs %s" % (lp["token_logprobs"][0], ref[want]))
+    done(list(lp["top_logprobs"][0])[0] == "token_id:%d" % gen[0], "top %s" % lp["top_logprobs"][0])
+if check == "repetition":  # TOKEN K R: one step after prompt + gen[:K] with repetition R
+    tok, k, rep = int(args[0]), int(args[1]), float(args[2])
+    seen = set(prompt) | set(gen[:k])
+    adj = [(x / rep if x > 0 else x * rep) if t in seen else x for t, x in enumerate(row(k))]
+    want = order(adj)[0]
+    if want == gen[k]: done(0, "the test needs a step where the penalty changes the token")
+    done(tok == want, "token %d, float64 re-computation %d" % (tok, want))
+if check == "no_repeat_but_reference_repeats":  # TOKENS
+    toks = [int(t) for t in args[0].split(",")]
+    done(len(set(toks)) == len(toks) and len(set(gen[:len(toks)])) < len(toks),
+         "tokens %s (reference %s)" % (toks, gen[:len(toks)]))
+done(0, "unknown check " + check)
+PYEOF
+ref() { python3 "$REF" "$dir/golden.safetensors" "$@" 2>&1; }
+
+cluster_start "$dir" || cluster_finish
+
+# ---- logprobs (--tokenizer none: tokens are "token_id:N")
+code=$(post $C "{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_tokens\":12,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":5}" "$CLUSTER_TMP/lp.json")
+verdict=$(ref completion_logprobs "$CLUSTER_TMP/lp.json" 5 12)
+[ "$code" = 200 ] && [ "$verdict" = ok ]
+check "completions logprobs 5: logprobs and top-5 equal the float64 softmax of the reference logits" $? \
+    "HTTP $code $verdict" "$(head -c 600 "$CLUSTER_TMP/lp.json")"
+
+code=$(post $C "{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_tokens\":6,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":0}" "$CLUSTER_TMP/lp0.json")
+verdict=$(ref completion_logprobs "$CLUSTER_TMP/lp0.json" 0 6)
+[ "$code" = 200 ] && [ "$verdict" = ok ]
+check "completions logprobs 0: the sampled token's logprob only" $? "HTTP $code $verdict"
+
+# Streaming: each chunk carries its token's logprobs, together the same as above.
+curl -s -N --max-time 60 -H 'Content-Type: application/json' -o "$CLUSTER_TMP/lp.sse" \
+    -d "{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_tokens\":12,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":5,\"stream\":true}" "$URL$C"
+verdict=$(python3 - "$CLUSTER_TMP/lp.sse" "$CLUSTER_TMP/lp.json" <<'PYEOF'
+import json, sys
+ev = [e[6:] for e in open(sys.argv[1]).read().split("\n\n") if e.startswith("data: {")]
+want = json.load(open(sys.argv[2]))["choices"][0]["logprobs"]
+got = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+for e in ev:
+    c = json.loads(e)["choices"][0]
+    if c["finish_reason"] is not None:
+        if c["logprobs"] is not None: print("finish chunk logprobs", c["logprobs"]); sys.exit()
+        continue
+    if len(c["logprobs"]["tokens"]) != 1: print("chunk", c); sys.exit()
+    for k in got: got[k] += c["logprobs"][k]
+print("ok" if got == want else "stream %s\nbody %s" % (got, want))
+PYEOF
+)
+[ "$verdict" = ok ]
+check "streamed completion chunks carry each token's logprobs (same as the body)" $? "$verdict"
+
+# ---- logit_bias
+code=$(post $C "{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_tokens\":6,\"temperature\":0,\"ignore_eos\":true,\"logit_bias\":{\"77\":100}}" "$CLUSTER_TMP/b.json")
+got=$(json_get "$CLUSTER_TMP/b.json" '",".join(map(str, j["choices"][0]["token_ids"]))' 2>&1)
+[ "$code" = 200 ] && [ "$got" = "77,77,77,77,77,77" ]
+check "logit_bias +100 on token 77: greedy output is that token" $? "HTTP $code $got"
+
+g0=${golden%%,*}
+code=$(post $C "{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_tokens\":1,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":2,\"logit_bias\":{\"$g0\":-100}}" "$CLUSTER_TMP/ban.json")
+verdict=$(ref banned "$CLUSTER_TMP/ban.json")
+[ "$code" = 200 ] && [ "$verdict" = ok ]
+check "logit_bias -100 bans the greedy token: the reference's next best, logprobs of the raw distribution" $? \
+    "HTTP $code $verdict" "$(cat "$CLUSTER_TMP/ban.json")"
+
+# ---- presence / frequency penalties
+code=$(post $C "{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_tokens\":24,\"temperature\":0,\"ignore_eos\":true,\"presence_penalty\":2,\"frequency_penalty\":2}" "$CLUSTER_TMP/pf.json")
+toks=$(json_get "$CLUSTER_TMP/pf.json" '",".join(map(str, j["choices"][0]["token_ids"]))' 2>&1)
+verdict=$(ref no_repeat_but_reference_repeats "$toks")
+[ "$code" = 200 ] && [ "$verdict" = ok ]
+check "presence_penalty 2 + frequency_penalty 2: no token repeats in 24 greedy tokens" $? "HTTP $code $verdict"
+
+# One step after prompt + the reference's first 17 tokens: greedy gives
+# gen_ids[17] (a token already in that prompt) ...
+long_prompt="$prompt,$(echo "$golden" | cut -d, -f1-17)"
+g17=$(echo "$golden" | cut -d, -f18)
+one_step() { # one_step EXTRA_FIELDS -> the token
+    post $C "{\"model\":\"$fx\",\"prompt\":[$long_prompt],\"max_tokens\":1,\"temperature\":0,\"ignore_eos\":true$1}" \
+        "$CLUSTER_TMP/one.json" >/dev/null
+    json_get "$CLUSTER_TMP/one.json" 'j["choices"][0]["token_ids"][0]' 2>&1
+}
+got=$(one_step "")
+[ "$got" = "$g17" ]
+check "one greedy step after the reference prefix gives the reference token" $? "$got vs $g17"
+got=$(one_step ',"frequency_penalty":2,"presence_penalty":2')
+[ "$got" = "$g17" ]
+check "presence/frequency penalties do not count prompt tokens" $? "$got vs $g17"
+got=$(one_step ',"repetition_penalty":1.5')
+verdict=$(ref repetition "$got" 17 1.5)
+[ "$verdict" = ok ]
+check "repetition_penalty 1.5 matches a float64 re-computation of the step" $? "$verdict"
+
+# ---- errors
+expect_error "logprobs above 20" $C "{\"model\":\"$fx\",\"prompt\":[1],\"logprobs\":21}" 400 \
+    logprobs invalid_value
+expect_error "presence_penalty above 2" $C "{\"model\":\"$fx\",\"prompt\":[1],\"presence_penalty\":2.5}" \
+    400 presence_penalty invalid_value
+expect_error "frequency_penalty below -2" $C "{\"model\":\"$fx\",\"prompt\":[1],\"frequency_penalty\":-3}" \
+    400 frequency_penalty invalid_value
+expect_error "repetition_penalty 0" $C "{\"model\":\"$fx\",\"prompt\":[1],\"repetition_penalty\":0}" \
+    400 repetition_penalty invalid_value
+expect_error "logit_bias outside the vocabulary" $C "{\"model\":\"$fx\",\"prompt\":[1],\"logit_bias\":{\"512\":1}}" \
+    400 logit_bias invalid_value "outside the model's vocabulary"
+expect_error "logit_bias above 100" $C "{\"model\":\"$fx\",\"prompt\":[1],\"logit_bias\":{\"5\":101}}" \
+    400 logit_bias invalid_value
+expect_error "logit_bias key not a token id" $C "{\"model\":\"$fx\",\"prompt\":[1],\"logit_bias\":{\"a\":1}}" \
+    400 logit_bias invalid_value
+cluster_stop 1
+
+# ---- chat logprobs (--tokenizer bytes: token i < 256 is byte i)
+cluster_start "$dir" --tokenizer bytes || cluster_finish
+CH=/v1/chat/completions
+body="{\"model\":\"$fx\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],\"max_tokens\":8,\"temperature\":0,\"ignore_eos\":true,\"return_token_ids\":true,\"logprobs\":true,\"top_logprobs\":3"
+code=$(post $CH "$body}" "$CLUSTER_TMP/chat.json")
+curl -s -N --max-time 60 -H 'Content-Type: application/json' -o "$CLUSTER_TMP/chat.sse" \
+    -d "$body,\"stream\":true}" "$URL$CH"
+code2=$(post $C "{\"model\":\"$fx\",\"prompt\":\"<|im_start|>user\\nHello<|im_end|>\\n<|im_start|>assistant\\n\",\"max_tokens\":8,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":3}" "$CLUSTER_TMP/same.json")
+verdict=$(python3 - "$CLUSTER_TMP/chat.json" "$CLUSTER_TMP/chat.sse" "$CLUSTER_TMP/same.json" <<'PYEOF'
+import json, sys
+j = json.load(open(sys.argv[1])); c = j["choices"][0]; lp = c["logprobs"]
+if list(lp) != ["content", "refusal"] or lp["refusal"] is not None: print("keys", list(lp)); sys.exit()
+ids = c["token_ids"]; content = lp["content"]
+if len(content) != len(ids) or len(ids) != 8: print("count", len(content), ids); sys.exit()
+def text_bytes(t): return [t] if t < 256 else list("\ufffd".encode())
+for t, e in zip(ids, content):
+    if list(e) != ["token", "logprob", "bytes", "top_logprobs"]: print("entry keys", list(e)); sys.exit()
+    if e["bytes"] != text_bytes(t): print("bytes", t, e); sys.exit()
+    if e["token"] != bytes(e["bytes"]).decode(errors="replace"): print("token", e); sys.exit()
+    tops = e["top_logprobs"]
+    if len(tops) != 3 or any(list(a) != ["token", "logprob", "bytes"] for a in tops): print("tops", tops); sys.exit()
+    if [a["logprob"] for a in tops] != sorted((a["logprob"] for a in tops), reverse=True): print("order", tops); sys.exit()
+    # greedy: the sampled token is the most likely one
+    if tops[0]["logprob"] != e["logprob"] or tops[0]["bytes"] != e["bytes"]: print("greedy", e); sys.exit()
+# The same prompt as a completion: the same logprobs.
+same = json.load(open(sys.argv[3]))["choices"][0]["logprobs"]["token_logprobs"]
+if same != [e["logprob"] for e in content]: print("completion", same, [e["logprob"] for e in content]); sys.exit()
+# Streaming: each chunk's content logprobs, together the body's.
+streamed = []
+for ev in open(sys.argv[2]).read().split("\n\n"):
+    if ev.startswith("data: {"):
+        ch = json.loads(ev[6:])["choices"][0]
+        if ch["logprobs"] is not None:
+            streamed += ch["logprobs"]["content"]
+print("ok" if streamed == content else "stream %s\nbody %s" % (streamed, content))
+PYEOF
+)
+[ "$code" = 200 ] && [ "$code2" = 200 ] && [ "$verdict" = ok ]
+check "chat logprobs: content[] with token, bytes, top_logprobs; streamed the same; equal to the completion's" $? \
+    "HTTP $code $code2 $verdict" "$(head -c 600 "$CLUSTER_TMP/chat.json")"
+
+expect_error "chat top_logprobs without logprobs" $CH \
+    "{\"model\":\"$fx\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"top_logprobs\":2}" 400 \
+    top_logprobs invalid_value
+expect_error "chat top_logprobs above 20" $CH \
+    "{\"model\":\"$fx\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"logprobs\":true,\"top_logprobs\":21}" \
+    400 top_logprobs invalid_value
+code=$(post $CH "{\"model\":\"$fx\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":3,\"logprobs\":false}" "$CLUSTER_TMP/nolp.json")
+got=$(json_get "$CLUSTER_TMP/nolp.json" 'j["choices"][0]["logprobs"]' 2>&1)
+[ "$code" = 200 ] && [ "$got" = None ]
+check "chat logprobs false: \"logprobs\": null" $? "HTTP $code $got"
+cluster_finish
