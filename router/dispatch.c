@@ -229,7 +229,7 @@ static void fill_sampling_extras(Tandem__V1__SamplingParams *s, const router_req
     s->frequency_penalty = r->frequency_penalty;
     s->repetition_penalty = r->repetition_penalty;
     s->output_in_prompt = (uint32_t)r->n_out;
-    s->logprobs = r->logprobs >= 0;
+    s->logprobs = r->logprobs >= 0 || r->score_logprobs;
     s->top_logprobs = r->logprobs > 0 ? (uint32_t)r->logprobs : 0;
 }
 

@@ -55,8 +55,11 @@ char *api_error_json(const api_error *e)
 
 void api_request_free(api_request *r)
 {
-    free(r->prompt_ids);
-    free(r->prompt_text);
+    for (int i = 0; i < r->n_prompts; i++) {
+        free(r->prompts[i].ids);
+        free(r->prompts[i].text);
+    }
+    free(r->prompts);
     for (int i = 0; i < r->n_messages; i++)
         free(r->messages[i].content);
     free(r->messages);
@@ -158,36 +161,87 @@ static char *dup_str(const char *s)
     return d;
 }
 
+/* One prompt: a non-empty string or a non-empty array of token ids. */
+static int parse_one_prompt(const cJSON *p, api_prompt *out, api_error *e)
+{
+    if (cJSON_IsString(p)) {
+        if (!p->valuestring[0])
+            return bad(e, "prompt", NULL, "Invalid 'prompt': the prompt must not be empty.");
+        out->text = dup_str(p->valuestring);
+        return out->text ? 0 : bad(e, "prompt", NULL, "out of memory");
+    }
+    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) > 0)
+        return get_token_array(p, "prompt", &out->ids, &out->n_ids, e);
+    if (cJSON_IsArray(p))
+        return bad(e, "prompt", NULL, "Invalid 'prompt': the prompt must not be empty.");
+    return bad(e, "prompt", "invalid_type",
+               "Invalid type for 'prompt': expected a string, an array of token ids, or an "
+               "array of those.");
+}
+
+/* prompt: a string, an array of token ids, or a list of prompts (strings
+ * or token-id arrays): each gets its own choices. */
 static int parse_prompt(const cJSON *root, api_request *r, api_error *e)
 {
     const cJSON *p = field(root, "prompt");
     if (!p)
         return bad(e, "prompt", NULL, "You must provide a 'prompt' parameter.");
-    if (cJSON_IsString(p)) {
-        if (!p->valuestring[0])
-            return bad(e, "prompt", NULL, "Invalid 'prompt': the prompt must not be empty.");
-        r->prompt_text = dup_str(p->valuestring);
-        return r->prompt_text ? 0 : bad(e, "prompt", NULL, "out of memory");
+    int list = cJSON_IsArray(p) && cJSON_GetArraySize(p) > 0 &&
+               !cJSON_IsNumber(cJSON_GetArrayItem(p, 0));
+    int n = list ? cJSON_GetArraySize(p) : 1;
+    if (n > API_MAX_CHOICES) {
+        api_error_set(e, 400, INVALID, "prompt", "invalid_value",
+                      "Invalid 'prompt': at most %d prompts per request, got %d.", API_MAX_CHOICES, n);
+        return -1;
     }
-    if (cJSON_IsArray(p)) {
-        int n = cJSON_GetArraySize(p);
-        if (n == 0)
-            return bad(e, "prompt", NULL, "Invalid 'prompt': the prompt must not be empty.");
-        const cJSON *first = cJSON_GetArrayItem(p, 0);
-        if (cJSON_IsNumber(first))
-            return get_token_array(p, "prompt", &r->prompt_ids, &r->n_prompt_ids, e);
-        if (n == 1 && cJSON_IsString(first) && first->valuestring[0]) {
-            r->prompt_text = dup_str(first->valuestring);
-            return r->prompt_text ? 0 : bad(e, "prompt", NULL, "out of memory");
-        }
-        if (n == 1 && cJSON_IsArray(first) && cJSON_GetArraySize(first) > 0)
-            return get_token_array(first, "prompt", &r->prompt_ids, &r->n_prompt_ids, e);
-        if (n > 1 && (cJSON_IsString(first) || cJSON_IsArray(first)))
-            return bad(e, "prompt", "unsupported_value",
-                       "Tandem serves one prompt per request; send a batch as separate requests.");
+    r->prompts = calloc((size_t)n, sizeof *r->prompts);
+    if (!r->prompts)
+        return bad(e, "prompt", NULL, "out of memory");
+    r->n_prompts = n;
+    if (!list)
+        return parse_one_prompt(p, &r->prompts[0], e);
+    int i = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, p) {
+        if (parse_one_prompt(it, &r->prompts[i++], e) != 0)
+            return -1;
     }
-    return bad(e, "prompt", "invalid_type",
-               "Invalid type for 'prompt': expected a string or an array of token ids.");
+    return 0;
+}
+
+/* n (choices per prompt), and for completions best_of (candidates per
+ * prompt, the best n returned). */
+static int parse_choices(const cJSON *root, api_kind kind, api_request *r, api_error *e)
+{
+    const cJSON *f;
+    long long v;
+    r->n = 1;
+    if ((f = field(root, "n"))) {
+        if (get_int(f, 1, API_MAX_CHOICES, &v) != 0)
+            return bad(e, "n", "invalid_value", "Invalid 'n': expected an integer between 1 and 128.");
+        r->n = (int)v;
+    }
+    r->best_of = r->n;
+    if (kind == API_COMPLETIONS && (f = field(root, "best_of"))) {
+        if (get_int(f, 1, API_MAX_CHOICES, &v) != 0)
+            return bad(e, "best_of", "invalid_value",
+                       "Invalid 'best_of': expected an integer between 1 and 128.");
+        if (v < r->n)
+            return bad(e, "best_of", "invalid_value", "Invalid 'best_of': it must be >= n.");
+        r->best_of = (int)v;
+    }
+    if (r->best_of > r->n && r->stream)
+        return bad(e, "best_of", "invalid_value",
+                   "Invalid 'best_of': best_of > n cannot be streamed (the best choices are "
+                   "known only at the end).");
+    int prompts = kind == API_COMPLETIONS ? r->n_prompts : 1;
+    if ((long)prompts * r->best_of > API_MAX_CHOICES) {
+        api_error_set(e, 400, INVALID, r->best_of > r->n ? "best_of" : "n", "invalid_value",
+                      "A request may generate at most %d choices; %d prompt(s) x %d is %ld.",
+                      API_MAX_CHOICES, prompts, r->best_of, (long)prompts * r->best_of);
+        return -1;
+    }
+    return 0;
 }
 
 /* content: a string, or an array of {"type":"text","text":...} parts. */
@@ -348,11 +402,6 @@ static int parse_chat_options(const cJSON *root, api_request *r, api_error *e)
 static int reject_unsupported(const cJSON *root, api_kind kind, api_error *e)
 {
     const cJSON *f;
-    long long v;
-    if ((f = field(root, "n")) && (get_int(f, 1, 1, &v) != 0))
-        return bad(e, "n", "unsupported_value", "Tandem supports only n=1.");
-    if ((f = field(root, "best_of")) && (get_int(f, 1, 1, &v) != 0))
-        return bad(e, "best_of", "unsupported_value", "Tandem supports only best_of=1.");
     if ((f = field(root, "echo")) && !cJSON_IsFalse(f))
         return bad(e, "echo", "unsupported_value", "Tandem does not support echo.");
     (void)kind;
@@ -679,6 +728,8 @@ static int parse_fields(const cJSON *root, api_kind kind, api_request *r, api_er
     if (reject_unimplemented(root, kind, e) != 0)
         return -1;
     if (reject_unsupported(root, kind, e) != 0)
+        return -1;
+    if (parse_choices(root, kind, r, e) != 0)
         return -1;
     return parse_sampling_extras(root, kind, r, e);
 }
@@ -1104,25 +1155,32 @@ void api_sse_done(sbuf *b)
     sb_puts(b, "data: [DONE]\n\n");
 }
 
-void api_completion_body(sbuf *b, const char *id, long created, const char *model,
-                         const api_output *o, int prompt_tokens, int completion_tokens)
+void api_completion_body_n(sbuf *b, const char *id, long created, const char *model,
+                           const api_output *o, int n_choices, int prompt_tokens,
+                           int completion_tokens)
 {
     head(b, id, "text_completion", created, model);
     fingerprint_field(b, o->fingerprint);
     sb_puts(b, ",\"choices\":[");
-    completion_choice(b, o, 0);
+    for (int i = 0; i < n_choices; i++) {
+        if (i)
+            sb_puts(b, ",");
+        completion_choice(b, &o[i], 0);
+    }
     sb_puts(b, "],");
     usage(b, prompt_tokens, completion_tokens);
     sb_puts(b, "}");
 }
 
-void api_chat_body(sbuf *b, const char *id, long created, const char *model,
-                   const api_output *o, int prompt_tokens, int completion_tokens)
+void api_completion_body(sbuf *b, const char *id, long created, const char *model,
+                         const api_output *o, int prompt_tokens, int completion_tokens)
 {
-    head(b, id, "chat.completion", created, model);
-    fingerprint_field(b, o->fingerprint);
-    sb_printf(b, ",\"choices\":[{\"index\":%d,\"message\":{\"role\":\"assistant\",\"content\":",
-              o->index);
+    api_completion_body_n(b, id, created, model, o, 1, prompt_tokens, completion_tokens);
+}
+
+static void chat_choice(sbuf *b, const api_output *o)
+{
+    sb_printf(b, "{\"index\":%d,\"message\":{\"role\":\"assistant\",\"content\":", o->index);
     if (!o->text_len && o->n_tool_calls)
         sb_puts(b, "null"); /* OpenAI: a message with only tool calls has null content */
     else
@@ -1140,9 +1198,29 @@ void api_chat_body(sbuf *b, const char *id, long created, const char *model,
     chat_logprobs(b, o, 0);
     finish_field(b, o);
     token_ids_field(b, o);
-    sb_puts(b, "}],");
+    sb_puts(b, "}");
+}
+
+void api_chat_body_n(sbuf *b, const char *id, long created, const char *model,
+                     const api_output *o, int n_choices, int prompt_tokens, int completion_tokens)
+{
+    head(b, id, "chat.completion", created, model);
+    fingerprint_field(b, o->fingerprint);
+    sb_puts(b, ",\"choices\":[");
+    for (int i = 0; i < n_choices; i++) {
+        if (i)
+            sb_puts(b, ",");
+        chat_choice(b, &o[i]);
+    }
+    sb_puts(b, "],");
     usage(b, prompt_tokens, completion_tokens);
     sb_puts(b, "}");
+}
+
+void api_chat_body(sbuf *b, const char *id, long created, const char *model,
+                   const api_output *o, int prompt_tokens, int completion_tokens)
+{
+    api_chat_body_n(b, id, created, model, o, 1, prompt_tokens, completion_tokens);
 }
 
 void api_model_body(sbuf *b, const char *model, long created)

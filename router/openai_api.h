@@ -6,9 +6,9 @@
  * Validation follows OpenAI's rules and error body
  *   {"error":{"message":..., "type":"invalid_request_error", "param":..., "code":...}}
  * Unknown fields are refused (400 unknown_parameter, as OpenAI does); known
- * fields Tandem does not implement (n > 1, echo, best_of, suffix,
- * tool_choice other than "auto", a response_format other than text,
- * audio, ...) are rejected when set to a
+ * fields Tandem does not implement (echo, suffix, tool_choice other than
+ * "auto", a response_format other than text, audio, ...) are rejected when
+ * set to a
  * non-default value rather than silently ignored; metadata fields (user,
  * metadata, store, service_tier, ...) are accepted and ignored. Checks that need the model
  * (vocabulary, context length) happen in the router. */
@@ -23,6 +23,7 @@
 #define API_MAX_MODEL 128
 #define API_MAX_TOP_LOGPROBS 20   /* top_logprobs / completions logprobs: 0..20 (OpenAI, vLLM) */
 #define API_MAX_LOGIT_BIAS 1024   /* logit_bias entries per request */
+#define API_MAX_CHOICES 128       /* n (and best_of) x prompts per request */
 
 typedef enum { API_COMPLETIONS = 0, API_CHAT = 1 } api_kind;
 
@@ -46,12 +47,22 @@ typedef struct api_message {
     char *content;    /* text (array-of-parts content is joined) */
 } api_message;
 
+/* One completions prompt: text, or token ids. */
+typedef struct api_prompt {
+    char *text;
+    int32_t *ids;
+    int n_ids;
+} api_prompt;
+
 typedef struct api_request {
     api_kind kind;
     char model[API_MAX_MODEL];
-    int32_t *prompt_ids;      /* completions: prompt given as token ids */
-    int n_prompt_ids;
-    char *prompt_text;        /* completions: prompt given as text */
+    api_prompt *prompts;      /* completions: one or more prompts (a list of them:
+                                 one choice per prompt and branch) */
+    int n_prompts;
+    int n;                    /* choices per prompt (1..API_MAX_CHOICES) */
+    int best_of;              /* completions: candidates per prompt (>= n; the n
+                                 with the highest cumulative logprob are returned) */
     api_message *messages;    /* chat */
     int n_messages;
     cJSON *messages_json;     /* chat: the request's messages and tools arrays */
@@ -165,6 +176,13 @@ void api_completion_body(sbuf *b, const char *id, long created, const char *mode
                          const api_output *o, int prompt_tokens, int completion_tokens);
 void api_chat_body(sbuf *b, const char *id, long created, const char *model,
                    const api_output *o, int prompt_tokens, int completion_tokens);
+/* The same with several choices (o[i].index each; the fingerprint is
+ * o[0]'s; usage sums over the choices, prompts counted once each). */
+void api_completion_body_n(sbuf *b, const char *id, long created, const char *model,
+                           const api_output *o, int n_choices, int prompt_tokens,
+                           int completion_tokens);
+void api_chat_body_n(sbuf *b, const char *id, long created, const char *model,
+                     const api_output *o, int n_choices, int prompt_tokens, int completion_tokens);
 /* GET /v1/models */
 void api_models_body(sbuf *b, const char *const *models, int n_models, long created);
 /* GET /v1/models/{id}: one entry of the list. */

@@ -195,8 +195,9 @@ static int grow_output(router_request *r, int n)
 int request_store_logprobs(router_request *r, Tandem__V1__TokenLogprobs *const *lps,
                            size_t n_lps, int n)
 {
-    if (r->logprobs < 0 || n <= 0)
+    if ((r->logprobs < 0 && !r->score_logprobs) || n <= 0)
         return 0;
+    const int shown = r->logprobs > 0 ? r->logprobs : 0;
     if (n_lps != (size_t)n)
         return -1;
     if (r->n_out + n > r->cap_lp) {
@@ -213,11 +214,11 @@ int request_store_logprobs(router_request *r, Tandem__V1__TokenLogprobs *const *
         const Tandem__V1__TokenLogprobs *w = lps[i];
         tm_token_logprobs *d = &r->out_lp[r->n_out + i];
         size_t k = w ? w->n_top_ids : 0;
-        if (!w || k != w->n_top_logprobs || k > KN_LOGPROBS_MAX_TOP || (int)k < r->logprobs)
+        if (!w || k != w->n_top_logprobs || k > KN_LOGPROBS_MAX_TOP || (int)k < shown)
             return -1;
         d->logprob = w->logprob;
-        d->n_top = r->logprobs;
-        for (int j = 0; j < r->logprobs; j++) {
+        d->n_top = shown;
+        for (int j = 0; j < shown; j++) {
             d->top_ids[j] = w->top_ids[j];
             d->top_logprobs[j] = w->top_logprobs[j];
         }

@@ -103,6 +103,8 @@ typedef struct router_request {
     float *bias_values;
     int n_bias;
     int logprobs;                  /* -1: none; else alternatives per token (0..20) */
+    int score_logprobs;            /* keep the tokens' logprobs although the client
+                                      did not ask (best_of ranks choices by them) */
 
     /* Placement (core thread only). */
     req_stage stage;

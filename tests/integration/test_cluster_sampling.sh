@@ -14,6 +14,10 @@
 #   - repetition_penalty 1.5 matches the float64 re-computation of one step;
 #   - chat logprobs (--tokenizer bytes): content[] with token, bytes and
 #     top_logprobs, streaming and not;
+#   - n > 1, best_of and a list of prompts: one choice per prompt and
+#     branch (index prompt * n + branch, streaming too), branch b seeded
+#     seed + b and equal to tandem-generate with that seed, greedy branches
+#     identical, best_of returning the highest cumulative logprob;
 #   - out-of-range values get OpenAI-style 400s.
 set -u
 cd "$(dirname "$0")/../.."
@@ -163,6 +167,88 @@ got=$(one_step ',"repetition_penalty":1.5')
 verdict=$(ref repetition "$got" 17 1.5)
 [ "$verdict" = ok ]
 check "repetition_penalty 1.5 matches a float64 re-computation of the step" $? "$verdict"
+
+# ---- n > 1, best_of, a list of prompts
+gen() { # gen PROMPT_IDS MAX_TOKENS [tandem-generate flags]: one process's tokens
+    local p=$1 m=$2
+    shift 2
+    timeout 60 "$BIN/tandem-generate" --model "$dir" --prompt-ids "$p" --max-tokens "$m" --ignore-eos \
+        "$@" 2>/dev/null
+}
+# choices FILE: "index:tokens" per choice, space-separated
+choices() { json_get "$1" '" ".join("%d:%s" % (c["index"], ",".join(map(str, c["token_ids"]))) for c in j["choices"])' 2>&1; }
+g8=$(echo "$golden" | cut -d, -f1-8)
+code=$(post $C "{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_tokens\":8,\"temperature\":0,\"ignore_eos\":true,\"n\":3}" "$CLUSTER_TMP/n3.json")
+got="$(choices "$CLUSTER_TMP/n3.json") $(json_get "$CLUSTER_TMP/n3.json" 'j["usage"]' 2>&1)"
+[ "$code" = 200 ] && [ "$got" = "0:$g8 1:$g8 2:$g8 {'prompt_tokens': 40, 'completion_tokens': 24, 'total_tokens': 64}" ]
+check "n=3 greedy: three identical choices (the reference tokens), usage sums the completions" $? "HTTP $code $got"
+
+SAMPLE=(--temperature 0.9 --top-p 0.95 --seed)
+code=$(post $C "{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_tokens\":8,\"temperature\":0.9,\"top_p\":0.95,\"seed\":1234,\"ignore_eos\":true,\"n\":3}" "$CLUSTER_TMP/n3s.json")
+got=$(choices "$CLUSTER_TMP/n3s.json")
+s0=$(gen "$prompt" 8 "${SAMPLE[@]}" 1234)
+s1=$(gen "$prompt" 8 "${SAMPLE[@]}" 1235)
+s2=$(gen "$prompt" 8 "${SAMPLE[@]}" 1236)
+[ "$code" = 200 ] && [ "$got" = "0:$s0 1:$s1 2:$s2" ] && [ "$s0" != "$s1" ] && [ "$s1" != "$s2" ] && [ "$s0" != "$s2" ]
+check "n=3 seeded: branch b = tandem-generate --seed 1234+b, all different" $? "HTTP $code $got" \
+    "want 0:$s0 1:$s1 2:$s2"
+
+p1=$(echo "$prompt" | cut -d, -f1-20)
+p2="5,6,7"
+code=$(post $C "{\"model\":\"$fx\",\"prompt\":[[$prompt],[$p1],[$p2]],\"max_tokens\":8,\"temperature\":0,\"ignore_eos\":true}" "$CLUSTER_TMP/list.json")
+got="$(choices "$CLUSTER_TMP/list.json") $(json_get "$CLUSTER_TMP/list.json" 'j["usage"]["prompt_tokens"]' 2>&1)"
+want="0:$(gen "$prompt" 8) 1:$(gen "$p1" 8) 2:$(gen "$p2" 8) 63"
+[ "$code" = 200 ] && [ "$got" = "$want" ]
+check "a list of 3 prompts: one choice each, equal to tandem-generate, usage counts every prompt" $? \
+    "HTTP $code $got" "want $want"
+
+# 2 prompts x n=2, streamed: index = prompt * 2 + branch, each choice's chunks
+# in order, one finish chunk each, then usage and [DONE]; the same tokens
+# as the non-streamed request.
+body="{\"model\":\"$fx\",\"prompt\":[[$p1],[$p2]],\"max_tokens\":6,\"temperature\":0.9,\"top_p\":0.95,\"seed\":77,\"ignore_eos\":true,\"n\":2"
+code=$(post $C "$body}" "$CLUSTER_TMP/pn.json")
+curl -s -N --max-time 60 -H 'Content-Type: application/json' -o "$CLUSTER_TMP/pn.sse" \
+    -d "$body,\"stream\":true,\"stream_options\":{\"include_usage\":true}}" "$URL$C"
+want="0:$(gen "$p1" 6 "${SAMPLE[@]}" 77) 1:$(gen "$p1" 6 "${SAMPLE[@]}" 78) 2:$(gen "$p2" 6 "${SAMPLE[@]}" 77) 3:$(gen "$p2" 6 "${SAMPLE[@]}" 78)"
+got=$(choices "$CLUSTER_TMP/pn.json")
+streamed=$(python3 - "$CLUSTER_TMP/pn.sse" <<'PYEOF'
+import json, sys
+ev = open(sys.argv[1]).read().split("\n\n")
+if ev[-2:] != ["data: [DONE]", ""]: print("no [DONE]"); sys.exit()
+toks, finished, usage = {}, {}, None
+for e in ev[:-2]:
+    j = json.loads(e[6:])
+    if not j["choices"]: usage = j["usage"]; continue
+    if len(j["choices"]) != 1: print("chunk with", len(j["choices"]), "choices"); sys.exit()
+    c = j["choices"][0]; i = c["index"]
+    if i in finished: print("chunk after the finish of", i); sys.exit()
+    toks.setdefault(i, []).extend(c["token_ids"])
+    if c["finish_reason"]: finished[i] = c["finish_reason"]
+if sorted(finished) != [0, 1, 2, 3] or set(finished.values()) != {"length"}: print("finish", finished); sys.exit()
+if usage != {"prompt_tokens": 23, "completion_tokens": 24, "total_tokens": 47}: print("usage", usage); sys.exit()
+print(" ".join("%d:%s" % (i, ",".join(map(str, toks[i]))) for i in sorted(toks)))
+PYEOF
+)
+[ "$code" = 200 ] && [ "$got" = "$want" ] && [ "$streamed" = "$want" ]
+check "2 prompts x n=2, streamed and not: index prompt*2+branch, each = tandem-generate with seed+branch" $? \
+    "HTTP $code body:   $got" "stream: $streamed" "want:   $want"
+
+# best_of 3: the candidate with the highest cumulative logprob (the three
+# candidates are the n=3 branches of the same seed, with their logprobs).
+code=$(post $C "{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_tokens\":8,\"temperature\":1,\"seed\":99,\"ignore_eos\":true,\"n\":3,\"logprobs\":0}" "$CLUSTER_TMP/cand.json")
+best=$(json_get "$CLUSTER_TMP/cand.json" '",".join(map(str, max(j["choices"], key=lambda c: (sum(c["logprobs"]["token_logprobs"]), -c["index"]))["token_ids"]))' 2>&1)
+code2=$(post $C "{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_tokens\":8,\"temperature\":1,\"seed\":99,\"ignore_eos\":true,\"best_of\":3}" "$CLUSTER_TMP/best.json")
+got="$(choices "$CLUSTER_TMP/best.json") $(json_get "$CLUSTER_TMP/best.json" 'j["usage"]["completion_tokens"]' 2>&1)"
+[ "$code" = 200 ] && [ "$code2" = 200 ] && [ "$got" = "0:$best 24" ]
+check "best_of 3: the candidate with the highest cumulative logprob (usage counts all 3)" $? \
+    "HTTP $code $code2 $got" "want 0:$best" "$(choices "$CLUSTER_TMP/cand.json")"
+
+expect_error "n = 0" $C "{\"model\":\"$fx\",\"prompt\":[1],\"n\":0}" 400 n invalid_value
+expect_error "best_of < n" $C "{\"model\":\"$fx\",\"prompt\":[1],\"n\":3,\"best_of\":2}" 400 best_of invalid_value
+expect_error "best_of > n streamed" $C "{\"model\":\"$fx\",\"prompt\":[1],\"best_of\":2,\"stream\":true}" 400 \
+    best_of invalid_value
+expect_error "one bad prompt in a list" $C "{\"model\":\"$fx\",\"prompt\":[[1],[2,512]]}" 400 prompt \
+    invalid_value "outside the model's vocabulary"
 
 # ---- errors
 expect_error "logprobs above 20" $C "{\"model\":\"$fx\",\"prompt\":[1],\"logprobs\":21}" 400 \

@@ -52,8 +52,14 @@ static void required_fields(void **state)
     expect_400(API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":[]}", "prompt", NULL);
     expect_400(API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":[1,-2]}", "prompt", "invalid_type");
     expect_400(API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":[1,2.5]}", "prompt", "invalid_type");
-    expect_400(API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":[\"a\",\"b\"]}", "prompt",
-               "unsupported_value");
+    expect_400(API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":[\"a\",\"\"]}", "prompt", NULL);
+    expect_400(API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":[\"a\",[]]}", "prompt", NULL);
+    expect_400(API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":[\"a\",7]}", "prompt", "invalid_type");
+    /* At most 128 choices: prompts x best_of. */
+    expect_400(API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":[[1],[2]],\"n\":65}", "n", "invalid_value");
+    expect_400(API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":[[1],[2]],\"best_of\":65}", "best_of",
+               "invalid_value");
+    expect_400(API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":[[1],[-1]]}", "prompt", "invalid_type");
     expect_400(API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":{}}", "prompt", "invalid_type");
     expect_400(API_CHAT, "{\"model\":\"m\"}", "messages", NULL);
     expect_400(API_CHAT, "{\"model\":\"m\",\"messages\":[]}", "messages", "empty_array");
@@ -87,7 +93,12 @@ static void sampling_parameters_are_range_checked(void **state)
         {"\"max_tokens\":\"9\"}", "max_tokens", "invalid_type"},
         {"\"top_k\":-2}", "top_k", "invalid_value"},
         {"\"seed\":1.5}", "seed", "invalid_type"},
-        {"\"n\":2}", "n", "unsupported_value"},
+        {"\"n\":0}", "n", "invalid_value"},
+        {"\"n\":129}", "n", "invalid_value"},
+        {"\"n\":1.5}", "n", "invalid_value"},
+        {"\"n\":2,\"best_of\":1}", "best_of", "invalid_value"},
+        {"\"best_of\":129}", "best_of", "invalid_value"},
+        {"\"best_of\":3,\"stream\":true}", "best_of", "invalid_value"},
         {"\"stream\":1}", "stream", "invalid_type"},
         {"\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", "stop", "invalid_value"},
         {"\"stop\":\"\"}", "stop", "invalid_value"},
@@ -198,7 +209,7 @@ static void strings_with_nul_are_refused(void **state)
     /* An escaped backslash before u0000, and U+0001, are ordinary text. */
     assert_int_equal(parse(API_COMPLETIONS,
                            "{\"model\":\"tiny\",\"prompt\":\"a\\\\u0000\\u0001\"}", &r, &e), 0);
-    assert_string_equal(r.prompt_text, "a\\u0000\x01");
+    assert_string_equal(r.prompts[0].text, "a\\u0000\x01");
     api_request_free(&r);
 }
 
@@ -211,9 +222,12 @@ static void valid_requests_parse_with_defaults(void **state)
                            "{\"model\":\"tiny\",\"prompt\":[5,6,7],\"user\":\"u-1\",\"metadata\":{\"x\":\"1\"},"
                            "\"n\":1,\"echo\":false,\"presence_penalty\":0,\"suffix\":null}", &r, &e), 0);
     assert_string_equal(r.model, "tiny");
-    assert_int_equal(r.n_prompt_ids, 3);
-    assert_int_equal(r.prompt_ids[2], 7);
-    assert_null(r.prompt_text);
+    assert_int_equal(r.n_prompts, 1);
+    assert_int_equal(r.prompts[0].n_ids, 3);
+    assert_int_equal(r.prompts[0].ids[2], 7);
+    assert_null(r.prompts[0].text);
+    assert_int_equal(r.n, 1);
+    assert_int_equal(r.best_of, 1);
     assert_int_equal(r.max_tokens, 0);
     assert_true(r.temperature == 1.0 && r.top_p == 1.0 && r.top_k == -1);
     assert_int_equal(r.stream, 0);
@@ -247,7 +261,7 @@ static void valid_requests_parse_with_defaults(void **state)
                            "\"top_p\":0.5,\"top_k\":40,\"seed\":-1,\"stream\":true,"
                            "\"stream_options\":{\"include_usage\":true},\"stop\":[\"a\",\"bc\"],"
                            "\"stop_token_ids\":[2,3],\"ignore_eos\":true}", &r, &e), 0);
-    assert_string_equal(r.prompt_text, "hi");
+    assert_string_equal(r.prompts[0].text, "hi");
     assert_int_equal(r.max_tokens, 9);
     assert_true(r.temperature == 0 && r.top_p == 0.5 && r.top_k == 40);
     assert_int_equal(r.has_seed, 1);
@@ -261,7 +275,20 @@ static void valid_requests_parse_with_defaults(void **state)
     api_request_free(&r);
 
     assert_int_equal(parse(API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":[[4,5]]}", &r, &e), 0);
-    assert_int_equal(r.n_prompt_ids, 2);
+    assert_int_equal(r.n_prompts, 1);
+    assert_int_equal(r.prompts[0].n_ids, 2);
+    api_request_free(&r);
+
+    /* A list of prompts (strings and id arrays mixed), n and best_of. */
+    assert_int_equal(parse(API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":[\"ab\",[4,5,6],\"c\"],"
+                           "\"n\":2,\"best_of\":3}", &r, &e), 0);
+    assert_int_equal(r.n_prompts, 3);
+    assert_string_equal(r.prompts[0].text, "ab");
+    assert_int_equal(r.prompts[1].n_ids, 3);
+    assert_int_equal(r.prompts[1].ids[2], 6);
+    assert_string_equal(r.prompts[2].text, "c");
+    assert_int_equal(r.n, 2);
+    assert_int_equal(r.best_of, 3);
     api_request_free(&r);
 
     assert_int_equal(parse(API_CHAT,
