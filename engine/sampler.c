@@ -177,7 +177,9 @@ static int adjust_rows(tm_sampler *s, const float *logits, int n, int vocab,
         s->row_start[i] = k;
         if (pen[i] && pen[i]->active) {
             s->params[i] = pen[i]->params;
-            memcpy(&s->entries[k], pen[i]->entries, (size_t)pen[i]->n_entries * sizeof *s->entries);
+            if (pen[i]->n_entries > 0) /* active with no entries yet: a first token */
+                memcpy(&s->entries[k], pen[i]->entries,
+                       (size_t)pen[i]->n_entries * sizeof *s->entries);
             k += pen[i]->n_entries;
         } else {
             s->params[i] = (kn_logit_adjust){ 0.0f, 0.0f, 1.0f };

@@ -177,11 +177,15 @@ static void sample_rows_adjusted_copy_and_raw_logprobs(void **state)
         float *logits = kn_malloc(&be, sizeof host);
         assert_non_null(logits);
         assert_int_equal(kn_copy_to_backend(&be, logits, host, sizeof host), TN_OK);
-        /* Row 0: +100 bias on a token; row 1: nothing; row 2: repetition
-         * and presence/frequency over a prompt and output; row 3: -100 on
-         * the raw argmax. */
+        /* Row 0: +100 bias on a token; row 1: nothing (trial 0: penalties
+         * that are active but have no entries yet, a first token); row 2:
+         * repetition and presence/frequency over a prompt and output; row
+         * 3: -100 on the raw argmax. */
         tm_penalties pen[N];
-        const tm_penalties *pp[N] = {&pen[0], NULL, &pen[2], &pen[3]};
+        const tm_penalties *pp[N] = {&pen[0], trial ? NULL : &pen[1], &pen[2], &pen[3]};
+        assert_int_equal(tm_penalties_init(&pen[1], 0.5f, 0.5f, 1, NULL, 0, 0, NULL, NULL, 0, VOCAB),
+                         TN_OK);
+        assert_true(pen[1].active && pen[1].n_entries == 0);
         int32_t favourite = (int32_t)(next_u32(&rng) % VOCAB);
         float plus = 100, minus = -100;
         assert_int_equal(tm_penalties_init(&pen[0], 0, 0, 1, NULL, 0, 0, &favourite, &plus, 1, VOCAB),
@@ -250,8 +254,7 @@ static void sample_rows_adjusted_copy_and_raw_logprobs(void **state)
         /* Row 3: the banned token is still the raw distribution's top. */
         assert_int_equal(lp[3].top_ids[0], banned);
         for (int i = 0; i < N; i++)
-            if (i != 1)
-                tm_penalties_free(&pen[i]);
+            tm_penalties_free(&pen[i]);
         kn_free(&be, logits);
     }
     tm_sampler_free(&s);
