@@ -228,7 +228,11 @@ static void fill_sampling_extras(Tandem__V1__SamplingParams *s, const router_req
     s->presence_penalty = r->presence_penalty;
     s->frequency_penalty = r->frequency_penalty;
     s->repetition_penalty = r->repetition_penalty;
-    s->output_in_prompt = (uint32_t)r->n_out;
+    /* Only a penalty counts output (and then the decoder gets the prompt,
+     * worker_sampling_needs_prompt): without one the field stays 0. */
+    const int penalised = r->presence_penalty != 0.0f || r->frequency_penalty != 0.0f ||
+                          r->repetition_penalty != 1.0f;
+    s->output_in_prompt = penalised ? (uint32_t)r->n_out : 0;
     s->logprobs = r->logprobs >= 0 || r->score_logprobs;
     s->top_logprobs = r->logprobs > 0 ? (uint32_t)r->logprobs : 0;
 }
