@@ -148,6 +148,26 @@ verdict=$(ref no_repeat_but_reference_repeats "$toks")
 [ "$code" = 200 ] && [ "$verdict" = ok ]
 check "presence_penalty 2 + frequency_penalty 2: no token repeats in 24 greedy tokens" $? "HTTP $code $verdict"
 
+# Many steps: the same as tandem-generate with the same penalties and bias
+# (the decoder counts every output token, and the prompt for repetition),
+# greedy and seeded.
+PEN='"presence_penalty":1.5,"frequency_penalty":0.5,"repetition_penalty":1.3,"logit_bias":{"12":-100,"5":3}'
+PEN_FLAGS=(--presence-penalty 1.5 --frequency-penalty 0.5 --repetition-penalty 1.3 --logit-bias 12:-100,5:3)
+code=$(post $C "{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_tokens\":32,\"temperature\":0,\"ignore_eos\":true,$PEN}" "$CLUSTER_TMP/pg.json")
+got=$(json_get "$CLUSTER_TMP/pg.json" '",".join(map(str, j["choices"][0]["token_ids"]))' 2>&1)
+want=$(timeout 60 "$BIN/tandem-generate" --model "$dir" --prompt-ids "$prompt" --max-tokens 32 --ignore-eos \
+       "${PEN_FLAGS[@]}" 2>/dev/null)
+[ "$code" = 200 ] && [ "$got" = "$want" ] && [ "$got" != "$(echo "$golden" | cut -d, -f1-32)" ]
+check "greedy with all penalties and logit_bias = tandem-generate with the same (32 tokens)" $? \
+    "HTTP $code $got" "want $want"
+code=$(post $C "{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_tokens\":32,\"temperature\":0.8,\"seed\":42,\"ignore_eos\":true,$PEN}" "$CLUSTER_TMP/ps.json")
+got=$(json_get "$CLUSTER_TMP/ps.json" '",".join(map(str, j["choices"][0]["token_ids"]))' 2>&1)
+want=$(timeout 60 "$BIN/tandem-generate" --model "$dir" --prompt-ids "$prompt" --max-tokens 32 --ignore-eos \
+       --temperature 0.8 --seed 42 "${PEN_FLAGS[@]}" 2>/dev/null)
+[ "$code" = 200 ] && [ "$got" = "$want" ]
+check "seeded sampling with penalties and logit_bias = tandem-generate with the same seed" $? \
+    "HTTP $code $got" "want $want"
+
 # One step after prompt + the reference's first 17 tokens: greedy gives
 # gen_ids[17] (a token already in that prompt) ...
 long_prompt="$prompt,$(echo "$golden" | cut -d, -f1-17)"
