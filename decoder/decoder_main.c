@@ -26,8 +26,9 @@ static const char *const INTRO =
 static void send_error(decoder_ctx *ctx, const char *request_id, int code, const char *msg)
 {
     tn_log(WHO, "request %s refused: %s", request_id, msg);
-    ctx->loop.wm.decode_requests[code == TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL ? OUTCOME_ERROR
-                                                                                : OUTCOME_CLIENT_ERROR]++;
+    int ours = code == TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL ||
+               code == TANDEM__V1__ERROR_CODE__ERROR_CODE_TRANSFER_FAILED;
+    ctx->loop.wm.decode_requests[ours ? OUTCOME_ERROR : OUTCOME_CLIENT_ERROR]++;
     Tandem__V1__Error e = TANDEM__V1__ERROR__INIT;
     e.code = code;
     e.message = (char *)msg;
@@ -38,14 +39,22 @@ static void send_error(decoder_ctx *ctx, const char *request_id, int code, const
     link_send(&ctx->loop.link, &m);
 }
 
-/* Tells the router where q's prompt KV goes. */
-static void send_kv_ready(decoder_ctx *ctx, const sched_seq *q)
+/* After its lease, a reservation is freed only this much later: the
+ * prefiller counts the lease from when the assignment reached it, after
+ * the router relayed KvReady. */
+#define LEASE_GRACE_MS 2000
+
+/* Tells the router where q's prompt KV goes, leasing its pages to the
+ * prefill for kv_lease_ms. */
+static void send_kv_ready(decoder_ctx *ctx, sched_seq *q)
 {
+    q->lease_until_ms = tn_now_ms() + (uint64_t)ctx->cfg.kv_lease_ms + LEASE_GRACE_MS;
     Tandem__V1__KvDestination d = TANDEM__V1__KV_DESTINATION__INIT;
     d.decoder_id = ctx->cfg.w.worker_id;
     d.page_ids = q->pages;
     d.n_page_ids = (size_t)q->n_pages;
     d.page_size = ctx->cfg.w.page_size;
+    d.lease_end_unix_ms = tn_wall_ms() + (uint64_t)ctx->cfg.kv_lease_ms;
     Tandem__V1__KvReady k = TANDEM__V1__KV_READY__INIT;
     k.request_id = (char *)q->id;
     k.destination = &d;
@@ -174,13 +183,30 @@ static void drop_old_session(void *arg)
 }
 
 /* Frees cancelled reservations whose transfer never reported: by then the
- * prefiller's own transfer timeout has closed the connection. */
+ * prefiller's own transfer timeout has closed the connection. And frees
+ * reservations whose lease ended before they ran (no KV, or no first
+ * token): the prefiller starts no push after the lease and ends its
+ * transfer by then, so nothing writes into the pages any more; the router
+ * hears that the request failed here (it would otherwise wait for it). */
 static void release_orphans(decoder_ctx *ctx, uint64_t now)
 {
     for (int i = ctx->s.n_seqs - 1; i >= 0; i--) {
         sched_seq *q = ctx->s.seqs[i];
-        if (q->cancelled && q->release_at_ms && now >= q->release_at_ms) {
+        /* A cancelled reservation's prefill may still push until its lease
+         * ends (the prefiller honours it), so that bounds the wait too. */
+        uint64_t release_at = q->release_at_ms;
+        if (q->lease_until_ms && (!release_at || q->lease_until_ms < release_at))
+            release_at = q->lease_until_ms;
+        if (q->cancelled && release_at && now >= release_at) {
             tn_log(WHO, "request %s: no word from its KV transfer; freeing its pages", q->id);
+            sched_remove(&ctx->s, q);
+        } else if (!q->cancelled && q->state == SEQ_RESERVED && q->lease_until_ms &&
+                   now >= q->lease_until_ms) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "the KV lease of its prefill ended after %d ms with %s; "
+                     "its %d pages are free again", ctx->cfg.kv_lease_ms,
+                     q->kv_arrived ? "no first token" : "no KV transfer", q->n_pages);
+            send_error(ctx, q->id, TANDEM__V1__ERROR_CODE__ERROR_CODE_TRANSFER_FAILED, msg);
             sched_remove(&ctx->s, q);
         }
     }
@@ -218,8 +244,14 @@ static void handle_notices(decoder_ctx *ctx)
             sched_remove(&ctx->s, q); /* no more writes: the pages are free */
             continue;
         }
-        if (!complete)
-            continue; /* the prefiller reports the failure; the router cancels */
+        if (!complete) {
+            /* The transfer is over unfinished (the prefiller stopped: no
+             * more writes follow) and the prefiller reports the failure, so
+             * the router places the request again under a new id: the
+             * lease ends here and the pages return to the pool now. */
+            sched_remove(&ctx->s, q);
+            continue;
+        }
         /* staged KV: the prompt's pages go from the host mirror to the GPU */
         int n_prompt = (q->prompt_len + ctx->s.page_size - 1) / ctx->s.page_size;
         char err[200];
@@ -420,12 +452,18 @@ static int parse_flags(decoder_config *c, int argc, char **argv)
     c->kv_pages = 1024;
     c->max_batch = 64;
     c->orphan_release_ms = 60000;
+    c->kv_lease_ms = 120000;
     const opt_spec specs[] = {
         {"kv-pages", OPT_INT, &c->kv_pages, 0, "KV cache capacity in pages"},
         {"max-batch", OPT_INT, &c->max_batch, 0, "most sequences decoded together"},
         {"orphan-release-ms", OPT_INT, &c->orphan_release_ms, 0,
          "free a cancelled reservation whose KV transfer never reports after this long "
          "(keep it above the prefillers' --transfer-timeout-ms)"},
+        {"kv-lease-ms", OPT_INT, &c->kv_lease_ms, 0,
+         "lease a reservation's pages to its prefill for this long: a request whose KV or "
+         "first token has not come by then (plus 2 s) is failed and its pages freed; the "
+         "prefiller starts no push after it (keep it above the longest prefill queue wait "
+         "plus --transfer-timeout-ms)"},
     };
     return worker_parse_flags(o, "tandem-decoder", INTRO, "dp", specs,
                               (int)(sizeof specs / sizeof *specs), argc, argv);
@@ -440,6 +478,11 @@ int main(int argc, char **argv)
     }
     worker_loop_init(&ctx->loop, &DECODER_ROLE, ctx, WM_DECODE);
     int prc = parse_flags(&ctx->cfg, argc, argv);
+    if (prc < 0 && (ctx->cfg.kv_lease_ms <= 0 || ctx->cfg.orphan_release_ms <= 0)) {
+        fprintf(stderr, "tandem-decoder: --kv-lease-ms and --orphan-release-ms must be "
+                "positive\n");
+        prc = 2;
+    }
     if (prc >= 0) {
         free(ctx);
         return prc;
@@ -493,12 +536,14 @@ int main(int argc, char **argv)
     if (!ctx->batch || !ctx->steps || !ctx->sampled || !ctx->params || !ctx->rngs ||
         !ctx->pens || !ctx->top_logprobs || !ctx->logprobs || !ctx->logprobs_wire ||
         sched_init(&ctx->s, c->kv_pages, o->page_size, c->max_batch, ctx->max_context) != 0 ||
-        tm_kv_cache_init(&ctx->kv, &ctx->be, ctx->mc->n_layers, ctx->mc->n_kv_heads,
+        tm_kv_cache_init(&ctx->kv, &ctx->be, o->kv_elem, ctx->mc->n_layers, ctx->mc->n_kv_heads,
                          ctx->mc->head_dim, o->page_size, c->kv_pages) != TN_OK) {
         fprintf(stderr, "tandem-decoder: cannot allocate %d KV pages and step buffers\n",
                 c->kv_pages);
         goto out;
     }
+    tn_log(WHO, "%s: %s KV cache, %d pages of %zu bytes per layer and pool", o->worker_id,
+           kn_dtype_name(ctx->kv.dtype), c->kv_pages, tm_kv_page_bytes(&ctx->kv));
     if (kv_receiver_open(&ctx->kv, o->worker_id, o->ucx_tls, o->kv_path_mode, &ctx->recv, err,
                          sizeof err) != 0) {
         fprintf(stderr, "tandem-decoder: TransferEngine: %s\n", err);

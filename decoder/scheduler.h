@@ -73,6 +73,9 @@ typedef struct sched_seq {
                                  transfer may still write into its pages */
     uint64_t release_at_ms;   /* cancelled: when the decoder frees it anyway
                                  (no prefiller writes that late); 0 = never */
+    uint64_t lease_until_ms;  /* admitted: the KV lease of its prefill ends
+                                 (the decoder frees it unless it runs by then);
+                                 0 = not leased yet */
 } sched_seq;
 
 typedef struct sched {

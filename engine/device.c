@@ -72,3 +72,31 @@ int tm_weights_parse(const char *arg, tm_weight_dtype *out)
         return -1;
     return 0;
 }
+
+int tm_kv_dtype_parse(const char *arg, tm_kv_dtype *out, char *err, size_t errlen)
+{
+    if (arg && strcmp(arg, "auto") == 0)
+        *out = TM_KV_AUTO;
+    else if (arg && strcmp(arg, "f32") == 0)
+        *out = TM_KV_F32;
+    else if (arg && strcmp(arg, "bf16") == 0)
+        *out = TM_KV_BF16;
+    else if (arg && strcmp(arg, "fp8") == 0)
+        *out = TM_KV_FP8;
+    else {
+        tn_errf(err, errlen, "--kv-dtype must be auto, f32, bf16 or fp8, got '%s'", arg ? arg : "");
+        return -1;
+    }
+    return 0;
+}
+
+kn_dtype tm_kv_dtype_resolve(tm_kv_dtype d, kn_backend_kind kind)
+{
+    switch (d) {
+    case TM_KV_F32: return KN_F32;
+    case TM_KV_BF16: return KN_BF16;
+    case TM_KV_FP8: return KN_FP8_E4M3;
+    case TM_KV_AUTO: break;
+    }
+    return kind == KN_BACKEND_CPU ? KN_F32 : KN_BF16;
+}

@@ -1,10 +1,12 @@
-/* The --device and --weights command-line values shared by the engine's
- * executables (tandem-generate, tandem-bench, the prefiller and decoder). */
+/* The --device, --weights and --kv-dtype command-line values shared by the
+ * engine's executables (tandem-generate, tandem-bench, the prefiller and
+ * decoder). */
 #ifndef TANDEM_ENGINE_DEVICE_H
 #define TANDEM_ENGINE_DEVICE_H
 #include <stddef.h>
 #include "engine/model.h"
 #include "kernels/backend.h"
+#include "kernels/dtype.h"
 
 /* "cpu", "cuda" (device 0) or "cuda:N". Returns 0 and fills kind/ordinal,
  * or -1 for anything else. */
@@ -18,5 +20,16 @@ int tm_device_open(const char *arg, kn_backend *be, char *err, size_t errlen);
 
 /* "auto", "f32", "bf16" or "fp8". Returns 0, or -1 for anything else. */
 int tm_weights_parse(const char *arg, tm_weight_dtype *out);
+
+/* --kv-dtype: the KV cache's element type. auto is f32 on the CPU backend
+ * (the reference the other dtypes are measured against; docs/PERF.md "KV
+ * cache dtype") and bf16 on CUDA; fp8 is e4m3 with a scale per (token,
+ * KV head) row. */
+typedef enum { TM_KV_AUTO = 0, TM_KV_F32, TM_KV_BF16, TM_KV_FP8 } tm_kv_dtype;
+/* "auto", "f32", "bf16" or "fp8". Returns 0; -1 for anything else, with
+ * the reason in err. */
+int tm_kv_dtype_parse(const char *arg, tm_kv_dtype *out, char *err, size_t errlen);
+/* The dtype the cache gets on a backend of this kind. */
+kn_dtype tm_kv_dtype_resolve(tm_kv_dtype d, kn_backend_kind kind);
 
 #endif

@@ -237,9 +237,10 @@ static int layer_forward(tm_model *m, tm_kv_cache *kv, int l, const kn_seq_batch
     }
     TRY(kn_rope(be, q, s->pos.p, T, nh, hd, m->inv_freq, m->rope_scale));
     TRY(kn_rope(be, k, s->pos.p, T, nkv, hd, m->inv_freq, m->rope_scale));
-    TRY(kn_kv_append(be, kv->k[l], kv->v[l], k, v, b, nkv, hd, kv->page_size));
+    const kn_kv_pools pools = tm_kv_layer_pools(kv, l);
+    TRY(kn_kv_append(be, &pools, k, v, b, nkv, hd, kv->page_size));
     TRY(lap(m, TM_PROF_ROPE_KV));
-    TRY(kn_attention(be, att, q, kv->k[l], kv->v[l], b, nh, nkv, hd,
+    TRY(kn_attention(be, att, q, &pools, b, nh, nkv, hd,
                      kv->page_size, (float)(1.0 / sqrt((double)hd)), w->sinks,
                      c->layer_window[l]));
     TRY(lap(m, TM_PROF_ATTENTION));

@@ -5,7 +5,13 @@
 
 size_t tm_kv_page_bytes(const tm_kv_cache *c)
 {
-    return (size_t)c->n_kv_heads * (size_t)c->page_size * (size_t)c->head_dim * sizeof(float);
+    return (size_t)c->n_kv_heads * (size_t)c->page_size * kn_kv_row_bytes(c->dtype, c->head_dim);
+}
+
+kn_kv_pools tm_kv_layer_pools(const tm_kv_cache *c, int l)
+{
+    kn_kv_pools p = {c->k[l], c->v[l], c->dtype};
+    return p;
 }
 
 void tm_kv_cache_free(tm_kv_cache *c)
@@ -25,21 +31,23 @@ void tm_kv_cache_free(tm_kv_cache *c)
     memset(c, 0, sizeof(*c));
 }
 
-int tm_kv_cache_init(tm_kv_cache *c, const kn_backend *be, int n_layers,
+int tm_kv_cache_init(tm_kv_cache *c, const kn_backend *be, kn_dtype dtype, int n_layers,
                      int n_kv_heads, int head_dim, int page_size, int n_pages)
 {
     memset(c, 0, sizeof(*c));
     if (!be || n_layers <= 0 || n_kv_heads <= 0 || head_dim <= 0 || page_size <= 0 ||
-        n_pages <= 0)
+        n_pages <= 0 || (dtype != KN_F32 && dtype != KN_BF16 && dtype != KN_FP8_E4M3) ||
+        (dtype == KN_FP8_E4M3 && head_dim % 4 != 0))
         return TN_ERR_ARG;
     c->be = be;
+    c->dtype = dtype;
     c->n_layers = n_layers;
     c->n_kv_heads = n_kv_heads;
     c->head_dim = head_dim;
     c->page_size = page_size;
     c->n_pages = n_pages;
     size_t page = tm_kv_page_bytes(c);
-    if (page / sizeof(float) / (size_t)head_dim / (size_t)page_size != (size_t)n_kv_heads ||
+    if (page / kn_kv_row_bytes(dtype, head_dim) / (size_t)page_size != (size_t)n_kv_heads ||
         (size_t)n_pages > SIZE_MAX / page) {
         memset(c, 0, sizeof(*c));
         return TN_ERR_ARG;

@@ -34,9 +34,9 @@ typedef struct tm_kv_staging {
     const tm_kv_cache *kv;
     int staged;           /* pages go through the mirror */
     int device_memory;    /* the pools to register are device memory */
-    float **k, **v;       /* [n_layers] the pools to register: the cache's own,
-                             or the mirror's */
-    float **mirror_k, **mirror_v; /* the host mirror (staged only) */
+    void **k, **v;        /* [n_layers] the pools to register: the cache's own,
+                             or the mirror's (the cache's dtype, its bytes) */
+    void **mirror_k, **mirror_v; /* the host mirror (staged only) */
     char how[160];        /* one line for the log: which path and why */
 } tm_kv_staging;
 

@@ -175,26 +175,59 @@ static int check_seq_batch(const char *op, const kn_seq_batch *b)
     return TN_OK;
 }
 
-static int check_kv_append(const float *k_pool, const float *v_pool, const float *k,
-                           const float *v, const kn_seq_batch *b, int n_kv_heads, int head_dim,
-                           int page_size)
+size_t kn_kv_row_bytes(kn_dtype dt, int head_dim)
+{
+    if (head_dim <= 0)
+        return 0;
+    switch (dt) {
+    case KN_F32: return (size_t)head_dim * 4;
+    case KN_BF16: return (size_t)head_dim * 2;
+    case KN_FP8_E4M3: return (size_t)head_dim + sizeof(float);
+    }
+    return 0;
+}
+
+/* The pools: both present and of a dtype the ops read (FP8 rows keep
+ * their scale 4-byte aligned: head_dim a multiple of 4). */
+static int check_kv_pools(const char *op, const kn_kv_pools *p, int head_dim)
+{
+    if (!p)
+        return kn_arg_error(op, "NULL KV pools");
+    if (!p->k || !p->v)
+        return kn_arg_error(op, "NULL %s", !p->k ? "k_pool" : "v_pool");
+    if (p->dtype != KN_F32 && p->dtype != KN_BF16 && p->dtype != KN_FP8_E4M3)
+        return kn_arg_error(op, "KV pools of dtype %s (%d): the KV dtypes are f32, bf16 and fp8",
+                            kn_dtype_name(p->dtype), (int)p->dtype);
+    if (p->dtype == KN_FP8_E4M3 && head_dim % 4 != 0)
+        return kn_arg_error(op, "fp8 KV pools need head_dim a multiple of 4, got %d", head_dim);
+    return TN_OK;
+}
+
+static int check_kv_append(const kn_kv_pools *pools, const float *k, const float *v,
+                           const kn_seq_batch *b, int n_kv_heads, int head_dim, int page_size)
 {
     static const char op[] = "kn_kv_append";
-    if (!k_pool || !v_pool || !k || !v)
-        return kn_arg_error(op, "NULL %s", !k_pool ? "k_pool" : !v_pool ? "v_pool" : !k ? "k" : "v");
+    int rc = check_kv_pools(op, pools, head_dim);
+    if (rc != TN_OK)
+        return rc;
+    if (!k || !v)
+        return kn_arg_error(op, "NULL %s", !k ? "k" : "v");
     if (n_kv_heads <= 0 || head_dim <= 0 || page_size <= 0)
         return kn_arg_error(op, "bad sizes n_kv_heads=%d head_dim=%d page_size=%d",
                             n_kv_heads, head_dim, page_size);
     return check_seq_batch(op, b);
 }
 
-static int check_attention(const float *out, const float *q, const float *k_pool,
-                           const float *v_pool, const kn_seq_batch *b, int n_heads,
-                           int n_kv_heads, int head_dim, int page_size, float scale, int window)
+static int check_attention(const float *out, const float *q, const kn_kv_pools *pools,
+                           const kn_seq_batch *b, int n_heads, int n_kv_heads, int head_dim,
+                           int page_size, float scale, int window)
 {
     static const char op[] = "kn_attention";
-    if (!out || !q || !k_pool || !v_pool)
-        return kn_arg_error(op, "NULL %s", !out ? "out" : !q ? "q" : !k_pool ? "k_pool" : "v_pool");
+    if (!out || !q)
+        return kn_arg_error(op, "NULL %s", !out ? "out" : "q");
+    int rc = check_kv_pools(op, pools, head_dim);
+    if (rc != TN_OK)
+        return rc;
     if (n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0 || page_size <= 0 || window < 0)
         return kn_arg_error(op, "bad sizes n_heads=%d n_kv_heads=%d head_dim=%d page_size=%d "
                             "window=%d", n_heads, n_kv_heads, head_dim, page_size, window);
@@ -429,34 +462,34 @@ int kn_rope(const kn_backend *be, float *x, const int32_t *pos, int n_tokens,
     return TN_ERR_ARG;
 }
 
-int kn_kv_append(const kn_backend *be, float *k_pool, float *v_pool,
+int kn_kv_append(const kn_backend *be, const kn_kv_pools *pools,
                  const float *k, const float *v, const kn_seq_batch *b,
                  int n_kv_heads, int head_dim, int page_size)
 {
     switch (CHECKED_KIND("kn_kv_append", be,
-                         check_kv_append(k_pool, v_pool, k, v, b, n_kv_heads, head_dim, page_size))) {
+                         check_kv_append(pools, k, v, b, n_kv_heads, head_dim, page_size))) {
     case KN_BACKEND_CPU:
-        return kn_kv_append_cpu(k_pool, v_pool, k, v, b, n_kv_heads, head_dim, page_size);
+        return kn_kv_append_cpu(pools, k, v, b, n_kv_heads, head_dim, page_size);
     case KN_BACKEND_CUDA:
-        CUDA_CALL("kn_kv_append", kn_kv_append_cuda(be, k_pool, v_pool, k, v, b,
+        CUDA_CALL("kn_kv_append", kn_kv_append_cuda(be, pools, k, v, b,
                                                     n_kv_heads, head_dim, page_size));
     }
     return TN_ERR_ARG;
 }
 
 int kn_attention(const kn_backend *be, float *out, const float *q,
-                 const float *k_pool, const float *v_pool, const kn_seq_batch *b,
+                 const kn_kv_pools *pools, const kn_seq_batch *b,
                  int n_heads, int n_kv_heads, int head_dim, int page_size,
                  float scale, const float *sinks, int window)
 {
     switch (CHECKED_KIND("kn_attention", be,
-                         check_attention(out, q, k_pool, v_pool, b, n_heads, n_kv_heads,
-                                         head_dim, page_size, scale, window))) {
+                         check_attention(out, q, pools, b, n_heads, n_kv_heads, head_dim,
+                                         page_size, scale, window))) {
     case KN_BACKEND_CPU:
-        return kn_attention_cpu(out, q, k_pool, v_pool, b, n_heads, n_kv_heads,
+        return kn_attention_cpu(out, q, pools, b, n_heads, n_kv_heads,
                                 head_dim, page_size, scale, sinks, window);
     case KN_BACKEND_CUDA:
-        CUDA_CALL("kn_attention", kn_attention_cuda(be, out, q, k_pool, v_pool, b, n_heads,
+        CUDA_CALL("kn_attention", kn_attention_cuda(be, out, q, pools, b, n_heads,
                                                     n_kv_heads, head_dim, page_size, scale,
                                                     sinks, window));
     }

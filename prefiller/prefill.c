@@ -257,12 +257,21 @@ void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job)
         free(pages);
         return;
     }
-    /* The decoder's pages get the prompt's KV; it continues from there. */
+    /* The decoder's pages get the prompt's KV; it continues from there,
+     * within the lease of its pages: no push starts after it, and the
+     * transfer ends by then (the decoder frees the pages after it). */
     kv_push *push = NULL;
     int ok = 0;
     uint64_t bytes = 0;
-    if (kv_push_start(ctx->pusher, job->dest, job->key, pages, job->n_tokens,
-                      ctx->cfg.transfer_timeout_ms, &push, err, sizeof err) == 0) {
+    int timeout_ms = ctx->cfg.transfer_timeout_ms;
+    double lease_left_ms = job->lease_end_ms ? (double)job->lease_end_ms - (double)tn_wall_ms() : 0;
+    if (job->lease_end_ms && lease_left_ms < timeout_ms)
+        timeout_ms = lease_left_ms > 0 ? (int)lease_left_ms : 0;
+    if (job->lease_end_ms && timeout_ms <= 0)
+        snprintf(err, sizeof err, "the decoder's KV lease ended %.0f ms before the push could "
+                 "start; nothing was sent", -lease_left_ms);
+    else if (kv_push_start(ctx->pusher, job->dest, job->key, pages, job->n_tokens,
+                           timeout_ms, &push, err, sizeof err) == 0) {
         int cancel_sent = 0;
         while (!kv_push_poll(ctx->pusher, push, &ok, err, sizeof err)) {
             if (ctx->group.rank == 0)

@@ -35,6 +35,8 @@ typedef struct prefill_job {
     int n_tokens;
     worker_sampling ws;        /* sampling, penalties, logprobs (rank 0) */
     Tandem__V1__KvDestination *dest; /* an unpacked copy the job owns */
+    uint64_t lease_end_ms;     /* tn_wall_ms() after which the decoder's pages are no
+                                  longer ours (dest->lease_end_unix_ms); 0: none */
     int cancelled;
 } prefill_job;
 

@@ -126,6 +126,7 @@ static void on_assignment(prefiller_ctx *ctx, const Tandem__V1__PrefillAssignmen
     }
     snprintf(job->id, sizeof job->id, "%s", a->request_id);
     job->key = key;
+    job->lease_end_ms = d->lease_end_unix_ms;
     memcpy(job->tokens, a->prompt_tokens, a->n_prompt_tokens * sizeof *job->tokens);
     job->n_tokens = (int)a->n_prompt_tokens;
     job->ws = ws;
@@ -446,11 +447,14 @@ int main(int argc, char **argv)
     tm_sampler_init(&ctx->sampler, &ctx->be);
     int n_pages = (c->max_prompt_tokens + o->page_size - 1) / o->page_size;
     /* each TP rank caches only its KV heads */
-    if (tm_kv_cache_init(&ctx->kv, &ctx->be, ctx->mc->n_layers, tm_model_kv_heads(ctx->model),
-                         ctx->mc->head_dim, o->page_size, n_pages) != TN_OK) {
+    if (tm_kv_cache_init(&ctx->kv, &ctx->be, o->kv_elem, ctx->mc->n_layers,
+                         tm_model_kv_heads(ctx->model), ctx->mc->head_dim, o->page_size,
+                         n_pages) != TN_OK) {
         fprintf(stderr, "tandem-prefiller: cannot allocate a KV cache of %d pages\n", n_pages);
         goto out;
     }
+    tn_log(WHO, "rank %d: %s KV cache, %d pages of %zu bytes per layer and pool",
+           ctx->group.rank, kn_dtype_name(ctx->kv.dtype), n_pages, tm_kv_page_bytes(&ctx->kv));
     char engine_name[160];
     snprintf(engine_name, sizeof engine_name, "%s-r%d", o->worker_id, ctx->group.rank);
     if (kv_pusher_open_rank(&ctx->kv, ctx->mc->n_kv_heads, o->ranks, ctx->group.rank,

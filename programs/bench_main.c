@@ -30,6 +30,7 @@ typedef enum { FILL_AUTO, FILL_PREFILL, FILL_RANDOM } ctx_fill;
 typedef struct bench_args {
     char model[4096], synthetic[4096], device[64];
     tm_weight_dtype weights;
+    tm_kv_dtype kv_dtype;
     unsigned long long seed;
     int32_t prefill_lens[MAX_LIST];
     int n_prefill;
@@ -60,6 +61,8 @@ static void usage(FILE *f)
         "  --device D           cpu (default), cuda or cuda:N\n"
         "  --weights W          auto (default: f32 on cpu, bf16 on cuda), f32, bf16 or\n"
         "                       fp8 (attention and experts FP8 e4m3, 128x128 block scales)\n"
+        "  --kv-dtype T         KV cache element type: auto (default: f32 on cpu, bf16\n"
+        "                       on cuda), f32, bf16 or fp8 (e4m3, a scale per token row)\n"
         "  --prefill LIST       prompt lengths, comma-separated, or none (default 128,512)\n"
         "  --batch LIST         decode batch sizes, or none (default 1,8,32)\n"
         "  --context N          cached tokens per sequence before decoding (default 128)\n"
@@ -131,6 +134,7 @@ typedef struct bench_ctx {
     const tm_config *cfg;
     kn_backend be;
     kn_stopwatch *sw;
+    kn_dtype kv_dtype;
     double prof[TM_PROF_N_GROUPS];
 } bench_ctx;
 
@@ -163,8 +167,9 @@ static double prefill_flops(const tm_config *c, int n)
  * must read at least once: every attention weight, the router, the
  * experts some token of the batch routes to (expected count under uniform
  * routing, E (1 - (1 - k/E)^batch)), the head, and each sequence's visible
- * K/V (fp32). */
-static double decode_bytes(const tm_config *c, kn_dtype wd, kn_dtype ed, int batch, int ctx)
+ * K/V (rows of the cache's dtype kvdt: FP8 rows with their scale). */
+static double decode_bytes(const tm_config *c, kn_dtype wd, kn_dtype ed, kn_dtype kvdt,
+                           int batch, int ctx)
 {
     /* wd: the LM head's dtype; ed: the experts' (and attention's) */
     double wb = kn_dtype_size(ed), hb = kn_dtype_size(wd), H = c->hidden_size;
@@ -177,7 +182,8 @@ static double decode_bytes(const tm_config *c, kn_dtype wd, kn_dtype ed, int bat
     for (int l = 0; l < c->n_layers; l++) {
         int w = c->layer_window[l];
         double vis = w > 0 && w < ctx ? w : ctx;
-        bytes += (double)batch * vis * kvd * 2 * 4;
+        bytes += (double)batch * vis * c->n_kv_heads * 2 *
+                 (double)kn_kv_row_bytes(kvdt, c->head_dim);
     }
     return bytes;
 }
@@ -245,7 +251,7 @@ static int run_prefill(bench_ctx *c, tm_kv_cache *kv, int32_t *tokens, int32_t *
 static int bench_prefill(bench_ctx *c, const bench_args *a, int len)
 {
     tm_kv_cache kv;
-    int rc = tm_kv_cache_init(&kv, &c->be, c->cfg->n_layers, c->cfg->n_kv_heads,
+    int rc = tm_kv_cache_init(&kv, &c->be, c->kv_dtype, c->cfg->n_layers, c->cfg->n_kv_heads,
                               c->cfg->head_dim, a->page_size,
                               (len + a->page_size - 1) / a->page_size);
     if (rc != TN_OK)
@@ -308,14 +314,18 @@ static int fill_context(bench_ctx *c, const bench_args *a, tm_kv_cache *kv, int3
     return rc;
 }
 
+/* Random values in every element (FP8: every byte as a code, the row
+ * scales too, which then read as tiny finite floats: decode speed does not
+ * depend on the values). */
 static int cache_fill_random(bench_ctx *c, tm_kv_cache *kv)
 {
-    size_t n = tm_kv_page_bytes(kv) / sizeof(float) * (size_t)kv->n_pages;
+    size_t n = tm_kv_page_bytes(kv) / kn_dtype_size(kv->dtype) * (size_t)kv->n_pages;
     int rc = TN_OK;
     for (int l = 0; rc == TN_OK && l < kv->n_layers; l++) {
-        rc = kn_fill_uniform(&c->be, kv->k[l], KN_F32, n, 1000u + (uint64_t)l, -1.0f, 1.0f);
+        rc = kn_fill_uniform(&c->be, kv->k[l], kv->dtype, n, 1000u + (uint64_t)l, -1.0f, 1.0f);
         if (rc == TN_OK)
-            rc = kn_fill_uniform(&c->be, kv->v[l], KN_F32, n, 5000u + (uint64_t)l, -1.0f, 1.0f);
+            rc = kn_fill_uniform(&c->be, kv->v[l], kv->dtype, n, 5000u + (uint64_t)l, -1.0f,
+                                 1.0f);
     }
     return rc == TN_OK ? kn_backend_sync(&c->be) : rc;
 }
@@ -346,14 +356,14 @@ static int bench_decode(bench_ctx *c, const bench_args *a, int batch, ctx_fill m
 {
     tm_kv_cache kv;
     int per_seq = (a->context + a->steps + a->page_size - 1) / a->page_size;
-    int rc = tm_kv_cache_init(&kv, &c->be, c->cfg->n_layers, c->cfg->n_kv_heads,
+    int rc = tm_kv_cache_init(&kv, &c->be, c->kv_dtype, c->cfg->n_layers, c->cfg->n_kv_heads,
                               c->cfg->head_dim, a->page_size, per_seq * batch);
     char shape[64];
     snprintf(shape, sizeof shape, "batch %d, context %d", batch, a->context);
     if (rc != TN_OK) {
         printf("%-8s %-30s  cache of %.1f GB did not fit: %s\n", "decode", shape,
                2.0 * c->cfg->n_layers * (double)per_seq * batch * a->page_size *
-                   c->cfg->n_kv_heads * c->cfg->head_dim * 4 / 1e9,
+                   c->cfg->n_kv_heads * (double)kn_kv_row_bytes(c->kv_dtype, c->cfg->head_dim) / 1e9,
                tn_status_str(rc));
         return TN_OK;   /* report and go on with the other shapes */
     }
@@ -375,7 +385,7 @@ static int bench_decode(bench_ctx *c, const bench_args *a, int batch, ctx_fill m
         double step_ms = 1e3 * median(runs, a->repeat) / a->steps;
         double floor_ms = a->hbm_tbps > 0
                               ? decode_bytes(c->cfg, tm_model_weight_dtype(c->model),
-                                             tm_model_expert_dtype(c->model), batch,
+                                             tm_model_expert_dtype(c->model), c->kv_dtype, batch,
                                              a->context + a->steps / 2) /
                                     (a->hbm_tbps * 1e12) * 1e3
                               : 0;
@@ -430,6 +440,9 @@ static int set_flag(void *ctx, const char *name, const char *v, char *err, size_
         bad = opts_u64(v, &a->seed);
     } else if (!strcmp(name, "weights")) {
         bad = tm_weights_parse(v, &a->weights);
+    } else if (!strcmp(name, "kv-dtype")) {
+        if (tm_kv_dtype_parse(v, &a->kv_dtype, err, errlen) != 0)
+            return -1;
     } else if (!strcmp(name, "prefill")) {
         bad = parse_list(v, a->prefill_lens, &a->n_prefill);
     } else if (!strcmp(name, "batch")) {
@@ -471,6 +484,7 @@ static int parse_args(int argc, char **argv, bench_args *a)
         {"seed", OPT_CALL, &call, 0, "seed of the synthetic weights"},
         {"device", OPT_CALL, &call, 0, "cpu, cuda or cuda:N"},
         {"weights", OPT_CALL, &call, 0, "auto, f32, bf16 or fp8"},
+        {"kv-dtype", OPT_CALL, &call, 0, "auto, f32, bf16 or fp8"},
         {"prefill", OPT_CALL, &call, 0, "prompt lengths, comma-separated, or none"},
         {"batch", OPT_CALL, &call, 0, "decode batch sizes, or none"},
         {"context", OPT_CALL, &call, 0, "cached tokens per sequence before decoding"},
@@ -527,15 +541,16 @@ int main(int argc, char **argv)
         return 1;
     }
     c.cfg = tm_model_config(c.model);
+    c.kv_dtype = tm_kv_dtype_resolve(a.kv_dtype, c.be.kind);
     if (a.profile)
         rc = kn_stopwatch_create(&c.be, TM_PROF_N_GROUPS, 8 * c.cfg->n_layers + 8, &c.sw);
 
     printf("# tandem-bench %s%s (%s), device %s, weights: attention q/k/v/o %s, experts %s, "
-           "LM head %s; %s attention kernel, median of %d after 1 warm-up\n",
+           "LM head %s; KV cache %s; %s attention kernel, median of %d after 1 warm-up\n",
            a.synthetic[0] ? "synthetic " : "", a.synthetic[0] ? a.synthetic : a.model,
            c.cfg->model_type, a.device, kn_dtype_name(tm_model_attn_dtype(c.model)),
            kn_dtype_name(tm_model_expert_dtype(c.model)),
-           kn_dtype_name(tm_model_weight_dtype(c.model)),
+           kn_dtype_name(tm_model_weight_dtype(c.model)), kn_dtype_name(c.kv_dtype),
            kn_backend_attn_bf16(&c.be) ? "bf16 (prefill)" : "f32", a.repeat);
     if (a.synthetic[0])
         printf("# random weights (seed %llu): real shapes, throughput does not depend on "

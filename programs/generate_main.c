@@ -39,6 +39,7 @@ typedef struct gen_args {
     float *bias;
     int n_bias;
     int output_in_prompt;   /* the prompt's last N tokens count as output */
+    tm_kv_dtype kv_dtype;
 } gen_args;
 
 static void usage(FILE *f)
@@ -70,6 +71,9 @@ static void usage(FILE *f)
         "                      f32 on cpu, bf16 on cuda; a checkpoint's MXFP4/FP8\n"
         "                      matrices stay FP8 on cuda), f32, bf16, or fp8 (attention\n"
         "                      and experts FP8 e4m3 with 128x128 block scales)\n"
+        "  --kv-dtype T        KV cache element type: auto (default: f32 on cpu,\n"
+        "                      bf16 on cuda), f32, bf16 or fp8 (e4m3 with a scale\n"
+        "                      per token and KV head)\n"
         "  --help              show this help\n"
         "\n"
         "Output: the generated ids on stdout as one comma-separated line; timings\n"
@@ -200,6 +204,9 @@ static int set_flag(void *ctx, const char *name, const char *v, char *err, size_
         if (tm_weights_parse(v, &a->weights) == 0)
             return 0;
         snprintf(err, errlen, "--weights must be auto, f32, bf16 or fp8, got '%s'", v);
+    } else if (!strcmp(name, "kv-dtype")) {
+        if (tm_kv_dtype_parse(v, &a->kv_dtype, err, errlen) == 0)
+            return 0;
     } else {
         snprintf(err, errlen, "--%s has no setter", name);
     }
@@ -233,6 +240,7 @@ static int parse_args(int argc, char **argv, gen_args *a)
         {"repetition-penalty", OPT_CALL, &call, 0, "vLLM repetition penalty, > 0"},
         {"logit-bias", OPT_CALL, &call, 0, "ID:BIAS,... added to the logits"},
         {"output-in-prompt", OPT_CALL, &call, 0, "the prompt's last N tokens are earlier output"},
+        {"kv-dtype", OPT_CALL, &call, 0, "auto, f32, bf16 or fp8"},
     };
     const opts_cli cli = {specs, (int)(sizeof specs / sizeof *specs), NULL, NULL, "option"};
     char err[512];
@@ -298,8 +306,8 @@ static int generate(const gen_args *a, const kn_backend *be)
     int have_cpu = 0;
     tm_penalties pen;
     memset(&pen, 0, sizeof pen);
-    rc = tm_kv_cache_init(&kv, be, c->n_layers, c->n_kv_heads, c->head_dim,
-                          a->page_size, n_pages);
+    rc = tm_kv_cache_init(&kv, be, tm_kv_dtype_resolve(a->kv_dtype, be->kind), c->n_layers,
+                          c->n_kv_heads, c->head_dim, a->page_size, n_pages);
     if (rc || !pages || !out || !logits) {
         fprintf(stderr, "tandem-generate: cannot allocate the KV cache and buffers "
                 "(%d pages of %d tokens): %s\n", n_pages, a->page_size,
@@ -360,9 +368,9 @@ static int generate(const gen_args *a, const kn_backend *be)
     printf("\n");
     fflush(stdout);
     double pre = t1 - t0, dec = t2 - t1;
-    fprintf(stderr, "tandem-generate: %s on %s (%s weights), prefill %d tokens in %.3f s "
-            "(%.1f tokens/s), decode %d tokens in %.3f s (%.1f tokens/s)\n", c->model_type,
-            a->device, kn_dtype_name(tm_model_weight_dtype(m)), a->n_prompt,
+    fprintf(stderr, "tandem-generate: %s on %s (%s weights), %s KV cache, prefill %d tokens in "
+            "%.3f s (%.1f tokens/s), decode %d tokens in %.3f s (%.1f tokens/s)\n", c->model_type,
+            a->device, kn_dtype_name(tm_model_weight_dtype(m)), kn_dtype_name(kv.dtype), a->n_prompt,
             pre, pre > 0 ? a->n_prompt / pre : 0.0, n_out - 1, dec,
             dec > 0 ? (n_out - 1) / dec : 0.0);
     status = EXIT_SUCCESS;

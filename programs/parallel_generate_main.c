@@ -260,7 +260,7 @@ static int run_rank(const pgen_args *a, comm *world, const kn_backend *be)
             goto nomem;
         memcpy(s->tokens, a->ids[i], sizeof(int32_t) * (size_t)s->n_prompt);
     }
-    rc = tm_kv_cache_init(&kv, be, c->n_layers, tm_model_kv_heads(m), c->head_dim,
+    rc = tm_kv_cache_init(&kv, be, KN_F32, c->n_layers, tm_model_kv_heads(m), c->head_dim,
                           a->page_size, pages_total > 0 ? pages_total : 1);
     for (int i = 0; !rc && i < n_seqs; i++)
         rc = tm_kv_alloc_pages(&kv, seqs[i].n_pages, seqs[i].pages);

@@ -626,7 +626,7 @@ static void introduce(router_ctx *ctx, const router_worker *w, int removed)
 static void on_register(router_ctx *ctx, const char *rid, size_t rid_len,
                         const Tandem__V1__Register *reg)
 {
-    char err[256];
+    char err[512];
     router_worker *w = workers_register(&ctx->workers, rid, rid_len, reg, tn_now_ms(), err,
                                         sizeof err);
     if (!w) {

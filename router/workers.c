@@ -44,6 +44,32 @@ static int copy_str(char *dst, size_t cap, const char *src)
     return 0;
 }
 
+/* 1 (reason in err) when reg's KV cache differs from that of a registered
+ * worker (other than itself) serving the same model: the two could be
+ * paired, and pages pushed between them would be misread. */
+static int kv_conflict(const worker_registry *r, const Tandem__V1__Register *reg, char *err,
+                       size_t errlen)
+{
+    kv_signature mine = kv_signature_of(reg);
+    for (int i = 0; i < r->n; i++) {
+        const router_worker *o = r->w[i];
+        if (!strcmp(o->id, reg->worker_id) || strcmp(o->model, reg->model) ||
+            kv_signature_equal(&o->kv, &mine))
+            continue;
+        char a[96], b[96];
+        kv_signature_describe(&mine, a, sizeof a);
+        kv_signature_describe(&o->kv, b, sizeof b);
+        snprintf(err, errlen, "worker %s: KV cache mismatch for model %s: it holds %s, %s %s "
+                 "holds %s; prefillers and decoders of a model must share the KV dtype and "
+                 "geometry (--kv-dtype)", reg->worker_id, reg->model, a,
+                 o->role == TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER ? "prefiller"
+                                                                           : "decoder",
+                 o->id, b);
+        return 1;
+    }
+    return 0;
+}
+
 router_worker *workers_register(worker_registry *r, const char *id, size_t id_len,
                                 const Tandem__V1__Register *reg, uint64_t now_ms,
                                 char *err, size_t errlen)
@@ -76,6 +102,8 @@ router_worker *workers_register(worker_registry *r, const char *id, size_t id_le
         snprintf(err, errlen, "worker %s: more than %d EOS ids", reg->worker_id, WORKER_MAX_EOS);
         return NULL;
     }
+    if (kv_conflict(r, reg, err, errlen))
+        return NULL;
     router_worker *w = workers_find(r, id, id_len);
     int fresh = w == NULL;
     if (fresh) {
@@ -126,6 +154,7 @@ router_worker *workers_register(worker_registry *r, const char *id, size_t id_le
     w->max_context = reg->max_context;
     w->page_size = reg->page_size;
     w->kv_pages_total = reg->kv_pages_total;
+    w->kv = kv_signature_of(reg);
     w->n_eos = (int)reg->n_eos_token_ids;
     for (int i = 0; i < w->n_eos; i++)
         w->eos[i] = reg->eos_token_ids[i];

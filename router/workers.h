@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include "common/wire.h"
 #include "proto/tandem.pb-c.h"
+#include "router/kv_compat.h"
 #include "worker/worker_metrics.h"
 
 #define WORKER_MAX_EOS 8
@@ -32,6 +33,7 @@ typedef struct router_worker {
     char model[128];
     char model_type[32];
     int vocab_size, max_context, page_size, kv_pages_total;
+    kv_signature kv;               /* its KV cache (router/kv_compat.h) */
     int eos[WORKER_MAX_EOS];
     int n_eos;
     uint8_t *endpoint;             /* decoder: opaque TransferEngine endpoint */

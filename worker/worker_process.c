@@ -21,6 +21,7 @@ void worker_options_default(worker_options *o)
     o->page_size = 16;
     snprintf(o->device, sizeof o->device, "cpu");
     snprintf(o->weights, sizeof o->weights, "auto");
+    snprintf(o->kv_dtype, sizeof o->kv_dtype, "auto");
     snprintf(o->kv_path, sizeof o->kv_path, "auto");
     snprintf(o->metrics_host, sizeof o->metrics_host, "127.0.0.1");
     o->wedged_after_s = 60;
@@ -38,7 +39,10 @@ int worker_parse_flags(worker_options *o, const char *prog, const char *intro,
     const opt_spec head[] = {
         {"router", OPT_STR, o->router, sizeof o->router, "the router's worker endpoint"},
         {"model", OPT_STR, o->model_dir, sizeof o->model_dir,
-         "model directory (config.json + safetensors); required"},
+         "model directory (config.json + safetensors); this or --synthetic is required"},
+        {"synthetic", OPT_STR, o->synthetic, sizeof o->synthetic,
+         "instead of --model: random weights of this config.json's shapes (benchmarks: "
+         "throughput does not depend on weight values)"},
         {"model-name", OPT_STR, o->model_name, sizeof o->model_name,
          "name clients request (default: the directory's base name)"},
         {"worker-id", OPT_STR, o->worker_id, sizeof o->worker_id,
@@ -50,6 +54,10 @@ int worker_parse_flags(worker_options *o, const char *prog, const char *intro,
         {"weights", OPT_STR, o->weights, sizeof o->weights,
          "storage of the large weight matrices: auto (f32 on cpu, bf16 on cuda), f32, bf16 "
          "or fp8 (attention and experts FP8 e4m3 with 128x128 block scales)"},
+        {"kv-dtype", OPT_STR, o->kv_dtype, sizeof o->kv_dtype,
+         "KV cache element type: auto (f32 on cpu, bf16 on cuda), f32, bf16 or fp8 (e4m3, a "
+         "scale per token and KV head); the "
+         "prefillers and decoders of a model must agree (the router refuses a mismatch)"},
     };
     const opt_spec tail[] = {
         {"worker-secret-file", OPT_STR, o->worker_secret_file, sizeof o->worker_secret_file,
@@ -109,8 +117,9 @@ int worker_parse_flags(worker_options *o, const char *prog, const char *intro,
         return 2;
     }
     static const char BAD_VALUES[] =
-        "--model is required, sizes must be positive and --metrics-port in -1..65535";
-    if (!o->model_dir[0] || o->page_size <= 0 || o->ranks < 1 || o->ep < 1 || o->world < 0 ||
+        "exactly one of --model and --synthetic is required, sizes must be positive and "
+        "--metrics-port in -1..65535";
+    if (!o->model_dir[0] == !o->synthetic[0] || o->page_size <= 0 || o->ranks < 1 || o->ep < 1 || o->world < 0 ||
         o->comm_timeout_ms < 1 || o->metrics_port < -1 || o->metrics_port > 65535 ||
         !(o->wedged_after_s > 0)) {
         fprintf(stderr, "%s: %s\n", prog, BAD_VALUES);
@@ -134,6 +143,13 @@ int worker_parse_flags(worker_options *o, const char *prog, const char *intro,
         fprintf(stderr, "%s: --weights must be auto, f32, bf16 or fp8, got '%s'\n", prog, o->weights);
         return 2;
     }
+    tm_kv_dtype kvd;
+    char why[160];
+    if (tm_kv_dtype_parse(o->kv_dtype, &kvd, why, sizeof why) != 0) {
+        fprintf(stderr, "%s: %s\n", prog, why);
+        return 2;
+    }
+    o->kv_elem = tm_kv_dtype_resolve(kvd, kind);
     if (tm_kv_path_parse(o->kv_path, &o->kv_path_mode) != 0) {
         fprintf(stderr, "%s: --kv-path must be auto, direct or staged, got '%s'\n", prog,
                 o->kv_path);
@@ -152,8 +168,11 @@ void worker_fill_names(worker_options *o, const char *role)
 {
     if (!o->model_name[0]) {
         char tmp[sizeof o->model_dir];
-        snprintf(tmp, sizeof tmp, "%s", o->model_dir);
+        snprintf(tmp, sizeof tmp, "%s", o->synthetic[0] ? o->synthetic : o->model_dir);
         snprintf(o->model_name, sizeof o->model_name, "%s", basename(tmp));
+        size_t n = strlen(o->model_name);
+        if (o->synthetic[0] && n > 5 && strcmp(o->model_name + n - 5, ".json") == 0)
+            o->model_name[n - 5] = '\0';
     }
     if (!o->worker_id[0]) {
         char host[64] = "host";
@@ -171,8 +190,10 @@ int worker_load_model(const worker_options *o, const char *who, rank_group *g, k
         snprintf(err, errlen, "%s", why);
         return TN_ERR_ARG;
     }
-    tm_load_opts opts = {.weights = o->weight_dtype, .par = &g->groups.par};
-    if (tm_model_load_opts(o->model_dir, be, &opts, out, why, sizeof why) != TN_OK) {
+    tm_load_opts opts = {.weights = o->weight_dtype, .par = &g->groups.par, .seed = 1};
+    if ((o->synthetic[0] ? tm_model_synthetic(o->synthetic, be, &opts, out, why, sizeof why)
+                         : tm_model_load_opts(o->model_dir, be, &opts, out, why, sizeof why)) !=
+        TN_OK) {
         snprintf(err, errlen, "cannot load model: %s", why);
         return TN_ERR_ARG;
     }
@@ -199,6 +220,12 @@ void worker_register_init(Tandem__V1__Register *reg, const worker_options *o,
     reg->n_eos_token_ids = (size_t)mc->n_eos;
     reg->transfer_endpoint.data = (uint8_t *)endpoint;
     reg->transfer_endpoint.len = endpoint_len;
+    reg->kv_dtype = o->kv_elem == KN_BF16       ? TANDEM__V1__KV_DTYPE__KV_DTYPE_BF16
+                  : o->kv_elem == KN_FP8_E4M3 ? TANDEM__V1__KV_DTYPE__KV_DTYPE_FP8_E4M3
+                                              : TANDEM__V1__KV_DTYPE__KV_DTYPE_F32;
+    reg->kv_layers = mc->n_layers;
+    reg->kv_heads = mc->n_kv_heads;
+    reg->kv_head_dim = mc->head_dim;
 }
 
 int worker_join(const worker_options *o, const char *who, const Tandem__V1__Register *reg,

@@ -22,11 +22,14 @@
 typedef struct worker_options {
     char router[256];          /* the router's worker endpoint */
     char model_dir[OPT_PATH_MAX];
+    char synthetic[OPT_PATH_MAX]; /* a config.json: random weights of its shapes instead of
+                                     model_dir's checkpoint (benchmarks; tandem-bench's --synthetic) */
     char model_name[128];      /* "" = the model directory's base name */
     char worker_id[128];       /* "" = ROLE-HOST-PID */
     int page_size;
     char device[32];           /* cpu, cuda, cuda:N (engine/device.h) */
     char weights[16];          /* auto, f32, bf16 */
+    char kv_dtype[16];         /* auto, f32, bf16 (engine/device.h) */
     char kv_path[16];          /* auto, direct, staged (engine/kv_staging.h) */
     char ucx_tls[128];         /* UCX_TLS for the TransferEngine ("" = environment) */
     char worker_secret_file[OPT_PATH_MAX]; /* shared secret of the worker socket ("" = none) */
@@ -42,6 +45,7 @@ typedef struct worker_options {
     /* parsed from the strings above by worker_parse_flags */
     tm_weight_dtype weight_dtype;
     tm_kv_path kv_path_mode;
+    kn_dtype kv_elem;          /* the KV cache's dtype, auto resolved for --device */
 } worker_options;
 
 /* The defaults of every common flag. */
@@ -58,11 +62,14 @@ int worker_parse_flags(worker_options *o, const char *prog, const char *intro,
                        int argc, char **argv);
 
 /* The defaults that depend on the process: the model name from the
- * directory, the worker id ROLE-HOST-PID. */
+ * directory (or the --synthetic config file's name without ".json"), the
+ * worker id ROLE-HOST-PID. */
 void worker_fill_names(worker_options *o, const char *role);
 
 /* Opens the device (--device) and loads the model on it with the chosen
- * weight storage and the group's layout. Logs the device and weights.
+ * weight storage and the group's layout (with --synthetic: random weights
+ * of the config's shapes, seed 1, so a prefiller and a decoder made from
+ * one config hold the same weights). Logs the device and weights.
  * Returns 0, or -1 with the reason in err. */
 int worker_load_model(const worker_options *o, const char *who, rank_group *g, kn_backend *be,
                       tm_model **out, char *err, size_t errlen);

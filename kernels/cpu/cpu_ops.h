@@ -29,10 +29,10 @@ int kn_matmul_w_cpu(float *out, const float *x, const kn_weight *w, const float 
 int kn_add_cpu(float *out, const float *a, const float *b, size_t n);
 int kn_rope_cpu(float *x, const int32_t *pos, int n_tokens, int n_heads,
                 int head_dim, const float *inv_freq, float attn_scale);
-int kn_kv_append_cpu(float *k_pool, float *v_pool, const float *k, const float *v,
+int kn_kv_append_cpu(const kn_kv_pools *pools, const float *k, const float *v,
                      const kn_seq_batch *b, int n_kv_heads, int head_dim, int page_size);
-int kn_attention_cpu(float *out, const float *q, const float *k_pool,
-                     const float *v_pool, const kn_seq_batch *b, int n_heads,
+int kn_attention_cpu(float *out, const float *q, const kn_kv_pools *pools,
+                     const kn_seq_batch *b, int n_heads,
                      int n_kv_heads, int head_dim, int page_size, float scale,
                      const float *sinks, int window);
 int kn_moe_route_cpu(int32_t *expert_idx, float *expert_w, const float *logits,

@@ -1,5 +1,12 @@
 /* GQA attention with GPT-OSS's learned sink over the paged HND KV cache, on
  * the GPU, in fp32 throughout (fp32 FFMA on CUDA cores, no tensor cores).
+ * Every kernel is instantiated for the pools' element type T (float,
+ * __nv_bfloat16 or __nv_fp8_e4m3, kn_kv_pools): K and V are read in T
+ * straight from the pools and widened to fp32 in registers as they are
+ * staged into shared memory (paged_kv.cuh; FP8 codes times their row's
+ * scale), so a bf16 cache is read at half the bytes, an FP8 one at a
+ * quarter (plus 4 bytes of scale per row), and the arithmetic after the
+ * load is unchanged.
  *
  * Both kernels are FlashAttention-style: scores are computed tile by tile
  * and folded into a running max m, running sum l and unnormalised output o
@@ -48,7 +55,8 @@ namespace {
 
 struct AttnArgs {
     float *out;
-    const float *q, *k_pool, *v_pool;
+    const float *q;
+    const void *k_pool, *v_pool; /* elements of the kernel's KV type T */
     const int32_t *q_offset, *kv_len, *page_table;
     const float *sinks;
     int max_pages, n_pages, n_heads, n_kv_heads, group, head_dim, page_size, window;
@@ -77,10 +85,11 @@ template <int D> struct FlashSmem {
     static const size_t BYTES = FLOATS * sizeof(float) + FL_BN * sizeof(long long);
 };
 
-template <int D>
+template <int D, class T>
 __global__ void __launch_bounds__(FL_THREADS)
 attn_flash_kernel(AttnArgs a)
 {
+    const T *k_pool = (const T *)a.k_pool, *v_pool = (const T *)a.v_pool;
     typedef FlashSmem<D> S;
     const int LD = S::LD, LDP = S::LDP, DC = D / 16;
     extern __shared__ __align__(16) float smem[];
@@ -129,7 +138,7 @@ attn_flash_kernel(AttnArgs a)
         if (tid < FL_BN) {
             int j = j0 + tid;
             krow[tid] = j < kend ? paged_kv_row(a.page_table, a.max_pages, a.n_pages, s, j, kvh, a.n_kv_heads,
-                                                D, a.page_size)
+                                                kv_row_len(k_pool, D), a.page_size)
                                  : -1;
         }
         __syncthreads();
@@ -138,8 +147,8 @@ attn_flash_kernel(AttnArgs a)
             long long off = krow[key];
             float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
             if (off >= 0) {
-                kv = *(const float4 *)(a.k_pool + off + c4 * 4);
-                vv = *(const float4 *)(a.v_pool + off + c4 * 4);
+                kv = kv_load4(k_pool, off, c4 * 4, D);
+                vv = kv_load4(v_pool, off, c4 * 4, D);
             }
             *(float4 *)&Ks[key * LD + c4 * 4] = kv;
             *(float4 *)&Vs[key * LD + c4 * 4] = vv;
@@ -345,10 +354,11 @@ __device__ __forceinline__ void split_store(const AttnArgs &a, int D, int q0, in
     }
 }
 
-template <int VPW>
+template <int VPW, class T>
 __global__ void __launch_bounds__(SP_WARPS * 32)
 attn_split_kernel(AttnArgs a)
 {
+    const T *k_pool = (const T *)a.k_pool, *v_pool = (const T *)a.v_pool;
     const int VB = SP_WARPS * VPW;
     extern __shared__ __align__(16) float smem[];
     const int D = a.head_dim, LDK = D + 1;
@@ -388,19 +398,19 @@ attn_split_kernel(AttnArgs a)
         if (tid < SP_KC) {
             int j = j0 + tid;
             krow[tid] = j < kend ? paged_kv_row(a.page_table, a.max_pages, a.n_pages, s, j, kvh, a.n_kv_heads,
-                                                D, a.page_size)
+                                                kv_row_len(k_pool, D), a.page_size)
                                  : -1;
         }
         __syncthreads();
-        if (a.vec4) { /* 16-byte loads: rows start 16-byte aligned */
+        if (a.vec4) { /* 4-element loads: rows start 16-byte (fp32) / 8-byte (bf16) aligned */
             const int D4 = D / 4;
             for (int idx = tid; idx < SP_KC * D4; idx += blockDim.x) {
                 int key = idx / D4, d = (idx - key * D4) * 4;
                 long long off = krow[key];
                 float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
                 if (off >= 0) {
-                    kv = *(const float4 *)(a.k_pool + off + d);
-                    vv = *(const float4 *)(a.v_pool + off + d);
+                    kv = kv_load4(k_pool, off, d, D);
+                    vv = kv_load4(v_pool, off, d, D);
                 }
                 float *kd = Ks + key * LDK + d;
                 kd[0] = kv.x, kd[1] = kv.y, kd[2] = kv.z, kd[3] = kv.w;
@@ -412,8 +422,8 @@ attn_split_kernel(AttnArgs a)
                 long long off = krow[key];
                 float kv = 0.f, vv = 0.f;
                 if (off >= 0) {
-                    kv = a.k_pool[off + d];
-                    vv = a.v_pool[off + d];
+                    kv = kv_load1(k_pool, off, d, D);
+                    vv = kv_load1(v_pool, off, d, D);
                 }
                 Ks[key * LDK + d] = kv;
                 Vs[idx] = vv;
@@ -475,10 +485,11 @@ attn_split_kernel(AttnArgs a)
  * registers while the current one is computed (one global latency per
  * chunk is hidden instead of two being exposed). Same states, same sink
  * rule, same partial outputs as attn_split_kernel. */
-template <int VPW, int D>
+template <int VPW, int D, class T>
 __global__ void __launch_bounds__(SP_WARPS * 32)
 attn_decode_kernel(AttnArgs a)
 {
+    const T *k_pool = (const T *)a.k_pool, *v_pool = (const T *)a.v_pool;
     const int VB = SP_WARPS * VPW, DPL = D / 32, LDK = D + 1, D4 = D / 4;
     const int LOADS = SP_KC * D4 / (SP_WARPS * 32); /* float4 per thread per tensor */
     __shared__ __align__(16) float Qs[VB * D];
@@ -508,12 +519,13 @@ attn_decode_kernel(AttnArgs a)
         int idx = tid + it * SP_WARPS * 32, key = idx / D4, d = (idx - key * D4) * 4;        \
         int j = (J0) + key;                                                                  \
         long long off = j < kend ? paged_kv_row(a.page_table, a.max_pages, a.n_pages, s, j,  \
-                                                kvh, a.n_kv_heads, D, a.page_size)           \
+                                                kvh, a.n_kv_heads, kv_row_len(k_pool, D),    \
+                                                a.page_size)                                 \
                                  : -1;                                                       \
         kreg[it] = vreg[it] = make_float4(0.f, 0.f, 0.f, 0.f);                               \
         if (off >= 0) {                                                                      \
-            kreg[it] = *(const float4 *)(a.k_pool + off + d);                                \
-            vreg[it] = *(const float4 *)(a.v_pool + off + d);                                \
+            kreg[it] = kv_load4(k_pool, off, d, D);                                          \
+            vreg[it] = kv_load4(v_pool, off, d, D);                                          \
         }                                                                                    \
     }
     if (kbeg < kend) {
@@ -620,45 +632,63 @@ __global__ void attn_combine_kernel(AttnArgs a)
     }
 }
 
-template <int D>
+template <int D, class T>
 int launch_flash(const kn_backend *be, const char *op, const AttnArgs &a, const kn_seq_batch *b)
 {
     size_t bytes = FlashSmem<D>::BYTES;
-    KN_CUDA_TRY(op, cudaFuncSetAttribute(attn_flash_kernel<D>,
+    KN_CUDA_TRY(op, cudaFuncSetAttribute(attn_flash_kernel<D, T>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
     dim3 grid(kn_cuda_div_up((long long)b->max_q_len * a.group, FL_BM), a.n_kv_heads, b->n_seqs);
-    attn_flash_kernel<D><<<grid, FL_THREADS, bytes, kn_cuda_stream(be)>>>(a);
+    attn_flash_kernel<D, T><<<grid, FL_THREADS, bytes, kn_cuda_stream(be)>>>(a);
     KN_CUDA_LAUNCH_CHECK(op, "attn_flash_kernel");
     return TN_OK;
 }
 
-template <int VPW>
+template <int VPW, class T>
 int launch_split(const kn_backend *be, const char *op, const AttnArgs &a, const kn_seq_batch *b)
 {
     dim3 grid(a.n_splits, a.n_kv_heads * a.n_qchunks, b->n_seqs);
     if (a.vec4 && (a.head_dim == 64 || a.head_dim == 128)) {
         if (a.head_dim == 64)
-            attn_decode_kernel<VPW, 64><<<grid, SP_WARPS * 32, 0, kn_cuda_stream(be)>>>(a);
+            attn_decode_kernel<VPW, 64, T><<<grid, SP_WARPS * 32, 0, kn_cuda_stream(be)>>>(a);
         else
-            attn_decode_kernel<VPW, 128><<<grid, SP_WARPS * 32, 0, kn_cuda_stream(be)>>>(a);
+            attn_decode_kernel<VPW, 128, T><<<grid, SP_WARPS * 32, 0, kn_cuda_stream(be)>>>(a);
         KN_CUDA_LAUNCH_CHECK(op, "attn_decode_kernel");
         return TN_OK;
     }
     size_t bytes = split_smem_bytes(SP_WARPS * VPW, a.head_dim);
-    KN_CUDA_TRY(op, cudaFuncSetAttribute(attn_split_kernel<VPW>,
+    KN_CUDA_TRY(op, cudaFuncSetAttribute(attn_split_kernel<VPW, T>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    attn_split_kernel<VPW><<<grid, SP_WARPS * 32, bytes, kn_cuda_stream(be)>>>(a);
+    attn_split_kernel<VPW, T><<<grid, SP_WARPS * 32, bytes, kn_cuda_stream(be)>>>(a);
     KN_CUDA_LAUNCH_CHECK(op, "attn_split_kernel");
     return TN_OK;
+}
+
+/* The launches for KV elements of type T (float or __nv_bfloat16). */
+template <class T>
+int launch_flash_d(const kn_backend *be, const char *op, const AttnArgs &a, const kn_seq_batch *b)
+{
+    return a.head_dim == 64 ? launch_flash<64, T>(be, op, a, b) : launch_flash<128, T>(be, op, a, b);
+}
+
+template <class T>
+int launch_split_vpw(const kn_backend *be, const char *op, const AttnArgs &a,
+                     const kn_seq_batch *b, int vpw)
+{
+    return vpw == 1 ? launch_split<1, T>(be, op, a, b)
+         : vpw == 2 ? launch_split<2, T>(be, op, a, b)
+                    : launch_split<4, T>(be, op, a, b);
 }
 
 } // namespace
 
 extern "C" int kn_attention_cuda(const kn_backend *be, float *out, const float *q,
-                                 const float *k_pool, const float *v_pool, const kn_seq_batch *b,
+                                 const kn_kv_pools *pools, const kn_seq_batch *b,
                                  int n_heads, int n_kv_heads, int head_dim, int page_size,
                                  float scale, const float *sinks, int window)
 {
+    const void *k_pool = pools->k, *v_pool = pools->v;
+    const kn_dtype kvt = pools->dtype;
     static const char op[] = "kn_attention";
     int rc = kn_cuda_check_backend(op, be);
     if (rc != TN_OK)
@@ -672,8 +702,8 @@ extern "C" int kn_attention_cuda(const kn_backend *be, float *out, const float *
     /* bf16 tensor cores only when the backend was asked for them
      * (kn_backend_set_attn_bf16, TANDEM_CUDA_ATTN_BF16=1); fp32 otherwise. */
     if (ctx->attn_bf16 &&
-        kn_cuda_attention_mma_fits(b, n_heads, n_kv_heads, head_dim, out, q, k_pool, v_pool))
-        return kn_cuda_attention_mma(be, op, out, q, k_pool, v_pool, b, n_heads, n_kv_heads, head_dim,
+        kn_cuda_attention_mma_fits(b, n_heads, n_kv_heads, head_dim, out, q, pools))
+        return kn_cuda_attention_mma(be, op, out, q, pools, b, n_heads, n_kv_heads, head_dim,
                                      page_size, scale, sinks, window);
     AttnArgs a;
     kn_attn_args_fill(a, out, q, k_pool, v_pool, b, n_heads, n_kv_heads, page_size, scale, sinks,
@@ -691,7 +721,9 @@ extern "C" int kn_attention_cuda(const kn_backend *be, float *out, const float *
     bool aligned = kn_cuda_aligned16(out) && kn_cuda_aligned16(q) && kn_cuda_aligned16(k_pool) &&
                    kn_cuda_aligned16(v_pool);
     if (nvec_max > SP_WARPS * 4 && aligned && (head_dim == 64 || head_dim == 128))
-        return head_dim == 64 ? launch_flash<64>(be, op, a, b) : launch_flash<128>(be, op, a, b);
+        return kvt == KN_BF16       ? launch_flash_d<__nv_bfloat16>(be, op, a, b)
+             : kvt == KN_FP8_E4M3 ? launch_flash_d<__nv_fp8_e4m3>(be, op, a, b)
+                                  : launch_flash_d<float>(be, op, a, b);
 
     int vpw = nvec_max <= SP_WARPS ? 1 : nvec_max <= 2 * SP_WARPS ? 2 : 4;
     int vb = SP_WARPS * vpw;
@@ -717,9 +749,9 @@ extern "C" int kn_attention_cuda(const kn_backend *be, float *out, const float *
             return TN_ERR_NOMEM;
         }
     }
-    rc = vpw == 1 ? launch_split<1>(be, op, a, b)
-       : vpw == 2 ? launch_split<2>(be, op, a, b)
-                  : launch_split<4>(be, op, a, b);
+    rc = kvt == KN_BF16       ? launch_split_vpw<__nv_bfloat16>(be, op, a, b, vpw)
+       : kvt == KN_FP8_E4M3 ? launch_split_vpw<__nv_fp8_e4m3>(be, op, a, b, vpw)
+                            : launch_split_vpw<float>(be, op, a, b, vpw);
     if (rc == TN_OK && a.n_splits > 1) {
         attn_combine_kernel<<<(unsigned)((size_t)b->n_rows * n_heads), head_dim < 128 ? 64 : 128, 0,
                               kn_cuda_stream(be)>>>(a);

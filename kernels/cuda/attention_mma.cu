@@ -8,8 +8,10 @@
  * the sink rule and the GQA "query vectors" v = row_local*G + g), with
  * these differences:
  *  - Q (pre-scaled by scale*log2(e)), K and V are rounded to bf16 when
- *    they are staged into shared memory; the pools stay fp32 (the API's KV
- *    cache). P is rounded to bf16 before the P.V product. Scores, the
+ *    they are staged into shared memory (K and V read from fp32, bf16 or
+ *    FP8 pools, kernel type T; bf16 values pass through unchanged, FP8
+ *    ones are code times row scale, rounded to bf16). P is
+ *    rounded to bf16 before the P.V product. Scores, the
  *    running max m and sum l, and the output accumulate in fp32.
  *  - A block is 8 warps; warp w owns query vectors [16w, 16w+16) of the
  *    block's 128 and computes its 16x64 score tile and 16xD output tile in
@@ -44,7 +46,8 @@ const int MB_M = 128, MB_N = 64, MB_WARPS = 8, MB_THREADS = MB_WARPS * 32;
 
 struct MmaArgs {
     float *out;
-    const float *q, *k_pool, *v_pool;
+    const float *q;
+    const void *k_pool, *v_pool; /* elements of the kernel's KV type T */
     const int32_t *q_offset, *kv_len, *page_table;
     const float *sinks;
     int max_pages, n_pages, n_heads, n_kv_heads, group, page_size, window;
@@ -72,10 +75,11 @@ __device__ __forceinline__ void store_bf16x4(__nv_bfloat16 *dst, float4 v)
 
 /* D = 64: two blocks per SM (128 registers, ptxas spills 12 bytes); D = 128
  * keeps its 64 output registers per thread at one block per SM. */
-template <int D>
+template <int D, class T>
 __global__ void __launch_bounds__(MB_THREADS, D <= 64 ? 2 : 1)
 attn_mma_kernel(MmaArgs a)
 {
+    const T *k_pool = (const T *)a.k_pool, *v_pool = (const T *)a.v_pool;
     typedef MmaSmem<D> S;
     const int LD = S::LD, D4 = D / 4;
     const int LOADS = MB_N * D4 / MB_THREADS; /* float4 of K (and of V) per thread per tile */
@@ -128,12 +132,12 @@ attn_mma_kernel(MmaArgs a)
             int idx = tid + it * MB_THREADS, key = idx / D4, d = (idx - key * D4) * 4;
             int j = j0 + key;
             long long off = j < kend ? paged_kv_row(a.page_table, a.max_pages, a.n_pages, s, j, kvh,
-                                                    a.n_kv_heads, D, a.page_size)
+                                                    a.n_kv_heads, kv_row_len(k_pool, D), a.page_size)
                                      : -1;
             kreg[it] = vreg[it] = make_float4(0.f, 0.f, 0.f, 0.f);
             if (off >= 0) {
-                kreg[it] = *(const float4 *)(a.k_pool + off + d);
-                vreg[it] = *(const float4 *)(a.v_pool + off + d);
+                kreg[it] = kv_load4(k_pool, off, d, D);
+                vreg[it] = kv_load4(v_pool, off, d, D);
             }
         }
     };
@@ -262,14 +266,14 @@ attn_mma_kernel(MmaArgs a)
     }
 }
 
-template <int D>
+template <int D, class T>
 int launch_mma(const kn_backend *be, const char *op, const MmaArgs &a, const kn_seq_batch *b)
 {
     size_t bytes = MmaSmem<D>::BYTES;
-    KN_CUDA_TRY(op, cudaFuncSetAttribute(attn_mma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    KN_CUDA_TRY(op, cudaFuncSetAttribute(attn_mma_kernel<D, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)bytes));
     dim3 grid(kn_cuda_div_up((long long)b->max_q_len * a.group, MB_M), a.n_kv_heads, b->n_seqs);
-    attn_mma_kernel<D><<<grid, MB_THREADS, bytes, kn_cuda_stream(be)>>>(a);
+    attn_mma_kernel<D, T><<<grid, MB_THREADS, bytes, kn_cuda_stream(be)>>>(a);
     KN_CUDA_LAUNCH_CHECK(op, "attn_mma_kernel");
     return TN_OK;
 }
@@ -277,24 +281,30 @@ int launch_mma(const kn_backend *be, const char *op, const MmaArgs &a, const kn_
 } // namespace
 
 bool kn_cuda_attention_mma_fits(const kn_seq_batch *b, int n_heads, int n_kv_heads, int head_dim,
-                                const float *out, const float *q, const float *k_pool, const float *v_pool)
+                                const float *out, const float *q, const kn_kv_pools *pools)
 {
+    const void *k_pool = pools->k, *v_pool = pools->v;
     long long nvec_max = (long long)b->max_q_len * (n_heads / n_kv_heads);
     return (head_dim == 64 || head_dim == 128) && nvec_max > 16 && kn_cuda_aligned16(out) &&
            kn_cuda_aligned16(q) && kn_cuda_aligned16(k_pool) && kn_cuda_aligned16(v_pool);
 }
 
 int kn_cuda_attention_mma(const kn_backend *be, const char *op, float *out, const float *q,
-                          const float *k_pool, const float *v_pool, const kn_seq_batch *b, int n_heads,
+                          const kn_kv_pools *pools, const kn_seq_batch *b, int n_heads,
                           int n_kv_heads, int head_dim, int page_size, float scale, const float *sinks,
                           int window)
 {
     MmaArgs a;
-    kn_attn_args_fill(a, out, q, k_pool, v_pool, b, n_heads, n_kv_heads, page_size, scale, sinks,
-                      window);
+    kn_attn_args_fill(a, out, q, pools->k, pools->v, b, n_heads, n_kv_heads, page_size, scale,
+                      sinks, window);
+    const kn_dtype kvt = pools->dtype;
     if (head_dim == 64)
-        return launch_mma<64>(be, op, a, b);
+        return kvt == KN_BF16       ? launch_mma<64, __nv_bfloat16>(be, op, a, b)
+             : kvt == KN_FP8_E4M3 ? launch_mma<64, __nv_fp8_e4m3>(be, op, a, b)
+                                  : launch_mma<64, float>(be, op, a, b);
     if (head_dim == 128)
-        return launch_mma<128>(be, op, a, b);
+        return kvt == KN_BF16       ? launch_mma<128, __nv_bfloat16>(be, op, a, b)
+             : kvt == KN_FP8_E4M3 ? launch_mma<128, __nv_fp8_e4m3>(be, op, a, b)
+                                  : launch_mma<128, float>(be, op, a, b);
     return kn_arg_error(op, "the bf16 attention kernel takes head_dim 64 or 128, not %d", head_dim);
 }

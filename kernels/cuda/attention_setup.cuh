@@ -21,8 +21,8 @@ extern "C" {
 
 /* The fields every kernel's arguments share, from kn_attention's. */
 template <class Args>
-static inline void kn_attn_args_fill(Args &a, float *out, const float *q, const float *k_pool,
-                                     const float *v_pool, const kn_seq_batch *b, int n_heads,
+static inline void kn_attn_args_fill(Args &a, float *out, const float *q, const void *k_pool,
+                                     const void *v_pool, const kn_seq_batch *b, int n_heads,
                                      int n_kv_heads, int page_size, float scale,
                                      const float *sinks, int window)
 {

@@ -77,12 +77,11 @@ int kn_matmul_w_cuda(const kn_backend *be, float *out, const float *x, const kn_
 int kn_add_cuda(const kn_backend *be, float *out, const float *a, const float *b, size_t n);
 int kn_rope_cuda(const kn_backend *be, float *x, const int32_t *pos, int n_tokens,
                  int n_heads, int head_dim, const float *inv_freq, float attn_scale);
-int kn_kv_append_cuda(const kn_backend *be, float *k_pool, float *v_pool,
+int kn_kv_append_cuda(const kn_backend *be, const kn_kv_pools *pools,
                       const float *k, const float *v, const kn_seq_batch *b,
                       int n_kv_heads, int head_dim, int page_size);
 int kn_attention_cuda(const kn_backend *be, float *out, const float *q,
-                      const float *k_pool, const float *v_pool,
-                      const kn_seq_batch *b, int n_heads, int n_kv_heads,
+                      const kn_kv_pools *pools, const kn_seq_batch *b, int n_heads, int n_kv_heads,
                       int head_dim, int page_size, float scale,
                       const float *sinks, int window);
 int kn_moe_route_cuda(const kn_backend *be, int32_t *expert_idx, float *expert_w,

@@ -61,7 +61,7 @@ static void write_responses(const api_request *r)
         utf8_sanitize_append(&text, r->stop[i], strlen(r->stop[i]));
     for (int i = 0; i < r->n_prompts; i++)
         if (r->prompts[i].text)
-            utf8_sanitize_append(&text, r->prompts[i].text, strlen(r->prompts[i].text));
+            utf8_sanitize_append(&text, r->prompts[i].text, r->prompts[i].text_len);
     FZ_CHECK(!text.oom);
     api_tool_call call = {"call_0", r->model, text.p ? text.p : ""};
     int32_t ids[2] = {0, 7};

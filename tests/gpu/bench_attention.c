@@ -4,9 +4,11 @@
  * Built with `make CUDA=1`; tests/gpu/bench_attention.py runs it next to
  * torch SDPA in the same device call and prints the comparison.
  *
- * Usage: bench_attention prefill N WINDOW   (one sequence of N tokens)
- *        bench_attention decode BATCH CONTEXT
- * Prints one line: RESULT kind=... ms=<median> flops=<useful FLOPs> bytes=<min bytes>
+ * Usage: bench_attention prefill N WINDOW [KV]   (one sequence of N tokens)
+ *        bench_attention decode BATCH CONTEXT [KV]
+ * KV: the KV pools' dtype, f32 (default), bf16 or fp8 (rows quantized with
+ * their scale as kv_append writes them).
+ * Prints one line: RESULT kind=... kv=... ms=<median> flops=<useful FLOPs> bytes=<min bytes>
  * Inputs are random (never zeros); every timing is the median of 10 runs
  * after 3 warm-ups, with CUDA events on the backend's stream. */
 #include <cuda_runtime.h>
@@ -17,6 +19,8 @@
 
 #include "kernels/attention.h"
 #include "kernels/backend.h"
+#include "kernels/dtype.h"
+#include "kernels/fp8.h"
 #include "common/status.h"
 #include "tests/unit/testutil.h"
 
@@ -46,6 +50,32 @@ static void *upload_random(bench *b, size_t n, float lo, float hi)
     return d;
 }
 
+/* n random values in [-1, 1) as a KV pool of dtype dt (rows of D). */
+static void *upload_pool(bench *b, size_t n, kn_dtype dt)
+{
+    const size_t rows = n / D, bytes = rows * kn_kv_row_bytes(dt, D);
+    float *h = malloc(n * sizeof(float));
+    unsigned char *enc = malloc(bytes);
+    void *d = kn_malloc(&b->gpu, bytes);
+    if (!h || !enc || !d)
+        fail("allocation");
+    tu_rand_fill(&b->rng, h, n, -1.f, 1.f);
+    for (size_t r = 0; r < rows; r++) {
+        unsigned char *row = enc + r * kn_kv_row_bytes(dt, D);
+        if (dt == KN_BF16)
+            kn_f32_to_bf16_n((uint16_t *)row, h + r * D, D);
+        else if (dt == KN_FP8_E4M3)
+            kn_fp8_kv_row_encode(row, h + r * D, D);
+        else
+            memcpy(row, h + r * D, D * sizeof(float));
+    }
+    if (kn_copy_to_backend(&b->gpu, d, enc, bytes) != TN_OK)
+        fail("upload");
+    free(h);
+    free(enc);
+    return d;
+}
+
 static void *upload(bench *b, const void *h, size_t bytes)
 {
     void *d = kn_malloc(&b->gpu, bytes);
@@ -62,8 +92,13 @@ static int cmp_float(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-    if (argc != 4 || (strcmp(argv[1], "prefill") && strcmp(argv[1], "decode"))) {
-        fprintf(stderr, "usage: bench_attention prefill N WINDOW | decode BATCH CONTEXT\n");
+    kn_dtype kv_dt = argc == 5 && !strcmp(argv[4], "bf16")  ? KN_BF16
+                   : argc == 5 && !strcmp(argv[4], "fp8") ? KN_FP8_E4M3
+                                                          : KN_F32;
+    if ((argc != 4 && argc != 5) || (strcmp(argv[1], "prefill") && strcmp(argv[1], "decode")) ||
+        (argc == 5 && strcmp(argv[4], "f32") && strcmp(argv[4], "bf16") && strcmp(argv[4], "fp8"))) {
+        fprintf(stderr, "usage: bench_attention prefill N WINDOW [f32|bf16|fp8] | "
+                "decode BATCH CONTEXT [f32|bf16|fp8]\n");
         return 2;
     }
     int prefill = strcmp(argv[1], "prefill") == 0;
@@ -94,7 +129,8 @@ int main(int argc, char **argv)
         kv_len[s] = kv;
 
     size_t pool_n = (size_t)n_pages * HKV * PAGE * D, q_n = (size_t)n_rows * H * D;
-    float *d_k = upload_random(&b, pool_n, -1.f, 1.f), *d_v = upload_random(&b, pool_n, -1.f, 1.f);
+    void *d_k = upload_pool(&b, pool_n, kv_dt), *d_v = upload_pool(&b, pool_n, kv_dt);
+    kn_kv_pools pools = { d_k, d_v, kv_dt };
     float *d_q = upload_random(&b, q_n, -1.f, 1.f), *d_sinks = upload_random(&b, H, 0.f, 2.f);
     float *d_out = kn_malloc(&b.gpu, q_n * sizeof(float));
     if (!d_out)
@@ -112,7 +148,7 @@ int main(int argc, char **argv)
     float ms[REPS];
     for (int it = 0; it < WARMUP + REPS; it++) {
         cudaEventRecord(ev0, stream);
-        int rc = kn_attention(&b.gpu, d_out, d_q, d_k, d_v, &sb, H, HKV, D, PAGE, 0.125f, d_sinks, window);
+        int rc = kn_attention(&b.gpu, d_out, d_q, &pools, &sb, H, HKV, D, PAGE, 0.125f, d_sinks, window);
         cudaEventRecord(ev1, stream);
         if (rc != TN_OK || cudaEventSynchronize(ev1) != cudaSuccess)
             fail("kn_attention");
@@ -140,9 +176,10 @@ int main(int argc, char **argv)
             visible += (double)keys;
         }
     double flops = 4.0 * D * H * visible;
-    double bytes = 2.0 * q_n * sizeof(float) + 2.0 * (double)n_seqs * kv * HKV * D * sizeof(float);
-    printf("RESULT kind=%s attn=%s a=%d b=%d ms=%.4f ms_min=%.4f ms_max=%.4f flops=%.6g bytes=%.6g\n", argv[1],
-           kn_backend_attn_bf16(&b.gpu) ? "bf16" : "f32", a1, a2,
+    double bytes = 2.0 * q_n * sizeof(float) +
+                   2.0 * (double)n_seqs * kv * HKV * (double)kn_kv_row_bytes(kv_dt, D);
+    printf("RESULT kind=%s attn=%s kv=%s a=%d b=%d ms=%.4f ms_min=%.4f ms_max=%.4f flops=%.6g bytes=%.6g\n", argv[1],
+           kn_backend_attn_bf16(&b.gpu) ? "bf16" : "f32", kn_dtype_name(kv_dt), a1, a2,
            ms[REPS / 2], ms[0], ms[REPS - 1], flops, bytes);
 
     free(out), free(q_offset), free(kv_len), free(pages);

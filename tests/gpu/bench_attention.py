@@ -135,14 +135,17 @@ def flex(n, window):
     return ms, "sink via LSE, compiled"
 
 
-def ours(build, *args, bf16=False):
+def ours(build, *args, bf16=False, kv="f32"):
     exe = os.path.join(build, "tests", "gpu", "bench_attention")
     env = dict(os.environ, TANDEM_CUDA_ATTN_BF16="1" if bf16 else "0")
-    out = subprocess.run([exe, *map(str, args)], check=True, capture_output=True, text=True, env=env).stdout
+    out = subprocess.run([exe, *map(str, args), kv], check=True, capture_output=True, text=True,
+                         env=env).stdout
     line = [l for l in out.splitlines() if l.startswith("RESULT ")][-1]
     r = {kv.split("=")[0]: kv.split("=")[1] for kv in line.split()[1:]}
     if r["attn"] != ("bf16" if bf16 else "f32"):
         raise SystemExit(f"bench_attention ran attn={r['attn']}, wanted bf16={bf16}")
+    if r.get("kv") != kv:
+        raise SystemExit(f"bench_attention read a {r.get('kv')} cache, wanted {kv}")
     return r
 
 
@@ -187,12 +190,22 @@ def main():
                 "sink, paged, mma.sync")
             r = ours(build, "prefill", n, window)
             add("tandem kn_attention", "fp32", shape, float(r["ms"]), fl_o, fl_o / fp32_peak * 1e3, "sink, paged")
-    # BENCH_DECODE=0 leaves the (fp32, split-KV) decode rows out.
+    # BENCH_DECODE=0 leaves the (split-KV) decode rows out: fp32 arithmetic
+    # over an fp32, a bf16 and an FP8 cache (the floor computed from the
+    # bytes each reads: FP8 rows carry a 4-byte scale).
     for batch in (1, 32, 128) if os.environ.get("BENCH_DECODE", "1") != "0" else ():
-        r = ours(build, "decode", batch, 8192)
-        by = float(r["bytes"])
-        add("tandem kn_attention", "fp32", f"decode b{batch} ctx 8192", float(r["ms"]), float(r["flops"]),
-            by / bw * 1e3, f"split-KV, {by / (float(r['ms']) * 1e-3) / 1e12:.2f} TB/s")
+        for kv in ("f32", "bf16", "fp8"):
+            r = ours(build, "decode", batch, 8192, kv=kv)
+            by = float(r["bytes"])
+            add("tandem kn_attention", f"fp32, {kv} KV", f"decode b{batch} ctx 8192", float(r["ms"]),
+                float(r["flops"]), by / bw * 1e3,
+                f"split-KV, {by / (float(r['ms']) * 1e-3) / 1e12:.2f} TB/s")
+    # the bf16 prefill kernel reading a bf16 and an FP8 cache
+    for kv in ("bf16", "fp8"):
+        r = ours(build, "prefill", 8192, 0, bf16=True, kv=kv)
+        fl_o = float(r["flops"])
+        add("tandem kn_attention", f"bf16, {kv} KV", "prefill 8192", float(r["ms"]), fl_o,
+            fl_o / bf16_peak * 1e3, "sink, paged, mma.sync")
 
     with open(os.path.join(out_dir, "bench_attention.json"), "w") as f:
         json.dump(dict(gpu=gpu, copy_bw=bw, bf16_peak=bf16_peak, fp32_peak=fp32_peak, rows=rows), f, indent=1)

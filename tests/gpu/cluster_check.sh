@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # The whole cluster on the GPU: tandem-router + tandem-prefiller +
-# tandem-decoder on 127.0.0.1, both workers with --device $DEVICE and f32
-# weights, for each tiny HF fixture (gpt_oss_tiny, qwen3_moe_tiny):
+# tandem-decoder on 127.0.0.1, both workers with --device $DEVICE, f32
+# weights and --kv-dtype $KV_DTYPE, for each tiny HF fixture (gpt_oss_tiny,
+# qwen3_moe_tiny):
 #   - one greedy /v1/completions of the fixture's prompt, 32 tokens: the
-#     token ids must equal HF's golden 32 (golden.safetensors gen_ids);
+#     token ids must equal HF's golden 32 (golden.safetensors gen_ids) with
+#     an f32 cache; with a bf16 cache (the CUDA default) they must equal
+#     tandem-generate --device $DEVICE --kv-dtype $KV_DTYPE's (a bf16 cache
+#     may flip a token where HF's top-2 margin is tiny: gpt_oss_tiny's 23rd
+#     on the CPU), which must share a prefix of at least 16 with HF's (with
+#     KV_DTYPE=fp8 the prefix is only printed);
 #   - four concurrent identical requests (the decoder batches them): each
 #     must equal the golden too;
 #   - a seeded sampled request (temperature 0.9, top-p 0.95, top-k 50, seed
@@ -11,7 +17,8 @@
 #     same seed: the first token is sampled on the prefiller's GPU, the rest
 #     on the decoder's, continuing the sampler state the prefiller handed
 #     over (skipped when tandem-generate is not in the programs' folder);
-#   - the workers' logs must name the device and the KV path they took;
+#   - the workers' logs must name the device, the KV cache dtype and the KV
+#     path they took;
 #   - SIGTERM stops all three, each exits 0.
 # The prefiller's pages hold 16 tokens and the decoder's 5, so the KV push
 # reshards between page layouts (on the GPU through pinned host buffers
@@ -27,6 +34,8 @@
 #   PYTHON           the HTTP client's interpreter (default
 #                    /opt/torch/.venv/bin/python3, else python3)
 #   OUT              logs (default /tmp/tandem-gpu-cluster)
+#   KV_DTYPE         the workers' --kv-dtype: auto (default: bf16 on cuda, f32
+#                    on cpu), f32, bf16 or fp8
 #   WORKER_FLAGS     more flags for both workers (e.g. --kv-path staged, to
 #                    take the GPU's staging path on the CPU too)
 #   UCX_TLS          default tcp,self (loopback TCP: no shared-memory or
@@ -35,6 +44,12 @@
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
 DEVICE=${DEVICE:-cuda}
+KV_DTYPE=${KV_DTYPE:-auto}
+case "$KV_DTYPE:$DEVICE" in
+auto:cpu | f32:*) KV_RESOLVED=f32 ;;
+fp8:*) KV_RESOLVED=fp8 ;;
+*) KV_RESOLVED=bf16 ;;
+esac
 OUT=${OUT:-/tmp/tandem-gpu-cluster}
 mkdir -p "$OUT"
 export UCX_TLS=${UCX_TLS:-tcp,self} UCX_WARN_UNUSED_ENV_VARS=n PYTHONUNBUFFERED=1
@@ -59,7 +74,7 @@ for p in tandem-router tandem-prefiller tandem-decoder; do
     [ -x "$BIN/$p" ] || { echo "Bail out! $BIN/$p missing (make CUDA=1, or TANDEM_PREBUILT)"; exit 1; }
 done
 command -v "$PYTHON" >/dev/null || { echo "Bail out! no python ($PYTHON) for the HTTP client"; exit 1; }
-echo "# device $DEVICE${WORKER_FLAGS:+ ($WORKER_FLAGS)}, programs: $how, UCX_TLS=$UCX_TLS, logs in $OUT"
+echo "# device $DEVICE, $KV_RESOLVED KV cache${WORKER_FLAGS:+ ($WORKER_FLAGS)}, programs: $how, UCX_TLS=$UCX_TLS, logs in $OUT"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.used,memory.total \
     --format=csv,noheader 2>&1 | sed 's/^/# GPU: /'
 
@@ -165,6 +180,28 @@ for FX in gpt_oss_tiny qwen3_moe_tiny; do
     rm -f "$OUT/$FX".*
     prompt=$(py golden "$dir" prompt_ids)
     golden=$(py golden "$dir" gen_ids)
+    if [ "$KV_RESOLVED" != f32 ]; then
+        # the reference is the one-process engine with the same cache dtype
+        hf=$golden
+        golden=""
+        [ -x "$BIN/tandem-generate" ] &&
+            golden=$(LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout 60 \
+                     "$BIN/tandem-generate" --model "$dir" --prompt-ids "$prompt" --max-tokens 32 \
+                     --ignore-eos --device "$DEVICE" --weights f32 --kv-dtype "$KV_DTYPE" \
+                     2>"$OUT/$FX.generate_greedy.log")
+        shared=0
+        IFS=, read -r -a ga <<<"$golden"; IFS=, read -r -a ha <<<"$hf"
+        while [ $shared -lt ${#ha[@]} ] && [ "${ga[$shared]:-x}" = "${ha[$shared]}" ]; do shared=$((shared + 1)); done
+        echo "# $FX: tandem-generate with a $KV_RESOLVED cache shares HF's first $shared tokens"
+        # bf16 must keep HF's first 16 (gpt_oss_tiny keeps 22 on the CPU); an
+        # fp8 cache may leave them earlier (test_engine_kv_dtype bounds it)
+        [ -n "$golden" ] && { [ "$KV_RESOLVED" = fp8 ] || [ $shared -ge 16 ]; }
+        rc=$?
+        what="runs"
+        [ "$KV_RESOLVED" = bf16 ] && what="runs and shares HF's first 16 tokens"
+        check "$FX: tandem-generate on $DEVICE with a $KV_RESOLVED cache $what" $rc \
+            "generate: $golden" "HF:       $hf" "$(tail -2 "$OUT/$FX.generate_greedy.log" 2>/dev/null)"
+    fi
     spawn "$BIN/tandem-router" --http-port 0 --worker-port 0 --rpc-port 0 --metrics-port -1 \
         --port-file "$OUT/$FX.ports" --heartbeat-ms 200 --worker-timeout-ms 10000 \
         >"$OUT/$FX.router.log" 2>&1 &
@@ -178,7 +215,7 @@ for FX in gpt_oss_tiny qwen3_moe_tiny; do
     fi
     URL=http://127.0.0.1:$http
     common=(--router "tcp://127.0.0.1:$wport" --model "$dir" --device "$DEVICE" --weights f32
-            --metrics-port -1 ${WORKER_FLAGS:-})
+            --kv-dtype "$KV_DTYPE" --metrics-port -1 ${WORKER_FLAGS:-})
     spawn "$BIN/tandem-prefiller" "${common[@]}" --worker-id "prefiller-gpu-$$" --page-size 16 \
         >"$OUT/$FX.prefiller.log" 2>&1 &
     PIDS+=($!); NAMES+=(prefiller)
@@ -201,6 +238,10 @@ for FX in gpt_oss_tiny qwen3_moe_tiny; do
         grep -qF "model on $DEVICE, f32 weights" "$OUT/$FX.decoder.log"
     check "$FX: both workers log the model on $DEVICE with f32 weights" $? \
         "$(grep -h "model on" "$OUT/$FX".{prefiller,decoder}.log)"
+    grep -qF "$KV_RESOLVED KV cache" "$OUT/$FX.prefiller.log" &&
+        grep -qF "$KV_RESOLVED KV cache" "$OUT/$FX.decoder.log"
+    check "$FX: both workers hold a $KV_RESOLVED KV cache" $? \
+        "$(grep -h "KV cache" "$OUT/$FX".{prefiller,decoder}.log)"
     path_p=$(sed -n 's/.*KV transfer \(.*\)$/\1/p' "$OUT/$FX.prefiller.log" | head -1)
     path_d=$(sed -n 's/.*KV transfer \(.*\)$/\1/p' "$OUT/$FX.decoder.log" | head -1)
     [ -n "$path_p" ] && [ -n "$path_d" ]
@@ -212,7 +253,7 @@ for FX in gpt_oss_tiny qwen3_moe_tiny; do
     first=$(echo "$res" | head -1)
     t_one=$(echo "$res" | tail -1)
     [ "$first" = same ]
-    check "$FX: greedy /v1/completions on $DEVICE = HF golden 32 tokens" $? \
+    check "$FX: greedy /v1/completions on $DEVICE = $([ "$KV_RESOLVED" = f32 ] && echo "HF golden" || echo "tandem-generate's") 32 tokens" $? \
         "got:    $first" "golden: $golden"
     r_one=$([ "$first" = same ] && echo ok || echo FAIL)
 
@@ -220,7 +261,7 @@ for FX in gpt_oss_tiny qwen3_moe_tiny; do
     n_same=$(echo "$res" | head -4 | grep -c '^same$')
     t_four=$(echo "$res" | tail -1)
     [ "$n_same" = 4 ]
-    check "$FX: 4 concurrent greedy requests on $DEVICE = HF golden" $? \
+    check "$FX: 4 concurrent greedy requests on $DEVICE = the same 32 tokens" $? \
         "$(echo "$res" | head -4 | grep -v '^same$' | head -2)"
     r_four="$n_same/4"
 
@@ -229,7 +270,7 @@ for FX in gpt_oss_tiny qwen3_moe_tiny; do
         want=$(LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout 60 \
                "$BIN/tandem-generate" --model "$dir" --prompt-ids "$prompt" --max-tokens 24 \
                --ignore-eos --temperature 0.9 --top-p 0.95 --top-k 50 --seed 1234 \
-               --device "$DEVICE" --weights f32 2>"$OUT/$FX.generate.log")
+               --device "$DEVICE" --weights f32 --kv-dtype "$KV_DTYPE" 2>"$OUT/$FX.generate.log")
         got=$(py seeded "$URL" "$FX" "$prompt")
         [ -n "$want" ] && [ "$got" = "$want" ] && [ "$got" != "$(echo "$golden" | cut -d, -f1-24)" ]
         check "$FX: seeded sampling on $DEVICE through the cluster = tandem-generate, same seed" $? \

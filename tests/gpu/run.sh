@@ -10,10 +10,21 @@
 #   memcheck     the op table under compute-sanitizer memcheck (if installed)
 #   engine       test_engine_gpu: the HF fixtures on the GPU (f32, bf16, FP8)
 #   generate     tandem-generate --device cuda vs the fixtures' HF golden tokens
+#                (f32 weights with an f32 cache: exact; the default bf16
+#                cache and default weights: counted)
 #   nccl         test_comm_nccl and test_parallel_nccl at world size 1, and TP=2
 #                as two processes on the one GPU
 #   cluster      router + prefiller + decoder on --device cuda
 #                (tests/gpu/cluster_check.sh; needs TANDEM_PREBUILT_CLUSTER)
+# serve:
+#   serve        the serving benchmark (tests/gpu/serve_bench.sh; needs
+#                TANDEM_PREBUILT_CLUSTER with tandem-servebench): router +
+#                prefiller + decoder on cuda:0, GPT-OSS-20B shapes, FP8
+#                random weights, token-id prompts, concurrency 1..256 for
+#                4096/200, 32768/100, 1024/1024, 8192/256 (points bounded in
+#                time: about 6 minutes in all) and the decode ITL p99 alone
+#                vs while 32k prompts arrive; JSON, SVG and logs in $OUT/serve
+#                (DEVICE=cpu runs its control flow with tiny shapes)
 # bench:
 #   ceilings     device copy bandwidth and bf16/fp32 GEMM rate through torch
 #                (the floors of every row below)
@@ -25,7 +36,7 @@
 #   bench-engine tandem-bench --synthetic (random weights of the real
 #                configs): GPT-OSS-20B FP8 and bf16, GPT-OSS-120B FP8,
 #                Qwen3-30B-A3B: prefill 8192/32768, decode batch 1..128
-# all = checks + bench.
+# all = checks + bench (serve is asked for by name: it needs its own ~6 min).
 #
 # Programs: $TANDEM_PREBUILT (a folder made by tests/gpu/make_prebuilt.sh on
 # a machine with nvcc: bin/ and lib/), else built here with
@@ -59,7 +70,7 @@ for a in "${@:-checks}"; do
     bench) steps+=(ceilings bench-attention bench-ops bench-moe bench-engine) ;;
     all) steps+=(ops ops-tf32 memcheck engine generate nccl cluster
                  ceilings bench-attention bench-ops bench-moe bench-engine) ;;
-    ops|ops-tf32|memcheck|engine|generate|nccl|cluster|ceilings|bench-attention|bench-ops|bench-moe|bench-engine)
+    ops|ops-tf32|memcheck|engine|generate|nccl|cluster|serve|ceilings|bench-attention|bench-ops|bench-moe|bench-engine)
         steps+=("$a") ;;
     -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown step '$a' (run.sh --help lists them)"; exit 2 ;;
@@ -86,7 +97,12 @@ unpack() { # a .tar.xz of a prebuilt folder -> the folder, unpacked under $OUT
 [ -n "${TANDEM_PREBUILT_CLUSTER:-}" ] && TANDEM_PREBUILT_CLUSTER=$(unpack "$TANDEM_PREBUILT_CLUSTER")
 LIBS=""
 BIN=""
-if [ -n "${TANDEM_PREBUILT:-}" ]; then
+# the cluster steps use only TANDEM_PREBUILT_CLUSTER: nothing to build for them
+only_cluster=1
+for s in "${steps[@]}"; do case "$s" in cluster|serve) ;; *) only_cluster=0 ;; esac; done
+if [ "$only_cluster" = 1 ]; then
+    how="none needed (cluster steps: TANDEM_PREBUILT_CLUSTER)"
+elif [ -n "${TANDEM_PREBUILT:-}" ]; then
     BIN=$(cd "$TANDEM_PREBUILT/bin" && pwd) && LIBS=$(cd "$TANDEM_PREBUILT/lib" && pwd)
     how="prebuilt ($TANDEM_PREBUILT)"
 else
@@ -123,8 +139,8 @@ check() {
 }
 
 step_generate() {
-    echo "== tandem-generate --device cuda (f32 and default weights) vs the HF golden tokens"
-    local gen="" fx w prompt want got same
+    echo "== tandem-generate --device cuda (f32 and default weights and KV cache) vs the HF golden tokens"
+    local gen="" fx w kv prompt want got same
     ids() {
         python3 - "tests/fixtures/$1/golden.safetensors" "$2" <<'PY'
 import json, struct, sys
@@ -138,16 +154,17 @@ PY
     }
     for fx in gpt_oss_tiny qwen3_moe_tiny; do
         prompt=$(ids $fx prompt_ids); want=$(ids $fx gen_ids)
-        for w in f32 auto; do
+        for wk in f32:f32 f32:auto auto:auto; do
+            w=${wk%:*} kv=${wk#*:}
             got=$(run timeout 60 "$BIN/tandem-generate" --model "tests/fixtures/$fx" --prompt-ids "$prompt" \
-                  --max-tokens 32 --ignore-eos --device cuda --weights $w 2>>"$OUT/generate.log")
+                  --max-tokens 32 --ignore-eos --device cuda --weights $w --kv-dtype $kv 2>>"$OUT/generate.log")
             IFS=, read -r -a g <<<"$got"; IFS=, read -r -a h <<<"$want"
             same=0
             while [ $same -lt ${#h[@]} ] && [ "${g[$same]:-x}" = "${h[$same]}" ]; do same=$((same + 1)); done
-            echo "$fx --weights $w: $same of ${#h[@]} tokens equal HF's"
-            gen="$gen$fx/$w $same/${#h[@]}; "
-            # f32 weights must reproduce HF's greedy tokens exactly
-            [ $w = f32 ] && [ $same -ne ${#h[@]} ] && status=1
+            echo "$fx --weights $w --kv-dtype $kv: $same of ${#h[@]} tokens equal HF's"
+            gen="$gen$fx/$w/kv-$kv $same/${#h[@]}; "
+            # f32 weights with an f32 cache must reproduce HF's greedy tokens exactly
+            [ $wk = f32:f32 ] && [ $same -ne ${#h[@]} ] && status=1
         done
     done
     rows+=("| tandem-generate --device cuda, greedy tokens equal to HF's | $gen|")
@@ -173,6 +190,24 @@ step_cluster() {
     [ $rc -eq 0 ] || status=1
     grep -E '^not ok ' "$OUT/cluster.txt" | head; tail -n 4 "$OUT/cluster.txt"
     rows+=("| cluster on the GPU | exit $rc, $(tap_counts "$OUT/cluster.txt") |")
+}
+
+step_serve() {
+    if [ -z "${TANDEM_PREBUILT_CLUSTER:-}" ]; then
+        rows+=("| serve | not run: no TANDEM_PREBUILT_CLUSTER |"); status=1; return
+    fi
+    local budget l
+    l=$(left)
+    budget=$(( l - 20 < 390 ? l - 20 : 390 ))
+    if [ "$budget" -lt 120 ]; then
+        rows+=("| serve | skipped: time budget |"); status=1; return
+    fi
+    echo "== serve (tests/gpu/serve_bench.sh, ${budget} s at most)"
+    OUT="$OUT/serve" TANDEM_PREBUILT="$TANDEM_PREBUILT_CLUSTER" BUDGET_S=$budget \
+        timeout $((budget + 60)) bash tests/gpu/serve_bench.sh >"$OUT/serve.txt" 2>&1
+    local rc=$?
+    [ $rc -eq 0 ] || { status=1; tail -n 5 "$OUT/serve.txt"; }
+    rows+=("| serve: servebench sweep + disaggregation | exit $rc, $(grep -c '^| [0-9]' "$OUT/serve.txt") points; JSON/SVG in serve/ |")
 }
 
 PEAK=${PEAK_TFLOPS:-}
@@ -266,6 +301,7 @@ for s in "${steps[@]}"; do
     generate) step_generate ;;
     nccl) step_nccl ;;
     cluster) step_cluster ;;
+    serve) step_serve ;;
     ceilings) step_ceilings ;;
     bench-attention) step_bench_attention ;;
     bench-ops) step_bench_ops ;;
@@ -284,5 +320,7 @@ for f in "$OUT"/bench_*.log; do
     n=$(basename "$f" .log | sed 's/^bench_//')
     grep -E '^(prefill|decode) ' "$f" | sed "s#^#| $n: #; s#\$# |#"
 done
+# the serving table last: it is the one to read
+[ -f "$OUT/serve.txt" ] && sed -n '/^== serve summary/,$p' "$OUT/serve.txt"
 echo "RESULT: $([ $status -eq 0 ] && echo PASS || echo FAIL)"
 exit $status

@@ -20,7 +20,20 @@
  *     against the CPU backend's FP8 model (the same function; they differ
  *     where the GPU's FP8 accumulation, ~3e-4 relative per product, moves
  *     an activation across an e4m3 rounding boundary); synthetic FP8
- *     weights of one seed on both backends.
+ *     weights of one seed on both backends;
+ *   - a bf16 KV cache (the CUDA default; kn_kv_pools KN_BF16: the flash,
+ *     split-KV decode and bf16 tensor-core kernels reading bf16 pools):
+ *     f32 weights with a bf16 cache against the f32 cache and HF within
+ *     BF16_KV_TOL (tests/unit/test_engine_kv_dtype.c measured 7.3e-3
+ *     GPT-OSS and 1.7e-3 Qwen3 on the CPU) and against the CPU's bf16-cache
+ *     run within BF16_KV_CPU_TOL; decode steps through a bf16 cache against
+ *     one prefill through one; the default weights (bf16) with the bf16
+ *     cache against the CPU's same configuration and HF within BF16_W_KV_TOL;
+ *   - an FP8 KV cache (e4m3 rows with their scale), f32 weights: against
+ *     the f32 cache and HF within FP8_KV_TOL, the CPU's FP8-cache run
+ *     within FP8_KV_CPU_TOL, decode through it vs one prefill within
+ *     FP8_KV_SAME_TOL (a K or V an fp32 ulp apart between the two GEMM
+ *     shapes may land on the neighbouring e4m3 code, 2^-3 relative).
  * Output is TAP; NaN never passes (a NaN error compares false).
  *
  * Usage: test_engine_gpu [device]   (run from the repository root) */
@@ -44,6 +57,15 @@
 #define BF16_MARGIN 0.01f
 #define FP8_TOL_QWEN3 0.15     /* FP8 vs bf16 and vs the CPU's FP8, prefill logits */
 #define FP8_TOL_GPT_OSS 0.5
+#define BF16_KV_TOL 2e-2      /* bf16 cache vs f32 cache (f32 weights) */
+#define BF16_KV_CPU_TOL 5e-3  /* one bf16-cache run on cuda and cpu: K, V an fp32 ulp apart may
+                                 round to neighbouring bf16 values */
+#define BF16_KV_SAME_TOL 1e-3 /* decode vs one prefill, both through a bf16 cache */
+#define BF16_W_KV_TOL 1e-1    /* bf16 weights and cache: routing flips (test_engine_kv_dtype) */
+#define FP8_KV_TOL 0.25       /* FP8 cache vs f32 cache (f32 weights): test_engine_kv_dtype
+                                 measured 0.122 GPT-OSS, 0.037 Qwen3 on the CPU */
+#define FP8_KV_CPU_TOL 0.15   /* one FP8-cache run on cuda and cpu */
+#define FP8_KV_SAME_TOL 0.15  /* decode vs one prefill, both through an FP8 cache */
 #define MAX_SEQ 128
 #define PAGE 16
 
@@ -76,7 +98,8 @@ static void run_free(run *r)
     memset(r, 0, sizeof *r);
 }
 
-static int greedy(tm_model *m, const kn_backend *be, const int32_t *prompt, int T, int n, run *r)
+static int greedy_kv(tm_model *m, const kn_backend *be, kn_dtype kv_dtype, const int32_t *prompt,
+                     int T, int n, run *r)
 {
     const tm_config *c = tm_model_config(m);
     const int V = c->vocab_size, n_pages = MAX_SEQ / PAGE;
@@ -86,7 +109,8 @@ static int greedy(tm_model *m, const kn_backend *be, const int32_t *prompt, int 
     if (!r->prompt_logits || !r->gen_logits)
         return r->rc = TN_ERR_NOMEM;
     tm_kv_cache kv;
-    int rc = tm_kv_cache_init(&kv, be, c->n_layers, c->n_kv_heads, c->head_dim, PAGE, n_pages);
+    int rc = tm_kv_cache_init(&kv, be, kv_dtype, c->n_layers, c->n_kv_heads, c->head_dim, PAGE,
+                              n_pages);
     if (rc)
         return r->rc = rc;
     int32_t pages[MAX_SEQ / PAGE], toks[MAX_SEQ];
@@ -103,6 +127,11 @@ static int greedy(tm_model *m, const kn_backend *be, const int32_t *prompt, int 
     }
     tm_kv_cache_free(&kv);
     return r->rc = rc;
+}
+
+static int greedy(tm_model *m, const kn_backend *be, const int32_t *prompt, int T, int n, run *r)
+{
+    return greedy_kv(m, be, KN_F32, prompt, T, n, r);
 }
 
 static tm_model *load(ctx *t, const kn_backend *be, const char *dir, tm_weight_dtype wd,
@@ -163,7 +192,8 @@ done:
 
 /* Decode through the paged cache (one token a step: the split-KV kernel)
  * against one prefill over the same tokens, on the GPU. */
-static void decode_matches_prefill(ctx *t, const char *dir, const et_golden *g)
+static void decode_matches_prefill(ctx *t, const char *dir, const et_golden *g, kn_dtype kv_dtype,
+                                   double tol)
 {
     tm_model *m = load(t, &t->gpu, dir, TM_WEIGHTS_F32, "cuda f32");
     if (!m)
@@ -175,8 +205,8 @@ static void decode_matches_prefill(ctx *t, const char *dir, const et_golden *g)
     memcpy(full + T, g->gen_ids, sizeof(int32_t) * (size_t)D);
     float *ref = calloc((size_t)N * V, sizeof(float)), *got = calloc((size_t)V, sizeof(float));
     tm_kv_cache kv;
-    int rc = ref && got ? tm_kv_cache_init(&kv, &t->gpu, c->n_layers, c->n_kv_heads, c->head_dim,
-                                           8, n_pages)
+    int rc = ref && got ? tm_kv_cache_init(&kv, &t->gpu, kv_dtype, c->n_layers, c->n_kv_heads,
+                                           c->head_dim, 8, n_pages)
                         : TN_ERR_NOMEM;
     if (rc == TN_OK) {
         rc = tm_kv_alloc_pages(&kv, n_pages, pages);
@@ -197,8 +227,11 @@ static void decode_matches_prefill(ctx *t, const char *dir, const et_golden *g)
             worst = e > worst || isnan(e) ? e : worst;
         }
         tm_kv_cache_free(&kv);
-        tap(t, rc == TN_OK, "%s: cuda prefill + %d decode steps run (%s)", dir, D, tn_status_str(rc));
-        check_err(t, worst, SAME_TOL, dir, "cuda decode steps vs one prefill's rows, worst step");
+        tap(t, rc == TN_OK, "%s: cuda prefill + %d decode steps run, %s KV (%s)", dir, D,
+            kn_dtype_name(kv_dtype), tn_status_str(rc));
+        check_err(t, worst, tol, dir, kv_dtype == KN_BF16 ? "cuda decode steps vs one prefill's rows, bf16 KV, worst step"
+                  : kv_dtype == KN_FP8_E4M3 ? "cuda decode steps vs one prefill's rows, fp8 KV, worst step"
+                                            : "cuda decode steps vs one prefill's rows, worst step");
     } else {
         tap(t, 0, "%s: cache for decode check: %s", dir, tn_status_str(rc));
     }
@@ -237,6 +270,90 @@ static void bf16_vs_hf_and_cpu(ctx *t, const char *dir, const et_golden *g)
     }
     run_free(&rg);
     run_free(&rc);
+done:
+    tm_model_free(mg);
+    tm_model_free(mc);
+}
+
+/* A bf16 KV cache on the GPU: f32 weights (the cache's rounding alone)
+ * against the f32 cache, HF and the CPU's bf16-cache run; then the CUDA
+ * default (bf16 weights, bf16 cache) against the CPU's same configuration
+ * and HF. Prompt logits: every row came through the cache. */
+static void bf16_kv_vs_f32_kv_and_cpu(ctx *t, const char *dir, const et_golden *g)
+{
+    tm_model *mg = load(t, &t->gpu, dir, TM_WEIGHTS_F32, "cuda f32");
+    tm_model *mc = load(t, &t->cpu, dir, TM_WEIGHTS_F32, "cpu f32");
+    tm_model *mgd = load(t, &t->gpu, dir, TM_WEIGHTS_AUTO, "cuda default");
+    tm_model *mcd = load(t, &t->cpu, dir, TM_WEIGHTS_BF16, "cpu bf16");
+    if (!mg || !mc || !mgd || !mcd)
+        goto done;
+    run rf, rb, rcb, rd, rcd;
+    greedy_kv(mg, &t->gpu, KN_F32, g->prompt, g->T, 1, &rf);
+    greedy_kv(mg, &t->gpu, KN_BF16, g->prompt, g->T, 1, &rb);
+    greedy_kv(mc, &t->cpu, KN_BF16, g->prompt, g->T, 1, &rcb);
+    greedy_kv(mgd, &t->gpu, KN_BF16, g->prompt, g->T, 1, &rd);
+    greedy_kv(mcd, &t->cpu, KN_BF16, g->prompt, g->T, 1, &rcd);
+    int ok = rf.rc == TN_OK && rb.rc == TN_OK && rcb.rc == TN_OK && rd.rc == TN_OK &&
+             rcd.rc == TN_OK;
+    tap(t, ok, "%s: bf16 KV runs on cuda (%s, default weights %s) and cpu (%s, %s)", dir,
+        tn_status_str(rb.rc), tn_status_str(rd.rc), tn_status_str(rcb.rc), tn_status_str(rcd.rc));
+    if (ok) {
+        size_t np = (size_t)g->T * g->V;
+        check_err(t, et_rel_err(rb.prompt_logits, rf.prompt_logits, np), BF16_KV_TOL, dir,
+                  "cuda f32 weights: bf16 KV vs f32 KV prefill logits");
+        check_err(t, et_rel_err(rb.prompt_logits, g->prompt_logits, np), BF16_KV_TOL, dir,
+                  "cuda f32 weights, bf16 KV: prefill logits vs HF");
+        check_err(t, et_rel_err(rb.prompt_logits, rcb.prompt_logits, np), BF16_KV_CPU_TOL, dir,
+                  "f32 weights, bf16 KV: cuda vs cpu prefill logits");
+        tap(t, et_rel_err(rb.prompt_logits, rf.prompt_logits, np) > 0, "%s: the bf16 cache "
+            "changed the logits (the pools hold bf16)", dir);
+        check_err(t, et_rel_err(rd.prompt_logits, rcd.prompt_logits, np), BF16_W_KV_TOL, dir,
+                  "bf16 weights and KV (the cuda default): cuda vs cpu prefill logits");
+        check_err(t, et_rel_err(rd.prompt_logits, g->prompt_logits, np), BF16_W_KV_TOL, dir,
+                  "bf16 weights and KV (the cuda default): prefill logits vs HF");
+    }
+    run_free(&rf);
+    run_free(&rb);
+    run_free(&rcb);
+    run_free(&rd);
+    run_free(&rcd);
+done:
+    tm_model_free(mg);
+    tm_model_free(mc);
+    tm_model_free(mgd);
+    tm_model_free(mcd);
+}
+
+/* An FP8 KV cache on the GPU, f32 weights: against the f32 cache, HF and
+ * the CPU's FP8-cache run (prompt logits: every row came through the
+ * cache). */
+static void fp8_kv_vs_f32_kv_and_cpu(ctx *t, const char *dir, const et_golden *g)
+{
+    tm_model *mg = load(t, &t->gpu, dir, TM_WEIGHTS_F32, "cuda f32");
+    tm_model *mc = load(t, &t->cpu, dir, TM_WEIGHTS_F32, "cpu f32");
+    if (!mg || !mc)
+        goto done;
+    run rf, r8, rc8;
+    greedy_kv(mg, &t->gpu, KN_F32, g->prompt, g->T, 1, &rf);
+    greedy_kv(mg, &t->gpu, KN_FP8_E4M3, g->prompt, g->T, 1, &r8);
+    greedy_kv(mc, &t->cpu, KN_FP8_E4M3, g->prompt, g->T, 1, &rc8);
+    int ok = rf.rc == TN_OK && r8.rc == TN_OK && rc8.rc == TN_OK;
+    tap(t, ok, "%s: fp8 KV runs on cuda (%s) and cpu (%s)", dir, tn_status_str(r8.rc),
+        tn_status_str(rc8.rc));
+    if (ok) {
+        size_t np = (size_t)g->T * g->V;
+        check_err(t, et_rel_err(r8.prompt_logits, rf.prompt_logits, np), FP8_KV_TOL, dir,
+                  "cuda f32 weights: fp8 KV vs f32 KV prefill logits");
+        check_err(t, et_rel_err(r8.prompt_logits, g->prompt_logits, np), FP8_KV_TOL, dir,
+                  "cuda f32 weights, fp8 KV: prefill logits vs HF");
+        check_err(t, et_rel_err(r8.prompt_logits, rc8.prompt_logits, np), FP8_KV_CPU_TOL, dir,
+                  "f32 weights, fp8 KV: cuda vs cpu prefill logits");
+        tap(t, et_rel_err(r8.prompt_logits, rf.prompt_logits, np) > 0, "%s: the fp8 cache "
+            "changed the logits (the pools hold e4m3)", dir);
+    }
+    run_free(&rf);
+    run_free(&r8);
+    run_free(&rc8);
 done:
     tm_model_free(mg);
     tm_model_free(mc);
@@ -330,7 +447,11 @@ int main(int argc, char **argv)
             continue;
         }
         f32_vs_hf_and_cpu(&t, fixtures[i], &g);
-        decode_matches_prefill(&t, fixtures[i], &g);
+        decode_matches_prefill(&t, fixtures[i], &g, KN_F32, SAME_TOL);
+        decode_matches_prefill(&t, fixtures[i], &g, KN_BF16, BF16_KV_SAME_TOL);
+        bf16_kv_vs_f32_kv_and_cpu(&t, fixtures[i], &g);
+        decode_matches_prefill(&t, fixtures[i], &g, KN_FP8_E4M3, FP8_KV_SAME_TOL);
+        fp8_kv_vs_f32_kv_and_cpu(&t, fixtures[i], &g);
         bf16_vs_hf_and_cpu(&t, fixtures[i], &g);
         synthetic_same_on_both(&t, fixtures[i], &g, TM_WEIGHTS_F32, CPU_F32_TOL);
         synthetic_same_on_both(&t, fixtures[i], &g, TM_WEIGHTS_BF16, BF16_CPU_TOL);

@@ -371,10 +371,10 @@ static void run_layout(ctx *t, const char *fx, const et_golden *g, tm_weight_dty
     /* a group of one holds the whole model */
     int whole = sh->n_heads == c->n_heads && sh->n_kv_heads == c->n_kv_heads &&
                 sh->n_experts == c->n_experts && tm_model_kv_heads(r.par) == c->n_kv_heads;
-    rc = tm_kv_cache_init(&r.kv_par, &t->be, c->n_layers, tm_model_kv_heads(r.par), c->head_dim,
+    rc = tm_kv_cache_init(&r.kv_par, &t->be, KN_F32, c->n_layers, tm_model_kv_heads(r.par), c->head_dim,
                           PAGE, 2 * SEQ_PAGES);
     if (!rc)
-        rc = tm_kv_cache_init(&r.kv_ref, &t->be, c->n_layers, c->n_kv_heads, c->head_dim, PAGE,
+        rc = tm_kv_cache_init(&r.kv_ref, &t->be, KN_F32, c->n_layers, c->n_kv_heads, c->head_dim, PAGE,
                               2 * SEQ_PAGES);
     r.lp = calloc((size_t)MAX_SEQ * r.V, sizeof(float));
     r.lr = calloc((size_t)MAX_SEQ * r.V, sizeof(float));
@@ -486,9 +486,9 @@ static int two_rank_body(const comm_launch *L, int device, char *why, size_t n)
     lp = calloc((size_t)g.T * c->vocab_size, sizeof(float));
     lr = calloc((size_t)g.T * c->vocab_size, sizeof(float));
     if (!lp || !lr ||
-        tm_kv_cache_init(&kvp, &be, c->n_layers, tm_model_kv_heads(par), c->head_dim, PAGE,
+        tm_kv_cache_init(&kvp, &be, KN_F32, c->n_layers, tm_model_kv_heads(par), c->head_dim, PAGE,
                          SEQ_PAGES) ||
-        tm_kv_cache_init(&kvr, &be, c->n_layers, c->n_kv_heads, c->head_dim, PAGE, SEQ_PAGES) ||
+        tm_kv_cache_init(&kvr, &be, KN_F32, c->n_layers, c->n_kv_heads, c->head_dim, PAGE, SEQ_PAGES) ||
         tm_kv_alloc_pages(&kvp, SEQ_PAGES, pp) || tm_kv_alloc_pages(&kvr, SEQ_PAGES, pr)) {
         snprintf(why, n, "rank %d: caches", L->rank);
         goto done;

@@ -17,12 +17,22 @@
  * decode with split-KV lengths, speculative multi-row decode, head sizes
  * of the generic kernel; on CUDA also against the CPU, and the bf16
  * tensor-core prefill kernel (kn_backend_set_attn_bf16) as a CUDA variant.
+ * Every pool case runs again with bf16 pools and with FP8 pools
+ * (kn_kv_pools.dtype KN_BF16, KN_FP8_E4M3): kv_append must store exactly
+ * the rows' encoding (bf16: round-to-nearest-even codes; FP8: e4m3 codes
+ * and the row's scale, kn_fp8_kv_row_encode), and attention over them must
+ * match float64 attention over the values those bytes hold to the fp32
+ * bound (the kernels only widen what they load), and float64 attention
+ * over the unrounded fp32 values to BF16_KV_TOL / FP8_KV_TOL (the cost of
+ * storing the cache narrower).
  * And the precision switch and the argument checks. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "common/status.h"
 #include "kernels/attention.h"
+#include "kernels/dtype.h"
+#include "kernels/fp8.h"
 #include "tests/ops/op_harness.h"
 
 #define MAX_SEQS 8
@@ -206,6 +216,7 @@ static void step_free(attn_step *st)
  * st->out gets the rows. */
 static void step_run(op_env *e, attn_step *st, const attn_world *w, float *k_pool, float *v_pool)
 {
+    kn_kv_pools pools = { k_pool, v_pool, KN_F32 };
     const attn_case *c = w->c;
     int rows = st->b.n_rows;
     size_t kv_row = (size_t)c->n_kv_heads * c->head_dim, q_row = (size_t)c->n_heads * c->head_dim;
@@ -216,9 +227,9 @@ static void step_run(op_env *e, attn_step *st, const attn_world *w, float *k_poo
     float *d_q = op_up(e, st->q, (size_t)rows * q_row * 4), *d_k = op_up(e, st->k, (size_t)rows * kv_row * 4);
     float *d_v = op_up(e, st->v, (size_t)rows * kv_row * 4), *d_out = op_nan(e, (size_t)rows * q_row);
     float *d_sinks = w->sinks ? op_up(e, w->sinks, (size_t)c->n_heads * 4) : NULL;
-    op_ok(e, kn_kv_append(e->be, k_pool, v_pool, d_k, d_v, &db, c->n_kv_heads, c->head_dim, c->page_size),
+    op_ok(e, kn_kv_append(e->be, &pools, d_k, d_v, &db, c->n_kv_heads, c->head_dim, c->page_size),
           "kn_kv_append");
-    op_ok(e, kn_attention(e->be, d_out, d_q, k_pool, v_pool, &db, c->n_heads, c->n_kv_heads, c->head_dim,
+    op_ok(e, kn_attention(e->be, d_out, d_q, &pools, &db, c->n_heads, c->n_kv_heads, c->head_dim,
                           c->page_size, w->scale, d_sinks, c->window), "kn_attention");
     op_down(e, st->out, d_out, (size_t)rows * q_row * 4);
 }
@@ -365,6 +376,7 @@ typedef struct pool_param {
     int n_q[MAX_SEQS], kv_len[MAX_SEQS];
     int n_heads, n_kv_heads, head_dim, page_size, window, sinks;
     int bf16; /* CUDA: the bf16 tensor-core prefill kernel */
+    kn_dtype kv; /* the pools' dtype */
 } pool_param;
 
 /* bf16 attention: Q, K, V and P rounded to bf16, fp32 softmax and sums.
@@ -373,6 +385,63 @@ typedef struct pool_param {
  * BF16_ATTN_MIN means the bf16 kernel did not run. */
 #define BF16_ATTN_TOL 1e-2
 #define BF16_ATTN_MIN 1e-5
+/* bf16 pools against float64 attention over the unrounded fp32 K and V:
+ * each stored value is off by at most 2^-9 relative, which moves scores
+ * by about |q| |k| 2^-9 and the output by about 2^-9 of max |v|; measured
+ * 1.3e-3..2.0e-3 (max abs error over max |ref|) on these inputs on the CPU,
+ * bound 5e-3 (plus BF16_ATTN_TOL when the bf16 tensor-core kernel runs). */
+#define BF16_KV_TOL 5e-3
+/* FP8 pools, the same comparison: e4m3 keeps 3 mantissa bits, so each
+ * value is within 2^-4 of itself relative (2^-10 of its row's scale for
+ * the smallest); measured 2.6e-2..4.1e-2 on these inputs on the CPU,
+ * bound 8e-2. Against float64 over the values the FP8 rows hold (codes
+ * times scales) the kernels stay within the fp32 bound like the others. */
+#define FP8_KV_TOL 8e-2
+
+/* A pool of n_rows rows of D values in dtype dt's bytes (kn_kv_row_bytes
+ * per row): f32 as is, bf16 rounded to nearest even, FP8 quantized per row
+ * (kn_fp8_kv_row_encode, what kv_append must write). */
+static uint8_t *pool_encode(op_env *e, const float *x, size_t n_rows, int D, kn_dtype dt)
+{
+    const size_t rb = kn_kv_row_bytes(dt, D);
+    uint8_t *b = op_host(e, n_rows * rb);
+    for (size_t r = 0; r < n_rows; r++) {
+        const float *xr = x + r * D;
+        if (dt == KN_F32)
+            memcpy(b + r * rb, xr, rb);
+        else if (dt == KN_BF16)
+            kn_f32_to_bf16_n((uint16_t *)(b + r * rb), xr, (size_t)D);
+        else
+            kn_fp8_kv_row_encode(b + r * rb, xr, (size_t)D);
+    }
+    return b;
+}
+
+/* The values those bytes hold, as floats (the float64 references read
+ * these). */
+static float *pool_decode(op_env *e, const uint8_t *b, size_t n_rows, int D, kn_dtype dt)
+{
+    const size_t rb = kn_kv_row_bytes(dt, D);
+    float *x = op_host(e, n_rows * D * sizeof(float));
+    for (size_t r = 0; r < n_rows; r++) {
+        float *xr = x + r * D;
+        if (dt == KN_F32)
+            memcpy(xr, b + r * rb, rb);
+        else if (dt == KN_BF16)
+            kn_bf16_to_f32_n(xr, (const uint16_t *)(b + r * rb), (size_t)D);
+        else
+            kn_fp8_kv_row_decode(xr, b + r * rb, (size_t)D);
+    }
+    return x;
+}
+
+/* The pool's bytes equal want. */
+static int pool_equals(op_env *e, const void *dev, const uint8_t *want, size_t bytes)
+{
+    void *got = op_host(e, bytes);
+    op_down(e, got, dev, bytes);
+    return memcmp(got, want, bytes) == 0;
+}
 
 static void pool_case(op_env *e, const void *param)
 {
@@ -403,12 +472,20 @@ static void pool_case(op_env *e, const void *param)
     size_t pool_n = (size_t)n_pages * n_kv * ps * D;
     size_t row_n = (size_t)n_rows * n_kv * D, q_n = (size_t)n_rows * H * D;
     /* earlier tokens: random pool contents; this step's rows: kv_append */
-    float *kpool = op_rand(e, pool_n, -1.f, 1.f), *vpool = op_rand(e, pool_n, -1.f, 1.f);
+    const kn_dtype kvt = c->kv;
+    /* kexact/vexact: the unrounded fp32 values of every pool row (random
+     * earlier tokens, then this step's rows placed by hand below); the
+     * pools hold their encoding in kvt, and kpool/vpool are the values
+     * that encoding holds (what the float64 reference reads) */
+    const size_t pool_rows = pool_n / (size_t)D, pool_bytes = pool_rows * kn_kv_row_bytes(kvt, D);
+    float *kexact = op_rand(e, pool_n, -1.f, 1.f), *vexact = op_rand(e, pool_n, -1.f, 1.f);
     float *k = op_rand(e, row_n, -1.f, 1.f), *v = op_rand(e, row_n, -1.f, 1.f);
     float *q = op_rand(e, q_n, -1.f, 1.f);
     float *sinks = c->sinks ? op_rand(e, (size_t)H, -1.f, 3.f) : NULL;
     float scale = 1.f / sqrtf((float)D);
-    float *d_kp = op_up(e, kpool, pool_n * 4), *d_vp = op_up(e, vpool, pool_n * 4);
+    void *d_kp = op_up(e, pool_encode(e, kexact, pool_rows, D, kvt), pool_bytes);
+    void *d_vp = op_up(e, pool_encode(e, vexact, pool_rows, D, kvt), pool_bytes);
+    kn_kv_pools dpools = { d_kp, d_vp, kvt };
     float *d_k = op_up(e, k, row_n * 4), *d_v = op_up(e, v, row_n * 4), *d_q = op_up(e, q, q_n * 4);
     float *d_sinks = sinks ? op_up(e, sinks, (size_t)H * 4) : NULL, *d_out = op_nan(e, q_n);
     kn_seq_batch hb = { .n_seqs = c->n_seqs, .n_rows = n_rows, .max_pages = max_pages, .max_q_len = max_q,
@@ -424,15 +501,18 @@ static void pool_case(op_env *e, const void *param)
             int pos = kv_len[s] - c->n_q[s] + (r - q_offset[s]);
             for (int h = 0; h < n_kv; h++) {
                 size_t at = (((size_t)page_table[(size_t)s * max_pages + pos / ps] * n_kv + h) * ps + pos % ps) * D;
-                memcpy(kpool + at, k + ((size_t)r * n_kv + h) * D, (size_t)D * 4);
-                memcpy(vpool + at, v + ((size_t)r * n_kv + h) * D, (size_t)D * 4);
+                memcpy(kexact + at, k + ((size_t)r * n_kv + h) * D, (size_t)D * 4);
+                memcpy(vexact + at, v + ((size_t)r * n_kv + h) * D, (size_t)D * 4);
             }
         }
-    if (op_ok(e, kn_kv_append(e->be, d_kp, d_vp, d_k, d_v, &db, n_kv, D, ps), "kn_kv_append"))
-        op_check(e, memcmp(op_get(e, d_kp, pool_n), kpool, pool_n * 4) == 0 &&
-                        memcmp(op_get(e, d_vp, pool_n), vpool, pool_n * 4) == 0,
-                 "kv_append: the pools differ from the rows placed by hand");
-    double *ref = op_host(e, q_n * sizeof(double));
+    /* what kv_append must leave: every row in the pools' dtype */
+    const uint8_t *kbytes = pool_encode(e, kexact, pool_rows, D, kvt);
+    const uint8_t *vbytes = pool_encode(e, vexact, pool_rows, D, kvt);
+    float *kpool = pool_decode(e, kbytes, pool_rows, D, kvt), *vpool = pool_decode(e, vbytes, pool_rows, D, kvt);
+    if (op_ok(e, kn_kv_append(e->be, &dpools, d_k, d_v, &db, n_kv, D, ps), "kn_kv_append"))
+        op_check(e, pool_equals(e, d_kp, kbytes, pool_bytes) && pool_equals(e, d_vp, vbytes, pool_bytes),
+                 "kv_append: the %s pools differ from the rows placed by hand", kn_dtype_name(kvt));
+    double *ref = op_host(e, q_n * sizeof(double)), *ref_exact = op_host(e, q_n * sizeof(double));
     const float **keys = op_host(e, (size_t)max_kv * sizeof *keys), **vals = op_host(e, (size_t)max_kv * sizeof *vals);
     for (int s = 0; s < c->n_seqs; s++)
         for (int r = q_offset[s]; r < q_offset[s + 1]; r++) {
@@ -445,24 +525,38 @@ static void pool_case(op_env *e, const void *param)
                 }
                 ref_head(ref + ((size_t)r * H + h) * D, q + ((size_t)r * H + h) * D, keys, vals, pos - first + 1,
                          D, scale, sinks ? &sinks[h] : NULL);
+                if (kvt == KN_F32)
+                    continue;
+                for (int j = first; j <= pos; j++) { /* the same keys, unrounded */
+                    keys[j - first] = kexact + (keys[j - first] - kpool);
+                    vals[j - first] = vexact + (vals[j - first] - vpool);
+                }
+                ref_head(ref_exact + ((size_t)r * H + h) * D, q + ((size_t)r * H + h) * D, keys, vals,
+                         pos - first + 1, D, scale, sinks ? &sinks[h] : NULL);
             }
         }
     if (c->bf16 && !op_ok(e, kn_backend_set_attn_bf16(e->be, 1), "kn_backend_set_attn_bf16"))
         return;
-    int rc = kn_attention(e->be, d_out, d_q, d_kp, d_vp, &db, H, n_kv, D, ps, scale, d_sinks, c->window);
+    int rc = kn_attention(e->be, d_out, d_q, &dpools, &db, H, n_kv, D, ps, scale, d_sinks, c->window);
     kn_backend_set_attn_bf16(e->be, 0);
     if (!op_ok(e, rc, "kn_attention"))
         return;
     double tol = c->bf16 ? BF16_ATTN_TOL : op_tol_fp32(e, 0);
     float *got = op_get(e, d_out, q_n);
     double err = tu_max_rel_err(got, ref, q_n);
-    op_check_err(e, err, tol, "attention%s vs float64", c->bf16 ? " bf16" : "");
+    op_check_err(e, err, tol, "attention%s, %s pools vs float64", c->bf16 ? " bf16" : "",
+                 kn_dtype_name(kvt));
     if (c->bf16)
         op_check(e, err > BF16_ATTN_MIN, "bf16: rel err %.3g not above fp32's %g: the bf16 kernel did not run",
                  err, BF16_ATTN_MIN);
+    if (kvt != KN_F32)
+        op_check_err(e, tu_max_rel_err(got, ref_exact, q_n),
+                     (kvt == KN_BF16 ? BF16_KV_TOL : FP8_KV_TOL) + (c->bf16 ? BF16_ATTN_TOL : 0),
+                     "attention over %s pools vs float64 over the unrounded K, V", kn_dtype_name(kvt));
     if (e->cuda) {
         float *cpu = op_host(e, q_n * 4);
-        if (op_ok(e, kn_attention(e->cpu, cpu, q, kpool, vpool, &hb, H, n_kv, D, ps, scale, sinks, c->window),
+        kn_kv_pools hpools = { (void *)kbytes, (void *)vbytes, kvt };
+        if (op_ok(e, kn_attention(e->cpu, cpu, q, &hpools, &hb, H, n_kv, D, ps, scale, sinks, c->window),
                   "kn_attention cpu"))
             op_check_err(e, tu_max_rel_err_f32(got, cpu, q_n), tol, "attention%s vs CPU", c->bf16 ? " bf16" : "");
     }
@@ -497,14 +591,15 @@ static void attention_rejects_bad_arguments(op_env *e, const void *param)
     kn_seq_batch ok = { .n_seqs = 2, .n_rows = 5, .max_pages = 2, .max_q_len = 3,
                         .max_kv_len = 3, .q_offset = q_offset, .kv_len = kv_len,
                         .page_table = pages, .n_pages = NP };
-    OP_INT_EQ(e, kn_kv_append(e->be, pool_k, pool_v, k, v, &ok, 1, HD, PS), TN_OK);
-    OP_INT_EQ(e, kn_attention(e->be, out, q, pool_k, pool_v, &ok, 1, 1, HD, PS, 1.0f,
+    kn_kv_pools pools = { pool_k, pool_v, KN_F32 };
+    OP_INT_EQ(e, kn_kv_append(e->be, &pools, k, v, &ok, 1, HD, PS), TN_OK);
+    OP_INT_EQ(e, kn_attention(e->be, out, q, &pools, &ok, 1, 1, HD, PS, 1.0f,
                                   NULL, 0), TN_OK);
 
 #define BOTH_REJECT(batch, n_heads, n_kv, page_size, scale, window)                          \
     do {                                                                                     \
-        OP_INT_EQ(e, kn_kv_append(e->be, pool_k, pool_v, k, v, batch, n_kv, HD, page_size), TN_ERR_ARG); \
-        OP_INT_EQ(e, kn_attention(e->be, out, q, pool_k, pool_v, batch, n_heads, n_kv, HD,  \
+        OP_INT_EQ(e, kn_kv_append(e->be, &pools, k, v, batch, n_kv, HD, page_size), TN_ERR_ARG); \
+        OP_INT_EQ(e, kn_attention(e->be, out, q, &pools, batch, n_heads, n_kv, HD,          \
                                       page_size, scale, NULL, window), TN_ERR_ARG);          \
     } while (0)
 
@@ -548,17 +643,24 @@ static void attention_rejects_bad_arguments(op_env *e, const void *param)
     BOTH_REJECT(&bad, 1, 1, PS, 1.0f, 0);
 
     /* Attention-only checks. */
-    OP_INT_EQ(e, kn_attention(e->be, out, q, pool_k, pool_v, &ok, 3, 2, HD, PS, 1.0f, NULL, 0),
+    OP_INT_EQ(e, kn_attention(e->be, out, q, &pools, &ok, 3, 2, HD, PS, 1.0f, NULL, 0),
                      TN_ERR_ARG); /* 3 heads over 2 KV heads */
-    OP_INT_EQ(e, kn_attention(e->be, out, q, pool_k, pool_v, &ok, 1, 1, HD, PS, 1.0f, NULL, -1),
+    OP_INT_EQ(e, kn_attention(e->be, out, q, &pools, &ok, 1, 1, HD, PS, 1.0f, NULL, -1),
                      TN_ERR_ARG);
-    OP_INT_EQ(e, kn_attention(e->be, out, q, pool_k, pool_v, &ok, 1, 1, HD, PS, NAN, NULL, 0),
+    OP_INT_EQ(e, kn_attention(e->be, out, q, &pools, &ok, 1, 1, HD, PS, NAN, NULL, 0),
                      TN_ERR_ARG);
-    OP_INT_EQ(e, kn_attention(e->be, NULL, q, pool_k, pool_v, &ok, 1, 1, HD, PS, 1.0f, NULL, 0),
+    OP_INT_EQ(e, kn_attention(e->be, NULL, q, &pools, &ok, 1, 1, HD, PS, 1.0f, NULL, 0),
                      TN_ERR_ARG);
-    OP_INT_EQ(e, kn_attention(e->be, out, q, NULL, pool_v, &ok, 1, 1, HD, PS, 1.0f, NULL, 0),
+    kn_kv_pools no_k = { NULL, pool_v, KN_F32 }, no_v = { pool_k, NULL, KN_F32 };
+    OP_INT_EQ(e, kn_attention(e->be, out, q, &no_k, &ok, 1, 1, HD, PS, 1.0f, NULL, 0),
                      TN_ERR_ARG);
-    OP_INT_EQ(e, kn_kv_append(e->be, pool_k, NULL, k, v, &ok, 1, HD, PS), TN_ERR_ARG);
+    OP_INT_EQ(e, kn_kv_append(e->be, &no_v, k, v, &ok, 1, HD, PS), TN_ERR_ARG);
+    OP_INT_EQ(e, kn_attention(e->be, out, q, NULL, &ok, 1, 1, HD, PS, 1.0f, NULL, 0), TN_ERR_ARG);
+    /* fp8 pools with head_dim 2 (rows need a multiple of 4), an unknown dtype */
+    kn_kv_pools fp8 = { pool_k, pool_v, KN_FP8_E4M3 }, junk = { pool_k, pool_v, (kn_dtype)7 };
+    OP_INT_EQ(e, kn_kv_append(e->be, &fp8, k, v, &ok, 1, HD, PS), TN_ERR_ARG);
+    OP_INT_EQ(e, kn_attention(e->be, out, q, &fp8, &ok, 1, 1, HD, PS, 1.0f, NULL, 0), TN_ERR_ARG);
+    OP_INT_EQ(e, kn_kv_append(e->be, &junk, k, v, &ok, 1, HD, PS), TN_ERR_ARG);
 }
 
 void ops_register_attention(void)
@@ -579,45 +681,59 @@ void ops_register_attention(void)
             OP_CASE("attention", OP_ALL, seq_case, p, "seq %s: %s", kind[k], seq[i].name);
         }
     static const pool_param pool[] = {
-        { "prefill 1 seq 200 rows, 16/2 heads, d64, page 16, sinks", 1, { 200 }, { 200 }, 16, 2, 64, 16, 0, 1, 0 },
-        { "prefill 1 seq 300 rows, sliding window 128, sinks", 1, { 300 }, { 300 }, 16, 2, 64, 16, 128, 1, 0 },
+        { "prefill 1 seq 200 rows, 16/2 heads, d64, page 16, sinks", 1, { 200 }, { 200 }, 16, 2, 64, 16, 0, 1, 0, KN_F32 },
+        { "prefill 1 seq 300 rows, sliding window 128, sinks", 1, { 300 }, { 300 }, 16, 2, 64, 16, 128, 1, 0, KN_F32 },
         { "chunked prefill 2 seqs (70 of 150, 33 of 33), 8/2 heads, d128, no sink", 2, { 70, 33 }, { 150, 33 },
-          8, 2, 128, 16, 0, 0, 0 },
-        { "MHA 4/4 heads, d64, 100 rows, page 5, sinks", 1, { 100 }, { 100 }, 4, 4, 64, 5, 0, 1, 0 },
+          8, 2, 128, 16, 0, 0, 0, KN_F32 },
+        { "MHA 4/4 heads, d64, 100 rows, page 5, sinks", 1, { 100 }, { 100 }, 4, 4, 64, 5, 0, 1, 0, KN_F32 },
         { "decode 5 seqs kv 1..2500 (split-KV), 16/2 heads, d64, sinks", 5, { 1, 1, 1, 1, 1 },
-          { 1, 17, 300, 1500, 2500 }, 16, 2, 64, 16, 0, 1, 0 },
-        { "decode 3 seqs kv 40..3000, window 128, sinks", 3, { 1, 1, 1 }, { 40, 700, 3000 }, 16, 2, 64, 16, 128, 1, 0 },
+          { 1, 17, 300, 1500, 2500 }, 16, 2, 64, 16, 0, 1, 0, KN_F32 },
+        { "decode 3 seqs kv 40..3000, window 128, sinks", 3, { 1, 1, 1 }, { 40, 700, 3000 }, 16, 2, 64, 16, 128, 1, 0, KN_F32 },
         { "decode 2 seqs kv 2000, 32/4 heads d128, no sink (split-KV)", 2, { 1, 1 }, { 2000, 1999 }, 32, 4, 128, 16,
-          0, 0, 0 },
-        { "prefill d80 (generic kernel) 45 rows, 4/2 heads, sinks", 1, { 45 }, { 45 }, 4, 2, 80, 16, 0, 1, 0 },
+          0, 0, 0, KN_F32 },
+        { "prefill d80 (generic kernel) 45 rows, 4/2 heads, sinks", 1, { 45 }, { 45 }, 4, 2, 80, 16, 0, 1, 0, KN_F32 },
         { "spec-decode 3 rows x 2 seqs kv 600, 16/2 heads, d64, sinks, window 128", 2, { 3, 3 }, { 600, 601 },
-          16, 2, 64, 16, 128, 1, 0 },
-        { "decode d96 (generic) kv 1300, 12/4 heads, sinks", 2, { 1, 2 }, { 1300, 77 }, 12, 4, 96, 8, 0, 1, 0 },
+          16, 2, 64, 16, 128, 1, 0, KN_F32 },
+        { "decode d96 (generic) kv 1300, 12/4 heads, sinks", 2, { 1, 2 }, { 1300, 77 }, 12, 4, 96, 8, 0, 1, 0, KN_F32 },
     };
     for (size_t i = 0; i < sizeof pool / sizeof pool[0]; i++)
         OP_CASE("attention", OP_ALL, pool_case, pool[i], "pool %s", pool[i].name);
+    for (size_t i = 0; i < sizeof pool / sizeof pool[0]; i++) {
+        pool_param p = pool[i];
+        p.kv = KN_BF16;
+        OP_CASE("attention", OP_ALL, pool_case, p, "pool bf16 KV %s", pool[i].name);
+        p.kv = KN_FP8_E4M3;
+        OP_CASE("attention", OP_ALL, pool_case, p, "pool fp8 KV %s", pool[i].name);
+    }
     /* The bf16 tensor-core prefill kernel: the prefill cases above, then
      * GPT-OSS's 64/8 heads, odd lengths, chunked multi-sequence batches,
      * windows with and without sinks (rows whose first tiles are all
      * masked), head_dim 128. */
     static const pool_param bf16[] = {
-        { "prefill 1 seq 200 rows, 16/2 heads, d64, page 16, sinks", 1, { 200 }, { 200 }, 16, 2, 64, 16, 0, 1, 1 },
-        { "prefill 1 seq 300 rows, sliding window 128, sinks", 1, { 300 }, { 300 }, 16, 2, 64, 16, 128, 1, 1 },
+        { "prefill 1 seq 200 rows, 16/2 heads, d64, page 16, sinks", 1, { 200 }, { 200 }, 16, 2, 64, 16, 0, 1, 1, KN_F32 },
+        { "prefill 1 seq 300 rows, sliding window 128, sinks", 1, { 300 }, { 300 }, 16, 2, 64, 16, 128, 1, 1, KN_F32 },
         { "chunked prefill 2 seqs (70 of 150, 33 of 33), 8/2 heads, d128, no sink", 2, { 70, 33 }, { 150, 33 },
-          8, 2, 128, 16, 0, 0, 1 },
-        { "MHA 4/4 heads, d64, 100 rows, page 5, sinks", 1, { 100 }, { 100 }, 4, 4, 64, 5, 0, 1, 1 },
-        { "GPT-OSS 64/8 heads d64, 777 rows, window 128, sinks", 1, { 777 }, { 777 }, 64, 8, 64, 16, 128, 1, 1 },
+          8, 2, 128, 16, 0, 0, 1, KN_F32 },
+        { "MHA 4/4 heads, d64, 100 rows, page 5, sinks", 1, { 100 }, { 100 }, 4, 4, 64, 5, 0, 1, 1, KN_F32 },
+        { "GPT-OSS 64/8 heads d64, 777 rows, window 128, sinks", 1, { 777 }, { 777 }, 64, 8, 64, 16, 128, 1, 1, KN_F32 },
         { "GPT-OSS 64/8 heads d64, 3 seqs (517 of 517, 129 of 1000, 5 of 63), sinks", 3, { 517, 129, 5 },
-          { 517, 1000, 63 }, 64, 8, 64, 16, 0, 1, 1 },
-        { "32/4 heads d128, 333 rows, page 16, no sink", 1, { 333 }, { 333 }, 32, 4, 128, 16, 0, 0, 1 },
+          { 517, 1000, 63 }, 64, 8, 64, 16, 0, 1, 1, KN_F32 },
+        { "32/4 heads d128, 333 rows, page 16, no sink", 1, { 333 }, { 333 }, 32, 4, 128, 16, 0, 0, 1, KN_F32 },
         { "window 128 chunked 2 seqs (300 of 1200, 64 of 64), 16/2 d64, page 7, sinks", 2, { 300, 64 },
-          { 1200, 64 }, 16, 2, 64, 7, 128, 1, 1 },
-        { "window 64, no sink, 16/2 heads d64, 400 rows", 1, { 400 }, { 400 }, 16, 2, 64, 16, 64, 0, 1 },
+          { 1200, 64 }, 16, 2, 64, 7, 128, 1, 1, KN_F32 },
+        { "window 64, no sink, 16/2 heads d64, 400 rows", 1, { 400 }, { 400 }, 16, 2, 64, 16, 64, 0, 1, KN_F32 },
         { "d128 window 100, sinks, 8/1 heads, 2 seqs (250 of 250, 31 of 400)", 2, { 250, 31 }, { 250, 400 }, 8,
-          1, 128, 16, 100, 1, 1 },
+          1, 128, 16, 100, 1, 1, KN_F32 },
     };
     for (size_t i = 0; i < sizeof bf16 / sizeof bf16[0]; i++)
         OP_CASE("attention", OP_CUDA, pool_case, bf16[i], "pool bf16 %s", bf16[i].name);
+    for (size_t i = 0; i < sizeof bf16 / sizeof bf16[0]; i++) { /* and reading bf16 / fp8 pools */
+        pool_param p = bf16[i];
+        p.kv = KN_BF16;
+        OP_CASE("attention", OP_CUDA, pool_case, p, "pool bf16 bf16 KV %s", bf16[i].name);
+        p.kv = KN_FP8_E4M3;
+        OP_CASE("attention", OP_CUDA, pool_case, p, "pool bf16 fp8 KV %s", bf16[i].name);
+    }
     OP_CASE("attention", OP_ALL, precision_switch, pool[0], "precision switch");
     OP_CASE("attention", OP_CPU, attention_rejects_bad_arguments, pool[0], "rejects bad arguments");
 }

@@ -243,7 +243,7 @@ int et_run_greedy(tm_model *m, const kn_backend *be, const int32_t *prompt, int 
     const int V = c->vocab_size, page = 16;
     const int n_pages = (T + n + page - 1) / page;
     tm_kv_cache kv;
-    int rc = tm_kv_cache_init(&kv, be, c->n_layers, c->n_kv_heads, c->head_dim, page, n_pages);
+    int rc = tm_kv_cache_init(&kv, be, KN_F32, c->n_layers, c->n_kv_heads, c->head_dim, page, n_pages);
     if (rc != TN_OK)
         return rc;
     int32_t *pages = malloc(sizeof(int32_t) * (size_t)n_pages);

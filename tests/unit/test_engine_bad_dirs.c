@@ -281,7 +281,7 @@ static void prefill_logits(const char *dir, const int32_t *prompt, int T, float 
     const tm_config *c = tm_model_config(m);
     tm_kv_cache kv;
     int32_t pages[8];
-    assert_int_equal(tm_kv_cache_init(&kv, &be, c->n_layers, c->n_kv_heads, c->head_dim, 16,
+    assert_int_equal(tm_kv_cache_init(&kv, &be, KN_F32, c->n_layers, c->n_kv_heads, c->head_dim, 16,
                                       8), TN_OK);
     assert_int_equal(tm_kv_alloc_pages(&kv, 8, pages), TN_OK);
     tm_seq_step st = {.tokens = prompt, .n_tokens = T, .pages = pages, .n_pages = 8};

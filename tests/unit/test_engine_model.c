@@ -70,7 +70,7 @@ typedef struct seq {
 static void cache_init(family *f, tm_kv_cache *kv, int page_size, int n_pages)
 {
     const tm_config *c = tm_model_config(f->m);
-    assert_int_equal(tm_kv_cache_init(kv, &f->be, c->n_layers, c->n_kv_heads, c->head_dim,
+    assert_int_equal(tm_kv_cache_init(kv, &f->be, KN_F32, c->n_layers, c->n_kv_heads, c->head_dim,
                                       page_size, n_pages), TN_OK);
 }
 
@@ -366,7 +366,7 @@ static void forward_rejects_bad_batches(void **state)
     assert_int_equal(tm_forward(NULL, &kv, &ok, 1, lg, NULL), TN_ERR_ARG);
     /* a cache shaped for another model */
     tm_kv_cache other;
-    assert_int_equal(tm_kv_cache_init(&other, &f->be, c->n_layers, c->n_kv_heads,
+    assert_int_equal(tm_kv_cache_init(&other, &f->be, KN_F32, c->n_layers, c->n_kv_heads,
                                       c->head_dim * 2, 4, 8), TN_OK);
     assert_int_equal(tm_forward(f->m, &other, &ok, 1, lg, NULL), TN_ERR_ARG);
     tm_kv_cache_free(&other);
@@ -401,7 +401,7 @@ static void kv_cache_pages(void **state)
             assert_int_not_equal(b[i], b[j]);
     tm_kv_cache_free(&kv);
     tm_kv_cache_free(&kv);                                           /* idempotent */
-    assert_int_equal(tm_kv_cache_init(&kv, &f->be, 1, 1, 16, 0, 4), TN_ERR_ARG);
+    assert_int_equal(tm_kv_cache_init(&kv, &f->be, KN_F32, 1, 1, 16, 0, 4), TN_ERR_ARG);
 }
 
 /* Each test once per family, named after both. */

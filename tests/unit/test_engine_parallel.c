@@ -107,9 +107,9 @@ static int rank_open(rank_ctx *x, const rt_rank *r, const layout *lo, int timeou
     const tm_config *c = tm_model_config(x->ref);
     const int pages = 4 * ((MAX_SEQ + PAGE - 1) / PAGE);
     x->V = c->vocab_size;
-    if (tm_kv_cache_init(&x->kv_ref, &x->be, c->n_layers, c->n_kv_heads, c->head_dim, PAGE,
+    if (tm_kv_cache_init(&x->kv_ref, &x->be, KN_F32, c->n_layers, c->n_kv_heads, c->head_dim, PAGE,
                          pages) ||
-        tm_kv_cache_init(&x->kv_par, &x->be, c->n_layers, tm_model_kv_heads(x->par),
+        tm_kv_cache_init(&x->kv_par, &x->be, KN_F32, c->n_layers, tm_model_kv_heads(x->par),
                          c->head_dim, PAGE, pages))
         return E_SETUP;
     x->lp = calloc((size_t)MAX_SEQ * x->V, sizeof(float));
@@ -550,9 +550,9 @@ static void world_of_one_communicates_only_when_asked(void **state)
             tm_kv_cache kp, kr;
             int32_t pp[MAX_SEQ / PAGE], pr[MAX_SEQ / PAGE];
             const int np = (g.T + PAGE - 1) / PAGE;
-            assert_int_equal(tm_kv_cache_init(&kp, &be, L, tm_model_kv_heads(m), c->head_dim,
+            assert_int_equal(tm_kv_cache_init(&kp, &be, KN_F32, L, tm_model_kv_heads(m), c->head_dim,
                                               PAGE, np), TN_OK);
-            assert_int_equal(tm_kv_cache_init(&kr, &be, L, c->n_kv_heads, c->head_dim, PAGE,
+            assert_int_equal(tm_kv_cache_init(&kr, &be, KN_F32, L, c->n_kv_heads, c->head_dim, PAGE,
                                               np), TN_OK);
             assert_int_equal(tm_kv_alloc_pages(&kp, np, pp), TN_OK);
             assert_int_equal(tm_kv_alloc_pages(&kr, np, pr), TN_OK);

@@ -446,7 +446,7 @@ static void run_forced(tm_model *m, const kn_backend *be, const et_golden *g, fl
 {
     const tm_config *c = tm_model_config(m);
     tm_kv_cache kv;
-    assert_int_equal(tm_kv_cache_init(&kv, be, c->n_layers, c->n_kv_heads, c->head_dim, 16,
+    assert_int_equal(tm_kv_cache_init(&kv, be, KN_F32, c->n_layers, c->n_kv_heads, c->head_dim, 16,
                                       MAX_SEQ / 16), TN_OK);
     int32_t pages[MAX_SEQ / 16], toks[MAX_SEQ];
     assert_true(g->T + g->G <= MAX_SEQ);

@@ -125,7 +125,7 @@ static void synthetic_logits(const char *cfg, tm_weight_dtype wd, uint64_t seed,
         fail_msg("%s: %s", cfg, err);
     const tm_config *c = tm_model_config(m);
     tm_kv_cache kv;
-    assert_int_equal(tm_kv_cache_init(&kv, &be, c->n_layers, c->n_kv_heads, c->head_dim, 8, 8),
+    assert_int_equal(tm_kv_cache_init(&kv, &be, KN_F32, c->n_layers, c->n_kv_heads, c->head_dim, 8, 8),
                      TN_OK);
     int32_t pages[8], toks[40];
     assert_int_equal(tm_kv_alloc_pages(&kv, 8, pages), TN_OK);

@@ -115,8 +115,9 @@ static void ops_reject_bad_backend(void **state)
         assert_int_equal(kn_matmul(be, out, x, w, NULL, 2, 2, 2), TN_ERR_ARG);
         assert_int_equal(kn_add(be, out, x, w, 4), TN_ERR_ARG);
         assert_int_equal(kn_rope(be, x, pos, 2, 1, 2, w, 1.0f), TN_ERR_ARG);
-        assert_int_equal(kn_kv_append(be, w, w, x, x, &b, 1, 2, 1), TN_ERR_ARG);
-        assert_int_equal(kn_attention(be, out, x, w, w, &b, 1, 1, 2, 1, 1.0f, NULL, 0),
+        kn_kv_pools pools = { w, w, KN_F32 };
+        assert_int_equal(kn_kv_append(be, &pools, x, x, &b, 1, 2, 1), TN_ERR_ARG);
+        assert_int_equal(kn_attention(be, out, x, &pools, &b, 1, 1, 2, 1, 1.0f, NULL, 0),
                          TN_ERR_ARG);
         assert_int_equal(kn_moe_route(be, eidx, ew, x, 1, 2, 2, KN_ROUTE_TOPK_SOFTMAX, 0),
                          TN_ERR_ARG);

@@ -25,8 +25,9 @@ static size_t page_floats(const tm_kv_cache *kv)
     return tm_kv_page_bytes(kv) / sizeof(float);
 }
 
-static void fill(float **pools_k, float **pools_v, const tm_kv_cache *kv, int offset)
+static void fill(void **pk, void **pv, const tm_kv_cache *kv, int offset)
 {
+    float **pools_k = (float **)pk, **pools_v = (float **)pv;
     const size_t pf = page_floats(kv);
     for (int l = 0; l < LAYERS; l++)
         for (int p = 0; p < PAGES; p++)
@@ -37,8 +38,9 @@ static void fill(float **pools_k, float **pools_v, const tm_kv_cache *kv, int of
 }
 
 /* 1 when page p of every layer's K and V in `pools` holds the tag (+offset). */
-static int page_is(float **pools_k, float **pools_v, const tm_kv_cache *kv, int p, int offset)
+static int page_is(void **pk, void **pv, const tm_kv_cache *kv, int p, int offset)
 {
+    float **pools_k = (float **)pk, **pools_v = (float **)pv;
     const size_t pf = page_floats(kv);
     for (int l = 0; l < LAYERS; l++)
         for (size_t i = 0; i < pf; i++)
@@ -68,7 +70,7 @@ static void host_pools_go_direct(void **state)
     kn_backend be;
     kn_backend_init_cpu(&be);
     tm_kv_cache kv;
-    assert_int_equal(tm_kv_cache_init(&kv, &be, LAYERS, HEADS, HEAD_DIM, PAGE, PAGES), TN_OK);
+    assert_int_equal(tm_kv_cache_init(&kv, &be, KN_F32, LAYERS, HEADS, HEAD_DIM, PAGE, PAGES), TN_OK);
     char err[200];
     for (int transport_device = 0; transport_device < 2; transport_device++)
         for (tm_kv_path path = TM_KV_PATH_AUTO; path <= TM_KV_PATH_DIRECT; path++) {
@@ -94,7 +96,7 @@ static void direct_device_pools_need_a_cuda_transport(void **state)
     (void)state;
     /* The choice looks at where the pools live, nothing else: a cache
      * claiming device pools, without allocating any. */
-    float *dummy[LAYERS] = {0};
+    void *dummy[LAYERS] = {0};
     kn_backend be = {.kind = KN_BACKEND_CUDA};
     tm_kv_cache kv = {.be = &be, .n_layers = LAYERS, .n_kv_heads = HEADS, .head_dim = HEAD_DIM,
                       .page_size = PAGE, .n_pages = PAGES, .k = dummy, .v = dummy};
@@ -119,7 +121,7 @@ static void staged_copies_move_exactly_the_named_pages(void **state)
     kn_backend be;
     kn_backend_init_cpu(&be);
     tm_kv_cache kv;
-    assert_int_equal(tm_kv_cache_init(&kv, &be, LAYERS, HEADS, HEAD_DIM, PAGE, PAGES), TN_OK);
+    assert_int_equal(tm_kv_cache_init(&kv, &be, KN_F32, LAYERS, HEADS, HEAD_DIM, PAGE, PAGES), TN_OK);
     char err[200];
     tm_kv_staging s;
     assert_int_equal(tm_kv_staging_init(&s, &kv, TM_KV_PATH_STAGED, 0, err, sizeof err), TN_OK);
@@ -162,6 +164,50 @@ static void staged_copies_move_exactly_the_named_pages(void **state)
     kn_backend_free(&be);
 }
 
+/* A bf16 cache's pages are half an f32 cache's bytes, and the staged copy
+ * moves a page's bf16 bytes exactly (no conversion on the way). */
+static void bf16_pages_move_their_native_bytes(void **state)
+{
+    (void)state;
+    kn_backend be;
+    kn_backend_init_cpu(&be);
+    tm_kv_cache f32, bf;
+    assert_int_equal(tm_kv_cache_init(&f32, &be, KN_F32, LAYERS, HEADS, HEAD_DIM, PAGE, PAGES), TN_OK);
+    assert_int_equal(tm_kv_cache_init(&bf, &be, KN_BF16, LAYERS, HEADS, HEAD_DIM, PAGE, PAGES), TN_OK);
+    assert_int_equal(tm_kv_page_bytes(&bf) * 2, tm_kv_page_bytes(&f32));
+    assert_int_equal(tm_kv_page_bytes(&bf), (size_t)HEADS * PAGE * HEAD_DIM * 2);
+    tm_kv_cache_free(&f32);
+    /* FP8 rows are head_dim codes and a 4-byte scale; head_dim must be a
+     * multiple of 4, which keeps the scale aligned */
+    tm_kv_cache f8, bad;
+    assert_int_equal(tm_kv_cache_init(&f8, &be, KN_FP8_E4M3, LAYERS, HEADS, 8, PAGE, PAGES), TN_OK);
+    assert_int_equal(tm_kv_page_bytes(&f8), (size_t)HEADS * PAGE * (8 + 4));
+    tm_kv_cache_free(&f8);
+    assert_int_equal(tm_kv_cache_init(&bad, &be, KN_FP8_E4M3, 1, 1, 6, 4, 4), TN_ERR_ARG);
+    assert_int_equal(tm_kv_cache_init(&bad, &be, (kn_dtype)9, 1, 1, 4, 4, 4), TN_ERR_ARG);
+    char err[200];
+    tm_kv_staging s;
+    assert_int_equal(tm_kv_staging_init(&s, &bf, TM_KV_PATH_STAGED, 0, err, sizeof err), TN_OK);
+    const size_t pb = tm_kv_page_bytes(&bf);
+    for (int l = 0; l < LAYERS; l++)
+        for (size_t i = 0; i < pb * PAGES; i++) {
+            ((uint8_t *)s.mirror_k[l])[i] = (uint8_t)(i * 7 + l);
+            ((uint8_t *)s.mirror_v[l])[i] = (uint8_t)(i * 5 + l + 1);
+        }
+    int32_t in[] = {3};
+    assert_int_equal(tm_kv_staging_to_device(&s, in, 1), TN_OK);
+    for (int l = 0; l < LAYERS; l++) {
+        assert_memory_equal((uint8_t *)bf.k[l] + 3 * pb, (uint8_t *)s.mirror_k[l] + 3 * pb, pb);
+        assert_memory_equal((uint8_t *)bf.v[l] + 3 * pb, (uint8_t *)s.mirror_v[l] + 3 * pb, pb);
+        /* the page before it stays as the cache had it: zeros */
+        for (size_t i = 0; i < pb; i++)
+            assert_int_equal(((uint8_t *)bf.k[l])[2 * pb + i], 0);
+    }
+    tm_kv_staging_free(&s);
+    tm_kv_cache_free(&bf);
+    kn_backend_free(&be);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -169,6 +215,7 @@ int main(void)
         cmocka_unit_test(host_pools_go_direct),
         cmocka_unit_test(direct_device_pools_need_a_cuda_transport),
         cmocka_unit_test(staged_copies_move_exactly_the_named_pages),
+        cmocka_unit_test(bf16_pages_move_their_native_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
