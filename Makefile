@@ -81,7 +81,8 @@ GPU_ENGINE_PROGS :=
 BLAS_LIBS ?= -lopenblas
 CJSON_LIBS ?= -lcjson
 # GPU programs that link the engine (libtandem_engine.a), not only the kernels
-ENGINE_GPU_TESTS := $(BUILD)/tests/gpu/test_engine_gpu $(BUILD)/tests/gpu/test_parallel_nccl
+ENGINE_GPU_TESTS := $(BUILD)/tests/gpu/test_engine_gpu $(BUILD)/tests/gpu/test_parallel_nccl \
+                    $(BUILD)/tests/gpu/test_rank_groups_gpu $(BUILD)/tests/gpu/bench_comm
 ifeq ($(CUDA),1)
 CUDA_HOME ?= /usr/local/cuda
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++

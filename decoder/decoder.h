@@ -25,6 +25,7 @@ typedef struct decoder_config {
     int max_batch;             /* sequences admitted at once */
     int orphan_release_ms;     /* a cancelled reservation whose KV transfer never
                                   reports is freed after this long */
+    int group_from_env;        /* the group's layout from the pod's environment */
     int kv_lease_ms;           /* a reservation whose KV or first token has not
                                   come this long after KvReady is freed */
 } decoder_config;

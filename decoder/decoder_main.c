@@ -10,6 +10,7 @@
 #include "common/status.h"
 #include "common/options.h"
 #include "common/sys.h"
+#include "worker/worker_group_env.h"
 
 #define WHO "decoder"
 
@@ -445,6 +446,11 @@ static void ctx_free(decoder_ctx *ctx)
 
 /* The role's flags and their defaults, after the common ones: -1 to go
  * on, or the exit status (worker_parse_flags). */
+static const char *env_var(const char *name)
+{
+    return getenv(name);
+}
+
 static int parse_flags(decoder_config *c, int argc, char **argv)
 {
     worker_options *o = &c->w;
@@ -464,9 +470,30 @@ static int parse_flags(decoder_config *c, int argc, char **argv)
          "first token has not come by then (plus 2 s) is failed and its pages freed; the "
          "prefiller starts no push after it (keep it above the longest prefill queue wait "
          "plus --transfer-timeout-ms)"},
+        {"group-from-env", OPT_BOOL, &c->group_from_env, 0,
+         "a decoder group on Kubernetes: --dp/--ep, --rank, --world, --local-ranks and "
+         "--group-leader from POD_NAME, TANDEM_DECODER_PODS_PER_GROUP, "
+         "TANDEM_DECODER_GPUS_PER_POD, TANDEM_DECODER_HEADLESS_SERVICE, POD_NAMESPACE "
+         "(with --rank/--world and no --group-leader, TANDEM_DECODER_GROUP_LEADER names "
+         "rank 0 instead: deploy/image/tandem-decoder-pod)"},
     };
-    return worker_parse_flags(o, "tandem-decoder", INTRO, "dp", specs,
-                              (int)(sizeof specs / sizeof *specs), argc, argv);
+    int rc = worker_parse_flags(o, "tandem-decoder", INTRO, "dp", specs,
+                                (int)(sizeof specs / sizeof *specs), argc, argv);
+    char err[400];
+    if (rc < 0 && c->group_from_env && worker_group_from_env(o, env_var, err, sizeof err)) {
+        fprintf(stderr, "tandem-decoder: %s\n", err);
+        return 2;
+    }
+    /* deploy/image/tandem-decoder-pod starts one process per rank with
+     * --rank/--world and names rank 0's pod in the environment */
+    const char *leader = getenv("TANDEM_DECODER_GROUP_LEADER");
+    if (rc < 0 && !o->group_leader[0] && o->world > 0 && leader && leader[0] &&
+        snprintf(o->group_leader, sizeof o->group_leader, "%s", leader) >=
+            (int)sizeof o->group_leader) {
+        fprintf(stderr, "tandem-decoder: TANDEM_DECODER_GROUP_LEADER is too long\n");
+        return 2;
+    }
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -491,8 +518,9 @@ int main(int argc, char **argv)
     worker_options *o = &c->w;
     char err[512];
     /* the DP ranks first, before any thread exists */
-    if (rank_group_start(&ctx->group, 1, o->ep, o->ranks, o->rank, o->world, o->comm_name,
-                         "decode", o->comm_timeout_ms, err, sizeof err) != TN_OK) {
+    rank_group_spec spec;
+    worker_group_spec(o, 1, o->ranks, "decode", &spec);
+    if (rank_group_start(&ctx->group, &spec, err, sizeof err) != TN_OK) {
         fprintf(stderr, "tandem-decoder: %s\n", err);
         free(ctx);
         return 1;
@@ -508,7 +536,6 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    ctx->loop.lockstep = ctx->group.world != NULL;
     int rc = 1;
     if (worker_loop_open_signals(&ctx->loop, 1) != 0) {
         fprintf(stderr, "tandem-decoder: cannot set up signals\n");
@@ -518,6 +545,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "tandem-decoder: %s\n", err);
         goto out;
     }
+    /* the group's control communicator exists once the layout is built */
+    ctx->loop.lockstep = ctx->group.world != NULL;
     ctx->mc = tm_model_config(ctx->model);
     /* The longest sequence: every token but the last is cached. */
     long cap = (long)c->kv_pages * o->page_size + 1;

@@ -1,7 +1,11 @@
 #include "engine/device.h"
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef TANDEM_CUDA
+#include <cuda_runtime.h>
+#endif
 #include "common/file.h"
 #include "common/status.h"
 
@@ -54,6 +58,32 @@ int tm_device_open(const char *arg, kn_backend *be, char *err, size_t errlen)
         tn_errf(err, errlen, "--device %s: cannot initialise CUDA device %d: %s", arg,
                 ordinal, tn_status_str(rc));
     return rc;
+}
+
+int tm_device_id(const kn_backend *be, char out[TM_DEVICE_ID_MAX], char *err, size_t errlen)
+{
+    out[0] = '\0';
+    if (!be)
+        return tn_fail(err, errlen, TN_ERR_ARG, "tm_device_id: no backend");
+    if (be->kind == KN_BACKEND_CPU) {
+        snprintf(out, TM_DEVICE_ID_MAX, "cpu");
+        return TN_OK;
+    }
+#ifdef TANDEM_CUDA
+    struct cudaDeviceProp p;
+    cudaError_t e = cudaGetDeviceProperties(&p, be->device);
+    if (e != cudaSuccess)
+        return tn_fail(err, errlen, TN_ERR_DEVICE, "cannot read CUDA device %d's UUID: %s",
+                       be->device, cudaGetErrorString(e));
+    const unsigned char *u = (const unsigned char *)p.uuid.bytes;
+    snprintf(out, TM_DEVICE_ID_MAX,
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+             u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12],
+             u[13], u[14], u[15]);
+    return TN_OK;
+#else
+    return tn_fail(err, errlen, TN_ERR_UNSUPPORTED, "this build has no CUDA backend");
+#endif
 }
 
 int tm_weights_parse(const char *arg, tm_weight_dtype *out)

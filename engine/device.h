@@ -18,6 +18,14 @@ int tm_device_parse(const char *arg, kn_backend_kind *kind, int *ordinal);
  * make CUDA=1"), or a device that does not exist or failed to start. */
 int tm_device_open(const char *arg, kn_backend *be, char *err, size_t errlen);
 
+/* A name of the physical device be runs on that is the same in every
+ * process using it: "GPU-<uuid>" on CUDA (as `nvidia-smi -L` prints it;
+ * ordinals differ between processes with different CUDA_VISIBLE_DEVICES),
+ * "cpu" on the CPU backend. Rank groups compare them to find ranks that
+ * share a GPU (engine/rank_comm.h). */
+#define TM_DEVICE_ID_MAX 48
+int tm_device_id(const kn_backend *be, char out[TM_DEVICE_ID_MAX], char *err, size_t errlen);
+
 /* "auto", "f32", "bf16" or "fp8". Returns 0, or -1 for anything else. */
 int tm_weights_parse(const char *arg, tm_weight_dtype *out);
 

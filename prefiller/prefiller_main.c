@@ -423,8 +423,9 @@ int main(int argc, char **argv)
     worker_options *o = &c->w;
     char err[512];
     /* the TP ranks first, before any thread exists */
-    if (rank_group_start(&ctx->group, o->ranks, o->ep, 1, o->rank, o->world, o->comm_name,
-                         "prefill", o->comm_timeout_ms, err, sizeof err) != TN_OK) {
+    rank_group_spec spec;
+    worker_group_spec(o, o->ranks, 1, "prefill", &spec);
+    if (rank_group_start(&ctx->group, &spec, err, sizeof err) != TN_OK) {
         fprintf(stderr, "tandem-prefiller: %s\n", err);
         free(ctx);
         return 1;

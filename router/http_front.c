@@ -152,10 +152,21 @@ static void update_interest(http_front *f, front_conn *c)
  * events (free_dead), which may still name it. */
 static void conn_close(http_front *f, front_conn *c)
 {
-    if (c->cfd >= 0)
-        close(c->cfd); /* also leaves epoll */
-    if (c->mfd >= 0)
+    /* Leave epoll explicitly: close() alone removes an fd only once every
+     * descriptor of its open file is closed, and a worker the local scaler
+     * forks holds copies until its exec; events for this connection would
+     * then arrive after it is freed. */
+    if (c->cfd >= 0) {
+        if (c->cev)
+            epoll_ctl(f->epfd, EPOLL_CTL_DEL, c->cfd, NULL);
+        close(c->cfd);
+    }
+    if (c->mfd >= 0) {
+        if (c->mev)
+            epoll_ctl(f->epfd, EPOLL_CTL_DEL, c->mfd, NULL);
         close(c->mfd); /* libmicrohttpd's end sees the hang-up */
+    }
+    c->cev = c->mev = 0;
     c->cfd = c->mfd = -1;
     if (c->prev)
         c->prev->next = c->next;

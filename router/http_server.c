@@ -915,6 +915,7 @@ static int submit(http_conn *hc, api_request *ar, api_error *e)
     snprintf(hc->resp_id, sizeof hc->resp_id, "%s-%s",
              ar->kind == API_CHAT ? "chatcmpl" : "cmpl", hc->choices[0].req->id);
     hc->kind = ar->kind;
+    ctx->n_http_responses++;
     for (int i = 0; i < hc->n_choices; i++) {
         router_request *r = hc->choices[i].req;
         /* The queue's reference becomes the table's when the core takes it. */
@@ -1363,6 +1364,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         cancel_choices(hc, "connection ended early");
         for (int i = 0; i < hc->n_choices; i++)
             request_unref(hc->choices[i].req);
+        ctx->n_http_responses--;
     }
     ctx->http_mem_used -= hc->reserved;
     pthread_mutex_unlock(&ctx->lock);

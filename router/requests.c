@@ -315,6 +315,13 @@ int request_admit(router_ctx *ctx, router_request *r, int max_tokens_given,
                   const int32_t *stop_ids, int n_stop_ids, int ignore_eos, api_error *e)
 {
     const worker_registry *reg = &ctx->workers;
+    if (ctx->stopping) {
+        /* SIGTERM: requests in flight finish; new ones go to another
+         * router (503 carries Retry-After). */
+        api_error_set(e, 503, "server_error", NULL, "no_capacity",
+                      "The router is shutting down; retry on another replica.");
+        return -1;
+    }
     int have_pre = workers_serve_model(reg, r->model, TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER);
     int have_dec = workers_serve_model(reg, r->model, TANDEM__V1__WORKER_ROLE__WORKER_ROLE_DECODER);
     if (!have_pre && !have_dec) {
@@ -322,7 +329,10 @@ int request_admit(router_ctx *ctx, router_request *r, int max_tokens_given,
                       "The model '%s' does not exist or no worker serves it.", r->model);
         return -1;
     }
-    if (!have_pre || !have_dec) {
+    /* With the router queue on, a request for a model that lacks a prefiller
+     * or a decoder right now (one being replaced, or not started yet) is
+     * admitted and waits for one (dispatch.c, hold_or_fail). */
+    if ((!have_pre || !have_dec) && ctx->cfg.queue_timeout_ms <= 0) {
         api_error_set(e, 503, "server_error", NULL, "no_capacity",
                       "No %s is registered for model '%s'; try again later.",
                       have_pre ? "decoder" : "prefiller", r->model);
@@ -373,6 +383,13 @@ int request_admit(router_ctx *ctx, router_request *r, int max_tokens_given,
         if (reg->w[i]->role == TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER &&
             !strcmp(reg->w[i]->model, r->model) && reg->w[i]->max_context > prompt_max)
             prompt_max = reg->w[i]->max_context;
+    /* A role with no worker registered yet: the other role's limit is the
+     * best known one (a decoder that registers later with less room makes
+     * placement refuse the request: KV_NEVER_FITS). */
+    if (!ctx_len)
+        ctx_len = prompt_max;
+    if (!prompt_max)
+        prompt_max = ctx_len;
     if (r->n_prompt > prompt_max) {
         api_error_set(e, 400, "invalid_request_error", r->kind == API_CHAT ? "messages" : "prompt",
                       "context_length_exceeded",

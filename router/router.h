@@ -49,6 +49,9 @@ typedef struct router_config {
     char worker_secret_file[OPT_PATH_MAX]; /* "" = workers register unauthenticated */
     int metrics_port;          /* -1: /metrics only on the HTTP port; else also here (0: any) */
     int queue_timeout_ms;      /* hold requests no worker can take for this long; 0: refuse at once */
+    int progress_timeout_ms;   /* a request on a worker that moves nothing this long is
+                                  placed again (0: derived, router_progress_timeout_ms) */
+    int drain_timeout_ms;      /* SIGTERM: let requests in flight finish this long */
     int http_max_connections;  /* client connections the API port holds (http_front.h) */
     int http_idle_timeout_ms;  /* a connection with nothing in progress is closed after this */
     int http_request_timeout_ms; /* a request's head and body must arrive within this */
@@ -121,6 +124,10 @@ typedef struct router_request {
     int zombie;                    /* cancelled while prefilling: kept until the
                                       prefiller reports, then the decoder's pages
                                       are released */
+    uint64_t prefiller_serial;     /* router_worker.serial of the entries counted on */
+    uint64_t decoder_serial;
+    double t_progress;             /* monotonic: the current attempt's latest step
+                                      (placed, KV reserved, first token, tokens) */
 
     /* Output (under lock): tokens, their decoded text, the end. */
     int32_t *out;
@@ -176,12 +183,19 @@ typedef struct router_ctx {
     struct MHD_Daemon *metrics_httpd; /* --metrics-port: /metrics, /healthz, /dashboard */
     int metrics_port;
     double t_start;                /* monotonic start time (the dashboard's zero) */
-    int stopping;                  /* shutting down: place nothing new */
+    int stopping;                  /* shutting down (SIGTERM): admit nothing new; requests
+                                      in flight finish until drain_deadline_s */
+    int stop_final;                /* the drain is over: fail what is left, place nothing */
+    double drain_deadline_s;
+    double next_progress_check_s;
 
     worker_registry workers;
     router_request *table[ROUTER_HASH_BUCKETS];
     int n_active;                  /* requests in the table */
     int n_queued;                  /* submitted by HTTP threads, not yet taken */
+    int n_http_responses;          /* HTTP responses still being written (a finished
+                                      request's end may not be on the wire yet): a
+                                      drain waits for them */
     uint64_t next_key;
     router_request *submit_head, *submit_tail;
     router_request *cancel_head, *cancel_tail;
@@ -257,8 +271,14 @@ void dispatch_worker_message(router_ctx *ctx, const char *rid, size_t rid_len,
                              const Tandem__V1__WorkerMessage *m);
 /* Cancels r everywhere it runs and finishes it as CANCELLED. */
 void dispatch_cancel(router_ctx *ctx, router_request *r);
-/* Drops workers that stopped heartbeating, failing their requests. */
+/* Drops workers that stopped heartbeating, placing their requests again. */
 void dispatch_expire_workers(router_ctx *ctx, uint64_t now_ms);
+/* Places again (or fails, attempts exhausted) every request whose worker
+ * made no progress for the progress timeout; frees zombies whose prefiller
+ * never reported. Cheap to call often: it scans at most every 250 ms. */
+void dispatch_check_progress(router_ctx *ctx, double now_s);
+/* The progress timeout in effect (--progress-timeout-ms, or derived). */
+int router_progress_timeout_ms(const router_config *c);
 /* Ends r: records the reason, releases its accounting, wakes its waiter,
  * delivers the end to an RPC client, and drops it from the table (unless it
  * is a zombie still waiting for its prefiller). */

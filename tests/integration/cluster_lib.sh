@@ -85,7 +85,8 @@ port_of() { sed -n "s/^$1=//p" "$CLUSTER_TMP/ports"; }
 
 # cluster_start MODEL_DIR [extra router flags]; extra worker flags come from
 # PREFILLER_FLAGS / DECODER_FLAGS, worker ids from PREFILLER_ID / DECODER_ID
-# (default: random).
+# (default: random). DECODER2_FLAGS starts a second decoder process (log
+# decoder2.log), e.g. the other "pod" of a decoder group.
 cluster_start() {
     local model=$1
     shift
@@ -118,6 +119,13 @@ cluster_start() {
         --worker-id "${DECODER_ID:-decoder-$$-$RANDOM}" ${DECODER_FLAGS:-} >>"$CLUSTER_TMP/decoder.log" 2>&1 &
     CLUSTER_PIDS+=($!)
     CLUSTER_NAMES+=(decoder)
+    if [ -n "${DECODER2_FLAGS:-}" ]; then   # a second process of one decoder group (a "pod")
+        # shellcheck disable=SC2086
+        "$BIN/tandem-decoder" --router "$WORKER_EP" --model "$model" \
+            --worker-id "${DECODER_ID:-decoder2-$$-$RANDOM}" $DECODER2_FLAGS >>"$CLUSTER_TMP/decoder2.log" 2>&1 &
+        CLUSTER_PIDS+=($!)
+        CLUSTER_NAMES+=(decoder2)
+    fi
     for _ in $(seq 1 300); do
         if curl -s "$URL/healthz" 2>/dev/null | grep -q '"ready":true'; then
             return 0

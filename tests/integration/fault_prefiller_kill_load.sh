@@ -9,10 +9,9 @@
 # every page is free. Asserted: none of the 200 streams never ends and none
 # fails, each equals tandem-generate for its prompt; then 20 new streams
 # complete and every KV page is free within the bound.
-# Not yet in make test (named without test_): it needs the router side of
-# issue 14 (branch failrouter: a failed send to the dead prefiller is
-# placed again, not HTTP 500), and UCX 1.13 can abort the decoder when the
-# prefiller dies with puts unprocessed (docs/RELIABILITY.md, "KV leases").
+# Not in make test (named without test_): UCX 1.13 can abort the decoder
+# when the prefiller dies with puts unprocessed (docs/RELIABILITY.md, "KV
+# leases"; 1 of 10 runs with the router side of issue 14 in place).
 # Run it by hand: bash tests/integration/fault_prefiller_kill_load.sh
 set -u
 cd "$(dirname "$0")/../.."
