@@ -159,7 +159,8 @@ KUBECTL_PKG := kubernetes-client
 # npm packages (pinned in package-lock.json) that validate the manifests offline.
 DEPLOY_VALIDATOR := tests/deploy
 # The official OpenAI Node SDK (pinned in package-lock.json), which the demo
-# tests run unchanged against a local cluster.
+# tests and tests/integration/test_openai_sdk.sh run unchanged against a
+# local cluster.
 OPENAI_SDK := tests/openai_sdk
 
 deps:

@@ -49,6 +49,11 @@ typedef struct decoder_ctx {
     int32_t *sampled;          /* host: only token ids come back from the device */
     kn_sampling *params;
     uint64_t *rngs;
+    const tm_penalties **pens; /* the batch's penalty states (engine/sampler.h) */
+    int *top_logprobs;         /* -1: no logprobs for that row */
+    tm_token_logprobs *logprobs;
+    Tandem__V1__TokenLogprobs *logprobs_wire;
+    tm_sampler sampler;
     /* DP+EP group: every rank is a decoder of its own (own requests, KV
      * cache, registration); the experts are split across the EP group, so
      * the ranks step together, a rank without sequences joining empty */

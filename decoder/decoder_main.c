@@ -67,12 +67,17 @@ static void send_kv_ready(decoder_ctx *ctx, sched_seq *q)
 
 static void on_assignment(decoder_ctx *ctx, const Tandem__V1__DecodeAssignment *a)
 {
-    const Tandem__V1__SamplingParams *sp = a->sampling;
-    if (!sp || !isfinite(sp->temperature) || sp->temperature < 0 ||
-        !(sp->top_p > 0 && sp->top_p <= 1) || a->prompt_len > INT32_MAX ||
-        a->max_tokens > INT32_MAX || a->n_stop_token_ids > INT32_MAX) {
+    char msg[300];
+    if (a->prompt_len > INT32_MAX || a->max_tokens > INT32_MAX ||
+        a->n_stop_token_ids > INT32_MAX || a->n_penalty_prompt > INT32_MAX) {
         send_error(ctx, a->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT,
-                   "invalid sampling parameters or sizes");
+                   "invalid sizes");
+        return;
+    }
+    worker_sampling ws;
+    if (worker_sampling_from_wire(&ws, a->sampling, a->penalty_prompt, (int)a->n_penalty_prompt,
+                                  ctx->mc->vocab_size, msg, sizeof msg) != TN_OK) {
+        send_error(ctx, a->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT, msg);
         return;
     }
     sched_request req = {
@@ -81,11 +86,12 @@ static void on_assignment(decoder_ctx *ctx, const Tandem__V1__DecodeAssignment *
         .max_tokens = (int)a->max_tokens,
         .stop_ids = a->stop_token_ids,
         .n_stop_ids = (int)a->n_stop_token_ids,
-        .sampling = {.temperature = sp->temperature, .top_p = sp->top_p, .top_k = sp->top_k},
+        .ws = &ws,
     };
     sched_seq *q = NULL;
-    char msg[300];
-    switch (sched_submit(&ctx->s, &req, &q)) {
+    int submitted = sched_submit(&ctx->s, &req, &q);
+    worker_sampling_free(&ws); /* zeroed when the sequence took it */
+    switch (submitted) {
     case SCHED_ADMITTED:
         send_kv_ready(ctx, q);
         break;
@@ -121,6 +127,11 @@ static void on_start(decoder_ctx *ctx, const Tandem__V1__StartDecode *s)
     if (s->first_token < 0 || s->first_token >= ctx->mc->vocab_size) {
         send_error(ctx, s->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT,
                    "first token outside the vocabulary");
+        return;
+    }
+    if (tm_penalties_add_output(&q->ws.pen, s->first_token) != TN_OK) {
+        send_error(ctx, s->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL,
+                   "decoder out of memory");
         return;
     }
     sched_start(&ctx->s, q, s->first_token, s->rng_state);
@@ -418,6 +429,7 @@ static void ctx_free(decoder_ctx *ctx)
         kv_receiver_close(ctx->recv);
     sched_free(&ctx->s);
     tm_kv_cache_free(&ctx->kv);
+    tm_sampler_free(&ctx->sampler);
     tm_model_free(ctx->model);
     kn_backend_free(&ctx->be);
     free(ctx->batch);
@@ -425,6 +437,10 @@ static void ctx_free(decoder_ctx *ctx)
     free(ctx->sampled);
     free(ctx->params);
     free(ctx->rngs);
+    free(ctx->pens);
+    free(ctx->top_logprobs);
+    free(ctx->logprobs);
+    free(ctx->logprobs_wire);
     free(ctx);
 }
 
@@ -541,7 +557,13 @@ int main(int argc, char **argv)
     ctx->sampled = calloc(mb, sizeof *ctx->sampled);
     ctx->params = calloc(mb, sizeof *ctx->params);
     ctx->rngs = calloc(mb, sizeof *ctx->rngs);
+    ctx->pens = calloc(mb, sizeof *ctx->pens);
+    ctx->top_logprobs = calloc(mb, sizeof *ctx->top_logprobs);
+    ctx->logprobs = calloc(mb, sizeof *ctx->logprobs);
+    ctx->logprobs_wire = calloc(mb, sizeof *ctx->logprobs_wire);
+    tm_sampler_init(&ctx->sampler, &ctx->be);
     if (!ctx->batch || !ctx->steps || !ctx->sampled || !ctx->params || !ctx->rngs ||
+        !ctx->pens || !ctx->top_logprobs || !ctx->logprobs || !ctx->logprobs_wire ||
         sched_init(&ctx->s, c->kv_pages, o->page_size, c->max_batch, ctx->max_context) != 0 ||
         tm_kv_cache_init(&ctx->kv, &ctx->be, o->kv_elem, ctx->mc->n_layers, ctx->mc->n_kv_heads,
                          ctx->mc->head_dim, o->page_size, c->kv_pages) != TN_OK) {

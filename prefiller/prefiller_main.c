@@ -95,15 +95,16 @@ static void on_assignment(prefiller_ctx *ctx, const Tandem__V1__PrefillAssignmen
             reject(ctx, a->request_id, BAD, msg);
             return;
         }
-    const Tandem__V1__SamplingParams *sp = a->sampling;
-    if (!sp || !isfinite(sp->temperature) || sp->temperature < 0 ||
-        !(sp->top_p > 0 && sp->top_p <= 1)) {
-        reject(ctx, a->request_id, BAD, "sampling: temperature >= 0 and top_p in (0, 1] required");
+    worker_sampling ws;
+    if (worker_sampling_from_wire(&ws, a->sampling, a->prompt_tokens, (int)a->n_prompt_tokens,
+                                  ctx->mc->vocab_size, msg, sizeof msg) != TN_OK) {
+        reject(ctx, a->request_id, BAD, msg);
         return;
     }
     const Tandem__V1__KvDestination *d = a->destination;
     if (!d || d->page_size <= 0 || !d->transfer_endpoint.len ||
         (long)d->n_page_ids * d->page_size < (long)a->n_prompt_tokens) {
+        worker_sampling_free(&ws);
         reject(ctx, a->request_id, BAD, "KV destination missing or smaller than the prompt");
         return;
     }
@@ -119,6 +120,7 @@ static void on_assignment(prefiller_ctx *ctx, const Tandem__V1__PrefillAssignmen
     free(dbuf);
     if (!job || !job->tokens || !job->dest) {
         prefill_job_free(job);
+        worker_sampling_free(&ws);
         reject(ctx, a->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL, "out of memory");
         return;
     }
@@ -127,10 +129,7 @@ static void on_assignment(prefiller_ctx *ctx, const Tandem__V1__PrefillAssignmen
     job->lease_end_ms = d->lease_end_unix_ms;
     memcpy(job->tokens, a->prompt_tokens, a->n_prompt_tokens * sizeof *job->tokens);
     job->n_tokens = (int)a->n_prompt_tokens;
-    job->sampling.temperature = sp->temperature;
-    job->sampling.top_p = sp->top_p;
-    job->sampling.top_k = sp->top_k;
-    job->seed = sp->seed;
+    job->ws = ws;
     if (ctx->tail)
         ctx->tail->next = job;
     else
@@ -380,6 +379,7 @@ static void ctx_free(prefiller_ctx *ctx)
     if (ctx->pusher)
         kv_pusher_close(ctx->pusher);
     tm_kv_cache_free(&ctx->kv);
+    tm_sampler_free(&ctx->sampler);
     tm_model_free(ctx->model);
     kn_backend_free(&ctx->be);
     free(ctx);
@@ -445,6 +445,7 @@ int main(int argc, char **argv)
         goto out;
     }
     ctx->mc = tm_model_config(ctx->model);
+    tm_sampler_init(&ctx->sampler, &ctx->be);
     int n_pages = (c->max_prompt_tokens + o->page_size - 1) / o->page_size;
     /* each TP rank caches only its KV heads */
     if (tm_kv_cache_init(&ctx->kv, &ctx->be, o->kv_elem, ctx->mc->n_layers,

@@ -12,6 +12,7 @@
 #include "engine/kv_cache.h"
 #include "router/placement.h"
 #include "common/sys.h"
+#include "worker/worker_sampling.h"
 
 #define WHO "router"
 
@@ -206,6 +207,61 @@ static void requeue(router_ctx *ctx, router_request *r, int code, const char *fm
     start_over(ctx, r, 1, why);
 }
 
+/* SamplingParams.logit_bias built from r's biases (freed after sending). */
+typedef struct wire_bias {
+    Tandem__V1__LogitBias *items;
+    Tandem__V1__LogitBias **ptrs;
+} wire_bias;
+
+static void wire_bias_free(wire_bias *b)
+{
+    free(b->items);
+    free(b->ptrs);
+    b->items = NULL;
+    b->ptrs = NULL;
+}
+
+static int wire_bias_fill(wire_bias *b, Tandem__V1__SamplingParams *s, const router_request *r)
+{
+    b->items = NULL;
+    b->ptrs = NULL;
+    if (r->n_bias == 0)
+        return 0;
+    b->items = calloc((size_t)r->n_bias, sizeof *b->items);
+    b->ptrs = calloc((size_t)r->n_bias, sizeof *b->ptrs);
+    if (!b->items || !b->ptrs) {
+        wire_bias_free(b);
+        return -1;
+    }
+    for (int i = 0; i < r->n_bias; i++) {
+        tandem__v1__logit_bias__init(&b->items[i]);
+        b->items[i].token = r->bias_tokens[i];
+        b->items[i].bias = r->bias_values[i];
+        b->ptrs[i] = &b->items[i];
+    }
+    s->logit_bias = b->ptrs;
+    s->n_logit_bias = (size_t)r->n_bias;
+    return 0;
+}
+
+/* Penalties, logit_bias and logprobs (engine/sampler.h on the workers). A
+ * re-placed attempt prefills the output so far after the prompt
+ * (attempt_prompt): output_in_prompt tells the penalties to count those
+ * tokens as output. s points into r. */
+static void fill_sampling_extras(Tandem__V1__SamplingParams *s, const router_request *r)
+{
+    s->presence_penalty = r->presence_penalty;
+    s->frequency_penalty = r->frequency_penalty;
+    s->repetition_penalty = r->repetition_penalty;
+    /* Only a penalty counts output (and then the decoder gets the prompt,
+     * worker_sampling_needs_prompt): without one the field stays 0. */
+    const int penalised = r->presence_penalty != 0.0f || r->frequency_penalty != 0.0f ||
+                          r->repetition_penalty != 1.0f;
+    s->output_in_prompt = penalised ? (uint32_t)r->n_out : 0;
+    s->logprobs = r->logprobs >= 0 || r->score_logprobs;
+    s->top_logprobs = r->logprobs > 0 ? (uint32_t)r->logprobs : 0;
+}
+
 static void fill_sampling(Tandem__V1__SamplingParams *s, const router_request *r)
 {
     s->temperature = r->temperature;
@@ -214,6 +270,7 @@ static void fill_sampling(Tandem__V1__SamplingParams *s, const router_request *r
     /* A new attempt draws from a different stream than the first one did
      * (its first draw is a later token of the output). */
     s->seed = r->seed + (uint64_t)r->attempts * 0x9E3779B97F4A7C15ull;
+    fill_sampling_extras(s, r);
 }
 
 /* The prompt the current attempt prefills: the request's prompt, then
@@ -331,7 +388,21 @@ void dispatch_place(router_ctx *ctx, router_request *r)
     }
     Tandem__V1__SamplingParams sp = TANDEM__V1__SAMPLING_PARAMS__INIT;
     fill_sampling(&sp, r);
+    wire_bias bias;
+    int32_t *pen_prompt = NULL;
+    if (wire_bias_fill(&bias, &sp, r) != 0 ||
+        (worker_sampling_needs_prompt(&sp) && !(pen_prompt = attempt_prompt(r)))) {
+        wire_bias_free(&bias);
+        fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL, "router out of memory");
+        return;
+    }
     Tandem__V1__DecodeAssignment a = TANDEM__V1__DECODE_ASSIGNMENT__INIT;
+    if (pen_prompt) {
+        /* Repetition counts the prompt, and a re-placed attempt's earlier
+         * output sits at its end: the decoder needs those tokens. */
+        a.penalty_prompt = pen_prompt;
+        a.n_penalty_prompt = (size_t)prompt_len;
+    }
     a.request_id = r->wid;
     a.prompt_len = (uint32_t)prompt_len;
     a.max_tokens = (uint32_t)max_tokens;
@@ -341,7 +412,11 @@ void dispatch_place(router_ctx *ctx, router_request *r)
     Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
     m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_DECODE_ASSIGNMENT;
     m.decode_assignment = &a;
-    if (send_worker(ctx, d->id, &m) != 0) {
+    int sent = send_worker(ctx, d->id, &m);
+    wire_bias_free(&bias);
+    if (pen_prompt && pen_prompt != r->prompt)
+        free(pen_prompt);
+    if (sent != 0) {
         /* The decoder's connection is gone: it never got the request.
          * Placement skips it now, so this ends (another decoder, the router
          * queue, or a failure) within as many rounds as there are decoders. */
@@ -395,6 +470,14 @@ static void on_kv_ready(router_ctx *ctx, router_worker *from, const Tandem__V1__
     }
     Tandem__V1__SamplingParams sp = TANDEM__V1__SAMPLING_PARAMS__INIT;
     fill_sampling(&sp, r);
+    wire_bias bias;
+    if (wire_bias_fill(&bias, &sp, r) != 0) {
+        if (prompt != r->prompt)
+            free(prompt);
+        send_cancel(ctx, from->id, r->wid, 1);
+        fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL, "router out of memory");
+        return;
+    }
     Tandem__V1__PrefillAssignment a = TANDEM__V1__PREFILL_ASSIGNMENT__INIT;
     a.request_id = r->wid;
     a.prompt_tokens = prompt;
@@ -412,6 +495,7 @@ static void on_kv_ready(router_ctx *ctx, router_worker *from, const Tandem__V1__
     m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_PREFILL_ASSIGNMENT;
     m.prefill_assignment = &a;
     int sent = send_worker(ctx, p->id, &m);
+    wire_bias_free(&bias);
     if (prompt != r->prompt)
         free(prompt);
     if (sent != 0) {
@@ -433,8 +517,17 @@ static void on_kv_ready(router_ctx *ctx, router_worker *from, const Tandem__V1__
 
 /* Appends tokens to r and delivers them; ends r if a stop string matched.
  * Returns 1 if r finished here. */
-static int deliver_tokens(router_ctx *ctx, router_request *r, const int32_t *toks, int n)
+static int deliver_tokens(router_ctx *ctx, router_request *r, const int32_t *toks, int n,
+                          Tandem__V1__TokenLogprobs *const *lps, size_t n_lps)
 {
+    if (request_store_logprobs(r, lps, n_lps, n) != 0) {
+        if (r->stage == STAGE_DECODING)
+            send_cancel(ctx, r->decoder, r->wid, 1);
+        fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL,
+             n_lps == (size_t)n ? "router out of memory (logprobs)"
+                                : "a worker sent tokens without the logprobs the request asked for");
+        return 1;
+    }
     int rc = request_append(ctx, r, toks, n);
     if (rc < 0) {
         if (r->stage == STAGE_DECODING)
@@ -503,7 +596,8 @@ static void on_prefill_result(router_ctx *ctx, router_worker *from,
     m.start_decode = &s;
     r->stage = STAGE_DECODING;
     int32_t first = res->first_token;
-    if (deliver_tokens(ctx, r, &first, 1))
+    Tandem__V1__TokenLogprobs *first_lp = res->first_logprobs;
+    if (deliver_tokens(ctx, r, &first, 1, &first_lp, first_lp ? 1 : 0))
         return;
     if (send_worker(ctx, r->decoder, &m) != 0) {
         /* The decoder holding its KV is gone: a lost worker for r. */
@@ -528,7 +622,8 @@ static void on_token_batch(router_ctx *ctx, router_worker *from, const Tandem__V
             continue;
         }
         r->t_progress = now;
-        if (c->n_tokens && deliver_tokens(ctx, r, c->tokens, (int)c->n_tokens))
+        if (c->n_tokens &&
+            deliver_tokens(ctx, r, c->tokens, (int)c->n_tokens, c->logprobs, c->n_logprobs))
             continue;
         if (c->finish_reason == TANDEM__V1__FINISH_REASON__FINISH_REASON_ERROR) {
             fail(ctx, r, c->error ? c->error->code : TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL,

@@ -24,14 +24,31 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 #include <malloc.h>
 #include <sys/resource.h>
 #include "router/api_key.h"
 #include "router/http_front.h"
+#include "router/logprobs_view.h"
 #include "common/sys.h"
 
 #define WHO "router"
 #define SSE_BLOCK 16384
+
+/* One choice of a response: a router request of its own (n > 1, best_of
+ * and a list of prompts are independent placements, docs/API.md) and its
+ * SSE progress. */
+typedef struct http_choice {
+    router_request *req;    /* a reference */
+    int index;              /* "index" in the response: prompt * n + branch */
+    int counts_prompt;      /* the first branch of its prompt: its prompt counts in usage */
+    int n_sent;             /* tokens already in chunks */
+    size_t text_sent;       /* text bytes already in chunks */
+    int role_sent;          /* chat: the assistant-role chunk went out */
+    size_t reasoning_sent;  /* chat formats: reasoning bytes already in chunks */
+    int tools_sent;         /* chat formats: tool calls already in chunks */
+    int finish_sent;        /* its finish chunk went out */
+} http_choice;
 
 typedef struct http_conn {
     router_ctx *ctx;
@@ -44,17 +61,14 @@ typedef struct http_conn {
     size_t parse_budget;    /* of which for the parse and tokenization */
     int over_budget;        /* the body did not fit the memory budget: 503 */
     int fd;                 /* the client's socket */
-    router_request *req;    /* a reference, once submitted */
+    http_choice *choices;   /* one per prompt and best_of branch, once submitted */
+    int n_choices;
+    int n_prompts;
+    int n_return;           /* choices returned per prompt (n; best_of picks them) */
     api_kind kind;
     char resp_id[40];       /* "cmpl-..." / "chatcmpl-..." */
-    /* SSE progress */
-    sbuf pending;         /* formatted, not yet handed to MHD */
-    int n_sent;             /* tokens already in chunks */
-    size_t text_sent;       /* text bytes already in chunks */
-    int role_sent;          /* chat: the assistant-role chunk went out */
-    size_t reasoning_sent;  /* chat formats: reasoning bytes already in chunks */
-    int tools_sent;         /* chat formats: tool calls already in chunks */
-    int final_sent;         /* finish chunk (+usage) and [DONE] formatted */
+    sbuf pending;           /* SSE: formatted, not yet handed to MHD */
+    int final_sent;         /* every finish chunk (+usage) and [DONE] formatted */
 } http_conn;
 
 /* ------------------------------------------------------------ responses */
@@ -143,18 +157,24 @@ static enum MHD_Result respond_sb(struct MHD_Connection *c, int status,
  * all requests together: a request reserves before it allocates (its body
  * buffer's capacity, then api_parse_cost), and one that does not fit is
  * answered 503 with Retry-After instead of growing the process. */
-static int mem_take(http_conn *hc, size_t n)
+static int mem_take_locked(http_conn *hc, size_t n)
 {
     router_ctx *ctx = hc->ctx;
     size_t budget = (size_t)ctx->cfg.http_memory_budget_mb << 20;
-    pthread_mutex_lock(&ctx->lock);
     int ok = ctx->http_mem_used <= budget && n <= budget - ctx->http_mem_used;
     if (ok) {
         ctx->http_mem_used += n;
         hc->reserved += n;
     }
-    pthread_mutex_unlock(&ctx->lock);
     return ok ? 0 : -1;
+}
+
+static int mem_take(http_conn *hc, size_t n)
+{
+    pthread_mutex_lock(&hc->ctx->lock);
+    int rc = mem_take_locked(hc, n);
+    pthread_mutex_unlock(&hc->ctx->lock);
+    return rc;
 }
 
 static void mem_give_back(http_conn *hc, size_t n)
@@ -218,13 +238,15 @@ static void refuse_over_budget(api_error *e, const router_ctx *ctx)
 
 /* ------------------------------------------------------------ waiting */
 
-/* Waits until the core signals r, the client goes away or the router shuts
- * down. Returns 0 on a signal, -1 otherwise. */
+/* Waits until the core signals one of hc's requests (they share one
+ * eventfd), the client goes away or the router shuts down. Returns 0 on a
+ * signal, -1 otherwise. */
 static int wait_update(http_conn *hc)
 {
+    int fd = hc->choices[0].req->notify_fd;
     for (;;) {
         struct pollfd p[3] = {
-            {.fd = hc->req->notify_fd, .events = POLLIN},
+            {.fd = fd, .events = POLLIN},
             {.fd = hc->fd, .events = POLLRDHUP},
             {.fd = hc->ctx->shutdown_fd, .events = POLLIN},
         };
@@ -236,29 +258,57 @@ static int wait_update(http_conn *hc)
         if (p[2].revents || (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)))
             return -1;
         if (p[0].revents) {
-            tn_wakefd_drain(hc->req->notify_fd);
+            tn_wakefd_drain(fd);
             return 0;
         }
+    }
+}
+
+/* Cancels every choice still running. Lock held. */
+static void cancel_choices(http_conn *hc, const char *why)
+{
+    for (int i = 0; i < hc->n_choices; i++) {
+        router_request *r = hc->choices[i].req;
+        if (!r->finished && why)
+            tn_log(WHO, "request %s: %s, cancelling", r->id, why);
+        request_queue_cancel(hc->ctx, r);
     }
 }
 
 static void cancel_request(http_conn *hc)
 {
     pthread_mutex_lock(&hc->ctx->lock);
-    if (!hc->req->finished)
-        tn_log(WHO, "request %s: client disconnected, cancelling", hc->req->id);
-    request_queue_cancel(hc->ctx, hc->req);
+    cancel_choices(hc, "client disconnected");
     pthread_mutex_unlock(&hc->ctx->lock);
 }
 
-/* Waits until r has output (any: until_finished = 0) or has finished.
- * Returns 0, or -1 when the client left (the request is then cancelled). */
+/* The first choice that failed, or NULL. Lock held. */
+static const router_request *failed_choice(const http_conn *hc)
+{
+    for (int i = 0; i < hc->n_choices; i++) {
+        const router_request *r = hc->choices[i].req;
+        if (r->finished && r->finish_reason == TANDEM__V1__FINISH_REASON__FINISH_REASON_ERROR)
+            return r;
+    }
+    return NULL;
+}
+
+/* Waits until every choice has output (until_finished = 0) or has
+ * finished, or one failed. Returns 0, or -1 when the client left (the
+ * requests are then cancelled). */
 static int wait_for(http_conn *hc, int until_finished)
 {
     router_ctx *ctx = hc->ctx;
     for (;;) {
         pthread_mutex_lock(&ctx->lock);
-        int ready = hc->req->finished || (!until_finished && hc->req->n_out > 0);
+        int ready = failed_choice(hc) != NULL;
+        if (!ready) {
+            ready = 1;
+            for (int i = 0; i < hc->n_choices; i++) {
+                const router_request *r = hc->choices[i].req;
+                ready &= r->finished || (!until_finished && r->n_out > 0);
+            }
+        }
         pthread_mutex_unlock(&ctx->lock);
         if (ready)
             return 0;
@@ -313,53 +363,69 @@ static void tool_calls_slice(const router_request *r, int from, int to, api_tool
     }
 }
 
-/* Sets o's reasoning and tool calls to what r produced up to (reasoning
- * byte, tool count) and advances hc's cursors. tools/ids: scratch. */
-static void chat_parts(http_conn *hc, api_output *o, size_t reasoning_end, int tools_end,
+/* Sets o's reasoning and tool calls to what c's request produced up to
+ * (reasoning byte, tool count) and advances c's cursors. tools/ids:
+ * scratch. */
+static void chat_parts(http_choice *c, api_output *o, size_t reasoning_end, int tools_end,
                        api_tool_call **tools, char **ids)
 {
-    router_request *r = hc->req;
-    o->reasoning = r->reasoning.p ? r->reasoning.p + hc->reasoning_sent : "";
-    o->reasoning_len = reasoning_end > hc->reasoning_sent ? reasoning_end - hc->reasoning_sent : 0;
-    hc->reasoning_sent += o->reasoning_len;
+    router_request *r = c->req;
+    o->reasoning = r->reasoning.p ? r->reasoning.p + c->reasoning_sent : "";
+    o->reasoning_len = reasoning_end > c->reasoning_sent ? reasoning_end - c->reasoning_sent : 0;
+    c->reasoning_sent += o->reasoning_len;
     o->n_tool_calls = 0;
-    o->tool_index = hc->tools_sent;
-    int n = tools_end - hc->tools_sent;
+    o->tool_index = c->tools_sent;
+    int n = tools_end - c->tools_sent;
     free(*tools);
     free(*ids);
     *tools = NULL;
     *ids = NULL;
     if (n > 0 && (*tools = calloc((size_t)n, sizeof **tools)) && (*ids = calloc((size_t)n, 48))) {
-        tool_calls_slice(r, hc->tools_sent, tools_end, *tools, *ids);
+        tool_calls_slice(r, c->tools_sent, tools_end, *tools, *ids);
         o->tool_calls = *tools;
         o->n_tool_calls = n;
-        hc->tools_sent = tools_end;
+        c->tools_sent = tools_end;
     }
 }
 
-/* Formats every SSE event that r's state allows and that is not formatted
- * yet into hc->pending. Lock held. */
-static void format_events(http_conn *hc)
+/* usage over the choices: each prompt once, every generated token (those
+ * of best_of candidates not returned too). */
+static void usage_counts(const http_conn *hc, int *prompt_tokens, int *completion_tokens)
 {
-    router_request *r = hc->req;
+    *prompt_tokens = *completion_tokens = 0;
+    for (int i = 0; i < hc->n_choices; i++) {
+        const http_choice *c = &hc->choices[i];
+        if (c->counts_prompt)
+            *prompt_tokens += c->req->n_prompt;
+        *completion_tokens += c->req->n_out;
+    }
+}
+
+/* Formats the SSE events of choice c that its state allows and that are
+ * not formatted yet into hc->pending. Lock held. */
+static void format_choice_events(http_conn *hc, http_choice *c, const char *fp)
+{
+    router_request *r = c->req;
     sbuf t;
     sb_init(&t);
     api_tool_call *tools = NULL;
     char *ids = NULL;
     api_output o = {0};
-    char fp[API_MAX_MODEL + 16];
-    api_system_fingerprint(fp, sizeof fp, r->model);
+    o.index = c->index;
     o.fingerprint = fp;
     o.usage_null = r->include_usage;
     o.with_token_ids = r->with_token_ids;
     o.omit_empty_content = r->parser != NULL;
-    if (hc->kind == API_CHAT && !hc->role_sent) {
+    o.with_logprobs = r->logprobs >= 0;
+    lp_view lpv;
+    lp_view_init(&lpv);
+    if (hc->kind == API_CHAT && !c->role_sent) {
         o.text = "";
         api_sse_chat_chunk(&hc->pending, hc->resp_id, r->created, r->model, &o, 1);
-        hc->role_sent = 1;
+        c->role_sent = 1;
     }
-    while (hc->n_sent < r->n_out) {
-        int i = hc->n_sent;
+    while (c->n_sent < r->n_out) {
+        int i = c->n_sent;
         size_t end = r->out_text_end[i] < r->text.len ? r->out_text_end[i] : r->text.len;
         size_t limit = end;
         if (!r->finished) {
@@ -371,57 +437,89 @@ static void format_events(http_conn *hc)
             }
             limit = utf8_stable_prefix(r->text.p ? r->text.p : "", limit);
         }
-        if (limit < hc->text_sent)
-            limit = hc->text_sent;
-        text_slice(&t, r, hc->text_sent, limit);
-        hc->text_sent = limit;
+        if (limit < c->text_sent)
+            limit = c->text_sent;
+        text_slice(&t, r, c->text_sent, limit);
+        c->text_sent = limit;
         o.text = t.p ? t.p : "";
         o.text_len = t.len;
         o.token_ids = &r->out[i];
         o.n_token_ids = 1;
         o.finish_reason = NULL;
         if (r->parser)
-            chat_parts(hc, &o, r->out_reasoning_end[i], r->out_tools_end[i], &tools, &ids);
-        hc->n_sent++;
+            chat_parts(c, &o, r->out_reasoning_end[i], r->out_tools_end[i], &tools, &ids);
+        if (lp_view_build(&lpv, &hc->ctx->codec, r, i, i + 1) != 0)
+            hc->pending.oom = 1;
+        o.logprobs = lpv.tokens;
+        o.n_logprobs = lpv.n;
+        c->n_sent++;
         /* With a chat format, tokens that show nothing (channel headers)
          * make no chunk unless the client wants every token id. */
-        if (r->parser && !o.text_len && !o.reasoning_len && !o.n_tool_calls && !o.with_token_ids)
+        if (r->parser && !o.text_len && !o.reasoning_len && !o.n_tool_calls && !o.with_token_ids &&
+            !o.n_logprobs)
             continue;
         if (hc->kind == API_CHAT)
             api_sse_chat_chunk(&hc->pending, hc->resp_id, r->created, r->model, &o, 0);
         else
             api_sse_completion_chunk(&hc->pending, hc->resp_id, r->created, r->model, &o);
     }
-    if (r->finished && !hc->final_sent) {
-        if (r->finish_reason == TANDEM__V1__FINISH_REASON__FINISH_REASON_ERROR) {
-            api_sse_error(&hc->pending, &r->error);
-        } else {
-            text_slice(&t, r, hc->text_sent, r->text.len);
-            hc->text_sent = r->text.len;
-            o.text = t.p ? t.p : "";
-            o.text_len = t.len;
-            o.token_ids = NULL;
-            o.n_token_ids = 0;
-            o.finish_reason = response_finish_reason(r);
-            if (r->parser) {
-                int n_tools = 0;
-                request_tool_calls(r, &n_tools);
-                chat_parts(hc, &o, r->reasoning.len, n_tools, &tools, &ids);
-            }
-            if (hc->kind == API_CHAT)
-                api_sse_chat_chunk(&hc->pending, hc->resp_id, r->created, r->model, &o, 0);
-            else
-                api_sse_completion_chunk(&hc->pending, hc->resp_id, r->created, r->model, &o);
-            if (r->include_usage)
-                api_sse_usage_chunk(&hc->pending, hc->kind, hc->resp_id, r->created, r->model, fp,
-                                    r->n_prompt, r->n_out);
+    if (r->finished && !c->finish_sent &&
+        r->finish_reason != TANDEM__V1__FINISH_REASON__FINISH_REASON_ERROR) {
+        text_slice(&t, r, c->text_sent, r->text.len);
+        c->text_sent = r->text.len;
+        o.text = t.p ? t.p : "";
+        o.text_len = t.len;
+        o.token_ids = NULL;
+        o.n_token_ids = 0;
+        o.n_logprobs = 0;
+        o.finish_reason = response_finish_reason(r);
+        if (r->parser) {
+            int n_tools = 0;
+            request_tool_calls(r, &n_tools);
+            chat_parts(c, &o, r->reasoning.len, n_tools, &tools, &ids);
         }
+        if (hc->kind == API_CHAT)
+            api_sse_chat_chunk(&hc->pending, hc->resp_id, r->created, r->model, &o, 0);
+        else
+            api_sse_completion_chunk(&hc->pending, hc->resp_id, r->created, r->model, &o);
+        c->finish_sent = 1;
+    }
+    sb_free(&t);
+    lp_view_free(&lpv);
+    free(tools);
+    free(ids);
+}
+
+/* Formats every SSE event that the choices' state allows: each choice's
+ * chunks (its index in each), then, once all finished, the usage chunk and
+ * [DONE]. A failed choice ends the stream with its error (and cancels the
+ * others). Lock held. */
+static void format_events(http_conn *hc)
+{
+    if (hc->final_sent)
+        return;
+    const router_request *first = hc->choices[0].req;
+    char fp[API_MAX_MODEL + 16];
+    api_system_fingerprint(fp, sizeof fp, first->model);
+    for (int i = 0; i < hc->n_choices; i++)
+        format_choice_events(hc, &hc->choices[i], fp);
+    const router_request *failed = failed_choice(hc);
+    int all_done = 1;
+    for (int i = 0; i < hc->n_choices; i++)
+        all_done &= hc->choices[i].finish_sent;
+    if (failed) {
+        api_sse_error(&hc->pending, &failed->error);
+        cancel_choices(hc, NULL);
+    } else if (all_done && first->include_usage) {
+        int pt, ct;
+        usage_counts(hc, &pt, &ct);
+        api_sse_usage_chunk(&hc->pending, hc->kind, hc->resp_id, first->created, first->model, fp,
+                            pt, ct);
+    }
+    if (failed || all_done) {
         api_sse_done(&hc->pending);
         hc->final_sent = 1;
     }
-    sb_free(&t);
-    free(tools);
-    free(ids);
 }
 
 static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
@@ -455,102 +553,221 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max)
     }
 }
 
-static enum MHD_Result respond_final(http_conn *hc, struct MHD_Connection *c)
+/* The sum of a finished choice's token logprobs (best_of ranks by it). */
+static double cumulative_logprob(const router_request *r)
 {
-    router_ctx *ctx = hc->ctx;
-    router_request *r = hc->req;
-    sbuf b, t;
-    sb_init(&b);
-    sb_init(&t);
-    pthread_mutex_lock(&ctx->lock);
-    if (r->finish_reason == TANDEM__V1__FINISH_REASON__FINISH_REASON_ERROR) {
-        api_error e = r->error;
-        pthread_mutex_unlock(&ctx->lock);
-        return respond_error(c, &e);
+    double sum = 0;
+    for (int i = 0; r->out_lp && i < r->n_out; i++)
+        sum += r->out_lp[i].logprob;
+    return sum;
+}
+
+/* best_of > n: keeps, for each prompt, the n candidates with the highest
+ * cumulative logprob (ties: the lower branch), indexed prompt * n + rank.
+ * order receives the choices to return, in index order. Lock held. */
+static int pick_choices(const http_conn *hc, int *order)
+{
+    int per = hc->n_choices / hc->n_prompts, n = hc->n_return, k = 0;
+    for (int p = 0; p < hc->n_prompts; p++) {
+        int taken[API_MAX_CHOICES] = {0};
+        for (int rank = 0; rank < n; rank++) {
+            int best = -1;
+            double best_lp = 0;
+            for (int b = 0; b < per; b++) {
+                int ci = p * per + b;
+                double lp = cumulative_logprob(hc->choices[ci].req);
+                if (!taken[b] && (best < 0 || lp > best_lp)) {
+                    best = b;
+                    best_lp = lp;
+                }
+            }
+            taken[best] = 1;
+            order[k++] = p * per + best;
+        }
     }
-    text_slice(&t, r, 0, r->text.len);
+    return k;
+}
+
+typedef struct choice_body {
+    sbuf text;
+    api_tool_call *tools;
+    char *ids;
+    lp_view lpv;
+} choice_body;
+
+/* Fills o with what choice c produced (the whole output). Lock held.
+ * -1 on OOM. */
+static int final_output(http_conn *hc, const router_request *r, int index, const char *fp,
+                        choice_body *cb, api_output *o)
+{
+    sb_init(&cb->text);
+    lp_view_init(&cb->lpv);
+    text_slice(&cb->text, r, 0, r->text.len);
     int n_tools = 0;
     request_tool_calls(r, &n_tools);
-    api_tool_call *tools = n_tools ? calloc((size_t)n_tools, sizeof *tools) : NULL;
-    char *ids = n_tools ? calloc((size_t)n_tools, 48) : NULL;
-    if (n_tools && (!tools || !ids))
-        n_tools = 0, t.oom = 1;
-    if (n_tools)
-        tool_calls_slice(r, 0, n_tools, tools, ids);
-    char fp[API_MAX_MODEL + 16];
-    api_system_fingerprint(fp, sizeof fp, r->model);
-    api_output o = {
+    cb->tools = n_tools ? calloc((size_t)n_tools, sizeof *cb->tools) : NULL;
+    cb->ids = n_tools ? calloc((size_t)n_tools, 48) : NULL;
+    int failed = n_tools && (!cb->tools || !cb->ids);
+    if (n_tools && !failed)
+        tool_calls_slice(r, 0, n_tools, cb->tools, cb->ids);
+    if (lp_view_build(&cb->lpv, &hc->ctx->codec, r, 0, r->n_out) != 0)
+        failed = 1;
+    *o = (api_output){
+        .index = index,
         .fingerprint = fp,
-        .text = t.p ? t.p : "",
-        .text_len = t.len,
+        .text = cb->text.p ? cb->text.p : "",
+        .text_len = cb->text.len,
         .reasoning = r->reasoning.p ? r->reasoning.p : "",
         .reasoning_len = r->reasoning.len,
-        .tool_calls = tools,
-        .n_tool_calls = n_tools,
+        .tool_calls = cb->tools,
+        .n_tool_calls = failed ? 0 : n_tools,
         .token_ids = r->out,
         .n_token_ids = r->n_out,
         .with_token_ids = r->with_token_ids,
         .finish_reason = response_finish_reason(r),
+        .with_logprobs = r->logprobs >= 0,
+        .logprobs = cb->lpv.tokens,
+        .n_logprobs = cb->lpv.n,
     };
-    if (hc->kind == API_CHAT)
-        api_chat_body(&b, hc->resp_id, r->created, r->model, &o, r->n_prompt, r->n_out);
+    return failed || cb->text.oom ? -1 : 0;
+}
+
+static enum MHD_Result respond_final(http_conn *hc, struct MHD_Connection *c)
+{
+    router_ctx *ctx = hc->ctx;
+    pthread_mutex_lock(&ctx->lock);
+    const router_request *failed = failed_choice(hc);
+    if (failed) {
+        api_error e = failed->error;
+        cancel_choices(hc, NULL);
+        pthread_mutex_unlock(&ctx->lock);
+        return respond_error(c, &e);
+    }
+    const router_request *first = hc->choices[0].req;
+    int order[API_MAX_CHOICES];
+    int n = 0;
+    if (hc->n_return * hc->n_prompts < hc->n_choices)
+        n = pick_choices(hc, order);
     else
-        api_completion_body(&b, hc->resp_id, r->created, r->model, &o, r->n_prompt, r->n_out);
-    if (t.oom)
+        for (n = 0; n < hc->n_choices; n++)
+            order[n] = n;
+    choice_body *cb = calloc((size_t)n, sizeof *cb);
+    api_output *o = calloc((size_t)n, sizeof *o);
+    char fp[API_MAX_MODEL + 16];
+    api_system_fingerprint(fp, sizeof fp, first->model);
+    sbuf b;
+    sb_init(&b);
+    int oom = !cb || !o;
+    for (int i = 0; !oom && i < n; i++)
+        oom = final_output(hc, hc->choices[order[i]].req, i, fp, &cb[i], &o[i]) != 0;
+    int pt, ct;
+    usage_counts(hc, &pt, &ct);
+    if (!oom && hc->kind == API_CHAT)
+        api_chat_body_n(&b, hc->resp_id, first->created, first->model, o, n, pt, ct);
+    else if (!oom)
+        api_completion_body_n(&b, hc->resp_id, first->created, first->model, o, n, pt, ct);
+    if (oom)
         b.oom = 1;
     pthread_mutex_unlock(&ctx->lock);
-    sb_free(&t);
-    free(tools);
-    free(ids);
+    for (int i = 0; cb && i < n; i++) {
+        sb_free(&cb[i].text);
+        lp_view_free(&cb[i].lpv);
+        free(cb[i].tools);
+        free(cb[i].ids);
+    }
+    free(cb);
+    free(o);
     return respond_sb(c, 200, "application/json", &b);
 }
 
 /* ------------------------------------------------------------ generation */
 
-/* Turns a parsed API request into a router request (tokenized, admitted)
- * and queues it for the core. Returns 0, or -1 with e filled. */
-static int submit(http_conn *hc, api_request *ar, api_error *e)
+/* The prompts of a request as token ids (chat: the rendered conversation).
+ * Returns 0, or -1 with e filled; *prompts (n_prompts entries) is freed by
+ * the caller with free_prompts. */
+typedef struct prompt_ids {
+    int32_t *ids;
+    int n;
+} prompt_ids;
+
+static void free_prompts(prompt_ids *p, int n)
+{
+    for (int i = 0; p && i < n; i++)
+        free(p[i].ids);
+    free(p);
+}
+
+static int tokenize_prompts(http_conn *hc, api_request *ar, prompt_ids **out, int *n_out,
+                            api_error *e)
 {
     router_ctx *ctx = hc->ctx;
     char err[300];
-    int32_t *ids = NULL;
-    int n_ids = 0;
-    if (ar->n_stop && !codec_has_text(&ctx->codec)) {
-        api_error_set(e, 400, "invalid_request_error", "stop", "unsupported_value",
-                      "Stop strings need a tokenizer; this router runs with --tokenizer none "
-                      "(use stop_token_ids).");
-        return -1;
-    }
-    if (ar->kind == API_CHAT) {
-        if (codec_render_chat(&ctx->codec, ar, &ids, &n_ids, err, sizeof err) != 0) {
-            api_error_set(e, 400, "invalid_request_error", "messages", "unsupported_value", "%s", err);
-            return -1;
-        }
-    } else if (ar->prompt_text) {
-        if (codec_encode(&ctx->codec, ar->prompt_text, ar->prompt_len, &ids, &n_ids,
-                         err, sizeof err) != 0) {
-            api_error_set(e, 400, "invalid_request_error", "prompt", "invalid_type", "%s", err);
-            return -1;
-        }
-    } else {
-        ids = ar->prompt_ids;
-        n_ids = ar->n_prompt_ids;
-        ar->prompt_ids = NULL;
-        ar->n_prompt_ids = 0;
-    }
-    if (n_ids == 0) {
-        free(ids);
-        api_error_set(e, 400, "invalid_request_error", ar->kind == API_CHAT ? "messages" : "prompt",
-                      NULL, "The prompt is empty after tokenization.");
-        return -1;
-    }
-    pthread_mutex_lock(&ctx->lock);
-    router_request *r = request_new(ctx, ORIGIN_HTTP);
-    if (!r) {
-        pthread_mutex_unlock(&ctx->lock);
-        free(ids);
+    int n = ar->kind == API_CHAT ? 1 : ar->n_prompts;
+    prompt_ids *p = calloc((size_t)n, sizeof *p);
+    if (!p) {
         api_error_set(e, 500, "server_error", NULL, NULL, "router out of memory");
         return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        int rc = 0;
+        if (ar->kind == API_CHAT) {
+            if (codec_render_chat(&ctx->codec, ar, &p[i].ids, &p[i].n, err, sizeof err) != 0) {
+                api_error_set(e, 400, "invalid_request_error", "messages", "unsupported_value",
+                              "%s", err);
+                rc = -1;
+            }
+        } else if (ar->prompts[i].text) {
+            if (codec_encode(&ctx->codec, ar->prompts[i].text, ar->prompts[i].text_len,
+                             &p[i].ids, &p[i].n, err, sizeof err) != 0) {
+                api_error_set(e, 400, "invalid_request_error", "prompt", "invalid_type", "%s", err);
+                rc = -1;
+            }
+        } else {
+            p[i].ids = ar->prompts[i].ids;
+            p[i].n = ar->prompts[i].n_ids;
+            ar->prompts[i].ids = NULL;
+            ar->prompts[i].n_ids = 0;
+        }
+        if (rc == 0 && p[i].n == 0) {
+            api_error_set(e, 400, "invalid_request_error",
+                          ar->kind == API_CHAT ? "messages" : "prompt", NULL,
+                          "The prompt is empty after tokenization.");
+            rc = -1;
+        }
+        if (rc != 0) {
+            free_prompts(p, n);
+            return -1;
+        }
+    }
+    *out = p;
+    *n_out = n;
+    return 0;
+}
+
+static int dup_array(void **dst, const void *src, size_t bytes)
+{
+    *dst = NULL;
+    if (!bytes)
+        return 0;
+    *dst = malloc(bytes);
+    if (!*dst)
+        return -1;
+    memcpy(*dst, src, bytes);
+    return 0;
+}
+
+/* One router request: prompt ids (taken), branch (its seed is the request's
+ * + branch). Lock held. Returns NULL with e filled. */
+static router_request *make_choice(http_conn *hc, const api_request *ar, int32_t *ids, int n_ids,
+                                   uint64_t seed, int notify_from, api_error *e)
+{
+    router_ctx *ctx = hc->ctx;
+    char err[300];
+    router_request *r = request_new(ctx, ORIGIN_HTTP);
+    if (!r) {
+        free(ids);
+        api_error_set(e, 500, "server_error", NULL, NULL, "router out of memory");
+        return NULL;
     }
     r->kind = ar->kind;
     snprintf(r->model, sizeof r->model, "%s", ar->model);
@@ -559,26 +776,45 @@ static int submit(http_conn *hc, api_request *ar, api_error *e)
     r->temperature = (float)ar->temperature;
     r->top_p = (float)ar->top_p;
     r->top_k = ar->top_k;
-    r->seed = ar->has_seed ? ar->seed : tn_random_u64();
+    r->seed = seed;
     r->stream = ar->stream;
     r->include_usage = ar->include_usage;
     r->with_token_ids = with_token_ids(hc, ar);
-    for (int i = 0; i < ar->n_stop; i++) {
-        r->stop_strs[i] = ar->stop[i];
-        ar->stop[i] = NULL;
-        size_t l = strlen(r->stop_strs[i]);
-        if (l > r->max_stop_len)
-            r->max_stop_len = l;
+    r->presence_penalty = (float)ar->presence_penalty;
+    r->frequency_penalty = (float)ar->frequency_penalty;
+    r->repetition_penalty = (float)ar->repetition_penalty;
+    r->logprobs = ar->logprobs;
+    /* best_of ranks candidates by their logprobs: the workers send them. */
+    r->score_logprobs = ar->best_of > ar->n;
+    int oom = 0;
+    if (notify_from >= 0) {
+        /* Every choice of one HTTP request wakes the same waiter. */
+        close(r->notify_fd);
+        r->notify_fd = dup(notify_from);
+        oom |= r->notify_fd < 0;
     }
-    r->n_stop_strs = ar->n_stop;
-    ar->n_stop = 0;
-    int rc = 0;
-    if (ctx->n_active + ctx->n_queued >= ctx->cfg.max_active_requests) {
-        api_error_set(e, 429, "server_error", NULL, "rate_limit_exceeded",
-                      "The router is at its limit of %d active requests; retry later.",
-                      ctx->cfg.max_active_requests);
-        rc = -1;
-    } else if (ar->kind == API_CHAT && codec_has_chat_format(&ctx->codec)) {
+    oom |= dup_array((void **)&r->bias_tokens, ar->bias_tokens,
+                     (size_t)ar->n_bias * sizeof *ar->bias_tokens) != 0;
+    oom |= dup_array((void **)&r->bias_values, ar->bias_values,
+                     (size_t)ar->n_bias * sizeof *ar->bias_values) != 0;
+    if (!oom)
+        r->n_bias = ar->n_bias;
+    for (int i = 0; i < ar->n_stop && !oom; i++) {
+        size_t l = strlen(ar->stop[i]);
+        oom |= dup_array((void **)&r->stop_strs[i], ar->stop[i], l + 1) != 0;
+        if (!oom) {
+            r->n_stop_strs = i + 1;
+            if (l > r->max_stop_len)
+                r->max_stop_len = l;
+        }
+    }
+    if (oom) {
+        request_unref(r);
+        api_error_set(e, 500, "server_error", NULL, NULL, "router out of memory");
+        return NULL;
+    }
+    int rc;
+    if (ar->kind == API_CHAT && codec_has_chat_format(&ctx->codec)) {
         /* The chat format's own stop tokens (end of turn, tool call) join
          * the client's, and a parser splits the output into reasoning,
          * content and tool calls. */
@@ -598,26 +834,104 @@ static int submit(http_conn *hc, api_request *ar, api_error *e)
     }
     if (rc != 0) {
         request_unref(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* Turns a parsed API request into router requests, one per choice
+ * (prompt x best_of branches; tokenized, admitted), and queues them for
+ * the core. Returns 0, or -1 with e filled. */
+static int submit(http_conn *hc, api_request *ar, api_error *e)
+{
+    router_ctx *ctx = hc->ctx;
+    if (ar->n_stop && !codec_has_text(&ctx->codec)) {
+        api_error_set(e, 400, "invalid_request_error", "stop", "unsupported_value",
+                      "Stop strings need a tokenizer; this router runs with --tokenizer none "
+                      "(use stop_token_ids).");
+        return -1;
+    }
+    prompt_ids *prompts = NULL;
+    int n_prompts = 0;
+    if (tokenize_prompts(hc, ar, &prompts, &n_prompts, e) != 0)
+        return -1;
+    const int per = ar->best_of, n_choices = n_prompts * per;
+    hc->choices = calloc((size_t)n_choices, sizeof *hc->choices);
+    if (!hc->choices) {
+        free_prompts(prompts, n_prompts);
+        api_error_set(e, 500, "server_error", NULL, NULL, "router out of memory");
+        return -1;
+    }
+    const uint64_t seed = ar->has_seed ? ar->seed : tn_random_u64();
+    pthread_mutex_lock(&ctx->lock);
+    int rc = 0;
+    if (ctx->n_active + ctx->n_queued + n_choices > ctx->cfg.max_active_requests) {
+        api_error_set(e, 429, "server_error", NULL, "rate_limit_exceeded",
+                      "The router is at its limit of %d active requests; retry later.",
+                      ctx->cfg.max_active_requests);
+        rc = -1;
+    }
+    for (int p = 0; rc == 0 && p < n_prompts; p++)
+        for (int b = 0; rc == 0 && b < per; b++) {
+            int32_t *ids = prompts[p].ids;
+            size_t bytes = (size_t)prompts[p].n * sizeof *ids;
+            /* Each further branch's copy of the prompt's ids is reserved
+             * like the parse (the budget is given back once the requests
+             * own them): best_of multiplies a prompt. */
+            if (b + 1 < per && mem_take_locked(hc, bytes) != 0) {
+                refuse_over_budget(e, ctx);
+                rc = -1;
+                break;
+            }
+            if (b + 1 < per && dup_array((void **)&ids, prompts[p].ids, bytes) != 0) {
+                api_error_set(e, 500, "server_error", NULL, NULL, "router out of memory");
+                rc = -1;
+                break;
+            }
+            if (b + 1 == per)
+                prompts[p].ids = NULL; /* the last branch takes the prompt */
+            int notify = hc->n_choices ? hc->choices[0].req->notify_fd : -1;
+            router_request *r = make_choice(hc, ar, ids, prompts[p].n, seed + (uint64_t)b, notify, e);
+            if (!r) {
+                rc = -1;
+                break;
+            }
+            http_choice *c = &hc->choices[hc->n_choices++];
+            c->req = r;
+            c->index = p * per + b;
+            c->counts_prompt = b == 0;
+        }
+    free_prompts(prompts, n_prompts);
+    if (rc != 0) {
+        for (int i = 0; i < hc->n_choices; i++)
+            request_unref(hc->choices[i].req);
+        free(hc->choices);
+        hc->choices = NULL;
+        hc->n_choices = 0;
         pthread_mutex_unlock(&ctx->lock);
         return -1;
     }
+    hc->n_prompts = n_prompts;
+    hc->n_return = ar->n;
     snprintf(hc->resp_id, sizeof hc->resp_id, "%s-%s",
-             ar->kind == API_CHAT ? "chatcmpl" : "cmpl", r->id);
-    hc->req = r;
+             ar->kind == API_CHAT ? "chatcmpl" : "cmpl", hc->choices[0].req->id);
     hc->kind = ar->kind;
     ctx->n_http_responses++;
-    /* The queue's reference becomes the table's when the core takes it. */
-    r->refs++;
-    r->qnext = NULL;
-    if (ctx->submit_tail)
-        ctx->submit_tail->qnext = r;
-    else
-        ctx->submit_head = r;
-    ctx->submit_tail = r;
-    ctx->n_queued++; /* counted now so the limit holds before the core runs */
-    ctx->metrics.accepted++;
-    ctx->metrics.in_flight[API_OPENAI]++;
-    ctx->metrics.input_tokens += (uint64_t)r->n_prompt;
+    for (int i = 0; i < hc->n_choices; i++) {
+        router_request *r = hc->choices[i].req;
+        /* The queue's reference becomes the table's when the core takes it. */
+        r->refs++;
+        r->qnext = NULL;
+        if (ctx->submit_tail)
+            ctx->submit_tail->qnext = r;
+        else
+            ctx->submit_head = r;
+        ctx->submit_tail = r;
+        ctx->n_queued++; /* counted now so the limit holds before the core runs */
+        ctx->metrics.accepted++;
+        ctx->metrics.in_flight[API_OPENAI]++;
+        ctx->metrics.input_tokens += (uint64_t)r->n_prompt;
+    }
     pthread_mutex_unlock(&ctx->lock);
     tn_wakefd_signal(ctx->wake_fd);
     return 0;
@@ -677,12 +991,18 @@ static enum MHD_Result handle_generate(http_conn *hc, struct MHD_Connection *c, 
     mem_give_back(hc, hc->reserved); /* the prompt's ids now belong to the request */
     if (rc != 0)
         return refuse(hc, c, &e);
+    /* A stream starts once every choice has a token (or one failed), so
+     * failures before it still get a real HTTP status. */
     if (wait_for(hc, !stream) != 0)
         return MHD_NO; /* the client is gone */
     pthread_mutex_lock(&hc->ctx->lock);
-    int failed_early = hc->req->finished && hc->req->n_out == 0 &&
-                       hc->req->finish_reason == TANDEM__V1__FINISH_REASON__FINISH_REASON_ERROR;
-    api_error early = hc->req->error;
+    const router_request *failed = failed_choice(hc);
+    int failed_early = failed && failed->n_out == 0;
+    api_error early;
+    if (failed_early) {
+        early = failed->error;
+        cancel_choices(hc, NULL);
+    }
     pthread_mutex_unlock(&hc->ctx->lock);
     if (failed_early)
         return respond_error(c, &early);
@@ -1041,16 +1361,15 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     if (!hc)
         return;
     pthread_mutex_lock(&ctx->lock);
-    if (hc->req) {
-        if (!hc->req->finished) {
-            tn_log(WHO, "request %s: connection ended early, cancelling", hc->req->id);
-            request_queue_cancel(ctx, hc->req);
-        }
-        request_unref(hc->req);
+    if (hc->n_choices) {
+        cancel_choices(hc, "connection ended early");
+        for (int i = 0; i < hc->n_choices; i++)
+            request_unref(hc->choices[i].req);
         ctx->n_http_responses--;
     }
     ctx->http_mem_used -= hc->reserved;
     pthread_mutex_unlock(&ctx->lock);
+    free(hc->choices);
     sb_free(&hc->body);
     sb_free(&hc->pending);
     free(hc);

@@ -56,8 +56,11 @@ char *api_error_json(const api_error *e)
 
 void api_request_free(api_request *r)
 {
-    free(r->prompt_ids);
-    free(r->prompt_text);
+    for (int i = 0; i < r->n_prompts; i++) {
+        free(r->prompts[i].ids);
+        free(r->prompts[i].text);
+    }
+    free(r->prompts);
     for (int i = 0; i < r->n_messages; i++)
         free(r->messages[i].content);
     free(r->messages);
@@ -66,6 +69,8 @@ void api_request_free(api_request *r)
     cJSON_Delete(r->messages_json);
     cJSON_Delete(r->tools_json);
     free(r->stop_token_ids);
+    free(r->bias_tokens);
+    free(r->bias_values);
     memset(r, 0, sizeof *r);
 }
 
@@ -174,37 +179,91 @@ static char *exact_text(const cJSON *a, const cJSON *b, size_t *len)
     return d;
 }
 
+/* One prompt: a non-empty string or a non-empty array of token ids. pa:
+ * the same prompt in the U+0002 parse (exact_text), or NULL. */
+static int parse_one_prompt(const cJSON *p, const cJSON *pa, api_prompt *out, api_error *e)
+{
+    if (cJSON_IsString(p)) {
+        if (!p->valuestring[0])
+            return bad(e, "prompt", NULL, "Invalid 'prompt': the prompt must not be empty.");
+        out->text = exact_text(p, pa, &out->text_len);
+        return out->text ? 0 : bad(e, "prompt", NULL, "out of memory");
+    }
+    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) > 0)
+        return get_token_array(p, "prompt", &out->ids, &out->n_ids, e);
+    if (cJSON_IsArray(p))
+        return bad(e, "prompt", NULL, "Invalid 'prompt': the prompt must not be empty.");
+    return bad(e, "prompt", "invalid_type",
+               "Invalid type for 'prompt': expected a string, an array of token ids, or an "
+               "array of those.");
+}
+
+/* prompt: a string, an array of token ids, or a list of prompts (strings
+ * or token-id arrays): each gets its own choices. alt: the U+0002 parse of
+ * the body, or NULL (exact_text). */
 static int parse_prompt(const cJSON *root, const cJSON *alt, api_request *r, api_error *e)
 {
     const cJSON *p = field(root, "prompt");
     const cJSON *pa = alt ? field(alt, "prompt") : NULL;
     if (!p)
         return bad(e, "prompt", NULL, "You must provide a 'prompt' parameter.");
-    if (cJSON_IsString(p)) {
-        if (!p->valuestring[0])
-            return bad(e, "prompt", NULL, "Invalid 'prompt': the prompt must not be empty.");
-        r->prompt_text = exact_text(p, pa, &r->prompt_len);
-        return r->prompt_text ? 0 : bad(e, "prompt", NULL, "out of memory");
+    int list = cJSON_IsArray(p) && cJSON_GetArraySize(p) > 0 &&
+               !cJSON_IsNumber(cJSON_GetArrayItem(p, 0));
+    int n = list ? cJSON_GetArraySize(p) : 1;
+    if (n > API_MAX_CHOICES) {
+        api_error_set(e, 400, INVALID, "prompt", "invalid_value",
+                      "Invalid 'prompt': at most %d prompts per request, got %d.", API_MAX_CHOICES, n);
+        return -1;
     }
-    if (cJSON_IsArray(p)) {
-        int n = cJSON_GetArraySize(p);
-        if (n == 0)
-            return bad(e, "prompt", NULL, "Invalid 'prompt': the prompt must not be empty.");
-        const cJSON *first = cJSON_GetArrayItem(p, 0);
-        if (cJSON_IsNumber(first))
-            return get_token_array(p, "prompt", &r->prompt_ids, &r->n_prompt_ids, e);
-        if (n == 1 && cJSON_IsString(first) && first->valuestring[0]) {
-            r->prompt_text = exact_text(first, pa ? cJSON_GetArrayItem(pa, 0) : NULL, &r->prompt_len);
-            return r->prompt_text ? 0 : bad(e, "prompt", NULL, "out of memory");
-        }
-        if (n == 1 && cJSON_IsArray(first) && cJSON_GetArraySize(first) > 0)
-            return get_token_array(first, "prompt", &r->prompt_ids, &r->n_prompt_ids, e);
-        if (n > 1 && (cJSON_IsString(first) || cJSON_IsArray(first)))
-            return bad(e, "prompt", "unsupported_value",
-                       "Tandem serves one prompt per request; send a batch as separate requests.");
+    r->prompts = calloc((size_t)n, sizeof *r->prompts);
+    if (!r->prompts)
+        return bad(e, "prompt", NULL, "out of memory");
+    r->n_prompts = n;
+    if (!list)
+        return parse_one_prompt(p, pa, &r->prompts[0], e);
+    int i = 0;
+    const cJSON *it, *ia = cJSON_IsArray(pa) ? pa->child : NULL;
+    cJSON_ArrayForEach(it, p) {
+        if (parse_one_prompt(it, ia, &r->prompts[i++], e) != 0)
+            return -1;
+        ia = ia ? ia->next : NULL;
     }
-    return bad(e, "prompt", "invalid_type",
-               "Invalid type for 'prompt': expected a string or an array of token ids.");
+    return 0;
+}
+
+/* n (choices per prompt), and for completions best_of (candidates per
+ * prompt, the best n returned). */
+static int parse_choices(const cJSON *root, api_kind kind, api_request *r, api_error *e)
+{
+    const cJSON *f;
+    long long v;
+    r->n = 1;
+    if ((f = field(root, "n"))) {
+        if (get_int(f, 1, API_MAX_CHOICES, &v) != 0)
+            return bad(e, "n", "invalid_value", "Invalid 'n': expected an integer between 1 and 128.");
+        r->n = (int)v;
+    }
+    r->best_of = r->n;
+    if (kind == API_COMPLETIONS && (f = field(root, "best_of"))) {
+        if (get_int(f, 1, API_MAX_CHOICES, &v) != 0)
+            return bad(e, "best_of", "invalid_value",
+                       "Invalid 'best_of': expected an integer between 1 and 128.");
+        if (v < r->n)
+            return bad(e, "best_of", "invalid_value", "Invalid 'best_of': it must be >= n.");
+        r->best_of = (int)v;
+    }
+    if (r->best_of > r->n && r->stream)
+        return bad(e, "best_of", "invalid_value",
+                   "Invalid 'best_of': best_of > n cannot be streamed (the best choices are "
+                   "known only at the end).");
+    int prompts = kind == API_COMPLETIONS ? r->n_prompts : 1;
+    if ((long)prompts * r->best_of > API_MAX_CHOICES) {
+        api_error_set(e, 400, INVALID, r->best_of > r->n ? "best_of" : "n", "invalid_value",
+                      "A request may generate at most %d choices; %d prompt(s) x %d is %ld.",
+                      API_MAX_CHOICES, prompts, r->best_of, (long)prompts * r->best_of);
+        return -1;
+    }
+    return 0;
 }
 
 /* content: a string, or an array of {"type":"text","text":...} parts;
@@ -380,24 +439,132 @@ static int parse_chat_options(const cJSON *root, api_request *r, api_error *e)
 static int reject_unsupported(const cJSON *root, api_kind kind, api_error *e)
 {
     const cJSON *f;
-    long long v;
-    if ((f = field(root, "n")) && (get_int(f, 1, 1, &v) != 0))
-        return bad(e, "n", "unsupported_value", "Tandem supports only n=1.");
-    if ((f = field(root, "best_of")) && (get_int(f, 1, 1, &v) != 0))
-        return bad(e, "best_of", "unsupported_value", "Tandem supports only best_of=1.");
     if ((f = field(root, "echo")) && !cJSON_IsFalse(f))
         return bad(e, "echo", "unsupported_value", "Tandem does not support echo.");
-    if ((f = field(root, "logprobs")) && !cJSON_IsFalse(f) &&
-        !(cJSON_IsNumber(f) && f->valuedouble == 0 && kind == API_COMPLETIONS))
-        return bad(e, "logprobs", "unsupported_value", "Tandem does not return logprobs.");
-    static const char *const penalties[] = {"presence_penalty", "frequency_penalty"};
-    for (int i = 0; i < 2; i++)
-        if ((f = field(root, penalties[i])) && !(cJSON_IsNumber(f) && f->valuedouble == 0))
-            return bad(e, penalties[i], "unsupported_value",
-                       "Tandem does not implement presence or frequency penalties.");
-    if ((f = field(root, "logit_bias")) && !(cJSON_IsObject(f) && !f->child))
-        return bad(e, "logit_bias", "unsupported_value", "Tandem does not implement logit_bias.");
+    (void)kind;
     return 0;
+}
+
+/* A number within [lo, hi] (lo_open: above lo, no upper bound), or absent. */
+static int get_ranged(const cJSON *root, const char *name, double lo, double hi, int lo_open,
+                      double *out, api_error *e)
+{
+    if (get_number(root, name, out, e) != 0)
+        return -1;
+    if (lo_open && !(*out > lo)) {
+        api_error_set(e, 400, INVALID, name, "invalid_value",
+                      "Invalid '%s': expected a value > %g, but got %g instead.", name, lo, *out);
+        return -1;
+    }
+    if (!lo_open && (*out < lo || *out > hi)) {
+        api_error_set(e, 400, INVALID, name, "invalid_value",
+                      "Invalid '%s': expected a value between %g and %g, but got %g instead.",
+                      name, lo, hi, *out);
+        return -1;
+    }
+    return 0;
+}
+
+/* logit_bias: {"<token id>": bias in [-100, 100], ...}; ids checked
+ * against the vocabulary by the router (request_admit). */
+static int parse_logit_bias(const cJSON *root, api_request *r, api_error *e)
+{
+    const cJSON *f = field(root, "logit_bias");
+    if (!f)
+        return 0;
+    if (!cJSON_IsObject(f))
+        return bad(e, "logit_bias", "invalid_type",
+                   "Invalid type for 'logit_bias': expected an object mapping token ids to biases.");
+    int n = cJSON_GetArraySize(f);
+    if (n > API_MAX_LOGIT_BIAS) {
+        api_error_set(e, 400, INVALID, "logit_bias", "invalid_value",
+                      "Invalid 'logit_bias': at most %d entries, got %d.", API_MAX_LOGIT_BIAS, n);
+        return -1;
+    }
+    if (n == 0)
+        return 0;
+    r->bias_tokens = malloc((size_t)n * sizeof *r->bias_tokens);
+    r->bias_values = malloc((size_t)n * sizeof *r->bias_values);
+    if (!r->bias_tokens || !r->bias_values)
+        return bad(e, "logit_bias", NULL, "out of memory");
+    const cJSON *it;
+    cJSON_ArrayForEach(it, f) {
+        const char *k = it->string ? it->string : "";
+        char *end = NULL;
+        long long id = -1;
+        if (k[0] >= '0' && k[0] <= '9' && strlen(k) <= 10)
+            id = strtoll(k, &end, 10);
+        if (id < 0 || id > 2147483647LL || !end || *end) {
+            api_error_set(e, 400, INVALID, "logit_bias", "invalid_value",
+                          "Invalid 'logit_bias': key '%.64s' is not a token id (a non-negative "
+                          "integer written as a string).", k);
+            return -1;
+        }
+        if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || it->valuedouble < -100 ||
+            it->valuedouble > 100) {
+            api_error_set(e, 400, INVALID, "logit_bias", "invalid_value",
+                          "Invalid 'logit_bias': the bias of token %lld must be a number "
+                          "between -100 and 100.", id);
+            return -1;
+        }
+        for (int i = 0; i < r->n_bias; i++)
+            if (r->bias_tokens[i] == (int32_t)id) {
+                api_error_set(e, 400, INVALID, "logit_bias", "invalid_value",
+                              "Invalid 'logit_bias': token %lld is given twice.", id);
+                return -1;
+            }
+        r->bias_tokens[r->n_bias] = (int32_t)id;
+        r->bias_values[r->n_bias] = (float)it->valuedouble;
+        r->n_bias++;
+    }
+    return 0;
+}
+
+/* Completions: logprobs k (0..20: the sampled token's logprob and the k
+ * most likely). Chat: logprobs true, and top_logprobs k (0..20) for the
+ * alternatives; top_logprobs needs logprobs true (0 is accepted alone). */
+static int parse_logprobs(const cJSON *root, api_kind kind, api_request *r, api_error *e)
+{
+    r->logprobs = -1;
+    const cJSON *f = field(root, "logprobs");
+    long long v;
+    if (kind == API_COMPLETIONS) {
+        if (!f || cJSON_IsFalse(f))
+            return 0;
+        if (get_int(f, 0, API_MAX_TOP_LOGPROBS, &v) != 0)
+            return bad(e, "logprobs", "invalid_value",
+                       "Invalid 'logprobs': expected an integer between 0 and 20.");
+        r->logprobs = (int)v;
+        return 0;
+    }
+    int on = 0;
+    if (get_bool(root, "logprobs", &on, e) != 0)
+        return -1;
+    const cJSON *t = field(root, "top_logprobs");
+    v = 0;
+    if (t && get_int(t, 0, API_MAX_TOP_LOGPROBS, &v) != 0)
+        return bad(e, "top_logprobs", "invalid_value",
+                   "Invalid 'top_logprobs': expected an integer between 0 and 20.");
+    if (v > 0 && !on)
+        return bad(e, "top_logprobs", "invalid_value",
+                   "Invalid 'top_logprobs': 'logprobs' must be set to true when 'top_logprobs' "
+                   "is used.");
+    r->logprobs = on ? (int)v : -1;
+    return 0;
+}
+
+/* The penalties, logit_bias and logprobs (engine/sampler.h applies them on
+ * the workers). */
+static int parse_sampling_extras(const cJSON *root, api_kind kind, api_request *r, api_error *e)
+{
+    r->repetition_penalty = 1.0;
+    if (get_ranged(root, "presence_penalty", -2, 2, 0, &r->presence_penalty, e) != 0 ||
+        get_ranged(root, "frequency_penalty", -2, 2, 0, &r->frequency_penalty, e) != 0 ||
+        get_ranged(root, "repetition_penalty", 0, 0, 1, &r->repetition_penalty, e) != 0)
+        return -1;
+    if (parse_logit_bias(root, r, e) != 0)
+        return -1;
+    return parse_logprobs(root, kind, r, e);
 }
 
 /* Every top-level field a request may carry: the OpenAI API's fields for
@@ -408,7 +575,7 @@ static int reject_unsupported(const cJSON *root, api_kind kind, api_error *e)
 static const char *const common_fields[] = {
     "model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stream", "stream_options",
     "stop", "stop_token_ids", "ignore_eos", "return_token_ids", "n", "logprobs",
-    "presence_penalty", "frequency_penalty", "logit_bias", "user", "metadata", "store",
+    "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "user", "metadata", "store",
     "service_tier", "prompt_cache_key", "safety_identifier",
 };
 static const char *const completions_fields[] = {"prompt", "best_of", "echo", "suffix"};
@@ -467,8 +634,6 @@ static int reject_unimplemented(const cJSON *root, api_kind kind, api_error *e)
             return bad(e, "response_format", "unsupported_value",
                        "Tandem supports only response_format {\"type\":\"text\"}.");
     }
-    if ((f = field(root, "top_logprobs")) && !(cJSON_IsNumber(f) && f->valuedouble == 0))
-        return bad(e, "top_logprobs", "unsupported_value", "Tandem does not return logprobs.");
     if ((f = field(root, "modalities"))) {
         const cJSON *m0 = cJSON_GetArrayItem(f, 0);
         if (!cJSON_IsArray(f) || cJSON_GetArraySize(f) != 1 || !cJSON_IsString(m0) ||
@@ -590,7 +755,11 @@ static int parse_fields(const cJSON *root, const cJSON *alt, api_kind kind, api_
     }
     if (reject_unimplemented(root, kind, e) != 0)
         return -1;
-    return reject_unsupported(root, kind, e);
+    if (reject_unsupported(root, kind, e) != 0)
+        return -1;
+    if (parse_choices(root, kind, r, e) != 0)
+        return -1;
+    return parse_sampling_extras(root, kind, r, e);
 }
 
 /* cJSON decodes the escape \u0000 into a NUL byte and its strings end
@@ -898,11 +1067,167 @@ static void usage(sbuf *b, int prompt_tokens, int completion_tokens)
               prompt_tokens, completion_tokens, prompt_tokens + completion_tokens);
 }
 
-static void completion_choice(sbuf *b, const api_output *o)
+/* A logprob as OpenAI writes it: -inf (a token that cannot be drawn) is
+ * -9999.0. */
+static void lp_value(sbuf *b, float v)
 {
-    sb_puts(b, "{\"index\":0,\"text\":");
+    if (isinf(v) || v < -9999.0f)
+        sb_puts(b, "-9999.0");
+    else
+        sb_printf(b, "%.9g", (double)v);
+}
+
+/* The token's text: its bytes made valid UTF-8 (an incomplete character
+ * becomes U+FFFD; "bytes" keeps the exact bytes), or "token_id:<id>"
+ * without a vocabulary. */
+static void lp_token_str(sbuf *b, const api_lp_entry *t, sbuf *scratch)
+{
+    if (!t->bytes) {
+        char s[32];
+        snprintf(s, sizeof s, "token_id:%d", (int)t->id);
+        sb_json_str(b, s, strlen(s));
+        return;
+    }
+    sb_reset(scratch);
+    utf8_sanitize_append(scratch, t->bytes, t->len);
+    sb_json_str(b, scratch->p ? scratch->p : "", scratch->len);
+    if (scratch->oom)
+        b->oom = 1;
+}
+
+static void lp_bytes(sbuf *b, const api_lp_entry *t)
+{
+    if (!t->bytes) {
+        sb_puts(b, "null");
+        return;
+    }
+    sb_puts(b, "[");
+    for (size_t i = 0; i < t->len; i++)
+        sb_printf(b, i ? ",%u" : "%u", (unsigned)(unsigned char)t->bytes[i]);
+    sb_puts(b, "]");
+}
+
+static void chat_lp_entry(sbuf *b, const api_lp_entry *t, sbuf *scratch)
+{
+    sb_puts(b, "{\"token\":");
+    lp_token_str(b, t, scratch);
+    sb_puts(b, ",\"logprob\":");
+    lp_value(b, t->logprob);
+    sb_puts(b, ",\"bytes\":");
+    lp_bytes(b, t);
+}
+
+/* chat: {"content":[{token, logprob, bytes, top_logprobs:[...]}], "refusal":null} */
+static void chat_logprobs(sbuf *b, const api_output *o, int streaming)
+{
+    sb_puts(b, ",\"logprobs\":");
+    if (!o->with_logprobs || (streaming && o->n_logprobs == 0)) {
+        sb_puts(b, "null");
+        return;
+    }
+    sbuf scratch;
+    sb_init(&scratch);
+    sb_puts(b, "{\"content\":[");
+    for (int i = 0; i < o->n_logprobs; i++) {
+        const api_lp_token *t = &o->logprobs[i];
+        if (i)
+            sb_puts(b, ",");
+        chat_lp_entry(b, &t->tok, &scratch);
+        sb_puts(b, ",\"top_logprobs\":[");
+        for (int k = 0; k < t->n_top; k++) {
+            if (k)
+                sb_puts(b, ",");
+            chat_lp_entry(b, &t->top[k], &scratch);
+            sb_puts(b, "}");
+        }
+        sb_puts(b, "]}");
+    }
+    sb_puts(b, "],\"refusal\":null}");
+    sb_free(&scratch);
+}
+
+static const api_lp_entry *lp_alt(const api_lp_token *t, int k)
+{
+    return k < t->n_top ? &t->top[k] : &t->tok;
+}
+
+/* Whether alternative k of t (k == n_top: the sampled token) is written
+ * with the same text as an earlier one: a completions top_logprobs dict has
+ * one key per text, the most likely entry's. */
+static int lp_dup_key(const api_lp_token *t, int k, sbuf *a, sbuf *c)
+{
+    sbuf tmp;
+    sb_init(&tmp);
+    sb_reset(a);
+    lp_token_str(a, lp_alt(t, k), &tmp);
+    int dup = 0;
+    for (int j = 0; j < k && j < t->n_top && !dup; j++) {
+        sb_reset(c);
+        lp_token_str(c, lp_alt(t, j), &tmp);
+        dup = a->len == c->len && (a->len == 0 || !memcmp(a->p, c->p, a->len));
+    }
+    sb_free(&tmp);
+    return dup;
+}
+
+/* completions: {"tokens":[...], "token_logprobs":[...], "top_logprobs":[{text: lp}],
+ * "text_offset":[...]}; each dict holds the k alternatives and, as OpenAI
+ * says ("up to logprobs+1 elements"), the sampled token. */
+static void completion_logprobs(sbuf *b, const api_output *o, int streaming)
+{
+    sb_puts(b, ",\"logprobs\":");
+    if (!o->with_logprobs || (streaming && o->n_logprobs == 0)) {
+        sb_puts(b, "null");
+        return;
+    }
+    sbuf scratch, key, other;
+    sb_init(&scratch);
+    sb_init(&key);
+    sb_init(&other);
+    sb_puts(b, "{\"tokens\":[");
+    for (int i = 0; i < o->n_logprobs; i++) {
+        if (i)
+            sb_puts(b, ",");
+        lp_token_str(b, &o->logprobs[i].tok, &scratch);
+    }
+    sb_puts(b, "],\"token_logprobs\":[");
+    for (int i = 0; i < o->n_logprobs; i++) {
+        if (i)
+            sb_puts(b, ",");
+        lp_value(b, o->logprobs[i].tok.logprob);
+    }
+    sb_puts(b, "],\"top_logprobs\":[");
+    for (int i = 0; i < o->n_logprobs; i++) {
+        const api_lp_token *t = &o->logprobs[i];
+        sb_puts(b, i ? ",{" : "{");
+        int n = 0;
+        for (int k = 0; k <= t->n_top; k++) {
+            if (lp_dup_key(t, k, &key, &other))
+                continue;
+            if (n++)
+                sb_puts(b, ",");
+            sb_append(b, key.p, key.len);
+            sb_puts(b, ":");
+            lp_value(b, lp_alt(t, k)->logprob);
+        }
+        sb_puts(b, "}");
+    }
+    sb_puts(b, "],\"text_offset\":[");
+    for (int i = 0; i < o->n_logprobs; i++)
+        sb_printf(b, i ? ",%ld" : "%ld", o->logprobs[i].text_offset);
+    sb_puts(b, "]}");
+    if (key.oom || other.oom)
+        b->oom = 1;
+    sb_free(&scratch);
+    sb_free(&key);
+    sb_free(&other);
+}
+
+static void completion_choice(sbuf *b, const api_output *o, int streaming)
+{
+    sb_printf(b, "{\"index\":%d,\"text\":", o->index);
     sb_json_str(b, o->text ? o->text : "", o->text ? o->text_len : 0);
-    sb_puts(b, ",\"logprobs\":null");
+    completion_logprobs(b, o, streaming);
     finish_field(b, o);
     token_ids_field(b, o);
     sb_puts(b, "}");
@@ -915,7 +1240,7 @@ void api_sse_completion_chunk(sbuf *b, const char *id, long created, const char 
     head(b, id, "text_completion", created, model);
     fingerprint_field(b, o->fingerprint);
     sb_puts(b, ",\"choices\":[");
-    completion_choice(b, o);
+    completion_choice(b, o, 1);
     sb_puts(b, o->usage_null ? "],\"usage\":null}\n\n" : "]}\n\n");
 }
 
@@ -944,7 +1269,7 @@ void api_sse_chat_chunk(sbuf *b, const char *id, long created, const char *model
     sb_puts(b, "data: ");
     head(b, id, "chat.completion.chunk", created, model);
     fingerprint_field(b, o->fingerprint);
-    sb_puts(b, ",\"choices\":[{\"index\":0,\"delta\":{");
+    sb_printf(b, ",\"choices\":[{\"index\":%d,\"delta\":{", o->index);
     int n = 0;
     if (first_chunk) {
         sb_puts(b, "\"role\":\"assistant\",\"content\":");
@@ -964,7 +1289,8 @@ void api_sse_chat_chunk(sbuf *b, const char *id, long created, const char *model
             sb_puts(b, ",");
         tool_calls_field(b, o, 1);
     }
-    sb_puts(b, "},\"logprobs\":null");
+    sb_puts(b, "}");
+    chat_logprobs(b, o, 1);
     finish_field(b, o);
     token_ids_field(b, o);
     sb_puts(b, o->usage_null ? "}],\"usage\":null}\n\n" : "}]}\n\n");
@@ -994,24 +1320,32 @@ void api_sse_done(sbuf *b)
     sb_puts(b, "data: [DONE]\n\n");
 }
 
-void api_completion_body(sbuf *b, const char *id, long created, const char *model,
-                         const api_output *o, int prompt_tokens, int completion_tokens)
+void api_completion_body_n(sbuf *b, const char *id, long created, const char *model,
+                           const api_output *o, int n_choices, int prompt_tokens,
+                           int completion_tokens)
 {
     head(b, id, "text_completion", created, model);
     fingerprint_field(b, o->fingerprint);
     sb_puts(b, ",\"choices\":[");
-    completion_choice(b, o);
+    for (int i = 0; i < n_choices; i++) {
+        if (i)
+            sb_puts(b, ",");
+        completion_choice(b, &o[i], 0);
+    }
     sb_puts(b, "],");
     usage(b, prompt_tokens, completion_tokens);
     sb_puts(b, "}");
 }
 
-void api_chat_body(sbuf *b, const char *id, long created, const char *model,
-                   const api_output *o, int prompt_tokens, int completion_tokens)
+void api_completion_body(sbuf *b, const char *id, long created, const char *model,
+                         const api_output *o, int prompt_tokens, int completion_tokens)
 {
-    head(b, id, "chat.completion", created, model);
-    fingerprint_field(b, o->fingerprint);
-    sb_puts(b, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
+    api_completion_body_n(b, id, created, model, o, 1, prompt_tokens, completion_tokens);
+}
+
+static void chat_choice(sbuf *b, const api_output *o)
+{
+    sb_printf(b, "{\"index\":%d,\"message\":{\"role\":\"assistant\",\"content\":", o->index);
     if (!o->text_len && o->n_tool_calls)
         sb_puts(b, "null"); /* OpenAI: a message with only tool calls has null content */
     else
@@ -1025,12 +1359,33 @@ void api_chat_body(sbuf *b, const char *id, long created, const char *model,
         sb_puts(b, ",");
         tool_calls_field(b, o, 0);
     }
-    sb_puts(b, "},\"logprobs\":null");
+    sb_puts(b, "}");
+    chat_logprobs(b, o, 0);
     finish_field(b, o);
     token_ids_field(b, o);
-    sb_puts(b, "}],");
+    sb_puts(b, "}");
+}
+
+void api_chat_body_n(sbuf *b, const char *id, long created, const char *model,
+                     const api_output *o, int n_choices, int prompt_tokens, int completion_tokens)
+{
+    head(b, id, "chat.completion", created, model);
+    fingerprint_field(b, o->fingerprint);
+    sb_puts(b, ",\"choices\":[");
+    for (int i = 0; i < n_choices; i++) {
+        if (i)
+            sb_puts(b, ",");
+        chat_choice(b, &o[i]);
+    }
+    sb_puts(b, "],");
     usage(b, prompt_tokens, completion_tokens);
     sb_puts(b, "}");
+}
+
+void api_chat_body(sbuf *b, const char *id, long created, const char *model,
+                   const api_output *o, int prompt_tokens, int completion_tokens)
+{
+    api_chat_body_n(b, id, created, model, o, 1, prompt_tokens, completion_tokens);
 }
 
 void api_model_body(sbuf *b, const char *model, long created)

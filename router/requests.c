@@ -28,6 +28,8 @@ router_request *request_new(router_ctx *ctx, req_origin origin)
     }
     r->origin = origin;
     r->refs = 1;
+    r->repetition_penalty = 1.0f;
+    r->logprobs = -1;
     /* Keys start at a random offset so ids do not repeat across restarts. */
     r->key = ctx->next_key++;
     snprintf(r->id, sizeof r->id, "%016" PRIx64, r->key);
@@ -51,6 +53,9 @@ void request_unref(router_request *r)
     free(r->out_text_end);
     free(r->out_reasoning_end);
     free(r->out_tools_end);
+    free(r->out_lp);
+    free(r->bias_tokens);
+    free(r->bias_values);
     sb_free(&r->text);
     sb_free(&r->reasoning);
     if (r->parser)
@@ -184,6 +189,40 @@ static int grow_output(router_request *r, int n)
         return -1;
     r->out_tools_end = tc;
     r->cap_out = cap;
+    return 0;
+}
+
+int request_store_logprobs(router_request *r, Tandem__V1__TokenLogprobs *const *lps,
+                           size_t n_lps, int n)
+{
+    if ((r->logprobs < 0 && !r->score_logprobs) || n <= 0)
+        return 0;
+    const int shown = r->logprobs > 0 ? r->logprobs : 0;
+    if (n_lps != (size_t)n)
+        return -1;
+    if (r->n_out + n > r->cap_lp) {
+        int cap = r->cap_lp ? r->cap_lp : 16;
+        while (cap < r->n_out + n)
+            cap *= 2;
+        tm_token_logprobs *lp = realloc(r->out_lp, (size_t)cap * sizeof *lp);
+        if (!lp)
+            return -1;
+        r->out_lp = lp;
+        r->cap_lp = cap;
+    }
+    for (int i = 0; i < n; i++) {
+        const Tandem__V1__TokenLogprobs *w = lps[i];
+        tm_token_logprobs *d = &r->out_lp[r->n_out + i];
+        size_t k = w ? w->n_top_ids : 0;
+        if (!w || k != w->n_top_logprobs || k > KN_LOGPROBS_MAX_TOP || (int)k < shown)
+            return -1;
+        d->logprob = w->logprob;
+        d->n_top = shown;
+        for (int j = 0; j < shown; j++) {
+            d->top_ids[j] = w->top_ids[j];
+            d->top_logprobs[j] = w->top_logprobs[j];
+        }
+    }
     return 0;
 }
 
@@ -322,6 +361,13 @@ int request_admit(router_ctx *ctx, router_request *r, int max_tokens_given,
             api_error_set(e, 400, "invalid_request_error", "prompt", "invalid_value",
                           "Invalid prompt: token id %d at position %d is outside the model's "
                           "vocabulary (0..%d).", (int)r->prompt[i], i, vocab - 1);
+            return -1;
+        }
+    for (int i = 0; i < r->n_bias; i++)
+        if (r->bias_tokens[i] >= vocab) {
+            api_error_set(e, 400, "invalid_request_error", "logit_bias", "invalid_value",
+                          "Invalid logit_bias: token %d is outside the model's vocabulary "
+                          "(0..%d).", (int)r->bias_tokens[i], vocab - 1);
             return -1;
         }
     for (int i = 0; i < n_stop_ids; i++)

@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "router/autoscaler.h"
+#include "engine/sampler.h"
 #include "common/options.h"
 #include "router/metrics.h"
 #include "router/openai_api.h"
@@ -103,6 +104,14 @@ typedef struct router_request {
     int n_stop_strs;
     size_t max_stop_len;
     int stream, include_usage, with_token_ids;
+    /* Penalties and logit_bias (applied by the workers, engine/sampler.h). */
+    float presence_penalty, frequency_penalty, repetition_penalty; /* repetition 1: none */
+    int32_t *bias_tokens;          /* checked against the vocabulary in request_admit */
+    float *bias_values;
+    int n_bias;
+    int logprobs;                  /* -1: none; else alternatives per token (0..20) */
+    int score_logprobs;            /* keep the tokens' logprobs although the client
+                                      did not ask (best_of ranks choices by them) */
 
     /* Placement (core thread only). */
     req_stage stage;
@@ -125,6 +134,9 @@ typedef struct router_request {
     size_t *out_text_end;          /* text length after each token */
     size_t *out_reasoning_end;     /* chat formats: reasoning length after each token */
     int *out_tools_end;            /* chat formats: tool calls complete after each token */
+    tm_token_logprobs *out_lp;     /* each token's logprobs (when logprobs >= 0; sized
+                                      cap_lp, filled by request_store_logprobs) */
+    int cap_lp;
     int n_out, cap_out;
     sbuf text;                     /* (chat: content) truncated at a matched stop string */
     sbuf reasoning;                /* chat formats: reasoning_content */
@@ -231,6 +243,12 @@ void request_queue_cancel(router_ctx *ctx, router_request *r);
  * FINISH_REASON_STOP_STRING), 0 otherwise, -1 on OOM, -2 when the output
  * breaks the chat format (reason in r->parse_error). */
 int request_append(router_ctx *ctx, router_request *r, const int32_t *toks, int n);
+
+/* Keeps the logprobs of the n tokens about to be appended (request_append
+ * next): lps[i] belongs to toks[i]. 0, or -1 on OOM or when the worker sent
+ * none or not one per token (n_lps != n) although the request asked. */
+int request_store_logprobs(router_request *r, Tandem__V1__TokenLogprobs *const *lps,
+                           size_t n_lps, int n);
 
 /* Flushes the chat parser at the end of the output (text it held back). */
 void request_finish_output(router_request *r);

@@ -227,3 +227,18 @@ void codec_decode_token(const text_codec *c, int32_t id, sbuf *out)
         sb_puts(out, "\xEF\xBF\xBD");
     }
 }
+
+int codec_token_bytes(const text_codec *c, int32_t id, sbuf *out)
+{
+    if (c->kind == CODEC_BPE) {
+        size_t len = 0;
+        const char *bytes = bpe_token_bytes(c->bpe, id, &len);
+        if (bytes)
+            sb_append(out, bytes, len);
+        return 0;
+    }
+    if (c->kind != CODEC_BYTES)
+        return -1;
+    codec_decode_token(c, id, out);
+    return 0;
+}

@@ -44,6 +44,7 @@ void kn_cuda_free(const kn_backend *be, void *ptr);
 /* Host <-> device copies, complete when they return: TN_OK or TN_ERR_DEVICE. */
 int kn_cuda_copy_to_device(const kn_backend *be, void *dst, const void *host_src, size_t bytes);
 int kn_cuda_copy_to_host(const kn_backend *be, void *host_dst, const void *src, size_t bytes);
+int kn_cuda_copy_on_device(const kn_backend *be, void *dst, const void *src, size_t bytes);
 /* Page-locked host memory (cudaHostAlloc); NULL on failure. */
 void *kn_cuda_host_alloc(const kn_backend *be, size_t bytes);
 void kn_cuda_host_free(const kn_backend *be, void *ptr);

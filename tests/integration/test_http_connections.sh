@@ -7,15 +7,20 @@
 #     then the idle ones are closed by --http-idle-timeout-ms and the slow
 #     one by --http-request-timeout-ms (each wait bounded);
 #   - a prompt "a\u0000b" is three tokens (97, 0, 98) and its greedy output
-#     equals tandem-generate's on those ids; a chat message with a NUL keeps
-#     it in the ChatML rendering.
+#     equals tandem-generate's on those ids (also inside a list of prompts,
+#     next to "\u0000\u0000": ids 0, 0); a chat message with a NUL keeps
+#     it in the ChatML rendering;
+#   - with --http-memory-budget-mb 2, best_of 128 on a 4,000-id prompt is
+#     refused 503 (its branches' copies of the ids are reserved), and
+#     best_of 4 on a shorter prompt is served afterwards.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/integration/cluster_lib.sh
 
 fx=qwen3_moe_tiny
 dir=tests/fixtures/$fx
-cluster_start "$dir" --tokenizer bytes --http-idle-timeout-ms 3000 --http-request-timeout-ms 4000 ||
+cluster_start "$dir" --tokenizer bytes --http-idle-timeout-ms 3000 --http-request-timeout-ms 4000 \
+    --http-memory-budget-mb 2 ||
     cluster_finish
 
 # ---- 1,100 idle connections and a slowloris, held open by a helper that
@@ -104,6 +109,16 @@ pt=$(json_get "$CLUSTER_TMP/nul.json" 'j["usage"]["prompt_tokens"]' 2>&1)
 [ "$code" = 200 ] && [ "$pt" = 3 ] && [ -n "$want" ] && [ "$got" = "$want" ]
 check "prompt \"a\\u0000b\": 3 tokens, output = tandem-generate on ids 97,0,98" $? \
     "HTTP $code prompt_tokens $pt" "$got" "$want" "$(head -c 300 "$CLUSTER_TMP/nul.json")"
+# A list of prompts: each text keeps its own NULs and length.
+want2=$(timeout 60 "$BIN/tandem-generate" --model "$dir" --prompt-ids 0,0 --max-tokens 8 \
+        --ignore-eos 2>/dev/null)
+code=$(post /v1/completions "{\"model\":\"$fx\",\"prompt\":[\"a\\u0000b\",\"\\u0000\\u0000\"],\"max_tokens\":8,\"temperature\":0,\"ignore_eos\":true,\"return_token_ids\":true}" \
+    "$CLUSTER_TMP/nul2.json")
+got=$(json_get "$CLUSTER_TMP/nul2.json" '" ".join(",".join(map(str, c["token_ids"])) for c in sorted(j["choices"], key=lambda c: c["index"]))' 2>&1)
+pt=$(json_get "$CLUSTER_TMP/nul2.json" 'j["usage"]["prompt_tokens"]' 2>&1)
+[ "$code" = 200 ] && [ "$pt" = 5 ] && [ -n "$want2" ] && [ "$got" = "$want $want2" ]
+check "prompts [\"a\\u0000b\", \"\\u0000\\u0000\"]: 3 + 2 tokens, each = tandem-generate" $? \
+    "HTTP $code prompt_tokens $pt" "$got" "$want $want2" "$(head -c 300 "$CLUSTER_TMP/nul2.json")"
 code=$(post /v1/chat/completions "{\"model\":\"$fx\",\"messages\":[{\"role\":\"user\",\"content\":\"x\\u0000y\"}],\"max_tokens\":1}" \
     "$CLUSTER_TMP/chat.json")
 pt=$(json_get "$CLUSTER_TMP/chat.json" 'j["usage"]["prompt_tokens"]' 2>&1)
@@ -111,5 +126,23 @@ want_pt=$(python3 -c 'print(len("<|im_start|>user\nx\0y<|im_end|>\n<|im_start|>a
 [ "$code" = 200 ] && [ "$pt" = "$want_pt" ]
 check "chat content \"x\\u0000y\": the NUL byte is in the ChatML prompt" $? \
     "HTTP $code prompt_tokens $pt (want $want_pt) $(head -c 300 "$CLUSTER_TMP/chat.json")"
+
+# ---- best_of multiplies a prompt: each further branch's copy of its ids is
+# reserved in the 2 MB budget (127 copies of 4,000 ids are 2 MB), so the
+# request is refused 503 before it is placed, and the budget is whole again
+# afterwards.
+ids=$(python3 -c 'print(",".join(str(i % 200 + 1) for i in range(4000)))')
+code=$(post /v1/completions "{\"model\":\"$fx\",\"prompt\":[$ids],\"max_tokens\":1,\"best_of\":128}" \
+    "$CLUSTER_TMP/bestof.json")
+ecode=$(json_get "$CLUSTER_TMP/bestof.json" 'j["error"]["code"]' 2>&1)
+[ "$code" = 503 ] && [ "$ecode" = no_capacity ] && grep -q 'http-memory-budget-mb 2' "$CLUSTER_TMP/bestof.json"
+check "best_of 128 x 4,000 ids: the branch copies overrun --http-memory-budget-mb 2: 503" $? \
+    "HTTP $code $(head -c 300 "$CLUSTER_TMP/bestof.json")"
+code=$(post /v1/completions "{\"model\":\"$fx\",\"prompt\":[${ids%%,101,*}],\"max_tokens\":1,\"best_of\":4,\"temperature\":0}" \
+    "$CLUSTER_TMP/bestof2.json")
+n=$(json_get "$CLUSTER_TMP/bestof2.json" 'len(j["choices"])' 2>&1)
+[ "$code" = 200 ] && [ "$n" = 1 ]
+check "then best_of 4 on a shorter prompt is served (the budget was given back)" $? \
+    "HTTP $code $(head -c 300 "$CLUSTER_TMP/bestof2.json")"
 
 cluster_finish
