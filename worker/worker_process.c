@@ -38,7 +38,10 @@ int worker_parse_flags(worker_options *o, const char *prog, const char *intro,
     const opt_spec head[] = {
         {"router", OPT_STR, o->router, sizeof o->router, "the router's worker endpoint"},
         {"model", OPT_STR, o->model_dir, sizeof o->model_dir,
-         "model directory (config.json + safetensors); required"},
+         "model directory (config.json + safetensors); this or --synthetic is required"},
+        {"synthetic", OPT_STR, o->synthetic, sizeof o->synthetic,
+         "instead of --model: random weights of this config.json's shapes (benchmarks: "
+         "throughput does not depend on weight values)"},
         {"model-name", OPT_STR, o->model_name, sizeof o->model_name,
          "name clients request (default: the directory's base name)"},
         {"worker-id", OPT_STR, o->worker_id, sizeof o->worker_id,
@@ -109,8 +112,9 @@ int worker_parse_flags(worker_options *o, const char *prog, const char *intro,
         return 2;
     }
     static const char BAD_VALUES[] =
-        "--model is required, sizes must be positive and --metrics-port in -1..65535";
-    if (!o->model_dir[0] || o->page_size <= 0 || o->ranks < 1 || o->ep < 1 || o->world < 0 ||
+        "exactly one of --model and --synthetic is required, sizes must be positive and "
+        "--metrics-port in -1..65535";
+    if (!o->model_dir[0] == !o->synthetic[0] || o->page_size <= 0 || o->ranks < 1 || o->ep < 1 || o->world < 0 ||
         o->comm_timeout_ms < 1 || o->metrics_port < -1 || o->metrics_port > 65535 ||
         !(o->wedged_after_s > 0)) {
         fprintf(stderr, "%s: %s\n", prog, BAD_VALUES);
@@ -152,8 +156,11 @@ void worker_fill_names(worker_options *o, const char *role)
 {
     if (!o->model_name[0]) {
         char tmp[sizeof o->model_dir];
-        snprintf(tmp, sizeof tmp, "%s", o->model_dir);
+        snprintf(tmp, sizeof tmp, "%s", o->synthetic[0] ? o->synthetic : o->model_dir);
         snprintf(o->model_name, sizeof o->model_name, "%s", basename(tmp));
+        size_t n = strlen(o->model_name);
+        if (o->synthetic[0] && n > 5 && strcmp(o->model_name + n - 5, ".json") == 0)
+            o->model_name[n - 5] = '\0';
     }
     if (!o->worker_id[0]) {
         char host[64] = "host";
@@ -171,8 +178,10 @@ int worker_load_model(const worker_options *o, const char *who, rank_group *g, k
         snprintf(err, errlen, "%s", why);
         return TN_ERR_ARG;
     }
-    tm_load_opts opts = {.weights = o->weight_dtype, .par = &g->groups.par};
-    if (tm_model_load_opts(o->model_dir, be, &opts, out, why, sizeof why) != TN_OK) {
+    tm_load_opts opts = {.weights = o->weight_dtype, .par = &g->groups.par, .seed = 1};
+    if ((o->synthetic[0] ? tm_model_synthetic(o->synthetic, be, &opts, out, why, sizeof why)
+                         : tm_model_load_opts(o->model_dir, be, &opts, out, why, sizeof why)) !=
+        TN_OK) {
         snprintf(err, errlen, "cannot load model: %s", why);
         return TN_ERR_ARG;
     }

@@ -22,6 +22,8 @@
 typedef struct worker_options {
     char router[256];          /* the router's worker endpoint */
     char model_dir[OPT_PATH_MAX];
+    char synthetic[OPT_PATH_MAX]; /* a config.json: random weights of its shapes instead of
+                                     model_dir's checkpoint (benchmarks; tandem-bench's --synthetic) */
     char model_name[128];      /* "" = the model directory's base name */
     char worker_id[128];       /* "" = ROLE-HOST-PID */
     int page_size;
@@ -58,11 +60,14 @@ int worker_parse_flags(worker_options *o, const char *prog, const char *intro,
                        int argc, char **argv);
 
 /* The defaults that depend on the process: the model name from the
- * directory, the worker id ROLE-HOST-PID. */
+ * directory (or the --synthetic config file's name without ".json"), the
+ * worker id ROLE-HOST-PID. */
 void worker_fill_names(worker_options *o, const char *role);
 
 /* Opens the device (--device) and loads the model on it with the chosen
- * weight storage and the group's layout. Logs the device and weights.
+ * weight storage and the group's layout (with --synthetic: random weights
+ * of the config's shapes, seed 1, so a prefiller and a decoder made from
+ * one config hold the same weights). Logs the device and weights.
  * Returns 0, or -1 with the reason in err. */
 int worker_load_model(const worker_options *o, const char *who, rank_group *g, kn_backend *be,
                       tm_model **out, char *err, size_t errlen);

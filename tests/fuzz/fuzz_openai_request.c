@@ -60,7 +60,7 @@ static void write_responses(const api_request *r)
     for (int i = 0; i < r->n_stop; i++)
         utf8_sanitize_append(&text, r->stop[i], strlen(r->stop[i]));
     if (r->prompt_text)
-        utf8_sanitize_append(&text, r->prompt_text, strlen(r->prompt_text));
+        utf8_sanitize_append(&text, r->prompt_text, r->prompt_len);
     FZ_CHECK(!text.oom);
     api_tool_call call = {"call_0", r->model, text.p ? text.p : ""};
     int32_t ids[2] = {0, 7};

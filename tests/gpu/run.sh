@@ -14,6 +14,15 @@
 #                as two processes on the one GPU
 #   cluster      router + prefiller + decoder on --device cuda
 #                (tests/gpu/cluster_check.sh; needs TANDEM_PREBUILT_CLUSTER)
+# serve:
+#   serve        the serving benchmark (tests/gpu/serve_bench.sh; needs
+#                TANDEM_PREBUILT_CLUSTER with tandem-servebench): router +
+#                prefiller + decoder on cuda:0, GPT-OSS-20B shapes, FP8
+#                random weights, token-id prompts, concurrency 1..256 for
+#                4096/200, 32768/100, 1024/1024, 8192/256 (points bounded in
+#                time: about 6 minutes in all) and the decode ITL p99 alone
+#                vs while 32k prompts arrive; JSON, SVG and logs in $OUT/serve
+#                (DEVICE=cpu runs its control flow with tiny shapes)
 # bench:
 #   ceilings     device copy bandwidth and bf16/fp32 GEMM rate through torch
 #                (the floors of every row below)
@@ -25,7 +34,7 @@
 #   bench-engine tandem-bench --synthetic (random weights of the real
 #                configs): GPT-OSS-20B FP8 and bf16, GPT-OSS-120B FP8,
 #                Qwen3-30B-A3B: prefill 8192/32768, decode batch 1..128
-# all = checks + bench.
+# all = checks + bench (serve is asked for by name: it needs its own ~6 min).
 #
 # Programs: $TANDEM_PREBUILT (a folder made by tests/gpu/make_prebuilt.sh on
 # a machine with nvcc: bin/ and lib/), else built here with
@@ -59,7 +68,7 @@ for a in "${@:-checks}"; do
     bench) steps+=(ceilings bench-attention bench-ops bench-moe bench-engine) ;;
     all) steps+=(ops ops-tf32 memcheck engine generate nccl cluster
                  ceilings bench-attention bench-ops bench-moe bench-engine) ;;
-    ops|ops-tf32|memcheck|engine|generate|nccl|cluster|ceilings|bench-attention|bench-ops|bench-moe|bench-engine)
+    ops|ops-tf32|memcheck|engine|generate|nccl|cluster|serve|ceilings|bench-attention|bench-ops|bench-moe|bench-engine)
         steps+=("$a") ;;
     -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown step '$a' (run.sh --help lists them)"; exit 2 ;;
@@ -86,7 +95,12 @@ unpack() { # a .tar.xz of a prebuilt folder -> the folder, unpacked under $OUT
 [ -n "${TANDEM_PREBUILT_CLUSTER:-}" ] && TANDEM_PREBUILT_CLUSTER=$(unpack "$TANDEM_PREBUILT_CLUSTER")
 LIBS=""
 BIN=""
-if [ -n "${TANDEM_PREBUILT:-}" ]; then
+# the cluster steps use only TANDEM_PREBUILT_CLUSTER: nothing to build for them
+only_cluster=1
+for s in "${steps[@]}"; do case "$s" in cluster|serve) ;; *) only_cluster=0 ;; esac; done
+if [ "$only_cluster" = 1 ]; then
+    how="none needed (cluster steps: TANDEM_PREBUILT_CLUSTER)"
+elif [ -n "${TANDEM_PREBUILT:-}" ]; then
     BIN=$(cd "$TANDEM_PREBUILT/bin" && pwd) && LIBS=$(cd "$TANDEM_PREBUILT/lib" && pwd)
     how="prebuilt ($TANDEM_PREBUILT)"
 else
@@ -173,6 +187,24 @@ step_cluster() {
     [ $rc -eq 0 ] || status=1
     grep -E '^not ok ' "$OUT/cluster.txt" | head; tail -n 4 "$OUT/cluster.txt"
     rows+=("| cluster on the GPU | exit $rc, $(tap_counts "$OUT/cluster.txt") |")
+}
+
+step_serve() {
+    if [ -z "${TANDEM_PREBUILT_CLUSTER:-}" ]; then
+        rows+=("| serve | not run: no TANDEM_PREBUILT_CLUSTER |"); status=1; return
+    fi
+    local budget l
+    l=$(left)
+    budget=$(( l - 20 < 390 ? l - 20 : 390 ))
+    if [ "$budget" -lt 120 ]; then
+        rows+=("| serve | skipped: time budget |"); status=1; return
+    fi
+    echo "== serve (tests/gpu/serve_bench.sh, ${budget} s at most)"
+    OUT="$OUT/serve" TANDEM_PREBUILT="$TANDEM_PREBUILT_CLUSTER" BUDGET_S=$budget \
+        timeout $((budget + 60)) bash tests/gpu/serve_bench.sh >"$OUT/serve.txt" 2>&1
+    local rc=$?
+    [ $rc -eq 0 ] || { status=1; tail -n 5 "$OUT/serve.txt"; }
+    rows+=("| serve: servebench sweep + disaggregation | exit $rc, $(grep -c '^| [0-9]' "$OUT/serve.txt") points; JSON/SVG in serve/ |")
 }
 
 PEAK=${PEAK_TFLOPS:-}
@@ -266,6 +298,7 @@ for s in "${steps[@]}"; do
     generate) step_generate ;;
     nccl) step_nccl ;;
     cluster) step_cluster ;;
+    serve) step_serve ;;
     ceilings) step_ceilings ;;
     bench-attention) step_bench_attention ;;
     bench-ops) step_bench_ops ;;
@@ -284,5 +317,7 @@ for f in "$OUT"/bench_*.log; do
     n=$(basename "$f" .log | sed 's/^bench_//')
     grep -E '^(prefill|decode) ' "$f" | sed "s#^#| $n: #; s#\$# |#"
 done
+# the serving table last: it is the one to read
+[ -f "$OUT/serve.txt" ] && sed -n '/^== serve summary/,$p' "$OUT/serve.txt"
 echo "RESULT: $([ $status -eq 0 ] && echo PASS || echo FAIL)"
 exit $status

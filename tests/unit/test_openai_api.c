@@ -146,31 +146,69 @@ static void unknown_and_unimplemented_fields(void **state)
     api_request_free(&r);
 }
 
-/* cJSON ends a string at an escaped NUL: such strings are refused naming
- * the top-level field, never served cut short. */
-static void strings_with_nul_are_refused(void **state)
+/* cJSON ends a string at an escaped NUL. In prompt and message text a NUL
+ * is a character like any other, read back exactly (next to U+0001 and
+ * U+0002, the two stand-ins the parser uses); anywhere else (names, roles,
+ * stop strings, keys) it is refused naming the top-level field. */
+static void nul_is_text_in_prompts_and_refused_in_names(void **state)
 {
     (void)state;
     expect_400(API_COMPLETIONS, "{\"model\":\"tiny\\u0000junk\",\"prompt\":[1]}", "model",
                "invalid_value");
-    expect_400(API_COMPLETIONS, "{\"model\":\"tiny\",\"prompt\":\"a\\u0000b\"}", "prompt",
-               "invalid_value");
-    expect_400(API_COMPLETIONS, "{\"model\":\"tiny\",\"prompt\":[\"\\u0000\"]}", "prompt",
-               "invalid_value");
-    expect_400(API_CHAT,
-               "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"},"
-               "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\\u0000\"}]}]}",
-               "messages", "invalid_value");
     expect_400(API_COMPLETIONS, "{\"model\":\"tiny\",\"prompt\":[1],\"stop\":[\"x\",\"\\u0000\"]}",
                "stop", "invalid_value");
+    expect_400(API_COMPLETIONS, "{\"model\":\"tiny\",\"prompt\":[1],\"user\":\"a\\u0000\"}", "user",
+               "invalid_value");
+    expect_400(API_CHAT,
+               "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\\u0000\",\"content\":\"x\"}]}",
+               "messages", "invalid_value");
+    expect_400(API_CHAT,
+               "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+               "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\\u0000g\"}}]}",
+               "tools", "invalid_value");
+    expect_400(API_CHAT,
+               "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":"
+               "[{\"type\":\"text\\u0000\",\"text\":\"a\"}]}]}",
+               "messages", "invalid_value");
     api_request r;
     api_error e;
     assert_int_equal(parse(API_COMPLETIONS, "{\"model\":\"a\\u0000\",\"prompt\":[1]}", &r, &e), -1);
-    assert_string_equal(e.message, "Invalid 'model': strings containing NUL (\\u0000) are not supported.");
+    assert_string_equal(e.message,
+                        "Invalid 'model': NUL (\\u0000) is allowed only in prompt and message text.");
+
+    assert_int_equal(parse(API_COMPLETIONS,
+                           "{\"model\":\"tiny\",\"prompt\":\"a\\u0000b\\u0001\\u0002\\u0000\"}", &r,
+                           &e), 0);
+    assert_int_equal(r.prompt_len, 6);
+    assert_memory_equal(r.prompt_text, "a\0b\x01\x02\0", 7);
+    api_request_free(&r);
+    assert_int_equal(parse(API_COMPLETIONS, "{\"model\":\"tiny\",\"prompt\":[\"\\u0000\"]}", &r, &e), 0);
+    assert_int_equal(r.prompt_len, 1);
+    assert_int_equal(r.prompt_text[0], 0);
+    api_request_free(&r);
+
+    assert_int_equal(parse(API_CHAT,
+                           "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"},"
+                           "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\\u0000\"},"
+                           "{\"type\":\"text\",\"text\":\"\\u0000b\"}]}]}", &r, &e), 0);
+    assert_int_equal(r.n_messages, 2);
+    assert_false(memchr(r.messages[0].content, 0, r.messages[0].content_len));
+    assert_int_equal(r.messages[1].content_len, 4);
+    assert_memory_equal(r.messages[1].content, "a\0\0b", 4);
+    assert_true(r.content_has_nul);
+    api_request_free(&r);
+    assert_int_equal(parse(API_CHAT,
+                           "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\",\"content\":\"x\\u0001\"}]}",
+                           &r, &e), 0);
+    assert_false(r.content_has_nul);
+    assert_int_equal(r.messages[0].content_len, 2);
+    api_request_free(&r);
+
     /* An escaped backslash before u0000, and U+0001, are ordinary text. */
     assert_int_equal(parse(API_COMPLETIONS,
                            "{\"model\":\"tiny\",\"prompt\":\"a\\\\u0000\\u0001\"}", &r, &e), 0);
     assert_string_equal(r.prompt_text, "a\\u0000\x01");
+    assert_int_equal(r.prompt_len, 8);
     api_request_free(&r);
 }
 
@@ -411,7 +449,7 @@ int main(void)
         cmocka_unit_test(required_fields),
         cmocka_unit_test(sampling_parameters_are_range_checked),
         cmocka_unit_test(unknown_and_unimplemented_fields),
-        cmocka_unit_test(strings_with_nul_are_refused),
+        cmocka_unit_test(nul_is_text_in_prompts_and_refused_in_names),
         cmocka_unit_test(valid_requests_parse_with_defaults),
         cmocka_unit_test(error_body_has_openai_shape),
         cmocka_unit_test(sse_chunks_have_openai_shape),
