@@ -28,6 +28,7 @@
 #include <sys/resource.h>
 #include "router/api_key.h"
 #include "router/http_front.h"
+#include "router/schema_grammar.h"
 #include "common/sys.h"
 
 #define WHO "router"
@@ -521,14 +522,37 @@ static int submit(http_conn *hc, api_request *ar, api_error *e)
                       "(use stop_token_ids).");
         return -1;
     }
+    /* Structured outputs: the grammar the workers hold the tokens to. */
+    int32_t *gcode = NULL;
+    int n_gcode = 0;
+    if (ar->kind == API_CHAT && (ar->response_format_json || ar->tool_choice_json)) {
+        if (ar->ignore_eos) {
+            api_error_set(e, 400, "invalid_request_error", "ignore_eos", "unsupported_value",
+                          "ignore_eos cannot be combined with response_format json or a forced "
+                          "tool call (the output ends where the grammar does).");
+            return -1;
+        }
+        sg_request q = { ar->response_format_json, ar->tools_json, ar->tool_choice_json };
+        char param[40];
+        int rc = sg_build(&q, ctx->codec.kind == CODEC_BPE ? ctx->codec.bpe : NULL, 1, &gcode,
+                          &n_gcode, param, sizeof param, err, sizeof err);
+        if (rc != TN_OK) {
+            api_error_set(e, rc == TN_ERR_NOMEM ? 500 : 400,
+                          rc == TN_ERR_NOMEM ? "server_error" : "invalid_request_error", param,
+                          rc == TN_ERR_NOMEM ? NULL : "unsupported_value", "%s", err);
+            return -1;
+        }
+    }
     if (ar->kind == API_CHAT) {
         if (codec_render_chat(&ctx->codec, ar, &ids, &n_ids, err, sizeof err) != 0) {
+            free(gcode);
             api_error_set(e, 400, "invalid_request_error", "messages", "unsupported_value", "%s", err);
             return -1;
         }
     } else if (ar->prompt_text) {
         if (codec_encode(&ctx->codec, ar->prompt_text, ar->prompt_len, &ids, &n_ids,
                          err, sizeof err) != 0) {
+            free(gcode);
             api_error_set(e, 400, "invalid_request_error", "prompt", "invalid_type", "%s", err);
             return -1;
         }
@@ -540,6 +564,7 @@ static int submit(http_conn *hc, api_request *ar, api_error *e)
     }
     if (n_ids == 0) {
         free(ids);
+        free(gcode);
         api_error_set(e, 400, "invalid_request_error", ar->kind == API_CHAT ? "messages" : "prompt",
                       NULL, "The prompt is empty after tokenization.");
         return -1;
@@ -549,6 +574,7 @@ static int submit(http_conn *hc, api_request *ar, api_error *e)
     if (!r) {
         pthread_mutex_unlock(&ctx->lock);
         free(ids);
+        free(gcode);
         api_error_set(e, 500, "server_error", NULL, NULL, "router out of memory");
         return -1;
     }
@@ -556,6 +582,8 @@ static int submit(http_conn *hc, api_request *ar, api_error *e)
     snprintf(r->model, sizeof r->model, "%s", ar->model);
     r->prompt = ids;
     r->n_prompt = n_ids;
+    r->grammar = (uint32_t *)gcode;
+    r->n_grammar = n_gcode;
     r->temperature = (float)ar->temperature;
     r->top_p = (float)ar->top_p;
     r->top_k = ar->top_k;

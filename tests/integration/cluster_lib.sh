@@ -85,7 +85,7 @@ port_of() { sed -n "s/^$1=//p" "$CLUSTER_TMP/ports"; }
 
 # cluster_start MODEL_DIR [extra router flags]; extra worker flags come from
 # PREFILLER_FLAGS / DECODER_FLAGS, worker ids from PREFILLER_ID / DECODER_ID
-# (default: random).
+# (default: random); CLUSTER_MODEL_FLAG=--synthetic takes MODEL_DIR as a config.json.
 cluster_start() {
     local model=$1
     shift
@@ -109,12 +109,12 @@ cluster_start() {
     WORKER_EP=tcp://127.0.0.1:$(port_of worker_port)
     URL=http://127.0.0.1:$HTTP
     # shellcheck disable=SC2086
-    "$BIN/tandem-prefiller" --router "$WORKER_EP" --model "$model" \
+    "$BIN/tandem-prefiller" --router "$WORKER_EP" ${CLUSTER_MODEL_FLAG:---model} "$model" \
         --worker-id "${PREFILLER_ID:-prefiller-$$-$RANDOM}" ${PREFILLER_FLAGS:-} >>"$CLUSTER_TMP/prefiller.log" 2>&1 &
     CLUSTER_PIDS+=($!)
     CLUSTER_NAMES+=(prefiller)
     # shellcheck disable=SC2086
-    "$BIN/tandem-decoder" --router "$WORKER_EP" --model "$model" \
+    "$BIN/tandem-decoder" --router "$WORKER_EP" ${CLUSTER_MODEL_FLAG:---model} "$model" \
         --worker-id "${DECODER_ID:-decoder-$$-$RANDOM}" ${DECODER_FLAGS:-} >>"$CLUSTER_TMP/decoder.log" 2>&1 &
     CLUSTER_PIDS+=($!)
     CLUSTER_NAMES+=(decoder)
