@@ -127,9 +127,14 @@ int tm_vocab_trie_build(tm_vocab_trie *t, int vocab, const char *const *bytes, c
 void tm_vocab_trie_free(tm_vocab_trie *t);
 
 /* One sequence's constraint: its grammar, current state, stop tokens (the
- * only tokens allowed once the grammar has matched) and a small cache of
- * masks by state. */
+ * only tokens allowed once the grammar has matched), a small cache of
+ * masks by state, and the part of the grammar's byte automaton the trie
+ * walks have seen: every state met gets an id and a row of 256
+ * transitions filled on first use, so a walk re-derives no state (inside
+ * a string most bytes lead back to the same state). Reset before a walk
+ * once it holds TM_DFA_MAX_STATES states. */
 #define TM_CONSTRAINT_CACHE 16
+#define TM_DFA_MAX_STATES 4096
 typedef struct tm_constraint {
     tm_grammar g;
     const tm_vocab_trie *trie;
@@ -146,6 +151,14 @@ typedef struct tm_constraint {
     } cache[TM_CONSTRAINT_CACHE];
     int n_cached, next_evict;
     uint64_t masks_computed, masks_cached;
+    struct {
+        tm_gstate *states; /* by id */
+        int32_t *trans;    /* [id][256]: next id, -1 unknown, -2 no stack survives */
+        int32_t *slots;    /* open addressing over the states' hashes: id + 1, 0 empty */
+        uint64_t *hash;    /* by id */
+        int n, cap, n_slots;
+    } dfa;
+    int32_t *level_ids;    /* the walk's state id per trie depth */
 } tm_constraint;
 
 /* Loads code (tm_grammar_load) for a vocabulary. TN_ERR_ARG / NOMEM. */

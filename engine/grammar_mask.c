@@ -132,6 +132,8 @@ int tm_vocab_trie_build(tm_vocab_trie *t, int vocab, const char *const *bytes, c
 
 /* ------------------------------------------------------------ constraint */
 
+static void dfa_free(tm_constraint *c);
+
 void tm_constraint_free(tm_constraint *c)
 {
     tm_grammar_free(&c->g);
@@ -142,6 +144,7 @@ void tm_constraint_free(tm_constraint *c)
             tm_gstate_free(&c->levels[i]);
     free(c->levels);
     free(c->stop);
+    dfa_free(c);
     for (int i = 0; i < TM_CONSTRAINT_CACHE; i++) {
         tm_gstate_free(&c->cache[i].key);
         free(c->cache[i].mask);
@@ -160,8 +163,9 @@ int tm_constraint_init(tm_constraint *c, const int32_t *code, int n_code,
         return rc;
     c->words = (trie->vocab + 31) / 32;
     c->levels = calloc((size_t)trie->max_depth + 1, sizeof *c->levels);
+    c->level_ids = calloc((size_t)trie->max_depth + 1, sizeof *c->level_ids);
     c->stop = malloc(((size_t)n_stop + 1) * sizeof *c->stop);
-    if (!c->levels || !c->stop || tm_grammar_start(&c->g, &c->state) != TN_OK) {
+    if (!c->levels || !c->level_ids || !c->stop || tm_grammar_start(&c->g, &c->state) != TN_OK) {
         tm_constraint_free(c);
         return tn_fail(err, errlen, TN_ERR_NOMEM, "grammar: out of memory");
     }
@@ -182,29 +186,133 @@ static void set_bit(uint32_t *m, int32_t t)
     m[t >> 5] |= 1u << (t & 31);
 }
 
+static uint64_t state_hash(const tm_gstate *s)
+{
+    uint64_t h = 1469598103934665603ull ^ (uint64_t)s->n;
+    for (int i = 0; i < s->len; i++)
+        h = (h ^ (uint32_t)s->v[i]) * 1099511628211ull;
+    return h;
+}
+
+static void dfa_reset(tm_constraint *c)
+{
+    for (int i = 0; i < c->dfa.n; i++)
+        tm_gstate_free(&c->dfa.states[i]);
+    c->dfa.n = 0;
+    if (c->dfa.slots)
+        memset(c->dfa.slots, 0, (size_t)c->dfa.n_slots * sizeof *c->dfa.slots);
+}
+
+static void dfa_free(tm_constraint *c)
+{
+    dfa_reset(c);
+    free(c->dfa.states);
+    free(c->dfa.trans);
+    free(c->dfa.slots);
+    free(c->dfa.hash);
+    free(c->level_ids);
+}
+
+/* The id of state s (copied in when new); -1 when out of memory. */
+static int32_t dfa_intern(tm_constraint *c, const tm_gstate *s)
+{
+    uint64_t h = state_hash(s);
+    if (c->dfa.n_slots) {
+        for (int k = (int)(h & (uint64_t)(c->dfa.n_slots - 1));; k = (k + 1) & (c->dfa.n_slots - 1)) {
+            int32_t id = c->dfa.slots[k] - 1;
+            if (id < 0)
+                break;
+            if (c->dfa.hash[id] == h && tm_gstate_equal(&c->dfa.states[id], s))
+                return id;
+        }
+    }
+    if (c->dfa.n == c->dfa.cap) {
+        int cap = c->dfa.cap ? 2 * c->dfa.cap : 64;
+        tm_gstate *st = realloc(c->dfa.states, (size_t)cap * sizeof *st);
+        if (!st)
+            return -1;
+        c->dfa.states = st;
+        int32_t *tr = realloc(c->dfa.trans, (size_t)cap * 256 * sizeof *tr);
+        if (!tr)
+            return -1;
+        c->dfa.trans = tr;
+        uint64_t *hs = realloc(c->dfa.hash, (size_t)cap * sizeof *hs);
+        if (!hs)
+            return -1;
+        c->dfa.hash = hs;
+        c->dfa.cap = cap;
+    }
+    if (2 * (c->dfa.n + 1) > c->dfa.n_slots) { /* rehash at half full */
+        int n_slots = c->dfa.n_slots ? 2 * c->dfa.n_slots : 128;
+        int32_t *sl = calloc((size_t)n_slots, sizeof *sl);
+        if (!sl)
+            return -1;
+        for (int id = 0; id < c->dfa.n; id++) {
+            int k = (int)(c->dfa.hash[id] & (uint64_t)(n_slots - 1));
+            while (sl[k])
+                k = (k + 1) & (n_slots - 1);
+            sl[k] = id + 1;
+        }
+        free(c->dfa.slots);
+        c->dfa.slots = sl;
+        c->dfa.n_slots = n_slots;
+    }
+    int32_t id = c->dfa.n;
+    memset(&c->dfa.states[id], 0, sizeof c->dfa.states[id]);
+    if (tm_gstate_copy(&c->dfa.states[id], s) != TN_OK)
+        return -1;
+    c->dfa.hash[id] = h;
+    for (int b = 0; b < 256; b++)
+        c->dfa.trans[(size_t)id * 256 + b] = -1;
+    int k = (int)(h & (uint64_t)(c->dfa.n_slots - 1));
+    while (c->dfa.slots[k])
+        k = (k + 1) & (c->dfa.n_slots - 1);
+    c->dfa.slots[k] = id + 1;
+    c->dfa.n++;
+    return id;
+}
+
+/* The id after byte b from state id p: -2 when no stack survives, -1 when
+ * out of memory. */
+static int32_t dfa_step(tm_constraint *c, int32_t p, uint8_t b)
+{
+    int32_t nx = c->dfa.trans[(size_t)p * 256 + b];
+    if (nx != -1)
+        return nx;
+    if (tm_grammar_advance_byte(&c->g, &c->dfa.states[p], b, &c->tmp) != TN_OK)
+        return -1;
+    nx = c->tmp.n == 0 ? -2 : dfa_intern(c, &c->tmp);
+    if (nx != -1)
+        c->dfa.trans[(size_t)p * 256 + b] = nx;
+    return nx;
+}
+
 /* The trie walk: every byte token whose bytes some stack accepts, the
  * grammar's tokens at the stacks' tops, the stop tokens when accepting. */
 static int compute_mask(tm_constraint *c, uint32_t *mask)
 {
     const tm_vocab_trie *t = c->trie;
     memset(mask, 0, (size_t)c->words * sizeof *mask);
-    int rc = tm_gstate_copy(&c->levels[0], &c->state);
-    for (int i = 0; rc == TN_OK && i < t->n_nodes;) {
+    if (c->dfa.n >= TM_DFA_MAX_STATES)
+        dfa_reset(c);
+    int32_t root = dfa_intern(c, &c->state);
+    if (root < 0)
+        return TN_ERR_NOMEM;
+    c->level_ids[0] = root;
+    for (int i = 0; i < t->n_nodes;) {
         const int d = t->depth[i];
-        tm_gstate *out = &c->levels[d];
-        rc = tm_grammar_advance_byte(&c->g, &c->levels[d - 1], t->byte[i], out);
-        if (rc != TN_OK)
-            break;
-        if (out->n == 0) {
+        int32_t nx = dfa_step(c, c->level_ids[d - 1], t->byte[i]);
+        if (nx == -1)
+            return TN_ERR_NOMEM;
+        if (nx == -2) {
             i = t->skip[i];
             continue;
         }
+        c->level_ids[d] = nx;
         for (int32_t k = t->tok_begin[i]; k < t->tok_begin[i + 1]; k++)
             set_bit(mask, t->sorted[k]);
         i++;
     }
-    if (rc != TN_OK)
-        return rc;
     const tm_gstate *s = &c->state;
     for (int i = 0; i < s->len; i += 1 + s->v[i]) {
         const int d = s->v[i];
