@@ -134,7 +134,7 @@ void tm_vocab_trie_free(tm_vocab_trie *t);
  * a string most bytes lead back to the same state). Reset before a walk
  * once it holds TM_DFA_MAX_STATES states. */
 #define TM_CONSTRAINT_CACHE 16
-#define TM_DFA_MAX_STATES 4096
+#define TM_DFA_MAX_STATES 1024
 typedef struct tm_constraint {
     tm_grammar g;
     const tm_vocab_trie *trie;

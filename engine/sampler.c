@@ -156,19 +156,27 @@ static int mask_rows(tm_sampler *s, int n, int vocab, tm_constraint *const *con)
         s->mask_words = need;
     }
     double t0 = tn_now_s();
+    int failed = TN_OK;
+    /* each row's constraint has its own scratch: the rows' walks run on
+     * the host's cores side by side */
+#pragma omp parallel for schedule(dynamic, 1)
     for (int i = 0; i < n; i++) {
         uint32_t *m = s->mask + (size_t)i * words;
-        if (!con[i]) {
+        int rc = TN_OK;
+        if (!con[i])
             memset(m, 0xff, words * sizeof *m);
-            continue;
+        else if (con[i]->trie->vocab != vocab)
+            rc = TN_ERR_ARG;
+        else
+            rc = tm_constraint_mask(con[i], m);
+        if (rc != TN_OK) {
+#pragma omp critical
+            failed = rc;
         }
-        if (con[i]->trie->vocab != vocab)
-            return TN_ERR_ARG;
-        int rc = tm_constraint_mask(con[i], m);
-        if (rc != TN_OK)
-            return rc;
     }
     s->mask_s += tn_now_s() - t0;
+    if (failed != TN_OK)
+        return failed;
     return kn_logit_mask_apply(s->be, s->adjusted, n, vocab, s->mask);
 }
 
