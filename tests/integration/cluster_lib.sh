@@ -85,7 +85,8 @@ port_of() { sed -n "s/^$1=//p" "$CLUSTER_TMP/ports"; }
 
 # cluster_start MODEL_DIR [extra router flags]; extra worker flags come from
 # PREFILLER_FLAGS / DECODER_FLAGS, worker ids from PREFILLER_ID / DECODER_ID
-# (default: random); CLUSTER_MODEL_FLAG=--synthetic takes MODEL_DIR as a config.json.
+# (default: random); CLUSTER_MODEL_FLAG=--synthetic takes MODEL_DIR as a config.json;
+# CLUSTER_READY_TRIES: tenths of a second to wait for both to register (300).
 cluster_start() {
     local model=$1
     shift
@@ -118,7 +119,7 @@ cluster_start() {
         --worker-id "${DECODER_ID:-decoder-$$-$RANDOM}" ${DECODER_FLAGS:-} >>"$CLUSTER_TMP/decoder.log" 2>&1 &
     CLUSTER_PIDS+=($!)
     CLUSTER_NAMES+=(decoder)
-    for _ in $(seq 1 300); do
+    for _ in $(seq 1 "${CLUSTER_READY_TRIES:-300}"); do
         if curl -s "$URL/healthz" 2>/dev/null | grep -q '"ready":true'; then
             return 0
         fi

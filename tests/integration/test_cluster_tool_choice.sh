@@ -28,7 +28,8 @@ c["vocab_size"] = int(sys.argv[2])
 c["eos_token_id"] = int(sys.argv[3])
 json.dump(c, open(sys.argv[4], "w"))
 EOF
-    CLUSTER_MODEL_FLAG=--synthetic PREFILLER_FLAGS="--tokenizer $vocab" \
+    # the Qwen3 tokenizer.json takes seconds to load in each process
+    CLUSTER_READY_TRIES=900 CLUSTER_MODEL_FLAG=--synthetic PREFILLER_FLAGS="--tokenizer $vocab" \
         DECODER_FLAGS="--tokenizer $vocab --max-batch 16" \
         cluster_start "$CLUSTER_TMP/$name.json" --tokenizer "$vocab" || return
     python3 - "$URL" "$name" >"$CLUSTER_TMP/$name.out" 2>&1 <<'EOF'
@@ -59,7 +60,7 @@ def post(body):
 
 def req(seed, **kw):
     b = {"model": model, "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
-         "max_tokens": 100, "seed": seed, "tools": tools}
+         "max_tokens": 80, "seed": seed, "tools": tools}
     b.update(kw)
     return b
 
@@ -87,25 +88,25 @@ def calls(res, only=None):
     return bad
 
 with ThreadPoolExecutor(8) as ex:
-    res = list(ex.map(lambda s: post(req(s, tool_choice="required")), range(8)))
+    res = list(ex.map(lambda s: post(req(s, tool_choice="required")), range(6)))
 bad = calls(res)
-check("tool_choice required: 8 of 8 tool calls with valid arguments", not bad, "; ".join(bad[:2]))
+check("tool_choice required: 6 of 6 tool calls with valid arguments", not bad, "; ".join(bad[:2]))
 names = {j["choices"][0]["message"]["tool_calls"][0]["function"]["name"] for c, j in res if c == 200 and j["choices"][0]["message"].get("tool_calls")}
 print("# functions chosen:", sorted(names))
 with ThreadPoolExecutor(8) as ex:
-    res = list(ex.map(lambda s: post(req(100 + s, tool_choice={"type": "function", "function": {"name": "lookup"}})), range(6)))
+    res = list(ex.map(lambda s: post(req(100 + s, tool_choice={"type": "function", "function": {"name": "lookup"}})), range(4)))
 bad = calls(res, "lookup")
-check("tool_choice named: 6 of 6 calls of that function, valid arguments", not bad, "; ".join(bad[:2]))
+check("tool_choice named: 4 of 4 calls of that function, valid arguments", not bad, "; ".join(bad[:2]))
 schema = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 8},
                                            "sure": {"type": "boolean"}},
           "required": ["answer", "sure"], "additionalProperties": False}
 def schema_req(seed):
-    return {"model": model, "max_tokens": 120, "seed": seed,
+    return {"model": model, "max_tokens": 80, "seed": seed,
             "messages": [{"role": "user", "content": "Answer."}],
             "response_format": {"type": "json_schema",
                                 "json_schema": {"name": "a", "strict": True, "schema": schema}}}
 with ThreadPoolExecutor(8) as ex:
-    res = list(ex.map(lambda s: post(schema_req(200 + s)), range(6)))
+    res = list(ex.map(lambda s: post(schema_req(200 + s)), range(4)))
 bad = []
 for code, j in res:
     try:
@@ -113,7 +114,7 @@ for code, j in res:
         jsonschema.validate(json.loads(j["choices"][0]["message"]["content"]), schema)
     except Exception:
         bad.append(json.dumps(j)[:500])
-check("response_format json_schema: 6 of 6 contents validate", not bad, "; ".join(bad[:2]))
+check("response_format json_schema: 4 of 4 contents validate", not bad, "; ".join(bad[:2]))
 code, j = post(req(7, tool_choice="none", max_tokens=20))
 check("tool_choice none: no tool calls", code == 200 and not j["choices"][0]["message"].get("tool_calls")
       and j["choices"][0]["finish_reason"] != "tool_calls", json.dumps(j)[:400])
