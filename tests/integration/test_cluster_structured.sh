@@ -20,7 +20,9 @@ cd "$(dirname "$0")/../.."
 . tests/integration/cluster_lib.sh
 
 fx=qwen3_moe_tiny
-PREFILLER_FLAGS="--tokenizer bytes" DECODER_FLAGS="--tokenizer bytes --max-batch 32" \
+# WORKER_EXTRA_FLAGS="--device cuda" runs the same checks on a GPU machine
+PREFILLER_FLAGS="--tokenizer bytes ${WORKER_EXTRA_FLAGS:-}" \
+    DECODER_FLAGS="--tokenizer bytes --max-batch 32 ${WORKER_EXTRA_FLAGS:-}" \
     cluster_start "tests/fixtures/$fx" --tokenizer bytes || cluster_finish
 
 cat >"$CLUSTER_TMP/schema.json" <<'EOF'

@@ -9,7 +9,8 @@
 # tool_calls whose arguments validate against the function's parameters
 # (Python's jsonschema); response_format json_schema content validates
 # (Harmony: the final channel, reasoning skipped);
-# tool_choice "none" gives no tool calls.
+# tool_choice "none" gives no tool calls. WORKER_EXTRA_FLAGS="--device cuda"
+# runs the same checks on a GPU machine.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/integration/cluster_lib.sh
@@ -29,8 +30,9 @@ c["eos_token_id"] = int(sys.argv[3])
 json.dump(c, open(sys.argv[4], "w"))
 EOF
     # the Qwen3 tokenizer.json takes seconds to load in each process
-    CLUSTER_READY_TRIES=900 CLUSTER_MODEL_FLAG=--synthetic PREFILLER_FLAGS="--tokenizer $vocab" \
-        DECODER_FLAGS="--tokenizer $vocab --max-batch 16" \
+    CLUSTER_READY_TRIES=900 CLUSTER_MODEL_FLAG=--synthetic \
+        PREFILLER_FLAGS="--tokenizer $vocab ${WORKER_EXTRA_FLAGS:-}" \
+        DECODER_FLAGS="--tokenizer $vocab --max-batch 16 ${WORKER_EXTRA_FLAGS:-}" \
         cluster_start "$CLUSTER_TMP/$name.json" --tokenizer "$vocab" || return
     python3 - "$URL" "$name" >"$CLUSTER_TMP/$name.out" 2>&1 <<'EOF'
 import json, sys, urllib.request, urllib.error
