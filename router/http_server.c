@@ -612,7 +612,8 @@ static int submit(http_conn *hc, api_request *ar, api_error *e)
          * content and tool calls. */
         int32_t stops[64 + 8];
         int n = ar->n_stop_token_ids < 64 ? ar->n_stop_token_ids : 64;
-        memcpy(stops, ar->stop_token_ids, (size_t)n * sizeof *stops);
+        if (n > 0) /* stop_token_ids is NULL when the request has none */
+            memcpy(stops, ar->stop_token_ids, (size_t)n * sizeof *stops);
         n += codec_chat_stop_ids(&ctx->codec, stops + n, 8);
         rc = request_admit(ctx, r, ar->max_tokens, stops, n, ar->ignore_eos, e);
         if (rc == 0 && codec_chat_parser_new(&ctx->codec, &r->parser, err, sizeof err) != 0) {
