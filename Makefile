@@ -141,7 +141,7 @@ help:
 APT_PKGS := build-essential pkg-config clang valgrind libopenblas-dev libcmocka-dev \
             libcjson-dev libucx-dev ucx-utils libibverbs-dev rdma-core ibverbs-utils \
             libzmq3-dev libprotobuf-c-dev protobuf-c-compiler libmicrohttpd-dev \
-            libcurl4-openssl-dev libsodium-dev curl python3 libclang-rt-dev libomp-dev \
+            libcurl4-openssl-dev libsodium-dev curl python3 python3-jsonschema libclang-rt-dev libomp-dev \
             unicode-data bzip2 python3-jinja2 prometheus chromium
 # Node.js and npm (npm packs the vocabularies and the manifest validator).
 # Debian's npm conflicts with a NodeSource nodejs, which bundles npm, so the

@@ -81,6 +81,7 @@ int decoder_step(decoder_ctx *ctx)
         ctx->params[i] = q->ws.params;
         ctx->rngs[i] = q->rng;
         ctx->pens[i] = &q->ws.pen;
+        ctx->cons[i] = q->ws.con;
         ctx->top_logprobs[i] = q->ws.top_logprobs;
     }
     int vocab = ctx->mc->vocab_size;
@@ -90,10 +91,13 @@ int decoder_step(decoder_ctx *ctx)
     int rc = tm_forward(ctx->model, &ctx->kv, ctx->steps, n, NULL, NULL);
     if (rc == TN_OK)
         rc = tm_sample_rows(&ctx->sampler, tm_model_last_logits(ctx->model), n, vocab,
-                            ctx->params, ctx->rngs, ctx->pens, ctx->top_logprobs, ctx->sampled,
+                            ctx->params, ctx->rngs, ctx->pens, ctx->cons, ctx->top_logprobs, ctx->sampled,
                             ctx->logprobs);
-    for (int i = 0; rc == TN_OK && i < n; i++)
+    for (int i = 0; rc == TN_OK && i < n; i++) {
         rc = tm_penalties_add_output(&ctx->batch[i]->ws.pen, ctx->sampled[i]);
+        if (rc == TN_OK && ctx->cons[i])
+            rc = tm_constraint_accept(ctx->cons[i], ctx->sampled[i]);
+    }
     if (rc != TN_OK) {
         char msg[160];
         snprintf(msg, sizeof msg, "forward/sampling failed: %s", tn_status_str(rc));

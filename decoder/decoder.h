@@ -18,6 +18,7 @@
 #include "worker/worker_loop.h"
 #include "worker/worker_metrics.h"
 #include "worker/worker_process.h"
+#include "worker/worker_vocab.h"
 
 typedef struct decoder_config {
     worker_options w;          /* the flags every worker has (--dp is w.ranks) */
@@ -51,6 +52,9 @@ typedef struct decoder_ctx {
     uint64_t *rngs;
     const tm_penalties **pens; /* the batch's penalty states (engine/sampler.h) */
     int *top_logprobs;         /* -1: no logprobs for that row */
+    tm_constraint **cons;      /* structured outputs (NULL: unconstrained row) */
+    tm_vocab_trie vocab;       /* --tokenizer: what the constraints mask over */
+    int has_vocab;
     tm_token_logprobs *logprobs;
     Tandem__V1__TokenLogprobs *logprobs_wire;
     tm_sampler sampler;

@@ -80,6 +80,13 @@ static void on_assignment(decoder_ctx *ctx, const Tandem__V1__DecodeAssignment *
         send_error(ctx, a->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT, msg);
         return;
     }
+    if (worker_sampling_constrain(&ws, a->sampling, ctx->has_vocab ? &ctx->vocab : NULL,
+                                  a->stop_token_ids, (int)a->n_stop_token_ids, msg,
+                                  sizeof msg) != TN_OK) {
+        worker_sampling_free(&ws);
+        send_error(ctx, a->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT, msg);
+        return;
+    }
     sched_request req = {
         .id = a->request_id,
         .prompt_len = (int)a->prompt_len,
@@ -127,6 +134,11 @@ static void on_start(decoder_ctx *ctx, const Tandem__V1__StartDecode *s)
     if (s->first_token < 0 || s->first_token >= ctx->mc->vocab_size) {
         send_error(ctx, s->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT,
                    "first token outside the vocabulary");
+        return;
+    }
+    if (q->ws.con && tm_constraint_accept(q->ws.con, s->first_token) != TN_OK) {
+        send_error(ctx, s->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT,
+                   "the first token breaks the request's grammar");
         return;
     }
     if (tm_penalties_add_output(&q->ws.pen, s->first_token) != TN_OK) {
@@ -430,6 +442,7 @@ static void ctx_free(decoder_ctx *ctx)
     sched_free(&ctx->s);
     tm_kv_cache_free(&ctx->kv);
     tm_sampler_free(&ctx->sampler);
+    tm_vocab_trie_free(&ctx->vocab);
     tm_model_free(ctx->model);
     kn_backend_free(&ctx->be);
     free(ctx->batch);
@@ -438,6 +451,7 @@ static void ctx_free(decoder_ctx *ctx)
     free(ctx->params);
     free(ctx->rngs);
     free(ctx->pens);
+    free(ctx->cons);
     free(ctx->top_logprobs);
     free(ctx->logprobs);
     free(ctx->logprobs_wire);
@@ -558,12 +572,18 @@ int main(int argc, char **argv)
     ctx->params = calloc(mb, sizeof *ctx->params);
     ctx->rngs = calloc(mb, sizeof *ctx->rngs);
     ctx->pens = calloc(mb, sizeof *ctx->pens);
+    ctx->cons = calloc(mb, sizeof *ctx->cons);
     ctx->top_logprobs = calloc(mb, sizeof *ctx->top_logprobs);
     ctx->logprobs = calloc(mb, sizeof *ctx->logprobs);
     ctx->logprobs_wire = calloc(mb, sizeof *ctx->logprobs_wire);
     tm_sampler_init(&ctx->sampler, &ctx->be);
+    if (worker_vocab_load(o->tokenizer, ctx->mc->vocab_size, &ctx->vocab, &ctx->has_vocab, err,
+                          sizeof err) != TN_OK) {
+        fprintf(stderr, "tandem-decoder: %s\n", err);
+        goto out;
+    }
     if (!ctx->batch || !ctx->steps || !ctx->sampled || !ctx->params || !ctx->rngs ||
-        !ctx->pens || !ctx->top_logprobs || !ctx->logprobs || !ctx->logprobs_wire ||
+        !ctx->pens || !ctx->cons || !ctx->top_logprobs || !ctx->logprobs || !ctx->logprobs_wire ||
         sched_init(&ctx->s, c->kv_pages, o->page_size, c->max_batch, ctx->max_context) != 0 ||
         tm_kv_cache_init(&ctx->kv, &ctx->be, o->kv_elem, ctx->mc->n_layers, ctx->mc->n_kv_heads,
                          ctx->mc->head_dim, o->page_size, c->kv_pages) != TN_OK) {

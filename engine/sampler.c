@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "common/status.h"
+#include "common/sys.h"
 
 /* Index of token's entry, or -(insertion point) - 1. */
 static int entry_find(const tm_penalties *p, int32_t token)
@@ -126,6 +127,7 @@ void tm_sampler_free(tm_sampler *s)
     free(s->lp_ids);
     free(s->lp_token);
     free(s->lp_top);
+    free(s->mask);
     memset(s, 0, sizeof *s);
 }
 
@@ -142,19 +144,58 @@ static int grow(void **buf, int *cap, int n, size_t sz)
     return TN_OK;
 }
 
+/* The constrained rows' masks (all ones for the others) on the copy. */
+static int mask_rows(tm_sampler *s, int n, int vocab, tm_constraint *const *con)
+{
+    const size_t words = (size_t)kn_logit_mask_words(vocab), need = words * (size_t)n;
+    if (need > s->mask_words) {
+        uint32_t *m = realloc(s->mask, need * sizeof *m);
+        if (!m)
+            return TN_ERR_NOMEM;
+        s->mask = m;
+        s->mask_words = need;
+    }
+    double t0 = tn_now_s();
+    int failed = TN_OK;
+    /* each row's constraint has its own scratch: the rows' walks run on
+     * the host's cores side by side */
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int i = 0; i < n; i++) {
+        uint32_t *m = s->mask + (size_t)i * words;
+        int rc = TN_OK;
+        if (!con[i])
+            memset(m, 0xff, words * sizeof *m);
+        else if (con[i]->trie->vocab != vocab)
+            rc = TN_ERR_ARG;
+        else
+            rc = tm_constraint_mask(con[i], m);
+        if (rc != TN_OK) {
+#pragma omp critical
+            failed = rc;
+        }
+    }
+    s->mask_s += tn_now_s() - t0;
+    if (failed != TN_OK)
+        return failed;
+    return kn_logit_mask_apply(s->be, s->adjusted, n, vocab, s->mask);
+}
+
 /* Copies the logits and applies every row's adjustments to the copy; sets
  * *out to the logits to sample from. */
 static int adjust_rows(tm_sampler *s, const float *logits, int n, int vocab,
-                       const tm_penalties *const *pen, const float **out)
+                       const tm_penalties *const *pen, tm_constraint *const *con,
+                       const float **out)
 {
-    int n_entries = 0, any = 0;
-    for (int i = 0; i < n; i++)
+    int n_entries = 0, any = 0, any_con = 0;
+    for (int i = 0; pen && i < n; i++)
         if (pen[i] && pen[i]->active) {
             any = 1;
             n_entries += pen[i]->n_entries;
         }
+    for (int i = 0; con && i < n; i++)
+        any_con |= con[i] != NULL;
     *out = logits;
-    if (!any)
+    if (!any && !any_con)
         return TN_OK;
     int rc;
     if ((rc = grow((void **)&s->params, &s->params_cap, n, sizeof *s->params)) != TN_OK ||
@@ -175,7 +216,7 @@ static int adjust_rows(tm_sampler *s, const float *logits, int n, int vocab,
     int k = 0;
     for (int i = 0; i < n; i++) {
         s->row_start[i] = k;
-        if (pen[i] && pen[i]->active) {
+        if (pen && pen[i] && pen[i]->active) {
             s->params[i] = pen[i]->params;
             if (pen[i]->n_entries > 0) /* active with no entries yet: a first token */
                 memcpy(&s->entries[k], pen[i]->entries,
@@ -187,8 +228,9 @@ static int adjust_rows(tm_sampler *s, const float *logits, int n, int vocab,
     }
     s->row_start[n] = k;
     if ((rc = kn_copy_on_backend(s->be, s->adjusted, logits, floats * sizeof(float))) != TN_OK ||
-        (rc = kn_logit_adjust_apply(s->be, s->adjusted, n, vocab, s->params, s->row_start,
-                                    s->entries)) != TN_OK)
+        (any && (rc = kn_logit_adjust_apply(s->be, s->adjusted, n, vocab, s->params, s->row_start,
+                                            s->entries)) != TN_OK) ||
+        (any_con && (rc = mask_rows(s, n, vocab, con)) != TN_OK))
         return rc;
     *out = s->adjusted;
     return TN_OK;
@@ -234,10 +276,11 @@ static int row_logprobs(tm_sampler *s, const float *logits, int n, int vocab,
 
 int tm_sample_rows(tm_sampler *s, const float *logits, int n, int vocab,
                    const kn_sampling *params, uint64_t *rngs, const tm_penalties *const *pen,
-                   const int *top_logprobs, int32_t *tokens, tm_token_logprobs *lp)
+                   tm_constraint *const *con, const int *top_logprobs, int32_t *tokens,
+                   tm_token_logprobs *lp)
 {
     const float *draw_from = logits;
-    int rc = pen ? adjust_rows(s, logits, n, vocab, pen, &draw_from) : TN_OK;
+    int rc = pen || con ? adjust_rows(s, logits, n, vocab, pen, con, &draw_from) : TN_OK;
     if (rc == TN_OK)
         rc = kn_sample(s->be, tokens, draw_from, n, vocab, params, rngs);
     if (rc == TN_OK && top_logprobs)

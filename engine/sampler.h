@@ -8,15 +8,19 @@
  * Order per row: the raw logits give the logprobs (before temperature,
  * penalties and biases: what vLLM returns by default); a copy with the
  * row's penalties and biases applied gives the sampled token (kn_sample:
- * temperature, top-k, top-p, the row's generator). Rows without
- * adjustments are sampled from the raw logits, and a batch with none
- * copies nothing. */
+ * temperature, top-k, top-p, the row's generator). A row with a
+ * constraint (structured outputs, engine/grammar.h) also gets its token
+ * mask there (kn_logit_mask_apply: -inf for every token the grammar does
+ * not allow next). Rows without adjustments are sampled from the raw
+ * logits, and a batch with none copies nothing. */
 #ifndef TANDEM_ENGINE_SAMPLER_H
 #define TANDEM_ENGINE_SAMPLER_H
 #include <stddef.h>
 #include <stdint.h>
+#include "engine/grammar.h"
 #include "kernels/backend.h"
 #include "kernels/logit_adjust.h"
+#include "kernels/logit_mask.h"
 #include "kernels/logprobs.h"
 #include "kernels/sampling.h"
 
@@ -65,6 +69,9 @@ typedef struct tm_sampler {
     int32_t *lp_tokens, *lp_ids;               /* host staging of the logprobs */
     float *lp_token, *lp_top;
     int lp_tokens_cap, lp_ids_cap, lp_token_cap, lp_top_cap;
+    uint32_t *mask;                            /* host: the rows' token masks */
+    size_t mask_words;
+    double mask_s;                             /* time spent computing masks (host) */
 } tm_sampler;
 
 void tm_sampler_init(tm_sampler *s, const kn_backend *be);
@@ -75,8 +82,11 @@ void tm_sampler_free(tm_sampler *s);
  * entries: no adjustment). top_logprobs: [n] or NULL: -1 for no logprobs,
  * else the chosen token's logprob and the top k (0..KN_LOGPROBS_MAX_TOP)
  * go to lp[i] (lp may be NULL when no row asks). Status of the first op
- * that failed. */
+ * that failed. con: [n] or NULL (NULL entries: unconstrained); the
+ * caller advances each constraint with the sampled token
+ * (tm_constraint_accept), as it counts penalties. */
 int tm_sample_rows(tm_sampler *s, const float *logits, int n, int vocab,
                    const kn_sampling *params, uint64_t *rngs, const tm_penalties *const *pen,
-                   const int *top_logprobs, int32_t *tokens, tm_token_logprobs *lp);
+                   tm_constraint *const *con, const int *top_logprobs, int32_t *tokens,
+                   tm_token_logprobs *lp);
 #endif

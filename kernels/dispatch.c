@@ -15,6 +15,7 @@
 #include "kernels/fill.h"
 #include "kernels/kn_check.h"
 #include "kernels/logit_adjust.h"
+#include "kernels/logit_mask.h"
 #include "kernels/logprobs.h"
 #include "kernels/matmul.h"
 #include "kernels/moe.h"
@@ -571,6 +572,40 @@ int kn_logit_adjust_apply(const kn_backend *be, float *logits, int n_rows, int v
     case KN_BACKEND_CUDA:
         CUDA_CALL("kn_logit_adjust_apply",
                   kn_logit_adjust_cuda(be, logits, n_rows, vocab, params, row_start, entries));
+    }
+    return TN_ERR_ARG;
+}
+
+/* Every row of a token mask must allow some token. */
+static int check_logit_mask(const float *logits, int n_rows, int vocab, const uint32_t *mask)
+{
+    static const char op[] = "kn_logit_mask_apply";
+    if (!logits || !mask)
+        return kn_arg_error(op, "NULL %s", !logits ? "logits" : "mask");
+    if (n_rows < 0 || vocab <= 0)
+        return kn_arg_error(op, "bad sizes n_rows=%d vocab=%d", n_rows, vocab);
+    const int words = kn_logit_mask_words(vocab);
+    const uint32_t last = vocab % 32 ? (1u << (vocab % 32)) - 1u : 0xffffffffu;
+    for (int r = 0; r < n_rows; r++) {
+        const uint32_t *m = mask + (size_t)r * words;
+        uint32_t any = m[words - 1] & last;
+        for (int w = 0; w + 1 < words && !any; w++)
+            any = m[w];
+        if (!any)
+            return kn_arg_error(op, "row %d: the mask allows no token", r);
+    }
+    return TN_OK;
+}
+
+int kn_logit_mask_apply(const kn_backend *be, float *logits, int n_rows, int vocab,
+                        const uint32_t *mask)
+{
+    switch (CHECKED_KIND("kn_logit_mask_apply", be,
+                         check_logit_mask(logits, n_rows, vocab, mask))) {
+    case KN_BACKEND_CPU:
+        return kn_logit_mask_cpu(logits, n_rows, vocab, mask);
+    case KN_BACKEND_CUDA:
+        CUDA_CALL("kn_logit_mask_apply", kn_logit_mask_cuda(be, logits, n_rows, vocab, mask));
     }
     return TN_ERR_ARG;
 }

@@ -243,7 +243,7 @@ void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job)
      * the GPU only the token id and any logprobs come back) */
     rc = ctx->group.rank == 0
              ? tm_sample_rows(&ctx->sampler, tm_model_last_logits(ctx->model), 1,
-                              ctx->mc->vocab_size, &job->ws.params, &rng, &pen,
+                              ctx->mc->vocab_size, &job->ws.params, &rng, &pen, &job->ws.con,
                               &job->ws.top_logprobs, &first, &first_lp)
              : TN_OK;
     if (rc != TN_OK) {

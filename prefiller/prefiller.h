@@ -19,6 +19,7 @@
 #include "worker/worker_metrics.h"
 #include "worker/worker_process.h"
 #include "worker/worker_sampling.h"
+#include "worker/worker_vocab.h"
 
 typedef struct prefiller_config {
     worker_options w;          /* the flags every worker has (--tp is w.ranks) */
@@ -47,6 +48,8 @@ typedef struct prefiller_ctx {
     const tm_config *mc;
     tm_kv_cache kv;
     tm_sampler sampler;        /* rank 0: the first token's draw */
+    tm_vocab_trie vocab;       /* --tokenizer: structured outputs' masks */
+    int has_vocab;
     kv_pusher *pusher;
     /* the router link, signals, heartbeats, drain and metrics (rank 0; the
      * drain finishes the queue, takes nothing new, then deregisters) */

@@ -101,6 +101,12 @@ static void on_assignment(prefiller_ctx *ctx, const Tandem__V1__PrefillAssignmen
         reject(ctx, a->request_id, BAD, msg);
         return;
     }
+    if (worker_sampling_constrain(&ws, a->sampling, ctx->has_vocab ? &ctx->vocab : NULL, NULL, 0,
+                                  msg, sizeof msg) != TN_OK) {
+        worker_sampling_free(&ws);
+        reject(ctx, a->request_id, BAD, msg);
+        return;
+    }
     const Tandem__V1__KvDestination *d = a->destination;
     if (!d || d->page_size <= 0 || !d->transfer_endpoint.len ||
         (long)d->n_page_ids * d->page_size < (long)a->n_prompt_tokens) {
@@ -380,6 +386,7 @@ static void ctx_free(prefiller_ctx *ctx)
         kv_pusher_close(ctx->pusher);
     tm_kv_cache_free(&ctx->kv);
     tm_sampler_free(&ctx->sampler);
+    tm_vocab_trie_free(&ctx->vocab);
     tm_model_free(ctx->model);
     kn_backend_free(&ctx->be);
     free(ctx);
@@ -446,6 +453,11 @@ int main(int argc, char **argv)
     }
     ctx->mc = tm_model_config(ctx->model);
     tm_sampler_init(&ctx->sampler, &ctx->be);
+    if (worker_vocab_load(o->tokenizer, ctx->mc->vocab_size, &ctx->vocab, &ctx->has_vocab, err,
+                          sizeof err) != TN_OK) {
+        fprintf(stderr, "tandem-prefiller: %s\n", err);
+        goto out;
+    }
     int n_pages = (c->max_prompt_tokens + o->page_size - 1) / o->page_size;
     /* each TP rank caches only its KV heads */
     if (tm_kv_cache_init(&ctx->kv, &ctx->be, o->kv_elem, ctx->mc->n_layers,

@@ -271,6 +271,11 @@ static void fill_sampling(Tandem__V1__SamplingParams *s, const router_request *r
      * (its first draw is a later token of the output). */
     s->seed = r->seed + (uint64_t)r->attempts * 0x9E3779B97F4A7C15ull;
     fill_sampling_extras(s, r);
+    /* structured outputs: a re-placed attempt replays the output so far */
+    s->grammar = r->grammar;
+    s->n_grammar = (size_t)r->n_grammar;
+    s->grammar_prefix = r->grammar ? r->out : NULL;
+    s->n_grammar_prefix = r->grammar ? (size_t)r->n_out : 0;
 }
 
 /* The prompt the current attempt prefills: the request's prompt, then

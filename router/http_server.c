@@ -30,6 +30,7 @@
 #include "router/api_key.h"
 #include "router/http_front.h"
 #include "router/logprobs_view.h"
+#include "router/schema_grammar.h"
 #include "common/sys.h"
 
 #define WHO "router"
@@ -759,7 +760,8 @@ static int dup_array(void **dst, const void *src, size_t bytes)
 /* One router request: prompt ids (taken), branch (its seed is the request's
  * + branch). Lock held. Returns NULL with e filled. */
 static router_request *make_choice(http_conn *hc, const api_request *ar, int32_t *ids, int n_ids,
-                                   uint64_t seed, int notify_from, api_error *e)
+                                   const int32_t *gcode, int n_gcode, uint64_t seed,
+                                   int notify_from, api_error *e)
 {
     router_ctx *ctx = hc->ctx;
     char err[300];
@@ -773,6 +775,8 @@ static router_request *make_choice(http_conn *hc, const api_request *ar, int32_t
     snprintf(r->model, sizeof r->model, "%s", ar->model);
     r->prompt = ids;
     r->n_prompt = n_ids;
+    r->grammar = (uint32_t *)gcode;
+    r->n_grammar = n_gcode;
     r->temperature = (float)ar->temperature;
     r->top_p = (float)ar->top_p;
     r->top_k = ar->top_k;
@@ -793,6 +797,10 @@ static router_request *make_choice(http_conn *hc, const api_request *ar, int32_t
         r->notify_fd = dup(notify_from);
         oom |= r->notify_fd < 0;
     }
+    /* structured outputs: every choice holds its own copy of the program */
+    oom |= dup_array((void **)&r->grammar, gcode, (size_t)n_gcode * sizeof *gcode) != 0;
+    if (!oom)
+        r->n_grammar = n_gcode;
     oom |= dup_array((void **)&r->bias_tokens, ar->bias_tokens,
                      (size_t)ar->n_bias * sizeof *ar->bias_tokens) != 0;
     oom |= dup_array((void **)&r->bias_values, ar->bias_values,
@@ -851,13 +859,38 @@ static int submit(http_conn *hc, api_request *ar, api_error *e)
                       "(use stop_token_ids).");
         return -1;
     }
+    /* Structured outputs: the grammar the workers hold the tokens to. */
+    int32_t *gcode = NULL;
+    int n_gcode = 0;
+    if (ar->kind == API_CHAT && (ar->response_format_json || ar->tool_choice_json)) {
+        char err[300];
+        if (ar->ignore_eos) {
+            api_error_set(e, 400, "invalid_request_error", "ignore_eos", "unsupported_value",
+                          "ignore_eos cannot be combined with response_format json or a forced "
+                          "tool call (the output ends where the grammar does).");
+            return -1;
+        }
+        sg_request q = { ar->response_format_json, ar->tools_json, ar->tool_choice_json };
+        char param[40];
+        int rc = sg_build(&q, ctx->codec.kind == CODEC_BPE ? ctx->codec.bpe : NULL, 1, &gcode,
+                          &n_gcode, param, sizeof param, err, sizeof err);
+        if (rc != TN_OK) {
+            api_error_set(e, rc == TN_ERR_NOMEM ? 500 : 400,
+                          rc == TN_ERR_NOMEM ? "server_error" : "invalid_request_error", param,
+                          rc == TN_ERR_NOMEM ? NULL : "unsupported_value", "%s", err);
+            return -1;
+        }
+    }
     prompt_ids *prompts = NULL;
     int n_prompts = 0;
-    if (tokenize_prompts(hc, ar, &prompts, &n_prompts, e) != 0)
+    if (tokenize_prompts(hc, ar, &prompts, &n_prompts, e) != 0) {
+        free(gcode);
         return -1;
+    }
     const int per = ar->best_of, n_choices = n_prompts * per;
     hc->choices = calloc((size_t)n_choices, sizeof *hc->choices);
     if (!hc->choices) {
+        free(gcode);
         free_prompts(prompts, n_prompts);
         api_error_set(e, 500, "server_error", NULL, NULL, "router out of memory");
         return -1;
@@ -891,7 +924,8 @@ static int submit(http_conn *hc, api_request *ar, api_error *e)
             if (b + 1 == per)
                 prompts[p].ids = NULL; /* the last branch takes the prompt */
             int notify = hc->n_choices ? hc->choices[0].req->notify_fd : -1;
-            router_request *r = make_choice(hc, ar, ids, prompts[p].n, seed + (uint64_t)b, notify, e);
+            router_request *r = make_choice(hc, ar, ids, prompts[p].n, gcode, n_gcode,
+                                            seed + (uint64_t)b, notify, e);
             if (!r) {
                 rc = -1;
                 break;
@@ -902,6 +936,7 @@ static int submit(http_conn *hc, api_request *ar, api_error *e)
             c->counts_prompt = b == 0;
         }
     free_prompts(prompts, n_prompts);
+    free(gcode);
     if (rc != 0) {
         for (int i = 0; i < hc->n_choices; i++)
             request_unref(hc->choices[i].req);

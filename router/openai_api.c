@@ -68,6 +68,8 @@ void api_request_free(api_request *r)
         free(r->stop[i]);
     cJSON_Delete(r->messages_json);
     cJSON_Delete(r->tools_json);
+    cJSON_Delete(r->response_format_json);
+    cJSON_Delete(r->tool_choice_json);
     free(r->stop_token_ids);
     free(r->bias_tokens);
     free(r->bias_values);
@@ -414,6 +416,42 @@ static int parse_chat_options(const cJSON *root, api_request *r, api_error *e)
     }
     if (!(r->messages_json = cJSON_Duplicate(field(root, "messages"), 1)))
         return bad(e, "messages", NULL, "out of memory");
+    /* Structured outputs (router/schema_grammar.h compiles them): shapes
+     * here, schemas when the router builds the grammar. */
+    if ((f = field(root, "tool_choice"))) {
+        const cJSON *fn = cJSON_IsObject(f) ? field(f, "function") : NULL;
+        const cJSON *ty = cJSON_IsObject(f) ? field(f, "type") : NULL;
+        const cJSON *nm = cJSON_IsObject(fn) ? field(fn, "name") : NULL;
+        int named = cJSON_IsString(ty) && !strcmp(ty->valuestring, "function") && cJSON_IsString(nm);
+        if (!named && !(cJSON_IsString(f) && (!strcmp(f->valuestring, "auto") ||
+                                              !strcmp(f->valuestring, "none") ||
+                                              !strcmp(f->valuestring, "required"))))
+            return bad(e, "tool_choice", "invalid_value",
+                       "Invalid 'tool_choice': expected \"none\", \"auto\", \"required\" or "
+                       "{\"type\":\"function\",\"function\":{\"name\":...}}.");
+        if ((named || !strcmp(f->valuestring, "required")) && !r->tools_json)
+            return bad(e, "tool_choice", "invalid_value",
+                       "Invalid 'tool_choice': it forces a tool call, but 'tools' is empty.");
+        if (!named && !strcmp(f->valuestring, "none")) {
+            cJSON_Delete(r->tools_json);
+            r->tools_json = NULL;
+        } else if (named || !strcmp(f->valuestring, "required")) {
+            if (!(r->tool_choice_json = cJSON_Duplicate(f, 1)))
+                return bad(e, "tool_choice", NULL, "out of memory");
+        }
+    }
+    if ((f = field(root, "response_format"))) {
+        const cJSON *t = cJSON_IsObject(f) ? field(f, "type") : NULL;
+        if (!cJSON_IsString(t) || (strcmp(t->valuestring, "text") &&
+                                   strcmp(t->valuestring, "json_object") &&
+                                   strcmp(t->valuestring, "json_schema")))
+            return bad(e, "response_format", "invalid_value",
+                       "Invalid 'response_format': expected {\"type\": \"text\"}, "
+                       "{\"type\": \"json_object\"} or {\"type\": \"json_schema\", "
+                       "\"json_schema\": {...}}.");
+        if (strcmp(t->valuestring, "text") && !(r->response_format_json = cJSON_Duplicate(f, 1)))
+            return bad(e, "response_format", NULL, "out of memory");
+    }
     if ((f = field(root, "reasoning_effort"))) {
         if (!cJSON_IsString(f) || (strcmp(f->valuestring, "low") && strcmp(f->valuestring, "medium") &&
                                    strcmp(f->valuestring, "high")))
@@ -624,15 +662,6 @@ static int reject_unimplemented(const cJSON *root, api_kind kind, api_error *e)
         if ((f = field(root, "suffix")) && !(cJSON_IsString(f) && !f->valuestring[0]))
             return bad(e, "suffix", "unsupported_value", "Tandem does not support suffix.");
         return 0;
-    }
-    if ((f = field(root, "tool_choice")) && !(cJSON_IsString(f) && !strcmp(f->valuestring, "auto")))
-        return bad(e, "tool_choice", "unsupported_value",
-                   "Tandem supports only tool_choice \"auto\" (the model decides).");
-    if ((f = field(root, "response_format"))) {
-        const cJSON *t = cJSON_IsObject(f) ? field(f, "type") : NULL;
-        if (!cJSON_IsString(t) || strcmp(t->valuestring, "text"))
-            return bad(e, "response_format", "unsupported_value",
-                       "Tandem supports only response_format {\"type\":\"text\"}.");
     }
     if ((f = field(root, "modalities"))) {
         const cJSON *m0 = cJSON_GetArrayItem(f, 0);

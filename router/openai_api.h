@@ -69,7 +69,10 @@ typedef struct api_request {
     api_message *messages;    /* chat */
     int n_messages;
     cJSON *messages_json;     /* chat: the request's messages and tools arrays */
-    cJSON *tools_json;        /* (owned copies) for the chat formats; tools NULL if none */
+    cJSON *tools_json;        /* (owned copies) for the chat formats; tools NULL if none
+                                 (and with tool_choice "none": no tools are rendered) */
+    cJSON *response_format_json; /* chat: owned copy unless absent or {"type":"text"} */
+    cJSON *tool_choice_json;  /* chat: owned copy of "required" or a named function */
     int content_has_nul;      /* chat: a message's text holds a NUL, which the JSON
                                  copies above cannot carry (their strings end there) */
     char reasoning_effort[8]; /* chat: "low" | "medium" | "high" | "" (default) */

@@ -50,6 +50,7 @@ void request_unref(router_request *r)
     for (int i = 0; i < r->n_stop_strs; i++)
         free(r->stop_strs[i]);
     free(r->out);
+    free(r->grammar);
     free(r->out_text_end);
     free(r->out_reasoning_end);
     free(r->out_tools_end);

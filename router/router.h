@@ -101,6 +101,8 @@ typedef struct router_request {
     int32_t *stop_ids;             /* the client's plus the model's EOS ids */
     int n_stop_ids;
     char *stop_strs[API_MAX_STOP]; /* matched here, on the decoded text */
+    uint32_t *grammar;         /* structured outputs: the program (SamplingParams.grammar) */
+    int n_grammar;
     int n_stop_strs;
     size_t max_stop_len;
     int stream, include_usage, with_token_ids;

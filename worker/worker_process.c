@@ -24,6 +24,7 @@ void worker_options_default(worker_options *o)
     snprintf(o->weights, sizeof o->weights, "auto");
     snprintf(o->kv_dtype, sizeof o->kv_dtype, "auto");
     snprintf(o->kv_path, sizeof o->kv_path, "auto");
+    snprintf(o->tokenizer, sizeof o->tokenizer, "none");
     snprintf(o->metrics_host, sizeof o->metrics_host, "127.0.0.1");
     o->wedged_after_s = 60;
     o->ranks = o->ep = 1;
@@ -47,6 +48,10 @@ int worker_parse_flags(worker_options *o, const char *prog, const char *intro,
         {"synthetic", OPT_STR, o->synthetic, sizeof o->synthetic,
          "instead of --model: random weights of this config.json's shapes (benchmarks: "
          "throughput does not depend on weight values)"},
+        {"tokenizer", OPT_STR, o->tokenizer, sizeof o->tokenizer,
+         "the router's --tokenizer (none, bytes or a tokenizer.json / o200k_base.tiktoken "
+         "path): the vocabulary structured outputs constrain tokens over (default none: "
+         "requests with response_format json or a forced tool call are refused)"},
         {"model-name", OPT_STR, o->model_name, sizeof o->model_name,
          "name clients request (default: the directory's base name)"},
         {"worker-id", OPT_STR, o->worker_id, sizeof o->worker_id,

@@ -25,6 +25,7 @@ typedef struct worker_options {
     char synthetic[OPT_PATH_MAX]; /* a config.json: random weights of its shapes instead of
                                      model_dir's checkpoint (benchmarks; tandem-bench's --synthetic) */
     char model_name[128];      /* "" = the model directory's base name */
+    char tokenizer[OPT_PATH_MAX]; /* none, bytes or a vocabulary (worker/worker_vocab.h) */
     char worker_id[128];       /* "" = ROLE-HOST-PID */
     int page_size;
     char device[32];           /* cpu, cuda, cuda:N (engine/device.h) */

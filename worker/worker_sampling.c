@@ -74,6 +74,53 @@ int worker_sampling_from_wire(worker_sampling *out, const Tandem__V1__SamplingPa
 void worker_sampling_free(worker_sampling *s)
 {
     tm_penalties_free(&s->pen);
+    if (s->con) {
+        tm_constraint_free(s->con);
+        free(s->con);
+        s->con = NULL;
+    }
+}
+
+int worker_sampling_constrain(worker_sampling *s, const Tandem__V1__SamplingParams *sp,
+                              const tm_vocab_trie *vocab, const int32_t *stop, int n_stop,
+                              char *err, size_t errlen)
+{
+    if (!sp || sp->n_grammar == 0) {
+        if (sp && sp->n_grammar_prefix)
+            return tn_fail(err, errlen, TN_ERR_ARG, "sampling: grammar_prefix without a grammar");
+        return TN_OK;
+    }
+    if (!vocab)
+        return tn_fail(err, errlen, TN_ERR_ARG,
+                       "structured output needs the vocabulary: start this worker with "
+                       "--tokenizer (the router's)");
+    if (sp->n_grammar > TM_G_MAX_CODE || sp->n_grammar_prefix > INT32_MAX)
+        return tn_fail(err, errlen, TN_ERR_ARG, "sampling: grammar too large");
+    tm_constraint *c = calloc(1, sizeof *c);
+    if (!c)
+        return tn_fail(err, errlen, TN_ERR_NOMEM, "out of memory");
+    /* fixed32 words are the program's int32 words */
+    int rc = tm_constraint_init(c, (const int32_t *)sp->grammar, (int)sp->n_grammar, vocab, stop,
+                                n_stop, err, errlen);
+    if (rc != TN_OK) {
+        free(c);
+        return rc;
+    }
+    for (size_t i = 0; i < sp->n_grammar_prefix; i++) {
+        rc = tm_constraint_accept(c, sp->grammar_prefix[i]);
+        if (rc != TN_OK) {
+            tm_constraint_free(c);
+            free(c);
+            return tn_fail(err, errlen, rc, "sampling: grammar_prefix token %zu (%d) breaks the grammar",
+                           i, (int)sp->grammar_prefix[i]);
+        }
+    }
+    if (s->con) {
+        tm_constraint_free(s->con);
+        free(s->con);
+    }
+    s->con = c;
+    return TN_OK;
 }
 
 void worker_logprobs_to_wire(Tandem__V1__TokenLogprobs *out, tm_token_logprobs *lp)

@@ -15,6 +15,7 @@ typedef struct worker_sampling {
     uint64_t seed;
     tm_penalties pen;     /* inactive unless a penalty or bias is set */
     int top_logprobs;     /* -1: no logprobs; else 0..KN_LOGPROBS_MAX_TOP */
+    tm_constraint *con;   /* structured outputs; NULL: unconstrained */
 } worker_sampling;
 
 /* Checks sp and builds *out. prompt (n_prompt tokens, already checked
@@ -26,6 +27,14 @@ int worker_sampling_from_wire(worker_sampling *out, const Tandem__V1__SamplingPa
                               const int32_t *prompt, int n_prompt, int vocab, char *err,
                               size_t errlen);
 void worker_sampling_free(worker_sampling *s);
+
+/* Structured outputs: loads sp->grammar (if any) into s->con for the
+ * vocabulary (NULL when the worker has no --tokenizer: a grammar is then
+ * refused), with stop as the tokens that end it, and replays
+ * sp->grammar_prefix. TN_ERR_ARG / TN_ERR_NOMEM with the reason in err. */
+int worker_sampling_constrain(worker_sampling *s, const Tandem__V1__SamplingParams *sp,
+                              const tm_vocab_trie *vocab, const int32_t *stop, int n_stop,
+                              char *err, size_t errlen);
 
 /* Whether the penalties need the prompt's tokens (repetition, or earlier
  * output inside the prompt). */

@@ -13,6 +13,7 @@
 #include "kernels/matmul.h"
 #include "kernels/moe.h"
 #include "kernels/logit_adjust.h"
+#include "kernels/logit_mask.h"
 #include "kernels/logprobs.h"
 #include "kernels/sampling.h"
 
@@ -47,6 +48,7 @@ int kn_logprobs_cpu(const float *logits, int n_rows, int vocab, const int32_t *t
                     float *token_logprob, int top_n, int32_t *top_ids, float *top_logprobs);
 int kn_logit_adjust_cpu(float *logits, int n_rows, int vocab, const kn_logit_adjust *params,
                         const int32_t *row_start, const kn_logit_entry *entries);
+int kn_logit_mask_cpu(float *logits, int n_rows, int vocab, const uint32_t *mask);
 int kn_fill_uniform_cpu(void *x, kn_dtype dt, size_t n, uint64_t seed, size_t first,
                         float lo, float hi);
 #endif

@@ -26,6 +26,7 @@ extern "C" {
 #include "kernels/matmul.h"
 #include "kernels/moe.h"
 #include "kernels/logit_adjust.h"
+#include "kernels/logit_mask.h"
 #include "kernels/logprobs.h"
 #include "kernels/sampling.h"
 
@@ -99,6 +100,8 @@ int kn_logprobs_cuda(const kn_backend *be, const float *logits, int n_rows, int 
 int kn_logit_adjust_cuda(const kn_backend *be, float *logits, int n_rows, int vocab,
                          const kn_logit_adjust *params, const int32_t *row_start,
                          const kn_logit_entry *entries);
+int kn_logit_mask_cuda(const kn_backend *be, float *logits, int n_rows, int vocab,
+                       const uint32_t *mask);
 int kn_fill_uniform_cuda(const kn_backend *be, void *x, kn_dtype dt, size_t n, uint64_t seed,
                          size_t first, float lo, float hi);
 

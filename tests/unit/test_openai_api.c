@@ -151,9 +151,6 @@ static void unknown_and_unimplemented_fields(void **state)
     static const struct {
         const char *extra, *param;
     } chat_bad[] = {
-        {"\"tool_choice\":\"required\"", "tool_choice"},
-        {"\"tool_choice\":{\"type\":\"function\"}", "tool_choice"},
-        {"\"response_format\":{\"type\":\"json_object\"}", "response_format"},
         {"\"modalities\":[\"text\",\"audio\"]", "modalities"},
         {"\"audio\":{\"voice\":\"x\"}", "audio"},
         {"\"functions\":[]", "functions"},
@@ -182,6 +179,36 @@ static void unknown_and_unimplemented_fields(void **state)
              "{\"type\":\"text\"},\"modalities\":[\"text\"],\"parallel_tool_calls\":true,"
              "\"store\":false,\"top_logprobs\":0,\"audio\":null}", msgs);
     assert_int_equal(parse(API_CHAT, b, &r, &e), 0);
+    assert_null(r.response_format_json);
+    assert_null(r.tool_choice_json);
+    api_request_free(&r);
+    /* structured outputs: shapes checked here, schemas by the router */
+    static const struct {
+        const char *extra, *param;
+    } shape_bad[] = {
+        {"\"tool_choice\":\"required\"", "tool_choice"}, /* no tools */
+        {"\"tool_choice\":{\"type\":\"function\"}", "tool_choice"},
+        {"\"tool_choice\":\"sometimes\"", "tool_choice"},
+        {"\"response_format\":{\"type\":\"yaml\"}", "response_format"},
+        {"\"response_format\":\"json\"", "response_format"},
+    };
+    for (size_t i = 0; i < sizeof shape_bad / sizeof *shape_bad; i++) {
+        snprintf(b, sizeof b, "{\"model\":\"m\",%s,%s}", msgs, shape_bad[i].extra);
+        expect_400(API_CHAT, b, shape_bad[i].param, "invalid_value");
+    }
+    const char *tools = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]";
+    snprintf(b, sizeof b, "{\"model\":\"m\",%s,%s,\"tool_choice\":{\"type\":\"function\","
+             "\"function\":{\"name\":\"f\"}},\"response_format\":{\"type\":\"json_object\"}}",
+             msgs, tools);
+    assert_int_equal(parse(API_CHAT, b, &r, &e), 0);
+    assert_non_null(r.response_format_json);
+    assert_non_null(r.tool_choice_json);
+    assert_non_null(r.tools_json);
+    api_request_free(&r);
+    snprintf(b, sizeof b, "{\"model\":\"m\",%s,%s,\"tool_choice\":\"none\"}", msgs, tools);
+    assert_int_equal(parse(API_CHAT, b, &r, &e), 0);
+    assert_null(r.tools_json); /* "none": the tools are not rendered */
+    assert_null(r.tool_choice_json);
     api_request_free(&r);
 }
 

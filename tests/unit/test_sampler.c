@@ -213,7 +213,7 @@ static void sample_rows_adjusted_copy_and_raw_logprobs(void **state)
         int32_t tokens[N];
         tm_token_logprobs lp[N];
         memset(lp, 0, sizeof lp);
-        assert_int_equal(tm_sample_rows(&s, logits, N, VOCAB, params, rngs, pp, top, tokens, lp),
+        assert_int_equal(tm_sample_rows(&s, logits, N, VOCAB, params, rngs, pp, NULL, top, tokens, lp),
                          TN_OK);
         /* The logits are untouched. */
         assert_int_equal(kn_copy_to_host(&be, after, logits, sizeof after), TN_OK);
