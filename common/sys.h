@@ -8,6 +8,9 @@
 /* Monotonic milliseconds and seconds (for timeouts and rates). */
 uint64_t tn_now_ms(void);
 double tn_now_s(void);
+/* Wall-clock milliseconds since the Unix epoch: the one clock two hosts
+ * share (NTP-synchronised), for deadlines that cross processes. */
+uint64_t tn_wall_ms(void);
 
 /* One log line on stderr: "HH:MM:SS.mmm who: message". */
 void tn_log(const char *who, const char *fmt, ...)

@@ -7,7 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "kernels/sampling.h"
+#include "engine/sampler.h"
+#include "worker/worker_sampling.h"
 #include "common/status.h"
 #include "common/sys.h"
 
@@ -77,8 +78,11 @@ int decoder_step(decoder_ctx *ctx)
         ctx->steps[i] = (tm_seq_step){.tokens = &q->next_token, .n_tokens = 1,
                                       .n_cached = q->n_cached, .pages = q->pages,
                                       .n_pages = q->n_pages};
-        ctx->params[i] = q->sampling;
+        ctx->params[i] = q->ws.params;
         ctx->rngs[i] = q->rng;
+        ctx->pens[i] = &q->ws.pen;
+        ctx->cons[i] = q->ws.con;
+        ctx->top_logprobs[i] = q->ws.top_logprobs;
     }
     int vocab = ctx->mc->vocab_size;
     double t0 = tn_now_s();
@@ -86,8 +90,14 @@ int decoder_step(decoder_ctx *ctx)
      * the GPU only the n token ids come back */
     int rc = tm_forward(ctx->model, &ctx->kv, ctx->steps, n, NULL, NULL);
     if (rc == TN_OK)
-        rc = kn_sample(&ctx->be, ctx->sampled, tm_model_last_logits(ctx->model), n, vocab,
-                       ctx->params, ctx->rngs);
+        rc = tm_sample_rows(&ctx->sampler, tm_model_last_logits(ctx->model), n, vocab,
+                            ctx->params, ctx->rngs, ctx->pens, ctx->cons, ctx->top_logprobs, ctx->sampled,
+                            ctx->logprobs);
+    for (int i = 0; rc == TN_OK && i < n; i++) {
+        rc = tm_penalties_add_output(&ctx->batch[i]->ws.pen, ctx->sampled[i]);
+        if (rc == TN_OK && ctx->cons[i])
+            rc = tm_constraint_accept(ctx->cons[i], ctx->sampled[i]);
+    }
     if (rc != TN_OK) {
         char msg[160];
         snprintf(msg, sizeof msg, "forward/sampling failed: %s", tn_status_str(rc));
@@ -96,9 +106,11 @@ int decoder_step(decoder_ctx *ctx)
     }
     Tandem__V1__TokenChunk *chunks = calloc((size_t)n, sizeof *chunks);
     Tandem__V1__TokenChunk **ptrs = calloc((size_t)n, sizeof *ptrs);
-    if (!chunks || !ptrs) {
+    Tandem__V1__TokenLogprobs **lp_ptrs = calloc((size_t)n, sizeof *lp_ptrs);
+    if (!chunks || !ptrs || !lp_ptrs) {
         free(chunks);
         free(ptrs);
+        free(lp_ptrs);
         fail_batch(ctx, n, "decoder out of memory");
         return TN_ERR_NOMEM;
     }
@@ -111,11 +123,18 @@ int decoder_step(decoder_ctx *ctx)
         chunks[i].tokens = &ctx->sampled[i];
         chunks[i].n_tokens = 1;
         chunks[i].finish_reason = finish_reason(q);
+        if (q->ws.top_logprobs >= 0) {
+            worker_logprobs_to_wire(&ctx->logprobs_wire[i], &ctx->logprobs[i]);
+            lp_ptrs[i] = &ctx->logprobs_wire[i];
+            chunks[i].logprobs = &lp_ptrs[i];
+            chunks[i].n_logprobs = 1;
+        }
         ptrs[i] = &chunks[i];
     }
     send_batch(ctx, ptrs, n);
     free(chunks);
     free(ptrs);
+    free(lp_ptrs);
     for (int i = 0; i < n; i++)
         if (ctx->batch[i]->state == SEQ_FINISHED) {
             sched_remove(&ctx->s, ctx->batch[i]);

@@ -18,6 +18,7 @@
 #include "worker/worker_loop.h"
 #include "worker/worker_metrics.h"
 #include "worker/worker_process.h"
+#include "worker/worker_vocab.h"
 
 typedef struct decoder_config {
     worker_options w;          /* the flags every worker has (--dp is w.ranks) */
@@ -25,6 +26,9 @@ typedef struct decoder_config {
     int max_batch;             /* sequences admitted at once */
     int orphan_release_ms;     /* a cancelled reservation whose KV transfer never
                                   reports is freed after this long */
+    int group_from_env;        /* the group's layout from the pod's environment */
+    int kv_lease_ms;           /* a reservation whose KV or first token has not
+                                  come this long after KvReady is freed */
 } decoder_config;
 
 typedef struct decoder_ctx {
@@ -46,6 +50,14 @@ typedef struct decoder_ctx {
     int32_t *sampled;          /* host: only token ids come back from the device */
     kn_sampling *params;
     uint64_t *rngs;
+    const tm_penalties **pens; /* the batch's penalty states (engine/sampler.h) */
+    int *top_logprobs;         /* -1: no logprobs for that row */
+    tm_constraint **cons;      /* structured outputs (NULL: unconstrained row) */
+    tm_vocab_trie vocab;       /* --tokenizer: what the constraints mask over */
+    int has_vocab;
+    tm_token_logprobs *logprobs;
+    Tandem__V1__TokenLogprobs *logprobs_wire;
+    tm_sampler sampler;
     /* DP+EP group: every rank is a decoder of its own (own requests, KV
      * cache, registration); the experts are split across the EP group, so
      * the ranks step together, a rank without sequences joining empty */

@@ -10,6 +10,7 @@
 #include "common/status.h"
 #include "common/options.h"
 #include "common/sys.h"
+#include "worker/worker_group_env.h"
 
 #define WHO "decoder"
 
@@ -26,8 +27,9 @@ static const char *const INTRO =
 static void send_error(decoder_ctx *ctx, const char *request_id, int code, const char *msg)
 {
     tn_log(WHO, "request %s refused: %s", request_id, msg);
-    ctx->loop.wm.decode_requests[code == TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL ? OUTCOME_ERROR
-                                                                                : OUTCOME_CLIENT_ERROR]++;
+    int ours = code == TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL ||
+               code == TANDEM__V1__ERROR_CODE__ERROR_CODE_TRANSFER_FAILED;
+    ctx->loop.wm.decode_requests[ours ? OUTCOME_ERROR : OUTCOME_CLIENT_ERROR]++;
     Tandem__V1__Error e = TANDEM__V1__ERROR__INIT;
     e.code = code;
     e.message = (char *)msg;
@@ -38,14 +40,22 @@ static void send_error(decoder_ctx *ctx, const char *request_id, int code, const
     link_send(&ctx->loop.link, &m);
 }
 
-/* Tells the router where q's prompt KV goes. */
-static void send_kv_ready(decoder_ctx *ctx, const sched_seq *q)
+/* After its lease, a reservation is freed only this much later: the
+ * prefiller counts the lease from when the assignment reached it, after
+ * the router relayed KvReady. */
+#define LEASE_GRACE_MS 2000
+
+/* Tells the router where q's prompt KV goes, leasing its pages to the
+ * prefill for kv_lease_ms. */
+static void send_kv_ready(decoder_ctx *ctx, sched_seq *q)
 {
+    q->lease_until_ms = tn_now_ms() + (uint64_t)ctx->cfg.kv_lease_ms + LEASE_GRACE_MS;
     Tandem__V1__KvDestination d = TANDEM__V1__KV_DESTINATION__INIT;
     d.decoder_id = ctx->cfg.w.worker_id;
     d.page_ids = q->pages;
     d.n_page_ids = (size_t)q->n_pages;
     d.page_size = ctx->cfg.w.page_size;
+    d.lease_end_unix_ms = tn_wall_ms() + (uint64_t)ctx->cfg.kv_lease_ms;
     Tandem__V1__KvReady k = TANDEM__V1__KV_READY__INIT;
     k.request_id = (char *)q->id;
     k.destination = &d;
@@ -57,12 +67,24 @@ static void send_kv_ready(decoder_ctx *ctx, const sched_seq *q)
 
 static void on_assignment(decoder_ctx *ctx, const Tandem__V1__DecodeAssignment *a)
 {
-    const Tandem__V1__SamplingParams *sp = a->sampling;
-    if (!sp || !isfinite(sp->temperature) || sp->temperature < 0 ||
-        !(sp->top_p > 0 && sp->top_p <= 1) || a->prompt_len > INT32_MAX ||
-        a->max_tokens > INT32_MAX || a->n_stop_token_ids > INT32_MAX) {
+    char msg[300];
+    if (a->prompt_len > INT32_MAX || a->max_tokens > INT32_MAX ||
+        a->n_stop_token_ids > INT32_MAX || a->n_penalty_prompt > INT32_MAX) {
         send_error(ctx, a->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT,
-                   "invalid sampling parameters or sizes");
+                   "invalid sizes");
+        return;
+    }
+    worker_sampling ws;
+    if (worker_sampling_from_wire(&ws, a->sampling, a->penalty_prompt, (int)a->n_penalty_prompt,
+                                  ctx->mc->vocab_size, msg, sizeof msg) != TN_OK) {
+        send_error(ctx, a->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT, msg);
+        return;
+    }
+    if (worker_sampling_constrain(&ws, a->sampling, ctx->has_vocab ? &ctx->vocab : NULL,
+                                  a->stop_token_ids, (int)a->n_stop_token_ids, msg,
+                                  sizeof msg) != TN_OK) {
+        worker_sampling_free(&ws);
+        send_error(ctx, a->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT, msg);
         return;
     }
     sched_request req = {
@@ -71,11 +93,12 @@ static void on_assignment(decoder_ctx *ctx, const Tandem__V1__DecodeAssignment *
         .max_tokens = (int)a->max_tokens,
         .stop_ids = a->stop_token_ids,
         .n_stop_ids = (int)a->n_stop_token_ids,
-        .sampling = {.temperature = sp->temperature, .top_p = sp->top_p, .top_k = sp->top_k},
+        .ws = &ws,
     };
     sched_seq *q = NULL;
-    char msg[300];
-    switch (sched_submit(&ctx->s, &req, &q)) {
+    int submitted = sched_submit(&ctx->s, &req, &q);
+    worker_sampling_free(&ws); /* zeroed when the sequence took it */
+    switch (submitted) {
     case SCHED_ADMITTED:
         send_kv_ready(ctx, q);
         break;
@@ -111,6 +134,16 @@ static void on_start(decoder_ctx *ctx, const Tandem__V1__StartDecode *s)
     if (s->first_token < 0 || s->first_token >= ctx->mc->vocab_size) {
         send_error(ctx, s->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT,
                    "first token outside the vocabulary");
+        return;
+    }
+    if (q->ws.con && tm_constraint_accept(q->ws.con, s->first_token) != TN_OK) {
+        send_error(ctx, s->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT,
+                   "the first token breaks the request's grammar");
+        return;
+    }
+    if (tm_penalties_add_output(&q->ws.pen, s->first_token) != TN_OK) {
+        send_error(ctx, s->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL,
+                   "decoder out of memory");
         return;
     }
     sched_start(&ctx->s, q, s->first_token, s->rng_state);
@@ -163,13 +196,30 @@ static void drop_old_session(void *arg)
 }
 
 /* Frees cancelled reservations whose transfer never reported: by then the
- * prefiller's own transfer timeout has closed the connection. */
+ * prefiller's own transfer timeout has closed the connection. And frees
+ * reservations whose lease ended before they ran (no KV, or no first
+ * token): the prefiller starts no push after the lease and ends its
+ * transfer by then, so nothing writes into the pages any more; the router
+ * hears that the request failed here (it would otherwise wait for it). */
 static void release_orphans(decoder_ctx *ctx, uint64_t now)
 {
     for (int i = ctx->s.n_seqs - 1; i >= 0; i--) {
         sched_seq *q = ctx->s.seqs[i];
-        if (q->cancelled && q->release_at_ms && now >= q->release_at_ms) {
+        /* A cancelled reservation's prefill may still push until its lease
+         * ends (the prefiller honours it), so that bounds the wait too. */
+        uint64_t release_at = q->release_at_ms;
+        if (q->lease_until_ms && (!release_at || q->lease_until_ms < release_at))
+            release_at = q->lease_until_ms;
+        if (q->cancelled && release_at && now >= release_at) {
             tn_log(WHO, "request %s: no word from its KV transfer; freeing its pages", q->id);
+            sched_remove(&ctx->s, q);
+        } else if (!q->cancelled && q->state == SEQ_RESERVED && q->lease_until_ms &&
+                   now >= q->lease_until_ms) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "the KV lease of its prefill ended after %d ms with %s; "
+                     "its %d pages are free again", ctx->cfg.kv_lease_ms,
+                     q->kv_arrived ? "no first token" : "no KV transfer", q->n_pages);
+            send_error(ctx, q->id, TANDEM__V1__ERROR_CODE__ERROR_CODE_TRANSFER_FAILED, msg);
             sched_remove(&ctx->s, q);
         }
     }
@@ -207,8 +257,14 @@ static void handle_notices(decoder_ctx *ctx)
             sched_remove(&ctx->s, q); /* no more writes: the pages are free */
             continue;
         }
-        if (!complete)
-            continue; /* the prefiller reports the failure; the router cancels */
+        if (!complete) {
+            /* The transfer is over unfinished (the prefiller stopped: no
+             * more writes follow) and the prefiller reports the failure, so
+             * the router places the request again under a new id: the
+             * lease ends here and the pages return to the pool now. */
+            sched_remove(&ctx->s, q);
+            continue;
+        }
         /* staged KV: the prompt's pages go from the host mirror to the GPU */
         int n_prompt = (q->prompt_len + ctx->s.page_size - 1) / ctx->s.page_size;
         char err[200];
@@ -385,6 +441,8 @@ static void ctx_free(decoder_ctx *ctx)
         kv_receiver_close(ctx->recv);
     sched_free(&ctx->s);
     tm_kv_cache_free(&ctx->kv);
+    tm_sampler_free(&ctx->sampler);
+    tm_vocab_trie_free(&ctx->vocab);
     tm_model_free(ctx->model);
     kn_backend_free(&ctx->be);
     free(ctx->batch);
@@ -392,11 +450,21 @@ static void ctx_free(decoder_ctx *ctx)
     free(ctx->sampled);
     free(ctx->params);
     free(ctx->rngs);
+    free(ctx->pens);
+    free(ctx->cons);
+    free(ctx->top_logprobs);
+    free(ctx->logprobs);
+    free(ctx->logprobs_wire);
     free(ctx);
 }
 
 /* The role's flags and their defaults, after the common ones: -1 to go
  * on, or the exit status (worker_parse_flags). */
+static const char *env_var(const char *name)
+{
+    return getenv(name);
+}
+
 static int parse_flags(decoder_config *c, int argc, char **argv)
 {
     worker_options *o = &c->w;
@@ -404,15 +472,42 @@ static int parse_flags(decoder_config *c, int argc, char **argv)
     c->kv_pages = 1024;
     c->max_batch = 64;
     c->orphan_release_ms = 60000;
+    c->kv_lease_ms = 120000;
     const opt_spec specs[] = {
         {"kv-pages", OPT_INT, &c->kv_pages, 0, "KV cache capacity in pages"},
         {"max-batch", OPT_INT, &c->max_batch, 0, "most sequences decoded together"},
         {"orphan-release-ms", OPT_INT, &c->orphan_release_ms, 0,
          "free a cancelled reservation whose KV transfer never reports after this long "
          "(keep it above the prefillers' --transfer-timeout-ms)"},
+        {"kv-lease-ms", OPT_INT, &c->kv_lease_ms, 0,
+         "lease a reservation's pages to its prefill for this long: a request whose KV or "
+         "first token has not come by then (plus 2 s) is failed and its pages freed; the "
+         "prefiller starts no push after it (keep it above the longest prefill queue wait "
+         "plus --transfer-timeout-ms)"},
+        {"group-from-env", OPT_BOOL, &c->group_from_env, 0,
+         "a decoder group on Kubernetes: --dp/--ep, --rank, --world, --local-ranks and "
+         "--group-leader from POD_NAME, TANDEM_DECODER_PODS_PER_GROUP, "
+         "TANDEM_DECODER_GPUS_PER_POD, TANDEM_DECODER_HEADLESS_SERVICE, POD_NAMESPACE "
+         "(with --rank/--world and no --group-leader, TANDEM_DECODER_GROUP_LEADER names "
+         "rank 0 instead: deploy/image/tandem-decoder-pod)"},
     };
-    return worker_parse_flags(o, "tandem-decoder", INTRO, "dp", specs,
-                              (int)(sizeof specs / sizeof *specs), argc, argv);
+    int rc = worker_parse_flags(o, "tandem-decoder", INTRO, "dp", specs,
+                                (int)(sizeof specs / sizeof *specs), argc, argv);
+    char err[400];
+    if (rc < 0 && c->group_from_env && worker_group_from_env(o, env_var, err, sizeof err)) {
+        fprintf(stderr, "tandem-decoder: %s\n", err);
+        return 2;
+    }
+    /* deploy/image/tandem-decoder-pod starts one process per rank with
+     * --rank/--world and names rank 0's pod in the environment */
+    const char *leader = getenv("TANDEM_DECODER_GROUP_LEADER");
+    if (rc < 0 && !o->group_leader[0] && o->world > 0 && leader && leader[0] &&
+        snprintf(o->group_leader, sizeof o->group_leader, "%s", leader) >=
+            (int)sizeof o->group_leader) {
+        fprintf(stderr, "tandem-decoder: TANDEM_DECODER_GROUP_LEADER is too long\n");
+        return 2;
+    }
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -424,6 +519,11 @@ int main(int argc, char **argv)
     }
     worker_loop_init(&ctx->loop, &DECODER_ROLE, ctx, WM_DECODE);
     int prc = parse_flags(&ctx->cfg, argc, argv);
+    if (prc < 0 && (ctx->cfg.kv_lease_ms <= 0 || ctx->cfg.orphan_release_ms <= 0)) {
+        fprintf(stderr, "tandem-decoder: --kv-lease-ms and --orphan-release-ms must be "
+                "positive\n");
+        prc = 2;
+    }
     if (prc >= 0) {
         free(ctx);
         return prc;
@@ -432,8 +532,9 @@ int main(int argc, char **argv)
     worker_options *o = &c->w;
     char err[512];
     /* the DP ranks first, before any thread exists */
-    if (rank_group_start(&ctx->group, 1, o->ep, o->ranks, o->rank, o->world, o->comm_name,
-                         "decode", o->comm_timeout_ms, err, sizeof err) != TN_OK) {
+    rank_group_spec spec;
+    worker_group_spec(o, 1, o->ranks, "decode", &spec);
+    if (rank_group_start(&ctx->group, &spec, err, sizeof err) != TN_OK) {
         fprintf(stderr, "tandem-decoder: %s\n", err);
         free(ctx);
         return 1;
@@ -449,7 +550,6 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    ctx->loop.lockstep = ctx->group.world != NULL;
     int rc = 1;
     if (worker_loop_open_signals(&ctx->loop, 1) != 0) {
         fprintf(stderr, "tandem-decoder: cannot set up signals\n");
@@ -459,6 +559,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "tandem-decoder: %s\n", err);
         goto out;
     }
+    /* the group's control communicator exists once the layout is built */
+    ctx->loop.lockstep = ctx->group.world != NULL;
     ctx->mc = tm_model_config(ctx->model);
     /* The longest sequence: every token but the last is cached. */
     long cap = (long)c->kv_pages * o->page_size + 1;
@@ -469,7 +571,19 @@ int main(int argc, char **argv)
     ctx->sampled = calloc(mb, sizeof *ctx->sampled);
     ctx->params = calloc(mb, sizeof *ctx->params);
     ctx->rngs = calloc(mb, sizeof *ctx->rngs);
+    ctx->pens = calloc(mb, sizeof *ctx->pens);
+    ctx->cons = calloc(mb, sizeof *ctx->cons);
+    ctx->top_logprobs = calloc(mb, sizeof *ctx->top_logprobs);
+    ctx->logprobs = calloc(mb, sizeof *ctx->logprobs);
+    ctx->logprobs_wire = calloc(mb, sizeof *ctx->logprobs_wire);
+    tm_sampler_init(&ctx->sampler, &ctx->be);
+    if (worker_vocab_load(o->tokenizer, ctx->mc->vocab_size, &ctx->vocab, &ctx->has_vocab, err,
+                          sizeof err) != TN_OK) {
+        fprintf(stderr, "tandem-decoder: %s\n", err);
+        goto out;
+    }
     if (!ctx->batch || !ctx->steps || !ctx->sampled || !ctx->params || !ctx->rngs ||
+        !ctx->pens || !ctx->cons || !ctx->top_logprobs || !ctx->logprobs || !ctx->logprobs_wire ||
         sched_init(&ctx->s, c->kv_pages, o->page_size, c->max_batch, ctx->max_context) != 0 ||
         tm_kv_cache_init(&ctx->kv, &ctx->be, o->kv_elem, ctx->mc->n_layers, ctx->mc->n_kv_heads,
                          ctx->mc->head_dim, o->page_size, c->kv_pages) != TN_OK) {

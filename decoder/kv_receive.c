@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "common/status.h"
+#include "common/sys.h"
 #include "transfer/transfer.h"
 #include "transfer/transfer_kv.h"
 #include "worker/worker_transfer.h"
@@ -13,12 +14,24 @@
 #include "proto/tandem.pb-c.h"
 
 /* A prefiller: one engine, or one per rank of a TP group (each rank pushes
- * its KV heads of a request and sends its own notice). */
+ * its KV heads of a request and sends its own notice). Its endpoint is kept
+ * so a connection that fails (the prefiller's side gave us up while we were
+ * frozen, or the network broke) is opened again: acks wait for it
+ * (transfer.h) and go out on the new one. */
 typedef struct prefiller_peer {
     char id[256];
     te_kv_remote *remotes;
     int n_remotes;
+    uint8_t *endpoint;        /* the TransferPeer endpoint, as received */
+    size_t endpoint_len;
+    int reconnects;           /* consecutive reopenings that failed again */
+    double reconnect_at;      /* earliest te_now_seconds() of the next one */
 } prefiller_peer;
+
+/* Reopening a failed connection: at once, then backing off up to this
+ * long between tries while the prefiller does not answer (the router says
+ * when it is gone for good: TransferPeer removed). */
+#define RECONNECT_MAX_BACKOFF_S 5.0
 
 /* A request whose notices from a TP group's ranks are not all in yet. */
 typedef struct pending_notice {
@@ -43,6 +56,9 @@ static void peer_disconnect(kv_receiver *r, prefiller_peer *p)
     free(p->remotes);
     p->remotes = NULL;
     p->n_remotes = 0;
+    free(p->endpoint);
+    p->endpoint = NULL;
+    p->endpoint_len = 0;
 }
 
 int kv_receiver_open(tm_kv_cache *kv, const char *name, const char *tls, tm_kv_path path,
@@ -154,7 +170,8 @@ int kv_receiver_add_peer(kv_receiver *r, const char *worker_id, const uint8_t *e
     prefiller_peer *p = rc ? NULL : find(r, worker_id);
     int same = p && p->n_remotes == n;
     for (int i = 0; same && i < n; i++)
-        same = p->remotes[i].engine_id == hello[i]->hello->engine_id && p->remotes[i].peer;
+        same = p->remotes[i].engine_id == hello[i]->hello->engine_id && p->remotes[i].peer &&
+               te_peer_status(p->remotes[i].peer) == TN_OK;
     if (!rc && !same) {   /* connect (again) to every rank's engine */
         if (p)
             kv_receiver_remove_peer(r, worker_id);
@@ -167,8 +184,12 @@ int kv_receiver_add_peer(kv_receiver *r, const char *worker_id, const uint8_t *e
             }
         }
         te_kv_remote *remotes = calloc((size_t)n, sizeof *remotes);
-        if (r->n_peers == r->cap_peers || !remotes) {
+        uint8_t *copy = malloc(len ? len : 1);
+        if (r->n_peers == r->cap_peers || !remotes || !copy) {
             free(remotes);
+            free(copy);
+            remotes = NULL;
+            copy = NULL;
             snprintf(err, errlen, "out of memory");
             rc = -1;
         }
@@ -188,12 +209,16 @@ int kv_receiver_add_peer(kv_receiver *r, const char *worker_id, const uint8_t *e
             for (int i = 0; i < connected; i++)
                 te_kv_disconnect(r->xfer.e, &remotes[i]);
             free(remotes);
+            free(copy);
         } else if (!rc) {
             p = &r->peers[r->n_peers++];
             memset(p, 0, sizeof *p);
             snprintf(p->id, sizeof p->id, "%s", worker_id);
             p->remotes = remotes;
             p->n_remotes = n;
+            memcpy(copy, endpoint, len);
+            p->endpoint = copy;
+            p->endpoint_len = len;
         }
     }
     for (int i = 0; i < n; i++)
@@ -255,9 +280,80 @@ static int combine(kv_receiver *r, const te_notice *n, int size, uint64_t key,
     return 1;
 }
 
+/* Whether a connection of p failed (UCX reported it, or the engine gave
+ * it up). */
+static int peer_failed(const prefiller_peer *p)
+{
+    if (p->n_remotes == 0)
+        return 1;
+    for (int i = 0; i < p->n_remotes; i++)
+        if (!p->remotes[i].peer || te_peer_status(p->remotes[i].peer) != TN_OK)
+            return 1;
+    return 0;
+}
+
+/* Opens failed prefiller connections again from their endpoints: the
+ * failed endpoint is handed to the engine to close once safe, a new one
+ * is connected and its set-up started off the request path, and pending
+ * acks go out on it. Backs off while the prefiller does not answer. */
+static void supervise(kv_receiver *r)
+{
+    double now = te_now_seconds();
+    for (int i = 0; i < r->n_peers; i++) {
+        prefiller_peer *p = &r->peers[i];
+        if (!peer_failed(p) || now < p->reconnect_at || !p->endpoint)
+            continue;
+        char id[256], why[300], err[300];
+        snprintf(id, sizeof id, "%s", p->id);
+        snprintf(why, sizeof why, "%s",
+                 p->n_remotes && p->remotes[0].peer ? te_peer_error(p->remotes[0].peer) : "");
+        uint8_t *ep = p->endpoint;
+        size_t len = p->endpoint_len;
+        int tries = p->reconnects;
+        p->endpoint = NULL;   /* kept across the removal below */
+        kv_receiver_remove_peer(r, id);
+        int rc = kv_receiver_add_peer(r, id, ep, len, err, sizeof err);
+        prefiller_peer *np = find(r, id);
+        if (np) {
+            double backoff = 0.25 * (1 << (tries < 5 ? tries : 5));
+            np->reconnects = tries + 1;
+            np->reconnect_at = now + (backoff < RECONNECT_MAX_BACKOFF_S ? backoff
+                                                                         : RECONNECT_MAX_BACKOFF_S);
+        }
+        if (tries == 0 || (rc != 0 && tries % 10 == 1))
+            tn_log("decoder", "prefiller %s: connection failed%s%s%s; %s%s", id,
+                   why[0] ? " (" : "", why, why[0] ? ")" : "",
+                   rc ? "reconnecting failed: " : "reconnected (acks wait for the new endpoint)",
+                   rc ? err : "");
+        if (rc != 0) {
+            /* Keep the endpoint to try again later. */
+            if (r->n_peers == r->cap_peers) {
+                free(ep);
+                continue;
+            }
+            prefiller_peer *q = &r->peers[r->n_peers++];
+            memset(q, 0, sizeof *q);
+            snprintf(q->id, sizeof q->id, "%s", id);
+            q->endpoint = ep;
+            q->endpoint_len = len;
+            q->reconnects = tries + 1;
+            q->reconnect_at = now + RECONNECT_MAX_BACKOFF_S;
+            continue;
+        }
+        free(ep);
+        i = -1; /* the array changed: look again (peers already fine are skipped) */
+    }
+    /* Connections that are healthy again reset their back-off. */
+    for (int i = 0; i < r->n_peers; i++)
+        if (r->peers[i].reconnects && !peer_failed(&r->peers[i]) &&
+            te_peer_wireup_status(r->peers[i].remotes[0].peer) == TN_OK)
+            r->peers[i].reconnects = 0;
+}
+
 int kv_receiver_next(kv_receiver *r, uint64_t *request_id, int *complete, uint64_t *bytes)
 {
     te_engine_progress(r->xfer.e);
+    supervise(r);
     te_notice n;
     while (te_engine_next_notice(r->xfer.e, &n)) {
         uint64_t key;

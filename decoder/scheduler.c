@@ -33,6 +33,7 @@ static void seq_free(sched_seq *q)
         return;
     free(q->stop_ids);
     free(q->pages);
+    worker_sampling_free(&q->ws);
     free(q);
 }
 
@@ -133,7 +134,14 @@ int sched_submit(sched *s, const sched_request *req, sched_seq **out)
     q->n_stop_ids = req->n_stop_ids;
     if (req->n_stop_ids)
         memcpy(q->stop_ids, req->stop_ids, (size_t)req->n_stop_ids * sizeof *q->stop_ids);
-    q->sampling = req->sampling;
+    if (req->ws) {
+        q->ws = *req->ws;
+        memset(req->ws, 0, sizeof *req->ws);
+        req->ws->top_logprobs = -1;
+    } else {
+        q->ws.top_logprobs = -1;
+        q->ws.params = (kn_sampling){ .temperature = 0.0f, .top_p = 1.0f };
+    }
     q->reserved_pages = need;
     q->state = SEQ_WAITING;
     s->seqs[s->n_seqs++] = q;

@@ -25,6 +25,7 @@
 #include "kernels/sampling.h"
 #include "common/status.h"
 #include "engine/kv_cache.h"
+#include "worker/worker_sampling.h"
 
 #define SCHED_MAX_ID 64
 
@@ -47,7 +48,8 @@ typedef struct sched_request {
     int max_tokens;           /* counts the prefiller's first token */
     const int32_t *stop_ids;
     int n_stop_ids;
-    kn_sampling sampling;
+    worker_sampling *ws;      /* moved into the sequence when sched_submit
+                                 succeeds (*ws zeroed); the caller's on error */
 } sched_request;
 
 typedef struct sched_seq {
@@ -56,7 +58,7 @@ typedef struct sched_seq {
     int prompt_len, max_tokens;
     int32_t *stop_ids;
     int n_stop_ids;
-    kn_sampling sampling;
+    worker_sampling ws;       /* sampling, penalties (counting the output), logprobs */
     uint64_t rng;             /* sampler state, continued from the prefiller */
     int kv_arrived;           /* the prompt's KV transfer completed */
     int started;              /* the first token arrived */
@@ -71,6 +73,9 @@ typedef struct sched_seq {
                                  transfer may still write into its pages */
     uint64_t release_at_ms;   /* cancelled: when the decoder frees it anyway
                                  (no prefiller writes that late); 0 = never */
+    uint64_t lease_until_ms;  /* admitted: the KV lease of its prefill ends
+                                 (the decoder frees it unless it runs by then);
+                                 0 = not leased yet */
 } sched_seq;
 
 typedef struct sched {

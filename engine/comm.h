@@ -11,6 +11,9 @@
  *                        shared-memory segment; buffers are host memory.
  *   NCCL  (comm_nccl.c)  GPUs; buffers are device memory on the backend's
  *                        stream. Built only with TANDEM_NCCL.
+ * and a third wraps either in the other kind of memory:
+ *   staged (comm_staged.c) device buffers over a host communicator (ranks
+ *                        that share one GPU), or host buffers over NCCL.
  * comm_memory says which kind of buffer a communicator takes.
  *
  * Failure: a rank that dies (any signal, SIGKILL included), leaves (calls
@@ -58,6 +61,28 @@ int comm_host_init(comm **out, const char *name, int rank, int world,
  * TN_ERR_UNSUPPORTED in builds without TANDEM_NCCL. */
 int comm_nccl_init(comm **out, comm *bootstrap, const kn_backend *be,
                    char *err, size_t errlen);
+
+/* The same, for ranks that share no host communicator (a group spanning
+ * pods): rank 0 makes the id with comm_nccl_unique_id and hands it to the
+ * others itself (engine/rendezvous.h). Collective over the size ranks. */
+#define COMM_NCCL_ID_BYTES 128
+int comm_nccl_unique_id(unsigned char id[COMM_NCCL_ID_BYTES], char *err, size_t errlen);
+int comm_nccl_init_id(comm **out, const unsigned char id[COMM_NCCL_ID_BYTES], int rank,
+                      int size, const kn_backend *be, char *err, size_t errlen);
+
+/* Staged communicator (comm_staged.c): the collectives of one kind of
+ * memory carried by `inner`, a communicator of the other kind, through a
+ * staging buffer and synchronous copies on `be`'s stream:
+ *   inner host, be CUDA    device buffers (ranks sharing one GPU, where
+ *                          NCCL refuses duplicate devices);
+ *   inner device (NCCL)    host buffers (control messages of a group that
+ *                          has no shared memory, e.g. across pods);
+ *   inner host, be CPU     host buffers, both copies memmoves (the CPU
+ *                          tests of the staging protocol).
+ * Failure semantics are inner's. Takes ownership of inner, also on failure;
+ * be must outlive the communicator and its splits. */
+int comm_staged_init(comm **out, comm *inner, const kn_backend *be, char *err,
+                     size_t errlen);
 
 int comm_rank(const comm *c);
 int comm_size(const comm *c);

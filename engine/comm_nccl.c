@@ -33,6 +33,22 @@ int comm_nccl_init(comm **out, comm *bootstrap, const kn_backend *be, char *err,
     return TN_ERR_UNSUPPORTED;
 }
 
+int comm_nccl_unique_id(unsigned char id[COMM_NCCL_ID_BYTES], char *err, size_t errlen)
+{
+    (void)id;
+    return tn_fail(err, errlen, TN_ERR_UNSUPPORTED, "comm: NCCL support is not built in "
+                   "(build with CUDA and NCCL so that TANDEM_NCCL is defined)");
+}
+
+int comm_nccl_init_id(comm **out, const unsigned char id[COMM_NCCL_ID_BYTES], int rank,
+                      int size, const kn_backend *be, char *err, size_t errlen)
+{
+    (void)id;
+    (void)rank;
+    (void)size;
+    return comm_nccl_init(out, NULL, be, err, errlen);
+}
+
 #else
 
 #include <cuda_runtime.h>
@@ -349,6 +365,60 @@ static int nccl_split(comm *parent, int color, int key, comm **out)
 
 static const comm_ops nccl_ops = COMM_OPS(nccl);
 
+_Static_assert(sizeof(ncclUniqueId) == COMM_NCCL_ID_BYTES, "NCCL unique id size");
+
+int comm_nccl_unique_id(unsigned char id[COMM_NCCL_ID_BYTES], char *err, size_t errlen)
+{
+    ncclUniqueId u;
+    ncclResult_t r = ncclGetUniqueId(&u);
+    if (r != ncclSuccess)
+        return tn_fail(err, errlen, TN_ERR_DEVICE, "ncclGetUniqueId failed: %s",
+                       ncclGetErrorString(r));
+    memcpy(id, &u, sizeof(u));
+    return TN_OK;
+}
+
+int comm_nccl_init_id(comm **out, const unsigned char id_bytes[COMM_NCCL_ID_BYTES], int rank,
+                      int size, const kn_backend *be, char *err, size_t errlen)
+{
+    if (out)
+        *out = NULL;
+    if (!out || !id_bytes || !be || be->kind != KN_BACKEND_CUDA || size < 1 || rank < 0 ||
+        rank >= size)
+        return tn_fail(err, errlen, TN_ERR_ARG, "comm_nccl_init: needs a CUDA backend and "
+                       "a rank inside the group");
+    ncclUniqueId id;
+    memcpy(&id, id_bytes, sizeof(id));
+    if (cudaSetDevice(be->device) != cudaSuccess)
+        return tn_fail(err, errlen, TN_ERR_DEVICE, "comm_nccl_init: cannot select CUDA "
+                       "device %d", be->device);
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclComm_t nc = NULL;
+    ncclResult_t r = ncclCommInitRankConfig(&nc, size, id, rank, &cfg);
+    if (r == ncclSuccess || r == ncclInProgress)
+        r = init_done(nc, DEFAULT_NCCL_TIMEOUT_MS);
+    if (r != ncclSuccess) {
+        /* NCCL's own detail ("Duplicate GPU detected : rank 1 and rank 0
+         * both on CUDA device ...") says more than the status; read it
+         * before the abort frees the communicator */
+        const char *last = ncclGetLastError(nc);
+        tn_errf(err, errlen, "comm_nccl_init: ncclCommInitRank failed: %s%s%s",
+                r == ncclInProgress ? "timed out" : ncclGetErrorString(r),
+                last && last[0] ? ": " : "", last && last[0] ? last : "");
+        if (nc)
+            ncclCommAbort(nc);
+        return TN_ERR_PEER;
+    }
+    *out = wrap(nc, (cudaStream_t)be->stream, be->device, rank, size,
+                DEFAULT_NCCL_TIMEOUT_MS);
+    if (!*out) {
+        ncclCommAbort(nc);
+        return tn_fail(err, errlen, TN_ERR_NOMEM, "comm_nccl_init: out of memory");
+    }
+    return TN_OK;
+}
+
 int comm_nccl_init(comm **out, comm *bootstrap, const kn_backend *be, char *err,
                    size_t errlen)
 {
@@ -363,55 +433,23 @@ int comm_nccl_init(comm **out, comm *bootstrap, const kn_backend *be, char *err,
     }
     const int rank = bootstrap ? comm_rank(bootstrap) : 0;
     const int size = bootstrap ? comm_size(bootstrap) : 1;
-    ncclUniqueId id;
-    memset(&id, 0, sizeof(id));
-    ncclResult_t r = ncclSuccess;
-    if (rank == 0)
-        r = ncclGetUniqueId(&id);
+    unsigned char id[COMM_NCCL_ID_BYTES];
+    memset(id, 0, sizeof(id));
+    char why[160] = "";
+    int made = rank == 0 ? comm_nccl_unique_id(id, why, sizeof(why)) : TN_OK;
     /* everyone joins the broadcast even if rank 0 failed, then checks */
-    int32_t ok = r == ncclSuccess;
+    int32_t ok = made == TN_OK;
     int rc = bootstrap ? comm_broadcast(bootstrap, &ok, sizeof(ok), 0) : TN_OK;
     if (!rc && ok && bootstrap)
-        rc = comm_broadcast(bootstrap, &id, sizeof(id), 0);
+        rc = comm_broadcast(bootstrap, id, sizeof(id), 0);
     if (rc || !ok) {
         if (err && errlen)
             snprintf(err, errlen, "comm_nccl_init: sharing the NCCL id failed: %s",
-                     rc && bootstrap ? comm_error(bootstrap) : ncclGetErrorString(r));
+                     rc && bootstrap ? comm_error(bootstrap)
+                                     : why[0] ? why : "rank 0 could not make one");
         return rc ? rc : TN_ERR_DEVICE;
     }
-    if (cudaSetDevice(be->device) != cudaSuccess) {
-        if (err && errlen)
-            snprintf(err, errlen, "comm_nccl_init: cannot select CUDA device %d", be->device);
-        return TN_ERR_DEVICE;
-    }
-    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-    cfg.blocking = 0;
-    ncclComm_t nc = NULL;
-    r = ncclCommInitRankConfig(&nc, size, id, rank, &cfg);
-    if (r == ncclSuccess || r == ncclInProgress)
-        r = init_done(nc, DEFAULT_NCCL_TIMEOUT_MS);
-    if (r != ncclSuccess) {
-        /* NCCL's own detail ("Duplicate GPU detected : rank 1 and rank 0
-         * both on CUDA device ...") says more than the status; read it
-         * before the abort frees the communicator */
-        const char *last = ncclGetLastError(nc);
-        if (err && errlen)
-            snprintf(err, errlen, "comm_nccl_init: ncclCommInitRank failed: %s%s%s",
-                     r == ncclInProgress ? "timed out" : ncclGetErrorString(r),
-                     last && last[0] ? ": " : "", last && last[0] ? last : "");
-        if (nc)
-            ncclCommAbort(nc);
-        return TN_ERR_PEER;
-    }
-    *out = wrap(nc, (cudaStream_t)be->stream, be->device, rank, size,
-                DEFAULT_NCCL_TIMEOUT_MS);
-    if (!*out) {
-        ncclCommAbort(nc);
-        if (err && errlen)
-            snprintf(err, errlen, "comm_nccl_init: out of memory");
-        return TN_ERR_NOMEM;
-    }
-    return TN_OK;
+    return comm_nccl_init_id(out, id, rank, size, be, err, errlen);
 }
 
 #endif

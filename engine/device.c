@@ -1,7 +1,11 @@
 #include "engine/device.h"
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef TANDEM_CUDA
+#include <cuda_runtime.h>
+#endif
 #include "common/file.h"
 #include "common/status.h"
 
@@ -56,6 +60,32 @@ int tm_device_open(const char *arg, kn_backend *be, char *err, size_t errlen)
     return rc;
 }
 
+int tm_device_id(const kn_backend *be, char out[TM_DEVICE_ID_MAX], char *err, size_t errlen)
+{
+    out[0] = '\0';
+    if (!be)
+        return tn_fail(err, errlen, TN_ERR_ARG, "tm_device_id: no backend");
+    if (be->kind == KN_BACKEND_CPU) {
+        snprintf(out, TM_DEVICE_ID_MAX, "cpu");
+        return TN_OK;
+    }
+#ifdef TANDEM_CUDA
+    struct cudaDeviceProp p;
+    cudaError_t e = cudaGetDeviceProperties(&p, be->device);
+    if (e != cudaSuccess)
+        return tn_fail(err, errlen, TN_ERR_DEVICE, "cannot read CUDA device %d's UUID: %s",
+                       be->device, cudaGetErrorString(e));
+    const unsigned char *u = (const unsigned char *)p.uuid.bytes;
+    snprintf(out, TM_DEVICE_ID_MAX,
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+             u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12],
+             u[13], u[14], u[15]);
+    return TN_OK;
+#else
+    return tn_fail(err, errlen, TN_ERR_UNSUPPORTED, "this build has no CUDA backend");
+#endif
+}
+
 int tm_weights_parse(const char *arg, tm_weight_dtype *out)
 {
     if (!arg)
@@ -81,11 +111,10 @@ int tm_kv_dtype_parse(const char *arg, tm_kv_dtype *out, char *err, size_t errle
         *out = TM_KV_F32;
     else if (arg && strcmp(arg, "bf16") == 0)
         *out = TM_KV_BF16;
-    else if (arg && strcmp(arg, "fp8") == 0) {
-        tn_errf(err, errlen, "--kv-dtype fp8 is not supported yet (KV dtypes: auto, f32, bf16)");
-        return -1;
-    } else {
-        tn_errf(err, errlen, "--kv-dtype must be auto, f32 or bf16, got '%s'", arg ? arg : "");
+    else if (arg && strcmp(arg, "fp8") == 0)
+        *out = TM_KV_FP8;
+    else {
+        tn_errf(err, errlen, "--kv-dtype must be auto, f32, bf16 or fp8, got '%s'", arg ? arg : "");
         return -1;
     }
     return 0;
@@ -96,6 +125,7 @@ kn_dtype tm_kv_dtype_resolve(tm_kv_dtype d, kn_backend_kind kind)
     switch (d) {
     case TM_KV_F32: return KN_F32;
     case TM_KV_BF16: return KN_BF16;
+    case TM_KV_FP8: return KN_FP8_E4M3;
     case TM_KV_AUTO: break;
     }
     return kind == KN_BACKEND_CPU ? KN_F32 : KN_BF16;

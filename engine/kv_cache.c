@@ -5,8 +5,7 @@
 
 size_t tm_kv_page_bytes(const tm_kv_cache *c)
 {
-    return (size_t)c->n_kv_heads * (size_t)c->page_size * (size_t)c->head_dim *
-           kn_dtype_size(c->dtype);
+    return (size_t)c->n_kv_heads * (size_t)c->page_size * kn_kv_row_bytes(c->dtype, c->head_dim);
 }
 
 kn_kv_pools tm_kv_layer_pools(const tm_kv_cache *c, int l)
@@ -37,7 +36,8 @@ int tm_kv_cache_init(tm_kv_cache *c, const kn_backend *be, kn_dtype dtype, int n
 {
     memset(c, 0, sizeof(*c));
     if (!be || n_layers <= 0 || n_kv_heads <= 0 || head_dim <= 0 || page_size <= 0 ||
-        n_pages <= 0 || (dtype != KN_F32 && dtype != KN_BF16))
+        n_pages <= 0 || (dtype != KN_F32 && dtype != KN_BF16 && dtype != KN_FP8_E4M3) ||
+        (dtype == KN_FP8_E4M3 && head_dim % 4 != 0))
         return TN_ERR_ARG;
     c->be = be;
     c->dtype = dtype;
@@ -47,7 +47,7 @@ int tm_kv_cache_init(tm_kv_cache *c, const kn_backend *be, kn_dtype dtype, int n
     c->page_size = page_size;
     c->n_pages = n_pages;
     size_t page = tm_kv_page_bytes(c);
-    if (page / kn_dtype_size(dtype) / (size_t)head_dim / (size_t)page_size != (size_t)n_kv_heads ||
+    if (page / kn_kv_row_bytes(dtype, head_dim) / (size_t)page_size != (size_t)n_kv_heads ||
         (size_t)n_pages > SIZE_MAX / page) {
         memset(c, 0, sizeof(*c));
         return TN_ERR_ARG;

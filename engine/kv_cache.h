@@ -1,6 +1,6 @@
 /* The paged HND KV cache: for every layer a K pool and a V pool of
- * [n_pages][n_kv_heads][page_size][head_dim] elements of the cache's dtype
- * (f32 or bf16) on the backend (see kernels/attention.h for the layout and
+ * [n_pages][n_kv_heads][page_size] rows of the cache's dtype (f32, bf16,
+ * or FP8 e4m3 codes with a scale per row: kn_kv_pools) on the backend (see kernels/attention.h for the layout and
  * why it is head-major). Pages are handed out to sequences from a free
  * list; one page id covers every layer. */
 #ifndef TANDEM_ENGINE_KV_CACHE_H
@@ -13,7 +13,7 @@
 
 typedef struct tm_kv_cache {
     const kn_backend *be;
-    kn_dtype dtype;      /* of the pools' elements: KN_F32 or KN_BF16 */
+    kn_dtype dtype;      /* of the pools' elements: KN_F32, KN_BF16 or KN_FP8_E4M3 */
     int n_layers, n_kv_heads, head_dim, page_size, n_pages;
     void **k;            /* [n_layers] pools on the backend */
     void **v;
@@ -22,8 +22,9 @@ typedef struct tm_kv_cache {
     uint8_t *page_used;  /* host [n_pages]: 1 while handed out (catches double release) */
 } tm_kv_cache;
 
-/* Allocates the pools of dtype (KN_F32 or KN_BF16; zeroed on the CPU
- * backend). Returns TN_ERR_ARG for a non-positive size or another dtype,
+/* Allocates the pools of dtype (KN_F32, KN_BF16, or KN_FP8_E4M3 with
+ * head_dim a multiple of 4; zeroed on the CPU backend). Returns TN_ERR_ARG
+ * for a non-positive size or another dtype,
  * TN_ERR_NOMEM (with nothing left allocated) when memory runs out. */
 int tm_kv_cache_init(tm_kv_cache *c, const kn_backend *be, kn_dtype dtype, int n_layers,
                      int n_kv_heads, int head_dim, int page_size, int n_pages);

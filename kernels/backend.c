@@ -148,8 +148,9 @@ static int check_copy(const char *op, const kn_backend *be, const void *dst,
     return TN_OK;
 }
 
-/* Both copy directions: to_backend picks host -> backend (else backend ->
- * host); on the CPU both are a memmove. */
+/* Every copy direction: to_backend 1 host -> backend, 0 backend -> host,
+ * 2 backend -> backend (stream-ordered on CUDA); on the CPU all are a
+ * memmove. */
 static int copy_bytes(const char *op, const kn_backend *be, void *dst, const void *src,
                       size_t bytes, int to_backend)
 {
@@ -162,8 +163,9 @@ static int copy_bytes(const char *op, const kn_backend *be, void *dst, const voi
         return TN_OK;
     case KN_BACKEND_CUDA:
 #ifdef TANDEM_CUDA
-        return to_backend ? kn_cuda_copy_to_device(be, dst, src, bytes)
-                          : kn_cuda_copy_to_host(be, dst, src, bytes);
+        return to_backend == 2 ? kn_cuda_copy_on_device(be, dst, src, bytes)
+               : to_backend ? kn_cuda_copy_to_device(be, dst, src, bytes)
+                            : kn_cuda_copy_to_host(be, dst, src, bytes);
 #else
         (void)to_backend;
         return kn_no_cuda(op);
@@ -180,6 +182,11 @@ int kn_copy_to_backend(const kn_backend *be, void *dst, const void *host_src, si
 int kn_copy_to_host(const kn_backend *be, void *host_dst, const void *src, size_t bytes)
 {
     return copy_bytes("kn_copy_to_host", be, host_dst, src, bytes, 0);
+}
+
+int kn_copy_on_backend(const kn_backend *be, void *dst, const void *src, size_t bytes)
+{
+    return copy_bytes("kn_copy_on_backend", be, dst, src, bytes, 2);
 }
 
 void *kn_host_alloc(const kn_backend *be, size_t bytes)

@@ -53,6 +53,9 @@ void *kn_malloc(const kn_backend *be, size_t bytes);
 void kn_free(const kn_backend *be, void *ptr);
 int kn_copy_to_backend(const kn_backend *be, void *dst, const void *host_src, size_t bytes);
 int kn_copy_to_host(const kn_backend *be, void *host_dst, const void *src, size_t bytes);
+/* Backend buffer to backend buffer (ordered with the backend's other work,
+ * no host wait on CUDA); the ranges may not overlap. */
+int kn_copy_on_backend(const kn_backend *be, void *dst, const void *src, size_t bytes);
 
 /* Host memory that copies to and from the backend run fastest from:
  * page-locked (pinned, cudaHostAlloc) on CUDA, plain aligned memory on the

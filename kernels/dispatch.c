@@ -14,6 +14,9 @@
 #include "kernels/fp8.h"
 #include "kernels/fill.h"
 #include "kernels/kn_check.h"
+#include "kernels/logit_adjust.h"
+#include "kernels/logit_mask.h"
+#include "kernels/logprobs.h"
 #include "kernels/matmul.h"
 #include "kernels/moe.h"
 #include "kernels/rmsnorm.h"
@@ -173,16 +176,31 @@ static int check_seq_batch(const char *op, const kn_seq_batch *b)
     return TN_OK;
 }
 
-/* The pools: both present and of a dtype the ops read. */
-static int check_kv_pools(const char *op, const kn_kv_pools *p)
+size_t kn_kv_row_bytes(kn_dtype dt, int head_dim)
+{
+    if (head_dim <= 0)
+        return 0;
+    switch (dt) {
+    case KN_F32: return (size_t)head_dim * 4;
+    case KN_BF16: return (size_t)head_dim * 2;
+    case KN_FP8_E4M3: return (size_t)head_dim + sizeof(float);
+    }
+    return 0;
+}
+
+/* The pools: both present and of a dtype the ops read (FP8 rows keep
+ * their scale 4-byte aligned: head_dim a multiple of 4). */
+static int check_kv_pools(const char *op, const kn_kv_pools *p, int head_dim)
 {
     if (!p)
         return kn_arg_error(op, "NULL KV pools");
     if (!p->k || !p->v)
         return kn_arg_error(op, "NULL %s", !p->k ? "k_pool" : "v_pool");
-    if (p->dtype != KN_F32 && p->dtype != KN_BF16)
-        return kn_arg_error(op, "KV pools of dtype %s (%d): the KV dtypes are f32 and bf16",
+    if (p->dtype != KN_F32 && p->dtype != KN_BF16 && p->dtype != KN_FP8_E4M3)
+        return kn_arg_error(op, "KV pools of dtype %s (%d): the KV dtypes are f32, bf16 and fp8",
                             kn_dtype_name(p->dtype), (int)p->dtype);
+    if (p->dtype == KN_FP8_E4M3 && head_dim % 4 != 0)
+        return kn_arg_error(op, "fp8 KV pools need head_dim a multiple of 4, got %d", head_dim);
     return TN_OK;
 }
 
@@ -190,7 +208,7 @@ static int check_kv_append(const kn_kv_pools *pools, const float *k, const float
                            const kn_seq_batch *b, int n_kv_heads, int head_dim, int page_size)
 {
     static const char op[] = "kn_kv_append";
-    int rc = check_kv_pools(op, pools);
+    int rc = check_kv_pools(op, pools, head_dim);
     if (rc != TN_OK)
         return rc;
     if (!k || !v)
@@ -208,7 +226,7 @@ static int check_attention(const float *out, const float *q, const kn_kv_pools *
     static const char op[] = "kn_attention";
     if (!out || !q)
         return kn_arg_error(op, "NULL %s", !out ? "out" : "q");
-    int rc = check_kv_pools(op, pools);
+    int rc = check_kv_pools(op, pools, head_dim);
     if (rc != TN_OK)
         return rc;
     if (n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0 || page_size <= 0 || window < 0)
@@ -276,6 +294,63 @@ static int check_sample(const int32_t *tokens, const float *logits, int n_rows, 
                                            : !params ? "params" : "rng_state");
     if (n_rows < 0 || vocab <= 0)
         return kn_arg_error(op, "bad sizes n_rows=%d vocab=%d", n_rows, vocab);
+    return TN_OK;
+}
+
+static int check_logprobs(const float *logits, int n_rows, int vocab, const int32_t *tokens,
+                          const float *token_logprob, int top_n, const int32_t *top_ids,
+                          const float *top_logprobs)
+{
+    static const char op[] = "kn_logprobs";
+    if (!logits || (token_logprob && !tokens))
+        return kn_arg_error(op, "NULL %s", !logits ? "logits" : "tokens");
+    if (n_rows < 0 || vocab <= 0)
+        return kn_arg_error(op, "bad sizes n_rows=%d vocab=%d", n_rows, vocab);
+    if (top_n < 0 || top_n > KN_LOGPROBS_MAX_TOP || top_n > vocab)
+        return kn_arg_error(op, "top_n=%d is outside [0, %d] (vocab %d)", top_n,
+                            KN_LOGPROBS_MAX_TOP, vocab);
+    if (top_n > 0 && (!top_ids || !top_logprobs))
+        return kn_arg_error(op, "NULL top_%s with top_n=%d", !top_ids ? "ids" : "logprobs", top_n);
+    for (int r = 0; token_logprob && r < n_rows; r++)
+        if (tokens[r] >= vocab)
+            return kn_arg_error(op, "row %d: token %d is outside the vocabulary of %d", r,
+                                (int)tokens[r], vocab);
+    return TN_OK;
+}
+
+/* Every host argument of kn_logit_adjust_apply, so a backend only applies. */
+static int check_logit_adjust(const float *logits, int n_rows, int vocab,
+                              const kn_logit_adjust *params, const int32_t *row_start,
+                              const kn_logit_entry *entries)
+{
+    static const char op[] = "kn_logit_adjust_apply";
+    if (!logits || !params || !row_start)
+        return kn_arg_error(op, "NULL %s", !logits ? "logits" : !params ? "params" : "row_start");
+    if (n_rows < 0 || vocab <= 0)
+        return kn_arg_error(op, "bad sizes n_rows=%d vocab=%d", n_rows, vocab);
+    if (row_start[0] != 0)
+        return kn_arg_error(op, "row_start[0] is %d, not 0", (int)row_start[0]);
+    if (row_start[n_rows] > 0 && !entries)
+        return kn_arg_error(op, "NULL entries for %d entries", (int)row_start[n_rows]);
+    for (int r = 0; r < n_rows; r++) {
+        const kn_logit_adjust *p = &params[r];
+        if (!isfinite(p->presence) || !isfinite(p->frequency) || !isfinite(p->repetition) ||
+            p->repetition <= 0.0f)
+            return kn_arg_error(op, "row %d: bad parameters presence=%g frequency=%g repetition=%g",
+                                r, (double)p->presence, (double)p->frequency,
+                                (double)p->repetition);
+        if (row_start[r + 1] < row_start[r])
+            return kn_arg_error(op, "row_start decreases at row %d", r);
+        for (int32_t k = row_start[r]; k < row_start[r + 1]; k++) {
+            const kn_logit_entry *e = &entries[k];
+            if (e->token < 0 || e->token >= vocab || (k > row_start[r] && e->token <= entries[k - 1].token))
+                return kn_arg_error(op, "row %d: entry token %d is out of range or out of order", r,
+                                    (int)e->token);
+            if (e->out_count < 0 || !isfinite(e->bias))
+                return kn_arg_error(op, "row %d: token %d has count %d bias %g", r, (int)e->token,
+                                    (int)e->out_count, (double)e->bias);
+        }
+    }
     return TN_OK;
 }
 
@@ -465,6 +540,72 @@ int kn_sample(const kn_backend *be, int32_t *tokens, const float *logits,
     case KN_BACKEND_CUDA:
         CUDA_CALL("kn_sample", kn_sample_cuda(be, tokens, logits, n_rows, vocab, params,
                                               rng_state));
+    }
+    return TN_ERR_ARG;
+}
+
+int kn_logprobs(const kn_backend *be, const float *logits, int n_rows, int vocab,
+                const int32_t *tokens, float *token_logprob, int top_n, int32_t *top_ids,
+                float *top_logprobs)
+{
+    switch (CHECKED_KIND("kn_logprobs", be,
+                         check_logprobs(logits, n_rows, vocab, tokens, token_logprob, top_n,
+                                        top_ids, top_logprobs))) {
+    case KN_BACKEND_CPU:
+        return kn_logprobs_cpu(logits, n_rows, vocab, tokens, token_logprob, top_n, top_ids,
+                               top_logprobs);
+    case KN_BACKEND_CUDA:
+        CUDA_CALL("kn_logprobs", kn_logprobs_cuda(be, logits, n_rows, vocab, tokens,
+                                                  token_logprob, top_n, top_ids, top_logprobs));
+    }
+    return TN_ERR_ARG;
+}
+
+int kn_logit_adjust_apply(const kn_backend *be, float *logits, int n_rows, int vocab,
+                          const kn_logit_adjust *params, const int32_t *row_start,
+                          const kn_logit_entry *entries)
+{
+    switch (CHECKED_KIND("kn_logit_adjust_apply", be,
+                         check_logit_adjust(logits, n_rows, vocab, params, row_start, entries))) {
+    case KN_BACKEND_CPU:
+        return kn_logit_adjust_cpu(logits, n_rows, vocab, params, row_start, entries);
+    case KN_BACKEND_CUDA:
+        CUDA_CALL("kn_logit_adjust_apply",
+                  kn_logit_adjust_cuda(be, logits, n_rows, vocab, params, row_start, entries));
+    }
+    return TN_ERR_ARG;
+}
+
+/* Every row of a token mask must allow some token. */
+static int check_logit_mask(const float *logits, int n_rows, int vocab, const uint32_t *mask)
+{
+    static const char op[] = "kn_logit_mask_apply";
+    if (!logits || !mask)
+        return kn_arg_error(op, "NULL %s", !logits ? "logits" : "mask");
+    if (n_rows < 0 || vocab <= 0)
+        return kn_arg_error(op, "bad sizes n_rows=%d vocab=%d", n_rows, vocab);
+    const int words = kn_logit_mask_words(vocab);
+    const uint32_t last = vocab % 32 ? (1u << (vocab % 32)) - 1u : 0xffffffffu;
+    for (int r = 0; r < n_rows; r++) {
+        const uint32_t *m = mask + (size_t)r * words;
+        uint32_t any = m[words - 1] & last;
+        for (int w = 0; w + 1 < words && !any; w++)
+            any = m[w];
+        if (!any)
+            return kn_arg_error(op, "row %d: the mask allows no token", r);
+    }
+    return TN_OK;
+}
+
+int kn_logit_mask_apply(const kn_backend *be, float *logits, int n_rows, int vocab,
+                        const uint32_t *mask)
+{
+    switch (CHECKED_KIND("kn_logit_mask_apply", be,
+                         check_logit_mask(logits, n_rows, vocab, mask))) {
+    case KN_BACKEND_CPU:
+        return kn_logit_mask_cpu(logits, n_rows, vocab, mask);
+    case KN_BACKEND_CUDA:
+        CUDA_CALL("kn_logit_mask_apply", kn_logit_mask_cuda(be, logits, n_rows, vocab, mask));
     }
     return TN_ERR_ARG;
 }

@@ -78,3 +78,22 @@ void kn_fp8_round_act_row(float *out, const float *x, size_t k)
             out[c] = kn_e4m3_to_f32(kn_f32_to_e4m3(x[c] / s)) * s;
     }
 }
+
+void kn_fp8_kv_row_encode(uint8_t *row, const float *x, size_t head_dim)
+{
+    float amax = 0.0f;
+    for (size_t d = 0; d < head_dim; d++)
+        amax = fmaxf(amax, fabsf(x[d]));
+    const float s = block_scale(amax);
+    for (size_t d = 0; d < head_dim; d++)
+        row[d] = kn_f32_to_e4m3(x[d] / s);
+    memcpy(row + head_dim, &s, sizeof s);
+}
+
+void kn_fp8_kv_row_decode(float *out, const uint8_t *row, size_t head_dim)
+{
+    float s;
+    memcpy(&s, row + head_dim, sizeof s);
+    for (size_t d = 0; d < head_dim; d++)
+        out[d] = kn_e4m3_to_f32(row[d]) * s;
+}

@@ -69,4 +69,12 @@ void kn_fp8_quantize_act_row(uint8_t *q, float *s, const float *x, size_t k);
  * the activation values the FP8 product actually multiplies. */
 void kn_fp8_round_act_row(float *out, const float *x, size_t k);
 
+/* One FP8 KV cache row (kernels/attention.h, kn_kv_pools): head_dim e4m3
+ * codes of x / s, then s as 4 native bytes, s = amax / 448 (1 for an
+ * all-zero or non-finite amax): head_dim + 4 bytes at row. What
+ * kn_kv_append writes on both backends, bit for bit. */
+void kn_fp8_kv_row_encode(uint8_t *row, const float *x, size_t head_dim);
+/* The values a row holds: out[d] = e4m3(code[d]) * s (fp32 product). */
+void kn_fp8_kv_row_decode(float *out, const uint8_t *row, size_t head_dim);
+
 #endif

@@ -236,8 +236,17 @@ int kv_pusher_introduce(kv_pusher *p, const char *decoder_id, const uint8_t *end
         decoder_peer *peer = find_peer(p, decoder_id);
         if (peer) {
             peer->gone = 1; /* closed by kv_pusher_progress once that does not block */
-            if (closable_now(peer))
+            if (peer->busy && peer->remote.peer) {
+                /* A push into it is running: the router dropped the decoder
+                 * (dead or frozen) and places the request again, so the
+                 * push ends now instead of at its timeout, and the next
+                 * job does not wait behind it. */
+                te_peer_fail(p->xfer.e, peer->remote.peer,
+                             "the router dropped this decoder (stopped responding or left)");
+                peer->broken = 1;
+            } else if (closable_now(peer)) {
                 disconnect(p, peer);
+            }
         }
         return 0;
     }

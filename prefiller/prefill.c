@@ -15,6 +15,7 @@ void prefill_job_free(prefill_job *job)
     if (!job)
         return;
     free(job->tokens);
+    worker_sampling_free(&job->ws);
     if (job->dest)
         tandem__v1__kv_destination__free_unpacked(job->dest, NULL);
     free(job);
@@ -34,7 +35,8 @@ void prefiller_count_outcome(prefiller_ctx *ctx, int code)
 }
 
 static void report(prefiller_ctx *ctx, const prefill_job *job, int32_t first, uint64_t rng,
-                   int transfer, int code, const char *msg, double t_prefill, double t_xfer)
+                   tm_token_logprobs *first_lp, int transfer, int code, const char *msg,
+                   double t_prefill, double t_xfer)
 {
     if (ctx->group.rank != 0) {   /* only rank 0 talks to the router */
         if (code)
@@ -51,6 +53,11 @@ static void report(prefiller_ctx *ctx, const prefill_job *job, int32_t first, ui
     r.prompt_len = (uint32_t)job->n_tokens;
     r.prefill_seconds = t_prefill;
     r.transfer_seconds = t_xfer;
+    Tandem__V1__TokenLogprobs lp;
+    if (first_lp && !code) {
+        worker_logprobs_to_wire(&lp, first_lp);
+        r.first_logprobs = &lp;
+    }
     if (code) {
         e.code = code;
         e.message = (char *)msg;
@@ -198,7 +205,7 @@ void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job)
     char err[512] = "";
     double t0 = tn_now_s();
     if (in_group(ctx) && ctx->group.rank == 0 && share_job(ctx, job, err, sizeof err) != 0) {
-        report(ctx, job, 0, 0, NONE, INTERNAL, err, 0, 0);
+        report(ctx, job, 0, 0, NULL, NONE, INTERNAL, err, 0, 0);
         return;
     }
     int n_pages = tm_kv_pages_for(&ctx->kv, job->n_tokens);
@@ -209,14 +216,14 @@ void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job)
             comm_abort(ctx->group.world, "cannot allocate KV pages for a prompt");
             ctx->group_failed = 1;
         }
-        report(ctx, job, 0, 0, NONE, INTERNAL, "cannot allocate KV pages for the prompt", 0, 0);
+        report(ctx, job, 0, 0, NULL, NONE, INTERNAL, "cannot allocate KV pages for the prompt", 0, 0);
         free(pages);
         return;
     }
     int rc = run_prompt(ctx, job, pages, n_pages, err, sizeof err);
     double t1 = tn_now_s();
     if (rc != 0) {
-        report(ctx, job, 0, 0, NONE, rc > 0 ? CANCELLED : INTERNAL,
+        report(ctx, job, 0, 0, NULL, NONE, rc > 0 ? CANCELLED : INTERNAL,
                rc > 0 ? "cancelled during prefill" : err, t1 - t0, 0);
         tm_kv_release_pages(&ctx->kv, pages, n_pages);
         free(pages);
@@ -228,30 +235,43 @@ void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job)
     ctx->loop.wm.prefill_input_tokens += (uint64_t)job->n_tokens;
     ctx->loop.wm.prefill_busy_s += t1 - t0;
     histogram_observe(&ctx->loop.wm.prefill_duration, t1 - t0);
-    uint64_t rng = kn_rng_seed(job->seed);
+    uint64_t rng = kn_rng_seed(job->ws.seed);
     int32_t first = 0;
+    tm_token_logprobs first_lp;
+    const tm_penalties *pen = &job->ws.pen;
     /* TP ranks hold identical logits: rank 0 samples them where they are (on
-     * the GPU only the token id comes back) */
-    rc = ctx->group.rank == 0 ? kn_sample(&ctx->be, &first, tm_model_last_logits(ctx->model), 1,
-                                          ctx->mc->vocab_size, &job->sampling, &rng)
-                              : TN_OK;
+     * the GPU only the token id and any logprobs come back) */
+    rc = ctx->group.rank == 0
+             ? tm_sample_rows(&ctx->sampler, tm_model_last_logits(ctx->model), 1,
+                              ctx->mc->vocab_size, &job->ws.params, &rng, &pen, &job->ws.con,
+                              &job->ws.top_logprobs, &first, &first_lp)
+             : TN_OK;
     if (rc != TN_OK) {
         if (in_group(ctx)) {   /* the other ranks would push without us */
             comm_abort(ctx->group.world, "sampling the first token failed");
             ctx->group_failed = 1;
         }
         snprintf(err, sizeof err, "sampling the first token failed: %s", tn_status_str(rc));
-        report(ctx, job, 0, 0, NONE, INTERNAL, err, t1 - t0, 0);
+        report(ctx, job, 0, 0, NULL, NONE, INTERNAL, err, t1 - t0, 0);
         tm_kv_release_pages(&ctx->kv, pages, n_pages);
         free(pages);
         return;
     }
-    /* The decoder's pages get the prompt's KV; it continues from there. */
+    /* The decoder's pages get the prompt's KV; it continues from there,
+     * within the lease of its pages: no push starts after it, and the
+     * transfer ends by then (the decoder frees the pages after it). */
     kv_push *push = NULL;
     int ok = 0;
     uint64_t bytes = 0;
-    if (kv_push_start(ctx->pusher, job->dest, job->key, pages, job->n_tokens,
-                      ctx->cfg.transfer_timeout_ms, &push, err, sizeof err) == 0) {
+    int timeout_ms = ctx->cfg.transfer_timeout_ms;
+    double lease_left_ms = job->lease_end_ms ? (double)job->lease_end_ms - (double)tn_wall_ms() : 0;
+    if (job->lease_end_ms && lease_left_ms < timeout_ms)
+        timeout_ms = lease_left_ms > 0 ? (int)lease_left_ms : 0;
+    if (job->lease_end_ms && timeout_ms <= 0)
+        snprintf(err, sizeof err, "the decoder's KV lease ended %.0f ms before the push could "
+                 "start; nothing was sent", -lease_left_ms);
+    else if (kv_push_start(ctx->pusher, job->dest, job->key, pages, job->n_tokens,
+                           timeout_ms, &push, err, sizeof err) == 0) {
         int cancel_sent = 0;
         while (!kv_push_poll(ctx->pusher, push, &ok, err, sizeof err)) {
             if (ctx->group.rank == 0)
@@ -278,11 +298,12 @@ void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job)
         int code = job->cancelled ? CANCELLED : TANDEM__V1__ERROR_CODE__ERROR_CODE_TRANSFER_FAILED;
         char msg[600];
         snprintf(msg, sizeof msg, "KV transfer to %s failed: %s", job->dest->decoder_id, err);
-        report(ctx, job, first, rng, TANDEM__V1__TRANSFER_STATUS__TRANSFER_STATUS_FAILED, code,
+        report(ctx, job, first, rng, NULL, TANDEM__V1__TRANSFER_STATUS__TRANSFER_STATUS_FAILED, code,
                job->cancelled ? "cancelled during the KV transfer" : msg, t1 - t0, t2 - t1);
         return;
     }
-    report(ctx, job, first, rng, TANDEM__V1__TRANSFER_STATUS__TRANSFER_STATUS_COMPLETE, 0, NULL,
+    report(ctx, job, first, rng, job->ws.top_logprobs >= 0 ? &first_lp : NULL,
+           TANDEM__V1__TRANSFER_STATUS__TRANSFER_STATUS_COMPLETE, 0, NULL,
            t1 - t0, t2 - t1);
 }
 

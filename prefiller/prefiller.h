@@ -18,6 +18,8 @@
 #include "worker/worker_loop.h"
 #include "worker/worker_metrics.h"
 #include "worker/worker_process.h"
+#include "worker/worker_sampling.h"
+#include "worker/worker_vocab.h"
 
 typedef struct prefiller_config {
     worker_options w;          /* the flags every worker has (--tp is w.ranks) */
@@ -32,9 +34,10 @@ typedef struct prefill_job {
     uint64_t key;              /* the request id as a number (TransferEngine tag) */
     int32_t *tokens;
     int n_tokens;
-    kn_sampling sampling;
-    uint64_t seed;
+    worker_sampling ws;        /* sampling, penalties, logprobs (rank 0) */
     Tandem__V1__KvDestination *dest; /* an unpacked copy the job owns */
+    uint64_t lease_end_ms;     /* tn_wall_ms() after which the decoder's pages are no
+                                  longer ours (dest->lease_end_unix_ms); 0: none */
     int cancelled;
 } prefill_job;
 
@@ -44,6 +47,9 @@ typedef struct prefiller_ctx {
     tm_model *model;
     const tm_config *mc;
     tm_kv_cache kv;
+    tm_sampler sampler;        /* rank 0: the first token's draw */
+    tm_vocab_trie vocab;       /* --tokenizer: structured outputs' masks */
+    int has_vocab;
     kv_pusher *pusher;
     /* the router link, signals, heartbeats, drain and metrics (rank 0; the
      * drain finishes the queue, takes nothing new, then deregisters) */

@@ -95,15 +95,22 @@ static void on_assignment(prefiller_ctx *ctx, const Tandem__V1__PrefillAssignmen
             reject(ctx, a->request_id, BAD, msg);
             return;
         }
-    const Tandem__V1__SamplingParams *sp = a->sampling;
-    if (!sp || !isfinite(sp->temperature) || sp->temperature < 0 ||
-        !(sp->top_p > 0 && sp->top_p <= 1)) {
-        reject(ctx, a->request_id, BAD, "sampling: temperature >= 0 and top_p in (0, 1] required");
+    worker_sampling ws;
+    if (worker_sampling_from_wire(&ws, a->sampling, a->prompt_tokens, (int)a->n_prompt_tokens,
+                                  ctx->mc->vocab_size, msg, sizeof msg) != TN_OK) {
+        reject(ctx, a->request_id, BAD, msg);
+        return;
+    }
+    if (worker_sampling_constrain(&ws, a->sampling, ctx->has_vocab ? &ctx->vocab : NULL, NULL, 0,
+                                  msg, sizeof msg) != TN_OK) {
+        worker_sampling_free(&ws);
+        reject(ctx, a->request_id, BAD, msg);
         return;
     }
     const Tandem__V1__KvDestination *d = a->destination;
     if (!d || d->page_size <= 0 || !d->transfer_endpoint.len ||
         (long)d->n_page_ids * d->page_size < (long)a->n_prompt_tokens) {
+        worker_sampling_free(&ws);
         reject(ctx, a->request_id, BAD, "KV destination missing or smaller than the prompt");
         return;
     }
@@ -119,17 +126,16 @@ static void on_assignment(prefiller_ctx *ctx, const Tandem__V1__PrefillAssignmen
     free(dbuf);
     if (!job || !job->tokens || !job->dest) {
         prefill_job_free(job);
+        worker_sampling_free(&ws);
         reject(ctx, a->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL, "out of memory");
         return;
     }
     snprintf(job->id, sizeof job->id, "%s", a->request_id);
     job->key = key;
+    job->lease_end_ms = d->lease_end_unix_ms;
     memcpy(job->tokens, a->prompt_tokens, a->n_prompt_tokens * sizeof *job->tokens);
     job->n_tokens = (int)a->n_prompt_tokens;
-    job->sampling.temperature = sp->temperature;
-    job->sampling.top_p = sp->top_p;
-    job->sampling.top_k = sp->top_k;
-    job->seed = sp->seed;
+    job->ws = ws;
     if (ctx->tail)
         ctx->tail->next = job;
     else
@@ -379,6 +385,8 @@ static void ctx_free(prefiller_ctx *ctx)
     if (ctx->pusher)
         kv_pusher_close(ctx->pusher);
     tm_kv_cache_free(&ctx->kv);
+    tm_sampler_free(&ctx->sampler);
+    tm_vocab_trie_free(&ctx->vocab);
     tm_model_free(ctx->model);
     kn_backend_free(&ctx->be);
     free(ctx);
@@ -422,8 +430,9 @@ int main(int argc, char **argv)
     worker_options *o = &c->w;
     char err[512];
     /* the TP ranks first, before any thread exists */
-    if (rank_group_start(&ctx->group, o->ranks, o->ep, 1, o->rank, o->world, o->comm_name,
-                         "prefill", o->comm_timeout_ms, err, sizeof err) != TN_OK) {
+    rank_group_spec spec;
+    worker_group_spec(o, o->ranks, 1, "prefill", &spec);
+    if (rank_group_start(&ctx->group, &spec, err, sizeof err) != TN_OK) {
         fprintf(stderr, "tandem-prefiller: %s\n", err);
         free(ctx);
         return 1;
@@ -443,6 +452,12 @@ int main(int argc, char **argv)
         goto out;
     }
     ctx->mc = tm_model_config(ctx->model);
+    tm_sampler_init(&ctx->sampler, &ctx->be);
+    if (worker_vocab_load(o->tokenizer, ctx->mc->vocab_size, &ctx->vocab, &ctx->has_vocab, err,
+                          sizeof err) != TN_OK) {
+        fprintf(stderr, "tandem-prefiller: %s\n", err);
+        goto out;
+    }
     int n_pages = (c->max_prompt_tokens + o->page_size - 1) / o->page_size;
     /* each TP rank caches only its KV heads */
     if (tm_kv_cache_init(&ctx->kv, &ctx->be, o->kv_elem, ctx->mc->n_layers,

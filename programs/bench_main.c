@@ -62,7 +62,7 @@ static void usage(FILE *f)
         "  --weights W          auto (default: f32 on cpu, bf16 on cuda), f32, bf16 or\n"
         "                       fp8 (attention and experts FP8 e4m3, 128x128 block scales)\n"
         "  --kv-dtype T         KV cache element type: auto (default: f32 on cpu, bf16\n"
-        "                       on cuda), f32 or bf16\n"
+        "                       on cuda), f32, bf16 or fp8 (e4m3, a scale per token row)\n"
         "  --prefill LIST       prompt lengths, comma-separated, or none (default 128,512)\n"
         "  --batch LIST         decode batch sizes, or none (default 1,8,32)\n"
         "  --context N          cached tokens per sequence before decoding (default 128)\n"
@@ -167,7 +167,7 @@ static double prefill_flops(const tm_config *c, int n)
  * must read at least once: every attention weight, the router, the
  * experts some token of the batch routes to (expected count under uniform
  * routing, E (1 - (1 - k/E)^batch)), the head, and each sequence's visible
- * K/V (kvd: the KV cache's dtype). */
+ * K/V (rows of the cache's dtype kvdt: FP8 rows with their scale). */
 static double decode_bytes(const tm_config *c, kn_dtype wd, kn_dtype ed, kn_dtype kvdt,
                            int batch, int ctx)
 {
@@ -182,7 +182,8 @@ static double decode_bytes(const tm_config *c, kn_dtype wd, kn_dtype ed, kn_dtyp
     for (int l = 0; l < c->n_layers; l++) {
         int w = c->layer_window[l];
         double vis = w > 0 && w < ctx ? w : ctx;
-        bytes += (double)batch * vis * kvd * 2 * (double)kn_dtype_size(kvdt);
+        bytes += (double)batch * vis * c->n_kv_heads * 2 *
+                 (double)kn_kv_row_bytes(kvdt, c->head_dim);
     }
     return bytes;
 }
@@ -313,6 +314,9 @@ static int fill_context(bench_ctx *c, const bench_args *a, tm_kv_cache *kv, int3
     return rc;
 }
 
+/* Random values in every element (FP8: every byte as a code, the row
+ * scales too, which then read as tiny finite floats: decode speed does not
+ * depend on the values). */
 static int cache_fill_random(bench_ctx *c, tm_kv_cache *kv)
 {
     size_t n = tm_kv_page_bytes(kv) / kn_dtype_size(kv->dtype) * (size_t)kv->n_pages;
@@ -359,7 +363,7 @@ static int bench_decode(bench_ctx *c, const bench_args *a, int batch, ctx_fill m
     if (rc != TN_OK) {
         printf("%-8s %-30s  cache of %.1f GB did not fit: %s\n", "decode", shape,
                2.0 * c->cfg->n_layers * (double)per_seq * batch * a->page_size *
-                   c->cfg->n_kv_heads * c->cfg->head_dim * (double)kn_dtype_size(c->kv_dtype) / 1e9,
+                   c->cfg->n_kv_heads * (double)kn_kv_row_bytes(c->kv_dtype, c->cfg->head_dim) / 1e9,
                tn_status_str(rc));
         return TN_OK;   /* report and go on with the other shapes */
     }
@@ -480,7 +484,7 @@ static int parse_args(int argc, char **argv, bench_args *a)
         {"seed", OPT_CALL, &call, 0, "seed of the synthetic weights"},
         {"device", OPT_CALL, &call, 0, "cpu, cuda or cuda:N"},
         {"weights", OPT_CALL, &call, 0, "auto, f32, bf16 or fp8"},
-        {"kv-dtype", OPT_CALL, &call, 0, "auto, f32 or bf16"},
+        {"kv-dtype", OPT_CALL, &call, 0, "auto, f32, bf16 or fp8"},
         {"prefill", OPT_CALL, &call, 0, "prompt lengths, comma-separated, or none"},
         {"batch", OPT_CALL, &call, 0, "decode batch sizes, or none"},
         {"context", OPT_CALL, &call, 0, "cached tokens per sequence before decoding"},

@@ -18,6 +18,11 @@
  * Exit status: 0 when nothing was lost or malformed (and, with --require-ok,
  * everything ok), 1 otherwise, 2 for bad arguments.
  *
+ * For fault tests: --prompts-file takes the prompts from a file (request i
+ * uses line i mod the line count) instead of random ones, and --tokens-out
+ * writes every request's outcome and streamed token ids, so a test can
+ * compare each stream with tandem-generate's output for its prompt.
+ *
  * One thread drives every connection through libcurl's multi interface. */
 #include <curl/curl.h>
 #include <cJSON.h>
@@ -27,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/types.h>
 #include "common/options.h"
 
 static const char *const INTRO =
@@ -49,7 +55,15 @@ typedef struct lg_config {
     int retry_429, max_retries;
     int require_ok;
     int verbose;
+    char prompts_file[OPT_PATH_MAX];
+    char tokens_out[OPT_PATH_MAX];
 } lg_config;
+
+/* Prompts read from --prompts-file: each a comma-separated list of ids. */
+typedef struct prompt_list {
+    char **lines;
+    int n;
+} prompt_list;
 
 typedef struct doubles {
     double *v;
@@ -68,6 +82,10 @@ typedef struct lg_req {
     long http_code;
     double t_start, t_first, t_last;
     int want_tokens, n_tokens;
+    int prompt_line;        /* --prompts-file line, -1 for a random prompt */
+    int32_t *toks;          /* streamed token ids, for --tokens-out */
+    int n_toks, cap_toks;
+    int outcome;            /* final outcome_names index, -1 while running */
     int n_finish, done_seen, error_seen, bad;
     char why[200];
     int retries;
@@ -86,6 +104,7 @@ typedef struct lg_ctx {
     doubles ttft, itl;
     long tokens;
     uint64_t rng;
+    prompt_list prompts;
 } lg_ctx;
 
 static double now_s(void)
@@ -171,6 +190,25 @@ static void on_event(lg_req *r, const char *ev, size_t n)
         return;
     }
     int k = ids ? cJSON_GetArraySize(ids) : 0;
+    if (k > 0 && r->ctx->cfg.tokens_out[0]) {
+        if (r->n_toks + k > r->cap_toks) {
+            int cap = r->cap_toks ? 2 * r->cap_toks : 64;
+            while (cap < r->n_toks + k)
+                cap *= 2;
+            int32_t *t = realloc(r->toks, (size_t)cap * sizeof *t);
+            if (!t) {
+                mark_bad(r, "out of memory recording token ids");
+                cJSON_Delete(j);
+                return;
+            }
+            r->toks = t;
+            r->cap_toks = cap;
+        }
+        for (int i = 0; i < k; i++) {
+            const cJSON *id = cJSON_GetArrayItem(ids, i);
+            r->toks[r->n_toks++] = cJSON_IsNumber(id) ? (int32_t)id->valuedouble : -1;
+        }
+    }
     if (k > 0) {
         double t = now_s();
         if (r->n_tokens == 0) {
@@ -235,6 +273,7 @@ static int start_request(lg_ctx *ctx, lg_req *r)
     r->len = 0;
     r->http_code = 0;
     r->n_tokens = r->n_finish = r->done_seen = r->error_seen = r->bad = 0;
+    r->n_toks = 0;
     r->why[0] = '\0';
     r->t_start = now_s();
     r->retry_at = 0;
@@ -317,6 +356,7 @@ static void finish_request(lg_ctx *ctx, lg_req *r, CURLcode res)
         o = OUT_OK;
     }
     ctx->counts[o]++;
+    r->outcome = (int)o;
     ctx->tokens += r->n_tokens;
     if (o != OUT_OK && (ctx->cfg.verbose || o == OUT_LOST || o == OUT_MALFORMED))
         fprintf(stderr, "request %d: %s: %s\n", r->idx, outcome_names[o], r->why);
@@ -335,12 +375,16 @@ static char *make_body(lg_ctx *ctx, lg_req *r)
     const lg_config *c = &ctx->cfg;
     int n = rand_in(&ctx->rng, c->prompt_min, c->prompt_max);
     r->want_tokens = rand_in(&ctx->rng, c->out_min, c->out_max);
-    size_t cap = 256 + (size_t)n * 12;
+    r->prompt_line = ctx->prompts.n ? r->idx % ctx->prompts.n : -1;
+    const char *given = r->prompt_line >= 0 ? ctx->prompts.lines[r->prompt_line] : NULL;
+    size_t cap = 256 + (given ? strlen(given) : (size_t)n * 12);
     char *b = malloc(cap);
     if (!b)
         return NULL;
     size_t off = (size_t)snprintf(b, cap, "{\"model\":\"%s\",\"prompt\":[", c->model);
-    for (int i = 0; i < n; i++)
+    if (given)
+        off += (size_t)snprintf(b + off, cap - off, "%s", given);
+    for (int i = 0; !given && i < n; i++)
         off += (size_t)snprintf(b + off, cap - off, i ? ",%d" : "%d",
                                 rand_in(&ctx->rng, 0, c->vocab - 1));
     snprintf(b + off, cap - off,
@@ -370,6 +414,71 @@ static void print_percentiles(const char *name, doubles *d)
         printf("  p%g %.1f ms", ps[i] * 100, d->v[k] * 1000);
     }
     printf("  max %.1f ms  (%zu samples)\n", d->v[d->n - 1] * 1000, d->n);
+}
+
+/* Reads --prompts-file: non-empty lines of comma-separated token ids
+ * (digits and commas only, so they go into the JSON body as they are).
+ * Returns 0, or -1 with a reason in err. */
+static int read_prompts(const char *path, prompt_list *pl, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "cannot open %.300s", path);
+        return -1;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int rc = 0, lineno = 0;
+    while (!rc && (len = getline(&line, &cap, f)) >= 0) {
+        lineno++;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+            line[--len] = '\0';
+        if (len == 0)
+            continue;
+        int ok = line[0] != ',' && line[len - 1] != ',';
+        for (ssize_t i = 0; ok && i < len; i++)
+            ok = (line[i] >= '0' && line[i] <= '9') || (line[i] == ',' && line[i + 1] != ',');
+        char **nl = ok ? realloc(pl->lines, (size_t)(pl->n + 1) * sizeof *nl) : NULL;
+        if (!ok) {
+            snprintf(err, errlen, "%.300s line %d: not a comma-separated list of token ids", path,
+                     lineno);
+            rc = -1;
+        } else if (!nl || !(nl[pl->n] = strdup(line))) {
+            if (nl)
+                pl->lines = nl;
+            snprintf(err, errlen, "out of memory reading %.300s", path);
+            rc = -1;
+        } else {
+            pl->lines = nl;
+            pl->n++;
+        }
+    }
+    free(line);
+    fclose(f);
+    if (!rc && pl->n == 0) {
+        snprintf(err, errlen, "%.300s holds no prompt", path);
+        rc = -1;
+    }
+    return rc;
+}
+
+/* --tokens-out: one line per request, "INDEX PROMPT_LINE OUTCOME IDS"
+ * (PROMPT_LINE -1 for a random prompt, IDS comma-separated or "-"). */
+static int write_tokens(const lg_ctx *ctx, const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return -1;
+    for (int i = 0; i < ctx->cfg.requests; i++) {
+        const lg_req *r = &ctx->reqs[i];
+        fprintf(f, "%d %d %s ", i, r->prompt_line,
+                r->outcome >= 0 ? outcome_names[r->outcome] : "unfinished");
+        for (int k = 0; k < r->n_toks; k++)
+            fprintf(f, k ? ",%d" : "%d", (int)r->toks[k]);
+        fprintf(f, "%s\n", r->n_toks ? "" : "-");
+    }
+    return fclose(f) == 0 ? 0 : -1;
 }
 
 static int read_key(const char *path, char *key, size_t cap)
@@ -421,6 +530,11 @@ int main(int argc, char **argv)
         {"api-key-file", OPT_STR, c->api_key_file, sizeof c->api_key_file,
          "send 'Authorization: Bearer' with the key in this file"},
         {"verbose", OPT_BOOL, &c->verbose, 0, "print every request that is not ok"},
+        {"prompts-file", OPT_STR, c->prompts_file, sizeof c->prompts_file,
+         "prompts from this file, one per line (comma-separated token ids); request i "
+         "uses line i mod the line count"},
+        {"tokens-out", OPT_STR, c->tokens_out, sizeof c->tokens_out,
+         "write 'INDEX PROMPT_LINE OUTCOME IDS' for every request to this file"},
     };
     const int n_specs = (int)(sizeof specs / sizeof *specs);
     char err[512];
@@ -443,6 +557,14 @@ int main(int argc, char **argv)
     char key[512], auth[600];
     if (c->api_key_file[0] && read_key(c->api_key_file, key, sizeof key) != 0) {
         fprintf(stderr, "tandem-loadgen: cannot read a key from %s\n", c->api_key_file);
+        free(ctx);
+        return 2;
+    }
+    if (c->prompts_file[0] && read_prompts(c->prompts_file, &ctx->prompts, err, sizeof err)) {
+        fprintf(stderr, "tandem-loadgen: %s\n", err);
+        for (int i = 0; i < ctx->prompts.n; i++)
+            free(ctx->prompts.lines[i]);
+        free(ctx->prompts.lines);
         free(ctx);
         return 2;
     }
@@ -472,6 +594,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < c->requests; i++) {
         ctx->reqs[i].ctx = ctx;
         ctx->reqs[i].idx = i;
+        ctx->reqs[i].outcome = -1;
         if (!(ctx->reqs[i].body = make_body(ctx, &ctx->reqs[i]))) {
             fprintf(stderr, "tandem-loadgen: out of memory\n");
             goto out;
@@ -525,6 +648,10 @@ int main(int argc, char **argv)
            ctx->retried_429);
     rc = ctx->counts[OUT_LOST] || ctx->counts[OUT_MALFORMED] ||
          (c->require_ok && ctx->counts[OUT_OK] != c->requests);
+    if (c->tokens_out[0] && write_tokens(ctx, c->tokens_out) != 0) {
+        fprintf(stderr, "tandem-loadgen: cannot write %s\n", c->tokens_out);
+        rc = 1;
+    }
 out:
     if (ctx->reqs) {
         for (int i = 0; i < c->requests; i++) {
@@ -535,9 +662,13 @@ out:
             }
             free(r->body);
             free(r->buf);
+            free(r->toks);
         }
     }
     free(ctx->reqs);
+    for (int i = 0; i < ctx->prompts.n; i++)
+        free(ctx->prompts.lines[i]);
+    free(ctx->prompts.lines);
     curl_slist_free_all(ctx->headers);
     if (ctx->multi)
         curl_multi_cleanup(ctx->multi);

@@ -115,7 +115,8 @@ int autoscaler_config_validate(const autoscaler_config *c, char *err, size_t err
 /* ------------------------------------------------------------ set-up */
 
 /* argv = bin_dir/tandem-ROLE --router EP --model DIR --worker-id POOL-{index}
- *        --metrics-host HOST --metrics-port PORT EXTRA... */
+ *        --metrics-host HOST --metrics-port PORT --tokenizer T EXTRA...
+ * (the router's own --tokenizer: structured outputs mask over it) */
 static char **local_argv(const router_ctx *ctx, const char *bin_dir, as_pool pool, char *err,
                          size_t errlen)
 {
@@ -128,7 +129,8 @@ static char **local_argv(const router_ctx *ctx, const char *bin_dir, as_pool poo
     snprintf(id, sizeof id, "%s-{index}", as_pool_name(pool));
     const char *fixed[] = {exe, "--router", ep, "--model", c->local_model, "--worker-id", id,
                            "--metrics-host", host, "--metrics-port",
-                           c->local_metrics_port[pool] > 0 ? "{port}" : "0"};
+                           c->local_metrics_port[pool] > 0 ? "{port}" : "0", "--tokenizer",
+                           ctx->cfg.tokenizer};
     size_t n_fixed = sizeof fixed / sizeof *fixed;
     char **extra = NULL;
     size_t n_extra = 0;

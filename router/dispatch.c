@@ -12,6 +12,7 @@
 #include "engine/kv_cache.h"
 #include "router/placement.h"
 #include "common/sys.h"
+#include "worker/worker_sampling.h"
 
 #define WHO "router"
 
@@ -48,18 +49,25 @@ static void send_error(router_ctx *ctx, const char *rid, size_t rid_len, int cod
     wire_send(ctx->worker_sock, rid, rid_len, &m.base, ZMQ_DONTWAIT);
 }
 
-static router_worker *worker_by_name(router_ctx *ctx, const char *name)
+/* A send to w failed: ZeroMQ has no connection for its id (the process died
+ * or restarted and has not registered again). Placement skips it until a
+ * message from it arrives; the request the send was for is placed again. */
+static void mark_unreachable(router_worker *w)
 {
-    return workers_find(&ctx->workers, name, strlen(name));
+    if (!w->unreachable)
+        tn_log(WHO, "worker %s is unreachable: placing nothing on it until it is heard from",
+               w->id);
+    w->unreachable = 1;
 }
 
-/* Releases what the router counted for r on its workers. */
+/* Releases what the router counted for r on its workers (the entries it was
+ * counted on: a worker that was replaced took its counts with it). */
 static void release_prefiller(router_ctx *ctx, router_request *r)
 {
     if (!r->on_prefiller)
         return;
     r->on_prefiller = 0;
-    router_worker *w = worker_by_name(ctx, r->prefiller);
+    router_worker *w = workers_find_serial(&ctx->workers, r->prefiller, r->prefiller_serial);
     if (w) {
         w->in_flight--;
         w->assigned_input_tokens -= (uint64_t)r->assigned_tokens;
@@ -71,7 +79,7 @@ static void release_decoder(router_ctx *ctx, router_request *r)
     if (!r->on_decoder)
         return;
     r->on_decoder = 0;
-    router_worker *w = worker_by_name(ctx, r->decoder);
+    router_worker *w = workers_find_serial(&ctx->workers, r->decoder, r->decoder_serial);
     if (w) {
         w->in_flight--;
         w->pages_committed -= r->pages_committed;
@@ -120,7 +128,7 @@ static void fail(router_ctx *ctx, router_request *r, int code, const char *fmt, 
 
 static void fail(router_ctx *ctx, router_request *r, int code, const char *fmt, ...)
 {
-    char msg[400];
+    char msg[WIRE_MAX_ID + 400];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
@@ -139,6 +147,31 @@ static void fail(router_ctx *ctx, router_request *r, int code, const char *fmt, 
 static void requeue(router_ctx *ctx, router_request *r, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* Starts r's placement over under a new wire id (late messages about the
+ * old one match nothing), after the caller told the workers of the old one
+ * to drop it. next_attempt: a worker held it and failed (counts towards
+ * MAX_ATTEMPTS); 0: no worker ever got it (a send failed, no prefiller was
+ * there to take the reservation), which is no reason to give up. */
+static void start_over(router_ctx *ctx, router_request *r, int next_attempt, const char *why)
+{
+    release_prefiller(ctx, r);
+    release_decoder(ctx, r);
+    if (r->n_out >= r->max_tokens) {
+        /* Every token arrived; only the end was lost with the worker. */
+        dispatch_finish(ctx, r, TANDEM__V1__FINISH_REASON__FINISH_REASON_LENGTH, NULL);
+        return;
+    }
+    if (next_attempt)
+        r->attempts++;
+    request_rekey(ctx, r);
+    r->stage = STAGE_NEW;
+    r->prefiller[0] = r->decoder[0] = '\0';
+    r->pages_committed = 0;
+    tn_log(WHO, "request %s: %s; placing it again as %s (attempt %d, after %d tokens)", r->id,
+           why, r->wid, r->attempts + 1, r->n_out);
+    dispatch_place(ctx, r);
+}
+
 /* A worker holding r failed (died, stopped heartbeating, or the KV transfer
  * to the decoder timed out). The caller has told the surviving worker to
  * drop its part. r starts over on the workers now registered, under a new
@@ -147,20 +180,20 @@ static void requeue(router_ctx *ctx, router_request *r, int code, const char *fm
  * MAX_ATTEMPTS placements it fails with code instead. */
 static void requeue(router_ctx *ctx, router_request *r, int code, const char *fmt, ...)
 {
-    char why[300];
+    char why[WIRE_MAX_ID + 300];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
     release_prefiller(ctx, r);
     release_decoder(ctx, r);
-    if (r->attempts + 1 >= MAX_ATTEMPTS) {
-        fail(ctx, r, code, "%s (gave up after %d attempts)", why, r->attempts + 1);
-        return;
-    }
     if (r->n_out >= r->max_tokens) {
         /* Every token arrived; only the end was lost with the worker. */
         dispatch_finish(ctx, r, TANDEM__V1__FINISH_REASON__FINISH_REASON_LENGTH, NULL);
+        return;
+    }
+    if (r->attempts + 1 >= MAX_ATTEMPTS) {
+        fail(ctx, r, code, "%s (gave up after %d attempts)", why, r->attempts + 1);
         return;
     }
     /* Without the router queue (--queue-timeout-ms 0) a request no worker
@@ -171,14 +204,62 @@ static void requeue(router_ctx *ctx, router_request *r, int code, const char *fm
         fail(ctx, r, code, "%s, and no other worker serves model '%s'", why, r->model);
         return;
     }
-    r->attempts++;
-    request_rekey(ctx, r);
-    r->stage = STAGE_NEW;
-    r->prefiller[0] = r->decoder[0] = '\0';
-    r->pages_committed = 0;
-    tn_log(WHO, "request %s: %s; placing it again as %s (attempt %d, after %d tokens)", r->id,
-           why, r->wid, r->attempts + 1, r->n_out);
-    dispatch_place(ctx, r);
+    start_over(ctx, r, 1, why);
+}
+
+/* SamplingParams.logit_bias built from r's biases (freed after sending). */
+typedef struct wire_bias {
+    Tandem__V1__LogitBias *items;
+    Tandem__V1__LogitBias **ptrs;
+} wire_bias;
+
+static void wire_bias_free(wire_bias *b)
+{
+    free(b->items);
+    free(b->ptrs);
+    b->items = NULL;
+    b->ptrs = NULL;
+}
+
+static int wire_bias_fill(wire_bias *b, Tandem__V1__SamplingParams *s, const router_request *r)
+{
+    b->items = NULL;
+    b->ptrs = NULL;
+    if (r->n_bias == 0)
+        return 0;
+    b->items = calloc((size_t)r->n_bias, sizeof *b->items);
+    b->ptrs = calloc((size_t)r->n_bias, sizeof *b->ptrs);
+    if (!b->items || !b->ptrs) {
+        wire_bias_free(b);
+        return -1;
+    }
+    for (int i = 0; i < r->n_bias; i++) {
+        tandem__v1__logit_bias__init(&b->items[i]);
+        b->items[i].token = r->bias_tokens[i];
+        b->items[i].bias = r->bias_values[i];
+        b->ptrs[i] = &b->items[i];
+    }
+    s->logit_bias = b->ptrs;
+    s->n_logit_bias = (size_t)r->n_bias;
+    return 0;
+}
+
+/* Penalties, logit_bias and logprobs (engine/sampler.h on the workers). A
+ * re-placed attempt prefills the output so far after the prompt
+ * (attempt_prompt): output_in_prompt tells the penalties to count those
+ * tokens as output. s points into r. */
+static void fill_sampling_extras(Tandem__V1__SamplingParams *s, const router_request *r)
+{
+    s->presence_penalty = r->presence_penalty;
+    s->frequency_penalty = r->frequency_penalty;
+    s->repetition_penalty = r->repetition_penalty;
+    /* Only a penalty counts output (and then the decoder gets the prompt,
+     * worker_sampling_needs_prompt): without one the field stays 0. */
+    const int penalised = r->presence_penalty != 0.0f || r->frequency_penalty != 0.0f ||
+                          r->repetition_penalty != 1.0f;
+    s->output_in_prompt = penalised ? (uint32_t)r->n_out : 0;
+    s->logprobs = r->logprobs >= 0 || r->score_logprobs;
+    s->top_logprobs = r->logprobs > 0 ? (uint32_t)r->logprobs : 0;
 }
 
 static void fill_sampling(Tandem__V1__SamplingParams *s, const router_request *r)
@@ -189,6 +270,12 @@ static void fill_sampling(Tandem__V1__SamplingParams *s, const router_request *r
     /* A new attempt draws from a different stream than the first one did
      * (its first draw is a later token of the output). */
     s->seed = r->seed + (uint64_t)r->attempts * 0x9E3779B97F4A7C15ull;
+    fill_sampling_extras(s, r);
+    /* structured outputs: a re-placed attempt replays the output so far */
+    s->grammar = r->grammar;
+    s->n_grammar = (size_t)r->n_grammar;
+    s->grammar_prefix = r->grammar ? r->out : NULL;
+    s->n_grammar_prefix = r->grammar ? (size_t)r->n_out : 0;
 }
 
 /* The prompt the current attempt prefills: the request's prompt, then
@@ -249,7 +336,7 @@ static void unhold(router_ctx *ctx, router_request *r)
 static void hold_or_fail(router_ctx *ctx, router_request *r, int missing, double waited_s)
 {
     const char *what = missing == AS_POOL_PREFILL ? "prefiller" : "decoder";
-    if (ctx->cfg.queue_timeout_ms <= 0 || ctx->stopping) {
+    if (ctx->cfg.queue_timeout_ms <= 0 || ctx->stop_final) {
         fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_NO_CAPACITY,
              "no %s is registered for model '%s'", what, r->model);
     } else if (waited_s * 1000.0 >= ctx->cfg.queue_timeout_ms) {
@@ -279,7 +366,7 @@ void dispatch_retry_held(router_ctx *ctx)
 void dispatch_place(router_ctx *ctx, router_request *r)
 {
     double waited = r->held_since > 0 ? tn_now_s() - r->held_since : 0;
-    if (ctx->stopping) {
+    if (ctx->stop_final) {
         fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_NO_CAPACITY, "the router is shutting down");
         return;
     }
@@ -306,7 +393,21 @@ void dispatch_place(router_ctx *ctx, router_request *r)
     }
     Tandem__V1__SamplingParams sp = TANDEM__V1__SAMPLING_PARAMS__INIT;
     fill_sampling(&sp, r);
+    wire_bias bias;
+    int32_t *pen_prompt = NULL;
+    if (wire_bias_fill(&bias, &sp, r) != 0 ||
+        (worker_sampling_needs_prompt(&sp) && !(pen_prompt = attempt_prompt(r)))) {
+        wire_bias_free(&bias);
+        fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL, "router out of memory");
+        return;
+    }
     Tandem__V1__DecodeAssignment a = TANDEM__V1__DECODE_ASSIGNMENT__INIT;
+    if (pen_prompt) {
+        /* Repetition counts the prompt, and a re-placed attempt's earlier
+         * output sits at its end: the decoder needs those tokens. */
+        a.penalty_prompt = pen_prompt;
+        a.n_penalty_prompt = (size_t)prompt_len;
+    }
     a.request_id = r->wid;
     a.prompt_len = (uint32_t)prompt_len;
     a.max_tokens = (uint32_t)max_tokens;
@@ -316,21 +417,39 @@ void dispatch_place(router_ctx *ctx, router_request *r)
     Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
     m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_DECODE_ASSIGNMENT;
     m.decode_assignment = &a;
-    snprintf(r->decoder, sizeof r->decoder, "%s", d->id);
-    if (send_worker(ctx, d->id, &m) != 0) {
-        fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_WORKER_LOST,
-             "decoder %s is unreachable", d->id);
+    int sent = send_worker(ctx, d->id, &m);
+    wire_bias_free(&bias);
+    if (pen_prompt && pen_prompt != r->prompt)
+        free(pen_prompt);
+    if (sent != 0) {
+        /* The decoder's connection is gone: it never got the request.
+         * Placement skips it now, so this ends (another decoder, the router
+         * queue, or a failure) within as many rounds as there are decoders. */
+        mark_unreachable(d);
+        r->stage = STAGE_NEW;
+        dispatch_place(ctx, r);
         return;
     }
+    snprintf(r->decoder, sizeof r->decoder, "%s", d->id);
+    r->decoder_serial = d->serial;
     r->pages_committed = tm_kv_pages_needed(prompt_len, max_tokens, d->page_size);
     d->pages_committed += r->pages_committed;
     d->in_flight++;
     r->on_decoder = 1;
     r->stage = STAGE_RESERVING;
+    r->t_progress = tn_now_s();
+    r->held_since = 0; /* a later hold (its worker lost) waits afresh */
+}
+
+/* w sent a message about its work: it is not stuck. */
+static void worker_progress(router_worker *w)
+{
+    w->last_progress_ms = tn_now_ms();
 }
 
 static void on_kv_ready(router_ctx *ctx, router_worker *from, const Tandem__V1__KvReady *k)
 {
+    worker_progress(from);
     router_request *r = request_find(ctx, k->request_id);
     if (!r || r->finished || r->stage != STAGE_RESERVING || strcmp(r->decoder, from->id) ||
         !k->destination) {
@@ -338,11 +457,14 @@ static void on_kv_ready(router_ctx *ctx, router_worker *from, const Tandem__V1__
         send_cancel(ctx, from->id, k->request_id, 1);
         return;
     }
+    r->t_progress = tn_now_s();
     router_worker *p = NULL;
     if (placement_pick_prefiller(&ctx->workers, r->model, &p) != PLACE_OK) {
+        /* The prefiller went away while the decoder reserved: give the
+         * pages back and start over, which holds r in the router queue
+         * until a prefiller is there (or fails it at --queue-timeout-ms). */
         send_cancel(ctx, from->id, r->wid, 1);
-        fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_NO_CAPACITY,
-             "no prefiller is registered for model '%s'", r->model);
+        start_over(ctx, r, 0, "no prefiller can take it");
         return;
     }
     int32_t *prompt = attempt_prompt(r);
@@ -353,6 +475,14 @@ static void on_kv_ready(router_ctx *ctx, router_worker *from, const Tandem__V1__
     }
     Tandem__V1__SamplingParams sp = TANDEM__V1__SAMPLING_PARAMS__INIT;
     fill_sampling(&sp, r);
+    wire_bias bias;
+    if (wire_bias_fill(&bias, &sp, r) != 0) {
+        if (prompt != r->prompt)
+            free(prompt);
+        send_cancel(ctx, from->id, r->wid, 1);
+        fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL, "router out of memory");
+        return;
+    }
     Tandem__V1__PrefillAssignment a = TANDEM__V1__PREFILL_ASSIGNMENT__INIT;
     a.request_id = r->wid;
     a.prompt_tokens = prompt;
@@ -370,15 +500,19 @@ static void on_kv_ready(router_ctx *ctx, router_worker *from, const Tandem__V1__
     m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_PREFILL_ASSIGNMENT;
     m.prefill_assignment = &a;
     int sent = send_worker(ctx, p->id, &m);
+    wire_bias_free(&bias);
     if (prompt != r->prompt)
         free(prompt);
     if (sent != 0) {
+        mark_unreachable(p);
         send_cancel(ctx, from->id, r->wid, 1);
-        fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_WORKER_LOST,
-             "prefiller %s is unreachable", p->id);
+        char why[WIRE_MAX_ID + 64];
+        snprintf(why, sizeof why, "prefiller %s is unreachable", p->id);
+        start_over(ctx, r, 0, why);
         return;
     }
     snprintf(r->prefiller, sizeof r->prefiller, "%s", p->id);
+    r->prefiller_serial = p->serial;
     p->in_flight++;
     r->assigned_tokens = r->n_prompt + r->n_out;
     p->assigned_input_tokens += (uint64_t)r->assigned_tokens;
@@ -388,8 +522,17 @@ static void on_kv_ready(router_ctx *ctx, router_worker *from, const Tandem__V1__
 
 /* Appends tokens to r and delivers them; ends r if a stop string matched.
  * Returns 1 if r finished here. */
-static int deliver_tokens(router_ctx *ctx, router_request *r, const int32_t *toks, int n)
+static int deliver_tokens(router_ctx *ctx, router_request *r, const int32_t *toks, int n,
+                          Tandem__V1__TokenLogprobs *const *lps, size_t n_lps)
 {
+    if (request_store_logprobs(r, lps, n_lps, n) != 0) {
+        if (r->stage == STAGE_DECODING)
+            send_cancel(ctx, r->decoder, r->wid, 1);
+        fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL,
+             n_lps == (size_t)n ? "router out of memory (logprobs)"
+                                : "a worker sent tokens without the logprobs the request asked for");
+        return 1;
+    }
     int rc = request_append(ctx, r, toks, n);
     if (rc < 0) {
         if (r->stage == STAGE_DECODING)
@@ -416,10 +559,18 @@ static int deliver_tokens(router_ctx *ctx, router_request *r, const int32_t *tok
 static void on_prefill_result(router_ctx *ctx, router_worker *from,
                               const Tandem__V1__PrefillResult *res)
 {
+    worker_progress(from);
     router_request *r = request_find(ctx, res->request_id);
     if (!r || strcmp(r->prefiller, from->id) || r->stage != STAGE_PREFILLING)
         return; /* its decoder is gone (and with it the pages) */
     release_prefiller(ctx, r);
+    r->t_progress = tn_now_s();
+    /* The decoder's reservations move too: the pages of this one are about
+     * to be decoded and freed, so requests waiting for its room are not
+     * stuck while prefills for it complete. */
+    router_worker *dec = workers_find_serial(&ctx->workers, r->decoder, r->decoder_serial);
+    if (dec)
+        worker_progress(dec);
     if (r->zombie) {
         /* Cancelled while prefilling: the transfer is over now either way. */
         send_cancel(ctx, r->decoder, r->wid, 1);
@@ -450,15 +601,23 @@ static void on_prefill_result(router_ctx *ctx, router_worker *from,
     m.start_decode = &s;
     r->stage = STAGE_DECODING;
     int32_t first = res->first_token;
-    if (deliver_tokens(ctx, r, &first, 1))
+    Tandem__V1__TokenLogprobs *first_lp = res->first_logprobs;
+    if (deliver_tokens(ctx, r, &first, 1, &first_lp, first_lp ? 1 : 0))
         return;
-    if (send_worker(ctx, r->decoder, &m) != 0)
-        fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_WORKER_LOST,
-             "decoder %s is unreachable", r->decoder);
+    if (send_worker(ctx, r->decoder, &m) != 0) {
+        /* The decoder holding its KV is gone: a lost worker for r. */
+        router_worker *d = workers_find_serial(&ctx->workers, r->decoder, r->decoder_serial);
+        if (d)
+            mark_unreachable(d);
+        requeue(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_WORKER_LOST,
+                "decoder %s is unreachable", r->decoder);
+    }
 }
 
 static void on_token_batch(router_ctx *ctx, router_worker *from, const Tandem__V1__TokenBatch *b)
 {
+    worker_progress(from);
+    double now = tn_now_s();
     for (size_t i = 0; i < b->n_chunks; i++) {
         const Tandem__V1__TokenChunk *c = b->chunks[i];
         router_request *r = request_find(ctx, c->request_id);
@@ -467,7 +626,9 @@ static void on_token_batch(router_ctx *ctx, router_worker *from, const Tandem__V
                 send_cancel(ctx, from->id, c->request_id, 1);
             continue;
         }
-        if (c->n_tokens && deliver_tokens(ctx, r, c->tokens, (int)c->n_tokens))
+        r->t_progress = now;
+        if (c->n_tokens &&
+            deliver_tokens(ctx, r, c->tokens, (int)c->n_tokens, c->logprobs, c->n_logprobs))
             continue;
         if (c->finish_reason == TANDEM__V1__FINISH_REASON__FINISH_REASON_ERROR) {
             fail(ctx, r, c->error ? c->error->code : TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL,
@@ -528,15 +689,72 @@ static void introduce(router_ctx *ctx, const router_worker *w, int removed)
     }
 }
 
+static void worker_lost(router_ctx *ctx, const char *id, uint64_t serial, const char *why);
+
+static const char *role_name(int role)
+{
+    return role == TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER ? "prefiller" : "decoder";
+}
+
+/* Removes worker i from the registry and places its work again: the other
+ * role's workers hear it is gone (TransferPeer removed), its counts go with
+ * the entry, and every request it held starts over. */
+static void drop_worker(router_ctx *ctx, int i, const char *why)
+{
+    router_worker *w = ctx->workers.w[i];
+    char id[WIRE_MAX_ID + 1];
+    snprintf(id, sizeof id, "%s", w->id);
+    uint64_t serial = w->serial;
+    introduce(ctx, w, 1);
+    workers_remove_at(&ctx->workers, i);
+    worker_lost(ctx, id, serial, why);
+}
+
 static void on_register(router_ctx *ctx, const char *rid, size_t rid_len,
                         const Tandem__V1__Register *reg)
 {
     char err[512];
+    if (workers_is_retired(&ctx->workers, rid, rid_len, reg->incarnation)) {
+        /* A process that a newer one replaced (it was frozen, not dead):
+         * its work was placed elsewhere; two processes under one id cannot
+         * both serve. */
+        snprintf(err, sizeof err, "worker %.*s incarnation %016llx was replaced by a newer "
+                 "process under the same id; refusing it", (int)rid_len, rid,
+                 (unsigned long long)reg->incarnation);
+        tn_log(WHO, "registration refused: %s", err);
+        send_error(ctx, rid, rid_len, TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT, NULL, err);
+        return;
+    }
+    /* Same id, new process (a scaler restarted a dead worker before its
+     * heartbeats lapsed): the old process is gone with its KV cache and
+     * queue, and the new one knows none of its requests. The old entry
+     * leaves (with its counts), the new one registers, and then the old
+     * one's requests start over at once, on the new process or elsewhere,
+     * rather than after --worker-timeout-ms or never. */
+    char old_id[WIRE_MAX_ID + 1] = "", why[WIRE_MAX_ID + 128] = "";
+    uint64_t old_serial = 0;
+    for (int i = 0; workers_is_restart(&ctx->workers, rid, rid_len, reg) && i < ctx->workers.n; i++) {
+        router_worker *old = ctx->workers.w[i];
+        if (old->id_len != rid_len || memcmp(old->id, rid, rid_len))
+            continue;
+        snprintf(why, sizeof why, "%s %s restarted (incarnation %016llx replaced by %016llx)",
+                 role_name(old->role), old->id, (unsigned long long)old->incarnation,
+                 (unsigned long long)reg->incarnation);
+        tn_log(WHO, "%s: placing the old process's %d requests again", why, old->in_flight);
+        snprintf(old_id, sizeof old_id, "%s", old->id);
+        old_serial = old->serial;
+        workers_retire(&ctx->workers, old);
+        introduce(ctx, old, 1);
+        workers_remove_at(&ctx->workers, i);
+        break;
+    }
     router_worker *w = workers_register(&ctx->workers, rid, rid_len, reg, tn_now_ms(), err,
                                         sizeof err);
     if (!w) {
         tn_log(WHO, "registration refused: %s", err);
         send_error(ctx, rid, rid_len, TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT, NULL, err);
+        if (old_serial)
+            worker_lost(ctx, old_id, old_serial, why);
         return;
     }
     tn_log(WHO, "registered %s %s (model %s, vocab %d, context %d, page %d, pages %d)",
@@ -550,6 +768,10 @@ static void on_register(router_ctx *ctx, const char *rid, size_t rid_len,
     m.register_ack = &ack;
     send_worker(ctx, w->id, &m);
     introduce(ctx, w, 0);
+    if (old_serial)
+        worker_lost(ctx, old_id, old_serial, why);
+    if (ctx->held_head)
+        dispatch_retry_held(ctx); /* what waited for a worker like this one */
 }
 
 /* A draining worker that holds nothing asks to leave. It may not know of
@@ -598,6 +820,10 @@ void dispatch_worker_message(router_ctx *ctx, const char *rid, size_t rid_len,
         return;
     }
     w->last_seen_ms = tn_now_ms();
+    if (w->unreachable) {
+        tn_log(WHO, "worker %s is reachable again", w->id);
+        w->unreachable = 0;
+    }
     switch (m->body_case) {
     case TANDEM__V1__WORKER_MESSAGE__BODY_HEARTBEAT:
         if (m->heartbeat) {
@@ -673,9 +899,11 @@ static int collect(router_ctx *ctx, router_request ***out)
     return n;
 }
 
-/* The worker id (already removed from the registry, so placement cannot
- * pick it again) stopped heartbeating: what it held is placed again. */
-static void worker_lost(router_ctx *ctx, const char *id, const char *role)
+/* The registry entry (id, serial), already removed, is gone (why: the
+ * worker stopped heartbeating, or restarted): what was placed on it is
+ * placed again (a worker registered meanwhile under the same id is another
+ * entry, and may take it). */
+static void worker_lost(router_ctx *ctx, const char *id, uint64_t serial, const char *why)
 {
     router_request **v;
     int n = collect(ctx, &v);
@@ -684,9 +912,11 @@ static void worker_lost(router_ctx *ctx, const char *id, const char *role)
     const int LOST = TANDEM__V1__ERROR_CODE__ERROR_CODE_WORKER_LOST;
     for (int i = 0; i < n; i++) {
         router_request *r = v[i];
-        int is_dec = !strcmp(r->decoder, id) && r->on_decoder;
-        int is_pre = !strcmp(r->prefiller, id) && (r->stage == STAGE_PREFILLING || r->zombie);
-        if (r->zombie && (is_pre || !strcmp(r->decoder, id))) {
+        int on_dec = !strcmp(r->decoder, id) && r->decoder_serial == serial;
+        int is_dec = on_dec && r->on_decoder;
+        int is_pre = !strcmp(r->prefiller, id) && r->prefiller_serial == serial &&
+                     (r->stage == STAGE_PREFILLING || r->zombie);
+        if (r->zombie && (is_pre || on_dec)) {
             if (is_pre)
                 send_cancel(ctx, r->decoder, r->wid, 1);
             release_prefiller(ctx, r);
@@ -698,11 +928,11 @@ static void worker_lost(router_ctx *ctx, const char *id, const char *role)
              * useless. */
             if (r->stage == STAGE_PREFILLING)
                 send_cancel(ctx, r->prefiller, r->wid, 0);
-            requeue(ctx, r, LOST, "%s %s stopped responding", role, id);
+            requeue(ctx, r, LOST, "%s", why);
         } else if (!r->finished && is_pre) {
             /* The dead prefiller writes no more: the reserved pages are free. */
             send_cancel(ctx, r->decoder, r->wid, 1);
-            requeue(ctx, r, LOST, "%s %s stopped responding", role, id);
+            requeue(ctx, r, LOST, "%s", why);
         }
         request_unref(r);
     }
@@ -715,17 +945,85 @@ void dispatch_expire_workers(router_ctx *ctx, uint64_t now_ms)
     int i;
     while ((i = workers_next_expired(&ctx->workers, now_ms, (uint64_t)ctx->cfg.worker_timeout_ms)) >= 0) {
         router_worker *w = ctx->workers.w[i];
-        char id[WIRE_MAX_ID + 1];
-        snprintf(id, sizeof id, "%s", w->id);
-        const char *role = w->role == TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER ? "prefiller"
-                                                                                      : "decoder";
-        tn_log(WHO, "worker %s missed heartbeats for %d ms: dropping it", id,
+        char why[WIRE_MAX_ID + 64];
+        snprintf(why, sizeof why, "%s %s stopped responding", role_name(w->role), w->id);
+        tn_log(WHO, "worker %s missed heartbeats for %d ms: dropping it", w->id,
                ctx->cfg.worker_timeout_ms);
-        introduce(ctx, w, 1);
         workers_note_lost(&ctx->workers, w, now_ms);
-        workers_remove_at(&ctx->workers, i);
-        worker_lost(ctx, id, role);
+        drop_worker(ctx, i, why);
     }
+}
+
+/* The worker r waits on in its stage, if it is still the entry r was
+ * placed on. */
+static router_worker *waited_on(router_ctx *ctx, const router_request *r)
+{
+    if (r->stage == STAGE_PREFILLING)
+        return workers_find_serial(&ctx->workers, r->prefiller, r->prefiller_serial);
+    return workers_find_serial(&ctx->workers, r->decoder, r->decoder_serial);
+}
+
+/* Whether r has waited too long for its worker. A reservation or prefill
+ * may wait behind others on a busy worker (admission, the prefill queue),
+ * so there the worker's progress on any request counts; a decoding
+ * sequence gets a token every step, so there only its own does. */
+static int stalled(router_ctx *ctx, const router_request *r, double now, double limit_s)
+{
+    router_worker *w = waited_on(ctx, r);
+    double idle = now - r->t_progress;
+    if (w && r->stage != STAGE_DECODING) {
+        double w_idle = now - (double)w->last_progress_ms / 1000.0; /* one clock */
+        if (w_idle < idle)
+            idle = w_idle;
+    }
+    return idle > limit_s;
+}
+
+void dispatch_check_progress(router_ctx *ctx, double now)
+{
+    if (now < ctx->next_progress_check_s)
+        return;
+    ctx->next_progress_check_s = now + 0.25;
+    int limit_ms = router_progress_timeout_ms(&ctx->cfg);
+    double limit_s = limit_ms / 1000.0;
+    router_request **v;
+    int n = collect(ctx, &v);
+    if (n < 0)
+        return;
+    for (int i = 0; i < n; i++) {
+        router_request *r = v[i];
+        if (r->zombie) {
+            /* Cancelled while prefilling, and the prefiller never reported:
+             * it will not write any more; the decoder's pages are free. */
+            if (stalled(ctx, r, now, limit_s)) {
+                tn_log(WHO, "request %s: prefiller %s never reported on the cancelled prefill "
+                       "within %d ms: releasing its KV reservation on %s", r->id, r->prefiller,
+                       limit_ms, r->decoder);
+                send_cancel(ctx, r->decoder, r->wid, 1);
+                release_prefiller(ctx, r);
+                r->zombie = 0;
+                r->stage = STAGE_DONE;
+                request_table_remove(ctx, r);
+            }
+        } else if (!r->finished && r->stage >= STAGE_RESERVING && r->stage <= STAGE_DECODING &&
+                   stalled(ctx, r, now, limit_s)) {
+            const char *who = r->stage == STAGE_PREFILLING ? r->prefiller : r->decoder;
+            const char *what = r->stage == STAGE_RESERVING    ? "KV reservation"
+                               : r->stage == STAGE_PREFILLING ? "prefill"
+                                                              : "decode";
+            char why[WIRE_MAX_ID + 96];
+            snprintf(why, sizeof why, "no progress on its %s by %s for %d ms", what, who,
+                     limit_ms);
+            if (r->stage == STAGE_PREFILLING)
+                send_cancel(ctx, r->prefiller, r->wid, 0);
+            /* The decoder's pages are released now: a prefiller that is
+             * stuck is not writing into them. */
+            send_cancel(ctx, r->decoder, r->wid, 1);
+            requeue(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_WORKER_LOST, "%s", why);
+        }
+        request_unref(r);
+    }
+    free(v);
 }
 
 void dispatch_fail_all(router_ctx *ctx, const char *why)

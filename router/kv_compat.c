@@ -19,6 +19,7 @@ static const char *dtype_name(int d)
     switch (d) {
     case TANDEM__V1__KV_DTYPE__KV_DTYPE_F32: return "f32";
     case TANDEM__V1__KV_DTYPE__KV_DTYPE_BF16: return "bf16";
+    case TANDEM__V1__KV_DTYPE__KV_DTYPE_FP8_E4M3: return "fp8";
     }
     return "unknown dtype";
 }

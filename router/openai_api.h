@@ -6,9 +6,9 @@
  * Validation follows OpenAI's rules and error body
  *   {"error":{"message":..., "type":"invalid_request_error", "param":..., "code":...}}
  * Unknown fields are refused (400 unknown_parameter, as OpenAI does); known
- * fields Tandem does not implement (n > 1, logprobs, echo, penalties,
- * logit_bias, best_of, suffix, tool_choice other than "auto", a
- * response_format other than text, audio, ...) are rejected when set to a
+ * fields Tandem does not implement (echo, suffix, tool_choice other than
+ * "auto", a response_format other than text, audio, ...) are rejected when
+ * set to a
  * non-default value rather than silently ignored; metadata fields (user,
  * metadata, store, service_tier, ...) are accepted and ignored. Checks that need the model
  * (vocabulary, context length) happen in the router. */
@@ -21,6 +21,9 @@
 
 #define API_MAX_STOP 4
 #define API_MAX_MODEL 128
+#define API_MAX_TOP_LOGPROBS 20   /* top_logprobs / completions logprobs: 0..20 (OpenAI, vLLM) */
+#define API_MAX_LOGIT_BIAS 1024   /* logit_bias entries per request */
+#define API_MAX_CHOICES 128       /* n (and best_of) x prompts per request */
 
 typedef enum { API_COMPLETIONS = 0, API_CHAT = 1 } api_kind;
 
@@ -41,19 +44,37 @@ char *api_error_json(const api_error *e);
 
 typedef struct api_message {
     char role[16];    /* system, developer, user, assistant, tool */
-    char *content;    /* text (array-of-parts content is joined) */
+    char *content;    /* text (array-of-parts content is joined); may hold NUL bytes */
+    size_t content_len;
 } api_message;
+
+/* One completions prompt: text (may hold NUL bytes: text_len is its
+ * length), or token ids. */
+typedef struct api_prompt {
+    char *text;
+    size_t text_len;
+    int32_t *ids;
+    int n_ids;
+} api_prompt;
 
 typedef struct api_request {
     api_kind kind;
     char model[API_MAX_MODEL];
-    int32_t *prompt_ids;      /* completions: prompt given as token ids */
-    int n_prompt_ids;
-    char *prompt_text;        /* completions: prompt given as text */
+    api_prompt *prompts;      /* completions: one or more prompts (a list of them:
+                                 one choice per prompt and branch) */
+    int n_prompts;
+    int n;                    /* choices per prompt (1..API_MAX_CHOICES) */
+    int best_of;              /* completions: candidates per prompt (>= n; the n
+                                 with the highest cumulative logprob are returned) */
     api_message *messages;    /* chat */
     int n_messages;
     cJSON *messages_json;     /* chat: the request's messages and tools arrays */
-    cJSON *tools_json;        /* (owned copies) for the chat formats; tools NULL if none */
+    cJSON *tools_json;        /* (owned copies) for the chat formats; tools NULL if none
+                                 (and with tool_choice "none": no tools are rendered) */
+    cJSON *response_format_json; /* chat: owned copy unless absent or {"type":"text"} */
+    cJSON *tool_choice_json;  /* chat: owned copy of "required" or a named function */
+    int content_has_nul;      /* chat: a message's text holds a NUL, which the JSON
+                                 copies above cannot carry (their strings end there) */
     char reasoning_effort[8]; /* chat: "low" | "medium" | "high" | "" (default) */
     int enable_thinking;      /* chat_template_kwargs.enable_thinking: -1 unset, 0, 1 */
     int max_tokens;           /* 0: not given (the router applies its default) */
@@ -70,17 +91,59 @@ typedef struct api_request {
     int n_stop_token_ids;
     int ignore_eos;           /* extension */
     int return_token_ids;     /* extension: add "token_ids" to each choice */
+    double presence_penalty;  /* [-2, 2], default 0 */
+    double frequency_penalty; /* [-2, 2], default 0 */
+    double repetition_penalty; /* extension (vLLM): > 0, default 1 (none) */
+    int32_t *bias_tokens;     /* logit_bias: token ids (each once; the router */
+    float *bias_values;       /* checks them against the vocabulary), [-100, 100] */
+    int n_bias;
+    int logprobs;             /* -1: none; else how many alternatives per token
+                                 (completions: logprobs k; chat: top_logprobs
+                                 with logprobs true) */
 } api_request;
 
 /* Parses and validates a request body. Returns 0, or -1 with e filled
- * (HTTP 400, invalid_request_error). On failure *out holds nothing. */
+ * (HTTP 400, invalid_request_error). On failure *out holds nothing.
+ * An escaped NUL (\u0000) is text in a prompt and in message content
+ * (prompts[i].text / content keep it, with their lengths); anywhere else (model,
+ * role, tool and function names, stop strings, keys, ...) it is a 400
+ * naming the field. */
 int api_parse_request(api_kind kind, const char *body, size_t len, api_request *out,
                       api_error *e);
 void api_request_free(api_request *r);
 
+/* An upper bound on the bytes api_parse_request and then the prompt's
+ * tokenization hold at once for body[0..len) (the body itself not
+ * counted), from one pass that allocates nothing: while parsing, a cJSON
+ * node (64 bytes + the allocator's header) per value and per string, every
+ * string's bytes in the tree and copied out as text (with escaped NULs
+ * also the second parse and its copy of the body); then the text and up
+ * to one 4-byte id per byte. The router reserves it against
+ * --http-memory-budget-mb before parsing. */
+size_t api_parse_cost(const char *body, size_t len);
+
 typedef struct api_tool_call {
     const char *id, *name, *arguments;
 } api_tool_call;
+
+/* One token in a logprobs listing: its text as the bytes the tokenizer
+ * gives it (bytes NULL: the router has no vocabulary, --tokenizer none; the
+ * token is then written "token_id:<id>" with "bytes":null) and its
+ * log-probability (-inf is written -9999.0, as OpenAI does). */
+typedef struct api_lp_entry {
+    const char *bytes;
+    size_t len;
+    int32_t id;
+    float logprob;
+} api_lp_entry;
+
+/* A generated token with its alternatives (most likely first). */
+typedef struct api_lp_token {
+    api_lp_entry tok;
+    const api_lp_entry *top;
+    int n_top;
+    long text_offset;             /* completions: characters of text before it */
+} api_lp_token;
 
 /* What one streamed chunk (or the final response) carries. */
 typedef struct api_output {
@@ -98,6 +161,11 @@ typedef struct api_output {
     const char *finish_reason;    /* "stop" | "length" | NULL (still running) */
     const char *fingerprint;      /* "system_fingerprint" (NULL: left out) */
     int usage_null;               /* chunks: add "usage":null (include_usage) */
+    int with_logprobs;            /* the request asked for logprobs: write them
+                                     (else "logprobs":null) */
+    const api_lp_token *logprobs; /* the tokens of this chunk / response */
+    int n_logprobs;
+    int index;                    /* the choice's index */
 } api_output;
 
 /* The system_fingerprint of responses for model: "tandem-" API_FINGERPRINT_VERSION
@@ -130,6 +198,13 @@ void api_completion_body(sbuf *b, const char *id, long created, const char *mode
                          const api_output *o, int prompt_tokens, int completion_tokens);
 void api_chat_body(sbuf *b, const char *id, long created, const char *model,
                    const api_output *o, int prompt_tokens, int completion_tokens);
+/* The same with several choices (o[i].index each; the fingerprint is
+ * o[0]'s; usage sums over the choices, prompts counted once each). */
+void api_completion_body_n(sbuf *b, const char *id, long created, const char *model,
+                           const api_output *o, int n_choices, int prompt_tokens,
+                           int completion_tokens);
+void api_chat_body_n(sbuf *b, const char *id, long created, const char *model,
+                     const api_output *o, int n_choices, int prompt_tokens, int completion_tokens);
 /* GET /v1/models */
 void api_models_body(sbuf *b, const char *const *models, int n_models, long created);
 /* GET /v1/models/{id}: one entry of the list. */

@@ -11,7 +11,7 @@ place_status placement_pick_prefiller(const worker_registry *r, const char *mode
     for (int i = 0; i < r->n; i++) {
         router_worker *w = r->w[i];
         if (w->role != TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER || strcmp(w->model, model) ||
-            w->draining)
+            w->draining || w->unreachable)
             continue;
         if (!best || w->assigned_input_tokens < best->assigned_input_tokens ||
             (w->assigned_input_tokens == best->assigned_input_tokens &&
@@ -30,7 +30,7 @@ place_status placement_pick_decoder(const worker_registry *r, const char *model,
     for (int i = 0; i < r->n; i++) {
         router_worker *w = r->w[i];
         if (w->role != TANDEM__V1__WORKER_ROLE__WORKER_ROLE_DECODER || strcmp(w->model, model) ||
-            w->draining)
+            w->draining || w->unreachable)
             continue;
         any = 1;
         int need = tm_kv_pages_needed(prompt_len, max_tokens, w->page_size);

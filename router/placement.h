@@ -8,7 +8,8 @@
  * admission. Both use the router's own accounting (router_worker.in_flight,
  * assigned_input_tokens, pages_committed), which is exact for this router and
  * never stale, unlike heartbeats. A draining worker (SIGTERM: it finishes
- * what it holds, then deregisters) is never picked. */
+ * what it holds, then deregisters) is never picked, nor one the router just
+ * failed to send to (router_worker.unreachable: its connection is gone). */
 #ifndef TANDEM_ROUTER_PLACEMENT_H
 #define TANDEM_ROUTER_PLACEMENT_H
 #include "router/workers.h"

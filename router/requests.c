@@ -28,6 +28,8 @@ router_request *request_new(router_ctx *ctx, req_origin origin)
     }
     r->origin = origin;
     r->refs = 1;
+    r->repetition_penalty = 1.0f;
+    r->logprobs = -1;
     /* Keys start at a random offset so ids do not repeat across restarts. */
     r->key = ctx->next_key++;
     snprintf(r->id, sizeof r->id, "%016" PRIx64, r->key);
@@ -48,9 +50,13 @@ void request_unref(router_request *r)
     for (int i = 0; i < r->n_stop_strs; i++)
         free(r->stop_strs[i]);
     free(r->out);
+    free(r->grammar);
     free(r->out_text_end);
     free(r->out_reasoning_end);
     free(r->out_tools_end);
+    free(r->out_lp);
+    free(r->bias_tokens);
+    free(r->bias_values);
     sb_free(&r->text);
     sb_free(&r->reasoning);
     if (r->parser)
@@ -187,6 +193,40 @@ static int grow_output(router_request *r, int n)
     return 0;
 }
 
+int request_store_logprobs(router_request *r, Tandem__V1__TokenLogprobs *const *lps,
+                           size_t n_lps, int n)
+{
+    if ((r->logprobs < 0 && !r->score_logprobs) || n <= 0)
+        return 0;
+    const int shown = r->logprobs > 0 ? r->logprobs : 0;
+    if (n_lps != (size_t)n)
+        return -1;
+    if (r->n_out + n > r->cap_lp) {
+        int cap = r->cap_lp ? r->cap_lp : 16;
+        while (cap < r->n_out + n)
+            cap *= 2;
+        tm_token_logprobs *lp = realloc(r->out_lp, (size_t)cap * sizeof *lp);
+        if (!lp)
+            return -1;
+        r->out_lp = lp;
+        r->cap_lp = cap;
+    }
+    for (int i = 0; i < n; i++) {
+        const Tandem__V1__TokenLogprobs *w = lps[i];
+        tm_token_logprobs *d = &r->out_lp[r->n_out + i];
+        size_t k = w ? w->n_top_ids : 0;
+        if (!w || k != w->n_top_logprobs || k > KN_LOGPROBS_MAX_TOP || (int)k < shown)
+            return -1;
+        d->logprob = w->logprob;
+        d->n_top = shown;
+        for (int j = 0; j < shown; j++) {
+            d->top_ids[j] = w->top_ids[j];
+            d->top_logprobs[j] = w->top_logprobs[j];
+        }
+    }
+    return 0;
+}
+
 const chat_tool_call *request_tool_calls(const router_request *r, int *n)
 {
     if (!r->parser) {
@@ -276,6 +316,13 @@ int request_admit(router_ctx *ctx, router_request *r, int max_tokens_given,
                   const int32_t *stop_ids, int n_stop_ids, int ignore_eos, api_error *e)
 {
     const worker_registry *reg = &ctx->workers;
+    if (ctx->stopping) {
+        /* SIGTERM: requests in flight finish; new ones go to another
+         * router (503 carries Retry-After). */
+        api_error_set(e, 503, "server_error", NULL, "no_capacity",
+                      "The router is shutting down; retry on another replica.");
+        return -1;
+    }
     int have_pre = workers_serve_model(reg, r->model, TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER);
     int have_dec = workers_serve_model(reg, r->model, TANDEM__V1__WORKER_ROLE__WORKER_ROLE_DECODER);
     if (!have_pre && !have_dec) {
@@ -283,7 +330,10 @@ int request_admit(router_ctx *ctx, router_request *r, int max_tokens_given,
                       "The model '%s' does not exist or no worker serves it.", r->model);
         return -1;
     }
-    if (!have_pre || !have_dec) {
+    /* With the router queue on, a request for a model that lacks a prefiller
+     * or a decoder right now (one being replaced, or not started yet) is
+     * admitted and waits for one (dispatch.c, hold_or_fail). */
+    if ((!have_pre || !have_dec) && ctx->cfg.queue_timeout_ms <= 0) {
         api_error_set(e, 503, "server_error", NULL, "no_capacity",
                       "No %s is registered for model '%s'; try again later.",
                       have_pre ? "decoder" : "prefiller", r->model);
@@ -314,6 +364,13 @@ int request_admit(router_ctx *ctx, router_request *r, int max_tokens_given,
                           "vocabulary (0..%d).", (int)r->prompt[i], i, vocab - 1);
             return -1;
         }
+    for (int i = 0; i < r->n_bias; i++)
+        if (r->bias_tokens[i] >= vocab) {
+            api_error_set(e, 400, "invalid_request_error", "logit_bias", "invalid_value",
+                          "Invalid logit_bias: token %d is outside the model's vocabulary "
+                          "(0..%d).", (int)r->bias_tokens[i], vocab - 1);
+            return -1;
+        }
     for (int i = 0; i < n_stop_ids; i++)
         if (stop_ids[i] < 0 || stop_ids[i] >= vocab) {
             api_error_set(e, 400, "invalid_request_error", "stop_token_ids", "invalid_value",
@@ -327,6 +384,13 @@ int request_admit(router_ctx *ctx, router_request *r, int max_tokens_given,
         if (reg->w[i]->role == TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER &&
             !strcmp(reg->w[i]->model, r->model) && reg->w[i]->max_context > prompt_max)
             prompt_max = reg->w[i]->max_context;
+    /* A role with no worker registered yet: the other role's limit is the
+     * best known one (a decoder that registers later with less room makes
+     * placement refuse the request: KV_NEVER_FITS). */
+    if (!ctx_len)
+        ctx_len = prompt_max;
+    if (!prompt_max)
+        prompt_max = ctx_len;
     if (r->n_prompt > prompt_max) {
         api_error_set(e, 400, "invalid_request_error", r->kind == API_CHAT ? "messages" : "prompt",
                       "context_length_exceeded",

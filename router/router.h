@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "router/autoscaler.h"
+#include "engine/sampler.h"
 #include "common/options.h"
 #include "router/metrics.h"
 #include "router/openai_api.h"
@@ -48,6 +49,13 @@ typedef struct router_config {
     char worker_secret_file[OPT_PATH_MAX]; /* "" = workers register unauthenticated */
     int metrics_port;          /* -1: /metrics only on the HTTP port; else also here (0: any) */
     int queue_timeout_ms;      /* hold requests no worker can take for this long; 0: refuse at once */
+    int progress_timeout_ms;   /* a request on a worker that moves nothing this long is
+                                  placed again (0: derived, router_progress_timeout_ms) */
+    int drain_timeout_ms;      /* SIGTERM: let requests in flight finish this long */
+    int http_max_connections;  /* client connections the API port holds (http_front.h) */
+    int http_idle_timeout_ms;  /* a connection with nothing in progress is closed after this */
+    int http_request_timeout_ms; /* a request's head and body must arrive within this */
+    int http_memory_budget_mb; /* request bodies and their parse, all requests together */
     autoscaler_config as;      /* --scaler, --autoscale-*, --scaler-* */
 } router_config;
 
@@ -93,9 +101,19 @@ typedef struct router_request {
     int32_t *stop_ids;             /* the client's plus the model's EOS ids */
     int n_stop_ids;
     char *stop_strs[API_MAX_STOP]; /* matched here, on the decoded text */
+    uint32_t *grammar;         /* structured outputs: the program (SamplingParams.grammar) */
+    int n_grammar;
     int n_stop_strs;
     size_t max_stop_len;
     int stream, include_usage, with_token_ids;
+    /* Penalties and logit_bias (applied by the workers, engine/sampler.h). */
+    float presence_penalty, frequency_penalty, repetition_penalty; /* repetition 1: none */
+    int32_t *bias_tokens;          /* checked against the vocabulary in request_admit */
+    float *bias_values;
+    int n_bias;
+    int logprobs;                  /* -1: none; else alternatives per token (0..20) */
+    int score_logprobs;            /* keep the tokens' logprobs although the client
+                                      did not ask (best_of ranks choices by them) */
 
     /* Placement (core thread only). */
     req_stage stage;
@@ -108,12 +126,19 @@ typedef struct router_request {
     int zombie;                    /* cancelled while prefilling: kept until the
                                       prefiller reports, then the decoder's pages
                                       are released */
+    uint64_t prefiller_serial;     /* router_worker.serial of the entries counted on */
+    uint64_t decoder_serial;
+    double t_progress;             /* monotonic: the current attempt's latest step
+                                      (placed, KV reserved, first token, tokens) */
 
     /* Output (under lock): tokens, their decoded text, the end. */
     int32_t *out;
     size_t *out_text_end;          /* text length after each token */
     size_t *out_reasoning_end;     /* chat formats: reasoning length after each token */
     int *out_tools_end;            /* chat formats: tool calls complete after each token */
+    tm_token_logprobs *out_lp;     /* each token's logprobs (when logprobs >= 0; sized
+                                      cap_lp, filled by request_store_logprobs) */
+    int cap_lp;
     int n_out, cap_out;
     sbuf text;                     /* (chat: content) truncated at a matched stop string */
     sbuf reasoning;                /* chat formats: reasoning_content */
@@ -149,6 +174,8 @@ typedef struct router_ctx {
     int shutdown_fd;               /* set once at shutdown; every waiter polls it */
     int http_port, worker_port, rpc_port;
     struct MHD_Daemon *httpd;
+    struct http_front *front;      /* the API port's connections (http_front.h) */
+    size_t http_mem_used;          /* reserved by HTTP requests (--http-memory-budget-mb) */
     /* Authentication (docs/SECURITY.md): CURVE keys of the worker and RPC
      * sockets, their ZAP handler, and the API key's hash for HTTP. */
     sock_auth worker_auth, rpc_auth;
@@ -158,12 +185,19 @@ typedef struct router_ctx {
     struct MHD_Daemon *metrics_httpd; /* --metrics-port: /metrics, /healthz, /dashboard */
     int metrics_port;
     double t_start;                /* monotonic start time (the dashboard's zero) */
-    int stopping;                  /* shutting down: place nothing new */
+    int stopping;                  /* shutting down (SIGTERM): admit nothing new; requests
+                                      in flight finish until drain_deadline_s */
+    int stop_final;                /* the drain is over: fail what is left, place nothing */
+    double drain_deadline_s;
+    double next_progress_check_s;
 
     worker_registry workers;
     router_request *table[ROUTER_HASH_BUCKETS];
     int n_active;                  /* requests in the table */
     int n_queued;                  /* submitted by HTTP threads, not yet taken */
+    int n_http_responses;          /* HTTP responses still being written (a finished
+                                      request's end may not be on the wire yet): a
+                                      drain waits for them */
     uint64_t next_key;
     router_request *submit_head, *submit_tail;
     router_request *cancel_head, *cancel_tail;
@@ -212,6 +246,12 @@ void request_queue_cancel(router_ctx *ctx, router_request *r);
  * breaks the chat format (reason in r->parse_error). */
 int request_append(router_ctx *ctx, router_request *r, const int32_t *toks, int n);
 
+/* Keeps the logprobs of the n tokens about to be appended (request_append
+ * next): lps[i] belongs to toks[i]. 0, or -1 on OOM or when the worker sent
+ * none or not one per token (n_lps != n) although the request asked. */
+int request_store_logprobs(router_request *r, Tandem__V1__TokenLogprobs *const *lps,
+                           size_t n_lps, int n);
+
 /* Flushes the chat parser at the end of the output (text it held back). */
 void request_finish_output(router_request *r);
 /* The chat completion's tool calls so far (from the parser), and how many. */
@@ -233,8 +273,14 @@ void dispatch_worker_message(router_ctx *ctx, const char *rid, size_t rid_len,
                              const Tandem__V1__WorkerMessage *m);
 /* Cancels r everywhere it runs and finishes it as CANCELLED. */
 void dispatch_cancel(router_ctx *ctx, router_request *r);
-/* Drops workers that stopped heartbeating, failing their requests. */
+/* Drops workers that stopped heartbeating, placing their requests again. */
 void dispatch_expire_workers(router_ctx *ctx, uint64_t now_ms);
+/* Places again (or fails, attempts exhausted) every request whose worker
+ * made no progress for the progress timeout; frees zombies whose prefiller
+ * never reported. Cheap to call often: it scans at most every 250 ms. */
+void dispatch_check_progress(router_ctx *ctx, double now_s);
+/* The progress timeout in effect (--progress-timeout-ms, or derived). */
+int router_progress_timeout_ms(const router_config *c);
 /* Ends r: records the reason, releases its accounting, wakes its waiter,
  * delivers the end to an RPC client, and drops it from the table (unless it
  * is a zombie still waiting for its prefiller). */

@@ -25,8 +25,10 @@ static const char *const INTRO =
     "protobuf RPC API, the socket prefillers and decoders register on, and the\n"
     "autoscaler (--scaler; docs/AUTOSCALING.md). Ports given as 0 are chosen by\n"
     "the system; --port-file records the ports actually bound (http_port=N,\n"
-    "worker_port=N, rpc_port=N, metrics_port=N). SIGTERM/SIGINT: stop (the\n"
-    "local scaler first drains its workers); a second one: stop at once.";
+    "worker_port=N, rpc_port=N, metrics_port=N). SIGTERM/SIGINT: new requests\n"
+    "get 503 while those in flight finish (up to --drain-timeout-ms), then the\n"
+    "router stops (the local scaler first drains its workers); a second one:\n"
+    "stop at once.";
 
 /* Loads the API key and the worker secret when configured: CURVE on the
  * sockets (before they bind) with the ZAP handler that checks client keys,
@@ -151,15 +153,54 @@ static int write_ports(const router_ctx *ctx)
     return 0;
 }
 
-/* First signal: refuse new work, fail what is running, and let the
- * autoscale loop stop (the local scaler drains its workers while this loop
- * keeps answering their deregistrations). Returns the time by which to give
- * up waiting. */
-static double begin_stop(router_ctx *ctx)
+/* Requests in the table that have not ended (a zombie has: it only waits
+ * for its prefiller's report). */
+static int unfinished(const router_ctx *ctx)
+{
+    int n = 0;
+    for (int b = 0; b < ROUTER_HASH_BUCKETS; b++)
+        for (const router_request *r = ctx->table[b]; r; r = r->hnext)
+            n += !r->finished;
+    return n + ctx->n_queued;
+}
+
+/* The drain is done when every request ended and every HTTP response
+ * carrying one has been written out (stopping the HTTP server earlier
+ * would cut the end of a stream that already finished in the router). */
+static int drained(const router_ctx *ctx)
+{
+    return unfinished(ctx) == 0 && ctx->n_http_responses == 0;
+}
+
+/* First signal: refuse new requests (503 with Retry-After: a rolling update
+ * sends them to another replica) and let those in flight finish, up to
+ * --drain-timeout-ms; workers keep being served and replaced meanwhile. */
+static void begin_drain(router_ctx *ctx)
 {
     pthread_mutex_lock(&ctx->lock);
     ctx->stopping = 1;
-    dispatch_fail_all(ctx, "the router is shutting down");
+    ctx->drain_deadline_s = tn_now_s() + ctx->cfg.drain_timeout_ms / 1000.0;
+    tn_log(WHO, "draining: %d requests in flight finish (up to %d ms), new ones get 503",
+           unfinished(ctx), ctx->cfg.drain_timeout_ms);
+    pthread_mutex_unlock(&ctx->lock);
+}
+
+/* The drain is over (nothing left, or the deadline): fail what is left,
+ * which tells the workers to drop it, and let the autoscale loop stop (the
+ * local scaler drains its workers while this loop keeps answering their
+ * deregistrations). Returns the time by which to give up waiting. */
+static double end_drain(router_ctx *ctx)
+{
+    pthread_mutex_lock(&ctx->lock);
+    int left = unfinished(ctx);
+    if (left)
+        tn_log(WHO, "drain timeout: failing the %d requests still in flight", left);
+    else
+        tn_log(WHO, "drained: every request in flight finished");
+    ctx->stop_final = 1;
+    dispatch_process_queues(ctx);
+    dispatch_fail_all(ctx, "the router is shutting down and the request did not finish "
+                           "within its drain timeout");
     dispatch_retry_held(ctx);
     pthread_mutex_unlock(&ctx->lock);
     autoscaler_request_stop(ctx);
@@ -180,6 +221,8 @@ static void run_loop(router_ctx *ctx, int sig_fd)
         int timeout = ctx->cfg.heartbeat_ms > 0 ? ctx->cfg.heartbeat_ms : 500;
         if (ctx->held_head && timeout > 100)
             timeout = 100; /* held requests time out on time */
+        if (ctx->stopping && !ctx->stop_final && timeout > 50)
+            timeout = 50; /* a drain ends soon after its last response */
         if (zmq_poll(items, ctx->zap ? 5 : 4, timeout) < 0 && errno != EINTR) {
             tn_log(WHO, "zmq_poll failed: %s", zmq_strerror(errno));
             return;
@@ -192,7 +235,7 @@ static void run_loop(router_ctx *ctx, int sig_fd)
              * wrapper script may forward it as SIGTERM). */
             if (!ctx->stopping) {
                 tn_log(WHO, "signal %u: shutting down (again to stop at once)", sig);
-                stop_deadline = begin_stop(ctx);
+                begin_drain(ctx);
                 first_signal_s = tn_now_s();
             } else if (tn_now_s() - first_signal_s > 1.0) {
                 tn_log(WHO, "signal %u: stopping now", sig);
@@ -213,10 +256,15 @@ static void run_loop(router_ctx *ctx, int sig_fd)
         pthread_mutex_lock(&ctx->lock);
         dispatch_process_queues(ctx);
         dispatch_expire_workers(ctx, tn_now_ms());
+        dispatch_check_progress(ctx, tn_now_s());
         if (ctx->held_head)
             dispatch_retry_held(ctx);
+        int drain_over = ctx->stopping && !ctx->stop_final &&
+                         (drained(ctx) || tn_now_s() >= ctx->drain_deadline_s);
         pthread_mutex_unlock(&ctx->lock);
-        if (ctx->stopping && (autoscaler_stopped(ctx) || tn_now_s() > stop_deadline)) {
+        if (drain_over)
+            stop_deadline = end_drain(ctx);
+        if (ctx->stop_final && (autoscaler_stopped(ctx) || tn_now_s() > stop_deadline)) {
             if (!autoscaler_stopped(ctx))
                 tn_log(WHO, "workers still draining at the deadline: stopping anyway");
             return;
@@ -248,10 +296,17 @@ static void ctx_free(router_ctx *ctx)
         zmq_close(ctx->zap);
     sock_auth_wipe(&ctx->worker_auth);
     sock_auth_wipe(&ctx->rpc_auth);
-    if (ctx->worker_sock)
+    /* The last messages (RPC clients' final chunks, the workers' Cancels
+     * for what the shutdown failed) get a moment to leave. */
+    int linger = 500;
+    if (ctx->worker_sock) {
+        zmq_setsockopt(ctx->worker_sock, ZMQ_LINGER, &linger, sizeof linger);
         zmq_close(ctx->worker_sock);
-    if (ctx->rpc_sock)
+    }
+    if (ctx->rpc_sock) {
+        zmq_setsockopt(ctx->rpc_sock, ZMQ_LINGER, &linger, sizeof linger);
         zmq_close(ctx->rpc_sock);
+    }
     if (ctx->zctx)
         zmq_ctx_term(ctx->zctx);
     if (ctx->wake_fd >= 0)
@@ -334,7 +389,7 @@ int main(int argc, char **argv)
     fflush(stdout);
     run_loop(ctx, sig_fd);
     pthread_mutex_lock(&ctx->lock);
-    ctx->stopping = 1;
+    ctx->stopping = ctx->stop_final = 1;
     dispatch_fail_all(ctx, "the router is shutting down");
     dispatch_retry_held(ctx);
     pthread_mutex_unlock(&ctx->lock);

@@ -24,7 +24,16 @@ void router_config_default(router_config *c)
     c->max_body_bytes = 16 << 20;
     c->max_active_requests = 1024;
     c->metrics_port = -1;
-    c->queue_timeout_ms = 0;
+    /* On by default: a request that finds no worker of a role (a replacement
+     * still starting, every worker draining) waits for one instead of
+     * failing at once. */
+    c->queue_timeout_ms = 30000;
+    c->progress_timeout_ms = 0;
+    c->drain_timeout_ms = 30000;
+    c->http_max_connections = 8192;
+    c->http_idle_timeout_ms = 60000;
+    c->http_request_timeout_ms = 60000;
+    c->http_memory_budget_mb = 1024;
     autoscaler_config_default(&c->as);
 }
 
@@ -54,8 +63,23 @@ static int build_specs(router_config *c, opt_spec *s)
         {"max-body-bytes", OPT_INT, &c->max_body_bytes, 0, "largest accepted HTTP body"},
         {"max-active-requests", OPT_INT, &c->max_active_requests, 0,
          "requests in flight before HTTP 429"},
+        {"http-max-connections", OPT_INT, &c->http_max_connections, 0,
+         "client connections the API port holds; at the limit a new one closes the one idle the longest"},
+        {"http-idle-timeout-ms", OPT_INT, &c->http_idle_timeout_ms, 0,
+         "close an API connection with no request in progress after this long without a byte"},
+        {"http-request-timeout-ms", OPT_INT, &c->http_request_timeout_ms, 0,
+         "close an API connection whose request head and body take longer than this to arrive"},
+        {"http-memory-budget-mb", OPT_INT, &c->http_memory_budget_mb, 0,
+         "memory for HTTP request bodies and their parse, all requests together; beyond it 503 with Retry-After"},
         {"queue-timeout-ms", OPT_INT, &c->queue_timeout_ms, 0,
          "hold a request no worker can take yet (none registered, all draining) this long before 503 (0: refuse at once)"},
+        {"progress-timeout-ms", OPT_INT, &c->progress_timeout_ms, 0,
+         "place a request again when its worker moved nothing (no reservation, first token or "
+         "token batch from it) this long (0: 2 x --worker-timeout-ms + 30000, the prefillers' "
+         "default --transfer-timeout-ms)"},
+        {"drain-timeout-ms", OPT_INT, &c->drain_timeout_ms, 0,
+         "on SIGTERM, new requests get 503 while those in flight finish for up to this long; "
+         "then the rest fail and the workers drop them"},
         {"api-key-file", OPT_STR, c->api_key_file, sizeof c->api_key_file,
          "file with the API key (at least 32 bytes): HTTP /v1/* then needs "
          "'Authorization: Bearer KEY' and RPC clients the same key (CURVE)"},
@@ -131,11 +155,25 @@ int router_config_validate(const router_config *c, char *err, size_t errlen)
         c->max_active_requests <= 0 || c->http_port < 0 || c->worker_port < 0 ||
         c->rpc_port < 0 || c->http_port > 65535 || c->worker_port > 65535 ||
         c->rpc_port > 65535 || c->metrics_port < -1 || c->metrics_port > 65535 ||
-        c->queue_timeout_ms < 0) {
+        c->queue_timeout_ms < 0 || c->progress_timeout_ms < 0 || c->drain_timeout_ms < 0 ||
+        c->http_max_connections <= 0 || c->http_idle_timeout_ms <= 0 ||
+        c->http_request_timeout_ms <= 0 || c->http_memory_budget_mb <= 0) {
         snprintf(err, errlen, "ports must be 0..65535 (--metrics-port also -1), limits positive, "
-                              "--queue-timeout-ms >= 0 and --worker-timeout-ms larger than "
+                              "--queue-timeout-ms, --progress-timeout-ms and "
+                              "--drain-timeout-ms >= 0, and --worker-timeout-ms larger than "
                               "--heartbeat-ms");
         return TN_ERR_ARG;
     }
     return autoscaler_config_validate(&c->as, err, errlen);
+}
+
+/* What a stuck request may wait for: its worker's heartbeats to lapse
+ * (--worker-timeout-ms, twice: a slow heartbeat is not a stuck worker) and
+ * a KV transfer to time out on the prefiller (its --transfer-timeout-ms,
+ * 30 s by default), after which a live worker has always reported. */
+int router_progress_timeout_ms(const router_config *c)
+{
+    if (c->progress_timeout_ms > 0)
+        return c->progress_timeout_ms;
+    return 2 * c->worker_timeout_ms + 30000;
 }

@@ -129,6 +129,13 @@ int codec_chat_parser_new(const text_codec *c, chat_parser **out, char *err, siz
 static int render_with_format(const text_codec *c, const api_request *ar, int32_t **ids,
                               int *n_ids, char *err, size_t errlen)
 {
+    /* The chat formats read messages from JSON, whose strings end at a NUL. */
+    if (ar->content_has_nul) {
+        snprintf(err, errlen, "message content with NUL (\\u0000) is not supported by the %s "
+                 "chat format; send the prompt to /v1/completions or drop the NUL",
+                 c->name);
+        return TN_ERR_ARG;
+    }
     chat_conversation conv;
     if (chat_conversation_from_json(ar->messages_json, ar->tools_json, &conv, err, errlen) != 0)
         return TN_ERR_ARG;
@@ -186,7 +193,7 @@ int codec_render_chat(const text_codec *c, const api_request *ar, int32_t **ids,
     sb_init(&b);
     for (int i = 0; i < n_msgs; i++) {
         sb_printf(&b, "<|im_start|>%s\n", msgs[i].role);
-        sb_puts(&b, msgs[i].content);
+        sb_append(&b, msgs[i].content, msgs[i].content_len); /* NUL bytes included */
         sb_puts(&b, "<|im_end|>\n");
     }
     sb_puts(&b, "<|im_start|>assistant\n");
@@ -219,4 +226,19 @@ void codec_decode_token(const text_codec *c, int32_t id, sbuf *out)
     } else {
         sb_puts(out, "\xEF\xBF\xBD");
     }
+}
+
+int codec_token_bytes(const text_codec *c, int32_t id, sbuf *out)
+{
+    if (c->kind == CODEC_BPE) {
+        size_t len = 0;
+        const char *bytes = bpe_token_bytes(c->bpe, id, &len);
+        if (bytes)
+            sb_append(out, bytes, len);
+        return 0;
+    }
+    if (c->kind != CODEC_BYTES)
+        return -1;
+    codec_decode_token(c, id, out);
+    return 0;
 }

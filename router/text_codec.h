@@ -62,5 +62,9 @@ int codec_chat_stop_ids(const text_codec *c, int32_t *ids, int cap);
 int codec_chat_parser_new(const text_codec *c, chat_parser **out, char *err, size_t errlen);
 /* Appends the bytes of one token to out. */
 void codec_decode_token(const text_codec *c, int32_t id, sbuf *out);
+/* The bytes a token stands for, special tokens included ("<|im_end|>"):
+ * what logprobs listings show. -1 (nothing appended) without a
+ * vocabulary (none). */
+int codec_token_bytes(const text_codec *c, int32_t id, sbuf *out);
 
 #endif

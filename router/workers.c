@@ -125,6 +125,8 @@ router_worker *workers_register(worker_registry *r, const char *id, size_t id_le
         memcpy(w->id, id, id_len);
         w->id[id_len] = '\0';
         w->id_len = id_len;
+        w->serial = ++r->next_serial;
+        w->last_progress_ms = now_ms;
     }
     uint8_t *ep = NULL;
     if (reg->transfer_endpoint.len) {
@@ -158,12 +160,52 @@ router_worker *workers_register(worker_registry *r, const char *id, size_t id_le
     w->n_eos = (int)reg->n_eos_token_ids;
     for (int i = 0; i < w->n_eos; i++)
         w->eos[i] = reg->eos_token_ids[i];
+    if (reg->incarnation)
+        w->incarnation = reg->incarnation;
     w->last_seen_ms = now_ms;
+    w->unreachable = 0;
     if (fresh) {
         r->w[r->n++] = w;
         forget_lost(r, w->id);
     }
     return w;
+}
+
+int workers_is_restart(const worker_registry *r, const char *id, size_t id_len,
+                       const Tandem__V1__Register *reg)
+{
+    const router_worker *w = workers_find(r, id, id_len);
+    return w && w->incarnation && reg->incarnation && w->incarnation != reg->incarnation;
+}
+
+void workers_retire(worker_registry *r, const router_worker *w)
+{
+    if (!w->incarnation)
+        return;
+    retired_incarnation *t = &r->retired[r->next_retired];
+    memcpy(t->id, w->id, w->id_len + 1);
+    t->incarnation = w->incarnation;
+    r->next_retired = (r->next_retired + 1) % WORKERS_MAX_RETIRED;
+    if (r->n_retired < WORKERS_MAX_RETIRED)
+        r->n_retired++;
+}
+
+int workers_is_retired(const worker_registry *r, const char *id, size_t id_len,
+                       uint64_t incarnation)
+{
+    if (!incarnation)
+        return 0;
+    for (int i = 0; i < r->n_retired; i++)
+        if (r->retired[i].incarnation == incarnation && strlen(r->retired[i].id) == id_len &&
+            !memcmp(r->retired[i].id, id, id_len))
+            return 1;
+    return 0;
+}
+
+router_worker *workers_find_serial(const worker_registry *r, const char *id, uint64_t serial)
+{
+    router_worker *w = workers_find(r, id, strlen(id));
+    return w && w->serial == serial ? w : NULL;
 }
 
 int workers_heartbeat(router_worker *w, const Tandem__V1__Heartbeat *hb, uint64_t now_ms)

@@ -38,7 +38,17 @@ typedef struct router_worker {
     int n_eos;
     uint8_t *endpoint;             /* decoder: opaque TransferEngine endpoint */
     size_t endpoint_len;
+    uint64_t incarnation;          /* Register.incarnation: which process (0: unknown) */
+    uint64_t serial;               /* unique per registry entry: a request counted on
+                                      this entry is released only from it, never from
+                                      a later entry under the same id */
     uint64_t last_seen_ms;
+    uint64_t last_progress_ms;     /* its latest message about some request (KvReady,
+                                      PrefillResult, TokenBatch): a worker that
+                                      heartbeats but moves nothing is stuck */
+    int unreachable;               /* a send to it failed (ZeroMQ has no connection
+                                      for its id): placement skips it until it is
+                                      heard from again */
     prefiller_load pload;          /* as last reported */
     decoder_load dload;
     /* The router's own view, updated as it assigns and finishes work, so
@@ -67,11 +77,23 @@ typedef struct lost_worker {
     uint64_t since_ms;
 } lost_worker;
 
+/* A process replaced by a new incarnation under its id: a registration it
+ * sends later (it was frozen, not dead) is refused rather than taken for a
+ * third process. */
+#define WORKERS_MAX_RETIRED 64
+typedef struct retired_incarnation {
+    char id[WIRE_MAX_ID + 1];
+    uint64_t incarnation;
+} retired_incarnation;
+
 typedef struct worker_registry {
     router_worker **w;
     int n, cap;
     lost_worker lost[WORKERS_MAX_LOST]; /* oldest first */
     int n_lost;
+    retired_incarnation retired[WORKERS_MAX_RETIRED]; /* a ring */
+    int n_retired, next_retired;
+    uint64_t next_serial;
 } worker_registry;
 
 void workers_init(worker_registry *r);
@@ -85,6 +107,18 @@ router_worker *workers_find(const worker_registry *r, const char *id, size_t id_
 router_worker *workers_register(worker_registry *r, const char *id, size_t id_len,
                                 const Tandem__V1__Register *reg, uint64_t now_ms,
                                 char *err, size_t errlen);
+
+/* 1 if reg comes from a new process under a registered worker's id (both
+ * incarnations known and different): the caller drops the old entry and its
+ * work before registering the new one. */
+int workers_is_restart(const worker_registry *r, const char *id, size_t id_len,
+                       const Tandem__V1__Register *reg);
+/* Remembers w's incarnation as replaced; workers_is_retired then knows it. */
+void workers_retire(worker_registry *r, const router_worker *w);
+int workers_is_retired(const worker_registry *r, const char *id, size_t id_len,
+                       uint64_t incarnation);
+/* The entry with this id and serial, or NULL (it left, or was replaced). */
+router_worker *workers_find_serial(const worker_registry *r, const char *id, uint64_t serial);
 
 /* Records a heartbeat's load, draining flag and metrics. Returns 1 when the
  * worker just started draining, 0 otherwise, -1 when its metrics were

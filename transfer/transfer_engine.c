@@ -108,8 +108,7 @@ static void handle_notice(te_engine *e, const ProtobufCMessage *msg)
                     ? TN_OK : TN_ERR_CANCELED;
     n->bytes = m->bytes;
     n->copies = m->copies;
-    e->acks[e->n_acks].sender_id = m->sender_id;
-    e->acks[e->n_acks].transfer_id = m->transfer_id;
+    e->acks[e->n_acks] = (te_pending_ack){m->sender_id, m->transfer_id, 0, 0};
     e->n_acks++;
 }
 
@@ -155,51 +154,87 @@ static void ack_sent(void *request, ucs_status_t status, void *user_data)
     ucp_request_free(request);
 }
 
+/* Sends one ack on p; returns 0 when it went (or failed for good), -1
+ * when it must wait for a usable endpoint. */
+static int send_ack(te_engine *e, te_peer *p, const te_pending_ack *a)
+{
+    ack_op *op = malloc(sizeof *op);
+    if (!op) {
+        te_log(e, "out of memory acknowledging transfer %llu",
+               (unsigned long long)a->transfer_id);
+        return -1;
+    }
+    Tandem__Transfer__TransferAck m = TANDEM__TRANSFER__TRANSFER_ACK__INIT;
+    m.receiver_id = e->id;
+    m.transfer_id = a->transfer_id;
+    op->e = e;
+    op->peer = p;
+    op->len = tandem__transfer__transfer_ack__pack(&m, op->buf);
+    ucp_request_param_t prm = {0};
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                       UCP_OP_ATTR_FIELD_FLAGS;
+    prm.flags = UCP_AM_SEND_FLAG_EAGER;
+    prm.cb.send = ack_sent;
+    prm.user_data = op;
+    ucs_status_t st;
+    int started = te_request_started(
+        ucp_am_send_nbx(p->ep, TE_AM_ACK, op->buf, op->len, NULL, 0, &prm), &st);
+    if (started == 1) {
+        e->outstanding++;
+        p->acks_in_flight++;
+        return 0;
+    }
+    if (started == 0 && p->wireup == TE_WIREUP_UNKNOWN)
+        p->wireup = TE_WIREUP_DONE; /* sent at once: the lanes are connected */
+    free(op);
+    if (started < 0) {
+        te_log(e, "sending the ack of transfer %llu failed: %s; retrying on a new endpoint",
+               (unsigned long long)a->transfer_id, ucs_status_string(st));
+        return -1;
+    }
+    return 0;
+}
+
+/* Sends the acks of received notices. An ack whose sender has no usable
+ * endpoint stays queued: the owner reconnects failed peers (a fresh
+ * te_peer_connect to the same engine), and the ack goes out on the new
+ * endpoint; after TE_ACK_RETRY_S it is dropped (the sender's transfer has
+ * timed out by then). */
 static void send_pending_acks(te_engine *e)
 {
+    double now = te_now_seconds();
+    size_t kept = 0;
     for (size_t i = 0; i < e->n_acks; i++) {
         te_pending_ack *a = &e->acks[i];
+        if (!a->first_tried)
+            a->first_tried = now;
         te_peer *p = te_peer_find(e, a->sender_id);
-        if (!p || p->status != TN_OK || !p->ep) {
-            te_log(e, "cannot acknowledge transfer %llu of engine %016llx: %s",
-                   (unsigned long long)a->transfer_id, (unsigned long long)a->sender_id,
-                   p ? p->error : "no peer connected to it");
+        int usable = p && p->status == TN_OK && p->ep;
+        if (usable && send_ack(e, p, a) == 0) {
+            if (a->logged)
+                te_log(e, "acknowledged transfer %llu of engine %016llx on a new endpoint",
+                       (unsigned long long)a->transfer_id, (unsigned long long)a->sender_id);
             continue;
         }
-        ack_op *op = malloc(sizeof *op);
-        if (!op) {
-            te_log(e, "out of memory acknowledging transfer %llu",
-                   (unsigned long long)a->transfer_id);
+        if (now - a->first_tried >= TE_ACK_RETRY_S) {
+            te_log(e, "cannot acknowledge transfer %llu of engine %016llx: %s; gave up after "
+                   "%.0f s", (unsigned long long)a->transfer_id,
+                   (unsigned long long)a->sender_id,
+                   p ? (p->status != TN_OK ? p->error : "endpoint closed")
+                     : "no peer connected to it", TE_ACK_RETRY_S);
             continue;
         }
-        Tandem__Transfer__TransferAck m = TANDEM__TRANSFER__TRANSFER_ACK__INIT;
-        m.receiver_id = e->id;
-        m.transfer_id = a->transfer_id;
-        op->e = e;
-        op->peer = p;
-        op->len = tandem__transfer__transfer_ack__pack(&m, op->buf);
-        ucp_request_param_t prm = {0};
-        prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                           UCP_OP_ATTR_FIELD_FLAGS;
-        prm.flags = UCP_AM_SEND_FLAG_EAGER;
-        prm.cb.send = ack_sent;
-        prm.user_data = op;
-        ucs_status_t st;
-        int started = te_request_started(
-            ucp_am_send_nbx(p->ep, TE_AM_ACK, op->buf, op->len, NULL, 0, &prm), &st);
-        if (started == 1) {
-            e->outstanding++;
-            p->acks_in_flight++;
-        } else {
-            if (started == 0 && p->wireup == TE_WIREUP_UNKNOWN)
-                p->wireup = TE_WIREUP_DONE; /* sent at once: the lanes are connected */
-            if (started < 0)
-                te_log(e, "sending the ack of transfer %llu failed: %s",
-                       (unsigned long long)a->transfer_id, ucs_status_string(st));
-            free(op);
+        if (!a->logged && !usable) {
+            te_log(e, "cannot acknowledge transfer %llu of engine %016llx yet: %s; waiting "
+                   "for a new endpoint", (unsigned long long)a->transfer_id,
+                   (unsigned long long)a->sender_id,
+                   p ? (p->status != TN_OK ? p->error : "endpoint closed")
+                     : "no peer connected to it");
+            a->logged = 1;
         }
+        e->acks[kept++] = *a;
     }
-    e->n_acks = 0;
+    e->n_acks = kept;
 }
 
 int te_engine_progress(te_engine *e)

@@ -81,9 +81,19 @@ struct te_transfer {
     size_t notice_len;
 };
 
+/* An ack waiting to be sent. One whose sender has no usable endpoint (it
+ * failed: the sender thought us dead while we were frozen, or restarted)
+ * waits for the owner to connect a fresh one (te_peer_connect) and is sent
+ * on it, for at most TE_ACK_RETRY_S after the notice arrived. */
 typedef struct te_pending_ack {
     uint64_t sender_id, transfer_id;
+    double first_tried;       /* te_now_seconds() of the first attempt; 0 before it */
+    int logged;               /* "waiting for a new endpoint" was logged */
 } te_pending_ack;
+
+/* How long an ack waits for a usable endpoint to its sender: longer than
+ * any sender's transfer timeout is useless (the sender gave up by then). */
+#define TE_ACK_RETRY_S 60.0
 
 struct te_engine {
     ucp_context_h ctx;

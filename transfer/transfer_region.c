@@ -349,6 +349,18 @@ void te_peer_wireup_flush(te_engine *e, te_peer *p)
     }
 }
 
+void te_peer_fail(te_engine *e, te_peer *p, const char *why)
+{
+    if (!e || !p)
+        return;
+    te_peer_mark_failed(p, TN_ERR_PEER, "%s", why ? why : "failed by its owner");
+    double now = te_now_seconds();
+    for (te_transfer *t = e->transfers; t; t = t->next)
+        if (t->peer == p)
+            te_transfer_advance(t, now);
+    te_peers_close_pending(e);
+}
+
 int te_peer_wireup_start(te_engine *e, te_peer *p)
 {
     if (!e || !p)

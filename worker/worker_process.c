@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <libgen.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
@@ -23,10 +24,14 @@ void worker_options_default(worker_options *o)
     snprintf(o->weights, sizeof o->weights, "auto");
     snprintf(o->kv_dtype, sizeof o->kv_dtype, "auto");
     snprintf(o->kv_path, sizeof o->kv_path, "auto");
+    snprintf(o->tokenizer, sizeof o->tokenizer, "none");
     snprintf(o->metrics_host, sizeof o->metrics_host, "127.0.0.1");
     o->wedged_after_s = 60;
     o->ranks = o->ep = 1;
     o->comm_timeout_ms = COMM_DEFAULT_TIMEOUT_MS;
+    o->local_ranks = 1;
+    o->group_timeout_ms = 300000;
+    snprintf(o->rank_comm, sizeof o->rank_comm, "auto");
 }
 
 enum { MAX_SPECS = 64 };
@@ -39,7 +44,14 @@ int worker_parse_flags(worker_options *o, const char *prog, const char *intro,
     const opt_spec head[] = {
         {"router", OPT_STR, o->router, sizeof o->router, "the router's worker endpoint"},
         {"model", OPT_STR, o->model_dir, sizeof o->model_dir,
-         "model directory (config.json + safetensors); required"},
+         "model directory (config.json + safetensors); this or --synthetic is required"},
+        {"synthetic", OPT_STR, o->synthetic, sizeof o->synthetic,
+         "instead of --model: random weights of this config.json's shapes (benchmarks: "
+         "throughput does not depend on weight values)"},
+        {"tokenizer", OPT_STR, o->tokenizer, sizeof o->tokenizer,
+         "the router's --tokenizer (none, bytes or a tokenizer.json / o200k_base.tiktoken "
+         "path): the vocabulary structured outputs constrain tokens over (default none: "
+         "requests with response_format json or a forced tool call are refused)"},
         {"model-name", OPT_STR, o->model_name, sizeof o->model_name,
          "name clients request (default: the directory's base name)"},
         {"worker-id", OPT_STR, o->worker_id, sizeof o->worker_id,
@@ -47,12 +59,14 @@ int worker_parse_flags(worker_options *o, const char *prog, const char *intro,
         {"page-size", OPT_INT, &o->page_size, 0, "KV cache tokens per page"},
         {"device", OPT_STR, o->device, sizeof o->device,
          "where the model and its KV cache live: cpu, cuda (GPU 0) or cuda:N (needs a "
-         "`make CUDA=1` build; one rank only for now)"},
+         "`make CUDA=1` build); with several ranks, rank r of this process takes GPU N + r "
+         "(see --rank-devices)"},
         {"weights", OPT_STR, o->weights, sizeof o->weights,
          "storage of the large weight matrices: auto (f32 on cpu, bf16 on cuda), f32, bf16 "
          "or fp8 (attention and experts FP8 e4m3 with 128x128 block scales)"},
         {"kv-dtype", OPT_STR, o->kv_dtype, sizeof o->kv_dtype,
-         "KV cache element type: auto (f32 on cpu, bf16 on cuda), f32 or bf16; the "
+         "KV cache element type: auto (f32 on cpu, bf16 on cuda), f32, bf16 or fp8 (e4m3, a "
+         "scale per token and KV head); the "
          "prefillers and decoders of a model must agree (the router refuses a mismatch)"},
     };
     const opt_spec tail[] = {
@@ -87,6 +101,20 @@ int worker_parse_flags(worker_options *o, const char *prog, const char *intro,
          "the orchestrated ranks' rendezvous name"},
         {"comm-timeout-ms", OPT_INT, &o->comm_timeout_ms, 0,
          "longest wait for a peer rank inside a step"},
+        {"rank-devices", OPT_STR, o->rank_devices, sizeof o->rank_devices,
+         "CUDA ordinals of this process's ranks in order, e.g. 0,0 (two ranks sharing GPU "
+         "0); default: --device's N + the rank"},
+        {"rank-comm", OPT_STR, o->rank_comm, sizeof o->rank_comm,
+         "the ranks' communicator for the model: auto (host on cpu; on cuda NCCL, or "
+         "staged through host memory when two ranks share a GPU), host, nccl or staged"},
+        {"group-leader", OPT_STR, o->group_leader, sizeof o->group_leader,
+         "HOST[:PORT] (port 8092 by default) of rank 0's TCP rendezvous, for ranks on "
+         "several machines (pods): --rank is this process's first rank of --world, rank 0 "
+         "listens on PORT"},
+        {"local-ranks", OPT_INT, &o->local_ranks, 0,
+         "with --group-leader: ranks this process runs (--rank .. --rank + N - 1, forked)"},
+        {"group-timeout-ms", OPT_INT, &o->group_timeout_ms, 0,
+         "longest wait for every rank at the --group-leader rendezvous"},
     };
     const int n_head = (int)(sizeof head / sizeof *head), n_tail = (int)(sizeof tail / sizeof *tail);
     opt_spec specs[MAX_SPECS];
@@ -113,8 +141,9 @@ int worker_parse_flags(worker_options *o, const char *prog, const char *intro,
         return 2;
     }
     static const char BAD_VALUES[] =
-        "--model is required, sizes must be positive and --metrics-port in -1..65535";
-    if (!o->model_dir[0] || o->page_size <= 0 || o->ranks < 1 || o->ep < 1 || o->world < 0 ||
+        "exactly one of --model and --synthetic is required, sizes must be positive and "
+        "--metrics-port in -1..65535";
+    if (!o->model_dir[0] == !o->synthetic[0] || o->page_size <= 0 || o->ranks < 1 || o->ep < 1 || o->world < 0 ||
         o->comm_timeout_ms < 1 || o->metrics_port < -1 || o->metrics_port > 65535 ||
         !(o->wedged_after_s > 0)) {
         fprintf(stderr, "%s: %s\n", prog, BAD_VALUES);
@@ -126,12 +155,17 @@ int worker_parse_flags(worker_options *o, const char *prog, const char *intro,
         fprintf(stderr, "%s: --device must be cpu, cuda or cuda:N, got '%s'\n", prog, o->device);
         return 2;
     }
-    if (kind != KN_BACKEND_CPU && (o->ranks > 1 || o->world > 1)) {
-        /* the ranks' host communicator cannot take device buffers; the
-         * NCCL groups are the multi-GPU issue's */
-        fprintf(stderr, "%s: --device %s runs one rank for now: --%s > 1 needs the CPU "
-                "(multi-GPU groups over NCCL are not wired into the workers yet)\n", prog,
-                o->device, ranks_flag);
+    if (rank_comm_parse(o->rank_comm, &o->rank_comm_mode) != 0) {
+        fprintf(stderr, "%s: --rank-comm must be auto, host, nccl or staged, got '%s'\n",
+                prog, o->rank_comm);
+        return 2;
+    }
+    if (o->local_ranks < 1 || o->group_timeout_ms < 1) {
+        fprintf(stderr, "%s: %s\n", prog, BAD_VALUES);
+        return 2;
+    }
+    if (o->rank_devices[0] && kind != KN_BACKEND_CUDA) {
+        fprintf(stderr, "%s: --rank-devices needs --device cuda\n", prog);
         return 2;
     }
     if (tm_weights_parse(o->weights, &o->weight_dtype) != 0) {
@@ -163,8 +197,11 @@ void worker_fill_names(worker_options *o, const char *role)
 {
     if (!o->model_name[0]) {
         char tmp[sizeof o->model_dir];
-        snprintf(tmp, sizeof tmp, "%s", o->model_dir);
+        snprintf(tmp, sizeof tmp, "%s", o->synthetic[0] ? o->synthetic : o->model_dir);
         snprintf(o->model_name, sizeof o->model_name, "%s", basename(tmp));
+        size_t n = strlen(o->model_name);
+        if (o->synthetic[0] && n > 5 && strcmp(o->model_name + n - 5, ".json") == 0)
+            o->model_name[n - 5] = '\0';
     }
     if (!o->worker_id[0]) {
         char host[64] = "host";
@@ -173,23 +210,83 @@ void worker_fill_names(worker_options *o, const char *role)
     }
 }
 
+void worker_group_spec(const worker_options *o, int tp, int dp, const char *prefix,
+                       rank_group_spec *spec)
+{
+    *spec = (rank_group_spec){
+        .tp = tp, .ep = o->ep, .dp = dp, .rank = o->rank, .world = o->world,
+        .name = o->comm_name, .leader = o->group_leader, .local_ranks = o->local_ranks,
+        .prefix = prefix, .timeout_ms = o->comm_timeout_ms,
+        .join_timeout_ms = o->group_timeout_ms, .comm = o->rank_comm_mode,
+    };
+}
+
+int worker_rank_device(const worker_options *o, int local, int size, char *out, size_t len,
+                       char *err, size_t errlen)
+{
+    kn_backend_kind kind;
+    int base;
+    if (tm_device_parse(o->device, &kind, &base) != 0)
+        return tn_fail(err, errlen, TN_ERR_ARG, "--device must be cpu, cuda or cuda:N, got '%s'",
+                       o->device);
+    if (kind != KN_BACKEND_CUDA || size <= 1) {
+        snprintf(out, len, "%s", o->device);
+        return 0;
+    }
+    int ordinal = base + local;
+    if (o->rank_devices[0]) {
+        const char *p = o->rank_devices;
+        for (int i = 0;; i++) {
+            char *end;
+            long v = strtol(p, &end, 10);
+            if (end == p || v < 0 || v > 1023 || (*end && *end != ','))
+                return tn_fail(err, errlen, TN_ERR_ARG, "--rank-devices must be CUDA ordinals "
+                               "separated by commas, got '%s'", o->rank_devices);
+            if (i == local) {
+                ordinal = (int)v;
+                break;
+            }
+            if (!*end)
+                return tn_fail(err, errlen, TN_ERR_ARG, "--rank-devices '%s' names fewer "
+                               "devices than this process has ranks", o->rank_devices);
+            p = end + 1;
+        }
+    }
+    snprintf(out, len, "cuda:%d", ordinal);
+    return 0;
+}
+
 int worker_load_model(const worker_options *o, const char *who, rank_group *g, kn_backend *be,
                       tm_model **out, char *err, size_t errlen)
 {
     *out = NULL;
-    char why[400];
-    if (tm_device_open(o->device, be, why, sizeof why) != TN_OK) {
-        snprintf(err, errlen, "%s", why);
+    char why[400], device[32];
+    if (worker_rank_device(o, g->local_rank, g->size, device, sizeof device, err, errlen))
+        return TN_ERR_ARG;
+    if (tm_device_open(device, be, why, sizeof why) != TN_OK) {
+        if (strcmp(device, o->device) != 0 && !o->rank_devices[0])
+            snprintf(err, errlen, "rank %d: %s (rank r of a process defaults to --device's "
+                     "N + r; --rank-devices 0,0 puts two ranks on GPU 0)", g->rank, why);
+        else
+            snprintf(err, errlen, "%s", why);
         return TN_ERR_ARG;
     }
-    tm_load_opts opts = {.weights = o->weight_dtype, .par = &g->groups.par};
-    if (tm_model_load_opts(o->model_dir, be, &opts, out, why, sizeof why) != TN_OK) {
+    if (rank_group_layout(g, be, why, sizeof why) != TN_OK) {
+        snprintf(err, errlen, "rank %d: the rank group on %s: %s", g->rank, device, why);
+        return TN_ERR_ARG;
+    }
+    tm_load_opts opts = {.weights = o->weight_dtype, .par = &g->groups.par, .seed = 1};
+    if ((o->synthetic[0] ? tm_model_synthetic(o->synthetic, be, &opts, out, why, sizeof why)
+                         : tm_model_load_opts(o->model_dir, be, &opts, out, why, sizeof why)) !=
+        TN_OK) {
         snprintf(err, errlen, "cannot load model: %s", why);
         return TN_ERR_ARG;
     }
-    tn_log(who, "rank %d: model on %s, %s weights (%.1f MiB)", g->rank, o->device,
+    tn_log(who, "rank %d: model on %s, %s weights (%.1f MiB)%s%s", g->rank, device,
            kn_dtype_name(tm_model_weight_dtype(*out)),
-           (double)tm_model_weight_bytes(*out) / (1024.0 * 1024.0));
+           (double)tm_model_weight_bytes(*out) / (1024.0 * 1024.0),
+           g->size > 1 ? ", rank communicator " : "",
+           g->size > 1 ? rank_comm_name(g->comm_kind) : "");
     return 0;
 }
 
@@ -210,11 +307,17 @@ void worker_register_init(Tandem__V1__Register *reg, const worker_options *o,
     reg->n_eos_token_ids = (size_t)mc->n_eos;
     reg->transfer_endpoint.data = (uint8_t *)endpoint;
     reg->transfer_endpoint.len = endpoint_len;
-    reg->kv_dtype = o->kv_elem == KN_BF16 ? TANDEM__V1__KV_DTYPE__KV_DTYPE_BF16
-                                          : TANDEM__V1__KV_DTYPE__KV_DTYPE_F32;
+    reg->kv_dtype = o->kv_elem == KN_BF16       ? TANDEM__V1__KV_DTYPE__KV_DTYPE_BF16
+                  : o->kv_elem == KN_FP8_E4M3 ? TANDEM__V1__KV_DTYPE__KV_DTYPE_FP8_E4M3
+                                              : TANDEM__V1__KV_DTYPE__KV_DTYPE_F32;
     reg->kv_layers = mc->n_layers;
     reg->kv_heads = mc->n_kv_heads;
     reg->kv_head_dim = mc->head_dim;
+    /* One per process: the router tells a restart under the same id (a
+     * scaler replacing a dead worker) from a repeated registration. */
+    do
+        reg->incarnation = tn_random_u64();
+    while (reg->incarnation == 0);
 }
 
 int worker_join(const worker_options *o, const char *who, const Tandem__V1__Register *reg,

@@ -22,7 +22,10 @@
 typedef struct worker_options {
     char router[256];          /* the router's worker endpoint */
     char model_dir[OPT_PATH_MAX];
+    char synthetic[OPT_PATH_MAX]; /* a config.json: random weights of its shapes instead of
+                                     model_dir's checkpoint (benchmarks; tandem-bench's --synthetic) */
     char model_name[128];      /* "" = the model directory's base name */
+    char tokenizer[OPT_PATH_MAX]; /* none, bytes or a vocabulary (worker/worker_vocab.h) */
     char worker_id[128];       /* "" = ROLE-HOST-PID */
     int page_size;
     char device[32];           /* cpu, cuda, cuda:N (engine/device.h) */
@@ -40,10 +43,16 @@ typedef struct worker_options {
     int rank, world;           /* orchestrated ranks: this one of world (0 = fork) */
     char comm_name[64];        /* orchestrated ranks' rendezvous name */
     int comm_timeout_ms;       /* longest wait for a peer rank inside a step */
+    char group_leader[256];    /* rank 0's HOST[:PORT] for the TCP rendezvous ("" = none) */
+    int local_ranks;           /* with a group leader: ranks this process runs */
+    int group_timeout_ms;      /* longest wait for the whole group at the rendezvous */
+    char rank_devices[256];    /* CUDA ordinals of this process's ranks, "0,0,1,1" */
+    char rank_comm[16];        /* auto, host, nccl, staged (engine/rank_comm.h) */
     /* parsed from the strings above by worker_parse_flags */
     tm_weight_dtype weight_dtype;
     tm_kv_path kv_path_mode;
     kn_dtype kv_elem;          /* the KV cache's dtype, auto resolved for --device */
+    rank_comm_kind rank_comm_mode;
 } worker_options;
 
 /* The defaults of every common flag. */
@@ -60,12 +69,28 @@ int worker_parse_flags(worker_options *o, const char *prog, const char *intro,
                        int argc, char **argv);
 
 /* The defaults that depend on the process: the model name from the
- * directory, the worker id ROLE-HOST-PID. */
+ * directory (or the --synthetic config file's name without ".json"), the
+ * worker id ROLE-HOST-PID. */
 void worker_fill_names(worker_options *o, const char *role);
 
-/* Opens the device (--device) and loads the model on it with the chosen
- * weight storage and the group's layout. Logs the device and weights.
- * Returns 0, or -1 with the reason in err. */
+/* The rank group's spec from the flags: tp x dp ranks with ep expert
+ * ranks; prefix names forked groups. */
+void worker_group_spec(const worker_options *o, int tp, int dp, const char *prefix,
+                       rank_group_spec *spec);
+
+/* The device of local rank `local` of a group of `size` ranks: --device
+ * for one rank; with CUDA, --rank-devices' entry or cuda:(N + local) for
+ * --device cuda:N. 0, or -1 with the reason in err. */
+int worker_rank_device(const worker_options *o, int local, int size, char *out, size_t len,
+                       char *err, size_t errlen);
+
+/* Opens the rank's device (worker_rank_device), builds the group's
+ * communicators on it (rank_group_layout) and loads the model there with
+ * the chosen weight storage and the group's layout (with --synthetic:
+ * random weights of the config's shapes, seed 1, so a prefiller and a
+ * decoder made from one config hold the same weights). Logs the device,
+ * the weights and the rank communicator. Returns 0, or -1 with the reason
+ * in err. */
 int worker_load_model(const worker_options *o, const char *who, rank_group *g, kn_backend *be,
                       tm_model **out, char *err, size_t errlen);
 

@@ -23,8 +23,13 @@ int worker_transfer_open(worker_transfer *t, tm_kv_cache *kv, int n_kv_heads, in
         worker_transfer_close(t);
         return TN_ERR_ARG;
     }
+    /* the TransferEngine moves rows of bytes: an FP8 row (codes and its
+     * scale) goes as head_dim + 4 one-byte elements, so scales travel with
+     * their rows whatever the two sides' page sizes */
+    const int fp8 = kv->dtype == KN_FP8_E4M3;
     te_kv_layout l = {.tp = tp, .rank = rank, .n_layers = kv->n_layers, .n_kv_heads = n_kv_heads,
-                      .head_dim = kv->head_dim, .elem_bytes = (int)kn_dtype_size(kv->dtype),
+                      .head_dim = fp8 ? (int)kn_kv_row_bytes(kv->dtype, kv->head_dim) : kv->head_dim,
+                      .elem_bytes = fp8 ? 1 : (int)kn_dtype_size(kv->dtype),
                       .page_size = kv->page_size, .n_pages = kv->n_pages};
     if (te_kv_register(t->e, &l, (void *const *)t->staging.k, (void *const *)t->staging.v,
                        t->staging.device_memory ? TE_MEM_CUDA : TE_MEM_HOST,

@@ -6,13 +6,15 @@
  * logit, so exp never overflows, and the sink adds to the denominator only:
  * that is GPT-OSS's "attend to nothing" column.
  *
- * bf16 pools are read as they are: each element is widened to fp32 (a
- * 16-bit shift, exact) inside the dot product and the V update, so the
- * arithmetic is the fp32 path's on the bf16 values and no fp32 copy of the
- * cache is made. */
+ * bf16 and FP8 pools are read as they are: each element is widened to
+ * fp32 inside the dot product and the V update (bf16: a 16-bit shift,
+ * exact; FP8: the code's value from a 256-entry table, times the row's
+ * scale, which multiplies the row's dot product or weight once), so no
+ * fp32 copy of the cache is made. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
+#include <string.h>
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/attention.h"
 #include "kernels/cpu/seq_batch.h"
@@ -25,17 +27,32 @@ static inline float bf16_at(const uint16_t *p, int d)
     return kn_bf16_to_f32(p[d]);
 }
 
-/* q . row over head_dim elements of a pool of dtype dt at element off. */
+/* An FP8 row's scale, stored after its head_dim codes. */
+static inline float fp8_scale(const uint8_t *row, int head_dim)
+{
+    float s;
+    memcpy(&s, row + head_dim, sizeof s);
+    return s;
+}
+
+/* q . row over head_dim elements of the row at byte offset off of a pool
+ * of dtype dt (e4m3: the table of code values). */
 static inline float dot_row(const float *q, const void *pool, kn_dtype dt, size_t off,
-                            int head_dim)
+                            int head_dim, const float *e4m3)
 {
     float dot = 0.0f;
+    const char *row = (const char *)pool + off;
     if (dt == KN_BF16) {
-        const uint16_t *r = (const uint16_t *)pool + off;
+        const uint16_t *r = (const uint16_t *)row;
         for (int d = 0; d < head_dim; d++)
             dot += q[d] * bf16_at(r, d);
+    } else if (dt == KN_FP8_E4M3) {
+        const uint8_t *r = (const uint8_t *)row;
+        for (int d = 0; d < head_dim; d++)
+            dot += q[d] * e4m3[r[d]];
+        dot *= fp8_scale(r, head_dim);
     } else {
-        const float *r = (const float *)pool + off;
+        const float *r = (const float *)row;
         for (int d = 0; d < head_dim; d++)
             dot += q[d] * r[d];
     }
@@ -44,14 +61,20 @@ static inline float dot_row(const float *q, const void *pool, kn_dtype dt, size_
 
 /* acc += p * row, the row as dot_row reads it. */
 static inline void axpy_row(float *acc, float p, const void *pool, kn_dtype dt, size_t off,
-                            int head_dim)
+                            int head_dim, const float *e4m3)
 {
+    const char *row = (const char *)pool + off;
     if (dt == KN_BF16) {
-        const uint16_t *r = (const uint16_t *)pool + off;
+        const uint16_t *r = (const uint16_t *)row;
         for (int d = 0; d < head_dim; d++)
             acc[d] += p * bf16_at(r, d);
+    } else if (dt == KN_FP8_E4M3) {
+        const uint8_t *r = (const uint8_t *)row;
+        const float ps = p * fp8_scale(r, head_dim);
+        for (int d = 0; d < head_dim; d++)
+            acc[d] += ps * e4m3[r[d]];
     } else {
-        const float *r = (const float *)pool + off;
+        const float *r = (const float *)row;
         for (int d = 0; d < head_dim; d++)
             acc[d] += p * r[d];
     }
@@ -79,9 +102,12 @@ int kn_attention_cpu(float *out, const float *q, const kn_kv_pools *pools,
     if (!scratch)
         return TN_ERR_NOMEM;
 
-    size_t head_stride = (size_t)page_size * head_dim;
-    size_t page_stride = (size_t)n_kv_heads * head_stride;
+    /* byte offsets: row (page, kv head, slot) starts at row * row_bytes */
+    const size_t row_bytes = kn_kv_row_bytes(pools->dtype, head_dim);
     long n_tasks = (long)b->n_rows * n_heads;
+    float e4m3[256];
+    for (int c = 0; pools->dtype == KN_FP8_E4M3 && c < 256; c++)
+        e4m3[c] = kn_e4m3_to_f32((uint8_t)c);
 
     /* Threads pay off only when there is enough work per step: a decode
      * step of a few sequences is faster on one thread than waiting for a
@@ -97,15 +123,16 @@ int kn_attention_cpu(float *out, const float *q, const kn_kv_pools *pools,
         int first = (window > 0 && pos - window + 1 > 0) ? pos - window + 1 : 0;
         int n_keys = pos - first + 1;
         const int32_t *pages = b->page_table + (size_t)s * b->max_pages;
-        size_t kv_head_off = (size_t)(h / group) * head_stride;
+        const size_t kvh = (size_t)(h / group);
         const float *qh = q + ((size_t)r * n_heads + h) * head_dim;
 
         float max_logit = sinks ? sinks[h] : -INFINITY;
         for (int j = 0; j < n_keys; j++) {
             int t = first + j;
-            size_t kj = (size_t)pages[t / page_size] * page_stride + kv_head_off +
-                        (size_t)(t % page_size) * head_dim;
-            scores[j] = dot_row(qh, pools->k, pools->dtype, kj, head_dim) * scale;
+            size_t row = ((size_t)pages[t / page_size] * n_kv_heads + kvh) * page_size +
+                         (size_t)(t % page_size);
+            scores[j] = dot_row(qh, pools->k, pools->dtype, row * row_bytes, head_dim, e4m3) *
+                        scale;
             if (scores[j] > max_logit)
                 max_logit = scores[j];
         }
@@ -115,11 +142,11 @@ int kn_attention_cpu(float *out, const float *q, const kn_kv_pools *pools,
         double denom = sinks ? exp((double)sinks[h] - max_logit) : 0.0;
         for (int j = 0; j < n_keys; j++) {
             int t = first + j;
-            size_t vj = (size_t)pages[t / page_size] * page_stride + kv_head_off +
-                        (size_t)(t % page_size) * head_dim;
+            size_t row = ((size_t)pages[t / page_size] * n_kv_heads + kvh) * page_size +
+                         (size_t)(t % page_size);
             float p = expf(scores[j] - max_logit);
             denom += p;
-            axpy_row(acc, p, pools->v, pools->dtype, vj, head_dim);
+            axpy_row(acc, p, pools->v, pools->dtype, row * row_bytes, head_dim, e4m3);
         }
         float inv_denom = (float)(1.0 / denom);
         float *oh = out + ((size_t)r * n_heads + h) * head_dim;

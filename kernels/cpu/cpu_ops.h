@@ -12,6 +12,9 @@
 #include "kernels/dtype.h"
 #include "kernels/matmul.h"
 #include "kernels/moe.h"
+#include "kernels/logit_adjust.h"
+#include "kernels/logit_mask.h"
+#include "kernels/logprobs.h"
 #include "kernels/sampling.h"
 
 int kn_embedding_cpu(float *out, const float *table, const int32_t *ids,
@@ -41,6 +44,11 @@ int kn_moe_experts_cpu(float *out, const float *x, const int32_t *expert_idx,
                        const kn_moe_weights *w);
 int kn_sample_cpu(int32_t *tokens, const float *logits, int n_rows, int vocab,
                   const kn_sampling *params, uint64_t *rng_state);
+int kn_logprobs_cpu(const float *logits, int n_rows, int vocab, const int32_t *tokens,
+                    float *token_logprob, int top_n, int32_t *top_ids, float *top_logprobs);
+int kn_logit_adjust_cpu(float *logits, int n_rows, int vocab, const kn_logit_adjust *params,
+                        const int32_t *row_start, const kn_logit_entry *entries);
+int kn_logit_mask_cpu(float *logits, int n_rows, int vocab, const uint32_t *mask);
 int kn_fill_uniform_cpu(void *x, kn_dtype dt, size_t n, uint64_t seed, size_t first,
                         float lo, float hi);
 #endif

@@ -1,10 +1,12 @@
 /* GQA attention with GPT-OSS's learned sink over the paged HND KV cache, on
  * the GPU, in fp32 throughout (fp32 FFMA on CUDA cores, no tensor cores).
- * Every kernel is instantiated for the pools' element type T (float or
- * __nv_bfloat16, kn_kv_pools): K and V are read in T straight from the
- * pools and widened to fp32 in registers as they are staged into shared
- * memory (paged_kv.cuh), so a bf16 cache is read at half the bytes and the
- * arithmetic is unchanged.
+ * Every kernel is instantiated for the pools' element type T (float,
+ * __nv_bfloat16 or __nv_fp8_e4m3, kn_kv_pools): K and V are read in T
+ * straight from the pools and widened to fp32 in registers as they are
+ * staged into shared memory (paged_kv.cuh; FP8 codes times their row's
+ * scale), so a bf16 cache is read at half the bytes, an FP8 one at a
+ * quarter (plus 4 bytes of scale per row), and the arithmetic after the
+ * load is unchanged.
  *
  * Both kernels are FlashAttention-style: scores are computed tile by tile
  * and folded into a running max m, running sum l and unnormalised output o
@@ -139,7 +141,7 @@ attn_flash_kernel(AttnArgs a)
         if (tid < FL_BN) {
             int j = j0 + tid;
             krow[tid] = j < kend ? paged_kv_row(a.page_table, a.max_pages, a.n_pages, s, j, kvh, a.n_kv_heads,
-                                                D, a.page_size)
+                                                kv_row_len(k_pool, D), a.page_size)
                                  : -1;
         }
         __syncthreads();
@@ -148,8 +150,8 @@ attn_flash_kernel(AttnArgs a)
             long long off = krow[key];
             float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
             if (off >= 0) {
-                kv = kv_load4(k_pool, off + c4 * 4);
-                vv = kv_load4(v_pool, off + c4 * 4);
+                kv = kv_load4(k_pool, off, c4 * 4, D);
+                vv = kv_load4(v_pool, off, c4 * 4, D);
             }
             *(float4 *)&Ks[key * LD + c4 * 4] = kv;
             *(float4 *)&Vs[key * LD + c4 * 4] = vv;
@@ -399,7 +401,7 @@ attn_split_kernel(AttnArgs a)
         if (tid < SP_KC) {
             int j = j0 + tid;
             krow[tid] = j < kend ? paged_kv_row(a.page_table, a.max_pages, a.n_pages, s, j, kvh, a.n_kv_heads,
-                                                D, a.page_size)
+                                                kv_row_len(k_pool, D), a.page_size)
                                  : -1;
         }
         __syncthreads();
@@ -410,8 +412,8 @@ attn_split_kernel(AttnArgs a)
                 long long off = krow[key];
                 float4 kv = make_float4(0.f, 0.f, 0.f, 0.f), vv = kv;
                 if (off >= 0) {
-                    kv = kv_load4(k_pool, off + d);
-                    vv = kv_load4(v_pool, off + d);
+                    kv = kv_load4(k_pool, off, d, D);
+                    vv = kv_load4(v_pool, off, d, D);
                 }
                 float *kd = Ks + key * LDK + d;
                 kd[0] = kv.x, kd[1] = kv.y, kd[2] = kv.z, kd[3] = kv.w;
@@ -423,8 +425,8 @@ attn_split_kernel(AttnArgs a)
                 long long off = krow[key];
                 float kv = 0.f, vv = 0.f;
                 if (off >= 0) {
-                    kv = kv_load1(k_pool, off + d);
-                    vv = kv_load1(v_pool, off + d);
+                    kv = kv_load1(k_pool, off, d, D);
+                    vv = kv_load1(v_pool, off, d, D);
                 }
                 Ks[key * LDK + d] = kv;
                 Vs[idx] = vv;
@@ -520,12 +522,13 @@ attn_decode_kernel(AttnArgs a)
         int idx = tid + it * SP_WARPS * 32, key = idx / D4, d = (idx - key * D4) * 4;        \
         int j = (J0) + key;                                                                  \
         long long off = j < kend ? paged_kv_row(a.page_table, a.max_pages, a.n_pages, s, j,  \
-                                                kvh, a.n_kv_heads, D, a.page_size)           \
+                                                kvh, a.n_kv_heads, kv_row_len(k_pool, D),    \
+                                                a.page_size)                                 \
                                  : -1;                                                       \
         kreg[it] = vreg[it] = make_float4(0.f, 0.f, 0.f, 0.f);                               \
         if (off >= 0) {                                                                      \
-            kreg[it] = kv_load4(k_pool, off + d);                                            \
-            vreg[it] = kv_load4(v_pool, off + d);                                            \
+            kreg[it] = kv_load4(k_pool, off, d, D);                                          \
+            vreg[it] = kv_load4(v_pool, off, d, D);                                          \
         }                                                                                    \
     }
     if (kbeg < kend) {
@@ -688,7 +691,7 @@ extern "C" int kn_attention_cuda(const kn_backend *be, float *out, const float *
                                  float scale, const float *sinks, int window)
 {
     const void *k_pool = pools->k, *v_pool = pools->v;
-    const bool bf16_kv = pools->dtype == KN_BF16;
+    const kn_dtype kvt = pools->dtype;
     static const char op[] = "kn_attention";
     int rc = kn_cuda_check_backend(op, be);
     if (rc != TN_OK)
@@ -728,7 +731,9 @@ extern "C" int kn_attention_cuda(const kn_backend *be, float *out, const float *
     bool aligned = kn_cuda_aligned16(out) && kn_cuda_aligned16(q) && kn_cuda_aligned16(k_pool) &&
                    kn_cuda_aligned16(v_pool);
     if (nvec_max > SP_WARPS * 4 && aligned && (head_dim == 64 || head_dim == 128))
-        return bf16_kv ? launch_flash_d<__nv_bfloat16>(be, op, a, b) : launch_flash_d<float>(be, op, a, b);
+        return kvt == KN_BF16       ? launch_flash_d<__nv_bfloat16>(be, op, a, b)
+             : kvt == KN_FP8_E4M3 ? launch_flash_d<__nv_fp8_e4m3>(be, op, a, b)
+                                  : launch_flash_d<float>(be, op, a, b);
 
     int vpw = nvec_max <= SP_WARPS ? 1 : nvec_max <= 2 * SP_WARPS ? 2 : 4;
     int vb = SP_WARPS * vpw;
@@ -754,8 +759,9 @@ extern "C" int kn_attention_cuda(const kn_backend *be, float *out, const float *
             return TN_ERR_NOMEM;
         }
     }
-    rc = bf16_kv ? launch_split_vpw<__nv_bfloat16>(be, op, a, b, vpw)
-                 : launch_split_vpw<float>(be, op, a, b, vpw);
+    rc = kvt == KN_BF16       ? launch_split_vpw<__nv_bfloat16>(be, op, a, b, vpw)
+       : kvt == KN_FP8_E4M3 ? launch_split_vpw<__nv_fp8_e4m3>(be, op, a, b, vpw)
+                            : launch_split_vpw<float>(be, op, a, b, vpw);
     if (rc == TN_OK && a.n_splits > 1) {
         attn_combine_kernel<<<(unsigned)((size_t)b->n_rows * n_heads), head_dim < 128 ? 64 : 128, 0,
                               kn_cuda_stream(be)>>>(a);

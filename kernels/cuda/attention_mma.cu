@@ -8,8 +8,9 @@
  * the sink rule and the GQA "query vectors" v = row_local*G + g), with
  * these differences:
  *  - Q (pre-scaled by scale*log2(e)), K and V are rounded to bf16 when
- *    they are staged into shared memory (K and V read from fp32 or bf16
- *    pools, kernel type T; bf16 values pass through unchanged). P is
+ *    they are staged into shared memory (K and V read from fp32, bf16 or
+ *    FP8 pools, kernel type T; bf16 values pass through unchanged, FP8
+ *    ones are code times row scale, rounded to bf16). P is
  *    rounded to bf16 before the P.V product. Scores, the
  *    running max m and sum l, and the output accumulate in fp32.
  *  - A block is 8 warps; warp w owns query vectors [16w, 16w+16) of the
@@ -131,12 +132,12 @@ attn_mma_kernel(MmaArgs a)
             int idx = tid + it * MB_THREADS, key = idx / D4, d = (idx - key * D4) * 4;
             int j = j0 + key;
             long long off = j < kend ? paged_kv_row(a.page_table, a.max_pages, a.n_pages, s, j, kvh,
-                                                    a.n_kv_heads, D, a.page_size)
+                                                    a.n_kv_heads, kv_row_len(k_pool, D), a.page_size)
                                      : -1;
             kreg[it] = vreg[it] = make_float4(0.f, 0.f, 0.f, 0.f);
             if (off >= 0) {
-                kreg[it] = kv_load4(k_pool, off + d);
-                vreg[it] = kv_load4(v_pool, off + d);
+                kreg[it] = kv_load4(k_pool, off, d, D);
+                vreg[it] = kv_load4(v_pool, off, d, D);
             }
         }
     };
@@ -296,11 +297,14 @@ int kn_cuda_attention_mma(const kn_backend *be, const char *op, float *out, cons
     MmaArgs a;
     kn_attn_args_fill(a, out, q, pools->k, pools->v, b, n_heads, n_kv_heads, page_size, scale,
                       sinks, window);
-    const bool bf16_kv = pools->dtype == KN_BF16;
+    const kn_dtype kvt = pools->dtype;
     if (head_dim == 64)
-        return bf16_kv ? launch_mma<64, __nv_bfloat16>(be, op, a, b) : launch_mma<64, float>(be, op, a, b);
+        return kvt == KN_BF16       ? launch_mma<64, __nv_bfloat16>(be, op, a, b)
+             : kvt == KN_FP8_E4M3 ? launch_mma<64, __nv_fp8_e4m3>(be, op, a, b)
+                                  : launch_mma<64, float>(be, op, a, b);
     if (head_dim == 128)
-        return bf16_kv ? launch_mma<128, __nv_bfloat16>(be, op, a, b)
-                       : launch_mma<128, float>(be, op, a, b);
+        return kvt == KN_BF16       ? launch_mma<128, __nv_bfloat16>(be, op, a, b)
+             : kvt == KN_FP8_E4M3 ? launch_mma<128, __nv_fp8_e4m3>(be, op, a, b)
+                                  : launch_mma<128, float>(be, op, a, b);
     return kn_arg_error(op, "the bf16 attention kernel takes head_dim 64 or 128, not %d", head_dim);
 }

@@ -352,6 +352,14 @@ extern "C" int kn_cuda_copy_to_device(const kn_backend *be, void *dst, const voi
     return TN_OK;
 }
 
+extern "C" int kn_cuda_copy_on_device(const kn_backend *be, void *dst, const void *src,
+                                      size_t bytes)
+{
+    static const char op[] = "kn_copy_on_backend";
+    KN_CUDA_TRY(op, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, kn_cuda_stream(be)));
+    return TN_OK;
+}
+
 extern "C" int kn_cuda_copy_to_host(const kn_backend *be, void *host_dst, const void *src,
                                     size_t bytes)
 {

@@ -25,6 +25,9 @@ extern "C" {
 #include "kernels/dtype.h"
 #include "kernels/matmul.h"
 #include "kernels/moe.h"
+#include "kernels/logit_adjust.h"
+#include "kernels/logit_mask.h"
+#include "kernels/logprobs.h"
 #include "kernels/sampling.h"
 
 /* Selects `device`, creates the stream and BLAS handles and fills *be with
@@ -42,6 +45,7 @@ void kn_cuda_free(const kn_backend *be, void *ptr);
 /* Host <-> device copies, complete when they return: TN_OK or TN_ERR_DEVICE. */
 int kn_cuda_copy_to_device(const kn_backend *be, void *dst, const void *host_src, size_t bytes);
 int kn_cuda_copy_to_host(const kn_backend *be, void *host_dst, const void *src, size_t bytes);
+int kn_cuda_copy_on_device(const kn_backend *be, void *dst, const void *src, size_t bytes);
 /* Page-locked host memory (cudaHostAlloc); NULL on failure. */
 void *kn_cuda_host_alloc(const kn_backend *be, size_t bytes);
 void kn_cuda_host_free(const kn_backend *be, void *ptr);
@@ -90,6 +94,14 @@ int kn_moe_experts_cuda(const kn_backend *be, float *out, const float *x,
 int kn_sample_cuda(const kn_backend *be, int32_t *tokens, const float *logits,
                    int n_rows, int vocab, const kn_sampling *params,
                    uint64_t *rng_state);
+int kn_logprobs_cuda(const kn_backend *be, const float *logits, int n_rows, int vocab,
+                     const int32_t *tokens, float *token_logprob, int top_n, int32_t *top_ids,
+                     float *top_logprobs);
+int kn_logit_adjust_cuda(const kn_backend *be, float *logits, int n_rows, int vocab,
+                         const kn_logit_adjust *params, const int32_t *row_start,
+                         const kn_logit_entry *entries);
+int kn_logit_mask_cuda(const kn_backend *be, float *logits, int n_rows, int vocab,
+                       const uint32_t *mask);
 int kn_fill_uniform_cuda(const kn_backend *be, void *x, kn_dtype dt, size_t n, uint64_t seed,
                          size_t first, float lo, float hi);
 

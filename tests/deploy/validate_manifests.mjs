@@ -3,13 +3,20 @@
 // non-zero when any fails.
 //
 //   node validate_manifests.mjs --metrics docs/METRICS.md \
-//        [--manifests NAME=rendered.yaml ...] [--dashboard dashboard.json]
+//        [--manifests NAME=rendered.yaml ...] [--dashboard dashboard.json] \
+//        [--image NAME:TAG] [--vocab-root vocab] [--dockerfile Dockerfile]
+//
+// --image: every container must run it; --vocab-root / --dockerfile: the
+// vocabulary the router's model.conf names (under /opt/tandem/vocab in the
+// image) must exist there and be copied in by the Dockerfile. A render
+// named cpu* must run the CPU backend, every other the GPU backend.
 //
 // Schema validation uses the OpenAPI-derived validators shipped in the npm
 // packages kubernetes-models (core kinds), @kubernetes-models/keda and
 // @kubernetes-models/prometheus-operator (CRDs). On top of the schemas it
-// checks what a schema cannot: selectors against pod labels, probes, GPU and
-// RDMA requests, references between objects, that the RBAC covers the scale
+// checks what a schema cannot: selectors against pod labels, probes, the
+// backend with one GPU per rank and its RDMA/NCCL/UCX settings, the router's
+// vocabulary, references between objects, that the RBAC covers the scale
 // subresources the router's kubernetes scaler patches, and that every metric
 // named in rules, autoscalers and the dashboard is documented in METRICS.md.
 import fs from "node:fs";
@@ -92,6 +99,8 @@ const envOf = (c) => Object.fromEntries((c.env || []).filter((e) => "value" in e
 function containerIssues(w) {
     const issues = [];
     const pod = w.spec.template.spec;
+    if (pod.securityContext?.runAsNonRoot !== true)
+        issues.push(`${w.kind} ${w.metadata.name}: pod securityContext.runAsNonRoot is not true`);
     for (const c of pod.containers || []) {
         const where = `${w.kind} ${w.metadata.name} container ${c.name}`;
         const req = c.resources?.requests || {};
@@ -111,11 +120,28 @@ function containerIssues(w) {
     return issues;
 }
 
+// A container's --name=value flags, with Kubernetes' $(VAR) references
+// resolved from its env values and the ConfigMaps of its envFrom.
+function argsOf(c, docs) {
+    const vars = {};
+    for (const ef of c.envFrom || []) {
+        const cm = docs.find((d) => d.kind === "ConfigMap" && d.metadata.name === ef.configMapRef?.name);
+        Object.assign(vars, cm?.data || {});
+    }
+    Object.assign(vars, envOf(c));
+    const out = {};
+    for (const a of c.args || []) {
+        const m = String(a).match(/^--([a-z0-9-]+)=(.*)$/);
+        if (m) out[m[1]] = m[2].replace(/\$\(([A-Za-z_][A-Za-z0-9_]*)\)/g, (x, v) => (v in vars ? vars[v] : x));
+    }
+    return out;
+}
+
 function gpusOf(c, which = "requests") {
     return Number(c.resources?.[which]?.["nvidia.com/gpu"] ?? 0);
 }
 
-async function validateRender(name, file, metrics) {
+async function validateRender(name, file, metrics, opts) {
     let docs;
     try {
         docs = yaml.loadAll(fs.readFileSync(file, "utf8")).filter((d) => d !== null);
@@ -157,7 +183,7 @@ async function validateRender(name, file, metrics) {
         .map((w) => `${w.kind} ${w.metadata.name}: selector ${JSON.stringify(w.spec.selector)} does not match template labels`);
     check(`${name}: workload selectors match their pod labels`, selIssues.length === 0, selIssues.join("\n"));
     const cIssues = workloads.flatMap(containerIssues);
-    check(`${name}: containers have resource requests and /healthz readiness and liveness probes`,
+    check(`${name}: pods run as non-root; containers have resource requests and /healthz readiness and liveness probes`,
         cIssues.length === 0, cIssues.join("\n"));
 
     const svcIssues = [];
@@ -196,10 +222,16 @@ async function validateRender(name, file, metrics) {
     }
     check(`${name}: ConfigMaps and ServiceAccounts referenced by pods exist`, refIssues.length === 0, refIssues.join("\n"));
 
-    // GPU layout: prefiller = one 4-GPU TP=4 node with an RDMA device;
-    // decoder group = pods_per_group * gpus_per_pod <= 16 GPUs.
+    // Worker layout: one rank per GPU. On the GPU backend (every overlay
+    // but cpu*: --device=cuda) the prefiller asks for --tp GPUs and the
+    // decoder pod for its share of the --dp group (GPUS_PER_POD), with an
+    // RDMA device, the NCCL variables, UCX transports for GPU memory and a
+    // memory-backed /dev/shm; on the CPU backend no GPU at all. The two big
+    // models run in FP8. A decoder group spans at most 16 GPUs.
     const pre = workloads.find((w) => w.spec.template.metadata.labels?.["app.kubernetes.io/component"] === "prefiller");
     const dec = workloads.find((w) => w.spec.template.metadata.labels?.["app.kubernetes.io/component"] === "decoder");
+    const router = workloads.find((w) => w.spec.template.metadata.labels?.["app.kubernetes.io/component"] === "router");
+    const wantDevice = name.startsWith("cpu") ? "cpu" : "cuda";
     const gpuIssues = [];
     if (!pre || !dec) gpuIssues.push("no prefiller or decoder workload");
     let podsPerGroup = 1, decKind = null, decName = null, preName = null;
@@ -208,17 +240,47 @@ async function validateRender(name, file, metrics) {
         decName = dec.metadata.name;
         decKind = dec.kind;
         const pc = pre.spec.template.spec.containers[0], dc = dec.spec.template.spec.containers[0];
-        if (gpusOf(pc) !== 4) gpuIssues.push(`prefiller requests ${gpusOf(pc)} GPUs, want 4 (TP=4 node)`);
-        for (const [w, c] of [[pre, pc], [dec, dc]]) {
-            if (gpusOf(c) !== gpusOf(c, "limits")) gpuIssues.push(`${w.metadata.name}: GPU requests != limits`);
-            const rdma = Object.keys(c.resources?.requests || {}).filter((r) => r.startsWith("rdma/"));
-            if (rdma.length === 0) gpuIssues.push(`${w.metadata.name}: no RDMA extended resource requested`);
-        }
+        const pa = argsOf(pc, docs), da = argsOf(dc, docs);
         const env = envOf(dc);
         podsPerGroup = Number(env.TANDEM_DECODER_PODS_PER_GROUP);
         const perPod = Number(env.TANDEM_DECODER_GPUS_PER_POD);
-        if (!(podsPerGroup >= 1) || perPod !== gpusOf(dc))
-            gpuIssues.push(`decoder env PODS_PER_GROUP=${env.TANDEM_DECODER_PODS_PER_GROUP} GPUS_PER_POD=${env.TANDEM_DECODER_GPUS_PER_POD} vs ${gpusOf(dc)} GPUs requested`);
+        const tp = Number(pa.tp ?? 1), dp = Number(da.dp ?? 1);
+        if (!(podsPerGroup >= 1) || !(perPod >= 1))
+            gpuIssues.push(`decoder env PODS_PER_GROUP=${env.TANDEM_DECODER_PODS_PER_GROUP} GPUS_PER_POD=${env.TANDEM_DECODER_GPUS_PER_POD}: want positive integers`);
+        if (dp !== podsPerGroup * perPod)
+            gpuIssues.push(`decoder --dp=${da.dp} != ${podsPerGroup} pods x ${perPod} ranks per pod`);
+        if (Number(pa.ep ?? 1) < 1 || tp % Number(pa.ep ?? 1) !== 0) gpuIssues.push(`prefiller --ep=${pa.ep} does not divide --tp=${tp}`);
+        if (Number(da.ep ?? 1) < 1 || dp % Number(da.ep ?? 1) !== 0) gpuIssues.push(`decoder --ep=${da.ep} does not divide --dp=${dp}`);
+        if (!(dc.command || []).includes("tandem-decoder-pod"))
+            gpuIssues.push(`decoder command ${JSON.stringify(dc.command)} is not tandem-decoder-pod (ranks from the ordinal)`);
+        for (const [w, c, a, ranks] of [[pre, pc, pa, tp], [dec, dc, da, perPod]]) {
+            const wn = w.metadata.name, e = envOf(c);
+            const device = String(a.device ?? "cpu");
+            if (!(device === wantDevice || device.startsWith(`${wantDevice}:`)))
+                gpuIssues.push(`${wn}: --device=${device}, want ${wantDevice} in overlay ${name}`);
+            if (gpusOf(c) !== gpusOf(c, "limits")) gpuIssues.push(`${wn}: GPU requests != limits`);
+            const model = String(a["model-name"] ?? "");
+            if (!model || String(a.model) !== `/models/${model}`)
+                gpuIssues.push(`${wn}: --model=${a.model} --model-name=${a["model-name"]}: want /models/NAME and NAME`);
+            if (/^(gpt-oss-120b|qwen3-235b)/i.test(model) && a.weights !== "fp8")
+                gpuIssues.push(`${wn}: ${model} with --weights=${a.weights}, want fp8`);
+            if (wantDevice === "cpu") {
+                if (gpusOf(c) !== 0) gpuIssues.push(`${wn}: requests ${gpusOf(c)} GPUs on the CPU backend`);
+                continue;
+            }
+            if (gpusOf(c) !== ranks) gpuIssues.push(`${wn}: requests ${gpusOf(c)} GPUs for ${ranks} ranks (one GPU per rank)`);
+            const rdma = Object.keys(c.resources?.requests || {}).filter((r) => r.startsWith("rdma/"));
+            if (rdma.length === 0) gpuIssues.push(`${wn}: no RDMA extended resource requested`);
+            for (const v of ["NCCL_SOCKET_IFNAME", "NCCL_IB_HCA"])
+                if (!e[v]) gpuIssues.push(`${wn}: ${v} not set`);
+            if (e.NCCL_DEBUG !== "WARN") gpuIssues.push(`${wn}: NCCL_DEBUG=${e.NCCL_DEBUG}, want WARN`);
+            const tls = String(e.UCX_TLS || "").split(",");
+            for (const t of ["rc", "cuda_copy", "cuda_ipc"])
+                if (!tls.includes(t)) gpuIssues.push(`${wn}: UCX_TLS=${e.UCX_TLS} lacks ${t}`);
+            const shm = (c.volumeMounts || []).find((m) => m.mountPath === "/dev/shm");
+            const vol = shm && (w.spec.template.spec.volumes || []).find((v) => v.name === shm.name);
+            if (!vol || vol.emptyDir?.medium !== "Memory") gpuIssues.push(`${wn}: /dev/shm is not a memory-backed emptyDir`);
+        }
         if (podsPerGroup * perPod > 16) gpuIssues.push(`decoder group spans ${podsPerGroup * perPod} GPUs, more than 16`);
         if ((dec.spec.replicas ?? 1) % podsPerGroup !== 0)
             gpuIssues.push(`decoder replicas ${dec.spec.replicas} is not a multiple of the group size ${podsPerGroup}`);
@@ -226,12 +288,59 @@ async function validateRender(name, file, metrics) {
         if (!routerEnv || Number(routerEnv.data.TANDEM_DECODE_PODS_PER_REPLICA) !== podsPerGroup)
             gpuIssues.push(`router's TANDEM_DECODE_PODS_PER_REPLICA (${routerEnv?.data?.TANDEM_DECODE_PODS_PER_REPLICA}) != decoder group size ${podsPerGroup}`);
     }
-    check(`${name}: GPU/RDMA requests and decoder group layout are consistent`, gpuIssues.length === 0, gpuIssues.join("\n"));
+    check(`${name}: ${wantDevice} backend, one GPU per rank, GPU/RDMA/NCCL settings and decoder group layout are consistent`,
+        gpuIssues.length === 0, gpuIssues.join("\n"));
+
+    // Image: every container runs the one image name:tag (--image, from the
+    // base kustomization's images: entry through `make print-image`).
+    if (opts.image) {
+        const bad = workloads.flatMap((w) => w.spec.template.spec.containers
+            .filter((c) => c.image !== opts.image).map((c) => `${w.metadata.name}/${c.name}: ${c.image}`));
+        check(`${name}: every container runs the image ${opts.image}`, bad.length === 0, bad.join("\n"));
+    }
+
+    // Tokenizer: the router reads router.conf and model.conf from its
+    // ConfigMap; model.conf names the vocabulary of the workers' model (the
+    // chat format follows from it), at a path inside the image's vocabulary
+    // folder, which the Dockerfile fills from the same vocab/ files.
+    const tokIssues = [];
+    const routerC = router?.spec.template.spec.containers[0];
+    const confMap = byKind("ConfigMap").find((c) => c.data?.["router.conf"] !== undefined);
+    const confVol = (router?.spec.template.spec.volumes || []).find((v) => v.configMap && v.configMap.name === confMap?.metadata.name);
+    const mount = (routerC?.volumeMounts || []).find((m) => m.name === confVol?.name);
+    for (const key of ["router.conf", "model.conf"]) {
+        if (confMap?.data?.[key] === undefined) tokIssues.push(`router ConfigMap has no ${key}`);
+        if (confVol?.configMap.items && !confVol.configMap.items.some((i) => i.key === key && i.path === key))
+            tokIssues.push(`router config volume does not project ${key}`);
+        if (!mount || !(routerC.args || []).includes(`--config=${mount.mountPath}/${key}`))
+            tokIssues.push(`router args do not read --config=${mount?.mountPath}/${key}`);
+    }
+    const tokenizers = [...String(confMap?.data?.["model.conf"] ?? "").matchAll(/^\s*tokenizer\s*=\s*(\S+)\s*$/gm)].map((m) => m[1]);
+    const served = pre ? String(argsOf(pre.spec.template.spec.containers[0], docs)["model-name"] ?? "") : "";
+    if (tokenizers.length !== 1) tokIssues.push(`model.conf names ${tokenizers.length} tokenizers, want 1`);
+    else {
+        const tok = tokenizers[0];
+        const family = /^gpt-oss/i.test(served) ? "o200k_base.tiktoken" : /^qwen3/i.test(served) ? "tokenizer.json" : null;
+        if (!family) tokIssues.push(`no known vocabulary for the served model '${served}'`);
+        else if (!tok.endsWith(`/${family}`) || (family === "tokenizer.json" && !/qwen3/.test(tok)))
+            tokIssues.push(`tokenizer ${tok} is not the ${served} vocabulary (${family})`);
+        if (!tok.startsWith(`${opts.imageVocab}/`)) tokIssues.push(`tokenizer ${tok} is not under the image's ${opts.imageVocab}`);
+        const rel = tok.slice(opts.imageVocab.length + 1);
+        if (opts.vocabRoot && !fs.existsSync(`${opts.vocabRoot}/${rel}`))
+            tokIssues.push(`tokenizer ${tok}: ${opts.vocabRoot}/${rel} does not exist (make deps)`);
+        if (opts.dockerfile) {
+            const dir = rel.slice(0, rel.lastIndexOf("/"));
+            const copy = new RegExp(`^COPY\\s+vocab/${rel.replace(/[.]/g, "\\.")}\\s+${opts.imageVocab}/${dir}/?\\s*$`, "m");
+            if (!copy.test(fs.readFileSync(opts.dockerfile, "utf8")))
+                tokIssues.push(`${opts.dockerfile} does not COPY vocab/${rel} to ${opts.imageVocab}/${dir}/`);
+        }
+    }
+    check(`${name}: the router's model.conf names the vocabulary of ${served || "the served model"}, in the image`,
+        tokIssues.length === 0, tokIssues.join("\n"));
 
     // RBAC: what the router's scaler patches (router.conf scaler-k8s-*) must
     // be granted to the router's ServiceAccount through a RoleBinding.
     const rbacIssues = [];
-    const router = workloads.find((w) => w.spec.template.metadata.labels?.["app.kubernetes.io/component"] === "router");
     const conf = byKind("ConfigMap").map((c) => c.data?.["router.conf"]).find((x) => x) || "";
     const targets = [...conf.matchAll(/^\s*scaler-k8s-(prefill|decode)\s*=\s*(deployments|statefulsets)\/(\S+)/gm)]
         .map((m) => ({ pool: m[1], resource: m[2], name: m[3] }));
@@ -331,10 +440,14 @@ function validateDashboard(file, metrics) {
 
 const args = process.argv.slice(2);
 let metricsPath = null, dashboard = null;
+const opts = { image: null, imageVocab: "/opt/tandem/vocab", vocabRoot: null, dockerfile: null };
 const renders = [];
 for (let i = 0; i < args.length; i++) {
     if (args[i] === "--metrics") metricsPath = args[++i];
     else if (args[i] === "--dashboard") dashboard = args[++i];
+    else if (args[i] === "--image") opts.image = args[++i];
+    else if (args[i] === "--vocab-root") opts.vocabRoot = args[++i];
+    else if (args[i] === "--dockerfile") opts.dockerfile = args[++i];
     else if (args[i] === "--manifests") {
         const [n, f] = args[++i].split("=");
         renders.push([n, f]);
@@ -344,12 +457,13 @@ for (let i = 0; i < args.length; i++) {
     }
 }
 if (!metricsPath) {
-    console.error("usage: validate_manifests.mjs --metrics METRICS.md [--manifests NAME=FILE ...] [--dashboard FILE]");
+    console.error("usage: validate_manifests.mjs --metrics METRICS.md [--manifests NAME=FILE ...] [--dashboard FILE]\n" +
+        "       [--image NAME:TAG] [--vocab-root DIR] [--dockerfile FILE]");
     process.exit(2);
 }
 const metrics = loadMetrics(metricsPath);
 check(`METRICS.md documents the metrics (${metrics.size} names, tandem_pool_desired_replicas among them)`,
     metrics.size >= 20 && metrics.has("tandem_pool_desired_replicas"));
-for (const [n, f] of renders) await validateRender(n, f, metrics);
+for (const [n, f] of renders) await validateRender(n, f, metrics, opts);
 if (dashboard) validateDashboard(dashboard, metrics);
 process.exit(failures ? 1 : 0);

@@ -77,12 +77,18 @@ static void check(const sched *s)
 }
 
 /* The decoder's checks on an assignment before the scheduler sees it. */
+/* Token ids the penalties accept (the fuzzed prompts' ids are checked against it). */
+#define FUZZ_VOCAB 1000
+
 static void on_assignment(sched *s, const Tandem__V1__DecodeAssignment *a)
 {
-    const Tandem__V1__SamplingParams *sp = a->sampling;
-    if (!sp || !isfinite(sp->temperature) || sp->temperature < 0 ||
-        !(sp->top_p > 0 && sp->top_p <= 1) || a->prompt_len > INT32_MAX ||
-        a->max_tokens > INT32_MAX || a->n_stop_token_ids > INT32_MAX)
+    if (a->prompt_len > INT32_MAX || a->max_tokens > INT32_MAX ||
+        a->n_stop_token_ids > INT32_MAX || a->n_penalty_prompt > INT32_MAX)
+        return;
+    char err[256];
+    worker_sampling ws;
+    if (worker_sampling_from_wire(&ws, a->sampling, a->penalty_prompt, (int)a->n_penalty_prompt,
+                                  FUZZ_VOCAB, err, sizeof err) != TN_OK)
         return;
     sched_request req = {
         .id = a->request_id,
@@ -90,11 +96,12 @@ static void on_assignment(sched *s, const Tandem__V1__DecodeAssignment *a)
         .max_tokens = (int)a->max_tokens,
         .stop_ids = a->stop_token_ids,
         .n_stop_ids = (int)a->n_stop_token_ids,
-        .sampling = {.temperature = sp->temperature, .top_p = sp->top_p, .top_k = sp->top_k},
+        .ws = &ws,
     };
     int had = sched_find(s, a->request_id) != NULL;
     sched_seq *q = NULL;
     int st = sched_submit(s, &req, &q);
+    worker_sampling_free(&ws); /* zeroed when the sequence took it */
     if (had)
         FZ_CHECK(st == TN_ERR_ARG);
     if (st == SCHED_ADMITTED)

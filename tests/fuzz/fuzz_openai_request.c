@@ -59,8 +59,9 @@ static void write_responses(const api_request *r)
     sb_init(&text);
     for (int i = 0; i < r->n_stop; i++)
         utf8_sanitize_append(&text, r->stop[i], strlen(r->stop[i]));
-    if (r->prompt_text)
-        utf8_sanitize_append(&text, r->prompt_text, strlen(r->prompt_text));
+    for (int i = 0; i < r->n_prompts; i++)
+        if (r->prompts[i].text)
+            utf8_sanitize_append(&text, r->prompts[i].text, r->prompts[i].text_len);
     FZ_CHECK(!text.oom);
     api_tool_call call = {"call_0", r->model, text.p ? text.p : ""};
     int32_t ids[2] = {0, 7};
@@ -132,9 +133,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int i = 0; i < r.n_stop; i++)
         FZ_CHECK(r.stop[i] && r.stop[i][0] != '\0');
     if (kind == API_COMPLETIONS) {
-        FZ_CHECK((r.prompt_text != NULL) != (r.n_prompt_ids > 0));
-        for (int i = 0; i < r.n_prompt_ids; i++)
-            FZ_CHECK(r.prompt_ids[i] >= 0);
+        FZ_CHECK(r.n_prompts >= 1 && r.n_prompts <= API_MAX_CHOICES);
+        for (int p = 0; p < r.n_prompts; p++) {
+            FZ_CHECK((r.prompts[p].text != NULL) != (r.prompts[p].n_ids > 0));
+            for (int i = 0; i < r.prompts[p].n_ids; i++)
+                FZ_CHECK(r.prompts[p].ids[i] >= 0);
+        }
+        FZ_CHECK(r.n >= 1 && r.best_of >= r.n && (long)r.n_prompts * r.best_of <= API_MAX_CHOICES);
     } else {
         FZ_CHECK(r.n_messages > 0 && r.messages_json != NULL);
     }

@@ -7,8 +7,9 @@
  * prefill results, token batches, cancellations, worker expiry.
  *
  * Frame: 1 header byte (bit 0: 0 = worker socket, 1 = RPC socket; bits 1-2:
- * sender index; bit 7: afterwards expire every worker, as if all stopped
- * heartbeating), a little-endian 16-bit length, the payload. Senders w0,
+ * sender index; bit 6: afterwards run the progress check an hour later, as
+ * if no worker moved since; bit 7: afterwards expire every worker, as if
+ * all stopped heartbeating), a little-endian 16-bit length, the payload. Senders w0,
  * w1, w2 and c0, c1 are connected peers (so the router's replies are
  * delivered and the request state machine can advance); w3 and c2, c3 are
  * unknown to ZeroMQ (sends to them fail, exercising those paths). Request
@@ -159,6 +160,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             }
         }
         dispatch_process_queues(ctx);
+        if (hdr & 0x40) {
+            dispatch_check_progress(ctx, tn_now_s() + 3600);
+            ctx->next_progress_check_s = 0;
+            dispatch_process_queues(ctx);
+        }
         if (hdr & 0x80) {
             dispatch_expire_workers(ctx, tn_now_ms() + 3600 * 1000);
             dispatch_process_queues(ctx);

@@ -10,9 +10,10 @@
  *
  * Usage: bench_attention prefill N WINDOW [KV]   (one sequence of N tokens)
  *        bench_attention decode BATCH CONTEXT [KV]
- * KV: the KV pools' dtype, f32 (default) or bf16.
- * Prints one line: RESULT kind=... attn=f32|bf16|wgmma|wgmma-tma|wgmma-tma-pipe|wgmma-tma-pipe-3wg|wgmma-tma-pipe-pw (the kernel
- * that ran) kv=... ms=<median> flops=<useful FLOPs> bytes=<min bytes>
+ * KV: the KV pools' dtype, f32 (default), bf16 or fp8 (rows quantized with
+ * their scale as kv_append writes them).
+ * Prints one line: RESULT kind=... attn=f32|bf16|wgmma|wgmma-tma|wgmma-tma-pipe|wgmma-tma-pipe-3wg|
+ * wgmma-tma-pipe-pw (the kernel that ran) kv=... ms=<median> flops=<useful FLOPs> bytes=<min bytes>
  * Inputs are random (never zeros); every timing is the median of 10 runs
  * after 3 warm-ups, with CUDA events on the backend's stream. */
 #include <cuda_runtime.h>
@@ -25,6 +26,7 @@
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/dtype.h"
+#include "kernels/fp8.h"
 #include "common/status.h"
 #include "tests/unit/testutil.h"
 
@@ -54,19 +56,29 @@ static void *upload_random(bench *b, size_t n, float lo, float hi)
     return d;
 }
 
-/* n random values in [-1, 1) as a KV pool of dtype dt. */
+/* n random values in [-1, 1) as a KV pool of dtype dt (rows of D). */
 static void *upload_pool(bench *b, size_t n, kn_dtype dt)
 {
+    const size_t rows = n / D, bytes = rows * kn_kv_row_bytes(dt, D);
     float *h = malloc(n * sizeof(float));
-    void *d = kn_malloc(&b->gpu, n * kn_dtype_size(dt));
-    if (!h || !d)
+    unsigned char *enc = malloc(bytes);
+    void *d = kn_malloc(&b->gpu, bytes);
+    if (!h || !enc || !d)
         fail("allocation");
     tu_rand_fill(&b->rng, h, n, -1.f, 1.f);
-    if (dt == KN_BF16) /* converted in place: the bf16 codes fill the first half */
-        kn_f32_to_bf16_n((uint16_t *)h, h, n);
-    if (kn_copy_to_backend(&b->gpu, d, h, n * kn_dtype_size(dt)) != TN_OK)
+    for (size_t r = 0; r < rows; r++) {
+        unsigned char *row = enc + r * kn_kv_row_bytes(dt, D);
+        if (dt == KN_BF16)
+            kn_f32_to_bf16_n((uint16_t *)row, h + r * D, D);
+        else if (dt == KN_FP8_E4M3)
+            kn_fp8_kv_row_encode(row, h + r * D, D);
+        else
+            memcpy(row, h + r * D, D * sizeof(float));
+    }
+    if (kn_copy_to_backend(&b->gpu, d, enc, bytes) != TN_OK)
         fail("upload");
     free(h);
+    free(enc);
     return d;
 }
 
@@ -86,11 +98,13 @@ static int cmp_float(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-    kn_dtype kv_dt = argc == 5 && !strcmp(argv[4], "bf16") ? KN_BF16 : KN_F32;
+    kn_dtype kv_dt = argc == 5 && !strcmp(argv[4], "bf16")  ? KN_BF16
+                   : argc == 5 && !strcmp(argv[4], "fp8") ? KN_FP8_E4M3
+                                                          : KN_F32;
     if ((argc != 4 && argc != 5) || (strcmp(argv[1], "prefill") && strcmp(argv[1], "decode")) ||
-        (argc == 5 && strcmp(argv[4], "f32") && strcmp(argv[4], "bf16"))) {
-        fprintf(stderr, "usage: bench_attention prefill N WINDOW [f32|bf16] | "
-                "decode BATCH CONTEXT [f32|bf16]\n");
+        (argc == 5 && strcmp(argv[4], "f32") && strcmp(argv[4], "bf16") && strcmp(argv[4], "fp8"))) {
+        fprintf(stderr, "usage: bench_attention prefill N WINDOW [f32|bf16|fp8] | "
+                "decode BATCH CONTEXT [f32|bf16|fp8]\n");
         return 2;
     }
     int prefill = strcmp(argv[1], "prefill") == 0;
@@ -169,7 +183,7 @@ int main(int argc, char **argv)
         }
     double flops = 4.0 * D * H * visible;
     double bytes = 2.0 * q_n * sizeof(float) +
-                   2.0 * (double)n_seqs * kv * HKV * D * (double)kn_dtype_size(kv_dt);
+                   2.0 * (double)n_seqs * kv * HKV * (double)kn_kv_row_bytes(kv_dt, D);
     printf("RESULT kind=%s attn=%s kv=%s a=%d b=%d ms=%.4f ms_min=%.4f ms_max=%.4f flops=%.6g bytes=%.6g\n", argv[1],
            kn_cuda_attn_wgmma_launches(&b.gpu, 5) > 0   ? "wgmma-tma-pipe-pw"
            : kn_cuda_attn_wgmma_launches(&b.gpu, 4) > 0 ? "wgmma-tma-pipe-3wg"

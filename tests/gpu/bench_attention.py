@@ -13,9 +13,13 @@ GPT-OSS shapes: 64 query heads, 8 KV heads, head_dim 64, causal.
             previous P V), 4 (3 with three warpgroups) or 5 (2 with 3's
             overlap) too and a bf16 cache, the Hopper wgmma kernels
             (attention_wgmma.cu)
-  sdpa-cudnn torch SDPA, CUDNN_ATTENTION backend, bf16, no sink (when this
-            torch has it)
+  sdpa-cudnn torch SDPA, CUDNN_ATTENTION backend, bf16, no sink (the peer
+            issue 17's goal is measured against: "x cuDNN" column)
   sdpa-bf16 torch SDPA, FLASH_ATTENTION backend, bf16, GQA, no sink
+  flex      torch flex_attention (compiled), bf16, GQA, with the sink folded
+            in exactly through the returned log-sum-exp: softmax over the
+            scores and the sink s gives out * sigmoid(lse - s); full causal
+            and sliding window 128 (block mask skips the window's blocks)
   sdpa-fp32 torch SDPA, EFFICIENT_ATTENTION backend, fp32, no sink
 Floors: FLOPs / measured peak of the matching unit (fp32 cuBLAS SGEMM for
 fp32, bf16 cuBLAS GEMM for bf16); decode: bytes / measured copy bandwidth.
@@ -23,8 +27,8 @@ fp32, bf16 cuBLAS GEMM for bf16); decode: bytes / measured copy bandwidth.
 Usage: bench_attention.py BUILD_DIR OUT_DIR
 Environment: BENCH_DECODE=0 leaves the decode rows out, BENCH_FP32=0 the
 fp32 rows (ours and mem-efficient), BENCH_ONLY_WGMMA=1 keeps only the
-prefill rows of the bf16 kernels and the torch bf16 peers, BENCH_WGMMA_MODES
-(default "5 4 3 2 1") the wgmma modes measured.
+prefill rows of the bf16 kernels over a bf16 cache and torch's cuDNN and
+flash SDPA, BENCH_WGMMA_MODES (default "5 4 3 2 1") the wgmma modes measured.
 """
 import json
 import os
@@ -104,6 +108,42 @@ def sdpa(n, dtype, backend):
     return ms, note
 
 
+def flex(n, window):
+    """flex_attention with a per-head sink through its LSE; None if this
+    torch has no flex_attention or it fails to compile here."""
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    except ImportError:
+        return None, "no flex_attention in this torch"
+    q = torch.randn(1, H, n, D, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(1, HKV, n, D, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(1, HKV, n, D, device="cuda", dtype=torch.bfloat16)
+    sink = torch.randn(H, device="cuda", dtype=torch.float32)
+
+    def causal(b, h, qi, ki):
+        return qi >= ki
+
+    def windowed(b, h, qi, ki):
+        return (qi >= ki) & (qi - ki < window)
+
+    try:
+        mask = create_block_mask(windowed if window else causal, None, None, n, n, device="cuda")
+        compiled = torch.compile(flex_attention)
+
+        def fn():
+            out, lse = compiled(q, k, v, block_mask=mask, enable_gqa=True, return_lse=True)
+            # lse is natural-log based over the scaled scores; fold the sink in
+            return out * torch.sigmoid(lse - sink[None, :, None]).unsqueeze(-1).to(out.dtype)
+
+        ms = time_ms(fn)
+    except Exception as e:  # noqa: BLE001 - report any compile/run failure as a row note
+        return None, f"flex_attention failed: {type(e).__name__}: {str(e)[:80]}"
+    finally:
+        del q, k, v
+        torch.cuda.empty_cache()
+    return ms, "sink via LSE, compiled"
+
+
 def ours(build, *args, bf16=False, kv="f32", wgmma=0):
     exe = os.path.join(build, "tests", "gpu", "bench_attention")
     env = dict(os.environ, TANDEM_CUDA_ATTN_BF16="1" if bf16 or wgmma else "0",
@@ -135,14 +175,23 @@ def main():
 
     only_wgmma = os.environ.get("BENCH_ONLY_WGMMA", "0") == "1"
     fp32_rows = os.environ.get("BENCH_FP32", "1") != "0" and not only_wgmma
+    cudnn_ms = {}
     for n in (8192, 32768):
         fl = causal_flops(n)
-        if hasattr(SDPBackend, "CUDNN_ATTENTION"):
-            try:
-                ms, note = sdpa(n, torch.bfloat16, SDPBackend.CUDNN_ATTENTION)
-                add("torch SDPA cuDNN", "bf16", f"prefill {n}", ms, fl, fl / bf16_peak * 1e3, note + ", no sink")
-            except RuntimeError as e:
-                print(f"torch SDPA cuDNN not run: {e}")
+        try:
+            ms, note = sdpa(n, torch.bfloat16, SDPBackend.CUDNN_ATTENTION)
+            cudnn_ms[n] = ms
+            add("torch SDPA cuDNN", "bf16", f"prefill {n}", ms, fl, fl / bf16_peak * 1e3, note + ", no sink")
+        except RuntimeError as e:
+            print(f"cuDNN SDPA unavailable: {str(e)[:120]}")
+        for window in (0, 128) if not only_wgmma else ():
+            ms, note = flex(n, window)
+            if ms is not None:
+                fl_w = fl if not window else 4.0 * D * H * n * min(window, n)
+                add("torch flex_attention", "bf16", f"prefill {n}" + (f" win {window}" if window else ""),
+                    ms, fl_w, fl_w / bf16_peak * 1e3, note)
+            else:
+                print(note)
         ms, note = sdpa(n, torch.bfloat16, SDPBackend.FLASH_ATTENTION)
         add("torch SDPA flash", "bf16", f"prefill {n}", ms, fl, fl / bf16_peak * 1e3, note + ", no sink")
         if fp32_rows:
@@ -154,7 +203,6 @@ def main():
             hows = {5: "TMA + producer warp, softmax / PV overlap", 4: "TMA, overlap, 3 warpgroups",
                     3: "TMA, softmax / PV overlap", 2: "TMA + producer warp", 1: "cp.async"}
             for mode in [int(m) for m in os.environ.get("BENCH_WGMMA_MODES", "5 4 3 2 1").split()]:
-                how = hows[mode]
                 try:
                     r = ours(build, "prefill", n, window, kv="bf16", wgmma=mode)
                 except (subprocess.CalledProcessError, SystemExit) as e:
@@ -163,7 +211,7 @@ def main():
                     continue
                 fl_o = float(r["flops"])
                 add("tandem kn_attention wgmma", "bf16, bf16 KV", shape, float(r["ms"]), fl_o,
-                    fl_o / bf16_peak * 1e3, f"sink, paged, wgmma, {how}")
+                    fl_o / bf16_peak * 1e3, f"sink, paged, wgmma, {hows[mode]}")
             r = ours(build, "prefill", n, window, bf16=True, kv="bf16")
             fl_o = float(r["flops"])
             add("tandem kn_attention", "bf16, bf16 KV", shape, float(r["ms"]), fl_o, fl_o / bf16_peak * 1e3,
@@ -178,26 +226,37 @@ def main():
                 add("tandem kn_attention", "fp32", shape, float(r["ms"]), fl_o, fl_o / fp32_peak * 1e3,
                     "sink, paged")
     # BENCH_DECODE=0 leaves the (split-KV) decode rows out: fp32 arithmetic
-    # over an fp32 cache and over a bf16 cache (half the bytes, the floor
-    # computed from the bytes actually read).
+    # over an fp32, a bf16 and an FP8 cache (the floor computed from the
+    # bytes each reads: FP8 rows carry a 4-byte scale).
     for batch in (1, 32, 128) if os.environ.get("BENCH_DECODE", "1") != "0" and not only_wgmma else ():
-        for kv in ("f32", "bf16"):
+        for kv in ("f32", "bf16", "fp8"):
             r = ours(build, "decode", batch, 8192, kv=kv)
             by = float(r["bytes"])
             add("tandem kn_attention", f"fp32, {kv} KV", f"decode b{batch} ctx 8192", float(r["ms"]),
                 float(r["flops"]), by / bw * 1e3,
                 f"split-KV, {by / (float(r['ms']) * 1e-3) / 1e12:.2f} TB/s")
+    # the bf16 prefill kernel reading an FP8 cache (bf16: the rows above)
+    for kv in ("fp8",) if not only_wgmma else ():
+        r = ours(build, "prefill", 8192, 0, bf16=True, kv=kv)
+        fl_o = float(r["flops"])
+        add("tandem kn_attention", f"bf16, {kv} KV", "prefill 8192", float(r["ms"]), fl_o,
+            fl_o / bf16_peak * 1e3, "sink, paged, mma.sync")
 
     with open(os.path.join(out_dir, "bench_attention.json"), "w") as f:
         json.dump(dict(gpu=gpu, copy_bw=bw, bf16_peak=bf16_peak, fp32_peak=fp32_peak, rows=rows), f, indent=1)
     print(f"\nGPU: {gpu}; measured ceilings: copy {bw / 1e12:.2f} TB/s, "
           f"bf16 GEMM {bf16_peak / 1e12:.0f} TFLOP/s, fp32 GEMM {fp32_peak / 1e12:.1f} TFLOP/s")
-    print("| kernel | precision | shape | median ms | TFLOP/s | floor ms | x floor | note |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| kernel | precision | shape | median ms | TFLOP/s | floor ms | x floor | speed vs cuDNN | note |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         tf = f"{r['tflops']:.1f}" if r["tflops"] else "-"
+        # full-causal prefill rows only: cuDNN time / this time (> 1: faster than cuDNN)
+        parts = r["shape"].split()
+        vs = "-"
+        if parts[0] == "prefill" and len(parts) == 2 and int(parts[1]) in cudnn_ms:
+            vs = f"{cudnn_ms[int(parts[1])] / r['ms']:.2f}x"
         print(f"| {r['name']} | {r['precision']} | {r['shape']} | {r['ms']:.3f} | {tf} | "
-              f"{r['floor_ms']:.3f} | {r['ms'] / r['floor_ms']:.1f} | {r['note']} |")
+              f"{r['floor_ms']:.3f} | {r['ms'] / r['floor_ms']:.1f} | {vs} | {r['note']} |")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the GPU programs the engine's device run needs (test_cuda_ops,
 # test_engine_gpu, the GPU tandem-bench and tandem-generate; test_comm_nccl
-# and test_parallel_nccl for tests/gpu/run.sh nccl) on a machine with nvcc
+# and test_parallel_nccl for tests/gpu/run.sh nccl, test_rank_groups_gpu for
+# run.sh ranks, bench_comm for run.sh bench-comm) on a machine with nvcc
 # (and nccl.h) but maybe no GPU, into a folder that runs on the GPU machine
 # without building there:
 #   DEST/bin/  the programs (stripped)
@@ -15,7 +16,8 @@ cd "$(dirname "$0")/../.."
 DEST=${1:?usage: make_prebuilt.sh DEST}
 BUILD=build-prebuilt
 PROGS="tests/gpu/test_cuda_ops tests/gpu/test_engine_gpu tests/gpu/bench_attention tests/gpu/bench_moe tests/gpu/bench_ops gpu-bin/tandem-bench
-       gpu-bin/tandem-generate tests/test_comm_nccl tests/gpu/test_parallel_nccl"
+       gpu-bin/tandem-generate tests/test_comm_nccl tests/gpu/test_parallel_nccl
+       tests/gpu/test_rank_groups_gpu tests/gpu/bench_comm"
 # A clean tree: the .cu objects do not track header changes.
 rm -rf "$BUILD"
 mkdir -p "$BUILD"

@@ -2,9 +2,10 @@
 # Builds the cluster's three executables with the CUDA backend (make CUDA=1)
 # on a machine with nvcc but maybe no GPU, into a folder that runs on the GPU
 # machine, which has neither protoc-c, UCX, ZeroMQ nor libmicrohttpd:
-#   DEST/bin/  tandem-router, tandem-prefiller, tandem-decoder, and
+#   DEST/bin/  tandem-router, tandem-prefiller, tandem-decoder,
 #              tandem-generate (the one-process reference for a seeded
-#              request), stripped
+#              request) and tandem-servebench (the serve step's client),
+#              stripped
 #   DEST/lib/  every shared library they load that is not glibc's, the GCC
 #              runtime's (libstdc++, libgcc_s, libgomp) or CUDA's
 #              (/usr/local/cuda/lib64, found through the rpath): ZeroMQ,
@@ -29,7 +30,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 DEST=${1:?usage: make_prebuilt_cluster.sh DEST}
 BUILD=build-prebuilt-cluster
-PROGS="tandem-router tandem-prefiller tandem-decoder tandem-generate"
+PROGS="tandem-router tandem-prefiller tandem-decoder tandem-generate tandem-servebench"
 UCX_MODULES=/usr/lib/x86_64-linux-gnu/ucx
 # A clean tree: the .cu objects do not track header changes.
 rm -rf "$BUILD" "$DEST"

@@ -16,17 +16,36 @@
 #                as two processes on the one GPU
 #   cluster      router + prefiller + decoder on --device cuda
 #                (tests/gpu/cluster_check.sh; needs TANDEM_PREBUILT_CLUSTER)
+#   ranks        test_rank_groups_gpu: TP=2, TP=2/EP=2, TP=4/EP=4 prefill and
+#                DP=2xEP=2 decode (f32, bf16, FP8), one process per rank, all
+#                on the one GPU (the staged communicator), vs the single rank
+#   cluster-ranks  the cluster with a TP=2/EP=2 prefiller and a DP=2xEP=2
+#                decoder, every rank on the one GPU, incl. 64 concurrent
+#                streams (cluster_check.sh with RANKS=1)
+# serve:
+#   serve        the serving benchmark (tests/gpu/serve_bench.sh; needs
+#                TANDEM_PREBUILT_CLUSTER with tandem-servebench): router +
+#                prefiller + decoder on cuda:0, GPT-OSS-20B shapes, FP8
+#                random weights, token-id prompts, concurrency 1..256 for
+#                4096/200, 32768/100, 1024/1024, 8192/256 (points bounded in
+#                time: about 6 minutes in all) and the decode ITL p99 alone
+#                vs while 32k prompts arrive; JSON, SVG and logs in $OUT/serve
+#                (DEVICE=cpu runs its control flow with tiny shapes)
 # bench:
 #   ceilings     device copy bandwidth and bf16/fp32 GEMM rate through torch
 #                (the floors of every row below)
 #   bench-attention  our attention next to torch SDPA (bench_attention.py)
 #   bench-ops    the dense ops on GPT-OSS-20B prefill shapes (bench_ops)
 #   bench-moe    the expert paths alone, bf16 and FP8, and cached cuBLASLt
-#                plans under fresh row counts (bench_moe)
+#                plans under fresh row counts (bench_moe), next to torch's
+#                _grouped_mm / _scaled_grouped_mm (bench_moe_peer.py)
+#   bench-comm   the rank communicators' all-reduce and all-to-all-v at
+#                prefill and decode sizes, 2 and 4 ranks sharing the GPU
+#                (staged), with the host collective and the copies alone
 #   bench-engine tandem-bench --synthetic (random weights of the real
 #                configs): GPT-OSS-20B FP8 and bf16, GPT-OSS-120B FP8,
 #                Qwen3-30B-A3B: prefill 8192/32768, decode batch 1..128
-# all = checks + bench.
+# all = checks + bench (serve is asked for by name: it needs its own ~6 min).
 #
 # Programs: $TANDEM_PREBUILT (a folder made by tests/gpu/make_prebuilt.sh on
 # a machine with nvcc: bin/ and lib/), else built here with
@@ -56,11 +75,11 @@ rows=()
 steps=()
 for a in "${@:-checks}"; do
     case "$a" in
-    checks) steps+=(ops ops-tf32 memcheck engine generate nccl cluster) ;;
-    bench) steps+=(ceilings bench-attention bench-ops bench-moe bench-engine) ;;
-    all) steps+=(ops ops-tf32 memcheck engine generate nccl cluster
-                 ceilings bench-attention bench-ops bench-moe bench-engine) ;;
-    ops|ops-tf32|memcheck|engine|generate|nccl|cluster|ceilings|bench-attention|bench-ops|bench-moe|bench-engine)
+    checks) steps+=(ops ops-tf32 memcheck engine generate nccl ranks cluster cluster-ranks) ;;
+    bench) steps+=(ceilings bench-attention bench-ops bench-moe bench-comm bench-engine) ;;
+    all) steps+=(ops ops-tf32 memcheck engine generate nccl ranks cluster cluster-ranks
+                 ceilings bench-attention bench-ops bench-moe bench-comm bench-engine) ;;
+    ops|ops-tf32|memcheck|engine|generate|nccl|ranks|cluster|cluster-ranks|serve|ceilings|bench-attention|bench-ops|bench-moe|bench-comm|bench-engine)
         steps+=("$a") ;;
     -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown step '$a' (run.sh --help lists them)"; exit 2 ;;
@@ -87,7 +106,12 @@ unpack() { # a .tar.xz of a prebuilt folder -> the folder, unpacked under $OUT
 [ -n "${TANDEM_PREBUILT_CLUSTER:-}" ] && TANDEM_PREBUILT_CLUSTER=$(unpack "$TANDEM_PREBUILT_CLUSTER")
 LIBS=""
 BIN=""
-if [ -n "${TANDEM_PREBUILT:-}" ]; then
+# the cluster steps use only TANDEM_PREBUILT_CLUSTER: nothing to build for them
+only_cluster=1
+for s in "${steps[@]}"; do case "$s" in cluster|cluster-ranks|serve) ;; *) only_cluster=0 ;; esac; done
+if [ "$only_cluster" = 1 ]; then
+    how="none needed (cluster steps: TANDEM_PREBUILT_CLUSTER)"
+elif [ -n "${TANDEM_PREBUILT:-}" ]; then
     BIN=$(cd "$TANDEM_PREBUILT/bin" && pwd) && LIBS=$(cd "$TANDEM_PREBUILT/lib" && pwd)
     how="prebuilt ($TANDEM_PREBUILT)"
 else
@@ -164,17 +188,45 @@ step_nccl() {
         "$BIN/test_parallel_nccl" --two-ranks
 }
 
+step_ranks() {
+    # the ranks are processes on the one GPU: auto picks the staged
+    # communicator (NCCL refuses two ranks on one device)
+    check "test_rank_groups_gpu (TP=2, TP=2/EP=2, TP=4/EP=4, DP=2xEP=2; ranks sharing the GPU)" \
+        300 "$OUT/test_rank_groups_gpu.log" "$BIN/test_rank_groups_gpu"
+    grep -E '^# .*(communicator|rel err)' "$OUT/test_rank_groups_gpu.log" | head -8
+}
+
+# step_cluster [ranks]: cluster_check.sh, with RANKS=1 for "ranks"
 step_cluster() {
+    local tag=cluster${1:+-$1}
     if [ -z "${TANDEM_PREBUILT_CLUSTER:-}" ]; then
-        rows+=("| cluster | not run: no TANDEM_PREBUILT_CLUSTER |"); status=1; return
+        rows+=("| $tag | not run: no TANDEM_PREBUILT_CLUSTER |"); status=1; return
     fi
-    echo "== cluster (tests/gpu/cluster_check.sh)"
-    OUT="$OUT/cluster" TANDEM_PREBUILT="$TANDEM_PREBUILT_CLUSTER" timeout 150 \
-        bash tests/gpu/cluster_check.sh >"$OUT/cluster.txt" 2>&1
+    echo "== $tag (tests/gpu/cluster_check.sh${1:+ RANKS=1})"
+    OUT="$OUT/$tag" TANDEM_PREBUILT="$TANDEM_PREBUILT_CLUSTER" RANKS=${1:+1} NCCL_LIB="$NCCL_LIB" \
+        timeout 240 bash tests/gpu/cluster_check.sh >"$OUT/$tag.txt" 2>&1
     local rc=$?
     [ $rc -eq 0 ] || status=1
-    grep -E '^not ok ' "$OUT/cluster.txt" | head; tail -n 4 "$OUT/cluster.txt"
-    rows+=("| cluster on the GPU | exit $rc, $(tap_counts "$OUT/cluster.txt") |")
+    grep -E '^not ok ' "$OUT/$tag.txt" | head; tail -n 4 "$OUT/$tag.txt"
+    rows+=("| $tag on the GPU | exit $rc, $(tap_counts "$OUT/$tag.txt") |")
+}
+
+step_serve() {
+    if [ -z "${TANDEM_PREBUILT_CLUSTER:-}" ]; then
+        rows+=("| serve | not run: no TANDEM_PREBUILT_CLUSTER |"); status=1; return
+    fi
+    local budget l
+    l=$(left)
+    budget=$(( l - 20 < 390 ? l - 20 : 390 ))
+    if [ "$budget" -lt 120 ]; then
+        rows+=("| serve | skipped: time budget |"); status=1; return
+    fi
+    echo "== serve (tests/gpu/serve_bench.sh, ${budget} s at most)"
+    OUT="$OUT/serve" TANDEM_PREBUILT="$TANDEM_PREBUILT_CLUSTER" BUDGET_S=$budget \
+        timeout $((budget + 60)) bash tests/gpu/serve_bench.sh >"$OUT/serve.txt" 2>&1
+    local rc=$?
+    [ $rc -eq 0 ] || { status=1; tail -n 5 "$OUT/serve.txt"; }
+    rows+=("| serve: servebench sweep + disaggregation | exit $rc, $(grep -c '^| [0-9]' "$OUT/serve.txt") points; JSON/SVG in serve/ |")
 }
 
 PEAK=${PEAK_TFLOPS:-}
@@ -224,8 +276,16 @@ step_bench_moe() {
     floors
     timed bench-moe 170 "$OUT/bench_moe.log" "$BIN/bench_moe" --hbm-tbps "$HBM" --peak-tflops "$PEAK" &&
         grep -E '^\| ' "$OUT/bench_moe.log"
+    timed "torch grouped_mm peer" 90 "$OUT/bench_moe_peer.log" python3 tests/gpu/bench_moe_peer.py "$OUT" &&
+        grep -E '^\| |^torch ' "$OUT/bench_moe_peer.log"
     timed "bench-moe --varying-m" 90 "$OUT/bench_moe_varying_m.log" "$BIN/bench_moe" --varying-m &&
         grep -E '^\| ' "$OUT/bench_moe_varying_m.log"
+}
+step_bench_comm() {
+    timed "bench-comm 2 ranks" 100 "$OUT/bench_comm2.log" "$BIN/bench_comm" --ranks 2 &&
+        grep -E '^# |^\| ' "$OUT/bench_comm2.log"
+    timed "bench-comm 4 ranks" 120 "$OUT/bench_comm4.log" "$BIN/bench_comm" --ranks 4 &&
+        grep -E '^# |^\| ' "$OUT/bench_comm4.log"
 }
 engine_bench() { # NAME MAX_SECONDS ARGS... (tandem-bench; env before the call passes through)
     local name=$1 limit=$2
@@ -265,11 +325,15 @@ for s in "${steps[@]}"; do
     engine) check "test_engine_gpu" 240 "$OUT/test_engine_gpu.log" "$BIN/test_engine_gpu" 0 ;;
     generate) step_generate ;;
     nccl) step_nccl ;;
+    ranks) step_ranks ;;
     cluster) step_cluster ;;
+    cluster-ranks) step_cluster ranks ;;
+    serve) step_serve ;;
     ceilings) step_ceilings ;;
     bench-attention) step_bench_attention ;;
     bench-ops) step_bench_ops ;;
     bench-moe) step_bench_moe ;;
+    bench-comm) step_bench_comm ;;
     bench-engine) step_bench_engine ;;
     esac
 done
@@ -284,5 +348,7 @@ for f in "$OUT"/bench_*.log; do
     n=$(basename "$f" .log | sed 's/^bench_//')
     grep -E '^(prefill|decode) ' "$f" | sed "s#^#| $n: #; s#\$# |#"
 done
+# the serving table last: it is the one to read
+[ -f "$OUT/serve.txt" ] && sed -n '/^== serve summary/,$p' "$OUT/serve.txt"
 echo "RESULT: $([ $status -eq 0 ] && echo PASS || echo FAIL)"
 exit $status

@@ -85,7 +85,10 @@ port_of() { sed -n "s/^$1=//p" "$CLUSTER_TMP/ports"; }
 
 # cluster_start MODEL_DIR [extra router flags]; extra worker flags come from
 # PREFILLER_FLAGS / DECODER_FLAGS, worker ids from PREFILLER_ID / DECODER_ID
-# (default: random).
+# (default: random). DECODER2_FLAGS starts a second decoder process (log
+# decoder2.log), e.g. the other "pod" of a decoder group.
+# (default: random); CLUSTER_MODEL_FLAG=--synthetic takes MODEL_DIR as a config.json;
+# CLUSTER_READY_TRIES: tenths of a second to wait for both to register (300).
 cluster_start() {
     local model=$1
     shift
@@ -109,16 +112,23 @@ cluster_start() {
     WORKER_EP=tcp://127.0.0.1:$(port_of worker_port)
     URL=http://127.0.0.1:$HTTP
     # shellcheck disable=SC2086
-    "$BIN/tandem-prefiller" --router "$WORKER_EP" --model "$model" \
+    "$BIN/tandem-prefiller" --router "$WORKER_EP" ${CLUSTER_MODEL_FLAG:---model} "$model" \
         --worker-id "${PREFILLER_ID:-prefiller-$$-$RANDOM}" ${PREFILLER_FLAGS:-} >>"$CLUSTER_TMP/prefiller.log" 2>&1 &
     CLUSTER_PIDS+=($!)
     CLUSTER_NAMES+=(prefiller)
     # shellcheck disable=SC2086
-    "$BIN/tandem-decoder" --router "$WORKER_EP" --model "$model" \
+    "$BIN/tandem-decoder" --router "$WORKER_EP" ${CLUSTER_MODEL_FLAG:---model} "$model" \
         --worker-id "${DECODER_ID:-decoder-$$-$RANDOM}" ${DECODER_FLAGS:-} >>"$CLUSTER_TMP/decoder.log" 2>&1 &
     CLUSTER_PIDS+=($!)
     CLUSTER_NAMES+=(decoder)
-    for _ in $(seq 1 300); do
+    if [ -n "${DECODER2_FLAGS:-}" ]; then   # a second process of one decoder group (a "pod")
+        # shellcheck disable=SC2086
+        "$BIN/tandem-decoder" --router "$WORKER_EP" ${CLUSTER_MODEL_FLAG:---model} "$model" \
+            --worker-id "${DECODER_ID:-decoder2-$$-$RANDOM}" $DECODER2_FLAGS >>"$CLUSTER_TMP/decoder2.log" 2>&1 &
+        CLUSTER_PIDS+=($!)
+        CLUSTER_NAMES+=(decoder2)
+    fi
+    for _ in $(seq 1 "${CLUSTER_READY_TRIES:-300}"); do
         if curl -s "$URL/healthz" 2>/dev/null | grep -q '"ready":true'; then
             return 0
         fi

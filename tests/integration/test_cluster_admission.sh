@@ -2,10 +2,12 @@
 # Admission control through the real processes: a decoder whose KV cache
 # holds one request's worst case at a time makes concurrent requests wait
 # (KvReady only once pages free up) instead of failing, and every one of
-# them still returns tandem-generate's tokens; a worker killed mid-request
-# fails its requests with an error (streaming: an error event and [DONE]),
-# the router drops it after missing heartbeats, and new requests get 503
-# until a worker of that role registers again.
+# them still returns tandem-generate's tokens. With the router queue off
+# (--queue-timeout-ms 0; it is on by default, test_queue_no_decoder.sh) a
+# worker killed mid-request with no other worker of its role fails its
+# requests with an error (streaming: an error event and [DONE]), the router
+# drops it after missing heartbeats, and new requests get 503 until a worker
+# of that role registers again.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/integration/cluster_lib.sh
@@ -41,7 +43,7 @@ check "4 requests that fit the KV cache one at a time all wait their turn and co
 cluster_stop 1
 
 # A decoder killed mid-stream: the client sees an error event, then [DONE].
-DECODER_FLAGS="--kv-pages 2100" cluster_start "$dir" || cluster_finish
+DECODER_FLAGS="--kv-pages 2100" cluster_start "$dir" --queue-timeout-ms 0 || cluster_finish
 curl -s -N --max-time 60 -H 'Content-Type: application/json' -o "$CLUSTER_TMP/dead.sse" \
     -d "{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_tokens\":30000,\"temperature\":0,\"ignore_eos\":true,\"stream\":true}" \
     "$URL/v1/completions" &

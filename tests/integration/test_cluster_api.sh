@@ -46,7 +46,7 @@ expect_error "text prompt without a tokenizer" $C "{\"model\":\"$fx\",\"prompt\"
 expect_error "chat without a tokenizer" /v1/chat/completions \
     "{\"model\":\"$fx\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}" 400 messages \
     unsupported_value "--tokenizer none"
-expect_error "n > 1" $C "{\"model\":\"$fx\",\"prompt\":[1],\"n\":3}" 400 n unsupported_value
+expect_error "n above 128" $C "{\"model\":\"$fx\",\"prompt\":[1],\"n\":129}" 400 n invalid_value
 
 expect_error "unknown field" $C "{\"model\":\"$fx\",\"prompt\":[1],\"frobnicate\":{\"a\":[1]}}" 400 \
     frobnicate unknown_parameter

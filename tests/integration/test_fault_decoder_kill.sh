@@ -6,8 +6,11 @@
 # exactly once, the stream ends normally, and the tokens are the ones the
 # engine computes: the part before the failure equals tandem-generate on the
 # prompt, the part after it equals tandem-generate on the prompt plus that
-# part (the same prefill + decode the resumed request ran). The surviving
-# decoder holds no KV pages afterwards. (docs/RELIABILITY.md)
+# part (the same prefill + decode the resumed request ran). The request
+# carries penalties: the resumed attempt still counts the streamed tokens as
+# output (tandem-generate --output-in-prompt) and the decoder gets the
+# prompt they need. The surviving decoder holds no KV pages afterwards.
+# (docs/RELIABILITY.md)
 set -u
 cd "$(dirname "$0")/../.."
 . tests/integration/cluster_lib.sh
@@ -23,7 +26,10 @@ N=2000
 # The request starts on d1 (the only decoder). Once it streams, d1 is
 # frozen (so the stream cannot finish first), a second decoder d2 joins,
 # and d1 is killed.
-stream_start 120 "$(greedy_req "$fx" "$prompt" $N stream)" "$CLUSTER_TMP/s.sse"
+PEN='"presence_penalty":0.5,"frequency_penalty":0.02,"repetition_penalty":1.1'
+PEN_FLAGS=(--presence-penalty 0.5 --frequency-penalty 0.02 --repetition-penalty 1.1)
+stream_start 120 "{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_tokens\":$N,\"temperature\":0,\"ignore_eos\":true,\"stream\":true,$PEN}" \
+    "$CLUSTER_TMP/s.sse"
 cpid=$!
 kill -STOP "$(pid_of d1)"
 start_worker decoder d2
@@ -48,13 +54,14 @@ if [ -n "$k" ]; then
     before=$(echo "$toks" | cut -d, -f1-"$k")
     after=$(echo "$toks" | cut -d, -f$((k + 1))-)
     want_before=$(timeout 120 "$BIN/tandem-generate" --model "$dir" --prompt-ids "$prompt" \
-                  --max-tokens "$k" --ignore-eos 2>/dev/null)
+                  --max-tokens "$k" --ignore-eos "${PEN_FLAGS[@]}" 2>/dev/null)
     want_after=$(timeout 120 "$BIN/tandem-generate" --model "$dir" --prompt-ids "$prompt,$before" \
-                 --max-tokens $((N - k)) --ignore-eos 2>/dev/null)
+                 --max-tokens $((N - k)) --ignore-eos "${PEN_FLAGS[@]}" --output-in-prompt "$k" \
+                 2>/dev/null)
     [ "$before" = "$want_before" ]
-    check "tokens before the failure are the engine's for the prompt" $? "got $before" "want $want_before"
+    check "tokens before the failure are the engine's for the prompt (with the penalties)" $? "got $before" "want $want_before"
     [ "$after" = "$want_after" ]
-    check "tokens after it are the engine's for the prompt plus those tokens" $? \
+    check "tokens after it are the engine's for the prompt plus those tokens, counted as output" $? \
         "got $after" "want $want_after"
 fi
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tandem-generate end to end: greedy generation from both fixture models must
 # reproduce HF's 32 golden tokens (read from golden.safetensors), seeded
-# sampling must be reproducible, and bad arguments / bad model directories
+# sampling must be reproducible, --logits-out must write the logits behind
+# each token (HF's golden logits), and bad arguments / bad model directories
 # must give a clear message and the documented exit status (2 usage, 1 runtime).
 # Prints one TAP line per case.
 set -u
@@ -64,6 +65,39 @@ for fx in gpt_oss_tiny qwen3_moe_tiny; do
         not_ok "$fx seeded sampling is reproducible" "a=$a" "b=$b"
     fi
 done
+
+# --logits-out: one float32 row of vocab_size per generated token, the row's
+# argmax is the greedy token, and the rows match HF's golden logits
+dir=tests/fixtures/gpt_oss_tiny
+prompt=$(golden_ids "$dir" prompt_ids)
+got=$(timeout 120 "$GEN" --model "$dir" --prompt-ids "$prompt" --max-tokens 32 --ignore-eos \
+      --logits-out "$tmp/logits.f32" 2>"$tmp/err")
+python3 - "$tmp/logits.f32" "$got" "$dir/golden.safetensors" <<'PY'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+ids = [int(x) for x in sys.argv[2].split(",")]
+V = 512
+assert len(raw) == len(ids) * V * 4, (len(raw), len(ids))
+rows = [struct.unpack_from("<%df" % V, raw, i * V * 4) for i in range(len(ids))]
+for r, t in zip(rows, ids):
+    assert max(range(V), key=r.__getitem__) == t
+data = open(sys.argv[3], "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+e = json.loads(data[8:8 + n])["gen_logits"]
+b, en = e["data_offsets"]
+gold = struct.unpack("<%df" % ((en - b) // 4), data[8 + n + b:8 + n + en])
+for i, r in enumerate(rows):
+    g = gold[i * V:(i + 1) * V]
+    span = max(g) - min(g)
+    assert max(abs(x - y) for x, y in zip(r, g)) < 2e-3 * span, i
+PY
+if [ $? -eq 0 ]; then
+    ok "--logits-out: a row per token, argmax = the greedy token, = HF golden logits"
+else
+    not_ok "--logits-out: a row per token, argmax = the greedy token, = HF golden logits" "$(cat "$tmp/err")"
+fi
+expect_fail "--logits-out into a missing directory" 1 "cannot create" --model "$dir" --prompt-ids 1 \
+    --max-tokens 2 --logits-out "$tmp/absent/l.f32"
 
 # stopping at EOS: a copy of the fixture whose eos_token_id is the 5th token
 # of an --ignore-eos run must stop right after that token's first appearance

@@ -18,8 +18,10 @@ for role in prefiller decoder; do
     out=$(timeout 10 "$BIN/tandem-$role" --help 2>&1)
     rc=$?
     [ "$rc" = 0 ] && echo "$out" | grep -q -- "--device .*cpu, cuda (GPU 0) or cuda:N" &&
-        echo "$out" | grep -q -- "--weights .*auto" && echo "$out" | grep -q -- "--kv-path .*staged"
-    check "tandem-$role --help lists --device, --weights and --kv-path" $? "exit $rc" "$out"
+        echo "$out" | grep -q -- "--weights .*auto" && echo "$out" | grep -q -- "--kv-path .*staged" &&
+        echo "$out" | grep -q -- "--rank-comm .*staged" && echo "$out" | grep -q -- "--group-leader"
+    check "tandem-$role --help lists --device, --weights, --kv-path and the rank flags" $? \
+        "exit $rc" "$out"
 done
 
 # expect_exit NAME ROLE STATUS MESSAGE FLAGS...: the worker exits with STATUS
@@ -45,10 +47,22 @@ for role in prefiller decoder; do
     expect_exit "unknown --kv-path" $role 2 "--kv-path must be auto, direct or staged" \
         --model "$dir" --kv-path rdma
 done
-expect_exit "--device cuda with --tp 2" prefiller 2 "--device cuda runs one rank for now: --tp > 1" \
-    --model "$dir" --device cuda --tp 2
-expect_exit "--device cuda with --dp 2" decoder 2 "--device cuda runs one rank for now: --dp > 1" \
-    --model "$dir" --device cuda --dp 2
+# the rank group's flags (docs/OPERATIONS.md "Multi-rank workers")
+for role in prefiller decoder; do
+    [ $role = prefiller ] && ranks=--tp || ranks=--dp
+    expect_exit "unknown --rank-comm" $role 2 \
+        "--rank-comm must be auto, host, nccl or staged, got 'mpi'" --model "$dir" --rank-comm mpi
+    expect_exit "--rank-devices on the CPU" $role 2 "--rank-devices needs --device cuda" \
+        --model "$dir" $ranks 2 --rank-devices 0,0
+    expect_exit "--rank-comm nccl on the CPU" $role 1 \
+        "the nccl rank communicator needs --device cuda" --model "$dir" $ranks 2 --rank-comm nccl
+    expect_exit "--local-ranks without a group leader" $role 1 \
+        "--local-ranks needs --group-leader" --model "$dir" $ranks 2 --local-ranks 2
+done
+expect_exit "a group leader that never answers" decoder 1 \
+    "rendezvous: cannot reach rank 0 at 127.0.0.1:1 within 1000 ms" --model "$dir" \
+    --dp 4 --ep 4 --rank 2 --world 4 --local-ranks 2 --group-leader 127.0.0.1:1 \
+    --group-timeout-ms 1000
 if ldd "$BIN/tandem-prefiller" | grep -q libcudart; then
     echo "# a CUDA=1 build: --device cuda on a CPU-only build not checked here"
 else
@@ -58,6 +72,9 @@ else
             --model "$dir" --device cuda
         expect_exit "--device cuda:1 on a build without CUDA" $role 1 \
             "this build has no CUDA backend" --model "$dir" --device cuda:1 --weights f32
+        [ $role = prefiller ] && ranks=--tp || ranks=--dp
+        expect_exit "--device cuda $ranks 2 on a build without CUDA" $role 1 \
+            "this build has no CUDA backend" --model "$dir" --device cuda $ranks 2
     done
 fi
 

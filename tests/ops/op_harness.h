@@ -64,6 +64,8 @@ void ops_register_attention(void);
 void ops_register_moe(void);
 void ops_register_moe_paths(void);
 void ops_register_sampling(void);
+void ops_register_logprobs(void);
+void ops_register_logit_mask(void);
 
 /* The runner (op_runner.c). ops_init parses `[seed [moe|moe-fp8|FILTER]]`
  * (seed: decimal or 0x..; default default_seed, or the time when

@@ -17,12 +17,14 @@
  * decode with split-KV lengths, speculative multi-row decode, head sizes
  * of the generic kernel; on CUDA also against the CPU, and the bf16
  * tensor-core prefill kernel (kn_backend_set_attn_bf16) as a CUDA variant.
- * Every pool case runs again with bf16 pools (kn_kv_pools.dtype KN_BF16):
- * kv_append must store exactly the round-to-nearest-even bf16 codes of the
- * rows, and attention over them must match float64 attention over the
- * bf16 values to the fp32 bound (the kernels only widen what they load),
- * and float64 attention over the unrounded fp32 values to BF16_KV_TOL (the
- * cost of storing the cache in bf16).
+ * Every pool case runs again with bf16 pools and with FP8 pools
+ * (kn_kv_pools.dtype KN_BF16, KN_FP8_E4M3): kv_append must store exactly
+ * the rows' encoding (bf16: round-to-nearest-even codes; FP8: e4m3 codes
+ * and the row's scale, kn_fp8_kv_row_encode), and attention over them must
+ * match float64 attention over the values those bytes hold to the fp32
+ * bound (the kernels only widen what they load), and float64 attention
+ * over the unrounded fp32 values to BF16_KV_TOL / FP8_KV_TOL (the cost of
+ * storing the cache narrower).
  * And the precision switch and the argument checks. */
 #include <math.h>
 #include <stdlib.h>
@@ -30,6 +32,7 @@
 #include "common/status.h"
 #include "kernels/attention.h"
 #include "kernels/dtype.h"
+#include "kernels/fp8.h"
 #include "tests/ops/op_harness.h"
 #ifdef TANDEM_CUDA
 #include "kernels/cuda/cuda_backend.h"
@@ -397,35 +400,56 @@ enum { FILL_RANDOM, FILL_K_ZERO, FILL_V_CONST };
  * 1.3e-3..2.0e-3 (max abs error over max |ref|) on these inputs on the CPU,
  * bound 5e-3 (plus BF16_ATTN_TOL when the bf16 tensor-core kernel runs). */
 #define BF16_KV_TOL 5e-3
+/* FP8 pools, the same comparison: e4m3 keeps 3 mantissa bits, so each
+ * value is within 2^-4 of itself relative (2^-10 of its row's scale for
+ * the smallest); measured 2.6e-2..4.1e-2 on these inputs on the CPU,
+ * bound 8e-2. Against float64 over the values the FP8 rows hold (codes
+ * times scales) the kernels stay within the fp32 bound like the others. */
+#define FP8_KV_TOL 8e-2
 
-/* n host floats as a pool of dtype dt on the backend (bf16: their codes,
- * the values already bf16). */
-static void *pool_up(op_env *e, const float *host, size_t n, kn_dtype dt)
+/* A pool of n_rows rows of D values in dtype dt's bytes (kn_kv_row_bytes
+ * per row): f32 as is, bf16 rounded to nearest even, FP8 quantized per row
+ * (kn_fp8_kv_row_encode, what kv_append must write). */
+static uint8_t *pool_encode(op_env *e, const float *x, size_t n_rows, int D, kn_dtype dt)
 {
-    if (dt == KN_F32)
-        return op_up(e, host, n * 4);
-    uint16_t *codes = op_host(e, n * 2);
-    kn_f32_to_bf16_n(codes, host, n);
-    return op_up(e, codes, n * 2);
+    const size_t rb = kn_kv_row_bytes(dt, D);
+    uint8_t *b = op_host(e, n_rows * rb);
+    for (size_t r = 0; r < n_rows; r++) {
+        const float *xr = x + r * D;
+        if (dt == KN_F32)
+            memcpy(b + r * rb, xr, rb);
+        else if (dt == KN_BF16)
+            kn_f32_to_bf16_n((uint16_t *)(b + r * rb), xr, (size_t)D);
+        else
+            kn_fp8_kv_row_encode(b + r * rb, xr, (size_t)D);
+    }
+    return b;
 }
 
-/* Host copy of a pool of dtype dt in its own bytes. */
-static void *pool_host(op_env *e, const float *values, size_t n, kn_dtype dt)
+/* The values those bytes hold, as floats (the float64 references read
+ * these). */
+static float *pool_decode(op_env *e, const uint8_t *b, size_t n_rows, int D, kn_dtype dt)
 {
-    if (dt == KN_F32)
-        return (void *)values;
-    uint16_t *codes = op_host(e, n * 2);
-    kn_f32_to_bf16_n(codes, values, n);
-    return codes;
+    const size_t rb = kn_kv_row_bytes(dt, D);
+    float *x = op_host(e, n_rows * D * sizeof(float));
+    for (size_t r = 0; r < n_rows; r++) {
+        float *xr = x + r * D;
+        if (dt == KN_F32)
+            memcpy(xr, b + r * rb, rb);
+        else if (dt == KN_BF16)
+            kn_bf16_to_f32_n(xr, (const uint16_t *)(b + r * rb), (size_t)D);
+        else
+            kn_fp8_kv_row_decode(xr, b + r * rb, (size_t)D);
+    }
+    return x;
 }
 
-/* The pool's bytes equal the host values' encoding in dt. */
-static int pool_equals(op_env *e, const void *dev, const float *values, size_t n, kn_dtype dt)
+/* The pool's bytes equal want. */
+static int pool_equals(op_env *e, const void *dev, const uint8_t *want, size_t bytes)
 {
-    size_t bytes = n * kn_dtype_size(dt);
     void *got = op_host(e, bytes);
     op_down(e, got, dev, bytes);
-    return memcmp(got, pool_host(e, values, n, dt), bytes) == 0;
+    return memcmp(got, want, bytes) == 0;
 }
 
 /* On a failed comparison: the first output element (row, head, dim) off
@@ -503,36 +527,31 @@ static void pool_case(op_env *e, const void *param)
     size_t row_n = (size_t)n_rows * n_kv * D, q_n = (size_t)n_rows * H * D;
     /* earlier tokens: random pool contents; this step's rows: kv_append */
     const kn_dtype kvt = c->kv;
-    float *kpool = op_rand(e, pool_n, -1.f, 1.f), *vpool = op_rand(e, pool_n, -1.f, 1.f);
+    /* kexact/vexact: the unrounded fp32 values of every pool row (random
+     * earlier tokens, then this step's rows placed by hand below); the
+     * pools hold their encoding in kvt, and kpool/vpool are the values
+     * that encoding holds (what the float64 reference reads) */
+    const size_t pool_rows = pool_n / (size_t)D, pool_bytes = pool_rows * kn_kv_row_bytes(kvt, D);
+    float *kexact = op_rand(e, pool_n, -1.f, 1.f), *vexact = op_rand(e, pool_n, -1.f, 1.f);
     float *k = op_rand(e, row_n, -1.f, 1.f), *v = op_rand(e, row_n, -1.f, 1.f);
     float *q = op_rand(e, q_n, -1.f, 1.f);
     if (c->fill == FILL_K_ZERO) {
-        memset(kpool, 0, pool_n * 4);
+        memset(kexact, 0, pool_n * 4);
         memset(k, 0, row_n * 4);
     } else if (c->fill == FILL_V_CONST) {
         for (size_t i = 0; i < pool_n; i++)
-            vpool[i] = vpool[i % D];
+            vexact[i] = vexact[i % D];
         for (size_t i = 0; i < row_n; i++)
-            v[i] = vpool[i % D];
+            v[i] = vexact[i % D];
     }
     float *sinks = c->sinks ? op_rand(e, (size_t)H, -1.f, 3.f) : NULL;
     float scale = 1.f / sqrtf((float)D);
     if (c->wgmma) {
-        poison_unused_slots(kpool, page_table, kv_len, c->n_seqs, max_pages, n_pages, n_kv, ps, D);
-        poison_unused_slots(vpool, page_table, kv_len, c->n_seqs, max_pages, n_pages, n_kv, ps, D);
+        poison_unused_slots(kexact, page_table, kv_len, c->n_seqs, max_pages, n_pages, n_kv, ps, D);
+        poison_unused_slots(vexact, page_table, kv_len, c->n_seqs, max_pages, n_pages, n_kv, ps, D);
     }
-    /* fp32 values of the whole pool as the float64 references read it:
-     * kpool/vpool hold the stored values (bf16-rounded for bf16 pools),
-     * kexact/vexact the unrounded ones */
-    float *kexact = op_host(e, pool_n * 4), *vexact = op_host(e, pool_n * 4);
-    memcpy(kexact, kpool, pool_n * 4);
-    memcpy(vexact, vpool, pool_n * 4);
-    if (kvt == KN_BF16)
-        for (size_t i = 0; i < pool_n; i++) {
-            kpool[i] = kn_round_bf16(kpool[i]);
-            vpool[i] = kn_round_bf16(vpool[i]);
-        }
-    void *d_kp = pool_up(e, kpool, pool_n, kvt), *d_vp = pool_up(e, vpool, pool_n, kvt);
+    void *d_kp = op_up(e, pool_encode(e, kexact, pool_rows, D, kvt), pool_bytes);
+    void *d_vp = op_up(e, pool_encode(e, vexact, pool_rows, D, kvt), pool_bytes);
     kn_kv_pools dpools = { d_kp, d_vp, kvt };
     float *d_k = op_up(e, k, row_n * 4), *d_v = op_up(e, v, row_n * 4), *d_q = op_up(e, q, q_n * 4);
     float *d_sinks = sinks ? op_up(e, sinks, (size_t)H * 4) : NULL, *d_out = op_nan(e, q_n);
@@ -549,18 +568,16 @@ static void pool_case(op_env *e, const void *param)
             int pos = kv_len[s] - c->n_q[s] + (r - q_offset[s]);
             for (int h = 0; h < n_kv; h++) {
                 size_t at = (((size_t)page_table[(size_t)s * max_pages + pos / ps] * n_kv + h) * ps + pos % ps) * D;
-                const float *kr = k + ((size_t)r * n_kv + h) * D, *vr = v + ((size_t)r * n_kv + h) * D;
-                memcpy(kexact + at, kr, (size_t)D * 4);
-                memcpy(vexact + at, vr, (size_t)D * 4);
-                /* what kv_append must store: the row in the pools' dtype */
-                for (int d = 0; d < D; d++) {
-                    kpool[at + d] = kvt == KN_BF16 ? kn_round_bf16(kr[d]) : kr[d];
-                    vpool[at + d] = kvt == KN_BF16 ? kn_round_bf16(vr[d]) : vr[d];
-                }
+                memcpy(kexact + at, k + ((size_t)r * n_kv + h) * D, (size_t)D * 4);
+                memcpy(vexact + at, v + ((size_t)r * n_kv + h) * D, (size_t)D * 4);
             }
         }
+    /* what kv_append must leave: every row in the pools' dtype */
+    const uint8_t *kbytes = pool_encode(e, kexact, pool_rows, D, kvt);
+    const uint8_t *vbytes = pool_encode(e, vexact, pool_rows, D, kvt);
+    float *kpool = pool_decode(e, kbytes, pool_rows, D, kvt), *vpool = pool_decode(e, vbytes, pool_rows, D, kvt);
     if (op_ok(e, kn_kv_append(e->be, &dpools, d_k, d_v, &db, n_kv, D, ps), "kn_kv_append"))
-        op_check(e, pool_equals(e, d_kp, kpool, pool_n, kvt) && pool_equals(e, d_vp, vpool, pool_n, kvt),
+        op_check(e, pool_equals(e, d_kp, kbytes, pool_bytes) && pool_equals(e, d_vp, vbytes, pool_bytes),
                  "kv_append: the %s pools differ from the rows placed by hand", kn_dtype_name(kvt));
     double *ref = op_host(e, q_n * sizeof(double)), *ref_exact = op_host(e, q_n * sizeof(double));
     const float **keys = op_host(e, (size_t)max_kv * sizeof *keys), **vals = op_host(e, (size_t)max_kv * sizeof *vals);
@@ -619,12 +636,13 @@ static void pool_case(op_env *e, const void *param)
     if (bf16)
         op_check(e, err > BF16_ATTN_MIN, "bf16: rel err %.3g not above fp32's %g: the bf16 kernel did not run",
                  err, BF16_ATTN_MIN);
-    if (kvt == KN_BF16)
-        op_check_err(e, tu_max_rel_err(got, ref_exact, q_n), BF16_KV_TOL + (bf16 ? BF16_ATTN_TOL : 0),
-                     "attention over bf16 pools vs float64 over the unrounded K, V");
+    if (kvt != KN_F32)
+        op_check_err(e, tu_max_rel_err(got, ref_exact, q_n),
+                     (kvt == KN_BF16 ? BF16_KV_TOL : FP8_KV_TOL) + (bf16 ? BF16_ATTN_TOL : 0),
+                     "attention over %s pools vs float64 over the unrounded K, V", kn_dtype_name(kvt));
     if (e->cuda) {
         float *cpu = op_host(e, q_n * 4);
-        kn_kv_pools hpools = { pool_host(e, kpool, pool_n, kvt), pool_host(e, vpool, pool_n, kvt), kvt };
+        kn_kv_pools hpools = { (void *)kbytes, (void *)vbytes, kvt };
         if (op_ok(e, kn_attention(e->cpu, cpu, q, &hpools, &hb, H, n_kv, D, ps, scale, sinks, c->window),
                   "kn_attention cpu"))
             op_check_err(e, tu_max_rel_err_f32(got, cpu, q_n), tol, "attention%s vs CPU", kname);
@@ -744,7 +762,7 @@ static void attention_rejects_bad_arguments(op_env *e, const void *param)
                      TN_ERR_ARG);
     OP_INT_EQ(e, kn_kv_append(e->be, &no_v, k, v, &ok, 1, HD, PS), TN_ERR_ARG);
     OP_INT_EQ(e, kn_attention(e->be, out, q, NULL, &ok, 1, 1, HD, PS, 1.0f, NULL, 0), TN_ERR_ARG);
-    /* pools of a dtype the ops do not read */
+    /* fp8 pools with head_dim 2 (rows need a multiple of 4), an unknown dtype */
     kn_kv_pools fp8 = { pool_k, pool_v, KN_FP8_E4M3 }, junk = { pool_k, pool_v, (kn_dtype)7 };
     OP_INT_EQ(e, kn_kv_append(e->be, &fp8, k, v, &ok, 1, HD, PS), TN_ERR_ARG);
     OP_INT_EQ(e, kn_attention(e->be, out, q, &fp8, &ok, 1, 1, HD, PS, 1.0f, NULL, 0), TN_ERR_ARG);
@@ -790,6 +808,8 @@ void ops_register_attention(void)
         pool_param p = pool[i];
         p.kv = KN_BF16;
         OP_CASE("attention", OP_ALL, pool_case, p, "pool bf16 KV %s", pool[i].name);
+        p.kv = KN_FP8_E4M3;
+        OP_CASE("attention", OP_ALL, pool_case, p, "pool fp8 KV %s", pool[i].name);
     }
     /* The bf16 tensor-core prefill kernel: the prefill cases above, then
      * GPT-OSS's 64/8 heads, odd lengths, chunked multi-sequence batches,
@@ -813,10 +833,12 @@ void ops_register_attention(void)
     };
     for (size_t i = 0; i < sizeof bf16 / sizeof bf16[0]; i++)
         OP_CASE("attention", OP_CUDA, pool_case, bf16[i], "pool bf16 %s", bf16[i].name);
-    for (size_t i = 0; i < sizeof bf16 / sizeof bf16[0]; i++) { /* and reading bf16 pools */
+    for (size_t i = 0; i < sizeof bf16 / sizeof bf16[0]; i++) { /* and reading bf16 / fp8 pools */
         pool_param p = bf16[i];
         p.kv = KN_BF16;
         OP_CASE("attention", OP_CUDA, pool_case, p, "pool bf16 bf16 KV %s", bf16[i].name);
+        p.kv = KN_FP8_E4M3;
+        OP_CASE("attention", OP_CUDA, pool_case, p, "pool bf16 fp8 KV %s", bf16[i].name);
     }
     /* The Hopper wgmma kernel (attention_wgmma.cu: head_dim 64, bf16 pools),
      * with the unwritten pool slots and unowned pages NaN: GPT-OSS's 64/8

@@ -1,6 +1,8 @@
 /* The NCCL communicator (engine/comm_nccl.c) on one GPU: world size 1,
  * bootstrapped through a host communicator, every collective on device
- * buffers checked against the host data. Built into a real test only when
+ * buffers checked against the host data, and the staged communicator both
+ * ways (device buffers over the host communicator, host buffers over NCCL
+ * started from a unique id). Built into a real test only when
  * the build defines TANDEM_NCCL (CUDA + NCCL); otherwise the build has no
  * NCCL, which the test checks is reported as "not built in". */
 #include <stdarg.h>
@@ -163,11 +165,72 @@ static void split_makes_sub_communicators(void **state)
     comm_free(nc);
 }
 
+/* The staged communicator both ways on the GPU: device buffers over a host
+ * communicator (ranks sharing a GPU) and host buffers over NCCL started
+ * from a unique id (the control messages of a group across machines,
+ * engine/rank_group.c). At world size 1 every result equals the input. */
+static void staged_both_ways(void **state)
+{
+    (void)state;
+    kn_backend be;
+    assert_int_equal(kn_backend_init_cuda(&be, 0), TN_OK);
+    char err[256], name[64];
+    enum { N = 777 };
+    float h[N], back[N];
+    for (int i = 0; i < N; i++)
+        h[i] = (float)i - 300.5f;
+    /* device over host */
+    comm *host = NULL, *dup = NULL, *dev = NULL;
+    snprintf(name, sizeof(name), "nccls-%ld", (long)getpid());
+    assert_int_equal(comm_host_init(&host, name, 0, 1, NULL, err, sizeof(err)), TN_OK);
+    assert_int_equal(comm_split(host, 0, 0, &dup), TN_OK);
+    assert_int_equal(comm_staged_init(&dev, dup, &be, err, sizeof(err)), TN_OK);
+    assert_int_equal(comm_memory(dev), KN_BACKEND_CUDA);
+    float *d = dev_copy(h, sizeof(h)), *d2 = dev_copy(NULL, sizeof(h));
+    assert_int_equal(comm_all_reduce_sum(dev, d, N), TN_OK);
+    assert_int_equal(comm_all_gather(dev, d, d2, sizeof(h)), TN_OK);
+    assert_int_equal(cudaMemcpy(back, d2, sizeof(h), cudaMemcpyDeviceToHost), cudaSuccess);
+    assert_memory_equal(back, h, sizeof(h));
+    size_t n = 500 * sizeof(float);
+    assert_int_equal(cudaMemset(d2, 0, sizeof(h)), cudaSuccess);
+    assert_int_equal(comm_all_to_all_v(dev, d, &n, d2, &n), TN_OK);
+    assert_int_equal(cudaMemcpy(back, d2, n, cudaMemcpyDeviceToHost), cudaSuccess);
+    assert_memory_equal(back, h, n);
+    assert_int_equal(comm_broadcast(dev, d, sizeof(h), 0), TN_OK);
+    assert_int_equal(cudaMemcpy(back, d, sizeof(h), cudaMemcpyDeviceToHost), cudaSuccess);
+    assert_memory_equal(back, h, sizeof(h));
+    assert_int_equal(comm_barrier(dev), TN_OK);
+    comm_free(dev);
+    comm_free(host);
+    cudaFree(d);
+    cudaFree(d2);
+    /* host over NCCL, from an id */
+    unsigned char id[COMM_NCCL_ID_BYTES];
+    comm *nc = NULL, *ctl = NULL;
+    assert_int_equal(comm_nccl_unique_id(id, err, sizeof(err)), TN_OK);
+    assert_int_equal(comm_nccl_init_id(&nc, id, 0, 1, &be, err, sizeof(err)), TN_OK);
+    assert_int_equal(comm_staged_init(&ctl, nc, &be, err, sizeof(err)), TN_OK);
+    assert_int_equal(comm_memory(ctl), KN_BACKEND_CPU);
+    float v[N];
+    memcpy(v, h, sizeof(h));
+    assert_int_equal(comm_all_reduce_sum(ctl, v, N), TN_OK);
+    assert_memory_equal(v, h, sizeof(h));
+    assert_int_equal(comm_all_gather(ctl, h, back, sizeof(h)), TN_OK);
+    assert_memory_equal(back, h, sizeof(h));
+    memset(back, 0, sizeof(back));
+    assert_int_equal(comm_all_to_all_v(ctl, h, &n, back, &n), TN_OK);
+    assert_memory_equal(back, h, n);
+    assert_int_equal(comm_barrier(ctl), TN_OK);
+    comm_free(ctl);   /* frees nc with it */
+    kn_backend_free(&be);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(collectives_on_device_buffers),
         cmocka_unit_test(split_makes_sub_communicators),
+        cmocka_unit_test(staged_both_ways),
     };
     return cmocka_run_group_tests(tests, gpu_setup, gpu_teardown);
 }

@@ -18,8 +18,8 @@
  * (tests/unit/test_router_options.c parses the file with the router's own
  * parser). */
 static const char *const ROUTER_KEYS[] = {"host", "http-port", "rpc-port", "worker-port", "metrics-port",
-                                          "queue-timeout-ms", "scaler-k8s-prefill", "scaler-k8s-decode",
-                                          NULL};
+                                          "queue-timeout-ms", "drain-timeout-ms", "http-memory-budget-mb",
+                                          "scaler-k8s-prefill", "scaler-k8s-decode", NULL};
 
 static int set_router(void *ctx, const char *name, const char *value, char *err, size_t errlen)
 {

@@ -58,6 +58,11 @@ static void matching_caches_register_and_mismatches_are_refused(void **state)
     assert_non_null(strstr(err, "--kv-dtype"));
     assert_int_equal(r.n, 2);
 
+    /* nor an fp8 one */
+    assert_null(add(&r, "d8", DEC, "m", TANDEM__V1__KV_DTYPE__KV_DTYPE_FP8_E4M3, 24, 8, 64, 16, err,
+                    sizeof err));
+    assert_non_null(strstr(err, "fp8 (3)"));
+
     /* geometry counts as much as the dtype */
     assert_null(add(&r, "d3", DEC, "m", BF16, 24, 4, 64, 16, err, sizeof err));
     assert_non_null(strstr(err, "KV cache mismatch"));

@@ -177,8 +177,14 @@ static void bf16_pages_move_their_native_bytes(void **state)
     assert_int_equal(tm_kv_page_bytes(&bf) * 2, tm_kv_page_bytes(&f32));
     assert_int_equal(tm_kv_page_bytes(&bf), (size_t)HEADS * PAGE * HEAD_DIM * 2);
     tm_kv_cache_free(&f32);
-    tm_kv_cache bad;
-    assert_int_equal(tm_kv_cache_init(&bad, &be, KN_FP8_E4M3, 1, 1, 4, 4, 4), TN_ERR_ARG);
+    /* FP8 rows are head_dim codes and a 4-byte scale; head_dim must be a
+     * multiple of 4, which keeps the scale aligned */
+    tm_kv_cache f8, bad;
+    assert_int_equal(tm_kv_cache_init(&f8, &be, KN_FP8_E4M3, LAYERS, HEADS, 8, PAGE, PAGES), TN_OK);
+    assert_int_equal(tm_kv_page_bytes(&f8), (size_t)HEADS * PAGE * (8 + 4));
+    tm_kv_cache_free(&f8);
+    assert_int_equal(tm_kv_cache_init(&bad, &be, KN_FP8_E4M3, 1, 1, 6, 4, 4), TN_ERR_ARG);
+    assert_int_equal(tm_kv_cache_init(&bad, &be, (kn_dtype)9, 1, 1, 4, 4, 4), TN_ERR_ARG);
     char err[200];
     tm_kv_staging s;
     assert_int_equal(tm_kv_staging_init(&s, &bf, TM_KV_PATH_STAGED, 0, err, sizeof err), TN_OK);

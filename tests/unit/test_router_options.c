@@ -42,6 +42,7 @@ static void deployment_config_is_accepted(void **state)
     assert_int_equal(c->worker_port, 8082);
     assert_string_equal(c->host, "0.0.0.0");
     assert_int_equal(c->queue_timeout_ms, 30000);
+    assert_int_equal(c->drain_timeout_ms, 30000);
     assert_string_equal(c->as.scaler, "kubernetes");
     assert_string_equal(c->as.k8s_workload[AS_POOL_PREFILL], "deployments/tandem-prefiller");
     assert_string_equal(c->as.k8s_workload[AS_POOL_DECODE], "statefulsets/tandem-decoder");
@@ -70,6 +71,37 @@ static void flags_override_the_file(void **state)
     assert_float_equal(c->as.policy.decode_max_batch, 8, 0); /* flag over file (64) */
     assert_float_equal(c->as.policy.pool[AS_POOL_PREFILL].scale_up_window_s, 0.5, 0);
     assert_string_equal(c->as.local_args[AS_POOL_DECODE], "--kv-pages 64 --max-batch 8");
+    free(c);
+}
+
+/* The failover defaults (docs/RELIABILITY.md): the router queue on, a
+ * drain on SIGTERM, and a progress timeout above what a live worker needs
+ * to report (its heartbeats lapsing twice plus the prefillers' default
+ * transfer timeout). */
+static void failover_defaults(void **state)
+{
+    (void)state;
+    router_config *c = calloc(1, sizeof *c);
+    assert_non_null(c);
+    char err[512] = "";
+    const char *a1[] = {"tandem-router"};
+    assert_int_equal(parse(c, 1, a1, err, sizeof err), OPTS_OK);
+    assert_int_equal(router_config_validate(c, err, sizeof err), 0);
+    assert_int_equal(c->queue_timeout_ms, 30000);
+    assert_int_equal(c->drain_timeout_ms, 30000);
+    assert_int_equal(router_progress_timeout_ms(c), 2 * 5000 + 30000);
+    const char *a2[] = {"tandem-router", "--worker-timeout-ms=3000", "--progress-timeout-ms=0"};
+    assert_int_equal(parse(c, 3, a2, err, sizeof err), OPTS_OK);
+    assert_int_equal(router_progress_timeout_ms(c), 36000);
+    const char *a3[] = {"tandem-router", "--progress-timeout-ms=1500", "--queue-timeout-ms=0"};
+    assert_int_equal(parse(c, 3, a3, err, sizeof err), OPTS_OK);
+    assert_int_equal(router_config_validate(c, err, sizeof err), 0);
+    assert_int_equal(router_progress_timeout_ms(c), 1500);
+    assert_int_equal(c->queue_timeout_ms, 0);
+    const char *a4[] = {"tandem-router", "--drain-timeout-ms=-1"};
+    assert_int_equal(parse(c, 2, a4, err, sizeof err), OPTS_OK);
+    assert_int_equal(router_config_validate(c, err, sizeof err), -1);
+    assert_non_null(strstr(err, "--drain-timeout-ms >= 0"));
     free(c);
 }
 
@@ -121,6 +153,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(deployment_config_is_accepted),
         cmocka_unit_test(flags_override_the_file),
+        cmocka_unit_test(failover_defaults),
         cmocka_unit_test(mistakes_are_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

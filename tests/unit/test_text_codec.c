@@ -85,7 +85,8 @@ static void bytes_codec(void **state)
     assert_int_equal(ids[0], 65);
     assert_int_equal(ids[1], 0xC3);
     free(ids);
-    api_message msgs[2] = {{.role = "system", .content = "s"}, {.role = "user", .content = "u"}};
+    api_message msgs[2] = {{.role = "system", .content = "s", .content_len = 1},
+                           {.role = "user", .content = "u", .content_len = 1}};
     api_request ar = {.kind = API_CHAT, .messages = msgs, .n_messages = 2};
     assert_int_equal(codec_render_chat(&c, &ar, &ids, &n, err, sizeof err), 0);
     const char *want = "<|im_start|>system\ns<|im_end|>\n<|im_start|>user\nu<|im_end|>\n"

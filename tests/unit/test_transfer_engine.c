@@ -671,6 +671,66 @@ static void resharded_kv_lands_byte_exact(void **state)
     }
 }
 
+/* The receiver's endpoint to the sender fails (it was frozen and the
+ * sender gave the connection up, or the network broke) while a transfer
+ * comes in: its ack cannot go out, so it waits in the engine; once the
+ * receiver's owner connects a fresh endpoint to the sender, the ack goes
+ * out on it and the sender's transfer completes. */
+static void ack_waits_for_a_new_endpoint_and_goes_out_on_it(void **state)
+{
+    (void)state;
+    pair p;
+    pair_open(&p, "tcp", 4);
+    enum { N = 64 << 10, CHUNK = 4096 };
+    uint8_t *src = malloc(N), *dst = calloc(1, N);
+    assert_non_null(src);
+    assert_non_null(dst);
+    fill_random(src, N, 21);
+    te_region *rs, *rd;
+    te_remote_region *remote = link_regions(&p, src, dst, N, &rs, &rd);
+    size_t n = N / CHUNK;
+    te_copy *copies = same_offset_copies(n, CHUNK);
+    te_peer_fail(p.b, p.b_to_a, "test: the endpoint to the sender failed");
+    assert_int_equal(te_peer_status(p.b_to_a), TN_ERR_PEER);
+    te_transfer_desc d = {p.a_to_b, 17, &rs, 1, &remote, 1, copies, n, 20000};
+    te_transfer *t;
+    assert_int_equal(te_transfer_submit(p.a, &d, &t), TN_OK);
+    te_notice note;
+    int got = 0;
+    double deadline = te_now_seconds() + 10;
+    while (!got && te_now_seconds() < deadline) {
+        te_engine_progress(p.a);
+        got = te_engine_next_notice(p.b, &note);
+        te_engine_progress(p.b);
+    }
+    assert_int_equal(got, 1);
+    assert_int_equal(note.request_id, 17);
+    assert_int_equal(note.status, TN_OK);
+    assert_memory_equal(dst, src, N);
+    for (int i = 0; i < 200; i++) {
+        te_engine_progress(p.a);
+        te_engine_progress(p.b);
+    }
+    /* No usable endpoint: the ack waits, the sender is still waiting too. */
+    assert_int_equal(te_transfer_status(t), TN_IN_PROGRESS);
+    fflush(p.log);
+    assert_non_null(strstr(p.log_text, "waiting for a new endpoint"));
+    const void *addr;
+    size_t len;
+    te_engine_address(p.a, &addr, &len);
+    te_peer *fresh;
+    assert_int_equal(te_peer_connect(p.b, addr, len, te_engine_id(p.a), &fresh), TN_OK);
+    assert_int_equal(te_peer_wireup_start(p.b, fresh), TN_OK);
+    assert_int_equal(pump(&p, t), TN_OK);
+    fflush(p.log);
+    assert_non_null(strstr(p.log_text, "on a new endpoint"));
+    te_transfer_release(p.a, t);
+    free(copies);
+    pair_close(&p);
+    free(src);
+    free(dst);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -680,6 +740,7 @@ int main(void)
         cmocka_unit_test(silent_receiver_times_out_and_leaves_nothing_in_flight),
         cmocka_unit_test(cancel_stops_puts_and_tells_the_receiver),
         cmocka_unit_test(vanished_receiver_fails_the_transfer),
+        cmocka_unit_test(ack_waits_for_a_new_endpoint_and_goes_out_on_it),
         cmocka_unit_test(busy_resources_and_unsupported_memory),
         cmocka_unit_test(no_rdma_device_is_one_clear_log_line),
         cmocka_unit_test(nic_selection_prefers_active_near_ports),
