@@ -270,3 +270,28 @@ int et_run_greedy(tm_model *m, const kn_backend *be, const int32_t *prompt, int 
     tm_kv_cache_free(&kv);
     return rc;
 }
+
+int et_family_open(et_family *f, char *err, size_t errlen)
+{
+    if (kn_backend_init_cpu(&f->be) != TN_OK) {
+        snprintf(err, errlen, "cannot start the CPU backend");
+        return -1;
+    }
+    if (tm_model_load(f->dir, &f->be, &f->m, err, errlen) != TN_OK ||
+        et_golden_load(f->dir, &f->g, err, errlen) != 0)
+        return -1;
+    if (f->g.V != tm_model_config(f->m)->vocab_size) {
+        snprintf(err, errlen, "golden vocabulary %d, model %d", f->g.V,
+                 tm_model_config(f->m)->vocab_size);
+        return -1;
+    }
+    return 0;
+}
+
+void et_family_close(et_family *f)
+{
+    tm_model_free(f->m);
+    f->m = NULL;
+    et_golden_free(&f->g);
+    kn_backend_free(&f->be);
+}

@@ -23,6 +23,21 @@ typedef struct et_golden {
     float *gen_margin;          /* [G] */
 } et_golden;
 
+/* A fixture model on the CPU backend with its HF golden outputs: what the
+ * engine tests load per family (ET_GPT_OSS, ET_QWEN3). */
+typedef struct et_family {
+    const char *dir;
+    kn_backend be;
+    tm_model *m;
+    et_golden g;
+} et_family;
+
+/* Starts the CPU backend and loads f->dir's model and golden; 0 when they
+ * load and agree on the vocabulary, else -1 (a message in err). */
+int et_family_open(et_family *f, char *err, size_t errlen);
+/* Frees what et_family_open made (safe after a failed open). */
+void et_family_close(et_family *f);
+
 /* Returns 0 on success; on failure a message is in err. */
 int et_golden_load(const char *fixture_dir, et_golden *g, char *err, size_t errlen);
 void et_golden_free(et_golden *g);

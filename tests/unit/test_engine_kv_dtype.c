@@ -46,12 +46,7 @@
 #define FP8_KV_TOL 0.25
 #define FP8_MARGIN 0.2f
 
-typedef struct family {
-    const char *dir;
-    kn_backend be;
-    tm_model *m;
-    et_golden g;
-} family;
+typedef et_family family;
 
 static family gpt_oss = {.dir = ET_GPT_OSS};
 static family qwen3 = {.dir = ET_QWEN3};
@@ -60,23 +55,16 @@ static int family_setup(void **state)
 {
     family *f = *state;
     char err[512] = "";
-    if (kn_backend_init_cpu(&f->be) != TN_OK)
-        return -1;
-    if (tm_model_load(f->dir, &f->be, &f->m, err, sizeof(err)) != TN_OK ||
-        et_golden_load(f->dir, &f->g, err, sizeof(err)) != 0) {
+    if (et_family_open(f, err, sizeof(err)) != 0) {
         print_error("%s: %s\n", f->dir, err);
         return -1;
     }
-    return f->g.V == tm_model_config(f->m)->vocab_size ? 0 : -1;
+    return 0;
 }
 
 static int family_teardown(void **state)
 {
-    family *f = *state;
-    tm_model_free(f->m);
-    f->m = NULL;
-    et_golden_free(&f->g);
-    kn_backend_free(&f->be);
+    et_family_close(*state);
     return 0;
 }
 

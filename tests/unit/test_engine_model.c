@@ -22,12 +22,7 @@
 #define SAME_TOL 1e-5    /* two fp32 computations of the same logits */
 #define MAX_SEQ 128
 
-typedef struct family {
-    const char *dir;
-    kn_backend be;
-    tm_model *m;
-    et_golden g;
-} family;
+typedef et_family family;
 
 static family gpt_oss = {.dir = ET_GPT_OSS};
 static family qwen3 = {.dir = ET_QWEN3};
@@ -36,25 +31,16 @@ static int family_setup(void **state)
 {
     family *f = *state;
     char err[512] = "";
-    if (kn_backend_init_cpu(&f->be) != TN_OK)
-        return -1;
-    if (tm_model_load(f->dir, &f->be, &f->m, err, sizeof(err)) != TN_OK ||
-        et_golden_load(f->dir, &f->g, err, sizeof(err)) != 0) {
+    if (et_family_open(f, err, sizeof(err)) != 0) {
         print_error("%s: %s\n", f->dir, err);
         return -1;
     }
-    if (f->g.V != tm_model_config(f->m)->vocab_size || f->g.T + f->g.G > MAX_SEQ)
-        return -1;
-    return 0;
+    return f->g.T + f->g.G > MAX_SEQ ? -1 : 0;
 }
 
 static int family_teardown(void **state)
 {
-    family *f = *state;
-    tm_model_free(f->m);
-    f->m = NULL;
-    et_golden_free(&f->g);
-    kn_backend_free(&f->be);
+    et_family_close(*state);
     return 0;
 }
 
