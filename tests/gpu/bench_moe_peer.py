@@ -16,33 +16,19 @@ Prints a markdown table; writes OUT_DIR/bench_moe_peer.json.
 """
 import json
 import os
-import statistics
 import sys
 
 import torch
 
-WARMUP, REPS = 3, 10
+# the same event-timed median as the attention benchmark (same directory)
+from bench_attention import time_ms
+
 MODELS = [  # name, experts, top_k, hidden, inter, layers
     ("gpt-oss-20b", 32, 4, 2880, 2880, 24),
     ("gpt-oss-120b", 128, 4, 2880, 2880, 36),
     ("qwen3-30b-a3b", 128, 8, 2048, 768, 48),
 ]
 TOKENS = 8192
-
-
-def time_ms(fn):
-    for _ in range(WARMUP):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(REPS):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
 
 
 def layer_bf16(e, k, hidden, inter):
