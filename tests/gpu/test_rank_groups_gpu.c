@@ -44,6 +44,7 @@
 #include "engine/parallel.h"
 #include "engine/rank_comm.h"
 #include "kernels/backend.h"
+#include "common/options.h"
 #include "common/status.h"
 #include "tests/unit/engine_testutil.h"
 
@@ -336,23 +337,16 @@ static int run_case(const opts *o, int idx, const lay *L, const char *fx, tm_wei
     return bad;
 }
 
+/* "D" or "D0,D1,...": the GPU of each rank (common/options.h's list
+ * parser); ranks past the list's end take its last device. */
 static int parse_devices(const char *s, int *dev)
 {
-    for (int r = 0; r < MAX_RANKS; r++) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v < 0 || v > 63)
-            return -1;
-        dev[r] = (int)v;
-        if (!*end) {
-            for (int q = r + 1; q < MAX_RANKS; q++)
-                dev[q] = dev[r];
-            return 0;
-        }
-        if (*end != ',')
-            return -1;
-        s = end + 1;
-    }
+    int32_t v[MAX_RANKS];
+    int n = 0;
+    if (opts_int_list(s, strlen(s), 0, 63, v, MAX_RANKS, &n) != 0)
+        return -1;
+    for (int r = 0; r < MAX_RANKS; r++)
+        dev[r] = v[r < n ? r : n - 1];
     return 0;
 }
 
