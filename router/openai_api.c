@@ -473,13 +473,20 @@ static int parse_chat_options(const cJSON *root, api_request *r, api_error *e)
     return 0;
 }
 
-/* Fields Tandem does not implement: accepted only at their default value. */
-static int reject_unsupported(const cJSON *root, api_kind kind, api_error *e)
+/* Completions' echo: each choice's text starts with its prompt's. The
+ * prompt's own logprobs (echo with logprobs) would need every prompt
+ * position's logits from the prefiller, which sends back only the first
+ * token's: refused rather than returned without them. */
+static int parse_echo(const cJSON *root, api_kind kind, api_request *r, api_error *e)
 {
-    const cJSON *f;
-    if ((f = field(root, "echo")) && !cJSON_IsFalse(f))
-        return bad(e, "echo", "unsupported_value", "Tandem does not support echo.");
-    (void)kind;
+    if (kind != API_COMPLETIONS)
+        return 0;
+    if (get_bool(root, "echo", &r->echo, e) != 0)
+        return -1;
+    if (r->echo && r->logprobs >= 0)
+        return bad(e, "echo", "unsupported_value",
+                   "Tandem does not return the prompt's logprobs: 'echo' cannot be combined "
+                   "with 'logprobs' (use one or the other).");
     return 0;
 }
 
@@ -784,11 +791,11 @@ static int parse_fields(const cJSON *root, const cJSON *alt, api_kind kind, api_
     }
     if (reject_unimplemented(root, kind, e) != 0)
         return -1;
-    if (reject_unsupported(root, kind, e) != 0)
-        return -1;
     if (parse_choices(root, kind, r, e) != 0)
         return -1;
-    return parse_sampling_extras(root, kind, r, e);
+    if (parse_sampling_extras(root, kind, r, e) != 0)
+        return -1;
+    return parse_echo(root, kind, r, e);
 }
 
 /* cJSON decodes the escape \u0000 into a NUL byte and its strings end

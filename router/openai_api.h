@@ -97,6 +97,7 @@ typedef struct api_request {
     int32_t *bias_tokens;     /* logit_bias: token ids (each once; the router */
     float *bias_values;       /* checks them against the vocabulary), [-100, 100] */
     int n_bias;
+    int echo;                 /* completions: the prompt's text starts each choice's */
     int logprobs;             /* -1: none; else how many alternatives per token
                                  (completions: logprobs k; chat: top_logprobs
                                  with logprobs true) */
