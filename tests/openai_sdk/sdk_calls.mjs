@@ -149,7 +149,7 @@ const itemSchema = {
 function validItem(x) {
     return x && typeof x === "object" && !Array.isArray(x) &&
         same(Object.keys(x), ["name", "count", "color", "tags", "ok"]) &&
-        typeof x.name === "string" && x.name.length <= 6 && Number.isInteger(x.count) &&
+        typeof x.name === "string" && [...x.name].length <= 6 && Number.isInteger(x.count) &&
         ["red", "green", "blue"].includes(x.color) && Array.isArray(x.tags) && x.tags.length <= 3 &&
         x.tags.every((t) => typeof t === "boolean") && typeof x.ok === "boolean";
 }
