@@ -51,6 +51,8 @@ typedef struct http_choice {
     int finish_sent;        /* its finish chunk went out */
     int prompt;             /* which prompt (hc->echo's index) */
     int echo_sent;          /* streaming echo: the prompt's chunk went out */
+    long echo_chars;        /* echo with logprobs: characters before the first
+                               generated token (its text_offset) */
 } http_choice;
 
 typedef struct http_conn {
@@ -434,7 +436,15 @@ static void format_choice_events(http_conn *hc, http_choice *c, const char *fp)
         const sbuf *p = &hc->echo[c->prompt];
         o.text = p->p ? p->p : "";
         o.text_len = p->len;
+        if (o.with_logprobs) {
+            if (lp_view_build_prompt(&lpv, &hc->ctx->codec, r, &c->echo_chars) != 0)
+                hc->pending.oom = 1;
+            o.logprobs = lpv.tokens;
+            o.n_logprobs = lpv.n;
+        }
         api_sse_completion_chunk(&hc->pending, hc->resp_id, r->created, r->model, &o);
+        o.logprobs = NULL;
+        o.n_logprobs = 0;
         c->echo_sent = 1;
     }
     while (c->n_sent < r->n_out) {
@@ -463,6 +473,8 @@ static void format_choice_events(http_conn *hc, http_choice *c, const char *fp)
             chat_parts(c, &o, r->out_reasoning_end[i], r->out_tools_end[i], &tools, &ids);
         if (lp_view_build(&lpv, &hc->ctx->codec, r, i, i + 1) != 0)
             hc->pending.oom = 1;
+        for (int j = 0; j < lpv.n; j++)
+            lpv.tokens[j].text_offset += c->echo_chars;
         o.logprobs = lpv.tokens;
         o.n_logprobs = lpv.n;
         c->n_sent++;
@@ -606,6 +618,8 @@ typedef struct choice_body {
     api_tool_call *tools;
     char *ids;
     lp_view lpv;
+    lp_view prompt_lpv;      /* echo with logprobs: the prompt's tokens */
+    api_lp_token *echo_lp;   /* ...followed by the generated ones */
 } choice_body;
 
 /* Fills o with what choice c produced (the whole output). Lock held.
@@ -616,6 +630,7 @@ static int final_output(http_conn *hc, const http_choice *c, int index, const ch
     const router_request *r = c->req;
     sb_init(&cb->text);
     lp_view_init(&cb->lpv);
+    lp_view_init(&cb->prompt_lpv);
     text_slice(&cb->text, r, 0, r->text.len);
     if (hc->echo) {
         const sbuf *p = &hc->echo[c->prompt];
@@ -652,6 +667,24 @@ static int final_output(http_conn *hc, const http_choice *c, int index, const ch
         .logprobs = cb->lpv.tokens,
         .n_logprobs = cb->lpv.n,
     };
+    if (hc->echo && r->logprobs >= 0 && !failed) {
+        /* echo: the prompt's tokens first, the generated ones after its text */
+        long chars = 0;
+        failed = lp_view_build_prompt(&cb->prompt_lpv, &hc->ctx->codec, r, &chars) != 0;
+        const int n = cb->prompt_lpv.n + cb->lpv.n;
+        if (!failed && n > 0 && !(cb->echo_lp = calloc((size_t)n, sizeof *cb->echo_lp)))
+            failed = 1;
+        if (!failed && n > 0) {
+            for (int i = 0; i < cb->prompt_lpv.n; i++)
+                cb->echo_lp[i] = cb->prompt_lpv.tokens[i];
+            for (int i = 0; i < cb->lpv.n; i++) {
+                cb->echo_lp[cb->prompt_lpv.n + i] = cb->lpv.tokens[i];
+                cb->echo_lp[cb->prompt_lpv.n + i].text_offset += chars;
+            }
+            o->logprobs = cb->echo_lp;
+            o->n_logprobs = n;
+        }
+    }
     return failed || cb->text.oom ? -1 : 0;
 }
 
@@ -695,6 +728,8 @@ static enum MHD_Result respond_final(http_conn *hc, struct MHD_Connection *c)
     for (int i = 0; cb && i < n; i++) {
         sb_free(&cb[i].text);
         lp_view_free(&cb[i].lpv);
+        lp_view_free(&cb[i].prompt_lpv);
+        free(cb[i].echo_lp);
         free(cb[i].tools);
         free(cb[i].ids);
     }
@@ -848,6 +883,7 @@ static router_request *make_choice(http_conn *hc, const api_request *ar, int32_t
     r->frequency_penalty = (float)ar->frequency_penalty;
     r->repetition_penalty = (float)ar->repetition_penalty;
     r->logprobs = ar->logprobs;
+    r->prompt_logprobs = ar->echo && ar->logprobs >= 0;
     /* best_of ranks candidates by their logprobs: the workers send them. */
     r->score_logprobs = ar->best_of > ar->n;
     int oom = 0;

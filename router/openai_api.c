@@ -473,20 +473,15 @@ static int parse_chat_options(const cJSON *root, api_request *r, api_error *e)
     return 0;
 }
 
-/* Completions' echo: each choice's text starts with its prompt's. The
- * prompt's own logprobs (echo with logprobs) would need every prompt
- * position's logits from the prefiller, which sends back only the first
- * token's: refused rather than returned without them. */
+/* Completions' echo: each choice's text starts with its prompt's; with
+ * logprobs the prompt's tokens are listed first (the prefiller computes
+ * their logprobs). */
 static int parse_echo(const cJSON *root, api_kind kind, api_request *r, api_error *e)
 {
     if (kind != API_COMPLETIONS)
         return 0;
     if (get_bool(root, "echo", &r->echo, e) != 0)
         return -1;
-    if (r->echo && r->logprobs >= 0)
-        return bad(e, "echo", "unsupported_value",
-                   "Tandem does not return the prompt's logprobs: 'echo' cannot be combined "
-                   "with 'logprobs' (use one or the other).");
     return 0;
 }
 
@@ -1230,11 +1225,18 @@ static void completion_logprobs(sbuf *b, const api_output *o, int streaming)
     for (int i = 0; i < o->n_logprobs; i++) {
         if (i)
             sb_puts(b, ",");
-        lp_value(b, o->logprobs[i].tok.logprob);
+        if (o->logprobs[i].no_logprob)
+            sb_puts(b, "null");
+        else
+            lp_value(b, o->logprobs[i].tok.logprob);
     }
     sb_puts(b, "],\"top_logprobs\":[");
     for (int i = 0; i < o->n_logprobs; i++) {
         const api_lp_token *t = &o->logprobs[i];
+        if (t->no_logprob) {
+            sb_puts(b, i ? ",null" : "null");
+            continue;
+        }
         sb_puts(b, i ? ",{" : "{");
         int n = 0;
         for (int k = 0; k <= t->n_top; k++) {

@@ -144,6 +144,8 @@ typedef struct api_lp_token {
     const api_lp_entry *top;
     int n_top;
     long text_offset;             /* completions: characters of text before it */
+    int no_logprob;               /* echo's first prompt token: null logprob and
+                                     alternatives (nothing comes before it) */
 } api_lp_token;
 
 /* What one streamed chunk (or the final response) carries. */

@@ -122,14 +122,16 @@ await check("completions: echo puts the prompt before the text, streamed too", a
     if (text !== r.choices[0].text) return `streamed ${JSON.stringify(text)}`;
 });
 
-await check("completions: echo with logprobs is a BadRequestError naming echo", async () => {
-    try {
-        await client.completions.create({ model, prompt: "Hi", max_tokens: 2, echo: true, logprobs: 1 });
-    } catch (e) {
-        if (e instanceof OpenAI.BadRequestError && e.param === "echo") return "";
-        return `error ${e}`;
-    }
-    return "no error";
+await check("completions: echo with logprobs lists the prompt's tokens first", async () => {
+    const r = await client.completions.create({
+        model, prompt: "Hi", max_tokens: 2, temperature: 0, echo: true, logprobs: 1, ignore_eos: true,
+    });
+    const c = r.choices[0], lp = c.logprobs;
+    if (!c.text.startsWith("Hi")) return `text ${JSON.stringify(c.text)}`;
+    if (lp.tokens.length !== 4 || lp.tokens[0] !== "H" || lp.tokens[1] !== "i") return `tokens ${lp.tokens}`;
+    if (lp.token_logprobs[0] !== null || lp.top_logprobs[0] !== null) return "first prompt token not null";
+    if (!lp.token_logprobs.slice(1).every((v) => v <= 0)) return `token_logprobs ${lp.token_logprobs}`;
+    if (!same(lp.text_offset.slice(0, 3), [0, 1, 2])) return `text_offset ${lp.text_offset}`;
 });
 
 // A schema the random-weight fixture could never follow by chance; the

@@ -298,8 +298,7 @@ static void nul_is_text_in_prompts_and_refused_in_names(void **state)
     api_request_free(&r);
 }
 
-/* echo: completions only; not with logprobs (the prompt's own logprobs are
- * not computed), named in the 400. */
+/* echo: completions only, a boolean, with or without logprobs. */
 static void echo_is_parsed(void **state)
 {
     (void)state;
@@ -313,11 +312,11 @@ static void echo_is_parsed(void **state)
     assert_int_equal(r.echo, 0);
     api_request_free(&r);
     assert_int_equal(parse(API_COMPLETIONS,
-                           "{\"model\":\"m\",\"prompt\":[1],\"echo\":true,\"logprobs\":0}", &r, &e),
-                     -1);
-    assert_int_equal(e.http_status, 400);
-    assert_string_equal(e.param, "echo");
-    assert_string_equal(e.code, "unsupported_value");
+                           "{\"model\":\"m\",\"prompt\":[1],\"echo\":true,\"logprobs\":2}", &r, &e),
+                     0);
+    assert_int_equal(r.echo, 1);
+    assert_int_equal(r.logprobs, 2);
+    api_request_free(&r);
     assert_int_equal(parse(API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":[1],\"echo\":1}", &r, &e),
                      -1);
     assert_string_equal(e.param, "echo");
