@@ -37,7 +37,9 @@ int kn_backend_trim(const kn_backend *be);
  * calls (more than 16 rows x GQA group in a sequence, head_dim 64 or 128)
  * run a tensor-core kernel with bf16 Q, K, V and P and fp32 softmax and
  * accumulation (normwise relative error ~3e-3 against float64); decode
- * stays fp32. The CUDA backend starts with it on when the environment has
+ * over bf16 pools (at most 16 rows x GQA group per sequence, head_dim 64
+ * or 128) runs the tensor-core decode kernel with bf16 Q and P the same
+ * way; other decode calls stay fp32. The CUDA backend starts with it on when the environment has
  * TANDEM_CUDA_ATTN_BF16=1 at init; the engine turns it on with bf16
  * weights unless TANDEM_CUDA_ATTN_BF16=0. The flag lives in the backend's
  * device state (hence the const handle); set it between ops, not while

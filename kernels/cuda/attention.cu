@@ -30,9 +30,10 @@
  *
  * Kernels (all fp32; attention_mma.cu has the bf16 tensor-core prefill
  * kernel that replaces attn_flash_kernel when the backend's attention
- * precision is bf16, and attention_wgmma.cu the Hopper wgmma one that
+ * precision is bf16, attention_wgmma.cu the Hopper wgmma one that
  * replaces that for head_dim 64 over bf16 pools when the wgmma switch is
- * on):
+ * on, and attention_decode_mma.cu the bf16 tensor-core decode kernel that
+ * replaces the split-KV kernels over bf16 pools at that precision):
  *  - attn_flash_kernel<D>: prefill and long chunks (D = 64 or 128). 128
  *    query vectors x 64-key tiles, 256 threads, each thread an 8x4 block of
  *    scores and 8 x D/16 of the output; the whole key range in one block.
@@ -44,6 +45,7 @@
  *    attn_combine_kernel.
  */
 #include <math.h>
+#include "kernels/cuda/attention_decode_mma.cuh"
 #include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/attention_wgmma.cuh"
 #include "kernels/cuda/attention_setup.cuh"
@@ -711,6 +713,10 @@ extern "C" int kn_attention_cuda(const kn_backend *be, float *out, const float *
                                        ctx->attn_wgmma > 1 && kn_cuda_attention_wgmma_tma_fits(page_size)
                                            ? ctx->attn_wgmma
                                            : 1);
+    if (ctx->attn_bf16 &&
+        kn_cuda_attention_decode_mma_fits(b, n_heads, n_kv_heads, head_dim, out, q, pools))
+        return kn_cuda_attention_decode_mma(be, op, out, q, pools, b, n_heads, n_kv_heads, head_dim,
+                                            page_size, scale, sinks, window);
     if (ctx->attn_bf16 &&
         kn_cuda_attention_mma_fits(b, n_heads, n_kv_heads, head_dim, out, q, pools))
         return kn_cuda_attention_mma(be, op, out, q, pools, b, n_heads, n_kv_heads, head_dim,
