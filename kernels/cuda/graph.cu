@@ -44,7 +44,8 @@ extern "C" int kn_cuda_graph_end(const kn_backend *be, kn_graph **out)
         return kn_cuda_device_error(op, "stream capture", err != cudaSuccess ? err : cudaErrorStreamCaptureInvalidated);
     }
     cudaGraphExec_t exec = NULL;
-    err = cudaGraphInstantiate(&exec, graph, 0);
+    /* an op that leaves a temporary unfreed must not block the next replay */
+    err = cudaGraphInstantiate(&exec, graph, cudaGraphInstantiateFlagAutoFreeOnLaunch);
     if (err != cudaSuccess) {
         (void)cudaGetLastError();
         cudaGraphDestroy(graph);
