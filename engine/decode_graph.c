@@ -30,6 +30,10 @@ tm_decode_graph *tm_graphs_get(tm_decode_graphs *gs, int bucket, int pages_cap, 
                                uint64_t kv_sig, int *added)
 {
     *added = 0;
+    /* a step over another cache: the one the recorded graphs read is most
+     * likely gone (a benchmark's next shape), so they go too */
+    if (gs->n > 0 && gs->e[0].kv_sig != kv_sig)
+        tm_graphs_drop(gs);
     for (int i = 0; i < gs->n; i++) {
         tm_decode_graph *e = &gs->e[i];
         if (e->bucket == bucket && e->pages_cap == pages_cap && e->attn_bf16 == attn_bf16 &&

@@ -35,7 +35,8 @@ typedef struct tm_decode_graphs {
  * every layer's pool addresses, the dtype and the page geometry. */
 uint64_t tm_graph_kv_sig(const tm_kv_cache *kv);
 /* The entry for a key, added (state TM_GRAPH_SEEN, *added = 1) when new;
- * NULL when out of memory. */
+ * NULL when out of memory. Entries of another cache are dropped first: all
+ * entries read one cache. No recorded graph may be in flight. */
 tm_decode_graph *tm_graphs_get(tm_decode_graphs *gs, int bucket, int pages_cap, int attn_bf16,
                                uint64_t kv_sig, int *added);
 /* Forgets every entry (their graphs point at buffers about to change). */
