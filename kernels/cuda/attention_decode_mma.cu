@@ -407,7 +407,10 @@ int kn_cuda_attention_decode_mma(const kn_backend *be, const char *op, float *ou
     DecArgs a;
     kn_attn_args_fill(a, out, q, pools->k, pools->v, b, n_heads, n_kv_heads, page_size, scale, sinks,
                       window);
-    a.n_splits = kn_cuda_decode_mma_splits(be, b->n_seqs, n_kv_heads, b->max_kv_len);
+    /* a sliding-window layer reads at most window + rows keys per sequence */
+    const int keys = window > 0 && window + b->max_q_len < b->max_kv_len ? window + b->max_q_len
+                                                                         : b->max_kv_len;
+    a.n_splits = kn_cuda_decode_mma_splits(be, b->n_seqs, n_kv_heads, keys);
     a.part_o = a.part_ml = NULL;
     if (a.n_splits > 1) {
         const size_t parts = (size_t)b->n_rows * n_heads * a.n_splits;
