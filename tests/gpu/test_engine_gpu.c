@@ -41,8 +41,9 @@
  *     the same tokens in three models in lockstep: graph replays equal the
  *     same padded steps run eagerly bit for bit (logits), graphs were
  *     recorded and replayed, none failed; and the unpadded eager step
- *     (graphs off) within GRAPH_OFF_TOL (other GEMM shapes and split
- *     counts: a different fp32 sum order), for f32 and bf16 weights.
+ *     (graphs off) within GRAPH_OFF_TOL for f32 weights (other GEMM shapes
+ *     and split counts: a different fp32 sum order) and BF16_W_KV_TOL for
+ *     bf16 weights (a routing flip).
  * Output is TAP; NaN never passes (a NaN error compares false).
  *
  * Usage: test_engine_gpu [device]   (run from the repository root) */
@@ -75,7 +76,9 @@
                                  measured 0.122 GPT-OSS, 0.037 Qwen3 on the CPU */
 #define FP8_KV_CPU_TOL 0.15   /* one FP8-cache run on cuda and cpu */
 #define FP8_KV_SAME_TOL 0.15  /* decode vs one prefill, both through an FP8 cache */
-#define GRAPH_OFF_TOL 5e-3   /* padded vs unpadded decode step: fp32 sum order, bf16 roundings */
+#define GRAPH_OFF_TOL 5e-3   /* padded vs unpadded decode step, f32 weights and a bf16 cache: other
+                                GEMM shapes and split counts sum in another order, and a K or V
+                                an fp32 ulp apart may round to the neighbouring bf16 value */
 #define MAX_SEQ 128
 #define PAGE 16
 
@@ -528,7 +531,9 @@ static void graphs_match_eager(ctx *t, const char *dir, const et_golden *g, tm_w
                 "%s: %s weights, %d sequences: graphs recorded %lld, replayed %lld, failed %lld, "
                 "eager steps %lld (the eager model: %lld recorded)", dir, wname, n, on.captures,
                 on.replays, on.capture_failures, on.eager_steps, eager.captures);
-            check_err(t, off_err, GRAPH_OFF_TOL, dir, "graphs on vs off (unpadded step), worst step logits");
+            check_err(t, off_err, wd == TM_WEIGHTS_F32 ? GRAPH_OFF_TOL : BF16_W_KV_TOL, dir,
+                      wd == TM_WEIGHTS_F32 ? "f32 weights: graphs on vs off (unpadded step), worst step logits"
+                                           : "bf16 weights: graphs on vs off (unpadded step), worst step logits");
         }
         for (int k = 0; k < 3; k++) {
             if (r[k].m)
