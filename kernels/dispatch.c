@@ -385,6 +385,19 @@ int kn_embedding(const kn_backend *be, float *out, const float *table,
     return TN_ERR_ARG;
 }
 
+int kn_gather_rows(const kn_backend *be, float *out, const float *table,
+                   const int32_t *rows, int n, int n_table_rows, int dim)
+{
+    switch (CHECKED_KIND("kn_gather_rows", be,
+                         check_embedding(out, table, rows, n, n_table_rows, dim))) {
+    case KN_BACKEND_CPU:
+        return kn_gather_rows_cpu(out, table, rows, n, n_table_rows, dim);
+    case KN_BACKEND_CUDA:
+        CUDA_CALL("kn_gather_rows", kn_gather_rows_cuda(be, out, table, rows, n, n_table_rows, dim));
+    }
+    return TN_ERR_ARG;
+}
+
 int kn_rmsnorm(const kn_backend *be, float *out, const float *x,
                const float *weight, int rows, int dim, float eps)
 {

@@ -43,6 +43,7 @@ typedef struct bench_args {
     ctx_fill fill;
     int profile;
     double peak_tflops, hbm_tbps;
+    tm_cuda_graphs graphs;
 } bench_args;
 
 static void usage(FILE *f)
@@ -73,6 +74,8 @@ static void usage(FILE *f)
         "  --steps N            decode steps per run (default 32)\n"
         "  --repeat N           timed runs per figure, median reported (default 5)\n"
         "  --page-size N        KV page size in tokens (default 16)\n"
+        "  --cuda-graphs G      on (default) or off: decode steps recorded as CUDA graphs\n"
+        "                       per batch bucket and replayed (cuda; not with --profile)\n"
         "  --profile            one more run per shape with per-group device timing\n"
         "                       (attention, projections, experts, ...), printed after\n"
         "  --peak-tflops X      matrix peak for the prefill floor (FLOPs / peak)\n"
@@ -390,6 +393,12 @@ static int bench_decode(bench_ctx *c, const bench_args *a, int batch, ctx_fill m
                                     (a->hbm_tbps * 1e12) * 1e3
                               : 0;
         print_row("decode", shape, step_ms, batch / (step_ms * 1e-3), floor_ms);
+        if (c->be.kind == KN_BACKEND_CUDA) {
+            tm_graph_stats gs = tm_model_graph_stats(c->model);
+            printf("# decode steps so far: %lld recorded as CUDA graphs, %lld replayed, %lld "
+                   "failed to record, %lld padded steps eager\n", gs.captures, gs.replays,
+                   gs.capture_failures, gs.eager_steps);
+        }
     }
     if (rc == TN_OK && c->sw) {
         /* one more run, every step timed by group */
@@ -460,6 +469,8 @@ static int set_flag(void *ctx, const char *name, const char *v, char *err, size_
         bad = opts_int(v, 1, 1 << 16, &a->steps);
     } else if (!strcmp(name, "repeat")) {
         bad = opts_int(v, 1, MAX_RUNS, &a->repeat);
+    } else if (!strcmp(name, "cuda-graphs")) {
+        bad = tm_cuda_graphs_parse(v, &a->graphs);
     } else if (!strcmp(name, "page-size")) {
         bad = opts_int(v, 1, 4096, &a->page_size);
     } else if (!strcmp(name, "peak-tflops") || !strcmp(name, "hbm-tbps")) {
@@ -492,6 +503,7 @@ static int parse_args(int argc, char **argv, bench_args *a)
         {"steps", OPT_CALL, &call, 0, "decode steps per run"},
         {"repeat", OPT_CALL, &call, 0, "timed runs per figure"},
         {"page-size", OPT_CALL, &call, 0, "KV page size in tokens"},
+        {"cuda-graphs", OPT_CALL, &call, 0, "on or off"},
         {"profile", OPT_BOOL, &a->profile, 0, "one more run per shape with device timing"},
         {"peak-tflops", OPT_CALL, &call, 0, "matrix peak for the prefill floor"},
         {"hbm-tbps", OPT_CALL, &call, 0, "memory bandwidth for the decode floor"},
@@ -517,7 +529,8 @@ int main(int argc, char **argv)
     bench_args a = {.device = "cpu", .seed = 1,
                     .prefill_lens = {128, 512}, .n_prefill = 2,
                     .batches = {1, 8, 32}, .n_batches = 3,
-                    .context = 128, .steps = 32, .repeat = 5, .page_size = 16};
+                    .context = 128, .steps = 32, .repeat = 5, .page_size = 16,
+                    .graphs = TM_CUDA_GRAPHS_ON};
     int prc = parse_args(argc, argv, &a);
     if (prc)
         return prc < 0 ? 0 : prc;
@@ -542,16 +555,19 @@ int main(int argc, char **argv)
     }
     c.cfg = tm_model_config(c.model);
     c.kv_dtype = tm_kv_dtype_resolve(a.kv_dtype, c.be.kind);
+    tm_model_set_cuda_graphs(c.model, a.graphs);
     if (a.profile)
         rc = kn_stopwatch_create(&c.be, TM_PROF_N_GROUPS, 8 * c.cfg->n_layers + 8, &c.sw);
 
     printf("# tandem-bench %s%s (%s), device %s, weights: attention q/k/v/o %s, experts %s, "
-           "LM head %s; KV cache %s; %s attention kernel, median of %d after 1 warm-up\n",
+           "LM head %s; KV cache %s; %s attention kernel, CUDA graphs %s, median of %d after 1 "
+           "warm-up\n",
            a.synthetic[0] ? "synthetic " : "", a.synthetic[0] ? a.synthetic : a.model,
            c.cfg->model_type, a.device, kn_dtype_name(tm_model_attn_dtype(c.model)),
            kn_dtype_name(tm_model_expert_dtype(c.model)),
            kn_dtype_name(tm_model_weight_dtype(c.model)), kn_dtype_name(c.kv_dtype),
-           kn_backend_attn_bf16(&c.be) ? "bf16 (prefill)" : "f32", a.repeat);
+           kn_backend_attn_bf16(&c.be) ? "bf16" : "f32",
+           a.graphs == TM_CUDA_GRAPHS_ON && c.be.kind == KN_BACKEND_CUDA ? "on" : "off", a.repeat);
     if (a.synthetic[0])
         printf("# random weights (seed %llu): real shapes, throughput does not depend on "
                "values; routing is near uniform\n", a.seed);

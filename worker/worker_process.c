@@ -24,6 +24,7 @@ void worker_options_default(worker_options *o)
     snprintf(o->weights, sizeof o->weights, "auto");
     snprintf(o->kv_dtype, sizeof o->kv_dtype, "auto");
     snprintf(o->kv_path, sizeof o->kv_path, "auto");
+    snprintf(o->cuda_graphs, sizeof o->cuda_graphs, "on");
     snprintf(o->tokenizer, sizeof o->tokenizer, "none");
     snprintf(o->metrics_host, sizeof o->metrics_host, "127.0.0.1");
     o->wedged_after_s = 60;
@@ -70,6 +71,9 @@ int worker_parse_flags(worker_options *o, const char *prog, const char *intro,
          "prefillers and decoders of a model must agree (the router refuses a mismatch)"},
     };
     const opt_spec tail[] = {
+        {"cuda-graphs", OPT_STR, o->cuda_graphs, sizeof o->cuda_graphs,
+         "on (default) or off: decode steps recorded as CUDA graphs per batch-size bucket and "
+         "replayed (--device cuda, one rank; engine/model.h)"},
         {"worker-secret-file", OPT_STR, o->worker_secret_file, sizeof o->worker_secret_file,
          "file with the secret shared with the router's --worker-secret-file: the router "
          "connection is then authenticated and encrypted (CURVE)"},
@@ -179,6 +183,10 @@ int worker_parse_flags(worker_options *o, const char *prog, const char *intro,
         return 2;
     }
     o->kv_elem = tm_kv_dtype_resolve(kvd, kind);
+    if (tm_cuda_graphs_parse(o->cuda_graphs, &o->cuda_graphs_mode) != 0) {
+        fprintf(stderr, "%s: --cuda-graphs must be on or off, got '%s'\n", prog, o->cuda_graphs);
+        return 2;
+    }
     if (tm_kv_path_parse(o->kv_path, &o->kv_path_mode) != 0) {
         fprintf(stderr, "%s: --kv-path must be auto, direct or staged, got '%s'\n", prog,
                 o->kv_path);
@@ -282,6 +290,7 @@ int worker_load_model(const worker_options *o, const char *who, rank_group *g, k
         snprintf(err, errlen, "cannot load model: %s", why);
         return TN_ERR_ARG;
     }
+    tm_model_set_cuda_graphs(*out, o->cuda_graphs_mode);
     /* named by the experts' dtype, most of an MoE model's bytes: an FP8
      * model keeps bf16 norms and LM head and must not read "bf16 weights" */
     tn_log(who, "rank %d: model on %s, %s weights (attention %s, experts %s, other %s; %.1f MiB)%s%s",

@@ -19,6 +19,8 @@
 
 int kn_embedding_cpu(float *out, const float *table, const int32_t *ids,
                      int n_tokens, int vocab, int dim);
+int kn_gather_rows_cpu(float *out, const float *table, const int32_t *rows, int n,
+                       int n_table_rows, int dim);
 int kn_rmsnorm_cpu(float *out, const float *x, const float *weight, int rows,
                    int dim, float eps);
 int kn_add_rmsnorm_cpu(float *x, float *xn, const float *delta, const float *weight,

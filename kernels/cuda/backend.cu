@@ -273,6 +273,11 @@ extern "C" long long kn_cuda_attn_wgmma_launches(const kn_backend *be, int mode)
     return mode >= 1 && mode <= 5 ? kn_cuda_ctx_of(be)->attn_wgmma_launches[mode - 1] : 0;
 }
 
+extern "C" long long kn_cuda_attn_decode_mma_launches(const kn_backend *be)
+{
+    return kn_cuda_ctx_of(be)->attn_decode_mma_launches;
+}
+
 extern "C" void kn_cuda_set_moe_streams(const kn_backend *be, int n)
 {
     kn_cuda_ctx_of(be)->moe_streams = n < 1 ? 1 : n > KN_CUDA_MAX_SIDE ? KN_CUDA_MAX_SIDE : n;

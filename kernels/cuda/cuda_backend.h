@@ -52,6 +52,10 @@ void kn_cuda_set_lt_cache(const kn_backend *be, int on);
 void kn_cuda_set_attn_wgmma(const kn_backend *be, int mode);
 int kn_cuda_attn_wgmma(const kn_backend *be);
 long long kn_cuda_attn_wgmma_launches(const kn_backend *be, int mode);
+/* Launches of the bf16 tensor-core decode attention
+ * (attention_decode_mma.cu: bf16 precision, bf16 pools, at most 16 query
+ * vectors per sequence, head_dim 64 or 128) on this backend. */
+long long kn_cuda_attn_decode_mma_launches(const kn_backend *be);
 /* cuBLASLt heuristic queries the backend has made so far (FP8 and bf16
  * plans together): flat once the plan cache is warm. */
 long long kn_cuda_lt_searches(const kn_backend *be);

@@ -92,6 +92,10 @@ struct kn_cuda_ctx {
      * on first use. */
     int attn_wgmma;
     long long attn_wgmma_launches[5];
+    /* Launches of the bf16 tensor-core decode kernel
+     * (attention_decode_mma.cu), which runs with attn_bf16 over bf16 pools
+     * for decode-sized batches (tests and benchmarks check which ran). */
+    long long attn_decode_mma_launches;
     void *tensor_map_encode;
 };
 

@@ -13,7 +13,8 @@
  * KV: the KV pools' dtype, f32 (default), bf16 or fp8 (rows quantized with
  * their scale as kv_append writes them).
  * Prints one line: RESULT kind=... attn=f32|bf16|wgmma|wgmma-tma|wgmma-tma-pipe|wgmma-tma-pipe-3wg|
- * wgmma-tma-pipe-pw (the kernel that ran) kv=... ms=<median> flops=<useful FLOPs> bytes=<min bytes>
+ * wgmma-tma-pipe-pw|decode-mma (the kernel that ran; decode-mma: the bf16 tensor-core decode
+ * kernel, TANDEM_CUDA_ATTN_BF16=1 over a bf16 cache) kv=... ms=<median> flops=<useful FLOPs> bytes=<min bytes>
  * Inputs are random (never zeros); every timing is the median of 10 runs
  * after 3 warm-ups, with CUDA events on the backend's stream. */
 #include <cuda_runtime.h>
@@ -190,6 +191,7 @@ int main(int argc, char **argv)
            : kn_cuda_attn_wgmma_launches(&b.gpu, 3) > 0 ? "wgmma-tma-pipe"
            : kn_cuda_attn_wgmma_launches(&b.gpu, 2) > 0 ? "wgmma-tma"
            : kn_cuda_attn_wgmma_launches(&b.gpu, 1) > 0 ? "wgmma"
+           : kn_cuda_attn_decode_mma_launches(&b.gpu) > 0 ? "decode-mma"
            : kn_backend_attn_bf16(&b.gpu)               ? "bf16"
                                                         : "f32",
            kn_dtype_name(kv_dt), a1, a2,

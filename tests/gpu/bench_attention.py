@@ -154,6 +154,8 @@ def ours(build, *args, bf16=False, kv="f32", wgmma=0):
     r = {kv.split("=")[0]: kv.split("=")[1] for kv in line.split()[1:]}
     want = {1: "wgmma", 2: "wgmma-tma", 3: "wgmma-tma-pipe", 4: "wgmma-tma-pipe-3wg", 5: "wgmma-tma-pipe-pw"}.get(
         wgmma, "bf16" if bf16 else "f32")
+    if bf16 and not wgmma and args[0] == "decode" and kv == "bf16":
+        want = "decode-mma"  # the bf16 tensor-core decode kernel takes these
     if r["attn"] != want:
         raise SystemExit(f"bench_attention ran attn={r['attn']}, wanted {want}")
     if r.get("kv") != kv:
@@ -235,6 +237,16 @@ def main():
             add("tandem kn_attention", f"fp32, {kv} KV", f"decode b{batch} ctx 8192", float(r["ms"]),
                 float(r["flops"]), by / bw * 1e3,
                 f"split-KV, {by / (float(r['ms']) * 1e-3) / 1e12:.2f} TB/s")
+    # The bf16 tensor-core decode kernel (attention_decode_mma.cu: bf16
+    # precision over a bf16 cache, what the engine runs): GB/s and the
+    # share of the measured copy bandwidth (issue 16's goal: >= 80% at
+    # batch >= 32).
+    for batch in (1, 8, 32, 64, 128) if os.environ.get("BENCH_DECODE", "1") != "0" and not only_wgmma else ():
+        r = ours(build, "decode", batch, 8192, bf16=True, kv="bf16")
+        by, ms = float(r["bytes"]), float(r["ms"])
+        add("tandem kn_attention", "bf16, bf16 KV", f"decode paged bf16 batch {batch} ctx 8192", ms,
+            float(r["flops"]), by / bw * 1e3,
+            f"decode-mma, {by / (ms * 1e-3) / 1e9:.0f} GB/s, {100 * by / (ms * 1e-3) / bw:.0f}% of copy")
     # the bf16 prefill kernel reading an FP8 cache (bf16: the rows above)
     for kv in ("fp8",) if not only_wgmma else ():
         r = ours(build, "prefill", 8192, 0, bf16=True, kv=kv)

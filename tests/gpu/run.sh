@@ -292,7 +292,7 @@ engine_bench() { # NAME MAX_SECONDS ARGS... (tandem-bench; env before the call p
     shift 2
     timed "bench $name" "$limit" "$OUT/bench_$name.log" "$BIN/tandem-bench" --device cuda \
         --peak-tflops "$PEAK" --hbm-tbps "$HBM" "$@" &&
-        grep -E '^(prefill|decode) |^# (tandem-bench|prefill runs)' "$OUT/bench_$name.log"
+        grep -E '^(prefill|decode) |^# (tandem-bench|prefill runs|decode steps so far)' "$OUT/bench_$name.log"
 }
 step_bench_engine() {
     floors
@@ -305,6 +305,10 @@ step_bench_engine() {
         --batch 1,8,32,128 --context 8192 --steps 8 --repeat 5 --profile
     engine_bench qwen30b_fp8 90 --synthetic $C/qwen3-30b-a3b.json --weights fp8 --prefill 8192 \
         --batch 1,32 --context 8192 --steps 8 --repeat 3 --profile
+    # the same decode steps without CUDA graphs (unpadded, eager): what the
+    # graphs save, batch by batch
+    engine_bench oss20b_fp8_nographs 60 --synthetic $C/gpt-oss-20b.json --weights fp8 --prefill none \
+        --batch 1,8,32,128 --context 8192 --steps 8 --repeat 3 --cuda-graphs off
 }
 
 for s in "${steps[@]}"; do

@@ -617,9 +617,18 @@ static void pool_case(op_env *e, const void *param)
         kn_cuda_set_attn_wgmma(e->be, c->wgmma);
     }
 #endif
+#ifdef TANDEM_CUDA
+    const long long decode_runs = e->cuda ? kn_cuda_attn_decode_mma_launches(e->be) : 0;
+#endif
     int rc = kn_attention(e->be, d_out, d_q, &dpools, &db, H, n_kv, D, ps, scale, d_sinks, c->window);
     kn_backend_set_attn_bf16(e->be, 0);
 #ifdef TANDEM_CUDA
+    /* bf16 precision over bf16 pools with at most 16 query vectors per
+     * sequence is the decode kernel's (attention_decode_mma.cu) */
+    if (c->bf16 && !c->wgmma && kvt == KN_BF16 && max_q * G <= 16 && (D == 64 || D == 128))
+        op_check(e, kn_cuda_attn_decode_mma_launches(e->be) == decode_runs + 1,
+                 "the bf16 decode kernel did not run (launches %lld -> %lld)", decode_runs,
+                 kn_cuda_attn_decode_mma_launches(e->be));
     if (e->be->kind == KN_BACKEND_CUDA)
         kn_cuda_set_attn_wgmma(e->be, wgmma_was);
     if (c->wgmma) {
@@ -843,6 +852,35 @@ void ops_register_attention(void)
         p.kv = KN_FP8_E4M3;
         OP_CASE("attention", OP_CUDA, pool_case, p, "pool bf16 fp8 KV %s", bf16[i].name);
     }
+    /* The bf16 tensor-core decode kernel (attention_decode_mma.cu: bf16
+     * pools, at most 16 query vectors per sequence): GPT-OSS's 64/8 heads
+     * over lengths from 1 key to several splits' worth, windows, head_dim
+     * 128, two speculative rows (16 vectors), GQA 16:1 and 1:1, page sizes
+     * that do not divide a tile, sequences of different lengths in one
+     * launch (each split cut from its own length), and the two diagnostic
+     * fills. */
+    static const pool_param dec[] = {
+        { "decode GPT-OSS 64/8 heads d64, 6 seqs kv 1..5000, sinks", 6, { 1, 1, 1, 1, 1, 1 },
+          { 1, 17, 300, 1500, 2500, 5000 }, 64, 8, 64, 16, 0, 1, 1, KN_BF16, 0, 0 },
+        { "decode 16/2 heads d64, 3 seqs kv 40..3000, window 128, sinks", 3, { 1, 1, 1 }, { 40, 700, 3000 },
+          16, 2, 64, 16, 128, 1, 1, KN_BF16, 0, 0 },
+        { "decode 32/4 heads d128, 2 seqs kv 2000, no sink", 2, { 1, 1 }, { 2000, 1999 }, 32, 4, 128, 16, 0,
+          0, 1, KN_BF16, 0, 0 },
+        { "decode 32/4 heads d128, 3 seqs kv 5..4100, window 100, sinks, page 7", 3, { 1, 1, 1 },
+          { 5, 333, 4100 }, 32, 4, 128, 7, 100, 1, 1, KN_BF16, 0, 0 },
+        { "spec-decode 2 rows x 3 seqs (16 vectors), 16/2 heads d64, window 128, sinks", 3, { 2, 2, 2 },
+          { 2, 600, 2601 }, 16, 2, 64, 16, 128, 1, 1, KN_BF16, 0, 0 },
+        { "decode GQA 16:1 d64, 2 seqs kv 1000, page 5, sinks", 2, { 1, 1 }, { 1000, 37 }, 16, 1, 64, 5, 0, 1,
+          1, KN_BF16, 0, 0 },
+        { "decode MHA 8/8 heads d64, 2 seqs kv 700, no sink", 2, { 1, 1 }, { 700, 129 }, 8, 8, 64, 16, 0, 0, 1,
+          KN_BF16, 0, 0 },
+        { "decode diag K = 0 (P V alone), 64/8 heads d64, kv 3000, sinks", 2, { 1, 1 }, { 3000, 90 }, 64, 8, 64,
+          16, 0, 1, 1, KN_BF16, 0, FILL_K_ZERO },
+        { "decode diag V[key][d] = c[d] (softmax sums alone), 64/8 heads d64, kv 3000", 2, { 1, 1 },
+          { 3000, 90 }, 64, 8, 64, 16, 0, 1, 1, KN_BF16, 0, FILL_V_CONST },
+    };
+    for (size_t i = 0; i < sizeof dec / sizeof dec[0]; i++)
+        OP_CASE("attention", OP_CUDA, pool_case, dec[i], "pool bf16 %s", dec[i].name);
     /* The Hopper wgmma kernel (attention_wgmma.cu: head_dim 64, bf16 pools),
      * with the unwritten pool slots and unowned pages NaN: GPT-OSS's 64/8
      * heads and GQA 8:1 at smaller head counts, causal with and without
