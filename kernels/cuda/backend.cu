@@ -179,6 +179,8 @@ extern "C" int kn_cuda_backend_init(kn_backend *be, int device)
         ctx->moe_streams = KN_CUDA_MAX_SIDE;
     const char *fused_act = getenv("TANDEM_CUDA_FP8_FUSED_ACT");
     ctx->moe_fp8_fused_act = !(fused_act && strcmp(fused_act, "0") == 0);
+    const char *fp8_gemm = getenv("TANDEM_CUDA_MOE_FP8_GEMM");
+    ctx->moe_fp8_gemm = fp8_gemm && fp8_gemm[0] >= '0' && fp8_gemm[0] <= '3' && !fp8_gemm[1] ? fp8_gemm[0] - '0' : 1;
     const char *lt_cache = getenv("TANDEM_CUDA_LT_CACHE");
     ctx->bf16_lt = !(lt_cache && strcmp(lt_cache, "0") == 0);
     const char *moe_rows = getenv("TANDEM_CUDA_MOE_GROUPED_ROWS");

@@ -31,6 +31,14 @@ void kn_cuda_set_moe_streams(const kn_backend *be, int n);
  * codes, scales and outputs. Starts from TANDEM_CUDA_FP8_FUSED_ACT=0/1 at
  * init. */
 void kn_cuda_set_moe_fp8_fused_act(const kn_backend *be, int on);
+/* FP8 experts with more rows than the grouped decode kernels take (the
+ * prefill): 1 (the default) the grouped FP8 GEMMs (one launch per product
+ * over all experts' tiles, kernels/cuda/moe_gemm_fp8.cu), 0 the
+ * per-expert cuBLASLt GEMMs (kept for comparison); 2 runs gate_up as the
+ * grouped GEMM and down with the decode kernel, 3 the reverse (to tell
+ * which product is wrong). Starts from TANDEM_CUDA_MOE_FP8_GEMM=0..3 at
+ * init. Needs sm_89+ (e4m3 mma.sync). */
+void kn_cuda_set_moe_fp8_gemm(const kn_backend *be, int mode);
 /* bf16 GEMMs (kn_matmul_w, the per-expert MoE products): 1 (the default)
  * runs them through cuBLASLt with plans cached per (n, k, row
  * bucket, four per octave); 0 through cublasGemmEx, which searches an algorithm for every

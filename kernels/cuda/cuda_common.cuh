@@ -59,6 +59,13 @@ struct kn_cuda_ctx {
      * Same codes and scales either way. From TANDEM_CUDA_FP8_FUSED_ACT=0 at
      * init; kn_cuda_set_moe_fp8_fused_act changes it. */
     int moe_fp8_fused_act;
+    /* FP8 experts off the grouped (decode) middle: 1 (the default) runs
+     * the grouped GEMMs of moe_gemm_fp8.cu (one launch per product, no
+     * host sync), 0 the per-expert cuBLASLt GEMMs; 2 and 3 pair one grouped
+     * GEMM with the decode kernel's other product (diagnostics,
+     * moe_gemm_fp8.cuh). From TANDEM_CUDA_MOE_FP8_GEMM=0..3 at init;
+     * kn_cuda_set_moe_fp8_gemm changes it. */
+    int moe_fp8_gemm;
     /* Side streams, made on first use by kn_cuda_side_streams: each with its
      * own cuBLAS handle and workspace (concurrent cuBLAS calls must not
      * share one) and an event for joining back to the main stream. */

@@ -54,6 +54,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/fp8_cuda.cuh"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/moe_gemm_fp8.cuh"
 #include "kernels/cuda/moe_grouped_fp8.cuh"
 extern "C" {
 #include "kernels/cuda/cuda_backend.h"
@@ -855,6 +856,16 @@ extern "C" int kn_moe_experts_cuda(const kn_backend *be, float *out, const float
                                      ((long long)n_slots + n_local - 1) / n_local);
         if (rc != TN_OK)
             goto done;
+    } else if (w->wdtype == KN_FP8_E4M3 && kn_cuda_moe_grouped_fp8_ok(w) &&
+               kn_cuda_ctx_of(be)->moe_fp8_gemm != KN_MOE_FP8_GEMM_OFF) {
+        y = (float *)kn_cuda_tmp_alloc(be, op, (size_t)n_slots * dim * sizeof(float));
+        if (!y) {
+            rc = TN_ERR_NOMEM;
+            goto done;
+        }
+        rc = kn_cuda_moe_gemm_fp8(be, op, w, y, x, perm, offsets, n_tokens, k, kn_cuda_ctx_of(be)->moe_fp8_gemm);
+        if (rc != TN_OK)
+            goto done;
     } else if (grouped) {
         /* Sized for every slot (the routed count stays on the device). */
         xp = kn_cuda_tmp_alloc(be, op, (size_t)n_slots * dim * sizeof(__nv_bfloat16));
@@ -942,6 +953,11 @@ extern "C" void kn_cuda_set_moe_grouped(const kn_backend *be, int mode)
 extern "C" void kn_cuda_set_moe_fp8_fused_act(const kn_backend *be, int on)
 {
     kn_cuda_ctx_of(be)->moe_fp8_fused_act = on != 0;
+}
+
+extern "C" void kn_cuda_set_moe_fp8_gemm(const kn_backend *be, int mode)
+{
+    kn_cuda_ctx_of(be)->moe_fp8_gemm = mode < 0 || mode > 3 ? 1 : mode;
 }
 
 extern "C" int kn_cuda_moe_grouped(const kn_backend *be)

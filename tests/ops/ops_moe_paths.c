@@ -124,6 +124,40 @@ static kn_moe_weights moe_shape_view(const moe_shape *s, int on_device, int offs
     return w;
 }
 
+/* The CUDA paths moe_paths_run compares: per-expert GEMMs on the
+ * backend's stream; the grouped (decode) kernels; FP8: per-expert with the
+ * activation and its quantization as two kernels
+ * (kn_cuda_set_moe_fp8_fused_act 0; the per-expert mode fuses them);
+ * per-expert GEMMs over 4 side streams (the GPT-OSS shape only); FP8: the
+ * grouped GEMMs (kn_cuda_set_moe_fp8_gemm 1, the default prefill path),
+ * and its diagnostic halves (2: gate_up GEMM + the decode down kernel, 3:
+ * the decode gate_up kernel + down GEMM), which name the product a
+ * mismatch on the GPU comes from. */
+enum { M_PER_EXPERT, M_GROUPED, M_UNFUSED, M_STREAMS, M_GEMM, M_GEMM_GU, M_GEMM_DN, N_MODES };
+static const char *const mode_name[N_MODES] = { "per-expert", "grouped", "per-expert unfused act",
+                                                "per-expert on 4 streams", "grouped GEMM",
+                                                "grouped GEMM gate_up + decode down",
+                                                "decode gate_up + grouped GEMM down" };
+
+/* After a failed comparison: the first output element off by more than
+ * tol times the reference's largest magnitude (or NaN), as (token, column),
+ * so one GPU log locates the tile that is wrong. */
+static void first_mismatch(const float *got, const float *ref, int n_tokens, int dim, double tol, const char *mode)
+{
+    double max_ref = 0.0;
+    for (size_t i = 0; i < (size_t)n_tokens * dim; i++)
+        max_ref = fabs(ref[i]) > max_ref ? fabs(ref[i]) : max_ref;
+    int shown = 0;
+    for (size_t i = 0; i < (size_t)n_tokens * dim && shown < 4; i++) {
+        const double d = fabs((double)got[i] - ref[i]);
+        if (!(d <= tol * max_ref)) {
+            printf("#   %s: token %zu column %zu: got %.6g, CPU %.6g (max |CPU| %.4g)\n", mode, i / dim, i % dim,
+                   got[i], ref[i], max_ref);
+            shown++;
+        }
+    }
+}
+
 /* One batch through both CUDA paths and the CPU: experts [offset, offset +
  * n_local) of the shape held here, k distinct routes per token over all
  * n_global experts (so routes to experts held elsewhere occur whenever
@@ -139,7 +173,9 @@ static void moe_paths_run(op_env *e, const moe_shape *s, int offset, int n_local
     ops_moe_routes(e, idx, wts, n_tokens, k, s->n_global, skew, offset);
     kn_moe_weights hw = moe_shape_view(s, 0, offset, n_local), dw = moe_shape_view(s, 1, offset, n_local);
     size_t nb = (no ? no : 1) * sizeof(float);
-    float *cpu = op_host(e, nb), *got[4] = { op_host(e, nb), op_host(e, nb), op_host(e, nb), op_host(e, nb) };
+    float *cpu = op_host(e, nb), *got[N_MODES];
+    for (int m = 0; m < N_MODES; m++)
+        got[m] = op_host(e, nb);
     float *d_x = op_up(e, x, (no ? no : 1) * sizeof(float));
     int32_t *d_idx = op_up(e, idx, (ns ? ns : 1) * sizeof(int32_t));
     float *d_wts = op_up(e, wts, (ns ? ns : 1) * sizeof(float));
@@ -148,40 +184,45 @@ static void moe_paths_run(op_env *e, const moe_shape *s, int offset, int n_local
     snprintf(what, sizeof what, "moe_experts %s %s experts %d..%d of %d, tokens=%d k=%d%s", s->fp8 ? "fp8" : "bf16",
              s->name, offset, offset + n_local - 1, s->n_global, n_tokens, k, skew ? " skewed" : "");
     int cpu_ok = op_ok(e, kn_moe_experts(e->cpu, cpu, x, idx, wts, n_tokens, k, &hw), "kn_moe_experts cpu");
-    int ran[4] = { 0, 0, 0, 0 };
-    /* mode 0: per-expert GEMMs on the backend's stream, 1: grouped kernels,
-     * 2: bf16: per-expert GEMMs over 4 side streams (the GPT-OSS shape
-     * only); FP8: per-expert with the activation and its quantization as
-     * two kernels (kn_cuda_set_moe_fp8_fused_act 0; mode 0 fuses them);
-     * 3 (FP8, the GPT-OSS shape): per-expert GEMMs over 4 side streams. */
-    static const char *const mode_name[2][4] = {
-        { "per-expert", "grouped", "per-expert on 4 streams", "" },
-        { "per-expert", "grouped", "per-expert unfused act", "per-expert on 4 streams" } };
-    const int n_modes = s->fp8 ? (s->dim == 2880 ? 4 : 3) : (s->dim == 2880 ? 3 : 2);
-    for (int mode = 0; mode < n_modes; mode++) {
+    int ran[N_MODES] = { 0 };
+    for (int mode = 0; mode < N_MODES; mode++) {
+        /* bf16 has no unfused-act or grouped-GEMM modes; the 4-stream
+         * modes run on the GPT-OSS shape only */
+        if ((!s->fp8 && (mode == M_UNFUSED || mode >= M_GEMM)) ||
+            ((mode == M_STREAMS) && s->dim != 2880))
+            continue;
         float *dst = got[mode];
         op_poison(e, d_out, no ? no : 1);
-        kn_cuda_set_moe_grouped(e->be, mode == 1);
-        kn_cuda_set_moe_streams(e->be, mode == (s->fp8 ? 3 : 2) ? 4 : 1);
-        kn_cuda_set_moe_fp8_fused_act(e->be, !(mode == 2 && s->fp8));
+        kn_cuda_set_moe_grouped(e->be, mode == M_GROUPED);
+        kn_cuda_set_moe_streams(e->be, mode == M_STREAMS ? 4 : 1);
+        kn_cuda_set_moe_fp8_fused_act(e->be, mode != M_UNFUSED);
+        kn_cuda_set_moe_fp8_gemm(e->be, mode == M_GEMM ? 1 : mode == M_GEMM_GU ? 2 : mode == M_GEMM_DN ? 3 : 0);
         int rc = kn_moe_experts(e->be, d_out, d_x, d_idx, d_wts, n_tokens, k, &dw);
         kn_cuda_set_moe_grouped(e->be, -1);
         kn_cuda_set_moe_streams(e->be, 1);
         kn_cuda_set_moe_fp8_fused_act(e->be, 1);
+        kn_cuda_set_moe_fp8_gemm(e->be, 1);
         char w2[256];
-        snprintf(w2, sizeof w2, "kn_moe_experts cuda %s", mode_name[s->fp8][mode]);
+        snprintf(w2, sizeof w2, "kn_moe_experts cuda %s", mode_name[mode]);
         if (!op_ok(e, rc, w2))
             continue;
         op_down(e, dst, d_out, (no ? no : 1) * sizeof(float));
         if (n_tokens == 0) { /* nothing to write: out stays as it was */
-            op_check(e, isnan(dst[0]), "%s, %s path: returns without writing", what, mode_name[s->fp8][mode]);
+            op_check(e, isnan(dst[0]), "%s, %s path: returns without writing", what, mode_name[mode]);
             continue;
         }
         ran[mode] = 1;
         if (cpu_ok) {
-            snprintf(w2, sizeof w2, "%s, %s path vs CPU", what, mode_name[s->fp8][mode]);
-            op_check_err(e, tu_max_rel_err_f32(dst, cpu, no), s->fp8 ? FP8_MOE_TOL : BF16_MOE_VS_CPU_TOL, "%s", w2);
+            const double tol = s->fp8 ? FP8_MOE_TOL : BF16_MOE_VS_CPU_TOL;
+            snprintf(w2, sizeof w2, "%s, %s path vs CPU", what, mode_name[mode]);
+            if (!op_check_err(e, tu_max_rel_err_f32(dst, cpu, no), tol, "%s", w2))
+                first_mismatch(dst, cpu, n_tokens, s->dim, tol, mode_name[mode]);
         }
+    }
+    if (s->fp8 && ran[M_PER_EXPERT] && ran[M_GEMM]) {
+        char w2[256];
+        snprintf(w2, sizeof w2, "%s, grouped GEMM vs per-expert", what);
+        op_check_err(e, tu_max_rel_err_f32(got[M_GEMM], got[M_PER_EXPERT], no), FP8_MOE_TOL, "%s", w2);
     }
     if (ran[0] && ran[1]) {
         char w2[256];
