@@ -39,6 +39,11 @@ void kn_cuda_set_moe_fp8_fused_act(const kn_backend *be, int on);
  * which product is wrong). Starts from TANDEM_CUDA_MOE_FP8_GEMM=0..3 at
  * init. Needs sm_89+ (e4m3 mma.sync). */
 void kn_cuda_set_moe_fp8_gemm(const kn_backend *be, int mode);
+/* Tests: 1 fills every temporary buffer of the CUDA ops with 0xff bytes
+ * (NaN) when it is allocated, so output a kernel forgets to write shows as
+ * NaN rather than as a stale earlier result. Off by default;
+ * TANDEM_CUDA_POISON_TMP=1 at init. */
+void kn_cuda_set_poison_tmp(const kn_backend *be, int on);
 /* bf16 GEMMs (kn_matmul_w, the per-expert MoE products): 1 (the default)
  * runs them through cuBLASLt with plans cached per (n, k, row
  * bucket, four per octave); 0 through cublasGemmEx, which searches an algorithm for every

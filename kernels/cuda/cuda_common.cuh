@@ -66,6 +66,12 @@ struct kn_cuda_ctx {
      * moe_gemm_fp8.cuh). From TANDEM_CUDA_MOE_FP8_GEMM=0..3 at init;
      * kn_cuda_set_moe_fp8_gemm changes it. */
     int moe_fp8_gemm;
+    /* 1: every temporary from kn_cuda_tmp_alloc is filled with 0xff bytes
+     * (NaN floats, NaN e4m3 codes) before use, so a kernel that leaves part
+     * of its output unwritten fails the checks instead of reading what an
+     * earlier op left there (tests; TANDEM_CUDA_POISON_TMP=1 at init,
+     * kn_cuda_set_poison_tmp). */
+    int poison_tmp;
     /* Side streams, made on first use by kn_cuda_side_streams: each with its
      * own cuBLAS handle and workspace (concurrent cuBLAS calls must not
      * share one) and an event for joining back to the main stream. */

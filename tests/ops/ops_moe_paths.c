@@ -6,7 +6,12 @@
  *   - the grouped one-launch kernels and the per-expert GEMMs (forced
  *     through kn_cuda_set_moe_grouped) on the real models' shapes, bf16
  *     and FP8 weights; per-expert over 4 streams vs one; FP8's fused
- *     activation+quantization vs the unfused pair, bit for bit.
+ *     activation+quantization vs the unfused pair, bit for bit;
+ *   - FP8: the grouped GEMMs (moe_gemm_fp8.cu, the prefill default) against
+ *     the CPU and the per-expert GEMMs, and each of its two products paired
+ *     with the decode kernel's other one (so a failure names the product),
+ *     with the backend's temporaries poisoned (NaN) for those modes; on
+ *     failure the first wrong (token, column)s are printed.
  * The bf16 shapes run in the default group and in `moe`; the FP8 shapes
  * run one batch of each kind in the default group and every batch in
  * `moe-fp8` (test_cuda_ops SEED moe | moe-fp8). */
@@ -197,11 +202,16 @@ static void moe_paths_run(op_env *e, const moe_shape *s, int offset, int n_local
         kn_cuda_set_moe_streams(e->be, mode == M_STREAMS ? 4 : 1);
         kn_cuda_set_moe_fp8_fused_act(e->be, mode != M_UNFUSED);
         kn_cuda_set_moe_fp8_gemm(e->be, mode == M_GEMM ? 1 : mode == M_GEMM_GU ? 2 : mode == M_GEMM_DN ? 3 : 0);
+        /* The GEMM modes' temporaries start NaN: the grouped kernels, run
+         * just before, leave correct activations of the same size in the
+         * pool, which would hide a tile the GEMMs forget to write. */
+        kn_cuda_set_poison_tmp(e->be, mode >= M_GEMM);
         int rc = kn_moe_experts(e->be, d_out, d_x, d_idx, d_wts, n_tokens, k, &dw);
         kn_cuda_set_moe_grouped(e->be, -1);
         kn_cuda_set_moe_streams(e->be, 1);
         kn_cuda_set_moe_fp8_fused_act(e->be, 1);
         kn_cuda_set_moe_fp8_gemm(e->be, 1);
+        kn_cuda_set_poison_tmp(e->be, 0);
         char w2[256];
         snprintf(w2, sizeof w2, "kn_moe_experts cuda %s", mode_name[mode]);
         if (!op_ok(e, rc, w2))
@@ -371,14 +381,18 @@ void ops_register_moe_paths(void)
                                  { 0, 32, 8, 4, 0, 1 }, { 0, 32, 128, 4, 0, 1 },
                                  { 0, 32, 40, 4, 1, 0 } /* one expert with every token: several passes */,
                                  { 0, 32, 7, 1, 0, 0 }, { 8, 8, 32, 4, 0, 0 } /* an EP rank's 8 of 32 */,
-                                 { 24, 8, 3, 4, 1, 1 }, { 0, 32, 0, 4, 0, 0 } /* no tokens */) };
+                                 { 24, 8, 3, 4, 1, 1 }, { 0, 32, 0, 4, 0, 0 } /* no tokens */,
+                                 { 0, 32, 300, 4, 1, 1 } /* one expert of 300 rows: 5 GEMM m-tiles */) };
     paths_param qwen8 = { { .name = "qwen3-30b-a3b", .n_global = 128, .dim = 2048, .inter = 768,
                             .act = KN_ACT_SWIGLU, .biases = 0, .fp8 = 1 }, 22, 0,
                           BATCHES({ 0, 128, 1, 8, 0, 0 }, { 0, 128, 32, 8, 0, 0 }, { 0, 128, 8, 8, 0, 1 },
                                   { 0, 128, 128, 8, 0, 1 }, { 0, 128, 64, 8, 1, 0 }, { 0, 128, 16, 1, 0, 0 },
                                   { 0, 128, 16, 2, 0, 1 }, { 0, 128, 16, 3, 0, 1 }, { 0, 128, 16, 4, 0, 0 },
                                   { 0, 128, 16, 5, 0, 1 }, { 0, 128, 16, 6, 0, 1 }, { 0, 128, 16, 7, 0, 0 },
-                                  { 96, 32, 24, 8, 0, 0 }, { 32, 32, 5, 8, 1, 1 }) };
+                                  { 96, 32, 24, 8, 0, 0 }, { 32, 32, 5, 8, 1, 1 },
+                                  /* many GEMM tiles per block of the persistent grid; one expert of 200
+                                   * rows next to experts of a few */
+                                  { 0, 128, 600, 8, 0, 1 }, { 0, 128, 200, 8, 1, 1 }) };
     /* neither dim a multiple of 128 (nor of 32): one partial 128-block of
      * activation columns, padded rows on both products */
     paths_param odd8 = { { .name = "dim 200 inter 130", .n_global = 16, .dim = 200, .inter = 130,
