@@ -34,10 +34,11 @@ void kn_cuda_set_moe_fp8_fused_act(const kn_backend *be, int on);
 /* FP8 experts with more rows than the grouped decode kernels take (the
  * prefill): 1 (the default) the grouped FP8 GEMMs (one launch per product
  * over all experts' tiles, kernels/cuda/moe_gemm_fp8.cu), 0 the
- * per-expert cuBLASLt GEMMs (kept for comparison); 2 runs gate_up as the
- * grouped GEMM and down with the decode kernel, 3 the reverse (to tell
- * which product is wrong). Starts from TANDEM_CUDA_MOE_FP8_GEMM=0..3 at
- * init. Needs sm_89+ (e4m3 mma.sync). */
+ * per-expert cuBLASLt GEMMs (kept for comparison); 4 the same grouped
+ * GEMMs on Hopper's wgmma (sm_90a) instead of mma.sync (sm_89+); 2 / 5
+ * run gate_up as the grouped GEMM (mma.sync / wgmma) and down with the
+ * decode kernel, 3 / 6 the reverse (to tell which product is wrong).
+ * Starts from TANDEM_CUDA_MOE_FP8_GEMM=0..6 at init. */
 void kn_cuda_set_moe_fp8_gemm(const kn_backend *be, int mode);
 /* Tests: 1 fills every temporary buffer of the CUDA ops with 0xff bytes
  * (NaN) when it is allocated, so output a kernel forgets to write shows as

@@ -43,6 +43,7 @@
 #include "kernels/cuda/fp8_cuda.cuh"
 #include "kernels/cuda/moe_gemm_fp8.cuh"
 #include "kernels/cuda/moe_grouped_fp8.cuh"
+#include "kernels/cuda/wgmma.cuh"
 extern "C" {
 #include "kernels/fp8.h"
 }
@@ -56,10 +57,12 @@ constexpr int STAGES = 3;
 constexpr int THREADS = 256;         /* 8 warps: 2 x 4 */
 constexpr int A_BYTES = BM * BK;
 constexpr int B_BYTES = BN * BK;
-constexpr int STAGE_BYTES = A_BYTES + B_BYTES + (BM + BN) * (int)sizeof(float);
+constexpr int CODE_BYTES = A_BYTES + B_BYTES;            /* one stage's codes */
+constexpr int SCALE_BYTES = (BM + BN) * (int)sizeof(float); /* one stage's scales */
 constexpr int AMAX_BYTES = 4 * BM * (int)sizeof(float);
-constexpr size_t SMEM_BYTES = (size_t)STAGES * STAGE_BYTES + AMAX_BYTES;
-static_assert(STAGE_BYTES % 16 == 0, "stages stay 16-byte aligned");
+/* + 1024: the codes start 1024-byte aligned (wgmma's swizzle atoms) */
+constexpr size_t SMEM_BYTES = (size_t)STAGES * (CODE_BYTES + SCALE_BYTES) + AMAX_BYTES + 1024;
+static_assert(CODE_BYTES % 1024 == 0, "every stage's A and B tiles stay 1024-byte aligned");
 
 struct GemmArgs {
     const uint8_t *a;   /* A codes: gate_up xq [n_tokens][lda], down aq [slots][lda] */
@@ -172,16 +175,149 @@ __global__ void moe_gemm_tile_offsets_kernel(int *tile_off, const int *offsets, 
         tile_off[n_local] = run;
 }
 
+/* Where accumulator entry idx (0..63) of this thread lives: its tile row
+ * (0..BM-1) and tile column (the B tile row, 0..BN-1).
+ *   mma.sync (WG = false): warp (wm, wn) = (warp / 4, warp % 4) owns rows
+ *     32wm.., two m16 tiles i, and 8 n8 tiles j; idx = (8i + j) * 4 + c
+ *     with c the mma C register (row g + 8(c / 2), column 2t + c % 2).
+ *     gate_up: n8 tiles 0-3 are gate columns 32wn + 8j, 4-7 the up rows
+ *     128 further; down: columns 64wn + 8j.
+ *   wgmma (WG = true): warpgroup wg = warp / 4, warp w = warp % 4 of it owns
+ *     rows 16w + g (+8) of all 64, two n64 products h (idx = 32h + 4i + c,
+ *     column 8i + 2t + c % 2 of product h's 64): gate_up h = 0 gate rows
+ *     64wg.., h = 1 the up rows 128 further; down rows 128wg + 64h.
+ * Either way the up entry of gate entry idx is idx + UP_OFF. */
+template <bool GATE_UP, bool WG> struct Frag {
+    static constexpr int UP_OFF = WG ? 32 : 16;
+    static constexpr int N_COLGROUPS = WG ? 2 : 4; /* warps sharing one row's columns */
+    __device__ static __forceinline__ int row(int idx, int warp, int g)
+    {
+        const int c = idx & 3;
+        if (WG)
+            return 16 * (warp & 3) + 8 * (c >> 1) + g;
+        return 32 * (warp >> 2) + 16 * (idx >> 5) + 8 * (c >> 1) + g;
+    }
+    __device__ static __forceinline__ int col(int idx, int warp, int t)
+    {
+        const int c = idx & 3, lo = 2 * t + (c & 1);
+        if (WG) {
+            const int h = idx >> 5, i = (idx >> 2) & 7, wg = warp >> 2;
+            return (GATE_UP ? 64 * wg + KN_FP8_BLOCK * h : 128 * wg + 64 * h) + 8 * i + lo;
+        }
+        const int j = (idx >> 2) & 7, wn = warp & 3;
+        return (GATE_UP ? (j < 4 ? 32 * wn + 8 * j : KN_FP8_BLOCK + 32 * wn + 8 * (j - 4)) : 64 * wn + 8 * j) + lo;
+    }
+    __device__ static __forceinline__ bool is_gate(int idx)
+    {
+        return WG ? idx < 32 : ((idx >> 2) & 7) < 4;
+    }
+    /* 0..3 for the distinct rows of one thread (mma: 4, wgmma: 2) */
+    __device__ static __forceinline__ int row_slot(int idx)
+    {
+        return WG ? (idx & 3) >> 1 : ((idx >> 5) << 1) | ((idx & 3) >> 1);
+    }
+    __device__ static __forceinline__ int col_group(int warp)
+    {
+        return WG ? warp >> 2 : warp & 3;
+    }
+};
+
+/* wgmma m64n64k32, e4m3 A and B from shared memory (both K-major, 128-byte
+ * swizzle), fp32 D += (scale_d) A B. */
+__device__ __forceinline__ void wgmma_m64n64k32_e4m3(float (&d)[32], uint64_t da, uint64_t db, int scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+                 "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "%32, %33, p, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
+                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
+                   "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
+                   "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(da), "l"(db), "r"(scale_d));
+}
+
+/* part = this K block's sums (fresh), mma.sync: the warp's 32 x 64. */
 template <bool GATE_UP>
+__device__ __forceinline__ void kblock_mma(float (&part)[64], uint32_t st, int warp, int lane)
+{
+    const int wm = warp >> 2, wn = warp & 3, lrow = lane & 7, lmat = lane >> 3;
+#pragma unroll
+    for (int i = 0; i < 64; i++)
+        part[i] = 0.f;
+#pragma unroll
+    for (int s = 0; s < BK / 32; s++) {
+        uint32_t af[2][4];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            /* matrices: rows +0/+8 (lmat&1), k chunk 2s / 2s+1 (lmat>>1) */
+            const int r = 32 * wm + 16 * i + 8 * (lmat & 1) + lrow;
+            ldmatrix_x4(af[i], st + swz(r, 2 * s + (lmat >> 1)));
+        }
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            /* n8 tiles 2q, 2q+1: rows +0/+8 (lmat>>1), chunk 2s / 2s+1 (lmat&1) */
+            const int nb = GATE_UP ? (q < 2 ? 32 * wn + 16 * q : KN_FP8_BLOCK + 32 * wn + 16 * (q - 2))
+                                   : 64 * wn + 16 * q;
+            uint32_t bf[4];
+            ldmatrix_x4(bf, st + A_BYTES + swz(nb + 8 * (lmat >> 1) + lrow, 2 * s + (lmat & 1)));
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                float(&p0)[4] = *reinterpret_cast<float(*)[4]>(&part[(8 * i + 2 * q) * 4]);
+                float(&p1)[4] = *reinterpret_cast<float(*)[4]>(&part[(8 * i + 2 * q + 1) * 4]);
+                mma_e4m3(p0, af[i], bf[0], bf[1]);
+                mma_e4m3(p1, af[i], bf[2], bf[3]);
+            }
+        }
+    }
+}
+
+/* part = this K block's sums (fresh), wgmma: the warpgroup's 64 rows x two
+ * 64-column products. Waits for them (the block scales need the sums). */
+template <bool GATE_UP>
+__device__ __forceinline__ void kblock_wgmma(float (&part)[64], uint32_t st, int warp)
+{
+    const int wg = warp >> 2;
+    const int nb0 = GATE_UP ? 64 * wg : 128 * wg, nb1 = GATE_UP ? KN_FP8_BLOCK + 64 * wg : 128 * wg + 64;
+    float(&p0)[32] = *reinterpret_cast<float(*)[32]>(&part[0]);
+    float(&p1)[32] = *reinterpret_cast<float(*)[32]>(&part[32]);
+    kn_wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < BK / 32; s++) {
+        const uint64_t da = kn_wgmma_desc_sw128(st + 32 * s, 16, 1024);
+        wgmma_m64n64k32_e4m3(p0, da, kn_wgmma_desc_sw128(st + A_BYTES + nb0 * BK + 32 * s, 16, 1024), s > 0);
+        wgmma_m64n64k32_e4m3(p1, da, kn_wgmma_desc_sw128(st + A_BYTES + nb1 * BK + 32 * s, 16, 1024), s > 0);
+    }
+    kn_wgmma_commit();
+    kn_wgmma_wait<0>();
+    kn_wgmma_fence_regs(p0);
+    kn_wgmma_fence_regs(p1);
+}
+
+template <bool GATE_UP, bool WG>
 __global__ void __launch_bounds__(THREADS, 1) moe_gemm_fp8_kernel(const GemmArgs p)
 {
-    extern __shared__ __align__(128) unsigned char smem[];
-    const uint32_t sbase = (uint32_t)__cvta_generic_to_shared(smem);
-    float *amax_s = (float *)(smem + (size_t)STAGES * STAGE_BYTES); /* [4][BM] */
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp >> 2, wn = warp & 3;
-    const int g = lane >> 2, t = lane & 3, lrow = lane & 7, lmat = lane >> 3;
+    using F = Frag<GATE_UP, WG>;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    /* codes: STAGES x (A, B) from a 1024-byte aligned base (wgmma's swizzle
+     * atoms), then STAGES x (A scales, B scales), then the row amaxes */
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
+    const uint32_t sbase = (raw + 1023u) & ~1023u;
+    unsigned char *smem = smem_raw + (sbase - raw);
+    const uint32_t scale_base = sbase + STAGES * CODE_BYTES;
+    const float *scales = (const float *)(smem + (size_t)STAGES * CODE_BYTES);
+    float *amax_s = (float *)(smem + (size_t)STAGES * (CODE_BYTES + SCALE_BYTES)); /* [4][BM] */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
     const int total = p.tile_off[p.n_local] * p.n_tiles_n;
     const int ntile_w = GATE_UP ? KN_FP8_BLOCK : BN;
+
+    float part[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++)
+        part[i] = 0.f;
 
     for (int tile = blockIdx.x; tile < total; tile += gridDim.x) {
         const int mt = tile / p.n_tiles_n, nt = tile - mt * p.n_tiles_n;
@@ -241,7 +377,8 @@ __global__ void __launch_bounds__(THREADS, 1) moe_gemm_fp8_kernel(const GemmArgs
         const float *bs_src = wse + (size_t)((bs_ok ? bsr : 0) / KN_FP8_BLOCK) * p.sld;
 
         auto load_stage = [&](int kb) {
-            const uint32_t st = sbase + (uint32_t)((kb % STAGES) * STAGE_BYTES);
+            const uint32_t st = sbase + (uint32_t)((kb % STAGES) * CODE_BYTES);
+            const uint32_t ss = scale_base + (uint32_t)((kb % STAGES) * SCALE_BYTES);
             const size_t ko = (size_t)kb * BK;
 #pragma unroll
             for (int j = 0; j < 2; j++)
@@ -253,16 +390,14 @@ __global__ void __launch_bounds__(THREADS, 1) moe_gemm_fp8_kernel(const GemmArgs
                 cp_async16(st + A_BYTES + swz(cr + 32 * j, cc), src, ok);
             }
             if (tid < BM)
-                cp_async4(st + A_BYTES + B_BYTES + 4 * tid, as_src + kb, as_ok);
-            cp_async4(st + A_BYTES + B_BYTES + 4 * BM + 4 * tid, bs_src + kb, bs_ok);
+                cp_async4(ss + 4 * tid, as_src + kb, as_ok);
+            cp_async4(ss + 4 * BM + 4 * tid, bs_src + kb, bs_ok);
         };
 
-        float acc[2][8][4];
+        float acc[64];
 #pragma unroll
-        for (int i = 0; i < 2; i++)
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-                acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.f;
+        for (int i = 0; i < 64; i++)
+            acc[i] = 0.f;
 
         /* The previous tile's warps are done with every stage. */
         __syncthreads();
@@ -273,151 +408,105 @@ __global__ void __launch_bounds__(THREADS, 1) moe_gemm_fp8_kernel(const GemmArgs
             cp_async_commit();
         }
         for (int kb = 0; kb < p.nkb; kb++) {
-            cp_async_wait<STAGES - 2>();
-            __syncthreads(); /* stage kb landed for all; stage kb-1 is free */
+            cp_async_wait<STAGES - 2>(); /* this thread's copies of stage kb landed */
+            if (WG)
+                kn_fence_proxy_async_smem(); /* ... and are visible to wgmma */
+            __syncthreads(); /* everyone's are; stage kb-1 is no longer read */
             if (kb + STAGES - 1 < p.nkb)
                 load_stage(kb + STAGES - 1);
             cp_async_commit();
 
-            const uint32_t st = sbase + (uint32_t)((kb % STAGES) * STAGE_BYTES);
-            float part[2][8][4];
-#pragma unroll
-            for (int i = 0; i < 2; i++)
-#pragma unroll
-                for (int j = 0; j < 8; j++)
-                    part[i][j][0] = part[i][j][1] = part[i][j][2] = part[i][j][3] = 0.f;
-#pragma unroll
-            for (int s = 0; s < BK / 32; s++) {
-                uint32_t af[2][4];
-#pragma unroll
-                for (int i = 0; i < 2; i++) {
-                    /* matrices: rows +0/+8 (lmat&1), k chunk 2s / 2s+1 (lmat>>1) */
-                    const int r = 32 * wm + 16 * i + 8 * (lmat & 1) + lrow;
-                    ldmatrix_x4(af[i], st + swz(r, 2 * s + (lmat >> 1)));
-                }
-#pragma unroll
-                for (int q = 0; q < 4; q++) {
-                    /* n8 tiles 2q, 2q+1: rows +0/+8 (lmat>>1), chunk 2s / 2s+1 (lmat&1) */
-                    const int nb = GATE_UP ? (q < 2 ? 32 * wn + 16 * q : KN_FP8_BLOCK + 32 * wn + 16 * (q - 2))
-                                           : 64 * wn + 16 * q;
-                    uint32_t bf[4];
-                    ldmatrix_x4(bf, st + A_BYTES + swz(nb + 8 * (lmat >> 1) + lrow, 2 * s + (lmat & 1)));
-#pragma unroll
-                    for (int i = 0; i < 2; i++) {
-                        mma_e4m3(part[i][2 * q], af[i], bf[0], bf[1]);
-                        mma_e4m3(part[i][2 * q + 1], af[i], bf[2], bf[3]);
-                    }
-                }
-            }
-            const float *sa = (const float *)(smem + (size_t)(kb % STAGES) * STAGE_BYTES + A_BYTES + B_BYTES);
+            const uint32_t st = sbase + (uint32_t)((kb % STAGES) * CODE_BYTES);
+            if (WG)
+                kblock_wgmma<GATE_UP>(part, st, warp);
+            else
+                kblock_mma<GATE_UP>(part, st, warp, lane);
+            /* the block scales of this K block: s_x[row] * s_w[col] */
+            const float *sa = scales + (size_t)(kb % STAGES) * (SCALE_BYTES / 4);
             const float *sb = sa + BM;
 #pragma unroll
-            for (int i = 0; i < 2; i++) {
-                const float sa0 = sa[32 * wm + 16 * i + g], sa1 = sa[32 * wm + 16 * i + 8 + g];
-#pragma unroll
-                for (int j = 0; j < 8; j++) {
-                    const int nb = GATE_UP ? (j < 4 ? 32 * wn + 8 * j : KN_FP8_BLOCK + 32 * wn + 8 * (j - 4))
-                                           : 64 * wn + 8 * j;
-                    const float sb0 = sb[nb + 2 * t], sb1 = sb[nb + 2 * t + 1];
-                    acc[i][j][0] = fmaf(part[i][j][0], sa0 * sb0, acc[i][j][0]);
-                    acc[i][j][1] = fmaf(part[i][j][1], sa0 * sb1, acc[i][j][1]);
-                    acc[i][j][2] = fmaf(part[i][j][2], sa1 * sb0, acc[i][j][2]);
-                    acc[i][j][3] = fmaf(part[i][j][3], sa1 * sb1, acc[i][j][3]);
-                }
-            }
+            for (int i = 0; i < 64; i++)
+                acc[i] = fmaf(part[i], sa[F::row(i, warp, g)] * sb[F::col(i, warp, t)], acc[i]);
         }
         cp_async_wait<0>(); /* only empty groups are left; none stays in flight */
 
         if (GATE_UP) {
-            /* acc[i][j] (j < 4) gate, acc[i][j + 4] up of activation columns
-             * c0 + 32wn + 8j + 2t + c; rows 32wm + 16i + 8h + g. */
+            /* gate entries become the activation of activation column
+             * c0 + col (0 past inter or past the tile's rows) */
             const float *bias = p.bias ? p.bias + (size_t)e * 2 * p.n_out : nullptr;
+            float m[4] = { 0.f, 0.f, 0.f, 0.f };
 #pragma unroll
-            for (int j = 0; j < 4; j++)
+            for (int i = 0; i < 64; i++) {
+                if (!F::is_gate(i))
+                    continue;
+                const int col = c0 + F::col(i, warp, t), r = F::row(i, warp, g);
+                const bool ok = col < p.n_out && r < rows;
+                const float bg = ok && bias ? bias[col] : 0.f, bu = ok && bias ? bias[p.n_out + col] : 0.f;
+                acc[i] = ok ? gemm_act(acc[i] + bg, acc[i + F::UP_OFF] + bu, p.act, p.alpha, p.limit) : 0.f;
+                m[F::row_slot(i)] = fmaxf(m[F::row_slot(i)], fabsf(acc[i]));
+            }
 #pragma unroll
-                for (int c = 0; c < 2; c++) {
-                    const int col = c0 + 32 * wn + 8 * j + 2 * t + c;
-                    const bool ok = col < p.n_out;
-                    const float bg = ok && bias ? bias[col] : 0.f, bu = ok && bias ? bias[p.n_out + col] : 0.f;
+            for (int q = 0; q < 4; q++) {
+                m[q] = fmaxf(m[q], __shfl_xor_sync(0xffffffffu, m[q], 1));
+                m[q] = fmaxf(m[q], __shfl_xor_sync(0xffffffffu, m[q], 2));
+            }
+            if (t == 0) {
 #pragma unroll
-                    for (int i = 0; i < 2; i++)
-#pragma unroll
-                        for (int h = 0; h < 2; h++) {
-                            const int r = 32 * wm + 16 * i + 8 * h + g;
-                            acc[i][j][2 * h + c] =
-                                ok && r < rows ? gemm_act(acc[i][j][2 * h + c] + bg, acc[i][j + 4][2 * h + c] + bu,
-                                                          p.act, p.alpha, p.limit)
-                                               : 0.f;
-                        }
-                }
-#pragma unroll
-            for (int i = 0; i < 2; i++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    float m = 0.f;
-#pragma unroll
-                    for (int j = 0; j < 4; j++)
-                        m = fmaxf(m, fmaxf(fabsf(acc[i][j][2 * h]), fabsf(acc[i][j][2 * h + 1])));
-                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-                    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-                    if (t == 0)
-                        amax_s[wn * BM + 32 * wm + 16 * i + 8 * h + g] = m;
-                }
+                for (int i = 0; i < 64; i += 2) /* each row slot once: entries c = 0 and c = 2 of the first tiles */
+                    if (F::is_gate(i) && ((i >> 2) & 7) == 0)
+                        amax_s[F::col_group(warp) * BM + F::row(i, warp, g)] = m[F::row_slot(i)];
+            }
             __syncthreads();
+            float sc[4];
 #pragma unroll
-            for (int i = 0; i < 2; i++)
+            for (int q = 0; q < 4; q++)
+                sc[q] = 1.f;
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int r = 32 * wm + 16 * i + 8 * h + g;
-                    if (r >= rows)
-                        continue;
-                    float m = amax_s[r];
+            for (int i = 0; i < 64; i += 2) {
+                if (!F::is_gate(i) || ((i >> 2) & 7) != 0)
+                    continue;
+                const int r = F::row(i, warp, g);
+                float mm = amax_s[r];
 #pragma unroll
-                    for (int w2 = 1; w2 < 4; w2++)
-                        m = fmaxf(m, amax_s[w2 * BM + r]);
-                    const float sc = m > 0.f && isfinite(m) ? m / KN_E4M3_MAX : 1.f;
-                    uint8_t *qr = p.aq + (size_t)(row0 + r) * p.ldq + c0 + 32 * wn + 2 * t;
+                for (int w2 = 1; w2 < F::N_COLGROUPS; w2++)
+                    mm = fmaxf(mm, amax_s[w2 * BM + r]);
+                sc[F::row_slot(i)] = mm > 0.f && isfinite(mm) ? mm / KN_E4M3_MAX : 1.f;
+                if (F::col_group(warp) == 0 && t == 0 && r < rows)
+                    p.aqs[(size_t)(row0 + r) * p.kbq + nt] = sc[F::row_slot(i)];
+            }
 #pragma unroll
-                    for (int j = 0; j < 4; j++) {
-                        const unsigned lo = kn_cuda_fp8_to_e4m3(acc[i][j][2 * h] / sc);
-                        const unsigned hi = kn_cuda_fp8_to_e4m3(acc[i][j][2 * h + 1] / sc);
-                        *(uint16_t *)(qr + 8 * j) = (uint16_t)(lo | (hi << 8));
-                    }
-                    if (wn == 0 && t == 0)
-                        p.aqs[(size_t)(row0 + r) * p.kbq + nt] = sc;
-                }
+            for (int i = 0; i < 64; i += 2) { /* entries i, i+1: adjacent columns of one row */
+                if (!F::is_gate(i))
+                    continue;
+                const int r = F::row(i, warp, g);
+                if (r >= rows)
+                    continue;
+                const float s = sc[F::row_slot(i)];
+                const unsigned lo8 = kn_cuda_fp8_to_e4m3(acc[i] / s), hi8 = kn_cuda_fp8_to_e4m3(acc[i + 1] / s);
+                *(uint16_t *)(p.aq + (size_t)(row0 + r) * p.ldq + c0 + F::col(i, warp, t)) =
+                    (uint16_t)(lo8 | (hi8 << 8));
+            }
         } else {
 #pragma unroll
-            for (int i = 0; i < 2; i++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int r = 32 * wm + 16 * i + 8 * h + g;
-                    if (r >= rows)
-                        continue;
-                    float *yr = p.y + (size_t)(row0 + r) * p.n_out;
-#pragma unroll
-                    for (int j = 0; j < 8; j++)
-#pragma unroll
-                        for (int c = 0; c < 2; c++) {
-                            const int col = c0 + 64 * wn + 8 * j + 2 * t + c;
-                            if (col < p.n_out)
-                                yr[col] = acc[i][j][2 * h + c];
-                        }
-                }
+            for (int i = 0; i < 64; i++) {
+                const int r = F::row(i, warp, g), col = c0 + F::col(i, warp, t);
+                if (r < rows && col < p.n_out)
+                    p.y[(size_t)(row0 + r) * p.n_out + col] = acc[i];
+            }
         }
     }
 }
 
-template <bool GATE_UP>
+template <bool GATE_UP, bool WG>
 cudaError_t launch_gemm(const kn_backend *be, const GemmArgs &a, long long max_tiles)
 {
-    cudaError_t err = cudaFuncSetAttribute(moe_gemm_fp8_kernel<GATE_UP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)SMEM_BYTES);
+    cudaError_t err = cudaFuncSetAttribute(moe_gemm_fp8_kernel<GATE_UP, WG>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SMEM_BYTES);
     if (err != cudaSuccess)
         return err;
     const long long sms = kn_cuda_ctx_of(be)->sm_count;
     const unsigned grid = (unsigned)(max_tiles < sms ? (max_tiles > 0 ? max_tiles : 1) : sms);
-    moe_gemm_fp8_kernel<GATE_UP><<<grid, THREADS, SMEM_BYTES, kn_cuda_stream(be)>>>(a);
+    moe_gemm_fp8_kernel<GATE_UP, WG><<<grid, THREADS, SMEM_BYTES, kn_cuda_stream(be)>>>(a);
     return cudaGetLastError();
 }
 
@@ -443,6 +532,11 @@ int kn_cuda_moe_gemm_fp8(const kn_backend *be, const char *op, const kn_moe_weig
     /* Upper bound on the m-tiles: every expert may end in a partial tile. */
     const long long max_mtiles = (long long)(n_slots / BM) + n_local;
     GemmArgs a = {};
+    /* modes 1-3 mma.sync, 4-6 wgmma; within each: both products, gate_up
+     * only, down only (the other from the decode kernels) */
+    const bool wg = mode >= KN_MOE_FP8_GEMM_WGMMA;
+    const int part = (mode - 1) % 3;
+    const bool gemm_gate_up = part != 2, gemm_down = part != 1;
     if (!xq || !xs || !aq || !aqs || !tile_off) {
         rc = TN_ERR_NOMEM;
         goto done;
@@ -467,7 +561,7 @@ int kn_cuda_moe_gemm_fp8(const kn_backend *be, const char *op, const kn_moe_weig
     a.y = y;
 
     what = "moe_gemm_fp8_kernel gate_up";
-    if (mode == KN_MOE_FP8_GEMM_DOWN) {
+    if (!gemm_gate_up) {
         err = kn_cuda_moe_fp8_decode_product(be, w, 0, y, aq, aqs, xq, xs, perm, offsets, k);
     } else {
         a.a = xq;
@@ -484,13 +578,14 @@ int kn_cuda_moe_gemm_fp8(const kn_backend *be, const char *op, const kn_moe_weig
         a.nkb = kbx;
         a.n_out = inter;
         a.n_tiles_n = kbi;
-        err = launch_gemm<true>(be, a, max_mtiles * a.n_tiles_n);
+        err = wg ? launch_gemm<true, true>(be, a, max_mtiles * a.n_tiles_n)
+                 : launch_gemm<true, false>(be, a, max_mtiles * a.n_tiles_n);
     }
     if (err != cudaSuccess)
         goto done;
 
     what = "moe_gemm_fp8_kernel down";
-    if (mode == KN_MOE_FP8_GEMM_GATE_UP) {
+    if (!gemm_down) {
         err = kn_cuda_moe_fp8_decode_product(be, w, 1, y, aq, aqs, xq, xs, perm, offsets, k);
     } else {
         a.a = aq;
@@ -507,7 +602,8 @@ int kn_cuda_moe_gemm_fp8(const kn_backend *be, const char *op, const kn_moe_weig
         a.nkb = kbi;
         a.n_out = dim;
         a.n_tiles_n = kn_cuda_div_up(dim, BN);
-        err = launch_gemm<false>(be, a, max_mtiles * a.n_tiles_n);
+        err = wg ? launch_gemm<false, true>(be, a, max_mtiles * a.n_tiles_n)
+                 : launch_gemm<false, false>(be, a, max_mtiles * a.n_tiles_n);
     }
 done:
     kn_cuda_tmp_free(be, xq);

@@ -14,9 +14,13 @@ extern "C" {
  * product that is wrong). */
 enum {
     KN_MOE_FP8_GEMM_OFF = 0,     /* the per-expert cuBLASLt GEMMs (moe_experts.cu) */
-    KN_MOE_FP8_GEMM_ON = 1,      /* both products grouped GEMMs (the default) */
-    KN_MOE_FP8_GEMM_GATE_UP = 2, /* gate_up grouped GEMM, down the decode kernel */
-    KN_MOE_FP8_GEMM_DOWN = 3     /* gate_up the decode kernel, down grouped GEMM */
+    KN_MOE_FP8_GEMM_ON = 1,      /* both products grouped GEMMs, mma.sync (the default) */
+    KN_MOE_FP8_GEMM_GATE_UP = 2, /* gate_up grouped GEMM (mma.sync), down the decode kernel */
+    KN_MOE_FP8_GEMM_DOWN = 3,    /* gate_up the decode kernel, down grouped GEMM (mma.sync) */
+    KN_MOE_FP8_GEMM_WGMMA = 4,   /* both products grouped GEMMs on Hopper's wgmma */
+    KN_MOE_FP8_GEMM_WGMMA_GATE_UP = 5,
+    KN_MOE_FP8_GEMM_WGMMA_DOWN = 6,
+    KN_MOE_FP8_GEMM_MODES = 7
 };
 
 /* y[pos] = down_e(quant(act(gate_up_e quant(x[perm[pos] / k]) + b))) for
@@ -24,8 +28,8 @@ enum {
  * down bias; kn_cuda_moe_grouped_fp8's function), w->wdtype == KN_FP8_E4M3
  * with kn_cuda_moe_grouped_fp8_ok(w). perm and offsets are moe_experts.cu's
  * device grouping. One launch per product over all experts' tiles, no host
- * sync; temporaries from the backend's pool. mode: KN_MOE_FP8_GEMM_ON,
- * _GATE_UP or _DOWN. */
+ * sync; temporaries from the backend's pool. mode: one of the enum above
+ * but _OFF. */
 int kn_cuda_moe_gemm_fp8(const kn_backend *be, const char *op, const kn_moe_weights *w, float *y,
                          const float *x, const int *perm, const int *offsets, int n_tokens, int k, int mode);
 #endif

@@ -188,23 +188,25 @@ static void bench_model(const kn_backend *be, tu_rng *rng, const moe_model *m, k
         int auto_grouped = (long long)T * m->k <= (long long)thr * m->n_experts;
         /* mode 0: per-expert GEMMs, 1: grouped kernels, 2: per-expert GEMMs
          * over 4 side streams (TANDEM_CUDA_MOE_STREAMS=4), 3 (FP8): per-expert
-         * with the unfused activation + quantization, 4 (FP8, 128 tokens and
-         * up): the grouped FP8 GEMMs (kn_cuda_set_moe_fp8_gemm 1, the
-         * default off the grouped kernels; the others run with it 0) */
-        static const char *const mode_name[5] = { "per-expert", "grouped", "per-expert, 4 streams",
-                                                  "per-expert, unfused act", "grouped GEMM (mma.sync e4m3)" };
+         * with the unfused activation + quantization, 4 / 5 (FP8, 128 tokens
+         * and up): the grouped FP8 GEMMs on mma.sync (kn_cuda_set_moe_fp8_gemm
+         * 1, the default off the grouped kernels) / on wgmma (4); the other
+         * modes run with it 0 */
+        static const char *const mode_name[6] = { "per-expert", "grouped", "per-expert, 4 streams",
+                                                  "per-expert, unfused act", "grouped GEMM (mma.sync e4m3)",
+                                                  "grouped GEMM (wgmma e4m3)" };
         const int default_mode = auto_grouped ? 1 : fp8 ? 4 : 0;
-        for (int mode = 0; mode < (fp8 ? 5 : 3); mode++) {
+        for (int mode = 0; mode < (fp8 ? 6 : 3); mode++) {
             if (mode == 1 && prefill && !fp8)
                 continue;
             if (fp8 && (mode == 2 || mode == 3) && !prefill) /* (the prefill-path variants: keep the run short) */
                 continue;
-            if (mode == 4 && T < 128)
+            if (mode >= 4 && T < 128)
                 continue;
             kn_cuda_set_moe_grouped(be, mode == 1);
             kn_cuda_set_moe_streams(be, mode == 2 ? 4 : 1);
             kn_cuda_set_moe_fp8_fused_act(be, mode != 3);
-            kn_cuda_set_moe_fp8_gemm(be, mode == 4);
+            kn_cuda_set_moe_fp8_gemm(be, mode == 4 ? 1 : mode == 5 ? 4 : 0);
             float ms = time_call(be, &c, prefill ? 2 : 5, prefill ? 5 : (quick ? 11 : 21));
             kn_cuda_set_moe_grouped(be, -1);
             kn_cuda_set_moe_streams(be, 1);

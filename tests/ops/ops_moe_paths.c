@@ -134,15 +134,19 @@ static kn_moe_weights moe_shape_view(const moe_shape *s, int on_device, int offs
  * activation and its quantization as two kernels
  * (kn_cuda_set_moe_fp8_fused_act 0; the per-expert mode fuses them);
  * per-expert GEMMs over 4 side streams (the GPT-OSS shape only); FP8: the
- * grouped GEMMs (kn_cuda_set_moe_fp8_gemm 1, the default prefill path),
- * and its diagnostic halves (2: gate_up GEMM + the decode down kernel, 3:
- * the decode gate_up kernel + down GEMM), which name the product a
- * mismatch on the GPU comes from. */
-enum { M_PER_EXPERT, M_GROUPED, M_UNFUSED, M_STREAMS, M_GEMM, M_GEMM_GU, M_GEMM_DN, N_MODES };
+ * grouped GEMMs (kn_cuda_set_moe_fp8_gemm 1, the default prefill path,
+ * mma.sync; 4 wgmma), and their diagnostic halves (2 / 5: gate_up GEMM +
+ * the decode down kernel, 3 / 6: the decode gate_up kernel + down GEMM),
+ * which name the product a mismatch on the GPU comes from. */
+enum { M_PER_EXPERT, M_GROUPED, M_UNFUSED, M_STREAMS, M_GEMM, M_GEMM_GU, M_GEMM_DN, M_WG, M_WG_GU, M_WG_DN,
+       N_MODES };
 static const char *const mode_name[N_MODES] = { "per-expert", "grouped", "per-expert unfused act",
-                                                "per-expert on 4 streams", "grouped GEMM",
-                                                "grouped GEMM gate_up + decode down",
-                                                "decode gate_up + grouped GEMM down" };
+                                                "per-expert on 4 streams", "grouped GEMM mma.sync",
+                                                "grouped GEMM mma.sync gate_up + decode down",
+                                                "decode gate_up + grouped GEMM mma.sync down",
+                                                "grouped GEMM wgmma",
+                                                "grouped GEMM wgmma gate_up + decode down",
+                                                "decode gate_up + grouped GEMM wgmma down" };
 
 /* After a failed comparison: the first output element off by more than
  * tol times the reference's largest magnitude (or NaN), as (token, column),
@@ -201,7 +205,7 @@ static void moe_paths_run(op_env *e, const moe_shape *s, int offset, int n_local
         kn_cuda_set_moe_grouped(e->be, mode == M_GROUPED);
         kn_cuda_set_moe_streams(e->be, mode == M_STREAMS ? 4 : 1);
         kn_cuda_set_moe_fp8_fused_act(e->be, mode != M_UNFUSED);
-        kn_cuda_set_moe_fp8_gemm(e->be, mode == M_GEMM ? 1 : mode == M_GEMM_GU ? 2 : mode == M_GEMM_DN ? 3 : 0);
+        kn_cuda_set_moe_fp8_gemm(e->be, mode >= M_GEMM ? 1 + mode - M_GEMM : 0);
         /* The GEMM modes' temporaries start NaN: the grouped kernels, run
          * just before, leave correct activations of the same size in the
          * pool, which would hide a tile the GEMMs forget to write. */
@@ -230,9 +234,14 @@ static void moe_paths_run(op_env *e, const moe_shape *s, int offset, int n_local
         }
     }
     if (s->fp8 && ran[M_PER_EXPERT] && ran[M_GEMM]) {
-        char w2[256];
-        snprintf(w2, sizeof w2, "%s, grouped GEMM vs per-expert", what);
+        char w2[288];
+        snprintf(w2, sizeof w2, "%s, grouped GEMM mma.sync vs per-expert", what);
         op_check_err(e, tu_max_rel_err_f32(got[M_GEMM], got[M_PER_EXPERT], no), FP8_MOE_TOL, "%s", w2);
+    }
+    if (s->fp8 && ran[M_PER_EXPERT] && ran[M_WG]) {
+        char w2[288];
+        snprintf(w2, sizeof w2, "%s, grouped GEMM wgmma vs per-expert", what);
+        op_check_err(e, tu_max_rel_err_f32(got[M_WG], got[M_PER_EXPERT], no), FP8_MOE_TOL, "%s", w2);
     }
     if (ran[0] && ran[1]) {
         char w2[256];
