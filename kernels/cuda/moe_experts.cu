@@ -41,7 +41,11 @@
  * moe_streams > 1 spreads the FP8 GEMMs over side streams too),
  * or their own grouped middle (moe_grouped_fp8.cu: e4m3 codes and block
  * scales read directly, the activations quantized like the CPU does), chosen
- * like the bf16 one.
+ * like the bf16 one. Off the grouped middle, FP8 weights take the grouped
+ * GEMMs of moe_gemm_fp8.cu by default (one persistent launch per product
+ * over every expert's tiles, offsets on the device, no host sync;
+ * kn_cuda_ctx.moe_fp8_gemm, TANDEM_CUDA_MOE_FP8_GEMM=0 keeps the per-expert
+ * cuBLASLt GEMMs above for comparison).
  *
  * Which middle: kn_cuda_ctx.moe_grouped (TANDEM_CUDA_MOE_GROUPED=0/1 at init,
  * kn_cuda_set_moe_grouped), by default the grouped one when the slots per

@@ -2,15 +2,20 @@
  * block scales) expert weights, on
  * GPT-OSS-20B (32 experts of 2880 -> 2880, top-4, clamped SwiGLU, biases)
  * and Qwen3-30B-A3B (128 experts of 2048 -> 768, top-8, SwiGLU) layer
- * shapes: prefill 8192 tokens and decode batches 1/8/32/128 (and 512 rows,
- * to see where the two paths cross), through both
+ * shapes (and GPT-OSS-120B, 128 experts of 2880, top-4, FP8 only, 512 and
+ * 8192 tokens): prefill 8192 tokens and decode batches 1/8/32/128 (and 512
+ * rows, to see where the two paths cross), through both
  * expert paths (the per-expert cuBLAS GEMMs, on one stream and spread over
  * 4 side streams, and the grouped one-launch kernels, forced with
  * kn_cuda_set_moe_grouped / kn_cuda_set_moe_streams; the grouped kernels are
  * not run at prefill sizes, where they re-read the weights for every 64
  * rows by design; the FP8 grouped kernels are, to show the crossover).
  * FP8 rows add "per-expert, unfused act" (kn_cuda_set_moe_fp8_fused_act 0:
- * the activation pass and the quantization as two kernels, as before).
+ * the activation pass and the quantization as two kernels, as before) and,
+ * from 128 tokens, the grouped FP8 GEMMs (moe_gemm_fp8.cu) on mma.sync
+ * (the default prefill path) and on wgmma (kn_cuda_set_moe_fp8_gemm 1 / 4;
+ * the per-expert rows run with 0). The TFLOP/s column puts them next to
+ * bench_moe_peer.py's torch._grouped_mm rows (same shapes, 8192 tokens).
  * Built with
  * `make CUDA=1 gpu-progs`; run by tests/gpu/run.sh bench-moe.
  *
@@ -156,6 +161,8 @@ static void bench_model(const kn_backend *be, tu_rng *rng, const moe_model *m, k
     for (size_t bi = 0; bi < sizeof BATCHES / sizeof BATCHES[0]; bi++) {
         const int T = BATCHES[bi];
         if (quick && T > 32 && T < PREFILL_MIN)
+            continue;
+        if (m->fp8_only && T < 512) /* (120B: the prefill question only; keeps the step short) */
             continue;
         memset(used, 0, (size_t)m->n_experts);
         for (int t = 0; t < T; t++)
