@@ -26,8 +26,16 @@
  * their tiles and nothing more, and neighbouring blocks share an A tile
  * and an expert's weights in L2.
  *
- * Tensor cores: mma.sync m16n8k32 with e4m3 operands (sm_89+) and fp32
- * sums, 8 warps as 2 (rows) x 4 (columns), each 32 rows x 64 columns.
+ * Tensor cores, two forms of the same kernel (kn_cuda_ctx.moe_fp8_gemm):
+ * mma.sync m16n8k32 with e4m3 operands (sm_89+; the default) and fp32
+ * sums, 8 warps as 2 (rows) x 4 (columns), each 32 rows x 64 columns,
+ * fragments by ldmatrix; or Hopper wgmma m64n64k32 e4m3 (both operands
+ * K-major in shared memory, the 128-byte swizzle below is wgmma's), each
+ * of the 2 warpgroups all 64 rows x two 64-column products (gate_up: the
+ * gate and the up rows of the same 64 activation columns, so the
+ * epilogue finds both in one thread), waited for at the end of each K
+ * block for the scale promotion (Frag says where each thread's 64
+ * accumulators sit in either form).
  * Each 128-wide K block is summed into a fresh fp32 fragment which is then
  * added to the totals times s_x[row] * s_w[col] (the block scales applied
  * per 128-K step, as cuBLASLt and the CPU do). Operands reach shared
