@@ -46,6 +46,11 @@ void *kn_cuda_tmp_alloc(const kn_backend *be, const char *op, size_t bytes)
         kn_cuda_device_error(op, "temporary allocation", err);
         return NULL;
     }
+    if (kn_cuda_ctx_of(be)->poison_tmp && (err = cudaMemsetAsync(p, 0xff, bytes, kn_cuda_stream(be))) != cudaSuccess) {
+        kn_cuda_device_error(op, "temporary poisoning", err);
+        cudaFreeAsync(p, kn_cuda_stream(be));
+        return NULL;
+    }
     return p;
 }
 
@@ -184,6 +189,10 @@ extern "C" int kn_cuda_backend_init(kn_backend *be, int device)
         ctx->moe_streams = KN_CUDA_MAX_SIDE;
     const char *fused_act = getenv("TANDEM_CUDA_FP8_FUSED_ACT");
     ctx->moe_fp8_fused_act = !(fused_act && strcmp(fused_act, "0") == 0);
+    const char *poison = getenv("TANDEM_CUDA_POISON_TMP");
+    ctx->poison_tmp = poison && strcmp(poison, "1") == 0;
+    const char *fp8_gemm = getenv("TANDEM_CUDA_MOE_FP8_GEMM");
+    ctx->moe_fp8_gemm = fp8_gemm && fp8_gemm[0] >= '0' && fp8_gemm[0] <= '6' && !fp8_gemm[1] ? fp8_gemm[0] - '0' : 1;
     const char *lt_cache = getenv("TANDEM_CUDA_LT_CACHE");
     ctx->bf16_lt = !(lt_cache && strcmp(lt_cache, "0") == 0);
     const char *moe_rows = getenv("TANDEM_CUDA_MOE_GROUPED_ROWS");
@@ -276,6 +285,11 @@ extern "C" long long kn_cuda_attn_wgmma_launches(const kn_backend *be, int mode)
 extern "C" long long kn_cuda_attn_decode_mma_launches(const kn_backend *be)
 {
     return kn_cuda_ctx_of(be)->attn_decode_mma_launches;
+}
+
+extern "C" void kn_cuda_set_poison_tmp(const kn_backend *be, int on)
+{
+    kn_cuda_ctx_of(be)->poison_tmp = on != 0;
 }
 
 extern "C" void kn_cuda_set_moe_streams(const kn_backend *be, int n)

@@ -31,6 +31,20 @@ void kn_cuda_set_moe_streams(const kn_backend *be, int n);
  * codes, scales and outputs. Starts from TANDEM_CUDA_FP8_FUSED_ACT=0/1 at
  * init. */
 void kn_cuda_set_moe_fp8_fused_act(const kn_backend *be, int on);
+/* FP8 experts with more rows than the grouped decode kernels take (the
+ * prefill): 1 (the default) the grouped FP8 GEMMs (one launch per product
+ * over all experts' tiles, kernels/cuda/moe_gemm_fp8.cu), 0 the
+ * per-expert cuBLASLt GEMMs (kept for comparison); 4 the same grouped
+ * GEMMs on Hopper's wgmma (sm_90a) instead of mma.sync (sm_89+); 2 / 5
+ * run gate_up as the grouped GEMM (mma.sync / wgmma) and down with the
+ * decode kernel, 3 / 6 the reverse (to tell which product is wrong).
+ * Starts from TANDEM_CUDA_MOE_FP8_GEMM=0..6 at init. */
+void kn_cuda_set_moe_fp8_gemm(const kn_backend *be, int mode);
+/* Tests: 1 fills every temporary buffer of the CUDA ops with 0xff bytes
+ * (NaN) when it is allocated, so output a kernel forgets to write shows as
+ * NaN rather than as a stale earlier result. Off by default;
+ * TANDEM_CUDA_POISON_TMP=1 at init. */
+void kn_cuda_set_poison_tmp(const kn_backend *be, int on);
 /* bf16 GEMMs (kn_matmul_w, the per-expert MoE products): 1 (the default)
  * runs them through cuBLASLt with plans cached per (n, k, row
  * bucket, four per octave); 0 through cublasGemmEx, which searches an algorithm for every

@@ -61,6 +61,20 @@ struct kn_cuda_ctx {
      * Same codes and scales either way. From TANDEM_CUDA_FP8_FUSED_ACT=0 at
      * init; kn_cuda_set_moe_fp8_fused_act changes it. */
     int moe_fp8_fused_act;
+    /* FP8 experts off the grouped (decode) middle: 1 (the default) runs
+     * the grouped GEMMs of moe_gemm_fp8.cu (one launch per product, no
+     * host sync) on mma.sync, 4 on wgmma, 0 the per-expert cuBLASLt GEMMs;
+     * 2, 3 (mma.sync) and 5, 6 (wgmma) pair one grouped GEMM with the
+     * decode kernel's other product (diagnostics, moe_gemm_fp8.cuh). From
+     * TANDEM_CUDA_MOE_FP8_GEMM=0..6 at init;
+     * kn_cuda_set_moe_fp8_gemm changes it. */
+    int moe_fp8_gemm;
+    /* 1: every temporary from kn_cuda_tmp_alloc is filled with 0xff bytes
+     * (NaN floats, NaN e4m3 codes) before use, so a kernel that leaves part
+     * of its output unwritten fails the checks instead of reading what an
+     * earlier op left there (tests; TANDEM_CUDA_POISON_TMP=1 at init,
+     * kn_cuda_set_poison_tmp). */
+    int poison_tmp;
     /* Side streams, made on first use by kn_cuda_side_streams: each with its
      * own cuBLAS handle and workspace (concurrent cuBLAS calls must not
      * share one) and an event for joining back to the main stream. */
