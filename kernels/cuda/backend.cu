@@ -162,7 +162,8 @@ extern "C" int kn_cuda_backend_init(kn_backend *be, int device)
     const char *attn_bf16 = getenv("TANDEM_CUDA_ATTN_BF16");
     ctx->attn_bf16 = attn_bf16 && strcmp(attn_bf16, "1") == 0;
     const char *attn_wgmma = getenv("TANDEM_CUDA_ATTN_WGMMA");
-    ctx->attn_wgmma = attn_wgmma && attn_wgmma[0] >= '1' && attn_wgmma[0] <= '5' && !attn_wgmma[1]
+    ctx->attn_wgmma = attn_wgmma && attn_wgmma[0] >= '1' && attn_wgmma[0] < '1' + KN_CUDA_ATTN_WGMMA_MODES &&
+                              !attn_wgmma[1]
                           ? attn_wgmma[0] - '0'
                           : 0;
     const char *moe_grouped = getenv("TANDEM_CUDA_MOE_GROUPED");
@@ -255,7 +256,7 @@ extern "C" void kn_cuda_set_attn_bf16(const kn_backend *be, int on)
 
 extern "C" void kn_cuda_set_attn_wgmma(const kn_backend *be, int mode)
 {
-    kn_cuda_ctx_of(be)->attn_wgmma = mode >= 1 && mode <= 5 ? mode : 0;
+    kn_cuda_ctx_of(be)->attn_wgmma = mode >= 1 && mode <= KN_CUDA_ATTN_WGMMA_MODES ? mode : 0;
 }
 
 extern "C" int kn_cuda_attn_wgmma(const kn_backend *be)
@@ -265,7 +266,7 @@ extern "C" int kn_cuda_attn_wgmma(const kn_backend *be)
 
 extern "C" long long kn_cuda_attn_wgmma_launches(const kn_backend *be, int mode)
 {
-    return mode >= 1 && mode <= 5 ? kn_cuda_ctx_of(be)->attn_wgmma_launches[mode - 1] : 0;
+    return mode >= 1 && mode <= KN_CUDA_ATTN_WGMMA_MODES ? kn_cuda_ctx_of(be)->attn_wgmma_launches[mode - 1] : 0;
 }
 
 extern "C" void kn_cuda_set_moe_streams(const kn_backend *be, int n)
