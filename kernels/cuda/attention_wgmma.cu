@@ -43,6 +43,8 @@
  *  - Mode 8 is mode 6 with sliding-window layers streamed: a block's run
  *    of consecutive query tiles shares one pass over its keys
  *    (attn_wgmma_window_kernel).
+ *  - Mode 9 is mode 5 with FlashAttention-3's ping-pong: the warpgroups
+ *    take turns issuing their products (named barriers).
  *
  * Only bf16 pools and head_dim 64 (GPT-OSS), or 128 in modes 6-8;
  * kn_cuda_attention_wgmma_fits sends every other call to the earlier
@@ -667,14 +669,23 @@ __device__ __forceinline__ int persist_tile(const WgArgs &a, int step)
  * while the consumers finish, store and load the next Q, and the ring's
  * slots and barrier phases count on across the steps; with head_dim 64
  * the P V chunks and S halves no row sees are skipped (wg_tile's TRIM:
- * with head_dim 128 its live ranges spilled under the 168-register cap). */
-template <int NWG, bool PIPE, bool PWARP, int D, bool PERSIST>
+ * with head_dim 128 its live ranges spilled under the 168-register cap).
+ * PP (mode 9, mode 5's form): FlashAttention-3's ping-pong between the two
+ * warpgroups: each issues its tile's products (S of tile i, P V of tile
+ * i - 1) only in its turn (named barrier 3 + wg, opened by the other's
+ * bar.arrive once it has issued its own), so one warpgroup's softmax runs
+ * while the other's products keep the tensor cores busy instead of both
+ * drifting into their softmax together. Both warpgroups take a turn for
+ * every tile of the block, seen or not, so the turns pair up; warpgroup 1
+ * opens the first turn and skips its last arrive. */
+template <int NWG, bool PIPE, bool PWARP, int D, bool PERSIST, bool PP = false>
 __global__ void __launch_bounds__(PWARP ? NWG * 128 + 32 : NWG * 128, 1)
 attn_wgmma_tma_kernel(const WgArgs a, const __grid_constant__ CUtensorMap kmap,
                       const __grid_constant__ CUtensorMap vmap)
 {
     static_assert(D == 64 || (NWG == 2 && !PIPE && PWARP), "head_dim 128: mode 2's form only");
     static_assert(!PERSIST || (NWG == 2 && !PIPE && PWARP), "persistent: mode 2's form only");
+    static_assert(!PP || (NWG == 2 && PIPE && PWARP && !PERSIST), "ping-pong: mode 5's form only");
     const int S = tma_stages<D>();
     /* modes 4 and 5 keep Q in shared memory: registers for a third
      * warpgroup (4), for the overlap under a producer warp's 168 cap (5);
@@ -744,6 +755,8 @@ attn_wgmma_tma_kernel(const WgArgs a, const __grid_constant__ CUtensorMap kmap,
             int prev_st = 0;
             float sc[WB_N / 2], alpha[2];
             uint32_t pa_prev[WB_N / 16][4];
+            if (PP && wg == 1) /* warpgroup 0 takes the first turn */
+                asm volatile("bar.arrive 3, 256;\n" ::: "memory");
             for (int i = 0; i < n_tiles; i++) {
                 const int st = i % S, j0 = b.kbeg + i * WB_N;
                 const uint32_t kaddr = smem + st * stage_bytes<D>();
@@ -757,13 +770,21 @@ attn_wgmma_tma_kernel(const WgArgs a, const __grid_constant__ CUtensorMap kmap,
                     pending = false;
                 }
                 mbar_wait(bars + 8 * st, (i / S) & 1);
+                const bool pass_turn = PP && !(wg == 1 && i == n_tiles - 1);
+                if (PP) /* this warpgroup's turn */
+                    asm volatile("bar.sync %0, 256;\n" ::"r"(3 + wg) : "memory");
                 if (!sees) {
+                    if (pass_turn)
+                        asm volatile("bar.arrive %0, 256;\n" ::"r"(4 - wg) : "memory");
                     release_stage<D>(bars, st, lane);
                     continue;
                 }
                 wg_scores_issue<D, Q_SMEM>(w, kaddr, sc, qs);
-                if (pending) {
+                if (pending)
                     wg_pv_issue(w, pa_prev, smem + prev_st * stage_bytes<D>() + tile_bytes<D>());
+                if (pass_turn) /* products issued: the other warpgroup's turn */
+                    asm volatile("bar.arrive %0, 256;\n" ::"r"(4 - wg) : "memory");
+                if (pending) {
                     kn_wgmma_wait<1>(); /* S of this tile; the previous P V may still run */
                 } else {
                     kn_wgmma_wait<0>();
@@ -880,7 +901,7 @@ bool kn_cuda_attention_wgmma_fits(const kn_seq_batch *b, int n_heads, int n_kv_h
                                   const kn_kv_pools *pools)
 {
     long long nvec_max = (long long)b->max_q_len * (n_heads / n_kv_heads);
-    const bool d128 = head_dim == 128 && mode >= 6 && kn_cuda_attention_wgmma_tma_fits(page_size) &&
+    const bool d128 = head_dim == 128 && mode >= 6 && mode <= 8 && kn_cuda_attention_wgmma_tma_fits(page_size) &&
                       kn_cuda_aligned16(q);
     return (head_dim == WD || d128) && pools->dtype == KN_BF16 && nvec_max > 16 &&
            ((uintptr_t)out & 7) == 0 && ((uintptr_t)q & 7) == 0 &&
@@ -944,7 +965,7 @@ static int pool_tensor_map(tensor_map_encode_fn encode, const char *op, CUtensor
  * longest sequence's query tiles, so every block starts at once and none
  * waits for a second wave. WINDOW: mode 8's window-stream kernel (head_dim
  * 64, PERSIST). */
-template <int NWG, bool PIPE, bool PWARP, int D, bool PERSIST, bool WINDOW = false>
+template <int NWG, bool PIPE, bool PWARP, int D, bool PERSIST, bool WINDOW = false, bool PP = false>
 static int launch_tma(const kn_backend *be, const char *op, WgArgs a, const kn_seq_batch *b,
                       const CUtensorMap &kmap, const CUtensorMap &vmap)
 {
@@ -952,7 +973,7 @@ static int launch_tma(const kn_backend *be, const char *op, WgArgs a, const kn_s
     const int threads = PWARP ? NWG * 128 + 32 : NWG * 128;
     const size_t smem = tma_smem_bytes<D>();
     void (*kernel)(const WgArgs, const CUtensorMap, const CUtensorMap) =
-        WINDOW ? attn_wgmma_window_kernel : attn_wgmma_tma_kernel<NWG, PIPE, PWARP, D, PERSIST>;
+        WINDOW ? attn_wgmma_window_kernel : attn_wgmma_tma_kernel<NWG, PIPE, PWARP, D, PERSIST, PP>;
     KN_CUDA_TRY(op, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     long long q_tiles = kn_cuda_div_up((long long)b->max_q_len * a.group, NWG * WG_ROWS);
     long long gx = q_tiles, steps = 1;
@@ -993,11 +1014,11 @@ int kn_cuda_attention_wgmma(const kn_backend *be, const char *op, float *out, co
         return kn_arg_error(op, "the wgmma attention kernel takes head_dim 64 or 128 over bf16 pools, "
                                 "not head_dim %d over %s pools",
                             head_dim, kn_dtype_name(pools->dtype));
-    if (head_dim == 128 && (mode < 6 || !kn_cuda_aligned16(q)))
+    if (head_dim == 128 && (mode < 6 || mode > 8 || !kn_cuda_aligned16(q)))
         return kn_arg_error(op, "head_dim 128 takes wgmma attention modes 6..8 with Q 16-byte aligned, "
                                 "not mode %d%s", mode, kn_cuda_aligned16(q) ? "" : " (Q not aligned)");
-    if ((mode == 4 || mode == 5) && !kn_cuda_aligned16(q))
-        mode = mode == 4 ? 3 : 2; /* modes 4, 5 read Q rows 16 bytes at a time */
+    if ((mode == 4 || mode == 5 || mode == 9) && !kn_cuda_aligned16(q))
+        mode = mode == 4 ? 3 : 2; /* modes 4, 5, 9 read Q rows 16 bytes at a time */
     if (mode > 1 && !kn_cuda_attention_wgmma_tma_fits(page_size))
         return kn_arg_error(op, "the TMA attention kernel takes page sizes 8..%d dividing %d, not %d",
                             WB_N, WB_N, page_size);
@@ -1034,6 +1055,8 @@ int kn_cuda_attention_wgmma(const kn_backend *be, const char *op, float *out, co
         rc = launch_tma<3, true, false, WD, false>(be, op, a, b, kmap, vmap);
     else if (mode == 5)
         rc = launch_tma<N_WG, true, true, WD, false>(be, op, a, b, kmap, vmap);
+    else if (mode == 9)
+        rc = launch_tma<N_WG, true, true, WD, false, false, true>(be, op, a, b, kmap, vmap);
     else if (mode == 8 && !d128 && window_streams(a.group, window))
         rc = launch_tma<N_WG, false, true, WD, true, true>(be, op, a, b, kmap, vmap);
     else if (mode == 6 || mode == 8)

@@ -30,7 +30,8 @@ bool kn_cuda_attention_wgmma_tma_fits(int page_size);
  * memory, 5 as 3 with mode 2's producer warp and Q in shared memory, 6 as
  * 2 persistent (one block per SM looping over query tiles; P V chunks and
  * S halves no row sees skipped), 7 as 2, 8 as 6 with a sliding window's
- * keys streamed once per block. Modes 6-8 take head_dim 128 too (Q in
+ * keys streamed once per block, 9 as 5 with FlashAttention-3's ping-pong
+ * between the two warpgroups. Modes 6-8 take head_dim 128 too (Q in
  * shared memory, 3 stages of 64 KB). Arguments already checked. */
 int kn_cuda_attention_wgmma(const kn_backend *be, const char *op, float *out, const float *q,
                             const struct kn_kv_pools *pools, const struct kn_seq_batch *b,

@@ -50,14 +50,15 @@ void kn_cuda_set_lt_cache(const kn_backend *be, int on);
  * P V chunks and S halves no row sees skipped, mode 7 to mode 2's kernel,
  * mode 8 to mode 6 with sliding-window layers' keys streamed once per
  * block through the ring (windows up to about 250 keys; longer ones take
- * mode 6's kernel); modes 6-8 also take head_dim 128 (Qwen3), the others
- * 64 only (modes 2-8: page sizes 8..128 dividing 128; other page sizes
+ * mode 6's kernel), mode 9 to mode 5 with FlashAttention-3's ping-pong
+ * between the two warpgroups; modes 6-8 also take head_dim 128 (Qwen3),
+ * the others 64 only (modes 2-9: page sizes 8..128 dividing 128; other page sizes
  * take mode 1's kernel, or for head_dim 128 the mma.sync one); 0 (the
  * default) keeps the mma.sync kernel. Needs an sm_90 GPU. Starts from
- * TANDEM_CUDA_ATTN_WGMMA=0..8 at
+ * TANDEM_CUDA_ATTN_WGMMA=0..9 at
  * init; for benchmarks and tests. kn_cuda_attn_wgmma_launches counts one
  * mode's kernel launches on this backend. */
-#define KN_CUDA_ATTN_WGMMA_MODES 8
+#define KN_CUDA_ATTN_WGMMA_MODES 9
 void kn_cuda_set_attn_wgmma(const kn_backend *be, int mode);
 int kn_cuda_attn_wgmma(const kn_backend *be);
 long long kn_cuda_attn_wgmma_launches(const kn_backend *be, int mode);

@@ -84,10 +84,11 @@ struct kn_cuda_ctx {
      * TMA loads, 3 = that with softmax / P V overlap, 4 = 3 with three
      * warpgroups, 5 = 2 with the overlap, 6 = 2 persistent (blocks loop
      * over query tiles) with head_dim 128 too, 7 = 2 with head_dim 128 too,
-     * 8 = 6 with window layers' keys streamed (attention_wgmma.cu; page
+     * 8 = 6 with window layers' keys streamed, 9 = 5 with the warpgroups'
+     * ping-pong (attention_wgmma.cu; page
      * sizes TMA cannot box fall back to 1) for the calls they take
      * (head_dim 64, 128 in modes 6-8; bf16 pools). Starts from
-     * TANDEM_CUDA_ATTN_WGMMA=0..8 at init; kn_cuda_set_attn_wgmma changes it. attn_wgmma_launches[mode
+     * TANDEM_CUDA_ATTN_WGMMA=0..9 at init; kn_cuda_set_attn_wgmma changes it. attn_wgmma_launches[mode
      * - 1] counts each form's launches (tests check which ran);
      * tensor_map_encode is the driver's cuTensorMapEncodeTiled, looked up
      * on first use. */

@@ -7,10 +7,10 @@
 #   ops-off    test_cuda_ops SEED attention (the wgmma switch off: the
 #              earlier kernels; the `pool wgmma` cases turn it on themselves)
 #   ops-on     the `pool bf16 bf16 KV` cases (the mma.sync kernel's) with
-#              TANDEM_CUDA_ATTN_WGMMA=1..8: those with head_dim 64 run the
+#              TANDEM_CUDA_ATTN_WGMMA=1..9: those with head_dim 64 run the
 #              cp.async / TMA / TMA-overlapped / 3-warpgroup / persistent /
-#              window-stream wgmma kernel; in modes 6-8 those with head_dim
-#              128 too
+#              window-stream / ping-pong wgmma kernel; in modes 6-8 those
+#              with head_dim 128 too
 #   memcheck   compute-sanitizer memcheck on the `pool wgmma` cases
 #   bench      tests/gpu/bench_attention.py with BENCH_ONLY_WGMMA=1: the
 #              wgmma forms and the mma.sync kernel over a bf16 cache next
@@ -24,7 +24,7 @@
 # value in ENGINE_MODES (default "0 3"), the prefill lines and the attention
 # share of the profile printed.
 #
-# MODES (default "1 2 3 4 5 6 7 8") picks the modes of the ops-on runs, OPS_FILTER
+# MODES (default "1 2 3 4 5 6 7 8 9") picks the modes of the ops-on runs, OPS_FILTER
 # (default "attention") the ops-off run's cases, MEMCHECK_FILTER (default
 # "pool wgmma") memcheck's, BENCH_WGMMA_MODES the bench's; ENGINE_MODES set
 # adds the `engine` comparison after the bench.
@@ -98,7 +98,7 @@ if command -v cuobjdump >/dev/null; then
     cuobjdump -sass "$BIN/test_cuda_ops" >"$all" 2>&1
     cuobjdump -res-usage "$BIN/test_cuda_ops" 2>&1 | grep -A1 attn_wgmma >"$OUT/res_usage.txt"
     for k in $(grep -oE 'Function : [^ ]*attn_wgmma[^ ]*' "$all" |
-               grep -oE 'attn_wgmma(_tma|_window)?_kernel(ILi[0-9]ELb[01]ELb[01]ELi[0-9]+ELb[01]E)?' | sort -u); do
+               grep -oE 'attn_wgmma(_tma|_window)?_kernel(ILi[0-9]ELb[01]ELb[01]ELi[0-9]+ELb[01]ELb[01]E)?' | sort -u); do
         # the kernel's own listing: from its Function header to the next one
         awk -v k="$k" '/Function : / { on = index($0, k) > 0 } on' "$all" >"$OUT/sass_$k.txt"
         hg=$(grep -c 'HGMMA' "$OUT/sass_$k.txt"); ll=$(grep -cE '\b(LDL|STL)\b' "$OUT/sass_$k.txt")
@@ -130,7 +130,7 @@ ops() {
 }
 ops "ops attention, wgmma switch off" "$OUT/ops_attn_off.log" 200 TANDEM_CUDA_ATTN_WGMMA=0 \
     "$BIN/test_cuda_ops" "$SEED" "${OPS_FILTER:-attention}"
-for m in ${MODES:-1 2 3 4 5 6 7 8}; do
+for m in ${MODES:-1 2 3 4 5 6 7 8 9}; do
     ops "ops pool bf16 bf16 KV, TANDEM_CUDA_ATTN_WGMMA=$m" "$OUT/ops_attn_on$m.log" 90 \
         TANDEM_CUDA_ATTN_WGMMA=$m "$BIN/test_cuda_ops" "$SEED" "pool bf16 bf16 KV"
 done

@@ -3,8 +3,9 @@
  * the environment, the Hopper wgmma ones when TANDEM_CUDA_ATTN_WGMMA=1
  * (cp.async loads), 2 (TMA loads), 3 (TMA, softmax overlapping P V), 4
  * (3 with three warpgroups), 5 (2 with 3's overlap), 6 (2 persistent), 7
- * (2, taking head_dim 128 too) or 8 (6 with window layers streaming their
- * keys) is too and the cache is bf16) on
+ * (2, taking head_dim 128 too), 8 (6 with window layers streaming their
+ * keys) or 9 (5 with the warpgroups' ping-pong) is too and the cache is
+ * bf16) on
  * GPT-OSS shapes: 64 query heads, 8 KV heads, head_dim 64, sinks; or with
  * SHAPE qwen3 Qwen3-30B-A3B's: 32 query heads, 4 KV heads, head_dim 128,
  * no sinks.
@@ -16,7 +17,8 @@
  * KV: the KV pools' dtype, f32 (default), bf16 or fp8 (rows quantized with
  * their scale as kv_append writes them). SHAPE: gpt-oss (default) or qwen3.
  * Prints one line: RESULT kind=... attn=f32|bf16|wgmma|wgmma-tma|wgmma-tma-pipe|wgmma-tma-pipe-3wg|
- * wgmma-tma-pipe-pw|wgmma-tma-persist|wgmma-tma-d128|wgmma-tma-window (the kernel that ran) kv=... ms=<median> flops=<useful FLOPs> bytes=<min bytes>
+ * wgmma-tma-pipe-pw|wgmma-tma-persist|wgmma-tma-d128|wgmma-tma-window|wgmma-tma-pingpong (the
+ * kernel that ran) kv=... ms=<median> flops=<useful FLOPs> bytes=<min bytes>
  * Inputs are random (never zeros); every timing is the median of 10 runs
  * after 3 warm-ups, with CUDA events on the backend's stream. */
 #include <cuda_runtime.h>
@@ -200,7 +202,8 @@ int main(int argc, char **argv)
                    2.0 * (double)n_seqs * kv * HKV * (double)kn_kv_row_bytes(kv_dt, D);
     printf("RESULT kind=%s attn=%s kv=%s shape=%s a=%d b=%d ms=%.4f ms_min=%.4f ms_max=%.4f flops=%.6g "
            "bytes=%.6g\n", argv[1],
-           kn_cuda_attn_wgmma_launches(&b.gpu, 8) > 0   ? "wgmma-tma-window"
+           kn_cuda_attn_wgmma_launches(&b.gpu, 9) > 0   ? "wgmma-tma-pingpong"
+           : kn_cuda_attn_wgmma_launches(&b.gpu, 8) > 0 ? "wgmma-tma-window"
            : kn_cuda_attn_wgmma_launches(&b.gpu, 7) > 0 ? "wgmma-tma-d128"
            : kn_cuda_attn_wgmma_launches(&b.gpu, 6) > 0 ? "wgmma-tma-persist"
            : kn_cuda_attn_wgmma_launches(&b.gpu, 5) > 0 ? "wgmma-tma-pipe-pw"

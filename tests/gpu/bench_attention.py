@@ -12,8 +12,9 @@ GPT-OSS shapes: 64 query heads, 8 KV heads, head_dim 64, causal.
             producer warp), 3 (2 with each tile's softmax overlapping the
             previous P V), 4 (3 with three warpgroups), 5 (2 with 3's
             overlap), 6 (2 persistent: a block per SM looping over query
-            tiles, unseen P V chunks skipped), 7 (2, head_dim 128 too) or 8
-            (6 with a window layer's keys streamed once per block)
+            tiles, unseen P V chunks skipped), 7 (2, head_dim 128 too), 8
+            (6 with a window layer's keys streamed once per block) or 9 (5
+            with FlashAttention-3's ping-pong between the warpgroups)
             too and a bf16 cache, the Hopper wgmma kernels
             (attention_wgmma.cu)
   sdpa-cudnn torch SDPA, CUDNN_ATTENTION backend, bf16, no sink (the peer
@@ -34,7 +35,7 @@ Usage: bench_attention.py BUILD_DIR OUT_DIR
 Environment: BENCH_DECODE=0 leaves the decode rows out, BENCH_FP32=0 the
 fp32 rows (ours and mem-efficient), BENCH_ONLY_WGMMA=1 keeps only the
 prefill rows of the bf16 kernels over a bf16 cache and torch's cuDNN and
-flash SDPA, BENCH_WGMMA_MODES (default "8 6 5 4 3 2 1") the wgmma modes measured
+flash SDPA, BENCH_WGMMA_MODES (default "9 8 6 5 4 3 2 1") the wgmma modes measured
 on the GPT-OSS shape, BENCH_QWEN3=0 leaves the Qwen3 rows out.
 """
 import json
@@ -51,7 +52,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 H, HKV, D = 64, 8, 64
 WARMUP, REPS = 3, 10
 # the wgmma modes (TANDEM_CUDA_ATTN_WGMMA), as the table names them
-hows = {8: "TMA + producer warp, persistent, window keys streamed", 7: "TMA + producer warp (head_dim 128 too)", 6: "TMA + producer warp, persistent",
+hows = {9: "TMA + producer warp, overlap, warpgroup ping-pong",
+        8: "TMA + producer warp, persistent, window keys streamed", 7: "TMA + producer warp (head_dim 128 too)", 6: "TMA + producer warp, persistent",
         5: "TMA + producer warp, softmax / PV overlap", 4: "TMA, overlap, 3 warpgroups",
         3: "TMA, softmax / PV overlap", 2: "TMA + producer warp", 1: "cp.async"}
 
@@ -164,7 +166,8 @@ def ours(build, *args, bf16=False, kv="f32", wgmma=0, shape="gpt-oss"):
     line = [l for l in out.splitlines() if l.startswith("RESULT ")][-1]
     r = {kv.split("=")[0]: kv.split("=")[1] for kv in line.split()[1:]}
     want = {1: "wgmma", 2: "wgmma-tma", 3: "wgmma-tma-pipe", 4: "wgmma-tma-pipe-3wg", 5: "wgmma-tma-pipe-pw",
-            6: "wgmma-tma-persist", 7: "wgmma-tma-d128", 8: "wgmma-tma-window"}.get(wgmma, "bf16" if bf16 else "f32")
+            6: "wgmma-tma-persist", 7: "wgmma-tma-d128", 8: "wgmma-tma-window",
+            9: "wgmma-tma-pingpong"}.get(wgmma, "bf16" if bf16 else "f32")
     if r["attn"] != want:
         raise SystemExit(f"bench_attention ran attn={r['attn']}, wanted {want}")
     if r.get("kv") != kv:
@@ -211,7 +214,7 @@ def main():
                 note + ", no sink")
         for window in (0, 128):
             shape = f"prefill {n}" + (f" win {window}" if window else "")
-            for mode in [int(m) for m in os.environ.get("BENCH_WGMMA_MODES", "8 6 5 4 3 2 1").split()]:
+            for mode in [int(m) for m in os.environ.get("BENCH_WGMMA_MODES", "9 8 6 5 4 3 2 1").split()]:
                 try:
                     r = ours(build, "prefill", n, window, kv="bf16", wgmma=mode)
                 except (subprocess.CalledProcessError, SystemExit) as e:

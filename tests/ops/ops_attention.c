@@ -383,7 +383,7 @@ typedef struct pool_param {
     int wgmma; /* CUDA: the Hopper wgmma kernel, mode 1 (cp.async), 2 (TMA), 3 (TMA, overlapped),
                   4 (3 with three warpgroups), 5 (2 with 3's overlap), 6 (2 persistent, head_dim
                   128 too), 7 (2, head_dim 128 too), 8 (6 with window layers streaming their
-                  keys): kn_cuda_set_attn_wgmma */
+                  keys), 9 (5 with the warpgroups' ping-pong): kn_cuda_set_attn_wgmma */
     int fill; /* 0: random K, V; the diagnostic fills, which test one product alone:
                  FILL_K_ZERO (S = 0: only P V and the V layout matter),
                  FILL_V_CONST (V[key][d] = c[d]: out = c whatever P, if P is normalised) */
@@ -686,6 +686,8 @@ static void precision_switch(op_env *e, const void *param)
     kn_cuda_set_attn_wgmma(e->be, 8);
     OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 8);
     kn_cuda_set_attn_wgmma(e->be, 9);
+    OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 9);
+    kn_cuda_set_attn_wgmma(e->be, 10);
     OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 0);
     kn_cuda_set_attn_wgmma(e->be, 0);
     OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 0);
@@ -897,7 +899,8 @@ void ops_register_attention(void)
           64, 16, 0, 1, 0, KN_BF16, 1, FILL_V_CONST },
     };
     static const char *const wg_how[] = { "cp.async",    "tma",         "tma-pipe", "tma-pipe-3wg",
-                                          "tma-pipe-pw", "tma-persist", "tma-d128", "tma-window" };
+                                          "tma-pipe-pw", "tma-persist", "tma-d128", "tma-window",
+                                          "tma-pingpong" };
     for (int mode = 1; mode <= (int)(sizeof wg_how / sizeof wg_how[0]); mode++) {
         const char *how = wg_how[mode - 1];
         for (size_t i = 0; i < sizeof wg / sizeof wg[0]; i++) {
