@@ -811,6 +811,23 @@ attn_wgmma_tma_kernel(const WgArgs a, const __grid_constant__ CUtensorMap kmap,
     }
 }
 
+/* The fp32 Q rows of the query tile at b (128 vectors of D = 64: two
+ * 128-byte lines each) prefetched into L2 by one warp: a window layer's
+ * step is short, and its consumers' Q loads would otherwise wait on
+ * memory with nothing to overlap. */
+__device__ __forceinline__ void prefetch_q_tile(const WgArgs &a, const BlockPlace &b, int lane)
+{
+#pragma unroll
+    for (int k = 0; k < N_WG * WG_ROWS * 2 / 32; k++) {
+        const int idx = lane + 32 * k, v = b.v0 + (idx >> 1);
+        if (v >= b.nvec)
+            continue;
+        const int rl = v / a.group, gg = v - rl * a.group;
+        const float *p = a.q + ((size_t)(b.q0 + rl) * a.n_heads + b.kvh * a.group + gg) * WD + (idx & 1) * 32;
+        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+    }
+}
+
 /* Mode 8, sliding-window layers: a block takes a run of consecutive query
  * tiles of one (sequence, KV head), and its producer warp streams the
  * run's keys once, as 128-key tiles at multiples of 128 (kt = key / 128),
@@ -855,8 +872,21 @@ attn_wgmma_window_kernel(const WgArgs a, const __grid_constant__ CUtensorMap kma
         run.kbeg = kt_first * WB_N;
         run.kend = last.kend;
         const int n_kt = (run.kend - 1) / WB_N - kt_first + 1;
-        for (int r = 0; r < n_kt; r++)
+        int pf = t0; /* the next query tile whose Q to prefetch */
+        for (int r = 0; r < n_kt; r++) {
             tma_produce_tile<D>(a, run, &kmap, &vmap, smem, bars, r, r, lane);
+            /* Q of the query tiles starting at most 2 key tiles behind this
+             * one: the producer runs up to the ring's 4 tiles ahead of the
+             * consumers, so these are about the next ones they compute
+             * (and no more than L2 holds for every block at once) */
+            for (; pf < t1; pf++) {
+                BlockPlace qb;
+                block_place(a, qb, BM, pf);
+                if (qb.kbeg / WB_N - kt_first > r - 2)
+                    break;
+                prefetch_q_tile(a, qb, lane);
+            }
+        }
         return;
     }
     const int wg = warp >> 2, wq = warp & 3, g = lane >> 2, t = lane & 3;

@@ -20,14 +20,17 @@
 # A short table is printed last; a failed case's log lines (which case,
 # the first bad row/head/dim) are printed under its step.
 # With the argument `engine`, instead: tandem-bench --synthetic GPT-OSS-20B
-# FP8, prefill 8192 and 32768 with --profile, once per TANDEM_CUDA_ATTN_WGMMA
-# value in ENGINE_MODES (default "0 3"), the prefill lines and the attention
-# share of the profile printed.
+# FP8 (ENGINE_CONFIG: another file of tests/fixtures/configs, e.g.
+# qwen3-30b-a3b for head_dim 128), prefill ENGINE_PREFILL (default
+# 8192,32768) with --profile, once per TANDEM_CUDA_ATTN_WGMMA value in
+# ENGINE_MODES (default "0 3"), the prefill lines and the attention share of
+# the profile printed.
 #
 # MODES (default "1 2 3 4 5 6 7 8 9") picks the modes of the ops-on runs, OPS_FILTER
 # (default "attention") the ops-off run's cases, MEMCHECK_FILTER (default
-# "pool wgmma") memcheck's, BENCH_WGMMA_MODES the bench's; ENGINE_MODES set
-# adds the `engine` comparison after the bench.
+# "pool wgmma"; several filters separated by '|', one memcheck run each,
+# e.g. "pool wgmma tma-window|d128") memcheck's, BENCH_WGMMA_MODES the
+# bench's; ENGINE_MODES set adds the `engine` comparison after the bench.
 #
 # Usage: TANDEM_PREBUILT=DIR|DIR.tar.xz [SEED=n] [OUT=dir]
 #        bash tests/gpu/attn_wgmma_check.sh [engine]
@@ -66,18 +69,19 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,
 echo "seed $SEED, tree $(cat COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 
 engine_step() {
+    local cfg=${ENGINE_CONFIG:-gpt-oss-20b}
     for m in ${ENGINE_MODES:-0 3}; do
         secs=$(limit 150)
         [ "$secs" -ge 30 ] || { rows+=("| tandem-bench mode $m | skipped: out of time |"); continue; }
-        echo "== tandem-bench GPT-OSS-20B FP8, TANDEM_CUDA_ATTN_WGMMA=$m"
+        echo "== tandem-bench $cfg FP8, TANDEM_CUDA_ATTN_WGMMA=$m"
         run timeout "$secs" env TANDEM_CUDA_ATTN_WGMMA=$m "$BIN/tandem-bench" --device cuda \
-            --synthetic tests/fixtures/configs/gpt-oss-20b.json --weights fp8 --prefill 8192,32768 \
-            --batch none --repeat 3 --profile >"$OUT/engine_wgmma$m.log" 2>&1
+            --synthetic "tests/fixtures/configs/$cfg.json" --weights fp8 --prefill "${ENGINE_PREFILL:-8192,32768}" \
+            --batch none --repeat 3 --profile >"$OUT/engine_${cfg}_wgmma$m.log" 2>&1
         rc=$?
-        grep -iE '^prefill |attention' "$OUT/engine_wgmma$m.log" | head -12
+        grep -iE '^prefill |attention' "$OUT/engine_${cfg}_wgmma$m.log" | head -12
         [ $rc -eq 0 ] || status=1
-        rows+=("| tandem-bench oss20b fp8, TANDEM_CUDA_ATTN_WGMMA=$m | exit $rc; $(grep -E '^prefill ' \
-            "$OUT/engine_wgmma$m.log" | tr -s ' ' | tr '\n' ';') |")
+        rows+=("| tandem-bench $cfg fp8, TANDEM_CUDA_ATTN_WGMMA=$m | exit $rc; $(grep -E '^prefill ' \
+            "$OUT/engine_${cfg}_wgmma$m.log" | tr -s ' ' | tr '\n' ';') |")
     done
 }
 print_rows() {
@@ -138,11 +142,15 @@ done
 san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer \
       /usr/local/cuda/compute-sanitizer/compute-sanitizer /opt/nvidia/*/compute-sanitizer 2>/dev/null | head -1)
 if [ -n "$san" ]; then
-    ops "memcheck, pool wgmma cases" "$OUT/memcheck_wgmma.log" 180 TANDEM_CUDA_ATTN_WGMMA=1 \
-        "$san" --tool memcheck --leak-check no --error-exitcode 9 "$BIN/test_cuda_ops" "$SEED" \
-        "${MEMCHECK_FILTER:-pool wgmma}"
-    grep -E '^=========' "$OUT/memcheck_wgmma.log" | head -20
-    rows+=("| memcheck summary | $(grep -oE 'ERROR SUMMARY: [0-9]+ errors?' "$OUT/memcheck_wgmma.log" | tail -1) |")
+    IFS='|' read -r -a mfilters <<<"${MEMCHECK_FILTER:-pool wgmma}"
+    mi=0
+    for mf in "${mfilters[@]}"; do
+        mi=$((mi + 1))
+        ops "memcheck, cases matching '$mf'" "$OUT/memcheck_wgmma$mi.log" 180 TANDEM_CUDA_ATTN_WGMMA=1 \
+            "$san" --tool memcheck --leak-check no --error-exitcode 9 "$BIN/test_cuda_ops" "$SEED" "$mf"
+        grep -E '^=========' "$OUT/memcheck_wgmma$mi.log" | head -20
+        rows+=("| memcheck summary '$mf' | $(grep -oE 'ERROR SUMMARY: [0-9]+ errors?' "$OUT/memcheck_wgmma$mi.log" | tail -1) |")
+    done
 else
     rows+=("| memcheck | not run: no compute-sanitizer |")
 fi

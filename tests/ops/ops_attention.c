@@ -881,14 +881,16 @@ void ops_register_attention(void)
           64, 16, 0, 1, 0, KN_BF16, 1, 0 },
         /* 16 (sequence, KV head) pairs: on 132 SMs the persistent modes
          * give each block several query tiles (a window run, a snake) */
-        { "GPT-OSS 64/8 heads, 2 seqs (1500 of 2000, 700 of 700), window 128, sinks, page 16", 2, { 1500, 700 },
-          { 2000, 700 }, 64, 8, 64, 16, 128, 1, 0, KN_BF16, 1, 0 },
-        { "GPT-OSS 64/8 heads, 2 seqs (700 of 700, 200 of 600), causal, sinks, page 16", 2, { 700, 200 },
-          { 700, 600 }, 64, 8, 64, 16, 0, 1, 0, KN_BF16, 1, 0 },
+        { "GPT-OSS 64/8 heads, 2 seqs (600 of 900, 250 of 250), window 128, sinks, page 16", 2, { 600, 250 },
+          { 900, 250 }, 64, 8, 64, 16, 128, 1, 0, KN_BF16, 1, 0 },
+        { "GPT-OSS 64/8 heads, 2 seqs (400 of 400, 150 of 500), causal, sinks, page 16", 2, { 400, 150 },
+          { 400, 500 }, 64, 8, 64, 16, 0, 1, 0, KN_BF16, 1, 0 },
         { "MHA 4/4 heads, 700 rows, window 128 (spans of 3 key tiles), sinks, page 16", 1, { 700 }, { 700 }, 4, 4,
           64, 16, 128, 1, 0, KN_BF16, 1, 0 },
-        { "16/2 heads, 1500 rows, window 600 (mode 8 takes mode 6's kernel), sinks, page 32", 1, { 1500 },
-          { 1500 }, 16, 2, 64, 32, 600, 1, 0, KN_BF16, 1, 0 },
+        { "16/2 heads, 600 rows, window 300 (spans of 4 key tiles: mode 8's whole ring), no sink, page 16", 1,
+          { 600 }, { 600 }, 16, 2, 64, 16, 300, 0, 0, KN_BF16, 1, 0 },
+        { "8/1 heads, 800 rows, window 600 (mode 8 takes mode 6's kernel), sinks, page 32", 1, { 800 }, { 800 }, 8,
+          1, 64, 32, 600, 1, 0, KN_BF16, 1, 0 },
     };
     /* and two diagnostic fills per mode: which product is wrong when a
      * case above fails */
