@@ -52,11 +52,12 @@ void kn_cuda_set_lt_cache(const kn_backend *be, int on);
  * block through the ring (windows up to about 250 keys; longer ones take
  * mode 6's kernel), mode 9 to mode 5 with FlashAttention-3's ping-pong
  * between the two warpgroups; modes 6-8 also take head_dim 128 (Qwen3),
- * the others 64 only (modes 2-9: page sizes 8..128 dividing 128; other page sizes
- * take mode 1's kernel, or for head_dim 128 the mma.sync one); 0 (the
- * default) keeps the mma.sync kernel. Needs an sm_90 GPU. Starts from
- * TANDEM_CUDA_ATTN_WGMMA=0..9 at
- * init; for benchmarks and tests. kn_cuda_attn_wgmma_launches counts one
+ * the others 64 only (modes 2-9: page sizes 8..128 dividing 128; other
+ * page sizes take mode 1's kernel, or for head_dim 128 the mma.sync one);
+ * 0 keeps the mma.sync kernel. Mode 2 is the default
+ * (KN_CUDA_DEFAULT_ATTN_WGMMA). Needs an sm_90 GPU. Starts from
+ * TANDEM_CUDA_ATTN_WGMMA=0..9 at init; for benchmarks and tests.
+ * kn_cuda_attn_wgmma_launches counts one
  * mode's kernel launches on this backend. */
 #define KN_CUDA_ATTN_WGMMA_MODES 9
 void kn_cuda_set_attn_wgmma(const kn_backend *be, int mode);

@@ -6,11 +6,11 @@
 #              count, registers and stack
 #   ops-off    test_cuda_ops SEED attention (the wgmma switch off: the
 #              earlier kernels; the `pool wgmma` cases turn it on themselves)
-#   ops-on     the `pool bf16 bf16 KV` cases (the mma.sync kernel's) with
-#              TANDEM_CUDA_ATTN_WGMMA=1..9: those with head_dim 64 run the
-#              cp.async / TMA / TMA-overlapped / 3-warpgroup / persistent /
-#              window-stream / ping-pong wgmma kernel; in modes 6-8 those
-#              with head_dim 128 too
+#   ops-on     only with MODES set: the `pool bf16 bf16 KV` cases with
+#              TANDEM_CUDA_ATTN_WGMMA=m for each m in MODES (since every
+#              case names its kernel, these run the mma.sync kernel
+#              whatever the switch says: the `pool wgmma <mode>` cases of
+#              ops-off are the wgmma checks)
 #   memcheck   compute-sanitizer memcheck on the `pool wgmma` cases
 #   bench      tests/gpu/bench_attention.py with BENCH_ONLY_WGMMA=1: the
 #              wgmma forms and the mma.sync kernel over a bf16 cache next
@@ -26,7 +26,7 @@
 # ENGINE_MODES (default "0 3"), the prefill lines and the attention share of
 # the profile printed.
 #
-# MODES (default "1 2 3 4 5 6 7 8 9") picks the modes of the ops-on runs, OPS_FILTER
+# MODES (default none) picks the modes of the ops-on runs, OPS_FILTER
 # (default "attention") the ops-off run's cases, MEMCHECK_FILTER (default
 # "pool wgmma"; several filters separated by '|', one memcheck run each,
 # e.g. "pool wgmma tma-window|d128") memcheck's, BENCH_WGMMA_MODES the
@@ -132,9 +132,9 @@ ops() {
     [ $rc -eq 0 ] || status=1
     rows+=("| $name | exit $rc, $(grep -c '^ok ' "$log") ok, $(grep -c '^not ok ' "$log") not ok |")
 }
-ops "ops attention, wgmma switch off" "$OUT/ops_attn_off.log" 200 TANDEM_CUDA_ATTN_WGMMA=0 \
+ops "ops attention, wgmma switch off" "$OUT/ops_attn_off.log" 240 TANDEM_CUDA_ATTN_WGMMA=0 \
     "$BIN/test_cuda_ops" "$SEED" "${OPS_FILTER:-attention}"
-for m in ${MODES:-1 2 3 4 5 6 7 8 9}; do
+for m in ${MODES-}; do
     ops "ops pool bf16 bf16 KV, TANDEM_CUDA_ATTN_WGMMA=$m" "$OUT/ops_attn_on$m.log" 90 \
         TANDEM_CUDA_ATTN_WGMMA=$m "$BIN/test_cuda_ops" "$SEED" "pool bf16 bf16 KV"
 done
