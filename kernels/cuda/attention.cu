@@ -723,7 +723,8 @@ extern "C" int kn_attention_cuda(const kn_backend *be, float *out, const float *
     /* bf16 tensor cores only when the backend was asked for them
      * (kn_backend_set_attn_bf16, TANDEM_CUDA_ATTN_BF16=1); fp32 otherwise. */
     if (ctx->attn_bf16 && ctx->attn_wgmma &&
-        kn_cuda_attention_wgmma_fits(b, n_heads, n_kv_heads, head_dim, out, q, pools))
+        kn_cuda_attention_wgmma_fits(b, n_heads, n_kv_heads, head_dim, page_size, ctx->attn_wgmma, out, q,
+                                     pools))
         return kn_cuda_attention_wgmma(be, op, out, q, pools, b, n_heads, n_kv_heads, head_dim,
                                        page_size, scale, sinks, window,
                                        ctx->attn_wgmma > 1 && kn_cuda_attention_wgmma_tma_fits(page_size)

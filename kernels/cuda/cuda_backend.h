@@ -58,11 +58,22 @@ void kn_cuda_set_lt_cache(const kn_backend *be, int on);
  * loads, mode 2 to the wgmma kernel with TMA loads and a producer warp,
  * mode 3 to that kernel with each tile's softmax overlapping the previous
  * tile's P V, mode 4 to mode 3 with three warpgroups of query rows, mode
- * 5 to mode 2's producer warp with mode 3's overlap (modes 2-5: page sizes
- * 8..128 dividing 128; other page sizes take mode 1's kernel); 0 keeps
- * the mma.sync kernel. Mode 2 is the default (KN_CUDA_DEFAULT_ATTN_WGMMA).
- * Needs an sm_90 GPU. Starts from TANDEM_CUDA_ATTN_WGMMA=0..5 at init; for benchmarks and tests. kn_cuda_attn_wgmma_launches counts one
+ * 5 to mode 2's producer warp with mode 3's overlap, mode 6 to mode 2's
+ * kernel made persistent (a block per SM looping over query tiles: a
+ * window layer's run of tiles, or causal tiles longest first) with the
+ * P V chunks and S halves no row sees skipped, mode 7 to mode 2's kernel,
+ * mode 8 to mode 6 with sliding-window layers' keys streamed once per
+ * block through the ring (windows up to about 250 keys; longer ones take
+ * mode 6's kernel), mode 9 to mode 5 with FlashAttention-3's ping-pong
+ * between the two warpgroups; modes 6-8 also take head_dim 128 (Qwen3),
+ * the others 64 only (modes 2-9: page sizes 8..128 dividing 128; other
+ * page sizes take mode 1's kernel, or for head_dim 128 the mma.sync one);
+ * 0 keeps the mma.sync kernel. Mode 2 is the default
+ * (KN_CUDA_DEFAULT_ATTN_WGMMA). Needs an sm_90 GPU. Starts from
+ * TANDEM_CUDA_ATTN_WGMMA=0..9 at init; for benchmarks and tests.
+ * kn_cuda_attn_wgmma_launches counts one
  * mode's kernel launches on this backend. */
+#define KN_CUDA_ATTN_WGMMA_MODES 9
 void kn_cuda_set_attn_wgmma(const kn_backend *be, int mode);
 int kn_cuda_attn_wgmma(const kn_backend *be);
 long long kn_cuda_attn_wgmma_launches(const kn_backend *be, int mode);

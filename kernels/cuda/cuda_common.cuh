@@ -18,6 +18,7 @@
 
 extern "C" {
 #include "kernels/backend.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/dtype.h"
 #include "kernels/kn_check.h"
 #include "common/status.h"
@@ -97,15 +98,18 @@ struct kn_cuda_ctx {
     /* With attn_bf16: 0 = attention_mma.cu's kernel for prefill; 1 = the
      * Hopper wgmma kernel with cp.async loads, 2 = the wgmma kernel with
      * TMA loads, 3 = that with softmax / P V overlap, 4 = 3 with three
-     * warpgroups, 5 = 2 with the overlap (attention_wgmma.cu; page sizes
-     * TMA cannot box fall back to 1) for the calls they take (head_dim 64,
-     * bf16 pools). Starts from TANDEM_CUDA_ATTN_WGMMA=0..5
-     * at init; kn_cuda_set_attn_wgmma changes it. attn_wgmma_launches[mode
+     * warpgroups, 5 = 2 with the overlap, 6 = 2 persistent (blocks loop
+     * over query tiles) with head_dim 128 too, 7 = 2 with head_dim 128 too,
+     * 8 = 6 with window layers' keys streamed, 9 = 5 with the warpgroups'
+     * ping-pong (attention_wgmma.cu; page
+     * sizes TMA cannot box fall back to 1) for the calls they take
+     * (head_dim 64, 128 in modes 6-8; bf16 pools). Starts from
+     * TANDEM_CUDA_ATTN_WGMMA=0..9 at init; kn_cuda_set_attn_wgmma changes it. attn_wgmma_launches[mode
      * - 1] counts each form's launches (tests check which ran);
      * tensor_map_encode is the driver's cuTensorMapEncodeTiled, looked up
      * on first use. */
     int attn_wgmma;
-    long long attn_wgmma_launches[5];
+    long long attn_wgmma_launches[KN_CUDA_ATTN_WGMMA_MODES];
     /* Launches of the bf16 tensor-core decode kernel
      * (attention_decode_mma.cu), which runs with attn_bf16 over bf16 pools
      * for decode-sized batches (tests and benchmarks check which ran). */
