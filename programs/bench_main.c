@@ -610,7 +610,7 @@ int main(int argc, char **argv)
         return rank_group_finish(&group, 1, 1000, err, sizeof err);
     }
     bench_ctx c = {0};
-    char device[32];
+    char device[sizeof a.device];
     int rc = TN_OK;
     if (rank_device(&a, group.local_rank, group.size, device, sizeof device) != 0)
         rc = tn_fail(err, sizeof err, TN_ERR_ARG, "bad --rank-devices '%s'", a.rank_devices);
