@@ -100,6 +100,13 @@ int kn_moe_route_cuda(const kn_backend *be, int32_t *expert_idx, float *expert_w
 int kn_moe_experts_cuda(const kn_backend *be, float *out, const float *x,
                         const int32_t *expert_idx, const float *expert_w,
                         int n_tokens, int k, const kn_moe_weights *w);
+int kn_ep_pack_cuda(const kn_backend *be, void *send, int32_t *slot, const float *x,
+                    const int32_t *expert_idx, const float *expert_w, int n_tokens, int k,
+                    int dim, int n_ranks, int experts_per_rank, int cap);
+int kn_ep_unpack_cuda(const kn_backend *be, float *x, int32_t *expert_idx, float *expert_w,
+                      const void *recv, int n_rows, int k, int dim);
+int kn_ep_combine_cuda(const kn_backend *be, float *out, const float *shares,
+                       const int32_t *slot, int n_tokens, int dim, int n_ranks, int cap);
 int kn_sample_cuda(const kn_backend *be, int32_t *tokens, const float *logits,
                    int n_rows, int vocab, const kn_sampling *params,
                    uint64_t *rng_state);

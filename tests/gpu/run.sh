@@ -17,8 +17,9 @@
 #   cluster      router + prefiller + decoder on --device cuda
 #                (tests/gpu/cluster_check.sh; needs TANDEM_PREBUILT_CLUSTER)
 #   ranks        test_rank_groups_gpu: TP=2, TP=2/EP=2, TP=4/EP=4 prefill and
-#                DP=2xEP=2 decode (f32, bf16, FP8), one process per rank, all
-#                on the one GPU (the staged communicator), vs the single rank
+#                DP=2xEP=2, DP=4xEP=4 decode (f32, bf16, FP8), one process per
+#                rank, all on the one GPU (the staged communicator), vs the
+#                single rank
 #   cluster-ranks  the cluster with a TP=2/EP=2 prefiller and a DP=2xEP=2
 #                decoder, every rank on the one GPU, incl. 64 concurrent
 #                streams (cluster_check.sh with RANKS=1)
@@ -45,6 +46,9 @@
 #   bench-engine tandem-bench --synthetic (random weights of the real
 #                configs): GPT-OSS-20B FP8 and bf16, GPT-OSS-120B FP8,
 #                Qwen3-30B-A3B: prefill 8192/32768, decode batch 1..128
+#   seed-table   the seed article's prefill cost table and DP+EP decode
+#                rows (tests/gpu/seed_table.sh: about 6 minutes on one H200;
+#                asked for by name, like serve)
 # all = checks + bench (serve is asked for by name: it needs its own ~6 min).
 #
 # Programs: $TANDEM_PREBUILT (a folder made by tests/gpu/make_prebuilt.sh on
@@ -79,7 +83,7 @@ for a in "${@:-checks}"; do
     bench) steps+=(ceilings bench-attention bench-ops bench-moe bench-comm bench-engine) ;;
     all) steps+=(ops ops-tf32 memcheck engine generate nccl ranks cluster cluster-ranks
                  ceilings bench-attention bench-ops bench-moe bench-comm bench-engine) ;;
-    ops|ops-tf32|memcheck|engine|generate|nccl|ranks|cluster|cluster-ranks|serve|ceilings|bench-attention|bench-ops|bench-moe|bench-comm|bench-engine)
+    ops|ops-tf32|memcheck|engine|generate|nccl|ranks|cluster|cluster-ranks|serve|ceilings|bench-attention|bench-ops|bench-moe|bench-comm|bench-engine|seed-table)
         steps+=("$a") ;;
     -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown step '$a' (run.sh --help lists them)"; exit 2 ;;
@@ -191,8 +195,8 @@ step_nccl() {
 step_ranks() {
     # the ranks are processes on the one GPU: auto picks the staged
     # communicator (NCCL refuses two ranks on one device)
-    check "test_rank_groups_gpu (TP=2, TP=2/EP=2, TP=4/EP=4, DP=2xEP=2; ranks sharing the GPU)" \
-        300 "$OUT/test_rank_groups_gpu.log" "$BIN/test_rank_groups_gpu"
+    check "test_rank_groups_gpu (TP=2, TP=2/EP=2, TP=4/EP=4, DP=2xEP=2, DP=4xEP=4; ranks sharing the GPU)" \
+        400 "$OUT/test_rank_groups_gpu.log" "$BIN/test_rank_groups_gpu"
     grep -E '^# .*(communicator|rel err)' "$OUT/test_rank_groups_gpu.log" | head -8
 }
 
@@ -209,6 +213,23 @@ step_cluster() {
     [ $rc -eq 0 ] || status=1
     grep -E '^not ok ' "$OUT/$tag.txt" | head; tail -n 4 "$OUT/$tag.txt"
     rows+=("| $tag on the GPU | exit $rc, $(tap_counts "$OUT/$tag.txt") |")
+}
+
+step_seed_table() {
+    local budget l
+    l=$(left)
+    budget=$(( l - 30 < 400 ? l - 30 : 400 ))
+    if [ "$budget" -lt 120 ]; then
+        rows+=("| seed-table | skipped: time budget |"); status=1; return
+    fi
+    echo "== seed-table (tests/gpu/seed_table.sh, ${budget} s at most)"
+    OUT="$OUT/seed" BUDGET_S=$budget BENCH="$BIN/tandem-bench" COMM="$BIN/bench_comm" \
+        LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NCCL_LIB="$NCCL_LIB" \
+        timeout $((budget + 60)) bash tests/gpu/seed_table.sh >"$OUT/seed_table.txt" 2>&1
+    local rc=$?
+    [ $rc -eq 0 ] || status=1
+    sed -n '/^== seed table/,$p' "$OUT/seed_table.txt"
+    rows+=("| seed-table: prefill cost table, DP+EP decode | exit $rc; seed_table.txt |")
 }
 
 step_serve() {
@@ -333,6 +354,7 @@ for s in "${steps[@]}"; do
     cluster) step_cluster ;;
     cluster-ranks) step_cluster ranks ;;
     serve) step_serve ;;
+    seed-table) step_seed_table ;;
     ceilings) step_ceilings ;;
     bench-attention) step_bench_attention ;;
     bench-ops) step_bench_ops ;;
