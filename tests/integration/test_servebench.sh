@@ -98,8 +98,16 @@ for p in ps:
     s = p["stages_mean_ms"]; c = p["stages_count"]
     assert c["prefill"] == p["completed"] and c["kv_transfer"] == p["completed"], c
     assert c["router_ttft"] == p["completed"], c
-    assert s["prefill"] > 0 and s["router_ttft"] >= s["prefill"], s' "$T/sweep.json"
-check "cluster sweep: a table row per point and the stage breakdown (one prefill and one KV push per request)" $? \
+    assert s["prefill"] > 0 and s["router_ttft"] >= s["prefill"], s
+    # every request passes each stage once, and the stages up to the first
+    # token add up to the router TTFT (both are means over the same requests)
+    stages = ["stage_router", "stage_admission", "stage_prefill_queue", "stage_prefill",
+              "stage_kv_transfer"]
+    for k in stages + ["stage_first_decode"]:
+        assert c[k] == p["completed"], (k, c)
+    total = sum(s[k] for k in stages)
+    assert abs(total - s["router_ttft"]) <= 0.01 * s["router_ttft"] + 0.5, (total, s)' "$T/sweep.json"
+check "cluster sweep: a table row per point and the stage breakdown (one prefill and one KV push per request, the stages add up to the router TTFT)" $? \
     "$(grep -A4 '^conc' "$T/sweep.out" | head -8)"
 $PY - "$T/sweep.svg" <<'EOF'
 import sys, xml.etree.ElementTree as ET
