@@ -25,6 +25,7 @@ void worker_options_default(worker_options *o)
     snprintf(o->kv_dtype, sizeof o->kv_dtype, "auto");
     snprintf(o->kv_path, sizeof o->kv_path, "auto");
     snprintf(o->cuda_graphs, sizeof o->cuda_graphs, "on");
+    snprintf(o->kv_same_host, sizeof o->kv_same_host, "tls");
     snprintf(o->tokenizer, sizeof o->tokenizer, "none");
     snprintf(o->metrics_host, sizeof o->metrics_host, "127.0.0.1");
     o->wedged_after_s = 60;
@@ -79,6 +80,11 @@ int worker_parse_flags(worker_options *o, const char *prog, const char *intro,
          "connection is then authenticated and encrypted (CURVE)"},
         {"ucx-tls", OPT_STR, o->ucx_tls, sizeof o->ucx_tls,
          "UCX transports for the TransferEngine (\"\": UCX_TLS from the environment)"},
+        {"kv-same-host", OPT_STR, o->kv_same_host, sizeof o->kv_same_host,
+         "KV transfers to a worker on this host (same boot, IPC and PID namespaces): tls "
+         "(the transports UCX_TLS gives every peer, with UCX peer-failure detection) or shm "
+         "(UCX shared memory when UCX_TLS allows it: much faster than loopback tcp, but a "
+         "dead peer is then noticed only by the transfer timeout or the router)"},
         {"kv-path", OPT_STR, o->kv_path, sizeof o->kv_path,
          "how the KV pools meet UCX: auto (GPU memory registered directly when UCX has CUDA "
          "support, else staged through pinned host buffers), direct, or staged"},
@@ -192,6 +198,12 @@ int worker_parse_flags(worker_options *o, const char *prog, const char *intro,
                 o->kv_path);
         return 2;
     }
+    if (strcmp(o->kv_same_host, "tls") && strcmp(o->kv_same_host, "shm")) {
+        fprintf(stderr, "%s: --kv-same-host must be tls or shm, got '%s'\n", prog,
+                o->kv_same_host);
+        return 2;
+    }
+    o->same_host_shm = !strcmp(o->kv_same_host, "shm");
     /* the role's integer flags are sizes and time limits: positive */
     for (int i = 0; i < n_role; i++)
         if (role_specs[i].type == OPT_INT && *(const int *)role_specs[i].dst <= 0) {

@@ -29,9 +29,11 @@
 #                prefiller + decoder on cuda:0, GPT-OSS-20B shapes, FP8
 #                random weights, token-id prompts, concurrency 1..256 for
 #                4096/200, 32768/100, 1024/1024, 8192/256 (points bounded in
-#                time: about 6 minutes in all) and the decode ITL p99 alone
-#                vs while 32k prompts arrive; JSON, SVG and logs in $OUT/serve
-#                (DEVICE=cpu runs its control flow with tiny shapes)
+#                time; WORKLOADS, POINT_S, DISAGG pass through: the full
+#                sweep takes two device calls, docs/PERF.md) and the decode
+#                ITL p99 alone vs while 32k prompts arrive; KV over UCX
+#                shared memory (--kv-same-host shm); JSON, SVG and logs in
+#                $OUT/serve (DEVICE=cpu runs its control flow with tiny shapes)
 # bench:
 #   ceilings     device copy bandwidth and bf16/fp32 GEMM rate through torch
 #                (the floors of every row below)
@@ -238,7 +240,7 @@ step_serve() {
     fi
     local budget l
     l=$(left)
-    budget=$(( l - 20 < 390 ? l - 20 : 390 ))
+    budget=$(( l - 20 < 500 ? l - 20 : 500 ))
     if [ "$budget" -lt 120 ]; then
         rows+=("| serve | skipped: time budget |"); status=1; return
     fi
