@@ -593,7 +593,7 @@ int main(int argc, char **argv)
     }
     tn_log(WHO, "%s: %s KV cache, %d pages of %zu bytes per layer and pool", o->worker_id,
            kn_dtype_name(ctx->kv.dtype), c->kv_pages, tm_kv_page_bytes(&ctx->kv));
-    if (kv_receiver_open(&ctx->kv, o->worker_id, o->ucx_tls, o->kv_path_mode, &ctx->recv, err,
+    if (kv_receiver_open(&ctx->kv, o->worker_id, o->ucx_tls, o->same_host_shm, o->kv_path_mode, &ctx->recv, err,
                          sizeof err) != 0) {
         fprintf(stderr, "tandem-decoder: TransferEngine: %s\n", err);
         goto out;

@@ -61,8 +61,8 @@ static void peer_disconnect(kv_receiver *r, prefiller_peer *p)
     p->endpoint_len = 0;
 }
 
-int kv_receiver_open(tm_kv_cache *kv, const char *name, const char *tls, tm_kv_path path,
-                     kv_receiver **out, char *err, size_t errlen)
+int kv_receiver_open(tm_kv_cache *kv, const char *name, const char *tls, int same_host_shm,
+                     tm_kv_path path, kv_receiver **out, char *err, size_t errlen)
 {
     *out = NULL;
     kv_receiver *r = calloc(1, sizeof *r);
@@ -70,8 +70,8 @@ int kv_receiver_open(tm_kv_cache *kv, const char *name, const char *tls, tm_kv_p
         snprintf(err, errlen, "out of memory");
         return TN_ERR_NOMEM;
     }
-    if (worker_transfer_open(&r->xfer, kv, kv->n_kv_heads, 1, 0, name, tls, path, err,
-                             errlen) != 0) {
+    if (worker_transfer_open(&r->xfer, kv, kv->n_kv_heads, 1, 0, name, tls, same_host_shm,
+                             path, err, errlen) != 0) {
         free(r);
         return TN_ERR_ARG;
     }

@@ -12,11 +12,12 @@
 
 typedef struct kv_receiver kv_receiver;
 
-/* Creates the engine (UCX_TLS from tls when non-empty) and registers kv's
+/* Creates the engine (UCX_TLS from tls when non-empty; same_host_shm:
+ * worker/worker_transfer.h) and registers kv's
  * pools as write targets, or their host mirror (path: engine/kv_staging.h).
  * Returns 0 or -1 with a reason. */
-int kv_receiver_open(tm_kv_cache *kv, const char *name, const char *tls, tm_kv_path path,
-                     kv_receiver **out, char *err, size_t errlen);
+int kv_receiver_open(tm_kv_cache *kv, const char *name, const char *tls, int same_host_shm,
+                     tm_kv_path path, kv_receiver **out, char *err, size_t errlen);
 /* One line saying which KV path the receiver uses and why (for the log). */
 const char *kv_receiver_path(const kv_receiver *r);
 /* A request's pages whose transfer completed: on the staged path copies them

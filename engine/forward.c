@@ -28,7 +28,7 @@ static void buf_free(const kn_backend *be, tm_buf *b, int host)
 {
     if (b->p) {
         if (host)
-            free(b->p);
+            kn_host_free(be, b->p);
         else
             kn_free(be, b->p);
     }
@@ -51,22 +51,33 @@ void tm_scratch_free(const kn_backend *be, tm_scratch *s)
 }
 
 /* Makes b hold at least `bytes`; contents are not kept. Grows by half again
- * so a slowly growing batch does not reallocate every step. */
-static int buf_need(const kn_backend *be, tm_buf *b, size_t bytes, int host)
+ * so a slowly growing batch does not reallocate every step. Host buffers
+ * are pinned (kn_host_alloc): the batch arrays are copied from them without
+ * a host wait, so one is freed only after the backend has caught up.
+ * *grew is set when b moved. */
+static int buf_need(const kn_backend *be, tm_buf *b, size_t bytes, int host, int *grew)
 {
     if (bytes <= b->cap)
         return TN_OK;
+    if (host && b->p) {
+        int rc = kn_backend_sync(be);
+        if (rc)
+            return rc;
+    }
     buf_free(be, b, host);
+    *grew = 1;
     size_t cap = bytes + bytes / 2;
-    b->p = host ? malloc(cap) : kn_malloc(be, cap);
+    b->p = host ? kn_host_alloc(be, cap) : kn_malloc(be, cap);
     if (!b->p)
         return TN_ERR_NOMEM;
     b->cap = cap;
     return TN_OK;
 }
 
+/* Grows the scratch for a step; *grew is set when any buffer moved (the
+ * recorded decode graphs point into them). */
 static int scratch_need(tm_model *m, size_t rows, size_t seqs, size_t pages,
-                        size_t logit_rows)
+                        size_t logit_rows, int *grew)
 {
     const tm_config *c = &m->cfg;
     const kn_backend *be = m->be;
@@ -91,7 +102,7 @@ static int scratch_need(tm_model *m, size_t rows, size_t seqs, size_t pages,
         {&s->h_kv_len, seqs * I, 1},    {&s->h_page_table, seqs * pages * I, 1},
     };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
-        int rc = buf_need(be, want[i].b, want[i].bytes, want[i].host);
+        int rc = buf_need(be, want[i].b, want[i].bytes, want[i].host, grew);
         if (rc)
             return rc;
     }
@@ -136,6 +147,28 @@ static int check_batch(const tm_model *m, const tm_kv_cache *kv, const tm_seq_st
     return TN_OK;
 }
 
+/* Queues the uploads of the host batch arrays (pinned; no host wait: the
+ * step's final sync comes before they are written again). */
+static int upload_batch(tm_model *m, int rows, int n_seqs, int max_pages)
+{
+    tm_scratch *s = &m->s;
+    const kn_backend *be = m->be;
+    const size_t I = sizeof(int32_t);
+    int rc = kn_copy_to_backend_async(be, s->ids.p, s->h_ids.p, (size_t)rows * I);
+    if (!rc)
+        rc = kn_copy_to_backend_async(be, s->pos.p, s->h_pos.p, (size_t)rows * I);
+    if (!rc)
+        rc = kn_copy_to_backend_async(be, s->last_rows.p, s->h_last.p, (size_t)n_seqs * I);
+    if (!rc)
+        rc = kn_copy_to_backend_async(be, s->q_offset.p, s->h_q_offset.p, (size_t)(n_seqs + 1) * I);
+    if (!rc)
+        rc = kn_copy_to_backend_async(be, s->kv_len.p, s->h_kv_len.p, (size_t)n_seqs * I);
+    if (!rc)
+        rc = kn_copy_to_backend_async(be, s->page_table.p, s->h_page_table.p,
+                                      (size_t)n_seqs * max_pages * I);
+    return rc;
+}
+
 /* Fills the host batch arrays and uploads them with the token ids and
  * positions. */
 static int build_batch(tm_model *m, const tm_kv_cache *kv, const tm_seq_step *seqs,
@@ -164,19 +197,7 @@ static int build_batch(tm_model *m, const tm_kv_cache *kv, const tm_seq_step *se
             max_kv = len;
     }
     qo[n_seqs] = r;
-    const kn_backend *be = m->be;
-    const size_t I = sizeof(int32_t);
-    int rc = kn_copy_to_backend(be, s->ids.p, ids, (size_t)rows * I);
-    if (!rc)
-        rc = kn_copy_to_backend(be, s->pos.p, pos, (size_t)rows * I);
-    if (!rc)
-        rc = kn_copy_to_backend(be, s->last_rows.p, last, (size_t)n_seqs * I);
-    if (!rc)
-        rc = kn_copy_to_backend(be, s->q_offset.p, qo, (size_t)(n_seqs + 1) * I);
-    if (!rc)
-        rc = kn_copy_to_backend(be, s->kv_len.p, kl, (size_t)n_seqs * I);
-    if (!rc)
-        rc = kn_copy_to_backend(be, s->page_table.p, pt, (size_t)n_seqs * max_pages * I);
+    int rc = upload_batch(m, rows, n_seqs, max_pages);
     *b = (kn_seq_batch){
         .n_seqs = n_seqs, .n_rows = rows, .max_pages = max_pages,
         .max_q_len = max_q, .max_kv_len = max_kv,
@@ -291,6 +312,178 @@ int tm_forward(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
     return rc;
 }
 
+/* Each sequence's last row through the final norm and the LM head into
+ * s->logits [n_seqs][vocab]. Only those rows feed the head: gather them
+ * (a row gather from the hidden states) so a long prefill never pays for
+ * T x vocab logits. */
+static int head_last_rows(tm_model *m, int n_seqs, int T)
+{
+    const tm_config *c = &m->cfg;
+    const kn_backend *be = m->be;
+    tm_scratch *s = &m->s;
+    const int H = c->hidden_size, V = c->vocab_size;
+    const kn_weight head = {.dtype = m->w.wdtype, .data = m->w.lm_head, .scale = NULL};
+    int rc = kn_gather_rows(be, s->last_h.p, s->x.p, s->last_rows.p, n_seqs, T, H);
+    /* ...and the same rows of the pending MoE output into xn (free now), so
+     * only those rows pay for the last residual add (it is element-wise) */
+    if (!rc)
+        rc = kn_gather_rows(be, s->xn.p, s->tmp.p, s->last_rows.p, n_seqs, T, H);
+    if (!rc)
+        rc = kn_add_rmsnorm(be, s->last_h.p, s->last_h.p, s->xn.p, m->w.final_norm,
+                            n_seqs, H, c->rms_eps);
+    if (!rc)
+        rc = lap(m, TM_PROF_NORM_ADD);
+    if (!rc)
+        rc = kn_matmul_w(be, s->logits.p, s->last_h.p, &head, NULL, n_seqs, V, H);
+    return rc;
+}
+
+/* Embedding (the ids were checked on the host) and every layer; the last
+ * layer's MoE output waits in s->tmp (n_layers >= 1, config). */
+static int embed_and_layers(tm_model *m, tm_kv_cache *kv, const kn_seq_batch *b)
+{
+    const tm_config *c = &m->cfg;
+    int rc = kn_gather_rows(m->be, m->s.x.p, m->w.embed, m->s.ids.p, b->n_rows, c->vocab_size,
+                            c->hidden_size);
+    for (int l = 0; l < c->n_layers && !rc; l++)
+        rc = layer_forward(m, kv, l, b, l > 0);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Decode steps of a fixed shape, recorded as CUDA graphs (model.h).   */
+
+enum { TM_GRAPH_MAX_BATCH = 256 };
+
+static int pow2_at_least(int n)
+{
+    int p = 1;
+    while (p < n)
+        p *= 2;
+    return p;
+}
+
+/* Whether this call takes the fixed-shape decode step: CUDA, one rank (no
+ * collectives inside the step), no stopwatch, one token per sequence,
+ * only the last rows' logits. */
+static int fixed_decode_step(const tm_model *m, const tm_seq_step *seqs, int n_seqs,
+                             const float *all_logits)
+{
+    if (m->graphs.mode == TM_CUDA_GRAPHS_OFF || m->be->kind != KN_BACKEND_CUDA || all_logits ||
+        m->sw || m->par.tp || m->par.ep || m->par.ep_mode == TM_EP_DISPATCH ||
+        n_seqs > TM_GRAPH_MAX_BATCH)
+        return 0;
+    for (int i = 0; i < n_seqs; i++)
+        if (seqs[i].n_tokens != 1)
+            return 0;
+    return 1;
+}
+
+/* Records the step into e's graph (the batch arrays are uploaded already,
+ * outside it); on failure the shape is marked to run eagerly. */
+static void record_step(tm_model *m, tm_kv_cache *kv, const kn_seq_batch *b, tm_decode_graph *e,
+                        int n_seqs)
+{
+    const kn_backend *be = m->be;
+    kn_graph *g = NULL;
+    int rc = kn_graph_begin(be);
+    if (rc == TN_OK) {
+        int body = embed_and_layers(m, kv, b);
+        if (!body)
+            body = head_last_rows(m, b->n_seqs, b->n_rows);
+        rc = kn_graph_end(be, &g);
+        if (rc == TN_OK && body != TN_OK) {
+            kn_graph_free(g);
+            g = NULL;
+            rc = body;
+        }
+    }
+    if (rc == TN_OK) {
+        e->g = g;
+        e->state = TM_GRAPH_READY;
+        m->graphs.stats.captures++;
+    } else {
+        e->state = TM_GRAPH_FAILED;
+        m->graphs.stats.capture_failures++;
+        fprintf(stderr, "tandem: tm_forward: the decode step of %d sequences (padded to %d, %d "
+                "pages) could not be recorded as a CUDA graph (%s); that shape runs without one\n",
+                n_seqs, b->n_seqs, b->max_pages, tn_status_str(rc));
+    }
+}
+
+/* One token for each of n_seqs sequences as the padded fixed-shape step
+ * (model.h tm_model_set_cuda_graphs); the batch is checked already. */
+static int forward_fixed_decode(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs, int n_seqs,
+                                float *logits, int max_pages)
+{
+    const kn_backend *be = m->be;
+    tm_scratch *s = &m->s;
+    const int B = pow2_at_least(n_seqs), P = pow2_at_least(max_pages), ps = kv->page_size;
+    int grew = 0;
+    int rc = scratch_need(m, (size_t)B, (size_t)B, (size_t)P, (size_t)B, &grew);
+    if (grew)
+        tm_graphs_drop(&m->graphs);
+    if (rc)
+        return rc;
+    int32_t *ids = s->h_ids.p, *pos = s->h_pos.p, *last = s->h_last.p;
+    int32_t *qo = s->h_q_offset.p, *kl = s->h_kv_len.p, *pt = s->h_page_table.p;
+    /* padding sequences: token 0 at position 0, no page (-1: the kernels
+     * neither write nor read any cache row for them) */
+    for (int i = 0; i < B; i++) {
+        const tm_seq_step *q = i < n_seqs ? &seqs[i] : NULL;
+        const int len = q ? q->n_cached + 1 : 1, need = q ? (len + ps - 1) / ps : 0;
+        ids[i] = q ? q->tokens[0] : 0;
+        pos[i] = len - 1;
+        kl[i] = len;
+        qo[i] = i;
+        last[i] = i;
+        for (int p = 0; p < P; p++)
+            pt[(size_t)i * P + p] = p < need ? q->pages[p] : -1;
+    }
+    qo[B] = B;
+    rc = upload_batch(m, B, B, P);
+    if (rc)
+        return rc;
+    /* launches sized for P pages whatever the sequences' lengths: the
+     * kernels read each sequence's own length on the device */
+    const kn_seq_batch b = {
+        .n_seqs = B, .n_rows = B, .max_pages = P, .max_q_len = 1,
+        .max_kv_len = P * ps, .q_offset = s->q_offset.p, .kv_len = s->kv_len.p,
+        .page_table = s->page_table.p, .n_pages = kv->n_pages,
+    };
+    tm_decode_graphs *gs = &m->graphs;
+    tm_decode_graph *e = NULL;
+    int recorded_now = 0;
+    if (gs->mode == TM_CUDA_GRAPHS_ON) {
+        int added = 0;
+        e = tm_graphs_get(gs, B, P, kn_backend_attn_bf16(be), tm_graph_kv_sig(kv), &added);
+        if (!e)
+            return TN_ERR_NOMEM;
+        /* the first step of a shape runs eagerly: the ops' one-time set-up
+         * (plans, side streams) must not happen inside a recording */
+        if (!added && e->state == TM_GRAPH_SEEN) {
+            record_step(m, kv, &b, e, n_seqs);
+            recorded_now = 1;
+        }
+    }
+    if (e && e->state == TM_GRAPH_READY) {
+        rc = kn_graph_launch(be, e->g);
+        if (!recorded_now)
+            gs->stats.replays++;
+    } else {
+        rc = embed_and_layers(m, kv, &b);
+        if (!rc)
+            rc = head_last_rows(m, B, B);
+        gs->stats.eager_steps++;
+    }
+    if (!rc && logits)
+        rc = kn_copy_to_host(be, logits, s->logits.p,
+                             (size_t)n_seqs * m->cfg.vocab_size * sizeof(float));
+    if (!rc)
+        rc = kn_backend_sync(be);
+    return rc;
+}
+
 static int forward_step(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
                         int n_seqs, float *logits, float *all_logits)
 {
@@ -306,12 +499,17 @@ static int forward_step(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
     int rc = check_batch(m, kv, seqs, n_seqs, &rows_ll, &max_pages);
     if (rc)
         return rc;
+    if (fixed_decode_step(m, seqs, n_seqs, all_logits))
+        return forward_fixed_decode(m, kv, seqs, n_seqs, logits, max_pages);
     const tm_config *c = &m->cfg;
     const kn_backend *be = m->be;
     tm_scratch *s = &m->s;
     const int T = (int)rows_ll, H = c->hidden_size, V = c->vocab_size;
+    int grew = 0;
     rc = scratch_need(m, (size_t)T, (size_t)n_seqs, (size_t)max_pages,
-                      all_logits ? (size_t)T : (size_t)n_seqs);
+                      all_logits ? (size_t)T : (size_t)n_seqs, &grew);
+    if (grew)
+        tm_graphs_drop(&m->graphs);
     if (rc)
         return rc;
     if (m->sw && (rc = kn_stopwatch_start(m->sw)) != TN_OK)
@@ -319,16 +517,13 @@ static int forward_step(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
     kn_seq_batch b;
     rc = build_batch(m, kv, seqs, n_seqs, T, max_pages, &b);
     if (!rc)
-        rc = kn_embedding(be, s->x.p, m->w.embed, s->ids.p, T, V, H);
-    for (int l = 0; l < c->n_layers && !rc; l++)
-        rc = layer_forward(m, kv, l, &b, l > 0);
+        rc = embed_and_layers(m, kv, &b);
     if (rc)
         return rc;
-    /* n_layers >= 1 (config), so the last layer's MoE output waits in tmp */
 
     const size_t row_bytes = (size_t)V * sizeof(float);
-    const kn_weight head = {.dtype = m->w.wdtype, .data = m->w.lm_head, .scale = NULL};
     if (all_logits) {
+        const kn_weight head = {.dtype = m->w.wdtype, .data = m->w.lm_head, .scale = NULL};
         rc = kn_add_rmsnorm(be, s->x.p, s->xn.p, s->tmp.p, m->w.final_norm, T, H,
                             c->rms_eps);
         if (!rc)
@@ -344,21 +539,7 @@ static int forward_step(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
             memcpy(logits + (size_t)i * V, all_logits + (size_t)last[i] * V, row_bytes);
         return rc;
     }
-    /* Only each sequence's last row feeds the head: gather those rows
-     * (an embedding lookup into the hidden states is exactly a row gather)
-     * so a long prefill never pays for T x vocab logits. */
-    rc = kn_embedding(be, s->last_h.p, s->x.p, s->last_rows.p, n_seqs, T, H);
-    /* ...and the same rows of the pending MoE output into xn (free now), so
-     * only those rows pay for the last residual add (it is element-wise) */
-    if (!rc)
-        rc = kn_embedding(be, s->xn.p, s->tmp.p, s->last_rows.p, n_seqs, T, H);
-    if (!rc)
-        rc = kn_add_rmsnorm(be, s->last_h.p, s->last_h.p, s->xn.p, m->w.final_norm,
-                            n_seqs, H, c->rms_eps);
-    if (!rc)
-        rc = lap(m, TM_PROF_NORM_ADD);
-    if (!rc)
-        rc = kn_matmul_w(be, s->logits.p, s->last_h.p, &head, NULL, n_seqs, V, H);
+    rc = head_last_rows(m, n_seqs, T);
     if (!rc && logits)
         rc = kn_copy_to_host(be, logits, s->logits.p, (size_t)n_seqs * row_bytes);
     if (!rc)

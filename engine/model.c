@@ -38,6 +38,7 @@ void tm_model_free(tm_model *m)
     if (!m)
         return;
     tm_ep_state_free(m->be, m->ep);
+    tm_graphs_free(&m->graphs);
     tm_scratch_free(m->be, &m->s);
     tm_weights_free(&m->w);
     if (m->inv_freq)
@@ -199,6 +200,8 @@ static int model_finish(tm_model *m, tm_model **out, char *err, size_t errlen)
             return src;
         }
     }
+    /* decode steps as CUDA graphs unless the caller turns them off */
+    m->graphs.mode = m->be->kind == KN_BACKEND_CUDA ? TM_CUDA_GRAPHS_ON : TM_CUDA_GRAPHS_OFF;
     int rc = load_rope(m, err, errlen);
     if (!rc)
         rc = setup_moe(m, err, errlen);
@@ -324,8 +327,37 @@ void tm_model_trim(tm_model *m)
     if (!m)
         return;
     kn_backend_sync(m->be);
+    tm_graphs_drop(&m->graphs);
     tm_scratch_free(m->be, &m->s);
     kn_backend_trim(m->be);
+}
+
+void tm_model_set_cuda_graphs(tm_model *m, tm_cuda_graphs mode)
+{
+    if (!m)
+        return;
+    if (mode != m->graphs.mode) {
+        kn_backend_sync(m->be);
+        tm_graphs_drop(&m->graphs);
+    }
+    m->graphs.mode = mode;
+}
+
+int tm_cuda_graphs_parse(const char *s, tm_cuda_graphs *out)
+{
+    if (s && strcmp(s, "on") == 0)
+        *out = TM_CUDA_GRAPHS_ON;
+    else if (s && strcmp(s, "off") == 0)
+        *out = TM_CUDA_GRAPHS_OFF;
+    else
+        return -1;
+    return 0;
+}
+
+tm_graph_stats tm_model_graph_stats(const tm_model *m)
+{
+    tm_graph_stats none = {0, 0, 0, 0};
+    return m ? m->graphs.stats : none;
 }
 
 void tm_model_set_stopwatch(tm_model *m, struct kn_stopwatch *sw)

@@ -130,6 +130,36 @@ typedef struct tm_seq_step {
 int tm_forward(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
                int n_seqs, float *logits, float *all_logits);
 
+/* CUDA graphs for decode steps. A tm_forward call on a single-rank CUDA
+ * model where every sequence brings one token (and no all_logits, no
+ * stopwatch) runs as a fixed-shape step: the batch padded to the next
+ * power of two (padding sequences map no page, so they write and read no
+ * cache), the page table to a power-of-two capacity, the attention
+ * launches sized for that capacity (each kernel finds its sequence's real
+ * length on the device), the inputs copied from pinned host memory
+ * without a host wait, one host wait at the end. With
+ * TM_CUDA_GRAPHS_ON (the default on CUDA) that step is recorded as a CUDA
+ * graph the second time its shape is seen and replayed after, so the host
+ * queues one launch instead of hundreds; a shape whose recording fails
+ * (an op that needs the host) runs eagerly, with one line on stderr.
+ * TM_CUDA_GRAPHS_EAGER runs the same padded step without graphs (what a
+ * replay must equal bit for bit: tests), TM_CUDA_GRAPHS_OFF the unpadded
+ * step of any other call. No effect on the CPU backend. */
+typedef enum {
+    TM_CUDA_GRAPHS_OFF = 0,
+    TM_CUDA_GRAPHS_ON,
+    TM_CUDA_GRAPHS_EAGER,
+} tm_cuda_graphs;
+void tm_model_set_cuda_graphs(tm_model *m, tm_cuda_graphs mode);
+/* "on" or "off" (flags --cuda-graphs); -1 for anything else. */
+int tm_cuda_graphs_parse(const char *s, tm_cuda_graphs *out);
+/* Decode steps so far by how they ran: recorded (then replayed once),
+ * replayed, recordings that failed, and padded steps run eagerly. */
+typedef struct tm_graph_stats {
+    long long captures, replays, capture_failures, eager_steps;
+} tm_graph_stats;
+tm_graph_stats tm_model_graph_stats(const tm_model *m);
+
 /* The last tm_forward's logits where they were computed, on the backend:
  * [n_seqs][vocab] after a call without all_logits (pass logits NULL to skip
  * the copy to the host), so they can be sampled where they are (kn_sample

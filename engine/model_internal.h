@@ -3,6 +3,7 @@
 #define TANDEM_ENGINE_MODEL_INTERNAL_H
 #include <stddef.h>
 #include <stdint.h>
+#include "engine/decode_graph.h"
 #include "engine/model.h"
 #include "engine/parallel.h"
 #include "engine/weights.h"
@@ -39,9 +40,11 @@ struct tm_model {
     tm_parallel par;       /* borrowed communicators; all NULL on one rank */
     struct tm_ep_state *ep; /* DP-EP dispatch buffers (ep_dispatch.c) or NULL */
     struct kn_stopwatch *sw;  /* per-group timing, or NULL */
+    tm_decode_graphs graphs;  /* decode-step CUDA graphs (decode_graph.h) */
 };
 
-/* Frees every scratch buffer (forward.c). */
+/* Frees every scratch buffer (forward.c); the decode graphs, which point
+ * into them, go too. */
 void tm_scratch_free(const kn_backend *be, tm_scratch *s);
 
 #endif

@@ -189,6 +189,88 @@ int kn_copy_on_backend(const kn_backend *be, void *dst, const void *src, size_t 
     return copy_bytes("kn_copy_on_backend", be, dst, src, bytes, 2);
 }
 
+int kn_copy_to_backend_async(const kn_backend *be, void *dst, const void *host_src, size_t bytes)
+{
+    static const char op[] = "kn_copy_to_backend_async";
+    int rc = check_copy(op, be, dst, host_src, bytes);
+    if (rc != TN_OK || bytes == 0)
+        return rc;
+    switch (be->kind) {
+    case KN_BACKEND_CPU:
+        memmove(dst, host_src, bytes);
+        return TN_OK;
+    case KN_BACKEND_CUDA:
+#ifdef TANDEM_CUDA
+        return kn_cuda_copy_to_device_async(be, dst, host_src, bytes);
+#else
+        return kn_no_cuda(op);
+#endif
+    }
+    return kn_arg_error(op, "unknown backend kind %d", (int)be->kind);
+}
+
+/* The graph calls: CUDA only; the CPU has nothing to record. */
+static int graph_backend(const char *op, const kn_backend *be)
+{
+    if (!be)
+        return kn_arg_error(op, "backend is NULL");
+    if (be->kind == KN_BACKEND_CPU) {
+        fprintf(stderr, "tandem: %s: the CPU backend has no graphs\n", op);
+        return TN_ERR_UNSUPPORTED;
+    }
+    if (be->kind != KN_BACKEND_CUDA)
+        return kn_arg_error(op, "unknown backend kind %d", (int)be->kind);
+#ifdef TANDEM_CUDA
+    return TN_OK;
+#else
+    return kn_no_cuda(op);
+#endif
+}
+
+int kn_graph_begin(const kn_backend *be)
+{
+    int rc = graph_backend("kn_graph_begin", be);
+#ifdef TANDEM_CUDA
+    if (rc == TN_OK)
+        rc = kn_cuda_graph_begin(be);
+#endif
+    return rc;
+}
+
+int kn_graph_end(const kn_backend *be, kn_graph **out)
+{
+    if (!out)
+        return kn_arg_error("kn_graph_end", "out is NULL");
+    *out = NULL;
+    int rc = graph_backend("kn_graph_end", be);
+#ifdef TANDEM_CUDA
+    if (rc == TN_OK)
+        rc = kn_cuda_graph_end(be, out);
+#endif
+    return rc;
+}
+
+int kn_graph_launch(const kn_backend *be, kn_graph *g)
+{
+    if (!g)
+        return kn_arg_error("kn_graph_launch", "graph is NULL");
+    int rc = graph_backend("kn_graph_launch", be);
+#ifdef TANDEM_CUDA
+    if (rc == TN_OK)
+        rc = kn_cuda_graph_launch(be, g);
+#endif
+    return rc;
+}
+
+void kn_graph_free(kn_graph *g)
+{
+#ifdef TANDEM_CUDA
+    kn_cuda_graph_free(g);
+#else
+    (void)g; /* no CUDA: no graph was ever made */
+#endif
+}
+
 void *kn_host_alloc(const kn_backend *be, size_t bytes)
 {
     if (!be) {

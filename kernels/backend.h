@@ -37,7 +37,9 @@ int kn_backend_trim(const kn_backend *be);
  * calls (more than 16 rows x GQA group in a sequence, head_dim 64 or 128)
  * run a tensor-core kernel with bf16 Q, K, V and P and fp32 softmax and
  * accumulation (normwise relative error ~3e-3 against float64); decode
- * stays fp32. The CUDA backend starts with it on when the environment has
+ * over bf16 pools (at most 16 rows x GQA group per sequence, head_dim 64
+ * or 128) runs the tensor-core decode kernel with bf16 Q and P the same
+ * way; other decode calls stay fp32. The CUDA backend starts with it on when the environment has
  * TANDEM_CUDA_ATTN_BF16=1 at init; the engine turns it on with bf16
  * weights unless TANDEM_CUDA_ATTN_BF16=0. The flag lives in the backend's
  * device state (hence the const handle); set it between ops, not while
@@ -63,5 +65,27 @@ int kn_copy_on_backend(const kn_backend *be, void *dst, const void *src, size_t 
  * kn_host_alloc returns NULL on failure; kn_host_free takes NULL. */
 void *kn_host_alloc(const kn_backend *be, size_t bytes);
 void kn_host_free(const kn_backend *be, void *ptr);
+
+/* A host -> backend copy queued behind the backend's work without a host
+ * wait (CUDA: cudaMemcpyAsync on the backend's stream; the CPU copies at
+ * once). host_src must stay unchanged until the queued work reaches the
+ * copy (after kn_backend_sync), and should come from kn_host_alloc: from
+ * pageable memory CUDA stages the copy, which may wait for the host. */
+int kn_copy_to_backend_async(const kn_backend *be, void *dst, const void *host_src, size_t bytes);
+
+/* CUDA graphs: kn_graph_begin starts recording the backend's stream (ops
+ * called until kn_graph_end are recorded, not run); kn_graph_end stops it
+ * and makes an executable graph, or returns an error (the stream is usable
+ * again either way) when an op in between needed the host (a wait, a
+ * synchronous copy, an allocation outside the stream's pool);
+ * kn_graph_launch queues one replay of the recorded work with the same
+ * arguments (pointers are baked in: the buffers must still exist, their
+ * contents are read at replay). The CPU backend has no graphs:
+ * TN_ERR_UNSUPPORTED. kn_graph_free takes NULL. */
+typedef struct kn_graph kn_graph;
+int kn_graph_begin(const kn_backend *be);
+int kn_graph_end(const kn_backend *be, kn_graph **out);
+int kn_graph_launch(const kn_backend *be, kn_graph *g);
+void kn_graph_free(kn_graph *g);
 
 #endif

@@ -5,12 +5,14 @@
  * data (token ids, positions, logits, the batch arrays) and a backend's own
  * limits stay in the implementations, which alone can read their memory. */
 #include <math.h>
+#include <stdint.h>
 #include "kernels/attention.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/elementwise.h"
 #include "kernels/embedding.h"
+#include "kernels/ep_exchange.h"
 #include "kernels/fp8.h"
 #include "kernels/fill.h"
 #include "kernels/kn_check.h"
@@ -285,6 +287,72 @@ static int check_moe_experts(const float *out, const float *x, const int32_t *ex
     return TN_OK;
 }
 
+/* The exchange's sizes: the packed buffers' rows must fit an int (the
+ * expert op's row count) and their bytes a size_t. */
+static int check_ep_sizes(const char *op, int n_tokens, int k, int dim, int n_ranks, int cap)
+{
+    if (n_tokens < 0 || k <= 0 || dim <= 0 || n_ranks <= 0 || cap < n_tokens || cap < 0)
+        return kn_arg_error(op, "bad sizes n_tokens=%d k=%d dim=%d n_ranks=%d cap=%d", n_tokens,
+                            k, dim, n_ranks, cap);
+    if ((long long)n_ranks * cap > 0x7fffffffLL ||
+        (double)n_ranks * cap * (double)KN_EP_ROW_WORDS(dim, k) * 4.0 > (double)SIZE_MAX / 2)
+        return kn_arg_error(op, "%d ranks x %d rows per rank is too many", n_ranks, cap);
+    return TN_OK;
+}
+
+static int check_ep_pack(const void *send, const int32_t *slot, const float *x,
+                         const int32_t *expert_idx, const float *expert_w, int n_tokens, int k,
+                         int dim, int n_ranks, int experts_per_rank, int cap)
+{
+    static const char op[] = "kn_ep_pack";
+    int rc = check_ep_sizes(op, n_tokens, k, dim, n_ranks, cap);
+    if (rc)
+        return rc;
+    if (experts_per_rank <= 0 || (long long)experts_per_rank * n_ranks > 0x7fffffffLL)
+        return kn_arg_error(op, "bad experts_per_rank %d for %d ranks", experts_per_rank,
+                            n_ranks);
+    if (!send && cap > 0)
+        return kn_arg_error(op, "NULL send");
+    if (n_tokens > 0 && (!slot || !x || !expert_idx || !expert_w))
+        return kn_arg_error(op, "NULL %s", !slot ? "slot" : !x ? "x" : !expert_idx
+                                               ? "expert_idx" : "expert_w");
+    size_t send_bytes = (size_t)n_ranks * cap * KN_EP_ROW_WORDS(dim, k) * 4;
+    if (n_tokens > 0 && kn_ranges_overlap(send, send_bytes, x, (size_t)n_tokens * dim * 4))
+        return kn_arg_error(op, "send overlaps x");
+    return TN_OK;
+}
+
+static int check_ep_unpack(const float *x, const int32_t *expert_idx, const float *expert_w,
+                           const void *recv, int n_rows, int k, int dim)
+{
+    static const char op[] = "kn_ep_unpack";
+    int rc = check_ep_sizes(op, n_rows, k, dim, 1, n_rows);
+    if (rc)
+        return rc;
+    if (n_rows > 0 && (!x || !expert_idx || !expert_w || !recv))
+        return kn_arg_error(op, "NULL %s", !x ? "x" : !expert_idx ? "expert_idx"
+                                           : !expert_w ? "expert_w" : "recv");
+    size_t recv_bytes = (size_t)n_rows * KN_EP_ROW_WORDS(dim, k) * 4;
+    if (n_rows > 0 && kn_ranges_overlap(recv, recv_bytes, x, (size_t)n_rows * dim * 4))
+        return kn_arg_error(op, "x overlaps recv");
+    return TN_OK;
+}
+
+static int check_ep_combine(const float *out, const float *shares, const int32_t *slot,
+                            int n_tokens, int dim, int n_ranks, int cap)
+{
+    static const char op[] = "kn_ep_combine";
+    int rc = check_ep_sizes(op, n_tokens, 1, dim, n_ranks, cap);
+    if (rc)
+        return rc;
+    if (n_tokens > 0 && (!out || !shares || !slot))
+        return kn_arg_error(op, "NULL %s", !out ? "out" : !shares ? "shares" : "slot");
+    if (n_tokens > 0 && kn_ranges_overlap(out, (size_t)n_tokens * dim * 4, shares,
+                                          (size_t)n_ranks * cap * dim * 4))
+        return kn_arg_error(op, "out overlaps shares");
+    return TN_OK;
+}
+
 static int check_sample(const int32_t *tokens, const float *logits, int n_rows, int vocab,
                         const kn_sampling *params, const uint64_t *rng_state)
 {
@@ -381,6 +449,19 @@ int kn_embedding(const kn_backend *be, float *out, const float *table,
         return kn_embedding_cpu(out, table, ids, n_tokens, vocab, dim);
     case KN_BACKEND_CUDA:
         CUDA_CALL("kn_embedding", kn_embedding_cuda(be, out, table, ids, n_tokens, vocab, dim));
+    }
+    return TN_ERR_ARG;
+}
+
+int kn_gather_rows(const kn_backend *be, float *out, const float *table,
+                   const int32_t *rows, int n, int n_table_rows, int dim)
+{
+    switch (CHECKED_KIND("kn_gather_rows", be,
+                         check_embedding(out, table, rows, n, n_table_rows, dim))) {
+    case KN_BACKEND_CPU:
+        return kn_gather_rows_cpu(out, table, rows, n, n_table_rows, dim);
+    case KN_BACKEND_CUDA:
+        CUDA_CALL("kn_gather_rows", kn_gather_rows_cuda(be, out, table, rows, n, n_table_rows, dim));
     }
     return TN_ERR_ARG;
 }
@@ -525,6 +606,52 @@ int kn_moe_experts(const kn_backend *be, float *out, const float *x,
     case KN_BACKEND_CUDA:
         CUDA_CALL("kn_moe_experts", kn_moe_experts_cuda(be, out, x, expert_idx, expert_w,
                                                         n_tokens, k, w));
+    }
+    return TN_ERR_ARG;
+}
+
+int kn_ep_pack(const kn_backend *be, void *send, int32_t *slot, const float *x,
+               const int32_t *expert_idx, const float *expert_w, int n_tokens, int k,
+               int dim, int n_ranks, int experts_per_rank, int cap)
+{
+    switch (CHECKED_KIND("kn_ep_pack", be,
+                         check_ep_pack(send, slot, x, expert_idx, expert_w, n_tokens, k, dim,
+                                       n_ranks, experts_per_rank, cap))) {
+    case KN_BACKEND_CPU:
+        return kn_ep_pack_cpu(send, slot, x, expert_idx, expert_w, n_tokens, k, dim, n_ranks,
+                              experts_per_rank, cap);
+    case KN_BACKEND_CUDA:
+        CUDA_CALL("kn_ep_pack", kn_ep_pack_cuda(be, send, slot, x, expert_idx, expert_w,
+                                                n_tokens, k, dim, n_ranks, experts_per_rank,
+                                                cap));
+    }
+    return TN_ERR_ARG;
+}
+
+int kn_ep_unpack(const kn_backend *be, float *x, int32_t *expert_idx, float *expert_w,
+                 const void *recv, int n_rows, int k, int dim)
+{
+    switch (CHECKED_KIND("kn_ep_unpack", be,
+                         check_ep_unpack(x, expert_idx, expert_w, recv, n_rows, k, dim))) {
+    case KN_BACKEND_CPU:
+        return kn_ep_unpack_cpu(x, expert_idx, expert_w, recv, n_rows, k, dim);
+    case KN_BACKEND_CUDA:
+        CUDA_CALL("kn_ep_unpack", kn_ep_unpack_cuda(be, x, expert_idx, expert_w, recv, n_rows,
+                                                    k, dim));
+    }
+    return TN_ERR_ARG;
+}
+
+int kn_ep_combine(const kn_backend *be, float *out, const float *shares, const int32_t *slot,
+                  int n_tokens, int dim, int n_ranks, int cap)
+{
+    switch (CHECKED_KIND("kn_ep_combine", be,
+                         check_ep_combine(out, shares, slot, n_tokens, dim, n_ranks, cap))) {
+    case KN_BACKEND_CPU:
+        return kn_ep_combine_cpu(out, shares, slot, n_tokens, dim, n_ranks, cap);
+    case KN_BACKEND_CUDA:
+        CUDA_CALL("kn_ep_combine", kn_ep_combine_cuda(be, out, shares, slot, n_tokens, dim,
+                                                      n_ranks, cap));
     }
     return TN_ERR_ARG;
 }

@@ -69,8 +69,8 @@ struct kv_push {
 };
 
 int kv_pusher_open_rank(tm_kv_cache *kv, int n_kv_heads, int tp, int rank, const char *name,
-                        const char *tls, tm_kv_path path, kv_pusher **out, char *err,
-                        size_t errlen)
+                        const char *tls, int same_host_shm, tm_kv_path path,
+                        kv_pusher **out, char *err, size_t errlen)
 {
     *out = NULL;
     kv_pusher *p = calloc(1, sizeof *p);
@@ -79,8 +79,8 @@ int kv_pusher_open_rank(tm_kv_cache *kv, int n_kv_heads, int tp, int rank, const
         return TN_ERR_NOMEM;
     }
     p->log_connections = rank == 0;
-    if (worker_transfer_open(&p->xfer, kv, n_kv_heads, tp, rank, name, tls, path, err,
-                             errlen) != 0) {
+    if (worker_transfer_open(&p->xfer, kv, n_kv_heads, tp, rank, name, tls, same_host_shm,
+                             path, err, errlen) != 0) {
         free(p);
         return TN_ERR_ARG;
     }
@@ -282,11 +282,12 @@ static void supervise(kv_pusher *p)
         if (st == TN_OK) {
             if (!peer->ready_logged && p->log_connections)
                 tn_log(WHO, "decoder %s: connection ready (UCX set-up took %.0f ms; over %s, "
-                       "%s)", peer->id, (now - peer->connected_at) * 1e3,
+                       "%s%s)", peer->id, (now - peer->connected_at) * 1e3,
                        te_peer_transports(tp),
                        te_peer_puts_emulated(tp)
                            ? "no RMA lane: KV into host memory goes as data messages"
-                           : "KV goes as puts");
+                           : "KV goes as puts",
+                       te_peer_detects_failure(tp) ? "" : ", same host: shared memory");
             peer->ready_logged = 1;
             continue;
         }

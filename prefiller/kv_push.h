@@ -14,15 +14,16 @@
 typedef struct kv_pusher kv_pusher;
 typedef struct kv_push kv_push;
 
-/* Creates the engine (UCX_TLS from tls when non-empty) and registers the
+/* Creates the engine (UCX_TLS from tls when non-empty; same_host_shm:
+ * worker/worker_transfer.h) and registers the
  * KV pools of rank `rank` of a TP group of `tp` whose caches hold its share
  * of the model's n_kv_heads (engine/parallel.h; tp 1, rank 0 for one
  * process); its pushes send that share, and the decoder assembles the
  * request from every rank's push. path says how device pools are handed to
  * UCX (engine/kv_staging.h). Returns 0 or -1 with a reason. */
 int kv_pusher_open_rank(tm_kv_cache *kv, int n_kv_heads, int tp, int rank, const char *name,
-                        const char *tls, tm_kv_path path, kv_pusher **out, char *err,
-                        size_t errlen);
+                        const char *tls, int same_host_shm, tm_kv_path path,
+                        kv_pusher **out, char *err, size_t errlen);
 /* One line saying which KV path the pusher uses and why (for the log). */
 const char *kv_pusher_path(const kv_pusher *p);
 void kv_pusher_close(kv_pusher *p);

@@ -481,7 +481,8 @@ int main(int argc, char **argv)
     snprintf(engine_name, sizeof engine_name, "%s-r%d", o->worker_id, ctx->group.rank);
     if (kv_pusher_open_rank(&ctx->kv, ctx->mc->n_kv_heads, o->ranks, ctx->group.rank,
                             ctx->group.world ? engine_name : o->worker_id, o->ucx_tls,
-                            o->kv_path_mode, &ctx->pusher, err, sizeof err) != 0) {
+                            o->same_host_shm, o->kv_path_mode, &ctx->pusher, err,
+                            sizeof err) != 0) {
         fprintf(stderr, "tandem-prefiller: TransferEngine: %s\n", err);
         goto out;
     }

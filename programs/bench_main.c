@@ -6,6 +6,13 @@
  * untimed warm-up run. With --peak-tflops / --hbm-tbps it also prints each
  * figure's floor: the work's FLOPs over the matrix peak (prefill) or the
  * bytes a decode step must read over the memory bandwidth (decode).
+ * With --tp/--ep/--dp it runs a parallel layout, one process per rank
+ * (forked, engine/rank_group.h), each rank on its GPU (--rank-devices) with
+ * the communicator the workers would choose (staged through host memory
+ * when ranks share a GPU, NCCL on distinct GPUs); rank 0 prints its own
+ * times (the ranks run in lockstep). A prefill is the TP group's latency;
+ * a decode step runs `batch` sequences on every DP rank, so tokens/s is
+ * per rank (per GPU when each rank has its own).
  * It measures, it does not check: correctness lives in the tests. */
 #include <math.h>
 #include <stdint.h>
@@ -16,6 +23,7 @@
 #include "engine/device.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
+#include "engine/rank_group.h"
 #include "kernels/backend.h"
 #include "kernels/fill.h"
 #include "common/options.h"
@@ -43,6 +51,10 @@ typedef struct bench_args {
     ctx_fill fill;
     int profile;
     double peak_tflops, hbm_tbps;
+    tm_cuda_graphs graphs;
+    int tp, ep, dp;                  /* the parallel layout (1, 1, 1: one rank) */
+    char rank_devices[256];          /* CUDA ordinal of each rank, "" = N + rank */
+    rank_comm_kind rank_comm;
 } bench_args;
 
 static void usage(FILE *f)
@@ -73,10 +85,20 @@ static void usage(FILE *f)
         "  --steps N            decode steps per run (default 32)\n"
         "  --repeat N           timed runs per figure, median reported (default 5)\n"
         "  --page-size N        KV page size in tokens (default 16)\n"
+        "  --cuda-graphs G      on (default) or off: decode steps recorded as CUDA graphs\n"
+        "                       per batch bucket and replayed (cuda; not with --profile)\n"
         "  --profile            one more run per shape with per-group device timing\n"
         "                       (attention, projections, experts, ...), printed after\n"
         "  --peak-tflops X      matrix peak for the prefill floor (FLOPs / peak)\n"
         "  --hbm-tbps X         memory bandwidth for the decode floor (bytes / bandwidth)\n"
+        "  --tp N, --ep M       a TP=N (EP=M) layout: prefill as the prefiller's ranks run it\n"
+        "  --dp N, --ep M       a DP=N x EP=M layout: decode as the decoder's ranks run it\n"
+        "                       (every DP rank decodes --batch sequences of its own)\n"
+        "  --rank-devices LIST  CUDA ordinal of each rank, e.g. 0,1,2,3 or 0,0 (ranks\n"
+        "                       sharing a GPU); default: --device's N + rank\n"
+        "  --rank-comm C        the ranks' communicator: auto (default: host on the CPU;\n"
+        "                       on CUDA staged when ranks share a GPU, else NCCL), host,\n"
+        "                       staged or nccl\n"
         "  --help               show this help\n"
         "\n"
         "Decode steps keep the logits on the device (a decoder samples there).\n");
@@ -251,8 +273,8 @@ static int run_prefill(bench_ctx *c, tm_kv_cache *kv, int32_t *tokens, int32_t *
 static int bench_prefill(bench_ctx *c, const bench_args *a, int len)
 {
     tm_kv_cache kv;
-    int rc = tm_kv_cache_init(&kv, &c->be, c->kv_dtype, c->cfg->n_layers, c->cfg->n_kv_heads,
-                              c->cfg->head_dim, a->page_size,
+    int rc = tm_kv_cache_init(&kv, &c->be, c->kv_dtype, c->cfg->n_layers,
+                              tm_model_kv_heads(c->model), c->cfg->head_dim, a->page_size,
                               (len + a->page_size - 1) / a->page_size);
     if (rc != TN_OK)
         return rc;
@@ -356,8 +378,9 @@ static int bench_decode(bench_ctx *c, const bench_args *a, int batch, ctx_fill m
 {
     tm_kv_cache kv;
     int per_seq = (a->context + a->steps + a->page_size - 1) / a->page_size;
-    int rc = tm_kv_cache_init(&kv, &c->be, c->kv_dtype, c->cfg->n_layers, c->cfg->n_kv_heads,
-                              c->cfg->head_dim, a->page_size, per_seq * batch);
+    int rc = tm_kv_cache_init(&kv, &c->be, c->kv_dtype, c->cfg->n_layers,
+                              tm_model_kv_heads(c->model), c->cfg->head_dim, a->page_size,
+                              per_seq * batch);
     char shape[64];
     snprintf(shape, sizeof shape, "batch %d, context %d", batch, a->context);
     if (rc != TN_OK) {
@@ -390,6 +413,12 @@ static int bench_decode(bench_ctx *c, const bench_args *a, int batch, ctx_fill m
                                     (a->hbm_tbps * 1e12) * 1e3
                               : 0;
         print_row("decode", shape, step_ms, batch / (step_ms * 1e-3), floor_ms);
+        if (c->be.kind == KN_BACKEND_CUDA) {
+            tm_graph_stats gs = tm_model_graph_stats(c->model);
+            printf("# decode steps so far: %lld recorded as CUDA graphs, %lld replayed, %lld "
+                   "failed to record, %lld padded steps eager\n", gs.captures, gs.replays,
+                   gs.capture_failures, gs.eager_steps);
+        }
     }
     if (rc == TN_OK && c->sw) {
         /* one more run, every step timed by group */
@@ -460,8 +489,22 @@ static int set_flag(void *ctx, const char *name, const char *v, char *err, size_
         bad = opts_int(v, 1, 1 << 16, &a->steps);
     } else if (!strcmp(name, "repeat")) {
         bad = opts_int(v, 1, MAX_RUNS, &a->repeat);
+    } else if (!strcmp(name, "cuda-graphs")) {
+        bad = tm_cuda_graphs_parse(v, &a->graphs);
     } else if (!strcmp(name, "page-size")) {
         bad = opts_int(v, 1, 4096, &a->page_size);
+    } else if (!strcmp(name, "tp") || !strcmp(name, "ep") || !strcmp(name, "dp")) {
+        int *dst = name[0] == 't' ? &a->tp : name[0] == 'e' ? &a->ep : &a->dp;
+        bad = opts_int(v, 1, COMM_MAX_WORLD, dst);
+    } else if (!strcmp(name, "rank-devices")) {
+        int32_t ords[COMM_MAX_WORLD];
+        int n = 0;
+        bad = len >= sizeof a->rank_devices ||
+              opts_int_list(v, len, 0, 1023, ords, COMM_MAX_WORLD, &n) != 0;
+        if (!bad)
+            memcpy(a->rank_devices, v, len + 1);
+    } else if (!strcmp(name, "rank-comm")) {
+        bad = rank_comm_parse(v, &a->rank_comm) != 0;
     } else if (!strcmp(name, "peak-tflops") || !strcmp(name, "hbm-tbps")) {
         double *dst = name[0] == 'p' ? &a->peak_tflops : &a->hbm_tbps, d;
         bad = opts_double(v, &d) || !(d > 0);
@@ -492,9 +535,15 @@ static int parse_args(int argc, char **argv, bench_args *a)
         {"steps", OPT_CALL, &call, 0, "decode steps per run"},
         {"repeat", OPT_CALL, &call, 0, "timed runs per figure"},
         {"page-size", OPT_CALL, &call, 0, "KV page size in tokens"},
+        {"cuda-graphs", OPT_CALL, &call, 0, "on or off"},
         {"profile", OPT_BOOL, &a->profile, 0, "one more run per shape with device timing"},
         {"peak-tflops", OPT_CALL, &call, 0, "matrix peak for the prefill floor"},
         {"hbm-tbps", OPT_CALL, &call, 0, "memory bandwidth for the decode floor"},
+        {"tp", OPT_CALL, &call, 0, "tensor-parallel ranks"},
+        {"ep", OPT_CALL, &call, 0, "expert-parallel ranks"},
+        {"dp", OPT_CALL, &call, 0, "data-parallel ranks"},
+        {"rank-devices", OPT_CALL, &call, 0, "CUDA ordinal of each rank"},
+        {"rank-comm", OPT_CALL, &call, 0, "auto, host, staged or nccl"},
     };
     const opts_cli cli = {specs, (int)(sizeof specs / sizeof *specs), NULL, NULL, "option"};
     char err[512];
@@ -509,6 +558,42 @@ static int parse_args(int argc, char **argv, bench_args *a)
     }
     if (a->fill == FILL_AUTO)
         a->fill = a->synthetic[0] ? FILL_RANDOM : FILL_PREFILL;
+    if (a->tp > 1 && a->dp > 1) {
+        fprintf(stderr, "tandem-bench: --tp and --dp together are not a layout the workers run "
+                "(prefill TP+EP, decode DP+EP)\n");
+        return 2;
+    }
+    const int span = a->tp > 1 ? a->tp : a->dp;
+    if (span % a->ep != 0) {
+        fprintf(stderr, "tandem-bench: --ep %d must divide the %d %s ranks (an EP group is "
+                "carved from them)\n", a->ep, span, a->tp > 1 ? "TP" : "DP");
+        return 2;
+    }
+    return 0;
+}
+
+/* This rank's device: --device, or with several ranks on CUDA the rank's
+ * entry of --rank-devices (default --device's N + rank). */
+static int rank_device(const bench_args *a, int rank, int size, char *out, size_t len)
+{
+    kn_backend_kind kind;
+    int base;
+    if (tm_device_parse(a->device, &kind, &base) != 0)
+        return -1;
+    if (kind != KN_BACKEND_CUDA || size <= 1) {
+        snprintf(out, len, "%s", a->device);
+        return 0;
+    }
+    int ordinal = base + rank;
+    if (a->rank_devices[0]) {
+        int32_t ords[COMM_MAX_WORLD];
+        int n = 0;
+        if (opts_int_list(a->rank_devices, strlen(a->rank_devices), 0, 1023, ords,
+                          COMM_MAX_WORLD, &n) != 0 || n < 1)
+            return -1;
+        ordinal = ords[rank < n ? rank : n - 1];
+    }
+    snprintf(out, len, "cuda:%d", ordinal);
     return 0;
 }
 
@@ -517,16 +602,36 @@ int main(int argc, char **argv)
     bench_args a = {.device = "cpu", .seed = 1,
                     .prefill_lens = {128, 512}, .n_prefill = 2,
                     .batches = {1, 8, 32}, .n_batches = 3,
-                    .context = 128, .steps = 32, .repeat = 5, .page_size = 16};
+                    .context = 128, .steps = 32, .repeat = 5, .page_size = 16,
+                    .graphs = TM_CUDA_GRAPHS_ON, .tp = 1, .ep = 1, .dp = 1};
     int prc = parse_args(argc, argv, &a);
     if (prc)
         return prc < 0 ? 0 : prc;
 
-    bench_ctx c = {0};
+    /* the ranks first, before any thread exists (rank_group.h) */
+    rank_group group;
     char err[512] = "";
-    int rc = tm_device_open(a.device, &c.be, err, sizeof err);
+    rank_group_spec spec = {.tp = a.tp, .ep = a.ep, .dp = a.dp, .prefix = "bench",
+                            .timeout_ms = 600000, .comm = a.rank_comm};
+    if (rank_group_start(&group, &spec, err, sizeof err) != TN_OK) {
+        fprintf(stderr, "tandem-bench: %s\n", err);
+        return 1;
+    }
+    if (group.rank != 0 && !freopen("/dev/null", "w", stdout)) {
+        fprintf(stderr, "tandem-bench: rank %d: cannot silence stdout\n", group.rank);
+        return rank_group_finish(&group, 1, 1000, err, sizeof err);
+    }
+    bench_ctx c = {0};
+    char device[sizeof a.device];
+    int rc = TN_OK;
+    if (rank_device(&a, group.local_rank, group.size, device, sizeof device) != 0)
+        rc = tn_fail(err, sizeof err, TN_ERR_ARG, "bad --rank-devices '%s'", a.rank_devices);
+    if (rc == TN_OK)
+        rc = tm_device_open(device, &c.be, err, sizeof err);
+    if (rc == TN_OK && rank_group_layout(&group, &c.be, err, sizeof err) != TN_OK)
+        rc = TN_ERR_ARG;
     if (rc == TN_OK) {
-        tm_load_opts opts = {.weights = a.weights, .seed = a.seed};
+        tm_load_opts opts = {.weights = a.weights, .seed = a.seed, .par = &group.groups.par};
         double t0 = now_s();
         rc = a.synthetic[0] ? tm_model_synthetic(a.synthetic, &c.be, &opts, &c.model, err, sizeof err)
                          : tm_model_load_opts(a.model, &c.be, &opts, &c.model, err, sizeof err);
@@ -536,25 +641,37 @@ int main(int argc, char **argv)
                     tm_model_weight_bytes(c.model) / 1e9);
     }
     if (rc != TN_OK) {
-        fprintf(stderr, "tandem-bench: %s\n", err);
+        fprintf(stderr, "tandem-bench: rank %d: %s\n", group.rank, err);
+        tm_model_free(c.model);
         kn_backend_free(&c.be);
+        rank_group_finish(&group, 1, 30000, err, sizeof err);
         return 1;
     }
     c.cfg = tm_model_config(c.model);
     c.kv_dtype = tm_kv_dtype_resolve(a.kv_dtype, c.be.kind);
+    tm_model_set_cuda_graphs(c.model, a.graphs);
     if (a.profile)
         rc = kn_stopwatch_create(&c.be, TM_PROF_N_GROUPS, 8 * c.cfg->n_layers + 8, &c.sw);
 
     printf("# tandem-bench %s%s (%s), device %s, weights: attention q/k/v/o %s, experts %s, "
-           "LM head %s; KV cache %s; %s attention kernel, median of %d after 1 warm-up\n",
+           "LM head %s; KV cache %s; %s attention kernel, CUDA graphs %s, median of %d after 1 "
+           "warm-up\n",
            a.synthetic[0] ? "synthetic " : "", a.synthetic[0] ? a.synthetic : a.model,
            c.cfg->model_type, a.device, kn_dtype_name(tm_model_attn_dtype(c.model)),
            kn_dtype_name(tm_model_expert_dtype(c.model)),
            kn_dtype_name(tm_model_weight_dtype(c.model)), kn_dtype_name(c.kv_dtype),
-           kn_backend_attn_bf16(&c.be) ? "bf16 (prefill)" : "f32", a.repeat);
+           kn_backend_attn_bf16(&c.be) ? "bf16" : "f32",
+           a.graphs == TM_CUDA_GRAPHS_ON && c.be.kind == KN_BACKEND_CUDA ? "on" : "off", a.repeat);
     if (a.synthetic[0])
         printf("# random weights (seed %llu): real shapes, throughput does not depend on "
                "values; routing is near uniform\n", a.seed);
+    if (group.size > 1)
+        printf("# layout TP=%d EP=%d DP=%d: %d ranks (devices %s), rank communicator %s; "
+               "rank 0's times%s\n", a.tp, a.ep, a.dp, group.size,
+               c.be.kind != KN_BACKEND_CUDA ? "cpu"
+               : a.rank_devices[0] ? a.rank_devices : "--device's N + rank",
+               rank_comm_name(group.comm_kind),
+               a.dp > 1 ? ", decode tokens/s per rank" : "");
     if (a.n_batches)
         printf("# decode context: %s\n", a.fill == FILL_RANDOM
                    ? "cache filled with random values (no prefill)" : "prefilled by the model");
@@ -568,9 +685,13 @@ int main(int argc, char **argv)
     for (int i = 0; rc == TN_OK && i < a.n_batches; i++)
         rc = bench_decode(&c, &a, a.batches[i], a.fill);
     if (rc != TN_OK)
-        fprintf(stderr, "tandem-bench: %s\n", tn_status_str(rc));
+        fprintf(stderr, "tandem-bench: rank %d: %s\n", group.rank, tn_status_str(rc));
+    fflush(stdout);
     kn_stopwatch_free(c.sw);
     tm_model_free(c.model);
     kn_backend_free(&c.be);
-    return rc == TN_OK ? 0 : 1;
+    int st = rank_group_finish(&group, rc == TN_OK ? 0 : 1, 60000, err, sizeof err);
+    if (st != 0 && err[0])
+        fprintf(stderr, "tandem-bench: %s\n", err);
+    return st != 0 ? 1 : 0;
 }

@@ -40,6 +40,7 @@ typedef struct gen_args {
     int n_bias;
     int output_in_prompt;   /* the prompt's last N tokens count as output */
     tm_kv_dtype kv_dtype;
+    tm_cuda_graphs graphs;
     char logits_out[OPT_PATH_MAX];
 } gen_args;
 
@@ -75,6 +76,8 @@ static void usage(FILE *f)
         "  --kv-dtype T        KV cache element type: auto (default: f32 on cpu,\n"
         "                      bf16 on cuda), f32, bf16 or fp8 (e4m3 with a scale\n"
         "                      per token and KV head)\n"
+        "  --cuda-graphs G     on (default) or off: decode steps recorded as CUDA graphs\n"
+        "                      and replayed (cuda)\n"
         "  --logits-out PATH   also write the logits that chose each generated token\n"
         "                      (float32 little-endian, one row of vocab_size per token)\n"
         "  --help              show this help\n"
@@ -210,6 +213,10 @@ static int set_flag(void *ctx, const char *name, const char *v, char *err, size_
     } else if (!strcmp(name, "kv-dtype")) {
         if (tm_kv_dtype_parse(v, &a->kv_dtype, err, errlen) == 0)
             return 0;
+    } else if (!strcmp(name, "cuda-graphs")) {
+        if (tm_cuda_graphs_parse(v, &a->graphs) == 0)
+            return 0;
+        snprintf(err, errlen, "--cuda-graphs must be on or off, got '%s'", v);
     } else {
         snprintf(err, errlen, "--%s has no setter", name);
     }
@@ -225,6 +232,7 @@ static int parse_args(int argc, char **argv, gen_args *a)
     a->max_tokens = -1;
     snprintf(a->device, sizeof a->device, "cpu");
     a->repetition = 1;
+    a->graphs = TM_CUDA_GRAPHS_ON;
     opt_call call = {set_flag, a};
     const opt_spec specs[] = {
         {"model", OPT_STR, a->model, sizeof a->model, "model directory"},
@@ -244,6 +252,7 @@ static int parse_args(int argc, char **argv, gen_args *a)
         {"logit-bias", OPT_CALL, &call, 0, "ID:BIAS,... added to the logits"},
         {"output-in-prompt", OPT_CALL, &call, 0, "the prompt's last N tokens are earlier output"},
         {"kv-dtype", OPT_CALL, &call, 0, "auto, f32, bf16 or fp8"},
+        {"cuda-graphs", OPT_CALL, &call, 0, "on or off"},
         {"logits-out", OPT_STR, a->logits_out, sizeof a->logits_out, "write the logits here"},
     };
     const opts_cli cli = {specs, (int)(sizeof specs / sizeof *specs), NULL, NULL, "option"};
@@ -291,6 +300,7 @@ static int generate(const gen_args *a, const kn_backend *be)
         fprintf(stderr, "tandem-generate: cannot load model: %s\n", err);
         return EXIT_RUNTIME;
     }
+    tm_model_set_cuda_graphs(m, a->graphs);
     const tm_config *c = tm_model_config(m);
     for (int i = 0; i < a->n_prompt; i++) {
         if (a->prompt[i] >= c->vocab_size) {

@@ -4,6 +4,8 @@
 
 const char *const svb_timing_names[SVB_N_TIMINGS] = {
     "router_ttft", "prefill", "kv_transfer", "decode_step", "router_itl", "router_e2e",
+    "stage_router", "stage_admission", "stage_prefill_queue", "stage_prefill",
+    "stage_kv_transfer", "stage_first_decode",
 };
 
 /* The histogram family of each timing, and a label its samples must carry
@@ -17,6 +19,12 @@ static const struct {
     {"tandem_decode_step_duration_seconds", NULL},
     {"tandem_inter_token_latency_seconds", NULL},
     {"tandem_request_duration_seconds", NULL},
+    {"tandem_request_stage_seconds", "stage=\"router\""},
+    {"tandem_request_stage_seconds", "stage=\"admission\""},
+    {"tandem_request_stage_seconds", "stage=\"prefill_queue\""},
+    {"tandem_request_stage_seconds", "stage=\"prefill\""},
+    {"tandem_request_stage_seconds", "stage=\"kv_transfer\""},
+    {"tandem_request_stage_seconds", "stage=\"first_decode\""},
 };
 
 /* Does line start with family + suffix, then '{' or ' '? Returns where the

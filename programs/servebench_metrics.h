@@ -14,6 +14,15 @@ typedef enum {
     SVB_T_DECODE_STEP,    /* decoder: one batched step */
     SVB_T_ROUTER_ITL,     /* router: gap between tokens sent to one client */
     SVB_T_ROUTER_E2E,     /* router: arrival to last token */
+    /* tandem_request_stage_seconds (router/metrics.h): one request's stages
+     * up to its second token, which add up to the router's TTFT plus the
+     * first decode */
+    SVB_T_S_ROUTER,       /* arrival to DecodeAssignment: router queue, placement */
+    SVB_T_S_ADMISSION,    /* the decoder's admission (KV reservation) */
+    SVB_T_S_PREFILL_QUEUE, /* waiting at the prefiller (and the control messages) */
+    SVB_T_S_PREFILL,      /* the prefiller's compute, as it reported it */
+    SVB_T_S_KV_TRANSFER,  /* first token sampled, KV pushed and acked */
+    SVB_T_S_FIRST_DECODE, /* StartDecode to the decoder's first token */
     SVB_N_TIMINGS
 } svb_timing;
 

@@ -151,19 +151,22 @@ void svb_print_table(FILE *f, const svb_run_info *info, const svb_point *pts, in
         any |= pts[i].have_stages;
     if (!any)
         return;
-    fprintf(f, "where the time goes (means from the router's /metrics, ms):\n");
-    fprintf(f, "%-6s %12s %12s %12s %12s %12s %12s %12s\n",
+    fprintf(f, "where the time goes (means per request from the router's /metrics, ms; "
+               "router + admission + prefill queue + prefill + KV transfer = router TTFT):\n");
+    fprintf(f, "%-6s %11s %11s %9s %9s %9s %9s %9s %9s %9s %9s\n",
             strcmp(info->load_kind, "rate") == 0 ? "rate" : "conc", "client TTFT", "router TTFT",
-            "prefill", "KV transfer", "queue+other", "decode step", "router ITL");
+            "router", "admission", "pf queue", "prefill", "KV xfer", "1st dec", "dec step",
+            "rtr ITL");
     for (int i = 0; i < n; i++) {
         const double *m = pts[i].stage_mean_s;
         if (!pts[i].have_stages)
             continue;
-        double other = m[SVB_T_ROUTER_TTFT] - m[SVB_T_PREFILL] - m[SVB_T_KV_TRANSFER];
-        fprintf(f, "%-6g %12.2f %12.2f %12.2f %12.2f %12.2f %12.2f %12.2f\n", pts[i].load,
-                pts[i].s.ttft.mean * 1e3, m[SVB_T_ROUTER_TTFT] * 1e3, m[SVB_T_PREFILL] * 1e3,
-                m[SVB_T_KV_TRANSFER] * 1e3, other * 1e3, m[SVB_T_DECODE_STEP] * 1e3,
-                m[SVB_T_ROUTER_ITL] * 1e3);
+        fprintf(f, "%-6g %11.2f %11.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f\n",
+                pts[i].load, pts[i].s.ttft.mean * 1e3, m[SVB_T_ROUTER_TTFT] * 1e3,
+                m[SVB_T_S_ROUTER] * 1e3, m[SVB_T_S_ADMISSION] * 1e3,
+                m[SVB_T_S_PREFILL_QUEUE] * 1e3, m[SVB_T_S_PREFILL] * 1e3,
+                m[SVB_T_S_KV_TRANSFER] * 1e3, m[SVB_T_S_FIRST_DECODE] * 1e3,
+                m[SVB_T_DECODE_STEP] * 1e3, m[SVB_T_ROUTER_ITL] * 1e3);
     }
 }
 

@@ -31,6 +31,7 @@ typedef struct options {
     int seed_arg, request_id_arg, kill_pid_arg, stop_pid_arg;   /* as given */
     int repeat, warmup, timeout_ms, window;
     int shrink;                       /* receiver: register only half of each pool */
+    int same_host_shm;                /* te_engine_config.same_host_shm */
     char connect[MAX_RECEIVERS][256];
     int n_connect;
     pid_t kill_pid;                   /* sender: SIGKILL this receiver mid-transfer */
@@ -60,6 +61,8 @@ static void usage(FILE *f)
         "  --window N          puts in flight per transfer (default 64)\n"
         "  --data-path P       auto, puts or messages (te_data_path; default auto:\n"
         "                      messages where UCX would emulate puts, e.g. tcp)\n"
+        "  --same-host-shm     a peer on this host gets a shared-memory endpoint (no UCX\n"
+        "                      failure detection) when --tls allows shared memory\n"
         "recv:\n"
         "  --senders N         sender ranks to wait for (default 1)\n"
         "  --shrink-region     register only half of each pool and expect the sender\n"
@@ -153,18 +156,19 @@ static int parse_options(int argc, char **argv, options *o)
         return -1;
     }
     opt_call call = {set_flag, o};
-    opt_spec specs[N_INT_FLAGS + 7] = {
+    opt_spec specs[N_INT_FLAGS + 8] = {
         {"tls", OPT_STR, o->tls, sizeof o->tls, "UCX transports (UCX_TLS)"},
         {"data-path", OPT_STR, o->data_path, sizeof o->data_path, "auto, puts or messages"},
         {"die-after", OPT_CALL, &call, 0, "send: die after this fraction (--stop-pid)"},
+        {"same-host-shm", OPT_BOOL, &o->same_host_shm, 0, "shared memory to same-host peers"},
         {"shrink-region", OPT_BOOL, &o->shrink, 0, "recv: register half of each pool"},
         {"connect", OPT_CALL, &call, 0, "send: a receiver rank's endpoint (repeatable)"},
         {"kill-after", OPT_CALL, &call, 0, "send: kill --kill-pid after this fraction"},
         {"expect-failure", OPT_BOOL, &o->expect_failure, 0, "send: exit 0 only on failure"},
     };
     for (int i = 0; i < N_INT_FLAGS; i++)
-        specs[7 + i] = (opt_spec){INT_FLAGS[i].name, OPT_CALL, &call, 0, "an integer"};
-    const opts_cli cli = {specs, N_INT_FLAGS + 7, NULL, NULL, "option"};
+        specs[8 + i] = (opt_spec){INT_FLAGS[i].name, OPT_CALL, &call, 0, "an integer"};
+    const opts_cli cli = {specs, N_INT_FLAGS + 8, NULL, NULL, "option"};
     char err[512];
     switch (opts_parse_cli(&cli, argc - 1, argv + 1, err, sizeof err)) {
     case OPTS_HELP: usage(stdout); exit(0);
@@ -554,6 +558,7 @@ int main(int argc, char **argv)
     cfg.data_path = !strcmp(o.data_path, "puts")       ? TE_DATA_PUTS
                     : !strcmp(o.data_path, "messages") ? TE_DATA_MESSAGES
                                                        : TE_DATA_AUTO;
+    cfg.same_host_shm = o.same_host_shm;
     te_engine *e;
     char err[512];
     if (te_engine_create(&cfg, &e, err, sizeof err) != TN_OK) {

@@ -439,6 +439,10 @@ void dispatch_place(router_ctx *ctx, router_request *r)
     r->on_decoder = 1;
     r->stage = STAGE_RESERVING;
     r->t_progress = tn_now_s();
+    if (r->attempts == 0 && r->t_assigned_decode == 0)
+        metrics_observe(&ctx->metrics.stage[STAGE_T_ROUTER], r->t_progress - r->t_start);
+    r->t_assigned_decode = r->t_progress;
+    r->t_assigned_prefill = r->t_start_decode = 0;
     r->held_since = 0; /* a later hold (its worker lost) waits afresh */
 }
 
@@ -519,6 +523,10 @@ static void on_kv_ready(router_ctx *ctx, router_worker *from, const Tandem__V1__
     p->assigned_input_tokens += (uint64_t)r->assigned_tokens;
     r->on_prefiller = 1;
     r->stage = STAGE_PREFILLING;
+    r->t_assigned_prefill = tn_now_s();
+    if (r->t_assigned_decode > 0)
+        metrics_observe(&ctx->metrics.stage[STAGE_T_ADMISSION],
+                        r->t_assigned_prefill - r->t_assigned_decode);
 }
 
 /* Appends tokens to r and delivers them; ends r if a stop string matched.
@@ -557,6 +565,21 @@ static int deliver_tokens(router_ctx *ctx, router_request *r, const int32_t *tok
     return 0;
 }
 
+/* A successful prefill's stages: the prefiller's own compute and transfer
+ * times, and the rest of the assignment's round trip as its queue. */
+static void observe_prefill_stages(router_ctx *ctx, router_request *r,
+                                   const Tandem__V1__PrefillResult *res)
+{
+    double now = tn_now_s();
+    if (r->t_assigned_prefill > 0) {
+        double queue = now - r->t_assigned_prefill - res->prefill_seconds - res->transfer_seconds;
+        metrics_observe(&ctx->metrics.stage[STAGE_T_PREFILL_QUEUE], queue > 0 ? queue : 0);
+        metrics_observe(&ctx->metrics.stage[STAGE_T_PREFILL], res->prefill_seconds);
+        metrics_observe(&ctx->metrics.stage[STAGE_T_KV_TRANSFER], res->transfer_seconds);
+    }
+    r->t_start_decode = now;
+}
+
 static void on_prefill_result(router_ctx *ctx, router_worker *from,
                               const Tandem__V1__PrefillResult *res)
 {
@@ -593,6 +616,7 @@ static void on_prefill_result(router_ctx *ctx, router_worker *from,
             fail(ctx, r, code, "prefill on %s failed: %s", from->id, why);
         return;
     }
+    observe_prefill_stages(ctx, r, res);
     Tandem__V1__StartDecode s = TANDEM__V1__START_DECODE__INIT;
     s.request_id = r->wid;
     s.first_token = res->first_token;
@@ -635,6 +659,10 @@ static void on_token_batch(router_ctx *ctx, router_worker *from, const Tandem__V
             continue;
         }
         r->t_progress = now;
+        if (c->n_tokens && r->t_start_decode > 0) {
+            metrics_observe(&ctx->metrics.stage[STAGE_T_FIRST_DECODE], now - r->t_start_decode);
+            r->t_start_decode = 0;
+        }
         if (c->n_tokens &&
             deliver_tokens(ctx, r, c->tokens, (int)c->n_tokens, c->logprobs, c->n_logprobs))
             continue;

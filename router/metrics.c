@@ -8,7 +8,12 @@
 static const double TTFT_BOUNDS[] = {0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
 static const double ITL_BOUNDS[] = {0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1};
 static const double DURATION_BOUNDS[] = {0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600};
+static const double STAGE_BOUNDS[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                      0.25,  0.5,   1,    2.5,   10,   60};
 static const char *const API_NAMES[API_COUNT] = {"openai", "rpc"};
+const char *const metrics_stage_names[STAGE_T_COUNT] = {
+    "router", "admission", "prefill_queue", "prefill", "kv_transfer", "first_decode",
+};
 
 void metrics_init(router_metrics *m)
 {
@@ -17,6 +22,9 @@ void metrics_init(router_metrics *m)
     histogram_init(&m->itl, ITL_BOUNDS, (int)(sizeof ITL_BOUNDS / sizeof *ITL_BOUNDS));
     histogram_init(&m->duration, DURATION_BOUNDS,
                    (int)(sizeof DURATION_BOUNDS / sizeof *DURATION_BOUNDS));
+    for (int s = 0; s < STAGE_T_COUNT; s++)
+        histogram_init(&m->stage[s], STAGE_BOUNDS,
+                       (int)(sizeof STAGE_BOUNDS / sizeof *STAGE_BOUNDS));
 }
 
 void metrics_observe(histogram *h, double seconds)
@@ -136,6 +144,13 @@ void metrics_render(sbuf *b, const router_metrics *m, const worker_registry *w,
     prom_family(b, "tandem_request_duration_seconds", "histogram",
                 "Request arrival to its last token.");
     prom_histogram(b, "tandem_request_duration_seconds", "", &m->duration);
+    prom_family(b, "tandem_request_stage_seconds", "histogram",
+                "Where a request's time goes up to its second token, by stage.");
+    for (int s = 0; s < STAGE_T_COUNT; s++) {
+        char label[48];
+        snprintf(label, sizeof label, "stage=\"%s\"", metrics_stage_names[s]);
+        prom_histogram(b, "tandem_request_stage_seconds", label, &m->stage[s]);
+    }
     prom_family(b, "tandem_router_queue_depth", "gauge",
                 "Requests the router holds because no worker of that stage can take them yet.");
     for (int p = 0; p < AS_POOL_COUNT; p++)

@@ -17,12 +17,30 @@
 
 typedef enum { API_OPENAI = 0, API_RPC = 1, API_COUNT = 2 } metrics_api;
 
+/* Where one request's time goes before its second token
+ * (tandem_request_stage_seconds{stage}): the router's timestamps of its
+ * messages, and the prefiller's own timings from PrefillResult. */
+typedef enum {
+    STAGE_T_ROUTER = 0,      /* arrival to DecodeAssignment sent (router queue, placement) */
+    STAGE_T_ADMISSION,       /* DecodeAssignment sent to KvReady: the decoder's admission */
+    STAGE_T_PREFILL_QUEUE,   /* PrefillAssignment sent to PrefillResult, less the
+                                prefiller's prefill and transfer: waiting at the prefiller */
+    STAGE_T_PREFILL,         /* the prefiller's compute (PrefillResult.prefill_seconds) */
+    STAGE_T_KV_TRANSFER,     /* first token sampled, KV pushed, acked (transfer_seconds) */
+    STAGE_T_FIRST_DECODE,    /* StartDecode sent to the decoder's first token: KV notice,
+                                staging to the GPU, joining the batch, its first step */
+    STAGE_T_COUNT
+} metrics_stage;
+
+extern const char *const metrics_stage_names[STAGE_T_COUNT];
+
 typedef struct router_metrics {
     uint64_t requests[API_COUNT][OUTCOME_COUNT]; /* finished */
     int64_t in_flight[API_COUNT];
     uint64_t input_tokens, output_tokens;
     uint64_t accepted;                           /* for the RPC status */
     histogram ttft, itl, duration;
+    histogram stage[STAGE_T_COUNT];
 } router_metrics;
 
 void metrics_init(router_metrics *m);

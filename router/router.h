@@ -134,6 +134,9 @@ typedef struct router_request {
     uint64_t decoder_serial;
     double t_progress;             /* monotonic: the current attempt's latest step
                                       (placed, KV reserved, first token, tokens) */
+    /* Stage timestamps of the current attempt (monotonic; 0: not reached),
+     * for tandem_request_stage_seconds (router/metrics.h). */
+    double t_assigned_decode, t_assigned_prefill, t_start_decode;
 
     /* Output (under lock): tokens, their decoded text, the end. */
     int32_t *out;

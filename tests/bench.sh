@@ -12,3 +12,6 @@ done
 
 echo "== TransferEngine, two processes on loopback (tcp, sm) vs memcpy =="
 "$BUILD"/bin/tandem-transfer-bench
+
+echo "== one request's KV (4096 tokens, GPT-OSS-20B shapes): loopback tcp vs same-host shared memory =="
+BUILD="$BUILD" bash tests/bench_kv_request.sh

@@ -75,6 +75,15 @@ typedef struct te_engine_config {
     int numa_node;             /* preferred NIC NUMA node, -1 any */
     int max_puts_in_flight;    /* puts or data messages per transfer; 0: 64 */
     te_data_path data_path;    /* of this engine's transfers (sender side) */
+    /* 1: te_kv_connect gives a peer in this engine's shared-memory domain
+     * (same boot, IPC and PID namespaces: te_engine_host_key) an endpoint
+     * without UCX peer-failure handling, so UCX may move its data over
+     * shared memory (sysv/posix, cma) when UCX_TLS allows it; other peers
+     * keep the transports UCX_TLS gives with failure handling (verbs, tcp).
+     * UCX 1.13 offers shared memory only to endpoints without failure
+     * handling, so such a peer's death is noticed by the transfer timeout
+     * or te_peer_fail, never by UCX. 0 (default): one mode for all peers. */
+    int same_host_shm;
     FILE *log;                 /* NULL: stderr */
 } te_engine_config;
 
@@ -95,6 +104,13 @@ const char *te_engine_error(const te_engine *e);           /* last error message
  * CUDA transports are loaded: cuda_copy, cuda_ipc, GPUDirect RDMA), else 0.
  * Without it, device memory must be staged through host buffers. */
 int te_engine_cuda_memory(const te_engine *e);
+/* This engine's shared-memory domain: "BOOT_ID/ipc:[N]/pid:[N]" from /proc,
+ * "" when any part is unreadable (then no peer counts as same-host). */
+const char *te_engine_host_key(const te_engine *e);
+/* Whether te_kv_connect would give a peer with this host key a
+ * shared-memory endpoint (same_host_shm, equal non-empty keys, and a
+ * UCX_TLS that may include shared-memory transports). */
+int te_engine_peer_is_same_host(const te_engine *e, const char *host_key);
 /* The worker address peers connect to; valid until te_engine_destroy. */
 void te_engine_address(const te_engine *e, const void **addr, size_t *len);
 /* Runs UCX progress and advances every transfer. Returns the number of UCX
@@ -130,6 +146,12 @@ te_mem_type te_region_type(const te_region *r);
  * are reported through te_peer_status and fail the peer's transfers. */
 int te_peer_connect(te_engine *e, const void *addr, size_t len, uint64_t remote_id,
                     te_peer **out);
+/* te_peer_connect for a peer in this engine's shared-memory domain: the
+ * endpoint has no UCX peer-failure handling, so UCX may choose its
+ * shared-memory transports; the peer's failure is then noticed only by
+ * transfer timeouts and te_peer_fail (te_peer_detects_failure is 0). */
+int te_peer_connect_same_host(te_engine *e, const void *addr, size_t len, uint64_t remote_id,
+                              te_peer **out);
 /* TN_OK while usable, otherwise why not (te_peer_error has the message). */
 int te_peer_status(const te_peer *p);
 const char *te_peer_error(const te_peer *p);

@@ -427,6 +427,9 @@ static int create_ucx(te_engine *e, const te_engine_config *cfg)
     }
     const char *tls = cfg->tls ? cfg->tls : getenv("UCX_TLS");
     e->peer_failure_mode = !tls_is_shared_memory_only(tls);
+    e->same_host_shm = cfg->same_host_shm;
+    e->tls_allows_shm = te_tls_allows_shm(tls);
+    te_host_key_fill(e->host_key, sizeof e->host_key);
     int rc = choose_nic(e, cfg, uc);
     if (rc != TN_OK) {
         ucp_config_release(uc);

@@ -125,6 +125,9 @@ struct te_engine {
     int max_in_flight;
     size_t max_am_header;
     int peer_failure_mode;    /* create endpoints with UCP_ERR_HANDLING_MODE_PEER */
+    int same_host_shm;        /* te_engine_config.same_host_shm */
+    int tls_allows_shm;       /* UCX_TLS may include a shared-memory transport */
+    char host_key[128];       /* te_engine_host_key */
     char nic[96];
     te_region *regions;
     te_peer *peers;
@@ -189,6 +192,12 @@ void te_peers_close_pending(te_engine *e);
 void te_peer_free(te_engine *e, te_peer *p);
 te_peer *te_peer_find(te_engine *e, uint64_t remote_id);
 void te_region_free(te_engine *e, te_region *r);
+
+/* Shared-memory domain (transfer_host.c). */
+/* Writes this process's host key ("" when /proc does not tell). */
+void te_host_key_fill(char *key, size_t len);
+/* Whether a UCX_TLS value (NULL: UCX's default) may include shared memory. */
+int te_tls_allows_shm(const char *tls);
 
 /* Transfers (transfer_xfer.c). */
 void te_transfer_advance(te_transfer *t, double now);

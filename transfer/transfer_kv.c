@@ -117,6 +117,7 @@ int te_kv_hello_pack(te_engine *e, const te_kv_local *kv, uint8_t **buf, size_t 
         hello.n_regions = n;
         hello.regions = ptrs;
         hello.nic = e->nic;
+        hello.host_key = e->host_key;
         Tandem__Transfer__ControlMessage m = TANDEM__TRANSFER__CONTROL_MESSAGE__INIT;
         m.body_case = TANDEM__TRANSFER__CONTROL_MESSAGE__BODY_HELLO;
         m.hello = &hello;
@@ -188,8 +189,11 @@ int te_kv_connect(te_engine *e, const Tandem__Transfer__PeerHello *h, te_kv_remo
     out->layout = l;
     out->n_regions = n;
     out->engine_id = h->engine_id;
-    int rc = te_peer_connect(e, h->worker_address.data, h->worker_address.len, h->engine_id,
-                             &out->peer);
+    int rc = te_engine_peer_is_same_host(e, h->host_key)
+                 ? te_peer_connect_same_host(e, h->worker_address.data, h->worker_address.len,
+                                             h->engine_id, &out->peer)
+                 : te_peer_connect(e, h->worker_address.data, h->worker_address.len,
+                                   h->engine_id, &out->peer);
     for (size_t i = 0; i < h->n_regions && rc == TN_OK; i++) {
         const Tandem__Transfer__RegionDescriptor *d = h->regions[i];
         if (d->id >= (uint32_t)n || out->regions[d->id]) {

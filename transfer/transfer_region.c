@@ -217,8 +217,10 @@ static void describe_transports(te_peer *p)
     free(text);
 }
 
-int te_peer_connect(te_engine *e, const void *addr, size_t len, uint64_t remote_id,
-                    te_peer **out)
+/* Creates the endpoint; failure_mode says whether it gets UCX peer-failure
+ * handling (which, in UCX 1.13, rules out the shared-memory transports). */
+static int connect_peer(te_engine *e, const void *addr, size_t len, uint64_t remote_id,
+                        int failure_mode, te_peer **out)
 {
     if (!e || !out)
         return TN_ERR_ARG;
@@ -235,10 +237,10 @@ int te_peer_connect(te_engine *e, const void *addr, size_t len, uint64_t remote_
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
     ep.address = addr;
-    ep.err_mode = e->peer_failure_mode ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+    ep.err_mode = failure_mode ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
     ep.err_handler.cb = on_peer_error;
     ep.err_handler.arg = p;
-    p->detects_failure = e->peer_failure_mode;
+    p->detects_failure = failure_mode;
     ucs_status_t st = ucp_ep_create(e->worker, &ep, &p->ep);
     if (st != UCS_OK) {
         free(p);
@@ -250,6 +252,18 @@ int te_peer_connect(te_engine *e, const void *addr, size_t len, uint64_t remote_
     e->peers = p;
     *out = p;
     return TN_OK;
+}
+
+int te_peer_connect(te_engine *e, const void *addr, size_t len, uint64_t remote_id,
+                    te_peer **out)
+{
+    return connect_peer(e, addr, len, remote_id, e ? e->peer_failure_mode : 0, out);
+}
+
+int te_peer_connect_same_host(te_engine *e, const void *addr, size_t len, uint64_t remote_id,
+                              te_peer **out)
+{
+    return connect_peer(e, addr, len, remote_id, 0, out);
 }
 
 te_peer *te_peer_find(te_engine *e, uint64_t remote_id)

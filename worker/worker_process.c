@@ -24,6 +24,8 @@ void worker_options_default(worker_options *o)
     snprintf(o->weights, sizeof o->weights, "auto");
     snprintf(o->kv_dtype, sizeof o->kv_dtype, "auto");
     snprintf(o->kv_path, sizeof o->kv_path, "auto");
+    snprintf(o->cuda_graphs, sizeof o->cuda_graphs, "on");
+    snprintf(o->kv_same_host, sizeof o->kv_same_host, "tls");
     snprintf(o->tokenizer, sizeof o->tokenizer, "none");
     snprintf(o->metrics_host, sizeof o->metrics_host, "127.0.0.1");
     o->wedged_after_s = 60;
@@ -70,11 +72,19 @@ int worker_parse_flags(worker_options *o, const char *prog, const char *intro,
          "prefillers and decoders of a model must agree (the router refuses a mismatch)"},
     };
     const opt_spec tail[] = {
+        {"cuda-graphs", OPT_STR, o->cuda_graphs, sizeof o->cuda_graphs,
+         "on (default) or off: decode steps recorded as CUDA graphs per batch-size bucket and "
+         "replayed (--device cuda, one rank; engine/model.h)"},
         {"worker-secret-file", OPT_STR, o->worker_secret_file, sizeof o->worker_secret_file,
          "file with the secret shared with the router's --worker-secret-file: the router "
          "connection is then authenticated and encrypted (CURVE)"},
         {"ucx-tls", OPT_STR, o->ucx_tls, sizeof o->ucx_tls,
          "UCX transports for the TransferEngine (\"\": UCX_TLS from the environment)"},
+        {"kv-same-host", OPT_STR, o->kv_same_host, sizeof o->kv_same_host,
+         "KV transfers to a worker on this host (same boot, IPC and PID namespaces): tls "
+         "(the transports UCX_TLS gives every peer, with UCX peer-failure detection) or shm "
+         "(UCX shared memory when UCX_TLS allows it: much faster than loopback tcp, but a "
+         "dead peer is then noticed only by the transfer timeout or the router)"},
         {"kv-path", OPT_STR, o->kv_path, sizeof o->kv_path,
          "how the KV pools meet UCX: auto (GPU memory registered directly when UCX has CUDA "
          "support, else staged through pinned host buffers), direct, or staged"},
@@ -179,11 +189,21 @@ int worker_parse_flags(worker_options *o, const char *prog, const char *intro,
         return 2;
     }
     o->kv_elem = tm_kv_dtype_resolve(kvd, kind);
+    if (tm_cuda_graphs_parse(o->cuda_graphs, &o->cuda_graphs_mode) != 0) {
+        fprintf(stderr, "%s: --cuda-graphs must be on or off, got '%s'\n", prog, o->cuda_graphs);
+        return 2;
+    }
     if (tm_kv_path_parse(o->kv_path, &o->kv_path_mode) != 0) {
         fprintf(stderr, "%s: --kv-path must be auto, direct or staged, got '%s'\n", prog,
                 o->kv_path);
         return 2;
     }
+    if (strcmp(o->kv_same_host, "tls") && strcmp(o->kv_same_host, "shm")) {
+        fprintf(stderr, "%s: --kv-same-host must be tls or shm, got '%s'\n", prog,
+                o->kv_same_host);
+        return 2;
+    }
+    o->same_host_shm = !strcmp(o->kv_same_host, "shm");
     /* the role's integer flags are sizes and time limits: positive */
     for (int i = 0; i < n_role; i++)
         if (role_specs[i].type == OPT_INT && *(const int *)role_specs[i].dst <= 0) {
@@ -282,6 +302,7 @@ int worker_load_model(const worker_options *o, const char *who, rank_group *g, k
         snprintf(err, errlen, "cannot load model: %s", why);
         return TN_ERR_ARG;
     }
+    tm_model_set_cuda_graphs(*out, o->cuda_graphs_mode);
     /* named by the experts' dtype, most of an MoE model's bytes: an FP8
      * model keeps bf16 norms and LM head and must not read "bf16 weights" */
     tn_log(who, "rank %d: model on %s, %s weights (attention %s, experts %s, other %s; %.1f MiB)%s%s",

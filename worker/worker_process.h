@@ -32,7 +32,9 @@ typedef struct worker_options {
     char weights[16];          /* auto, f32, bf16 */
     char kv_dtype[16];         /* auto, f32, bf16 (engine/device.h) */
     char kv_path[16];          /* auto, direct, staged (engine/kv_staging.h) */
+    char cuda_graphs[8];       /* on, off (engine/model.h tm_model_set_cuda_graphs) */
     char ucx_tls[128];         /* UCX_TLS for the TransferEngine ("" = environment) */
+    char kv_same_host[16];     /* tls, shm: transports to peers on this host */
     char worker_secret_file[OPT_PATH_MAX]; /* shared secret of the worker socket ("" = none) */
     char metrics_host[64];     /* /metrics and /healthz (worker/worker_http.h) */
     int metrics_port;          /* 0: any free port; -1: no HTTP server */
@@ -51,6 +53,8 @@ typedef struct worker_options {
     /* parsed from the strings above by worker_parse_flags */
     tm_weight_dtype weight_dtype;
     tm_kv_path kv_path_mode;
+    tm_cuda_graphs cuda_graphs_mode;
+    int same_host_shm;         /* --kv-same-host shm */
     kn_dtype kv_elem;          /* the KV cache's dtype, auto resolved for --device */
     rank_comm_kind rank_comm_mode;
 } worker_options;

@@ -6,14 +6,15 @@
 #include "common/status.h"
 
 int worker_transfer_open(worker_transfer *t, tm_kv_cache *kv, int n_kv_heads, int tp,
-                         int rank, const char *name, const char *tls, tm_kv_path path,
-                         char *err, size_t errlen)
+                         int rank, const char *name, const char *tls, int same_host_shm,
+                         tm_kv_path path, char *err, size_t errlen)
 {
     memset(t, 0, sizeof *t);
     te_engine_config cfg;
     te_engine_config_default(&cfg);
     cfg.name = name;
     cfg.tls = tls && tls[0] ? tls : NULL;
+    cfg.same_host_shm = same_host_shm;
     if (te_engine_create(&cfg, &t->e, err, errlen) != TN_OK) {
         t->e = NULL;
         return TN_ERR_ARG;

@@ -22,10 +22,11 @@ typedef struct worker_transfer {
 
 /* Creates the engine named name and registers kv's pools as rank `rank` of
  * a TP group of `tp` whose caches hold its share of n_kv_heads (tp 1, rank
- * 0 for one process). Returns 0, or -1 with a reason and *t left closed. */
+ * 0 for one process); same_host_shm: te_engine_config.same_host_shm
+ * (--kv-same-host shm). Returns 0, or -1 with a reason and *t left closed. */
 int worker_transfer_open(worker_transfer *t, tm_kv_cache *kv, int n_kv_heads, int tp,
-                         int rank, const char *name, const char *tls, tm_kv_path path,
-                         char *err, size_t errlen);
+                         int rank, const char *name, const char *tls, int same_host_shm,
+                         tm_kv_path path, char *err, size_t errlen);
 /* Deregisters the pools and destroys the engine (the caller closed its
  * connections first). A zeroed t is fine. */
 void worker_transfer_close(worker_transfer *t);

@@ -19,6 +19,8 @@
 
 int kn_embedding_cpu(float *out, const float *table, const int32_t *ids,
                      int n_tokens, int vocab, int dim);
+int kn_gather_rows_cpu(float *out, const float *table, const int32_t *rows, int n,
+                       int n_table_rows, int dim);
 int kn_rmsnorm_cpu(float *out, const float *x, const float *weight, int rows,
                    int dim, float eps);
 int kn_add_rmsnorm_cpu(float *x, float *xn, const float *delta, const float *weight,
@@ -42,6 +44,13 @@ int kn_moe_route_cpu(int32_t *expert_idx, float *expert_w, const float *logits,
 int kn_moe_experts_cpu(float *out, const float *x, const int32_t *expert_idx,
                        const float *expert_w, int n_tokens, int k,
                        const kn_moe_weights *w);
+int kn_ep_pack_cpu(void *send, int32_t *slot, const float *x, const int32_t *expert_idx,
+                   const float *expert_w, int n_tokens, int k, int dim, int n_ranks,
+                   int experts_per_rank, int cap);
+int kn_ep_unpack_cpu(float *x, int32_t *expert_idx, float *expert_w, const void *recv,
+                     int n_rows, int k, int dim);
+int kn_ep_combine_cpu(float *out, const float *shares, const int32_t *slot, int n_tokens,
+                      int dim, int n_ranks, int cap);
 int kn_sample_cpu(int32_t *tokens, const float *logits, int n_rows, int vocab,
                   const kn_sampling *params, uint64_t *rng_state);
 int kn_logprobs_cpu(const float *logits, int n_rows, int vocab, const int32_t *tokens,

@@ -30,9 +30,10 @@
  *
  * Kernels (all fp32; attention_mma.cu has the bf16 tensor-core prefill
  * kernel that replaces attn_flash_kernel when the backend's attention
- * precision is bf16, and attention_wgmma.cu the Hopper wgmma one that
+ * precision is bf16, attention_wgmma.cu the Hopper wgmma one that
  * replaces that for head_dim 64 over bf16 pools when the wgmma switch is
- * on):
+ * on, and attention_decode_mma.cu the bf16 tensor-core decode kernel that
+ * replaces the split-KV kernels over bf16 pools at that precision):
  *  - attn_flash_kernel<D>: prefill and long chunks (D = 64 or 128). 128
  *    query vectors x 64-key tiles, 256 threads, each thread an 8x4 block of
  *    scores and 8 x D/16 of the output; the whole key range in one block.
@@ -44,6 +45,7 @@
  *    attn_combine_kernel.
  */
 #include <math.h>
+#include "kernels/cuda/attention_decode_mma.cuh"
 #include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/attention_wgmma.cuh"
 #include "kernels/cuda/attention_setup.cuh"
@@ -66,7 +68,7 @@ struct AttnArgs {
     float scale_log2;
     /* split kernel only */
     int vec4; /* head_dim % 4 == 0, pools and q 16-byte aligned */
-    int n_qchunks, n_splits, split_keys;
+    int n_qchunks, n_splits;
     float *part_o;  /* [n_rows][n_heads][n_splits][head_dim] */
     float *part_ml; /* [n_rows][n_heads][n_splits][2]: m (log2 domain), l */
 };
@@ -357,6 +359,22 @@ __device__ __forceinline__ void split_store(const AttnArgs &a, int D, int q0, in
     }
 }
 
+/* The block's key range [*kbeg, *kend) cut into n_splits runs of whole
+ * SP_KC-key chunks, this split's run kept. Cut from the block's own range
+ * (its sequence's length, read on the device), so every sequence of a
+ * batch is spread over all splits whatever the longest one, and a launch
+ * sized for a length bound (a recorded decode step) stays balanced. */
+__device__ __forceinline__ void split_range(int split, int n_splits, int *kbeg, int *kend)
+{
+    if (n_splits <= 1 || *kend <= *kbeg)
+        return;
+    const int chunks = (*kend - *kbeg + SP_KC - 1) / SP_KC;
+    const int per = (chunks + n_splits - 1) / n_splits;
+    const int beg = *kbeg + split * per * SP_KC;
+    *kend = min(*kend, beg + per * SP_KC);
+    *kbeg = beg;
+}
+
 template <int VPW, class T>
 __global__ void __launch_bounds__(SP_WARPS * 32)
 attn_split_kernel(AttnArgs a)
@@ -394,7 +412,7 @@ attn_split_kernel(AttnArgs a)
     split_init_state<VPW, SP_DPL>(a, kvh, v0, nvec, first_pos, split, w, lane, pos, m, l, o);
     int kbeg, kend;
     kn_attn_key_range(a, first_pos, v0, VB, nvec, &kbeg, &kend);
-    kn_attn_split_range(split, a.n_splits, a.split_keys, &kbeg, &kend);
+    split_range(split, a.n_splits, &kbeg, &kend);
 
     for (int j0 = kbeg; j0 < kend; j0 += SP_KC) {
         __syncthreads();
@@ -514,7 +532,7 @@ attn_decode_kernel(AttnArgs a)
     split_init_state<VPW, DPL>(a, kvh, v0, nvec, first_pos, split, w, lane, pos, m, l, o);
     int kbeg, kend;
     kn_attn_key_range(a, first_pos, v0, VB, nvec, &kbeg, &kend);
-    kn_attn_split_range(split, a.n_splits, a.split_keys, &kbeg, &kend);
+    split_range(split, a.n_splits, &kbeg, &kend);
 
     float4 kreg[LOADS], vreg[LOADS];
 #define KN_DECODE_LOAD(J0)                                                                   \
@@ -705,12 +723,17 @@ extern "C" int kn_attention_cuda(const kn_backend *be, float *out, const float *
     /* bf16 tensor cores only when the backend was asked for them
      * (kn_backend_set_attn_bf16, TANDEM_CUDA_ATTN_BF16=1); fp32 otherwise. */
     if (ctx->attn_bf16 && ctx->attn_wgmma &&
-        kn_cuda_attention_wgmma_fits(b, n_heads, n_kv_heads, head_dim, out, q, pools))
+        kn_cuda_attention_wgmma_fits(b, n_heads, n_kv_heads, head_dim, page_size, ctx->attn_wgmma, out, q,
+                                     pools))
         return kn_cuda_attention_wgmma(be, op, out, q, pools, b, n_heads, n_kv_heads, head_dim,
                                        page_size, scale, sinks, window,
                                        ctx->attn_wgmma > 1 && kn_cuda_attention_wgmma_tma_fits(page_size)
                                            ? ctx->attn_wgmma
                                            : 1);
+    if (ctx->attn_bf16 &&
+        kn_cuda_attention_decode_mma_fits(b, n_heads, n_kv_heads, head_dim, out, q, pools))
+        return kn_cuda_attention_decode_mma(be, op, out, q, pools, b, n_heads, n_kv_heads, head_dim,
+                                            page_size, scale, sinks, window);
     if (ctx->attn_bf16 &&
         kn_cuda_attention_mma_fits(b, n_heads, n_kv_heads, head_dim, out, q, pools))
         return kn_cuda_attention_mma(be, op, out, q, pools, b, n_heads, n_kv_heads, head_dim,
@@ -723,7 +746,6 @@ extern "C" int kn_attention_cuda(const kn_backend *be, float *out, const float *
              kn_cuda_aligned16(q);
     a.n_qchunks = 1;
     a.n_splits = 1;
-    a.split_keys = 0;
     a.part_o = NULL;
     a.part_ml = NULL;
 
@@ -746,8 +768,8 @@ extern "C" int kn_attention_cuda(const kn_backend *be, float *out, const float *
         long long by_blocks = (want_blocks + base_blocks - 1) / base_blocks;
         long long by_len = (b->max_kv_len + 255) / 256;
         int n = (int)(by_blocks < by_len ? by_blocks : by_len);
-        a.split_keys = kn_cuda_div_up(kn_cuda_div_up(b->max_kv_len, n), SP_KC) * SP_KC;
-        a.n_splits = kn_cuda_div_up(b->max_kv_len, a.split_keys);
+        const int split_keys = kn_cuda_div_up(kn_cuda_div_up(b->max_kv_len, n), SP_KC) * SP_KC;
+        a.n_splits = kn_cuda_div_up(b->max_kv_len, split_keys);
     }
     if (a.n_splits > 1) {
         size_t parts = (size_t)b->n_rows * n_heads * a.n_splits;

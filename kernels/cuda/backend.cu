@@ -46,6 +46,11 @@ void *kn_cuda_tmp_alloc(const kn_backend *be, const char *op, size_t bytes)
         kn_cuda_device_error(op, "temporary allocation", err);
         return NULL;
     }
+    if (kn_cuda_ctx_of(be)->poison_tmp && (err = cudaMemsetAsync(p, 0xff, bytes, kn_cuda_stream(be))) != cudaSuccess) {
+        kn_cuda_device_error(op, "temporary poisoning", err);
+        cudaFreeAsync(p, kn_cuda_stream(be));
+        return NULL;
+    }
     return p;
 }
 
@@ -164,10 +169,10 @@ extern "C" int kn_cuda_backend_init(kn_backend *be, int device)
     /* wgmma + TMA sink attention (mode 2) by default: on the H200 it took
      * GPT-OSS-20B FP8 prefill from 156.2 to 122.4 ms at 8192 tokens and
      * 1159 to 658 ms at 32768 (docs/PERF.md, s4run5); "0" selects the
-     * mma.sync kernels, 1..5 the other wgmma variants. */
+     * mma.sync kernels, 1..9 the other wgmma variants. */
     const char *attn_wgmma = getenv("TANDEM_CUDA_ATTN_WGMMA");
     ctx->attn_wgmma = !attn_wgmma ? KN_CUDA_DEFAULT_ATTN_WGMMA
-                      : attn_wgmma[0] >= '0' && attn_wgmma[0] <= '5' && !attn_wgmma[1]
+                      : attn_wgmma[0] >= '0' && attn_wgmma[0] <= '0' + KN_CUDA_ATTN_WGMMA_MODES && !attn_wgmma[1]
                           ? attn_wgmma[0] - '0'
                           : KN_CUDA_DEFAULT_ATTN_WGMMA;
     const char *moe_grouped = getenv("TANDEM_CUDA_MOE_GROUPED");
@@ -184,6 +189,10 @@ extern "C" int kn_cuda_backend_init(kn_backend *be, int device)
         ctx->moe_streams = KN_CUDA_MAX_SIDE;
     const char *fused_act = getenv("TANDEM_CUDA_FP8_FUSED_ACT");
     ctx->moe_fp8_fused_act = !(fused_act && strcmp(fused_act, "0") == 0);
+    const char *poison = getenv("TANDEM_CUDA_POISON_TMP");
+    ctx->poison_tmp = poison && strcmp(poison, "1") == 0;
+    const char *fp8_gemm = getenv("TANDEM_CUDA_MOE_FP8_GEMM");
+    ctx->moe_fp8_gemm = fp8_gemm && fp8_gemm[0] >= '0' && fp8_gemm[0] <= '6' && !fp8_gemm[1] ? fp8_gemm[0] - '0' : 1;
     const char *lt_cache = getenv("TANDEM_CUDA_LT_CACHE");
     ctx->bf16_lt = !(lt_cache && strcmp(lt_cache, "0") == 0);
     const char *moe_rows = getenv("TANDEM_CUDA_MOE_GROUPED_ROWS");
@@ -260,7 +269,7 @@ extern "C" void kn_cuda_set_attn_bf16(const kn_backend *be, int on)
 
 extern "C" void kn_cuda_set_attn_wgmma(const kn_backend *be, int mode)
 {
-    kn_cuda_ctx_of(be)->attn_wgmma = mode >= 1 && mode <= 5 ? mode : 0;
+    kn_cuda_ctx_of(be)->attn_wgmma = mode >= 1 && mode <= KN_CUDA_ATTN_WGMMA_MODES ? mode : 0;
 }
 
 extern "C" int kn_cuda_attn_wgmma(const kn_backend *be)
@@ -270,7 +279,17 @@ extern "C" int kn_cuda_attn_wgmma(const kn_backend *be)
 
 extern "C" long long kn_cuda_attn_wgmma_launches(const kn_backend *be, int mode)
 {
-    return mode >= 1 && mode <= 5 ? kn_cuda_ctx_of(be)->attn_wgmma_launches[mode - 1] : 0;
+    return mode >= 1 && mode <= KN_CUDA_ATTN_WGMMA_MODES ? kn_cuda_ctx_of(be)->attn_wgmma_launches[mode - 1] : 0;
+}
+
+extern "C" long long kn_cuda_attn_decode_mma_launches(const kn_backend *be)
+{
+    return kn_cuda_ctx_of(be)->attn_decode_mma_launches;
+}
+
+extern "C" void kn_cuda_set_poison_tmp(const kn_backend *be, int on)
+{
+    kn_cuda_ctx_of(be)->poison_tmp = on != 0;
 }
 
 extern "C" void kn_cuda_set_moe_streams(const kn_backend *be, int n)

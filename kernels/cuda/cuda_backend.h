@@ -31,6 +31,20 @@ void kn_cuda_set_moe_streams(const kn_backend *be, int n);
  * codes, scales and outputs. Starts from TANDEM_CUDA_FP8_FUSED_ACT=0/1 at
  * init. */
 void kn_cuda_set_moe_fp8_fused_act(const kn_backend *be, int on);
+/* FP8 experts with more rows than the grouped decode kernels take (the
+ * prefill): 1 (the default) the grouped FP8 GEMMs (one launch per product
+ * over all experts' tiles, kernels/cuda/moe_gemm_fp8.cu), 0 the
+ * per-expert cuBLASLt GEMMs (kept for comparison); 4 the same grouped
+ * GEMMs on Hopper's wgmma (sm_90a) instead of mma.sync (sm_89+); 2 / 5
+ * run gate_up as the grouped GEMM (mma.sync / wgmma) and down with the
+ * decode kernel, 3 / 6 the reverse (to tell which product is wrong).
+ * Starts from TANDEM_CUDA_MOE_FP8_GEMM=0..6 at init. */
+void kn_cuda_set_moe_fp8_gemm(const kn_backend *be, int mode);
+/* Tests: 1 fills every temporary buffer of the CUDA ops with 0xff bytes
+ * (NaN) when it is allocated, so output a kernel forgets to write shows as
+ * NaN rather than as a stale earlier result. Off by default;
+ * TANDEM_CUDA_POISON_TMP=1 at init. */
+void kn_cuda_set_poison_tmp(const kn_backend *be, int on);
 /* bf16 GEMMs (kn_matmul_w, the per-expert MoE products): 1 (the default)
  * runs them through cuBLASLt with plans cached per (n, k, row
  * bucket, four per octave); 0 through cublasGemmEx, which searches an algorithm for every
@@ -44,14 +58,29 @@ void kn_cuda_set_lt_cache(const kn_backend *be, int on);
  * loads, mode 2 to the wgmma kernel with TMA loads and a producer warp,
  * mode 3 to that kernel with each tile's softmax overlapping the previous
  * tile's P V, mode 4 to mode 3 with three warpgroups of query rows, mode
- * 5 to mode 2's producer warp with mode 3's overlap (modes 2-5: page sizes
- * 8..128 dividing 128; other page sizes take mode 1's kernel); 0 keeps
- * the mma.sync kernel. Mode 2 is the default (KN_CUDA_DEFAULT_ATTN_WGMMA).
- * Needs an sm_90 GPU. Starts from TANDEM_CUDA_ATTN_WGMMA=0..5 at init; for benchmarks and tests. kn_cuda_attn_wgmma_launches counts one
+ * 5 to mode 2's producer warp with mode 3's overlap, mode 6 to mode 2's
+ * kernel made persistent (a block per SM looping over query tiles: a
+ * window layer's run of tiles, or causal tiles longest first) with the
+ * P V chunks and S halves no row sees skipped, mode 7 to mode 2's kernel,
+ * mode 8 to mode 6 with sliding-window layers' keys streamed once per
+ * block through the ring (windows up to about 250 keys; longer ones take
+ * mode 6's kernel), mode 9 to mode 5 with FlashAttention-3's ping-pong
+ * between the two warpgroups; modes 6-8 also take head_dim 128 (Qwen3),
+ * the others 64 only (modes 2-9: page sizes 8..128 dividing 128; other
+ * page sizes take mode 1's kernel, or for head_dim 128 the mma.sync one);
+ * 0 keeps the mma.sync kernel. Mode 2 is the default
+ * (KN_CUDA_DEFAULT_ATTN_WGMMA). Needs an sm_90 GPU. Starts from
+ * TANDEM_CUDA_ATTN_WGMMA=0..9 at init; for benchmarks and tests.
+ * kn_cuda_attn_wgmma_launches counts one
  * mode's kernel launches on this backend. */
+#define KN_CUDA_ATTN_WGMMA_MODES 9
 void kn_cuda_set_attn_wgmma(const kn_backend *be, int mode);
 int kn_cuda_attn_wgmma(const kn_backend *be);
 long long kn_cuda_attn_wgmma_launches(const kn_backend *be, int mode);
+/* Launches of the bf16 tensor-core decode attention
+ * (attention_decode_mma.cu: bf16 precision, bf16 pools, at most 16 query
+ * vectors per sequence, head_dim 64 or 128) on this backend. */
+long long kn_cuda_attn_decode_mma_launches(const kn_backend *be);
 /* cuBLASLt heuristic queries the backend has made so far (FP8 and bf16
  * plans together): flat once the plan cache is warm. */
 long long kn_cuda_lt_searches(const kn_backend *be);

@@ -18,6 +18,7 @@
 
 extern "C" {
 #include "kernels/backend.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/dtype.h"
 #include "kernels/kn_check.h"
 #include "common/status.h"
@@ -61,6 +62,20 @@ struct kn_cuda_ctx {
      * Same codes and scales either way. From TANDEM_CUDA_FP8_FUSED_ACT=0 at
      * init; kn_cuda_set_moe_fp8_fused_act changes it. */
     int moe_fp8_fused_act;
+    /* FP8 experts off the grouped (decode) middle: 1 (the default) runs
+     * the grouped GEMMs of moe_gemm_fp8.cu (one launch per product, no
+     * host sync) on mma.sync, 4 on wgmma, 0 the per-expert cuBLASLt GEMMs;
+     * 2, 3 (mma.sync) and 5, 6 (wgmma) pair one grouped GEMM with the
+     * decode kernel's other product (diagnostics, moe_gemm_fp8.cuh). From
+     * TANDEM_CUDA_MOE_FP8_GEMM=0..6 at init;
+     * kn_cuda_set_moe_fp8_gemm changes it. */
+    int moe_fp8_gemm;
+    /* 1: every temporary from kn_cuda_tmp_alloc is filled with 0xff bytes
+     * (NaN floats, NaN e4m3 codes) before use, so a kernel that leaves part
+     * of its output unwritten fails the checks instead of reading what an
+     * earlier op left there (tests; TANDEM_CUDA_POISON_TMP=1 at init,
+     * kn_cuda_set_poison_tmp). */
+    int poison_tmp;
     /* Side streams, made on first use by kn_cuda_side_streams: each with its
      * own cuBLAS handle and workspace (concurrent cuBLAS calls must not
      * share one) and an event for joining back to the main stream. */
@@ -83,15 +98,22 @@ struct kn_cuda_ctx {
     /* With attn_bf16: 0 = attention_mma.cu's kernel for prefill; 1 = the
      * Hopper wgmma kernel with cp.async loads, 2 = the wgmma kernel with
      * TMA loads, 3 = that with softmax / P V overlap, 4 = 3 with three
-     * warpgroups, 5 = 2 with the overlap (attention_wgmma.cu; page sizes
-     * TMA cannot box fall back to 1) for the calls they take (head_dim 64,
-     * bf16 pools). Starts from TANDEM_CUDA_ATTN_WGMMA=0..5
-     * at init; kn_cuda_set_attn_wgmma changes it. attn_wgmma_launches[mode
+     * warpgroups, 5 = 2 with the overlap, 6 = 2 persistent (blocks loop
+     * over query tiles) with head_dim 128 too, 7 = 2 with head_dim 128 too,
+     * 8 = 6 with window layers' keys streamed, 9 = 5 with the warpgroups'
+     * ping-pong (attention_wgmma.cu; page
+     * sizes TMA cannot box fall back to 1) for the calls they take
+     * (head_dim 64, 128 in modes 6-8; bf16 pools). Starts from
+     * TANDEM_CUDA_ATTN_WGMMA=0..9 at init; kn_cuda_set_attn_wgmma changes it. attn_wgmma_launches[mode
      * - 1] counts each form's launches (tests check which ran);
      * tensor_map_encode is the driver's cuTensorMapEncodeTiled, looked up
      * on first use. */
     int attn_wgmma;
-    long long attn_wgmma_launches[5];
+    long long attn_wgmma_launches[KN_CUDA_ATTN_WGMMA_MODES];
+    /* Launches of the bf16 tensor-core decode kernel
+     * (attention_decode_mma.cu), which runs with attn_bf16 over bf16 pools
+     * for decode-sized batches (tests and benchmarks check which ran). */
+    long long attn_decode_mma_launches;
     void *tensor_map_encode;
 };
 

@@ -49,6 +49,13 @@ int kn_cuda_copy_on_device(const kn_backend *be, void *dst, const void *src, siz
 /* Page-locked host memory (cudaHostAlloc); NULL on failure. */
 void *kn_cuda_host_alloc(const kn_backend *be, size_t bytes);
 void kn_cuda_host_free(const kn_backend *be, void *ptr);
+/* cudaMemcpyAsync host -> device on be's stream, no wait. */
+int kn_cuda_copy_to_device_async(const kn_backend *be, void *dst, const void *host_src, size_t bytes);
+/* Stream capture and graphs (graph.cu; kernels/backend.h kn_graph_*). */
+int kn_cuda_graph_begin(const kn_backend *be);
+int kn_cuda_graph_end(const kn_backend *be, kn_graph **out);
+int kn_cuda_graph_launch(const kn_backend *be, kn_graph *g);
+void kn_cuda_graph_free(kn_graph *g);
 
 /* Events for kn_stopwatch: create (timing enabled), record on be's stream,
  * milliseconds between two recorded events (waits for the later one),
@@ -67,6 +74,8 @@ int kn_cuda_attn_bf16(const kn_backend *be);
 /* The ops (kernels/OP.h states each contract). */
 int kn_embedding_cuda(const kn_backend *be, float *out, const float *table,
                       const int32_t *ids, int n_tokens, int vocab, int dim);
+int kn_gather_rows_cuda(const kn_backend *be, float *out, const float *table,
+                        const int32_t *rows, int n, int n_table_rows, int dim);
 int kn_rmsnorm_cuda(const kn_backend *be, float *out, const float *x,
                     const float *weight, int rows, int dim, float eps);
 int kn_add_rmsnorm_cuda(const kn_backend *be, float *x, float *xn, const float *delta,
@@ -91,6 +100,13 @@ int kn_moe_route_cuda(const kn_backend *be, int32_t *expert_idx, float *expert_w
 int kn_moe_experts_cuda(const kn_backend *be, float *out, const float *x,
                         const int32_t *expert_idx, const float *expert_w,
                         int n_tokens, int k, const kn_moe_weights *w);
+int kn_ep_pack_cuda(const kn_backend *be, void *send, int32_t *slot, const float *x,
+                    const int32_t *expert_idx, const float *expert_w, int n_tokens, int k,
+                    int dim, int n_ranks, int experts_per_rank, int cap);
+int kn_ep_unpack_cuda(const kn_backend *be, float *x, int32_t *expert_idx, float *expert_w,
+                      const void *recv, int n_rows, int k, int dim);
+int kn_ep_combine_cuda(const kn_backend *be, float *out, const float *shares,
+                       const int32_t *slot, int n_tokens, int dim, int n_ranks, int cap);
 int kn_sample_cuda(const kn_backend *be, int32_t *tokens, const float *logits,
                    int n_rows, int vocab, const kn_sampling *params,
                    uint64_t *rng_state);

@@ -36,6 +36,38 @@ __global__ void embedding_gather_kernel(float *out, const float *table, const in
     }
 }
 
+/* kn_gather_rows: one block per output row; rows outside the table give
+ * zeros (the host checked them; this only keeps reads inside). */
+__global__ void gather_rows_kernel(float *out, const float *table, const int32_t *rows,
+                                   int n_table_rows, int dim, bool vec4)
+{
+    const int t = blockIdx.x, r = rows[t];
+    const bool ok = r >= 0 && r < n_table_rows;
+    const float *src = table + (size_t)(ok ? r : 0) * dim;
+    float *dst = out + (size_t)t * dim;
+    if (vec4) {
+        for (int i = threadIdx.x; i < dim / 4; i += blockDim.x)
+            ((float4 *)dst)[i] = ok ? ((const float4 *)src)[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+    } else {
+        for (int i = threadIdx.x; i < dim; i += blockDim.x)
+            dst[i] = ok ? src[i] : 0.f;
+    }
+}
+
+extern "C" int kn_gather_rows_cuda(const kn_backend *be, float *out, const float *table,
+                                   const int32_t *rows, int n, int n_table_rows, int dim)
+{
+    static const char op[] = "kn_gather_rows";
+    int rc = kn_cuda_check_backend(op, be);
+    if (rc != TN_OK || n == 0)
+        return rc;
+    bool vec4 = dim % 4 == 0 && kn_cuda_aligned16(out) && kn_cuda_aligned16(table);
+    int threads = (vec4 ? dim / 4 : dim) < 256 ? 64 : 256;
+    gather_rows_kernel<<<n, threads, 0, kn_cuda_stream(be)>>>(out, table, rows, n_table_rows, dim, vec4);
+    KN_CUDA_LAUNCH_CHECK(op, "gather_rows_kernel");
+    return TN_OK;
+}
+
 extern "C" int kn_embedding_cuda(const kn_backend *be, float *out, const float *table,
                                  const int32_t *ids, int n_tokens, int vocab, int dim)
 {

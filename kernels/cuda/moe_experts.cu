@@ -41,7 +41,11 @@
  * moe_streams > 1 spreads the FP8 GEMMs over side streams too),
  * or their own grouped middle (moe_grouped_fp8.cu: e4m3 codes and block
  * scales read directly, the activations quantized like the CPU does), chosen
- * like the bf16 one.
+ * like the bf16 one. Off the grouped middle, FP8 weights take the grouped
+ * GEMMs of moe_gemm_fp8.cu by default (one persistent launch per product
+ * over every expert's tiles, offsets on the device, no host sync;
+ * kn_cuda_ctx.moe_fp8_gemm, TANDEM_CUDA_MOE_FP8_GEMM=0 keeps the per-expert
+ * cuBLASLt GEMMs above for comparison).
  *
  * Which middle: kn_cuda_ctx.moe_grouped (TANDEM_CUDA_MOE_GROUPED=0/1 at init,
  * kn_cuda_set_moe_grouped), by default the grouped one when the slots per
@@ -54,6 +58,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/fp8_cuda.cuh"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/moe_gemm_fp8.cuh"
 #include "kernels/cuda/moe_grouped_fp8.cuh"
 extern "C" {
 #include "kernels/cuda/cuda_backend.h"
@@ -855,6 +860,16 @@ extern "C" int kn_moe_experts_cuda(const kn_backend *be, float *out, const float
                                      ((long long)n_slots + n_local - 1) / n_local);
         if (rc != TN_OK)
             goto done;
+    } else if (w->wdtype == KN_FP8_E4M3 && kn_cuda_moe_grouped_fp8_ok(w) &&
+               kn_cuda_ctx_of(be)->moe_fp8_gemm != KN_MOE_FP8_GEMM_OFF) {
+        y = (float *)kn_cuda_tmp_alloc(be, op, (size_t)n_slots * dim * sizeof(float));
+        if (!y) {
+            rc = TN_ERR_NOMEM;
+            goto done;
+        }
+        rc = kn_cuda_moe_gemm_fp8(be, op, w, y, x, perm, offsets, n_tokens, k, kn_cuda_ctx_of(be)->moe_fp8_gemm);
+        if (rc != TN_OK)
+            goto done;
     } else if (grouped) {
         /* Sized for every slot (the routed count stays on the device). */
         xp = kn_cuda_tmp_alloc(be, op, (size_t)n_slots * dim * sizeof(__nv_bfloat16));
@@ -942,6 +957,11 @@ extern "C" void kn_cuda_set_moe_grouped(const kn_backend *be, int mode)
 extern "C" void kn_cuda_set_moe_fp8_fused_act(const kn_backend *be, int on)
 {
     kn_cuda_ctx_of(be)->moe_fp8_fused_act = on != 0;
+}
+
+extern "C" void kn_cuda_set_moe_fp8_gemm(const kn_backend *be, int mode)
+{
+    kn_cuda_ctx_of(be)->moe_fp8_gemm = mode < 0 || mode >= KN_MOE_FP8_GEMM_MODES ? KN_MOE_FP8_GEMM_ON : mode;
 }
 
 extern "C" int kn_cuda_moe_grouped(const kn_backend *be)

@@ -312,12 +312,9 @@ int kn_cuda_moe_grouped_fp8_ok(const kn_moe_weights *w)
            ((uintptr_t)w->gate_up_scale & 3u) == 0 && ((uintptr_t)w->down_scale & 3u) == 0;
 }
 
-template <int NT_GU, int U_GU, int NT_DN, int U_DN>
-static cudaError_t launch_fp8_products(cudaStream_t s, const kn_moe_weights *w, float *y, uint8_t *aq, float *as,
-                                       const uint8_t *xq, const float *xs, const int *perm, const int *offsets,
-                                       int k)
+static fp8_dims fp8_dims_of(const kn_moe_weights *w)
 {
-    const int n_local = w->n_experts, dim = w->dim, inter = w->inter;
+    const int dim = w->dim, inter = w->inter;
     fp8_dims z;
     z.ldx = (int)kn_fp8_ld((size_t)dim);
     z.kbx = (int)kn_fp8_blocks((size_t)dim);
@@ -329,17 +326,49 @@ static cudaError_t launch_fp8_products(cudaStream_t s, const kn_moe_weights *w, 
     z.dn_bytes = kn_fp8_data_bytes((size_t)dim, (size_t)inter);
     z.gu_scales = kn_fp8_scale_count(2 * (size_t)inter, (size_t)dim);
     z.dn_scales = kn_fp8_scale_count((size_t)dim, (size_t)inter);
-    dim3 gu_grid((unsigned)kn_fp8_blocks((size_t)inter), (unsigned)n_local);
-    moe_fp8_gate_up_kernel<NT_GU, U_GU><<<gu_grid, GU_WARPS * 32, 0, s>>>(
-        aq, as, xq, xs, perm, offsets, k, (const uint8_t *)w->gate_up, w->gate_up_scale, w->gate_up_bias, dim,
-        inter, z, (int)w->act, w->alpha, w->limit);
-    cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess)
-        return err;
+    return z;
+}
+
+/* The products' launches, each on its own (run_gu / run_dn) so the grouped
+ * GEMMs' diagnostic modes can pair one of them with the other GEMM. */
+template <int NT_GU, int U_GU, int NT_DN, int U_DN>
+static cudaError_t launch_fp8_products(cudaStream_t s, const kn_moe_weights *w, float *y, uint8_t *aq, float *as,
+                                       const uint8_t *xq, const float *xs, const int *perm, const int *offsets,
+                                       int k, bool run_gu = true, bool run_dn = true)
+{
+    const int n_local = w->n_experts, dim = w->dim, inter = w->inter;
+    const fp8_dims z = fp8_dims_of(w);
+    if (run_gu) {
+        dim3 gu_grid((unsigned)kn_fp8_blocks((size_t)inter), (unsigned)n_local);
+        moe_fp8_gate_up_kernel<NT_GU, U_GU><<<gu_grid, GU_WARPS * 32, 0, s>>>(
+            aq, as, xq, xs, perm, offsets, k, (const uint8_t *)w->gate_up, w->gate_up_scale, w->gate_up_bias,
+            dim, inter, z, (int)w->act, w->alpha, w->limit);
+        cudaError_t err = cudaGetLastError();
+        if (err != cudaSuccess || !run_dn)
+            return err;
+    }
     dim3 dn_grid((unsigned)kn_cuda_div_up(dim, DN_WARPS * 16), (unsigned)n_local);
     moe_fp8_down_kernel<NT_DN, U_DN><<<dn_grid, DN_WARPS * 32, 0, s>>>(
         y, aq, as, offsets, (const uint8_t *)w->down, w->down_scale, dim, z);
     return cudaGetLastError();
+}
+
+cudaError_t kn_cuda_moe_fp8_quant_x(const kn_backend *be, uint8_t *xq, float *xs, const float *x, int n_tokens, int dim)
+{
+    const int ldx = (int)kn_fp8_ld((size_t)dim), kbx = (int)kn_fp8_blocks((size_t)dim);
+    const long long tasks = (long long)n_tokens * kbx, cap = (long long)kn_cuda_ctx_of(be)->sm_count * 32;
+    const long long blocks = (tasks + 7) / 8;
+    moe_fp8_quant_x_kernel<<<(unsigned)(blocks < cap ? blocks : cap), 256, 0, kn_cuda_stream(be)>>>(
+        xq, xs, x, n_tokens, dim, kbx, ldx);
+    return cudaGetLastError();
+}
+
+cudaError_t kn_cuda_moe_fp8_decode_product(const kn_backend *be, const kn_moe_weights *w, int which, float *y,
+                                           uint8_t *aq, float *as, const uint8_t *xq, const float *xs,
+                                           const int *perm, const int *offsets, int k)
+{
+    return launch_fp8_products<4, 2, 8, 2>(kn_cuda_stream(be), w, y, aq, as, xq, xs, perm, offsets, k,
+                                           which == 0, which == 1);
 }
 
 int kn_cuda_moe_grouped_fp8(const kn_backend *be, const char *op, const kn_moe_weights *w, float *y,
@@ -365,13 +394,8 @@ int kn_cuda_moe_grouped_fp8(const kn_backend *be, const char *op, const kn_moe_w
         rc = TN_ERR_NOMEM;
         goto done;
     }
-    {
-        const long long tasks = (long long)n_tokens * kbx, cap = (long long)kn_cuda_ctx_of(be)->sm_count * 32;
-        const long long blocks = (tasks + 7) / 8;
-        moe_fp8_quant_x_kernel<<<(unsigned)(blocks < cap ? blocks : cap), 256, 0, s>>>(xq, xs, x, n_tokens, w->dim,
-                                                                                       kbx, ldx);
-    }
-    if ((err = cudaGetLastError()) != cudaSuccess)
+    err = kn_cuda_moe_fp8_quant_x(be, xq, xs, x, n_tokens, w->dim);
+    if (err != cudaSuccess)
         goto done;
     what = "grouped fp8 expert kernels";
     /* Rows per pass with headroom over the mean rows per expert (as the

@@ -21,4 +21,18 @@ int kn_cuda_moe_grouped_fp8_ok(const kn_moe_weights *w);
 int kn_cuda_moe_grouped_fp8(const kn_backend *be, const char *op, const kn_moe_weights *w, float *y,
                             const float *x, const int *perm, const int *offsets, int n_tokens, int k,
                             long long rows_hint);
+
+/* Step 1 of kn_cuda_moe_grouped_fp8 on its own: x [n_tokens][dim] ->
+ * e4m3 codes xq [n_tokens][kn_fp8_ld(dim)] (zero codes in the padding) and
+ * 1x128 scales xs [n_tokens][kn_fp8_blocks(dim)], per token. The grouped
+ * GEMMs (moe_gemm_fp8.cu) read the same. */
+cudaError_t kn_cuda_moe_fp8_quant_x(const kn_backend *be, uint8_t *xq, float *xs, const float *x, int n_tokens,
+                                    int dim);
+/* One product of kn_cuda_moe_grouped_fp8 on its own (which 0: gate_up
+ * from xq/xs into aq/as, [n_slots][kn_fp8_ld(inter)] codes and
+ * [n_slots][kn_fp8_blocks(inter)] scales by position; 1: down from aq/as
+ * into y), for the grouped GEMMs' diagnostic modes. */
+cudaError_t kn_cuda_moe_fp8_decode_product(const kn_backend *be, const kn_moe_weights *w, int which, float *y,
+                                           uint8_t *aq, float *as, const uint8_t *xq, const float *xs,
+                                           const int *perm, const int *offsets, int k);
 #endif

@@ -6,25 +6,31 @@
 #              count, registers and stack
 #   ops-off    test_cuda_ops SEED attention (the wgmma switch off: the
 #              earlier kernels; the `pool wgmma` cases turn it on themselves)
-#   ops-on     the `pool bf16 bf16 KV` cases (the mma.sync kernel's) with
-#              TANDEM_CUDA_ATTN_WGMMA=1..4: those with head_dim 64 run the
-#              cp.async / TMA / TMA-overlapped / 3-warpgroup wgmma kernel
+#   ops-on     only with MODES set: the `pool bf16 bf16 KV` cases with
+#              TANDEM_CUDA_ATTN_WGMMA=m for each m in MODES (since every
+#              case names its kernel, these run the mma.sync kernel
+#              whatever the switch says: the `pool wgmma <mode>` cases of
+#              ops-off are the wgmma checks)
 #   memcheck   compute-sanitizer memcheck on the `pool wgmma` cases
 #   bench      tests/gpu/bench_attention.py with BENCH_ONLY_WGMMA=1: the
-#              four wgmma forms and the mma.sync kernel over a bf16 cache next
+#              wgmma forms and the mma.sync kernel over a bf16 cache next
 #              to torch SDPA cuDNN and flash, prefill 8192 and 32768,
-#              window 0 / 128
+#              window 0 / 128, and the Qwen3 shape (head_dim 128) in modes
+#              7 and 6 next to cuDNN
 # A short table is printed last; a failed case's log lines (which case,
 # the first bad row/head/dim) are printed under its step.
 # With the argument `engine`, instead: tandem-bench --synthetic GPT-OSS-20B
-# FP8, prefill 8192 and 32768 with --profile, once per TANDEM_CUDA_ATTN_WGMMA
-# value in ENGINE_MODES (default "0 3"), the prefill lines and the attention
-# share of the profile printed.
+# FP8 (ENGINE_CONFIG: another file of tests/fixtures/configs, e.g.
+# qwen3-30b-a3b for head_dim 128), prefill ENGINE_PREFILL (default
+# 8192,32768) with --profile, once per TANDEM_CUDA_ATTN_WGMMA value in
+# ENGINE_MODES (default "0 3"), the prefill lines and the attention share of
+# the profile printed.
 #
-# MODES (default "1 2 3 4 5") picks the modes of the ops-on runs, OPS_FILTER
+# MODES (default none) picks the modes of the ops-on runs, OPS_FILTER
 # (default "attention") the ops-off run's cases, MEMCHECK_FILTER (default
-# "pool wgmma") memcheck's, BENCH_WGMMA_MODES the bench's; ENGINE_MODES set
-# adds the `engine` comparison after the bench.
+# "pool wgmma"; several filters separated by '|', one memcheck run each,
+# e.g. "pool wgmma tma-window|d128") memcheck's, BENCH_WGMMA_MODES the
+# bench's; ENGINE_MODES set adds the `engine` comparison after the bench.
 #
 # Usage: TANDEM_PREBUILT=DIR|DIR.tar.xz [SEED=n] [OUT=dir]
 #        bash tests/gpu/attn_wgmma_check.sh [engine]
@@ -63,18 +69,19 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,
 echo "seed $SEED, tree $(cat COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 
 engine_step() {
+    local cfg=${ENGINE_CONFIG:-gpt-oss-20b}
     for m in ${ENGINE_MODES:-0 3}; do
         secs=$(limit 150)
         [ "$secs" -ge 30 ] || { rows+=("| tandem-bench mode $m | skipped: out of time |"); continue; }
-        echo "== tandem-bench GPT-OSS-20B FP8, TANDEM_CUDA_ATTN_WGMMA=$m"
+        echo "== tandem-bench $cfg FP8, TANDEM_CUDA_ATTN_WGMMA=$m"
         run timeout "$secs" env TANDEM_CUDA_ATTN_WGMMA=$m "$BIN/tandem-bench" --device cuda \
-            --synthetic tests/fixtures/configs/gpt-oss-20b.json --weights fp8 --prefill 8192,32768 \
-            --batch none --repeat 3 --profile >"$OUT/engine_wgmma$m.log" 2>&1
+            --synthetic "tests/fixtures/configs/$cfg.json" --weights fp8 --prefill "${ENGINE_PREFILL:-8192,32768}" \
+            --batch none --repeat 3 --profile >"$OUT/engine_${cfg}_wgmma$m.log" 2>&1
         rc=$?
-        grep -iE '^prefill |attention' "$OUT/engine_wgmma$m.log" | head -12
+        grep -iE '^prefill |attention' "$OUT/engine_${cfg}_wgmma$m.log" | head -12
         [ $rc -eq 0 ] || status=1
-        rows+=("| tandem-bench oss20b fp8, TANDEM_CUDA_ATTN_WGMMA=$m | exit $rc; $(grep -E '^prefill ' \
-            "$OUT/engine_wgmma$m.log" | tr -s ' ' | tr '\n' ';') |")
+        rows+=("| tandem-bench $cfg fp8, TANDEM_CUDA_ATTN_WGMMA=$m | exit $rc; $(grep -E '^prefill ' \
+            "$OUT/engine_${cfg}_wgmma$m.log" | tr -s ' ' | tr '\n' ';') |")
     done
 }
 print_rows() {
@@ -95,7 +102,7 @@ if command -v cuobjdump >/dev/null; then
     cuobjdump -sass "$BIN/test_cuda_ops" >"$all" 2>&1
     cuobjdump -res-usage "$BIN/test_cuda_ops" 2>&1 | grep -A1 attn_wgmma >"$OUT/res_usage.txt"
     for k in $(grep -oE 'Function : [^ ]*attn_wgmma[^ ]*' "$all" |
-               grep -oE 'attn_wgmma(_tma)?_kernel(ILi[0-9]ELb[01]ELb[01]E)?' | sort -u); do
+               grep -oE 'attn_wgmma(_tma|_window)?_kernel(ILi[0-9]ELb[01]ELb[01]ELi[0-9]+ELb[01]ELb[01]E)?' | sort -u); do
         # the kernel's own listing: from its Function header to the next one
         awk -v k="$k" '/Function : / { on = index($0, k) > 0 } on' "$all" >"$OUT/sass_$k.txt"
         hg=$(grep -c 'HGMMA' "$OUT/sass_$k.txt"); ll=$(grep -cE '\b(LDL|STL)\b' "$OUT/sass_$k.txt")
@@ -125,9 +132,9 @@ ops() {
     [ $rc -eq 0 ] || status=1
     rows+=("| $name | exit $rc, $(grep -c '^ok ' "$log") ok, $(grep -c '^not ok ' "$log") not ok |")
 }
-ops "ops attention, wgmma switch off" "$OUT/ops_attn_off.log" 200 TANDEM_CUDA_ATTN_WGMMA=0 \
+ops "ops attention, wgmma switch off" "$OUT/ops_attn_off.log" 240 TANDEM_CUDA_ATTN_WGMMA=0 \
     "$BIN/test_cuda_ops" "$SEED" "${OPS_FILTER:-attention}"
-for m in ${MODES:-1 2 3 4 5}; do
+for m in ${MODES-}; do
     ops "ops pool bf16 bf16 KV, TANDEM_CUDA_ATTN_WGMMA=$m" "$OUT/ops_attn_on$m.log" 90 \
         TANDEM_CUDA_ATTN_WGMMA=$m "$BIN/test_cuda_ops" "$SEED" "pool bf16 bf16 KV"
 done
@@ -135,11 +142,15 @@ done
 san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer \
       /usr/local/cuda/compute-sanitizer/compute-sanitizer /opt/nvidia/*/compute-sanitizer 2>/dev/null | head -1)
 if [ -n "$san" ]; then
-    ops "memcheck, pool wgmma cases" "$OUT/memcheck_wgmma.log" 120 TANDEM_CUDA_ATTN_WGMMA=1 \
-        "$san" --tool memcheck --leak-check no --error-exitcode 9 "$BIN/test_cuda_ops" "$SEED" \
-        "${MEMCHECK_FILTER:-pool wgmma}"
-    grep -E '^=========' "$OUT/memcheck_wgmma.log" | head -20
-    rows+=("| memcheck summary | $(grep -oE 'ERROR SUMMARY: [0-9]+ errors?' "$OUT/memcheck_wgmma.log" | tail -1) |")
+    IFS='|' read -r -a mfilters <<<"${MEMCHECK_FILTER:-pool wgmma}"
+    mi=0
+    for mf in "${mfilters[@]}"; do
+        mi=$((mi + 1))
+        ops "memcheck, cases matching '$mf'" "$OUT/memcheck_wgmma$mi.log" 180 TANDEM_CUDA_ATTN_WGMMA=1 \
+            "$san" --tool memcheck --leak-check no --error-exitcode 9 "$BIN/test_cuda_ops" "$SEED" "$mf"
+        grep -E '^=========' "$OUT/memcheck_wgmma$mi.log" | head -20
+        rows+=("| memcheck summary '$mf' | $(grep -oE 'ERROR SUMMARY: [0-9]+ errors?' "$OUT/memcheck_wgmma$mi.log" | tail -1) |")
+    done
 else
     rows+=("| memcheck | not run: no compute-sanitizer |")
 fi

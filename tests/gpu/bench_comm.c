@@ -8,9 +8,10 @@
  *   all-reduce  [rows][hidden] floats: the TP all-reduce after o_proj and
  *               the EP combine of a prefill (rows = prompt tokens), or of a
  *               decode step (rows = batch);
- *   all-to-all  the DP+EP dispatch/combine payload of a decode step: each
- *               rank sends batch x hidden floats spread evenly over the
- *               ranks.
+ *   all-to-all  the DP+EP dispatch and combine of a decode step as
+ *               engine/ep_dispatch.c sends them: a fixed block of `batch`
+ *               rows to every peer (dispatch: packed rows of hidden floats,
+ *               4 expert ids and 4 weights; combine: hidden floats).
  * For the staged communicator the two parts it adds up are timed too: the
  * host collective alone on the same bytes (pinned buffers) and the device
  * copies alone (device -> host, host -> device), so the table shows what
@@ -32,6 +33,7 @@
 #include "common/status.h"
 
 #define MAX_RANKS 8
+#define EP_K 4   /* experts per token (GPT-OSS): ids and weights in a dispatched row */
 
 typedef struct opts {
     int ranks, hidden, repeat, cpu;
@@ -141,17 +143,31 @@ static int rank_main(const opts *o, const char *name, int rank)
                rank_comm_name(kind));
         printf("| --- | --- | --- | --- | --- | --- |\n");
     }
-    struct { op_kind op, host_op; const char *what, *use; int rows; } rows[] = {
-        {OP_REDUCE, OP_HOST_REDUCE, "all-reduce", "decode, batch 1", 1},
-        {OP_REDUCE, OP_HOST_REDUCE, "all-reduce", "decode, batch 64", 64},
-        {OP_REDUCE, OP_HOST_REDUCE, "all-reduce", "prefill, 512 tokens", 512},
-        {OP_REDUCE, OP_HOST_REDUCE, "all-reduce", "prefill, 8192 tokens", 8192},
-        {OP_A2A, OP_HOST_A2A, "all-to-all-v", "dispatch, batch 8", 8},
-        {OP_A2A, OP_HOST_A2A, "all-to-all-v", "dispatch, batch 64", 64},
-        {OP_A2A, OP_HOST_A2A, "all-to-all-v", "dispatch, batch 128", 128},
+    /* The engine's uses (engine/ep_dispatch.c for the DP+EP rows): a
+     * decode step's dispatch sends every peer `batch` packed rows (hidden
+     * floats + GPT-OSS's 4 expert ids and 4 weights), the combine `batch`
+     * rows of hidden floats back; bytes per rank are W times that. */
+    const size_t packed = (size_t)o->hidden + 2 * EP_K, plain = (size_t)o->hidden;
+    struct { op_kind op, host_op; const char *what, *use; size_t rows, row_words; } rows[] = {
+        {OP_REDUCE, OP_HOST_REDUCE, "all-reduce", "decode, batch 1", 1, plain},
+        {OP_REDUCE, OP_HOST_REDUCE, "all-reduce", "decode, batch 8", 8, plain},
+        {OP_REDUCE, OP_HOST_REDUCE, "all-reduce", "decode, batch 32", 32, plain},
+        {OP_REDUCE, OP_HOST_REDUCE, "all-reduce", "decode, batch 128", 128, plain},
+        {OP_REDUCE, OP_HOST_REDUCE, "all-reduce", "prefill, 512 tokens", 512, plain},
+        {OP_REDUCE, OP_HOST_REDUCE, "all-reduce", "prefill, 8192 tokens", 8192, plain},
+        {OP_A2A, OP_HOST_A2A, "all-to-all-v", "EP dispatch, batch 1", 1, packed},
+        {OP_A2A, OP_HOST_A2A, "all-to-all-v", "EP combine, batch 1", 1, plain},
+        {OP_A2A, OP_HOST_A2A, "all-to-all-v", "EP dispatch, batch 8", 8, packed},
+        {OP_A2A, OP_HOST_A2A, "all-to-all-v", "EP combine, batch 8", 8, plain},
+        {OP_A2A, OP_HOST_A2A, "all-to-all-v", "EP dispatch, batch 32", 32, packed},
+        {OP_A2A, OP_HOST_A2A, "all-to-all-v", "EP combine, batch 32", 32, plain},
+        {OP_A2A, OP_HOST_A2A, "all-to-all-v", "EP dispatch, batch 128", 128, packed},
+        {OP_A2A, OP_HOST_A2A, "all-to-all-v", "EP combine, batch 128", 128, plain},
     };
     for (size_t i = 0; i < sizeof rows / sizeof *rows && !v; i++) {
-        size_t bytes = (size_t)rows[i].rows * o->hidden * sizeof(float);
+        size_t bytes = rows[i].rows * rows[i].row_words * sizeof(float);
+        if (rows[i].op == OP_A2A)
+            bytes *= (size_t)b.W;   /* `rows` to every peer */
         double us = 0, host_us = 0, copy_us = 0;
         if (timed(&b, o, rows[i].op, bytes, &us) || timed(&b, o, rows[i].host_op, bytes, &host_us) ||
             (kind == RANK_COMM_STAGED && timed(&b, o, OP_COPIES, bytes, &copy_us))) {

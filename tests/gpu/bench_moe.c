@@ -2,15 +2,20 @@
  * block scales) expert weights, on
  * GPT-OSS-20B (32 experts of 2880 -> 2880, top-4, clamped SwiGLU, biases)
  * and Qwen3-30B-A3B (128 experts of 2048 -> 768, top-8, SwiGLU) layer
- * shapes: prefill 8192 tokens and decode batches 1/8/32/128 (and 512 rows,
- * to see where the two paths cross), through both
+ * shapes (and GPT-OSS-120B, 128 experts of 2880, top-4, FP8 only, 512 and
+ * 8192 tokens): prefill 8192 tokens and decode batches 1/8/32/128 (and 512
+ * rows, to see where the two paths cross), through both
  * expert paths (the per-expert cuBLAS GEMMs, on one stream and spread over
  * 4 side streams, and the grouped one-launch kernels, forced with
  * kn_cuda_set_moe_grouped / kn_cuda_set_moe_streams; the grouped kernels are
  * not run at prefill sizes, where they re-read the weights for every 64
  * rows by design; the FP8 grouped kernels are, to show the crossover).
  * FP8 rows add "per-expert, unfused act" (kn_cuda_set_moe_fp8_fused_act 0:
- * the activation pass and the quantization as two kernels, as before).
+ * the activation pass and the quantization as two kernels, as before) and,
+ * from 128 tokens, the grouped FP8 GEMMs (moe_gemm_fp8.cu) on mma.sync
+ * (the default prefill path) and on wgmma (kn_cuda_set_moe_fp8_gemm 1 / 4;
+ * the per-expert rows run with 0). The TFLOP/s column puts them next to
+ * bench_moe_peer.py's torch._grouped_mm rows (same shapes, 8192 tokens).
  * Built with
  * `make CUDA=1 gpu-progs`; run by tests/gpu/run.sh bench-moe.
  *
@@ -48,11 +53,13 @@ typedef struct moe_model {
     int n_experts, k, dim, inter;
     kn_act act;
     int biases;
+    int fp8_only; /* (GPT-OSS-120B: its experts are FP8 in the checkpoint) */
 } moe_model;
 
 static const moe_model MODELS[] = {
-    { "gpt-oss-20b", 32, 4, 2880, 2880, KN_ACT_SWIGLU_OAI, 1 },
-    { "qwen3-30b-a3b", 128, 8, 2048, 768, KN_ACT_SWIGLU, 0 },
+    { "gpt-oss-20b", 32, 4, 2880, 2880, KN_ACT_SWIGLU_OAI, 1, 0 },
+    { "gpt-oss-120b", 128, 4, 2880, 2880, KN_ACT_SWIGLU_OAI, 1, 1 },
+    { "qwen3-30b-a3b", 128, 8, 2048, 768, KN_ACT_SWIGLU, 0, 0 },
 };
 static const int BATCHES[] = { 1, 8, 32, 128, 512, 8192 }; /* 512: where the paths cross */
 enum { PREFILL_MIN = 1024 }; /* batches at least this big are "prefill" */
@@ -155,6 +162,8 @@ static void bench_model(const kn_backend *be, tu_rng *rng, const moe_model *m, k
         const int T = BATCHES[bi];
         if (quick && T > 32 && T < PREFILL_MIN)
             continue;
+        if (m->fp8_only && T < 512) /* (120B: the prefill question only; keeps the step short) */
+            continue;
         memset(used, 0, (size_t)m->n_experts);
         for (int t = 0; t < T; t++)
             for (int j = 0; j < m->k; j++) {
@@ -186,24 +195,33 @@ static void bench_model(const kn_backend *be, tu_rng *rng, const moe_model *m, k
         int auto_grouped = (long long)T * m->k <= (long long)thr * m->n_experts;
         /* mode 0: per-expert GEMMs, 1: grouped kernels, 2: per-expert GEMMs
          * over 4 side streams (TANDEM_CUDA_MOE_STREAMS=4), 3 (FP8): per-expert
-         * with the unfused activation + quantization */
-        static const char *const mode_name[4] = { "per-expert", "grouped", "per-expert, 4 streams",
-                                                  "per-expert, unfused act" };
-        for (int mode = 0; mode < (fp8 ? 4 : 3); mode++) {
+         * with the unfused activation + quantization, 4 / 5 (FP8, 128 tokens
+         * and up): the grouped FP8 GEMMs on mma.sync (kn_cuda_set_moe_fp8_gemm
+         * 1, the default off the grouped kernels) / on wgmma (4); the other
+         * modes run with it 0 */
+        static const char *const mode_name[6] = { "per-expert", "grouped", "per-expert, 4 streams",
+                                                  "per-expert, unfused act", "grouped GEMM (mma.sync e4m3)",
+                                                  "grouped GEMM (wgmma e4m3)" };
+        const int default_mode = auto_grouped ? 1 : fp8 ? 4 : 0;
+        for (int mode = 0; mode < (fp8 ? 6 : 3); mode++) {
             if (mode == 1 && prefill && !fp8)
                 continue;
-            if (fp8 && mode >= 2 && !prefill) /* (the prefill-path variants: keep the run short) */
+            if (fp8 && (mode == 2 || mode == 3) && !prefill) /* (the prefill-path variants: keep the run short) */
+                continue;
+            if (mode >= 4 && T < 128)
                 continue;
             kn_cuda_set_moe_grouped(be, mode == 1);
             kn_cuda_set_moe_streams(be, mode == 2 ? 4 : 1);
             kn_cuda_set_moe_fp8_fused_act(be, mode != 3);
+            kn_cuda_set_moe_fp8_gemm(be, mode == 4 ? 1 : mode == 5 ? 4 : 0);
             float ms = time_call(be, &c, prefill ? 2 : 5, prefill ? 5 : (quick ? 11 : 21));
             kn_cuda_set_moe_grouped(be, -1);
             kn_cuda_set_moe_streams(be, 1);
             kn_cuda_set_moe_fp8_fused_act(be, 1);
+            kn_cuda_set_moe_fp8_gemm(be, 1);
             printf("| %s | %s | %s %d | %s%s | %.3f | %.0f | %.1f | %d | %.3f | %.1fx |\n", m->name,
                    fp8 ? "fp8" : "bf16", prefill ? "prefill" : T > 128 ? "tokens" : "decode", T, mode_name[mode],
-                   mode == auto_grouped ? " (default)" : "", ms, bytes / (ms * 1e-3) / 1e9,
+                   mode == default_mode ? " (default)" : "", ms, bytes / (ms * 1e-3) / 1e9,
                    flops / (ms * 1e-3) / 1e12, n_used, floor_ms, ms / floor_ms);
             fflush(stdout);
         }
@@ -372,7 +390,7 @@ int main(int argc, char **argv)
            "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for (size_t i = 0; i < sizeof MODELS / sizeof MODELS[0]; i++)
         for (int f = 0; f < 2; f++)
-            if ((f == 0 && !fp8_only) || (f == 1 && !bf16_only))
+            if ((f == 0 && !fp8_only && !MODELS[i].fp8_only) || (f == 1 && !bf16_only))
                 bench_model(&gpu, &rng, &MODELS[i], f ? KN_FP8_E4M3 : KN_BF16, hbm_tbps, peak_tflops, quick);
     kn_backend_free(&gpu);
     printf("MOE_BENCH_DONE\n");

@@ -17,8 +17,9 @@
 #   cluster      router + prefiller + decoder on --device cuda
 #                (tests/gpu/cluster_check.sh; needs TANDEM_PREBUILT_CLUSTER)
 #   ranks        test_rank_groups_gpu: TP=2, TP=2/EP=2, TP=4/EP=4 prefill and
-#                DP=2xEP=2 decode (f32, bf16, FP8), one process per rank, all
-#                on the one GPU (the staged communicator), vs the single rank
+#                DP=2xEP=2, DP=4xEP=4 decode (f32, bf16, FP8), one process per
+#                rank, all on the one GPU (the staged communicator), vs the
+#                single rank
 #   cluster-ranks  the cluster with a TP=2/EP=2 prefiller and a DP=2xEP=2
 #                decoder, every rank on the one GPU, incl. 64 concurrent
 #                streams (cluster_check.sh with RANKS=1)
@@ -28,9 +29,11 @@
 #                prefiller + decoder on cuda:0, GPT-OSS-20B shapes, FP8
 #                random weights, token-id prompts, concurrency 1..256 for
 #                4096/200, 32768/100, 1024/1024, 8192/256 (points bounded in
-#                time: about 6 minutes in all) and the decode ITL p99 alone
-#                vs while 32k prompts arrive; JSON, SVG and logs in $OUT/serve
-#                (DEVICE=cpu runs its control flow with tiny shapes)
+#                time; WORKLOADS, POINT_S, DISAGG pass through: the full
+#                sweep takes two device calls, docs/PERF.md) and the decode
+#                ITL p99 alone vs while 32k prompts arrive; KV over UCX
+#                shared memory (--kv-same-host shm); JSON, SVG and logs in
+#                $OUT/serve (DEVICE=cpu runs its control flow with tiny shapes)
 # bench:
 #   ceilings     device copy bandwidth and bf16/fp32 GEMM rate through torch
 #                (the floors of every row below)
@@ -45,6 +48,9 @@
 #   bench-engine tandem-bench --synthetic (random weights of the real
 #                configs): GPT-OSS-20B FP8 and bf16, GPT-OSS-120B FP8,
 #                Qwen3-30B-A3B: prefill 8192/32768, decode batch 1..128
+#   seed-table   the seed article's prefill cost table and DP+EP decode
+#                rows (tests/gpu/seed_table.sh: about 6 minutes on one H200;
+#                asked for by name, like serve)
 # all = checks + bench (serve is asked for by name: it needs its own ~6 min).
 #
 # Programs: $TANDEM_PREBUILT (a folder made by tests/gpu/make_prebuilt.sh on
@@ -79,7 +85,7 @@ for a in "${@:-checks}"; do
     bench) steps+=(ceilings bench-attention bench-ops bench-moe bench-comm bench-engine) ;;
     all) steps+=(ops ops-tf32 memcheck engine generate nccl ranks cluster cluster-ranks
                  ceilings bench-attention bench-ops bench-moe bench-comm bench-engine) ;;
-    ops|ops-tf32|memcheck|engine|generate|nccl|ranks|cluster|cluster-ranks|serve|ceilings|bench-attention|bench-ops|bench-moe|bench-comm|bench-engine)
+    ops|ops-tf32|memcheck|engine|generate|nccl|ranks|cluster|cluster-ranks|serve|ceilings|bench-attention|bench-ops|bench-moe|bench-comm|bench-engine|seed-table)
         steps+=("$a") ;;
     -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown step '$a' (run.sh --help lists them)"; exit 2 ;;
@@ -191,8 +197,8 @@ step_nccl() {
 step_ranks() {
     # the ranks are processes on the one GPU: auto picks the staged
     # communicator (NCCL refuses two ranks on one device)
-    check "test_rank_groups_gpu (TP=2, TP=2/EP=2, TP=4/EP=4, DP=2xEP=2; ranks sharing the GPU)" \
-        300 "$OUT/test_rank_groups_gpu.log" "$BIN/test_rank_groups_gpu"
+    check "test_rank_groups_gpu (TP=2, TP=2/EP=2, TP=4/EP=4, DP=2xEP=2, DP=4xEP=4; ranks sharing the GPU)" \
+        400 "$OUT/test_rank_groups_gpu.log" "$BIN/test_rank_groups_gpu"
     grep -E '^# .*(communicator|rel err)' "$OUT/test_rank_groups_gpu.log" | head -8
 }
 
@@ -211,13 +217,30 @@ step_cluster() {
     rows+=("| $tag on the GPU | exit $rc, $(tap_counts "$OUT/$tag.txt") |")
 }
 
+step_seed_table() {
+    local budget l
+    l=$(left)
+    budget=$(( l - 30 < 400 ? l - 30 : 400 ))
+    if [ "$budget" -lt 120 ]; then
+        rows+=("| seed-table | skipped: time budget |"); status=1; return
+    fi
+    echo "== seed-table (tests/gpu/seed_table.sh, ${budget} s at most)"
+    OUT="$OUT/seed" BUDGET_S=$budget BENCH="$BIN/tandem-bench" COMM="$BIN/bench_comm" \
+        LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NCCL_LIB="$NCCL_LIB" \
+        timeout $((budget + 60)) bash tests/gpu/seed_table.sh >"$OUT/seed_table.txt" 2>&1
+    local rc=$?
+    [ $rc -eq 0 ] || status=1
+    sed -n '/^== seed table/,$p' "$OUT/seed_table.txt"
+    rows+=("| seed-table: prefill cost table, DP+EP decode | exit $rc; seed_table.txt |")
+}
+
 step_serve() {
     if [ -z "${TANDEM_PREBUILT_CLUSTER:-}" ]; then
         rows+=("| serve | not run: no TANDEM_PREBUILT_CLUSTER |"); status=1; return
     fi
     local budget l
     l=$(left)
-    budget=$(( l - 20 < 390 ? l - 20 : 390 ))
+    budget=$(( l - 20 < 500 ? l - 20 : 500 ))
     if [ "$budget" -lt 120 ]; then
         rows+=("| serve | skipped: time budget |"); status=1; return
     fi
@@ -292,7 +315,7 @@ engine_bench() { # NAME MAX_SECONDS ARGS... (tandem-bench; env before the call p
     shift 2
     timed "bench $name" "$limit" "$OUT/bench_$name.log" "$BIN/tandem-bench" --device cuda \
         --peak-tflops "$PEAK" --hbm-tbps "$HBM" "$@" &&
-        grep -E '^(prefill|decode) |^# (tandem-bench|prefill runs)' "$OUT/bench_$name.log"
+        grep -E '^(prefill|decode) |^# (tandem-bench|prefill runs|decode steps so far)' "$OUT/bench_$name.log"
 }
 step_bench_engine() {
     floors
@@ -305,6 +328,10 @@ step_bench_engine() {
         --batch 1,8,32,128 --context 8192 --steps 8 --repeat 5 --profile
     engine_bench qwen30b_fp8 90 --synthetic $C/qwen3-30b-a3b.json --weights fp8 --prefill 8192 \
         --batch 1,32 --context 8192 --steps 8 --repeat 3 --profile
+    # the same decode steps without CUDA graphs (unpadded, eager): what the
+    # graphs save, batch by batch
+    engine_bench oss20b_fp8_nographs 60 --synthetic $C/gpt-oss-20b.json --weights fp8 --prefill none \
+        --batch 1,8,32,128 --context 8192 --steps 8 --repeat 3 --cuda-graphs off
 }
 
 for s in "${steps[@]}"; do
@@ -329,6 +356,7 @@ for s in "${steps[@]}"; do
     cluster) step_cluster ;;
     cluster-ranks) step_cluster ranks ;;
     serve) step_serve ;;
+    seed-table) step_seed_table ;;
     ceilings) step_ceilings ;;
     bench-attention) step_bench_attention ;;
     bench-ops) step_bench_ops ;;

@@ -2,20 +2,31 @@
 # The serving benchmark on one GPU (tests/gpu/run.sh serve): tandem-router +
 # tandem-prefiller + tandem-decoder, both workers on $DEVICE with $WEIGHTS
 # random weights of $CONFIG's shapes (--synthetic: gpt-oss-20b's real shapes
-# by default), driven by tandem-servebench with token-id prompts:
+# by default), driven by tandem-servebench with token-id prompts.
+#
+#   serve_bench.sh [--help] [IN/OUT ...]
+#
 #   1. a concurrency sweep ($CONC, default 1,4,16,64,256) for each workload
-#      INPUT/OUTPUT of $WORKLOADS (default 4096/200 32768/100 1024/1024
-#      8192/256): per point at most $MAX_REQ requests, 2 per unit of
-#      concurrency, none started after $SEND_S s and what still runs at
-#      $POINT_S s aborted (left out of the latencies, counted in the JSON),
-#      so every point is bounded and the whole step fits its budget;
-#   2. the disaggregation measurement: ITL p99 of $DIS_CONC running decodes
-#      ($DIS_WORKLOAD) alone, then the same decode load while $LONG-token
-#      prompts (1 output token) arrive two at a time from a second client.
+#      IN/OUT given (else $WORKLOADS, default 4096/200 32768/100 1024/1024
+#      8192/256): per point at most $MAX_REQ requests, none started after
+#      $SEND_S s and what still runs at $POINT_S s aborted (left out of the
+#      latencies, counted in the JSON), so every point is bounded and the
+#      whole step fits its budget; each point also reports where a request's
+#      time goes (tandem_request_stage_seconds and the workers' histograms,
+#      through the router's /metrics);
+#   2. with DISAGG=1 (default), the disaggregation measurement: ITL p99 of
+#      $DIS_CONC running decodes ($DIS_WORKLOAD) alone, then the same decode
+#      load while $LONG-token prompts (1 output token) arrive two at a time
+#      from a second client.
+# One device call runs at most ~9 minutes, so the full sweep of issue 20
+# takes two calls (docs/PERF.md gives the commands):
+#   OUT=$OUT/a DISAGG=0 bash tests/gpu/serve_bench.sh 4096/200 32768/100
+#   OUT=$OUT/b bash tests/gpu/serve_bench.sh 1024/1024 8192/256
 # Writes under $OUT: serve_W.json / .svg / .txt per workload, disagg_*.json,
 # the processes' logs; prints a short table last (the sweep's rows: load,
-# ok/sent, throughput, TTFT, ITL, cost; the ratio). Exit status 0 when
-# every run ended, 1 when a process failed to start or a run failed.
+# ok/sent, throughput, TTFT, ITL, cost; the time breakdown; the ratio).
+# Exit status 0 when every run ended, 1 when a process failed to start or a
+# run failed.
 #
 # Variables:
 #   DEVICE           cuda (default), cuda:N, or cpu: the same control flow on
@@ -23,22 +34,41 @@
 #                    tests/fixtures/gpt_oss_tiny/config.json, WORKLOADS
 #                    "64/16 256/8 32/32 128/8", CONC 1,4,16, short points)
 #   TANDEM_PREBUILT  folder from tests/gpu/make_prebuilt_cluster.sh (bin/ with
-#                    tandem-servebench, lib/, ucx/); else BIN_DIR (default
+#                    tandem-servebench, lib/, ucx/), or a .tar.xz of it
+#                    (unpacked under $OUT); else BIN_DIR (default
 #                    build-cuda/bin, build/bin on the CPU)
 #   OUT              results and logs (default /tmp/tandem-gpu-serve)
-#   BUDGET_S         the whole step's time bound (default 390): a workload
+#   BUDGET_S         the whole step's time bound (default 500): a workload
 #                    that would start past it is skipped and says so
-#   CONFIG, WEIGHTS (fp8; f32 on the CPU), CONC, WORKLOADS, SEND_S, POINT_S,
-#   MAX_REQ, KV_PAGES (decoder pages of 16 tokens), MAX_BATCH, VOCAB,
-#   DIS_CONC, DIS_WORKLOAD, LONG, UCX_TLS (default tcp,self)
+#   SEND_S, POINT_S  per point: start requests for SEND_S s, abort at POINT_S
+#                    s (GPU default 26 / 34: two workloads of five points
+#                    and the disaggregation runs fit 500 s)
+#   SAME_HOST        the workers' --kv-same-host: shm (default: the KV goes
+#                    over UCX shared memory, sysv/posix) or tls (UCX_TLS's
+#                    transports with failure detection: loopback tcp here)
+#   UCX_TLS          default tcp,sysv,posix,self (no cma: it needs ptrace
+#                    rights a container may not grant)
+#   CONFIG, WEIGHTS (fp8; f32 on the CPU), CONC, WORKLOADS, MAX_REQ,
+#   KV_PAGES (decoder pages of 16 tokens), MAX_BATCH, VOCAB, DISAGG,
+#   DIS_CONC, DIS_WORKLOAD, LONG
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
+case "${1:-}" in -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
+for w in "$@"; do
+    case "$w" in
+    [0-9]*/[0-9]*) ;;
+    *) echo "serve: bad workload '$w' (IN/OUT, e.g. 4096/200; --help)"; exit 2 ;;
+    esac
+done
+[ $# -gt 0 ] && WORKLOADS="$*"
 DEVICE=${DEVICE:-cuda}
 OUT=${OUT:-/tmp/tandem-gpu-serve}
 mkdir -p "$OUT"
-export UCX_TLS=${UCX_TLS:-tcp,self} UCX_WARN_UNUSED_ENV_VARS=n
+export UCX_TLS=${UCX_TLS:-tcp,sysv,posix,self} UCX_WARN_UNUSED_ENV_VARS=n
+SAME_HOST=${SAME_HOST:-shm}
+DISAGG=${DISAGG:-1}
 t_start=$(date +%s)
-BUDGET=${BUDGET_S:-390}
+BUDGET=${BUDGET_S:-500}
 if [ "$DEVICE" = cpu ]; then
     CONFIG=${CONFIG:-tests/fixtures/gpt_oss_tiny/config.json}
     WEIGHTS=${WEIGHTS:-f32}
@@ -53,13 +83,14 @@ else
     WEIGHTS=${WEIGHTS:-fp8}
     CONC=${CONC:-1,4,16,64,256}
     WORKLOADS=${WORKLOADS:-"4096/200 32768/100 1024/1024 8192/256"}
-    SEND_S=${SEND_S:-7}; POINT_S=${POINT_S:-11}; MAX_REQ=${MAX_REQ:-512}
-    # fp32 KV: 24 layers x 8 heads x 64 x 2 x 4 B = 96 KiB a token; 16384
-    # pages of 16 tokens = 24 GiB (262144 tokens), next to two copies of the
-    # weights (2 x 23.7 GB) and the prefiller's own cache on the 139 GiB
-    # H200, and as much pinned host memory (the staged KV path keeps a host
-    # copy of the pools) on the 128 GiB host
-    KV_PAGES=${KV_PAGES:-16384}; MAX_BATCH=${MAX_BATCH:-256}; VOCAB=${VOCAB:-200000}
+    SEND_S=${SEND_S:-26}; POINT_S=${POINT_S:-34}; MAX_REQ=${MAX_REQ:-4096}
+    # bf16 KV (the default on cuda): 24 layers x 8 heads x 64 x 2 x 2 B =
+    # 48 KiB a token; 32768 pages of 16 tokens = 24 GiB (524288 tokens: 16
+    # requests of 32768/100 at once), next to two copies of the weights
+    # (2 x 23.7 GB) and the prefiller's own cache on the 139 GiB H200, and
+    # as much pinned host memory (the staged KV path keeps a host copy of
+    # the pools) on the 128 GiB host
+    KV_PAGES=${KV_PAGES:-32768}; MAX_BATCH=${MAX_BATCH:-256}; VOCAB=${VOCAB:-200000}
     DIS_CONC=${DIS_CONC:-32}; DIS_WORKLOAD=${DIS_WORKLOAD:-128/400}; LONG=${LONG:-32768}
     MAX_PROMPT=${MAX_PROMPT:-33024}; CHUNK=${CHUNK:-8192}
 fi
@@ -67,6 +98,12 @@ NAME=$(basename "$CONFIG" .json)
 [ "$NAME" = config ] && NAME=$(basename "$(dirname "$CONFIG")")
 LIBS=""
 if [ -n "${TANDEM_PREBUILT:-}" ]; then
+    case "$TANDEM_PREBUILT" in
+    *.tar.xz)
+        mkdir -p "$OUT/unpacked" && tar xJf "$TANDEM_PREBUILT" -C "$OUT/unpacked" ||
+            { echo "serve: cannot unpack $TANDEM_PREBUILT"; exit 1; }
+        TANDEM_PREBUILT=$OUT/unpacked/$(tar tJf "$TANDEM_PREBUILT" | head -1 | cut -d/ -f1) ;;
+    esac
     PRE=$(cd "$TANDEM_PREBUILT" && pwd) || { echo "serve: no folder $TANDEM_PREBUILT"; exit 1; }
     BIN=$PRE/bin
     LIBS=$PRE/lib
@@ -89,7 +126,8 @@ spawn() { LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$@"
 run() { LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
 left() { echo $((BUDGET - ($(date +%s) - t_start))); }
 echo "# serve: $NAME ($WEIGHTS, random weights) on $DEVICE, concurrency $CONC, workloads $WORKLOADS," \
-    "points: <= $MAX_REQ requests, sent for $SEND_S s, cut at $POINT_S s; logs in $OUT"
+    "points: <= $MAX_REQ requests, sent for $SEND_S s, cut at $POINT_S s; KV: UCX_TLS=$UCX_TLS," \
+    "--kv-same-host $SAME_HOST; logs in $OUT"
 
 PIDS=()
 stop_all() {
@@ -115,7 +153,7 @@ wport=$(sed -n 's/^worker_port=//p' "$OUT/ports" 2>/dev/null)
 [ -n "$http" ] && [ -n "$wport" ] || { echo "serve: the router did not start"; tail -3 "$OUT/router.log"; exit 1; }
 URL=http://127.0.0.1:$http
 common=(--router "tcp://127.0.0.1:$wport" --synthetic "$CONFIG" --model-name "$NAME"
-        --device "$DEVICE" --weights "$WEIGHTS" --metrics-port -1)
+        --device "$DEVICE" --weights "$WEIGHTS" --metrics-port -1 --kv-same-host "$SAME_HOST")
 spawn "$BIN/tandem-prefiller" "${common[@]}" --worker-id prefiller-serve \
     --max-prompt-tokens "$MAX_PROMPT" --chunk-tokens "$CHUNK" >"$OUT/prefiller.log" 2>&1 &
 PIDS+=($!)
@@ -134,7 +172,10 @@ if [ "$ready" != 1 ]; then
     exit 1
 fi
 echo "# cluster up after $(($(date +%s) - t_start)) s"
-grep -h "model on" "$OUT/prefiller.log" "$OUT/decoder.log" | sed 's/^/# /'
+grep -h "model on\|KV transfer" "$OUT/prefiller.log" "$OUT/decoder.log" | sed 's/^/# /'
+# the KV path the pushes take (transports, shared memory or not)
+for _ in $(seq 1 50); do grep -q "connection ready" "$OUT/prefiller.log" && break; sleep 0.1; done
+grep -h "connection ready" "$OUT/prefiller.log" | head -1 | sed 's/^/# /'
 
 status=0
 bench() { # TAG ARGS...: one tandem-servebench run, its table to $OUT/TAG.txt
@@ -156,7 +197,7 @@ for w in $WORKLOADS; do
         echo "# workload $w: skipped (budget: $(left) s left, needs about $need s)"; status=1; continue
     fi
     bench "serve_${in}_${out}" --sweep-concurrency "$CONC" --input-len "$in" --output-len "$out" \
-        --per-client 4 --max-requests "$MAX_REQ" --send-for-s "$SEND_S" --point-limit-s "$POINT_S" \
+        --per-client 64 --max-requests "$MAX_REQ" --send-for-s "$SEND_S" --point-limit-s "$POINT_S" \
         --label "$NAME $WEIGHTS on one GPU (router + prefiller + decoder)" \
         --svg "$OUT/serve_${in}_${out}.svg"
     echo "== $w"
@@ -167,7 +208,9 @@ done
 d_in=${DIS_WORKLOAD%/*}; d_out=${DIS_WORKLOAD#*/}
 dis_args=(--concurrency "$DIS_CONC" --requests "$DIS_CONC" --input-len "$d_in" --output-len "$d_out"
           --point-limit-s "$POINT_S" --seed 11)
-if [ "$(left)" -gt $((2 * POINT_S + 10)) ]; then
+if [ "$DISAGG" != 1 ]; then
+    echo "# disaggregation measurement: not asked for (DISAGG=$DISAGG)"
+elif [ "$(left)" -gt $((2 * POINT_S + 10)) ]; then
     bench disagg_alone "${dis_args[@]}" --label "decodes alone"
     run timeout $((POINT_S + 30)) "$BIN/tandem-servebench" --url "$URL" --model "$NAME" \
         --vocab "$VOCAB" --concurrency 2 --requests 64 --input-len "$LONG" --output-len 1 \
@@ -203,6 +246,21 @@ for f in sorted(glob.glob(os.path.join(out, "serve_*.json")), key=lambda p: [int
             p["usd_per_million_output_tokens"], p["usd_per_million_total_tokens"],
             p["streamed_output_token_throughput"], p["itl_streamed_ms"]["p50"],
             p["itl_streamed_ms"]["p99"]))
+print("\nwhere a request's time goes (means per request, ms: the router's tandem_request_stage_seconds,"
+      " the decoder's step histogram; router + admission + prefill queue + prefill + KV transfer ="
+      " router TTFT)")
+print("| in/out | conc | client TTFT | router TTFT | router | admission | prefill queue | prefill | KV transfer | first decode | decode step | router ITL |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+for f in sorted(glob.glob(os.path.join(out, "serve_*.json")), key=lambda p: [int(x) for x in os.path.basename(p)[6:-5].split("_")]):
+    wl = os.path.basename(f)[6:-5].replace("_", "/")
+    for p in json.load(open(f))["points"]:
+        s = p.get("stages_mean_ms")
+        if not s:
+            continue
+        print("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f |" % (
+            wl, p["concurrency"], p["ttft_ms"]["mean"], s["router_ttft"], s["stage_router"],
+            s["stage_admission"], s["stage_prefill_queue"], s["stage_prefill"],
+            s["stage_kv_transfer"], s["stage_first_decode"], s["decode_step"], s["router_itl"]))
 try:
     a = json.load(open(os.path.join(out, "disagg_alone.json")))["points"][0]["itl_ms"]
     b = json.load(open(os.path.join(out, "disagg_with_long.json")))["points"][0]["itl_ms"]

@@ -34,6 +34,16 @@
  *     within FP8_KV_CPU_TOL, decode through it vs one prefill within
  *     FP8_KV_SAME_TOL (a K or V an fp32 ulp apart between the two GEMM
  *     shapes may land on the neighbouring e4m3 code, 2^-3 relative).
+ *   - CUDA graphs of decode steps (tm_model_set_cuda_graphs): batches of
+ *     1, 3, 8 and 13 sequences of different lengths decoding 16 steps
+ *     through a bf16 cache with pages of 4 tokens (the page-table capacity
+ *     doubles on the way, so shapes are recorded anew), teacher-forced with
+ *     the same tokens in three models in lockstep: graph replays equal the
+ *     same padded steps run eagerly bit for bit (logits), graphs were
+ *     recorded and replayed, none failed; and the unpadded eager step
+ *     (graphs off) within GRAPH_OFF_TOL for f32 weights (other GEMM shapes
+ *     and split counts: a different fp32 sum order) and BF16_W_KV_TOL for
+ *     bf16 weights (a routing flip).
  * Output is TAP; NaN never passes (a NaN error compares false).
  *
  * Usage: test_engine_gpu [device]   (run from the repository root) */
@@ -66,6 +76,9 @@
                                  measured 0.122 GPT-OSS, 0.037 Qwen3 on the CPU */
 #define FP8_KV_CPU_TOL 0.15   /* one FP8-cache run on cuda and cpu */
 #define FP8_KV_SAME_TOL 0.15  /* decode vs one prefill, both through an FP8 cache */
+#define GRAPH_OFF_TOL 5e-3   /* padded vs unpadded decode step, f32 weights and a bf16 cache: other
+                                GEMM shapes and split counts sum in another order, and a K or V
+                                an fp32 ulp apart may round to the neighbouring bf16 value */
 #define MAX_SEQ 128
 #define PAGE 16
 
@@ -428,6 +441,109 @@ done:
     tm_model_free(mc);
 }
 
+/* CUDA graphs of decode steps: see the header. */
+enum { GRAPH_STEPS = 16, GRAPH_PAGE = 4, GRAPH_MAX_SEQS = 13 };
+
+typedef struct graph_run {
+    tm_model *m;
+    tm_kv_cache kv;
+    int32_t pages[GRAPH_MAX_SEQS][MAX_SEQ / GRAPH_PAGE];
+    float *logits; /* [n][V] of the last step */
+} graph_run;
+
+static int graph_run_prefill(graph_run *r, const kn_backend *be, const et_golden *g, int n,
+                             const int *len)
+{
+    const tm_config *c = tm_model_config(r->m);
+    const int per = MAX_SEQ / GRAPH_PAGE;
+    r->logits = calloc((size_t)n * g->V, sizeof(float));
+    if (!r->logits)
+        return TN_ERR_NOMEM;
+    int rc = tm_kv_cache_init(&r->kv, be, KN_BF16, c->n_layers, c->n_kv_heads, c->head_dim,
+                              GRAPH_PAGE, n * per);
+    for (int i = 0; rc == TN_OK && i < n; i++) {
+        rc = tm_kv_alloc_pages(&r->kv, per, r->pages[i]);
+        tm_seq_step st = {g->prompt, len[i], 0, r->pages[i], per};
+        if (rc == TN_OK)
+            rc = tm_forward(r->m, &r->kv, &st, 1, NULL, NULL);
+    }
+    return rc;
+}
+
+static void graphs_match_eager(ctx *t, const char *dir, const et_golden *g, tm_weight_dtype wd)
+{
+    const char *wname = wd == TM_WEIGHTS_F32 ? "f32" : "default (bf16)";
+    static const int batches[] = {1, 3, 8, 13};
+    for (size_t bi = 0; bi < sizeof batches / sizeof batches[0]; bi++) {
+        const int n = batches[bi], per = MAX_SEQ / GRAPH_PAGE;
+        /* 0: graphs on, 1: the same padded steps eagerly, 2: graphs off */
+        graph_run r[3];
+        memset(r, 0, sizeof r);
+        static const tm_cuda_graphs modes[3] = {TM_CUDA_GRAPHS_ON, TM_CUDA_GRAPHS_EAGER,
+                                                TM_CUDA_GRAPHS_OFF};
+        int len[GRAPH_MAX_SEQS];
+        for (int i = 0; i < n; i++)
+            len[i] = g->T - (i * 3) % (g->T > 4 ? g->T - 1 : 1);
+        int rc = TN_OK;
+        for (int k = 0; k < 3 && rc == TN_OK; k++) {
+            r[k].m = load(t, &t->gpu, dir, wd, wname);
+            if (!r[k].m) {
+                rc = TN_ERR_ARG;
+                break;
+            }
+            tm_model_set_cuda_graphs(r[k].m, modes[k]);
+            rc = graph_run_prefill(&r[k], &t->gpu, g, n, len);
+        }
+        int bitwise = 1, worst_step = -1;
+        double off_err = 0;
+        for (int step = 0; rc == TN_OK && step < GRAPH_STEPS; step++) {
+            tm_seq_step st[GRAPH_MAX_SEQS];
+            int32_t tok[GRAPH_MAX_SEQS];
+            for (int i = 0; i < n; i++) {
+                tok[i] = g->gen_ids[(step + i) % g->G];
+                st[i] = (tm_seq_step){&tok[i], 1, len[i] + step, NULL, per};
+            }
+            for (int k = 0; k < 3 && rc == TN_OK; k++) {
+                for (int i = 0; i < n; i++)
+                    st[i].pages = r[k].pages[i];
+                rc = tm_forward(r[k].m, &r[k].kv, st, n, r[k].logits, NULL);
+            }
+            if (rc != TN_OK)
+                break;
+            if (bitwise && memcmp(r[0].logits, r[1].logits, (size_t)n * g->V * sizeof(float)) != 0) {
+                bitwise = 0;
+                worst_step = step;
+            }
+            double e = et_rel_err(r[0].logits, r[2].logits, (size_t)n * g->V);
+            off_err = e > off_err || isnan(e) ? e : off_err;
+        }
+        tap(t, rc == TN_OK, "%s: %s weights, %d sequences: %d decode steps with graphs on, padded "
+            "eager and off (%s)", dir, wname, n, GRAPH_STEPS, tn_status_str(rc));
+        if (rc == TN_OK) {
+            tm_graph_stats on = tm_model_graph_stats(r[0].m), eager = tm_model_graph_stats(r[1].m);
+            tap(t, bitwise, "%s: %s weights, %d sequences: graph replays equal the padded eager "
+                "steps bit for bit%s", dir, wname, n,
+                bitwise ? "" : " (first differing step below)");
+            if (!bitwise)
+                printf("# first differing step %d\n", worst_step);
+            tap(t, on.captures > 0 && on.replays > 0 && on.capture_failures == 0 &&
+                       eager.captures == 0 && eager.replays == 0,
+                "%s: %s weights, %d sequences: graphs recorded %lld, replayed %lld, failed %lld, "
+                "eager steps %lld (the eager model: %lld recorded)", dir, wname, n, on.captures,
+                on.replays, on.capture_failures, on.eager_steps, eager.captures);
+            check_err(t, off_err, wd == TM_WEIGHTS_F32 ? GRAPH_OFF_TOL : BF16_W_KV_TOL, dir,
+                      wd == TM_WEIGHTS_F32 ? "f32 weights: graphs on vs off (unpadded step), worst step logits"
+                                           : "bf16 weights: graphs on vs off (unpadded step), worst step logits");
+        }
+        for (int k = 0; k < 3; k++) {
+            if (r[k].m)
+                tm_kv_cache_free(&r[k].kv);
+            free(r[k].logits);
+            tm_model_free(r[k].m);
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     ctx t;
@@ -456,6 +572,8 @@ int main(int argc, char **argv)
         synthetic_same_on_both(&t, fixtures[i], &g, TM_WEIGHTS_F32, CPU_F32_TOL);
         synthetic_same_on_both(&t, fixtures[i], &g, TM_WEIGHTS_BF16, BF16_CPU_TOL);
         fp8_vs_bf16_and_cpu(&t, fixtures[i], &g, i == 0 ? FP8_TOL_GPT_OSS : FP8_TOL_QWEN3);
+        graphs_match_eager(&t, fixtures[i], &g, TM_WEIGHTS_F32);
+        graphs_match_eager(&t, fixtures[i], &g, TM_WEIGHTS_AUTO);
         synthetic_same_on_both(&t, fixtures[i], &g, TM_WEIGHTS_FP8,
                                i == 0 ? FP8_TOL_GPT_OSS : FP8_TOL_QWEN3);
         et_golden_free(&g);

@@ -63,7 +63,7 @@
 #define MAX_SEQ 128
 #define PAGE 16
 #define SEQ_PAGES (MAX_SEQ / PAGE)
-#define A2A_PER_LAYER 5    /* counts, rows, expert ids, weights, combine */
+#define A2A_PER_LAYER 2    /* packed rows (activations, ids, weights), shares back */
 
 typedef struct ctx {
     kn_backend be;
@@ -141,10 +141,17 @@ static void expect_step(lay_run *r, int T)
         r->ep_want.bytes[COMM_OP_ALL_REDUCE_SUM] += L * act;
     }
     if (r->kind == LAY_DP_EP) {
+        /* per step one all-gather of the token counts (the step's
+         * capacity); per layer, when the group has rows, the packed rows
+         * (activations, int32 ids, f32 weights) and the shares back, `cap`
+         * = T rows to the one rank (engine/ep_dispatch.c) */
         const unsigned long long route = rows * (unsigned long long)r->K * 4;
-        r->ep_want.calls[COMM_OP_ALL_TO_ALL_V] += L * A2A_PER_LAYER;
-        /* counts (one int64), rows, ids (int32), weights (f32), shares back */
-        r->ep_want.bytes[COMM_OP_ALL_TO_ALL_V] += L * (sizeof(int64_t) + act + 2 * route + act);
+        r->ep_want.calls[COMM_OP_ALL_GATHER] += 1;
+        r->ep_want.bytes[COMM_OP_ALL_GATHER] += sizeof(int32_t);
+        if (rows > 0) {
+            r->ep_want.calls[COMM_OP_ALL_TO_ALL_V] += L * A2A_PER_LAYER;
+            r->ep_want.bytes[COMM_OP_ALL_TO_ALL_V] += L * (act + 2 * route + act);
+        }
     }
 }
 

@@ -13,9 +13,11 @@
  *     test_engine_gpu, since the 1x128 activation blocks of a sharded
  *     product cover other columns than the whole product's); and every TP
  *     rank must hold bitwise the same logits (replicated activations).
- *   DP=2xEP=2 decode: rank 0 prefills the golden prompt and runs 31 greedy
- *     steps, rank 1 another prompt for fewer steps and then idles (a DP rank
- *     without requests serves its experts): every step's logits against the
+ *   DP=2xEP=2 and DP=4xEP=4 decode (the expert dispatch and combine with
+ *     the routes on the device, engine/ep_dispatch.c): rank 0 prefills the
+ *     golden prompt and runs 31 greedy steps, rank r > 0 another prompt for
+ *     fewer steps (the more the higher r) and then idles (a DP rank without
+ *     requests serves its experts): every step's logits against the
  *     single-rank model on the same tokens, the greedy tokens against the
  *     single-rank model's and (f32; bf16 while HF's top-2 margin >= 0.01)
  *     rank 0's against HF's golden tokens.
@@ -68,6 +70,7 @@ typedef struct lay {
 
 static const lay LAYS[] = {
     {"TP=2", 2, 1, 1}, {"TP=2/EP=2", 2, 2, 1}, {"TP=4/EP=4", 4, 4, 1}, {"DP=2xEP=2", 1, 2, 2},
+    {"DP=4xEP=4", 1, 4, 4},
 };
 
 static const char *wname(tm_weight_dtype w)
@@ -165,22 +168,23 @@ static int prefill_case(rank_ctx *x, const et_golden *g, double tol, const char 
     return 0;
 }
 
-/* DP=2xEP=2: rank 0 the golden prompt, rank 1 another for fewer steps. */
+/* DP x EP decode: rank 0 the golden prompt, rank r > 0 another one for
+ * G * (W - r) / W steps. */
 static int decode_case(rank_ctx *x, const et_golden *g, double tol, tm_weight_dtype wd,
                        const char *label)
 {
     const tm_config *c = tm_model_config(x->ref);
     const int V = c->vocab_size, G = g->G;
-    int T = x->rank == 0 ? g->T : g->T - 5, steps = x->rank == 0 ? G : G / 2;
+    int T = x->rank == 0 ? g->T : g->T - 5, steps = G * (x->world - x->rank) / x->world;
     int32_t toks[MAX_SEQ], pp[SEQ_PAGES], pr[SEQ_PAGES], ids[MAX_SEQ], rids[MAX_SEQ];
     for (int i = 0; i < T; i++)
-        toks[i] = x->rank == 0 ? g->prompt[i] : (g->prompt[i] + 101) % V;
+        toks[i] = (g->prompt[i] + 101 * x->rank) % V;
     if (tm_kv_alloc_pages(&x->kvp, SEQ_PAGES, pp) || tm_kv_alloc_pages(&x->kvr, SEQ_PAGES, pr))
         return fail(x->rank, "%s: pages", label);
     int len = T, cached = 0, rc = TN_OK;
     double worst = 0;
-    /* both ranks take G steps together: the prefill, then decodes; a rank
-     * past its own steps runs idle ones */
+    /* every rank takes G steps with the others: the prefill, then decodes;
+     * a rank past its own steps runs idle ones */
     for (int s = 0; s < G && !rc; s++) {
         if (s >= steps) {
             rc = tm_forward(x->par, NULL, NULL, 0, NULL, NULL);
@@ -358,7 +362,7 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: test_rank_groups_gpu [--device N | --devices LIST] [--rank-comm "
                    "auto|staged|nccl] [--cpu]\n  TP=2, TP=2/EP=2, TP=4/EP=4 prefill and "
-                   "DP=2xEP=2 decode, one process per rank, vs\n  the single-rank model "
+                   "DP=2xEP=2, DP=4xEP=4 decode, one process per rank, vs\n  the single-rank model "
                    "(f32, bf16, fp8) for both tiny fixtures. TAP output.\n");
             return 0;
         } else if (!strcmp(argv[i], "--device") && i + 1 < argc) {

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # tandem-bench end to end on the CPU: a checkpoint and a synthetic model of
 # the same config both produce the prefill and decode rows, --profile prints
-# every group, the floors appear when asked for, and bad arguments give a
-# clear message with exit status 2 (1 for runtime errors). Measures nothing
+# every group, the floors appear when asked for, the parallel layouts (TP=2/
+# EP=2 prefill, DP=2xEP=2 decode, forked ranks on the host communicator)
+# report rank 0's rows, and bad arguments give a clear message with exit
+# status 2 (1 for runtime errors, also when every rank fails to load). Measures nothing
 # itself: it only checks that the benchmark runs and reports.
 set -u
 BUILD=${TANDEM_BUILD:-build}
@@ -45,6 +47,20 @@ else
         "$(cat "$tmp/syn" "$tmp/err")"
 fi
 
+for lay in "--tp 2 --ep 2" "--dp 2 --ep 2"; do
+    # shellcheck disable=SC2086
+    timeout 120 "$BENCH" --synthetic tests/fixtures/gpt_oss_tiny $small $lay >"$tmp/par" 2>"$tmp/err"
+    rc=$?
+    want="layout TP=${lay:5:1} EP=2 DP=1"
+    [ "${lay:2:2}" = dp ] && want="layout TP=1 EP=2 DP=2"
+    if [ $rc -eq 0 ] && grep -q "$want: 2 ranks (devices cpu), rank communicator host" "$tmp/par" &&
+       [ "$(grep -c '^prefill ' "$tmp/par")" -eq 2 ] && [ "$(grep -c '^decode ' "$tmp/par")" -eq 2 ]; then
+        ok "$lay: two forked ranks, rank 0's 2 prefill and 2 decode rows"
+    else
+        not_ok "$lay: two forked ranks, rank 0's rows" "exit $rc" "$(cat "$tmp/par" "$tmp/err")"
+    fi
+done
+
 expect_fail() {   # NAME STATUS MESSAGE ARGS...
     local name=$1 want=$2 msg=$3
     shift 3
@@ -66,6 +82,13 @@ expect_fail "bad --context-fill" 2 "bad value for --context-fill" --model tests/
 expect_fail "bad --prefill list" 2 "bad value for --prefill" --model tests/fixtures/gpt_oss_tiny --prefill 8,,9
 expect_fail "unknown option" 2 "unknown option" --model tests/fixtures/gpt_oss_tiny --fast
 expect_fail "missing synthetic config" 1 "No such file" --synthetic "$tmp/absent.json"
+expect_fail "--tp with --dp" 2 "not a layout the workers run" --synthetic tests/fixtures/gpt_oss_tiny \
+    --tp 2 --dp 2
+expect_fail "--ep not dividing the ranks" 2 "--ep 4 must divide the 2 TP ranks" \
+    --synthetic tests/fixtures/gpt_oss_tiny --tp 2 --ep 4
+expect_fail "bad --rank-devices" 2 "bad value for --rank-devices" --synthetic tests/fixtures/gpt_oss_tiny \
+    --tp 2 --rank-devices 0,x
+expect_fail "missing synthetic config, two ranks" 1 "No such file" --synthetic "$tmp/absent.json" --tp 2
 if ! ldd "$BENCH" | grep -q libcudart; then
     expect_fail "--device cuda on a CPU-only build" 1 "this build has no CUDA backend" \
         --model tests/fixtures/gpt_oss_tiny --device cuda

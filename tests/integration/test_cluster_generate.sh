@@ -79,4 +79,23 @@ for fx in gpt_oss_tiny qwen3_moe_tiny; do
     check "$fx: tandem-cli status lists both workers" $? "$status"
     cluster_stop 1
 done
+
+# Same-host workers with --kv-same-host shm: the KV goes over UCX shared
+# memory (the prefiller's connection line names the transports) although
+# UCX_TLS also offers tcp, and the tokens are still the golden ones (the
+# pages are resharded 16 -> 5 on the way, as above).
+dir=tests/fixtures/gpt_oss_tiny
+prompt=$(golden_ids "$dir" prompt_ids)
+golden=$(golden_ids "$dir" gen_ids)
+if UCX_TLS=tcp,sm,self PREFILLER_FLAGS="--page-size 16 --kv-same-host shm"     DECODER_FLAGS="--page-size 5 --kv-pages 256 --kv-same-host shm" cluster_start "$dir"; then
+    body="{\"model\":\"gpt_oss_tiny\",\"prompt\":[$prompt],\"max_tokens\":32,\"temperature\":0,\"ignore_eos\":true}"
+    code=$(post /v1/completions "$body" "$CLUSTER_TMP/shm.json")
+    got=$(json_get "$CLUSTER_TMP/shm.json" '",".join(map(str, j["choices"][0]["token_ids"]))' 2>&1)
+    line=$(grep "connection ready" "$CLUSTER_TMP/prefiller.log" | tail -1)
+    [ "$code" = 200 ] && [ "$got" = "$golden" ] && echo "$line" | grep -q "sysv" &&
+        echo "$line" | grep -q "same host: shared memory"
+    check "gpt_oss_tiny: --kv-same-host shm moves the KV over shared memory, tokens = HF golden" $? \
+        "HTTP $code" "cluster: $got" "golden:  $golden" "prefiller: $line"
+    cluster_stop 1
+fi
 cluster_finish

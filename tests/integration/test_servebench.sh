@@ -98,8 +98,16 @@ for p in ps:
     s = p["stages_mean_ms"]; c = p["stages_count"]
     assert c["prefill"] == p["completed"] and c["kv_transfer"] == p["completed"], c
     assert c["router_ttft"] == p["completed"], c
-    assert s["prefill"] > 0 and s["router_ttft"] >= s["prefill"], s' "$T/sweep.json"
-check "cluster sweep: a table row per point and the stage breakdown (one prefill and one KV push per request)" $? \
+    assert s["prefill"] > 0 and s["router_ttft"] >= s["prefill"], s
+    # every request passes each stage once, and the stages up to the first
+    # token add up to the router TTFT (both are means over the same requests)
+    stages = ["stage_router", "stage_admission", "stage_prefill_queue", "stage_prefill",
+              "stage_kv_transfer"]
+    for k in stages + ["stage_first_decode"]:
+        assert c[k] == p["completed"], (k, c)
+    total = sum(s[k] for k in stages)
+    assert abs(total - s["router_ttft"]) <= 0.01 * s["router_ttft"] + 0.5, (total, s)' "$T/sweep.json"
+check "cluster sweep: a table row per point and the stage breakdown (one prefill and one KV push per request, the stages add up to the router TTFT)" $? \
     "$(grep -A4 '^conc' "$T/sweep.out" | head -8)"
 $PY - "$T/sweep.svg" <<'EOF'
 import sys, xml.etree.ElementTree as ET
@@ -150,10 +158,14 @@ DEVICE=cpu OUT="$T/serve" BIN_DIR="$BIN" CONC=1,2 WORKLOADS="32/8 48/4" SEND_S=1
     DIS_CONC=2 DIS_WORKLOAD=16/16 LONG=256 BUDGET_S=100 timeout 120 bash tests/gpu/serve_bench.sh \
     >"$T/serve.out" 2>&1
 rc=$?
-[ $rc = 0 ] && [ "$(grep -cE '^\| (32/8|48/4) \| [12] \|' "$T/serve.out")" = 4 ] &&
+# the summary's rows (ok/sent in the third column), then the time
+# breakdown's (a mean there); the KV over shared memory (--kv-same-host shm)
+[ $rc = 0 ] && [ "$(grep -cE '^\| (32/8|48/4) \| [12] \| [0-9]+/[0-9]+ \|' "$T/serve.out")" = 4 ] &&
+    [ "$(grep -cE '^\| (32/8|48/4) \| [12] \| [0-9.]+ \|' "$T/serve.out")" = 4 ] &&
     grep -qE '^disaggregation: decode ITL p99 .* ratio [0-9.]+' "$T/serve.out" &&
     [ -s "$T/serve/serve_32_8.svg" ] && [ -s "$T/serve/serve_48_4.json" ] &&
-    grep -q 'model on cpu' "$T/serve/prefiller.log"
-check "tests/gpu/serve_bench.sh with DEVICE=cpu: workers on --synthetic weights, 2 sweeps, the disaggregation ratio, the summary table" $? \
+    grep -q 'model on cpu' "$T/serve/prefiller.log" &&
+    grep -q 'connection ready .*sysv.*same host: shared memory' "$T/serve/prefiller.log"
+check "tests/gpu/serve_bench.sh with DEVICE=cpu: workers on --synthetic weights, 2 sweeps, the disaggregation ratio, the summary and breakdown tables, KV over shared memory" $? \
     "exit $rc" "$(tail -12 "$T/serve.out")"
 cluster_finish

@@ -246,6 +246,7 @@ int ops_init(int argc, char **argv, uint64_t default_seed)
     ops_register_add();
     ops_register_norm();
     ops_register_embedding();
+    ops_register_ep_exchange();
     ops_register_fill();
     ops_register_matmul();
     ops_register_fp8();

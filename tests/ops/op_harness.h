@@ -56,6 +56,7 @@ void op_case_add(const char *op, unsigned backends, unsigned groups, op_fn fn,
 void ops_register_add(void);
 void ops_register_norm(void);
 void ops_register_embedding(void);
+void ops_register_ep_exchange(void);
 void ops_register_fill(void);
 void ops_register_matmul(void);
 void ops_register_fp8(void);

@@ -381,7 +381,9 @@ typedef struct pool_param {
     int bf16; /* CUDA: the bf16 tensor-core prefill kernel */
     kn_dtype kv; /* the pools' dtype */
     int wgmma; /* CUDA: the Hopper wgmma kernel, mode 1 (cp.async), 2 (TMA), 3 (TMA, overlapped),
-                  4 (3 with three warpgroups), 5 (2 with 3's overlap): kn_cuda_set_attn_wgmma */
+                  4 (3 with three warpgroups), 5 (2 with 3's overlap), 6 (2 persistent, head_dim
+                  128 too), 7 (2, head_dim 128 too), 8 (6 with window layers streaming their
+                  keys), 9 (5 with the warpgroups' ping-pong): kn_cuda_set_attn_wgmma */
     int fill; /* 0: random K, V; the diagnostic fills, which test one product alone:
                  FILL_K_ZERO (S = 0: only P V and the V layout matter),
                  FILL_V_CONST (V[key][d] = c[d]: out = c whatever P, if P is normalised) */
@@ -606,7 +608,7 @@ static void pool_case(op_env *e, const void *param)
     if (bf16 && !op_ok(e, kn_backend_set_attn_bf16(e->be, 1), "kn_backend_set_attn_bf16"))
         return;
 #ifdef TANDEM_CUDA
-    /* modes 2-5 box whole pages: other page sizes take mode 1's kernel */
+    /* modes 2-9 box whole pages: other page sizes take mode 1's kernel */
     int wgmma_was = 0, ran = c->wgmma >= 2 && ps >= 8 && ps <= 128 && 128 % ps == 0 ? c->wgmma : 1;
     long long wgmma_runs = 0;
     /* every case names its kernel: wgmma 0 keeps the mma.sync kernel tested
@@ -617,9 +619,18 @@ static void pool_case(op_env *e, const void *param)
         kn_cuda_set_attn_wgmma(e->be, c->wgmma);
     }
 #endif
+#ifdef TANDEM_CUDA
+    const long long decode_runs = e->cuda ? kn_cuda_attn_decode_mma_launches(e->be) : 0;
+#endif
     int rc = kn_attention(e->be, d_out, d_q, &dpools, &db, H, n_kv, D, ps, scale, d_sinks, c->window);
     kn_backend_set_attn_bf16(e->be, 0);
 #ifdef TANDEM_CUDA
+    /* bf16 precision over bf16 pools with at most 16 query vectors per
+     * sequence is the decode kernel's (attention_decode_mma.cu) */
+    if (c->bf16 && !c->wgmma && kvt == KN_BF16 && max_q * G <= 16 && (D == 64 || D == 128))
+        op_check(e, kn_cuda_attn_decode_mma_launches(e->be) == decode_runs + 1,
+                 "the bf16 decode kernel did not run (launches %lld -> %lld)", decode_runs,
+                 kn_cuda_attn_decode_mma_launches(e->be));
     if (e->be->kind == KN_BACKEND_CUDA)
         kn_cuda_set_attn_wgmma(e->be, wgmma_was);
     if (c->wgmma) {
@@ -681,6 +692,14 @@ static void precision_switch(op_env *e, const void *param)
     kn_cuda_set_attn_wgmma(e->be, 5);
     OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 5);
     kn_cuda_set_attn_wgmma(e->be, 6);
+    OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 6);
+    kn_cuda_set_attn_wgmma(e->be, 7);
+    OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 7);
+    kn_cuda_set_attn_wgmma(e->be, 8);
+    OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 8);
+    kn_cuda_set_attn_wgmma(e->be, 9);
+    OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 9);
+    kn_cuda_set_attn_wgmma(e->be, 10);
     OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 0);
     kn_cuda_set_attn_wgmma(e->be, 0);
     OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 0);
@@ -843,7 +862,37 @@ void ops_register_attention(void)
         p.kv = KN_FP8_E4M3;
         OP_CASE("attention", OP_CUDA, pool_case, p, "pool bf16 fp8 KV %s", bf16[i].name);
     }
+    /* The bf16 tensor-core decode kernel (attention_decode_mma.cu: bf16
+     * pools, at most 16 query vectors per sequence): GPT-OSS's 64/8 heads
+     * over lengths from 1 key to several splits' worth, windows, head_dim
+     * 128, two speculative rows (16 vectors), GQA 16:1 and 1:1, page sizes
+     * that do not divide a tile, sequences of different lengths in one
+     * launch (each split cut from its own length), and the two diagnostic
+     * fills. */
+    static const pool_param dec[] = {
+        { "decode GPT-OSS 64/8 heads d64, 6 seqs kv 1..5000, sinks", 6, { 1, 1, 1, 1, 1, 1 },
+          { 1, 17, 300, 1500, 2500, 5000 }, 64, 8, 64, 16, 0, 1, 1, KN_BF16, 0, 0 },
+        { "decode 16/2 heads d64, 3 seqs kv 40..3000, window 128, sinks", 3, { 1, 1, 1 }, { 40, 700, 3000 },
+          16, 2, 64, 16, 128, 1, 1, KN_BF16, 0, 0 },
+        { "decode 32/4 heads d128, 2 seqs kv 2000, no sink", 2, { 1, 1 }, { 2000, 1999 }, 32, 4, 128, 16, 0,
+          0, 1, KN_BF16, 0, 0 },
+        { "decode 32/4 heads d128, 3 seqs kv 5..4100, window 100, sinks, page 7", 3, { 1, 1, 1 },
+          { 5, 333, 4100 }, 32, 4, 128, 7, 100, 1, 1, KN_BF16, 0, 0 },
+        { "spec-decode 2 rows x 3 seqs (16 vectors), 16/2 heads d64, window 128, sinks", 3, { 2, 2, 2 },
+          { 2, 600, 2601 }, 16, 2, 64, 16, 128, 1, 1, KN_BF16, 0, 0 },
+        { "decode GQA 16:1 d64, 2 seqs kv 1000, page 5, sinks", 2, { 1, 1 }, { 1000, 37 }, 16, 1, 64, 5, 0, 1,
+          1, KN_BF16, 0, 0 },
+        { "decode MHA 8/8 heads d64, 2 seqs kv 700, no sink", 2, { 1, 1 }, { 700, 129 }, 8, 8, 64, 16, 0, 0, 1,
+          KN_BF16, 0, 0 },
+        { "decode diag K = 0 (P V alone), 64/8 heads d64, kv 3000, sinks", 2, { 1, 1 }, { 3000, 90 }, 64, 8, 64,
+          16, 0, 1, 1, KN_BF16, 0, FILL_K_ZERO },
+        { "decode diag V[key][d] = c[d] (softmax sums alone), 64/8 heads d64, kv 3000", 2, { 1, 1 },
+          { 3000, 90 }, 64, 8, 64, 16, 0, 1, 1, KN_BF16, 0, FILL_V_CONST },
+    };
+    for (size_t i = 0; i < sizeof dec / sizeof dec[0]; i++)
+        OP_CASE("attention", OP_CUDA, pool_case, dec[i], "pool bf16 %s", dec[i].name);
     /* The Hopper wgmma kernel (attention_wgmma.cu: head_dim 64, bf16 pools),
+     * every mode,
      * with the unwritten pool slots and unowned pages NaN: GPT-OSS's 64/8
      * heads and GQA 8:1 at smaller head counts, causal with and without
      * a 128 window, sinks on and off, lengths that are not multiples of the
@@ -871,6 +920,18 @@ void ops_register_attention(void)
           1, 0 },
         { "16/2 heads, 16 rows (one 128-vector tile), chunked after 500, sinks, page 16", 1, { 16 }, { 516 }, 16, 2,
           64, 16, 0, 1, 0, KN_BF16, 1, 0 },
+        /* 16 (sequence, KV head) pairs: on 132 SMs the persistent modes
+         * give each block several query tiles (a window run, a snake) */
+        { "GPT-OSS 64/8 heads, 2 seqs (600 of 900, 250 of 250), window 128, sinks, page 16", 2, { 600, 250 },
+          { 900, 250 }, 64, 8, 64, 16, 128, 1, 0, KN_BF16, 1, 0 },
+        { "GPT-OSS 64/8 heads, 2 seqs (400 of 400, 150 of 500), causal, sinks, page 16", 2, { 400, 150 },
+          { 400, 500 }, 64, 8, 64, 16, 0, 1, 0, KN_BF16, 1, 0 },
+        { "MHA 4/4 heads, 700 rows, window 128 (spans of 3 key tiles), sinks, page 16", 1, { 700 }, { 700 }, 4, 4,
+          64, 16, 128, 1, 0, KN_BF16, 1, 0 },
+        { "16/2 heads, 600 rows, window 300 (spans of 4 key tiles: mode 8's whole ring), no sink, page 16", 1,
+          { 600 }, { 600 }, 16, 2, 64, 16, 300, 0, 0, KN_BF16, 1, 0 },
+        { "8/1 heads, 800 rows, window 600 (mode 8 takes mode 6's kernel), sinks, page 32", 1, { 800 }, { 800 }, 8,
+          1, 64, 32, 600, 1, 0, KN_BF16, 1, 0 },
     };
     /* and two diagnostic fills per mode: which product is wrong when a
      * case above fails */
@@ -880,8 +941,10 @@ void ops_register_attention(void)
         { "diag V[key][d] = c[d] (softmax sums alone), 16/2 heads, 300 rows, sinks", 1, { 300 }, { 300 }, 16, 2,
           64, 16, 0, 1, 0, KN_BF16, 1, FILL_V_CONST },
     };
-    static const char *const wg_how[] = { "cp.async", "tma", "tma-pipe", "tma-pipe-3wg", "tma-pipe-pw" };
-    for (int mode = 1; mode <= 5; mode++) {
+    static const char *const wg_how[] = { "cp.async",    "tma",         "tma-pipe", "tma-pipe-3wg",
+                                          "tma-pipe-pw", "tma-persist", "tma-d128", "tma-window",
+                                          "tma-pingpong" };
+    for (int mode = 1; mode <= (int)(sizeof wg_how / sizeof wg_how[0]); mode++) {
         const char *how = wg_how[mode - 1];
         for (size_t i = 0; i < sizeof wg / sizeof wg[0]; i++) {
             pool_param p = wg[i];
@@ -894,6 +957,33 @@ void ops_register_attention(void)
             OP_CASE("attention", OP_CUDA, pool_case, p, "pool wgmma %s %s", how, wg_diag[i].name);
         }
     }
+    /* Head_dim 128 (Qwen3-30B-A3B: 32 query heads, 4 KV heads, no sinks)
+     * in modes 6, 7 and 8: the same kinds of cases over page sizes TMA
+     * boxes, and the diagnostic fills. */
+    static const pool_param wg128[] = {
+        { "Qwen3 32/4 heads d128, 1 seq 600 rows, causal, no sink, page 16", 1, { 600 }, { 600 }, 32, 4, 128, 16,
+          0, 0, 0, KN_BF16, 1, 0 },
+        { "32/4 heads d128, 1000 rows, window 128, sinks, page 8", 1, { 1000 }, { 1000 }, 32, 4, 128, 8, 128, 1,
+          0, KN_BF16, 1, 0 },
+        { "16/2 heads d128, 3 seqs (517 of 517, 129 of 1000, 5 of 63), sinks, page 32", 3, { 517, 129, 5 },
+          { 517, 1000, 63 }, 16, 2, 128, 32, 0, 1, 0, KN_BF16, 1, 0 },
+        { "16/2 heads d128, window 100 chunked 2 seqs (300 of 1200, 64 of 64), page 128, sinks", 2, { 300, 64 },
+          { 1200, 64 }, 16, 2, 128, 128, 100, 1, 0, KN_BF16, 1, 0 },
+        { "MHA 4/4 heads d128, 300 rows, causal, no sink, page 16", 1, { 300 }, { 300 }, 4, 4, 128, 16, 0, 0, 0,
+          KN_BF16, 1, 0 },
+        { "32/4 heads d128, 16 rows chunked after 500, page 16", 1, { 16 }, { 516 }, 32, 4, 128, 16, 0, 0, 0,
+          KN_BF16, 1, 0 },
+        { "diag K = 0 (P V alone), 16/2 heads d128, 300 rows, sinks", 1, { 300 }, { 300 }, 16, 2, 128, 16, 0, 1,
+          0, KN_BF16, 1, FILL_K_ZERO },
+        { "diag V[key][d] = c[d], 16/2 heads d128, 300 rows, sinks", 1, { 300 }, { 300 }, 16, 2, 128, 16, 0, 1, 0,
+          KN_BF16, 1, FILL_V_CONST },
+    };
+    for (int mode = 6; mode <= 8; mode++)
+        for (size_t i = 0; i < sizeof wg128 / sizeof wg128[0]; i++) {
+            pool_param p = wg128[i];
+            p.wgmma = mode;
+            OP_CASE("attention", OP_CUDA, pool_case, p, "pool wgmma %s %s", wg_how[mode - 1], wg128[i].name);
+        }
     OP_CASE("attention", OP_ALL, precision_switch, pool[0], "precision switch");
     OP_CASE("attention", OP_CPU, attention_rejects_bad_arguments, pool[0], "rejects bad arguments");
 }

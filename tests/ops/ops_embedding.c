@@ -1,5 +1,7 @@
 /* kn_embedding: rows copied exactly; an out-of-range id anywhere is
- * rejected with nothing written; and the argument checks. */
+ * rejected with nothing written; and the argument checks. kn_gather_rows:
+ * the same rows exactly, and zeros (no read outside the table, no error)
+ * for a row outside it. */
 #include <math.h>
 #include <string.h>
 #include "common/status.h"
@@ -72,6 +74,40 @@ static void embedding_args(op_env *e, const void *param)
     OP_INT_EQ(e, kn_embedding(be, out, table, ids, 0, 4, 2), TN_OK);
 }
 
+static void gather_rows_case(op_env *e, const void *param)
+{
+    const emb_param *p = param;
+    size_t nt = (size_t)p->vocab * p->dim, no = (size_t)p->n * p->dim;
+    float *table = op_rand(e, nt, -1.f, 1.f);
+    int32_t *rows = op_host(e, (size_t)p->n * sizeof(int32_t));
+    for (int t = 0; t < p->n; t++)
+        rows[t] = tu_rand_int(&e->rng, p->vocab);
+    rows[0] = p->vocab - 1;
+    if (p->n > 2) { /* outside the table: zeros */
+        rows[1] = p->vocab;
+        rows[2] = -1;
+    }
+    float *d_table = op_up(e, table, nt * sizeof(float)), *d_out = op_nan(e, no);
+    int32_t *d_rows = op_up(e, rows, (size_t)p->n * sizeof(int32_t));
+    if (!op_ok(e, kn_gather_rows(e->be, d_out, d_table, d_rows, p->n, p->vocab, p->dim), "kn_gather_rows"))
+        return;
+    float *got = op_get(e, d_out, no);
+    for (int t = 0; t < p->n; t++) {
+        const float *g = got + (size_t)t * p->dim;
+        int ok = 1;
+        if (rows[t] >= 0 && rows[t] < p->vocab) {
+            ok = memcmp(g, table + (size_t)rows[t] * p->dim, (size_t)p->dim * sizeof(float)) == 0;
+        } else {
+            for (int d = 0; d < p->dim; d++)
+                ok = ok && g[d] == 0.f;
+        }
+        if (!ok) {
+            op_fail(e, "row %d (table row %d): wrong contents", t, rows[t]);
+            break;
+        }
+    }
+}
+
 void ops_register_embedding(void)
 {
     static const emb_param cases[] = { { 1, 1, 1 },     { 5, 7, 3 },      { 300, 50, 17 },
@@ -81,4 +117,7 @@ void ops_register_embedding(void)
         OP_CASE("embedding", OP_ALL, embedding_case, cases[i], "n=%d vocab=%d dim=%d", cases[i].n,
                 cases[i].vocab, cases[i].dim);
     OP_CASE("embedding", OP_ALL, embedding_args, cases[0], "rejects bad arguments");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        OP_CASE("embedding", OP_ALL, gather_rows_case, cases[i], "gather rows n=%d rows=%d dim=%d",
+                cases[i].n, cases[i].vocab, cases[i].dim);
 }

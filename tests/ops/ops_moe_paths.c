@@ -6,7 +6,12 @@
  *   - the grouped one-launch kernels and the per-expert GEMMs (forced
  *     through kn_cuda_set_moe_grouped) on the real models' shapes, bf16
  *     and FP8 weights; per-expert over 4 streams vs one; FP8's fused
- *     activation+quantization vs the unfused pair, bit for bit.
+ *     activation+quantization vs the unfused pair, bit for bit;
+ *   - FP8: the grouped GEMMs (moe_gemm_fp8.cu, the prefill default) against
+ *     the CPU and the per-expert GEMMs, and each of its two products paired
+ *     with the decode kernel's other one (so a failure names the product),
+ *     with the backend's temporaries poisoned (NaN) for those modes; on
+ *     failure the first wrong (token, column)s are printed.
  * The bf16 shapes run in the default group and in `moe`; the FP8 shapes
  * run one batch of each kind in the default group and every batch in
  * `moe-fp8` (test_cuda_ops SEED moe | moe-fp8). */
@@ -124,6 +129,44 @@ static kn_moe_weights moe_shape_view(const moe_shape *s, int on_device, int offs
     return w;
 }
 
+/* The CUDA paths moe_paths_run compares: per-expert GEMMs on the
+ * backend's stream; the grouped (decode) kernels; FP8: per-expert with the
+ * activation and its quantization as two kernels
+ * (kn_cuda_set_moe_fp8_fused_act 0; the per-expert mode fuses them);
+ * per-expert GEMMs over 4 side streams (the GPT-OSS shape only); FP8: the
+ * grouped GEMMs (kn_cuda_set_moe_fp8_gemm 1, the default prefill path,
+ * mma.sync; 4 wgmma), and their diagnostic halves (2 / 5: gate_up GEMM +
+ * the decode down kernel, 3 / 6: the decode gate_up kernel + down GEMM),
+ * which name the product a mismatch on the GPU comes from. */
+enum { M_PER_EXPERT, M_GROUPED, M_UNFUSED, M_STREAMS, M_GEMM, M_GEMM_GU, M_GEMM_DN, M_WG, M_WG_GU, M_WG_DN,
+       N_MODES };
+static const char *const mode_name[N_MODES] = { "per-expert", "grouped", "per-expert unfused act",
+                                                "per-expert on 4 streams", "grouped GEMM mma.sync",
+                                                "grouped GEMM mma.sync gate_up + decode down",
+                                                "decode gate_up + grouped GEMM mma.sync down",
+                                                "grouped GEMM wgmma",
+                                                "grouped GEMM wgmma gate_up + decode down",
+                                                "decode gate_up + grouped GEMM wgmma down" };
+
+/* After a failed comparison: the first output element off by more than
+ * tol times the reference's largest magnitude (or NaN), as (token, column),
+ * so one GPU log locates the tile that is wrong. */
+static void first_mismatch(const float *got, const float *ref, int n_tokens, int dim, double tol, const char *mode)
+{
+    double max_ref = 0.0;
+    for (size_t i = 0; i < (size_t)n_tokens * dim; i++)
+        max_ref = fabs(ref[i]) > max_ref ? fabs(ref[i]) : max_ref;
+    int shown = 0;
+    for (size_t i = 0; i < (size_t)n_tokens * dim && shown < 4; i++) {
+        const double d = fabs((double)got[i] - ref[i]);
+        if (!(d <= tol * max_ref)) {
+            printf("#   %s: token %zu column %zu: got %.6g, CPU %.6g (max |CPU| %.4g)\n", mode, i / dim, i % dim,
+                   got[i], ref[i], max_ref);
+            shown++;
+        }
+    }
+}
+
 /* One batch through both CUDA paths and the CPU: experts [offset, offset +
  * n_local) of the shape held here, k distinct routes per token over all
  * n_global experts (so routes to experts held elsewhere occur whenever
@@ -139,7 +182,9 @@ static void moe_paths_run(op_env *e, const moe_shape *s, int offset, int n_local
     ops_moe_routes(e, idx, wts, n_tokens, k, s->n_global, skew, offset);
     kn_moe_weights hw = moe_shape_view(s, 0, offset, n_local), dw = moe_shape_view(s, 1, offset, n_local);
     size_t nb = (no ? no : 1) * sizeof(float);
-    float *cpu = op_host(e, nb), *got[4] = { op_host(e, nb), op_host(e, nb), op_host(e, nb), op_host(e, nb) };
+    float *cpu = op_host(e, nb), *got[N_MODES];
+    for (int m = 0; m < N_MODES; m++)
+        got[m] = op_host(e, nb);
     float *d_x = op_up(e, x, (no ? no : 1) * sizeof(float));
     int32_t *d_idx = op_up(e, idx, (ns ? ns : 1) * sizeof(int32_t));
     float *d_wts = op_up(e, wts, (ns ? ns : 1) * sizeof(float));
@@ -148,40 +193,55 @@ static void moe_paths_run(op_env *e, const moe_shape *s, int offset, int n_local
     snprintf(what, sizeof what, "moe_experts %s %s experts %d..%d of %d, tokens=%d k=%d%s", s->fp8 ? "fp8" : "bf16",
              s->name, offset, offset + n_local - 1, s->n_global, n_tokens, k, skew ? " skewed" : "");
     int cpu_ok = op_ok(e, kn_moe_experts(e->cpu, cpu, x, idx, wts, n_tokens, k, &hw), "kn_moe_experts cpu");
-    int ran[4] = { 0, 0, 0, 0 };
-    /* mode 0: per-expert GEMMs on the backend's stream, 1: grouped kernels,
-     * 2: bf16: per-expert GEMMs over 4 side streams (the GPT-OSS shape
-     * only); FP8: per-expert with the activation and its quantization as
-     * two kernels (kn_cuda_set_moe_fp8_fused_act 0; mode 0 fuses them);
-     * 3 (FP8, the GPT-OSS shape): per-expert GEMMs over 4 side streams. */
-    static const char *const mode_name[2][4] = {
-        { "per-expert", "grouped", "per-expert on 4 streams", "" },
-        { "per-expert", "grouped", "per-expert unfused act", "per-expert on 4 streams" } };
-    const int n_modes = s->fp8 ? (s->dim == 2880 ? 4 : 3) : (s->dim == 2880 ? 3 : 2);
-    for (int mode = 0; mode < n_modes; mode++) {
+    int ran[N_MODES] = { 0 };
+    for (int mode = 0; mode < N_MODES; mode++) {
+        /* bf16 has no unfused-act or grouped-GEMM modes; the 4-stream
+         * modes run on the GPT-OSS shape only */
+        if ((!s->fp8 && (mode == M_UNFUSED || mode >= M_GEMM)) ||
+            ((mode == M_STREAMS) && s->dim != 2880))
+            continue;
         float *dst = got[mode];
         op_poison(e, d_out, no ? no : 1);
-        kn_cuda_set_moe_grouped(e->be, mode == 1);
-        kn_cuda_set_moe_streams(e->be, mode == (s->fp8 ? 3 : 2) ? 4 : 1);
-        kn_cuda_set_moe_fp8_fused_act(e->be, !(mode == 2 && s->fp8));
+        kn_cuda_set_moe_grouped(e->be, mode == M_GROUPED);
+        kn_cuda_set_moe_streams(e->be, mode == M_STREAMS ? 4 : 1);
+        kn_cuda_set_moe_fp8_fused_act(e->be, mode != M_UNFUSED);
+        kn_cuda_set_moe_fp8_gemm(e->be, mode >= M_GEMM ? 1 + mode - M_GEMM : 0);
+        /* The GEMM modes' temporaries start NaN: the grouped kernels, run
+         * just before, leave correct activations of the same size in the
+         * pool, which would hide a tile the GEMMs forget to write. */
+        kn_cuda_set_poison_tmp(e->be, mode >= M_GEMM);
         int rc = kn_moe_experts(e->be, d_out, d_x, d_idx, d_wts, n_tokens, k, &dw);
         kn_cuda_set_moe_grouped(e->be, -1);
         kn_cuda_set_moe_streams(e->be, 1);
         kn_cuda_set_moe_fp8_fused_act(e->be, 1);
+        kn_cuda_set_moe_fp8_gemm(e->be, 1);
+        kn_cuda_set_poison_tmp(e->be, 0);
         char w2[256];
-        snprintf(w2, sizeof w2, "kn_moe_experts cuda %s", mode_name[s->fp8][mode]);
+        snprintf(w2, sizeof w2, "kn_moe_experts cuda %s", mode_name[mode]);
         if (!op_ok(e, rc, w2))
             continue;
         op_down(e, dst, d_out, (no ? no : 1) * sizeof(float));
         if (n_tokens == 0) { /* nothing to write: out stays as it was */
-            op_check(e, isnan(dst[0]), "%s, %s path: returns without writing", what, mode_name[s->fp8][mode]);
+            op_check(e, isnan(dst[0]), "%s, %s path: returns without writing", what, mode_name[mode]);
             continue;
         }
         ran[mode] = 1;
         if (cpu_ok) {
-            snprintf(w2, sizeof w2, "%s, %s path vs CPU", what, mode_name[s->fp8][mode]);
-            op_check_err(e, tu_max_rel_err_f32(dst, cpu, no), s->fp8 ? FP8_MOE_TOL : BF16_MOE_VS_CPU_TOL, "%s", w2);
+            const double tol = s->fp8 ? FP8_MOE_TOL : BF16_MOE_VS_CPU_TOL;
+            snprintf(w2, sizeof w2, "%s, %s path vs CPU", what, mode_name[mode]);
+            if (!op_check_err(e, tu_max_rel_err_f32(dst, cpu, no), tol, "%s", w2))
+                first_mismatch(dst, cpu, n_tokens, s->dim, tol, mode_name[mode]);
         }
+    }
+    if (s->fp8 && ran[M_PER_EXPERT] && ran[M_GEMM]) {
+        char w2[288];
+        snprintf(w2, sizeof w2, "%s, grouped GEMM mma.sync vs per-expert", what);
+        op_check_err(e, tu_max_rel_err_f32(got[M_GEMM], got[M_PER_EXPERT], no), FP8_MOE_TOL, "%s", w2);
+    }
+    if (s->fp8 && ran[M_PER_EXPERT] && ran[M_WG]) {
+        char w2[288];
+        snprintf(w2, sizeof w2, "%s, grouped GEMM wgmma vs per-expert", what);
+        op_check_err(e, tu_max_rel_err_f32(got[M_WG], got[M_PER_EXPERT], no), FP8_MOE_TOL, "%s", w2);
     }
     if (ran[0] && ran[1]) {
         char w2[256];
@@ -330,14 +390,18 @@ void ops_register_moe_paths(void)
                                  { 0, 32, 8, 4, 0, 1 }, { 0, 32, 128, 4, 0, 1 },
                                  { 0, 32, 40, 4, 1, 0 } /* one expert with every token: several passes */,
                                  { 0, 32, 7, 1, 0, 0 }, { 8, 8, 32, 4, 0, 0 } /* an EP rank's 8 of 32 */,
-                                 { 24, 8, 3, 4, 1, 1 }, { 0, 32, 0, 4, 0, 0 } /* no tokens */) };
+                                 { 24, 8, 3, 4, 1, 1 }, { 0, 32, 0, 4, 0, 0 } /* no tokens */,
+                                 { 0, 32, 300, 4, 1, 1 } /* one expert of 300 rows: 5 GEMM m-tiles */) };
     paths_param qwen8 = { { .name = "qwen3-30b-a3b", .n_global = 128, .dim = 2048, .inter = 768,
                             .act = KN_ACT_SWIGLU, .biases = 0, .fp8 = 1 }, 22, 0,
                           BATCHES({ 0, 128, 1, 8, 0, 0 }, { 0, 128, 32, 8, 0, 0 }, { 0, 128, 8, 8, 0, 1 },
                                   { 0, 128, 128, 8, 0, 1 }, { 0, 128, 64, 8, 1, 0 }, { 0, 128, 16, 1, 0, 0 },
                                   { 0, 128, 16, 2, 0, 1 }, { 0, 128, 16, 3, 0, 1 }, { 0, 128, 16, 4, 0, 0 },
                                   { 0, 128, 16, 5, 0, 1 }, { 0, 128, 16, 6, 0, 1 }, { 0, 128, 16, 7, 0, 0 },
-                                  { 96, 32, 24, 8, 0, 0 }, { 32, 32, 5, 8, 1, 1 }) };
+                                  { 96, 32, 24, 8, 0, 0 }, { 32, 32, 5, 8, 1, 1 },
+                                  /* many GEMM tiles per block of the persistent grid; one expert of 200
+                                   * rows next to experts of a few */
+                                  { 0, 128, 600, 8, 0, 1 }, { 0, 128, 200, 8, 1, 1 }) };
     /* neither dim a multiple of 128 (nor of 32): one partial 128-block of
      * activation columns, padded rows on both products */
     paths_param odd8 = { { .name = "dim 200 inter 130", .n_global = 16, .dim = 200, .inter = 130,

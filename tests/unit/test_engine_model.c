@@ -395,6 +395,40 @@ static void kv_cache_pages(void **state)
     {"gpt_oss " #fn, fn, family_setup, family_teardown, &gpt_oss},            \
     {"qwen3_moe " #fn, fn, family_setup, family_teardown, &qwen3}
 
+/* The CUDA-graph switch parses on/off only and leaves the CPU backend's
+ * steps as they were: the same greedy logits with it on, off and eager,
+ * and no graph counted. */
+static void cuda_graphs_switch_leaves_cpu_alone(void **state)
+{
+    family *f = *state;
+    tm_cuda_graphs mode = TM_CUDA_GRAPHS_EAGER;
+    assert_int_equal(tm_cuda_graphs_parse("on", &mode), 0);
+    assert_int_equal(mode, TM_CUDA_GRAPHS_ON);
+    assert_int_equal(tm_cuda_graphs_parse("off", &mode), 0);
+    assert_int_equal(mode, TM_CUDA_GRAPHS_OFF);
+    assert_int_equal(tm_cuda_graphs_parse("yes", &mode), -1);
+    assert_int_equal(tm_cuda_graphs_parse(NULL, &mode), -1);
+    const int n = 4, V = f->g.V;
+    float *ref = calloc((size_t)n * V, sizeof(float)), *got = calloc((size_t)n * V, sizeof(float));
+    int32_t ids_ref[4], ids[4];
+    assert_non_null(ref);
+    assert_non_null(got);
+    tm_model_set_cuda_graphs(f->m, TM_CUDA_GRAPHS_OFF);
+    run_greedy(f, 4, n, ids_ref, ref);
+    static const tm_cuda_graphs modes[] = {TM_CUDA_GRAPHS_ON, TM_CUDA_GRAPHS_EAGER};
+    for (int k = 0; k < 2; k++) {
+        tm_model_set_cuda_graphs(f->m, modes[k]);
+        run_greedy(f, 4, n, ids, got);
+        assert_memory_equal(got, ref, (size_t)n * V * sizeof(float));
+        assert_memory_equal(ids, ids_ref, sizeof ids);
+    }
+    tm_graph_stats gs = tm_model_graph_stats(f->m);
+    assert_true(gs.captures == 0 && gs.replays == 0 && gs.eager_steps == 0 && gs.capture_failures == 0);
+    tm_model_set_cuda_graphs(f->m, TM_CUDA_GRAPHS_OFF);
+    free(ref);
+    free(got);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -404,6 +438,7 @@ int main(void)
         FAMILY_TESTS(batched_sequences_match_alone),
         FAMILY_TESTS(forward_rejects_bad_batches),
         FAMILY_TESTS(kv_cache_pages),
+        FAMILY_TESTS(cuda_graphs_switch_leaves_cpu_alone),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -64,6 +64,30 @@ static void copy_rejects_null_pointers(void **state)
     kn_backend_free(&be);
 }
 
+/* The queued copy copies at once on the CPU; graphs are CUDA-only. */
+static void cpu_async_copy_and_no_graphs(void **state)
+{
+    (void)state;
+    kn_backend be;
+    assert_int_equal(kn_backend_init_cpu(&be), TN_OK);
+    char src[6] = "hello", *dst = kn_malloc(&be, sizeof src);
+    assert_non_null(dst);
+    assert_int_equal(kn_copy_to_backend_async(&be, dst, src, sizeof src), TN_OK);
+    assert_memory_equal(dst, src, sizeof src);
+    assert_int_equal(kn_copy_to_backend_async(&be, NULL, src, sizeof src), TN_ERR_ARG);
+    assert_int_equal(kn_copy_to_backend_async(NULL, dst, src, sizeof src), TN_ERR_ARG);
+    kn_graph *g = (kn_graph *)dst;
+    assert_int_equal(kn_graph_begin(&be), TN_ERR_UNSUPPORTED);
+    assert_int_equal(kn_graph_end(&be, &g), TN_ERR_UNSUPPORTED);
+    assert_null(g);
+    assert_int_equal(kn_graph_end(&be, NULL), TN_ERR_ARG);
+    assert_int_equal(kn_graph_launch(&be, NULL), TN_ERR_ARG);
+    assert_int_equal(kn_graph_begin(NULL), TN_ERR_ARG);
+    kn_graph_free(NULL);
+    kn_free(&be, dst);
+    kn_backend_free(&be);
+}
+
 static void cuda_backend_absent_without_nvcc(void **state)
 {
     (void)state;
@@ -133,6 +157,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(cpu_buffers_round_trip),
         cmocka_unit_test(copy_rejects_null_pointers),
+        cmocka_unit_test(cpu_async_copy_and_no_graphs),
         cmocka_unit_test(cuda_backend_absent_without_nvcc),
         cmocka_unit_test(ops_reject_bad_backend),
     };

@@ -26,8 +26,10 @@ typedef struct pair {
     size_t log_size;
 } pair;
 
-static te_engine *make_engine_path(const char *name, const char *tls, int window, FILE *log,
-                                   te_data_path path)
+/* An engine whose transfers move data as `path` says and whose same-host
+ * peers get shared-memory endpoints when `same_host_shm` is 1. */
+static te_engine *make_engine_opts(const char *name, const char *tls, int window, FILE *log,
+                                   te_data_path path, int same_host_shm)
 {
     te_engine_config cfg;
     te_engine_config_default(&cfg);
@@ -36,6 +38,7 @@ static te_engine *make_engine_path(const char *name, const char *tls, int window
     cfg.max_puts_in_flight = window;
     cfg.log = log;
     cfg.data_path = path;
+    cfg.same_host_shm = same_host_shm;
     te_engine *e = NULL;
     char err[256] = "";
     int rc = te_engine_create(&cfg, &e, err, sizeof err);
@@ -46,7 +49,19 @@ static te_engine *make_engine_path(const char *name, const char *tls, int window
 
 static te_engine *make_engine(const char *name, const char *tls, int window, FILE *log)
 {
-    return make_engine_path(name, tls, window, log, TE_DATA_AUTO);
+    return make_engine_opts(name, tls, window, log, TE_DATA_AUTO, 0);
+}
+
+static te_engine *make_engine_path(const char *name, const char *tls, int window, FILE *log,
+                                   te_data_path path)
+{
+    return make_engine_opts(name, tls, window, log, path, 0);
+}
+
+static te_engine *make_engine_shm(const char *name, const char *tls, int window, FILE *log,
+                                  int same_host_shm)
+{
+    return make_engine_opts(name, tls, window, log, TE_DATA_AUTO, same_host_shm);
 }
 
 /* The sender's engine moves data as `path` says. */
@@ -633,13 +648,17 @@ static void hello_round_trips_through_protobuf(void **state)
 }
 
 /* Two sender ranks (TP=2, page 16) into one receiver (TP=1, page 24), all
- * engines in this process, via te_kv_send and the hellos. */
-static void resharded_kv_lands_byte_exact(void **state)
+ * engines in this process, via te_kv_send and the hellos, over tls;
+ * same_host_shm as te_engine_config's. Each sender's endpoint must detect
+ * failures (UCX peer-failure handling) exactly when want_failure_mode, and
+ * its transports must include want_transport. */
+static void reshard_case(const char *tls, int same_host_shm, int want_failure_mode,
+                         const char *want_transport)
 {
-    (void)state;
     enum { LAYERS = 2, HEADS = 4, DIM = 8, TOKENS = 100, SEED = 1234 };
-    te_engine *snd[2] = {make_engine("rank0", "tcp", 16, NULL), make_engine("rank1", "tcp", 16, NULL)};
-    te_engine *rcv = make_engine("decoder", "tcp", 16, NULL);
+    te_engine *snd[2] = {make_engine_shm("rank0", tls, 16, NULL, same_host_shm),
+                         make_engine_shm("rank1", tls, 16, NULL, same_host_shm)};
+    te_engine *rcv = make_engine_shm("decoder", tls, 16, NULL, same_host_shm);
     te_kv_layout dl = {1, 0, LAYERS, HEADS, DIM, 4, 24, 12};
     char why[256];
     size_t dbytes = te_kv_pool_bytes(&dl, why, sizeof why);
@@ -687,6 +706,11 @@ static void resharded_kv_lands_byte_exact(void **state)
         tandem__transfer__control_message__free_unpacked(sm, NULL);
         free(sh);
         assert_int_equal(te_kv_connect(snd[r], dm->hello, &to_rcv[r]), TN_OK);
+        assert_int_equal(te_peer_detects_failure(to_rcv[r].peer), want_failure_mode);
+        assert_int_equal(te_peer_detects_failure(from_snd[r].peer), want_failure_mode);
+        if (!strstr(te_peer_transports(to_rcv[r].peer), want_transport))
+            fail_msg("UCX_TLS=%s same_host_shm %d: endpoint uses %s, expected %s", tls,
+                     same_host_shm, te_peer_transports(to_rcv[r].peer), want_transport);
         assert_int_equal(te_kv_send(snd[r], &skv[r], spages[r], &to_rcv[r], dpages, TOKENS, 31,
                                     10000, &t[r]), TN_OK);
     }
@@ -733,6 +757,59 @@ static void resharded_kv_lands_byte_exact(void **state)
         free(dk[i]);
         free(dv[i]);
     }
+}
+
+static void resharded_kv_lands_byte_exact(void **state)
+{
+    (void)state;
+    reshard_case("tcp", 0, 1, "tcp");
+}
+
+/* With same_host_shm, engines of one shared-memory domain (here one
+ * process) connect without UCX failure handling, so UCX moves the KV over
+ * shared memory although UCX_TLS also offers tcp; without it, or when
+ * UCX_TLS has no shared-memory transport, the endpoint keeps tcp and
+ * failure detection. Either way the bytes land exactly. */
+static void same_host_peers_use_shared_memory(void **state)
+{
+    (void)state;
+    reshard_case("tcp,sm,self", 1, 0, "sysv");
+    reshard_case("tcp,sm,self", 0, 1, "tcp");
+    reshard_case("tcp,self", 1, 1, "tcp");
+}
+
+/* The policy behind it: equal non-empty host keys, the option on, and a
+ * UCX_TLS that may hold shared memory. */
+static void same_host_policy(void **state)
+{
+    (void)state;
+    te_engine *on = make_engine_shm("on", "tcp,sm,self", 0, NULL, 1);
+    const char *key = te_engine_host_key(on);
+    /* boot id / ipc namespace / pid namespace, all readable here */
+    assert_non_null(strstr(key, "ipc:["));
+    assert_non_null(strstr(key, "pid:["));
+    assert_int_equal(te_engine_peer_is_same_host(on, key), 1);
+    assert_int_equal(te_engine_peer_is_same_host(on, ""), 0);
+    assert_int_equal(te_engine_peer_is_same_host(on, NULL), 0);
+    char other[160];
+    snprintf(other, sizeof other, "x%s", key);
+    assert_int_equal(te_engine_peer_is_same_host(on, other), 0);
+    te_engine *off = make_engine_shm("off", "tcp,sm,self", 0, NULL, 0);
+    assert_int_equal(te_engine_peer_is_same_host(off, key), 0);
+    static const struct {
+        const char *tls;
+        int same;
+    } cases[] = {{"tcp,self", 0}, {"tcp,posix,self", 1}, {"tcp,sysv,self", 1},
+                 {"^sm", 0}, {"^posix", 1}, {"sm,self", 0} /* already shared memory only */};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        te_engine *e = make_engine_shm("tls", cases[i].tls, 0, NULL, 1);
+        if (te_engine_peer_is_same_host(e, key) != cases[i].same)
+            fail_msg("UCX_TLS=%s: same host %d, expected %d", cases[i].tls,
+                     te_engine_peer_is_same_host(e, key), cases[i].same);
+        te_engine_destroy(e);
+    }
+    te_engine_destroy(on);
+    te_engine_destroy(off);
 }
 
 /* The receiver's endpoint to the sender fails (it was frozen and the
@@ -812,6 +889,8 @@ int main(void)
         cmocka_unit_test(nic_selection_prefers_active_near_ports),
         cmocka_unit_test(hello_round_trips_through_protobuf),
         cmocka_unit_test(resharded_kv_lands_byte_exact),
+        cmocka_unit_test(same_host_peers_use_shared_memory),
+        cmocka_unit_test(same_host_policy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

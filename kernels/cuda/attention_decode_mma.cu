@@ -1,0 +1,438 @@
+/* Decode attention on the tensor cores over bf16 pools: the call
+ * kn_attention_cuda sends here when the backend's attention precision is
+ * bf16, the pools are bf16, head_dim is 64 or 128 and every sequence has
+ * at most 16 query vectors (rows x GQA group: one decode row of GPT-OSS's
+ * or Qwen3's 8-head groups, or two speculative rows). Same function as
+ * attention.cu's split-KV decode kernel (read its header for the sink rule
+ * and the query vectors), with attention_mma.cu's precision: Q and P
+ * rounded to bf16, the bf16 K and V used as they are, fp32 softmax state
+ * and accumulation.
+ *
+ * Why a kernel of its own. Decode reads every cached K/V byte once and does
+ * G (8) multiply-adds per element for Q K^T and G for P V: at 4.25 TB/s of
+ * bf16 that is ~34 TFLOP/s, half of the H200's fp32 FFMA peak, so the fp32
+ * split-KV kernel (one key per lane, fp32 shared tiles, a block barrier per
+ * 32 keys, 8-byte loads of bf16) is bound by its arithmetic and barriers,
+ * not by memory. Here the products run on mma.sync m16n8k16 (a GQA group
+ * is one 16-row A operand, half of it padding for G = 8: the tensor cores
+ * have ample room), and the bytes move as 16-byte cp.async copies straight
+ * from the pages into shared memory.
+ *
+ * Work split. A block is one (sequence, KV head, split) and 4 warps; each
+ * warp walks its own tiles of NK keys (32 for D = 64, 16 for D = 128: 4 KB
+ * of K and 4 KB of V each) with its own online-softmax state and a
+ * two-stage cp.async ring in its own shared memory, so the main loop has no
+ * block barrier. The 4 warp states merge through shared memory at the end,
+ * into the output (one split) or into the split's partial state for
+ * decode_mma_combine_kernel. The split count comes from the host (sized to
+ * fill the GPU for the batch's longest sequence); each block finds its key
+ * range on the device from its own sequence's kv_len: splits cut the
+ * sequence's visible keys into equal runs of whole tiles, so short and long
+ * sequences are both spread over all splits, and a launch sized for a
+ * larger length than the sequences have is still correct (empty splits
+ * store an empty state).
+ *
+ * Operand layouts (mma.cuh; g = lane / 4, t = lane % 4).
+ *   S = Q K^T: A = Q (16 vectors x 16 dims per k-step), B = K^T (16 dims x
+ *   8 keys): lane (g, t) supplies key g of each 8-key n-tile. The k (dim)
+ *   order inside the products is free as long as Q and K agree, so each
+ *   lane reads whole 16-byte chunks t, t + 4, ... of its key's row (chunk
+ *   = 8 dims), and k-step kk uses words 2kk and 2kk + 1 of the lane's
+ *   chunks as b0 and b1; the Q registers are built with the same map
+ *   (dm_dim). K rows sit D + 32 elements apart in shared memory, so the 8
+ *   lanes of a quarter-warp (two keys x 4 chunks) hit all 32 banks once.
+ *   O = P V: two adjacent 8-key C tiles of S are one 16-key A fragment of
+ *   P (as in attention_mma.cu); V's B fragments come from ldmatrix .trans
+ *   on rows D + 8 elements apart (conflict-free).
+ * Keys past the range or on unmapped pages are zero-filled (cp.async
+ * src-size 0) and masked, so an unwritten pool slot never reaches P V. */
+#include <cuda_bf16.h>
+#include <math.h>
+#include "kernels/cuda/attention_decode_mma.cuh"
+#include "kernels/cuda/attention_setup.cuh"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/paged_kv.cuh"
+extern "C" {
+#include "kernels/attention.h"
+}
+
+namespace {
+
+const int DM_WARPS = 4, DM_THREADS = DM_WARPS * 32, DM_ROWS = 16;
+/* Each split gets at least this many keys: fewer would spend more on the
+ * partial states and the combine than on the keys. */
+const int DM_MIN_SPLIT_KEYS = 256;
+
+struct DecArgs {
+    float *out;
+    const float *q;
+    const void *k_pool, *v_pool; /* bf16 */
+    const int32_t *q_offset, *kv_len, *page_table;
+    const float *sinks;
+    int max_pages, n_pages, n_heads, n_kv_heads, group, page_size, window;
+    float scale_log2;
+    int n_splits;
+    float *part_o;  /* [n_rows][n_heads][n_splits][D] (n_splits > 1) */
+    float *part_ml; /* [n_rows][n_heads][n_splits][2]: m (log2 domain), l */
+};
+
+template <int D> struct DecTile {
+    static const int NK = D == 64 ? 32 : 16; /* keys per warp tile */
+    static const int LDK = D + 32;           /* K row stride (bf16): conflict-free 16-byte reads */
+    static const int LDV = D + 8;            /* V row stride (bf16): conflict-free ldmatrix */
+    static const int STAGE = NK * (LDK + LDV);
+    static const int CHUNKS = NK * D / 8 / 32; /* 16-byte copies per lane per tensor per tile */
+    static const size_t RING_BYTES = (size_t)DM_WARPS * 2 * STAGE * sizeof(__nv_bfloat16);
+    /* the warp states merged at the end reuse the ring */
+    static const size_t MERGE_BYTES = (size_t)DM_WARPS * DM_ROWS * (D + 2) * sizeof(float);
+    static const size_t BYTES = RING_BYTES > MERGE_BYTES ? RING_BYTES : MERGE_BYTES;
+};
+
+__device__ __forceinline__ void dm_cp_async16(uint32_t dst, const void *src, int src_bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void dm_cp_async_commit()
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void dm_cp_async_wait()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* The physical dim of the first element of word `wi` (a bf16 pair) of lane
+ * quad position t's chunks: chunk t + 4 * (wi / 4), word wi % 4. */
+__device__ __forceinline__ int dm_dim(int t, int wi)
+{
+    return 8 * (t + 4 * (wi / 4)) + 2 * (wi % 4);
+}
+
+/* Copies tile keys [j0, j0 + NK) of the warp's range (keys >= kend and
+ * unmapped ones as zeros) into one ring stage. */
+template <int D>
+__device__ __forceinline__ void dm_load_tile(const DecArgs &a, const __nv_bfloat16 *kp,
+                                             const __nv_bfloat16 *vp, __nv_bfloat16 *Ks,
+                                             __nv_bfloat16 *Vs, int s, int kvh, int j0, int kend,
+                                             int lane)
+{
+    typedef DecTile<D> T;
+    const int CPR = D / 8; /* 16-byte chunks per row */
+#pragma unroll
+    for (int it = 0; it < T::CHUNKS; it++) {
+        const int idx = lane + 32 * it, key = idx / CPR, c = idx - key * CPR;
+        const int j = j0 + key;
+        long long off = j < kend ? paged_kv_row(a.page_table, a.max_pages, a.n_pages, s, j, kvh,
+                                                a.n_kv_heads, D, a.page_size)
+                                 : -1;
+        const int bytes = off >= 0 ? 16 : 0;
+        if (off < 0)
+            off = 0;
+        dm_cp_async16((uint32_t)__cvta_generic_to_shared(Ks + key * T::LDK + c * 8), kp + off + c * 8,
+                      bytes);
+        dm_cp_async16((uint32_t)__cvta_generic_to_shared(Vs + key * T::LDV + c * 8), vp + off + c * 8,
+                      bytes);
+    }
+}
+
+template <int D>
+__global__ void __launch_bounds__(DM_THREADS)
+attn_decode_mma_kernel(DecArgs a)
+{
+    typedef DecTile<D> T;
+    const int NK = T::NK, NT = NK / 8, KS = D / 16, DN = D / 8;
+    extern __shared__ __align__(16) __nv_bfloat16 dm_smem[];
+    const __nv_bfloat16 *kp = (const __nv_bfloat16 *)a.k_pool, *vp = (const __nv_bfloat16 *)a.v_pool;
+
+    const int s = blockIdx.z, kvh = blockIdx.y, split = blockIdx.x;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int q0 = a.q_offset[s], nq = a.q_offset[s + 1] - q0;
+    const int G = a.group, nvec = min(nq * G, DM_ROWS);
+    const int first_pos = a.kv_len[s] - nq;
+
+    /* This split's keys: the visible range cut into n_splits runs of
+     * whole tiles. */
+    int kbeg = 0, kend = 0;
+    if (nvec > 0) {
+        kn_attn_key_range(a, first_pos, 0, nvec, nvec, &kbeg, &kend);
+        const int tiles = (kend - kbeg + NK - 1) / NK;
+        const int per = (tiles + a.n_splits - 1) / a.n_splits;
+        const int b0 = kbeg + split * per * NK;
+        kend = min(kend, b0 + per * NK);
+        kbeg = b0;
+    }
+
+    /* Q (times scale*log2 e) as bf16 A fragments, rows g and g + 8. */
+    uint32_t qa[KS][4];
+    {
+        const float *qr[2];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int v = g + 8 * i;
+            qr[i] = v < nvec ? a.q + ((size_t)(q0 + v / G) * a.n_heads + kvh * G + v % G) * D : NULL;
+        }
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) { /* h = 0: b0's dims (a0, a1); 1: b1's (a2, a3) */
+                const int d = dm_dim(t, 2 * kk + h);
+#pragma unroll
+                for (int i = 0; i < 2; i++) {
+                    float2 x = qr[i] ? *(const float2 *)(qr[i] + d) : make_float2(0.f, 0.f);
+                    qa[kk][2 * h + i] = kn_pack_bf16(x.x * a.scale_log2, x.y * a.scale_log2);
+                }
+            }
+    }
+
+    int pos[2];
+    float m[2], l[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+        kn_attn_row_init(a, kvh, g + 8 * i, nvec, first_pos, split == 0 && w == 0, t == 0, pos[i], m[i],
+                         l[i]);
+    float o[DN][4];
+#pragma unroll
+    for (int n = 0; n < DN; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+
+    __nv_bfloat16 *ring = dm_smem + (size_t)w * 2 * T::STAGE;
+    const int n_tiles = kend > kbeg ? (kend - kbeg + NK - 1) / NK : 0;
+    const int mine = n_tiles > w ? (n_tiles - w + DM_WARPS - 1) / DM_WARPS : 0;
+    if (mine > 0)
+        dm_load_tile<D>(a, kp, vp, ring, ring + NK * T::LDK, s, kvh, kbeg + w * NK, kend, lane);
+    dm_cp_async_commit();
+    for (int i = 0; i < mine; i++) {
+        const int j0 = kbeg + (w + DM_WARPS * i) * NK;
+        if (i + 1 < mine) {
+            __nv_bfloat16 *nb = ring + ((i + 1) & 1) * T::STAGE;
+            dm_load_tile<D>(a, kp, vp, nb, nb + NK * T::LDK, s, kvh, j0 + DM_WARPS * NK, kend, lane);
+        }
+        dm_cp_async_commit();
+        dm_cp_async_wait<1>();
+        __syncwarp();
+        const __nv_bfloat16 *Ks = ring + (i & 1) * T::STAGE, *Vs = Ks + NK * T::LDK;
+
+        float sc[NT][4];
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.f;
+            uint32_t kb[D / 8];
+            const __nv_bfloat16 *kr = Ks + (n * 8 + g) * T::LDK;
+#pragma unroll
+            for (int c = 0; c < D / 32; c++) {
+                uint4 u = *(const uint4 *)(kr + 8 * (t + 4 * c));
+                kb[4 * c] = u.x, kb[4 * c + 1] = u.y, kb[4 * c + 2] = u.z, kb[4 * c + 3] = u.w;
+            }
+#pragma unroll
+            for (int kk = 0; kk < KS; kk++)
+                kn_mma_bf16(sc[n], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], kb[2 * kk], kb[2 * kk + 1]);
+        }
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int j = j0 + n * 8 + 2 * t + (c & 1), p = pos[c >> 1];
+                if (!(j < kend && j <= p && (a.window <= 0 || j > p - a.window)))
+                    sc[n][c] = -INFINITY;
+            }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+                mx = fmaxf(mx, fmaxf(sc[n][2 * r], sc[n][2 * r + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = fmaxf(m[r], mx);
+            /* nothing visible yet and no sink: m stays -inf, every exp2 of
+             * -inf - 0 is 0 */
+            const float m_ref = m_new == -INFINITY ? 0.f : m_new;
+            const float alpha = exp2f(m[r] - m_ref);
+            float psum = 0.f;
+#pragma unroll
+            for (int n = 0; n < NT; n++) {
+                sc[n][2 * r] = exp2f(sc[n][2 * r] - m_ref);
+                sc[n][2 * r + 1] = exp2f(sc[n][2 * r + 1] - m_ref);
+                psum += sc[n][2 * r] + sc[n][2 * r + 1];
+            }
+            m[r] = m_new;
+            l[r] = l[r] * alpha + psum;
+#pragma unroll
+            for (int n = 0; n < DN; n++) {
+                o[n][2 * r] *= alpha;
+                o[n][2 * r + 1] *= alpha;
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < NK / 16; kk++) {
+            const uint32_t p0 = kn_pack_bf16(sc[2 * kk][0], sc[2 * kk][1]);
+            const uint32_t p1 = kn_pack_bf16(sc[2 * kk][2], sc[2 * kk][3]);
+            const uint32_t p2 = kn_pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+            const uint32_t p3 = kn_pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+            const int mi = lane >> 3, r8 = lane & 7;
+#pragma unroll
+            for (int n0 = 0; n0 < D; n0 += 16) {
+                uint32_t vb[4];
+                kn_ldmatrix_x4_trans(vb, Vs + (kk * 16 + (mi & 1) * 8 + r8) * T::LDV + n0 + (mi >> 1) * 8);
+                kn_mma_bf16(o[n0 / 8], p0, p1, p2, p3, vb[0], vb[1]);
+                kn_mma_bf16(o[n0 / 8 + 1], p0, p1, p2, p3, vb[2], vb[3]);
+            }
+        }
+        __syncwarp(); /* this stage is refilled two tiles on */
+    }
+    dm_cp_async_wait<0>();
+
+    /* Merge the 4 warp states: per warp and row m, l (whole-row sums) and o. */
+    __syncthreads(); /* every warp is done with its ring */
+    float *mrg = (float *)dm_smem;
+    float *wm = mrg, *wl = wm + DM_WARPS * DM_ROWS, *wo = wl + DM_WARPS * DM_ROWS;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float lsum = l[r];
+        lsum += __shfl_xor_sync(0xffffffffu, lsum, 1);
+        lsum += __shfl_xor_sync(0xffffffffu, lsum, 2);
+        const int row = g + 8 * r;
+        if (t == 0) {
+            wm[w * DM_ROWS + row] = m[r];
+            wl[w * DM_ROWS + row] = lsum;
+        }
+        float *dst = wo + ((size_t)w * DM_ROWS + row) * D + 2 * t;
+#pragma unroll
+        for (int n = 0; n < DN; n++)
+            *(float2 *)(dst + n * 8) = make_float2(o[n][2 * r], o[n][2 * r + 1]);
+    }
+    __syncthreads();
+    for (int idx = tid; idx < nvec * D; idx += DM_THREADS) {
+        const int row = idx / D, d = idx - row * D;
+        float mmax = -INFINITY;
+#pragma unroll
+        for (int u = 0; u < DM_WARPS; u++)
+            mmax = fmaxf(mmax, wm[u * DM_ROWS + row]);
+        float lsum = 0.f, acc = 0.f;
+        if (mmax != -INFINITY)
+#pragma unroll
+            for (int u = 0; u < DM_WARPS; u++) {
+                const float mu = wm[u * DM_ROWS + row];
+                if (mu == -INFINITY)
+                    continue;
+                const float f = exp2f(mu - mmax);
+                lsum += wl[u * DM_ROWS + row] * f;
+                acc += wo[((size_t)u * DM_ROWS + row) * D + d] * f;
+            }
+        const size_t oh = (size_t)(q0 + row / G) * a.n_heads + kvh * G + row % G;
+        if (a.n_splits == 1) {
+            a.out[oh * D + d] = lsum > 0.f ? acc / lsum : 0.f;
+        } else {
+            const size_t pi = oh * a.n_splits + split;
+            a.part_o[pi * D + d] = acc;
+            if (d == 0) {
+                a.part_ml[pi * 2] = mmax;
+                a.part_ml[pi * 2 + 1] = lsum;
+            }
+        }
+    }
+}
+
+/* Merges the splits of one (row, head) of the batch: each split's (m, l,
+ * o) rescaled to the common max (the sink is inside split 0's state). */
+__global__ void decode_mma_combine_kernel(float *out, const float *part_o, const float *part_ml,
+                                          int n_splits, int D)
+{
+    const size_t oh = blockIdx.x;
+    const float *ml = part_ml + oh * n_splits * 2;
+    float mmax = -INFINITY;
+    for (int i = 0; i < n_splits; i++)
+        mmax = fmaxf(mmax, ml[2 * i]);
+    float lsum = 0.f;
+    if (mmax != -INFINITY)
+        for (int i = 0; i < n_splits; i++)
+            if (ml[2 * i] != -INFINITY)
+                lsum += ml[2 * i + 1] * exp2f(ml[2 * i] - mmax);
+    const float inv = lsum > 0.f ? 1.f / lsum : 0.f;
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float acc = 0.f;
+        if (mmax != -INFINITY)
+            for (int i = 0; i < n_splits; i++)
+                if (ml[2 * i] != -INFINITY)
+                    acc += part_o[(oh * n_splits + i) * D + d] * exp2f(ml[2 * i] - mmax);
+        out[oh * D + d] = acc * inv;
+    }
+}
+
+template <int D>
+int launch_decode_mma(const kn_backend *be, const char *op, const DecArgs &a, const kn_seq_batch *b)
+{
+    const size_t bytes = DecTile<D>::BYTES;
+    KN_CUDA_TRY(op, cudaFuncSetAttribute(attn_decode_mma_kernel<D>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    dim3 grid(a.n_splits, a.n_kv_heads, b->n_seqs);
+    attn_decode_mma_kernel<D><<<grid, DM_THREADS, bytes, kn_cuda_stream(be)>>>(a);
+    KN_CUDA_LAUNCH_CHECK(op, "attn_decode_mma_kernel");
+    return TN_OK;
+}
+
+} // namespace
+
+bool kn_cuda_attention_decode_mma_fits(const kn_seq_batch *b, int n_heads, int n_kv_heads, int head_dim,
+                                       const float *out, const float *q, const kn_kv_pools *pools)
+{
+    long long nvec_max = (long long)b->max_q_len * (n_heads / n_kv_heads);
+    return pools->dtype == KN_BF16 && (head_dim == 64 || head_dim == 128) && nvec_max >= 1 &&
+           nvec_max <= DM_ROWS && kn_cuda_aligned16(out) && kn_cuda_aligned16(q) &&
+           kn_cuda_aligned16(pools->k) && kn_cuda_aligned16(pools->v);
+}
+
+int kn_cuda_decode_mma_splits(const kn_backend *be, int n_seqs, int n_kv_heads, int max_kv_len)
+{
+    /* Enough blocks for two per multiprocessor twice over (the ring lets
+     * two blocks share one), each split keeping DM_MIN_SPLIT_KEYS keys. */
+    const long long base = (long long)n_seqs * n_kv_heads;
+    const long long want = 4LL * kn_cuda_ctx_of(be)->sm_count;
+    if (base >= want || max_kv_len <= 2 * DM_MIN_SPLIT_KEYS)
+        return 1;
+    long long by_blocks = (want + base - 1) / base;
+    long long by_len = max_kv_len / DM_MIN_SPLIT_KEYS;
+    long long n = by_blocks < by_len ? by_blocks : by_len;
+    return n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
+}
+
+int kn_cuda_attention_decode_mma(const kn_backend *be, const char *op, float *out, const float *q,
+                                 const kn_kv_pools *pools, const kn_seq_batch *b, int n_heads,
+                                 int n_kv_heads, int head_dim, int page_size, float scale,
+                                 const float *sinks, int window)
+{
+    DecArgs a;
+    kn_attn_args_fill(a, out, q, pools->k, pools->v, b, n_heads, n_kv_heads, page_size, scale, sinks,
+                      window);
+    /* a sliding-window layer reads at most window + rows keys per sequence */
+    const int keys = window > 0 && window + b->max_q_len < b->max_kv_len ? window + b->max_q_len
+                                                                         : b->max_kv_len;
+    a.n_splits = kn_cuda_decode_mma_splits(be, b->n_seqs, n_kv_heads, keys);
+    a.part_o = a.part_ml = NULL;
+    if (a.n_splits > 1) {
+        const size_t parts = (size_t)b->n_rows * n_heads * a.n_splits;
+        a.part_o = (float *)kn_cuda_tmp_alloc(be, op, parts * head_dim * sizeof(float));
+        a.part_ml = (float *)kn_cuda_tmp_alloc(be, op, parts * 2 * sizeof(float));
+        if (!a.part_o || !a.part_ml) {
+            kn_cuda_tmp_free(be, a.part_o);
+            kn_cuda_tmp_free(be, a.part_ml);
+            return TN_ERR_NOMEM;
+        }
+    }
+    int rc = head_dim == 64 ? launch_decode_mma<64>(be, op, a, b) : launch_decode_mma<128>(be, op, a, b);
+    if (rc == TN_OK && a.n_splits > 1) {
+        decode_mma_combine_kernel<<<(unsigned)((size_t)b->n_rows * n_heads), head_dim < 128 ? 64 : 128, 0,
+                                    kn_cuda_stream(be)>>>(out, a.part_o, a.part_ml, a.n_splits, head_dim);
+        cudaError_t err = cudaGetLastError();
+        if (err != cudaSuccess)
+            rc = kn_cuda_device_error(op, "decode_mma_combine_kernel", err);
+    }
+    kn_cuda_tmp_free(be, a.part_o);
+    kn_cuda_tmp_free(be, a.part_ml);
+    if (rc == TN_OK)
+        kn_cuda_ctx_of(be)->attn_decode_mma_launches++;
+    return rc;
+}

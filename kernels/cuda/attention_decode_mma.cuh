@@ -1,0 +1,27 @@
+/* The bf16 tensor-core decode attention over bf16 pools
+ * (attention_decode_mma.cu), called by kn_attention_cuda when the backend's
+ * attention precision is bf16. Internal to kernels/cuda/. */
+#ifndef TANDEM_KERNELS_CUDA_ATTENTION_DECODE_MMA_CUH
+#define TANDEM_KERNELS_CUDA_ATTENTION_DECODE_MMA_CUH
+#include "kernels/cuda/cuda_common.cuh"
+
+/* Whether the decode kernel takes this call: bf16 pools, head_dim 64 or
+ * 128, at most 16 query vectors (rows x GQA group) in the longest
+ * sequence, 16-byte aligned buffers. */
+bool kn_cuda_attention_decode_mma_fits(const struct kn_seq_batch *b, int n_heads, int n_kv_heads,
+                                       int head_dim, const float *out, const float *q,
+                                       const struct kn_kv_pools *pools);
+
+/* The key splits per (sequence, KV head) the decode kernel launches for a
+ * batch of n_seqs sequences whose longest has max_kv_len keys (1 when the
+ * batch alone fills the GPU). Depends only on these three numbers, so a
+ * launch sized for a length bound stays valid for any shorter sequence. */
+int kn_cuda_decode_mma_splits(const kn_backend *be, int n_seqs, int n_kv_heads, int max_kv_len);
+
+/* kn_attention's contract with Q and P rounded to bf16 (fp32 softmax state
+ * and accumulation). Arguments already checked. */
+int kn_cuda_attention_decode_mma(const kn_backend *be, const char *op, float *out, const float *q,
+                                 const struct kn_kv_pools *pools, const struct kn_seq_batch *b,
+                                 int n_heads, int n_kv_heads, int head_dim, int page_size,
+                                 float scale, const float *sinks, int window);
+#endif
