@@ -365,12 +365,15 @@ static int pow2_at_least(int n)
 
 /* Whether this call takes the fixed-shape decode step: CUDA, one rank (no
  * collectives inside the step), no stopwatch, one token per sequence,
- * only the last rows' logits. */
+ * only the last rows' logits, and experts whose CUDA path keeps the row
+ * counts on the device (f32 experts run per-expert cuBLAS GEMMs sized on
+ * the host: a sync that no graph can record). */
 static int fixed_decode_step(const tm_model *m, const tm_seq_step *seqs, int n_seqs,
                              const float *all_logits)
 {
     if (m->graphs.mode == TM_CUDA_GRAPHS_OFF || m->be->kind != KN_BACKEND_CUDA || all_logits ||
         m->sw || m->par.tp || m->par.ep || m->par.ep_mode == TM_EP_DISPATCH ||
+        (m->cfg.n_experts > 0 && m->w.types.experts == KN_F32) ||
         n_seqs > TM_GRAPH_MAX_BATCH)
         return 0;
     for (int i = 0; i < n_seqs; i++)

@@ -166,9 +166,11 @@ extern "C" int kn_cuda_backend_init(kn_backend *be, int device)
     ctx->allow_tf32 = tf32 && strcmp(tf32, "1") == 0;
     const char *attn_bf16 = getenv("TANDEM_CUDA_ATTN_BF16");
     ctx->attn_bf16 = attn_bf16 && strcmp(attn_bf16, "1") == 0;
-    /* wgmma + TMA sink attention (mode 2) by default: on the H200 it took
+    /* wgmma + TMA sink attention by default: mode 2 on the H200 took
      * GPT-OSS-20B FP8 prefill from 156.2 to 122.4 ms at 8192 tokens and
-     * 1159 to 658 ms at 32768 (docs/PERF.md, s4run5); "0" selects the
+     * 1159 to 658 ms at 32768 (docs/PERF.md, s4run5), and mode 7, the same
+     * kernel taking head_dim 128 too, Qwen3-30B-A3B from 522 to 287 ms
+     * (s5run3); "0" selects the
      * mma.sync kernels, 1..9 the other wgmma variants. */
     const char *attn_wgmma = getenv("TANDEM_CUDA_ATTN_WGMMA");
     ctx->attn_wgmma = !attn_wgmma ? KN_CUDA_DEFAULT_ATTN_WGMMA
@@ -192,7 +194,8 @@ extern "C" int kn_cuda_backend_init(kn_backend *be, int device)
     const char *poison = getenv("TANDEM_CUDA_POISON_TMP");
     ctx->poison_tmp = poison && strcmp(poison, "1") == 0;
     const char *fp8_gemm = getenv("TANDEM_CUDA_MOE_FP8_GEMM");
-    ctx->moe_fp8_gemm = fp8_gemm && fp8_gemm[0] >= '0' && fp8_gemm[0] <= '6' && !fp8_gemm[1] ? fp8_gemm[0] - '0' : 1;
+    ctx->moe_fp8_gemm = fp8_gemm && fp8_gemm[0] >= '0' && fp8_gemm[0] <= '6' && !fp8_gemm[1] ? fp8_gemm[0] - '0'
+                                                                                  : KN_CUDA_DEFAULT_MOE_FP8_GEMM;
     const char *lt_cache = getenv("TANDEM_CUDA_LT_CACHE");
     ctx->bf16_lt = !(lt_cache && strcmp(lt_cache, "0") == 0);
     const char *moe_rows = getenv("TANDEM_CUDA_MOE_GROUPED_ROWS");

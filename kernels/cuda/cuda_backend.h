@@ -32,14 +32,15 @@ void kn_cuda_set_moe_streams(const kn_backend *be, int n);
  * init. */
 void kn_cuda_set_moe_fp8_fused_act(const kn_backend *be, int on);
 /* FP8 experts with more rows than the grouped decode kernels take (the
- * prefill): 1 (the default) the grouped FP8 GEMMs (one launch per product
- * over all experts' tiles, kernels/cuda/moe_gemm_fp8.cu), 0 the
- * per-expert cuBLASLt GEMMs (kept for comparison); 4 the same grouped
+ * prefill): 0 (the default, faster on the H200 so far: docs/PERF.md) the
+ * per-expert cuBLASLt GEMMs; 1 the grouped FP8 GEMMs (one launch per
+ * product over all experts' tiles, kernels/cuda/moe_gemm_fp8.cu); 4 the same grouped
  * GEMMs on Hopper's wgmma (sm_90a) instead of mma.sync (sm_89+); 2 / 5
  * run gate_up as the grouped GEMM (mma.sync / wgmma) and down with the
  * decode kernel, 3 / 6 the reverse (to tell which product is wrong).
  * Starts from TANDEM_CUDA_MOE_FP8_GEMM=0..6 at init. */
 void kn_cuda_set_moe_fp8_gemm(const kn_backend *be, int mode);
+int kn_cuda_moe_fp8_gemm(const kn_backend *be);
 /* Tests: 1 fills every temporary buffer of the CUDA ops with 0xff bytes
  * (NaN) when it is allocated, so output a kernel forgets to write shows as
  * NaN rather than as a stale earlier result. Off by default;
@@ -68,7 +69,7 @@ void kn_cuda_set_lt_cache(const kn_backend *be, int on);
  * between the two warpgroups; modes 6-8 also take head_dim 128 (Qwen3),
  * the others 64 only (modes 2-9: page sizes 8..128 dividing 128; other
  * page sizes take mode 1's kernel, or for head_dim 128 the mma.sync one);
- * 0 keeps the mma.sync kernel. Mode 2 is the default
+ * 0 keeps the mma.sync kernel. Mode 7 is the default
  * (KN_CUDA_DEFAULT_ATTN_WGMMA). Needs an sm_90 GPU. Starts from
  * TANDEM_CUDA_ATTN_WGMMA=0..9 at init; for benchmarks and tests.
  * kn_cuda_attn_wgmma_launches counts one

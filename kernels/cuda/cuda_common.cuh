@@ -26,8 +26,15 @@ extern "C" {
 
 #define KN_CUDA_MAX_SIDE 4
 #define KN_CUDA_DEFAULT_MOE_STREAMS 4
-/* prefill sink attention on the wgmma + TMA kernel (docs/PERF.md, s4run5) */
-#define KN_CUDA_DEFAULT_ATTN_WGMMA 2
+/* prefill sink attention on the wgmma + TMA kernel: mode 7 is mode 2's
+ * kernel for head_dim 64 (GPT-OSS) and takes head_dim 128 too (Qwen3:
+ * 8192 tokens 522 -> 287 ms in s5run3; docs/PERF.md) */
+#define KN_CUDA_DEFAULT_ATTN_WGMMA 7
+/* FP8 prefill experts on the per-expert cuBLASLt GEMMs: the grouped GEMMs
+ * of moe_gemm_fp8.cu pass every check but are slower on the H200 (s5run3:
+ * GPT-OSS-20B FP8 prefill of 8192 tokens 264 ms on mma.sync, 166 ms on
+ * wgmma, 122 ms per expert; docs/PERF.md) */
+#define KN_CUDA_DEFAULT_MOE_FP8_GEMM 0
 
 struct kn_cuda_ctx {
     cudaStream_t stream;
@@ -62,9 +69,10 @@ struct kn_cuda_ctx {
      * Same codes and scales either way. From TANDEM_CUDA_FP8_FUSED_ACT=0 at
      * init; kn_cuda_set_moe_fp8_fused_act changes it. */
     int moe_fp8_fused_act;
-    /* FP8 experts off the grouped (decode) middle: 1 (the default) runs
-     * the grouped GEMMs of moe_gemm_fp8.cu (one launch per product, no
-     * host sync) on mma.sync, 4 on wgmma, 0 the per-expert cuBLASLt GEMMs;
+    /* FP8 experts off the grouped (decode) middle: 1 runs the grouped
+     * GEMMs of moe_gemm_fp8.cu (one launch per product, no host sync) on
+     * mma.sync, 4 on wgmma, 0 (KN_CUDA_DEFAULT_MOE_FP8_GEMM) the
+     * per-expert cuBLASLt GEMMs;
      * 2, 3 (mma.sync) and 5, 6 (wgmma) pair one grouped GEMM with the
      * decode kernel's other product (diagnostics, moe_gemm_fp8.cuh). From
      * TANDEM_CUDA_MOE_FP8_GEMM=0..6 at init;

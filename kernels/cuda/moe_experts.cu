@@ -961,7 +961,12 @@ extern "C" void kn_cuda_set_moe_fp8_fused_act(const kn_backend *be, int on)
 
 extern "C" void kn_cuda_set_moe_fp8_gemm(const kn_backend *be, int mode)
 {
-    kn_cuda_ctx_of(be)->moe_fp8_gemm = mode < 0 || mode >= KN_MOE_FP8_GEMM_MODES ? KN_MOE_FP8_GEMM_ON : mode;
+    kn_cuda_ctx_of(be)->moe_fp8_gemm = mode < 0 || mode >= KN_MOE_FP8_GEMM_MODES ? KN_CUDA_DEFAULT_MOE_FP8_GEMM : mode;
+}
+
+extern "C" int kn_cuda_moe_fp8_gemm(const kn_backend *be)
+{
+    return kn_cuda_ctx_of(be)->moe_fp8_gemm;
 }
 
 extern "C" int kn_cuda_moe_grouped(const kn_backend *be)

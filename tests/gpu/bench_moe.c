@@ -202,7 +202,8 @@ static void bench_model(const kn_backend *be, tu_rng *rng, const moe_model *m, k
         static const char *const mode_name[6] = { "per-expert", "grouped", "per-expert, 4 streams",
                                                   "per-expert, unfused act", "grouped GEMM (mma.sync e4m3)",
                                                   "grouped GEMM (wgmma e4m3)" };
-        const int default_mode = auto_grouped ? 1 : fp8 ? 4 : 0;
+        const int default_mode = auto_grouped ? 1 : 0;
+        const int fp8_gemm_was = kn_cuda_moe_fp8_gemm(be);
         for (int mode = 0; mode < (fp8 ? 6 : 3); mode++) {
             if (mode == 1 && prefill && !fp8)
                 continue;
@@ -218,7 +219,7 @@ static void bench_model(const kn_backend *be, tu_rng *rng, const moe_model *m, k
             kn_cuda_set_moe_grouped(be, -1);
             kn_cuda_set_moe_streams(be, 1);
             kn_cuda_set_moe_fp8_fused_act(be, 1);
-            kn_cuda_set_moe_fp8_gemm(be, 1);
+            kn_cuda_set_moe_fp8_gemm(be, fp8_gemm_was);
             printf("| %s | %s | %s %d | %s%s | %.3f | %.0f | %.1f | %d | %.3f | %.1fx |\n", m->name,
                    fp8 ? "fp8" : "bf16", prefill ? "prefill" : T > 128 ? "tokens" : "decode", T, mode_name[mode],
                    mode == default_mode ? " (default)" : "", ms, bytes / (ms * 1e-3) / 1e9,

@@ -526,8 +526,12 @@ static void graphs_match_eager(ctx *t, const char *dir, const et_golden *g, tm_w
                 bitwise ? "" : " (first differing step below)");
             if (!bitwise)
                 printf("# first differing step %d\n", worst_step);
-            tap(t, on.captures > 0 && on.replays > 0 && on.capture_failures == 0 &&
-                       eager.captures == 0 && eager.replays == 0,
+            /* f32 experts size their GEMMs on the host: those steps stay
+             * eager by design (forward.c fixed_decode_step) */
+            const int recordable = wd != TM_WEIGHTS_F32;
+            tap(t, (recordable ? on.captures > 0 && on.replays > 0
+                               : on.captures == 0 && on.replays == 0) &&
+                       on.capture_failures == 0 && eager.captures == 0 && eager.replays == 0,
                 "%s: %s weights, %d sequences: graphs recorded %lld, replayed %lld, failed %lld, "
                 "eager steps %lld (the eager model: %lld recorded)", dir, wname, n, on.captures,
                 on.replays, on.capture_failures, on.eager_steps, eager.captures);

@@ -134,8 +134,8 @@ static kn_moe_weights moe_shape_view(const moe_shape *s, int on_device, int offs
  * activation and its quantization as two kernels
  * (kn_cuda_set_moe_fp8_fused_act 0; the per-expert mode fuses them);
  * per-expert GEMMs over 4 side streams (the GPT-OSS shape only); FP8: the
- * grouped GEMMs (kn_cuda_set_moe_fp8_gemm 1, the default prefill path,
- * mma.sync; 4 wgmma), and their diagnostic halves (2 / 5: gate_up GEMM +
+ * grouped GEMMs (kn_cuda_set_moe_fp8_gemm 1 on mma.sync, 4 on wgmma; 0,
+ * the per-expert GEMMs, is the default prefill path), and their diagnostic halves (2 / 5: gate_up GEMM +
  * the decode down kernel, 3 / 6: the decode gate_up kernel + down GEMM),
  * which name the product a mismatch on the GPU comes from. */
 enum { M_PER_EXPERT, M_GROUPED, M_UNFUSED, M_STREAMS, M_GEMM, M_GEMM_GU, M_GEMM_DN, M_WG, M_WG_GU, M_WG_DN,
@@ -205,6 +205,7 @@ static void moe_paths_run(op_env *e, const moe_shape *s, int offset, int n_local
         kn_cuda_set_moe_grouped(e->be, mode == M_GROUPED);
         kn_cuda_set_moe_streams(e->be, mode == M_STREAMS ? 4 : 1);
         kn_cuda_set_moe_fp8_fused_act(e->be, mode != M_UNFUSED);
+        const int fp8_gemm_was = kn_cuda_moe_fp8_gemm(e->be);
         kn_cuda_set_moe_fp8_gemm(e->be, mode >= M_GEMM ? 1 + mode - M_GEMM : 0);
         /* The GEMM modes' temporaries start NaN: the grouped kernels, run
          * just before, leave correct activations of the same size in the
@@ -214,7 +215,7 @@ static void moe_paths_run(op_env *e, const moe_shape *s, int offset, int n_local
         kn_cuda_set_moe_grouped(e->be, -1);
         kn_cuda_set_moe_streams(e->be, 1);
         kn_cuda_set_moe_fp8_fused_act(e->be, 1);
-        kn_cuda_set_moe_fp8_gemm(e->be, 1);
+        kn_cuda_set_moe_fp8_gemm(e->be, fp8_gemm_was);
         kn_cuda_set_poison_tmp(e->be, 0);
         char w2[256];
         snprintf(w2, sizeof w2, "kn_moe_experts cuda %s", mode_name[mode]);
