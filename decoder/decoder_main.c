@@ -15,8 +15,10 @@
 #define WHO "decoder"
 
 static const char *const INTRO =
-    "Runs a Tandem decoder: registers with the router, reserves KV pages for the\n"
-    "requests it is given (admission control), receives their prompt KV from\n"
+    "Runs a Tandem decoder: registers with the router, admits the requests it is\n"
+    "given by KV use (prompt pages at admission, one more as each sequence grows;\n"
+    "when the pool runs dry the latest admitted sequence is preempted and the\n"
+    "router places it again), receives their prompt KV from\n"
     "prefillers over the TransferEngine (UCX), and decodes all running requests\n"
     "together, one token per step (continuous batching), streaming tokens back,\n"
     "on the CPU or a GPU (--device; tokens are sampled where the logits are).\n"

@@ -64,29 +64,37 @@ static int admitted_count(const sched *s)
 
 int sched_pages_available(const sched *s)
 {
-    return s->n_free - s->reserved_unallocated;
+    return s->n_free;
 }
 
 static int take_page(sched *s, sched_seq *q)
 {
-    /* Admission guaranteed the page: reserved_pages never exceeds what
-     * free + reserved_unallocated covered. */
-    if (q->n_pages >= q->reserved_pages || s->n_free == 0)
+    if (q->n_pages >= q->max_pages || s->n_free == 0)
         return -1;
     q->pages[q->n_pages++] = s->free_pages[--s->n_free];
-    s->reserved_unallocated--;
     return 0;
 }
 
-/* Reserves q's worst case and allocates its prompt pages, if that fits now. */
+int sched_admit_headroom(const sched *s, int admitted)
+{
+    return admitted + s->n_pages / SCHED_WATERMARK_DIV;
+}
+
+/* Allocates q's prompt pages if the admission policy (scheduler.h) lets it
+ * in now. */
 static int try_admit(sched *s, sched_seq *q)
 {
-    if (admitted_count(s) >= s->max_batch || sched_pages_available(s) < q->reserved_pages)
-        return 0;
-    s->reserved_unallocated += q->reserved_pages;
+    int admitted = admitted_count(s);
     int prompt_pages = pages_for_tokens(q->prompt_len, s->page_size);
+    if (admitted >= s->max_batch || prompt_pages > s->n_free)
+        return 0;
+    /* Alone, a sequence always fits (sched_submit refused any that cannot);
+     * beside others it leaves every admitted sequence a page to grow into. */
+    if (admitted > 0 && s->n_free - prompt_pages < sched_admit_headroom(s, admitted + 1))
+        return 0;
     for (int i = 0; i < prompt_pages; i++)
         take_page(s, q);
+    q->admit_order = ++s->admit_counter;
     q->state = SEQ_RESERVED;
     return 1;
 }
@@ -142,7 +150,7 @@ int sched_submit(sched *s, const sched_request *req, sched_seq **out)
         q->ws.top_logprobs = -1;
         q->ws.params = (kn_sampling){ .temperature = 0.0f, .top_p = 1.0f };
     }
-    q->reserved_pages = need;
+    q->max_pages = need;
     q->state = SEQ_WAITING;
     s->seqs[s->n_seqs++] = q;
     *out = q;
@@ -214,6 +222,37 @@ void sched_start(sched *s, sched_seq *q, int32_t first_token, uint64_t rng)
     maybe_run(q);
 }
 
+/* The running sequence admitted last: the one preemption takes first. */
+static sched_seq *latest_running(const sched *s)
+{
+    sched_seq *v = NULL;
+    for (int i = 0; i < s->n_seqs; i++) {
+        sched_seq *q = s->seqs[i];
+        if (q->state == SEQ_RUNNING && (!v || q->admit_order > v->admit_order))
+            v = q;
+    }
+    return v;
+}
+
+/* A sequence admitted after q still waits for its KV (its pages cannot be
+ * taken while a prefiller writes them): once it runs it is the victim. */
+static int newer_reserved(const sched *s, const sched_seq *q)
+{
+    for (int i = 0; i < s->n_seqs; i++)
+        if (s->seqs[i]->state == SEQ_RESERVED && s->seqs[i]->admit_order > q->admit_order)
+            return 1;
+    return 0;
+}
+
+static void preempt(sched *s, sched_seq *v)
+{
+    for (int i = v->n_pages - 1; i >= 0; i--)
+        s->free_pages[s->n_free++] = v->pages[i];
+    v->n_pages = 0;
+    v->state = SEQ_PREEMPTED;
+    s->preemptions++;
+}
+
 int sched_form_batch(sched *s, sched_seq **batch, int max)
 {
     int n = 0;
@@ -222,12 +261,36 @@ int sched_form_batch(sched *s, sched_seq **batch, int max)
         if (q->state != SEQ_RUNNING)
             continue;
         /* The step writes the fed token at position n_cached. */
-        if (q->n_pages < pages_for_tokens(q->n_cached + 1, s->page_size) &&
-            take_page(s, q) != 0)
-            continue; /* cannot happen: admission reserved it */
-        batch[n++] = q;
+        int waits = 0;
+        while (q->n_pages < pages_for_tokens(q->n_cached + 1, s->page_size) &&
+               take_page(s, q) != 0) {
+            sched_seq *v = latest_running(s);
+            if (v == q && newer_reserved(s, q)) {
+                waits = 1;
+                break;
+            }
+            preempt(s, v);
+            for (int k = 0; k < n; k++)
+                if (batch[k] == v) {
+                    memmove(&batch[k], &batch[k + 1], (size_t)(n - k - 1) * sizeof *batch);
+                    n--;
+                    break;
+                }
+            if (v == q)
+                break;
+        }
+        if (!waits && q->state == SEQ_RUNNING)
+            batch[n++] = q;
     }
     return n;
+}
+
+sched_seq *sched_next_preempted(const sched *s)
+{
+    for (int i = 0; i < s->n_seqs; i++)
+        if (s->seqs[i]->state == SEQ_PREEMPTED)
+            return s->seqs[i];
+    return NULL;
 }
 
 void sched_token(sched *s, sched_seq *q, int32_t tok)
@@ -249,11 +312,8 @@ void sched_remove(sched *s, sched_seq *q)
             idx = i;
     if (idx < 0)
         return;
-    if (q->state != SEQ_WAITING) {
-        s->reserved_unallocated -= q->reserved_pages - q->n_pages;
-        for (int i = q->n_pages - 1; i >= 0; i--)
-            s->free_pages[s->n_free++] = q->pages[i];
-    }
+    for (int i = q->n_pages - 1; i >= 0; i--)
+        s->free_pages[s->n_free++] = q->pages[i];
     /* Keep admission order for FIFO fairness. */
     memmove(&s->seqs[idx], &s->seqs[idx + 1], (size_t)(s->n_seqs - idx - 1) * sizeof *s->seqs);
     s->n_seqs--;

@@ -267,9 +267,10 @@ static void fill_sampling(Tandem__V1__SamplingParams *s, const router_request *r
     s->temperature = r->temperature;
     s->top_p = r->top_p;
     s->top_k = r->top_k;
-    /* A new attempt draws from a different stream than the first one did
-     * (its first draw is a later token of the output). */
-    s->seed = r->seed + (uint64_t)r->attempts * 0x9E3779B97F4A7C15ull;
+    /* A new attempt (a worker lost, or the decoder preempted it) draws from
+     * a different stream than the first one did (its first draw is a later
+     * token of the output). */
+    s->seed = r->seed + (uint64_t)(r->attempts + r->preemptions) * 0x9E3779B97F4A7C15ull;
     fill_sampling_extras(s, r);
     /* structured outputs: a re-placed attempt replays the output so far */
     s->grammar = r->grammar;
@@ -432,7 +433,7 @@ void dispatch_place(router_ctx *ctx, router_request *r)
     }
     snprintf(r->decoder, sizeof r->decoder, "%s", d->id);
     r->decoder_serial = d->serial;
-    r->pages_committed = tm_kv_pages_needed(prompt_len, max_tokens, d->page_size);
+    r->pages_committed = placement_pages_at_admission(prompt_len, max_tokens, d->page_size);
     d->pages_committed += r->pages_committed;
     d->in_flight++;
     r->on_decoder = 1;
@@ -637,6 +638,25 @@ static void on_token_batch(router_ctx *ctx, router_worker *from, const Tandem__V
             dispatch_finish(ctx, r, c->finish_reason, NULL);
         }
     }
+}
+
+/* The decoder ran out of KV pages and took r's (decoder/scheduler.h): it
+ * has forgotten r, and every token r produced there has arrived (the
+ * TokenBatches came first on the same connection). r is placed again with
+ * prompt + output as its prompt, like a request whose worker was lost, but
+ * this is no failure: it does not count towards MAX_ATTEMPTS. */
+static void on_preempted(router_ctx *ctx, router_worker *from, const Tandem__V1__Preempted *p)
+{
+    worker_progress(from);
+    router_request *r = request_find(ctx, p->request_id);
+    if (!r || r->finished || strcmp(r->decoder, from->id) || r->stage != STAGE_DECODING)
+        return; /* ended or placed again meanwhile; the decoder holds nothing */
+    ctx->metrics.preemptions++;
+    r->preemptions++;
+    char why[WIRE_MAX_ID + 300];
+    snprintf(why, sizeof why, "decoder %s preempted it (%s)", from->id,
+             p->reason && p->reason[0] ? p->reason : "no reason given");
+    start_over(ctx, r, 0, why);
 }
 
 static void on_worker_error(router_ctx *ctx, router_worker *from, const Tandem__V1__Error *e)
@@ -854,6 +874,10 @@ void dispatch_worker_message(router_ctx *ctx, const char *rid, size_t rid_len,
     case TANDEM__V1__WORKER_MESSAGE__BODY_ERROR:
         if (m->error)
             on_worker_error(ctx, w, m->error);
+        break;
+    case TANDEM__V1__WORKER_MESSAGE__BODY_PREEMPTED:
+        if (m->preempted)
+            on_preempted(ctx, w, m->preempted);
         break;
     default:
         tn_log(WHO, "worker %s sent an unexpected message (case %d)", w->id, (int)m->body_case);

@@ -409,8 +409,11 @@ int request_admit(router_ctx *ctx, router_request *r, int max_tokens_given,
     }
     int max_tokens = max_tokens_given;
     if (max_tokens <= 0) {
+        /* chat: the rest of the context unless configured (OpenAI's
+         * behaviour; the decoders take pages as the output grows) */
         int def = r->kind == API_CHAT ? ctx->cfg.chat_default_max_tokens : ctx->cfg.default_max_tokens;
-        max_tokens = ctx_len - r->n_prompt < def ? ctx_len - r->n_prompt : def;
+        int rest = ctx_len - r->n_prompt;
+        max_tokens = def <= 0 || rest < def ? rest : def;
     }
     if ((long)r->n_prompt + max_tokens > ctx_len) {
         api_error_set(e, 400, "invalid_request_error", "max_tokens", "context_length_exceeded",

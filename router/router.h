@@ -42,7 +42,7 @@ typedef struct router_config {
     int heartbeat_ms;          /* interval the workers are told to use */
     int worker_timeout_ms;     /* a worker silent this long is dropped */
     int default_max_tokens;    /* completions without max_tokens (OpenAI: 16) */
-    int chat_default_max_tokens;
+    int chat_default_max_tokens;   /* 0: the rest of the context (OpenAI) */
     int max_body_bytes;
     int max_active_requests;   /* beyond this, HTTP 429 / RPC NO_CAPACITY */
     char api_key_file[OPT_PATH_MAX];    /* "" = the APIs are open (docs/SECURITY.md) */
@@ -80,6 +80,7 @@ typedef struct router_request {
                                       (dispatch.c, requeue) gets a new key, so late
                                       messages about an earlier attempt are ignored */
     int attempts;                  /* placements after the first (worker failures) */
+    int preemptions;               /* placements after a decoder preempted it */
     req_origin origin;
     api_kind kind;
     long created;                  /* unix seconds, for OpenAI "created" */
