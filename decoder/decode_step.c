@@ -95,6 +95,18 @@ int decoder_step(decoder_ctx *ctx)
 {
     int n = sched_form_batch(&ctx->s, ctx->batch, ctx->cfg.max_batch);
     report_preempted(ctx);
+    /* branches about to write into a page they shared get their own copy */
+    int n_copies;
+    const int32_t *copies = sched_take_copies(&ctx->s, &n_copies);
+    for (int i = 0; i < n_copies; i++) {
+        int rc = tm_kv_copy_page(&ctx->kv, copies[2 * i + 1], copies[2 * i]);
+        if (rc != TN_OK) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "copying a shared KV page failed: %s", tn_status_str(rc));
+            fail_batch(ctx, n, msg);
+            return rc;
+        }
+    }
     if (n == 0)
         return ctx->group_step ? tm_forward(ctx->model, NULL, NULL, 0, NULL, NULL) : 0;
     for (int i = 0; i < n; i++) {

@@ -24,6 +24,18 @@
  * runs). The oldest sequence is never preempted while others run, so the
  * batch always progresses.
  *
+ * Branches (n > 1, best_of). A request's other choices join it as branches
+ * (sched_add_branch) that share its prompt's pages: pages are reference
+ * counted, and a step that writes into a page another sequence also holds
+ * gets a private copy of it first (copy-on-write: sched_take_copies lists
+ * the copies the caller makes before the step): only the prompt's last,
+ * partly filled page is ever copied. The prefill samples every branch's
+ * first token from the prompt's logits with the branch's own generator; a
+ * branch runs once the leader's KV has arrived and its own first token
+ * (sched_start) has. Admission counts a request's branches as sequences;
+ * once running every branch is a sequence of its own (finished, cancelled
+ * or preempted alone).
+ *
  * Life of a sequence: WAITING -> RESERVED (prompt pages allocated, waiting
  * for its KV transfer and the first token) -> RUNNING (in every step's
  * batch) -> FINISHED (stop token or max_tokens) or PREEMPTED (pages gone).
@@ -66,6 +78,7 @@ typedef struct sched_request {
     int n_stop_ids;
     worker_sampling *ws;      /* moved into the sequence when sched_submit
                                  succeeds (*ws zeroed); the caller's on error */
+    int n_branches;           /* branches that will join it (sched_add_branch) */
 } sched_request;
 
 typedef struct sched_seq {
@@ -82,6 +95,8 @@ typedef struct sched_seq {
     int n_pages;              /* pages allocated */
     int max_pages;            /* worst case (prompt + max_tokens): pages' capacity */
     uint64_t admit_order;     /* admission serial: preemption takes the latest */
+    int n_branches;           /* a leader: branches admitted with it */
+    char leader[SCHED_MAX_ID];/* a branch before it runs: its leader's id */
     int n_cached;             /* tokens whose K/V are in the cache */
     int32_t next_token;       /* the token the next step feeds */
     int n_generated;          /* tokens produced, the first token included */
@@ -99,6 +114,9 @@ typedef struct sched {
     int page_size, n_pages, max_batch, max_context;
     int32_t *free_pages;      /* stack of free page ids */
     int n_free;
+    int *page_refs;           /* [n_pages]: sequences holding each page */
+    int32_t *copies;          /* pending copy-on-write (src, dst) page pairs */
+    int n_copies;
     uint64_t admit_counter;
     uint64_t preemptions;     /* sequences preempted so far */
     sched_seq **seqs;         /* every known sequence, admission order */
@@ -141,6 +159,19 @@ void sched_start(sched *s, sched_seq *q, int32_t first_token, uint64_t rng);
  * page its next token needs, preempting the latest admitted ones when the
  * pool is dry (see above). Returns the count. */
 int sched_form_batch(sched *s, sched_seq **batch, int max);
+
+/* A branch of leader (its other choice) sharing its prompt's pages: runs
+ * once the leader's KV and its own first token (sched_start) are in. ws is
+ * moved in as by sched_submit. The leader must be WAITING or RESERVED, not
+ * a branch, its KV not arrived. Returns 0, TN_ERR_ARG (bad or duplicate
+ * id, leader too far along), TN_ERR_NOMEM. */
+int sched_add_branch(sched *s, sched_seq *leader, const char *id, worker_sampling *ws,
+                     sched_seq **out);
+
+/* The copy-on-write copies sched_form_batch decided: n pairs (src, dst)
+ * of page ids whose contents the caller copies before the step. Valid
+ * until the next sched_form_batch. */
+const int32_t *sched_take_copies(const sched *s, int *n);
 
 /* A sequence preemption left SEQ_PREEMPTED (the caller tells the router and
  * removes it), or NULL. */

@@ -63,7 +63,10 @@ void request_unref(router_request *r)
         chat_parser_free(r->parser);
     if (r->notify_fd >= 0)
         close(r->notify_fd);
+    free(r->followers);
+    router_request *leader = r->leader;
     free(r);
+    request_unref(leader); /* a follower never unlinked (refused before the core saw it) */
 }
 
 static size_t bucket_of(uint64_t key)

@@ -367,6 +367,109 @@ static void latest_sequence_needing_a_page_preempts_itself(void **state)
     sched_free(&s);
 }
 
+/* n = 3: two branches share the leader's prompt pages (10 tokens in pages
+ * of 4: 3 pages, the last one half full). Each runs once the leader's KV
+ * and its own first token (drawn by the prefill) are in. Each writer of the
+ * shared last page takes its own copy first (copy-on-write) until one
+ * holder is left, which writes in place: the leader and the first branch
+ * copy, the second keeps the page. Full pages stay shared. Pages return to
+ * the pool only when no sequence holds them. */
+static void branches_share_prompt_pages_copy_on_write(void **state)
+{
+    (void)state;
+    sched s;
+    assert_int_equal(sched_init(&s, 16, 4, 8, 1000), 0);
+    sched_request r = req("lead", 10, 4);
+    r.n_branches = 2;
+    sched_seq *a, *b1, *b2, *batch[8];
+    assert_int_equal(sched_submit(&s, &r, &a), SCHED_ADMITTED);
+    worker_sampling ws1 = {.top_logprobs = -1}, ws2 = {.top_logprobs = -1};
+    assert_int_equal(sched_add_branch(&s, a, "br1", &ws1, &b1), 0);
+    assert_int_equal(sched_add_branch(&s, a, "br2", &ws2, &b2), 0);
+    sched_seq *dup = (sched_seq *)1;
+    assert_int_equal(sched_add_branch(&s, a, "br1", &ws1, &dup), TN_ERR_ARG);
+    assert_null(dup);
+    assert_int_equal(s.n_free, 13);             /* 3 pages, held three times */
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(b1->pages[i], a->pages[i]);
+        assert_int_equal(s.page_refs[a->pages[i]], 3);
+    }
+    assert_int_equal(b1->state, SEQ_RESERVED);
+    sched_start(&s, b1, 60, 111);              /* its first token before the KV */
+    assert_int_equal(b1->state, SEQ_RESERVED);
+    sched_kv_arrived(&s, a);
+    assert_int_equal(b1->state, SEQ_RUNNING);  /* the leader's KV is its KV */
+    assert_int_equal(b2->state, SEQ_RESERVED); /* waits for its first token */
+    assert_int_equal(b1->n_cached, 10);
+    sched_start(&s, a, 50, 9);
+    sched_start(&s, b2, 70, 222);
+    assert_int_equal(a->state, SEQ_RUNNING);
+    assert_int_equal(b2->state, SEQ_RUNNING);
+    assert_int_equal(b1->next_token, 60);
+    assert_int_equal(b1->n_generated, 1);
+    assert_int_equal(b1->rng, 111);
+    int32_t shared_last = a->pages[2];
+    assert_int_equal(sched_form_batch(&s, batch, 8), 3);
+    int n_copies;
+    const int32_t *cp = sched_take_copies(&s, &n_copies);
+    assert_int_equal(n_copies, 2);
+    assert_int_equal(cp[0], shared_last);
+    assert_int_equal(cp[1], a->pages[2]);
+    assert_int_equal(cp[2], shared_last);
+    assert_int_equal(cp[3], b1->pages[2]);
+    assert_int_equal(b2->pages[2], shared_last);
+    assert_int_equal(s.page_refs[shared_last], 1);
+    assert_int_equal(s.page_refs[a->pages[0]], 3); /* full pages stay shared */
+    assert_int_equal(s.n_free, 11);
+    sched_token(&s, a, 51);
+    sched_token(&s, b1, 61);
+    sched_token(&s, b2, 71);
+    assert_int_equal(b1->n_generated, 2);
+    assert_int_equal(b1->n_cached, 11);
+    /* the next step: nobody shares a written page any more */
+    assert_int_equal(sched_form_batch(&s, batch, 8), 3);
+    sched_take_copies(&s, &n_copies);
+    assert_int_equal(n_copies, 0);
+    sched_remove(&s, a);
+    assert_int_equal(s.page_refs[b1->pages[0]], 2);
+    sched_remove(&s, b1);
+    sched_remove(&s, b2);
+    assert_int_equal(s.n_free, 16);
+    sched_free(&s);
+}
+
+/* A leader still waiting for room keeps its branches waiting; admission
+ * counts the whole group (here 3 sequences of headroom) and admits the
+ * branches with it. */
+static void branches_wait_and_are_admitted_with_their_leader(void **state)
+{
+    (void)state;
+    sched s;
+    assert_int_equal(sched_init(&s, 8, 4, 8, 1000), 0);
+    sched_seq *x, *a, *b, *adm[4];
+    sched_request rx = req("x", 16, 4), ra = req("a", 8, 4);
+    ra.n_branches = 1;
+    assert_int_equal(sched_submit(&s, &rx, &x), SCHED_ADMITTED);  /* 4 free */
+    /* a: 2 prompt pages; 4 - 2 = 2 < 3, the headroom for x, a and b (alone,
+     * a would have fitted: 2 for x and a) */
+    assert_int_equal(sched_admit_headroom(&s, 2), 2);
+    assert_int_equal(sched_submit(&s, &ra, &a), SCHED_QUEUED);
+    worker_sampling ws = {.top_logprobs = -1};
+    assert_int_equal(sched_add_branch(&s, a, "b", &ws, &b), 0);
+    assert_int_equal(b->state, SEQ_WAITING);
+    assert_int_equal(sched_waiting(&s), 2);
+    sched_remove(&s, x);
+    assert_int_equal(sched_admit_waiting(&s, adm, 4), 1); /* the leader; b with it */
+    assert_ptr_equal(adm[0], a);
+    assert_int_equal(b->state, SEQ_RESERVED);
+    assert_int_equal(b->pages[1], a->pages[1]);
+    sched_remove(&s, a);                                  /* leader gone: b keeps the pages */
+    assert_int_equal(s.n_free, 6);
+    sched_remove(&s, b);
+    assert_int_equal(s.n_free, 8);
+    sched_free(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -375,6 +478,8 @@ int main(void)
         cmocka_unit_test(admission_keeps_a_page_of_headroom_per_sequence),
         cmocka_unit_test(dry_pool_preempts_the_latest_admitted),
         cmocka_unit_test(latest_sequence_needing_a_page_preempts_itself),
+        cmocka_unit_test(branches_share_prompt_pages_copy_on_write),
+        cmocka_unit_test(branches_wait_and_are_admitted_with_their_leader),
         cmocka_unit_test(request_that_cannot_fit_now_waits_fifo),
         cmocka_unit_test(request_larger_than_the_cache_is_rejected),
         cmocka_unit_test(sequence_runs_once_kv_and_first_token_arrive),
