@@ -8,6 +8,8 @@
 # tokens streamed so far. Every request completes with exactly
 # tandem-generate's tokens (none repeated, none lost, no error), both
 # /metrics count the preemptions, and the decoder holds no page afterwards.
+# Then n = 4 choices of one prompt (decoder branches sharing its pages) on
+# the same pool: branches are preempted and go on alone, still exact.
 # A chat completion without max_tokens gets the rest of the context.
 set -u
 cd "$(dirname "$0")/../.."
@@ -60,6 +62,19 @@ for i in 0 1 2 3 4 5 6 7; do
     check "request $i ($how, prompt $((20 + 2 * i)) tokens): $N tokens equal to tandem-generate's, finish length" \
         $? "got  $got ($finish)" "want $want" "$(tail -c 300 "$CLUSTER_TMP/r$i.out")"
 done
+
+# n = 4 choices of one prompt: one prefill, four branches sharing its pages
+# that cannot all grow here; the preempted ones go on alone (re-prefilled
+# with their own output) and still give the greedy tokens.
+before=$(grep -c "preempted it" "$CLUSTER_TMP/router.log")
+code=$(post /v1/completions "$(body_of 7 | sed 's/}$/,"n":4}/')" "$CLUSTER_TMP/n4.json")
+got=$(json_get "$CLUSTER_TMP/n4.json" '"|".join(",".join(map(str, c["token_ids"])) + " " + c["finish_reason"] for c in j["choices"])' 2>&1)
+want=$(cat "$CLUSTER_TMP/want7")
+after=$(grep -c "preempted it" "$CLUSTER_TMP/router.log")
+[ "$code" = 200 ] && [ "$got" = "$want length|$want length|$want length|$want length" ] &&
+    [ "$after" -gt "$before" ]
+check "n=4 on the small pool: branches preempted ($((after - before))) and re-placed; all four equal tandem-generate" \
+    $? "HTTP $code: $got" "want $want"
 
 preempted=$(grep -c "preempted it" "$CLUSTER_TMP/router.log")
 [ "$preempted" -gt 0 ]
