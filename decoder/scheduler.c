@@ -218,6 +218,11 @@ int sched_add_branch(sched *s, sched_seq *leader, const char *id, worker_samplin
         (leader->state != SEQ_WAITING && leader->state != SEQ_RESERVED) || leader->started ||
         leader->kv_arrived || leader->cancelled)
         return TN_ERR_ARG;
+    int joined = 0; /* admission counted n_branches of them */
+    for (int i = 0; i < s->n_seqs; i++)
+        joined += is_branch_of(s->seqs[i], leader);
+    if (joined >= leader->n_branches)
+        return TN_ERR_ARG;
     if (grow_seqs(s) != 0)
         return TN_ERR_NOMEM;
     sched_seq *b = calloc(1, sizeof *b);
@@ -455,6 +460,17 @@ void sched_remove(sched *s, sched_seq *q)
     /* Keep admission order for FIFO fairness. */
     memmove(&s->seqs[idx], &s->seqs[idx + 1], (size_t)(s->n_seqs - idx - 1) * sizeof *s->seqs);
     s->n_seqs--;
+    /* Branches that have not run yet go with their leader (nothing can
+     * start them now); they come after it, so callers walking the list
+     * backwards from the leader are not disturbed. */
+    for (int i = s->n_seqs - 1; i >= idx; i--)
+        if (is_branch_of(s->seqs[i], q)) {
+            sched_seq *b = s->seqs[i];
+            release_pages(s, b);
+            memmove(&s->seqs[i], &s->seqs[i + 1], (size_t)(s->n_seqs - i - 1) * sizeof *s->seqs);
+            s->n_seqs--;
+            seq_free(b);
+        }
     seq_free(q);
 }
 

@@ -163,8 +163,9 @@ int sched_form_batch(sched *s, sched_seq **batch, int max);
 /* A branch of leader (its other choice) sharing its prompt's pages: runs
  * once the leader's KV and its own first token (sched_start) are in. ws is
  * moved in as by sched_submit. The leader must be WAITING or RESERVED, not
- * a branch, its KV not arrived. Returns 0, TN_ERR_ARG (bad or duplicate
- * id, leader too far along), TN_ERR_NOMEM. */
+ * a branch, its KV not arrived, and have fewer branches than its request's
+ * n_branches. Returns 0, TN_ERR_ARG (bad or duplicate id, leader too far
+ * along, one branch too many), TN_ERR_NOMEM. */
 int sched_add_branch(sched *s, sched_seq *leader, const char *id, worker_sampling *ws,
                      sched_seq **out);
 
@@ -184,7 +185,8 @@ int sched_admit_headroom(const sched *s, int admitted);
  * becomes the next input, and the stop conditions are checked. */
 void sched_token(sched *s, sched_seq *q, int32_t tok);
 
-/* Forgets q and returns all its pages. */
+/* Forgets q and drops its holds on pages (a page no one holds is free);
+ * a leader's branches that have not run yet go with it. */
 void sched_remove(sched *s, sched_seq *q);
 
 /* Counts for heartbeats. */
