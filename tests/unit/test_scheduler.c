@@ -59,7 +59,7 @@ static void admission_keeps_a_page_of_headroom_per_sequence(void **state)
     assert_int_equal(sched_admit_headroom(&s, 1), 3);
     assert_int_equal(sched_admit_headroom(&s, 5), 7);
     sched_seq *q;
-    char id[8];
+    char id[16];
     int admitted = 0;
     /* prompts of 7 pages: admitted while free - 7 >= admitted + 1 + 2 */
     for (int i = 0; i < 9; i++) {
