@@ -44,6 +44,9 @@ typedef struct prefill_job {
     char (*branch_ids)[24];
     uint64_t *branch_seeds;
     int cancelled;
+    int prompt_lp;             /* -1, or echo's prompt logprobs with this many alternatives */
+    tm_token_logprobs *prompt_lps; /* rank 0: [n_tokens - 1], entry i for token i + 1 */
+    int last_row;              /* the last prompt token's row in the last chunk's logits */
 } prefill_job;
 
 typedef struct prefiller_ctx {

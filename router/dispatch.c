@@ -305,6 +305,7 @@ static void fill_sampling_extras(Tandem__V1__SamplingParams *s, const router_req
     s->output_in_prompt = penalised ? (uint32_t)r->n_out : 0;
     s->logprobs = r->logprobs >= 0 || r->score_logprobs;
     s->top_logprobs = r->logprobs > 0 ? (uint32_t)r->logprobs : 0;
+    s->prompt_logprobs = r->prompt_logprobs && !r->prompt_lp;
 }
 
 /* A new attempt (a worker lost, or the decoder preempted it) draws from a
@@ -705,6 +706,13 @@ static void on_prefill_result(router_ctx *ctx, router_worker *from,
     m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_START_DECODE;
     m.start_decode = &s;
     r->stage = STAGE_DECODING;
+    if (request_store_prompt_logprobs(r, res->prompt_logprobs, res->n_prompt_logprobs) != 0) {
+        send_cancel(ctx, r->decoder, r->wid, 1);
+        fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL,
+             "prefiller %s sent %zu prompt logprobs for a prompt of %d tokens (echo)", from->id,
+             res->n_prompt_logprobs, r->n_prompt);
+        return;
+    }
     int32_t first = res->first_token;
     Tandem__V1__TokenLogprobs *first_lp = res->first_logprobs;
     /* the riding choices' first tokens go out first: each is a request of
@@ -729,6 +737,15 @@ static void on_prefill_result(router_ctx *ctx, router_worker *from,
         f->t_progress = r->t_progress;
         group_unlink(f);
         f->refs++;
+        /* echo with logprobs: the prompt is the leader's, so are its logprobs */
+        if (request_store_prompt_logprobs(f, res->prompt_logprobs, res->n_prompt_logprobs) != 0) {
+            send_cancel(ctx, f->decoder, f->wid, 1);
+            fail(ctx, f, TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL,
+                 "prefiller %s sent %zu prompt logprobs for a prompt of %d tokens (echo)",
+                 from->id, res->n_prompt_logprobs, f->n_prompt);
+            request_unref(f);
+            continue;
+        }
         if (deliver_tokens(ctx, f, &t, 1, &lp, lp ? 1 : 0)) {
             request_unref(f);
             continue;

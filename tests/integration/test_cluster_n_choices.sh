@@ -106,6 +106,25 @@ check "best_of=3 is one prefill" $? "prefill requests: $n"
 grep -q "3 choices on decoder .* as one prefill" "$CLUSTER_TMP/router.log"
 check "the router logs the choices placed as one prefill" $? "$(grep -c choices "$CLUSTER_TMP/router.log")"
 
+# echo with logprobs: the prompt's logprobs come from the one prefill, and
+# every choice lists them before its own
+code=$(post /v1/completions "$(body '"n":2,"temperature":0,"echo":true,"logprobs":1')" "$CLUSTER_TMP/echo.json")
+verdict=$(python3 - "$CLUSTER_TMP/echo.json" "$(echo "$prompt" | tr ',' '\n' | grep -c .)" $N <<'EOF'
+import json, sys
+j = json.load(open(sys.argv[1]))
+n_prompt, n = int(sys.argv[2]), int(sys.argv[3])
+a, b = (c["logprobs"]["token_logprobs"] for c in j["choices"])
+assert len(j["choices"]) == 2 and a == b, (a, b)
+assert len(a) == n_prompt + n and a[0] is None and all(x is not None for x in a[1:]), a
+print("ok")
+EOF
+)
+[ "$code" = 200 ] && [ "$verdict" = ok ]
+check "n=2 with echo + logprobs: both choices list the prompt's logprobs (from the one prefill)" $? \
+    "HTTP $code: $verdict" "$(head -c 300 "$CLUSTER_TMP/echo.json")"
+n=$(wait_prefills 5)
+check "echo n=2 is one prefill" $? "prefill requests: $n"
+
 used=$(wait_kv_free "$(curl -s "$URL/metrics" | sed -n 's/^tandem_kv_cache_blocks_used{pool="decode",worker="\([^"]*\)"}.*/\1/p' | head -1)")
 check "the decoder's KV pages (shared and copied) are all free again" $? "blocks used: $used"
 cluster_finish
