@@ -68,9 +68,45 @@ static void fail_batch(decoder_ctx *ctx, int n, const char *msg)
     }
 }
 
+/* Tells the router about every sequence the batch's page needs preempted
+ * (it places each again with its output so far) and forgets them. */
+static void report_preempted(decoder_ctx *ctx)
+{
+    sched_seq *q;
+    while ((q = sched_next_preempted(&ctx->s)) != NULL) {
+        char why[200];
+        snprintf(why, sizeof why, "the KV pool (%d pages) ran dry; preempted after %d tokens "
+                 "as the latest admitted sequence", ctx->s.n_pages, q->n_generated);
+        tn_log(WHO, "request %s: %s", q->id, why);
+        Tandem__V1__Preempted p = TANDEM__V1__PREEMPTED__INIT;
+        p.request_id = q->id;
+        p.reason = why;
+        p.tokens_cached = (uint32_t)q->n_cached;
+        Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
+        m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_PREEMPTED;
+        m.preempted = &p;
+        link_send(&ctx->loop.link, &m);
+        ctx->loop.wm.decode_preemptions++;
+        sched_remove(&ctx->s, q);
+    }
+}
+
 int decoder_step(decoder_ctx *ctx)
 {
     int n = sched_form_batch(&ctx->s, ctx->batch, ctx->cfg.max_batch);
+    report_preempted(ctx);
+    /* branches about to write into a page they shared get their own copy */
+    int n_copies;
+    const int32_t *copies = sched_take_copies(&ctx->s, &n_copies);
+    for (int i = 0; i < n_copies; i++) {
+        int rc = tm_kv_copy_page(&ctx->kv, copies[2 * i + 1], copies[2 * i]);
+        if (rc != TN_OK) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "copying a shared KV page failed: %s", tn_status_str(rc));
+            fail_batch(ctx, n, msg);
+            return rc;
+        }
+    }
     if (n == 0)
         return ctx->group_step ? tm_forward(ctx->model, NULL, NULL, 0, NULL, NULL) : 0;
     for (int i = 0; i < n; i++) {

@@ -1,5 +1,5 @@
-/* The decoder process: reserves KV pages for requests the router assigns
- * (admission control in decoder/scheduler.h), receives their prompt KV from
+/* The decoder process: admits the requests the router assigns by KV use,
+ * preempting the latest when the pool runs dry (decoder/scheduler.h), receives their prompt KV from
  * prefillers through the TransferEngine, and runs continuous batching: every
  * step advances all running sequences by one token in one forward call,
  * sequences joining and leaving between steps. Tokens go back to the router

@@ -15,8 +15,10 @@
 #define WHO "decoder"
 
 static const char *const INTRO =
-    "Runs a Tandem decoder: registers with the router, reserves KV pages for the\n"
-    "requests it is given (admission control), receives their prompt KV from\n"
+    "Runs a Tandem decoder: registers with the router, admits the requests it is\n"
+    "given by KV use (prompt pages at admission, one more as each sequence grows;\n"
+    "when the pool runs dry the latest admitted sequence is preempted and the\n"
+    "router places it again), receives their prompt KV from\n"
     "prefillers over the TransferEngine (UCX), and decodes all running requests\n"
     "together, one token per step (continuous batching), streaming tokens back,\n"
     "on the CPU or a GPU (--device; tokens are sampled where the logits are).\n"
@@ -50,6 +52,9 @@ static void send_error(decoder_ctx *ctx, const char *request_id, int code, const
 static void send_kv_ready(decoder_ctx *ctx, sched_seq *q)
 {
     q->lease_until_ms = tn_now_ms() + (uint64_t)ctx->cfg.kv_lease_ms + LEASE_GRACE_MS;
+    for (int i = 0; i < ctx->s.n_seqs; i++) /* its branches wait on the same prefill */
+        if (!strcmp(ctx->s.seqs[i]->leader, q->id))
+            ctx->s.seqs[i]->lease_until_ms = q->lease_until_ms;
     Tandem__V1__KvDestination d = TANDEM__V1__KV_DESTINATION__INIT;
     d.decoder_id = ctx->cfg.w.worker_id;
     d.page_ids = q->pages;
@@ -65,6 +70,47 @@ static void send_kv_ready(decoder_ctx *ctx, sched_seq *q)
     link_send(&ctx->loop.link, &m);
 }
 
+/* The request's sampling as this decoder holds it (sampling, penalties,
+ * grammar); 0, or -1 after telling the router why. */
+static int sampling_of(decoder_ctx *ctx, const Tandem__V1__DecodeAssignment *a,
+                       const char *id, worker_sampling *ws)
+{
+    char msg[300];
+    if (worker_sampling_from_wire(ws, a->sampling, a->penalty_prompt, (int)a->n_penalty_prompt,
+                                  ctx->mc->vocab_size, msg, sizeof msg) != TN_OK) {
+        send_error(ctx, id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT, msg);
+        return -1;
+    }
+    if (worker_sampling_constrain(ws, a->sampling, ctx->has_vocab ? &ctx->vocab : NULL,
+                                  a->stop_token_ids, (int)a->n_stop_token_ids, msg,
+                                  sizeof msg) != TN_OK) {
+        worker_sampling_free(ws);
+        send_error(ctx, id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT, msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* n > 1: the request's other choices join q as branches sharing its
+ * prompt's pages. A branch that cannot join is refused on its own. */
+static void add_branches(decoder_ctx *ctx, const Tandem__V1__DecodeAssignment *a, sched_seq *q)
+{
+    for (size_t i = 0; i < a->n_branch_ids; i++) {
+        worker_sampling ws;
+        if (sampling_of(ctx, a, a->branch_ids[i], &ws) != 0)
+            continue;
+        sched_seq *b;
+        int rc = sched_add_branch(&ctx->s, q, a->branch_ids[i], &ws, &b);
+        worker_sampling_free(&ws); /* zeroed when the branch took it */
+        if (rc != 0)
+            send_error(ctx, a->branch_ids[i],
+                       rc == TN_ERR_NOMEM ? TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL
+                                          : TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT,
+                       rc == TN_ERR_NOMEM ? "decoder out of memory"
+                                          : "bad or duplicate branch id");
+    }
+}
+
 static void on_assignment(decoder_ctx *ctx, const Tandem__V1__DecodeAssignment *a)
 {
     char msg[300];
@@ -74,19 +120,15 @@ static void on_assignment(decoder_ctx *ctx, const Tandem__V1__DecodeAssignment *
                    "invalid sizes");
         return;
     }
+    if (a->n_branch_ids >= (size_t)ctx->cfg.max_batch) {
+        snprintf(msg, sizeof msg, "%zu branches; this decoder takes at most %d", a->n_branch_ids,
+                 ctx->cfg.max_batch - 1);
+        send_error(ctx, a->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT, msg);
+        return;
+    }
     worker_sampling ws;
-    if (worker_sampling_from_wire(&ws, a->sampling, a->penalty_prompt, (int)a->n_penalty_prompt,
-                                  ctx->mc->vocab_size, msg, sizeof msg) != TN_OK) {
-        send_error(ctx, a->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT, msg);
+    if (sampling_of(ctx, a, a->request_id, &ws) != 0)
         return;
-    }
-    if (worker_sampling_constrain(&ws, a->sampling, ctx->has_vocab ? &ctx->vocab : NULL,
-                                  a->stop_token_ids, (int)a->n_stop_token_ids, msg,
-                                  sizeof msg) != TN_OK) {
-        worker_sampling_free(&ws);
-        send_error(ctx, a->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT, msg);
-        return;
-    }
     sched_request req = {
         .id = a->request_id,
         .prompt_len = (int)a->prompt_len,
@@ -94,10 +136,13 @@ static void on_assignment(decoder_ctx *ctx, const Tandem__V1__DecodeAssignment *
         .stop_ids = a->stop_token_ids,
         .n_stop_ids = (int)a->n_stop_token_ids,
         .ws = &ws,
+        .n_branches = (int)a->n_branch_ids,
     };
     sched_seq *q = NULL;
     int submitted = sched_submit(&ctx->s, &req, &q);
     worker_sampling_free(&ws); /* zeroed when the sequence took it */
+    if (submitted == SCHED_ADMITTED || submitted == SCHED_QUEUED)
+        add_branches(ctx, a, q);
     switch (submitted) {
     case SCHED_ADMITTED:
         send_kv_ready(ctx, q);
@@ -126,29 +171,47 @@ static void on_assignment(decoder_ctx *ctx, const Tandem__V1__DecodeAssignment *
     }
 }
 
-static void on_start(decoder_ctx *ctx, const Tandem__V1__StartDecode *s)
+/* q's first token (from the prefill) and its generator after it. */
+static void start_seq(decoder_ctx *ctx, sched_seq *q, int32_t first, uint64_t rng)
 {
-    sched_seq *q = sched_find(&ctx->s, s->request_id);
-    if (!q || q->cancelled || q->state != SEQ_RESERVED)
-        return;
-    if (s->first_token < 0 || s->first_token >= ctx->mc->vocab_size) {
-        send_error(ctx, s->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT,
+    if (first < 0 || first >= ctx->mc->vocab_size) {
+        send_error(ctx, q->id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT,
                    "first token outside the vocabulary");
         return;
     }
-    if (q->ws.con && tm_constraint_accept(q->ws.con, s->first_token) != TN_OK) {
-        send_error(ctx, s->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT,
+    if (q->ws.con && tm_constraint_accept(q->ws.con, first) != TN_OK) {
+        send_error(ctx, q->id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT,
                    "the first token breaks the request's grammar");
         return;
     }
-    if (tm_penalties_add_output(&q->ws.pen, s->first_token) != TN_OK) {
-        send_error(ctx, s->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL,
+    if (tm_penalties_add_output(&q->ws.pen, first) != TN_OK) {
+        send_error(ctx, q->id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL,
                    "decoder out of memory");
         return;
     }
-    sched_start(&ctx->s, q, s->first_token, s->rng_state);
+    sched_start(&ctx->s, q, first, rng);
     if (q->state == SEQ_FINISHED)
         decoder_finish_seq(ctx, q);
+}
+
+static void on_start(decoder_ctx *ctx, const Tandem__V1__StartDecode *s)
+{
+    sched_seq *q = sched_find(&ctx->s, s->request_id);
+    if (!q || q->cancelled || q->state != SEQ_RESERVED || q->leader[0])
+        return;
+    size_t nb = s->n_branch_ids;
+    if (s->n_branch_first_tokens != nb || s->n_branch_rng_states != nb) {
+        send_error(ctx, s->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT,
+                   "StartDecode: branch ids, first tokens and generator states differ in count");
+        return;
+    }
+    /* the branches first: the leader may finish (and leave) at once */
+    for (size_t i = 0; i < nb; i++) {
+        sched_seq *b = sched_find(&ctx->s, s->branch_ids[i]);
+        if (b && !b->cancelled && b->state == SEQ_RESERVED && !strcmp(b->leader, q->id))
+            start_seq(ctx, b, s->branch_first_tokens[i], s->branch_rng_states[i]);
+    }
+    start_seq(ctx, q, s->first_token, s->rng_state);
 }
 
 static void on_cancel(void *arg, const Tandem__V1__Cancel *c)

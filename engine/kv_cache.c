@@ -108,6 +108,25 @@ void tm_kv_release_pages(tm_kv_cache *c, const int32_t *pages, int n)
     }
 }
 
+int tm_kv_copy_page(const tm_kv_cache *c, int32_t dst, int32_t src)
+{
+    if (!c || dst < 0 || src < 0 || dst >= c->n_pages || src >= c->n_pages)
+        return TN_ERR_ARG;
+    if (dst == src)
+        return TN_OK;
+    size_t page = tm_kv_page_bytes(c);
+    for (int l = 0; l < c->n_layers; l++) {
+        int rc = kn_copy_on_backend(c->be, (char *)c->k[l] + (size_t)dst * page,
+                                    (const char *)c->k[l] + (size_t)src * page, page);
+        if (rc == TN_OK)
+            rc = kn_copy_on_backend(c->be, (char *)c->v[l] + (size_t)dst * page,
+                                    (const char *)c->v[l] + (size_t)src * page, page);
+        if (rc != TN_OK)
+            return rc;
+    }
+    return TN_OK;
+}
+
 int tm_kv_pages_for(const tm_kv_cache *c, int n_tokens)
 {
     return n_tokens <= 0 ? 0 : (n_tokens + c->page_size - 1) / c->page_size;

@@ -39,6 +39,9 @@ int tm_kv_alloc_pages(tm_kv_cache *c, int n, int32_t *pages);
 /* Returns pages to the free list; ids out of range or not handed out are
  * ignored, so a double release cannot hand one page to two sequences. */
 void tm_kv_release_pages(tm_kv_cache *c, const int32_t *pages, int n);
+/* Copies page src's K and V rows, every layer, onto page dst (on the
+ * backend): a copy-on-write of a page two sequences shared. */
+int tm_kv_copy_page(const tm_kv_cache *c, int32_t dst, int32_t src);
 /* Pages a sequence of n_tokens tokens needs. */
 int tm_kv_pages_for(const tm_kv_cache *c, int n_tokens);
 

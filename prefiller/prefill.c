@@ -15,6 +15,8 @@ void prefill_job_free(prefill_job *job)
     if (!job)
         return;
     free(job->tokens);
+    free(job->branch_ids);
+    free(job->branch_seeds);
     free(job->prompt_lps);
     worker_sampling_free(&job->ws);
     if (job->dest)
@@ -35,9 +37,25 @@ void prefiller_count_outcome(prefiller_ctx *ctx, int code)
     ctx->loop.wm.prefill_requests[o]++;
 }
 
+/* The branches' first tokens (n > 1), drawn with the first token. */
+typedef struct branch_draws {
+    int n;
+    int32_t *tokens;
+    uint64_t *rngs;
+    tm_token_logprobs *lp;    /* NULL: no logprobs asked */
+} branch_draws;
+
+static void branch_draws_free(branch_draws *b)
+{
+    free(b->tokens);
+    free(b->rngs);
+    free(b->lp);
+    memset(b, 0, sizeof *b);
+}
+
 static void report(prefiller_ctx *ctx, const prefill_job *job, int32_t first, uint64_t rng,
-                   tm_token_logprobs *first_lp, int transfer, int code, const char *msg,
-                   double t_prefill, double t_xfer)
+                   tm_token_logprobs *first_lp, const branch_draws *br, int transfer, int code,
+                   const char *msg, double t_prefill, double t_xfer)
 {
     if (ctx->group.rank != 0) {   /* only rank 0 talks to the router */
         if (code)
@@ -84,12 +102,68 @@ static void report(prefiller_ctx *ctx, const prefill_job *job, int32_t first, ui
         r.error = &e;
         tn_log(WHO, "request %s: %s", job->id, msg);
     }
+    int nb = br && !code ? br->n : 0;
+    char *ids[nb > 0 ? nb : 1];
+    Tandem__V1__TokenLogprobs blp[nb > 0 ? nb : 1];
+    Tandem__V1__TokenLogprobs *blp_ptrs[nb > 0 ? nb : 1];
+    for (int i = 0; i < nb; i++) {
+        ids[i] = (char *)job->branch_ids[i];
+        if (br->lp) {
+            worker_logprobs_to_wire(&blp[i], &br->lp[i]);
+            blp_ptrs[i] = &blp[i];
+        }
+    }
+    if (nb > 0) {
+        r.branch_ids = ids;
+        r.n_branch_ids = (size_t)nb;
+        r.branch_first_tokens = br->tokens;
+        r.n_branch_first_tokens = (size_t)nb;
+        r.branch_rng_states = br->rngs;
+        r.n_branch_rng_states = (size_t)nb;
+        if (br->lp) {
+            r.branch_first_logprobs = blp_ptrs;
+            r.n_branch_first_logprobs = (size_t)nb;
+        }
+    }
     Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
     m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_PREFILL_RESULT;
     m.prefill_result = &r;
     link_send(&ctx->loop.link, &m);
     free(plp);
     free(plp_ptrs);
+}
+
+/* Each branch's first token from the same logits (left unchanged by the
+ * sampler), with its own generator: what a prefill of its own would draw. */
+static int draw_branches(prefiller_ctx *ctx, const prefill_job *job, branch_draws *b)
+{
+    memset(b, 0, sizeof b[0]);
+    if (job->n_branches == 0 || ctx->group.rank != 0)
+        return TN_OK;
+    b->tokens = calloc((size_t)job->n_branches, sizeof *b->tokens);
+    b->rngs = calloc((size_t)job->n_branches, sizeof *b->rngs);
+    b->lp = job->ws.top_logprobs >= 0 ? calloc((size_t)job->n_branches, sizeof *b->lp) : NULL;
+    if (!b->tokens || !b->rngs || (job->ws.top_logprobs >= 0 && !b->lp)) {
+        branch_draws_free(b);
+        return TN_ERR_NOMEM;
+    }
+    b->n = job->n_branches;
+    const tm_penalties *pen = &job->ws.pen;
+    for (int i = 0; i < b->n; i++) {
+        b->rngs[i] = kn_rng_seed(job->branch_seeds[i]);
+        /* the prompt's last row (with echo's logprobs every row is there) */
+        const float *row = tm_model_last_logits(ctx->model) +
+                           (size_t)job->last_row * (size_t)ctx->mc->vocab_size;
+        int rc = tm_sample_rows(&ctx->sampler, row, 1,
+                                ctx->mc->vocab_size, &job->ws.params, &b->rngs[i], &pen,
+                                &job->ws.con, &job->ws.top_logprobs, &b->tokens[i],
+                                b->lp ? &b->lp[i] : NULL);
+        if (rc != TN_OK) {
+            branch_draws_free(b);
+            return rc;
+        }
+    }
+    return TN_OK;
 }
 
 /* In a TP group every rank runs every step of a job; rank 0, which talks to
@@ -298,7 +372,7 @@ void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job)
     char err[512] = "";
     double t0 = tn_now_s();
     if (in_group(ctx) && ctx->group.rank == 0 && share_job(ctx, job, err, sizeof err) != 0) {
-        report(ctx, job, 0, 0, NULL, NONE, INTERNAL, err, 0, 0);
+        report(ctx, job, 0, 0, NULL, NULL, NONE, INTERNAL, err, 0, 0);
         return;
     }
     int n_pages = tm_kv_pages_for(&ctx->kv, job->n_tokens);
@@ -309,14 +383,15 @@ void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job)
             comm_abort(ctx->group.world, "cannot allocate KV pages for a prompt");
             ctx->group_failed = 1;
         }
-        report(ctx, job, 0, 0, NULL, NONE, INTERNAL, "cannot allocate KV pages for the prompt", 0, 0);
+        report(ctx, job, 0, 0, NULL, NULL, NONE, INTERNAL,
+               "cannot allocate KV pages for the prompt", 0, 0);
         free(pages);
         return;
     }
     int rc = run_prompt(ctx, job, pages, n_pages, err, sizeof err);
     double t1 = tn_now_s();
     if (rc != 0) {
-        report(ctx, job, 0, 0, NULL, NONE, rc > 0 ? CANCELLED : INTERNAL,
+        report(ctx, job, 0, 0, NULL, NULL, NONE, rc > 0 ? CANCELLED : INTERNAL,
                rc > 0 ? "cancelled during prefill" : err, t1 - t0, 0);
         tm_kv_release_pages(&ctx->kv, pages, n_pages);
         free(pages);
@@ -342,13 +417,16 @@ void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job)
                               ctx->mc->vocab_size, &job->ws.params, &rng, &pen, &job->ws.con,
                               &job->ws.top_logprobs, &first, &first_lp)
              : TN_OK;
+    branch_draws br;
+    if (rc == TN_OK)
+        rc = draw_branches(ctx, job, &br);
     if (rc != TN_OK) {
         if (in_group(ctx)) {   /* the other ranks would push without us */
             comm_abort(ctx->group.world, "sampling the first token failed");
             ctx->group_failed = 1;
         }
         snprintf(err, sizeof err, "sampling the first token failed: %s", tn_status_str(rc));
-        report(ctx, job, 0, 0, NULL, NONE, INTERNAL, err, t1 - t0, 0);
+        report(ctx, job, 0, 0, NULL, NULL, NONE, INTERNAL, err, t1 - t0, 0);
         tm_kv_release_pages(&ctx->kv, pages, n_pages);
         free(pages);
         return;
@@ -394,13 +472,15 @@ void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job)
         int code = job->cancelled ? CANCELLED : TANDEM__V1__ERROR_CODE__ERROR_CODE_TRANSFER_FAILED;
         char msg[600];
         snprintf(msg, sizeof msg, "KV transfer to %s failed: %s", job->dest->decoder_id, err);
-        report(ctx, job, first, rng, NULL, TANDEM__V1__TRANSFER_STATUS__TRANSFER_STATUS_FAILED, code,
-               job->cancelled ? "cancelled during the KV transfer" : msg, t1 - t0, t2 - t1);
+        report(ctx, job, first, rng, NULL, NULL, TANDEM__V1__TRANSFER_STATUS__TRANSFER_STATUS_FAILED,
+               code, job->cancelled ? "cancelled during the KV transfer" : msg, t1 - t0, t2 - t1);
+        branch_draws_free(&br);
         return;
     }
-    report(ctx, job, first, rng, job->ws.top_logprobs >= 0 ? &first_lp : NULL,
+    report(ctx, job, first, rng, job->ws.top_logprobs >= 0 ? &first_lp : NULL, &br,
            TANDEM__V1__TRANSFER_STATUS__TRANSFER_STATUS_COMPLETE, 0, NULL,
            t1 - t0, t2 - t1);
+    branch_draws_free(&br);
 }
 
 int prefiller_rank_serve(prefiller_ctx *ctx)

@@ -38,6 +38,11 @@ typedef struct prefill_job {
     Tandem__V1__KvDestination *dest; /* an unpacked copy the job owns */
     uint64_t lease_end_ms;     /* tn_wall_ms() after which the decoder's pages are no
                                   longer ours (dest->lease_end_unix_ms); 0: none */
+    /* n > 1: the other choices' ids and seeds; each gets its own first
+     * token from the prompt's logits (rank 0) */
+    int n_branches;
+    char (*branch_ids)[24];
+    uint64_t *branch_seeds;
     int cancelled;
     int prompt_lp;             /* -1, or echo's prompt logprobs with this many alternatives */
     tm_token_logprobs *prompt_lps; /* rank 0: [n_tokens - 1], entry i for token i + 1 */

@@ -107,6 +107,17 @@ static void on_assignment(prefiller_ctx *ctx, const Tandem__V1__PrefillAssignmen
         reject(ctx, a->request_id, BAD, msg);
         return;
     }
+    if (a->n_branch_ids != a->n_branch_seeds || a->n_branch_ids > 256) {
+        worker_sampling_free(&ws);
+        reject(ctx, a->request_id, BAD, "branch ids and seeds differ in count, or over 256");
+        return;
+    }
+    for (size_t i = 0; i < a->n_branch_ids; i++)
+        if (strlen(a->branch_ids[i]) != 16) {
+            worker_sampling_free(&ws);
+            reject(ctx, a->request_id, BAD, "a branch id must be 16 hex digits");
+            return;
+        }
     if (a->sampling && a->sampling->prompt_logprobs &&
         a->sampling->top_logprobs > KN_LOGPROBS_MAX_TOP) {
         worker_sampling_free(&ws);
@@ -123,14 +134,18 @@ static void on_assignment(prefiller_ctx *ctx, const Tandem__V1__PrefillAssignmen
     prefill_job *job = calloc(1, sizeof *job);
     size_t dlen = tandem__v1__kv_destination__get_packed_size(d);
     uint8_t *dbuf = malloc(dlen ? dlen : 1);
-    if (job)
+    if (job) {
         job->tokens = malloc(a->n_prompt_tokens * sizeof *job->tokens);
+        job->n_branches = (int)a->n_branch_ids;
+        job->branch_ids = calloc(a->n_branch_ids + 1, sizeof *job->branch_ids);
+        job->branch_seeds = calloc(a->n_branch_ids + 1, sizeof *job->branch_seeds);
+    }
     if (dbuf && job) {
         tandem__v1__kv_destination__pack(d, dbuf);
         job->dest = tandem__v1__kv_destination__unpack(NULL, dlen, dbuf);
     }
     free(dbuf);
-    if (!job || !job->tokens || !job->dest) {
+    if (!job || !job->tokens || !job->dest || !job->branch_ids || !job->branch_seeds) {
         prefill_job_free(job);
         worker_sampling_free(&ws);
         reject(ctx, a->request_id, TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL, "out of memory");
@@ -142,6 +157,10 @@ static void on_assignment(prefiller_ctx *ctx, const Tandem__V1__PrefillAssignmen
     memcpy(job->tokens, a->prompt_tokens, a->n_prompt_tokens * sizeof *job->tokens);
     job->n_tokens = (int)a->n_prompt_tokens;
     job->ws = ws;
+    for (size_t i = 0; i < a->n_branch_ids; i++) {
+        snprintf(job->branch_ids[i], sizeof job->branch_ids[i], "%s", a->branch_ids[i]);
+        job->branch_seeds[i] = a->branch_seeds[i];
+    }
     /* echo with logprobs: the prompt tokens' own, as many alternatives as
      * the sampled tokens get */
     job->prompt_lp = a->sampling && a->sampling->prompt_logprobs ? (int)a->sampling->top_logprobs : -1;

@@ -87,6 +87,46 @@ static void release_decoder(router_ctx *ctx, router_request *r)
 }
 
 static void unhold(router_ctx *ctx, router_request *r);
+static void start_over(router_ctx *ctx, router_request *r, int next_attempt, const char *why);
+
+/* f leaves its leader's group (it was placed on its own, ended, or the
+ * leader's prefill is done and f decodes as a sequence of its own). */
+static void group_unlink(router_request *f)
+{
+    router_request *l = f->leader;
+    if (!l)
+        return;
+    for (int i = 0; i < l->n_followers; i++)
+        if (l->followers[i] == f) {
+            l->followers[i] = l->followers[--l->n_followers];
+            break;
+        }
+    f->leader = NULL;
+    request_unref(l);
+}
+
+/* The leader r leaves the stages its followers ride on (placed again,
+ * ended) before its prefill delivered: each follower still riding is
+ * dropped at the decoder and placed on its own (or cancelled with it). */
+static void group_release(router_ctx *ctx, router_request *r, int cancelled, const char *why)
+{
+    while (r->n_followers > 0) {
+        router_request *f = r->followers[r->n_followers - 1];
+        f->refs++;
+        group_unlink(f);
+        if (!f->finished && f->stage == STAGE_RIDING) {
+            send_cancel(ctx, f->decoder, f->wid, 1);
+            if (cancelled) {
+                dispatch_finish(ctx, f, TANDEM__V1__FINISH_REASON__FINISH_REASON_CANCELLED, NULL);
+            } else {
+                char w[WIRE_MAX_ID + 200];
+                snprintf(w, sizeof w, "its leader %s %s", r->id, why);
+                start_over(ctx, f, 0, w);
+            }
+        }
+        request_unref(f);
+    }
+}
 
 void dispatch_finish(router_ctx *ctx, router_request *r, int reason, const api_error *err)
 {
@@ -101,6 +141,9 @@ void dispatch_finish(router_ctx *ctx, router_request *r, int reason, const api_e
     r->finish_reason = reason;
     if (err)
         r->error = *err;
+    group_unlink(r);
+    group_release(ctx, r, reason == TANDEM__V1__FINISH_REASON__FINISH_REASON_CANCELLED,
+                  "ended before its first token");
     release_decoder(ctx, r);
     if (!r->zombie) {
         release_prefiller(ctx, r);
@@ -154,6 +197,8 @@ static void requeue(router_ctx *ctx, router_request *r, int code, const char *fm
  * there to take the reservation), which is no reason to give up. */
 static void start_over(router_ctx *ctx, router_request *r, int next_attempt, const char *why)
 {
+    group_unlink(r);
+    group_release(ctx, r, 0, "was placed again");
     release_prefiller(ctx, r);
     release_decoder(ctx, r);
     if (r->n_out >= r->max_tokens) {
@@ -263,14 +308,20 @@ static void fill_sampling_extras(Tandem__V1__SamplingParams *s, const router_req
     s->prompt_logprobs = r->prompt_logprobs && !r->prompt_lp;
 }
 
+/* A new attempt (a worker lost, or the decoder preempted it) draws from a
+ * different stream than the first one did (its first draw is a later token
+ * of the output). */
+static uint64_t attempt_seed(const router_request *r)
+{
+    return r->seed + (uint64_t)(r->attempts + r->preemptions) * 0x9E3779B97F4A7C15ull;
+}
+
 static void fill_sampling(Tandem__V1__SamplingParams *s, const router_request *r)
 {
     s->temperature = r->temperature;
     s->top_p = r->top_p;
     s->top_k = r->top_k;
-    /* A new attempt draws from a different stream than the first one did
-     * (its first draw is a later token of the output). */
-    s->seed = r->seed + (uint64_t)r->attempts * 0x9E3779B97F4A7C15ull;
+    s->seed = attempt_seed(r);
     fill_sampling_extras(s, r);
     /* structured outputs: a re-placed attempt replays the output so far */
     s->grammar = r->grammar;
@@ -364,8 +415,26 @@ void dispatch_retry_held(router_ctx *ctx)
     }
 }
 
+/* Followers that can ride on leader r's first placement as decoder
+ * branches: fresh (not placed, no output), as r is. The others are
+ * unlinked and placed on their own when their turn comes. Returns how
+ * many are left in r->followers. */
+static int riders(router_request *r)
+{
+    int fresh = r->n_out == 0 && r->attempts == 0 && r->preemptions == 0;
+    for (int i = r->n_followers - 1; i >= 0; i--) {
+        router_request *f = r->followers[i];
+        if (!fresh || f->finished || f->stage != STAGE_NEW || f->n_out || f->attempts ||
+            f->preemptions)
+            group_unlink(f);
+    }
+    return r->n_followers;
+}
+
 void dispatch_place(router_ctx *ctx, router_request *r)
 {
+    if (r->stage == STAGE_RIDING)
+        return; /* placed with its leader */
     double waited = r->held_since > 0 ? tn_now_s() - r->held_since : 0;
     if (ctx->stop_final) {
         fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_NO_CAPACITY, "the router is shutting down");
@@ -415,6 +484,15 @@ void dispatch_place(router_ctx *ctx, router_request *r)
     a.stop_token_ids = r->stop_ids;
     a.n_stop_token_ids = (size_t)r->n_stop_ids;
     a.sampling = &sp;
+    /* n > 1: the choices still fresh ride along as branches (one prefill) */
+    int n_br = riders(r);
+    char *br_ids[n_br > 0 ? n_br : 1];
+    for (int i = 0; i < n_br; i++)
+        br_ids[i] = r->followers[i]->wid;
+    if (n_br > 0) {
+        a.branch_ids = br_ids;
+        a.n_branch_ids = (size_t)n_br;
+    }
     Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
     m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_DECODE_ASSIGNMENT;
     m.decode_assignment = &a;
@@ -433,7 +511,7 @@ void dispatch_place(router_ctx *ctx, router_request *r)
     }
     snprintf(r->decoder, sizeof r->decoder, "%s", d->id);
     r->decoder_serial = d->serial;
-    r->pages_committed = tm_kv_pages_needed(prompt_len, max_tokens, d->page_size);
+    r->pages_committed = placement_pages_at_admission(prompt_len, max_tokens, d->page_size);
     d->pages_committed += r->pages_committed;
     d->in_flight++;
     r->on_decoder = 1;
@@ -444,6 +522,20 @@ void dispatch_place(router_ctx *ctx, router_request *r)
     r->t_assigned_decode = r->t_progress;
     r->t_assigned_prefill = r->t_start_decode = 0;
     r->held_since = 0; /* a later hold (its worker lost) waits afresh */
+    for (int i = 0; i < n_br; i++) {
+        router_request *f = r->followers[i];
+        snprintf(f->decoder, sizeof f->decoder, "%s", d->id);
+        f->decoder_serial = d->serial;
+        f->pages_committed = 1; /* its prompt pages are the leader's */
+        d->pages_committed += 1;
+        d->in_flight++;
+        f->on_decoder = 1;
+        f->stage = STAGE_RIDING;
+        f->t_progress = r->t_progress;
+    }
+    if (n_br > 0)
+        tn_log(WHO, "request %s: %d choices on decoder %s as one prefill (%s leads, %d branches)",
+               r->id, n_br + 1, d->id, r->wid, n_br);
 }
 
 /* w sent a message about its work: it is not stuck. */
@@ -489,6 +581,19 @@ static void on_kv_ready(router_ctx *ctx, router_worker *from, const Tandem__V1__
         return;
     }
     Tandem__V1__PrefillAssignment a = TANDEM__V1__PREFILL_ASSIGNMENT__INIT;
+    /* its riding choices draw their first tokens in the same prefill */
+    char *br_ids[r->n_followers > 0 ? r->n_followers : 1];
+    uint64_t br_seeds[r->n_followers > 0 ? r->n_followers : 1];
+    size_t n_br = 0;
+    for (int i = 0; i < r->n_followers; i++)
+        if (r->followers[i]->stage == STAGE_RIDING && !r->followers[i]->finished) {
+            br_ids[n_br] = r->followers[i]->wid;
+            br_seeds[n_br++] = attempt_seed(r->followers[i]);
+        }
+    a.branch_ids = br_ids;
+    a.n_branch_ids = n_br;
+    a.branch_seeds = br_seeds;
+    a.n_branch_seeds = n_br;
     a.request_id = r->wid;
     a.prompt_tokens = prompt;
     a.n_prompt_tokens = (size_t)(r->n_prompt + r->n_out);
@@ -634,15 +739,78 @@ static void on_prefill_result(router_ctx *ctx, router_worker *from,
     }
     int32_t first = res->first_token;
     Tandem__V1__TokenLogprobs *first_lp = res->first_logprobs;
-    if (deliver_tokens(ctx, r, &first, 1, &first_lp, first_lp ? 1 : 0))
+    /* the riding choices' first tokens go out first: each is a request of
+     * its own to the client (a stop string may end one here) */
+    size_t nb = res->n_branch_ids;
+    if (res->n_branch_first_tokens != nb || res->n_branch_rng_states != nb ||
+        (res->n_branch_first_logprobs && res->n_branch_first_logprobs != nb))
+        nb = 0; /* malformed: the riders are placed on their own below */
+    char *br_ids[nb > 0 ? nb : 1];
+    int32_t br_tok[nb > 0 ? nb : 1];
+    uint64_t br_rng[nb > 0 ? nb : 1];
+    router_request *br_req[nb > 0 ? nb : 1];
+    size_t n_start = 0;
+    for (size_t i = 0; i < nb; i++) {
+        router_request *f = request_find(ctx, res->branch_ids[i]);
+        if (!f || f->leader != r || f->stage != STAGE_RIDING || f->finished)
+            continue;
+        int32_t t = res->branch_first_tokens[i];
+        Tandem__V1__TokenLogprobs *lp = res->n_branch_first_logprobs ? res->branch_first_logprobs[i]
+                                                                     : NULL;
+        f->stage = STAGE_DECODING;
+        f->t_progress = r->t_progress;
+        group_unlink(f);
+        f->refs++;
+        /* echo with logprobs: the prompt is the leader's, so are its logprobs */
+        if (request_store_prompt_logprobs(f, res->prompt_logprobs, res->n_prompt_logprobs) != 0) {
+            send_cancel(ctx, f->decoder, f->wid, 1);
+            fail(ctx, f, TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL,
+                 "prefiller %s sent %zu prompt logprobs for a prompt of %d tokens (echo)",
+                 from->id, res->n_prompt_logprobs, f->n_prompt);
+            request_unref(f);
+            continue;
+        }
+        if (deliver_tokens(ctx, f, &t, 1, &lp, lp ? 1 : 0)) {
+            request_unref(f);
+            continue;
+        }
+        br_req[n_start] = f;
+        br_ids[n_start] = f->wid;
+        br_tok[n_start] = t;
+        br_rng[n_start++] = res->branch_rng_states[i];
+    }
+    s.branch_ids = br_ids;
+    s.n_branch_ids = n_start;
+    s.branch_first_tokens = br_tok;
+    s.n_branch_first_tokens = n_start;
+    s.branch_rng_states = br_rng;
+    s.n_branch_rng_states = n_start;
+    /* riders the prefill drew nothing for are placed on their own */
+    group_release(ctx, r, 0, "had its prefill without it");
+    int sent = -1;
+    if (!deliver_tokens(ctx, r, &first, 1, &first_lp, first_lp ? 1 : 0))
+        sent = send_worker(ctx, r->decoder, &m);
+    for (size_t i = 0; i < n_start; i++) {
+        router_request *f = br_req[i];
+        if (sent != 0 && !f->finished) {
+            /* no StartDecode for the branches (the leader ended at its
+             * first token, or its decoder is gone): each continues on its
+             * own from its first token */
+            send_cancel(ctx, f->decoder, f->wid, 1);
+            start_over(ctx, f, 0, "its leader's decode did not start");
+        }
+        request_unref(f);
+    }
+    if (r->finished)
         return;
-    if (send_worker(ctx, r->decoder, &m) != 0) {
+    if (sent != 0) {
         /* The decoder holding its KV is gone: a lost worker for r. */
         router_worker *d = workers_find_serial(&ctx->workers, r->decoder, r->decoder_serial);
         if (d)
             mark_unreachable(d);
         requeue(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_WORKER_LOST,
                 "decoder %s is unreachable", r->decoder);
+        return;
     }
 }
 
@@ -673,6 +841,25 @@ static void on_token_batch(router_ctx *ctx, router_worker *from, const Tandem__V
             dispatch_finish(ctx, r, c->finish_reason, NULL);
         }
     }
+}
+
+/* The decoder ran out of KV pages and took r's (decoder/scheduler.h): it
+ * has forgotten r, and every token r produced there has arrived (the
+ * TokenBatches came first on the same connection). r is placed again with
+ * prompt + output as its prompt, like a request whose worker was lost, but
+ * this is no failure: it does not count towards MAX_ATTEMPTS. */
+static void on_preempted(router_ctx *ctx, router_worker *from, const Tandem__V1__Preempted *p)
+{
+    worker_progress(from);
+    router_request *r = request_find(ctx, p->request_id);
+    if (!r || r->finished || strcmp(r->decoder, from->id) || r->stage != STAGE_DECODING)
+        return; /* ended or placed again meanwhile; the decoder holds nothing */
+    ctx->metrics.preemptions++;
+    r->preemptions++;
+    char why[WIRE_MAX_ID + 300];
+    snprintf(why, sizeof why, "decoder %s preempted it (%s)", from->id,
+             p->reason && p->reason[0] ? p->reason : "no reason given");
+    start_over(ctx, r, 0, why);
 }
 
 static void on_worker_error(router_ctx *ctx, router_worker *from, const Tandem__V1__Error *e)
@@ -891,6 +1078,10 @@ void dispatch_worker_message(router_ctx *ctx, const char *rid, size_t rid_len,
         if (m->error)
             on_worker_error(ctx, w, m->error);
         break;
+    case TANDEM__V1__WORKER_MESSAGE__BODY_PREEMPTED:
+        if (m->preempted)
+            on_preempted(ctx, w, m->preempted);
+        break;
     default:
         tn_log(WHO, "worker %s sent an unexpected message (case %d)", w->id, (int)m->body_case);
         break;
@@ -904,6 +1095,7 @@ void dispatch_cancel(router_ctx *ctx, router_request *r)
     switch (r->stage) {
     case STAGE_RESERVING:
     case STAGE_DECODING:
+    case STAGE_RIDING: /* a branch: its pages are shared, never freed under a prefill */
         /* No prefiller writes into its pages any more: release at once. */
         send_cancel(ctx, r->decoder, r->wid, 1);
         break;
@@ -1073,7 +1265,8 @@ void dispatch_fail_all(router_ctx *ctx, const char *why)
         if (!r->finished) {
             if (r->stage == STAGE_PREFILLING)
                 send_cancel(ctx, r->prefiller, r->wid, 0);
-            if (r->stage >= STAGE_RESERVING && r->stage <= STAGE_DECODING)
+            if ((r->stage >= STAGE_RESERVING && r->stage <= STAGE_DECODING) ||
+                r->stage == STAGE_RIDING)
                 send_cancel(ctx, r->decoder, r->wid, 1);
             fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_NO_CAPACITY, "%s", why);
         }

@@ -1033,6 +1033,20 @@ static int submit(http_conn *hc, api_request *ar, api_error *e)
                 rc = -1;
                 break;
             }
+            /* one prefill for a prompt's choices: the first leads, the
+             * others ride on its placement (dispatch.c) */
+            if (per > 1 && b == 0 && !(r->followers = calloc((size_t)per - 1, sizeof *r->followers))) {
+                request_unref(r);
+                api_error_set(e, 500, "server_error", NULL, NULL, "router out of memory");
+                rc = -1;
+                break;
+            }
+            if (b > 0) {
+                router_request *leader = hc->choices[hc->n_choices - b].req;
+                r->leader = leader;
+                leader->refs++;
+                leader->followers[leader->n_followers++] = r;
+            }
             http_choice *c = &hc->choices[hc->n_choices++];
             c->req = r;
             c->index = p * per + b;

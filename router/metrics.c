@@ -135,6 +135,10 @@ void metrics_render(sbuf *b, const router_metrics *m, const worker_registry *w,
     prom_sample_u64(b, "tandem_input_tokens_total", "", m->input_tokens);
     prom_family(b, "tandem_output_tokens_total", "counter", "Tokens streamed to clients.");
     prom_sample_u64(b, "tandem_output_tokens_total", "", m->output_tokens);
+    prom_family(b, "tandem_request_preemptions_total", "counter",
+                "Requests placed again (re-prefilled with their output so far) after a "
+                "decoder preempted them to free KV pages.");
+    prom_sample_u64(b, "tandem_request_preemptions_total", "", m->preemptions);
     prom_family(b, "tandem_time_to_first_token_seconds", "histogram",
                 "Request arrival to the first token.");
     prom_histogram(b, "tandem_time_to_first_token_seconds", "", &m->ttft);

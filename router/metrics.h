@@ -39,6 +39,8 @@ typedef struct router_metrics {
     int64_t in_flight[API_COUNT];
     uint64_t input_tokens, output_tokens;
     uint64_t accepted;                           /* for the RPC status */
+    uint64_t preemptions;                        /* requests placed again after a decoder
+                                                    preempted them */
     histogram ttft, itl, duration;
     histogram stage[STAGE_T_COUNT];
 } router_metrics;

@@ -33,11 +33,10 @@ place_status placement_pick_decoder(const worker_registry *r, const char *model,
             w->draining || w->unreachable)
             continue;
         any = 1;
-        int need = tm_kv_pages_needed(prompt_len, max_tokens, w->page_size);
-        if (need > w->kv_pages_total)
+        if (tm_kv_pages_needed(prompt_len, max_tokens, w->page_size) > w->kv_pages_total)
             continue;
         int room = w->kv_pages_total - w->pages_committed;
-        if (room >= need) {
+        if (room >= placement_pages_at_admission(prompt_len, max_tokens, w->page_size)) {
             if (!best_fit || w->in_flight < best_fit->in_flight ||
                 (w->in_flight == best_fit->in_flight &&
                  room > best_fit->kv_pages_total - best_fit->pages_committed))
@@ -50,6 +49,13 @@ place_status placement_pick_decoder(const worker_registry *r, const char *model,
     if (*out)
         return PLACE_OK;
     return any ? PLACE_NEVER_FITS : PLACE_NO_WORKER;
+}
+
+int placement_pages_at_admission(int prompt_len, int max_tokens, int page_size)
+{
+    int worst = tm_kv_pages_needed(prompt_len, max_tokens, page_size);
+    int use = tm_kv_pages_needed(prompt_len, 1, page_size) + 1;
+    return use < worst ? use : worst;
 }
 
 int placement_max_context(const worker_registry *r, const char *model)

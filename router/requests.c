@@ -64,7 +64,10 @@ void request_unref(router_request *r)
         chat_parser_free(r->parser);
     if (r->notify_fd >= 0)
         close(r->notify_fd);
+    free(r->followers);
+    router_request *leader = r->leader;
     free(r);
+    request_unref(leader); /* a follower never unlinked (refused before the core saw it) */
 }
 
 static size_t bucket_of(uint64_t key)
@@ -441,8 +444,11 @@ int request_admit(router_ctx *ctx, router_request *r, int max_tokens_given,
     }
     int max_tokens = max_tokens_given;
     if (max_tokens <= 0) {
+        /* chat: the rest of the context unless configured (OpenAI's
+         * behaviour; the decoders take pages as the output grows) */
         int def = r->kind == API_CHAT ? ctx->cfg.chat_default_max_tokens : ctx->cfg.default_max_tokens;
-        max_tokens = ctx_len - r->n_prompt < def ? ctx_len - r->n_prompt : def;
+        int rest = ctx_len - r->n_prompt;
+        max_tokens = def <= 0 || rest < def ? rest : def;
     }
     if ((long)r->n_prompt + max_tokens > ctx_len) {
         api_error_set(e, 400, "invalid_request_error", "max_tokens", "context_length_exceeded",

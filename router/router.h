@@ -42,7 +42,7 @@ typedef struct router_config {
     int heartbeat_ms;          /* interval the workers are told to use */
     int worker_timeout_ms;     /* a worker silent this long is dropped */
     int default_max_tokens;    /* completions without max_tokens (OpenAI: 16) */
-    int chat_default_max_tokens;
+    int chat_default_max_tokens;   /* 0: the rest of the context (OpenAI) */
     int max_body_bytes;
     int max_active_requests;   /* beyond this, HTTP 429 / RPC NO_CAPACITY */
     char api_key_file[OPT_PATH_MAX];    /* "" = the APIs are open (docs/SECURITY.md) */
@@ -68,6 +68,8 @@ typedef enum {
     STAGE_DECODING = 3,   /* StartDecode sent, tokens streaming */
     STAGE_DONE = 4,
     STAGE_HELD = 5,       /* no prefiller or decoder can take it yet (router queue) */
+    STAGE_RIDING = 6,     /* a branch of its leader's placement (n > 1): admitted
+                             with it, starts when the leader's prefill is done */
 } req_stage;
 
 typedef struct router_request {
@@ -80,6 +82,16 @@ typedef struct router_request {
                                       (dispatch.c, requeue) gets a new key, so late
                                       messages about an earlier attempt are ignored */
     int attempts;                  /* placements after the first (worker failures) */
+    int preemptions;               /* placements after a decoder preempted it */
+    /* n > 1 / best_of: the choices of one prompt share one prefill. The
+     * first is the leader; until the leader's first token its other choices
+     * (followers) ride on its placement as decoder branches (STAGE_RIDING),
+     * then each goes its own way. A follower holds a reference to its
+     * leader while linked; the leader's array holds none (a follower
+     * unlinks itself before it can be freed). */
+    struct router_request *leader;
+    struct router_request **followers;
+    int n_followers;
     req_origin origin;
     api_kind kind;
     long created;                  /* unix seconds, for OpenAI "created" */

@@ -20,7 +20,7 @@ void router_config_default(router_config *c)
     c->heartbeat_ms = 500;
     c->worker_timeout_ms = 5000;
     c->default_max_tokens = 16;
-    c->chat_default_max_tokens = 256;
+    c->chat_default_max_tokens = 0; /* the model's remaining context, as OpenAI's */
     c->max_body_bytes = 16 << 20;
     c->max_active_requests = 1024;
     c->metrics_port = -1;
@@ -59,7 +59,8 @@ static int build_specs(router_config *c, opt_spec *s)
         {"default-max-tokens", OPT_INT, &c->default_max_tokens, 0,
          "max_tokens of completions that give none"},
         {"chat-default-max-tokens", OPT_INT, &c->chat_default_max_tokens, 0,
-         "max_tokens of chat completions that give none"},
+         "max_tokens of chat completions that give none (0: the model's context minus the "
+         "prompt, as OpenAI does; decoders admit by use, so this reserves nothing)"},
         {"max-body-bytes", OPT_INT, &c->max_body_bytes, 0, "largest accepted HTTP body"},
         {"max-active-requests", OPT_INT, &c->max_active_requests, 0,
          "requests in flight before HTTP 429"},
@@ -151,7 +152,7 @@ void router_config_print_help(FILE *out, router_config *c, const char *intro)
 int router_config_validate(const router_config *c, char *err, size_t errlen)
 {
     if (c->heartbeat_ms <= 0 || c->worker_timeout_ms <= c->heartbeat_ms ||
-        c->default_max_tokens <= 0 || c->chat_default_max_tokens <= 0 || c->max_body_bytes <= 0 ||
+        c->default_max_tokens <= 0 || c->chat_default_max_tokens < 0 || c->max_body_bytes <= 0 ||
         c->max_active_requests <= 0 || c->http_port < 0 || c->worker_port < 0 ||
         c->rpc_port < 0 || c->http_port > 65535 || c->worker_port > 65535 ||
         c->rpc_port > 65535 || c->metrics_port < -1 || c->metrics_port > 65535 ||

@@ -29,7 +29,7 @@ enum { ONLY_PREFILL, ONLY_DECODE, BOTH, SENDERS };
 typedef enum {
     F_PREFILL_TOKENS, F_PREFILL_BUSY, F_PREFILL_REQUESTS, F_PREFILL_QUEUE, F_PREFILL_DURATION,
     F_DECODE_BATCH, F_DECODE_WAITING, F_STEP_BATCH, F_STEP_DURATION, F_DECODE_TOKENS,
-    F_DECODE_REQUESTS, F_KV_USED, F_KV_TOTAL, F_KV_OCCUPANCY, F_DRAINING, F_XFER_BYTES,
+    F_DECODE_REQUESTS, F_DECODE_PREEMPTIONS, F_KV_USED, F_KV_TOTAL, F_KV_OCCUPANCY, F_DRAINING, F_XFER_BYTES,
     F_XFERS, F_XFER_DURATION,
 } family_id;
 
@@ -63,8 +63,11 @@ static const family FAMILIES[] = {
      "Tokens generated."},
     {F_DECODE_REQUESTS, "tandem_decode_requests_total", "counter", ONLY_DECODE,
      "Sequences finished, by outcome."},
+    {F_DECODE_PREEMPTIONS, "tandem_decode_preemptions_total", "counter", ONLY_DECODE,
+     "Running sequences preempted (pages taken when the KV pool ran dry; the router "
+     "places them again)."},
     {F_KV_USED, "tandem_kv_cache_blocks_used", "gauge", ONLY_DECODE,
-     "KV cache pages in use or reserved for admitted requests."},
+     "KV cache pages in use by admitted requests."},
     {F_KV_TOTAL, "tandem_kv_cache_blocks_capacity", "gauge", ONLY_DECODE,
      "KV cache pages allocated at start."},
     {F_KV_OCCUPANCY, "tandem_kv_cache_occupancy_ratio", "gauge", ONLY_DECODE,
@@ -128,6 +131,7 @@ static void emit(sbuf *b, const family *f, const char *labels, const worker_metr
     case F_STEP_DURATION: prom_histogram(b, f->name, labels, &m->decode_step_duration); break;
     case F_DECODE_TOKENS: prom_sample_u64(b, f->name, labels, m->decode_output_tokens); break;
     case F_DECODE_REQUESTS: by_outcome(b, f->name, labels, m->decode_requests); break;
+    case F_DECODE_PREEMPTIONS: prom_sample_u64(b, f->name, labels, m->decode_preemptions); break;
     case F_KV_USED: prom_sample_u64(b, f->name, labels, m->kv_blocks_used); break;
     case F_KV_TOTAL: prom_sample_u64(b, f->name, labels, m->kv_blocks_total); break;
     case F_KV_OCCUPANCY: prom_sample(b, f->name, labels, occ); break;
@@ -214,6 +218,7 @@ Tandem__V1__WorkerMetrics *worker_metrics_to_wire(const worker_metrics *m, worke
         w->decode_output_tokens_total = m->decode_output_tokens;
         w->decode_requests_by_outcome = st->outcomes[1];
         w->n_decode_requests_by_outcome = OUTCOME_COUNT;
+        w->decode_preemptions_total = m->decode_preemptions;
         w->kv_cache_blocks_used = m->kv_blocks_used;
         w->kv_cache_blocks_capacity = m->kv_blocks_total;
     }
@@ -271,6 +276,7 @@ int worker_metrics_from_wire(worker_metrics *m, const Tandem__V1__WorkerMetrics 
     m->decode_output_tokens = w->decode_output_tokens_total;
     outcomes_from_wire(m->decode_requests, w->decode_requests_by_outcome,
                        w->n_decode_requests_by_outcome);
+    m->decode_preemptions = w->decode_preemptions_total;
     m->kv_blocks_used = w->kv_cache_blocks_used;
     m->kv_blocks_total = w->kv_cache_blocks_capacity;
     m->kv_transfer_bytes = w->kv_transfer_bytes_total;

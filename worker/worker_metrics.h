@@ -32,6 +32,7 @@ typedef struct worker_metrics {
     histogram decode_step_duration;
     uint64_t decode_output_tokens;
     uint64_t decode_requests[OUTCOME_COUNT];
+    uint64_t decode_preemptions;          /* sequences whose pages were taken (scheduler.h) */
     uint32_t kv_blocks_used, kv_blocks_total;
     /* TransferEngine: send (prefiller) or recv (decoder) */
     uint64_t kv_transfer_bytes;

@@ -10,11 +10,11 @@
  * Frame: 1 op byte (low 3 bits), a little-endian 16-bit length, the
  * payload (a packed message, or bytes the op reads). Properties after every
  * frame: pages are conserved (free + held = total, no page held twice, ids
- * in range), the reservation count equals what admitted sequences may
- * still take, no sequence holds more than it reserved, every running
- * sequence makes it into the batch (admission guaranteed its pages), at
- * most max_batch are admitted, and finished sequences end by max_tokens or
- * a stop id. */
+ * in range), no sequence holds more than its worst case, a step's batch
+ * holds every running sequence except those preemption took (pages freed
+ * at once, reported and removed as the decoder does) or that wait for a
+ * newer one's KV, at most max_batch are admitted, and finished sequences
+ * end by max_tokens or a stop id. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -38,33 +38,33 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 
 static void check(const sched *s)
 {
-    static unsigned char owner[N_PAGES];
+    static int owner[N_PAGES];   /* holders of each page (free: -1) */
     memset(owner, 0, sizeof owner);
     FZ_CHECK(s->n_free >= 0 && s->n_free <= N_PAGES);
     for (int i = 0; i < s->n_free; i++) {
         int p = s->free_pages[i];
-        FZ_CHECK(p >= 0 && p < N_PAGES && !owner[p]);
-        owner[p] = 1;
+        FZ_CHECK(p >= 0 && p < N_PAGES && !owner[p] && s->page_refs[p] == 0);
+        owner[p] = -1;
     }
-    int held = 0, reserved = 0, admitted = 0, running = 0;
+    int held = 0, admitted = 0, running = 0;
     for (int i = 0; i < s->n_seqs; i++) {
         const sched_seq *q = s->seqs[i];
-        FZ_CHECK(q->n_pages >= 0 && q->n_pages <= q->reserved_pages);
+        FZ_CHECK(q->n_pages >= 0 && q->n_pages <= q->max_pages);
+        FZ_CHECK(q->state != SEQ_PREEMPTED); /* reported and removed in the step */
         for (int k = 0; k < q->n_pages; k++) {
             int p = q->pages[k];
-            FZ_CHECK(p >= 0 && p < N_PAGES && !owner[p]);
-            owner[p] = 1;
+            FZ_CHECK(p >= 0 && p < N_PAGES && owner[p] >= 0);
+            held += owner[p] == 0; /* shared pages (branches) count once */
+            owner[p]++;
         }
-        held += q->n_pages;
         if (q->state == SEQ_WAITING) {
             FZ_CHECK(q->n_pages == 0);
         } else {
             admitted++;
-            reserved += q->reserved_pages - q->n_pages;
         }
         if (q->state == SEQ_RUNNING) {
             running++;
-            FZ_CHECK(q->n_cached + 1 <= q->reserved_pages * PAGE);
+            FZ_CHECK(q->n_cached + 1 <= q->max_pages * PAGE);
             FZ_CHECK(q->n_generated < q->max_tokens);
         }
         if (q->state == SEQ_FINISHED)
@@ -72,7 +72,9 @@ static void check(const sched *s)
                      (q->finish == SCHED_FINISH_LENGTH && q->n_generated >= q->max_tokens));
     }
     FZ_CHECK(s->n_free + held == N_PAGES);
-    FZ_CHECK(reserved == s->reserved_unallocated && sched_pages_available(s) >= 0);
+    for (int p = 0; p < N_PAGES; p++)
+        FZ_CHECK(owner[p] < 0 || owner[p] == s->page_refs[p]);
+    FZ_CHECK(sched_pages_available(s) == s->n_free);
     FZ_CHECK(admitted <= BATCH && running == sched_running(s));
 }
 
@@ -97,6 +99,7 @@ static void on_assignment(sched *s, const Tandem__V1__DecodeAssignment *a)
         .stop_ids = a->stop_token_ids,
         .n_stop_ids = (int)a->n_stop_token_ids,
         .ws = &ws,
+        .n_branches = a->n_branch_ids < BATCH ? (int)a->n_branch_ids : 0,
     };
     int had = sched_find(s, a->request_id) != NULL;
     sched_seq *q = NULL;
@@ -104,6 +107,18 @@ static void on_assignment(sched *s, const Tandem__V1__DecodeAssignment *a)
     worker_sampling_free(&ws); /* zeroed when the sequence took it */
     if (had)
         FZ_CHECK(st == TN_ERR_ARG);
+    /* n > 1: the other choices join as branches sharing the prompt's pages */
+    for (size_t i = 0; q && i < a->n_branch_ids && i < BATCH; i++) {
+        worker_sampling bws;
+        if (worker_sampling_from_wire(&bws, a->sampling, a->penalty_prompt,
+                                      (int)a->n_penalty_prompt, FUZZ_VOCAB, err,
+                                      sizeof err) != TN_OK)
+            break;
+        sched_seq *b = NULL;
+        if (sched_add_branch(s, q, a->branch_ids[i], &bws, &b) == 0)
+            FZ_CHECK(b && (b->state == SEQ_WAITING || b->n_pages == q->n_pages));
+        worker_sampling_free(&bws);
+    }
     if (st == SCHED_ADMITTED)
         FZ_CHECK(q && q->state == SEQ_RESERVED && q->n_pages == (req.prompt_len + PAGE - 1) / PAGE);
     else if (st == SCHED_QUEUED)
@@ -176,8 +191,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break;
         case 4: { /* a decode step with the payload as sampled tokens */
             sched_seq *batch[BATCH];
+            int before = sched_running(&s);
+            uint64_t preempted = s.preemptions;
             int n = sched_form_batch(&s, batch, BATCH);
-            FZ_CHECK(n == sched_running(&s));
+            FZ_CHECK(n <= sched_running(&s));
+            FZ_CHECK((uint64_t)(before - sched_running(&s)) == s.preemptions - preempted);
+            for (int i = 0; i < n; i++)
+                FZ_CHECK(batch[i]->state == SEQ_RUNNING &&
+                         batch[i]->n_pages * PAGE >= batch[i]->n_cached + 1);
+            while ((q = sched_next_preempted(&s)) != NULL) {
+                FZ_CHECK(q->n_pages == 0);
+                sched_remove(&s, q);
+            }
             for (int i = 0; i < n; i++) {
                 int32_t tok = len ? (int32_t)pl[i % len] : 0;
                 sched_token(&s, batch[i], tok);

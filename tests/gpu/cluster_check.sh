@@ -12,6 +12,9 @@
 #     KV_DTYPE=fp8 the prefix is only printed);
 #   - four concurrent identical requests (the decoder batches them): each
 #     must equal the golden too;
+#   - one request with n = 3 (one prefill; the decoder's branches share the
+#     prompt's pages, copying the last one on the device): each choice must
+#     equal the golden too;
 #   - a seeded sampled request (temperature 0.9, top-p 0.95, top-k 50, seed
 #     1234, 24 tokens) must equal tandem-generate --device $DEVICE with the
 #     same seed: the first token is sampled on the prefiller's GPU, the rest
@@ -214,6 +217,21 @@ elif cmd == "streams":
     print(n - len(bad))
     for r in bad[:3]: print("# " + str(r))
     print("%.3f" % (time.time() - t0))
+elif cmd == "nchoices":
+    # n = 3 greedy choices of one prompt (one prefill, decoder branches
+    # sharing its KV pages, the partly filled last page copied on the
+    # device): prints how many equal the golden, then the ids of the others
+    url, model, prompt, golden = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
+    body = json.dumps({"model": model, "prompt": [int(t) for t in prompt.split(",")],
+                       "max_tokens": 32, "temperature": 0, "ignore_eos": True, "n": 3})
+    code, text = post(url + "/v1/completions", body)
+    if code != 200:
+        print("0\n# HTTP %d %s" % (code, text[:200]))
+    else:
+        ids = [",".join(map(str, c["token_ids"])) for c in json.loads(text)["choices"]]
+        print(sum(i == golden for i in ids))
+        for i in ids:
+            if i != golden: print("# " + i)
 elif cmd == "check":
     url, model, prompt, golden, n = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], int(sys.argv[6])
     body = json.dumps({"model": model, "prompt": [int(t) for t in prompt.split(",")],
@@ -344,6 +362,11 @@ for FX in gpt_oss_tiny qwen3_moe_tiny; do
     check "$FX: 4 concurrent greedy requests on $DEVICE = the same 32 tokens" $? \
         "$(echo "$res" | head -4 | grep -v '^same$' | head -2)"
     r_four="$n_same/4"
+
+    res=$(py nchoices "$URL" "$FX" "$prompt" "$golden")
+    [ "$(echo "$res" | head -1)" = 3 ] && grep -q "3 choices on decoder .* as one prefill" "$OUT/$FX.router.log"
+    check "$FX: n=3 greedy on $DEVICE: one prefill, three branches (copy-on-write pages) = the same 32 tokens" $? \
+        "$(echo "$res" | head -3)" "$(grep -c 'as one prefill' "$OUT/$FX.router.log") one-prefill log lines"
 
     if [ "${RANKS:-0}" = 1 ]; then
         res=$(py streams "$URL" "$FX" "$prompt" "$golden" 64)

@@ -61,10 +61,17 @@ static void decoder_with_smallest_batch_and_room_wins(void **state)
     a->in_flight = 1;
     b->in_flight = 5;
     router_worker *got;
-    /* 64 + 65 - 1 = 128 tokens -> 8 pages: both have room, a has the smaller batch. */
+    /* 64 prompt tokens: 4 pages + 1 to grow into at admission (the worst
+     * case, 64 + 65 - 1 = 128 tokens, is 8): both have room, a has the
+     * smaller batch. */
+    assert_int_equal(placement_pages_at_admission(64, 65, 16), 5);
+    assert_int_equal(placement_pages_at_admission(63, 1, 16), 4); /* never above the worst case */
     assert_int_equal(placement_pick_decoder(&r, "m", 64, 65, &got), PLACE_OK);
     assert_ptr_equal(got, a);
-    a->pages_committed = 95; /* a has 5 pages left: not enough */
+    a->pages_committed = 95; /* a has 5 pages left: enough by use */
+    assert_int_equal(placement_pick_decoder(&r, "m", 64, 65, &got), PLACE_OK);
+    assert_ptr_equal(got, a);
+    a->pages_committed = 96; /* 4 left: not enough */
     assert_int_equal(placement_pick_decoder(&r, "m", 64, 65, &got), PLACE_OK);
     assert_ptr_equal(got, b);
     b->pages_committed = 97; /* neither has room now: the one with most room waits */

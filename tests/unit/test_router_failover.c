@@ -11,7 +11,11 @@
  *     placed again, and fails with an explicit error after MAX_ATTEMPTS;
  *   - a send that fails (no connection for the worker's id) holds the
  *     request for another worker instead of failing it;
- *   - a router that is shutting down refuses new requests with NO_CAPACITY.
+ *   - a router that is shutting down refuses new requests with NO_CAPACITY;
+ *   - n > 1: a prompt's choices ride on the first one's placement (one
+ *     DecodeAssignment with branch ids, one prefill drawing each branch's
+ *     first token with its seed, one StartDecode), then go their own ways;
+ *     losing the decoder before the prefill places each on its own.
  * (docs/RELIABILITY.md) */
 #include <stdarg.h>
 #include <stddef.h>
@@ -432,6 +436,158 @@ static void a_stopping_router_refuses_new_requests(void **state)
     assert_non_null(strstr(msg, "shutting down"));
 }
 
+/* Three choices of one prompt as the HTTP front makes them (seeds s, s+1,
+ * s+2; the first leads), answered to the RPC client c0, queued for the
+ * core and placed. Returns the leader and followers (the table holds them). */
+static void submit_group(fixture *f, router_request **g)
+{
+    router_ctx *ctx = f->ctx;
+    for (int b = 0; b < 3; b++) {
+        router_request *r = request_new(ctx, ORIGIN_RPC);
+        assert_non_null(r);
+        snprintf(r->model, sizeof r->model, "%s", MODEL);
+        r->prompt = malloc(4 * sizeof *r->prompt);
+        assert_non_null(r->prompt);
+        for (int i = 0; i < 4; i++)
+            r->prompt[i] = 5 + i;
+        r->n_prompt = 4;
+        r->temperature = 1.0f;
+        r->top_p = 1.0f;
+        r->seed = 100 + (uint64_t)b;
+        memcpy(r->client_rid, "c0", 2);
+        r->client_rid_len = 2;
+        api_error e;
+        assert_int_equal(request_admit(ctx, r, 4, NULL, 0, 1, &e), 0);
+        if (b == 0) {
+            r->followers = calloc(2, sizeof *r->followers);
+            assert_non_null(r->followers);
+        } else {
+            r->leader = g[0];
+            g[0]->refs++;
+            g[0]->followers[g[0]->n_followers++] = r;
+        }
+        g[b] = r;
+        ctx->metrics.in_flight[API_RPC]++;
+        if (ctx->submit_tail)
+            ctx->submit_tail->qnext = r;
+        else
+            ctx->submit_head = r;
+        ctx->submit_tail = r;
+        ctx->n_queued++;
+    }
+    dispatch_process_queues(ctx);
+}
+
+static void group_rides_one_prefill_then_goes_alone(void **state)
+{
+    fixture *f = *state;
+    register_worker(f, "d0", DEC, 1);
+    register_worker(f, "p0", PRE, 7);
+    router_request *g[3];
+    submit_group(f, g);
+    /* one DecodeAssignment, the other two choices as its branches */
+    Tandem__V1__WorkerMessage *m = next_of(f->d0, TANDEM__V1__WORKER_MESSAGE__BODY_DECODE_ASSIGNMENT);
+    assert_non_null(m);
+    assert_string_equal(m->decode_assignment->request_id, g[0]->wid);
+    assert_int_equal(m->decode_assignment->n_branch_ids, 2);
+    for (int b = 1; b < 3; b++) {
+        int found = 0;
+        for (int i = 0; i < 2; i++)
+            found |= !strcmp(m->decode_assignment->branch_ids[i], g[b]->wid);
+        assert_true(found);
+        assert_int_equal(g[b]->stage, STAGE_RIDING);
+    }
+    tandem__v1__worker_message__free_unpacked(m, NULL);
+    assert_null(next_of(f->d0, TANDEM__V1__WORKER_MESSAGE__BODY_DECODE_ASSIGNMENT));
+    assert_int_equal(worker(f, "d0")->in_flight, 3);
+
+    /* one prefill, drawing each branch's first token with its own seed */
+    kv_ready(f, "d0", g[0]->wid);
+    m = next_of(f->p0, TANDEM__V1__WORKER_MESSAGE__BODY_PREFILL_ASSIGNMENT);
+    assert_non_null(m);
+    const Tandem__V1__PrefillAssignment *pa = m->prefill_assignment;
+    assert_int_equal(pa->n_branch_ids, 2);
+    assert_int_equal(pa->n_branch_seeds, 2);
+    char ids[2][24];
+    for (int i = 0; i < 2; i++) {
+        snprintf(ids[i], sizeof ids[i], "%s", pa->branch_ids[i]);
+        router_request *b = !strcmp(ids[i], g[1]->wid) ? g[1] : g[2];
+        assert_int_equal(pa->branch_seeds[i], b->seed);
+    }
+    tandem__v1__worker_message__free_unpacked(m, NULL);
+    assert_null(next_of(f->p0, TANDEM__V1__WORKER_MESSAGE__BODY_PREFILL_ASSIGNMENT));
+
+    char *bid[2] = {ids[0], ids[1]};
+    int32_t btok[2] = {21, 22};
+    uint64_t brng[2] = {31, 32};
+    Tandem__V1__PrefillResult pr = TANDEM__V1__PREFILL_RESULT__INIT;
+    pr.request_id = g[0]->wid;
+    pr.first_token = 20;
+    pr.rng_state = 30;
+    pr.transfer = TANDEM__V1__TRANSFER_STATUS__TRANSFER_STATUS_COMPLETE;
+    pr.branch_ids = bid;
+    pr.n_branch_ids = 2;
+    pr.branch_first_tokens = btok;
+    pr.n_branch_first_tokens = 2;
+    pr.branch_rng_states = brng;
+    pr.n_branch_rng_states = 2;
+    Tandem__V1__WorkerMessage w = TANDEM__V1__WORKER_MESSAGE__INIT;
+    w.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_PREFILL_RESULT;
+    w.prefill_result = &pr;
+    from_worker(f, "p0", &w);
+    /* one StartDecode carries the branches' tokens; each is on its own now */
+    m = next_of(f->d0, TANDEM__V1__WORKER_MESSAGE__BODY_START_DECODE);
+    assert_non_null(m);
+    const Tandem__V1__StartDecode *sd = m->start_decode;
+    assert_string_equal(sd->request_id, g[0]->wid);
+    assert_int_equal(sd->first_token, 20);
+    assert_int_equal(sd->n_branch_ids, 2);
+    for (int i = 0; i < 2; i++) {
+        int k = !strcmp(sd->branch_ids[i], ids[0]) ? 0 : 1;
+        assert_string_equal(sd->branch_ids[i], ids[k]);
+        assert_int_equal(sd->branch_first_tokens[i], btok[k]);
+        assert_int_equal(sd->branch_rng_states[i], brng[k]);
+    }
+    tandem__v1__worker_message__free_unpacked(m, NULL);
+    for (int b = 0; b < 3; b++) {
+        assert_int_equal(g[b]->stage, STAGE_DECODING);
+        assert_int_equal(g[b]->n_out, 1);
+        assert_null(g[b]->leader);
+    }
+    assert_int_equal(g[0]->n_followers, 0);
+    assert_int_equal(g[0]->out[0], 20);
+}
+
+static void losing_the_decoder_before_the_prefill_places_each_choice_alone(void **state)
+{
+    fixture *f = *state;
+    register_worker(f, "d0", DEC, 1);
+    register_worker(f, "p0", PRE, 7);
+    router_request *g[3];
+    submit_group(f, g);
+    Tandem__V1__WorkerMessage *m = next_of(f->d0, TANDEM__V1__WORKER_MESSAGE__BODY_DECODE_ASSIGNMENT);
+    assert_non_null(m);
+    tandem__v1__worker_message__free_unpacked(m, NULL);
+    /* d0 restarts: the group's placement is gone; every choice is placed
+     * again on its own (no branches), none failed */
+    register_worker(f, "d0", DEC, 2);
+    int placed = 0;
+    while ((m = next_of(f->d0, TANDEM__V1__WORKER_MESSAGE__BODY_DECODE_ASSIGNMENT)) != NULL) {
+        assert_int_equal(m->decode_assignment->n_branch_ids, 0);
+        placed++;
+        tandem__v1__worker_message__free_unpacked(m, NULL);
+    }
+    assert_int_equal(placed, 3);
+    assert_int_equal(f->ctx->n_active, 3);
+    for (int b = 0; b < 3; b++) {
+        assert_int_equal(g[b]->stage, STAGE_RESERVING);
+        assert_false(g[b]->finished);
+        assert_null(g[b]->leader);
+    }
+    assert_int_equal(g[0]->n_followers, 0);
+    assert_int_equal(worker(f, "d0")->in_flight, 3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -442,6 +598,9 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(a_failed_send_waits_for_another_worker, setup, teardown),
         cmocka_unit_test_setup_teardown(a_stopping_router_refuses_new_requests, setup, teardown),
+        cmocka_unit_test_setup_teardown(group_rides_one_prefill_then_goes_alone, setup, teardown),
+        cmocka_unit_test_setup_teardown(losing_the_decoder_before_the_prefill_places_each_choice_alone,
+                                        setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
