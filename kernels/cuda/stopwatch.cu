@@ -39,5 +39,7 @@ extern "C" int kn_cuda_trim(const kn_backend *be)
     static const char op[] = "kn_backend_trim";
     KN_CUDA_TRY(op, cudaStreamSynchronize(kn_cuda_stream(be)));
     KN_CUDA_TRY(op, cudaMemPoolTrimTo(kn_cuda_ctx_of(be)->pool, 0));
+    /* and what recorded decode graphs' temporaries keep cached (graph.cu) */
+    KN_CUDA_TRY(op, cudaDeviceGraphMemTrim(be->device));
     return TN_OK;
 }

@@ -620,14 +620,16 @@ static void pool_case(op_env *e, const void *param)
     }
 #endif
 #ifdef TANDEM_CUDA
-    const long long decode_runs = e->cuda ? kn_cuda_attn_decode_mma_launches(e->be) : 0;
+    const long long decode_runs =
+        e->be->kind == KN_BACKEND_CUDA ? kn_cuda_attn_decode_mma_launches(e->be) : 0;
 #endif
     int rc = kn_attention(e->be, d_out, d_q, &dpools, &db, H, n_kv, D, ps, scale, d_sinks, c->window);
     kn_backend_set_attn_bf16(e->be, 0);
 #ifdef TANDEM_CUDA
     /* bf16 precision over bf16 pools with at most 16 query vectors per
      * sequence is the decode kernel's (attention_decode_mma.cu) */
-    if (c->bf16 && !c->wgmma && kvt == KN_BF16 && max_q * G <= 16 && (D == 64 || D == 128))
+    if (e->be->kind == KN_BACKEND_CUDA && c->bf16 && !c->wgmma && kvt == KN_BF16 && max_q * G <= 16 &&
+        (D == 64 || D == 128))
         op_check(e, kn_cuda_attn_decode_mma_launches(e->be) == decode_runs + 1,
                  "the bf16 decode kernel did not run (launches %lld -> %lld)", decode_runs,
                  kn_cuda_attn_decode_mma_launches(e->be));
