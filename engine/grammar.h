@@ -119,12 +119,19 @@ typedef struct tm_vocab_trie {
     int64_t *off;         /* [vocab + 1]: token t's bytes are blob[off[t]..off[t+1]); */
     char *blob;           /* has_bytes[t] says whether t is in the trie */
     uint8_t *has_bytes;
+    struct tm_mask_cache *masks; /* masks by (grammar, state) for every constraint
+                                    over this vocabulary (NULL: none); owned */
 } tm_vocab_trie;
 
 /* bytes[t] (lens[t] bytes) for t < vocab; NULL or length 0: not a byte
  * token. TN_ERR_NOMEM / TN_ERR_ARG. */
 int tm_vocab_trie_build(tm_vocab_trie *t, int vocab, const char *const *bytes, const size_t *lens);
 void tm_vocab_trie_free(tm_vocab_trie *t);
+/* Gives the trie a mask cache of budget_bytes (engine/grammar_cache.h)
+ * that every constraint initialized over it afterwards shares; the trie
+ * must outlive those constraints. TN_ERR_ARG / TN_ERR_NOMEM. */
+#define TM_MASK_CACHE_DEFAULT_MB 256
+int tm_vocab_trie_share_masks(tm_vocab_trie *t, size_t budget_bytes);
 
 /* One sequence's constraint: its grammar, current state, stop tokens (the
  * only tokens allowed once the grammar has matched), a small cache of
@@ -159,13 +166,21 @@ typedef struct tm_constraint {
         int n, cap, n_slots;
     } dfa;
     int32_t *level_ids;    /* the walk's state id per trie depth */
+    struct tm_mask_cache *shared; /* the worker's masks by (grammar, state), or NULL */
+    struct tm_mc_grammar *shared_g;
+    uint64_t masks_shared;        /* masks found there */
 } tm_constraint;
 
-/* Loads code (tm_grammar_load) for a vocabulary. TN_ERR_ARG / NOMEM. */
+/* Loads code (tm_grammar_load) for a vocabulary; shares the trie's mask
+ * cache when it has one. TN_ERR_ARG / NOMEM. */
 int tm_constraint_init(tm_constraint *c, const int32_t *code, int n_code,
                        const tm_vocab_trie *trie, const int32_t *stop, int n_stop, char *err,
                        size_t errlen);
 void tm_constraint_free(tm_constraint *c);
+/* Looks masks up in (and adds them to) a cache shared with other
+ * sequences (engine/grammar_cache.h) besides the constraint's own; the
+ * cache must outlive the constraint. TN_ERR_NOMEM. */
+int tm_constraint_share(tm_constraint *c, struct tm_mask_cache *cache);
 /* The allowed tokens of the current state, kn_logit_mask_words(vocab)
  * words. A state that allows nothing (a dead end) allows the stop tokens,
  * so the sequence ends. TN_ERR_NOMEM. */

@@ -4,6 +4,7 @@
 #include "engine/grammar.h"
 
 #include <stdlib.h>
+#include "engine/grammar_cache.h"
 #include <string.h>
 #include "common/status.h"
 
@@ -17,7 +18,15 @@ void tm_vocab_trie_free(tm_vocab_trie *t)
     free(t->off);
     free(t->blob);
     free(t->has_bytes);
+    tm_mask_cache_free(t->masks);
     memset(t, 0, sizeof *t);
+}
+
+int tm_vocab_trie_share_masks(tm_vocab_trie *t, size_t budget_bytes)
+{
+    if (t->masks)
+        return TN_ERR_ARG;
+    return tm_mask_cache_new(&t->masks, (t->vocab + 31) / 32, budget_bytes);
 }
 
 /* qsort context: the blob the token ids index */
@@ -136,6 +145,7 @@ static void dfa_free(tm_constraint *c);
 
 void tm_constraint_free(tm_constraint *c)
 {
+    tm_mask_cache_release(c->shared, c->shared_g);
     tm_grammar_free(&c->g);
     tm_gstate_free(&c->state);
     tm_gstate_free(&c->tmp);
@@ -178,6 +188,10 @@ int tm_constraint_init(tm_constraint *c, const int32_t *code, int n_code,
         c->stop[i] = stop[i];
     }
     c->n_stop = n_stop;
+    if (trie->masks && tm_constraint_share(c, trie->masks) != TN_OK) {
+        tm_constraint_free(c);
+        return tn_fail(err, errlen, TN_ERR_NOMEM, "grammar: out of memory");
+    }
     return TN_OK;
 }
 
@@ -287,9 +301,20 @@ static int32_t dfa_step(tm_constraint *c, int32_t p, uint8_t b)
     return nx;
 }
 
-/* The trie walk: every byte token whose bytes some stack accepts, the
- * grammar's tokens at the stacks' tops, the stop tokens when accepting. */
-static int compute_mask(tm_constraint *c, uint32_t *mask)
+int tm_constraint_share(tm_constraint *c, struct tm_mask_cache *cache)
+{
+    if (c->shared)
+        return TN_OK;
+    int rc = tm_mask_cache_grammar(cache, c->g.code, c->g.n_code, &c->shared_g);
+    if (rc == TN_OK)
+        c->shared = cache;
+    return rc;
+}
+
+/* The trie walk: every byte token whose bytes some stack accepts and the
+ * grammar's tokens at the stacks' tops; *add_stop: whether the stop
+ * tokens join them (an accepting state, or a dead end). */
+static int compute_mask(tm_constraint *c, uint32_t *mask, int *add_stop)
 {
     const tm_vocab_trie *t = c->trie;
     memset(mask, 0, (size_t)c->words * sizeof *mask);
@@ -322,9 +347,7 @@ static int compute_mask(tm_constraint *c, uint32_t *mask)
     int any = 0;
     for (int w = 0; w < c->words && !any; w++)
         any = mask[w] != 0;
-    if (tm_gstate_accepting(s) || !any)
-        for (int k = 0; k < c->n_stop; k++)
-            set_bit(mask, c->stop[k]);
+    *add_stop = tm_gstate_accepting(s) || !any;
     return TN_OK;
 }
 
@@ -337,10 +360,20 @@ int tm_constraint_mask(tm_constraint *c, uint32_t *mask)
             c->masks_cached++;
             return TN_OK;
         }
-    int rc = compute_mask(c, mask);
-    if (rc != TN_OK)
-        return rc;
-    c->masks_computed++;
+    int add_stop = 0;
+    if (c->shared && tm_mask_cache_get(c->shared, c->shared_g, &c->state, mask, &add_stop)) {
+        c->masks_shared++;
+    } else {
+        int rc = compute_mask(c, mask, &add_stop);
+        if (rc != TN_OK)
+            return rc;
+        c->masks_computed++;
+        if (c->shared)
+            tm_mask_cache_put(c->shared, c->shared_g, &c->state, mask, add_stop);
+    }
+    if (add_stop)
+        for (int k = 0; k < c->n_stop; k++)
+            set_bit(mask, c->stop[k]);
     /* round-robin eviction once full */
     int slot = c->n_cached < TM_CONSTRAINT_CACHE ? c->n_cached : c->next_evict;
     if (!c->cache[slot].mask && !(c->cache[slot].mask = malloc((size_t)c->words * sizeof *mask)))

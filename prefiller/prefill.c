@@ -15,6 +15,7 @@ void prefill_job_free(prefill_job *job)
     if (!job)
         return;
     free(job->tokens);
+    free(job->prompt_lps);
     worker_sampling_free(&job->ws);
     if (job->dest)
         tandem__v1__kv_destination__free_unpacked(job->dest, NULL);
@@ -58,6 +59,24 @@ static void report(prefiller_ctx *ctx, const prefill_job *job, int32_t first, ui
         worker_logprobs_to_wire(&lp, first_lp);
         r.first_logprobs = &lp;
     }
+    /* echo's prompt logprobs: views of job->prompt_lps */
+    Tandem__V1__TokenLogprobs *plp = NULL, **plp_ptrs = NULL;
+    const size_t n_plp = job->n_tokens > 1 ? (size_t)job->n_tokens - 1 : 0;
+    if (job->prompt_lps && !code && n_plp) {
+        plp = malloc(n_plp * sizeof *plp);
+        plp_ptrs = malloc(n_plp * sizeof *plp_ptrs);
+        if (!plp || !plp_ptrs) {
+            code = TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL;
+            msg = "out of memory for the prompt's logprobs";
+        } else {
+            for (size_t i = 0; i < n_plp; i++) {
+                worker_logprobs_to_wire(&plp[i], &job->prompt_lps[i]);
+                plp_ptrs[i] = &plp[i];
+            }
+            r.prompt_logprobs = plp_ptrs;
+            r.n_prompt_logprobs = n_plp;
+        }
+    }
     if (code) {
         e.code = code;
         e.message = (char *)msg;
@@ -69,6 +88,8 @@ static void report(prefiller_ctx *ctx, const prefill_job *job, int32_t first, ui
     m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_PREFILL_RESULT;
     m.prefill_result = &r;
     link_send(&ctx->loop.link, &m);
+    free(plp);
+    free(plp_ptrs);
 }
 
 /* In a TP group every rank runs every step of a job; rank 0, which talks to
@@ -77,6 +98,8 @@ enum { CMD_STOP = 0, CMD_JOB = 1 };
 typedef struct group_cmd {
     int32_t op, n_tokens, dest_len, chunk;
     uint64_t key;
+    int32_t prompt_lp;    /* every rank computes the full logits for echo's logprobs */
+    int32_t pad;
 } group_cmd;
 
 static int in_group(const prefiller_ctx *ctx)
@@ -108,15 +131,84 @@ static int share_flag(prefiller_ctx *ctx, int *flag, char *err, size_t errlen)
 /* Runs the prompt through the model, a chunk per forward call, answering
  * the router between chunks. Returns 0, 1 if cancelled, or a negative
  * status (message in err). */
+/* Echo's prompt logprobs: every position's logits (the LM head over the
+ * whole chunk, so chunks this short bound the logits' memory) give the
+ * next prompt token's logprob and the top alternatives (rank 0). */
+#define PROMPT_LP_CHUNK 32
+
+static int prompt_logprobs(prefiller_ctx *ctx, prefill_job *job, int off, int n, char *err,
+                           size_t errlen)
+{
+    if (ctx->group.rank != 0)
+        return TN_OK;
+    const int V = ctx->mc->vocab_size, k = job->prompt_lp;
+    int32_t next[PROMPT_LP_CHUNK], ids[PROMPT_LP_CHUNK * KN_LOGPROBS_MAX_TOP];
+    float lp[PROMPT_LP_CHUNK], tops[PROMPT_LP_CHUNK * KN_LOGPROBS_MAX_TOP];
+    for (int i = 0; i < n; i++) /* the last prompt token has no next one */
+        next[i] = off + i + 1 < job->n_tokens ? job->tokens[off + i + 1] : -1;
+    int rc = kn_logprobs(&ctx->be, tm_model_last_logits(ctx->model), n, V, next, lp, k, ids, tops);
+    if (rc != TN_OK) {
+        snprintf(err, errlen, "the prompt's logprobs at token %d: %s", off, tn_status_str(rc));
+        return rc;
+    }
+    for (int i = 0; i < n && off + i + 1 < job->n_tokens; i++) {
+        tm_token_logprobs *d = &job->prompt_lps[off + i];
+        d->logprob = lp[i];
+        d->n_top = k;
+        for (int j = 0; j < k; j++) {
+            d->top_ids[j] = ids[i * k + j];
+            d->top_logprobs[j] = tops[i * k + j];
+        }
+    }
+    return TN_OK;
+}
+
+static int run_chunks(prefiller_ctx *ctx, prefill_job *job, const int32_t *pages, int n_pages,
+                      int chunk, float *all, char *err, size_t errlen);
+
 static int run_prompt(prefiller_ctx *ctx, prefill_job *job, const int32_t *pages, int n_pages,
                       char *err, size_t errlen)
 {
     int chunk = ctx->cfg.chunk_tokens;
+    float *all = NULL;
+    if (job->prompt_lp >= 0) {
+        if (chunk > PROMPT_LP_CHUNK)
+            chunk = PROMPT_LP_CHUNK;
+        all = malloc((size_t)chunk * (size_t)ctx->mc->vocab_size * sizeof *all);
+        if (ctx->group.rank == 0 && job->n_tokens > 1 && !job->prompt_lps)
+            job->prompt_lps = calloc((size_t)job->n_tokens - 1, sizeof *job->prompt_lps);
+        if (!all || (ctx->group.rank == 0 && job->n_tokens > 1 && !job->prompt_lps)) {
+            free(all);
+            if (in_group(ctx)) { /* the other ranks are about to run it: stop them */
+                comm_abort(ctx->group.world, "out of memory for the prompt's logits");
+                ctx->group_failed = 1;
+            }
+            snprintf(err, errlen, "out of memory for the prompt's logits (%d x %d)", chunk,
+                     ctx->mc->vocab_size);
+            return TN_ERR_NOMEM;
+        }
+    }
+    int rc = run_chunks(ctx, job, pages, n_pages, chunk, all, err, errlen);
+    free(all);
+    return rc;
+}
+
+static int run_chunks(prefiller_ctx *ctx, prefill_job *job, const int32_t *pages, int n_pages,
+                      int chunk, float *all, char *err, size_t errlen)
+{
     for (int off = 0; off < job->n_tokens; off += chunk) {
         int n = job->n_tokens - off < chunk ? job->n_tokens - off : chunk;
         tm_seq_step step = {.tokens = job->tokens + off, .n_tokens = n, .n_cached = off,
                             .pages = pages, .n_pages = n_pages};
-        int rc = tm_forward(ctx->model, &ctx->kv, &step, 1, NULL, NULL);
+        int rc = tm_forward(ctx->model, &ctx->kv, &step, 1, NULL, all);
+        /* with every row's logits the first token is drawn from the last row */
+        job->last_row = all ? n - 1 : 0;
+        if (rc == TN_OK && all && (rc = prompt_logprobs(ctx, job, off, n, err, errlen)) != TN_OK) {
+            ctx->group_failed = in_group(ctx);
+            if (in_group(ctx))
+                comm_abort(ctx->group.world, "the prompt's logprobs failed");
+            return rc;
+        }
         if (rc == TN_ERR_PEER)
             return group_broken(ctx, rc, err, errlen);
         if (rc != TN_OK) {
@@ -147,7 +239,8 @@ static int share_job(prefiller_ctx *ctx, const prefill_job *job, char *err, size
         return TN_ERR_NOMEM;
     }
     tandem__v1__kv_destination__pack(job->dest, dbuf);
-    group_cmd cmd = {CMD_JOB, job->n_tokens, (int32_t)dlen, ctx->cfg.chunk_tokens, job->key};
+    group_cmd cmd = {CMD_JOB, job->n_tokens, (int32_t)dlen, ctx->cfg.chunk_tokens, job->key,
+                     job->prompt_lp, 0};
     comm *w = ctx->group.world;
     int rc = comm_broadcast(w, &cmd, sizeof cmd, 0);
     if (!rc)
@@ -242,7 +335,10 @@ void prefiller_run_job(prefiller_ctx *ctx, prefill_job *job)
     /* TP ranks hold identical logits: rank 0 samples them where they are (on
      * the GPU only the token id and any logprobs come back) */
     rc = ctx->group.rank == 0
-             ? tm_sample_rows(&ctx->sampler, tm_model_last_logits(ctx->model), 1,
+             ? tm_sample_rows(&ctx->sampler,
+                              tm_model_last_logits(ctx->model) +
+                                  (size_t)job->last_row * (size_t)ctx->mc->vocab_size,
+                              1,
                               ctx->mc->vocab_size, &job->ws.params, &rng, &pen, &job->ws.con,
                               &job->ws.top_logprobs, &first, &first_lp)
              : TN_OK;
@@ -348,6 +444,7 @@ int prefiller_rank_serve(prefiller_ctx *ctx)
         }
         job->n_tokens = cmd.n_tokens;
         job->key = cmd.key;
+        job->prompt_lp = cmd.prompt_lp;
         snprintf(job->id, sizeof job->id, "%016llx", (unsigned long long)cmd.key);
         ctx->cfg.chunk_tokens = cmd.chunk;
         comm_set_timeout(w, ctx->cfg.w.comm_timeout_ms);

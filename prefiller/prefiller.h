@@ -39,6 +39,9 @@ typedef struct prefill_job {
     uint64_t lease_end_ms;     /* tn_wall_ms() after which the decoder's pages are no
                                   longer ours (dest->lease_end_unix_ms); 0: none */
     int cancelled;
+    int prompt_lp;             /* -1, or echo's prompt logprobs with this many alternatives */
+    tm_token_logprobs *prompt_lps; /* rank 0: [n_tokens - 1], entry i for token i + 1 */
+    int last_row;              /* the last prompt token's row in the last chunk's logits */
 } prefill_job;
 
 typedef struct prefiller_ctx {

@@ -107,6 +107,12 @@ static void on_assignment(prefiller_ctx *ctx, const Tandem__V1__PrefillAssignmen
         reject(ctx, a->request_id, BAD, msg);
         return;
     }
+    if (a->sampling && a->sampling->prompt_logprobs &&
+        a->sampling->top_logprobs > KN_LOGPROBS_MAX_TOP) {
+        worker_sampling_free(&ws);
+        reject(ctx, a->request_id, BAD, "prompt_logprobs: top_logprobs is over 20");
+        return;
+    }
     const Tandem__V1__KvDestination *d = a->destination;
     if (!d || d->page_size <= 0 || !d->transfer_endpoint.len ||
         (long)d->n_page_ids * d->page_size < (long)a->n_prompt_tokens) {
@@ -136,6 +142,9 @@ static void on_assignment(prefiller_ctx *ctx, const Tandem__V1__PrefillAssignmen
     memcpy(job->tokens, a->prompt_tokens, a->n_prompt_tokens * sizeof *job->tokens);
     job->n_tokens = (int)a->n_prompt_tokens;
     job->ws = ws;
+    /* echo with logprobs: the prompt tokens' own, as many alternatives as
+     * the sampled tokens get */
+    job->prompt_lp = a->sampling && a->sampling->prompt_logprobs ? (int)a->sampling->top_logprobs : -1;
     if (ctx->tail)
         ctx->tail->next = job;
     else

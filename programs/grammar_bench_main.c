@@ -5,7 +5,10 @@
  * the CPU backend from random logits; the same batch unconstrained is the
  * baseline. Prints, per step: the whole sampling, the host's mask work (trie
  * walks on cache misses, copies on hits), the masks computed vs served
- * from the cache, and the vocabulary load. It measures, it does not check:
+ * from the caches, and the vocabulary load. --cache-mb 0 leaves out the
+ * worker's shared mask cache (engine/grammar_cache.h): each sequence then
+ * has only its own small cache, as before that cache existed; --warmup
+ * steps run untimed first (a worker's steady state). It measures, it does not check:
  * correctness lives in tests/unit/test_grammar.c and the cluster tests. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +17,7 @@
 #include "common/status.h"
 #include "common/sys.h"
 #include "engine/grammar.h"
+#include "engine/grammar_cache.h"
 #include "engine/sampler.h"
 #include "kernels/backend.h"
 #include "router/schema_grammar.h"
@@ -35,7 +39,8 @@ int main(int argc, char **argv)
 {
     char tokenizer[OPT_PATH_MAX] = "vocab/gpt-tokenizer/data/o200k_base.tiktoken";
     char schema_file[OPT_PATH_MAX] = "";
-    int batch = 128, steps = 64, vocab_arg = 0, stop = -1;
+    int batch = 128, steps = 64, vocab_arg = 0, stop = -1, warmup = 0;
+    int cache_mb = TM_MASK_CACHE_DEFAULT_MB;
     const opt_spec specs[] = {
         {"tokenizer", OPT_STR, tokenizer, sizeof tokenizer,
          "vocabulary: tokenizer.json, o200k_base.tiktoken or bytes"},
@@ -45,6 +50,9 @@ int main(int argc, char **argv)
         {"steps", OPT_INT, &steps, 0, "steps timed"},
         {"vocab", OPT_INT, &vocab_arg, 0, "model vocabulary (0: the tokenizer's, rounded up to 64)"},
         {"stop", OPT_INT, &stop, 0, "stop token id (-1: the last id of the vocabulary)"},
+        {"cache-mb", OPT_INT, &cache_mb, 0,
+         "the shared mask cache's budget in MiB, as a worker's (0: none, per-sequence caches only)"},
+        {"warmup", OPT_INT, &warmup, 0, "untimed steps before the timed ones"},
     };
     const int n_specs = (int)(sizeof specs / sizeof *specs);
     char err[512];
@@ -53,8 +61,9 @@ int main(int argc, char **argv)
         opts_print_help(stdout, "tandem-grammar-bench", INTRO, specs, n_specs);
         return 0;
     }
-    if (prc != OPTS_OK || batch <= 0 || steps <= 0) {
-        fprintf(stderr, "tandem-grammar-bench: %s\n", prc != OPTS_OK ? err : "batch and steps must be positive");
+    if (prc != OPTS_OK || batch <= 0 || steps <= 0 || warmup < 0 || cache_mb < 0) {
+        fprintf(stderr, "tandem-grammar-bench: %s\n",
+                prc != OPTS_OK ? err : "batch and steps must be positive, warmup and cache-mb >= 0");
         return 2;
     }
     int vocab = vocab_arg;
@@ -94,6 +103,14 @@ int main(int argc, char **argv)
         return 1;
     }
     double t_load = tn_now_s() - t0;
+    /* worker_vocab_load gave the trie the worker's cache: replace it by
+     * the budget asked for, or none */
+    tm_mask_cache_free(trie.masks);
+    trie.masks = NULL;
+    if (cache_mb > 0 && tm_vocab_trie_share_masks(&trie, (size_t)cache_mb << 20) != TN_OK) {
+        fprintf(stderr, "tandem-grammar-bench: cannot make a %d MiB mask cache\n", cache_mb);
+        return 1;
+    }
     if (stop < 0)
         stop = vocab - 1;
     kn_backend be;
@@ -137,9 +154,10 @@ int main(int argc, char **argv)
         }
         con_ptrs[i] = &cons[i];
     }
-    double t_first = 0, t_total = 0, mask_before = 0;
-    for (int k = 0; k < steps; k++) {
-        mask_before = s.mask_s;
+    double t_first = 0, t_total = 0, mask_timed = 0;
+    for (int k = 0; k < warmup + steps; k++) {
+        if (k == warmup)
+            mask_timed = s.mask_s;
         t0 = tn_now_s();
         if (tm_sample_rows(&s, logits, batch, vocab, params, rngs, NULL, con_ptrs, NULL, tokens,
                            NULL) != TN_OK) {
@@ -159,22 +177,41 @@ int main(int argc, char **argv)
         double dt = tn_now_s() - t0;
         if (k == 0)
             t_first = dt;
-        t_total += dt;
-        (void)mask_before;
+        if (k >= warmup)
+            t_total += dt;
     }
-    uint64_t computed = 0, cached = 0;
+    mask_timed = s.mask_s - mask_timed;
+    /* the counts of sequences that finished went with their constraints:
+     * these are the live ones' */
+    uint64_t computed = 0, cached = 0, shared = 0;
     for (int i = 0; i < batch; i++) {
         computed += cons[i].masks_computed;
         cached += cons[i].masks_cached;
+        shared += cons[i].masks_shared;
     }
-    printf("| vocabulary | tokens | trie nodes | load + trie | batch | sample, plain | sample, "
-           "constrained | of which masks (host) | first step (cold) | masks computed / cached |\n");
-    printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
-    printf("| %s | %d | %d | %.2f s | %d | %.2f ms | %.2f ms | %.2f ms | %.1f ms | %llu / %llu |\n",
+    printf("| vocabulary | tokens | trie nodes | load + trie | shared cache | batch | sample, plain "
+           "| sample, constrained | of which masks (host) | first step (cold) | masks walked / "
+           "shared / own cache |\n");
+    printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    char cache_col[32] = "none";
+    if (cache_mb > 0)
+        snprintf(cache_col, sizeof cache_col, "%d MiB", cache_mb);
+    printf("| %s | %d | %d | %.2f s | %s | %d | %.2f ms | %.2f ms | %.2f ms | %.1f ms | %llu / %llu / "
+           "%llu |\n",
            strrchr(tokenizer, '/') ? strrchr(tokenizer, '/') + 1 : tokenizer, vocab, trie.n_nodes,
-           t_load, batch, t_plain * 1e3, t_total / steps * 1e3, s.mask_s / steps * 1e3,
-           t_first * 1e3, (unsigned long long)computed, (unsigned long long)cached);
-    printf("# %d steps, %d sequences finished and restarted\n", steps, restarts);
+           t_load, cache_col, batch, t_plain * 1e3, t_total / steps * 1e3, mask_timed / steps * 1e3,
+           t_first * 1e3, (unsigned long long)computed, (unsigned long long)shared,
+           (unsigned long long)cached);
+    printf("# %d timed steps after %d warm-up steps, %d sequences finished and restarted\n", steps,
+           warmup, restarts);
+    if (trie.masks) {
+        tm_mask_cache_stats st;
+        tm_mask_cache_stats_get(trie.masks, &st);
+        printf("# shared cache: %d masks (%.1f MiB of %.0f), %llu hits, %llu misses, %llu evicted\n",
+               st.entries, (double)st.bytes / (1 << 20), (double)st.budget / (1 << 20),
+               (unsigned long long)st.hits, (unsigned long long)st.misses,
+               (unsigned long long)st.evictions);
+    }
     for (int i = 0; i < batch; i++)
         tm_constraint_free(&cons[i]);
     free(cons);

@@ -260,6 +260,7 @@ static void fill_sampling_extras(Tandem__V1__SamplingParams *s, const router_req
     s->output_in_prompt = penalised ? (uint32_t)r->n_out : 0;
     s->logprobs = r->logprobs >= 0 || r->score_logprobs;
     s->top_logprobs = r->logprobs > 0 ? (uint32_t)r->logprobs : 0;
+    s->prompt_logprobs = r->prompt_logprobs && !r->prompt_lp;
 }
 
 static void fill_sampling(Tandem__V1__SamplingParams *s, const router_request *r)
@@ -624,6 +625,13 @@ static void on_prefill_result(router_ctx *ctx, router_worker *from,
     m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_START_DECODE;
     m.start_decode = &s;
     r->stage = STAGE_DECODING;
+    if (request_store_prompt_logprobs(r, res->prompt_logprobs, res->n_prompt_logprobs) != 0) {
+        send_cancel(ctx, r->decoder, r->wid, 1);
+        fail(ctx, r, TANDEM__V1__ERROR_CODE__ERROR_CODE_INTERNAL,
+             "prefiller %s sent %zu prompt logprobs for a prompt of %d tokens (echo)", from->id,
+             res->n_prompt_logprobs, r->n_prompt);
+        return;
+    }
     int32_t first = res->first_token;
     Tandem__V1__TokenLogprobs *first_lp = res->first_logprobs;
     if (deliver_tokens(ctx, r, &first, 1, &first_lp, first_lp ? 1 : 0))

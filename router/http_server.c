@@ -49,6 +49,10 @@ typedef struct http_choice {
     size_t reasoning_sent;  /* chat formats: reasoning bytes already in chunks */
     int tools_sent;         /* chat formats: tool calls already in chunks */
     int finish_sent;        /* its finish chunk went out */
+    int prompt;             /* which prompt (hc->echo's index) */
+    int echo_sent;          /* streaming echo: the prompt's chunk went out */
+    long echo_chars;        /* echo with logprobs: characters before the first
+                               generated token (its text_offset) */
 } http_choice;
 
 typedef struct http_conn {
@@ -70,6 +74,8 @@ typedef struct http_conn {
     char resp_id[40];       /* "cmpl-..." / "chatcmpl-..." */
     sbuf pending;           /* SSE: formatted, not yet handed to MHD */
     int final_sent;         /* every finish chunk (+usage) and [DONE] formatted */
+    sbuf *echo;             /* completions with echo: each prompt's text (valid
+                               UTF-8), which starts its choices' text */
 } http_conn;
 
 /* ------------------------------------------------------------ responses */
@@ -425,6 +431,22 @@ static void format_choice_events(http_conn *hc, http_choice *c, const char *fp)
         api_sse_chat_chunk(&hc->pending, hc->resp_id, r->created, r->model, &o, 1);
         c->role_sent = 1;
     }
+    if (hc->echo && !c->echo_sent) {
+        /* the prompt's text, as a chunk of its own before the first token's */
+        const sbuf *p = &hc->echo[c->prompt];
+        o.text = p->p ? p->p : "";
+        o.text_len = p->len;
+        if (o.with_logprobs) {
+            if (lp_view_build_prompt(&lpv, &hc->ctx->codec, r, &c->echo_chars) != 0)
+                hc->pending.oom = 1;
+            o.logprobs = lpv.tokens;
+            o.n_logprobs = lpv.n;
+        }
+        api_sse_completion_chunk(&hc->pending, hc->resp_id, r->created, r->model, &o);
+        o.logprobs = NULL;
+        o.n_logprobs = 0;
+        c->echo_sent = 1;
+    }
     while (c->n_sent < r->n_out) {
         int i = c->n_sent;
         size_t end = r->out_text_end[i] < r->text.len ? r->out_text_end[i] : r->text.len;
@@ -451,6 +473,8 @@ static void format_choice_events(http_conn *hc, http_choice *c, const char *fp)
             chat_parts(c, &o, r->out_reasoning_end[i], r->out_tools_end[i], &tools, &ids);
         if (lp_view_build(&lpv, &hc->ctx->codec, r, i, i + 1) != 0)
             hc->pending.oom = 1;
+        for (int j = 0; j < lpv.n; j++)
+            lpv.tokens[j].text_offset += c->echo_chars;
         o.logprobs = lpv.tokens;
         o.n_logprobs = lpv.n;
         c->n_sent++;
@@ -594,16 +618,29 @@ typedef struct choice_body {
     api_tool_call *tools;
     char *ids;
     lp_view lpv;
+    lp_view prompt_lpv;      /* echo with logprobs: the prompt's tokens */
+    api_lp_token *echo_lp;   /* ...followed by the generated ones */
 } choice_body;
 
 /* Fills o with what choice c produced (the whole output). Lock held.
  * -1 on OOM. */
-static int final_output(http_conn *hc, const router_request *r, int index, const char *fp,
+static int final_output(http_conn *hc, const http_choice *c, int index, const char *fp,
                         choice_body *cb, api_output *o)
 {
+    const router_request *r = c->req;
     sb_init(&cb->text);
     lp_view_init(&cb->lpv);
+    lp_view_init(&cb->prompt_lpv);
     text_slice(&cb->text, r, 0, r->text.len);
+    if (hc->echo) {
+        const sbuf *p = &hc->echo[c->prompt];
+        sbuf t;
+        sb_init(&t);
+        sb_append(&t, p->p ? p->p : "", p->len);
+        sb_append(&t, cb->text.p ? cb->text.p : "", cb->text.len);
+        sb_free(&cb->text);
+        cb->text = t;
+    }
     int n_tools = 0;
     request_tool_calls(r, &n_tools);
     cb->tools = n_tools ? calloc((size_t)n_tools, sizeof *cb->tools) : NULL;
@@ -630,6 +667,24 @@ static int final_output(http_conn *hc, const router_request *r, int index, const
         .logprobs = cb->lpv.tokens,
         .n_logprobs = cb->lpv.n,
     };
+    if (hc->echo && r->logprobs >= 0 && !failed) {
+        /* echo: the prompt's tokens first, the generated ones after its text */
+        long chars = 0;
+        failed = lp_view_build_prompt(&cb->prompt_lpv, &hc->ctx->codec, r, &chars) != 0;
+        const int n = cb->prompt_lpv.n + cb->lpv.n;
+        if (!failed && n > 0 && !(cb->echo_lp = calloc((size_t)n, sizeof *cb->echo_lp)))
+            failed = 1;
+        if (!failed && n > 0) {
+            for (int i = 0; i < cb->prompt_lpv.n; i++)
+                cb->echo_lp[i] = cb->prompt_lpv.tokens[i];
+            for (int i = 0; i < cb->lpv.n; i++) {
+                cb->echo_lp[cb->prompt_lpv.n + i] = cb->lpv.tokens[i];
+                cb->echo_lp[cb->prompt_lpv.n + i].text_offset += chars;
+            }
+            o->logprobs = cb->echo_lp;
+            o->n_logprobs = n;
+        }
+    }
     return failed || cb->text.oom ? -1 : 0;
 }
 
@@ -660,7 +715,7 @@ static enum MHD_Result respond_final(http_conn *hc, struct MHD_Connection *c)
     sb_init(&b);
     int oom = !cb || !o;
     for (int i = 0; !oom && i < n; i++)
-        oom = final_output(hc, hc->choices[order[i]].req, i, fp, &cb[i], &o[i]) != 0;
+        oom = final_output(hc, &hc->choices[order[i]], i, fp, &cb[i], &o[i]) != 0;
     int pt, ct;
     usage_counts(hc, &pt, &ct);
     if (!oom && hc->kind == API_CHAT)
@@ -673,6 +728,8 @@ static enum MHD_Result respond_final(http_conn *hc, struct MHD_Connection *c)
     for (int i = 0; cb && i < n; i++) {
         sb_free(&cb[i].text);
         lp_view_free(&cb[i].lpv);
+        lp_view_free(&cb[i].prompt_lpv);
+        free(cb[i].echo_lp);
         free(cb[i].tools);
         free(cb[i].ids);
     }
@@ -745,6 +802,44 @@ static int tokenize_prompts(http_conn *hc, api_request *ar, prompt_ids **out, in
     return 0;
 }
 
+static void free_echo(http_conn *hc)
+{
+    for (int i = 0; hc->echo && i < hc->n_prompts; i++)
+        sb_free(&hc->echo[i]);
+    free(hc->echo);
+    hc->echo = NULL;
+}
+
+/* echo: each prompt's text, as the client sent it, or its token ids
+ * decoded (special tokens leave no text, as in outputs; no text with
+ * --tokenizer none); made valid UTF-8. Sets hc->n_prompts. -1 on OOM. */
+static int echo_texts(http_conn *hc, const api_request *ar, const prompt_ids *p, int n)
+{
+    hc->echo = calloc((size_t)n, sizeof *hc->echo);
+    if (!hc->echo)
+        return -1;
+    hc->n_prompts = n;
+    int oom = 0;
+    sbuf raw;
+    sb_init(&raw);
+    for (int i = 0; i < n && !oom; i++) {
+        sb_init(&hc->echo[i]);
+        sb_reset(&raw);
+        if (ar->prompts[i].text)
+            sb_append(&raw, ar->prompts[i].text, ar->prompts[i].text_len);
+        else
+            for (int k = 0; k < p[i].n; k++)
+                codec_decode_token(&hc->ctx->codec, p[i].ids[k], &raw);
+        if (raw.len)
+            utf8_sanitize_append(&hc->echo[i], raw.p, raw.len);
+        oom = raw.oom || hc->echo[i].oom;
+    }
+    sb_free(&raw);
+    if (oom)
+        free_echo(hc);
+    return oom ? -1 : 0;
+}
+
 static int dup_array(void **dst, const void *src, size_t bytes)
 {
     *dst = NULL;
@@ -788,6 +883,7 @@ static router_request *make_choice(http_conn *hc, const api_request *ar, int32_t
     r->frequency_penalty = (float)ar->frequency_penalty;
     r->repetition_penalty = (float)ar->repetition_penalty;
     r->logprobs = ar->logprobs;
+    r->prompt_logprobs = ar->echo && ar->logprobs >= 0;
     /* best_of ranks candidates by their logprobs: the workers send them. */
     r->score_logprobs = ar->best_of > ar->n;
     int oom = 0;
@@ -888,8 +984,15 @@ static int submit(http_conn *hc, api_request *ar, api_error *e)
         return -1;
     }
     const int per = ar->best_of, n_choices = n_prompts * per;
+    if (ar->echo && echo_texts(hc, ar, prompts, n_prompts) != 0) {
+        free(gcode);
+        free_prompts(prompts, n_prompts);
+        api_error_set(e, 500, "server_error", NULL, NULL, "router out of memory");
+        return -1;
+    }
     hc->choices = calloc((size_t)n_choices, sizeof *hc->choices);
     if (!hc->choices) {
+        free_echo(hc);
         free(gcode);
         free_prompts(prompts, n_prompts);
         api_error_set(e, 500, "server_error", NULL, NULL, "router out of memory");
@@ -933,6 +1036,7 @@ static int submit(http_conn *hc, api_request *ar, api_error *e)
             http_choice *c = &hc->choices[hc->n_choices++];
             c->req = r;
             c->index = p * per + b;
+            c->prompt = p;
             c->counts_prompt = b == 0;
         }
     free_prompts(prompts, n_prompts);
@@ -943,6 +1047,8 @@ static int submit(http_conn *hc, api_request *ar, api_error *e)
         free(hc->choices);
         hc->choices = NULL;
         hc->n_choices = 0;
+        free_echo(hc);
+        hc->n_prompts = 0;
         pthread_mutex_unlock(&ctx->lock);
         return -1;
     }
@@ -1405,6 +1511,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     ctx->http_mem_used -= hc->reserved;
     pthread_mutex_unlock(&ctx->lock);
     free(hc->choices);
+    free_echo(hc);
     sb_free(&hc->body);
     sb_free(&hc->pending);
     free(hc);

@@ -50,6 +50,72 @@ static void add_bytes(lp_view *v, const text_codec *codec, int32_t id, long *off
     *len = v->bytes.len - before;
 }
 
+int lp_view_build_prompt(lp_view *v, const text_codec *codec, const router_request *r,
+                         long *chars)
+{
+    free(v->tokens);
+    free(v->entries);
+    v->tokens = NULL;
+    v->entries = NULL;
+    v->n = 0;
+    sb_reset(&v->bytes);
+    *chars = 0;
+    const int n = r->n_prompt, per = r->logprobs > 0 ? r->logprobs : 0;
+    if (n <= 0 || (n > 1 && r->n_prompt_lp != n - 1))
+        return 0;
+    v->tokens = calloc((size_t)n, sizeof *v->tokens);
+    v->entries = calloc((size_t)n * (size_t)(per > 0 ? per : 1), sizeof *v->entries);
+    long *offs = calloc((size_t)n * (size_t)(per + 1), sizeof *offs);
+    sbuf text;
+    sb_init(&text);
+    if (!v->tokens || !v->entries || !offs) {
+        free(offs);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        api_lp_token *t = &v->tokens[i];
+        t->text_offset = *chars;
+        sb_reset(&text);
+        codec_decode_token(codec, r->prompt[i], &text);
+        *chars += chars_in(text.p ? text.p : "", text.len);
+        t->tok.id = r->prompt[i];
+        add_bytes(v, codec, t->tok.id, &offs[(size_t)i * (per + 1)], &t->tok.len);
+        t->top = &v->entries[(size_t)i * (size_t)per];
+        if (i == 0) {
+            t->no_logprob = 1;
+            continue;
+        }
+        const tm_token_logprobs *lp = &r->prompt_lp[i - 1];
+        t->tok.logprob = lp->logprob;
+        t->n_top = lp->n_top < per ? lp->n_top : per;
+        for (int k = 0; k < t->n_top; k++) {
+            api_lp_entry *en = &v->entries[(size_t)i * (size_t)per + k];
+            en->id = lp->top_ids[k];
+            en->logprob = lp->top_logprobs[k];
+            add_bytes(v, codec, en->id, &offs[(size_t)i * (per + 1) + 1 + k], &en->len);
+        }
+    }
+    v->n = n;
+    const int oom = v->bytes.oom || text.oom;
+    sb_free(&text);
+    if (oom) {
+        free(offs);
+        return -1;
+    }
+    const char *base = v->bytes.p ? v->bytes.p : "";
+    for (int j = 0; j < v->n; j++) {
+        api_lp_token *t = &v->tokens[j];
+        long o = offs[(size_t)j * (per + 1)];
+        t->tok.bytes = o < 0 ? NULL : base + o;
+        for (int k = 0; k < t->n_top; k++) {
+            long ok = offs[(size_t)j * (per + 1) + 1 + k];
+            v->entries[(size_t)j * per + k].bytes = ok < 0 ? NULL : base + ok;
+        }
+    }
+    free(offs);
+    return 0;
+}
+
 int lp_view_build(lp_view *v, const text_codec *codec, const router_request *r, int from, int to)
 {
     free(v->tokens);

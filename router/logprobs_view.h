@@ -20,5 +20,11 @@ void lp_view_init(lp_view *v);
 /* Fills v with r's tokens [from, to) (those listed, see above). Lock held;
  * v is valid until the next build or free. -1 on OOM. */
 int lp_view_build(lp_view *v, const text_codec *codec, const router_request *r, int from, int to);
+/* echo with logprobs: r's prompt tokens, the first without a logprob
+ * (no_logprob), text_offset counting the characters of the prompt tokens
+ * before each (as decoded); *chars: the characters of them all, by which
+ * the generated tokens' offsets move. Lock held. -1 on OOM. */
+int lp_view_build_prompt(lp_view *v, const text_codec *codec, const router_request *r,
+                         long *chars);
 void lp_view_free(lp_view *v);
 #endif

@@ -473,13 +473,15 @@ static int parse_chat_options(const cJSON *root, api_request *r, api_error *e)
     return 0;
 }
 
-/* Fields Tandem does not implement: accepted only at their default value. */
-static int reject_unsupported(const cJSON *root, api_kind kind, api_error *e)
+/* Completions' echo: each choice's text starts with its prompt's; with
+ * logprobs the prompt's tokens are listed first (the prefiller computes
+ * their logprobs). */
+static int parse_echo(const cJSON *root, api_kind kind, api_request *r, api_error *e)
 {
-    const cJSON *f;
-    if ((f = field(root, "echo")) && !cJSON_IsFalse(f))
-        return bad(e, "echo", "unsupported_value", "Tandem does not support echo.");
-    (void)kind;
+    if (kind != API_COMPLETIONS)
+        return 0;
+    if (get_bool(root, "echo", &r->echo, e) != 0)
+        return -1;
     return 0;
 }
 
@@ -784,11 +786,11 @@ static int parse_fields(const cJSON *root, const cJSON *alt, api_kind kind, api_
     }
     if (reject_unimplemented(root, kind, e) != 0)
         return -1;
-    if (reject_unsupported(root, kind, e) != 0)
-        return -1;
     if (parse_choices(root, kind, r, e) != 0)
         return -1;
-    return parse_sampling_extras(root, kind, r, e);
+    if (parse_sampling_extras(root, kind, r, e) != 0)
+        return -1;
+    return parse_echo(root, kind, r, e);
 }
 
 /* cJSON decodes the escape \u0000 into a NUL byte and its strings end
@@ -1223,11 +1225,18 @@ static void completion_logprobs(sbuf *b, const api_output *o, int streaming)
     for (int i = 0; i < o->n_logprobs; i++) {
         if (i)
             sb_puts(b, ",");
-        lp_value(b, o->logprobs[i].tok.logprob);
+        if (o->logprobs[i].no_logprob)
+            sb_puts(b, "null");
+        else
+            lp_value(b, o->logprobs[i].tok.logprob);
     }
     sb_puts(b, "],\"top_logprobs\":[");
     for (int i = 0; i < o->n_logprobs; i++) {
         const api_lp_token *t = &o->logprobs[i];
+        if (t->no_logprob) {
+            sb_puts(b, i ? ",null" : "null");
+            continue;
+        }
         sb_puts(b, i ? ",{" : "{");
         int n = 0;
         for (int k = 0; k <= t->n_top; k++) {

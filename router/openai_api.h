@@ -97,6 +97,7 @@ typedef struct api_request {
     int32_t *bias_tokens;     /* logit_bias: token ids (each once; the router */
     float *bias_values;       /* checks them against the vocabulary), [-100, 100] */
     int n_bias;
+    int echo;                 /* completions: the prompt's text starts each choice's */
     int logprobs;             /* -1: none; else how many alternatives per token
                                  (completions: logprobs k; chat: top_logprobs
                                  with logprobs true) */
@@ -143,6 +144,8 @@ typedef struct api_lp_token {
     const api_lp_entry *top;
     int n_top;
     long text_offset;             /* completions: characters of text before it */
+    int no_logprob;               /* echo's first prompt token: null logprob and
+                                     alternatives (nothing comes before it) */
 } api_lp_token;
 
 /* What one streamed chunk (or the final response) carries. */

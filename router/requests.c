@@ -55,6 +55,7 @@ void request_unref(router_request *r)
     free(r->out_reasoning_end);
     free(r->out_tools_end);
     free(r->out_lp);
+    free(r->prompt_lp);
     free(r->bias_tokens);
     free(r->bias_values);
     sb_free(&r->text);
@@ -224,6 +225,37 @@ int request_store_logprobs(router_request *r, Tandem__V1__TokenLogprobs *const *
             d->top_logprobs[j] = w->top_logprobs[j];
         }
     }
+    return 0;
+}
+
+int request_store_prompt_logprobs(router_request *r, Tandem__V1__TokenLogprobs *const *lps,
+                                  size_t n_lps)
+{
+    const int need = r->n_prompt - 1;
+    if (!r->prompt_logprobs || r->prompt_lp || need <= 0)
+        return 0;
+    const int shown = r->logprobs > 0 ? r->logprobs : 0;
+    if (n_lps < (size_t)need)
+        return -1;
+    tm_token_logprobs *lp = calloc((size_t)need, sizeof *lp);
+    if (!lp)
+        return -1;
+    for (int i = 0; i < need; i++) {
+        const Tandem__V1__TokenLogprobs *w = lps[i];
+        size_t k = w ? w->n_top_ids : 0;
+        if (!w || k != w->n_top_logprobs || k > KN_LOGPROBS_MAX_TOP || (int)k < shown) {
+            free(lp);
+            return -1;
+        }
+        lp[i].logprob = w->logprob;
+        lp[i].n_top = shown;
+        for (int j = 0; j < shown; j++) {
+            lp[i].top_ids[j] = w->top_ids[j];
+            lp[i].top_logprobs[j] = w->top_logprobs[j];
+        }
+    }
+    r->prompt_lp = lp;
+    r->n_prompt_lp = need;
     return 0;
 }
 

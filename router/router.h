@@ -114,6 +114,10 @@ typedef struct router_request {
     int logprobs;                  /* -1: none; else alternatives per token (0..20) */
     int score_logprobs;            /* keep the tokens' logprobs although the client
                                       did not ask (best_of ranks choices by them) */
+    int prompt_logprobs;           /* echo with logprobs: the prefiller returns the
+                                      prompt tokens' logprobs too */
+    tm_token_logprobs *prompt_lp;  /* [n_prompt - 1]: prompt token i + 1's (under lock) */
+    int n_prompt_lp;
 
     /* Placement (core thread only). */
     req_stage stage;
@@ -254,6 +258,12 @@ int request_append(router_ctx *ctx, router_request *r, const int32_t *toks, int 
  * none or not one per token (n_lps != n) although the request asked. */
 int request_store_logprobs(router_request *r, Tandem__V1__TokenLogprobs *const *lps,
                            size_t n_lps, int n);
+/* Keeps the prompt's logprobs from the first PrefillResult that has them
+ * (a re-placed attempt's prompt holds earlier output after the prompt:
+ * only the first n_prompt - 1 entries count). 0 when the request did not
+ * ask or has them; -1 on OOM or when fewer or malformed entries came. */
+int request_store_prompt_logprobs(router_request *r, Tandem__V1__TokenLogprobs *const *lps,
+                                  size_t n_lps);
 
 /* Flushes the chat parser at the end of the output (text it held back). */
 void request_finish_output(router_request *r);

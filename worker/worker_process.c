@@ -294,7 +294,11 @@ int worker_load_model(const worker_options *o, const char *who, rank_group *g, k
         snprintf(err, errlen, "cannot load model: %s", why);
         return TN_ERR_ARG;
     }
-    tn_log(who, "rank %d: model on %s, %s weights (%.1f MiB)%s%s", g->rank, device,
+    /* named by the experts' dtype, most of an MoE model's bytes: an FP8
+     * model keeps bf16 norms and LM head and must not read "bf16 weights" */
+    tn_log(who, "rank %d: model on %s, %s weights (attention %s, experts %s, other %s; %.1f MiB)%s%s",
+           g->rank, device, kn_dtype_name(tm_model_expert_dtype(*out)),
+           kn_dtype_name(tm_model_attn_dtype(*out)), kn_dtype_name(tm_model_expert_dtype(*out)),
            kn_dtype_name(tm_model_weight_dtype(*out)),
            (double)tm_model_weight_bytes(*out) / (1024.0 * 1024.0),
            g->size > 1 ? ", rank communicator " : "",

@@ -38,6 +38,12 @@ int worker_vocab_load(const char *spec, int vocab, tm_vocab_trie *out, int *load
         if (rc != TN_OK)
             tn_errf(err, errlen, "--tokenizer %s: %s", spec,
                     rc == TN_ERR_NOMEM ? "out of memory" : "a token longer than 255 bytes");
+        /* one mask cache for every request's grammar over this vocabulary */
+        if (rc == TN_OK &&
+            (rc = tm_vocab_trie_share_masks(out, (size_t)TM_MASK_CACHE_DEFAULT_MB << 20)) != TN_OK) {
+            tm_vocab_trie_free(out);
+            tn_errf(err, errlen, "--tokenizer %s: out of memory for the mask cache", spec);
+        }
     } else if (rc == TN_ERR_NOMEM) {
         tn_errf(err, errlen, "out of memory");
     }

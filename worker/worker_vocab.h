@@ -10,7 +10,11 @@
  *          have no bytes
  *   PATH   tokenizer.json / o200k_base.tiktoken (tokenizer/tokenizer.h):
  *          every token that is not an added/special token, by its bytes;
- *          the added ones only where a grammar names them */
+ *          the added ones only where a grammar names them
+ *
+ * The trie carries the worker's mask cache (TM_MASK_CACHE_DEFAULT_MB,
+ * engine/grammar_cache.h): every request's constraint shares it, so a
+ * schema's states are walked once per worker, not once per request. */
 #ifndef TANDEM_WORKER_WORKER_VOCAB_H
 #define TANDEM_WORKER_WORKER_VOCAB_H
 #include <stddef.h>

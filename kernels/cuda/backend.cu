@@ -161,10 +161,15 @@ extern "C" int kn_cuda_backend_init(kn_backend *be, int device)
     ctx->allow_tf32 = tf32 && strcmp(tf32, "1") == 0;
     const char *attn_bf16 = getenv("TANDEM_CUDA_ATTN_BF16");
     ctx->attn_bf16 = attn_bf16 && strcmp(attn_bf16, "1") == 0;
+    /* wgmma + TMA sink attention (mode 2) by default: on the H200 it took
+     * GPT-OSS-20B FP8 prefill from 156.2 to 122.4 ms at 8192 tokens and
+     * 1159 to 658 ms at 32768 (docs/PERF.md, s4run5); "0" selects the
+     * mma.sync kernels, 1..5 the other wgmma variants. */
     const char *attn_wgmma = getenv("TANDEM_CUDA_ATTN_WGMMA");
-    ctx->attn_wgmma = attn_wgmma && attn_wgmma[0] >= '1' && attn_wgmma[0] <= '5' && !attn_wgmma[1]
+    ctx->attn_wgmma = !attn_wgmma ? KN_CUDA_DEFAULT_ATTN_WGMMA
+                      : attn_wgmma[0] >= '0' && attn_wgmma[0] <= '5' && !attn_wgmma[1]
                           ? attn_wgmma[0] - '0'
-                          : 0;
+                          : KN_CUDA_DEFAULT_ATTN_WGMMA;
     const char *moe_grouped = getenv("TANDEM_CUDA_MOE_GROUPED");
     ctx->moe_grouped = !moe_grouped ? -1 : strcmp(moe_grouped, "1") == 0 ? 1
                                        : strcmp(moe_grouped, "0") == 0 ? 0 : -1;

@@ -45,10 +45,9 @@ void kn_cuda_set_lt_cache(const kn_backend *be, int on);
  * mode 3 to that kernel with each tile's softmax overlapping the previous
  * tile's P V, mode 4 to mode 3 with three warpgroups of query rows, mode
  * 5 to mode 2's producer warp with mode 3's overlap (modes 2-5: page sizes
- * 8..128 dividing 128; other page sizes take mode 1's kernel); 0 (the
- * default) keeps the mma.sync kernel. Needs an sm_90 GPU. Starts from
- * TANDEM_CUDA_ATTN_WGMMA=0..5 at
- * init; for benchmarks and tests. kn_cuda_attn_wgmma_launches counts one
+ * 8..128 dividing 128; other page sizes take mode 1's kernel); 0 keeps
+ * the mma.sync kernel. Mode 2 is the default (KN_CUDA_DEFAULT_ATTN_WGMMA).
+ * Needs an sm_90 GPU. Starts from TANDEM_CUDA_ATTN_WGMMA=0..5 at init; for benchmarks and tests. kn_cuda_attn_wgmma_launches counts one
  * mode's kernel launches on this backend. */
 void kn_cuda_set_attn_wgmma(const kn_backend *be, int mode);
 int kn_cuda_attn_wgmma(const kn_backend *be);

@@ -25,6 +25,8 @@ extern "C" {
 
 #define KN_CUDA_MAX_SIDE 4
 #define KN_CUDA_DEFAULT_MOE_STREAMS 4
+/* prefill sink attention on the wgmma + TMA kernel (docs/PERF.md, s4run5) */
+#define KN_CUDA_DEFAULT_ATTN_WGMMA 2
 
 struct kn_cuda_ctx {
     cudaStream_t stream;

@@ -338,6 +338,26 @@ async function validateRender(name, file, metrics, opts) {
     check(`${name}: the router's model.conf names the vocabulary of ${served || "the served model"}, in the image`,
         tokIssues.length === 0, tokIssues.join("\n"));
 
+    // Structured outputs mask the logits on the workers, over the router's
+    // vocabulary: each worker reads the same model.conf (its tokenizer line)
+    // from the same ConfigMap, and passes no other --tokenizer.
+    const workerTokIssues = [];
+    for (const [role, w] of [["prefiller", pre], ["decoder", dec]]) {
+        const c = w?.spec.template.spec.containers[0];
+        if (!c) { workerTokIssues.push(`no ${role}`); continue; }
+        const vol = (w.spec.template.spec.volumes || []).find((v) => v.configMap && v.configMap.name === confMap?.metadata.name);
+        const m = (c.volumeMounts || []).find((x) => x.name === vol?.name);
+        if (!vol) workerTokIssues.push(`${role}: no volume of the ConfigMap ${confMap?.metadata.name}`);
+        else if (vol.configMap.items && !vol.configMap.items.some((i) => i.key === "model.conf" && i.path === "model.conf"))
+            workerTokIssues.push(`${role}: its config volume does not project model.conf`);
+        if (!m || !(c.args || []).includes(`--config=${m.mountPath}/model.conf`))
+            workerTokIssues.push(`${role}: args do not read --config=${m?.mountPath}/model.conf`);
+        if ((c.args || []).some((a) => /^--tokenizer(=|$)/.test(String(a))))
+            workerTokIssues.push(`${role}: a --tokenizer flag besides model.conf's`);
+    }
+    check(`${name}: the workers read the router's vocabulary (model.conf) for structured outputs`,
+        workerTokIssues.length === 0, workerTokIssues.join("\n"));
+
     // RBAC: what the router's scaler patches (router.conf scaler-k8s-*) must
     // be granted to the router's ServiceAccount through a RoleBinding.
     const rbacIssues = [];

@@ -89,6 +89,33 @@ if check == "no_repeat_but_reference_repeats":  # TOKENS
     toks = [int(t) for t in args[0].split(",")]
     done(len(set(toks)) == len(toks) and len(set(gen[:len(toks)])) < len(toks),
          "tokens %s (reference %s)" % (toks, gen[:len(toks)]))
+if check == "echo_logprobs":  # FILE K N: echo with logprobs K, N generated tokens
+    j = json.load(open(args[0])); k, count = int(args[1]), int(args[2])
+    c = j["choices"][0]; lp = c["logprobs"]; P = len(prompt)
+    plog = tensor("prompt_logits")
+    prow = lambda i: plog[i * V:(i + 1) * V]
+    if c["token_ids"] != list(gen[:count]): done(0, "tokens %s" % c["token_ids"])
+    want = ["token_id:%d" % t for t in list(prompt) + list(gen[:count])]
+    if lp["tokens"] != want: done(0, "token strings %s" % lp["tokens"][:8])
+    if lp["token_logprobs"][0] is not None or lp["top_logprobs"][0] is not None:
+        done(0, "first prompt token: %s %s" % (lp["token_logprobs"][0], lp["top_logprobs"][0]))
+    if lp["text_offset"] != [0] * (P + count): done(0, "text_offset %s" % lp["text_offset"][:8])
+    worst = 0.0
+    for i in range(1, P + count):  # token i given the tokens before it
+        r = prow(i - 1) if i < P else row(i - P)
+        tok = prompt[i] if i < P else gen[i - P]
+        ref = log_softmax(r); top = order(r)
+        worst = max(worst, abs(lp["token_logprobs"][i] - ref[tok]))
+        d = lp["top_logprobs"][i]
+        # the k alternatives, and the token itself when it is not among them
+        if ("token_id:%d" % tok) not in d or len(d) not in (k, k + 1) or len(d) < 1:
+            done(0, "token %d: dict %s" % (i, d))
+        got = [int(s.split(":")[1]) for s in d][:k]
+        for a in range(len(got)):
+            if got[a] != top[a] and abs(r[got[a]] - r[top[a]]) > BOUND:
+                done(0, "token %d: order %s, reference %s" % (i, got, top[:k]))
+            worst = max(worst, abs(d["token_id:%d" % got[a]] - ref[got[a]]))
+    done(worst <= BOUND, "max |logprob - float64 reference| = %g > %g" % (worst, BOUND))
 done(0, "unknown check " + check)
 PYEOF
 ref() { python3 "$REF" "$dir/golden.safetensors" "$@" 2>&1; }
@@ -106,6 +133,37 @@ code=$(post $C "{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_tokens\":6,\"tempe
 verdict=$(ref completion_logprobs "$CLUSTER_TMP/lp0.json" 0 6)
 [ "$code" = 200 ] && [ "$verdict" = ok ]
 check "completions logprobs 0: the sampled token's logprob only" $? "HTTP $code $verdict"
+
+# echo with logprobs: the prompt tokens' logprobs (computed on the prefiller
+# from every prompt position's logits) against the reference's prompt_logits,
+# then the generated tokens'. The 40-token prompt takes two of the 32-token
+# chunks the prefiller uses for them (the first token drawn from the last
+# chunk's last row).
+code=$(post $C "{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_tokens\":3,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":3,\"echo\":true}" "$CLUSTER_TMP/echo.json")
+verdict=$(ref echo_logprobs "$CLUSTER_TMP/echo.json" 3 3)
+[ "$code" = 200 ] && [ "$verdict" = ok ]
+check "completions echo + logprobs 3: the prompt tokens' logprobs equal the float64 softmax of the reference's prompt logits (first null)" $? \
+    "HTTP $code $verdict" "$(head -c 600 "$CLUSTER_TMP/echo.json")"
+# streamed: the echo chunk carries the prompt's entries, then one per token
+curl -s -N --max-time 60 -H 'Content-Type: application/json' -o "$CLUSTER_TMP/echo.sse" \
+    -d "{\"model\":\"$fx\",\"prompt\":[$prompt],\"max_tokens\":3,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":3,\"echo\":true,\"stream\":true}" "$URL$C"
+verdict=$(python3 - "$CLUSTER_TMP/echo.sse" "$CLUSTER_TMP/echo.json" <<'PYEOF'
+import json, sys
+want = json.load(open(sys.argv[2]))["choices"][0]["logprobs"]
+got = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+sizes = []
+for line in open(sys.argv[1]):
+    if not line.startswith("data: {"): continue
+    c = json.loads(line[6:])["choices"][0]
+    if c["logprobs"]:
+        sizes.append(len(c["logprobs"]["tokens"]))
+        for key in got: got[key] += c["logprobs"][key]
+print("ok" if got == want and sizes[0] == len(want["tokens"]) - 3 and sizes[1:] == [1, 1, 1]
+      else "streamed %s vs %s" % (sizes, len(want["tokens"])))
+PYEOF
+)
+check "completions echo + logprobs streamed: the prompt's entries in the first chunk, the same as not streamed" \
+    "$([ "$verdict" = ok ]; echo $?)" "$verdict"
 
 # Streaming: each chunk carries its token's logprobs, together the same as above.
 curl -s -N --max-time 60 -H 'Content-Type: application/json' -o "$CLUSTER_TMP/lp.sse" \

@@ -3,7 +3,8 @@
 # unchanged, against the default `make run` cluster: the GPT-OSS demo model
 # with the o200k_harmony vocabulary. Text completion, chat (and streamed),
 # a tool definition that gets a tool call (and streamed), and the follow-up
-# with the tool's result (tests/openai_sdk/check.mjs).
+# with the tool's result, and parse() with strict tools under tool_choice
+# "required" / a named function and a json_schema (tests/openai_sdk/check.mjs).
 set -u
 cd "$(dirname "$0")/../.."
 . tests/integration/cluster_lib.sh
@@ -18,7 +19,9 @@ if [ ! -f "$dir/model.safetensors" ] || [ ! -f "$vocab" ]; then
     not_ok "$dir and $vocab exist (make demo-models, make deps)"
     cluster_finish
 fi
-cluster_start "$dir" --tokenizer "$vocab" || cluster_finish
+# the workers get the vocabulary too: forced tool calls and json_schema mask on them
+PREFILLER_FLAGS="--tokenizer $vocab" DECODER_FLAGS="--tokenizer $vocab" \
+    cluster_start "$dir" --tokenizer "$vocab" || cluster_finish
 while IFS= read -r line; do
     case "$line" in
     PASS$'\t'*) ok "OpenAI Node SDK: ${line#PASS$'\t'}" ;;

@@ -165,6 +165,8 @@ if [ -f "$base" ]; then
     expect_reject "Qwen3-235B-A22B in bf16" manifests "$tmp/b11.yaml" "one GPU per rank"
     mutate "$base" "$tmp/b12.yaml" "if (d.kind === 'StatefulSet') d.spec.template.spec.containers[0].env = d.spec.template.spec.containers[0].env.filter((e) => e.name !== 'NCCL_DEBUG');"
     expect_reject "a decoder without NCCL_DEBUG=WARN" manifests "$tmp/b12.yaml" "NCCL"
+    mutate "$base" "$tmp/b13.yaml" "if (d.kind === 'StatefulSet') d.spec.template.spec.containers[0].args = d.spec.template.spec.containers[0].args.filter((a) => !a.startsWith('--config='));"
+    expect_reject "a decoder without the router's vocabulary" manifests "$tmp/b13.yaml" "vocabulary \\(model.conf\\)"
 else
     notok "gb200 render available for the validator's negative tests"
 fi

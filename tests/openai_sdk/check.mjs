@@ -1,13 +1,16 @@
 // The official OpenAI Node SDK, used exactly as an application would, against
 // a Tandem router serving a demo model (tests/integration/test_demo_openai_sdk.sh):
 // a text completion, a chat completion (and streamed), a chat completion with
-// a tool definition that gets a tool call, streamed tool calls, and the
-// follow-up carrying the tool's result.
+// a tool definition that gets a tool call, streamed tool calls, the
+// follow-up carrying the tool's result, and the structured outputs built on
+// the workers' vocabulary: chat.completions.parse with strict tools and
+// tool_choice "required" / a named function, and a json_schema answer.
 //
 //   node check.mjs BASE_URL MODEL
 //
 // Prints "PASS\tname" or "FAIL\tname\tdiagnostic" per check.
 import OpenAI from "openai";
+import { makeParseableResponseFormat } from "openai/lib/parser";
 
 const [baseURL, model] = process.argv.slice(2);
 const client = new OpenAI({ baseURL, apiKey: "unused", maxRetries: 0, timeout: 60000 });
@@ -134,4 +137,72 @@ await check("the tool result goes back and the model answers from it", async () 
   assert(c.finish_reason === "stop" && typeof c.message.content === "string" &&
     c.message.content.length > 0, JSON.stringify(c));
   console.log(`# answer: ${JSON.stringify(c.message.content)}`);
+});
+
+// Strict tools: parse() turns the arguments into parsed_arguments; a forced
+// call must match the function's parameters whatever the model prefers.
+const strictWeather = {
+  type: "function",
+  function: {
+    name: "get_weather", description: "Get the current weather in a city.", strict: true,
+    parameters: {
+      type: "object",
+      properties: { city: { type: "string", maxLength: 20 }, unit: { enum: ["c", "f"] } },
+      required: ["city", "unit"], additionalProperties: false,
+    },
+  },
+};
+const strictTime = {
+  type: "function",
+  function: {
+    name: "get_time", description: "The local time in a city.", strict: true,
+    parameters: {
+      type: "object", properties: { city: { type: "string", maxLength: 20 } },
+      required: ["city"], additionalProperties: false,
+    },
+  },
+};
+
+async function forcedCall(tool_choice, want) {
+  const r = await client.chat.completions.parse({
+    model, messages: [{ role: "user", content: "Hello there" }], tools: [strictWeather, strictTime],
+    tool_choice, temperature: 0, max_tokens: 120,
+  });
+  const c = r.choices[0];
+  assert(c.finish_reason === "tool_calls", JSON.stringify(c));
+  const calls = c.message.tool_calls;
+  assert(Array.isArray(calls) && calls.length === 1, JSON.stringify(c.message));
+  const f = calls[0].function;
+  assert(!want || f.name === want, `called ${f.name}, want ${want}`);
+  const a = f.parsed_arguments;
+  const keys = f.name === "get_weather" ? ["city", "unit"] : ["city"];
+  assert(a && JSON.stringify(Object.keys(a)) === JSON.stringify(keys) && typeof a.city === "string" &&
+    (f.name !== "get_weather" || ["c", "f"].includes(a.unit)), JSON.stringify(f));
+  console.log(`# forced (${JSON.stringify(tool_choice)}): ${f.name}(${f.arguments})`);
+}
+
+await check("chat.completions.parse: strict tools, tool_choice required", async () => {
+  await forcedCall("required", null);
+});
+
+await check("chat.completions.parse: strict tools, a named function (get_time)", async () => {
+  await forcedCall({ type: "function", function: { name: "get_time" } }, "get_time");
+});
+
+await check("chat.completions.parse: response_format json_schema (strict)", async () => {
+  const response_format = makeParseableResponseFormat(
+    { type: "json_schema", json_schema: { name: "city", strict: true, schema: {
+      type: "object", properties: { city: { type: "string", maxLength: 20 }, sunny: { type: "boolean" } },
+      required: ["city", "sunny"], additionalProperties: false } } },
+    (content) => JSON.parse(content));
+  const r = await client.chat.completions.parse({
+    model, messages: [{ role: "user", content: "What's the weather in Paris?" }], temperature: 0,
+    max_tokens: 120, response_format,
+  });
+  const c = r.choices[0];
+  assert(c.finish_reason === "stop", JSON.stringify(c));
+  const p = c.message.parsed;
+  assert(p && typeof p.city === "string" && typeof p.sunny === "boolean" &&
+    JSON.stringify(Object.keys(p)) === '["city","sunny"]', JSON.stringify(c.message));
+  console.log(`# json_schema: ${c.message.content}`);
 });

@@ -609,7 +609,9 @@ static void pool_case(op_env *e, const void *param)
     /* modes 2-5 box whole pages: other page sizes take mode 1's kernel */
     int wgmma_was = 0, ran = c->wgmma >= 2 && ps >= 8 && ps <= 128 && 128 % ps == 0 ? c->wgmma : 1;
     long long wgmma_runs = 0;
-    if (c->wgmma) {
+    /* every case names its kernel: wgmma 0 keeps the mma.sync kernel tested
+     * although the backend's default is a wgmma mode */
+    if (e->be->kind == KN_BACKEND_CUDA) {
         wgmma_was = kn_cuda_attn_wgmma(e->be);
         wgmma_runs = kn_cuda_attn_wgmma_launches(e->be, ran);
         kn_cuda_set_attn_wgmma(e->be, c->wgmma);
@@ -618,8 +620,9 @@ static void pool_case(op_env *e, const void *param)
     int rc = kn_attention(e->be, d_out, d_q, &dpools, &db, H, n_kv, D, ps, scale, d_sinks, c->window);
     kn_backend_set_attn_bf16(e->be, 0);
 #ifdef TANDEM_CUDA
-    if (c->wgmma) {
+    if (e->be->kind == KN_BACKEND_CUDA)
         kn_cuda_set_attn_wgmma(e->be, wgmma_was);
+    if (c->wgmma) {
         op_check(e, kn_cuda_attn_wgmma_launches(e->be, ran) == wgmma_runs + 1,
                  "the mode %d wgmma kernel did not run (launches %lld -> %lld)", ran, wgmma_runs,
                  kn_cuda_attn_wgmma_launches(e->be, ran));

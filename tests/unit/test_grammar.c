@@ -18,6 +18,7 @@
 #include <cmocka.h>
 #include "common/status.h"
 #include "engine/grammar.h"
+#include "engine/grammar_cache.h"
 #include "router/schema_grammar.h"
 #include "tests/unit/testutil.h"
 #include "tokenizer/tokenizer.h"
@@ -196,11 +197,16 @@ static void walk(tm_constraint *c, tu_rng *rng, int check_every, char *text, siz
     free(m);
 }
 
+/* cache_bytes > 0: the walks share a mask cache of that budget (the
+ * worker's), and alternate between the stop tokens stop and stop_alt, so
+ * a mask cached by one walk must serve the next with its own stops. */
 static void check_vocab(const char *const *bytes, const size_t *lens, int V, int32_t stop,
-                        int check_every, int walks)
+                        int32_t stop_alt, int check_every, int walks, size_t cache_bytes)
 {
     tm_vocab_trie tr;
     assert_int_equal(tm_vocab_trie_build(&tr, V, bytes, lens), TN_OK);
+    if (cache_bytes)
+        assert_int_equal(tm_vocab_trie_share_masks(&tr, cache_bytes), TN_OK);
     cJSON *s = cJSON_Parse(person);
     int32_t *code;
     int n;
@@ -211,9 +217,11 @@ static void check_vocab(const char *const *bytes, const size_t *lens, int V, int
     tu_rng rng;
     tu_rng_init(&rng, 7);
     int finished = 0;
+    uint64_t shared = 0;
     for (int w = 0; w < walks; w++) {
         tm_constraint c;
-        assert_int_equal(tm_constraint_init(&c, code, n, &tr, &stop, 1, err, sizeof err), TN_OK);
+        const int32_t *st = w % 2 ? &stop_alt : &stop;
+        assert_int_equal(tm_constraint_init(&c, code, n, &tr, st, 1, err, sizeof err), TN_OK);
         char text[8192];
         int ended;
         walk(&c, &rng, check_every, text, sizeof text, &ended);
@@ -226,9 +234,19 @@ static void check_vocab(const char *const *bytes, const size_t *lens, int V, int
                 fail_msg("walk %d: not JSON: %s", w, text);
             cJSON_Delete(j);
         }
+        shared += c.masks_shared;
         tm_constraint_free(&c);
     }
     assert_true(finished > 0);
+    if (cache_bytes) {
+        tm_mask_cache_stats st;
+        tm_mask_cache_stats_get(tr.masks, &st);
+        if (cache_bytes >= 1u << 20) /* later walks found earlier walks' masks */
+            assert_true(shared > 0);
+        assert_true(st.hits == shared);
+        assert_true(st.bytes <= st.budget);
+        assert_int_equal(st.grammars, st.entries ? 1 : 0); /* one program, interned once */
+    }
     tm_grammar_free(&check);
     free(code);
     cJSON_Delete(s);
@@ -260,7 +278,55 @@ static void masks_equal_brute_force_random_vocab(void **state)
     }
     memcpy(store[300], store[301], 8); /* a repeated byte string */
     lens[300] = lens[301];
-    check_vocab(bytes, lens, V, V - 1, 1, 30);
+    check_vocab(bytes, lens, V, V - 1, V - 1, 1, 30, 0);
+    /* shared: one ample budget, one that evicts all the time */
+    check_vocab(bytes, lens, V, V - 1, V - 2, 1, 30, 1u << 20);
+    check_vocab(bytes, lens, V, V - 1, V - 2, 1, 30, 2048);
+}
+
+/* Grammars are interned by their program: two constraints of one program
+ * share a grammar; another program gets its own masks. */
+static void mask_cache_keys_by_program(void **state)
+{
+    (void)state;
+    enum { V = 300 };
+    static char store[V];
+    const char *bytes[V];
+    size_t lens[V];
+    for (int t = 0; t < V; t++) {
+        store[t] = (char)t;
+        bytes[t] = t < 256 ? &store[t] : NULL;
+        lens[t] = t < 256;
+    }
+    tm_vocab_trie tr;
+    assert_int_equal(tm_vocab_trie_build(&tr, V, bytes, lens), TN_OK);
+    assert_int_equal(tm_vocab_trie_share_masks(&tr, 1u << 20), TN_OK);
+    /* "a" then stop, and "b" then stop */
+    int32_t ga[] = { TM_G_BYTES, 0, 0, 0, 1u << ('a' - 96), 0, 0, 0, 0, TM_G_ALT_END, TM_G_RULE_END };
+    int32_t gb[] = { TM_G_BYTES, 0, 0, 0, 1u << ('b' - 96), 0, 0, 0, 0, TM_G_ALT_END, TM_G_RULE_END };
+    int32_t stop = V - 1;
+    char err[200];
+    tm_constraint c1, c2, c3;
+    assert_int_equal(tm_constraint_init(&c1, ga, 11, &tr, &stop, 1, err, sizeof err), TN_OK);
+    assert_int_equal(tm_constraint_init(&c2, ga, 11, &tr, &stop, 1, err, sizeof err), TN_OK);
+    assert_int_equal(tm_constraint_init(&c3, gb, 11, &tr, &stop, 1, err, sizeof err), TN_OK);
+    uint32_t m[(V + 31) / 32];
+    assert_int_equal(tm_constraint_mask(&c1, m), TN_OK);
+    assert_true(m['a' / 32] >> ('a' % 32) & 1u);
+    assert_int_equal(tm_constraint_mask(&c2, m), TN_OK);
+    assert_int_equal((int)c2.masks_shared, 1);
+    assert_int_equal(tm_constraint_mask(&c3, m), TN_OK);
+    assert_int_equal((int)c3.masks_shared, 0);
+    assert_true(m['b' / 32] >> ('b' % 32) & 1u);
+    assert_false(m['a' / 32] >> ('a' % 32) & 1u);
+    tm_mask_cache_stats st;
+    tm_mask_cache_stats_get(tr.masks, &st);
+    assert_int_equal(st.grammars, 2);
+    assert_int_equal(st.entries, 2);
+    tm_constraint_free(&c1);
+    tm_constraint_free(&c2);
+    tm_constraint_free(&c3);
+    tm_vocab_trie_free(&tr);
 }
 
 static void masks_equal_brute_force_real_vocab(void **state)
@@ -285,7 +351,8 @@ static void masks_equal_brute_force_real_vocab(void **state)
             if (!bpe_token_is_added(tok, t))
                 bytes[t] = bpe_token_bytes(tok, t, &lens[t]);
         int32_t stop = bpe_token_id(tok, p == 0 ? "<|im_end|>" : "<|return|>");
-        check_vocab(bytes, lens, V, stop, 100, 3);
+        check_vocab(bytes, lens, V, stop, stop, 100, 3, 0);
+        check_vocab(bytes, lens, V, stop, stop, 100, 3, 64u << 20);
         free(bytes);
         free(lens);
         bpe_tokenizer_free(tok);
@@ -300,6 +367,7 @@ int main(void)
         cmocka_unit_test(bad_programs_are_refused),
         cmocka_unit_test(masks_equal_brute_force_random_vocab),
         cmocka_unit_test(masks_equal_brute_force_real_vocab),
+        cmocka_unit_test(mask_cache_keys_by_program),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -298,6 +298,34 @@ static void nul_is_text_in_prompts_and_refused_in_names(void **state)
     api_request_free(&r);
 }
 
+/* echo: completions only, a boolean, with or without logprobs. */
+static void echo_is_parsed(void **state)
+{
+    (void)state;
+    api_request r;
+    api_error e;
+    assert_int_equal(parse(API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":\"ab\",\"echo\":true}",
+                           &r, &e), 0);
+    assert_int_equal(r.echo, 1);
+    api_request_free(&r);
+    assert_int_equal(parse(API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":[1]}", &r, &e), 0);
+    assert_int_equal(r.echo, 0);
+    api_request_free(&r);
+    assert_int_equal(parse(API_COMPLETIONS,
+                           "{\"model\":\"m\",\"prompt\":[1],\"echo\":true,\"logprobs\":2}", &r, &e),
+                     0);
+    assert_int_equal(r.echo, 1);
+    assert_int_equal(r.logprobs, 2);
+    api_request_free(&r);
+    assert_int_equal(parse(API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":[1],\"echo\":1}", &r, &e),
+                     -1);
+    assert_string_equal(e.param, "echo");
+    assert_int_equal(parse(API_CHAT,
+                           "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                           "\"echo\":true}", &r, &e), -1);
+    assert_string_equal(e.code, "unknown_parameter");
+}
+
 static void valid_requests_parse_with_defaults(void **state)
 {
     (void)state;
@@ -643,6 +671,7 @@ int main(void)
         cmocka_unit_test(fingerprint_and_usage_null_in_chunks),
         cmocka_unit_test(logprobs_have_openai_shape),
         cmocka_unit_test(request_id_sanity),
+        cmocka_unit_test(echo_is_parsed),
         cmocka_unit_test(utf8_streaming_helpers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
