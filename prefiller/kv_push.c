@@ -281,8 +281,12 @@ static void supervise(kv_pusher *p)
         int st = te_peer_wireup_status(tp);
         if (st == TN_OK) {
             if (!peer->ready_logged && p->log_connections)
-                tn_log(WHO, "decoder %s: connection ready (UCX set-up took %.0f ms, %s%s)",
-                       peer->id, (now - peer->connected_at) * 1e3, te_peer_transports(tp),
+                tn_log(WHO, "decoder %s: connection ready (UCX set-up took %.0f ms; over %s, "
+                       "%s%s)", peer->id, (now - peer->connected_at) * 1e3,
+                       te_peer_transports(tp),
+                       te_peer_puts_emulated(tp)
+                           ? "no RMA lane: KV into host memory goes as data messages"
+                           : "KV goes as puts",
                        te_peer_detects_failure(tp) ? "" : ", same host: shared memory");
             peer->ready_logged = 1;
             continue;

@@ -28,7 +28,7 @@ typedef struct options {
     int tp, rank, senders;
     int layers, kv_heads, head_dim, page_size, tokens, spare_pages;
     uint64_t seed, request_id;
-    int seed_arg, request_id_arg, kill_pid_arg;   /* as given */
+    int seed_arg, request_id_arg, kill_pid_arg, stop_pid_arg;   /* as given */
     int repeat, warmup, timeout_ms, window;
     int shrink;                       /* receiver: register only half of each pool */
     int same_host_shm;                /* te_engine_config.same_host_shm */
@@ -36,7 +36,10 @@ typedef struct options {
     int n_connect;
     pid_t kill_pid;                   /* sender: SIGKILL this receiver mid-transfer */
     double kill_fraction;
+    pid_t stop_pid;                   /* sender: freeze this receiver, then die */
+    double die_fraction;
     int expect_failure;
+    char data_path[16];               /* auto, puts, messages */
 } options;
 
 static void usage(FILE *f)
@@ -58,6 +61,8 @@ static void usage(FILE *f)
         "  --window N          puts in flight per transfer (default 64)\n"
         "  --same-host-shm     a peer on this host gets a shared-memory endpoint (no UCX\n"
         "                      failure detection) when --tls allows shared memory\n"
+        "  --data-path P       auto, puts or messages (te_data_path; default auto:\n"
+        "                      messages where UCX would emulate puts, e.g. tcp)\n"
         "recv:\n"
         "  --senders N         sender ranks to wait for (default 1)\n"
         "  --shrink-region     register only half of each pool and expect the sender\n"
@@ -71,7 +76,12 @@ static void usage(FILE *f)
         "  --kill-pid PID --kill-after F\n"
         "                      SIGKILL process PID once a fraction F of the puts\n"
         "                      is posted (failure test); implies --expect-failure\n"
-        "  --expect-failure    exit 0 only if the transfer fails with an error\n");
+        "  --expect-failure    exit 0 only if the transfer fails with an error\n"
+        "  --stop-pid PID --die-after F\n"
+        "                      once a fraction F of the copies is posted, SIGSTOP\n"
+        "                      process PID (the receiver), post what the socket\n"
+        "                      takes, SIGCONT it and SIGKILL this sender: the\n"
+        "                      receiver then handles data of a dead sender\n");
 }
 
 /* The integer flags and their ranges. */
@@ -97,6 +107,7 @@ static const int_flag INT_FLAGS[] = {
     {"window", 1, 1 << 16, offsetof(options, window)},
     {"warmup", 0, 1000, offsetof(options, warmup)},
     {"kill-pid", 2, 1 << 30, offsetof(options, kill_pid_arg)},
+    {"stop-pid", 2, 1 << 30, offsetof(options, stop_pid_arg)},
 };
 #define N_INT_FLAGS (int)(sizeof INT_FLAGS / sizeof *INT_FLAGS)
 
@@ -115,6 +126,9 @@ static int set_flag(void *ctx, const char *name, const char *v, char *err, size_
     } else if (!strcmp(name, "kill-after")) {
         bad = opts_double(v, &o->kill_fraction) != 0 || o->kill_fraction < 0 ||
               o->kill_fraction >= 1;
+    } else if (!strcmp(name, "die-after")) {
+        bad = opts_double(v, &o->die_fraction) != 0 || o->die_fraction < 0 ||
+              o->die_fraction >= 1;
     }
     if (bad)
         snprintf(err, errlen, "bad value '%s' for --%s", v, name);
@@ -142,17 +156,19 @@ static int parse_options(int argc, char **argv, options *o)
         return -1;
     }
     opt_call call = {set_flag, o};
-    opt_spec specs[N_INT_FLAGS + 6] = {
+    opt_spec specs[N_INT_FLAGS + 8] = {
         {"tls", OPT_STR, o->tls, sizeof o->tls, "UCX transports (UCX_TLS)"},
         {"same-host-shm", OPT_BOOL, &o->same_host_shm, 0, "shared memory to same-host peers"},
+        {"data-path", OPT_STR, o->data_path, sizeof o->data_path, "auto, puts or messages"},
+        {"die-after", OPT_CALL, &call, 0, "send: die after this fraction (--stop-pid)"},
         {"shrink-region", OPT_BOOL, &o->shrink, 0, "recv: register half of each pool"},
         {"connect", OPT_CALL, &call, 0, "send: a receiver rank's endpoint (repeatable)"},
         {"kill-after", OPT_CALL, &call, 0, "send: kill --kill-pid after this fraction"},
         {"expect-failure", OPT_BOOL, &o->expect_failure, 0, "send: exit 0 only on failure"},
     };
     for (int i = 0; i < N_INT_FLAGS; i++)
-        specs[6 + i] = (opt_spec){INT_FLAGS[i].name, OPT_CALL, &call, 0, "an integer"};
-    const opts_cli cli = {specs, N_INT_FLAGS + 6, NULL, NULL, "option"};
+        specs[8 + i] = (opt_spec){INT_FLAGS[i].name, OPT_CALL, &call, 0, "an integer"};
+    const opts_cli cli = {specs, N_INT_FLAGS + 8, NULL, NULL, "option"};
     char err[512];
     switch (opts_parse_cli(&cli, argc - 1, argv + 1, err, sizeof err)) {
     case OPTS_HELP: usage(stdout); exit(0);
@@ -161,6 +177,13 @@ static int parse_options(int argc, char **argv, options *o)
     o->seed = (uint64_t)o->seed_arg;
     o->request_id = (uint64_t)o->request_id_arg;
     o->kill_pid = (pid_t)o->kill_pid_arg;
+    o->stop_pid = (pid_t)o->stop_pid_arg;
+    if (o->data_path[0] && strcmp(o->data_path, "auto") && strcmp(o->data_path, "puts") &&
+        strcmp(o->data_path, "messages")) {
+        fprintf(stderr, "tandem-transfer-peer: --data-path must be auto, puts or messages, not "
+                "'%s'\n", o->data_path);
+        return -1;
+    }
     if (o->rank >= o->tp) {
         fprintf(stderr, "tandem-transfer-peer: --rank %d must be below --tp %d\n", o->rank, o->tp);
         return -1;
@@ -359,6 +382,27 @@ out:
     return rc;
 }
 
+/* --stop-pid: freezes the receiver, lets the socket fill with the copies
+ * posted while it is frozen (at most 2 s), thaws it and dies: the receiver
+ * then reads data whose sender is gone, and must survive it. */
+static void die_with_data_in_flight(te_engine *e, te_transfer *t, pid_t receiver)
+{
+    kill(receiver, SIGSTOP);
+    double until = te_now_seconds() + 2.0;
+    size_t posted = 0;
+    while (te_now_seconds() < until && te_transfer_status(t) == TN_IN_PROGRESS) {
+        te_engine_progress(e);
+        te_transfer_counts(t, &posted, NULL);
+        if (posted == te_transfer_n_copies(t))
+            break;
+    }
+    printf("dying with %zu of %zu copies posted (%s)\n", posted, te_transfer_n_copies(t),
+           te_transfer_over_messages(t) ? "data messages" : "puts");
+    fflush(stdout);
+    kill(receiver, SIGCONT);
+    raise(SIGKILL);
+}
+
 /* Waits until `pid` is dead (a zombie or gone), so "killed mid-transfer"
  * really means before the rest of the puts and the notice go out. */
 static void wait_dead(pid_t pid)
@@ -432,6 +476,13 @@ static int run_sender(const options *o, te_engine *e, void *zctx, pools *pp)
             while (te_transfer_status(t[i]) == TN_IN_PROGRESS) {
                 if (te_engine_progress(e))
                     idle = 0;
+                if (o->stop_pid) {
+                    size_t posted;
+                    te_transfer_counts(t[i], &posted, NULL);
+                    if ((double)posted >= o->die_fraction * (double)te_transfer_n_copies(t[i]) &&
+                        posted >= 1)
+                        die_with_data_in_flight(e, t[i], o->stop_pid);
+                }
                 if (o->kill_pid && !killed) {
                     size_t posted;
                     te_transfer_counts(t[i], &posted, NULL);
@@ -458,9 +509,10 @@ static int run_sender(const options *o, te_engine *e, void *zctx, pools *pp)
         }
         for (int i = 0; i < n_offers; i++) {
             if (!failed && r == 0)
-                printf("request %llu to receiver %d: %llu bytes via %s (NIC %s)\n",
+                printf("request %llu to receiver %d: %llu bytes via %s as %s (NIC %s)\n",
                        (unsigned long long)offers[i].request_id, i,
                        (unsigned long long)te_transfer_bytes(t[i]), te_transfer_nic(t[i]),
+                       te_transfer_over_messages(t[i]) ? "data messages" : "puts",
                        te_engine_nic(e));
             te_transfer_release(e, t[i]);
             t[i] = NULL;
@@ -504,6 +556,9 @@ int main(int argc, char **argv)
     cfg.tls = o.tls[0] ? o.tls : NULL;
     cfg.max_puts_in_flight = o.window;
     cfg.same_host_shm = o.same_host_shm;
+    cfg.data_path = !strcmp(o.data_path, "puts")       ? TE_DATA_PUTS
+                    : !strcmp(o.data_path, "messages") ? TE_DATA_MESSAGES
+                                                       : TE_DATA_AUTO;
     te_engine *e;
     char err[512];
     if (te_engine_create(&cfg, &e, err, sizeof err) != TN_OK) {

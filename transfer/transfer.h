@@ -1,5 +1,7 @@
 /* TransferEngine: moves registered memory (a request's KV cache pages) from
- * one process to another with one-sided UCX puts.
+ * one process to another with one-sided UCX puts where the transport does
+ * RMA (verbs, shared memory), and as active messages where UCX would only
+ * emulate puts with them (tcp): see te_data_path.
  *
  * An engine owns one UCX context and worker and is driven by its owner's
  * thread: every call below is non-blocking except the *_wait helpers, and
@@ -50,6 +52,20 @@ typedef struct te_peer te_peer;                   /* endpoint to another engine 
 typedef struct te_remote_region te_remote_region; /* a peer's region, imported */
 typedef struct te_transfer te_transfer;
 
+/* How a transfer's data travels.
+ * TE_DATA_AUTO: puts where the endpoint has an RMA lane (verbs, shared
+ *   memory), else data messages. UCX 1.13 emulates puts over tcp with
+ *   active messages whose receiver answers each put with a completion
+ *   message, and aborts the receiving process ("Fatal: unexpected error",
+ *   ucp_put_handler) when that answer cannot be sent because the sender
+ *   just died. Data messages (TE_AM_DATA: a header naming the destination
+ *   address, the bytes as payload, copied into the registered region by
+ *   the receiver's own handler) need no answer, so a sender that dies
+ *   mid-transfer cannot take the receiver down. Destinations in CUDA
+ *   memory keep puts (the receiver's handler copies host memory only).
+ * TE_DATA_PUTS / TE_DATA_MESSAGES force one way (tests). */
+typedef enum te_data_path { TE_DATA_AUTO = 0, TE_DATA_PUTS = 1, TE_DATA_MESSAGES = 2 } te_data_path;
+
 typedef struct te_engine_config {
     const char *name;          /* prefix of log lines; NULL: "transfer" */
     const char *tls;           /* UCX_TLS for this engine; NULL keeps the environment's */
@@ -57,7 +73,8 @@ typedef struct te_engine_config {
                                   by te_nic_select, else UCX's own choice */
     const char *near_pci_path; /* sysfs path of the GPU the memory lives on (NIC affinity) */
     int numa_node;             /* preferred NIC NUMA node, -1 any */
-    int max_puts_in_flight;    /* per transfer; 0: 64 */
+    int max_puts_in_flight;    /* puts or data messages per transfer; 0: 64 */
+    te_data_path data_path;    /* of this engine's transfers (sender side) */
     /* 1: te_kv_connect gives a peer in this engine's shared-memory domain
      * (same boot, IPC and PID namespaces: te_engine_host_key) an endpoint
      * without UCX peer-failure handling, so UCX may move its data over
@@ -145,10 +162,15 @@ int te_peer_detects_failure(const te_peer *p);
 /* The UCX transports/devices the endpoint's data lanes use, e.g.
  * "tcp/lo" or "rc_mlx5/mlx5_0:1" (what the transfer really goes through). */
 const char *te_peer_transports(const te_peer *p);
-/* Makes a peer's region writable: remote address, length and packed rkey as
- * received in its RegionDescriptor. The object is owned by the peer. */
+/* 1 when UCX has no RMA lane to the peer (tcp): puts would be emulated
+ * with active messages, so TE_DATA_AUTO sends data messages. */
+int te_peer_puts_emulated(const te_peer *p);
+/* Makes a peer's region writable: remote address, length, memory type and
+ * packed rkey as received in its RegionDescriptor. The object is owned by
+ * the peer. */
 int te_peer_import_region(te_engine *e, te_peer *p, uint64_t remote_addr, uint64_t len,
-                          const void *rkey, size_t rkey_len, te_remote_region **out);
+                          te_mem_type type, const void *rkey, size_t rkey_len,
+                          te_remote_region **out);
 uint64_t te_remote_region_len(const te_remote_region *r);
 /* Closes the endpoint and frees the imported regions. TN_ERR_BUSY while an
  * unreleased transfer uses the peer (the peer stays open then). An endpoint
@@ -226,13 +248,16 @@ void te_transfer_release(te_engine *e, te_transfer *t);
 
 /* Copies of the transfer in total. */
 size_t te_transfer_n_copies(const te_transfer *t);
+/* 1 when the transfer's data goes as messages, 0 as puts (te_data_path). */
+int te_transfer_over_messages(const te_transfer *t);
 
 /* --- receiver side -------------------------------------------------------- */
 
 typedef struct te_notice {
     uint64_t sender_id;   /* te_engine_id of the sender */
     uint64_t request_id;
-    int status;           /* TN_OK: all bytes landed; TN_ERR_CANCELED: partial, no more writes */
+    int status;           /* TN_OK: all bytes landed; TN_ERR_CANCELED: partial, no more writes
+                             (the sender canceled, or data messages of it never arrived) */
     uint64_t bytes;
     uint32_t copies;
 } te_notice;

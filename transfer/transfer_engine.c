@@ -108,13 +108,29 @@ static void handle_notice(te_engine *e, const ProtobufCMessage *msg)
                     ? TN_OK : TN_ERR_CANCELED;
     n->bytes = m->bytes;
     n->copies = m->copies;
-    e->acks[e->n_acks] = (te_pending_ack){m->sender_id, m->transfer_id, 0, 0};
-    e->n_acks++;
+    int incomplete = 0;
+    if (m->data_in_messages) {
+        uint64_t got = te_receipt_take(e, m->sender_id, m->transfer_id);
+        if (n->status == TN_OK && got != m->bytes) {
+            /* Never seen (one lane keeps the messages in order): fail the
+             * transfer on both sides rather than report pages complete. */
+            te_log(e, "transfer %llu of engine %016llx (request %llu): %llu of %llu bytes "
+                   "arrived; reported unfinished", (unsigned long long)m->transfer_id,
+                   (unsigned long long)m->sender_id, (unsigned long long)m->request_id,
+                   (unsigned long long)got, (unsigned long long)m->bytes);
+            n->status = TN_ERR_CANCELED;
+            incomplete = 1;
+        }
+    }
+    e->acks[e->n_acks++] = (te_pending_ack){.sender_id = m->sender_id,
+                                            .transfer_id = m->transfer_id,
+                                            .incomplete = incomplete};
 }
 
 static void handle_ack(te_engine *e, const ProtobufCMessage *msg)
 {
-    te_transfer_on_ack(e, ((const Tandem__Transfer__TransferAck *)msg)->transfer_id);
+    const Tandem__Transfer__TransferAck *m = (const Tandem__Transfer__TransferAck *)msg;
+    te_transfer_on_ack(e, m->transfer_id, m->incomplete);
 }
 
 static ucs_status_t on_notice(void *arg, const void *header, size_t header_length, void *data,
@@ -167,6 +183,7 @@ static int send_ack(te_engine *e, te_peer *p, const te_pending_ack *a)
     Tandem__Transfer__TransferAck m = TANDEM__TRANSFER__TRANSFER_ACK__INIT;
     m.receiver_id = e->id;
     m.transfer_id = a->transfer_id;
+    m.incomplete = a->incomplete;
     op->e = e;
     op->peer = p;
     op->len = tandem__transfer__transfer_ack__pack(&m, op->buf);
@@ -248,6 +265,8 @@ int te_engine_progress(te_engine *e)
     }
     if (e->n_acks)
         send_pending_acks(e);
+    if (e->n_receipts)
+        te_receipts_prune(e, te_now_seconds());
     /* Failed peers are force-closed here, outside the error callback (UCX
      * requires a FORCE close of a failed endpoint); peers left open are
      * closed once that is safe. */
@@ -465,6 +484,11 @@ static int create_ucx(te_engine *e, const te_engine_config *cfg)
         hp.cb = on_ack;
         st = ucp_worker_set_am_recv_handler(e->worker, &hp);
     }
+    if (st == UCS_OK) {
+        hp.id = TE_AM_DATA;
+        hp.cb = te_on_data;
+        st = ucp_worker_set_am_recv_handler(e->worker, &hp);
+    }
     if (st != UCS_OK)
         return te_fail(e, TN_ERR_TRANSPORT, "ucp_worker_set_am_recv_handler: %s",
                        ucs_status_string(st));
@@ -483,6 +507,11 @@ int te_engine_create(const te_engine_config *cfg, te_engine **out, char *err, si
         te_engine_config_default(&defaults);
         cfg = &defaults;
     }
+    if (cfg->data_path != TE_DATA_AUTO && cfg->data_path != TE_DATA_PUTS &&
+        cfg->data_path != TE_DATA_MESSAGES) {
+        snprintf(err, err_len, "unknown data path %d", (int)cfg->data_path);
+        return TN_ERR_ARG;
+    }
     if (cfg->max_puts_in_flight < 0) {
         snprintf(err, err_len, "max_puts_in_flight %d is negative", cfg->max_puts_in_flight);
         return TN_ERR_ARG;
@@ -495,6 +524,7 @@ int te_engine_create(const te_engine_config *cfg, te_engine **out, char *err, si
     snprintf(e->name, sizeof e->name, "%s", cfg->name ? cfg->name : "transfer");
     e->log = cfg->log ? cfg->log : stderr;
     e->max_in_flight = cfg->max_puts_in_flight ? cfg->max_puts_in_flight : 64;
+    e->data_path = cfg->data_path;
     e->next_transfer_id = 1;
     if (getrandom(&e->id, sizeof e->id, 0) != (ssize_t)sizeof e->id || e->id == 0)
         e->id = ((uint64_t)getpid() << 32) ^ (uint64_t)(te_now_seconds() * 1e9);
@@ -588,6 +618,7 @@ void te_engine_destroy(te_engine *e)
         }
         free(e->notices);
         free(e->acks);
+        free(e->receipts);
         free(e);
         return;
     }
@@ -615,5 +646,6 @@ void te_engine_destroy(te_engine *e)
         ucp_cleanup(e->ctx);
     free(e->notices);
     free(e->acks);
+    free(e->receipts);
     free(e);
 }

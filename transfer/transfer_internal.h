@@ -5,8 +5,22 @@
 #include <ucp/api/ucp.h>
 #include "transfer/transfer.h"
 
-/* Active message ids of the notice/ack protocol. */
-enum { TE_AM_NOTICE = 0x7e1, TE_AM_ACK = 0x7e2 };
+/* Active message ids of the notice/ack protocol, and of data sent as
+ * messages instead of puts (te_transfer.over_messages). */
+enum { TE_AM_NOTICE = 0x7e1, TE_AM_ACK = 0x7e2, TE_AM_DATA = 0x7e3 };
+
+/* The header of a TE_AM_DATA message: where its payload goes in the
+ * receiver's registered memory, and the transfer it counts towards. */
+typedef struct te_data_header {
+    uint64_t sender_id, transfer_id, dst_addr;
+} te_data_header;
+
+/* Bytes of data messages a receiver got for one transfer, until its
+ * notice arrives (or TE_ACK_RETRY_S passed: the sender is gone). */
+typedef struct te_receipt {
+    uint64_t sender_id, transfer_id, bytes;
+    double first_seen;
+} te_receipt;
 
 struct te_region {
     te_region *next;
@@ -23,6 +37,7 @@ struct te_remote_region {
     te_remote_region *next;
     te_peer *peer;
     uint64_t addr, len;
+    te_mem_type type;
     ucp_rkey_h rkey;
     int users;          /* unreleased transfers writing into it */
 };
@@ -45,6 +60,7 @@ struct te_peer {
     int wireup_failures;      /* wire-up flushes that ended with an error */
     int ucx_failed;           /* UCX reported the endpoint failed (error callback) */
     int close_deferred_logged; /* the "left open" line was written */
+    int puts_emulated;        /* no lane does RMA: UCX would emulate puts with AMs */
     char transports[160];
 };
 
@@ -73,6 +89,8 @@ struct te_transfer {
     int abandoned;            /* ended with requests UCX cannot give back */
     int released;             /* te_transfer_release called; freed once in_flight is 0 */
     int peer_dropped;         /* no longer counted in peer->users */
+    int over_messages;        /* data goes as TE_AM_DATA messages, not puts */
+    te_data_header *headers;  /* over_messages: one per copy, alive until it is sent */
     int status;               /* TN_IN_PROGRESS until final */
     char error[256];
     double deadline;          /* monotonic seconds */
@@ -87,6 +105,7 @@ struct te_transfer {
  * on it, for at most TE_ACK_RETRY_S after the notice arrived. */
 typedef struct te_pending_ack {
     uint64_t sender_id, transfer_id;
+    int incomplete;           /* data messages of the transfer are missing */
     double first_tried;       /* te_now_seconds() of the first attempt; 0 before it */
     int logged;               /* "waiting for a new endpoint" was logged */
 } te_pending_ack;
@@ -120,6 +139,9 @@ struct te_engine {
     size_t n_notices, cap_notices;
     te_pending_ack *acks;
     size_t n_acks, cap_acks;
+    te_receipt *receipts;
+    size_t n_receipts, cap_receipts;
+    int data_path;            /* te_data_path */
     char error[256];
 };
 
@@ -179,10 +201,20 @@ int te_tls_allows_shm(const char *tls);
 
 /* Transfers (transfer_xfer.c). */
 void te_transfer_advance(te_transfer *t, double now);
-void te_transfer_on_ack(te_engine *e, uint64_t transfer_id);
+/* The receiver acknowledged the transfer; `incomplete`: it found data
+ * messages of it missing, and the transfer fails. */
+void te_transfer_on_ack(te_engine *e, uint64_t transfer_id, int incomplete);
 void te_transfer_free(te_engine *e, te_transfer *t);
 /* Frees released transfers whose last request has completed. */
 void te_transfer_sweep(te_engine *e);
+
+/* Data messages (transfer_data.c). */
+ucs_status_t te_on_data(void *arg, const void *header, size_t header_length, void *data,
+                        size_t length, const ucp_am_recv_param_t *param);
+/* Bytes of data messages received for the transfer; forgets it. */
+uint64_t te_receipt_take(te_engine *e, uint64_t sender_id, uint64_t transfer_id);
+/* Forgets counts older than TE_ACK_RETRY_S (their sender is gone). */
+void te_receipts_prune(te_engine *e, double now);
 
 /* Classifies a ucs_status_ptr_t from a *_nbx call: 0 done now, 1 in flight
  * (the callback will run), -1 failed (status in *st). */

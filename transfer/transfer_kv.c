@@ -203,7 +203,9 @@ int te_kv_connect(te_engine *e, const Tandem__Transfer__PeerHello *h, te_kv_remo
         /* Imported with the length the peer advertised: if that is smaller
          * than its layout implies, te_transfer_submit refuses any copy past
          * it before a byte moves. */
-        rc = te_peer_import_region(e, out->peer, d->address, d->length, d->rkey.data,
+        te_mem_type type = d->memory_type == TANDEM__TRANSFER__MEMORY_TYPE__MEMORY_CUDA
+                               ? TE_MEM_CUDA : TE_MEM_HOST;
+        rc = te_peer_import_region(e, out->peer, d->address, d->length, type, d->rkey.data,
                                    d->rkey.len, &out->regions[d->id]);
     }
     if (rc != TN_OK) {

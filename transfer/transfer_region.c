@@ -187,6 +187,9 @@ static void describe_transports(te_peer *p)
     fclose(f);
     size_t used = 0;
     p->transports[0] = '\0';
+    /* UCX lists a "put[LANE]" protocol line for every lane that does RMA;
+     * with none, ucp_put_nbx is emulated over the AM lane. */
+    p->puts_emulated = strstr(text, " put[") == NULL;
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         char *lane = strstr(line, "lane[");
         if (!lane)
@@ -278,11 +281,13 @@ int te_peer_status(const te_peer *p) { return p->status; }
 const char *te_peer_error(const te_peer *p) { return p->status == TN_OK ? "" : p->error; }
 uint64_t te_peer_remote_id(const te_peer *p) { return p->remote_id; }
 int te_peer_detects_failure(const te_peer *p) { return p->detects_failure; }
+int te_peer_puts_emulated(const te_peer *p) { return p->puts_emulated; }
 const char *te_peer_transports(const te_peer *p) { return p->transports; }
 uint64_t te_remote_region_len(const te_remote_region *r) { return r->len; }
 
 int te_peer_import_region(te_engine *e, te_peer *p, uint64_t remote_addr, uint64_t len,
-                          const void *rkey, size_t rkey_len, te_remote_region **out)
+                          te_mem_type type, const void *rkey, size_t rkey_len,
+                          te_remote_region **out)
 {
     if (!e || !p || !out)
         return TN_ERR_ARG;
@@ -295,6 +300,8 @@ int te_peer_import_region(te_engine *e, te_peer *p, uint64_t remote_addr, uint64
                        (unsigned long long)p->remote_id, p->error);
     if (remote_addr + len < remote_addr)
         return te_fail(e, TN_ERR_ARG, "remote region wraps the address space");
+    if (type != TE_MEM_HOST && type != TE_MEM_CUDA)
+        return te_fail(e, TN_ERR_ARG, "remote region has unknown memory type %d", (int)type);
     te_remote_region *r = calloc(1, sizeof *r);
     if (!r)
         return te_fail(e, TN_ERR_NOMEM, "out of memory importing a region");
@@ -307,6 +314,7 @@ int te_peer_import_region(te_engine *e, te_peer *p, uint64_t remote_addr, uint64
     r->peer = p;
     r->addr = remote_addr;
     r->len = len;
+    r->type = type;
     r->next = p->regions;
     p->regions = r;
     *out = r;

@@ -1,6 +1,7 @@
-/* Sender side of a transfer: validation, puts with a bounded window, flush,
- * notice, ack, timeout and cancel. The state machine advances only from
- * te_engine_progress; UCX callbacks just count completions. */
+/* Sender side of a transfer: validation, puts (or data messages) with a
+ * bounded window, flush, notice, ack, timeout and cancel. The state machine
+ * advances only from te_engine_progress; UCX callbacks just count
+ * completions. */
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,8 +107,40 @@ static int track(te_transfer *t, ucs_status_ptr_t sp, const char *what)
     return started;
 }
 
+/* One copy as a TE_AM_DATA message: the receiver's handler copies the
+ * payload to the header's address (transfer_engine.c, on_data). Eager
+ * only: a rendezvous would make the receiver answer the sender. */
+static void post_data_message(te_transfer *t)
+{
+    const te_copy *c = &t->copies[t->posted];
+    te_region *src = t->src[c->src_region];
+    te_remote_region *dst = t->dst[c->dst_region];
+    te_data_header *h = &t->headers[t->posted];
+    h->sender_id = t->e->id;
+    h->transfer_id = t->id;
+    h->dst_addr = dst->addr + c->dst_offset;
+    ucp_request_param_t prm = {0};
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                       UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    prm.flags = UCP_AM_SEND_FLAG_EAGER;
+    prm.cb.send = put_done;
+    prm.user_data = t;
+    prm.memory_type = src->type == TE_MEM_CUDA ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
+    ucs_status_ptr_t sp = ucp_am_send_nbx(t->peer->ep, TE_AM_DATA, h, sizeof *h,
+                                          (char *)src->addr + c->src_offset, c->length, &prm);
+    t->posted++;
+    if (track(t, sp, "data message") == 0) {
+        t->completed++;
+        note_connected(t->peer);
+    }
+}
+
 static void post_put(te_transfer *t)
 {
+    if (t->over_messages) {
+        post_data_message(t);
+        return;
+    }
     const te_copy *c = &t->copies[t->posted];
     te_region *src = t->src[c->src_region];
     te_remote_region *dst = t->dst[c->dst_region];
@@ -149,6 +182,7 @@ static void post_notice(te_transfer *t)
                                   : TANDEM__TRANSFER__NOTICE_STATUS__NOTICE_COMPLETE;
     m.bytes = t->bytes;
     m.copies = (uint32_t)t->n_copies;
+    m.data_in_messages = t->over_messages;
     t->notice_len = tandem__transfer__transfer_notice__pack(&m, t->notice_buf);
     ucp_request_param_t prm = {0};
     prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
@@ -254,11 +288,16 @@ void te_transfer_advance(te_transfer *t, double now)
     }
 }
 
-void te_transfer_on_ack(te_engine *e, uint64_t transfer_id)
+void te_transfer_on_ack(te_engine *e, uint64_t transfer_id, int incomplete)
 {
     for (te_transfer *t = e->transfers; t; t = t->next)
         if (t->id == transfer_id) {
             t->acked = 1;
+            if (incomplete)
+                set_failure(t, TN_ERR_PEER, "peer %016llx did not get every data message of "
+                            "transfer %llu (request %llu)",
+                            (unsigned long long)t->peer->remote_id, (unsigned long long)t->id,
+                            (unsigned long long)t->request_id);
             return;
         }
     /* The transfer was released (timed out, canceled) before the ack came. */
@@ -346,6 +385,29 @@ static int check_overlap(te_engine *e, const te_copy *copies, size_t n)
     return rc;
 }
 
+/* te_data_path for this transfer: data messages only into host memory
+ * (the receiver's handler copies with memcpy). */
+static int choose_data_path(te_engine *e, const te_transfer_desc *d, int *over_messages)
+{
+    int device = 0;
+    for (size_t i = 0; i < d->n_dst; i++)
+        device |= d->dst[i]->type == TE_MEM_CUDA;
+    switch (e->data_path) {
+    case TE_DATA_PUTS:
+        *over_messages = 0;
+        return TN_OK;
+    case TE_DATA_MESSAGES:
+        if (device)
+            return te_fail(e, TN_ERR_UNSUPPORTED, "data messages cannot write into the peer's "
+                           "CUDA memory (te_data_path TE_DATA_MESSAGES)");
+        *over_messages = 1;
+        return TN_OK;
+    default:
+        *over_messages = d->peer->puts_emulated && !device;
+        return TN_OK;
+    }
+}
+
 int te_transfer_submit(te_engine *e, const te_transfer_desc *d, te_transfer **out)
 {
     if (!e || !out)
@@ -366,9 +428,12 @@ int te_transfer_submit(te_engine *e, const te_transfer_desc *d, te_transfer **ou
         return te_fail(e, TN_ERR_PEER, "peer %016llx is unusable: %s",
                        (unsigned long long)p->remote_id, p->error);
     uint64_t bytes = 0;
+    int over_messages = 0;
     int rc = validate(e, d, &bytes);
     if (rc == TN_OK)
         rc = check_overlap(e, d->copies, d->n_copies);
+    if (rc == TN_OK)
+        rc = choose_data_path(e, d, &over_messages);
     if (rc != TN_OK)
         return rc;
 
@@ -378,10 +443,13 @@ int te_transfer_submit(te_engine *e, const te_transfer_desc *d, te_transfer **ou
     t->copies = malloc((d->n_copies ? d->n_copies : 1) * sizeof *t->copies);
     t->src = malloc((d->n_src ? d->n_src : 1) * sizeof *t->src);
     t->dst = malloc((d->n_dst ? d->n_dst : 1) * sizeof *t->dst);
-    if (!t->copies || !t->src || !t->dst) {
+    if (over_messages)
+        t->headers = malloc((d->n_copies ? d->n_copies : 1) * sizeof *t->headers);
+    if (!t->copies || !t->src || !t->dst || (over_messages && !t->headers)) {
         free(t->copies);
         free(t->src);
         free(t->dst);
+        free(t->headers);
         free(t);
         return te_fail(e, TN_ERR_NOMEM, "out of memory for %zu copies", d->n_copies);
     }
@@ -396,6 +464,7 @@ int te_transfer_submit(te_engine *e, const te_transfer_desc *d, te_transfer **ou
     t->id = e->next_transfer_id++;
     t->request_id = d->request_id;
     t->n_copies = d->n_copies;
+    t->over_messages = over_messages;
     t->n_src = d->n_src;
     t->n_dst = d->n_dst;
     t->bytes = bytes;
@@ -431,6 +500,7 @@ void te_transfer_counts(const te_transfer *t, size_t *posted, size_t *completed)
 }
 
 size_t te_transfer_n_copies(const te_transfer *t) { return t->n_copies; }
+int te_transfer_over_messages(const te_transfer *t) { return t->over_messages; }
 
 const char *te_transfer_nic(const te_transfer *t) { return t->peer->transports; }
 
@@ -482,6 +552,7 @@ void te_transfer_free(te_engine *e, te_transfer *t)
     free(t->copies);
     free(t->src);
     free(t->dst);
+    free(t->headers);
     free(t);
 }
 

@@ -103,6 +103,15 @@ promql() { # promql QUERY PYTHON-CHECK: the check sees r (the result list)
     curl -s -G "$PROM/api/v1/query" --data-urlencode "query=$1" |
         python3 -c 'import json,sys; j=json.load(sys.stdin); r=j["data"]["result"]; sys.exit(0 if j["status"]=="success" and ('"$2"') else 1)' 2>/dev/null
 }
+# promql_wait QUERY PYTHON-CHECK: promql until it holds, for at most 20 s (a
+# value the router already has reaches Prometheus with a later scrape).
+promql_wait() {
+    for _ in $(seq 1 100); do
+        promql "$1" "$2" && return 0
+        sleep 0.2
+    done
+    return 1
+}
 
 # The router's /metrics is valid exposition text (promtool's own parser and lint).
 curl -s "$MURL/metrics" >"$CLUSTER_TMP/metrics.txt"
@@ -234,9 +243,10 @@ check "PromQL: tandem_pool_desired_replicas has a series per pool" $?
 promql 'max_over_time(tandem_pool_current_replicas{pool="prefill"}[10m])' 'len(r)==1 and r[0]["value"][1]=="2"' &&
     promql 'max_over_time(tandem_pool_ready_replicas{pool="decode"}[10m])' 'len(r)==1 and r[0]["value"][1]=="2"'
 check "PromQL: the scale-up to 2 prefillers and 2 decoders is in Prometheus's history" $?
-promql 'sum(tandem_autoscale_actions_total{direction="up"})' 'float(r[0]["value"][1])>=4' &&
-    promql 'sum(tandem_autoscale_actions_total{direction="down"})' 'float(r[0]["value"][1])>=2'
-check "PromQL: tandem_autoscale_actions_total counts the ups and downs" $?
+promql_wait 'sum(tandem_autoscale_actions_total{direction="up"})' 'float(r[0]["value"][1])>=4' &&
+    promql_wait 'sum(tandem_autoscale_actions_total{direction="down"})' 'float(r[0]["value"][1])>=2'
+check "PromQL: tandem_autoscale_actions_total counts the ups and downs" $? \
+    "$(curl -s "$MURL/metrics" | grep '^tandem_autoscale_actions_total')"
 promql 'sum(tandem_prefill_input_tokens_total)' 'float(r[0]["value"][1])>0' &&
     promql 'count(count by (worker) (tandem_decode_output_tokens_total))' 'float(r[0]["value"][1])>=1' &&
     promql 'sum(tandem_decode_step_duration_seconds_count)' 'float(r[0]["value"][1])>0' &&

@@ -1,5 +1,6 @@
 /* TransferEngine in one process: two (or three) real UCX engines talking over
- * loopback tcp or shared memory. Covers the put/flush/notice/ack sequence,
+ * loopback tcp or shared memory. Covers the put (or data message)/flush/
+ * notice/ack sequence,
  * refusal before any byte moves, timeout, cancel, a peer that goes away,
  * busy resources and the protobuf rendezvous. The multi-process versions
  * are in test_transfer_processes.c. */
@@ -25,8 +26,8 @@ typedef struct pair {
     size_t log_size;
 } pair;
 
-static te_engine *make_engine_shm(const char *name, const char *tls, int window, FILE *log,
-                                  int same_host_shm)
+static te_engine *make_engine_full(const char *name, const char *tls, int window, FILE *log,
+                                   te_data_path path, int same_host_shm)
 {
     te_engine_config cfg;
     te_engine_config_default(&cfg);
@@ -34,6 +35,7 @@ static te_engine *make_engine_shm(const char *name, const char *tls, int window,
     cfg.tls = tls;
     cfg.max_puts_in_flight = window;
     cfg.log = log;
+    cfg.data_path = path;
     cfg.same_host_shm = same_host_shm;
     te_engine *e = NULL;
     char err[256] = "";
@@ -45,15 +47,28 @@ static te_engine *make_engine_shm(const char *name, const char *tls, int window,
 
 static te_engine *make_engine(const char *name, const char *tls, int window, FILE *log)
 {
-    return make_engine_shm(name, tls, window, log, 0);
+    return make_engine_full(name, tls, window, log, TE_DATA_AUTO, 0);
 }
 
-static void pair_open(pair *p, const char *tls, int window)
+static te_engine *make_engine_path(const char *name, const char *tls, int window, FILE *log,
+                                   te_data_path path)
+{
+    return make_engine_full(name, tls, window, log, path, 0);
+}
+
+static te_engine *make_engine_shm(const char *name, const char *tls, int window, FILE *log,
+                                  int same_host_shm)
+{
+    return make_engine_full(name, tls, window, log, TE_DATA_AUTO, same_host_shm);
+}
+
+/* The sender's engine moves data as `path` says. */
+static void pair_open_path(pair *p, const char *tls, int window, te_data_path path)
 {
     memset(p, 0, sizeof *p);
     p->log = open_memstream(&p->log_text, &p->log_size);
     assert_non_null(p->log);
-    p->a = make_engine("sender", tls, window, p->log);
+    p->a = make_engine_path("sender", tls, window, p->log, path);
     p->b = make_engine("receiver", tls, window, p->log);
     const void *addr;
     size_t len;
@@ -74,6 +89,11 @@ static void pair_open(pair *p, const char *tls, int window)
     }
     assert_int_equal(te_peer_wireup_status(p->a_to_b), TN_OK);
     assert_int_equal(te_peer_wireup_status(p->b_to_a), TN_OK);
+}
+
+static void pair_open(pair *p, const char *tls, int window)
+{
+    pair_open_path(p, tls, window, TE_DATA_AUTO);
 }
 
 static void pair_close(pair *p)
@@ -117,8 +137,8 @@ static te_remote_region *link_regions(pair *p, void *src, void *dst, size_t n, t
     size_t rkey_len;
     assert_int_equal(te_region_rkey(p->b, *rd, &rkey, &rkey_len), TN_OK);
     te_remote_region *remote;
-    assert_int_equal(te_peer_import_region(p->a, p->a_to_b, (uint64_t)(uintptr_t)dst, n, rkey,
-                                           rkey_len, &remote), TN_OK);
+    assert_int_equal(te_peer_import_region(p->a, p->a_to_b, (uint64_t)(uintptr_t)dst, n,
+                                           TE_MEM_HOST, rkey, rkey_len, &remote), TN_OK);
     return remote;
 }
 
@@ -134,10 +154,11 @@ static te_copy *same_offset_copies(size_t n, size_t chunk)
     return copies;
 }
 
-static void moves_bytes_exactly(const char *tls)
+/* over_messages: whether the transfer must go as data messages. */
+static void moves_bytes_exactly(const char *tls, te_data_path path, int over_messages)
 {
     pair p;
-    pair_open(&p, tls, 8);
+    pair_open_path(&p, tls, 8, path);
     enum { N = 1 << 20, CHUNK = 4096 };
     uint8_t *src = malloc(N), *dst = malloc(N + 64);
     assert_non_null(src);
@@ -161,6 +182,7 @@ static void moves_bytes_exactly(const char *tls)
     te_transfer_desc d = {p.a_to_b, 77, &rs, 1, &remote, 1, copies, n, 10000};
     te_transfer *t;
     assert_int_equal(te_transfer_submit(p.a, &d, &t), TN_OK);
+    assert_int_equal(te_transfer_over_messages(t), over_messages);
     assert_int_equal(pump(&p, t), TN_OK);
     assert_int_equal(te_transfer_bytes(t), (uint64_t)N);
     size_t posted, completed;
@@ -191,16 +213,64 @@ static void moves_bytes_exactly(const char *tls)
     free(dst);
 }
 
+/* tcp has no RMA lane: UCX would emulate puts, so data goes as messages. */
 static void moves_bytes_over_tcp(void **state)
 {
     (void)state;
-    moves_bytes_exactly("tcp");
+    moves_bytes_exactly("tcp", TE_DATA_AUTO, 1);
 }
 
+/* Puts over tcp still work when asked for (the RDMA path's code). */
+static void moves_bytes_over_tcp_with_puts(void **state)
+{
+    (void)state;
+    moves_bytes_exactly("tcp", TE_DATA_PUTS, 0);
+}
+
+/* Shared memory has RMA lanes (cma, posix): puts. */
 static void moves_bytes_over_shared_memory(void **state)
 {
     (void)state;
-    moves_bytes_exactly("sm");
+    moves_bytes_exactly("sm", TE_DATA_AUTO, 0);
+}
+
+/* Data messages are checked on arrival: bytes for memory the receiver no
+ * longer has registered are dropped (a put would write them anyway), and
+ * the notice that finds bytes missing fails the transfer on both sides. */
+static void data_messages_for_unregistered_memory_fail_the_transfer(void **state)
+{
+    (void)state;
+    pair p;
+    pair_open_path(&p, "tcp", 8, TE_DATA_MESSAGES);
+    enum { N = 65536 };
+    uint8_t *src = malloc(N), *dst = malloc(N);
+    assert_non_null(src);
+    assert_non_null(dst);
+    fill_random(src, N, 3);
+    memset(dst, 0xA5, N);
+    te_region *rs, *rd;
+    te_remote_region *remote = link_regions(&p, src, dst, N, &rs, &rd);
+    assert_int_equal(te_region_deregister(p.b, rd), TN_OK);
+    te_copy *copies = same_offset_copies(N / 4096, 4096);
+    te_transfer_desc d = {p.a_to_b, 9, &rs, 1, &remote, 1, copies, N / 4096, 10000};
+    te_transfer *t;
+    assert_int_equal(te_transfer_submit(p.a, &d, &t), TN_OK);
+    assert_int_equal(pump(&p, t), TN_ERR_PEER);
+    assert_non_null(strstr(te_transfer_error(t), "did not get every data message"));
+    te_notice note;
+    assert_int_equal(te_engine_next_notice(p.b, &note), 1);
+    assert_int_equal(note.request_id, 9);
+    assert_int_equal(note.status, TN_ERR_CANCELED);
+    for (size_t i = 0; i < N; i++)
+        assert_int_equal(dst[i], 0xA5);
+    fflush(p.log);
+    assert_non_null(strstr(p.log_text, "no registered host region holds them"));
+    assert_non_null(strstr(p.log_text, "0 of 65536 bytes arrived"));
+    te_transfer_release(p.a, t);
+    free(copies);
+    pair_close(&p);
+    free(src);
+    free(dst);
 }
 
 static void bad_copies_are_refused_before_any_byte_moves(void **state)
@@ -225,8 +295,8 @@ static void bad_copies_are_refused_before_any_byte_moves(void **state)
     size_t rkey_len;
     assert_int_equal(te_region_rkey(p.b, rd, &rkey, &rkey_len), TN_OK);
     te_remote_region *remote;
-    assert_int_equal(te_peer_import_region(p.a, p.a_to_b, (uint64_t)(uintptr_t)dst, N / 2, rkey,
-                                           rkey_len, &remote), TN_OK);
+    assert_int_equal(te_peer_import_region(p.a, p.a_to_b, (uint64_t)(uintptr_t)dst, N / 2,
+                                           TE_MEM_HOST, rkey, rkey_len, &remote), TN_OK);
 
     te_transfer *t = (te_transfer *)&p; /* must be reset to NULL on refusal */
     /* 1. too small: the last byte would land past the registered half. */
@@ -804,7 +874,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(moves_bytes_over_tcp),
+        cmocka_unit_test(moves_bytes_over_tcp_with_puts),
         cmocka_unit_test(moves_bytes_over_shared_memory),
+        cmocka_unit_test(data_messages_for_unregistered_memory_fail_the_transfer),
         cmocka_unit_test(bad_copies_are_refused_before_any_byte_moves),
         cmocka_unit_test(silent_receiver_times_out_and_leaves_nothing_in_flight),
         cmocka_unit_test(cancel_stops_puts_and_tells_the_receiver),

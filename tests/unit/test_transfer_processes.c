@@ -315,6 +315,35 @@ static void shared_memory_receiver_killed_mid_transfer(void **state)
     expect_output(&((cluster *)*state)->procs[1], "timed out after 2000 ms", "sender");
 }
 
+/* A sender that dies with data in flight must not take its receiver down
+ * (issue 14: a prefiller SIGKILLed mid-push killed its decoder about one
+ * run in ten). The sender freezes the receiver, fills the socket, thaws it
+ * and dies: the receiver then reads data of a dead sender. With UCX 1.13's
+ * tcp puts the receiver answers each put and aborts when that answer finds
+ * the sender gone (2 of 3 runs with --data-path puts); the engine sends
+ * data messages there, which need no answer. The receiver must wait out
+ * its notice timeout and exit with an error, not die of a signal. */
+static void tcp_receiver_survives_a_sender_dying_mid_transfer(void **state)
+{
+    cluster *c = *state;
+    const char *rargs[] = {"recv", "--tls", "tcp", "--tokens", "4000", "--seed", "5",
+                           "--timeout-ms", "3000", NULL};
+    proc *r = start(c, rargs);
+    char endpoint[256], pid[16];
+    read_endpoint(r, endpoint, sizeof endpoint);
+    snprintf(pid, sizeof pid, "%d", (int)r->pid);
+    const char *sargs[] = {"send", "--tls", "tcp", "--connect", endpoint, "--tokens", "4000",
+                           "--seed", "5", "--timeout-ms", "3000", "--stop-pid", pid,
+                           "--die-after", "0.1", NULL};
+    proc *s = start(c, sargs);
+    wait_all(c);
+    expect_output(s, "dying with", "sender");
+    expect_output(s, "(data messages)", "sender");
+    if (!WIFSIGNALED(s->status) || WTERMSIG(s->status) != SIGKILL)
+        fail_msg("sender did not die of SIGKILL: %s", s->out);
+    expect_exit(r, 1, "receiver");
+}
+
 static void too_small_region_is_refused_before_any_byte_moves(void **state)
 {
     cluster *c = *state;
@@ -361,6 +390,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(tcp_one_sender_into_two_receiver_ranks, setup, teardown),
         cmocka_unit_test_setup_teardown(tcp_receiver_killed_mid_transfer, setup, teardown),
         cmocka_unit_test_setup_teardown(shared_memory_receiver_killed_mid_transfer, setup, teardown),
+        cmocka_unit_test_setup_teardown(tcp_receiver_survives_a_sender_dying_mid_transfer, setup, teardown),
         cmocka_unit_test_setup_teardown(too_small_region_is_refused_before_any_byte_moves, setup, teardown),
         cmocka_unit_test_setup_teardown(bad_command_lines_fail_cleanly, setup, teardown),
     };
