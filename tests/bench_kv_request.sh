@@ -47,7 +47,7 @@ for c in "${cases[@]}"; do
         echo "$c: failed (sender $src, receiver $rrc): $(tail -2 "$tmp/send" "$tmp/recv")"
         status=1; continue
     fi
-    via=$(sed -n 's/.* bytes via \([^ ]*\) (NIC.*/\1/p' "$tmp/send" | head -1)
+    via=$(sed -n 's/.* bytes via \([^ ]*\) .*(NIC.*/\1/p' "$tmp/send" | head -1)
     read -r bytes gbs < <(sed -n 's/^sent \([0-9]*\) bytes in [0-9.]* s (\([0-9.]*\) GB\/s).*/\1 \2/p' "$tmp/send")
     printf '%-26s %-22s %12s %10s\n' "$c" "$via" "$((bytes / REPEAT))" "$gbs"
 done
