@@ -158,6 +158,7 @@ typedef struct bench_ctx {
     kn_stopwatch *sw;
     kn_dtype kv_dtype;
     double prof[TM_PROF_N_GROUPS];
+    comm *ctl;          /* the ranks' control communicator (host memory); NULL for one */
 } bench_ctx;
 
 /* ---- floors ---------------------------------------------------------- */
@@ -383,10 +384,28 @@ static int bench_decode(bench_ctx *c, const bench_args *a, int batch, ctx_fill m
                               per_seq * batch);
     char shape[64];
     snprintf(shape, sizeof shape, "batch %d, context %d", batch, a->context);
+    if (c->ctl) {
+        /* every rank skips the shape when one cannot hold its cache (ranks
+         * sharing a GPU may differ), or the others would wait in its
+         * collectives */
+        float failed = rc != TN_OK;
+        int crc = comm_all_reduce_sum(c->ctl, &failed, 1);
+        if (crc != TN_OK) {
+            if (rc == TN_OK)
+                tm_kv_cache_free(&kv);
+            return crc;
+        }
+        if (failed > 0 && rc == TN_OK) {
+            tm_kv_cache_free(&kv);
+            rc = TN_ERR_NOMEM;
+        }
+    }
     if (rc != TN_OK) {
-        printf("%-8s %-30s  cache of %.1f GB did not fit: %s\n", "decode", shape,
+        printf("%-8s %-30s  cache of %.1f GB per rank did not fit on some rank: %s\n",
+               "decode", shape,
                2.0 * c->cfg->n_layers * (double)per_seq * batch * a->page_size *
-                   c->cfg->n_kv_heads * (double)kn_kv_row_bytes(c->kv_dtype, c->cfg->head_dim) / 1e9,
+                   tm_model_kv_heads(c->model) *
+                   (double)kn_kv_row_bytes(c->kv_dtype, c->cfg->head_dim) / 1e9,
                tn_status_str(rc));
         return TN_OK;   /* report and go on with the other shapes */
     }
@@ -648,6 +667,7 @@ int main(int argc, char **argv)
         return 1;
     }
     c.cfg = tm_model_config(c.model);
+    c.ctl = group.world;
     c.kv_dtype = tm_kv_dtype_resolve(a.kv_dtype, c.be.kind);
     tm_model_set_cuda_graphs(c.model, a.graphs);
     if (a.profile)
