@@ -50,6 +50,23 @@ static void add_bytes(lp_view *v, const text_codec *codec, int32_t id, long *off
     *len = v->bytes.len - before;
 }
 
+/* Points every token's and alternative's bytes into the arena once it has
+ * stopped growing: offs holds, per token, its own offset then its per
+ * alternatives' (-1: no bytes). */
+static void point_at_bytes(lp_view *v, const long *offs, int per)
+{
+    const char *base = v->bytes.p ? v->bytes.p : "";
+    for (int j = 0; j < v->n; j++) {
+        api_lp_token *t = &v->tokens[j];
+        long o = offs[(size_t)j * (per + 1)];
+        t->tok.bytes = o < 0 ? NULL : base + o;
+        for (int k = 0; k < t->n_top; k++) {
+            long ok = offs[(size_t)j * (per + 1) + 1 + k];
+            v->entries[(size_t)j * per + k].bytes = ok < 0 ? NULL : base + ok;
+        }
+    }
+}
+
 int lp_view_build_prompt(lp_view *v, const text_codec *codec, const router_request *r,
                          long *chars)
 {
@@ -102,16 +119,7 @@ int lp_view_build_prompt(lp_view *v, const text_codec *codec, const router_reque
         free(offs);
         return -1;
     }
-    const char *base = v->bytes.p ? v->bytes.p : "";
-    for (int j = 0; j < v->n; j++) {
-        api_lp_token *t = &v->tokens[j];
-        long o = offs[(size_t)j * (per + 1)];
-        t->tok.bytes = o < 0 ? NULL : base + o;
-        for (int k = 0; k < t->n_top; k++) {
-            long ok = offs[(size_t)j * (per + 1) + 1 + k];
-            v->entries[(size_t)j * per + k].bytes = ok < 0 ? NULL : base + ok;
-        }
-    }
+    point_at_bytes(v, offs, per);
     free(offs);
     return 0;
 }
@@ -168,16 +176,7 @@ int lp_view_build(lp_view *v, const text_codec *codec, const router_request *r, 
         free(offs);
         return -1;
     }
-    const char *base = v->bytes.p ? v->bytes.p : "";
-    for (int j = 0; j < v->n; j++) {
-        api_lp_token *t = &v->tokens[j];
-        long o = offs[(size_t)j * (per + 1)];
-        t->tok.bytes = o < 0 ? NULL : base + o;
-        for (int k = 0; k < t->n_top; k++) {
-            long ok = offs[(size_t)j * (per + 1) + 1 + k];
-            v->entries[(size_t)j * per + k].bytes = ok < 0 ? NULL : base + ok;
-        }
-    }
+    point_at_bytes(v, offs, per);
     free(offs);
     return 0;
 }
