@@ -100,6 +100,19 @@ scaler_pid() {
         "$CLUSTER_TMP/router.log" | tail -1
 }
 
+# scaler_restarted POOL INDEX OLD_PID: waits (20 s at most) for the local
+# scaler to start that worker again; prints the new pid, fails when none.
+scaler_restarted() {
+    local new=""
+    for _ in $(seq 1 200); do
+        new=$(scaler_pid "$1" "$2")
+        [ -n "$new" ] && [ "$new" != "$3" ] && break
+        sleep 0.1
+    done
+    echo "$new"
+    [ -n "$new" ] && [ "$new" != "$3" ]
+}
+
 # fo_streams NAME N [READY_AFTER]: N concurrent greedy streams of $FO_M
 # tokens in the background ($FO_PID); with READY_AFTER, returns once that
 # many streams got a token (or after about 20 s).

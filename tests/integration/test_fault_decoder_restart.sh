@@ -26,12 +26,7 @@ fo_wait_decoding "http://127.0.0.1:$FO_DPORT"
 check "decode-0 is decoding a batch of those streams" $? "$(curl -s "http://127.0.0.1:$FO_DPORT/metrics" | grep batch_size)"
 kill -KILL "$old"
 # The scaler notices the exit and starts decode-0 again.
-for _ in $(seq 1 200); do
-    new=$(scaler_pid decode 0)
-    [ -n "$new" ] && [ "$new" != "$old" ] && break
-    sleep 0.1
-done
-[ -n "$new" ] && [ "$new" != "$old" ]
+new=$(scaler_restarted decode 0 "$old")
 check "the local scaler restarts decode-0 under the same id (pid $old -> ${new:-?})" $? \
     "$(grep 'local scaler' "$CLUSTER_TMP/router.log" | tail -3)"
 fo_check_streams load 200 "decoder SIGKILL, restarted under the same id"

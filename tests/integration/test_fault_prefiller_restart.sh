@@ -23,12 +23,7 @@ old=$(scaler_pid prefill 0)
 fo_streams load 200 1
 check "200 streams are running through prefill-0 (pid ${old:-?})" $? "$(cat "$CLUSTER_TMP/load.out")"
 kill -KILL "$old"
-for _ in $(seq 1 200); do
-    new=$(scaler_pid prefill 0)
-    [ -n "$new" ] && [ "$new" != "$old" ] && break
-    sleep 0.1
-done
-[ -n "$new" ] && [ "$new" != "$old" ]
+new=$(scaler_restarted prefill 0 "$old")
 check "the local scaler restarts prefill-0 under the same id (pid $old -> ${new:-?})" $? \
     "$(grep 'local scaler' "$CLUSTER_TMP/router.log" | tail -3)"
 fo_check_streams load 200 "prefiller SIGKILL, restarted under the same id"
