@@ -683,25 +683,11 @@ static void precision_switch(op_env *e, const void *param)
     OP_INT_EQ(e, kn_backend_attn_bf16(e->cpu), 0);
 #ifdef TANDEM_CUDA
     int was = kn_cuda_attn_wgmma(e->be);
-    kn_cuda_set_attn_wgmma(e->be, 1);
-    OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 1);
-    kn_cuda_set_attn_wgmma(e->be, 2);
-    OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 2);
-    kn_cuda_set_attn_wgmma(e->be, 3);
-    OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 3);
-    kn_cuda_set_attn_wgmma(e->be, 4);
-    OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 4);
-    kn_cuda_set_attn_wgmma(e->be, 5);
-    OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 5);
-    kn_cuda_set_attn_wgmma(e->be, 6);
-    OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 6);
-    kn_cuda_set_attn_wgmma(e->be, 7);
-    OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 7);
-    kn_cuda_set_attn_wgmma(e->be, 8);
-    OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 8);
-    kn_cuda_set_attn_wgmma(e->be, 9);
-    OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 9);
-    kn_cuda_set_attn_wgmma(e->be, 10);
+    for (int mode = 1; mode <= KN_CUDA_ATTN_WGMMA_MODES; mode++) {
+        kn_cuda_set_attn_wgmma(e->be, mode);
+        OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), mode);
+    }
+    kn_cuda_set_attn_wgmma(e->be, KN_CUDA_ATTN_WGMMA_MODES + 1); /* out of range: off */
     OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 0);
     kn_cuda_set_attn_wgmma(e->be, 0);
     OP_INT_EQ(e, kn_cuda_attn_wgmma(e->be), 0);
