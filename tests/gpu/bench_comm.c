@@ -29,7 +29,7 @@
 #include "engine/comm.h"
 #include "engine/rank_comm.h"
 #include "kernels/backend.h"
-#include "common/options.h"
+#include "tests/unit/engine_testutil.h"
 #include "common/status.h"
 
 #define MAX_RANKS 8
@@ -196,19 +196,6 @@ out:
     return v;
 }
 
-/* "D" or "D0,D1,...": the GPU of each rank (common/options.h's list
- * parser); ranks past the list's end take its last device. */
-static int parse_devices(const char *s, int *dev)
-{
-    int32_t v[MAX_RANKS];
-    int n = 0;
-    if (opts_int_list(s, strlen(s), 0, 63, v, MAX_RANKS, &n) != 0)
-        return -1;
-    for (int r = 0; r < MAX_RANKS; r++)
-        dev[r] = v[r < n ? r : n - 1];
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     opts o = {.ranks = 2, .hidden = 2880, .repeat = 20};
@@ -224,7 +211,7 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--ranks") && v) {
             o.ranks = atoi(argv[++i]);
         } else if ((!strcmp(a, "--device") || !strcmp(a, "--devices")) && v) {
-            if (parse_devices(argv[++i], o.devices))
+            if (et_device_list(argv[++i], o.devices, MAX_RANKS))
                 return fprintf(stderr, "bench_comm: bad %s\n", a), 2;
         } else if (!strcmp(a, "--hidden") && v) {
             o.hidden = atoi(argv[++i]);

@@ -46,7 +46,6 @@
 #include "engine/parallel.h"
 #include "engine/rank_comm.h"
 #include "kernels/backend.h"
-#include "common/options.h"
 #include "common/status.h"
 #include "tests/unit/engine_testutil.h"
 
@@ -341,19 +340,6 @@ static int run_case(const opts *o, int idx, const lay *L, const char *fx, tm_wei
     return bad;
 }
 
-/* "D" or "D0,D1,...": the GPU of each rank (common/options.h's list
- * parser); ranks past the list's end take its last device. */
-static int parse_devices(const char *s, int *dev)
-{
-    int32_t v[MAX_RANKS];
-    int n = 0;
-    if (opts_int_list(s, strlen(s), 0, 63, v, MAX_RANKS, &n) != 0)
-        return -1;
-    for (int r = 0; r < MAX_RANKS; r++)
-        dev[r] = v[r < n ? r : n - 1];
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     opts o;
@@ -366,10 +352,10 @@ int main(int argc, char **argv)
                    "(f32, bf16, fp8) for both tiny fixtures. TAP output.\n");
             return 0;
         } else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
-            if (parse_devices(argv[++i], o.devices) || strchr(argv[i], ','))
+            if (et_device_list(argv[++i], o.devices, MAX_RANKS) || strchr(argv[i], ','))
                 return fprintf(stderr, "bad --device\n"), 2;
         } else if (!strcmp(argv[i], "--devices") && i + 1 < argc) {
-            if (parse_devices(argv[++i], o.devices))
+            if (et_device_list(argv[++i], o.devices, MAX_RANKS))
                 return fprintf(stderr, "bad --devices\n"), 2;
         } else if (!strcmp(argv[i], "--rank-comm") && i + 1 < argc) {
             if (rank_comm_parse(argv[++i], &o.want))

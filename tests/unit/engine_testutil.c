@@ -1,4 +1,5 @@
 #include "tests/unit/engine_testutil.h"
+#include "common/options.h"
 #include "common/status.h"
 #include <cjson/cJSON.h>
 #include <ftw.h>
@@ -96,6 +97,17 @@ double et_rel_err(const float *a, const float *b, size_t n)
         den += (double)b[i] * (double)b[i];
     }
     return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+int et_device_list(const char *s, int *dev, int n)
+{
+    int32_t v[64];
+    int got = 0;
+    if (n < 1 || n > 64 || opts_int_list(s, strlen(s), 0, 63, v, n, &got) != 0)
+        return -1;
+    for (int r = 0; r < n; r++)
+        dev[r] = v[r < got ? r : got - 1];
+    return 0;
 }
 
 int et_argmax(const float *x, int n)

@@ -46,6 +46,11 @@ void et_golden_free(et_golden *g);
 double et_rel_err(const float *a, const float *b, size_t n);
 /* Index of the largest value (lowest index on ties). */
 int et_argmax(const float *x, int n);
+
+/* "D" or "D0,D1,...": the GPU ordinal (0..63) of each of n ranks into
+ * dev[0..n-1] (common/options.h's list parser; at most n entries); ranks
+ * past the list's end take its last device. -1 on a malformed list. */
+int et_device_list(const char *s, int *dev, int n);
 /* Prefills prompt[0..T) through m (a cache of its own, pages of 16) and
  * runs n greedy steps: all (if not NULL) gets the prompt's logits [T][V],
  * ids the n greedy tokens (the first from the prefill). Returns TN_OK or
