@@ -48,6 +48,7 @@ typedef struct bench_args {
     int steps;        /* decode steps timed per run */
     int repeat;
     int page_size;
+    int chunk_tokens; /* prefill in chunks of this many tokens (0: whole prompt) */
     ctx_fill fill;
     int profile;
     double peak_tflops, hbm_tbps;
@@ -85,6 +86,9 @@ static void usage(FILE *f)
         "  --steps N            decode steps per run (default 32)\n"
         "  --repeat N           timed runs per figure, median reported (default 5)\n"
         "  --page-size N        KV page size in tokens (default 16)\n"
+        "  --chunk-tokens N     prefill a prompt in chunks of N tokens, each attending to\n"
+        "                       the cached ones, as tandem-prefiller's --chunk-tokens\n"
+        "                       does (default 0: one forward over the whole prompt)\n"
         "  --cuda-graphs G      on (default) or off: decode steps recorded as CUDA graphs\n"
         "                       per batch bucket and replayed (cuda; not with --profile)\n"
         "  --profile            one more run per shape with per-group device timing\n"
@@ -254,18 +258,24 @@ static void print_row(const char *phase, const char *shape, double ms, double tp
     fflush(stdout);
 }
 
-/* One prefill of len tokens in kv; returns its wall time (ends synced). */
+/* One prefill of len tokens in kv, in chunks of `chunk` tokens (0: one
+ * forward); returns its wall time (ends synced). */
 static int run_prefill(bench_ctx *c, tm_kv_cache *kv, int32_t *tokens, int32_t *pages,
-                       int len, float *logits, uint32_t seed, double *sec)
+                       int len, int chunk, float *logits, uint32_t seed, double *sec)
 {
     int n_pages = tm_kv_pages_for(kv, len);
     fill_tokens(tokens, len, c->cfg->vocab_size, seed);
     int rc = tm_kv_alloc_pages(kv, n_pages, pages);
     if (rc != TN_OK)
         return rc;
-    tm_seq_step s = {tokens, len, 0, pages, n_pages};
+    if (chunk <= 0 || chunk > len)
+        chunk = len;
     double t0 = now_s();
-    rc = tm_forward(c->model, kv, &s, 1, logits, NULL);
+    for (int off = 0; rc == TN_OK && off < len; off += chunk) {
+        int n = len - off < chunk ? len - off : chunk;
+        tm_seq_step s = {tokens + off, n, off, pages, n_pages};
+        rc = tm_forward(c->model, kv, &s, 1, logits, NULL);
+    }
     *sec = now_s() - t0;
     tm_kv_release_pages(kv, pages, n_pages);
     return rc;
@@ -285,7 +295,8 @@ static int bench_prefill(bench_ctx *c, const bench_args *a, int len)
     double runs[MAX_RUNS], sec = 0;
     rc = (!tokens || !pages || !logits) ? TN_ERR_NOMEM : TN_OK;
     for (int r = -1; rc == TN_OK && r < a->repeat; r++) {   /* r = -1: warm-up */
-        rc = run_prefill(c, &kv, tokens, pages, len, logits, 7u + (uint32_t)(r + 1), &sec);
+        rc = run_prefill(c, &kv, tokens, pages, len, a->chunk_tokens, logits,
+                         7u + (uint32_t)(r + 1), &sec);
         if (r >= 0)
             runs[r] = sec;
     }
@@ -295,12 +306,15 @@ static int bench_prefill(bench_ctx *c, const bench_args *a, int len)
         double floor_ms = a->peak_tflops > 0
                               ? prefill_flops(c->cfg, len) / (a->peak_tflops * 1e12) * 1e3 : 0;
         char shape[64];
-        snprintf(shape, sizeof shape, "prompt %d", len);
+        if (a->chunk_tokens > 0 && a->chunk_tokens < len)
+            snprintf(shape, sizeof shape, "prompt %d (chunks of %d)", len, a->chunk_tokens);
+        else
+            snprintf(shape, sizeof shape, "prompt %d", len);
         print_row("prefill", shape, ms, len / (ms * 1e-3), floor_ms);
     }
     if (rc == TN_OK && c->sw) {
         profile_start(c);
-        rc = run_prefill(c, &kv, tokens, pages, len, logits, 99u, &sec);
+        rc = run_prefill(c, &kv, tokens, pages, len, a->chunk_tokens, logits, 99u, &sec);
         if (rc == TN_OK)
             rc = profile_collect(c);
         if (rc == TN_OK) {
@@ -510,6 +524,8 @@ static int set_flag(void *ctx, const char *name, const char *v, char *err, size_
         bad = opts_int(v, 1, MAX_RUNS, &a->repeat);
     } else if (!strcmp(name, "cuda-graphs")) {
         bad = tm_cuda_graphs_parse(v, &a->graphs);
+    } else if (!strcmp(name, "chunk-tokens")) {
+        bad = opts_int(v, 0, 1 << 30, &a->chunk_tokens);
     } else if (!strcmp(name, "page-size")) {
         bad = opts_int(v, 1, 4096, &a->page_size);
     } else if (!strcmp(name, "tp") || !strcmp(name, "ep") || !strcmp(name, "dp")) {
@@ -554,6 +570,7 @@ static int parse_args(int argc, char **argv, bench_args *a)
         {"steps", OPT_CALL, &call, 0, "decode steps per run"},
         {"repeat", OPT_CALL, &call, 0, "timed runs per figure"},
         {"page-size", OPT_CALL, &call, 0, "KV page size in tokens"},
+        {"chunk-tokens", OPT_CALL, &call, 0, "prefill chunk in tokens (0: whole prompt)"},
         {"cuda-graphs", OPT_CALL, &call, 0, "on or off"},
         {"profile", OPT_BOOL, &a->profile, 0, "one more run per shape with device timing"},
         {"peak-tflops", OPT_CALL, &call, 0, "matrix peak for the prefill floor"},
@@ -662,8 +679,8 @@ int main(int argc, char **argv)
     if (rc != TN_OK) {
         fprintf(stderr, "tandem-bench: rank %d: %s\n", group.rank, err);
         tm_model_free(c.model);
-        kn_backend_free(&c.be);
         rank_group_finish(&group, 1, 30000, err, sizeof err);
+        kn_backend_free(&c.be);
         return 1;
     }
     c.cfg = tm_model_config(c.model);
@@ -709,8 +726,11 @@ int main(int argc, char **argv)
     fflush(stdout);
     kn_stopwatch_free(c.sw);
     tm_model_free(c.model);
-    kn_backend_free(&c.be);
+    /* the communicators before the backend: a staged communicator's buffers
+     * are the backend's pinned memory (freeing them after the CUDA backend
+     * is gone crashed every multi-rank run on the GPU at exit) */
     int st = rank_group_finish(&group, rc == TN_OK ? 0 : 1, 60000, err, sizeof err);
+    kn_backend_free(&c.be);
     if (st != 0 && err[0])
         fprintf(stderr, "tandem-bench: %s\n", err);
     return st != 0 ? 1 : 0;

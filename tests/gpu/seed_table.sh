@@ -56,6 +56,8 @@ ALL_BATCHES=${BATCHES:-1,2,4,8,16,32,64,128}
 DEVICE=${DEVICE:-cuda:0}
 CONFIGS=${CONFIGS:-tests/fixtures/configs}
 CONTEXT=${CONTEXT:-8192}
+CHUNK_ABOVE=${CHUNK_ABOVE:-65536}
+PREFILL_CHUNK=${PREFILL_CHUNK:-32768}
 t_start=$(date +%s)
 status=0
 
@@ -136,7 +138,14 @@ done
 # runs, so that a prefill that does not fit cannot take the decode rows)
 for m in $MODELS; do
     cfg=$CONFIGS/gpt-oss-$m.json
-    bench "oss${m}_tp1" 120 --synthetic "$cfg" --prefill $ALL_LENS --batch none --repeat 1
+    # prompts longer than CHUNK_ABOVE tokens go in chunks of PREFILL_CHUNK (as
+    # the prefiller's --chunk-tokens does): a 128000-token forward of the
+    # 120b in one piece needs more expert temporaries than the H200 has left
+    short=$(echo "$ALL_LENS" | tr ',' '\n' | awk -v c="$CHUNK_ABOVE" '$1 <= c' | paste -sd,)
+    long=$(echo "$ALL_LENS" | tr ',' '\n' | awk -v c="$CHUNK_ABOVE" '$1 > c' | paste -sd,)
+    [ -n "$short" ] && bench "oss${m}_tp1" 120 --synthetic "$cfg" --prefill "$short" --batch none --repeat 1
+    [ -n "$long" ] && bench "oss${m}_tp1long" 120 --synthetic "$cfg" --prefill "$long" --batch none \
+        --repeat 1 --chunk-tokens "$PREFILL_CHUNK"
     # 120b's decode at batch 128 x 8192 cached tokens needs an FP8 KV cache
     # next to its 65 GB of weights on one GPU
     kv=bf16; [ "$m" = 120b ] && kv=fp8
@@ -168,13 +177,20 @@ for n in 2 4 8; do
 done
 
 # 4. the tables
-ms_of() { # LOG PHASE KEY: the median ms of the row whose size is KEY
+ms_of() { # LOG PHASE KEY: the median ms of the row whose size is KEY (the
+    # rows end "ms tokens/s floor x-floor"; a row saying why it did not run
+    # has no number there)
     [ -f "$1" ] || return 0
     if [ "$2" = prefill ]; then
-        awk -v k="$3" '$1 == "prefill" && $3 == k { print $4; exit }' "$1"
+        awk -v k="$3" '$1 == "prefill" && $3 == k && $(NF-3) ~ /^[0-9.]+$/ { print $(NF-3); exit }' "$1"
     else
-        awk -v k="$3," '$1 == "decode" && $3 == k { print $6; exit }' "$1"
+        awk -v k="$3," '$1 == "decode" && $3 == k && $(NF-3) ~ /^[0-9.]+$/ { print $(NF-3); exit }' "$1"
     fi
+}
+why_not() { # LOG PHASE KEY: "did not fit" / "out of memory" / "not run"
+    if [ -f "$1" ] && grep -qE "^$2 .* $3,? .*did not fit" "$1"; then echo "did not fit"
+    elif [ -f "$1" ] && grep -q "out of memory" "$1"; then echo "out of memory"
+    else echo "not run"; fi
 }
 echo
 echo "== seed table: prefill latency and \$ per million input tokens at \$$PRICE/GPU-hour"
@@ -191,8 +207,11 @@ for m in $MODELS; do
         row="| EP$n DP1 TP$n | $gpus |"
         for len in ${ALL_LENS//,/ }; do
             ms=$(ms_of "$log" prefill "$len")
+            [ -z "$ms" ] && [ "$n" = 1 ] && ms=$(ms_of "$OUT/oss${m}_tp1long.log" prefill "$len")
             if [ -z "$ms" ]; then
-                cell="not run"
+                cell=$(why_not "$log" prefill "$len")
+                [ "$n" = 1 ] && [ "$len" -gt "$CHUNK_ABOVE" ] &&
+                    cell=$(why_not "$OUT/oss${m}_tp1long.log" prefill "$len")
             elif [ "$n" -gt 1 ] && shared "$n"; then
                 cell=$(awk -v ms="$ms" 'BEGIN { printf "%.3f s, -", ms / 1e3 }')
             else
@@ -208,6 +227,8 @@ echo
 echo "Shared rows (GPUs \"1 shared by N ranks\"): the N ranks take turns on one GPU and"
 echo "their collectives are staged through host memory, so the latency is the work plus the"
 echo "communicator's overhead, not a multi-GPU speed-up; no cost is given for them."
+echo "Prompts longer than $CHUNK_ABOVE tokens ran in chunks of $PREFILL_CHUNK (the prefiller's"
+echo "--chunk-tokens; every chunk attends to the cached ones), shorter ones in one forward."
 echo
 echo "== decode tokens/s per GPU (context $CONTEXT, batch per rank)"
 echo
@@ -221,8 +242,13 @@ for m in $MODELS; do
         row="| $m | DP$n EP$n | $gpus |"
         for b in ${ALL_BATCHES//,/ }; do
             ms=$(ms_of "$log" decode "$b")
-            [ -n "$ms" ] && row="$row $(awk -v ms="$ms" -v b="$b" 'BEGIN { printf "%.0f", b / (ms / 1e3) }') |" ||
+            if [ -n "$ms" ]; then
+                row="$row $(awk -v ms="$ms" -v b="$b" 'BEGIN { printf "%.0f", b / (ms / 1e3) }') |"
+            elif grep -qE "^decode +batch $b, .*did not fit" "$log"; then
+                row="$row no fit |"
+            else
                 row="$row - |"
+            fi
         done
         echo "$row"
     done
