@@ -178,7 +178,7 @@ int svb_write_svg(const char *path, const svb_run_info *info, const svb_point *p
              info->lengths_file && info->lengths_file[0] ? "from file" : info->input,
              info->lengths_file && info->lengths_file[0] ? "from file" : info->output, info->api);
     text(&b, W / 2.0, 24, "middle", 15, title);
-    text(&b, W - 10, H - 14, "end", 11, "values under the axis (0: chunks read at once) on its floor");
+    text(&b, W - 10, H - 14, "end", 11, "ITL samples of 0 ms (two tokens in one read) are drawn at the bottom edge");
     if (yhi > 0) {
         axis ya = log_axis(ylo, yhi, PANEL_H);
         char xl[64];
