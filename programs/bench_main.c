@@ -448,7 +448,7 @@ static int bench_decode(bench_ctx *c, const bench_args *a, int batch, ctx_fill m
                "decode", shape, kv_gb, tn_status_str(rc));
         return TN_OK;   /* report and go on with the other shapes */
     }
-    printf("# decode %s: KV cache %.2f GB (%s, %d pages%s)\n", shape, kv_gb,
+    printf("# decode %s: KV cache %.4g GB (%s, %d pages%s)\n", shape, kv_gb,
            kn_dtype_name(kv.dtype), kv.n_pages,
            kv.window > 0 ? ", window layers a pool of their own" : "");
     if (kv.window > 0)
