@@ -19,6 +19,7 @@ uint64_t tm_graph_kv_sig(const tm_kv_cache *kv)
     h = fnv_mix(h, (uint64_t)kv->n_layers);
     h = fnv_mix(h, (uint64_t)kv->page_size);
     h = fnv_mix(h, (uint64_t)kv->n_pages);
+    h = fnv_mix(h, (uint64_t)kv->n_win_slots);
     for (int l = 0; l < kv->n_layers; l++) {
         h = fnv_mix(h, (uint64_t)(uintptr_t)kv->k[l]);
         h = fnv_mix(h, (uint64_t)(uintptr_t)kv->v[l]);

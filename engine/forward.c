@@ -41,9 +41,9 @@ void tm_scratch_free(const kn_backend *be, tm_scratch *s)
     tm_buf *dev[] = {&s->x, &s->xn, &s->q, &s->k, &s->v, &s->att, &s->tmp,
                      &s->router, &s->eidx, &s->ew, &s->ids, &s->pos,
                      &s->last_rows, &s->last_h, &s->logits,
-                     &s->q_offset, &s->kv_len, &s->page_table};
+                     &s->q_offset, &s->kv_len, &s->page_table, &s->win_page_table};
     tm_buf *host[] = {&s->h_ids, &s->h_pos, &s->h_last, &s->h_q_offset,
-                      &s->h_kv_len, &s->h_page_table};
+                      &s->h_kv_len, &s->h_page_table, &s->h_win_page_table};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
         buf_free(be, dev[i], 0);
     for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++)
@@ -96,10 +96,11 @@ static int scratch_need(tm_model *m, size_t rows, size_t seqs, size_t pages,
         {&s->last_rows, seqs * I, 0},   {&s->last_h, seqs * H * F, 0},
         {&s->logits, logit_rows * V * F, 0},
         {&s->q_offset, (seqs + 1) * I, 0}, {&s->kv_len, seqs * I, 0},
-        {&s->page_table, seqs * pages * I, 0},
+        {&s->page_table, seqs * pages * I, 0}, {&s->win_page_table, seqs * pages * I, 0},
         {&s->h_ids, rows * I, 1},       {&s->h_pos, rows * I, 1},
         {&s->h_last, seqs * I, 1},      {&s->h_q_offset, (seqs + 1) * I, 1},
         {&s->h_kv_len, seqs * I, 1},    {&s->h_page_table, seqs * pages * I, 1},
+        {&s->h_win_page_table, seqs * pages * I, 1},
     };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         int rc = buf_need(be, want[i].b, want[i].bytes, want[i].host, grew);
@@ -133,6 +134,14 @@ static int check_batch(const tm_model *m, const tm_kv_cache *kv, const tm_seq_st
         for (int p = 0; p < need; p++)
             if (q->pages[p] < 0 || q->pages[p] >= kv->n_pages)
                 return TN_ERR_ARG;
+        /* window pool: the pages this step's window layers read must still
+         * hold their slots (tm_kv_window_trim gave back only older ones) */
+        for (int p = kv->window > 0 && q->n_cached - kv->window + 1 > 0
+                         ? (q->n_cached - kv->window + 1) / kv->page_size
+                         : 0;
+             kv->window > 0 && p < need; p++)
+            if (kv->win_slot[q->pages[p]] < 0)
+                return TN_ERR_ARG;
         for (int t = 0; t < q->n_tokens; t++)
             if (q->tokens[t] < 0 || q->tokens[t] >= c->vocab_size)
                 return TN_ERR_ARG;
@@ -149,7 +158,7 @@ static int check_batch(const tm_model *m, const tm_kv_cache *kv, const tm_seq_st
 
 /* Queues the uploads of the host batch arrays (pinned; no host wait: the
  * step's final sync comes before they are written again). */
-static int upload_batch(tm_model *m, int rows, int n_seqs, int max_pages)
+static int upload_batch(tm_model *m, const tm_kv_cache *kv, int rows, int n_seqs, int max_pages)
 {
     tm_scratch *s = &m->s;
     const kn_backend *be = m->be;
@@ -166,13 +175,30 @@ static int upload_batch(tm_model *m, int rows, int n_seqs, int max_pages)
     if (!rc)
         rc = kn_copy_to_backend_async(be, s->page_table.p, s->h_page_table.p,
                                       (size_t)n_seqs * max_pages * I);
+    if (!rc && kv->window > 0) {
+        tm_kv_window_table(kv, s->h_page_table.p, s->h_win_page_table.p, (size_t)n_seqs * max_pages);
+        rc = kn_copy_to_backend_async(be, s->win_page_table.p, s->h_win_page_table.p,
+                                      (size_t)n_seqs * max_pages * I);
+    }
     return rc;
+}
+
+/* The window layers' batch: b with the window page table and pool size
+ * (b itself without a window pool). */
+static kn_seq_batch window_batch(const tm_kv_cache *kv, const tm_scratch *s, const kn_seq_batch *b)
+{
+    kn_seq_batch w = *b;
+    if (kv->window > 0) {
+        w.page_table = s->win_page_table.p;
+        w.n_pages = kv->n_win_slots;
+    }
+    return w;
 }
 
 /* Fills the host batch arrays and uploads them with the token ids and
  * positions. */
 static int build_batch(tm_model *m, const tm_kv_cache *kv, const tm_seq_step *seqs,
-                       int n_seqs, int rows, int max_pages, kn_seq_batch *b)
+                       int n_seqs, int rows, int max_pages, kn_seq_batch *b, kn_seq_batch *bw)
 {
     tm_scratch *s = &m->s;
     int32_t *ids = s->h_ids.p, *pos = s->h_pos.p, *last = s->h_last.p;
@@ -197,13 +223,14 @@ static int build_batch(tm_model *m, const tm_kv_cache *kv, const tm_seq_step *se
             max_kv = len;
     }
     qo[n_seqs] = r;
-    int rc = upload_batch(m, rows, n_seqs, max_pages);
+    int rc = upload_batch(m, kv, rows, n_seqs, max_pages);
     *b = (kn_seq_batch){
         .n_seqs = n_seqs, .n_rows = rows, .max_pages = max_pages,
         .max_q_len = max_q, .max_kv_len = max_kv,
         .q_offset = s->q_offset.p, .kv_len = s->kv_len.p, .page_table = s->page_table.p,
         .n_pages = kv->n_pages,
     };
+    *bw = window_batch(kv, s, b);
     return rc;
 }
 
@@ -225,9 +252,11 @@ static int lap(tm_model *m, tm_prof_group g)
  * pass with kn_add_rmsnorm, saving a pass over the stream per layer. Every
  * collective that completes tmp (EP all-reduce, EP dispatch) has run by then.
  * residual_pending says whether layer l-1 left such an output in s->tmp. */
-static int layer_forward(tm_model *m, tm_kv_cache *kv, int l, const kn_seq_batch *b,
-                         int residual_pending)
+static int layer_forward(tm_model *m, tm_kv_cache *kv, int l, const kn_seq_batch *full_b,
+                         const kn_seq_batch *win_b, int residual_pending)
 {
+    /* a window layer of a window-pool cache reads its own page table */
+    const kn_seq_batch *b = tm_kv_layer_windowed(kv, l) ? win_b : full_b;
     const tm_config *c = &m->cfg;
     const tm_layer_weights *w = &m->w.layers[l];
     const kn_backend *be = m->be;
@@ -340,13 +369,14 @@ static int head_last_rows(tm_model *m, int n_seqs, int T)
 
 /* Embedding (the ids were checked on the host) and every layer; the last
  * layer's MoE output waits in s->tmp (n_layers >= 1, config). */
-static int embed_and_layers(tm_model *m, tm_kv_cache *kv, const kn_seq_batch *b)
+static int embed_and_layers(tm_model *m, tm_kv_cache *kv, const kn_seq_batch *b,
+                            const kn_seq_batch *bw)
 {
     const tm_config *c = &m->cfg;
     int rc = kn_gather_rows(m->be, m->s.x.p, m->w.embed, m->s.ids.p, b->n_rows, c->vocab_size,
                             c->hidden_size);
     for (int l = 0; l < c->n_layers && !rc; l++)
-        rc = layer_forward(m, kv, l, b, l > 0);
+        rc = layer_forward(m, kv, l, b, bw, l > 0);
     return rc;
 }
 
@@ -384,14 +414,14 @@ static int fixed_decode_step(const tm_model *m, const tm_seq_step *seqs, int n_s
 
 /* Records the step into e's graph (the batch arrays are uploaded already,
  * outside it); on failure the shape is marked to run eagerly. */
-static void record_step(tm_model *m, tm_kv_cache *kv, const kn_seq_batch *b, tm_decode_graph *e,
-                        int n_seqs)
+static void record_step(tm_model *m, tm_kv_cache *kv, const kn_seq_batch *b,
+                        const kn_seq_batch *bw, tm_decode_graph *e, int n_seqs)
 {
     const kn_backend *be = m->be;
     kn_graph *g = NULL;
     int rc = kn_graph_begin(be);
     if (rc == TN_OK) {
-        int body = embed_and_layers(m, kv, b);
+        int body = embed_and_layers(m, kv, b, bw);
         if (!body)
             body = head_last_rows(m, b->n_seqs, b->n_rows);
         rc = kn_graph_end(be, &g);
@@ -444,7 +474,7 @@ static int forward_fixed_decode(tm_model *m, tm_kv_cache *kv, const tm_seq_step 
             pt[(size_t)i * P + p] = p < need ? q->pages[p] : -1;
     }
     qo[B] = B;
-    rc = upload_batch(m, B, B, P);
+    rc = upload_batch(m, kv, B, B, P);
     if (rc)
         return rc;
     /* launches sized for P pages whatever the sequences' lengths: the
@@ -454,6 +484,7 @@ static int forward_fixed_decode(tm_model *m, tm_kv_cache *kv, const tm_seq_step 
         .max_kv_len = P * ps, .q_offset = s->q_offset.p, .kv_len = s->kv_len.p,
         .page_table = s->page_table.p, .n_pages = kv->n_pages,
     };
+    const kn_seq_batch bw = window_batch(kv, s, &b);
     tm_decode_graphs *gs = &m->graphs;
     tm_decode_graph *e = NULL;
     int recorded_now = 0;
@@ -465,7 +496,7 @@ static int forward_fixed_decode(tm_model *m, tm_kv_cache *kv, const tm_seq_step 
         /* the first step of a shape runs eagerly: the ops' one-time set-up
          * (plans, side streams) must not happen inside a recording */
         if (!added && e->state == TM_GRAPH_SEEN) {
-            record_step(m, kv, &b, e, n_seqs);
+            record_step(m, kv, &b, &bw, e, n_seqs);
             recorded_now = 1;
         }
     }
@@ -474,7 +505,7 @@ static int forward_fixed_decode(tm_model *m, tm_kv_cache *kv, const tm_seq_step 
         if (!recorded_now)
             gs->stats.replays++;
     } else {
-        rc = embed_and_layers(m, kv, &b);
+        rc = embed_and_layers(m, kv, &b, &bw);
         if (!rc)
             rc = head_last_rows(m, B, B);
         gs->stats.eager_steps++;
@@ -517,10 +548,10 @@ static int forward_step(tm_model *m, tm_kv_cache *kv, const tm_seq_step *seqs,
         return rc;
     if (m->sw && (rc = kn_stopwatch_start(m->sw)) != TN_OK)
         return rc;
-    kn_seq_batch b;
-    rc = build_batch(m, kv, seqs, n_seqs, T, max_pages, &b);
+    kn_seq_batch b, bw;
+    rc = build_batch(m, kv, seqs, n_seqs, T, max_pages, &b, &bw);
     if (!rc)
-        rc = embed_and_layers(m, kv, &b);
+        rc = embed_and_layers(m, kv, &b, &bw);
     if (rc)
         return rc;
 

@@ -26,6 +26,9 @@ typedef struct tm_scratch {
     tm_buf logits;                        /* [rows or seqs][vocab] */
     tm_buf q_offset, kv_len, page_table;  /* kn_seq_batch arrays */
     tm_buf h_ids, h_pos, h_last, h_q_offset, h_kv_len, h_page_table; /* host */
+    /* the window layers' page table when the cache has a window pool
+     * (engine/kv_cache.h): the same pages through win_slot */
+    tm_buf win_page_table, h_win_page_table;
 } tm_scratch;
 
 struct tm_model {

@@ -8,7 +8,10 @@
  * each KV head's tokens are one contiguous run of page_size rows. That is what lets the
  * TransferEngine split or merge heads across TP ranks with plain contiguous
  * copies. Token t of a sequence lives in page page_table[s][t / page_size],
- * slot t % page_size.
+ * slot t % page_size. A page_table entry may be -1 for a page the op
+ * touches no row of (kn_kv_append: wholly before the sequence's first row;
+ * kn_attention: wholly before the first key its first row sees, for a
+ * window layer whose pages out of the window were given back).
  *
  * A batch is n_seqs sequences; sequence s contributes rows
  * [q_offset[s], q_offset[s+1]) of q/k/v/out, which are its newest tokens:

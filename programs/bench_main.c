@@ -53,6 +53,7 @@ typedef struct bench_args {
     int profile;
     double peak_tflops, hbm_tbps;
     tm_cuda_graphs graphs;
+    int window_pool;                 /* window layers keep only their window (default on) */
     int tp, ep, dp;                  /* the parallel layout (1, 1, 1: one rank) */
     char rank_devices[256];          /* CUDA ordinal of each rank, "" = N + rank */
     rank_comm_kind rank_comm;
@@ -91,6 +92,9 @@ static void usage(FILE *f)
         "                       does (default 0: one forward over the whole prompt)\n"
         "  --cuda-graphs G      on (default) or off: decode steps recorded as CUDA graphs\n"
         "                       per batch bucket and replayed (cuda; not with --profile)\n"
+        "  --window-pool P      on (default) or off: sliding-window layers hold only their\n"
+        "                       window's pages in decode (engine/kv_cache.h), so the KV\n"
+        "                       cache is full layers x context + window layers x window\n"
         "  --profile            one more run per shape with per-group device timing\n"
         "                       (attention, projections, experts, ...), printed after\n"
         "  --peak-tflops X      matrix peak for the prefill floor (FLOPs / peak)\n"
@@ -356,9 +360,10 @@ static int fill_context(bench_ctx *c, const bench_args *a, tm_kv_cache *kv, int3
  * depend on the values). */
 static int cache_fill_random(bench_ctx *c, tm_kv_cache *kv)
 {
-    size_t n = tm_kv_page_bytes(kv) / kn_dtype_size(kv->dtype) * (size_t)kv->n_pages;
     int rc = TN_OK;
     for (int l = 0; rc == TN_OK && l < kv->n_layers; l++) {
+        size_t n = tm_kv_page_bytes(kv) / kn_dtype_size(kv->dtype) *
+                   (size_t)(tm_kv_layer_windowed(kv, l) ? kv->n_win_slots : kv->n_pages);
         rc = kn_fill_uniform(&c->be, kv->k[l], kv->dtype, n, 1000u + (uint64_t)l, -1.0f, 1.0f);
         if (rc == TN_OK)
             rc = kn_fill_uniform(&c->be, kv->v[l], kv->dtype, n, 5000u + (uint64_t)l, -1.0f,
@@ -367,15 +372,36 @@ static int cache_fill_random(bench_ctx *c, tm_kv_cache *kv)
     return rc == TN_OK ? kn_backend_sync(&c->be) : rc;
 }
 
+/* Takes each sequence's pages and fills its context, one sequence at a
+ * time, giving back the window slots of the pages out of the window after
+ * each (a window pool then holds one sequence's whole context at most). */
+static int alloc_and_fill(bench_ctx *c, const bench_args *a, tm_kv_cache *kv, int32_t *pages,
+                          int per_seq, int batch, ctx_fill mode)
+{
+    int rc = TN_OK, b = 0;
+    for (; rc == TN_OK && b < batch; b++) {
+        int32_t *p = pages + (size_t)b * per_seq;
+        rc = tm_kv_alloc_pages(kv, per_seq, p);
+        if (rc != TN_OK)
+            break;
+        rc = fill_context(c, a, kv, p, per_seq, 1, mode);
+        tm_kv_window_trim(kv, p, per_seq, a->context);
+        if (rc != TN_OK)
+            b++;
+    }
+    if (rc != TN_OK)
+        tm_kv_release_pages(kv, pages, per_seq * b);
+    return rc;
+}
+
 /* `steps` decode steps over `batch` sequences; returns the wall time. */
 static int run_decode(bench_ctx *c, const bench_args *a, tm_kv_cache *kv, int32_t *pages,
                       int per_seq, int batch, ctx_fill mode, int32_t *step_tokens,
                       tm_seq_step *seqs, double *sec)
 {
-    int rc = tm_kv_alloc_pages(kv, per_seq * batch, pages);
+    int rc = alloc_and_fill(c, a, kv, pages, per_seq, batch, mode);
     if (rc != TN_OK)
         return rc;
-    rc = fill_context(c, a, kv, pages, per_seq, batch, mode);
     double t0 = now_s();
     for (int step = 0; rc == TN_OK && step < a->steps; step++) {
         fill_tokens(step_tokens, batch, c->cfg->vocab_size, 1000u + (uint32_t)step);
@@ -393,9 +419,26 @@ static int bench_decode(bench_ctx *c, const bench_args *a, int batch, ctx_fill m
 {
     tm_kv_cache kv;
     int per_seq = (a->context + a->steps + a->page_size - 1) / a->page_size;
-    int rc = tm_kv_cache_init(&kv, &c->be, c->kv_dtype, c->cfg->n_layers,
-                              tm_model_kv_heads(c->model), c->cfg->head_dim, a->page_size,
-                              per_seq * batch);
+    /* window pool: each sequence keeps the pages from the one holding
+     * position context - window on (the steps' too); one sequence at a time
+     * holds its whole context while it is filled (alloc_and_fill) */
+    int window = 0, n_win = 0;
+    for (int l = 0; a->window_pool && l < c->cfg->n_layers; l++)
+        if (c->cfg->layer_window[l] > window)
+            window = c->cfg->layer_window[l];
+    if (window > 0) {
+        const int first = a->context - window > 0 ? (a->context - window) / a->page_size : 0;
+        n_win = (per_seq - first) * (batch - 1) + per_seq;
+        if (n_win >= per_seq * batch)
+            n_win = 0;   /* no saving: one pool as before */
+    }
+    int rc = tm_kv_cache_init_windowed(&kv, &c->be, c->kv_dtype, c->cfg->n_layers,
+                                       tm_model_kv_heads(c->model), c->cfg->head_dim,
+                                       a->page_size, per_seq * batch, c->cfg->layer_window, n_win);
+    const double kv_gb = rc == TN_OK ? tm_kv_cache_bytes(&kv) / 1e9
+                         : 2.0 * c->cfg->n_layers * (double)per_seq * batch * a->page_size *
+                               tm_model_kv_heads(c->model) *
+                               (double)kn_kv_row_bytes(c->kv_dtype, c->cfg->head_dim) / 1e9;
     char shape[64];
     snprintf(shape, sizeof shape, "batch %d, context %d", batch, a->context);
     if (c->ctl) {
@@ -416,13 +459,15 @@ static int bench_decode(bench_ctx *c, const bench_args *a, int batch, ctx_fill m
     }
     if (rc != TN_OK) {
         printf("%-8s %-30s  cache of %.1f GB per rank did not fit on some rank: %s\n",
-               "decode", shape,
-               2.0 * c->cfg->n_layers * (double)per_seq * batch * a->page_size *
-                   tm_model_kv_heads(c->model) *
-                   (double)kn_kv_row_bytes(c->kv_dtype, c->cfg->head_dim) / 1e9,
-               tn_status_str(rc));
+               "decode", shape, kv_gb, tn_status_str(rc));
         return TN_OK;   /* report and go on with the other shapes */
     }
+    printf("# decode %s: KV cache %.4g GB (%s, %d pages%s)\n", shape, kv_gb,
+           kn_dtype_name(kv.dtype), kv.n_pages,
+           kv.window > 0 ? ", window layers a pool of their own" : "");
+    if (kv.window > 0)
+        printf("#   window layers (window %d): %d pages each instead of %d\n", kv.window,
+               kv.n_win_slots, kv.n_pages);
     if (mode == FILL_RANDOM)
         rc = cache_fill_random(c, &kv);
     int32_t *pages = malloc(sizeof(int32_t) * (size_t)per_seq * batch);
@@ -455,9 +500,7 @@ static int bench_decode(bench_ctx *c, const bench_args *a, int batch, ctx_fill m
     }
     if (rc == TN_OK && c->sw) {
         /* one more run, every step timed by group */
-        rc = tm_kv_alloc_pages(&kv, per_seq * batch, pages);
-        if (rc == TN_OK)
-            rc = fill_context(c, a, &kv, pages, per_seq, batch, mode);
+        rc = alloc_and_fill(c, a, &kv, pages, per_seq, batch, mode);
         profile_start(c);
         for (int step = 0; rc == TN_OK && step < a->steps; step++) {
             fill_tokens(step_tokens, batch, c->cfg->vocab_size, 1000u + (uint32_t)step);
@@ -526,6 +569,11 @@ static int set_flag(void *ctx, const char *name, const char *v, char *err, size_
         bad = tm_cuda_graphs_parse(v, &a->graphs);
     } else if (!strcmp(name, "chunk-tokens")) {
         bad = opts_int(v, 0, 1 << 30, &a->chunk_tokens);
+    } else if (!strcmp(name, "window-pool")) {
+        if (!strcmp(v, "on") || !strcmp(v, "off"))
+            a->window_pool = !strcmp(v, "on");
+        else
+            bad = 1;
     } else if (!strcmp(name, "page-size")) {
         bad = opts_int(v, 1, 4096, &a->page_size);
     } else if (!strcmp(name, "tp") || !strcmp(name, "ep") || !strcmp(name, "dp")) {
@@ -572,6 +620,7 @@ static int parse_args(int argc, char **argv, bench_args *a)
         {"page-size", OPT_CALL, &call, 0, "KV page size in tokens"},
         {"chunk-tokens", OPT_CALL, &call, 0, "prefill chunk in tokens (0: whole prompt)"},
         {"cuda-graphs", OPT_CALL, &call, 0, "on or off"},
+        {"window-pool", OPT_CALL, &call, 0, "on or off"},
         {"profile", OPT_BOOL, &a->profile, 0, "one more run per shape with device timing"},
         {"peak-tflops", OPT_CALL, &call, 0, "matrix peak for the prefill floor"},
         {"hbm-tbps", OPT_CALL, &call, 0, "memory bandwidth for the decode floor"},
@@ -639,7 +688,7 @@ int main(int argc, char **argv)
                     .prefill_lens = {128, 512}, .n_prefill = 2,
                     .batches = {1, 8, 32}, .n_batches = 3,
                     .context = 128, .steps = 32, .repeat = 5, .page_size = 16,
-                    .graphs = TM_CUDA_GRAPHS_ON, .tp = 1, .ep = 1, .dp = 1};
+                    .graphs = TM_CUDA_GRAPHS_ON, .window_pool = 1, .tp = 1, .ep = 1, .dp = 1};
     int prc = parse_args(argc, argv, &a);
     if (prc)
         return prc < 0 ? 0 : prc;

@@ -11,6 +11,7 @@
  * exact; FP8: the code's value from a 256-entry table, times the row's
  * scale, which multiplies the row's dot product or weight once), so no
  * fp32 copy of the cache is made. */
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -86,7 +87,7 @@ int kn_attention_cpu(float *out, const float *q, const kn_kv_pools *pools,
                      const float *sinks, int window)
 {
     static const char op[] = "kn_attention";
-    int rc = kn_cpu_check_seq_batch(op, b, page_size);
+    int rc = kn_cpu_check_seq_batch(op, b, page_size, window > 0 ? window - 1 : INT_MAX);
     if (rc != TN_OK)
         return rc;
     if (b->n_rows == 0)

@@ -26,7 +26,7 @@ int kn_kv_append_cpu(const kn_kv_pools *pools, const float *k, const float *v,
                      const kn_seq_batch *b, int n_kv_heads, int head_dim, int page_size)
 {
     static const char op[] = "kn_kv_append";
-    int rc = kn_cpu_check_seq_batch(op, b, page_size);
+    int rc = kn_cpu_check_seq_batch(op, b, page_size, 0);
     if (rc != TN_OK)
         return rc;
     const size_t row_bytes = kn_kv_row_bytes(pools->dtype, head_dim);

@@ -2,7 +2,7 @@
 #include "kernels/kn_check.h"
 #include "common/status.h"
 
-int kn_cpu_check_seq_batch(const char *op, const kn_seq_batch *b, int page_size)
+int kn_cpu_check_seq_batch(const char *op, const kn_seq_batch *b, int page_size, int lookback)
 {
     /* The op entry point checked b and its sizes; the arrays are read here,
      * even for no sequences (q_offset[0]). */
@@ -27,7 +27,13 @@ int kn_cpu_check_seq_batch(const char *op, const kn_seq_batch *b, int page_size)
                                 b->max_kv_len, capacity);
         const int32_t *pages = b->page_table + (size_t)s * b->max_pages;
         int used = (kv_len + page_size - 1) / page_size;
-        for (int i = 0; i < used; i++)
+        long long first_read = (long long)kv_len - n_q - lookback;
+        int first = first_read > 0 ? (int)(first_read / page_size) : 0;
+        for (int i = 0; i < first; i++)
+            if (pages[i] != -1 && (pages[i] < 0 || pages[i] >= b->n_pages))
+                return kn_arg_error(op, "sequence %d: page_table[%d] = %d neither -1 nor in [0, %d)",
+                                    s, i, (int)pages[i], b->n_pages);
+        for (int i = first; i < used; i++)
             if (pages[i] < 0 || pages[i] >= b->n_pages)
                 return kn_arg_error(op, "sequence %d: page_table[%d] = %d outside [0, %d)", s,
                                     i, (int)pages[i], b->n_pages);

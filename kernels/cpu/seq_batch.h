@@ -7,9 +7,12 @@
  * kn_kv_append have checked (dispatch.c) and whose arrays are host memory:
  * none is NULL; q_offset starts at 0, never
  * decreases and ends at n_rows; each sequence has no more rows than tokens,
- * fits max_q_len, max_kv_len and its max_pages pages; and every page it uses
- * is an id in [0, n_pages). Returns TN_OK or TN_ERR_ARG with a message. */
-int kn_cpu_check_seq_batch(const char *op, const kn_seq_batch *b, int page_size);
+ * fits max_q_len, max_kv_len and its max_pages pages; and every page it
+ * reads or writes is an id in [0, n_pages). The op reads `lookback`
+ * positions before a sequence's first row (kv_append 0, a window layer
+ * window - 1, full attention INT_MAX): pages wholly before those may be -1
+ * (kernels/attention.h). Returns TN_OK or TN_ERR_ARG with a message. */
+int kn_cpu_check_seq_batch(const char *op, const kn_seq_batch *b, int page_size, int lookback);
 
 /* The sequence that row r (< n_rows) belongs to. */
 int kn_cpu_seq_of_row(const kn_seq_batch *b, int r);

@@ -33,7 +33,7 @@
  * precision is bf16, attention_wgmma.cu the Hopper wgmma one that
  * replaces that for head_dim 64 over bf16 pools when the wgmma switch is
  * on, and attention_decode_mma.cu the bf16 tensor-core decode kernel that
- * replaces the split-KV kernels over bf16 pools at that precision):
+ * replaces the split-KV kernels over bf16 and FP8 pools at that precision):
  *  - attn_flash_kernel<D>: prefill and long chunks (D = 64 or 128). 128
  *    query vectors x 64-key tiles, 256 threads, each thread an 8x4 block of
  *    scores and 8 x D/16 of the output; the whole key range in one block.

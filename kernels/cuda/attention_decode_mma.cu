@@ -1,6 +1,8 @@
-/* Decode attention on the tensor cores over bf16 pools: the call
+/* Decode attention on the tensor cores over bf16 or FP8 pools: the call
  * kn_attention_cuda sends here when the backend's attention precision is
- * bf16, the pools are bf16, head_dim is 64 or 128 and every sequence has
+ * bf16, the pools are bf16 or FP8 e4m3 (rows of codes + fp32 scale; see
+ * DecTile's F8 fields for how those rows, only 4-byte aligned, still move
+ * as 16-byte copies), head_dim is 64 or 128 and every sequence has
  * at most 16 query vectors (rows x GQA group: one decode row of GPT-OSS's
  * or Qwen3's 8-head groups, or two speculative rows). Same function as
  * attention.cu's split-KV decode kernel (read its header for the sink rule
@@ -67,7 +69,8 @@ const int DM_MIN_SPLIT_KEYS = 256;
 struct DecArgs {
     float *out;
     const float *q;
-    const void *k_pool, *v_pool; /* bf16 */
+    const void *k_pool, *v_pool; /* bf16, or FP8 rows of D codes + fp32 scale */
+    long long pool_bytes;         /* FP8: bytes of each pool (n_pages pages) */
     const int32_t *q_offset, *kv_len, *page_table;
     const float *sinks;
     int max_pages, n_pages, n_heads, n_kv_heads, group, page_size, window;
@@ -87,6 +90,22 @@ template <int D> struct DecTile {
     /* the warp states merged at the end reuse the ring */
     static const size_t MERGE_BYTES = (size_t)DM_WARPS * DM_ROWS * (D + 2) * sizeof(float);
     static const size_t BYTES = RING_BYTES > MERGE_BYTES ? RING_BYTES : MERGE_BYTES;
+    /* FP8 pools: a row is D codes + 4 bytes of scale, so rows start 4-byte
+     * aligned only. Each key's row comes in as the RAWC 16-byte chunks
+     * that cover it (D % 16 == 0: D + 4 bytes from a shift of 0, 4, 8 or
+     * 12 always end in chunk D / 16), neighbouring keys' shared chunks
+     * served by L2; the warp then widens the codes to bf16 tiles laid out
+     * as above (codes exact in bf16, the row scales applied in fp32 to the
+     * scores and to P). Per warp: two raw stages (K, V), the bf16 K and V
+     * tile, per stage each key's shift (-1: not mapped), the K and V
+     * scales. */
+    static const int RAWC = D / 16 + 1;
+    static const int RAWB = RAWC * 16;
+    static const int RAW_STAGE = 2 * NK * RAWB;
+    static const int F8_TILE = NK * (LDK + LDV) * 2;
+    static const int F8_WARP = 2 * RAW_STAGE + F8_TILE + 2 * NK * 4 + 2 * NK * 4;
+    static const size_t F8_RING_BYTES = (size_t)DM_WARPS * F8_WARP;
+    static const size_t F8_BYTES = F8_RING_BYTES > MERGE_BYTES ? F8_RING_BYTES : MERGE_BYTES;
 };
 
 __device__ __forceinline__ void dm_cp_async16(uint32_t dst, const void *src, int src_bytes)
@@ -137,7 +156,77 @@ __device__ __forceinline__ void dm_load_tile(const DecArgs &a, const __nv_bfloat
     }
 }
 
+/* FP8: copies the chunks covering tile keys [j0, j0 + NK)'s rows (keys >=
+ * kend and unmapped ones: nothing, shift -1) into one raw stage. The last
+ * chunk of the pool's last row is cut at the pool's end (cp.async
+ * src-size), so no byte past the pool is read. */
 template <int D>
+__device__ __forceinline__ void dm_load_tile_f8(const DecArgs &a, unsigned char *raw, int *shift, int s,
+                                                int kvh, int j0, int kend, int lane)
+{
+    typedef DecTile<D> T;
+    const unsigned char *kp = (const unsigned char *)a.k_pool, *vp = (const unsigned char *)a.v_pool;
+    const int N = T::NK * T::RAWC;
+#pragma unroll
+    for (int it = 0; it < (N + 31) / 32; it++) {
+        const int idx = lane + 32 * it;
+        if (idx < N) {
+            const int key = idx / T::RAWC, c = idx - key * T::RAWC, j = j0 + key;
+            const long long off = j < kend ? paged_kv_row(a.page_table, a.max_pages, a.n_pages, s, j, kvh,
+                                                          a.n_kv_heads, D + 4, a.page_size)
+                                           : -1;
+            long long src = off >= 0 ? (off & ~15LL) + 16 * c : 0;
+            const long long left = a.pool_bytes - src;
+            const int bytes = off >= 0 ? (left < 16 ? (int)left : 16) : 0;
+            if (bytes <= 0)
+                src = 0;
+            unsigned char *dk = raw + key * T::RAWB + 16 * c;
+            dm_cp_async16((uint32_t)__cvta_generic_to_shared(dk), kp + src, bytes > 0 ? bytes : 0);
+            dm_cp_async16((uint32_t)__cvta_generic_to_shared(dk + T::NK * T::RAWB), vp + src,
+                          bytes > 0 ? bytes : 0);
+        }
+    }
+    if (lane < T::NK) {
+        const int j = j0 + lane;
+        const long long off = j < kend ? paged_kv_row(a.page_table, a.max_pages, a.n_pages, s, j, kvh,
+                                                      a.n_kv_heads, D + 4, a.page_size)
+                                       : -1;
+        shift[lane] = off >= 0 ? (int)(off & 15) : -1;
+    }
+}
+
+/* FP8: widens one raw stage's codes into the bf16 K and V tiles (unmapped
+ * keys as zeros) and its row scales into ksc / vsc (0 when unmapped). */
+template <int D>
+__device__ __forceinline__ void dm_widen_f8(const unsigned char *raw, const int *shift, __nv_bfloat16 *Ks,
+                                            __nv_bfloat16 *Vs, float *ksc, float *vsc, int lane)
+{
+    typedef DecTile<D> T;
+    const int U = D / 4; /* 4-code words per row */
+#pragma unroll
+    for (int it = 0; it < T::NK * U / 32; it++) {
+        const int idx = lane + 32 * it, key = idx / U, u = idx - key * U;
+        const int sh = shift[key];
+        uint32_t kc = 0, vc = 0;
+        if (sh >= 0) {
+            const unsigned char *r = raw + key * T::RAWB + sh + 4 * u;
+            kc = *(const uint32_t *)r;
+            vc = *(const uint32_t *)(r + T::NK * T::RAWB);
+        }
+        const float2 k0 = kv_e4m3x2(kc & 0xffffu), k1 = kv_e4m3x2(kc >> 16);
+        const float2 v0 = kv_e4m3x2(vc & 0xffffu), v1 = kv_e4m3x2(vc >> 16);
+        *(uint2 *)(Ks + key * T::LDK + 4 * u) = make_uint2(kn_pack_bf16(k0.x, k0.y), kn_pack_bf16(k1.x, k1.y));
+        *(uint2 *)(Vs + key * T::LDV + 4 * u) = make_uint2(kn_pack_bf16(v0.x, v0.y), kn_pack_bf16(v1.x, v1.y));
+    }
+    if (lane < T::NK) {
+        const int sh = shift[lane];
+        const unsigned char *r = raw + lane * T::RAWB + sh + D;
+        ksc[lane] = sh >= 0 ? *(const float *)r : 0.f;
+        vsc[lane] = sh >= 0 ? *(const float *)(r + T::NK * T::RAWB) : 0.f;
+    }
+}
+
+template <int D, bool F8>
 __global__ void __launch_bounds__(DM_THREADS)
 attn_decode_mma_kernel(DecArgs a)
 {
@@ -199,21 +288,42 @@ attn_decode_mma_kernel(DecArgs a)
         o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
 
     __nv_bfloat16 *ring = dm_smem + (size_t)w * 2 * T::STAGE;
+    /* FP8: this warp's raw stages, bf16 tile, shifts and scales */
+    unsigned char *f8 = (unsigned char *)dm_smem + (size_t)w * T::F8_WARP;
+    __nv_bfloat16 *f8K = (__nv_bfloat16 *)(f8 + 2 * T::RAW_STAGE), *f8V = f8K + NK * T::LDK;
+    int *f8shift = (int *)(f8 + 2 * T::RAW_STAGE + T::F8_TILE);
+    float *ksc = (float *)(f8shift + 2 * NK), *vsc = ksc + NK;
     const int n_tiles = kend > kbeg ? (kend - kbeg + NK - 1) / NK : 0;
     const int mine = n_tiles > w ? (n_tiles - w + DM_WARPS - 1) / DM_WARPS : 0;
-    if (mine > 0)
-        dm_load_tile<D>(a, kp, vp, ring, ring + NK * T::LDK, s, kvh, kbeg + w * NK, kend, lane);
+    if (mine > 0) {
+        if constexpr (F8)
+            dm_load_tile_f8<D>(a, f8, f8shift, s, kvh, kbeg + w * NK, kend, lane);
+        else
+            dm_load_tile<D>(a, kp, vp, ring, ring + NK * T::LDK, s, kvh, kbeg + w * NK, kend, lane);
+    }
     dm_cp_async_commit();
     for (int i = 0; i < mine; i++) {
         const int j0 = kbeg + (w + DM_WARPS * i) * NK;
         if (i + 1 < mine) {
-            __nv_bfloat16 *nb = ring + ((i + 1) & 1) * T::STAGE;
-            dm_load_tile<D>(a, kp, vp, nb, nb + NK * T::LDK, s, kvh, j0 + DM_WARPS * NK, kend, lane);
+            const int nx = (i + 1) & 1;
+            if constexpr (F8) {
+                dm_load_tile_f8<D>(a, f8 + nx * T::RAW_STAGE, f8shift + nx * NK, s, kvh, j0 + DM_WARPS * NK,
+                                   kend, lane);
+            } else {
+                __nv_bfloat16 *nb = ring + nx * T::STAGE;
+                dm_load_tile<D>(a, kp, vp, nb, nb + NK * T::LDK, s, kvh, j0 + DM_WARPS * NK, kend, lane);
+            }
         }
         dm_cp_async_commit();
         dm_cp_async_wait<1>();
         __syncwarp();
         const __nv_bfloat16 *Ks = ring + (i & 1) * T::STAGE, *Vs = Ks + NK * T::LDK;
+        if constexpr (F8) {
+            dm_widen_f8<D>(f8 + (i & 1) * T::RAW_STAGE, f8shift + (i & 1) * NK, f8K, f8V, ksc, vsc, lane);
+            __syncwarp();
+            Ks = f8K;
+            Vs = f8V;
+        }
 
         float sc[NT][4];
 #pragma unroll
@@ -234,6 +344,8 @@ attn_decode_mma_kernel(DecArgs a)
         for (int n = 0; n < NT; n++)
 #pragma unroll
             for (int c = 0; c < 4; c++) {
+                if constexpr (F8) /* q . code times the key's row scale (0 unmapped: masked below) */
+                    sc[n][c] *= ksc[n * 8 + 2 * t + (c & 1)];
                 const int j = j0 + n * 8 + 2 * t + (c & 1), p = pos[c >> 1];
                 if (!(j < kend && j <= p && (a.window <= 0 || j > p - a.window)))
                     sc[n][c] = -INFINITY;
@@ -268,6 +380,13 @@ attn_decode_mma_kernel(DecArgs a)
         }
 #pragma unroll
         for (int kk = 0; kk < NK / 16; kk++) {
+            if constexpr (F8) { /* P times each key's V row scale: P V over the codes */
+                const float s0 = vsc[kk * 16 + 2 * t], s1 = vsc[kk * 16 + 2 * t + 1];
+                const float s2 = vsc[kk * 16 + 8 + 2 * t], s3 = vsc[kk * 16 + 8 + 2 * t + 1];
+                sc[2 * kk][0] *= s0, sc[2 * kk][1] *= s1, sc[2 * kk][2] *= s0, sc[2 * kk][3] *= s1;
+                sc[2 * kk + 1][0] *= s2, sc[2 * kk + 1][1] *= s3, sc[2 * kk + 1][2] *= s2,
+                    sc[2 * kk + 1][3] *= s3;
+            }
             const uint32_t p0 = kn_pack_bf16(sc[2 * kk][0], sc[2 * kk][1]);
             const uint32_t p1 = kn_pack_bf16(sc[2 * kk][2], sc[2 * kk][3]);
             const uint32_t p2 = kn_pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
@@ -362,14 +481,14 @@ __global__ void decode_mma_combine_kernel(float *out, const float *part_o, const
     }
 }
 
-template <int D>
+template <int D, bool F8>
 int launch_decode_mma(const kn_backend *be, const char *op, const DecArgs &a, const kn_seq_batch *b)
 {
-    const size_t bytes = DecTile<D>::BYTES;
-    KN_CUDA_TRY(op, cudaFuncSetAttribute(attn_decode_mma_kernel<D>,
+    const size_t bytes = F8 ? DecTile<D>::F8_BYTES : DecTile<D>::BYTES;
+    KN_CUDA_TRY(op, cudaFuncSetAttribute(attn_decode_mma_kernel<D, F8>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
     dim3 grid(a.n_splits, a.n_kv_heads, b->n_seqs);
-    attn_decode_mma_kernel<D><<<grid, DM_THREADS, bytes, kn_cuda_stream(be)>>>(a);
+    attn_decode_mma_kernel<D, F8><<<grid, DM_THREADS, bytes, kn_cuda_stream(be)>>>(a);
     KN_CUDA_LAUNCH_CHECK(op, "attn_decode_mma_kernel");
     return TN_OK;
 }
@@ -380,7 +499,7 @@ bool kn_cuda_attention_decode_mma_fits(const kn_seq_batch *b, int n_heads, int n
                                        const float *out, const float *q, const kn_kv_pools *pools)
 {
     long long nvec_max = (long long)b->max_q_len * (n_heads / n_kv_heads);
-    return pools->dtype == KN_BF16 && (head_dim == 64 || head_dim == 128) && nvec_max >= 1 &&
+    return (pools->dtype == KN_BF16 || pools->dtype == KN_FP8_E4M3) && (head_dim == 64 || head_dim == 128) && nvec_max >= 1 &&
            nvec_max <= DM_ROWS && kn_cuda_aligned16(out) && kn_cuda_aligned16(q) &&
            kn_cuda_aligned16(pools->k) && kn_cuda_aligned16(pools->v);
 }
@@ -412,6 +531,7 @@ int kn_cuda_attention_decode_mma(const kn_backend *be, const char *op, float *ou
                                                                          : b->max_kv_len;
     a.n_splits = kn_cuda_decode_mma_splits(be, b->n_seqs, n_kv_heads, keys);
     a.part_o = a.part_ml = NULL;
+    a.pool_bytes = (long long)b->n_pages * n_kv_heads * page_size * (long long)kn_kv_row_bytes(pools->dtype, head_dim);
     if (a.n_splits > 1) {
         const size_t parts = (size_t)b->n_rows * n_heads * a.n_splits;
         a.part_o = (float *)kn_cuda_tmp_alloc(be, op, parts * head_dim * sizeof(float));
@@ -422,7 +542,10 @@ int kn_cuda_attention_decode_mma(const kn_backend *be, const char *op, float *ou
             return TN_ERR_NOMEM;
         }
     }
-    int rc = head_dim == 64 ? launch_decode_mma<64>(be, op, a, b) : launch_decode_mma<128>(be, op, a, b);
+    const bool f8 = pools->dtype == KN_FP8_E4M3;
+    int rc = head_dim == 64 ? (f8 ? launch_decode_mma<64, true>(be, op, a, b) : launch_decode_mma<64, false>(be, op, a, b))
+                            : (f8 ? launch_decode_mma<128, true>(be, op, a, b)
+                                  : launch_decode_mma<128, false>(be, op, a, b));
     if (rc == TN_OK && a.n_splits > 1) {
         decode_mma_combine_kernel<<<(unsigned)((size_t)b->n_rows * n_heads), head_dim < 128 ? 64 : 128, 0,
                                     kn_cuda_stream(be)>>>(out, a.part_o, a.part_ml, a.n_splits, head_dim);

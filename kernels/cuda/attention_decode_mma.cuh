@@ -1,11 +1,11 @@
-/* The bf16 tensor-core decode attention over bf16 pools
+/* The bf16 tensor-core decode attention over bf16 or FP8 pools
  * (attention_decode_mma.cu), called by kn_attention_cuda when the backend's
  * attention precision is bf16. Internal to kernels/cuda/. */
 #ifndef TANDEM_KERNELS_CUDA_ATTENTION_DECODE_MMA_CUH
 #define TANDEM_KERNELS_CUDA_ATTENTION_DECODE_MMA_CUH
 #include "kernels/cuda/cuda_common.cuh"
 
-/* Whether the decode kernel takes this call: bf16 pools, head_dim 64 or
+/* Whether the decode kernel takes this call: bf16 or FP8 pools, head_dim 64 or
  * 128, at most 16 query vectors (rows x GQA group) in the longest
  * sequence, 16-byte aligned buffers. */
 bool kn_cuda_attention_decode_mma_fits(const struct kn_seq_batch *b, int n_heads, int n_kv_heads,

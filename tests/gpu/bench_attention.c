@@ -19,7 +19,7 @@
  * Prints one line: RESULT kind=... attn=f32|bf16|wgmma|wgmma-tma|wgmma-tma-pipe|wgmma-tma-pipe-3wg|
  * wgmma-tma-pipe-pw|wgmma-tma-persist|wgmma-tma-d128|wgmma-tma-window|wgmma-tma-pingpong|decode-mma
  * (the kernel that ran; decode-mma: the bf16 tensor-core decode kernel, TANDEM_CUDA_ATTN_BF16=1
- * over a bf16 cache) kv=... ms=<median> flops=<useful FLOPs> bytes=<min bytes>
+ * over a bf16 or fp8 cache) kv=... ms=<median> flops=<useful FLOPs> bytes=<min bytes>
  * Inputs are random (never zeros); every timing is the median of 10 runs
  * after 3 warm-ups, with CUDA events on the backend's stream. */
 #include <cuda_runtime.h>

@@ -315,7 +315,7 @@ engine_bench() { # NAME MAX_SECONDS ARGS... (tandem-bench; env before the call p
     shift 2
     timed "bench $name" "$limit" "$OUT/bench_$name.log" "$BIN/tandem-bench" --device cuda \
         --peak-tflops "$PEAK" --hbm-tbps "$HBM" "$@" &&
-        grep -E '^(prefill|decode) |^# (tandem-bench|prefill runs|decode steps so far)' "$OUT/bench_$name.log"
+        grep -E '^(prefill|decode) |^# (tandem-bench|prefill runs|decode steps so far|decode batch)|^#   window layers' "$OUT/bench_$name.log"
 }
 step_bench_engine() {
     floors
@@ -328,6 +328,13 @@ step_bench_engine() {
         --batch 1,8,32,128 --context 8192 --steps 8 --repeat 5 --profile
     engine_bench qwen30b_fp8 90 --synthetic $C/qwen3-30b-a3b.json --weights fp8 --prefill 8192 \
         --batch 1,32 --context 8192 --steps 8 --repeat 3 --profile
+    # an FP8 KV cache (the tensor-core decode kernel over FP8 pages) with
+    # the window pool (window layers keep only their window): 120B at batch
+    # 128 and context 8192 fits (~21 GB of KV instead of ~41 GB)
+    engine_bench oss120b_fp8_kvfp8 150 --synthetic $C/gpt-oss-120b.json --weights fp8 --kv-dtype fp8 \
+        --prefill none --batch 1,32,128 --context 8192 --steps 8 --repeat 3
+    engine_bench oss20b_fp8_kvfp8 90 --synthetic $C/gpt-oss-20b.json --weights fp8 --kv-dtype fp8 \
+        --prefill none --batch 1,32,128 --context 8192 --steps 8 --repeat 3
     # the same decode steps without CUDA graphs (unpadded, eager): what the
     # graphs save, batch by batch
     engine_bench oss20b_fp8_nographs 60 --synthetic $C/gpt-oss-20b.json --weights fp8 --prefill none \

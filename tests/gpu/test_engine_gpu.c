@@ -44,6 +44,15 @@
  *     (graphs off) within GRAPH_OFF_TOL for f32 weights (other GEMM shapes
  *     and split counts: a different fp32 sum order) and BF16_W_KV_TOL for
  *     bf16 weights (a routing flip).
+ *   - the window pool (engine/kv_cache.h; GPT-OSS: window 16) with the
+ *     default weights over bf16 and FP8 caches, pages of 4: teacher-forced
+ *     decode of ~80 tokens past the prompt through a window pool (slots
+ *     given back every step, the window layers' page tables -1 before the
+ *     window, CUDA graphs on) equals the same steps through a plain cache
+ *     bit for bit (the window layers read the same rows from other
+ *     slots). The fixtures' head_dim 16 takes the split-KV kernels; the
+ *     tensor-core decode kernel over FP8 pages is checked by the op table
+ *     and timed by tandem-bench --kv-dtype fp8.
  * Output is TAP; NaN never passes (a NaN error compares false).
  *
  * Usage: test_engine_gpu [device]   (run from the repository root) */
@@ -548,6 +557,92 @@ static void graphs_match_eager(ctx *t, const char *dir, const et_golden *g, tm_w
     }
 }
 
+/* Teacher-forced decode of toks[0..n) (a prefill of T, then one token a
+ * step) through kv on pages of 4, taken as the sequence grows; with trim
+ * the window slots are given back after every step. Logits [n - T][V] of
+ * the decode steps. */
+static int window_run(tm_model *m, tm_kv_cache *kv, const int32_t *toks, int T, int n, int trim,
+                      float *out)
+{
+    const int V = tm_model_config(m)->vocab_size;
+    int32_t pages[MAX_SEQ];
+    int np = 0;
+    int rc = TN_OK;
+    for (int p = T - 1; rc == TN_OK && p < n; p++) {
+        const int len = p + 1, need = tm_kv_pages_for(kv, len);
+        if (trim)
+            tm_kv_window_trim(kv, pages, np, p);
+        if (need > np) {
+            rc = tm_kv_alloc_pages(kv, need - np, pages + np);
+            np = need;
+        }
+        tm_seq_step st = p == T - 1 ? (tm_seq_step){toks, T, 0, pages, np}
+                                    : (tm_seq_step){toks + p, 1, p, pages, np};
+        if (rc == TN_OK)
+            rc = tm_forward(m, kv, &st, 1, out + (size_t)(p - (T - 1)) * V, NULL);
+    }
+    tm_kv_release_pages(kv, pages, np);
+    return rc;
+}
+
+static void window_pool_on_gpu(ctx *t, const char *dir, const et_golden *g, kn_dtype kv_dtype)
+{
+    tm_model *m = load(t, &t->gpu, dir, TM_WEIGHTS_AUTO, "window pool");
+    if (!m)
+        return;
+    const tm_config *c = tm_model_config(m);
+    const int T = g->T, n = MAX_SEQ - 1, V = c->vocab_size, page = 4, n_pages = MAX_SEQ / page;
+    int W = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        W = c->layer_window[l] > W ? c->layer_window[l] : W;
+    if (W == 0) { /* no window layers (Qwen3) */
+        tm_model_free(m);
+        return;
+    }
+    int32_t toks[MAX_SEQ];
+    run r;
+    memset(&r, 0, sizeof r);
+    /* the tokens: this model's own greedy continuation */
+    int rc = greedy_kv(m, &t->gpu, kv_dtype, g->prompt, T, n - T + 1, &r);
+    memcpy(toks, g->prompt, sizeof(int32_t) * (size_t)T);
+    memcpy(toks + T, r.ids, sizeof(int32_t) * (size_t)(n - T));
+    float *a = calloc((size_t)(n - T + 1) * V, sizeof(float));
+    float *b = calloc((size_t)(n - T + 1) * V, sizeof(float));
+    tm_kv_cache plain, win;
+    memset(&plain, 0, sizeof plain);
+    memset(&win, 0, sizeof win);
+    if (rc == TN_OK && (!a || !b))
+        rc = TN_ERR_NOMEM;
+    if (rc == TN_OK)
+        rc = tm_kv_cache_init(&plain, &t->gpu, kv_dtype, c->n_layers, c->n_kv_heads, c->head_dim, page,
+                              n_pages);
+    /* slots: the prompt's pages, then the window's */
+    const int slots = (T + page - 1) / page + 2;
+    if (rc == TN_OK)
+        rc = tm_kv_cache_init_windowed(&win, &t->gpu, kv_dtype, c->n_layers, c->n_kv_heads, c->head_dim,
+                                       page, n_pages, c->layer_window, slots);
+    if (rc == TN_OK)
+        rc = window_run(m, &plain, toks, T, n, 0, a);
+    if (rc == TN_OK)
+        rc = window_run(m, &win, toks, T, n, 1, b);
+    if (rc != TN_OK) {
+        tap(t, 0, "%s: window pool, %s KV: %s", dir, kn_dtype_name(kv_dtype), tn_status_str(rc));
+    } else {
+        const size_t bytes = sizeof(float) * (size_t)(n - T + 1) * V;
+        tap(t, memcmp(a, b, bytes) == 0,
+            "%s: %s KV, window %d: %d decode steps through a window pool of %d slots (plain: %d "
+            "pages) equal the plain cache's bit for bit (rel err %.3g)",
+            dir, kn_dtype_name(kv_dtype), W, n - T, win.n_win_slots, n_pages,
+            et_rel_err(b, a, (size_t)(n - T + 1) * V));
+    }
+    tm_kv_cache_free(&plain);
+    tm_kv_cache_free(&win);
+    free(a);
+    free(b);
+    run_free(&r);
+    tm_model_free(m);
+}
+
 int main(int argc, char **argv)
 {
     ctx t;
@@ -580,6 +675,8 @@ int main(int argc, char **argv)
         graphs_match_eager(&t, fixtures[i], &g, TM_WEIGHTS_AUTO);
         synthetic_same_on_both(&t, fixtures[i], &g, TM_WEIGHTS_FP8,
                                i == 0 ? FP8_TOL_GPT_OSS : FP8_TOL_QWEN3);
+        window_pool_on_gpu(&t, fixtures[i], &g, KN_BF16);
+        window_pool_on_gpu(&t, fixtures[i], &g, KN_FP8_E4M3);
         et_golden_free(&g);
     }
     kn_backend_free(&t.gpu);

@@ -626,12 +626,13 @@ static void pool_case(op_env *e, const void *param)
     int rc = kn_attention(e->be, d_out, d_q, &dpools, &db, H, n_kv, D, ps, scale, d_sinks, c->window);
     kn_backend_set_attn_bf16(e->be, 0);
 #ifdef TANDEM_CUDA
-    /* bf16 precision over bf16 pools with at most 16 query vectors per
-     * sequence is the decode kernel's (attention_decode_mma.cu) */
-    if (e->be->kind == KN_BACKEND_CUDA && c->bf16 && !c->wgmma && kvt == KN_BF16 && max_q * G <= 16 &&
+    /* bf16 precision over bf16 or FP8 pools with at most 16 query vectors
+     * per sequence is the decode kernel's (attention_decode_mma.cu) */
+    if (e->be->kind == KN_BACKEND_CUDA && c->bf16 && !c->wgmma && (kvt == KN_BF16 || kvt == KN_FP8_E4M3) &&
+        max_q * G <= 16 &&
         (D == 64 || D == 128))
         op_check(e, kn_cuda_attn_decode_mma_launches(e->be) == decode_runs + 1,
-                 "the bf16 decode kernel did not run (launches %lld -> %lld)", decode_runs,
+                 "the decode mma kernel did not run (launches %lld -> %lld)", decode_runs,
                  kn_cuda_attn_decode_mma_launches(e->be));
     if (e->be->kind == KN_BACKEND_CUDA)
         kn_cuda_set_attn_wgmma(e->be, wgmma_was);
@@ -879,6 +880,14 @@ void ops_register_attention(void)
     };
     for (size_t i = 0; i < sizeof dec / sizeof dec[0]; i++)
         OP_CASE("attention", OP_CUDA, pool_case, dec[i], "pool bf16 %s", dec[i].name);
+    /* and the same kernel over FP8 pools: rows of codes + scale, 4-byte
+     * aligned only (the 16-byte chunks covering each row, widened to bf16
+     * in shared memory), page 5 with one KV head ending the pool mid-chunk */
+    for (size_t i = 0; i < sizeof dec / sizeof dec[0]; i++) {
+        pool_param p = dec[i];
+        p.kv = KN_FP8_E4M3;
+        OP_CASE("attention", OP_CUDA, pool_case, p, "pool bf16 fp8 KV %s", dec[i].name);
+    }
     /* The Hopper wgmma kernel (attention_wgmma.cu: head_dim 64, bf16 pools),
      * every mode,
      * with the unwritten pool slots and unowned pages NaN: GPT-OSS's 64/8
