@@ -19,8 +19,9 @@
 #include "kernels/embedding.h"
 #include "kernels/matmul.h"
 #include "kernels/moe.h"
+#include "kernels/moe_router.h"
 #include "kernels/rmsnorm.h"
-#include "kernels/rope.h"
+#include "kernels/rope_kv.h"
 #include "common/status.h"
 #include "kernels/stopwatch.h"
 
@@ -281,14 +282,14 @@ static int layer_forward(tm_model *m, tm_kv_cache *kv, int l, const kn_seq_batch
     TRY(kn_matmul_w(be, k, xn, &k_w, w->k_b, T, kvd, H));
     TRY(kn_matmul_w(be, v, xn, &v_w, w->v_b, T, kvd, H));
     TRY(lap(m, TM_PROF_ATTN_PROJ));
-    if (c->qk_norm) {   /* Qwen3: RMSNorm over each head's vector, before RoPE */
-        TRY(kn_rmsnorm(be, q, q, w->q_norm, T * nh, hd, c->rms_eps));
-        TRY(kn_rmsnorm(be, k, k, w->k_norm, T * nkv, hd, c->rms_eps));
-    }
-    TRY(kn_rope(be, q, s->pos.p, T, nh, hd, m->inv_freq, m->rope_scale));
-    TRY(kn_rope(be, k, s->pos.p, T, nkv, hd, m->inv_freq, m->rope_scale));
+    /* Qwen3's per-head q/k RMSNorm, RoPE and the KV append: one op (one
+     * kernel at decode on CUDA, kernels/rope_kv.h) */
     const kn_kv_pools pools = tm_kv_layer_pools(kv, l);
-    TRY(kn_kv_append(be, &pools, k, v, b, nkv, hd, kv->page_size));
+    const kn_qk_rope qk = {.q_norm = c->qk_norm ? w->q_norm : NULL,
+                           .k_norm = c->qk_norm ? w->k_norm : NULL, .eps = c->rms_eps,
+                           .pos = s->pos.p, .inv_freq = m->inv_freq,
+                           .attn_scale = m->rope_scale};
+    TRY(kn_rope_kv_append(be, q, k, v, &pools, b, nh, nkv, hd, kv->page_size, &qk));
     TRY(lap(m, TM_PROF_ROPE_KV));
     TRY(kn_attention(be, att, q, &pools, b, nh, nkv, hd,
                      kv->page_size, (float)(1.0 / sqrt((double)hd)), w->sinks,
@@ -301,9 +302,9 @@ static int layer_forward(tm_model *m, tm_kv_cache *kv, int l, const kn_seq_batch
     /* MoE block; the TP all-reduce above has completed tmp */
     TRY(kn_add_rmsnorm(be, x, xn, tmp, w->mlp_norm, T, H, c->rms_eps));
     TRY(lap(m, TM_PROF_NORM_ADD));
-    TRY(kn_matmul(be, s->router.p, xn, w->router_w, w->router_b, T, c->n_experts, H));
-    TRY(kn_moe_route(be, s->eidx.p, s->ew.p, s->router.p, T, c->n_experts,
-                     c->n_experts_per_tok, c->route_mode, c->norm_topk_prob));
+    /* router product + routing: one kernel at decode on CUDA (kernels/moe_router.h) */
+    TRY(kn_moe_router(be, s->eidx.p, s->ew.p, s->router.p, xn, w->router_w, w->router_b, T, H,
+                      c->n_experts, c->n_experts_per_tok, c->route_mode, c->norm_topk_prob));
     TRY(lap(m, TM_PROF_ROUTER));
     if (m->par.ep_mode == TM_EP_DISPATCH) {
         TRY(tm_ep_dispatch_moe(m, l, xn, s->eidx.p, s->ew.p, T, tmp));

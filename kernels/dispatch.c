@@ -21,8 +21,10 @@
 #include "kernels/logprobs.h"
 #include "kernels/matmul.h"
 #include "kernels/moe.h"
+#include "kernels/moe_router.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope.h"
+#include "kernels/rope_kv.h"
 #include "kernels/sampling.h"
 #include "common/status.h"
 
@@ -221,6 +223,39 @@ static int check_kv_append(const kn_kv_pools *pools, const float *k, const float
     return check_seq_batch(op, b);
 }
 
+static int check_rope_kv_append(const float *q, const float *k, const float *v,
+                                const kn_kv_pools *pools, const kn_seq_batch *b, int n_heads,
+                                int n_kv_heads, int head_dim, int page_size,
+                                const kn_qk_rope *r)
+{
+    static const char op[] = "kn_rope_kv_append";
+    int rc = check_kv_pools(op, pools, head_dim);
+    if (rc != TN_OK)
+        return rc;
+    if (!q || !k || !v || !r)
+        return kn_arg_error(op, "NULL %s", !q ? "q" : !k ? "k" : !v ? "v" : "rope parameters");
+    if (!r->pos || !r->inv_freq)
+        return kn_arg_error(op, "NULL %s", !r->pos ? "pos" : "inv_freq");
+    if (n_heads <= 0 || n_kv_heads <= 0 || head_dim <= 0 || head_dim % 2 != 0 || page_size <= 0)
+        return kn_arg_error(op, "bad sizes n_heads=%d n_kv_heads=%d head_dim=%d (must be even) "
+                            "page_size=%d", n_heads, n_kv_heads, head_dim, page_size);
+    if (!r->q_norm != !r->k_norm)
+        return kn_arg_error(op, "q_norm and k_norm must be given together");
+    if (r->q_norm && (!(r->eps >= 0.0f) || isinf(r->eps)))
+        return kn_arg_error(op, "eps %g is not a finite non-negative number", (double)r->eps);
+    if (!isfinite(r->attn_scale))
+        return kn_arg_error(op, "attn_scale %g is not finite", (double)r->attn_scale);
+    rc = check_seq_batch(op, b);
+    if (rc != TN_OK)
+        return rc;
+    const size_t rows = (size_t)b->n_rows, hd = (size_t)head_dim * sizeof(float);
+    const size_t q_bytes = rows * n_heads * hd, kv_bytes = rows * n_kv_heads * hd;
+    if (kn_ranges_overlap(q, q_bytes, k, kv_bytes) || kn_ranges_overlap(q, q_bytes, v, kv_bytes) ||
+        kn_ranges_overlap(k, kv_bytes, v, kv_bytes))
+        return kn_arg_error(op, "q, k and v overlap");
+    return TN_OK;
+}
+
 static int check_attention(const float *out, const float *q, const kn_kv_pools *pools,
                            const kn_seq_batch *b, int n_heads, int n_kv_heads, int head_dim,
                            int page_size, float scale, int window)
@@ -255,6 +290,23 @@ static int check_moe_route(const int32_t *expert_idx, const float *expert_w,
     if (mode != KN_ROUTE_TOPK_SOFTMAX && mode != KN_ROUTE_SOFTMAX_TOPK)
         return kn_arg_error(op, "unknown routing mode %d", (int)mode);
     return TN_OK;
+}
+
+static int check_moe_router(const int32_t *expert_idx, const float *expert_w,
+                            const float *logits, const float *x, const float *router_w,
+                            int n_tokens, int dim, int n_experts, int k, kn_route_mode mode)
+{
+    static const char op[] = "kn_moe_router";
+    if (!expert_idx || !expert_w || !logits)
+        return kn_arg_error(op, "NULL %s", !expert_idx ? "expert_idx" : !expert_w ? "expert_w"
+                                                                      : "logits");
+    if (n_tokens < 0 || dim <= 0 || n_experts <= 0 || k <= 0 || k > n_experts)
+        return kn_arg_error(op, "bad sizes n_tokens=%d dim=%d n_experts=%d k=%d (need 0 < k <= "
+                            "n_experts)", n_tokens, dim, n_experts, k);
+    if (mode != KN_ROUTE_TOPK_SOFTMAX && mode != KN_ROUTE_SOFTMAX_TOPK)
+        return kn_arg_error(op, "unknown routing mode %d", (int)mode);
+    return check_matmul(op, logits, x, router_w, (size_t)n_experts * dim * sizeof(float),
+                        n_tokens, n_experts, dim);
 }
 
 static int check_moe_experts(const float *out, const float *x, const int32_t *expert_idx,
@@ -559,6 +611,24 @@ int kn_kv_append(const kn_backend *be, const kn_kv_pools *pools,
     return TN_ERR_ARG;
 }
 
+int kn_rope_kv_append(const kn_backend *be, float *q, float *k, const float *v,
+                      const kn_kv_pools *pools, const kn_seq_batch *b, int n_heads,
+                      int n_kv_heads, int head_dim, int page_size, const kn_qk_rope *r)
+{
+    switch (CHECKED_KIND("kn_rope_kv_append", be,
+                         check_rope_kv_append(q, k, v, pools, b, n_heads, n_kv_heads, head_dim,
+                                              page_size, r))) {
+    case KN_BACKEND_CPU:
+        return kn_rope_kv_append_cpu(q, k, v, pools, b, n_heads, n_kv_heads, head_dim,
+                                     page_size, r);
+    case KN_BACKEND_CUDA:
+        CUDA_CALL("kn_rope_kv_append", kn_rope_kv_append_cuda(be, q, k, v, pools, b, n_heads,
+                                                              n_kv_heads, head_dim, page_size,
+                                                              r));
+    }
+    return TN_ERR_ARG;
+}
+
 int kn_attention(const kn_backend *be, float *out, const float *q,
                  const kn_kv_pools *pools, const kn_seq_batch *b,
                  int n_heads, int n_kv_heads, int head_dim, int page_size,
@@ -591,6 +661,24 @@ int kn_moe_route(const kn_backend *be, int32_t *expert_idx, float *expert_w,
         CUDA_CALL("kn_moe_route", kn_moe_route_cuda(be, expert_idx, expert_w, logits,
                                                     n_tokens, n_experts, k, mode,
                                                     renormalize));
+    }
+    return TN_ERR_ARG;
+}
+
+int kn_moe_router(const kn_backend *be, int32_t *expert_idx, float *expert_w, float *logits,
+                  const float *x, const float *router_w, const float *router_b, int n_tokens,
+                  int dim, int n_experts, int k, kn_route_mode mode, int renormalize)
+{
+    switch (CHECKED_KIND("kn_moe_router", be,
+                         check_moe_router(expert_idx, expert_w, logits, x, router_w, n_tokens,
+                                          dim, n_experts, k, mode))) {
+    case KN_BACKEND_CPU:
+        return kn_moe_router_cpu(expert_idx, expert_w, logits, x, router_w, router_b, n_tokens,
+                                 dim, n_experts, k, mode, renormalize);
+    case KN_BACKEND_CUDA:
+        CUDA_CALL("kn_moe_router", kn_moe_router_cuda(be, expert_idx, expert_w, logits, x,
+                                                      router_w, router_b, n_tokens, dim,
+                                                      n_experts, k, mode, renormalize));
     }
     return TN_ERR_ARG;
 }

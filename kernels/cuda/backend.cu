@@ -130,6 +130,8 @@ static void ctx_destroy(kn_cuda_ctx *ctx)
         cudaEventDestroy(ctx->side_fork);
     if (ctx->stream)
         cudaStreamSynchronize(ctx->stream);
+    if (ctx->router_done)
+        cudaFree(ctx->router_done);
     kn_cuda_fp8_free(ctx->fp8);
     kn_lt_cache_free(ctx->lt_cache);
     if (ctx->blas)
@@ -200,10 +202,18 @@ extern "C" int kn_cuda_backend_init(kn_backend *be, int device)
     ctx->bf16_lt = !(lt_cache && strcmp(lt_cache, "0") == 0);
     const char *moe_rows = getenv("TANDEM_CUDA_MOE_GROUPED_ROWS");
     ctx->moe_grouped_rows = moe_rows && atoi(moe_rows) > 0 ? atoi(moe_rows) : KN_CUDA_MOE_GROUPED_ROWS;
+    const char *fused_decode = getenv("TANDEM_CUDA_FUSED_DECODE");
+    ctx->fused_decode = !(fused_decode && strcmp(fused_decode, "0") == 0);
 
     if ((err = cudaDeviceGetAttribute(&ctx->sm_count, cudaDevAttrMultiProcessorCount, device)) ||
         (err = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking))) {
         rc = kn_cuda_device_error(op, "stream creation", err);
+        goto fail;
+    }
+    if ((err = cudaMalloc(&ctx->router_done, KN_CUDA_ROUTER_TILES * sizeof(unsigned))) ||
+        (err = cudaMemset(ctx->router_done, 0, KN_CUDA_ROUTER_TILES * sizeof(unsigned))) ||
+        (err = cudaDeviceSynchronize())) {
+        rc = kn_cuda_device_error(op, "router counters", err);
         goto fail;
     }
     memset(&props, 0, sizeof props);
@@ -288,6 +298,16 @@ extern "C" long long kn_cuda_attn_wgmma_launches(const kn_backend *be, int mode)
 extern "C" long long kn_cuda_attn_decode_mma_launches(const kn_backend *be)
 {
     return kn_cuda_ctx_of(be)->attn_decode_mma_launches;
+}
+
+extern "C" void kn_cuda_set_fused_decode(const kn_backend *be, int on)
+{
+    kn_cuda_ctx_of(be)->fused_decode = on != 0;
+}
+
+extern "C" int kn_cuda_fused_decode(const kn_backend *be)
+{
+    return kn_cuda_ctx_of(be)->fused_decode;
 }
 
 extern "C" void kn_cuda_set_poison_tmp(const kn_backend *be, int on)

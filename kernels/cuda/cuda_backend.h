@@ -41,6 +41,15 @@ void kn_cuda_set_moe_fp8_fused_act(const kn_backend *be, int on);
  * Starts from TANDEM_CUDA_MOE_FP8_GEMM=0..6 at init. */
 void kn_cuda_set_moe_fp8_gemm(const kn_backend *be, int mode);
 int kn_cuda_moe_fp8_gemm(const kn_backend *be);
+/* Decode-sized calls of the fused ops: 1 (the default) runs
+ * kn_rope_kv_append (per-head q/k norm + RoPE + KV append) and
+ * kn_moe_router (router product + top-k + softmax) as one kernel each, 0 as
+ * the separate kernels they replace (kn_rmsnorm, kn_rope, kn_kv_append;
+ * kn_matmul, kn_moe_route), for comparison. Prefill-sized calls always take
+ * the separate kernels. Starts from TANDEM_CUDA_FUSED_DECODE=0/1 at init.
+ * Decode graphs recorded before a change keep the kernels they recorded. */
+void kn_cuda_set_fused_decode(const kn_backend *be, int on);
+int kn_cuda_fused_decode(const kn_backend *be);
 /* Tests: 1 fills every temporary buffer of the CUDA ops with 0xff bytes
  * (NaN) when it is allocated, so output a kernel forgets to write shows as
  * NaN rather than as a stale earlier result. Off by default;

@@ -123,7 +123,21 @@ struct kn_cuda_ctx {
      * for decode-sized batches (tests and benchmarks check which ran). */
     long long attn_decode_mma_launches;
     void *tensor_map_encode;
+    /* Decode-sized calls of the fused ops (kn_rope_kv_append, kn_moe_router)
+     * run their one-kernel forms: 1 (the default), or 0 for the separate
+     * kernels they replace. From TANDEM_CUDA_FUSED_DECODE=0/1 at init;
+     * kn_cuda_set_fused_decode changes it. */
+    int fused_decode;
+    /* kn_moe_router's fused kernel: one arrival counter per token tile
+     * (KN_CUDA_ROUTER_TILES), zeroed at init; the tile's last block resets
+     * its counter, so they are zero again between launches (and between
+     * graph replays). */
+    unsigned *router_done;
 };
+
+/* Token tiles the fused router takes in one launch (moe_router.cu). */
+#define KN_CUDA_ROUTER_TILE_ROWS 8
+#define KN_CUDA_ROUTER_TILES 32
 
 static inline kn_cuda_ctx *kn_cuda_ctx_of(const kn_backend *be)
 {

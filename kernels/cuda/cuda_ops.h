@@ -25,6 +25,7 @@ extern "C" {
 #include "kernels/dtype.h"
 #include "kernels/matmul.h"
 #include "kernels/moe.h"
+#include "kernels/rope_kv.h"
 #include "kernels/logit_adjust.h"
 #include "kernels/logit_mask.h"
 #include "kernels/logprobs.h"
@@ -97,6 +98,13 @@ int kn_attention_cuda(const kn_backend *be, float *out, const float *q,
 int kn_moe_route_cuda(const kn_backend *be, int32_t *expert_idx, float *expert_w,
                       const float *logits, int n_tokens, int n_experts, int k,
                       kn_route_mode mode, int renormalize);
+int kn_moe_router_cuda(const kn_backend *be, int32_t *expert_idx, float *expert_w,
+                       float *logits, const float *x, const float *router_w,
+                       const float *router_b, int n_tokens, int dim, int n_experts, int k,
+                       kn_route_mode mode, int renormalize);
+int kn_rope_kv_append_cuda(const kn_backend *be, float *q, float *k, const float *v,
+                           const kn_kv_pools *pools, const kn_seq_batch *b, int n_heads,
+                           int n_kv_heads, int head_dim, int page_size, const kn_qk_rope *r);
 int kn_moe_experts_cuda(const kn_backend *be, float *out, const float *x,
                         const int32_t *expert_idx, const float *expert_w,
                         int n_tokens, int k, const kn_moe_weights *w);

@@ -11,7 +11,9 @@
 #include <math.h>
 #include "kernels/cuda/cuda_common.cuh"
 extern "C" {
+#include "kernels/matmul.h"
 #include "kernels/moe.h"
+#include "kernels/moe_router.h"
 #include "kernels/cuda/cuda_ops.h"
 }
 
@@ -40,20 +42,17 @@ __device__ __forceinline__ double warp_sum(double v)
     return v;
 }
 
-__global__ void moe_route_kernel(int32_t *expert_idx, float *expert_w, const float *logits,
-                                 int n_tokens, int n_experts, int k, int over_picks)
+/* Routes one token with one warp: lr is the token's logits row (read
+ * through L2 only: in the fused router other blocks of the same launch
+ * wrote it). */
+__device__ __forceinline__ void route_token(int32_t *expert_idx, float *expert_w, const float *lr,
+                                            int n_experts, int k, int over_picks, int lane)
 {
-    int warps_per_block = blockDim.x >> 5;
-    int t = blockIdx.x * warps_per_block + (threadIdx.x >> 5);
-    int lane = threadIdx.x & 31;
-    if (t >= n_tokens)
-        return;
-    const float *lr = logits + (size_t)t * n_experts;
     float val[ROUTE_PER_LANE];
 #pragma unroll
     for (int i = 0; i < ROUTE_PER_LANE; i++) {
         int e = lane + 32 * i;
-        val[i] = e < n_experts ? lr[e] : -INFINITY;
+        val[i] = e < n_experts ? __ldcg(lr + e) : -INFINITY;
     }
 
     /* k rounds of argmax; a pick is flagged so it is not taken again (its
@@ -95,9 +94,95 @@ __global__ void moe_route_kernel(int32_t *expert_idx, float *expert_w, const flo
         denom = warp_sum(part);
     }
     if (lane < k) {
-        expert_idx[(size_t)t * k + lane] = my_id;
-        expert_w[(size_t)t * k + lane] = (float)(exp((double)my_val - (double)top) / denom);
+        expert_idx[lane] = my_id;
+        expert_w[lane] = (float)(exp((double)my_val - (double)top) / denom);
     }
+}
+
+__global__ void moe_route_kernel(int32_t *expert_idx, float *expert_w, const float *logits,
+                                 int n_tokens, int n_experts, int k, int over_picks)
+{
+    int warps_per_block = blockDim.x >> 5;
+    int t = blockIdx.x * warps_per_block + (threadIdx.x >> 5);
+    if (t >= n_tokens)
+        return;
+    route_token(expert_idx + (size_t)t * k, expert_w + (size_t)t * k,
+                logits + (size_t)t * n_experts, n_experts, k, over_picks, threadIdx.x & 31);
+}
+
+/* The fused router (kn_moe_router at decode): block (g, tile) computes
+ * the logits of experts 4g..4g+3 (a warp each) for the tile's tokens
+ * (up to KN_CUDA_ROUTER_TILE_ROWS), reading each expert's weight row once
+ * for all of them: float4 loads, fp32 fused multiply-adds, a warp sum, then
+ * the bias. The last block of a tile to finish (an arrival counter, the
+ * threadFenceReduction pattern) routes the tile's tokens from the logits
+ * the others left in global memory and resets the counter for the next
+ * launch. No host work: the step stays graph-capturable. */
+static const int ROUTER_WARPS = 4, ROUTER_UNROLL = 8;
+
+__global__ void __launch_bounds__(ROUTER_WARPS * 32)
+moe_router_kernel(int32_t *expert_idx, float *expert_w, float *logits, const float *x,
+                  const float *router_w, const float *router_b, int n_tokens, int dim,
+                  int n_experts, int k, int over_picks, unsigned *done)
+{
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int e = blockIdx.x * ROUTER_WARPS + warp;
+    const int t0 = blockIdx.y * KN_CUDA_ROUTER_TILE_ROWS;
+    const int nt = min(KN_CUDA_ROUTER_TILE_ROWS, n_tokens - t0);
+    if (e < n_experts) {
+        const float4 *wr = (const float4 *)(router_w + (size_t)e * dim);
+        const float4 *xt = (const float4 *)(x + (size_t)t0 * dim);
+        const int n4 = dim >> 2;
+        float acc[KN_CUDA_ROUTER_TILE_ROWS];
+#pragma unroll
+        for (int j = 0; j < KN_CUDA_ROUTER_TILE_ROWS; j++)
+            acc[j] = 0.f;
+        /* ROUTER_UNROLL weight loads in flight per lane before any is used
+         * (a plain loop would wait out one memory latency per float4) */
+        for (int i0 = lane; i0 < n4; i0 += 32 * ROUTER_UNROLL) {
+            float4 w[ROUTER_UNROLL];
+#pragma unroll
+            for (int u = 0; u < ROUTER_UNROLL; u++)
+                w[u] = i0 + 32 * u < n4 ? __ldg(wr + i0 + 32 * u) : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+            for (int j = 0; j < KN_CUDA_ROUTER_TILE_ROWS; j++)
+                if (j < nt) {
+#pragma unroll
+                    for (int u = 0; u < ROUTER_UNROLL; u++)
+                        if (i0 + 32 * u < n4) {
+                            const float4 a = __ldg(xt + (size_t)j * n4 + i0 + 32 * u);
+                            acc[j] = fmaf(a.x, w[u].x, fmaf(a.y, w[u].y,
+                                          fmaf(a.z, w[u].z, fmaf(a.w, w[u].w, acc[j]))));
+                        }
+                }
+        }
+        const float bias = router_b ? router_b[e] : 0.f;
+#pragma unroll
+        for (int j = 0; j < KN_CUDA_ROUTER_TILE_ROWS; j++) {
+            float v = acc[j];
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1)
+                v += __shfl_xor_sync(0xffffffffu, v, off);
+            if (lane == 0 && j < nt)
+                logits[(size_t)(t0 + j) * n_experts + e] = v + bias;
+        }
+    }
+    __shared__ bool last;
+    __threadfence(); /* this block's logits are visible before it arrives */
+    __syncthreads();
+    if (threadIdx.x == 0)
+        last = atomicAdd(done + blockIdx.y, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    for (int j = warp; j < nt; j += ROUTER_WARPS) {
+        const int t = t0 + j;
+        route_token(expert_idx + (size_t)t * k, expert_w + (size_t)t * k,
+                    logits + (size_t)t * n_experts, n_experts, k, over_picks, lane);
+    }
+    if (threadIdx.x == 0)
+        done[blockIdx.y] = 0;
 }
 
 extern "C" int kn_moe_route_cuda(const kn_backend *be, int32_t *expert_idx, float *expert_w,
@@ -119,5 +204,38 @@ extern "C" int kn_moe_route_cuda(const kn_backend *be, int32_t *expert_idx, floa
     moe_route_kernel<<<kn_cuda_div_up(n_tokens, warps), warps * 32, 0, kn_cuda_stream(be)>>>(
         expert_idx, expert_w, logits, n_tokens, n_experts, k, over_picks);
     KN_CUDA_LAUNCH_CHECK(op, "moe_route_kernel");
+    return TN_OK;
+}
+
+extern "C" int kn_moe_router_cuda(const kn_backend *be, int32_t *expert_idx, float *expert_w,
+                                  float *logits, const float *x, const float *router_w,
+                                  const float *router_b, int n_tokens, int dim, int n_experts,
+                                  int k, kn_route_mode mode, int renormalize)
+{
+    static const char op[] = "kn_moe_router";
+    int rc = kn_cuda_check_backend(op, be);
+    if (rc != TN_OK)
+        return rc;
+    if (n_experts > ROUTE_MAX_EXPERTS || k > ROUTE_MAX_K)
+        return kn_arg_error(op, "n_experts=%d k=%d is over the CUDA kernel's limits (%d, %d)",
+                            n_experts, k, ROUTE_MAX_EXPERTS, ROUTE_MAX_K);
+    if (n_tokens == 0)
+        return TN_OK;
+    const kn_cuda_ctx *ctx = kn_cuda_ctx_of(be);
+    const int tiles = kn_cuda_div_up(n_tokens, KN_CUDA_ROUTER_TILE_ROWS);
+    if (!ctx->fused_decode || tiles > KN_CUDA_ROUTER_TILES || dim % 4 != 0 ||
+        !kn_cuda_aligned16(x) || !kn_cuda_aligned16(router_w)) {
+        rc = kn_matmul_cuda(be, logits, x, router_w, router_b, n_tokens, n_experts, dim);
+        if (rc == TN_OK)
+            rc = kn_moe_route_cuda(be, expert_idx, expert_w, logits, n_tokens, n_experts, k,
+                                   mode, renormalize);
+        return rc;
+    }
+    const int over_picks = mode == KN_ROUTE_TOPK_SOFTMAX || renormalize;
+    moe_router_kernel<<<dim3(kn_cuda_div_up(n_experts, ROUTER_WARPS), tiles), ROUTER_WARPS * 32, 0,
+                        kn_cuda_stream(be)>>>(expert_idx, expert_w, logits, x, router_w, router_b,
+                                              n_tokens, dim, n_experts, k, over_picks,
+                                              ctx->router_done);
+    KN_CUDA_LAUNCH_CHECK(op, "moe_router_kernel");
     return TN_OK;
 }

@@ -7,7 +7,15 @@
  * Weights are random (throughput does not depend on their values): one
  * 64 MiB random block is tiled over each weight array. Every time is the
  * median of 10 runs after 3 warm-ups, with CUDA events on the backend's
- * stream. Prints a markdown table; useful FLOPs count 2 per multiply-add. */
+ * stream. Prints a markdown table; useful FLOPs count 2 per multiply-add.
+ *
+ * Then the decode-sized ops a decode step runs per layer (batch 1 and 32):
+ * kn_add_rmsnorm on one row, kn_rope_kv_append (GPT-OSS and Qwen3 heads,
+ * bf16 pages) and kn_moe_router, fused and as the separate kernels
+ * (kn_cuda_set_fused_decode 0). Those are microseconds of latency, so each
+ * time is the median over REPS of DECODE_CALLS calls back to back, per call
+ * (launch gaps included: the eager step's cost; in a CUDA graph the gaps
+ * shrink but each kernel's latency stays). */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,15 +23,20 @@
 #include <string.h>
 
 #include "kernels/backend.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/elementwise.h"
 #include "kernels/matmul.h"
 #include "kernels/moe.h"
+#include "kernels/moe_router.h"
 #include "kernels/rmsnorm.h"
+#include "kernels/rope.h"
+#include "kernels/rope_kv.h"
 #include "common/status.h"
 #include "tests/unit/testutil.h"
 
 enum { WARMUP = 3, REPS = 10, TOKENS = 8192, HIDDEN = 2880, QKV = 5120, ATTN_OUT = 4096,
-       EXPERTS = 32, TOPK = 4, INTER = 2880 };
+       EXPERTS = 32, TOPK = 4, INTER = 2880, DECODE_CALLS = 200, DECODE_CTX = 8192,
+       DECODE_PAGE = 16, DECODE_MAX_SEQS = 32 };
 
 typedef struct bench {
     kn_backend gpu;
@@ -133,6 +146,193 @@ static int run_add_then_rms(const kn_backend *be, void *p)
     return rc != TN_OK ? rc : kn_rmsnorm(be, c->xn, c->x, c->w, TOKENS, HIDDEN, 1e-5f);
 }
 
+typedef struct add_rms_rows_ctx {
+    add_rms_ctx a;
+    int rows;
+} add_rms_rows_ctx;
+
+static int run_add_rms_rows(const kn_backend *be, void *p)
+{
+    add_rms_rows_ctx *c = p;
+    return kn_add_rmsnorm(be, c->a.x, c->a.xn, c->a.delta, c->a.w, c->rows, HIDDEN, 1e-5f);
+}
+
+static int run_add_then_rms_rows(const kn_backend *be, void *p)
+{
+    add_rms_rows_ctx *c = p;
+    int rc = kn_add(be, c->a.x, c->a.x, c->a.delta, (size_t)c->rows * HIDDEN);
+    return rc != TN_OK ? rc : kn_rmsnorm(be, c->a.xn, c->a.x, c->a.w, c->rows, HIDDEN, 1e-5f);
+}
+
+/* Median ms per call of DECODE_CALLS calls in a row (REPS runs after WARMUP). */
+static float time_op_each(const kn_backend *be, op_fn op, void *ctx)
+{
+    cudaStream_t s = (cudaStream_t)be->stream;
+    cudaEvent_t e0, e1;
+    float ms[REPS];
+    if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess)
+        fail("cudaEventCreate");
+    for (int it = 0; it < WARMUP + REPS; it++) {
+        cudaEventRecord(e0, s);
+        for (int c = 0; c < DECODE_CALLS; c++)
+            if (op(be, ctx) != TN_OK)
+                fail("op");
+        cudaEventRecord(e1, s);
+        if (cudaEventSynchronize(e1) != cudaSuccess)
+            fail("cudaEventSynchronize");
+        if (it >= WARMUP) {
+            cudaEventElapsedTime(&ms[it - WARMUP], e0, e1);
+            ms[it - WARMUP] /= DECODE_CALLS;
+        }
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    qsort(ms, REPS, sizeof ms[0], cmp_float);
+    return ms[REPS / 2];
+}
+
+/* One decode step's q/k/v rows of `rows` sequences at position
+ * DECODE_CTX - 1 over bf16 pages. */
+typedef struct rkv_ctx {
+    float *q, *k, *v;
+    kn_kv_pools pools;
+    kn_seq_batch b;
+    kn_qk_rope r;
+    int n_heads, n_kv_heads, head_dim;
+} rkv_ctx;
+
+static int run_rope_kv(const kn_backend *be, void *p)
+{
+    rkv_ctx *c = p;
+    return kn_rope_kv_append(be, c->q, c->k, c->v, &c->pools, &c->b, c->n_heads, c->n_kv_heads,
+                             c->head_dim, DECODE_PAGE, &c->r);
+}
+
+static void rkv_setup(bench *b, rkv_ctx *c, int rows, int nh, int nkv, int hd, int qk_norm)
+{
+    const int pages = DECODE_CTX / DECODE_PAGE;
+    int32_t qo[DECODE_MAX_SEQS + 1], kl[DECODE_MAX_SEQS], pos[DECODE_MAX_SEQS];
+    int32_t *pt = malloc((size_t)rows * pages * sizeof(int32_t));
+    if (!pt)
+        fail("malloc");
+    for (int s = 0; s <= rows; s++)
+        qo[s] = s;
+    for (int s = 0; s < rows; s++) {
+        kl[s] = DECODE_CTX;
+        pos[s] = DECODE_CTX - 1;
+        for (int i = 0; i < pages; i++)
+            pt[(size_t)s * pages + i] = s * pages + i;
+    }
+    memset(c, 0, sizeof *c);
+    c->n_heads = nh, c->n_kv_heads = nkv, c->head_dim = hd;
+    c->q = dev_random(b, (size_t)rows * nh * hd);
+    c->k = dev_random(b, (size_t)rows * nkv * hd);
+    c->v = dev_random(b, (size_t)rows * nkv * hd);
+    const size_t pool_bytes = (size_t)rows * pages * nkv * DECODE_PAGE * hd * 2;
+    c->pools = (kn_kv_pools){kn_malloc(&b->gpu, pool_bytes), kn_malloc(&b->gpu, pool_bytes), KN_BF16};
+    int32_t *d_qo = kn_malloc(&b->gpu, sizeof qo), *d_kl = kn_malloc(&b->gpu, sizeof kl);
+    int32_t *d_pt = kn_malloc(&b->gpu, (size_t)rows * pages * sizeof(int32_t));
+    int32_t *d_pos = kn_malloc(&b->gpu, sizeof pos);
+    float inv[128] = {0}, scale = 1.f;
+    kn_rope_config cfg = {.head_dim = hd, .theta = 150000.0, .yarn = 1, .factor = 32.0,
+                          .beta_fast = 32.0, .beta_slow = 1.0, .original_max_position = 4096};
+    float *d_inv = kn_malloc(&b->gpu, sizeof inv);
+    if (!c->pools.k || !c->pools.v || !d_qo || !d_kl || !d_pt || !d_pos || !d_inv ||
+        kn_rope_inv_freq(&cfg, inv, &scale) != TN_OK ||
+        kn_copy_to_backend(&b->gpu, d_qo, qo, sizeof qo) != TN_OK ||
+        kn_copy_to_backend(&b->gpu, d_kl, kl, sizeof kl) != TN_OK ||
+        kn_copy_to_backend(&b->gpu, d_pos, pos, sizeof pos) != TN_OK ||
+        kn_copy_to_backend(&b->gpu, d_inv, inv, sizeof inv) != TN_OK ||
+        kn_copy_to_backend(&b->gpu, d_pt, pt, (size_t)rows * pages * sizeof(int32_t)) != TN_OK)
+        fail("rope_kv setup");
+    free(pt);
+    c->b = (kn_seq_batch){.n_seqs = rows, .n_rows = rows, .max_pages = pages, .max_q_len = 1,
+                          .max_kv_len = DECODE_CTX, .q_offset = d_qo, .kv_len = d_kl,
+                          .page_table = d_pt, .n_pages = rows * pages};
+    c->r = (kn_qk_rope){.q_norm = qk_norm ? dev_random(b, (size_t)hd) : NULL,
+                        .k_norm = qk_norm ? dev_random(b, (size_t)hd) : NULL, .eps = 1e-6f,
+                        .pos = d_pos, .inv_freq = d_inv, .attn_scale = scale};
+}
+
+static void rkv_free(bench *b, rkv_ctx *c)
+{
+    void *p[] = {c->q, c->k, c->v, c->pools.k, c->pools.v, (void *)c->b.q_offset,
+                 (void *)c->b.kv_len, (void *)c->b.page_table, (void *)c->r.pos,
+                 (void *)c->r.inv_freq, (void *)c->r.q_norm, (void *)c->r.k_norm};
+    for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
+        if (p[i])
+            kn_free(&b->gpu, p[i]);
+}
+
+typedef struct router_ctx {
+    float *logits, *x, *w, *bias, *ew;
+    int32_t *idx;
+    int rows, dim, experts, k;
+    kn_route_mode mode;
+} router_ctx;
+
+static int run_router(const kn_backend *be, void *p)
+{
+    router_ctx *c = p;
+    return kn_moe_router(be, c->idx, c->ew, c->logits, c->x, c->w, c->bias, c->rows, c->dim,
+                         c->experts, c->k, c->mode, 1);
+}
+
+/* Each decode op fused and unfused: ms per call. */
+static void decode_rows(bench *b)
+{
+    printf("\n| decode op | shape | fused ms/call | separate kernels ms/call |\n"
+           "| --- | --- | --- | --- |\n");
+    for (int rows = 1; rows <= 32; rows *= 32) {
+        add_rms_ctx a = {dev_random(b, (size_t)rows * HIDDEN), dev_random(b, (size_t)rows * HIDDEN),
+                         dev_random(b, (size_t)rows * HIDDEN), dev_random(b, HIDDEN)};
+        float f = time_op_each(&b->gpu, run_add_rms_rows, &(add_rms_rows_ctx){a, rows});
+        float u = time_op_each(&b->gpu, run_add_then_rms_rows, &(add_rms_rows_ctx){a, rows});
+        printf("| kn_add_rmsnorm (separate: kn_add + kn_rmsnorm) | %dx%d | %.4f | %.4f |\n", rows,
+               HIDDEN, f, u);
+        kn_free(&b->gpu, a.x), kn_free(&b->gpu, a.xn), kn_free(&b->gpu, a.delta), kn_free(&b->gpu, a.w);
+        static const struct { const char *name; int nh, nkv, hd, norm; } heads[] = {
+            {"GPT-OSS 64/8 heads of 64, YaRN", 64, 8, 64, 0},
+            {"Qwen3 32/4 heads of 128, q/k norm", 32, 4, 128, 1}};
+        for (int h = 0; h < 2; h++) {
+            rkv_ctx c;
+            rkv_setup(b, &c, rows, heads[h].nh, heads[h].nkv, heads[h].hd, heads[h].norm);
+            kn_cuda_set_fused_decode(&b->gpu, 1);
+            f = time_op_each(&b->gpu, run_rope_kv, &c);
+            kn_cuda_set_fused_decode(&b->gpu, 0);
+            u = time_op_each(&b->gpu, run_rope_kv, &c);
+            kn_cuda_set_fused_decode(&b->gpu, 1);
+            printf("| kn_rope_kv_append, bf16 pages (%s) | %d rows | %.4f | %.4f |\n", heads[h].name,
+                   rows, f, u);
+            rkv_free(b, &c);
+        }
+        static const struct { const char *name; int dim, experts, k; kn_route_mode mode; } rt[] = {
+            {"GPT-OSS-20B", 2880, 32, 4, KN_ROUTE_TOPK_SOFTMAX},
+            {"GPT-OSS-120B", 2880, 128, 4, KN_ROUTE_TOPK_SOFTMAX},
+            {"Qwen3-30B-A3B", 2048, 128, 8, KN_ROUTE_SOFTMAX_TOPK}};
+        for (int i = 0; i < 3; i++) {
+            router_ctx c = {dev_random(b, (size_t)rows * rt[i].experts),
+                            dev_random(b, (size_t)rows * rt[i].dim),
+                            dev_random(b, (size_t)rt[i].experts * rt[i].dim),
+                            dev_random(b, (size_t)rt[i].experts),
+                            dev_random(b, (size_t)rows * rt[i].k),
+                            kn_malloc(&b->gpu, (size_t)rows * rt[i].k * sizeof(int32_t)),
+                            rows, rt[i].dim, rt[i].experts, rt[i].k, rt[i].mode};
+            if (!c.idx)
+                fail("kn_malloc");
+            kn_cuda_set_fused_decode(&b->gpu, 1);
+            f = time_op_each(&b->gpu, run_router, &c);
+            kn_cuda_set_fused_decode(&b->gpu, 0);
+            u = time_op_each(&b->gpu, run_router, &c);
+            kn_cuda_set_fused_decode(&b->gpu, 1);
+            printf("| kn_moe_router (%s, %d experts top-%d) | %d rows x %d | %.4f | %.4f |\n",
+                   rt[i].name, rt[i].experts, rt[i].k, rows, rt[i].dim, f, u);
+            kn_free(&b->gpu, c.logits), kn_free(&b->gpu, c.x), kn_free(&b->gpu, c.w);
+            kn_free(&b->gpu, c.bias), kn_free(&b->gpu, c.ew), kn_free(&b->gpu, c.idx);
+        }
+    }
+}
+
 static void row(const char *op, const char *prec, const char *shape, float ms, double flops, double bytes)
 {
     printf("| %s | %s | %s | %.3f | ", op, prec, shape, ms);
@@ -230,6 +430,7 @@ int main(void)
     ms = time_op(&b.gpu, run_add_then_rms, &arms);
     row("kn_add + kn_rmsnorm (unfused)", "fp32", "8192x2880", ms, 0, 4.0 * TOKENS * HIDDEN * sizeof(float));
     kn_free(&b.gpu, arms.delta);
+    decode_rows(&b);
 
     kn_free(&b.gpu, x), kn_free(&b.gpu, out), kn_free(&b.gpu, w_qkv), kn_free(&b.gpu, b_qkv);
     kn_free(&b.gpu, w_o), kn_free(&b.gpu, b_o), kn_free(&b.gpu, moe.idx), kn_free(&b.gpu, moe.wts);

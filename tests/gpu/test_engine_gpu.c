@@ -41,7 +41,8 @@
  *     the same tokens in three models in lockstep: graph replays equal the
  *     same padded steps run eagerly bit for bit (logits), graphs were
  *     recorded and replayed, none failed; and the unpadded eager step
- *     (graphs off) within GRAPH_OFF_TOL for f32 weights (other GEMM shapes
+ *     (graphs off, and the separate kernels in place of the fused decode
+ *     ops: kn_cuda_set_fused_decode) within GRAPH_OFF_TOL for f32 weights (other GEMM shapes
  *     and split counts: a different fp32 sum order) and BF16_W_KV_TOL for
  *     bf16 weights (a routing flip).
  *   - the window pool (engine/kv_cache.h; GPT-OSS: window 16) with the
@@ -64,6 +65,7 @@
 #include "engine/kv_cache.h"
 #include "engine/model.h"
 #include "kernels/backend.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "common/status.h"
 #include "tests/unit/engine_testutil.h"
 #include "tests/unit/testutil.h"
@@ -515,7 +517,11 @@ static void graphs_match_eager(ctx *t, const char *dir, const et_golden *g, tm_w
             for (int k = 0; k < 3 && rc == TN_OK; k++) {
                 for (int i = 0; i < n; i++)
                     st[i].pages = r[k].pages[i];
+                /* graphs off also runs the separate decode kernels that the
+                 * fused ones replace (kn_rope_kv_append, kn_moe_router) */
+                kn_cuda_set_fused_decode(&t->gpu, k != 2);
                 rc = tm_forward(r[k].m, &r[k].kv, st, n, r[k].logits, NULL);
+                kn_cuda_set_fused_decode(&t->gpu, 1);
             }
             if (rc != TN_OK)
                 break;

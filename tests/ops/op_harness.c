@@ -257,6 +257,7 @@ int ops_init(int argc, char **argv, uint64_t default_seed)
     ops_register_sampling();
     ops_register_logprobs();
     ops_register_logit_mask();
+    ops_register_fused_decode();
 
     g_runs = tu_xcalloc(2 * g_n_cases, sizeof *g_runs);
     for (size_t i = 0; i < g_n_cases; i++) {

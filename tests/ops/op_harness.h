@@ -67,6 +67,7 @@ void ops_register_moe_paths(void);
 void ops_register_sampling(void);
 void ops_register_logprobs(void);
 void ops_register_logit_mask(void);
+void ops_register_fused_decode(void);
 
 /* The runner (op_runner.c). ops_init parses `[seed [moe|moe-fp8|FILTER]]`
  * (seed: decimal or 0x..; default default_seed, or the time when
