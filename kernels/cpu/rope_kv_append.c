@@ -12,7 +12,7 @@ int kn_rope_kv_append_cpu(float *q, float *k, const float *v, const kn_kv_pools 
                           int page_size, const kn_qk_rope *r)
 {
     static const char op[] = "kn_rope_kv_append";
-    int rc = kn_cpu_check_seq_batch(op, b, page_size);
+    int rc = kn_cpu_check_seq_batch(op, b, page_size, 0);
     if (rc != TN_OK)
         return rc;
     const int rows = b->n_rows;
