@@ -35,7 +35,10 @@
  * gate and the up rows of the same 64 activation columns, so the
  * epilogue finds both in one thread), waited for at the end of each K
  * block for the scale promotion (Frag says where each thread's 64
- * accumulators sit in either form).
+ * accumulators sit in either form). Modes 7-9 run a third form,
+ * warp-specialised (a TMA producer warpgroup, two consumer warpgroups
+ * overlapping the promotion with the next block's wgmma), from
+ * moe_gemm_fp8_ws.cu on the same quantized x and tile_off.
  * Each 128-wide K block is summed into a fresh fp32 fragment which is then
  * added to the totals times s_x[row] * s_w[col] (the block scales applied
  * per 128-K step, as cuBLASLt and the CPU do). Operands reach shared

@@ -474,12 +474,23 @@ moe_gemm_fp8_ws_kernel(const WsArgs p, const __grid_constant__ CUtensorMap amap,
                     (uint16_t)(lo8 | (hi8 << 8));
             }
         } else {
+            /* entries i, i+1: adjacent columns of one row, one 8-byte store
+             * where both exist and n_out is even (8-byte aligned) */
+            const bool pairs = (p.n_out & 1) == 0;
 #pragma unroll
-            for (int i = 0; i < 64; i++) {
+            for (int i = 0; i < 64; i += 2) {
                 const int c = i & 3;
-                const int r = r_lo + 8 * (c >> 1), col = c0 + 128 * wg + 8 * (i >> 2) + 2 * t + (c & 1);
-                if (r < tp.rows && col < p.n_out)
-                    p.y[(size_t)(tp.row0 + r) * p.n_out + col] = acc[i];
+                const int r = r_lo + 8 * (c >> 1), col = c0 + 128 * wg + 8 * (i >> 2) + 2 * t;
+                if (r >= tp.rows || col >= p.n_out)
+                    continue;
+                float *yp = p.y + (size_t)(tp.row0 + r) * p.n_out + col;
+                if (pairs) {
+                    *(float2 *)yp = make_float2(acc[i], acc[i + 1]);
+                } else {
+                    yp[0] = acc[i];
+                    if (col + 1 < p.n_out)
+                        yp[1] = acc[i + 1];
+                }
             }
         }
     }
