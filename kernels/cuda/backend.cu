@@ -196,7 +196,7 @@ extern "C" int kn_cuda_backend_init(kn_backend *be, int device)
     const char *poison = getenv("TANDEM_CUDA_POISON_TMP");
     ctx->poison_tmp = poison && strcmp(poison, "1") == 0;
     const char *fp8_gemm = getenv("TANDEM_CUDA_MOE_FP8_GEMM");
-    ctx->moe_fp8_gemm = fp8_gemm && fp8_gemm[0] >= '0' && fp8_gemm[0] <= '6' && !fp8_gemm[1] ? fp8_gemm[0] - '0'
+    ctx->moe_fp8_gemm = fp8_gemm && fp8_gemm[0] >= '0' && fp8_gemm[0] <= '9' && !fp8_gemm[1] ? fp8_gemm[0] - '0'
                                                                                   : KN_CUDA_DEFAULT_MOE_FP8_GEMM;
     const char *lt_cache = getenv("TANDEM_CUDA_LT_CACHE");
     ctx->bf16_lt = !(lt_cache && strcmp(lt_cache, "0") == 0);

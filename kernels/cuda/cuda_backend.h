@@ -37,8 +37,11 @@ void kn_cuda_set_moe_fp8_fused_act(const kn_backend *be, int on);
  * product over all experts' tiles, kernels/cuda/moe_gemm_fp8.cu); 4 the same grouped
  * GEMMs on Hopper's wgmma (sm_90a) instead of mma.sync (sm_89+); 2 / 5
  * run gate_up as the grouped GEMM (mma.sync / wgmma) and down with the
- * decode kernel, 3 / 6 the reverse (to tell which product is wrong).
- * Starts from TANDEM_CUDA_MOE_FP8_GEMM=0..6 at init. */
+ * decode kernel, 3 / 6 the reverse (to tell which product is wrong); 7
+ * the grouped GEMMs on the warp-specialised Hopper kernel (a TMA producer
+ * warpgroup, two wgmma consumer warpgroups; moe_gemm_fp8_ws.cu), 8 / 9
+ * its gate_up / down paired with the decode kernel's other product.
+ * Starts from TANDEM_CUDA_MOE_FP8_GEMM=0..9 at init. */
 void kn_cuda_set_moe_fp8_gemm(const kn_backend *be, int mode);
 int kn_cuda_moe_fp8_gemm(const kn_backend *be);
 /* Decode-sized calls of the fused ops: 1 (the default) runs

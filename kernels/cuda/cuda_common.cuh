@@ -71,11 +71,12 @@ struct kn_cuda_ctx {
     int moe_fp8_fused_act;
     /* FP8 experts off the grouped (decode) middle: 1 runs the grouped
      * GEMMs of moe_gemm_fp8.cu (one launch per product, no host sync) on
-     * mma.sync, 4 on wgmma, 0 (KN_CUDA_DEFAULT_MOE_FP8_GEMM) the
+     * mma.sync, 4 on wgmma, 7 on the warp-specialised TMA + wgmma kernel
+     * (moe_gemm_fp8_ws.cu), 0 (KN_CUDA_DEFAULT_MOE_FP8_GEMM) the
      * per-expert cuBLASLt GEMMs;
-     * 2, 3 (mma.sync) and 5, 6 (wgmma) pair one grouped GEMM with the
-     * decode kernel's other product (diagnostics, moe_gemm_fp8.cuh). From
-     * TANDEM_CUDA_MOE_FP8_GEMM=0..6 at init;
+     * 2, 3 (mma.sync), 5, 6 (wgmma) and 8, 9 (warp-specialised) pair one
+     * grouped GEMM with the decode kernel's other product (diagnostics,
+     * moe_gemm_fp8.cuh). From TANDEM_CUDA_MOE_FP8_GEMM=0..9 at init;
      * kn_cuda_set_moe_fp8_gemm changes it. */
     int moe_fp8_gemm;
     /* 1: every temporary from kn_cuda_tmp_alloc is filled with 0xff bytes

@@ -35,7 +35,10 @@
  * gate and the up rows of the same 64 activation columns, so the
  * epilogue finds both in one thread), waited for at the end of each K
  * block for the scale promotion (Frag says where each thread's 64
- * accumulators sit in either form).
+ * accumulators sit in either form). Modes 7-9 run a third form,
+ * warp-specialised (a TMA producer warpgroup, two consumer warpgroups
+ * overlapping the promotion with the next block's wgmma), from
+ * moe_gemm_fp8_ws.cu on the same quantized x and tile_off.
  * Each 128-wide K block is summed into a fresh fp32 fragment which is then
  * added to the totals times s_x[row] * s_w[col] (the block scales applied
  * per 128-K step, as cuBLASLt and the CPU do). Operands reach shared
@@ -50,6 +53,7 @@
 #include <cuda_fp8.h>
 #include "kernels/cuda/fp8_cuda.cuh"
 #include "kernels/cuda/moe_gemm_fp8.cuh"
+#include "kernels/cuda/moe_gemm_fp8_ws.cuh"
 #include "kernels/cuda/moe_grouped_fp8.cuh"
 #include "kernels/cuda/wgmma.cuh"
 extern "C" {
@@ -59,6 +63,7 @@ extern "C" {
 namespace {
 
 constexpr int BM = 64;               /* rows (routed positions) per tile */
+static_assert(BM == KN_MOE_WS_BM, "modes 7-9 walk the same m-tiles (tile_off)");
 constexpr int BN = 256;              /* weight rows per tile */
 constexpr int BK = KN_FP8_BLOCK;     /* K per stage: one scale block */
 constexpr int STAGES = 3;
@@ -540,9 +545,11 @@ int kn_cuda_moe_gemm_fp8(const kn_backend *be, const char *op, const kn_moe_weig
     /* Upper bound on the m-tiles: every expert may end in a partial tile. */
     const long long max_mtiles = (long long)(n_slots / BM) + n_local;
     GemmArgs a = {};
-    /* modes 1-3 mma.sync, 4-6 wgmma; within each: both products, gate_up
-     * only, down only (the other from the decode kernels) */
+    /* modes 1-3 mma.sync, 4-6 wgmma, 7-9 the warp-specialised TMA + wgmma
+     * kernel; within each: both products, gate_up only, down only (the
+     * other from the decode kernels) */
     const bool wg = mode >= KN_MOE_FP8_GEMM_WGMMA;
+    const bool ws = mode >= KN_MOE_FP8_GEMM_WS;
     const int part = (mode - 1) % 3;
     const bool gemm_gate_up = part != 2, gemm_down = part != 1;
     if (!xq || !xs || !aq || !aqs || !tile_off) {
@@ -571,6 +578,10 @@ int kn_cuda_moe_gemm_fp8(const kn_backend *be, const char *op, const kn_moe_weig
     what = "moe_gemm_fp8_kernel gate_up";
     if (!gemm_gate_up) {
         err = kn_cuda_moe_fp8_decode_product(be, w, 0, y, aq, aqs, xq, xs, perm, offsets, k);
+    } else if (ws) {
+        rc = kn_cuda_moe_gemm_fp8_ws(be, op, w, 0, y, aq, aqs, xq, xs, perm, offsets, tile_off, n_tokens, k);
+        if (rc != TN_OK)
+            goto done;
     } else {
         a.a = xq;
         a.as = xs;
@@ -595,6 +606,8 @@ int kn_cuda_moe_gemm_fp8(const kn_backend *be, const char *op, const kn_moe_weig
     what = "moe_gemm_fp8_kernel down";
     if (!gemm_down) {
         err = kn_cuda_moe_fp8_decode_product(be, w, 1, y, aq, aqs, xq, xs, perm, offsets, k);
+    } else if (ws) {
+        rc = kn_cuda_moe_gemm_fp8_ws(be, op, w, 1, y, aq, aqs, xq, xs, perm, offsets, tile_off, n_tokens, k);
     } else {
         a.a = aq;
         a.as = aqs;

@@ -20,7 +20,10 @@ enum {
     KN_MOE_FP8_GEMM_WGMMA = 4,   /* both products grouped GEMMs on Hopper's wgmma */
     KN_MOE_FP8_GEMM_WGMMA_GATE_UP = 5,
     KN_MOE_FP8_GEMM_WGMMA_DOWN = 6,
-    KN_MOE_FP8_GEMM_MODES = 7
+    KN_MOE_FP8_GEMM_WS = 7,      /* both products on the warp-specialised TMA + wgmma kernel (moe_gemm_fp8_ws.cu) */
+    KN_MOE_FP8_GEMM_WS_GATE_UP = 8,
+    KN_MOE_FP8_GEMM_WS_DOWN = 9,
+    KN_MOE_FP8_GEMM_MODES = 10
 };
 
 /* y[pos] = down_e(quant(act(gate_up_e quant(x[perm[pos] / k]) + b))) for

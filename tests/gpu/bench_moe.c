@@ -197,14 +197,16 @@ static void bench_model(const kn_backend *be, tu_rng *rng, const moe_model *m, k
          * over 4 side streams (TANDEM_CUDA_MOE_STREAMS=4), 3 (FP8): per-expert
          * with the unfused activation + quantization, 4 / 5 (FP8, 128 tokens
          * and up): the grouped FP8 GEMMs on mma.sync (kn_cuda_set_moe_fp8_gemm
-         * 1, the default off the grouped kernels) / on wgmma (4); the other
-         * modes run with it 0 */
-        static const char *const mode_name[6] = { "per-expert", "grouped", "per-expert, 4 streams",
+         * 1, the default off the grouped kernels) / on wgmma (4), 6: on the
+         * warp-specialised TMA + wgmma kernel (7); the other modes run with
+         * it 0 */
+        static const char *const mode_name[7] = { "per-expert", "grouped", "per-expert, 4 streams",
                                                   "per-expert, unfused act", "grouped GEMM (mma.sync e4m3)",
-                                                  "grouped GEMM (wgmma e4m3)" };
+                                                  "grouped GEMM (wgmma e4m3)",
+                                                  "grouped GEMM (warp-specialised TMA + wgmma e4m3)" };
         const int default_mode = auto_grouped ? 1 : 0;
         const int fp8_gemm_was = kn_cuda_moe_fp8_gemm(be);
-        for (int mode = 0; mode < (fp8 ? 6 : 3); mode++) {
+        for (int mode = 0; mode < (fp8 ? 7 : 3); mode++) {
             if (mode == 1 && prefill && !fp8)
                 continue;
             if (fp8 && (mode == 2 || mode == 3) && !prefill) /* (the prefill-path variants: keep the run short) */
@@ -214,7 +216,7 @@ static void bench_model(const kn_backend *be, tu_rng *rng, const moe_model *m, k
             kn_cuda_set_moe_grouped(be, mode == 1);
             kn_cuda_set_moe_streams(be, mode == 2 ? 4 : 1);
             kn_cuda_set_moe_fp8_fused_act(be, mode != 3);
-            kn_cuda_set_moe_fp8_gemm(be, mode == 4 ? 1 : mode == 5 ? 4 : 0);
+            kn_cuda_set_moe_fp8_gemm(be, mode == 4 ? 1 : mode == 5 ? 4 : mode == 6 ? 7 : 0);
             float ms = time_call(be, &c, prefill ? 2 : 5, prefill ? 5 : (quick ? 11 : 21));
             kn_cuda_set_moe_grouped(be, -1);
             kn_cuda_set_moe_streams(be, 1);

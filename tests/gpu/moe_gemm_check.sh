@@ -5,7 +5,8 @@
 #             GPT-OSS-20B, Qwen3-30B-A3B and an odd shape (dim 200, inter
 #             130), the default batches, every CUDA path vs the CPU backend:
 #             per-expert cuBLASLt, the decode kernels, the grouped GEMMs on
-#             mma.sync and on wgmma, and each GEMM's two products paired with
+#             mma.sync, on wgmma and on the warp-specialised TMA + wgmma
+#             kernel (moe_gemm_fp8_ws.cu), and each GEMM's two products paired with
 #             the decode kernel's other one (so a failure names the
 #             product); the GEMM modes run with the temporaries poisoned
 #             (NaN). A failure prints its first wrong (token, column)s.
@@ -13,15 +14,18 @@
 #             300 rows, Qwen3 with 600 tokens: many tiles per block)
 #   memcheck  compute-sanitizer memcheck on moe_paths/fp8
 #   bench     bench_moe --fp8-only (per-expert, grouped decode kernels, the
-#             grouped GEMMs on mma.sync and wgmma; ms and TFLOP/s) and
+#             grouped GEMMs on mma.sync, wgmma and warp-specialised; ms and
+#             TFLOP/s) and
 #             bench_moe_peer.py (torch._grouped_mm on the same shapes)
 #   engine    tandem-bench --synthetic FP8 prefill 8192 with --profile on
 #             GPT-OSS-20B, GPT-OSS-120B and Qwen3-30B-A3B, once per
 #             TANDEM_CUDA_MOE_FP8_GEMM value in ENGINE_MODES (default
-#             "0 1 4": per-expert cuBLASLt, GEMMs on mma.sync, on wgmma);
+#             "0 4 7": per-expert cuBLASLt, GEMMs on wgmma, on the
+#             warp-specialised kernel; 1 is mma.sync);
 #             ENGINE_MODELS (default "oss20b qwen30b oss120b") picks models
 #   engine-check  test_engine_gpu (the HF fixtures' logits and tokens on the
-#             GPU) with TANDEM_CUDA_MOE_FP8_GEMM=4 (run.sh engine covers 1)
+#             GPU) once per TANDEM_CUDA_MOE_FP8_GEMM value in CHECK_MODES
+#             (default "7"; s5run3 passed 4, run.sh engine covers 1)
 # A short table is printed last.
 #
 # Usage: TANDEM_PREBUILT=DIR|DIR.tar.xz [SEED=n] [OUT=dir]
@@ -64,7 +68,7 @@ engine() {
         qwen30b) cfg=$C/qwen3-30b-a3b.json ;;
         *) echo "unknown model $model"; status=1; continue ;;
         esac
-        for m in ${ENGINE_MODES:-0 1 4}; do
+        for m in ${ENGINE_MODES:-0 4 7}; do
             secs=$(limit 120)
             [ "$secs" -ge 30 ] || { rows+=("| tandem-bench $model mode $m | skipped: out of time |"); continue; }
             echo "== tandem-bench $model FP8 prefill 8192, TANDEM_CUDA_MOE_FP8_GEMM=$m"
@@ -114,8 +118,10 @@ for s in "${steps[@]}"; do
         rows+=("| bench_moe_peer.py | exit $rc |") ;;
     engine) engine ;;
     engine-check)
-        tap "test_engine_gpu, TANDEM_CUDA_MOE_FP8_GEMM=4" "$OUT/moe_gemm_engine4.log" 240 \
-            env TANDEM_CUDA_MOE_FP8_GEMM=4 "$BIN/test_engine_gpu" 0 ;;
+        for m in ${CHECK_MODES:-7}; do
+            tap "test_engine_gpu, TANDEM_CUDA_MOE_FP8_GEMM=$m" "$OUT/moe_gemm_engine$m.log" 240 \
+                env TANDEM_CUDA_MOE_FP8_GEMM=$m "$BIN/test_engine_gpu" 0
+        done ;;
     *) echo "unknown step $s (see --help)"; status=1 ;;
     esac
 done

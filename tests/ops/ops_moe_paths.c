@@ -134,19 +134,24 @@ static kn_moe_weights moe_shape_view(const moe_shape *s, int on_device, int offs
  * activation and its quantization as two kernels
  * (kn_cuda_set_moe_fp8_fused_act 0; the per-expert mode fuses them);
  * per-expert GEMMs over 4 side streams (the GPT-OSS shape only); FP8: the
- * grouped GEMMs (kn_cuda_set_moe_fp8_gemm 1 on mma.sync, 4 on wgmma; 0,
- * the per-expert GEMMs, is the default prefill path), and their diagnostic halves (2 / 5: gate_up GEMM +
- * the decode down kernel, 3 / 6: the decode gate_up kernel + down GEMM),
+ * grouped GEMMs (kn_cuda_set_moe_fp8_gemm 1 on mma.sync, 4 on wgmma, 7 on
+ * the warp-specialised TMA + wgmma kernel; 0, the per-expert GEMMs, is the
+ * default prefill path), and their diagnostic halves (2 / 5 / 8: gate_up
+ * GEMM + the decode down kernel, 3 / 6 / 9: the decode gate_up kernel +
+ * down GEMM),
  * which name the product a mismatch on the GPU comes from. */
 enum { M_PER_EXPERT, M_GROUPED, M_UNFUSED, M_STREAMS, M_GEMM, M_GEMM_GU, M_GEMM_DN, M_WG, M_WG_GU, M_WG_DN,
-       N_MODES };
+       M_WS, M_WS_GU, M_WS_DN, N_MODES };
 static const char *const mode_name[N_MODES] = { "per-expert", "grouped", "per-expert unfused act",
                                                 "per-expert on 4 streams", "grouped GEMM mma.sync",
                                                 "grouped GEMM mma.sync gate_up + decode down",
                                                 "decode gate_up + grouped GEMM mma.sync down",
                                                 "grouped GEMM wgmma",
                                                 "grouped GEMM wgmma gate_up + decode down",
-                                                "decode gate_up + grouped GEMM wgmma down" };
+                                                "decode gate_up + grouped GEMM wgmma down",
+                                                "grouped GEMM warp-specialised",
+                                                "grouped GEMM warp-specialised gate_up + decode down",
+                                                "decode gate_up + grouped GEMM warp-specialised down" };
 
 /* After a failed comparison: the first output element off by more than
  * tol times the reference's largest magnitude (or NaN), as (token, column),
@@ -243,6 +248,11 @@ static void moe_paths_run(op_env *e, const moe_shape *s, int offset, int n_local
         char w2[288];
         snprintf(w2, sizeof w2, "%s, grouped GEMM wgmma vs per-expert", what);
         op_check_err(e, tu_max_rel_err_f32(got[M_WG], got[M_PER_EXPERT], no), FP8_MOE_TOL, "%s", w2);
+    }
+    if (s->fp8 && ran[M_PER_EXPERT] && ran[M_WS]) {
+        char w2[288];
+        snprintf(w2, sizeof w2, "%s, grouped GEMM warp-specialised vs per-expert", what);
+        op_check_err(e, tu_max_rel_err_f32(got[M_WS], got[M_PER_EXPERT], no), FP8_MOE_TOL, "%s", w2);
     }
     if (ran[0] && ran[1]) {
         char w2[256];
