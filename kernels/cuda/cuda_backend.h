@@ -48,7 +48,9 @@ int kn_cuda_moe_fp8_gemm(const kn_backend *be);
  * init. */
 void kn_cuda_set_fp8_gemv(const kn_backend *be, int on);
 int kn_cuda_fp8_gemv_on(const kn_backend *be);
-/* The same for kn_moe_experts with FP8 weights and up to 4 tokens: 1 (the
+#define KN_CUDA_MOE_GEMV_TOKENS 4
+/* The same for kn_moe_experts with FP8 weights and up to
+ * KN_CUDA_MOE_GEMV_TOKENS tokens: 1 (the
  * default) runs the expert GEMV kernels (kernels/cuda/moe_gemv_fp8.cu: fp32
  * activations, no quantization), 0 the paths above. Starts from
  * TANDEM_CUDA_MOE_GEMV=0/1 at init. */

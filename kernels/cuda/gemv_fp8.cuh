@@ -27,6 +27,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/mma.cuh"
 extern "C" {
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/fp8.h"
 #include "kernels/moe.h"
 }
@@ -46,7 +47,7 @@ extern "C" {
  * path reads; at more tokens two tokens sharing an expert read it twice
  * (from L2 when they run together), so past a few tokens the grouped path
  * (one read per expert) is better. */
-#define KN_CUDA_MOE_GEMV_MAX_TOKENS 4
+#define KN_CUDA_MOE_GEMV_MAX_TOKENS KN_CUDA_MOE_GEMV_TOKENS /* cuda_backend.h */
 
 /* 2 e4m3 codes (low byte first) -> 2 floats, exact (e4m3 is a subset of f16). */
 static __device__ __forceinline__ float2 kn_gemv_e4m3x2(uint32_t two)
