@@ -31,7 +31,13 @@ typedef struct kn_weight {
  *            out = sum over k blocks of s_x * s_w * sum(q_x * q_w) + bias,
  *            fp32 accumulation (the CPU dequantizes both sides to fp32 and
  *            calls sgemm, which is that function up to fp32 rounding; CUDA
- *            runs cuBLASLt's block-scaled FP8 GEMM). */
+ *            runs cuBLASLt's block-scaled FP8 GEMM). Except: CUDA with at
+ *            most 8 rows (decode) and TANDEM_CUDA_FP8_GEMV on (the
+ *            default) computes out = x w_real^T + bias with x NOT
+ *            quantized (w_real = code * block scale; fp32 sums within
+ *            (23 + k/512) * 2^-24 * sum|x w_real| of the exact value,
+ *            kernels/cuda/gemv_fp8.cuh): more accurate than the function
+ *            above, and so not bit-comparable with the CPU there. */
 int kn_matmul_w(const kn_backend *be, float *out, const float *x, const kn_weight *w,
                 const float *bias, int m, int n, int k);
 #endif

@@ -35,7 +35,10 @@ typedef struct kn_moe_weights {
      * KN_FP8_E4M3 computes both products like kn_matmul_w's FP8 (x and the
      * activation quantized in 1x128 blocks per row, 128x128 weight block
      * scales, fp32 accumulation); each expert's matrices are FP8 weights in
-     * the layout of kernels/fp8.h, one after another. */
+     * the layout of kernels/fp8.h, one after another. On CUDA with at most
+     * 4 tokens and TANDEM_CUDA_MOE_GEMV on (the default) neither x nor the
+     * activation is quantized (fp32 products with the dequantized weights,
+     * kernels/cuda/moe_gemv_fp8.cu): more accurate than that function. */
     kn_dtype wdtype;           /* KN_F32 (0, the default), KN_BF16 or KN_FP8_E4M3 */
     const void *gate_up;       /* [n_experts][2*inter][dim]: gate rows, then up rows
                                   (fp8: [n_experts][2*inter][kn_fp8_ld(dim)]) */

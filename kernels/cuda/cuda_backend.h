@@ -53,6 +53,21 @@ int kn_cuda_moe_fp8_gemm(const kn_backend *be);
  * Decode graphs recorded before a change keep the kernels they recorded. */
 void kn_cuda_set_fused_decode(const kn_backend *be, int on);
 int kn_cuda_fused_decode(const kn_backend *be);
+/* FP8 weights at decode (kernels/cuda/gemv_fp8.cuh): 1 (the default)
+ * runs kn_matmul_w with up to 8 rows as a GEMV that reads x as fp32 (no
+ * activation quantization: more accurate than the cuBLASLt path, which
+ * takes more rows, or all with 0). Starts from TANDEM_CUDA_FP8_GEMV=0/1 at
+ * init. */
+void kn_cuda_set_fp8_gemv(const kn_backend *be, int on);
+int kn_cuda_fp8_gemv_on(const kn_backend *be);
+#define KN_CUDA_MOE_GEMV_TOKENS 4
+/* The same for kn_moe_experts with FP8 weights and up to
+ * KN_CUDA_MOE_GEMV_TOKENS tokens: 1 (the
+ * default) runs the expert GEMV kernels (kernels/cuda/moe_gemv_fp8.cu: fp32
+ * activations, no quantization), 0 the paths above. Starts from
+ * TANDEM_CUDA_MOE_GEMV=0/1 at init. */
+void kn_cuda_set_moe_gemv(const kn_backend *be, int on);
+int kn_cuda_moe_gemv_on(const kn_backend *be);
 /* Tests: 1 fills every temporary buffer of the CUDA ops with 0xff bytes
  * (NaN) when it is allocated, so output a kernel forgets to write shows as
  * NaN rather than as a stale earlier result. Off by default;

@@ -85,6 +85,15 @@ struct kn_cuda_ctx {
      * earlier op left there (tests; TANDEM_CUDA_POISON_TMP=1 at init,
      * kn_cuda_set_poison_tmp). */
     int poison_tmp;
+    /* FP8 GEMVs at decode (gemv_fp8.cuh): fp8_gemv 1 (the default) sends
+     * kn_matmul_w with FP8 weights and up to KN_CUDA_FP8_GEMV_MAX_ROWS rows
+     * to gemv_fp8.cu instead of quantization + cuBLASLt; moe_gemv 1 (the
+     * default) sends kn_moe_experts with FP8 weights and up to
+     * KN_CUDA_MOE_GEMV_MAX_TOKENS tokens to moe_gemv_fp8.cu. From
+     * TANDEM_CUDA_FP8_GEMV=0/1 and TANDEM_CUDA_MOE_GEMV=0/1 at init;
+     * kn_cuda_set_fp8_gemv / kn_cuda_set_moe_gemv change them. */
+    int fp8_gemv;
+    int moe_gemv;
     /* Side streams, made on first use by kn_cuda_side_streams: each with its
      * own cuBLAS handle and workspace (concurrent cuBLAS calls must not
      * share one) and an event for joining back to the main stream. */

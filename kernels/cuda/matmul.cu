@@ -24,6 +24,7 @@
 #include <cuda_bf16.h>
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/fp8_cuda.cuh"
+#include "kernels/cuda/gemv_fp8.cuh"
 extern "C" {
 #include "kernels/matmul.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -149,6 +150,14 @@ extern "C" int kn_matmul_w_cuda(const kn_backend *be, float *out, const float *x
     int rc = kn_cuda_check_backend(op, be);
     if (rc != TN_OK || m == 0)
         return rc;
+    /* few rows (decode): the GEMV, which reads x as fp32 (gemv_fp8.cuh);
+     * it declines unaligned weights, which then take cuBLASLt */
+    if (w->dtype == KN_FP8_E4M3 && w->scale && kn_cuda_ctx_of(be)->fp8_gemv &&
+        m <= KN_CUDA_FP8_GEMV_MAX_ROWS) {
+        rc = kn_cuda_fp8_gemv(be, op, out, x, (const uint8_t *)w->data, w->scale, bias, m, n, k);
+        if (rc != TN_ERR_UNSUPPORTED)
+            return rc;
+    }
     if (w->dtype == KN_FP8_E4M3)
         return kn_cuda_fp8_linear(be, op, out, 0, x, (const uint8_t *)w->data, w->scale, bias,
                                   m, n, k);

@@ -57,6 +57,7 @@
 #include <cuda_bf16.h>
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/fp8_cuda.cuh"
+#include "kernels/cuda/gemv_fp8.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/moe_gemm_fp8.cuh"
 #include "kernels/cuda/moe_grouped_fp8.cuh"
@@ -818,6 +819,10 @@ extern "C" int kn_moe_experts_cuda(const kn_backend *be, float *out, const float
         return TN_OK;
     if ((size_t)n_tokens * k > (size_t)0x7fffffff)
         return kn_arg_error(op, "%d tokens x %d routes is too many", n_tokens, k);
+
+    /* FP8 at a few tokens: the expert GEMVs (moe_gemv_fp8.cu says why) */
+    if (kn_cuda_moe_gemv_fp8_takes(be, w, n_tokens))
+        return kn_cuda_moe_gemv_fp8(be, op, out, x, expert_idx, expert_w, n_tokens, k, w);
 
     cudaStream_t s = kn_cuda_stream(be);
     const int n_local = w->n_experts, dim = w->dim, inter = w->inter, n_slots = n_tokens * k;

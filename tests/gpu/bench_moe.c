@@ -199,29 +199,37 @@ static void bench_model(const kn_backend *be, tu_rng *rng, const moe_model *m, k
          * and up): the grouped FP8 GEMMs on mma.sync (kn_cuda_set_moe_fp8_gemm
          * 1, the default off the grouped kernels) / on wgmma (4), 6: on the
          * warp-specialised TMA + wgmma kernel (7); the other modes run with
-         * it 0 */
-        static const char *const mode_name[7] = { "per-expert", "grouped", "per-expert, 4 streams",
+         * it 0; 7 (FP8, up to KN_CUDA_MOE_GEMV_TOKENS tokens): the expert
+         * GEMVs (moe_gemv_fp8.cu, the default there), which the other modes
+         * run with off */
+        static const char *const mode_name[8] = { "per-expert", "grouped", "per-expert, 4 streams",
                                                   "per-expert, unfused act", "grouped GEMM (mma.sync e4m3)",
                                                   "grouped GEMM (wgmma e4m3)",
-                                                  "grouped GEMM (warp-specialised TMA + wgmma e4m3)" };
-        const int default_mode = auto_grouped ? 1 : 0;
+                                                  "grouped GEMM (warp-specialised TMA + wgmma e4m3)",
+                                                  "expert gemv (fp32 act)" };
+        const int gemv = fp8 && T <= KN_CUDA_MOE_GEMV_TOKENS;
+        const int default_mode = gemv ? 7 : auto_grouped ? 1 : 0;
         const int fp8_gemm_was = kn_cuda_moe_fp8_gemm(be);
-        for (int mode = 0; mode < (fp8 ? 7 : 3); mode++) {
+        for (int mode = 0; mode < (fp8 ? 8 : 3); mode++) {
+            if (mode == 7 && !gemv)
+                continue;
             if (mode == 1 && prefill && !fp8)
                 continue;
             if (fp8 && (mode == 2 || mode == 3) && !prefill) /* (the prefill-path variants: keep the run short) */
                 continue;
-            if (mode >= 4 && T < 128)
+            if (mode >= 4 && mode <= 6 && T < 128)
                 continue;
             kn_cuda_set_moe_grouped(be, mode == 1);
             kn_cuda_set_moe_streams(be, mode == 2 ? 4 : 1);
             kn_cuda_set_moe_fp8_fused_act(be, mode != 3);
             kn_cuda_set_moe_fp8_gemm(be, mode == 4 ? 1 : mode == 5 ? 4 : mode == 6 ? 7 : 0);
+            kn_cuda_set_moe_gemv(be, mode == 7);
             float ms = time_call(be, &c, prefill ? 2 : 5, prefill ? 5 : (quick ? 11 : 21));
             kn_cuda_set_moe_grouped(be, -1);
             kn_cuda_set_moe_streams(be, 1);
             kn_cuda_set_moe_fp8_fused_act(be, 1);
             kn_cuda_set_moe_fp8_gemm(be, fp8_gemm_was);
+            kn_cuda_set_moe_gemv(be, 1);
             printf("| %s | %s | %s %d | %s%s | %.3f | %.0f | %.1f | %d | %.3f | %.1fx |\n", m->name,
                    fp8 ? "fp8" : "bf16", prefill ? "prefill" : T > 128 ? "tokens" : "decode", T, mode_name[mode],
                    mode == default_mode ? " (default)" : "", ms, bytes / (ms * 1e-3) / 1e9,

@@ -15,7 +15,16 @@
  * (kn_cuda_set_fused_decode 0). Those are microseconds of latency, so each
  * time is the median over REPS of DECODE_CALLS calls back to back, per call
  * (launch gaps included: the eager step's cost; in a CUDA graph the gaps
- * shrink but each kernel's latency stays). */
+ * shrink but each kernel's latency stays).
+ *
+ * Then the FP8 GEMV rows: kn_matmul_w with FP8 weights at 1, 2, 4, 8 rows on
+ * GPT-OSS's q/k/v/o (2880 -> 4096/512, 4096 -> 2880) and Qwen3's q
+ * (2048 -> 4096), the GEMV (kernels/cuda/gemv_fp8.cu) next to cuBLASLt
+ * (kn_cuda_set_fp8_gemv off) for the same shape, and kn_moe_experts FP8
+ * at one token (top-4 of 32, 2880/2880), the expert GEMVs next to the
+ * grouped decode path: GB/s of the bytes each must read (weight codes and
+ * scales, x, out) and its share of the H200's 4.25 TB/s measured copy
+ * ceiling (docs/PERF.md). */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -24,6 +33,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/fp8.h"
 #include "kernels/elementwise.h"
 #include "kernels/matmul.h"
 #include "kernels/moe.h"
@@ -331,6 +341,130 @@ static void decode_rows(bench *b)
             kn_free(&b->gpu, c.bias), kn_free(&b->gpu, c.ew), kn_free(&b->gpu, c.idx);
         }
     }
+/* n random finite e4m3 codes on the device (NaN codes 0x7f/0xff avoided). */
+static uint8_t *dev_fp8(bench *b, size_t n)
+{
+    uint8_t *d = kn_malloc(&b->gpu, n ? n : 1);
+    size_t chunk = (size_t)16 << 20;
+    uint8_t *h = malloc(chunk);
+    if (!d || !h)
+        fail("fp8 weight allocation");
+    for (size_t i = 0; i < chunk; i++) {
+        uint8_t c = (uint8_t)tu_rand_int(&b->rng, 256);
+        h[i] = (c & 0x7f) == 0x7f ? 0x38 : c;
+    }
+    for (size_t done = 0; done < n; done += chunk) {
+        size_t c = n - done < chunk ? n - done : chunk;
+        if (kn_copy_to_backend(&b->gpu, d + done, h, c) != TN_OK)
+            fail("fp8 upload");
+    }
+    free(h);
+    return d;
+}
+
+typedef struct mmw_ctx {
+    float *out, *x, *bias;
+    kn_weight w;
+    int m, n, k;
+} mmw_ctx;
+
+static int run_matmul_w(const kn_backend *be, void *p)
+{
+    mmw_ctx *c = p;
+    return kn_matmul_w(be, c->out, c->x, &c->w, c->bias, c->m, c->n, c->k);
+}
+
+typedef struct moe1_ctx {
+    float *out, *x, *wts;
+    int32_t *idx;
+    int n_tokens;
+    kn_moe_weights w;
+} moe1_ctx;
+
+static int run_moe1(const kn_backend *be, void *p)
+{
+    moe1_ctx *c = p;
+    return kn_moe_experts(be, c->out, c->x, c->idx, c->wts, c->n_tokens, TOPK, &c->w);
+}
+
+#define COPY_CEILING_GBS 4250.0 /* H200 device-to-device copy, docs/PERF.md */
+
+static void gb_row(const char *op, const char *path, const char *shape, float ms, double bytes)
+{
+    double gbs = bytes / (ms * 1e-3) / 1e9;
+    printf("| %s | %s | %s | %.4f | %.0f GB/s (%.0f%% of 4.25 TB/s) |\n", op, path, shape, ms, gbs,
+           100.0 * gbs / COPY_CEILING_GBS);
+}
+
+/* The FP8 decode rows (file comment). */
+static void bench_fp8_decode(bench *b)
+{
+    static const int shapes[][2] = { { 4096, 2880 }, { 512, 2880 }, { 2880, 4096 }, { 4096, 2048 } };
+    static const char *names[] = { "q (GPT-OSS)", "k/v (GPT-OSS)", "o (GPT-OSS)", "q (Qwen3)" };
+    static const int rows[] = { 1, 2, 4, 8 };
+    printf("\n| op | path | shape M x N x K | median ms | rate |\n| --- | --- | --- | --- | --- |\n");
+    float *x = dev_random(b, (size_t)8 * 4096), *out = dev_random(b, (size_t)8 * 5760);
+    float *bias = dev_random(b, 5760);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int n = shapes[s][0], k = shapes[s][1];
+        mmw_ctx c = { out, x, bias, { KN_FP8_E4M3, NULL, NULL }, 0, n, k };
+        uint8_t *wq = dev_fp8(b, kn_fp8_data_bytes(n, k));
+        float *ws = dev_random(b, kn_fp8_scale_count(n, k));
+        c.w.data = wq;
+        c.w.scale = ws;
+        for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+            c.m = rows[r];
+            double bytes = (double)kn_fp8_data_bytes(n, k) + 4.0 * kn_fp8_scale_count(n, k) +
+                           4.0 * c.m * (k + n) + 4.0 * n;
+            char shape[96], op[96];
+            snprintf(shape, sizeof shape, "%d x %d x %d", c.m, n, k);
+            snprintf(op, sizeof op, "fp8 gemv %s +bias", names[s]);
+            for (int on = 1; on >= 0; on--) {
+                kn_cuda_set_fp8_gemv(&b->gpu, on);
+                float ms = time_op(&b->gpu, run_matmul_w, &c);
+                gb_row(op, on ? "gemv" : "cuBLASLt (quant + GEMM)", shape, ms, bytes);
+            }
+        }
+        kn_cuda_set_fp8_gemv(&b->gpu, 1);
+        kn_free(&b->gpu, wq);
+        kn_free(&b->gpu, ws);
+    }
+    /* the experts at one token: 4 of 32 experts' gate_up and down */
+    moe1_ctx m;
+    memset(&m, 0, sizeof m);
+    m.out = out;
+    m.x = x;
+    m.n_tokens = 1;
+    int32_t idx[TOPK] = { 3, 17, 8, 30 };
+    float wts[TOPK] = { 0.4f, 0.3f, 0.2f, 0.1f };
+    m.idx = kn_malloc(&b->gpu, sizeof idx);
+    m.wts = kn_malloc(&b->gpu, sizeof wts);
+    if (!m.idx || !m.wts || kn_copy_to_backend(&b->gpu, m.idx, idx, sizeof idx) != TN_OK ||
+        kn_copy_to_backend(&b->gpu, m.wts, wts, sizeof wts) != TN_OK)
+        fail("moe decode upload");
+    const size_t gub = kn_fp8_data_bytes(2 * INTER, HIDDEN), dnb = kn_fp8_data_bytes(HIDDEN, INTER);
+    const size_t gus = kn_fp8_scale_count(2 * INTER, HIDDEN), dns = kn_fp8_scale_count(HIDDEN, INTER);
+    m.w = (kn_moe_weights){ .n_experts = EXPERTS, .expert_offset = 0, .dim = HIDDEN, .inter = INTER,
+                            .wdtype = KN_FP8_E4M3, .act = KN_ACT_SWIGLU_OAI, .alpha = 1.702f, .limit = 7.0f };
+    m.w.gate_up = dev_fp8(b, EXPERTS * gub);
+    m.w.down = dev_fp8(b, EXPERTS * dnb);
+    m.w.gate_up_scale = dev_random(b, EXPERTS * gus);
+    m.w.down_scale = dev_random(b, EXPERTS * dns);
+    m.w.gate_up_bias = dev_random(b, (size_t)EXPERTS * 2 * INTER);
+    m.w.down_bias = dev_random(b, (size_t)EXPERTS * HIDDEN);
+    double bytes = TOPK * ((double)gub + dnb + 4.0 * (gus + dns) + 4.0 * (2 * INTER + HIDDEN));
+    for (int on = 1; on >= 0; on--) {
+        kn_cuda_set_moe_gemv(&b->gpu, on);
+        float ms = time_op(&b->gpu, run_moe1, &m);
+        gb_row("fp8 experts (top-4 of 32, clamped SwiGLU, biases)", on ? "expert gemv" : "grouped decode",
+               "1 token, 2880/2880", ms, bytes);
+    }
+    kn_cuda_set_moe_gemv(&b->gpu, 1);
+    kn_free(&b->gpu, (void *)m.w.gate_up), kn_free(&b->gpu, (void *)m.w.down);
+    kn_free(&b->gpu, (void *)m.w.gate_up_scale), kn_free(&b->gpu, (void *)m.w.down_scale);
+    kn_free(&b->gpu, (void *)m.w.gate_up_bias), kn_free(&b->gpu, (void *)m.w.down_bias);
+    kn_free(&b->gpu, m.idx), kn_free(&b->gpu, m.wts);
+    kn_free(&b->gpu, x), kn_free(&b->gpu, out), kn_free(&b->gpu, bias);
 }
 
 static void row(const char *op, const char *prec, const char *shape, float ms, double flops, double bytes)
@@ -431,6 +565,8 @@ int main(void)
     row("kn_add + kn_rmsnorm (unfused)", "fp32", "8192x2880", ms, 0, 4.0 * TOKENS * HIDDEN * sizeof(float));
     kn_free(&b.gpu, arms.delta);
     decode_rows(&b);
+
+    bench_fp8_decode(&b);
 
     kn_free(&b.gpu, x), kn_free(&b.gpu, out), kn_free(&b.gpu, w_qkv), kn_free(&b.gpu, b_qkv);
     kn_free(&b.gpu, w_o), kn_free(&b.gpu, b_o), kn_free(&b.gpu, moe.idx), kn_free(&b.gpu, moe.wts);

@@ -250,6 +250,7 @@ int ops_init(int argc, char **argv, uint64_t default_seed)
     ops_register_fill();
     ops_register_matmul();
     ops_register_fp8();
+    ops_register_gemv_fp8();
     ops_register_rope();
     ops_register_attention();
     ops_register_moe();

@@ -60,6 +60,7 @@ void ops_register_ep_exchange(void);
 void ops_register_fill(void);
 void ops_register_matmul(void);
 void ops_register_fp8(void);
+void ops_register_gemv_fp8(void);
 void ops_register_rope(void);
 void ops_register_attention(void);
 void ops_register_moe(void);

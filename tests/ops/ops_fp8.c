@@ -19,6 +19,9 @@
 #include "kernels/matmul.h"
 #include "tests/ops/op_harness.h"
 #include "tests/ops/ops_fp8.h"
+#ifdef TANDEM_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#endif
 
 /* Hopper's FP8 tensor cores sum each 128-wide k block with less than fp32
  * precision before cuBLASLt promotes it with the block scales: the device
@@ -284,7 +287,7 @@ typedef struct fp8mm_param {
     int m, n, k, bias, blocky;
 } fp8mm_param;
 
-static void matmul_w_fp8(op_env *e, const void *param)
+static void matmul_w_fp8_on(op_env *e, const void *param)
 {
     const fp8mm_param *p = param;
     int m = p->m, n = p->n, k = p->k;
@@ -324,6 +327,23 @@ static void matmul_w_fp8(op_env *e, const void *param)
     /* an FP8 weight needs its scales */
     kn_weight noscale = { KN_FP8_E4M3, dw.data, NULL };
     OP_INT_EQ(e, kn_matmul_w(e->be, d_out, d_x, &noscale, NULL, m, n, k), TN_ERR_ARG);
+}
+
+/* These cases check the contract's quantized function, which CUDA
+ * computes through cuBLASLt; the GEMV it takes at up to 8 rows by default
+ * (fp32 x, more accurate) has its own cases in ops_gemv_fp8.c. */
+static void matmul_w_fp8(op_env *e, const void *param)
+{
+#ifdef TANDEM_CUDA
+    const int was = e->cuda ? kn_cuda_fp8_gemv_on(e->be) : 0;
+    if (e->cuda)
+        kn_cuda_set_fp8_gemv(e->be, 0);
+#endif
+    matmul_w_fp8_on(e, param);
+#ifdef TANDEM_CUDA
+    if (e->cuda)
+        kn_cuda_set_fp8_gemv(e->be, was);
+#endif
 }
 
 void ops_register_fp8(void)

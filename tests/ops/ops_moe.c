@@ -20,6 +20,9 @@
 #include "kernels/fp8.h"
 #include "kernels/moe.h"
 #include "tests/ops/op_harness.h"
+#ifdef TANDEM_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#endif
 #include "tests/ops/ops_fp8.h"
 #include "tests/ops/ops_moe.h"
 
@@ -482,6 +485,13 @@ static void experts_fp8(op_env *e, const void *param)
     clamp_hits hits = { 0 };
     ref_experts(ref, x, idx, rw, p->n_tok, p->k, &wr, &hits, RQ_FP8);
     kn_moe_weights dw = ops_moe_upload(e, &hw, gdb, ddb);
+#ifdef TANDEM_CUDA
+    /* the quantizing paths; the expert GEMV (fp32 activations) that takes
+     * up to 4 tokens by default is checked in ops_gemv_fp8.c */
+    const int gemv_was = e->cuda ? kn_cuda_moe_gemv_on(e->be) : 0;
+    if (e->cuda)
+        kn_cuda_set_moe_gemv(e->be, 0);
+#endif
     float *got = run_experts(e, x, idx, rw, p->n_tok, p->k, &dw, "kn_moe_experts fp8");
     /* Same quantization on both sides; where the op's sums and the float64
      * sum put an activation on different sides of an e4m3 rounding
@@ -493,6 +503,10 @@ static void experts_fp8(op_env *e, const void *param)
         printf("# fp8 experts vs float64: normwise rel err %.3g\n", err);
     }
     vs_cpu(e, got, x, idx, rw, p->n_tok, p->k, &hw, FP8_MOE_TOL, "fp8 experts");
+#ifdef TANDEM_CUDA
+    if (e->cuda)
+        kn_cuda_set_moe_gemv(e->be, gemv_was);
+#endif
     dw.down_scale = NULL;
     OP_INT_EQ(e, kn_moe_experts(e->be, op_nan(e, no), op_up(e, x, no * 4), op_up(e, idx, ns * 4),
                                 op_up(e, rw, ns * 4), p->n_tok, p->k, &dw), TN_ERR_ARG);

@@ -216,7 +216,11 @@ static void moe_paths_run(op_env *e, const moe_shape *s, int offset, int n_local
          * just before, leave correct activations of the same size in the
          * pool, which would hide a tile the GEMMs forget to write. */
         kn_cuda_set_poison_tmp(e->be, mode >= M_GEMM);
+        /* the expert GEMV (up to 4 tokens) has its cases in ops_gemv_fp8.c */
+        const int gemv_was = kn_cuda_moe_gemv_on(e->be);
+        kn_cuda_set_moe_gemv(e->be, 0);
         int rc = kn_moe_experts(e->be, d_out, d_x, d_idx, d_wts, n_tokens, k, &dw);
+        kn_cuda_set_moe_gemv(e->be, gemv_was);
         kn_cuda_set_moe_grouped(e->be, -1);
         kn_cuda_set_moe_streams(e->be, 1);
         kn_cuda_set_moe_fp8_fused_act(e->be, 1);
