@@ -341,6 +341,8 @@ static void decode_rows(bench *b)
             kn_free(&b->gpu, c.bias), kn_free(&b->gpu, c.ew), kn_free(&b->gpu, c.idx);
         }
     }
+}
+
 /* n random finite e4m3 codes on the device (NaN codes 0x7f/0xff avoided). */
 static uint8_t *dev_fp8(bench *b, size_t n)
 {
