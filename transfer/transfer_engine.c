@@ -286,8 +286,11 @@ int te_engine_arm(te_engine *e, int *fd)
     if (e->event_fd < 0)
         return 0;
     /* ucp_worker_arm wants the worker drained first; a BUSY answer means
-     * events came in meanwhile. */
-    if (ucp_worker_progress(e->worker))
+     * events came in meanwhile. The engine's own progress, not a bare
+     * ucp_worker_progress, so failed peers are closed the engine's way
+     * (a bare call here once hit a UCX fatal error in a tcp endpoint's
+     * destroy after its decoder was killed, under heavy load). */
+    if (te_engine_progress(e))
         return 1;
     ucs_status_t st = ucp_worker_arm(e->worker);
     if (st == UCS_ERR_BUSY)
