@@ -463,6 +463,22 @@ static void progress(void *arg)
     release_orphans(ctx, tn_now_ms());
 }
 
+/* The GPU runs a decode step asynchronously: while the host waits for
+ * it, KV arriving over shared memory (which moves only inside UCX
+ * progress on this side) keeps flowing and acks go out. Notices are only
+ * queued here; handle_notices acts on them between steps. */
+static void progress_during_step(void *arg)
+{
+    decoder_ctx *ctx = arg;
+    te_engine_progress(kv_receiver_engine(ctx->recv));
+}
+
+static int arm(void *arg, int *fd)
+{
+    decoder_ctx *ctx = arg;
+    return te_engine_arm(kv_receiver_engine(ctx->recv), fd);
+}
+
 /* One decode step (with the group: once every rank agreed to), then the
  * waiting requests that fit now. */
 static int step(void *arg)
@@ -492,7 +508,7 @@ static const worker_role DECODER_ROLE = {
     .who = WHO, .held_what = "sequences",
     .cancel = on_cancel, .transfer_peer = on_transfer_peer, .on_message = on_message,
     .new_session = drop_old_session,
-    .poll_timeout = poll_timeout, .progress = progress, .held = held,
+    .poll_timeout = poll_timeout, .progress = progress, .arm = arm, .held = held,
     .load = load, .gauges = gauges,
     .step = step,
 };
@@ -500,6 +516,7 @@ static const worker_role DECODER_ROLE = {
 static void ctx_free(decoder_ctx *ctx)
 {
     worker_loop_free(&ctx->loop);
+    kn_backend_set_wait_hook(&ctx->be, NULL, NULL); /* it progresses ctx->recv */
     if (ctx->recv)
         kv_receiver_close(ctx->recv);
     sched_free(&ctx->s);
@@ -662,6 +679,7 @@ int main(int argc, char **argv)
         goto out;
     }
     tn_log(WHO, "%s: KV transfer %s", o->worker_id, kv_receiver_path(ctx->recv));
+    kn_backend_set_wait_hook(&ctx->be, progress_during_step, ctx);
     const uint8_t *ep;
     size_t ep_len;
     kv_receiver_endpoint(ctx->recv, &ep, &ep_len);

@@ -369,3 +369,5 @@ int kv_receiver_next(kv_receiver *r, uint64_t *request_id, int *complete, uint64
     }
     return 0;
 }
+
+te_engine *kv_receiver_engine(kv_receiver *r) { return r->xfer.e; }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include "engine/kv_cache.h"
 #include "engine/kv_staging.h"
+#include "transfer/transfer.h"
 
 typedef struct kv_receiver kv_receiver;
 
@@ -42,5 +43,8 @@ void kv_receiver_remove_peer(kv_receiver *r, const char *worker_id);
  * is pending. A TP group's request gives one notice, once every rank's has
  * arrived (complete only if each rank's was; bytes summed over the ranks). */
 int kv_receiver_next(kv_receiver *r, uint64_t *request_id, int *complete, uint64_t *bytes);
+/* The engine under the receiver: te_engine_arm before an idle sleep, and
+ * te_engine_progress while a decode step waits for the GPU. */
+te_engine *kv_receiver_engine(kv_receiver *r);
 
 #endif

@@ -82,6 +82,12 @@ int kn_backend_sync(const kn_backend *be)
     return cuda_only_call("kn_backend_sync", be, CUDA_FN(kn_cuda_backend_sync));
 }
 
+void kn_backend_set_wait_hook(kn_backend *be, void (*hook)(void *arg), void *arg)
+{
+    be->wait_hook = hook;
+    be->wait_arg = hook ? arg : NULL;
+}
+
 int kn_backend_trim(const kn_backend *be)
 {
     return cuda_only_call("kn_backend_trim", be, CUDA_FN(kn_cuda_trim));

@@ -20,6 +20,9 @@ typedef struct kn_backend {
     void *blas;      /* cublasHandle_t / cublasLtHandle_t holder on CUDA */
     void *scratch;   /* backend-owned workspace, grown on demand */
     size_t scratch_bytes;
+    /* kn_backend_set_wait_hook; NULL: waits for the device block */
+    void (*wait_hook)(void *arg);
+    void *wait_arg;
 } kn_backend;
 
 int kn_backend_init_cpu(kn_backend *be);
@@ -27,6 +30,14 @@ int kn_backend_init_cuda(kn_backend *be, int device);
 void kn_backend_free(kn_backend *be);
 /* Waits for all work queued on the backend (no-op on CPU). */
 int kn_backend_sync(const kn_backend *be);
+/* While a wait for the device runs (kn_backend_sync, kn_copy_to_host,
+ * kn_copy_to_backend on CUDA), hook(arg) is called over and over instead of
+ * blocking in the driver, until the stream's work is done: the host does
+ * its other work inside a step (the decoder drives the UCX progress of KV
+ * arriving while the GPU decodes). The hook must not queue work on this
+ * backend. NULL restores blocking waits. The CPU backend never waits, so
+ * it never calls the hook. */
+void kn_backend_set_wait_hook(kn_backend *be, void (*hook)(void *arg), void *arg);
 /* Waits for queued work and returns memory the backend keeps cached for op
  * temporaries (CUDA's stream-ordered pool) to the device, so a following
  * large kn_malloc can use it. No-op on CPU. */

@@ -334,11 +334,14 @@ static void supervise(kv_pusher *p)
     }
 }
 
-void kv_pusher_progress(kv_pusher *p)
+int kv_pusher_progress(kv_pusher *p)
 {
-    te_engine_progress(p->xfer.e);
+    int events = te_engine_progress(p->xfer.e);
     supervise(p);
+    return events;
 }
+
+te_engine *kv_pusher_engine(kv_pusher *p) { return p->xfer.e; }
 
 static int submit(kv_pusher *p, kv_push *k, int timeout_ms)
 {
@@ -448,9 +451,9 @@ static void advance_waiting(kv_pusher *p, kv_push *k)
     }
 }
 
-int kv_push_poll(kv_pusher *p, kv_push *t, int *ok, char *err, size_t errlen)
+int kv_push_poll(kv_pusher *p, kv_push *t, int *ok, int *events, char *err, size_t errlen)
 {
-    kv_pusher_progress(p);
+    *events = kv_pusher_progress(p);
     if (!t->t && !t->failed)
         advance_waiting(p, t);
     if (t->failed) {

@@ -10,6 +10,7 @@
 #include "engine/kv_cache.h"
 #include "engine/kv_staging.h"
 #include "proto/tandem.pb-c.h"
+#include "transfer/transfer.h"
 
 typedef struct kv_pusher kv_pusher;
 typedef struct kv_push kv_push;
@@ -34,8 +35,11 @@ void kv_pusher_endpoint(const kv_pusher *p, const uint8_t **buf, size_t *len);
  * decoder connections: finishes their set-up in the background, retries a
  * failed set-up flush, reopens failed connections (bounded, with back-off),
  * closes those of decoders that left, and logs each set-up that finishes or
- * is slow. Call it often, also while idle. */
-void kv_pusher_progress(kv_pusher *p);
+ * is slow. Call it often, also while idle. Returns the number of UCX events
+ * handled (0: nothing moved). */
+int kv_pusher_progress(kv_pusher *p);
+/* The engine under the pusher (te_engine_arm before an idle sleep). */
+te_engine *kv_pusher_engine(kv_pusher *p);
 
 /* The router introduced decoder decoder_id (TransferPeer): connects to its
  * endpoint (a packed ControlMessage{hello}) now, unless already connected to
@@ -58,8 +62,9 @@ int kv_push_start(kv_pusher *p, const Tandem__V1__KvDestination *dst, uint64_t r
                   const int32_t *src_pages, int n_tokens, int timeout_ms, kv_push **out,
                   char *err, size_t errlen);
 /* Advances every push; returns 1 when t finished (*ok: all bytes landed and
- * the decoder acknowledged; otherwise a reason in err), 0 while in flight. */
-int kv_push_poll(kv_pusher *p, kv_push *t, int *ok, char *err, size_t errlen);
+ * the decoder acknowledged; otherwise a reason in err), 0 while in flight.
+ * *events: the UCX events this round handled (0: the caller may back off). */
+int kv_push_poll(kv_pusher *p, kv_push *t, int *ok, int *events, char *err, size_t errlen);
 /* Stops posting puts; the decoder is told no more writes follow. The push
  * then finishes (not ok) through kv_push_poll. */
 void kv_push_cancel(kv_pusher *p, kv_push *t);

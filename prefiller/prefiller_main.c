@@ -257,6 +257,12 @@ static void progress(void *arg)
     kv_pusher_progress(ctx->pusher);
 }
 
+static int arm(void *arg, int *fd)
+{
+    prefiller_ctx *ctx = arg;
+    return te_engine_arm(kv_pusher_engine(ctx->pusher), fd);
+}
+
 static int poll_timeout(void *arg, int due_ms)
 {
     prefiller_ctx *ctx = arg;
@@ -337,7 +343,7 @@ static const worker_role PREFILLER_ROLE = {
     .who = WHO, .held_what = "requests",
     .cancel = on_cancel, .transfer_peer = on_transfer_peer, .on_message = on_message,
     .new_session = drop_old_session,
-    .poll_timeout = poll_timeout, .progress = progress, .held = held,
+    .poll_timeout = poll_timeout, .progress = progress, .arm = arm, .held = held,
     .load = load, .gauges = gauges,
     .on_stop = on_stop, .check = check_group, .step = step, .shutdown = shutdown_group,
 };

@@ -116,6 +116,14 @@ void te_engine_address(const te_engine *e, const void **addr, size_t *len);
 /* Runs UCX progress and advances every transfer. Returns the number of UCX
  * events handled (0 when idle). */
 int te_engine_progress(te_engine *e);
+/* Before sleeping in poll(2)/zmq_poll on other descriptors: drains UCX and
+ * arms its event descriptor (ucp_worker_arm), so whatever arrives next
+ * (KV data, a notice, an ack) makes *fd readable and ends the sleep at
+ * once instead of at the sleep's timeout. Returns 1 when UCX has events
+ * pending (do not sleep: progress again), 0 when sleeping is safe; *fd is
+ * then the descriptor to add to the poll set, or -1 when the engine has
+ * none (UCX refused the wakeup feature: sleep on the timeout only). */
+int te_engine_arm(te_engine *e, int *fd);
 /* UCX requests still in flight (puts, flushes, notices, acks, closes). */
 size_t te_engine_outstanding(const te_engine *e);
 /* Of those, requests of timed-out transfers left to their endpoint: the

@@ -280,6 +280,31 @@ int te_engine_progress(te_engine *e)
     return events;
 }
 
+int te_engine_arm(te_engine *e, int *fd)
+{
+    *fd = -1;
+    if (e->event_fd < 0)
+        return 0;
+    /* ucp_worker_arm wants the worker drained first; a BUSY answer means
+     * events came in meanwhile. The engine's own progress, not a bare
+     * ucp_worker_progress, so failed peers are closed the engine's way
+     * (a bare call here once hit a UCX fatal error in a tcp endpoint's
+     * destroy after its decoder was killed, under heavy load). */
+    if (te_engine_progress(e))
+        return 1;
+    ucs_status_t st = ucp_worker_arm(e->worker);
+    if (st == UCS_ERR_BUSY)
+        return 1;
+    if (st != UCS_OK) {
+        te_log(e, "ucp_worker_arm: %s; waiting on timeouts from now on",
+               ucs_status_string(st));
+        e->event_fd = -1;
+        return 0;
+    }
+    *fd = e->event_fd;
+    return 0;
+}
+
 size_t te_engine_outstanding(const te_engine *e) { return e->outstanding; }
 size_t te_engine_abandoned(const te_engine *e) { return e->abandoned; }
 uint64_t te_engine_id(const te_engine *e) { return e->id; }
@@ -438,7 +463,8 @@ static int create_ucx(te_engine *e, const te_engine_config *cfg)
     ucp_params_t params = {0};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
                         UCP_PARAM_FIELD_NAME;
-    params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM;
+    /* WAKEUP: the owner's poll wakes on UCX events (te_engine_arm). */
+    params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
     params.mt_workers_shared = 0;
     params.name = e->name;
     st = ucp_init(&params, uc, &e->ctx);
@@ -455,6 +481,12 @@ static int create_ucx(te_engine *e, const te_engine_config *cfg)
     if (st != UCS_OK) {
         e->worker = NULL;
         return te_fail(e, TN_ERR_TRANSPORT, "ucp_worker_create: %s", ucs_status_string(st));
+    }
+    st = ucp_worker_get_efd(e->worker, &e->event_fd);
+    if (st != UCS_OK) {
+        te_log(e, "ucp_worker_get_efd: %s; the worker's waits end on timeouts only",
+               ucs_status_string(st));
+        e->event_fd = -1;
     }
     ucp_worker_attr_t wa = {0};
     wa.field_mask = UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER;
@@ -526,6 +558,7 @@ int te_engine_create(const te_engine_config *cfg, te_engine **out, char *err, si
     e->max_in_flight = cfg->max_puts_in_flight ? cfg->max_puts_in_flight : 64;
     e->data_path = cfg->data_path;
     e->next_transfer_id = 1;
+    e->event_fd = -1;
     if (getrandom(&e->id, sizeof e->id, 0) != (ssize_t)sizeof e->id || e->id == 0)
         e->id = ((uint64_t)getpid() << 32) ^ (uint64_t)(te_now_seconds() * 1e9);
     int rc = create_ucx(e, cfg);

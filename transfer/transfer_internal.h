@@ -142,6 +142,7 @@ struct te_engine {
     te_receipt *receipts;
     size_t n_receipts, cap_receipts;
     int data_path;            /* te_data_path */
+    int event_fd;             /* ucp_worker_get_efd (UCP_FEATURE_WAKEUP), or -1 */
     char error[256];
 };
 

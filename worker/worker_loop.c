@@ -100,7 +100,10 @@ static void serve(worker_loop *wl, int timeout_ms)
     if (timeout_ms > MAX_WAIT_MS)
         timeout_ms = MAX_WAIT_MS;
     unsigned sig;
-    if (worker_wait(&wl->link, wl->sig_fd, timeout_ms, r->who, &sig)) {
+    int wake_fd = -1;
+    if (timeout_ms > 0 && r->arm && r->arm(wl->ctx, &wake_fd))
+        timeout_ms = 0; /* UCX has events waiting: progress first */
+    if (worker_wait(&wl->link, wl->sig_fd, wake_fd, timeout_ms, r->who, &sig)) {
         if (!wl->draining) {
             tn_log(r->who, "signal %u: draining (%d %s to finish; again to stop now)", sig,
                    r->held(wl->ctx), r->held_what);

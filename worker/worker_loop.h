@@ -39,6 +39,11 @@ typedef struct worker_role {
     int (*poll_timeout)(void *ctx, int due_ms);
     /* Runs the TransferEngine's progress and handles what it reports. */
     void (*progress)(void *ctx);
+    /* Optional, before a wait that may sleep: te_engine_arm on the role's
+     * engine (returns 1: events pending, do not sleep; else *fd is the
+     * descriptor to wake on, or -1), so KV data or a notice arriving ends
+     * the wait at once rather than at its timeout. */
+    int (*arm)(void *ctx, int *fd);
     /* Requests or sequences the worker holds: the drain ends at 0. */
     int (*held)(void *ctx);
     /* Points hb at the role's load (kept in *room) and fills it. */

@@ -361,14 +361,21 @@ int worker_join(const worker_options *o, const char *who, const Tandem__V1__Regi
                              o->wedged_after_s, wm, http, err, errlen) == 0 ? 0 : -1;
 }
 
-int worker_wait(worker_link *link, int sig_fd, int timeout_ms, const char *who, unsigned *sig)
+int worker_wait(worker_link *link, int sig_fd, int wake_fd, int timeout_ms, const char *who,
+                unsigned *sig)
 {
-    zmq_pollitem_t items[2] = {{link->sock, 0, ZMQ_POLLIN, 0}, {NULL, sig_fd, ZMQ_POLLIN, 0}};
-    int n = sig_fd >= 0 ? 2 : 1;
+    zmq_pollitem_t items[3] = {{link->sock, 0, ZMQ_POLLIN, 0}};
+    int n = 1, sig_item = -1;
+    if (sig_fd >= 0) {
+        sig_item = n;
+        items[n++] = (zmq_pollitem_t){NULL, sig_fd, ZMQ_POLLIN, 0};
+    }
+    if (wake_fd >= 0)
+        items[n++] = (zmq_pollitem_t){NULL, wake_fd, ZMQ_POLLIN, 0};
     if (zmq_poll(items, n, timeout_ms) < 0 && errno != EINTR)
         tn_log(who, "zmq_poll failed: %s", zmq_strerror(errno));
     *sig = 0;
-    if (n < 2 || !items[1].revents)
+    if (sig_item < 0 || !items[sig_item].revents)
         return 0;
     struct signalfd_siginfo si;
     if (read(sig_fd, &si, sizeof si) == (ssize_t)sizeof si)

@@ -110,10 +110,13 @@ int worker_join(const worker_options *o, const char *who, const Tandem__V1__Regi
                 worker_link *link, worker_metrics *wm, worker_http **http, char *err,
                 size_t errlen);
 
-/* Waits up to timeout_ms for the router socket or the signal fd (sig_fd < 0:
- * none). Returns 1 when a signal came (*sig: its number, 0 if unreadable),
- * else 0. */
-int worker_wait(worker_link *link, int sig_fd, int timeout_ms, const char *who, unsigned *sig);
+/* Waits up to timeout_ms for the router socket, the signal fd (sig_fd < 0:
+ * none) or wake_fd becoming readable (the TransferEngine's armed event
+ * descriptor: te_engine_arm; < 0: none; the caller progresses after).
+ * Returns 1 when a signal came (*sig: its number, 0 if unreadable), else
+ * 0. */
+int worker_wait(worker_link *link, int sig_fd, int wake_fd, int timeout_ms, const char *who,
+                unsigned *sig);
 
 /* The role's handler of one router message: returns 1 when it knew the
  * message's kind, 0 for one it does not expect (logged by the caller). */

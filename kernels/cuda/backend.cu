@@ -340,9 +340,23 @@ extern "C" int kn_cuda_attn_bf16(const kn_backend *be)
     return kn_cuda_ctx_of(be)->attn_bf16;
 }
 
+/* cudaStreamSynchronize, or with a wait hook a query loop that runs the
+ * hook between queries (kn_backend_set_wait_hook). */
+static cudaError_t stream_wait(const kn_backend *be, cudaStream_t s)
+{
+    if (!be->wait_hook)
+        return cudaStreamSynchronize(s);
+    for (;;) {
+        cudaError_t err = cudaStreamQuery(s);
+        if (err != cudaErrorNotReady)
+            return err;
+        be->wait_hook(be->wait_arg);
+    }
+}
+
 extern "C" int kn_cuda_backend_sync(const kn_backend *be)
 {
-    KN_CUDA_TRY("kn_backend_sync", cudaStreamSynchronize(kn_cuda_stream(be)));
+    KN_CUDA_TRY("kn_backend_sync", stream_wait(be, kn_cuda_stream(be)));
     return TN_OK;
 }
 
@@ -399,7 +413,7 @@ extern "C" int kn_cuda_copy_to_device(const kn_backend *be, void *dst, const voi
     static const char op[] = "kn_copy_to_backend";
     cudaStream_t s = kn_cuda_stream(be);
     KN_CUDA_TRY(op, cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, s));
-    KN_CUDA_TRY(op, cudaStreamSynchronize(s));
+    KN_CUDA_TRY(op, stream_wait(be, s));
     return TN_OK;
 }
 
@@ -417,6 +431,6 @@ extern "C" int kn_cuda_copy_to_host(const kn_backend *be, void *host_dst, const 
     static const char op[] = "kn_copy_to_host";
     cudaStream_t s = kn_cuda_stream(be);
     KN_CUDA_TRY(op, cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, s));
-    KN_CUDA_TRY(op, cudaStreamSynchronize(s));
+    KN_CUDA_TRY(op, stream_wait(be, s));
     return TN_OK;
 }
