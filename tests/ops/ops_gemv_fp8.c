@@ -124,13 +124,18 @@ static void gemv_fp8(op_env *e, const void *param)
         check_bound(e, got, cpu_d, bound, no, "gemv vs CPU (x quantized there)");
     }
     /* the switch off: the cuBLASLt path on the same inputs (odd n: it has
-     * no algorithm and says so, ops_fp8.c) */
+     * no algorithm and says so, ops_fp8.c; for other n that are not a
+     * multiple of 16 whether it has one depends on the cuBLASLt version:
+     * the H200's 13.0 has none for n = 130, so "unsupported" is an
+     * acceptable answer there, a wrong result never is) */
     kn_cuda_set_fp8_gemv(e->be, 0);
     float *d_off = op_nan(e, no);
     int rc = kn_matmul_w(e->be, d_off, d_x, &dw, d_b, m, n, k);
     kn_cuda_set_fp8_gemv(e->be, 1);
     if (n % 2 != 0) {
         OP_INT_EQ(e, rc, TN_ERR_UNSUPPORTED);
+    } else if (n % 16 != 0 && rc == TN_ERR_UNSUPPORTED) {
+        /* no cuBLASLt algorithm for this n: the GEMV above is the only path */
     } else if (op_ok(e, rc, "kn_matmul_w fp8, gemv off")) {
         float *off = op_get(e, d_off, no);
         op_check_err(e, tu_max_rel_err(off, quant, no), 1e-3, "cuBLASLt fp8 vs float64 (gemv off)");
