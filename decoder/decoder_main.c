@@ -694,7 +694,7 @@ int main(int argc, char **argv)
            "router %s (pid %d)", o->worker_id, o->model_name, ctx->mc->model_type, o->device,
            c->kv_pages, o->page_size, c->max_batch, o->ranks, o->ep, o->router, (int)getpid());
     worker_loop_run(&ctx->loop);
-    rc = ctx->group_failed ? 1 : 0;
+    rc = ctx->group_failed || ctx->loop.replaced ? 1 : 0;
     tn_log(WHO, "%s: stopped", o->worker_id);
 out:
     rc = worker_finish(o, "tandem-decoder", &ctx->group, &ctx->model, rc);

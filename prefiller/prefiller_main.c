@@ -536,7 +536,7 @@ int main(int argc, char **argv)
            o->worker_id, o->model_name, ctx->mc->model_type, o->device, n_pages, o->page_size,
            o->ranks, o->ep, o->router);
     worker_loop_run(&ctx->loop);
-    rc = ctx->group_failed ? 1 : 0;
+    rc = ctx->group_failed || ctx->loop.replaced ? 1 : 0;
     tn_log(WHO, "%s: stopped", o->worker_id);
 out:
     free(endpoint);

@@ -34,6 +34,8 @@
 #include <time.h>
 #include <sys/types.h>
 #include "common/options.h"
+#include "common/sys.h"
+#include "programs/sse_stream.h"
 
 static const char *const INTRO =
     "Runs N concurrent streaming completion clients against a Tandem router and\n"
@@ -75,19 +77,15 @@ struct lg_ctx;
 typedef struct lg_req {
     struct lg_ctx *ctx;
     int idx;
-    CURL *h;
+    sse_stream s;           /* the stream of the current attempt */
     char *body;
-    char *buf;              /* SSE bytes not yet split into events */
-    size_t len, cap;
-    long http_code;
     double t_start, t_first, t_last;
     int want_tokens, n_tokens;
     int prompt_line;        /* --prompts-file line, -1 for a random prompt */
     int32_t *toks;          /* streamed token ids, for --tokens-out */
     int n_toks, cap_toks;
     int outcome;            /* final outcome_names index, -1 while running */
-    int n_finish, done_seen, error_seen, bad;
-    char why[200];
+    int n_finish;           /* chunks with a finish_reason */
     int retries;
     double retry_at;        /* 0: not waiting to retry */
     int active;
@@ -106,13 +104,6 @@ typedef struct lg_ctx {
     uint64_t rng;
     prompt_list prompts;
 } lg_ctx;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static uint64_t rng_next(uint64_t *s)
 {
@@ -142,51 +133,15 @@ static int push(doubles *d, double x)
     return 0;
 }
 
-static void mark_bad(lg_req *r, const char *why)
+/* One chunk of the stream (sse_stream.c checked its framing). */
+static void on_chunk(sse_stream *s, const cJSON *j, double now)
 {
-    if (!r->bad)
-        snprintf(r->why, sizeof r->why, "%s", why);
-    r->bad = 1;
-}
-
-/* One SSE event "data: ..." (without the blank line). */
-static void on_event(lg_req *r, const char *ev, size_t n)
-{
-    if (n < 6 || memcmp(ev, "data: ", 6) != 0) {
-        mark_bad(r, "an event that does not start with 'data: '");
-        return;
-    }
-    if (r->done_seen) {
-        mark_bad(r, "an event after [DONE]");
-        return;
-    }
-    ev += 6;
-    n -= 6;
-    if (n == 6 && memcmp(ev, "[DONE]", 6) == 0) {
-        r->done_seen = 1;
-        return;
-    }
-    cJSON *j = cJSON_ParseWithLength(ev, n);
-    if (!cJSON_IsObject(j)) {
-        mark_bad(r, "an event that is not a JSON object");
-        cJSON_Delete(j);
-        return;
-    }
-    const cJSON *err = cJSON_GetObjectItemCaseSensitive(j, "error");
-    if (err) {
-        const cJSON *msg = cJSON_GetObjectItemCaseSensitive(err, "message");
-        r->error_seen = 1;
-        snprintf(r->why, sizeof r->why, "stream error: %s",
-                 cJSON_IsString(msg) ? msg->valuestring : "(no message)");
-        cJSON_Delete(j);
-        return;
-    }
+    lg_req *r = s->user;
     const cJSON *choice = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"), 0);
     const cJSON *ids = cJSON_GetObjectItemCaseSensitive(choice, "token_ids");
     const cJSON *fin = cJSON_GetObjectItemCaseSensitive(choice, "finish_reason");
     if (!cJSON_IsObject(choice) || (ids && !cJSON_IsArray(ids))) {
-        mark_bad(r, "a chunk without choices[0] / token_ids");
-        cJSON_Delete(j);
+        sse_stream_bad(s, "a chunk without choices[0] / token_ids");
         return;
     }
     int k = ids ? cJSON_GetArraySize(ids) : 0;
@@ -197,8 +152,7 @@ static void on_event(lg_req *r, const char *ev, size_t n)
                 cap *= 2;
             int32_t *t = realloc(r->toks, (size_t)cap * sizeof *t);
             if (!t) {
-                mark_bad(r, "out of memory recording token ids");
-                cJSON_Delete(j);
+                sse_stream_bad(s, "out of memory recording token ids");
                 return;
             }
             r->toks = t;
@@ -210,89 +164,35 @@ static void on_event(lg_req *r, const char *ev, size_t n)
         }
     }
     if (k > 0) {
-        double t = now_s();
         if (r->n_tokens == 0) {
-            r->t_first = t;
-            push(&r->ctx->ttft, t - r->t_start);
+            r->t_first = now;
+            push(&r->ctx->ttft, now - r->t_start);
         } else {
-            push(&r->ctx->itl, t - r->t_last);
+            push(&r->ctx->itl, now - r->t_last);
         }
-        r->t_last = t;
+        r->t_last = now;
         r->n_tokens += k;
     }
     if (cJSON_IsString(fin)) {
         r->n_finish++;
         if (strcmp(fin->valuestring, "length") != 0)
-            mark_bad(r, "finish_reason is not \"length\" (ignore_eos was set)");
+            sse_stream_bad(s, "finish_reason is not \"length\" (ignore_eos was set)");
     } else if (fin && !cJSON_IsNull(fin)) {
-        mark_bad(r, "finish_reason is neither a string nor null");
+        sse_stream_bad(s, "finish_reason is neither a string nor null");
     }
-    cJSON_Delete(j);
-}
-
-static size_t on_data(char *p, size_t size, size_t nmemb, void *ud)
-{
-    lg_req *r = ud;
-    size_t n = size * nmemb;
-    if (r->len + n + 1 > r->cap) {
-        size_t cap = r->cap ? r->cap : 4096;
-        while (cap < r->len + n + 1)
-            cap *= 2;
-        char *b = realloc(r->buf, cap);
-        if (!b)
-            return 0; /* aborts the transfer: counted as lost, with the reason */
-        r->buf = b;
-        r->cap = cap;
-    }
-    memcpy(r->buf + r->len, p, n);
-    r->len += n;
-    r->buf[r->len] = '\0';
-    if (r->http_code == 0)
-        curl_easy_getinfo(r->h, CURLINFO_RESPONSE_CODE, &r->http_code);
-    if (r->http_code != 200)
-        return n; /* an error body: judged whole at the end */
-    size_t start = 0;
-    for (;;) {
-        char *sep = strstr(r->buf + start, "\n\n");
-        if (!sep)
-            break;
-        on_event(r, r->buf + start, (size_t)(sep - (r->buf + start)));
-        start = (size_t)(sep - r->buf) + 2;
-    }
-    memmove(r->buf, r->buf + start, r->len - start);
-    r->len -= start;
-    r->buf[r->len] = '\0';
-    return n;
 }
 
 static int start_request(lg_ctx *ctx, lg_req *r)
 {
-    r->h = curl_easy_init();
-    if (!r->h)
-        return -1;
-    r->len = 0;
-    r->http_code = 0;
-    r->n_tokens = r->n_finish = r->done_seen = r->error_seen = r->bad = 0;
+    r->n_tokens = r->n_finish = 0;
     r->n_toks = 0;
-    r->why[0] = '\0';
-    r->t_start = now_s();
+    r->t_start = tn_now_s();
     r->retry_at = 0;
     char url[600];
     snprintf(url, sizeof url, "%s/v1/completions", ctx->cfg.url);
-    curl_easy_setopt(r->h, CURLOPT_URL, url);
-    curl_easy_setopt(r->h, CURLOPT_POSTFIELDS, r->body);
-    curl_easy_setopt(r->h, CURLOPT_HTTPHEADER, ctx->headers);
-    curl_easy_setopt(r->h, CURLOPT_WRITEFUNCTION, on_data);
-    curl_easy_setopt(r->h, CURLOPT_WRITEDATA, r);
-    curl_easy_setopt(r->h, CURLOPT_PRIVATE, r);
-    curl_easy_setopt(r->h, CURLOPT_TIMEOUT, (long)ctx->cfg.timeout_s);
-    curl_easy_setopt(r->h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(r->h, CURLOPT_PROXY, "");
-    if (curl_multi_add_handle(ctx->multi, r->h) != CURLM_OK) {
-        curl_easy_cleanup(r->h);
-        r->h = NULL;
+    if (sse_stream_start(&r->s, ctx->multi, url, r->body, ctx->headers,
+                         (long)ctx->cfg.timeout_s, on_chunk, r) != 0)
         return -1;
-    }
     r->active = 1;
     ctx->running++;
     return 0;
@@ -312,44 +212,29 @@ static double retry_after(CURL *h)
 
 static void finish_request(lg_ctx *ctx, lg_req *r, CURLcode res)
 {
-    curl_easy_getinfo(r->h, CURLINFO_RESPONSE_CODE, &r->http_code);
-    outcome o;
-    if (res == CURLE_OK && r->http_code == 429 && ctx->cfg.retry_429 &&
+    sse_stream *s = &r->s;
+    int failed = sse_stream_failed(s, res);
+    if (!failed && s->http_code == 429 && ctx->cfg.retry_429 &&
         r->retries < ctx->cfg.max_retries) {
         r->retries++;
         ctx->retried_429++;
-        r->retry_at = now_s() + retry_after(r->h);
-        curl_multi_remove_handle(ctx->multi, r->h);
-        curl_easy_cleanup(r->h);
-        r->h = NULL;
+        r->retry_at = tn_now_s() + retry_after(s->h);
+        sse_stream_close(s, ctx->multi);
         r->active = 0;
         ctx->running--;
         return;
     }
-    if (res != CURLE_OK) {
-        o = r->error_seen ? OUT_STREAM_ERROR : OUT_LOST;
-        if (!r->error_seen)
-            snprintf(r->why, sizeof r->why, "transfer failed: %s", curl_easy_strerror(res));
-    } else if (r->http_code != 200) {
-        cJSON *j = cJSON_ParseWithLength(r->buf ? r->buf : "", r->len);
-        const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
-        const cJSON *m = cJSON_GetObjectItemCaseSensitive(e, "message");
-        o = cJSON_IsString(m) ? OUT_HTTP_ERROR : OUT_MALFORMED;
-        snprintf(r->why, sizeof r->why, "HTTP %ld: %s", r->http_code,
-                 cJSON_IsString(m) ? m->valuestring : "no OpenAI error body");
-        cJSON_Delete(j);
-    } else if (r->len != 0) {
-        mark_bad(r, "bytes after the last event");
+    outcome o;
+    if (failed) {
+        o = s->error_seen ? OUT_STREAM_ERROR : OUT_LOST;
+    } else if (s->http_code != 200) {
+        o = sse_stream_http_error(s) ? OUT_HTTP_ERROR : OUT_MALFORMED;
+    } else if (sse_stream_check_end(s)) {
         o = OUT_MALFORMED;
-    } else if (!r->done_seen) {
-        mark_bad(r, "the stream ended without [DONE]");
-        o = OUT_MALFORMED;
-    } else if (r->bad) {
-        o = OUT_MALFORMED;
-    } else if (r->error_seen) {
+    } else if (s->error_seen) {
         o = OUT_STREAM_ERROR;
     } else if (r->n_finish != 1 || r->n_tokens != r->want_tokens) {
-        snprintf(r->why, sizeof r->why, "%d tokens (wanted %d), %d finish_reasons", r->n_tokens,
+        snprintf(s->why, sizeof s->why, "%d tokens (wanted %d), %d finish_reasons", r->n_tokens,
                  r->want_tokens, r->n_finish);
         o = OUT_MALFORMED;
     } else {
@@ -359,10 +244,8 @@ static void finish_request(lg_ctx *ctx, lg_req *r, CURLcode res)
     r->outcome = (int)o;
     ctx->tokens += r->n_tokens;
     if (o != OUT_OK && (ctx->cfg.verbose || o == OUT_LOST || o == OUT_MALFORMED))
-        fprintf(stderr, "request %d: %s: %s\n", r->idx, outcome_names[o], r->why);
-    curl_multi_remove_handle(ctx->multi, r->h);
-    curl_easy_cleanup(r->h);
-    r->h = NULL;
+        fprintf(stderr, "request %d: %s: %s\n", r->idx, outcome_names[o], s->why);
+    sse_stream_close(s, ctx->multi);
     r->active = 0;
     ctx->running--;
     ctx->finished++;
@@ -577,13 +460,9 @@ int main(int argc, char **argv)
     }
     ctx->multi = curl_multi_init();
     ctx->reqs = calloc((size_t)c->requests, sizeof *ctx->reqs);
-    ctx->headers = curl_slist_append(NULL, "Content-Type: application/json");
-    if (c->api_key_file[0]) {
+    if (c->api_key_file[0])
         snprintf(auth, sizeof auth, "Authorization: Bearer %s", key);
-        struct curl_slist *h = curl_slist_append(ctx->headers, auth);
-        if (h)
-            ctx->headers = h;
-    }
+    ctx->headers = sse_json_headers(c->api_key_file[0] ? auth : NULL);
     if (!ctx->multi || !ctx->reqs || !ctx->headers) {
         fprintf(stderr, "tandem-loadgen: out of memory\n");
         goto out;
@@ -600,9 +479,9 @@ int main(int argc, char **argv)
             goto out;
         }
     }
-    double t0 = now_s();
+    double t0 = tn_now_s();
     while (ctx->finished < c->requests) {
-        double t = now_s();
+        double t = tn_now_s();
         /* New requests up to --clients at once, and due 429 retries. */
         for (int i = 0; i < c->requests && ctx->running < c->clients; i++) {
             lg_req *r = &ctx->reqs[i];
@@ -624,13 +503,13 @@ int main(int argc, char **argv)
         while ((m = curl_multi_info_read(ctx->multi, &left))) {
             if (m->msg != CURLMSG_DONE)
                 continue;
-            lg_req *r = NULL;
-            curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&r);
-            finish_request(ctx, r, m->data.result);
+            sse_stream *s = NULL;
+            curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&s);
+            finish_request(ctx, s->user, m->data.result);
         }
         curl_multi_poll(ctx->multi, NULL, 0, 20, NULL);
     }
-    double wall = now_s() - t0;
+    double wall = tn_now_s() - t0;
     printf("tandem-loadgen: %d requests, %d concurrent clients, prompts %d..%d tokens, "
            "outputs %d..%d tokens\n",
            c->requests, c->clients, c->prompt_min, c->prompt_max, c->out_min, c->out_max);
@@ -656,12 +535,8 @@ out:
     if (ctx->reqs) {
         for (int i = 0; i < c->requests; i++) {
             lg_req *r = &ctx->reqs[i];
-            if (r->h) {
-                curl_multi_remove_handle(ctx->multi, r->h);
-                curl_easy_cleanup(r->h);
-            }
+            sse_stream_close(&r->s, ctx->multi);
             free(r->body);
-            free(r->buf);
             free(r->toks);
         }
     }

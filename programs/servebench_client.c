@@ -7,6 +7,7 @@
 #include "common/sbuf.h"
 #include "common/status.h"
 #include "common/sys.h"
+#include "programs/sse_stream.h"
 
 const char *const svb_outcome_names[SVB_N_OUTCOMES] = {
     "ok", "http_error", "stream_error", "malformed", "lost", "aborted", "not_sent",
@@ -15,19 +16,10 @@ const char *const svb_outcome_names[SVB_N_OUTCOMES] = {
 /* One request in flight. */
 typedef struct conn {
     svb_record *rec;
-    CURL *h;
-    sbuf in;          /* bytes not yet split into events */
-    long http_code;
-    int n_finish, done_seen, error_seen, bad;
+    sse_stream s;
+    int n_finish;     /* chunks with a finish_reason */
     double t0;        /* the point's start (monotonic seconds) */
 } conn;
-
-static void mark_bad(conn *c, const char *why)
-{
-    if (!c->bad && !c->error_seen)
-        snprintf(c->rec->why, sizeof c->rec->why, "%s", why);
-    c->bad = 1;
-}
 
 static int record_chunk(svb_record *r, double t)
 {
@@ -48,47 +40,18 @@ static int nonempty_string(const cJSON *j)
     return cJSON_IsString(j) && j->valuestring[0] != '\0';
 }
 
-/* One SSE event "data: ..." without its blank line. */
-static void on_event(conn *c, const char *ev, size_t n, double t)
+/* One chunk of the stream (sse_stream.c checked its framing). */
+static void on_chunk(sse_stream *s, const cJSON *j, double now)
 {
+    conn *c = s->user;
     svb_record *r = c->rec;
-    if (n < 6 || memcmp(ev, "data: ", 6) != 0) {
-        mark_bad(c, "an event that does not start with 'data: '");
-        return;
-    }
-    if (c->done_seen) {
-        mark_bad(c, "an event after [DONE]");
-        return;
-    }
-    ev += 6;
-    n -= 6;
-    if (n == 6 && memcmp(ev, "[DONE]", 6) == 0) {
-        c->done_seen = 1;
-        r->t_end = t;
-        return;
-    }
-    cJSON *j = cJSON_ParseWithLength(ev, n);
-    if (!cJSON_IsObject(j)) {
-        mark_bad(c, "an event that is not a JSON object");
-        cJSON_Delete(j);
-        return;
-    }
-    const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
-    if (e) {
-        const cJSON *msg = cJSON_GetObjectItemCaseSensitive(e, "message");
-        if (!c->error_seen)
-            snprintf(r->why, sizeof r->why, "stream error: %s",
-                     cJSON_IsString(msg) ? msg->valuestring : "(no message)");
-        c->error_seen = 1;
-        cJSON_Delete(j);
-        return;
-    }
+    double t = now - c->t0;
     const cJSON *usage = cJSON_GetObjectItemCaseSensitive(j, "usage");
     if (cJSON_IsObject(usage)) {
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(usage, "prompt_tokens");
         const cJSON *o = cJSON_GetObjectItemCaseSensitive(usage, "completion_tokens");
         if (!cJSON_IsNumber(p) || !cJSON_IsNumber(o))
-            mark_bad(c, "a usage object without prompt_tokens / completion_tokens");
+            sse_stream_bad(s, "a usage object without prompt_tokens / completion_tokens");
         else {
             r->prompt_tokens = p->valueint;
             r->usage_tokens = o->valueint;
@@ -97,8 +60,7 @@ static void on_event(conn *c, const char *ev, size_t n, double t)
     const cJSON *choices = cJSON_GetObjectItemCaseSensitive(j, "choices");
     const cJSON *choice = cJSON_GetArrayItem(choices, 0);
     if (!cJSON_IsArray(choices) || (!choice && !cJSON_IsObject(usage))) {
-        mark_bad(c, "a chunk without choices");
-        cJSON_Delete(j);
+        sse_stream_bad(s, "a chunk without choices");
         return;
     }
     if (choice) {
@@ -112,10 +74,10 @@ static void on_event(conn *c, const char *ev, size_t n, double t)
                    nonempty_string(cJSON_GetObjectItemCaseSensitive(delta, "content")) ||
                    nonempty_string(cJSON_GetObjectItemCaseSensitive(delta, "reasoning_content"));
         if (ids && !cJSON_IsArray(ids))
-            mark_bad(c, "token_ids is not an array");
+            sse_stream_bad(s, "token_ids is not an array");
         if (k > 0 || text) {
             if (record_chunk(r, t) != 0)
-                mark_bad(c, "out of memory recording chunk times");
+                sse_stream_bad(s, "out of memory recording chunk times");
             r->id_tokens += k;
             if (k == 0)
                 r->text_chunks++;
@@ -123,103 +85,37 @@ static void on_event(conn *c, const char *ev, size_t n, double t)
         if (cJSON_IsString(fin))
             c->n_finish++;
         else if (fin && !cJSON_IsNull(fin))
-            mark_bad(c, "finish_reason is neither a string nor null");
+            sse_stream_bad(s, "finish_reason is neither a string nor null");
     }
-    cJSON_Delete(j);
-}
-
-static size_t on_data(char *p, size_t size, size_t nmemb, void *ud)
-{
-    conn *c = ud;
-    size_t n = size * nmemb;
-    double t = tn_now_s() - c->t0;
-    if (sb_append(&c->in, p, n) != TN_OK)
-        return 0; /* aborts the transfer: counted as lost */
-    if (c->http_code == 0)
-        curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &c->http_code);
-    if (c->http_code != 200)
-        return n; /* an error body: judged whole at the end */
-    size_t start = 0;
-    for (;;) {
-        char *sep = strstr(c->in.p + start, "\n\n");
-        if (!sep)
-            break;
-        on_event(c, c->in.p + start, (size_t)(sep - (c->in.p + start)), t);
-        start = (size_t)(sep - c->in.p) + 2;
-    }
-    sb_consume(&c->in, start);
-    return n;
 }
 
 /* The outcome of a finished transfer. */
 static svb_outcome judge(conn *c, CURLcode res, double t)
 {
     svb_record *r = c->rec;
-    curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &c->http_code);
-    if (!c->done_seen)
-        r->t_end = t;
-    if (res != CURLE_OK) {
-        if (!c->error_seen)
-            snprintf(r->why, sizeof r->why, "transfer failed: %s", curl_easy_strerror(res));
-        return c->error_seen ? SVB_STREAM_ERROR : SVB_LOST;
+    sse_stream *s = &c->s;
+    r->t_end = s->done_seen ? s->t_done - c->t0 : t;
+    svb_outcome o;
+    if (sse_stream_failed(s, res)) {
+        o = s->error_seen ? SVB_STREAM_ERROR : SVB_LOST;
+    } else if (s->http_code != 200) {
+        sse_stream_http_error(s);
+        o = SVB_HTTP_ERROR;
+    } else if (s->error_seen) {
+        o = SVB_STREAM_ERROR;
+    } else if (sse_stream_check_end(s)) {
+        o = SVB_MALFORMED;
+    } else {
+        if (c->n_finish != 1)
+            sse_stream_bad(s, "not exactly one finish_reason");
+        else if (r->usage_tokens < 0)
+            sse_stream_bad(s, "no usage chunk (stream_options.include_usage was set)");
+        else if (r->text_chunks == 0 && r->id_tokens != r->usage_tokens)
+            sse_stream_bad(s, "the chunks' token ids disagree with usage.completion_tokens");
+        o = s->bad ? SVB_MALFORMED : SVB_OK;
     }
-    if (c->http_code != 200) {
-        cJSON *j = cJSON_ParseWithLength(c->in.p ? c->in.p : "", c->in.len);
-        const cJSON *m =
-            cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "error"), "message");
-        snprintf(r->why, sizeof r->why, "HTTP %ld: %s", c->http_code,
-                 cJSON_IsString(m) ? m->valuestring : "no OpenAI error body");
-        cJSON_Delete(j);
-        return SVB_HTTP_ERROR;
-    }
-    if (c->error_seen)
-        return SVB_STREAM_ERROR;
-    if (c->in.len != 0)
-        mark_bad(c, "bytes after the last event");
-    else if (!c->done_seen)
-        mark_bad(c, "the stream ended without [DONE]");
-    else if (c->n_finish != 1)
-        mark_bad(c, "not exactly one finish_reason");
-    else if (r->usage_tokens < 0)
-        mark_bad(c, "no usage chunk (stream_options.include_usage was set)");
-    else if (r->text_chunks == 0 && r->id_tokens != r->usage_tokens)
-        mark_bad(c, "the chunks' token ids disagree with usage.completion_tokens");
-    return c->bad ? SVB_MALFORMED : SVB_OK;
-}
-
-static void conn_close(CURLM *multi, conn *c)
-{
-    if (c->h) {
-        curl_multi_remove_handle(multi, c->h);
-        curl_easy_cleanup(c->h);
-    }
-    c->h = NULL;
-    sb_free(&c->in);
-}
-
-static int conn_start(CURLM *multi, conn *c, const svb_client_cfg *cfg, const char *url,
-                      struct curl_slist *headers, const svb_request *req)
-{
-    c->h = curl_easy_init();
-    if (!c->h)
-        return -1;
-    sb_init(&c->in);
-    curl_easy_setopt(c->h, CURLOPT_URL, url);
-    curl_easy_setopt(c->h, CURLOPT_POSTFIELDS, req->body);
-    curl_easy_setopt(c->h, CURLOPT_HTTPHEADER, headers);
-    curl_easy_setopt(c->h, CURLOPT_WRITEFUNCTION, on_data);
-    curl_easy_setopt(c->h, CURLOPT_WRITEDATA, c);
-    curl_easy_setopt(c->h, CURLOPT_PRIVATE, c);
-    curl_easy_setopt(c->h, CURLOPT_TIMEOUT, (long)cfg->timeout_s);
-    curl_easy_setopt(c->h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c->h, CURLOPT_PROXY, "");
-    c->rec->t_send = tn_now_s() - c->t0;
-    if (curl_multi_add_handle(multi, c->h) != CURLM_OK) {
-        curl_easy_cleanup(c->h);
-        c->h = NULL;
-        return -1;
-    }
-    return 0;
+    snprintf(r->why, sizeof r->why, "%s", s->why);
+    return o;
 }
 
 void svb_records_free(svb_record *recs, int n)
@@ -247,16 +143,7 @@ int svb_client_run(const svb_client_cfg *cfg, const svb_request *reqs, int n, sv
     }
     conn *conns = calloc((size_t)n, sizeof *conns);
     CURLM *multi = curl_multi_init();
-    struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
-    if (headers && cfg->auth_header) {
-        struct curl_slist *h = curl_slist_append(headers, cfg->auth_header);
-        if (!h) {
-            curl_slist_free_all(headers);
-            headers = NULL;
-        } else {
-            headers = h;
-        }
-    }
+    struct curl_slist *headers = sse_json_headers(cfg->auth_header);
     int rc = TN_OK;
     if (!conns || !multi || !headers) {
         rc = tn_fail(err, errlen, TN_ERR_NOMEM, "cannot set up the HTTP client");
@@ -279,7 +166,10 @@ int svb_client_run(const svb_client_cfg *cfg, const svb_request *reqs, int n, sv
             next = n;
         }
         while (next < n && running < cfg->concurrency && reqs[next].arrival_s <= t) {
-            if (conn_start(multi, &conns[next], cfg, url, headers, &reqs[next]) != 0) {
+            conn *c = &conns[next];
+            c->rec->t_send = tn_now_s() - t0;
+            if (sse_stream_start(&c->s, multi, url, reqs[next].body, headers, (long)cfg->timeout_s,
+                                 on_chunk, c) != 0) {
                 rc = tn_fail(err, errlen, TN_ERR_SYS, "cannot start an HTTP transfer");
                 goto out;
             }
@@ -293,13 +183,14 @@ int svb_client_run(const svb_client_cfg *cfg, const svb_request *reqs, int n, sv
         while ((m = curl_multi_info_read(multi, &left))) {
             if (m->msg != CURLMSG_DONE)
                 continue;
-            conn *c = NULL;
-            curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&c);
+            sse_stream *s = NULL;
+            curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&s);
+            conn *c = s->user;
             double te = tn_now_s() - t0;
             c->rec->outcome = judge(c, m->data.result, te);
             if (c->rec->t_end > last_end)
                 last_end = c->rec->t_end;
-            conn_close(multi, c);
+            sse_stream_close(s, multi);
             running--;
             finished++;
         }
@@ -321,7 +212,7 @@ int svb_client_run(const svb_client_cfg *cfg, const svb_request *reqs, int n, sv
      * server; its partial record stays for the trace. */
     double t_stop = tn_now_s() - t0;
     for (int i = 0; i < n; i++) {
-        if (conns[i].h) {
+        if (conns[i].s.h) {
             recs[i].outcome = SVB_ABORTED;
             recs[i].t_end = t_stop;
             snprintf(recs[i].why, sizeof recs[i].why, "still running at the time bound");
@@ -332,7 +223,7 @@ int svb_client_run(const svb_client_cfg *cfg, const svb_request *reqs, int n, sv
 out:
     if (conns) {
         for (int i = 0; i < n; i++)
-            conn_close(multi, &conns[i]);
+            sse_stream_close(&conns[i].s, multi);
         free(conns);
     }
     curl_slist_free_all(headers);

@@ -945,7 +945,7 @@ static void on_register(router_ctx *ctx, const char *rid, size_t rid_len,
                  "process under the same id; refusing it", (int)rid_len, rid,
                  (unsigned long long)reg->incarnation);
         tn_log(WHO, "registration refused: %s", err);
-        send_error(ctx, rid, rid_len, TANDEM__V1__ERROR_CODE__ERROR_CODE_INVALID_ARGUMENT, NULL, err);
+        send_error(ctx, rid, rid_len, TANDEM__V1__ERROR_CODE__ERROR_CODE_WORKER_REPLACED, NULL, err);
         return;
     }
     /* Same id, new process (a scaler restarted a dead worker before its

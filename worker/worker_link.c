@@ -124,6 +124,18 @@ int link_recv(worker_link *l, Tandem__V1__WorkerMessage **out)
             continue;
         }
         if (m->body_case == TANDEM__V1__WORKER_MESSAGE__BODY_ERROR && m->error &&
+            m->error->code == TANDEM__V1__ERROR_CODE__ERROR_CODE_WORKER_REPLACED) {
+            /* Registering again would be refused again, every second,
+             * forever: this process's work is already placed elsewhere. */
+            if (!l->replaced[0])
+                snprintf(l->replaced, sizeof l->replaced, "the router refused our registration: %s",
+                         m->error->message[0] ? m->error->message
+                                              : "a newer process serves under this id");
+            l->registered = 0;
+            tandem__v1__worker_message__free_unpacked(m, NULL);
+            continue;
+        }
+        if (m->body_case == TANDEM__V1__WORKER_MESSAGE__BODY_ERROR && m->error &&
             m->error->code == TANDEM__V1__ERROR_CODE__ERROR_CODE_UNKNOWN_WORKER &&
             l->drain != LINK_SERVING) {
             /* Leaving: the router forgot us (restart, expiry); nothing to
@@ -136,6 +148,10 @@ int link_recv(worker_link *l, Tandem__V1__WorkerMessage **out)
         }
         if (m->body_case == TANDEM__V1__WORKER_MESSAGE__BODY_ERROR && m->error &&
             m->error->code == TANDEM__V1__ERROR_CODE__ERROR_CODE_UNKNOWN_WORKER) {
+            if (l->replaced[0]) {
+                tandem__v1__worker_message__free_unpacked(m, NULL);
+                continue;
+            }
             if (l->registered) {
                 tn_log(l->who, "the router does not know us (restarted?): registering again");
                 l->session++;
@@ -158,6 +174,8 @@ int link_recv(worker_link *l, Tandem__V1__WorkerMessage **out)
 
 int link_next_due_ms(const worker_link *l, uint64_t now_ms)
 {
+    if (l->replaced[0])
+        return REGISTER_RETRY_MS; /* nothing due any more */
     uint64_t due = l->registered ? l->last_heartbeat_ms + l->heartbeat_ms
                                  : l->last_register_ms + REGISTER_RETRY_MS;
     return due > now_ms ? (int)(due - now_ms) : 0;
@@ -165,6 +183,8 @@ int link_next_due_ms(const worker_link *l, uint64_t now_ms)
 
 int link_tick(worker_link *l, uint64_t now_ms)
 {
+    if (l->replaced[0])
+        return 0;
     if (!l->registered) {
         if (now_ms - l->last_register_ms >= REGISTER_RETRY_MS)
             send_register(l, now_ms);

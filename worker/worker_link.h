@@ -1,8 +1,8 @@
 /* The worker side of the router's worker socket, shared by the prefiller
  * and the decoder: a DEALER socket whose routing id is the worker id,
  * registration (repeated until acknowledged, and again whenever the router
- * says it does not know us, e.g. after a router restart), and the
- * heartbeat clock. The caller builds heartbeats, since only it knows its
+ * says it does not know us, e.g. after a router restart, but never after it
+ * said a newer process under our id replaced us), and the heartbeat clock. The caller builds heartbeats, since only it knows its
  * load. */
 #ifndef TANDEM_WORKER_WORKER_LINK_H
 #define TANDEM_WORKER_WORKER_LINK_H
@@ -34,6 +34,10 @@ typedef struct worker_link {
     uint64_t last_register_ms, last_heartbeat_ms;
     link_drain_state drain;
     uint64_t deregister_sent_ms, next_deregister_ms;
+    char replaced[512];       /* the router's ERROR_CODE_WORKER_REPLACED message: a
+                                 newer process serves under our id (this one was
+                                 frozen, not dead); nothing is sent any more and the
+                                 worker must exit */
 } worker_link;
 
 /* Connects to endpoint ("tcp://host:port", or "host:port" meaning tcp) as
@@ -51,14 +55,14 @@ int link_send(worker_link *l, const Tandem__V1__WorkerMessage *m);
 
 /* Receives one message without blocking: 1 with *out set (free with
  * tandem__v1__worker_message__free_unpacked), 0 when none is waiting.
- * RegisterAck and ERROR_CODE_UNKNOWN_WORKER are handled here and not
- * returned. */
+ * RegisterAck, ERROR_CODE_UNKNOWN_WORKER and ERROR_CODE_WORKER_REPLACED
+ * (which sets l->replaced) are handled here and not returned. */
 int link_recv(worker_link *l, Tandem__V1__WorkerMessage **out);
 
 /* Milliseconds until link_tick has something to do. */
 int link_next_due_ms(const worker_link *l, uint64_t now_ms);
-/* Resends the registration if it is unanswered for a second; returns 1 if a
- * heartbeat is due (the caller sends it with link_send and then calls
+/* Resends the registration if it is unanswered for a second (never once
+ * replaced); returns 1 if a heartbeat is due (the caller sends it with link_send and then calls
  * link_heartbeat_sent). */
 int link_tick(worker_link *l, uint64_t now_ms);
 void link_heartbeat_sent(worker_link *l, uint64_t now_ms);

@@ -118,6 +118,17 @@ static void serve(worker_loop *wl, int timeout_ms)
         }
     }
     worker_receive(&wl->link, r->who, &wl->session, on_message, new_session, wl);
+    if (wl->link.replaced[0] && !wl->replaced) {
+        /* A process that was frozen, not dead, and has been replaced: its
+         * requests were placed again elsewhere and its id serves another
+         * process, so it leaves (the orchestrator starts a clean one if
+         * one is still wanted). */
+        tn_log(r->who, "%s: stopping (exit 1)", wl->link.replaced);
+        wl->replaced = 1;
+        wl->stop = 1;
+        if (r->on_stop)
+            r->on_stop(wl->ctx);
+    }
     r->progress(wl->ctx);
     uint64_t now = tn_now_ms();
     if (wl->link.drain != LINK_LEFT && link_tick(&wl->link, now))

@@ -74,6 +74,9 @@ typedef struct worker_loop {
     int stop;                  /* leave the main loop */
     int draining;              /* SIGTERM: take nothing new, finish, deregister */
     int left;                  /* drained and deregistered */
+    int replaced;              /* the router refused this process: a newer one serves
+                                  under its id (link.replaced says so); the worker
+                                  stops and exits 1 */
     int session;               /* link.session the work held came in */
     uint64_t tokens_total;     /* tokens processed since start */
     uint64_t window_tokens;    /* ... since the last heartbeat */
@@ -89,8 +92,9 @@ int worker_loop_open_signals(worker_loop *wl, int handle);
  * Returns 0, or -1 with the reason in err. */
 int worker_loop_join(worker_loop *wl, const worker_options *o, const Tandem__V1__Register *reg,
                      char *err, size_t errlen);
-/* Runs until the role's step or check says stop, a second signal, or the
- * drain's end; then the role's shutdown. */
+/* Runs until the role's step or check says stop, a second signal, the
+ * drain's end, or the router's word that a newer process replaced this one
+ * (wl->replaced); then the role's shutdown. */
 void worker_loop_run(worker_loop *wl);
 /* Inside a unit of work: waits up to timeout_ms (less when the link is
  * due) for the router or a signal, handles them, sends a heartbeat when

@@ -8,6 +8,8 @@
 #   fault_load NAME CLIENTS DEADLINE_S [loadgen flags]  # background: $! is its pid
 #   fault_check_load NAME CLIENTS                  # TAP lines for its results
 #   fault_kv_free WORKER...                        # TAP line: every page free
+#   fault_wait_metric 'NAME{LABELS}' MIN           # until the router's sample >= MIN
+#   fault_survived PID LOG WHAT                    # TAP line: same process, no UCX abort
 
 # fault_prompts MODEL_DIR N MAX_TOKENS: N prompts (prefixes of the fixture's
 # golden prompt, of different lengths) and tandem-generate's greedy output
@@ -81,4 +83,24 @@ fault_kv_free() {
     done
     [ "$all" = 1 ]
     check "every KV page is free within $bound s (decoder metrics)" $? "blocks used:$used"
+}
+
+# fault_wait_metric 'NAME{LABELS}' MIN: waits (about 10 s) until that sample
+# of the router's /metrics is at least MIN (a point in the load to strike
+# at); fails otherwise.
+fault_wait_metric() {
+    local v _
+    for _ in $(seq 1 200); do
+        v=$(metric "$1")
+        [ "${v:-0}" -ge "$2" ] 2>/dev/null && return 0
+        sleep 0.05
+    done
+    return 1
+}
+
+# fault_survived PID LOG WHAT: the worker that lost its peer is still the
+# process it was, and its log shows no UCX abort (Fatal, Assertion).
+fault_survived() {
+    kill -0 "$1" 2>/dev/null && ! grep -qE "Fatal|Assertion" "$2"
+    check "$3 (same process, no UCX abort)" $? "$(grep -m3 -A3 -E "Fatal|Assertion" "$2")"
 }

@@ -43,21 +43,17 @@ cat >"$CLUSTER_TMP/schema.json" <<'EOF'
 EOF
 
 cat >"$CLUSTER_TMP/drive.py" <<'EOF'
-import json, sys, urllib.request, urllib.error
+import json, sys
 from concurrent.futures import ThreadPoolExecutor
 import jsonschema
+sys.path.insert(0, "tests/integration")
+from chat_post import post_chat
 
 url, model, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 schema = json.load(open(sys.argv[4]))
 
 def post(body):
-    req = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(),
-                                 {"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return r.status, json.load(r)
-    except urllib.error.HTTPError as e:
-        return e.code, json.load(e)
+    return post_chat(url, body)
 
 def body(seed, fmt):
     b = {"model": model, "messages": [{"role": "user", "content": "Describe a person as JSON."}],

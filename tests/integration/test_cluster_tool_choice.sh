@@ -35,9 +35,11 @@ EOF
         DECODER_FLAGS="--tokenizer $vocab --max-batch 16 ${WORKER_EXTRA_FLAGS:-}" \
         cluster_start "$CLUSTER_TMP/$name.json" --tokenizer "$vocab" || return
     python3 - "$URL" "$name" >"$CLUSTER_TMP/$name.out" 2>&1 <<'EOF'
-import json, sys, urllib.request, urllib.error
+import json, sys
 from concurrent.futures import ThreadPoolExecutor
 import jsonschema
+sys.path.insert(0, "tests/integration")
+from chat_post import post_chat
 
 url, model = sys.argv[1], sys.argv[2]
 weather = {"type": "object",
@@ -52,13 +54,7 @@ tools = [{"type": "function", "function": {"name": "get_weather", "parameters": 
 params = {"get_weather": weather, "lookup": lookup}
 
 def post(body):
-    req = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(),
-                                 {"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return r.status, json.load(r)
-    except urllib.error.HTTPError as e:
-        return e.code, json.load(e)
+    return post_chat(url, body)
 
 def req(seed, **kw):
     b = {"model": model, "messages": [{"role": "user", "content": "What is the weather in Paris?"}],

@@ -41,11 +41,7 @@ fault_prompts "$dir" 4 48
 fault_load load 200 50
 lpid=$!
 # Freeze d1 once it decodes part of the load.
-for _ in $(seq 1 200); do
-    b=$(metric 'tandem_decode_batch_size{pool="decode",worker="d1"}')
-    [ "${b:-0}" -ge 4 ] 2>/dev/null && break
-    sleep 0.05
-done
+fault_wait_metric 'tandem_decode_batch_size{pool="decode",worker="d1"}' 4
 kill -STOP "$(pid_of d1)"
 t0=$(date +%s.%N)
 wait_health 1 1 $((FREEZE_S * 10))

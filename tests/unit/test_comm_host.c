@@ -18,13 +18,10 @@
 #include "engine/comm.h"
 #include "engine/comm_launch.h"
 #include "common/status.h"
+#include "tests/unit/comm_testutil.h"
 #include "tests/unit/rank_testutil.h"
 
-#define WAIT_MS 60000     /* bound on a whole case; reaching it is a failure */
 #define TAG "ch"
-
-/* Exit codes a rank reports. */
-enum { PASS = 0, E_INIT = 10, E_CALL, E_VALUE, E_EXPECTED_FAIL, E_MESSAGE, E_SETUP };
 
 static int join(const rt_rank *r, const comm_options *o, comm **c)
 {
@@ -35,16 +32,6 @@ static int join(const rt_rank *r, const comm_options *o, comm **c)
     return rc;
 }
 
-/* Deterministic test data: value i of rank r (mixed signs and magnitudes). */
-static float datum(int r, size_t i)
-{
-    uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(r * 40503u + 17u);
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    return ((float)(h % 20001u) - 10000.0f) / 997.0f * (1.0f + (float)(h % 7u));
-}
-
 static uint64_t fnv(const void *p, size_t n)
 {
     const unsigned char *b = p;
@@ -52,22 +39,6 @@ static uint64_t fnv(const void *p, size_t n)
     for (size_t i = 0; i < n; i++)
         h = (h ^ b[i]) * 1099511628211ull;
     return h;
-}
-
-static void run_group(int world, rt_rank_fn fn, void *arg, const int *want_status)
-{
-    rt_group g;
-    int status[RT_MAX_RANKS];
-    assert_int_equal(rt_start(&g, world, TAG, fn, arg), 0);
-    rt_wait(&g, WAIT_MS, status);
-    for (int r = 0; r < world; r++) {
-        int want = want_status ? want_status[r] : PASS;
-        if (status[r] != want)
-            print_error("rank %d: status %d, expected %d\n", r, status[r], want);
-        assert_int_equal(status[r], want);
-    }
-    assert_false(rt_shm_exists(g.name));
-    assert_int_equal(rt_shm_count_ours(TAG), 0);
 }
 
 /* ---- all-reduce --------------------------------------------------------- */
@@ -92,7 +63,7 @@ static int all_reduce_rank(const rt_rank *r, void *arg)
         goto out;
     }
     for (size_t i = 0; i < rc_->n; i++)
-        buf[i] = datum(r->rank, i);
+        buf[i] = ct_datum(r->rank, i);
     if (comm_all_reduce_sum(c, buf, rc_->n)) {
         fprintf(stderr, "rank %d: all_reduce: %s\n", r->rank, comm_error(c));
         code = E_CALL;
@@ -101,8 +72,8 @@ static int all_reduce_rank(const rt_rank *r, void *arg)
     for (size_t i = 0; i < rc_->n && code == PASS; i++) {
         double ref = 0, mag = 0;
         for (int q = 0; q < r->world; q++) {
-            ref += (double)datum(q, i);
-            mag += fabs((double)datum(q, i));
+            ref += (double)ct_datum(q, i);
+            mag += fabs((double)ct_datum(q, i));
         }
         if (fabs((double)buf[i] - ref) > 1e-6 * mag + 1e-30) {
             fprintf(stderr, "rank %d: element %zu = %.9g, float64 sum %.9g\n", r->rank, i,
@@ -130,7 +101,7 @@ static void all_reduce_matches_float64(void **state)
     const reduce_case cases[] = {{1, 0}, {1000, 0}, {100003, 4096}, {0, 0}};
     for (int w = 2; w <= 4; w++)
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-            run_group(w, all_reduce_rank, (void *)&cases[i], NULL);
+            ct_run_group(w, TAG, all_reduce_rank, (void *)&cases[i], NULL);
 }
 
 /* ---- all-gather and broadcast ------------------------------------------ */
@@ -197,8 +168,8 @@ static void all_gather_and_broadcast_deliver_every_byte(void **state)
     (void)state;
     size_t small[2] = {37, 0}, chunked[2] = {10007, 4096};
     for (int w = 2; w <= 4; w++) {
-        run_group(w, gather_bcast_rank, small, NULL);
-        run_group(w, gather_bcast_rank, chunked, NULL);
+        ct_run_group(w, TAG, gather_bcast_rank, small, NULL);
+        ct_run_group(w, TAG, gather_bcast_rank, chunked, NULL);
     }
 }
 
@@ -271,7 +242,7 @@ static void all_to_all_v_delivers_variable_counts(void **state)
 {
     (void)state;
     for (int w = 2; w <= 4; w++)
-        run_group(w, all_to_all_rank, NULL, NULL);
+        ct_run_group(w, TAG, all_to_all_rank, NULL, NULL);
 }
 
 /* ---- sub-groups ---------------------------------------------------------- */
@@ -336,7 +307,7 @@ out:
 static void sub_groups_are_independent(void **state)
 {
     (void)state;
-    run_group(4, subgroup_rank, NULL, NULL);
+    ct_run_group(4, TAG, subgroup_rank, NULL, NULL);
 }
 
 /* ---- failures ------------------------------------------------------------ */
@@ -346,23 +317,6 @@ typedef struct fail_case {
     const char *expect;  /* substring of the others' comm_error */
     int timeout_ms;
 } fail_case;
-
-/* Survivors' verdict: the collective must fail with TN_ERR_PEER and the
- * reason must name the cause. */
-static int expect_peer_error(const rt_rank *r, comm *c, int rc, const char *expect)
-{
-    if (rc != TN_ERR_PEER) {
-        fprintf(stderr, "rank %d: collective returned %d, expected TN_ERR_PEER\n", r->rank, rc);
-        return E_EXPECTED_FAIL;
-    }
-    if (!strstr(comm_error(c), expect)) {
-        fprintf(stderr, "rank %d: error '%s' does not mention '%s'\n", r->rank, comm_error(c),
-                expect);
-        return E_MESSAGE;
-    }
-    fprintf(stderr, "rank %d: got the expected error: %s\n", r->rank, comm_error(c));
-    return PASS;
-}
 
 /* Every rank all-reduces in a loop; the parent SIGKILLs the victim once it
  * is in the loop. The survivors must leave the loop with TN_ERR_PEER. */
@@ -382,7 +336,7 @@ static int loop_until_failure_rank(const rt_rank *r, void *arg)
         if (i == 20)
             rt_signal_ready(r);
     }
-    int code = expect_peer_error(r, c, rc, f->expect);
+    int code = ct_expect_peer_error(r, c, rc, f->expect);
     /* the group stays failed: later calls fail at once, never block */
     if (code == PASS && comm_barrier(c) != TN_ERR_PEER)
         code = E_EXPECTED_FAIL;
@@ -398,9 +352,9 @@ static void killed_rank_fails_the_group_mid_collective(void **state)
         rt_group g;
         int status[RT_MAX_RANKS];
         assert_int_equal(rt_start(&g, w, TAG, loop_until_failure_rank, &f), 0);
-        assert_int_equal(rt_wait_ready(&g, f.victim, WAIT_MS), 0);
+        assert_int_equal(rt_wait_ready(&g, f.victim, CT_WAIT_MS), 0);
         rt_kill(&g, f.victim, SIGKILL);
-        rt_wait(&g, WAIT_MS, status);
+        rt_wait(&g, CT_WAIT_MS, status);
         for (int r = 0; r < w; r++)
             assert_int_equal(status[r], r == f.victim ? 128 + SIGKILL : PASS);
         assert_int_equal(rt_shm_count_ours(TAG), 0);
@@ -446,7 +400,7 @@ static int victim_rank(const rt_rank *r, void *arg)
         if (!strcmp(f->expect, "collective mismatch")) {
             float two[2] = {0};
             rc = comm_all_gather(c, &v, two, sizeof(v));
-            int code = expect_peer_error(r, c, rc, f->expect);
+            int code = ct_expect_peer_error(r, c, rc, f->expect);
             comm_free(c);
             return code;
         }
@@ -455,7 +409,7 @@ static int victim_rank(const rt_rank *r, void *arg)
             char byte = 1, in[RT_MAX_RANKS];
             sc[0] = 1;   /* sends rank 0 a byte rank 0 does not expect */
             rc = comm_all_to_all_v(c, &byte, sc, in, rcv);
-            int code = expect_peer_error(r, c, rc, "mismatch");
+            int code = ct_expect_peer_error(r, c, rc, "mismatch");
             comm_free(c);
             return code;
         }
@@ -467,20 +421,16 @@ static int victim_rank(const rt_rank *r, void *arg)
     } else {
         rc = comm_all_reduce_sum(c, &v, 1);
     }
-    int code = expect_peer_error(r, c, rc, f->expect);
+    int code = ct_expect_peer_error(r, c, rc, f->expect);
     comm_free(c);
     return code;
 }
 
 static void run_victim_case(int world, fail_case f, int victim_status)
 {
-    rt_group g;
-    int status[RT_MAX_RANKS];
-    assert_int_equal(rt_start(&g, world, TAG, victim_rank, &f), 0);
-    rt_wait(&g, WAIT_MS, status);
-    for (int r = 0; r < world; r++)
-        assert_int_equal(status[r], r == f.victim ? victim_status : PASS);
-    assert_int_equal(rt_shm_count_ours(TAG), 0);
+    int want[RT_MAX_RANKS] = {PASS};
+    want[f.victim] = victim_status;
+    ct_run_group(world, TAG, victim_rank, &f, want);
 }
 
 static void rank_dying_before_a_collective_fails_it(void **state)
@@ -518,7 +468,7 @@ static int poll_rank(const rt_rank *r, void *arg)
     int rc;
     while ((rc = comm_poll_peers(c)) == TN_OK)
         usleep(1000);
-    int code = expect_peer_error(r, c, rc, "rank 1");
+    int code = ct_expect_peer_error(r, c, rc, "rank 1");
     if (code == PASS && !strstr(comm_error(c), "died"))
         code = E_MESSAGE;
     comm_free(c);
@@ -529,7 +479,7 @@ static void poll_peers_sees_a_death_outside_collectives(void **state)
 {
     (void)state;
     const int want[3] = {PASS, 128 + SIGKILL, PASS};
-    run_group(3, poll_rank, NULL, want);
+    ct_run_group(3, TAG, poll_rank, NULL, want);
 }
 
 static void aborting_rank_fails_the_group_at_once(void **state)
@@ -568,7 +518,7 @@ static int missing_peer_rank(const rt_rank *r, void *arg)
 static void missing_rank_fails_start_up_without_leaking(void **state)
 {
     (void)state;
-    run_group(2, missing_peer_rank, NULL, NULL);
+    ct_run_group(2, TAG, missing_peer_rank, NULL, NULL);
 }
 
 static int double_rank_rank(const rt_rank *r, void *arg)
@@ -599,7 +549,7 @@ static void a_rank_cannot_join_twice(void **state)
     rt_group g;
     int status[RT_MAX_RANKS];
     assert_int_equal(rt_start(&g, 3, TAG, double_rank_rank, NULL), 0);
-    rt_wait(&g, WAIT_MS, status);
+    rt_wait(&g, CT_WAIT_MS, status);
     /* exactly one of the two claimants of rank 1 was refused */
     int refused = (status[1] == 100) + (status[2] == 100);
     assert_int_equal(status[0], PASS);
@@ -683,7 +633,7 @@ static void fork_launcher_runs_and_supervises_ranks(void **state)
             exit(rc || v != 3.0f ? 1 : (fail && L.rank == 2) ? 3 : 0);
         assert_int_equal(rc, TN_OK);
         assert_true(v == 3.0f);
-        int wrc = comm_launch_wait(&L, WAIT_MS, err, sizeof(err));
+        int wrc = comm_launch_wait(&L, CT_WAIT_MS, err, sizeof(err));
         if (fail) {
             assert_int_equal(wrc, -1);
             assert_non_null(strstr(err, "rank 2 exited with status 3"));

@@ -25,41 +25,14 @@
 #include "engine/rank_comm.h"
 #include "kernels/backend.h"
 #include "common/status.h"
+#include "tests/unit/comm_testutil.h"
 #include "tests/unit/rank_testutil.h"
 
-#define WAIT_MS 60000
 #define TAG "cs"
-
-enum { PASS = 0, E_INIT = 10, E_CALL, E_VALUE, E_EXPECTED_FAIL, E_MESSAGE, E_SETUP };
-
-/* Deterministic test data: value i of rank r (mixed signs and magnitudes). */
-static float datum(int r, size_t i)
-{
-    uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(r * 40503u + 17u);
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    return ((float)(h % 20001u) - 10000.0f) / 997.0f * (1.0f + (float)(h % 7u));
-}
 
 static unsigned char byte_of(int from, int to, size_t i)
 {
     return (unsigned char)(from * 37 + to * 11 + i * 7 + 3);
-}
-
-static void run_group(int world, rt_rank_fn fn, void *arg, const int *want_status)
-{
-    rt_group g;
-    int status[RT_MAX_RANKS];
-    assert_int_equal(rt_start(&g, world, TAG, fn, arg), 0);
-    rt_wait(&g, WAIT_MS, status);
-    for (int r = 0; r < world; r++) {
-        int want = want_status ? want_status[r] : PASS;
-        if (status[r] != want)
-            print_error("rank %d: status %d, expected %d\n", r, status[r], want);
-        assert_int_equal(status[r], want);
-    }
-    assert_int_equal(rt_shm_count_ours(TAG), 0);
 }
 
 /* A host world and, split from it, a staged communicator over the CPU
@@ -113,14 +86,14 @@ static int collectives_rank(const rt_rank *r, void *arg)
         code = E_SETUP;
     /* all-reduce: float64 reference, and bitwise the host communicator's */
     for (size_t i = 0; i < n && !code; i++)
-        a[i] = b[i] = datum(me, i);
+        a[i] = b[i] = ct_datum(me, i);
     if (!code && (comm_all_reduce_sum(x.staged, a, n) || comm_all_reduce_sum(x.host, b, n)))
         code = E_CALL;
     for (size_t i = 0; i < n && !code; i++) {
         double ref = 0, mag = 0;
         for (int q = 0; q < W; q++) {
-            ref += (double)datum(q, i);
-            mag += fabs((double)datum(q, i));
+            ref += (double)ct_datum(q, i);
+            mag += fabs((double)ct_datum(q, i));
         }
         if (fabs((double)a[i] - ref) > 1e-6 * mag + 1e-30 || memcmp(&a[i], &b[i], 4) != 0) {
             fprintf(stderr, "rank %d: element %zu = %.9g, host %.9g, float64 %.9g\n", me, i,
@@ -198,7 +171,7 @@ static void staged_collectives_match_the_host_communicator(void **state)
     const size_t sizes[] = {0, 1, 1000, 70001};
     for (int w = 2; w <= 4; w++)
         for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++)
-            run_group(w, collectives_rank, (void *)&sizes[i], NULL);
+            ct_run_group(w, TAG, collectives_rank, (void *)&sizes[i], NULL);
 }
 
 /* ---- a dead rank fails the staged group ---------------------------------- */
@@ -216,12 +189,7 @@ static int dying_rank(const rt_rank *r, void *arg)
     if (r->rank == 1)
         raise(SIGKILL);
     comm_set_timeout(x.staged, 20000);
-    int rc = comm_all_reduce_sum(x.staged, v, 64);
-    code = rc == TN_ERR_PEER ? PASS : E_EXPECTED_FAIL;
-    if (!code && !strstr(comm_error(x.staged), "rank 1 (pid")) {
-        fprintf(stderr, "rank %d: message: %s\n", r->rank, comm_error(x.staged));
-        code = E_MESSAGE;
-    }
+    code = ct_expect_peer_error(r, x.staged, comm_all_reduce_sum(x.staged, v, 64), "rank 1 (pid");
     close_ranks(&x);
     return code;
 }
@@ -230,7 +198,7 @@ static void a_dead_rank_fails_the_staged_group(void **state)
 {
     (void)state;
     const int want[3] = {PASS, 128 + SIGKILL, PASS};
-    run_group(3, dying_rank, NULL, want);
+    ct_run_group(3, TAG, dying_rank, NULL, want);
 }
 
 /* ---- the choice ------------------------------------------------------------ */
@@ -314,9 +282,9 @@ static void open_builds_the_chosen_communicator(void **state)
 {
     (void)state;
     rank_comm_kind want = RANK_COMM_AUTO;
-    run_group(2, open_rank, &want, NULL);
+    ct_run_group(2, TAG, open_rank, &want, NULL);
     want = RANK_COMM_STAGED;
-    run_group(3, open_rank, &want, NULL);
+    ct_run_group(3, TAG, open_rank, &want, NULL);
 }
 
 static void staged_init_refuses_bad_arguments(void **state)

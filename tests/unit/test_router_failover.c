@@ -302,6 +302,7 @@ static void restart_places_the_old_processs_requests_at_once(void **state)
     assert_int_equal(worker(f, "d0")->incarnation, 2);
     Tandem__V1__WorkerMessage *e = next_of(f->d0, TANDEM__V1__WORKER_MESSAGE__BODY_ERROR);
     assert_non_null(e);
+    assert_int_equal(e->error->code, TANDEM__V1__ERROR_CODE__ERROR_CODE_WORKER_REPLACED);
     assert_non_null(strstr(e->error->message, "replaced by a newer process"));
     tandem__v1__worker_message__free_unpacked(e, NULL);
 

@@ -1,7 +1,8 @@
 /* The worker side of the control plane against a real ZeroMQ ROUTER socket
  * on 127.0.0.1 (the router's side of the protocol played by the test):
  * registration, acknowledgement, heartbeat clock, re-registration after
- * ERROR_CODE_UNKNOWN_WORKER, and malformed frames being dropped. */
+ * ERROR_CODE_UNKNOWN_WORKER, none after ERROR_CODE_WORKER_REPLACED, and
+ * malformed frames being dropped. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -142,6 +143,70 @@ static void registers_heartbeats_and_reregisters(void **state)
     router_down(&r);
 }
 
+static int is_replaced(worker_link *l) { return l->replaced[0] != 0; }
+
+/* Nothing from the worker reaches the router within wait_ms. */
+static void router_hears_nothing(fake_router *r, int wait_ms)
+{
+    zmq_pollitem_t it = {r->sock, 0, ZMQ_POLLIN, 0};
+    assert_int_equal(zmq_poll(&it, 1, wait_ms), 0);
+}
+
+/* A process the router says a newer one under its id replaced (it was
+ * frozen, not dead) stops registering: not on its retry clock, not when the
+ * router later says it does not know the id. */
+static void a_replaced_incarnation_stops_registering(void **state)
+{
+    (void)state;
+    fake_router r;
+    router_up(&r);
+    Tandem__V1__Register reg = TANDEM__V1__REGISTER__INIT;
+    reg.worker_id = "dec-8";
+    reg.role = TANDEM__V1__WORKER_ROLE__WORKER_ROLE_DECODER;
+    reg.incarnation = 7;
+    worker_link l;
+    char err[200];
+    assert_int_equal(link_open(&l, "test", r.endpoint, "dec-8", &reg, err, sizeof err), 0);
+    char rid[WIRE_MAX_ID];
+    size_t rid_len;
+    Tandem__V1__WorkerMessage *m = router_recv(&r, rid, &rid_len);
+    assert_int_equal(m->body_case, TANDEM__V1__WORKER_MESSAGE__BODY_REGISTER);
+    tandem__v1__worker_message__free_unpacked(m, NULL);
+
+    Tandem__V1__Error e = TANDEM__V1__ERROR__INIT;
+    e.code = TANDEM__V1__ERROR_CODE__ERROR_CODE_WORKER_REPLACED;
+    e.message = "worker dec-8 incarnation 0000000000000007 was replaced by a newer process";
+    Tandem__V1__WorkerMessage out = TANDEM__V1__WORKER_MESSAGE__INIT;
+    out.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_ERROR;
+    out.error = &e;
+    assert_int_equal(wire_send(r.sock, rid, rid_len, &out.base, ZMQ_DONTWAIT), 0);
+    pump_until(&l, is_replaced);
+    assert_non_null(strstr(l.replaced, "refused our registration"));
+    assert_non_null(strstr(l.replaced, "replaced by a newer process"));
+    assert_false(l.registered);
+
+    /* Long past the retry interval: no Register, no heartbeat. */
+    uint64_t later = tn_now_ms() + 60000;
+    assert_int_equal(link_tick(&l, later), 0);
+    assert_true(link_next_due_ms(&l, later) > 0);
+    /* "Unknown worker" does not bring it back either. */
+    e.code = TANDEM__V1__ERROR_CODE__ERROR_CODE_UNKNOWN_WORKER;
+    e.message = "unknown worker: register first";
+    assert_int_equal(wire_send(r.sock, rid, rid_len, &out.base, ZMQ_DONTWAIT), 0);
+    Tandem__V1__WorkerMessage *got = NULL;
+    for (int i = 0; i < 50; i++) {
+        zmq_pollitem_t it = {l.sock, 0, ZMQ_POLLIN, 0};
+        zmq_poll(&it, 1, 10);
+        assert_int_equal(link_recv(&l, &got), 0);
+    }
+    assert_int_equal(link_tick(&l, later + 60000), 0);
+    router_hears_nothing(&r, 300);
+    assert_non_null(strstr(l.replaced, "replaced by a newer process"));
+
+    link_close(&l);
+    router_down(&r);
+}
+
 static void bad_endpoint_or_id_is_refused(void **state)
 {
     (void)state;
@@ -157,6 +222,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(registers_heartbeats_and_reregisters),
+        cmocka_unit_test(a_replaced_incarnation_stops_registering),
         cmocka_unit_test(bad_endpoint_or_id_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
