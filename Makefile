@@ -17,7 +17,7 @@
 #                                      every other program in programs/)
 #   tests/unit/test_*.c             -> build/tests/test_*  (cmocka)
 #   tests/integration/test_*.sh     -> run by tests/run_tests.sh
-#   kernels/cuda/*.cu               -> build/cuda/*.o (compiled when nvcc exists)
+#   kernels/cuda/*.cu               -> build-cuda/cuda/*.o (compiled when nvcc exists)
 
 # CUDA=1 builds the CUDA backend into libtandem (TANDEM_CUDA, cudart, cuBLAS)
 # in its own tree, build-cuda/, so plain `make` stays CPU-only and never
@@ -67,7 +67,12 @@ TEST_HELPER_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(TEST_HELPER_SRC))
 # tests/unit/test_ops.c) and, with CUDA=1, tests/gpu/test_cuda_ops
 OPS_OBJ  := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/ops/*.c))
 CU_SRC   := $(wildcard kernels/cuda/*.cu)
-CU_OBJ   := $(patsubst %.cu,$(BUILD)/cuda/%.o,$(CU_SRC))
+# The CUDA objects have one home whatever BUILD is: nvcc's flags depend on
+# neither BUILD, SANITIZE nor CUDA=1, so `make all` (which compiles them
+# when nvcc exists) and `make CUDA=1` share them instead of compiling them
+# twice.
+CU_BUILD ?= build-cuda
+CU_OBJ   := $(patsubst %.cu,$(CU_BUILD)/cuda/%.o,$(CU_SRC))
 NVCCFLAGS ?= -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xcompiler -Wall,-Wextra,-Werror -I.
 
 # CUDA=1: C files see TANDEM_CUDA (the dispatcher's CUDA arms), the CUDA
@@ -307,7 +312,7 @@ $(ENGINE_GPU_TESTS): $(BUILD)/tests/gpu/%: $(BUILD)/obj/tests/gpu/%.o \
 gpu-engine-progs: $(GPU_ENGINE_PROGS)
 
 cuda: $(CU_OBJ)
-$(BUILD)/cuda/%.o: %.cu
+$(CU_BUILD)/cuda/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
@@ -315,7 +320,7 @@ test: $(LIB) $(BINS) $(TESTS) $(DEMO_MODEL_FILES)
 	BUILD=$(BUILD) bash tests/run_tests.sh
 
 test-asan:
-	$(MAKE) BUILD=build-asan OPT=-O1 SANITIZE="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
+	TEST_SKIP_NO_C=1 $(MAKE) BUILD=build-asan OPT=-O1 SANITIZE="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" test
 
 run: $(LIB) $(BINS) $(DEMO_MODEL_FILES)
 	BUILD=$(BUILD) bash tests/run_local.sh
