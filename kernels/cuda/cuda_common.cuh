@@ -30,11 +30,15 @@ extern "C" {
  * kernel for head_dim 64 (GPT-OSS) and takes head_dim 128 too (Qwen3:
  * 8192 tokens 522 -> 287 ms in s5run3; docs/PERF.md) */
 #define KN_CUDA_DEFAULT_ATTN_WGMMA 7
-/* FP8 prefill experts on the per-expert cuBLASLt GEMMs: the grouped GEMMs
- * of moe_gemm_fp8.cu pass every check but are slower on the H200 (s5run3:
- * GPT-OSS-20B FP8 prefill of 8192 tokens 264 ms on mma.sync, 166 ms on
- * wgmma, 122 ms per expert; docs/PERF.md) */
-#define KN_CUDA_DEFAULT_MOE_FP8_GEMM 0
+/* FP8 prefill experts on the warp-specialised grouped GEMM (TMA producer
+ * warpgroup, two wgmma consumers; moe_gemm_fp8_ws.cu): one launch per
+ * product over all experts, no host sync. On the H200 (s6run3/s6run4,
+ * prefill of 8192 tokens) it ties the per-expert cuBLASLt GEMMs on
+ * GPT-OSS-20B's 32 experts (125.1 vs 124.0 ms) and beats them on the
+ * 128-expert models: GPT-OSS-120B 207.0 vs 218.2 ms, Qwen3-30B-A3B 180.5 vs
+ * 221.0 ms (docs/PERF.md); mma.sync (1) and the first wgmma version (4)
+ * were slower than per-expert (s5run3) */
+#define KN_CUDA_DEFAULT_MOE_FP8_GEMM 7
 
 struct kn_cuda_ctx {
     cudaStream_t stream;
@@ -72,7 +76,7 @@ struct kn_cuda_ctx {
     /* FP8 experts off the grouped (decode) middle: 1 runs the grouped
      * GEMMs of moe_gemm_fp8.cu (one launch per product, no host sync) on
      * mma.sync, 4 on wgmma, 7 on the warp-specialised TMA + wgmma kernel
-     * (moe_gemm_fp8_ws.cu), 0 (KN_CUDA_DEFAULT_MOE_FP8_GEMM) the
+     * (moe_gemm_fp8_ws.cu: KN_CUDA_DEFAULT_MOE_FP8_GEMM), 0 the
      * per-expert cuBLASLt GEMMs;
      * 2, 3 (mma.sync), 5, 6 (wgmma) and 8, 9 (warp-specialised) pair one
      * grouped GEMM with the decode kernel's other product (diagnostics,

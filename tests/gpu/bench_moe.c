@@ -208,7 +208,7 @@ static void bench_model(const kn_backend *be, tu_rng *rng, const moe_model *m, k
                                                   "grouped GEMM (warp-specialised TMA + wgmma e4m3)",
                                                   "expert gemv (fp32 act)" };
         const int gemv = fp8 && T <= KN_CUDA_MOE_GEMV_TOKENS;
-        const int default_mode = gemv ? 7 : auto_grouped ? 1 : 0;
+        const int default_mode = gemv ? 7 : auto_grouped ? 1 : fp8 && T >= 128 ? 6 : 0;
         const int fp8_gemm_was = kn_cuda_moe_fp8_gemm(be);
         for (int mode = 0; mode < (fp8 ? 8 : 3); mode++) {
             if (mode == 7 && !gemv)
