@@ -61,6 +61,18 @@ for lay in "--tp 2 --ep 2" "--dp 2 --ep 2"; do
     fi
 done
 
+# --chunk-tokens: the 40-token prompt in chunks of 16 (as the prefiller runs
+# long prompts), the 16-token one in one forward; the row says which
+timeout 120 "$BENCH" --synthetic tests/fixtures/gpt_oss_tiny --prefill 16,40 --batch none \
+    --repeat 1 --chunk-tokens 16 >"$tmp/chunk" 2>"$tmp/err"
+rc=$?
+if [ $rc -eq 0 ] && grep -qE '^prefill +prompt 40 \(chunks of 16\) ' "$tmp/chunk" &&
+   grep -qE '^prefill +prompt 16 +[0-9]' "$tmp/chunk"; then
+    ok "--chunk-tokens 16: 'prompt 40 (chunks of 16)' and 'prompt 16' in one forward"
+else
+    not_ok "--chunk-tokens rows" "exit $rc" "$(cat "$tmp/chunk" "$tmp/err")"
+fi
+
 expect_fail() {   # NAME STATUS MESSAGE ARGS...
     local name=$1 want=$2 msg=$3
     shift 3
@@ -80,6 +92,8 @@ expect_fail "bad --weights" 2 "bad value for --weights" --model tests/fixtures/g
 expect_fail "bad --context-fill" 2 "bad value for --context-fill" --model tests/fixtures/gpt_oss_tiny \
     --context-fill zeros
 expect_fail "bad --prefill list" 2 "bad value for --prefill" --model tests/fixtures/gpt_oss_tiny --prefill 8,,9
+expect_fail "bad --chunk-tokens" 2 "bad value for --chunk-tokens" --model tests/fixtures/gpt_oss_tiny \
+    --chunk-tokens -4
 expect_fail "unknown option" 2 "unknown option" --model tests/fixtures/gpt_oss_tiny --fast
 expect_fail "missing synthetic config" 1 "No such file" --synthetic "$tmp/absent.json"
 expect_fail "--tp with --dp" 2 "not a layout the workers run" --synthetic tests/fixtures/gpt_oss_tiny \
