@@ -609,6 +609,10 @@ static void on_kv_ready(router_ctx *ctx, router_worker *from, const Tandem__V1__
     Tandem__V1__WorkerMessage m = TANDEM__V1__WORKER_MESSAGE__INIT;
     m.body_case = TANDEM__V1__WORKER_MESSAGE__BODY_PREFILL_ASSIGNMENT;
     m.prefill_assignment = &a;
+    /* Stamped before the send: the prefiller may start (and its own
+     * prefill + transfer clock run) before this thread returns from it, and
+     * the prefill queue stage is the round trip less the prefiller's times. */
+    double t_sent = tn_now_s();
     int sent = send_worker(ctx, p->id, &m);
     wire_bias_free(&bias);
     if (prompt != r->prompt)
@@ -628,7 +632,7 @@ static void on_kv_ready(router_ctx *ctx, router_worker *from, const Tandem__V1__
     p->assigned_input_tokens += (uint64_t)r->assigned_tokens;
     r->on_prefiller = 1;
     r->stage = STAGE_PREFILLING;
-    r->t_assigned_prefill = tn_now_s();
+    r->t_assigned_prefill = t_sent;
     if (r->t_assigned_decode > 0)
         metrics_observe(&ctx->metrics.stage[STAGE_T_ADMISSION],
                         r->t_assigned_prefill - r->t_assigned_decode);

@@ -106,9 +106,10 @@ for p in ps:
     for k in stages + ["stage_first_decode"]:
         assert c[k] == p["completed"], (k, c)
     total = sum(s[k] for k in stages)
-    assert abs(total - s["router_ttft"]) <= 0.01 * s["router_ttft"] + 0.5, (total, s)' "$T/sweep.json"
+    assert abs(total - s["router_ttft"]) <= 0.01 * s["router_ttft"] + 0.5, (total, s)' "$T/sweep.json" \
+        >"$T/stages.err" 2>&1
 check "cluster sweep: a table row per point and the stage breakdown (one prefill and one KV push per request, the stages add up to the router TTFT)" $? \
-    "$(grep -A4 '^conc' "$T/sweep.out" | head -8)"
+    "$(grep -A4 '^conc' "$T/sweep.out" | head -8)" "$(tail -3 "$T/stages.err")"
 $PY - "$T/sweep.svg" <<'EOF'
 import sys, xml.etree.ElementTree as ET
 root = ET.parse(sys.argv[1]).getroot()
