@@ -278,9 +278,9 @@ static int layer_forward(tm_model *m, tm_kv_cache *kv, int l, const kn_seq_batch
     else
         TRY(kn_rmsnorm(be, xn, x, w->attn_norm, T, H, c->rms_eps));
     TRY(lap(m, TM_PROF_NORM_ADD));
-    TRY(kn_matmul_w(be, q, xn, &q_w, w->q_b, T, qd, H));
-    TRY(kn_matmul_w(be, k, xn, &k_w, w->k_b, T, kvd, H));
-    TRY(kn_matmul_w(be, v, xn, &v_w, w->v_b, T, kvd, H));
+    /* q, k, v in one call: one launch at decode (kernels/matmul.h) */
+    const kn_linear qkv[3] = { { q, &q_w, w->q_b, qd }, { k, &k_w, w->k_b, kvd }, { v, &v_w, w->v_b, kvd } };
+    TRY(kn_matmul_w_multi(be, qkv, 3, xn, T, H));
     TRY(lap(m, TM_PROF_ATTN_PROJ));
     /* Qwen3's per-head q/k RMSNorm, RoPE and the KV append: one op (one
      * kernel at decode on CUDA, kernels/rope_kv.h) */

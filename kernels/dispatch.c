@@ -571,6 +571,39 @@ int kn_matmul_w(const kn_backend *be, float *out, const float *x, const kn_weigh
     return TN_ERR_ARG;
 }
 
+static int check_matmul_w_multi(const kn_linear *lin, int n_lin, const float *x, int m, int k)
+{
+    static const char op[] = "kn_matmul_w_multi";
+    if (!lin || n_lin < 1 || n_lin > KN_LINEAR_MAX)
+        return kn_arg_error(op, "%d layers (1..%d)", lin ? n_lin : 0, KN_LINEAR_MAX);
+    for (int i = 0; i < n_lin; i++) {
+        int rc = check_matmul_w(lin[i].out, x, lin[i].w, m, lin[i].n, k);
+        if (rc != TN_OK)
+            return kn_arg_error(op, "layer %d of %d: see above", i, n_lin);
+        for (int j = 0; j < i; j++)
+            if (kn_ranges_overlap(lin[i].out, (size_t)m * lin[i].n * sizeof(float), lin[j].out,
+                                  (size_t)m * lin[j].n * sizeof(float)))
+                return kn_arg_error(op, "outputs %d and %d overlap", j, i);
+    }
+    return TN_OK;
+}
+
+int kn_matmul_w_multi(const kn_backend *be, const kn_linear *lin, int n_lin, const float *x, int m, int k)
+{
+    switch (CHECKED_KIND("kn_matmul_w_multi", be, check_matmul_w_multi(lin, n_lin, x, m, k))) {
+    case KN_BACKEND_CPU:
+        for (int i = 0; i < n_lin; i++) {
+            int rc = kn_matmul_w_cpu(lin[i].out, x, lin[i].w, lin[i].bias, m, lin[i].n, k);
+            if (rc != TN_OK)
+                return rc;
+        }
+        return TN_OK;
+    case KN_BACKEND_CUDA:
+        CUDA_CALL("kn_matmul_w_multi", kn_matmul_w_multi_cuda(be, lin, n_lin, x, m, k));
+    }
+    return TN_ERR_ARG;
+}
+
 int kn_add(const kn_backend *be, float *out, const float *a, const float *b, size_t n)
 {
     switch (CHECKED_KIND("kn_add", be, check_add(out, a, b, n))) {

@@ -35,9 +35,28 @@ typedef struct kn_weight {
  *            most 8 rows (decode) and TANDEM_CUDA_FP8_GEMV on (the
  *            default) computes out = x w_real^T + bias with x NOT
  *            quantized (w_real = code * block scale; fp32 sums within
- *            (23 + k/512) * 2^-24 * sum|x w_real| of the exact value,
+ *            (29 + k/2048) * 2^-24 * sum|x w_real| of the exact value,
  *            kernels/cuda/gemv_fp8.cuh): more accurate than the function
  *            above, and so not bit-comparable with the CPU there. */
 int kn_matmul_w(const kn_backend *be, float *out, const float *x, const kn_weight *w,
                 const float *bias, int m, int n, int k);
+
+/* One linear layer of kn_matmul_w_multi: out[m][n] = x w^T + bias. */
+typedef struct kn_linear {
+    float *out;
+    const kn_weight *w;
+    const float *bias; /* may be NULL */
+    int n;
+} kn_linear;
+#define KN_LINEAR_MAX 4
+
+/* Several linear layers over the same input x[m][k] (a layer's q, k and
+ * v): each lin[i] exactly as kn_matmul_w(be, lin[i].out, x, lin[i].w,
+ * lin[i].bias, m, lin[i].n, k), 1 <= n_lin <= KN_LINEAR_MAX, outputs not
+ * overlapping x, the weights or each other. One call so that a backend can
+ * run them together: CUDA's FP8 GEMV (the rows kn_matmul_w gives it)
+ * takes all of them in one launch when every weight is FP8, which at
+ * decode turns the small k/v projections (64 blocks each at GPT-OSS) from
+ * launches of their own into blocks of q's. */
+int kn_matmul_w_multi(const kn_backend *be, const kn_linear *lin, int n_lin, const float *x, int m, int k);
 #endif

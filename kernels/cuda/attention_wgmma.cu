@@ -58,6 +58,7 @@
 #include "kernels/cuda/attention_wgmma.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/paged_kv.cuh"
 #include "kernels/cuda/wgmma.cuh"
 extern "C" {
@@ -113,43 +114,7 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-/* mbarrier and bulk-tensor-copy wrappers (inline PTX) for the TMA kernel. */
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ bool mbar_try_wait(uint32_t bar, int parity)
-{
-    uint32_t done;
-    asm volatile("{\n.reg .pred P1;\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 P1, [%1], %2;\n"
-                 "selp.u32 %0, 1, 0, P1;\n}\n"
-                 : "=r"(done)
-                 : "r"(bar), "r"(parity)
-                 : "memory");
-    return done != 0;
-}
-/* Waits until the phase with this parity has completed. A wait past
- * about 2^34 cycles (seconds; a tile takes microseconds) traps: a broken
- * pipeline shows as a launch failure instead of a hang. */
-__device__ __forceinline__ void mbar_wait(uint32_t bar, int parity)
-{
-    if (mbar_try_wait(bar, parity))
-        return;
-    const long long t0 = clock64();
-    while (!mbar_try_wait(bar, parity))
-        if (clock64() - t0 > (1LL << 34))
-            __trap();
-}
+/* (mbarriers: kernels/cuda/mbarrier.cuh) */
 /* Box (col, row) of a 2D tensor map into shared memory at dst, completing
  * its bytes on mbarrier bar. */
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int col, int row, uint32_t bar)
@@ -595,7 +560,7 @@ __device__ __forceinline__ void tma_produce_tile(const WgArgs &a, const BlockPla
     const uint32_t full = bars + 8 * st, empty = bars + 8 * (S + st);
     const uint32_t kdst = smem + st * stage_bytes<D>(), vdst = kdst + tile_bytes<D>();
     if (ring >= S)
-        mbar_wait(empty, ((ring / S) - 1) & 1);
+        kn_mbar_wait(empty, ((ring / S) - 1) & 1);
     const int j0 = b.kbeg + i * WB_N;
     /* lane l < np: page l of the tile */
     int row = 0;
@@ -608,7 +573,7 @@ __device__ __forceinline__ void tma_produce_tile(const WgArgs &a, const BlockPla
     }
     if (__all_sync(0xffffffffu, ok)) {
         if (lane == 0)
-            mbar_arrive_expect_tx(full, 2 * tile_bytes<D>());
+            kn_mbar_arrive_expect_tx(full, 2 * tile_bytes<D>());
         __syncwarp();
         if (lane < np) {
 #pragma unroll
@@ -624,7 +589,7 @@ __device__ __forceinline__ void tma_produce_tile(const WgArgs &a, const BlockPla
         kn_fence_proxy_async_smem();
         __syncwarp();
         if (lane == 0)
-            mbar_arrive(full);
+            kn_mbar_arrive(full);
     }
 }
 
@@ -633,7 +598,7 @@ template <int D> __device__ __forceinline__ void release_stage(uint32_t bars, in
 {
     __syncwarp();
     if (lane == 0)
-        mbar_arrive(bars + 8 * (tma_stages<D>() + st));
+        kn_mbar_arrive(bars + 8 * (tma_stages<D>() + st));
 }
 
 /* The query tile a mode 6 block computes at its step `step`: with a
@@ -698,10 +663,10 @@ attn_wgmma_tma_kernel(const WgArgs a, const __grid_constant__ CUtensorMap kmap,
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     if (tid == 0) {
         for (int st = 0; st < S; st++) {
-            mbar_init(bars + 8 * st, 1);
-            mbar_init(bars + 8 * (S + st), NWG * 4);
+            kn_mbar_init(bars + 8 * st, 1);
+            kn_mbar_init(bars + 8 * (S + st), NWG * 4);
         }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        kn_mbar_init_fence();
     }
     __syncthreads();
 
@@ -740,7 +705,7 @@ attn_wgmma_tma_kernel(const WgArgs a, const __grid_constant__ CUtensorMap kmap,
                 const uint32_t kaddr = smem + st * stage_bytes<D>();
                 /* wait even for a tile this warpgroup skips: the stage must not
                  * be released before its copies have landed */
-                mbar_wait(bars + 8 * st, (r / S) & 1);
+                kn_mbar_wait(bars + 8 * st, (r / S) & 1);
                 const int j0 = b.kbeg + i * WB_N;
                 if (wg_sees(w, j0))
                     wg_tile<D, Q_SMEM, PERSIST && D == 64>(a, w, kaddr, kaddr + tile_bytes<D>(), j0, b.kend, t, qs);
@@ -769,7 +734,7 @@ attn_wgmma_tma_kernel(const WgArgs a, const __grid_constant__ CUtensorMap kmap,
                     release_stage<D>(bars, prev_st, lane);
                     pending = false;
                 }
-                mbar_wait(bars + 8 * st, (i / S) & 1);
+                kn_mbar_wait(bars + 8 * st, (i / S) & 1);
                 const bool pass_turn = PP && !(wg == 1 && i == n_tiles - 1);
                 if (PP) /* this warpgroup's turn */
                     asm volatile("bar.sync %0, 256;\n" ::"r"(3 + wg) : "memory");
@@ -851,10 +816,10 @@ attn_wgmma_window_kernel(const WgArgs a, const __grid_constant__ CUtensorMap kma
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     if (tid == 0) {
         for (int st = 0; st < S; st++) {
-            mbar_init(bars + 8 * st, 1);
-            mbar_init(bars + 8 * (S + st), N_WG * 4);
+            kn_mbar_init(bars + 8 * st, 1);
+            kn_mbar_init(bars + 8 * (S + st), N_WG * 4);
         }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        kn_mbar_init_fence();
     }
     __syncthreads();
 
@@ -910,7 +875,7 @@ attn_wgmma_window_kernel(const WgArgs a, const __grid_constant__ CUtensorMap kma
             const int st = r % S;
             /* a tile the previous query tile waited for: its phase is still
              * the completed one (the stage is not released yet) */
-            mbar_wait(bars + 8 * st, (r / S) & 1);
+            kn_mbar_wait(bars + 8 * st, (r / S) & 1);
             const int j0 = (kt_first + r) * WB_N;
             if (wg_sees(w, j0))
                 wg_tile<D, false, true>(a, w, smem + st * stage_bytes<D>(),

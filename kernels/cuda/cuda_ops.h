@@ -85,6 +85,7 @@ int kn_matmul_cuda(const kn_backend *be, float *out, const float *x,
                    const float *w, const float *bias, int m, int n, int k);
 int kn_matmul_w_cuda(const kn_backend *be, float *out, const float *x, const kn_weight *w,
                      const float *bias, int m, int n, int k);
+int kn_matmul_w_multi_cuda(const kn_backend *be, const kn_linear *lin, int n_lin, const float *x, int m, int k);
 int kn_add_cuda(const kn_backend *be, float *out, const float *a, const float *b, size_t n);
 int kn_rope_cuda(const kn_backend *be, float *x, const int32_t *pos, int n_tokens,
                  int n_heads, int head_dim, const float *inv_freq, float attn_scale);

@@ -1,12 +1,13 @@
 /* The dense FP8 GEMV of kn_matmul_w for 1..KN_CUDA_FP8_GEMV_MAX_ROWS rows
  * (gemv_fp8.cuh has the function, its error bound and the design).
  *
- * Each warp owns NC consecutive output columns (weight rows) and all the
- * m rows of x: NC = 2 for up to 2 rows, 4 for more (more rows of x share
- * each x load, which keeps the L1 traffic of x below the weight stream's).
- * Blocks of 4 warps, so q/k/v/o of GPT-OSS (n = 512..5760) give 64..720
- * blocks: every SM busy for n >= 2880 at one row. Rows of x are a template
- * (1, 2, 4, 8) with the real count warp-uniform below it. The replacement
+ * Each block owns NC consecutive output columns (weight rows) and all the
+ * m rows of x: NC = 8 at one row (x's bytes per chunk then half the
+ * weight bytes the block streams), 4 for more (the R x values of a chunk
+ * come from L1, shared by the SM's blocks). So q/k/v/o of GPT-OSS (n =
+ * 512..4096) give 64..512 blocks at one row, 128..1024 above. Rows of x
+ * are a template (1, 2, 4, 8) with the real count block-uniform below it.
+ * The replacement
  * for: quant_fp8 kernel + two memsets + cuBLASLt GEMM padded to 16 rows +
  * a copy of the real rows (gemm_fp8.cu), five launches, one here. */
 #include "kernels/cuda/gemv_fp8.cuh"
@@ -14,77 +15,122 @@ extern "C" {
 #include "kernels/cuda/cuda_backend.h"
 }
 
-constexpr int GEMV_WARPS = 4;
+/* Up to KN_CUDA_GEMV_MATS weights over the same x in one launch (q, k,
+ * v): matrix i takes blocks [block0[i], block0[i + 1]). */
+struct GemvMats {
+    float *out[KN_CUDA_GEMV_MATS];
+    const uint8_t *w[KN_CUDA_GEMV_MATS];
+    const float *ws[KN_CUDA_GEMV_MATS], *bias[KN_CUDA_GEMV_MATS];
+    int n[KN_CUDA_GEMV_MATS], block0[KN_CUDA_GEMV_MATS + 1];
+    int n_mats;
+};
 
+/* A block owns NC weight rows (output columns n0..n0+NC-1) of one matrix
+ * for all m rows of x; gemv_fp8.cuh says how it copies them in and splits
+ * K. */
 template <int NC, int R, bool VEC>
-__global__ void __launch_bounds__(GEMV_WARPS * 32)
-fp8_gemv_kernel(float *out, const float *x, const uint8_t *w, const float *ws, const float *bias,
-                int m, int n, int k, int ld, int sld)
+__global__ void __launch_bounds__(KN_GEMV_THREADS, R == 1 ? KN_GEMV_MIN_BLOCKS : 1)
+fp8_gemv_kernel(const GemvMats g, const float *x, int m, int k, int ld, int sld)
 {
-    const int lane = threadIdx.x & 31;
-    const int n0 = (blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5)) * NC;
-    if (n0 >= n) /* warp-uniform */
-        return;
-    const uint8_t *wr[NC];
+    extern __shared__ __align__(128) uint8_t wbuf[]; /* [NC][ld] */
+    __shared__ __align__(8) uint64_t bar;
+    __shared__ float red[KN_GEMV_WARPS][NC * R];
+    const int tid = threadIdx.x;
+    int i = 0;
+#pragma unroll
+    for (int j = 1; j < KN_CUDA_GEMV_MATS; j++)
+        if (j < g.n_mats && (int)blockIdx.x >= g.block0[j])
+            i = j;
+    const int n = g.n[i];
+    const int n0 = ((int)blockIdx.x - g.block0[i]) * NC, nv = min(NC, n - n0);
+    if (tid == 0)
+        kn_gemv_rows_start2(kn_smem_addr(&bar), kn_smem_addr(wbuf), g.w[i] + (size_t)n0 * ld, nv, 0, NULL, 0, ld);
     const float *sr[NC];
 #pragma unroll
-    for (int c = 0; c < NC; c++) {
-        const int col = min(n0 + c, n - 1); /* past n: computed, not stored */
-        wr[c] = w + (size_t)col * ld;
-        sr[c] = ws + (size_t)(col / KN_FP8_BLOCK) * sld;
-    }
+    for (int c = 0; c < NC; c++)
+        sr[c] = g.ws[i] + (size_t)(min(n0 + c, n - 1) / KN_FP8_BLOCK) * sld;
     float acc[NC][R];
 #pragma unroll
     for (int c = 0; c < NC; c++)
 #pragma unroll
         for (int r = 0; r < R; r++)
             acc[c][r] = 0.f;
-    kn_gemv_rows<NC, R, VEC>(acc, wr, sr, x, (size_t)k, m, k, lane);
-#pragma unroll
-    for (int c = 0; c < NC; c++) {
-        const float b = bias && n0 + c < n ? bias[n0 + c] : 0.f;
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            const float v = kn_gemv_warp_sum(acc[c][r]);
-            if (r < m && n0 + c < n && lane == c * R + r) /* spread the stores over lanes */
-                out[(size_t)r * n + n0 + c] = v + b;
-        }
+    __syncthreads(); /* bar initialised */
+    kn_gemv_smem_rows<NC, R, VEC>(acc, wbuf, ld, (1u << nv) - 1u, sr, x, (size_t)k, m, k, tid, kn_smem_addr(&bar));
+    kn_gemv_block_sum<NC * R>(&acc[0][0], red, tid);
+    if (tid < NC * R) {
+        const int c = tid / R, r = tid % R;
+        if (r < m && c < nv)
+            g.out[i][(size_t)r * n + n0 + c] = kn_gemv_block_total(red, tid) + (g.bias[i] ? g.bias[i][n0 + c] : 0.f);
     }
 }
 
 template <int NC, int R>
-static void launch(cudaStream_t s, unsigned blocks, bool vec, float *out, const float *x, const uint8_t *w,
-                   const float *ws, const float *bias, int m, int n, int k, int ld, int sld)
+static void launch(cudaStream_t s, GemvMats g, bool vec, const float *x, int m, int k, int ld, int sld)
 {
+    g.block0[0] = 0;
+    for (int i = 0; i < g.n_mats; i++)
+        g.block0[i + 1] = g.block0[i] + (g.n[i] + NC - 1) / NC;
+    const unsigned blocks = (unsigned)g.block0[g.n_mats];
+    const size_t smem = (size_t)NC * ld;
     if (vec)
-        fp8_gemv_kernel<NC, R, true><<<blocks, GEMV_WARPS * 32, 0, s>>>(out, x, w, ws, bias, m, n, k, ld, sld);
+        fp8_gemv_kernel<NC, R, true><<<blocks, KN_GEMV_THREADS, smem, s>>>(g, x, m, k, ld, sld);
     else
-        fp8_gemv_kernel<NC, R, false><<<blocks, GEMV_WARPS * 32, 0, s>>>(out, x, w, ws, bias, m, n, k, ld, sld);
+        fp8_gemv_kernel<NC, R, false><<<blocks, KN_GEMV_THREADS, smem, s>>>(g, x, m, k, ld, sld);
+}
+
+template <int NC>
+static void launch_rows(cudaStream_t s, const GemvMats &g, bool vec, const float *x, int m, int k, int ld, int sld)
+{
+    if (m == 1)
+        launch<NC, 1>(s, g, vec, x, m, k, ld, sld);
+    else if (m == 2)
+        launch<NC, 2>(s, g, vec, x, m, k, ld, sld);
+    else if (m <= 4)
+        launch<NC, 4>(s, g, vec, x, m, k, ld, sld);
+    else
+        launch<NC, 8>(s, g, vec, x, m, k, ld, sld);
+}
+
+int kn_cuda_fp8_gemv_multi(const kn_backend *be, const char *op, const kn_cuda_gemv_mat *mats, int n_mats,
+                           const float *x, int m, int k)
+{
+    if (m < 1 || m > KN_CUDA_FP8_GEMV_MAX_ROWS)
+        return kn_arg_error(op, "fp8 gemv takes 1..%d rows, got %d", KN_CUDA_FP8_GEMV_MAX_ROWS, m);
+    if (n_mats < 1 || n_mats > KN_CUDA_GEMV_MATS || k < 1 || ((uintptr_t)x & 3))
+        return TN_ERR_UNSUPPORTED;
+    GemvMats g;
+    memset(&g, 0, sizeof g);
+    g.n_mats = n_mats;
+    for (int i = 0; i < n_mats; i++) {
+        if (mats[i].n < 1 || ((uintptr_t)mats[i].w & 15) || ((uintptr_t)mats[i].ws & 3))
+            return TN_ERR_UNSUPPORTED;
+        g.out[i] = mats[i].out;
+        g.w[i] = mats[i].w;
+        g.ws[i] = mats[i].ws;
+        g.bias[i] = mats[i].bias;
+        g.n[i] = mats[i].n;
+    }
+    const bool vec = k % 16 == 0 && ((uintptr_t)x & 15) == 0;
+    const int ld = (int)kn_fp8_ld((size_t)k), sld = (int)kn_fp8_scale_ld((size_t)k);
+    cudaStream_t s = kn_cuda_stream(be);
+    /* 8 rows a block (23.5 KB of shared memory at K = 2880), 4 where 8 rows
+     * would pass the static shared-memory limit; past that the cuBLASLt path. */
+    if ((size_t)8 * ld <= (size_t)KN_GEMV_SMEM_MAX)
+        launch_rows<8>(s, g, vec, x, m, k, ld, sld);
+    else if ((size_t)4 * ld <= (size_t)KN_GEMV_SMEM_MAX)
+        launch_rows<4>(s, g, vec, x, m, k, ld, sld);
+    else
+        return TN_ERR_UNSUPPORTED;
+    KN_CUDA_LAUNCH_CHECK(op, "fp8_gemv_kernel");
+    return TN_OK;
 }
 
 int kn_cuda_fp8_gemv(const kn_backend *be, const char *op, float *out, const float *x,
                      const uint8_t *w, const float *ws, const float *bias, int m, int n, int k)
 {
-    if (m < 1 || m > KN_CUDA_FP8_GEMV_MAX_ROWS)
-        return kn_arg_error(op, "fp8 gemv takes 1..%d rows, got %d", KN_CUDA_FP8_GEMV_MAX_ROWS, m);
-    if (n < 1 || k < 1 || ((uintptr_t)w & 15) || ((uintptr_t)ws & 3) || ((uintptr_t)x & 3))
-        return TN_ERR_UNSUPPORTED;
-    const bool vec = k % 16 == 0 && ((uintptr_t)x & 15) == 0;
-    const int ld = (int)kn_fp8_ld((size_t)k), sld = (int)kn_fp8_scale_ld((size_t)k);
-    const int nc = m <= 2 ? 2 : 4;
-    const unsigned warps = (unsigned)((n + nc - 1) / nc);
-    const unsigned blocks = (warps + GEMV_WARPS - 1) / GEMV_WARPS;
-    cudaStream_t s = kn_cuda_stream(be);
-    if (m == 1)
-        launch<2, 1>(s, blocks, vec, out, x, w, ws, bias, m, n, k, ld, sld);
-    else if (m == 2)
-        launch<2, 2>(s, blocks, vec, out, x, w, ws, bias, m, n, k, ld, sld);
-    else if (m <= 4)
-        launch<4, 4>(s, blocks, vec, out, x, w, ws, bias, m, n, k, ld, sld);
-    else
-        launch<4, 8>(s, blocks, vec, out, x, w, ws, bias, m, n, k, ld, sld);
-    KN_CUDA_LAUNCH_CHECK(op, "fp8_gemv_kernel");
-    return TN_OK;
+    const kn_cuda_gemv_mat mat = { out, w, ws, bias, n };
+    return kn_cuda_fp8_gemv_multi(be, op, &mat, 1, x, m, k);
 }
 
 extern "C" void kn_cuda_set_fp8_gemv(const kn_backend *be, int on)

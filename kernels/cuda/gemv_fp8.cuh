@@ -6,25 +6,39 @@
  * w_real = e4m3(code) * scale[n/128][k/128] (kernels/fp8.h's weight), x
  * read as fp32 as it is: NO activation quantization, so this is more
  * accurate than the cuBLASLt path (which rounds x to e4m3 in 1x128
- * blocks, a relative error of up to 2^-4 per element). Each lane sums its
- * 16 products of a 128-block's slice in fp32, scales that partial sum by
- * the block's weight scale into an fp32 total, and the warp's 32 totals
- * are summed by a shuffle tree; so every output is a sum of K products
- * accumulated along chains of at most 16 + K/512 + 5 + 2 fp32 roundings:
- *   |out - exact| <= (23 + K/512) * 2^-24 * sum_k |x[k] w_real[k]|
+ * blocks, a relative error of up to 2^-4 per element). Each thread sums
+ * the 16 products of a 16-code chunk in fp32, scales that partial sum by
+ * the chunk's block weight scale into an fp32 total (ceil(K/2048) chunks
+ * a thread), the warp's 32 totals are summed by a shuffle tree and the
+ * block's 4 warp sums in warp order (+ bias); so every output is a sum of
+ * K products accumulated along chains of at most
+ * 16 + ceil(K/2048) + 5 + 3 + 2 fp32 roundings:
+ *   |out - exact| <= (29 + K/2048) * 2^-24 * sum_k |x[k] w_real[k]|
  * (the float64 reference of tests/ops checks 2^-18 of that sum, which
- * covers K up to 8192 with room).
+ * covers K up to 64k with room).
  *
- * Memory-bound design: a warp owns a few weight rows (output columns);
- * lane l reads 16 codes (one 16-byte load) at k = 16 l + 512 i of each
- * row, two steps' loads issued before they are used, so a row is one
- * coalesced 512-byte stream per step; the fp32 x values of those 16 k's
- * (small, L1/L2-resident) are reused for all the warp's rows. */
+ * Memory-bound design, latency first: a decode GEMV reads a few MB, so a
+ * warp that streams its rows in dependent steps (load, wait, use, load
+ * again) pays the HBM round trip once per step, and weights held in
+ * registers cap the bytes in flight at what the registers of the resident
+ * warps hold (s7a/s7b, ncu: such kernels ran the experts' gate_up at 2.4
+ * TB/s and down at 1.6, k/v in 4.8 us for 1.5 MB). Here a block of 4 warps
+ * owns NC weight rows (8; 4 when 8 rows of K bytes pass 48 KB): thread 0
+ * starts one bulk copy of them (the copy engine, cp.async.bulk, completing
+ * on an mbarrier) into shared memory, and while it is in flight the
+ * threads load their x values and scales; then they split K, thread t
+ * taking the 16-code chunks at k = 16 t + 2048 i (conflict-free 16-byte
+ * shared loads). No registers hold weights in flight, so 8 blocks fit on
+ * an SM by registers and shared memory, ~190 KB in flight per SM. x is
+ * read with plain loads (L1-cached, shared by the blocks of an SM working
+ * on the same k range). The cross-warp sum goes through 4 x NC x R floats
+ * of shared memory. */
 #ifndef TANDEM_KERNELS_CUDA_GEMV_FP8_CUH
 #define TANDEM_KERNELS_CUDA_GEMV_FP8_CUH
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/mma.cuh"
 extern "C" {
 #include "kernels/cuda/cuda_backend.h"
@@ -96,46 +110,108 @@ static __device__ __forceinline__ void kn_gemv_load_x16(float (&xv)[16], const f
     }
 }
 
-/* acc[c][r] += this lane's share of sum_k w_real[c][k] * x[r][k] for the
- * NC weight rows w[c] (codes, padded rows: kn_fp8_ld(K) bytes) with block
- * scale rows s[c] (s[c][b] scales k block b), and the rows x + r * ldx for
- * r < nr (nr <= R, warp-uniform). Sum it over the warp with
- * kn_gemv_warp_sum. */
-template <int NC, int R, bool VEC>
-static __device__ __forceinline__ void kn_gemv_rows(float (&acc)[NC][R], const uint8_t *const *w,
-                                                    const float *const *s, const float *x,
-                                                    size_t ldx, int nr, int K, int lane)
+constexpr int KN_GEMV_WARPS = 4;                       /* warps per block: they split K */
+constexpr int KN_GEMV_THREADS = 32 * KN_GEMV_WARPS;
+/* Blocks per SM the dense one-x-row GEMV is compiled for (<= 64 registers
+ * a thread, which it meets without spilling): with 23.5 KB of rows each, 8
+ * of them keep ~190 KB in flight. (The expert kernels are left at their own
+ * 64-70: held to 64 the down kernel spills, and s7run5 measured batch 1
+ * 2.6% slower that way.) */
+constexpr int KN_GEMV_MIN_BLOCKS = 8;
+/* Shared memory a block's weight rows may take (the static limit). */
+constexpr int KN_GEMV_SMEM_MAX = 48 * 1024;
+
+/* Thread 0 of the block: initialises mbarrier bar and starts the copies of
+ * two runs of consecutive weight rows (rows0 rows from src0 to shared dst0,
+ * rows1 from src1 to dst1; ld bytes apart, ld a multiple of 16; a run may
+ * be empty) by the copy engine, completing on bar. Once per block, then a
+ * __syncthreads before any thread waits on bar. */
+static __device__ __forceinline__ void kn_gemv_rows_start2(uint32_t bar, uint32_t dst0, const uint8_t *src0,
+                                                           int rows0, uint32_t dst1, const uint8_t *src1,
+                                                           int rows1, int ld)
 {
-    constexpr int U = 2; /* steps whose weight loads are in flight together */
-    for (int k00 = lane * 16; k00 < K; k00 += U * 512) {
-        uint4 wv[U][NC];
+    kn_mbar_init(bar, 1);
+    kn_mbar_init_fence();
+    kn_mbar_arrive_expect_tx(bar, (uint32_t)(rows0 + rows1) * (uint32_t)ld);
+    if (rows0 > 0)
+        kn_bulk_load(dst0, src0, (uint32_t)rows0 * (uint32_t)ld, bar);
+    if (rows1 > 0)
+        kn_bulk_load(dst1, src1, (uint32_t)rows1 * (uint32_t)ld, bar);
+}
+
+/* acc[c][r] += the chunk at k0 of the NC shared-memory weight rows (row c
+ * at wbuf + c * ld, scaled by sc[c]; rows whose bit is clear in valid
+ * skipped) against x rows r < nr: each x row's 16 values loaded once, the
+ * weight chunks re-read from shared memory for it. */
+template <int NC, int R, bool VEC>
+static __device__ __forceinline__ void kn_gemv_chunk_rows(float (&acc)[NC][R], const uint8_t *wbuf, int ld,
+                                                          unsigned valid, const float (&sc)[NC], const float *x,
+                                                          size_t ldx, int nr, int K, int k0)
+{
 #pragma unroll
-        for (int u = 0; u < U; u++)
+    for (int r = 0; r < R; r++) {
+        if (r >= nr)
+            break;
+        float xr[16];
+        kn_gemv_load_x16<VEC>(xr, x + (size_t)r * ldx, k0, K);
+#pragma unroll
+        for (int c = 0; c < NC; c++)
+            if (valid >> c & 1u)
+                acc[c][r] = fmaf(kn_gemv_dot16(*reinterpret_cast<const uint4 *>(wbuf + (size_t)c * ld + k0), xr),
+                                 sc[c], acc[c][r]);
+    }
+}
+
+/* acc[c][r] += thread tid's share of sum_k w_real[c][k] * x[r][k] for the
+ * NC weight rows in shared memory (row c at wbuf + c * ld: codes; rows
+ * whose bit is clear in valid are skipped) with block scale rows s[c]
+ * (s[c][b] scales k block b), and the rows x + r * ldx for r < nr (nr <= R,
+ * block-uniform). Thread tid takes the 16-code chunks at k = 16 tid + 2048 i.
+ * The first two chunks' scales and (R == 1) x values are loaded before
+ * the wait on bar (phase 0), so they arrive while the rows do. */
+template <int NC, int R, bool VEC>
+static __device__ __forceinline__ void kn_gemv_smem_rows(float (&acc)[NC][R], const uint8_t *wbuf, int ld,
+                                                         unsigned valid, const float *const (&s)[NC],
+                                                         const float *x, size_t ldx, int nr, int K, int tid,
+                                                         uint32_t bar)
+{
+    constexpr int PRE = 2; /* chunks per thread prefetched: K <= 4096 */
+    float sc[PRE][NC];
+    float xv[PRE][R == 1 ? 16 : 1];
+#pragma unroll
+    for (int i = 0; i < PRE; i++) {
+        const int k0 = 16 * (tid + i * KN_GEMV_THREADS);
+        if (k0 < K) {
 #pragma unroll
             for (int c = 0; c < NC; c++)
-                wv[u][c] = k00 + u * 512 < K ? kn_ld_stream16(w[c] + k00 + u * 512)
-                                             : make_uint4(0u, 0u, 0u, 0u);
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int k0 = k00 + u * 512;
-            if (k0 >= K)
-                break;
-            const int b = k0 / KN_FP8_BLOCK;
-            float sc[NC];
-#pragma unroll
-            for (int c = 0; c < NC; c++)
-                sc[c] = s[c][b];
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                if (r >= nr)
-                    break;
-                float xv[16];
-                kn_gemv_load_x16<VEC>(xv, x + (size_t)r * ldx, k0, K);
-#pragma unroll
-                for (int c = 0; c < NC; c++)
-                    acc[c][r] = fmaf(kn_gemv_dot16(wv[u][c], xv), sc[c], acc[c][r]);
-            }
+                sc[i][c] = s[c][k0 / KN_FP8_BLOCK];
+            if constexpr (R == 1)
+                kn_gemv_load_x16<VEC>(xv[i], x, k0, K);
         }
+    }
+    kn_mbar_wait(bar, 0);
+#pragma unroll
+    for (int i = 0; i < PRE; i++) {
+        const int k0 = 16 * (tid + i * KN_GEMV_THREADS);
+        if (k0 >= K)
+            break;
+        if constexpr (R == 1) {
+#pragma unroll
+            for (int c = 0; c < NC; c++)
+                if (valid >> c & 1u)
+                    acc[c][0] = fmaf(kn_gemv_dot16(*reinterpret_cast<const uint4 *>(wbuf + (size_t)c * ld + k0), xv[i]),
+                                     sc[i][c], acc[c][0]);
+        } else {
+            kn_gemv_chunk_rows<NC, R, VEC>(acc, wbuf, ld, valid, sc[i], x, ldx, nr, K, k0);
+        }
+    }
+    /* K > 4096: the rest, scales and x loaded as used */
+    for (int k0 = 16 * (tid + PRE * KN_GEMV_THREADS); k0 < K; k0 += 16 * KN_GEMV_THREADS) {
+        float sk[NC];
+#pragma unroll
+        for (int c = 0; c < NC; c++)
+            sk[c] = s[c][k0 / KN_FP8_BLOCK];
+        kn_gemv_chunk_rows<NC, R, VEC>(acc, wbuf, ld, valid, sk, x, ldx, nr, K, k0);
     }
 }
 
@@ -148,6 +224,33 @@ static __device__ __forceinline__ float kn_gemv_warp_sum(float v)
     return v;
 }
 
+/* Every thread of the block calls this with its N partial sums; after it
+ * red[w][i] holds warp w's sum of value i, and a thread's total of value i
+ * is kn_gemv_block_total(red, i) (the warps' sums in warp order). One
+ * __syncthreads: call it from all threads, once per red. */
+template <int N>
+static __device__ __forceinline__ void kn_gemv_block_sum(const float *v, float (&red)[KN_GEMV_WARPS][N], int tid)
+{
+    const int lane = tid & 31, warp = tid >> 5;
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        const float t = kn_gemv_warp_sum(v[i]);
+        if (lane == (i & 31)) /* spread the stores over lanes */
+            red[warp][i] = t;
+    }
+    __syncthreads();
+}
+
+template <int N>
+static __device__ __forceinline__ float kn_gemv_block_total(const float (&red)[KN_GEMV_WARPS][N], int i)
+{
+    float t = red[0][i];
+#pragma unroll
+    for (int w = 1; w < KN_GEMV_WARPS; w++)
+        t += red[w][i];
+    return t;
+}
+
 /* The dense GEMV: out[m][n] = x[m][k] w^T + bias (fp32 x, out, bias; w an
  * FP8 weight [n][kn_fp8_ld(k)] with scales [ceil(n/128)][kn_fp8_scale_ld(k)]),
  * 1 <= m <= KN_CUDA_FP8_GEMV_MAX_ROWS, one launch on be's stream, nothing
@@ -157,8 +260,23 @@ static __device__ __forceinline__ float kn_gemv_warp_sum(float v)
 int kn_cuda_fp8_gemv(const kn_backend *be, const char *op, float *out, const float *x,
                      const uint8_t *w, const float *ws, const float *bias, int m, int n, int k);
 
-/* 1 when kn_moe_experts_cuda should take kn_cuda_moe_gemv_fp8 for this call. */
-int kn_cuda_moe_gemv_fp8_takes(const kn_backend *be, const kn_moe_weights *w, int n_tokens);
+/* Several FP8 weights over the same x (q, k, v of a layer) in one launch:
+ * mats[i].out = x mats[i].w^T + mats[i].bias, each as kn_cuda_fp8_gemv
+ * (same K; n_mats <= KN_CUDA_GEMV_MATS), TN_ERR_UNSUPPORTED (nothing
+ * queued) as it. */
+#define KN_CUDA_GEMV_MATS 4
+typedef struct kn_cuda_gemv_mat {
+    float *out;
+    const uint8_t *w;
+    const float *ws, *bias;
+    int n;
+} kn_cuda_gemv_mat;
+int kn_cuda_fp8_gemv_multi(const kn_backend *be, const char *op, const kn_cuda_gemv_mat *mats, int n_mats,
+                           const float *x, int m, int k);
+
+/* 1 when kn_moe_experts_cuda should take kn_cuda_moe_gemv_fp8 for this
+ * call (n_tokens tokens of k routes: k <= 8, the down kernel's clusters). */
+int kn_cuda_moe_gemv_fp8_takes(const kn_backend *be, const kn_moe_weights *w, int n_tokens, int k);
 /* kn_moe_experts for FP8 weights at decode (moe_gemv_fp8.cu): two
  * launches, the expert ids and weights read on the device (no host sync),
  * one fp32 temporary of n_tokens*k*inter floats from the pool. */

@@ -173,3 +173,29 @@ extern "C" int kn_matmul_w_cuda(const kn_backend *be, float *out, const float *x
     kn_cuda_tmp_free(be, xb);
     return rc;
 }
+
+extern "C" int kn_matmul_w_multi_cuda(const kn_backend *be, const kn_linear *lin, int n_lin, const float *x,
+                                      int m, int k)
+{
+    static const char op[] = "kn_matmul_w_multi";
+    int rc = kn_cuda_check_backend(op, be);
+    if (rc != TN_OK || m == 0)
+        return rc;
+    /* all FP8 at GEMV rows: one launch (kn_matmul_w_cuda's rule for each) */
+    bool one = kn_cuda_ctx_of(be)->fp8_gemv && m <= KN_CUDA_FP8_GEMV_MAX_ROWS && n_lin <= KN_CUDA_GEMV_MATS;
+    kn_cuda_gemv_mat mats[KN_CUDA_GEMV_MATS];
+    for (int i = 0; one && i < n_lin; i++) {
+        one = lin[i].w->dtype == KN_FP8_E4M3 && lin[i].w->scale;
+        mats[i] = (kn_cuda_gemv_mat){ lin[i].out, (const uint8_t *)lin[i].w->data, lin[i].w->scale, lin[i].bias,
+                                      lin[i].n };
+    }
+    if (one) {
+        rc = kn_cuda_fp8_gemv_multi(be, op, mats, n_lin, x, m, k);
+        if (rc != TN_ERR_UNSUPPORTED)
+            return rc;
+    }
+    for (int i = 0; i < n_lin; i++)
+        if ((rc = kn_matmul_w_cuda(be, lin[i].out, x, lin[i].w, lin[i].bias, m, lin[i].n, k)) != TN_OK)
+            return rc;
+    return TN_OK;
+}

@@ -821,7 +821,7 @@ extern "C" int kn_moe_experts_cuda(const kn_backend *be, float *out, const float
         return kn_arg_error(op, "%d tokens x %d routes is too many", n_tokens, k);
 
     /* FP8 at a few tokens: the expert GEMVs (moe_gemv_fp8.cu says why) */
-    if (kn_cuda_moe_gemv_fp8_takes(be, w, n_tokens))
+    if (kn_cuda_moe_gemv_fp8_takes(be, w, n_tokens, k))
         return kn_cuda_moe_gemv_fp8(be, op, out, x, expert_idx, expert_w, n_tokens, k, w);
 
     cudaStream_t s = kn_cuda_stream(be);

@@ -52,6 +52,7 @@
 #include <cuda_fp8.h>
 #include <stdio.h>
 #include "kernels/cuda/fp8_cuda.cuh"
+#include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/moe_gemm_fp8_ws.cuh"
 #include "kernels/cuda/wgmma.cuh"
 extern "C" {
@@ -110,42 +111,7 @@ struct WsArgs {
     float alpha, limit;
 };
 
-/* mbarrier and bulk-tensor-copy wrappers (inline PTX). */
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ bool mbar_try_wait(uint32_t bar, int parity)
-{
-    uint32_t done;
-    asm volatile("{\n.reg .pred P1;\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 P1, [%1], %2;\n"
-                 "selp.u32 %0, 1, 0, P1;\n}\n"
-                 : "=r"(done)
-                 : "r"(bar), "r"(parity)
-                 : "memory");
-    return done != 0;
-}
-/* Until the phase of this parity has completed; a wait of more than about
- * 2^34 cycles (seconds, where a stage takes well under a microsecond)
- * traps, so a broken pipeline shows as a launch failure, not a hang. */
-__device__ __forceinline__ void mbar_wait(uint32_t bar, int parity)
-{
-    if (mbar_try_wait(bar, parity))
-        return;
-    const long long t0 = clock64();
-    while (!mbar_try_wait(bar, parity))
-        if (clock64() - t0 > (1LL << 34))
-            __trap();
-}
+/* (mbarriers: kernels/cuda/mbarrier.cuh) */
 /* Box (col, row) of a 2D tensor map into shared memory at dst, its bytes
  * completing on mbarrier bar. */
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int col, int row, uint32_t bar)
@@ -286,10 +252,10 @@ moe_gemm_fp8_ws_kernel(const WsArgs p, const __grid_constant__ CUtensorMap amap,
     const int total = p.tile_off[p.n_local] * p.n_tiles_n;
     if (tid == 0) {
         for (int s = 0; s < STAGES; s++) {
-            mbar_init(bars + 8 * s, 1);                           /* the producer's expect_tx arrive */
-            mbar_init(bars + 8 * (STAGES + s), CONSUMER_THREADS / 32); /* one arrive per consumer warp */
+            kn_mbar_init(bars + 8 * s, 1);                           /* the producer's expect_tx arrive */
+            kn_mbar_init(bars + 8 * (STAGES + s), CONSUMER_THREADS / 32); /* one arrive per consumer warp */
         }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        kn_mbar_init_fence();
     }
     __syncthreads(); /* the last block-wide barrier: the producer's warps leave below */
 
@@ -310,8 +276,8 @@ moe_gemm_fp8_ws_kernel(const WsArgs p, const __grid_constant__ CUtensorMap amap,
                 const int s = it % STAGES, ph = (it / STAGES) & 1;
                 const uint32_t full = bars + 8 * s, empty = bars + 8 * (STAGES + s);
                 const uint32_t st = sbase + (uint32_t)(s * STAGE_BYTES);
-                mbar_wait(empty, ph ^ 1); /* the consumers released the stage's previous use */
-                mbar_arrive_expect_tx(full, STAGE_BYTES);
+                kn_mbar_wait(empty, ph ^ 1); /* the consumers released the stage's previous use */
+                kn_mbar_arrive_expect_tx(full, STAGE_BYTES);
                 tma_load_2d(st, &amap, kb * BK, tp.row0, full);
 #pragma unroll
                 for (int q = 0; q < 4; q++)
@@ -368,7 +334,7 @@ moe_gemm_fp8_ws_kernel(const WsArgs p, const __grid_constant__ CUtensorMap amap,
         /* The K block in ring use `it` into part: committed, not waited for. */
         auto issue = [&](float (&part)[64]) {
             const int s = it % STAGES;
-            mbar_wait(bars + 8 * s, (it / STAGES) & 1);
+            kn_mbar_wait(bars + 8 * s, (it / STAGES) & 1);
             const uint32_t st = sbase + (uint32_t)(s * STAGE_BYTES);
             const uint32_t bst = st + A_BYTES + (uint32_t)(wg * 2 * BOX_BYTES);
             kn_wgmma_fence();
@@ -382,7 +348,7 @@ moe_gemm_fp8_ws_kernel(const WsArgs p, const __grid_constant__ CUtensorMap amap,
         /* The stage of ring use `use` has been read by this warp's wgmma. */
         auto release = [&](int use) {
             if (lane == 0)
-                mbar_arrive(bars + 8 * (STAGES + use % STAGES));
+                kn_mbar_arrive(bars + 8 * (STAGES + use % STAGES));
         };
 
         /* Two accumulator sets in turn: block kb into one while kb - 1's

@@ -110,78 +110,93 @@ __global__ void moe_route_kernel(int32_t *expert_idx, float *expert_w, const flo
                 logits + (size_t)t * n_experts, n_experts, k, over_picks, threadIdx.x & 31);
 }
 
-/* The fused router (kn_moe_router at decode): block (g, tile) computes
- * the logits of experts 4g..4g+3 (a warp each) for the tile's tokens
- * (up to KN_CUDA_ROUTER_TILE_ROWS), reading each expert's weight row once
- * for all of them: float4 loads, fp32 fused multiply-adds, a warp sum, then
- * the bias. The last block of a tile to finish (an arrival counter, the
- * threadFenceReduction pattern) routes the tile's tokens from the logits
- * the others left in global memory and resets the counter for the next
- * launch. No host work: the step stays graph-capturable. */
-static const int ROUTER_WARPS = 4, ROUTER_UNROLL = 8;
+/* The fused router (kn_moe_router at decode): block (e, tile) computes
+ * expert e's logits for the tile's tokens (up to KN_CUDA_ROUTER_TILE_ROWS)
+ * with its 128 threads splitting the hidden dimension: every weight float4
+ * of the row (and, for the tile's first token, its x float4s) is requested
+ * before any is used, so a block is one memory round trip (the earlier
+ * warp-per-expert kernel streamed the row in three dependent steps: 12.8
+ * us a layer for 0.4 MB in s7a). fp32 fused multiply-adds, the warps'
+ * sums in warp order, then the bias. The last block of a tile to finish (an
+ * arrival counter, the threadFenceReduction pattern) routes the tile's
+ * tokens from the logits the others left in global memory and resets the
+ * counter for the next launch. No host work: the step stays
+ * graph-capturable. */
+static const int ROUTER_THREADS = 128, ROUTER_UNROLL = 8; /* one pass covers dim <= 4096 */
 
-__global__ void __launch_bounds__(ROUTER_WARPS * 32)
+__global__ void __launch_bounds__(ROUTER_THREADS)
 moe_router_kernel(int32_t *expert_idx, float *expert_w, float *logits, const float *x,
                   const float *router_w, const float *router_b, int n_tokens, int dim,
                   int n_experts, int k, int over_picks, unsigned *done)
 {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int e = blockIdx.x * ROUTER_WARPS + warp;
+    __shared__ float red[ROUTER_THREADS / 32][KN_CUDA_ROUTER_TILE_ROWS];
+    __shared__ bool last;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int e = blockIdx.x;
     const int t0 = blockIdx.y * KN_CUDA_ROUTER_TILE_ROWS;
     const int nt = min(KN_CUDA_ROUTER_TILE_ROWS, n_tokens - t0);
-    if (e < n_experts) {
-        const float4 *wr = (const float4 *)(router_w + (size_t)e * dim);
-        const float4 *xt = (const float4 *)(x + (size_t)t0 * dim);
-        const int n4 = dim >> 2;
-        float acc[KN_CUDA_ROUTER_TILE_ROWS];
+    const float4 *wr = (const float4 *)(router_w + (size_t)e * dim);
+    const float4 *xt = (const float4 *)(x + (size_t)t0 * dim);
+    const int n4 = dim >> 2;
+    float acc[KN_CUDA_ROUTER_TILE_ROWS];
 #pragma unroll
-        for (int j = 0; j < KN_CUDA_ROUTER_TILE_ROWS; j++)
-            acc[j] = 0.f;
-        /* ROUTER_UNROLL weight loads in flight per lane before any is used
-         * (a plain loop would wait out one memory latency per float4) */
-        for (int i0 = lane; i0 < n4; i0 += 32 * ROUTER_UNROLL) {
-            float4 w[ROUTER_UNROLL];
+    for (int j = 0; j < KN_CUDA_ROUTER_TILE_ROWS; j++)
+        acc[j] = 0.f;
+    for (int i0 = tid; i0 < n4; i0 += ROUTER_THREADS * ROUTER_UNROLL) {
+        float4 w[ROUTER_UNROLL], x0[ROUTER_UNROLL];
 #pragma unroll
-            for (int u = 0; u < ROUTER_UNROLL; u++)
-                w[u] = i0 + 32 * u < n4 ? __ldg(wr + i0 + 32 * u) : make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int u = 0; u < ROUTER_UNROLL; u++) {
+            const int i = i0 + ROUTER_THREADS * u;
+            w[u] = i < n4 ? __ldg(wr + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+            x0[u] = i < n4 ? __ldg(xt + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
 #pragma unroll
-            for (int j = 0; j < KN_CUDA_ROUTER_TILE_ROWS; j++)
-                if (j < nt) {
+        for (int u = 0; u < ROUTER_UNROLL; u++)
+            acc[0] = fmaf(x0[u].x, w[u].x, fmaf(x0[u].y, w[u].y, fmaf(x0[u].z, w[u].z, fmaf(x0[u].w, w[u].w, acc[0]))));
 #pragma unroll
-                    for (int u = 0; u < ROUTER_UNROLL; u++)
-                        if (i0 + 32 * u < n4) {
-                            const float4 a = __ldg(xt + (size_t)j * n4 + i0 + 32 * u);
-                            acc[j] = fmaf(a.x, w[u].x, fmaf(a.y, w[u].y,
-                                          fmaf(a.z, w[u].z, fmaf(a.w, w[u].w, acc[j]))));
-                        }
+        for (int j = 1; j < KN_CUDA_ROUTER_TILE_ROWS; j++)
+            if (j < nt) {
+#pragma unroll
+                for (int u = 0; u < ROUTER_UNROLL; u++) {
+                    const int i = i0 + ROUTER_THREADS * u;
+                    if (i < n4) {
+                        const float4 a = __ldg(xt + (size_t)j * n4 + i);
+                        acc[j] = fmaf(a.x, w[u].x, fmaf(a.y, w[u].y, fmaf(a.z, w[u].z, fmaf(a.w, w[u].w, acc[j]))));
+                    }
                 }
-        }
-        const float bias = router_b ? router_b[e] : 0.f;
-#pragma unroll
-        for (int j = 0; j < KN_CUDA_ROUTER_TILE_ROWS; j++) {
-            float v = acc[j];
-#pragma unroll
-            for (int off = 16; off > 0; off >>= 1)
-                v += __shfl_xor_sync(0xffffffffu, v, off);
-            if (lane == 0 && j < nt)
-                logits[(size_t)(t0 + j) * n_experts + e] = v + bias;
-        }
+            }
     }
-    __shared__ bool last;
+#pragma unroll
+    for (int j = 0; j < KN_CUDA_ROUTER_TILE_ROWS; j++) {
+        float v = acc[j];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1)
+            v += __shfl_xor_sync(0xffffffffu, v, off);
+        if (lane == j)
+            red[warp][j] = v;
+    }
+    __syncthreads();
+    if (tid < nt) {
+        float v = red[0][tid];
+#pragma unroll
+        for (int w = 1; w < ROUTER_THREADS / 32; w++)
+            v += red[w][tid];
+        logits[(size_t)(t0 + tid) * n_experts + e] = v + (router_b ? router_b[e] : 0.f);
+    }
     __threadfence(); /* this block's logits are visible before it arrives */
     __syncthreads();
-    if (threadIdx.x == 0)
+    if (tid == 0)
         last = atomicAdd(done + blockIdx.y, 1u) == gridDim.x - 1;
     __syncthreads();
     if (!last)
         return;
     __threadfence();
-    for (int j = warp; j < nt; j += ROUTER_WARPS) {
+    for (int j = warp; j < nt; j += ROUTER_THREADS / 32) {
         const int t = t0 + j;
         route_token(expert_idx + (size_t)t * k, expert_w + (size_t)t * k,
                     logits + (size_t)t * n_experts, n_experts, k, over_picks, lane);
     }
-    if (threadIdx.x == 0)
+    if (tid == 0)
         done[blockIdx.y] = 0;
 }
 
@@ -232,7 +247,7 @@ extern "C" int kn_moe_router_cuda(const kn_backend *be, int32_t *expert_idx, flo
         return rc;
     }
     const int over_picks = mode == KN_ROUTE_TOPK_SOFTMAX || renormalize;
-    moe_router_kernel<<<dim3(kn_cuda_div_up(n_experts, ROUTER_WARPS), tiles), ROUTER_WARPS * 32, 0,
+    moe_router_kernel<<<dim3((unsigned)n_experts, tiles), ROUTER_THREADS, 0,
                         kn_cuda_stream(be)>>>(expert_idx, expert_w, logits, x, router_w, router_b,
                                               n_tokens, dim, n_experts, k, over_picks,
                                               ctx->router_done);

@@ -343,8 +343,8 @@ step_bench_engine() {
 
 for s in "${steps[@]}"; do
     case "$s" in
-    ops) check "ops on every backend (seed $SEED)" 300 "$OUT/ops.log" "$OPS" "$SEED" ;;
-    ops-tf32) TANDEM_CUDA_TF32=1 check "ops, TANDEM_CUDA_TF32=1" 300 "$OUT/ops_tf32.log" "$OPS" "$SEED" ;;
+    ops) check "ops on every backend (seed $SEED)" 420 "$OUT/ops.log" "$OPS" "$SEED" ;;
+    ops-tf32) TANDEM_CUDA_TF32=1 check "ops, TANDEM_CUDA_TF32=1" 420 "$OUT/ops_tf32.log" "$OPS" "$SEED" ;;
     memcheck)
         # the CUDA image keeps it beside nvcc or under its own folder
         san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer \

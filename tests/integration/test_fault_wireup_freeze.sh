@@ -79,7 +79,14 @@ first_transfer() {
     st=$(wait_in_flight "$P")
     check "$ph: $D reserved the pages, the prefill waits at frozen $P" $? "$st"
     start_worker decoder "$D2" $DFLAGS
-    wait_health 1 2
+    # decoders only: frozen $P may already be past --worker-timeout-ms and
+    # out of the router's table (it registers again once it runs), which
+    # on a slow machine (ASan) happens before $D2 is up
+    for _ in $(seq 1 100); do
+        curl -s "$URL/healthz" | grep -qF '"decoders":2}' && break
+        sleep 0.1
+    done
+    curl -s "$URL/healthz" | grep -qF '"decoders":2}'
     check "$ph: a second decoder registers" $? "$(curl -s "$URL/healthz")"
     kill -STOP "$(pid_of "$D")"
     kill -CONT "$(pid_of "$P")"

@@ -3,7 +3,7 @@
  * not quantized, so its result is checked element by element against the
  * float64 value of x . w_real + bias (w_real = code * block scale) within
  * gemv_fp8.cuh's bound, 2^-18 * sum_k |x w_real| (fp32 sums over chains of
- * 23 + K/512 roundings: K = 4096 gives 31 * 2^-24, under 2^-19), and
+ * 29 + K/2048 roundings: K = 4096 gives 31 * 2^-24, under 2^-19), and
  * against the CPU backend, which quantizes x in 1x128 blocks
  * (kernels/matmul.h), within the exact effect of that quantization,
  * sum_k |x - q(x)| |w_real|, plus both sides' fp32 bounds. The CPU (and
@@ -21,7 +21,13 @@
  * above, and the activation's expf in fp32: measured well under; the
  * quantizing paths sit near 1e-2 of it, ops_moe.c), on GPT-OSS's and
  * Qwen3's shapes, shared experts, an EP share, and dims off the 16 and
- * 128 edges. */
+ * 128 edges.
+ *
+ * kn_matmul_w_multi (q, k, v in one call; one GEMV launch on CUDA): each
+ * output equal bit for bit to kn_matmul_w of its layer alone on the same
+ * backend (which the cases above check against float64), for FP8 layers
+ * (GPT-OSS's and Qwen3's q/k/v, odd sizes), a mix of FP8 and f32 layers
+ * (CUDA then runs them one by one), and overlapping outputs refused. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -228,8 +234,64 @@ static void moe_gemv_fp8(op_env *e, const void *param)
     op_check_err(e, err, 1e-4, "fp8 expert gemv vs float64");
 }
 
+typedef struct multi_param {
+    int m, k, n_lin, n[3], f32_last; /* f32_last: the last layer's weight is f32 */
+} multi_param;
+
+static void matmul_multi(op_env *e, const void *param)
+{
+    const multi_param *p = param;
+    const int m = p->m, k = p->k;
+    float *d_x = op_up(e, op_rand(e, (size_t)m * k, -2.f, 2.f), (size_t)m * k * 4);
+    kn_weight w[3];
+    kn_linear lin[3];
+    float *single[3];
+    for (int i = 0; i < p->n_lin; i++) {
+        const int n = p->n[i];
+        if (p->f32_last && i == p->n_lin - 1) {
+            w[i] = (kn_weight){ KN_F32, op_up(e, op_rand(e, (size_t)n * k, -1.f, 1.f), (size_t)n * k * 4), NULL };
+        } else {
+            uint8_t *wq;
+            float *ws;
+            ops_fp8_weight(e, n, k, 1, &wq, &ws);
+            w[i] = (kn_weight){ KN_FP8_E4M3, op_up(e, wq, kn_fp8_data_bytes(n, k)),
+                                op_up(e, ws, kn_fp8_scale_count(n, k) * sizeof(float)) };
+        }
+        const float *bias = i != 1 ? op_up(e, op_rand(e, (size_t)n, -1.f, 1.f), (size_t)n * 4) : NULL;
+        lin[i] = (kn_linear){ op_nan(e, (size_t)m * n), &w[i], bias, n };
+        single[i] = op_nan(e, (size_t)m * n);
+        if (!op_ok(e, kn_matmul_w(e->be, single[i], d_x, &w[i], bias, m, n, k), "kn_matmul_w alone"))
+            return;
+    }
+    if (!op_ok(e, kn_matmul_w_multi(e->be, lin, p->n_lin, d_x, m, k), "kn_matmul_w_multi"))
+        return;
+    for (int i = 0; i < p->n_lin; i++) {
+        const size_t no = (size_t)m * p->n[i];
+        const float *got = op_get(e, lin[i].out, no), *want = op_get(e, single[i], no);
+        size_t bad = 0;
+        for (size_t j = 0; j < no; j++)
+            bad += memcmp(&got[j], &want[j], sizeof(float)) != 0;
+        if (bad)
+            op_fail(e, "layer %d: %zu of %zu outputs differ from kn_matmul_w alone (first: %.9g vs %.9g)", i, bad,
+                    no, (double)got[0], (double)want[0]);
+    }
+    /* outputs that overlap: refused, nothing computed */
+    kn_linear twice[2] = { lin[0], lin[0] };
+    OP_INT_EQ(e, kn_matmul_w_multi(e->be, twice, 2, d_x, m, k), TN_ERR_ARG);
+}
+
 void ops_register_gemv_fp8(void)
 {
+    static const multi_param multi[] = {
+        { 1, 2880, 3, { 4096, 512, 512 }, 0 }, /* GPT-OSS q/k/v at decode */
+        { 8, 2048, 3, { 4096, 512, 512 }, 0 }, /* Qwen3-30B-A3B, 8 rows */
+        { 3, 130, 3, { 129, 7, 300 }, 0 },     /* odd sizes */
+        { 2, 256, 2, { 64, 32, 0 }, 1 },       /* FP8 + f32: one by one */
+        { 12, 384, 3, { 256, 128, 128 }, 0 },  /* rows past the GEMV: cuBLASLt */
+    };
+    for (size_t i = 0; i < sizeof multi / sizeof multi[0]; i++)
+        OP_CASE("matmul_w_multi", OP_ALL, matmul_multi, multi[i], "%d layers m=%d k=%d n=%d,%d%s", multi[i].n_lin,
+                multi[i].m, multi[i].k, multi[i].n[0], multi[i].n[1], multi[i].f32_last ? " (last f32)" : "");
     static const gemv_param cases[] = {
         { 1, 4096, 2880, 1 }, { 2, 512, 2880, 1 }, { 3, 2880, 4096, 1 }, { 8, 4096, 2880, 1 },
         { 1, 512, 2048, 0 },  { 8, 2048, 4096, 0 }, { 3, 129, 130, 1 },  { 8, 200, 300, 1 },
