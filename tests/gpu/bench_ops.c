@@ -24,7 +24,11 @@
  * at one token (top-4 of 32, 2880/2880), the expert GEMVs next to the
  * grouped decode path: GB/s of the bytes each must read (weight codes and
  * scales, x, out) and its share of the H200's 4.25 TB/s measured copy
- * ceiling (docs/PERF.md). */
+ * ceiling (docs/PERF.md). These time DECODE_CALLS calls back to back (one
+ * call between two events measured the launch, 8-16 us, not the kernel),
+ * each GEMV call on the next of as many weight copies as fill 150 MB (3x
+ * the L2), the expert rows on 4 experts of 25 MB each: HBM reads, as in a
+ * decode step. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdio.h>
@@ -368,11 +372,18 @@ typedef struct mmw_ctx {
     float *out, *x, *bias;
     kn_weight w;
     int m, n, k;
+    const uint8_t *copies; /* NULL, or n_copies weights stride bytes apart, taken in turn */
+    size_t stride;
+    int n_copies, next;
 } mmw_ctx;
 
 static int run_matmul_w(const kn_backend *be, void *p)
 {
     mmw_ctx *c = p;
+    if (c->copies) {
+        c->w.data = c->copies + (size_t)c->next * c->stride;
+        c->next = (c->next + 1) % c->n_copies;
+    }
     return kn_matmul_w(be, c->out, c->x, &c->w, c->bias, c->m, c->n, c->k);
 }
 
@@ -409,10 +420,15 @@ static void bench_fp8_decode(bench *b)
     float *bias = dev_random(b, 5760);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int n = shapes[s][0], k = shapes[s][1];
-        mmw_ctx c = { out, x, bias, { KN_FP8_E4M3, NULL, NULL }, 0, n, k };
-        uint8_t *wq = dev_fp8(b, kn_fp8_data_bytes(n, k));
+        /* copies of the weight filling 3x the H200's 50 MB L2, taken in
+         * turn, so calls back to back read HBM as a decode step does */
+        const size_t wb = kn_fp8_data_bytes(n, k);
+        int n_copies = (int)(((size_t)150 << 20) / wb) + 1;
+        n_copies = n_copies > 256 ? 256 : n_copies;
+        mmw_ctx c = { out, x, bias, { KN_FP8_E4M3, NULL, NULL }, 0, n, k, NULL, wb, n_copies, 0 };
+        uint8_t *wq = dev_fp8(b, wb * n_copies);
         float *ws = dev_random(b, kn_fp8_scale_count(n, k));
-        c.w.data = wq;
+        c.copies = wq;
         c.w.scale = ws;
         for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
             c.m = rows[r];
@@ -423,7 +439,7 @@ static void bench_fp8_decode(bench *b)
             snprintf(op, sizeof op, "fp8 gemv %s +bias", names[s]);
             for (int on = 1; on >= 0; on--) {
                 kn_cuda_set_fp8_gemv(&b->gpu, on);
-                float ms = time_op(&b->gpu, run_matmul_w, &c);
+                float ms = time_op_each(&b->gpu, run_matmul_w, &c);
                 gb_row(op, on ? "gemv" : "cuBLASLt (quant + GEMM)", shape, ms, bytes);
             }
         }
@@ -457,7 +473,7 @@ static void bench_fp8_decode(bench *b)
     double bytes = TOPK * ((double)gub + dnb + 4.0 * (gus + dns) + 4.0 * (2 * INTER + HIDDEN));
     for (int on = 1; on >= 0; on--) {
         kn_cuda_set_moe_gemv(&b->gpu, on);
-        float ms = time_op(&b->gpu, run_moe1, &m);
+        float ms = time_op_each(&b->gpu, run_moe1, &m);
         gb_row("fp8 experts (top-4 of 32, clamped SwiGLU, biases)", on ? "expert gemv" : "grouped decode",
                "1 token, 2880/2880", ms, bytes);
     }
