@@ -42,7 +42,7 @@
  *    for D = 64 or 128). 4 warps, each owning VPW query vectors, 32-key
  *    chunks (one key per lane). Splits the key range over blocks when there
  *    are too few (sequence, KV head) pairs to fill the GPU, followed by
- *    attn_combine_kernel.
+ *    kn_cuda_attn_split_combine (attention_decode_mma.cu).
  */
 #include <math.h>
 #include "kernels/cuda/attention_decode_mma.cuh"
@@ -317,7 +317,7 @@ __device__ __forceinline__ void split_init_state(const AttnArgs &a, int kvh, int
 
 /* The split-KV and decode kernels' results: each of the warp's vectors
  * gets its normalised output (one split) or this split's partial state
- * (o, m and the row sum l) for attn_combine_kernel; dims past D are not
+ * (o, m and the row sum l) for kn_cuda_attn_split_combine; dims past D are not
  * written. */
 template <int VPW, int DPL>
 __device__ __forceinline__ void split_store(const AttnArgs &a, int D, int q0, int kvh, int v0,
@@ -626,33 +626,6 @@ attn_decode_kernel(AttnArgs a)
     split_store<VPW, DPL>(a, D, q0, kvh, v0, nvec, split, w, lane, m, l, o);
 }
 
-/* Merges the splits of one (row, head): each split's state (m_i, l_i, o_i)
- * is rescaled to the common max. The sink is already inside split 0's
- * state, so nothing is added here. */
-__global__ void attn_combine_kernel(AttnArgs a)
-{
-    const size_t oh = blockIdx.x; /* row * n_heads + head */
-    const int n = a.n_splits, D = a.head_dim;
-    const float *ml = a.part_ml + oh * n * 2;
-    float mmax = -INFINITY;
-    for (int i = 0; i < n; i++)
-        mmax = fmaxf(mmax, ml[2 * i]);
-    float lsum = 0.f;
-    if (mmax != -INFINITY)
-        for (int i = 0; i < n; i++)
-            if (ml[2 * i] != -INFINITY)
-                lsum += ml[2 * i + 1] * exp2f(ml[2 * i] - mmax);
-    float inv = lsum > 0.f ? 1.f / lsum : 0.f;
-    for (int d = threadIdx.x; d < D; d += blockDim.x) {
-        float acc = 0.f;
-        if (mmax != -INFINITY)
-            for (int i = 0; i < n; i++)
-                if (ml[2 * i] != -INFINITY)
-                    acc += a.part_o[(oh * n + i) * D + d] * exp2f(ml[2 * i] - mmax);
-        a.out[oh * D + d] = acc * inv;
-    }
-}
-
 template <int D, class T>
 int launch_flash(const kn_backend *be, const char *op, const AttnArgs &a, const kn_seq_batch *b)
 {
@@ -785,11 +758,8 @@ extern "C" int kn_attention_cuda(const kn_backend *be, float *out, const float *
        : kvt == KN_FP8_E4M3 ? launch_split_vpw<__nv_fp8_e4m3>(be, op, a, b, vpw)
                             : launch_split_vpw<float>(be, op, a, b, vpw);
     if (rc == TN_OK && a.n_splits > 1) {
-        attn_combine_kernel<<<(unsigned)((size_t)b->n_rows * n_heads), head_dim < 128 ? 64 : 128, 0,
-                              kn_cuda_stream(be)>>>(a);
-        cudaError_t err = cudaGetLastError();
-        if (err != cudaSuccess)
-            rc = kn_cuda_device_error(op, "attn_combine_kernel", err);
+        rc = kn_cuda_attn_split_combine(be, op, out, a.part_o, a.part_ml, (size_t)b->n_rows * n_heads, a.n_splits,
+                                        head_dim);
     }
     kn_cuda_tmp_free(be, a.part_o);
     kn_cuda_tmp_free(be, a.part_ml);

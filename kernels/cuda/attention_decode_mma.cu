@@ -26,7 +26,7 @@
  * two-stage cp.async ring in its own shared memory, so the main loop has no
  * block barrier. The 4 warp states merge through shared memory at the end,
  * into the output (one split) or into the split's partial state for
- * decode_mma_combine_kernel. The split count comes from the host (sized to
+ * kn_cuda_attn_split_combine. The split count comes from the host (sized to
  * fill the GPU for the batch's longest sequence); each block finds its key
  * range on the device from its own sequence's kv_len: splits cut the
  * sequence's visible keys into equal runs of whole tiles, so short and long
@@ -455,15 +455,28 @@ attn_decode_mma_kernel(DecArgs a)
     }
 }
 
-/* Merges the splits of one (row, head) of the batch: each split's (m, l,
- * o) rescaled to the common max (the sink is inside split 0's state). All
- * loads of a phase are independent and spread over the block: the splits'
- * (m, l) one per thread (max, then the rescaled l summed, through shared
+template <int D, bool F8>
+int launch_decode_mma(const kn_backend *be, const char *op, const DecArgs &a, const kn_seq_batch *b)
+{
+    const size_t bytes = F8 ? DecTile<D>::F8_BYTES : DecTile<D>::BYTES;
+    KN_CUDA_TRY(op, cudaFuncSetAttribute(attn_decode_mma_kernel<D, F8>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    dim3 grid(a.n_splits, a.n_kv_heads, b->n_seqs);
+    attn_decode_mma_kernel<D, F8><<<grid, DM_THREADS, bytes, kn_cuda_stream(be)>>>(a);
+    KN_CUDA_LAUNCH_CHECK(op, "attn_decode_mma_kernel");
+    return TN_OK;
+}
+
+/* Merges the splits of one (row, head) of the batch (this file's decode
+ * kernel and attention.cu's split kernel leave the same partial states):
+ * each split's (m, l, o) rescaled to the common max (the sink is inside
+ * split 0's state). All loads of a phase are independent and spread over
+ * the block: the splits' (m, l) one per thread (max, then the rescaled l summed, through shared
  * memory), then COMB_THREADS / D groups of threads each summing every
  * G-th split's o for all D outputs, and the groups' sums added in group
  * order. (A thread looping over the splits serially paid an L2 round trip
  * per few splits: 11 us for 32 splits in s7b's profile.) Shared memory:
- * n_splits + COMB_THREADS floats. */
+ * n_splits + COMB_THREADS floats; D <= COMB_THREADS. */
 const int COMB_THREADS = 256;
 
 __device__ __forceinline__ float comb_block_reduce(float v, bool is_max, float *sh)
@@ -485,7 +498,7 @@ __device__ __forceinline__ float comb_block_reduce(float v, bool is_max, float *
 }
 
 __global__ void __launch_bounds__(COMB_THREADS)
-decode_mma_combine_kernel(float *out, const float *part_o, const float *part_ml, int n_splits, int D)
+attn_split_combine_kernel(float *out, const float *part_o, const float *part_ml, int n_splits, int D)
 {
     extern __shared__ float comb_sh[]; /* [n_splits] split scales, then [COMB_THREADS] */
     float *sc = comb_sh, *sh = comb_sh + n_splits;
@@ -524,19 +537,18 @@ decode_mma_combine_kernel(float *out, const float *part_o, const float *part_ml,
     }
 }
 
-template <int D, bool F8>
-int launch_decode_mma(const kn_backend *be, const char *op, const DecArgs &a, const kn_seq_batch *b)
+} // namespace
+
+int kn_cuda_attn_split_combine(const kn_backend *be, const char *op, float *out, const float *part_o,
+                               const float *part_ml, size_t n_row_heads, int n_splits, int head_dim)
 {
-    const size_t bytes = F8 ? DecTile<D>::F8_BYTES : DecTile<D>::BYTES;
-    KN_CUDA_TRY(op, cudaFuncSetAttribute(attn_decode_mma_kernel<D, F8>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    dim3 grid(a.n_splits, a.n_kv_heads, b->n_seqs);
-    attn_decode_mma_kernel<D, F8><<<grid, DM_THREADS, bytes, kn_cuda_stream(be)>>>(a);
-    KN_CUDA_LAUNCH_CHECK(op, "attn_decode_mma_kernel");
+    if (head_dim > COMB_THREADS)
+        return kn_arg_error(op, "split combine takes head_dim <= %d, got %d", COMB_THREADS, head_dim);
+    attn_split_combine_kernel<<<(unsigned)n_row_heads, COMB_THREADS, (size_t)(n_splits + COMB_THREADS) * sizeof(float),
+                                kn_cuda_stream(be)>>>(out, part_o, part_ml, n_splits, head_dim);
+    KN_CUDA_LAUNCH_CHECK(op, "attn_split_combine_kernel");
     return TN_OK;
 }
-
-} // namespace
 
 bool kn_cuda_attention_decode_mma_fits(const kn_seq_batch *b, int n_heads, int n_kv_heads, int head_dim,
                                        const float *out, const float *q, const kn_kv_pools *pools)
@@ -590,12 +602,8 @@ int kn_cuda_attention_decode_mma(const kn_backend *be, const char *op, float *ou
                             : (f8 ? launch_decode_mma<128, true>(be, op, a, b)
                                   : launch_decode_mma<128, false>(be, op, a, b));
     if (rc == TN_OK && a.n_splits > 1) {
-        decode_mma_combine_kernel<<<(unsigned)((size_t)b->n_rows * n_heads), COMB_THREADS,
-                                    (size_t)(a.n_splits + COMB_THREADS) * sizeof(float), kn_cuda_stream(be)>>>(
-            out, a.part_o, a.part_ml, a.n_splits, head_dim);
-        cudaError_t err = cudaGetLastError();
-        if (err != cudaSuccess)
-            rc = kn_cuda_device_error(op, "decode_mma_combine_kernel", err);
+        rc = kn_cuda_attn_split_combine(be, op, out, a.part_o, a.part_ml, (size_t)b->n_rows * n_heads, a.n_splits,
+                                        head_dim);
     }
     kn_cuda_tmp_free(be, a.part_o);
     kn_cuda_tmp_free(be, a.part_ml);

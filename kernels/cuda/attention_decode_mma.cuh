@@ -18,6 +18,13 @@ bool kn_cuda_attention_decode_mma_fits(const struct kn_seq_batch *b, int n_heads
  * launch sized for a length bound stays valid for any shorter sequence. */
 int kn_cuda_decode_mma_splits(const kn_backend *be, int n_seqs, int n_kv_heads, int max_kv_len);
 
+/* Merges the key splits' partial states part_o [n_row_heads][n_splits][D]
+ * and part_ml [n_row_heads][n_splits][2] (m in the log2 domain, l) into
+ * out [n_row_heads][D], D = head_dim <= 256: the combine after this file's
+ * decode kernel and attention.cu's split kernel, one launch. */
+int kn_cuda_attn_split_combine(const kn_backend *be, const char *op, float *out, const float *part_o,
+                               const float *part_ml, size_t n_row_heads, int n_splits, int head_dim);
+
 /* kn_attention's contract with Q and P rounded to bf16 (fp32 softmax state
  * and accumulation). Arguments already checked. */
 int kn_cuda_attention_decode_mma(const kn_backend *be, const char *op, float *out, const float *q,
