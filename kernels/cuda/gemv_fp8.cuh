@@ -43,6 +43,7 @@
 extern "C" {
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/fp8.h"
+#include "kernels/matmul.h"
 #include "kernels/moe.h"
 }
 
@@ -264,7 +265,7 @@ int kn_cuda_fp8_gemv(const kn_backend *be, const char *op, float *out, const flo
  * mats[i].out = x mats[i].w^T + mats[i].bias, each as kn_cuda_fp8_gemv
  * (same K; n_mats <= KN_CUDA_GEMV_MATS), TN_ERR_UNSUPPORTED (nothing
  * queued) as it. */
-#define KN_CUDA_GEMV_MATS 4
+#define KN_CUDA_GEMV_MATS KN_LINEAR_MAX
 typedef struct kn_cuda_gemv_mat {
     float *out;
     const uint8_t *w;

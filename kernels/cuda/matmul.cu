@@ -181,8 +181,9 @@ extern "C" int kn_matmul_w_multi_cuda(const kn_backend *be, const kn_linear *lin
     int rc = kn_cuda_check_backend(op, be);
     if (rc != TN_OK || m == 0)
         return rc;
-    /* all FP8 at GEMV rows: one launch (kn_matmul_w_cuda's rule for each) */
-    bool one = kn_cuda_ctx_of(be)->fp8_gemv && m <= KN_CUDA_FP8_GEMV_MAX_ROWS && n_lin <= KN_CUDA_GEMV_MATS;
+    /* all FP8 at GEMV rows: one launch (kn_matmul_w_cuda's rule for each;
+     * n_lin <= KN_LINEAR_MAX = KN_CUDA_GEMV_MATS, checked by the dispatcher) */
+    bool one = kn_cuda_ctx_of(be)->fp8_gemv && m <= KN_CUDA_FP8_GEMV_MAX_ROWS;
     kn_cuda_gemv_mat mats[KN_CUDA_GEMV_MATS];
     for (int i = 0; one && i < n_lin; i++) {
         one = lin[i].w->dtype == KN_FP8_E4M3 && lin[i].w->scale;
