@@ -13,9 +13,9 @@
  * kn_add_rmsnorm on one row, kn_rope_kv_append (GPT-OSS and Qwen3 heads,
  * bf16 pages) and kn_moe_router, fused and as the separate kernels
  * (kn_cuda_set_fused_decode 0). Those are microseconds of latency, so each
- * time is the median over REPS of DECODE_CALLS calls back to back, per call
- * (launch gaps included: the eager step's cost; in a CUDA graph the gaps
- * shrink but each kernel's latency stays).
+ * time is the median over REPS of DECODE_CALLS calls back to back, per call,
+ * recorded as one CUDA graph and replayed as a decode step runs them (no
+ * host launch cost between calls; each kernel's latency stays).
  *
  * Then the FP8 GEMV rows: kn_matmul_w with FP8 weights at 1, 2, 4, 8 rows on
  * GPT-OSS's q/k/v/o (2880 -> 4096/512, 4096 -> 2880) and Qwen3's q
@@ -24,8 +24,8 @@
  * at one token (top-4 of 32, 2880/2880), the expert GEMVs next to the
  * grouped decode path: GB/s of the bytes each must read (weight codes and
  * scales, x, out) and its share of the H200's 4.25 TB/s measured copy
- * ceiling (docs/PERF.md). These time DECODE_CALLS calls back to back (one
- * call between two events measured the launch, 8-16 us, not the kernel),
+ * ceiling (docs/PERF.md). These time DECODE_CALLS calls back to back in a
+ * graph (one call between two events measured the launch, 8-16 us),
  * each GEMV call on the next of as many weight copies as fill 150 MB (3x
  * the L2), the expert rows on 4 experts of 25 MB each: HBM reads, as in a
  * decode step. */
@@ -186,11 +186,31 @@ static float time_op_each(const kn_backend *be, op_fn op, void *ctx)
     float ms[REPS];
     if (cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess)
         fail("cudaEventCreate");
+    /* The DECODE_CALLS calls recorded as one CUDA graph and the graph
+     * replayed, as a decode step runs them: no host launch cost between
+     * kernels. An op that cannot be recorded is timed eagerly (said so). */
+    kn_graph *g = NULL;
+    if (kn_graph_begin(be) == TN_OK) {
+        int rc = TN_OK;
+        for (int c = 0; c < DECODE_CALLS && rc == TN_OK; c++)
+            rc = op(be, ctx);
+        if (kn_graph_end(be, &g) != TN_OK || rc != TN_OK) {
+            kn_graph_free(g);
+            g = NULL;
+        }
+    }
+    if (!g)
+        fprintf(stderr, "bench_ops: an op could not be recorded as a graph; timed eagerly\n");
     for (int it = 0; it < WARMUP + REPS; it++) {
         cudaEventRecord(e0, s);
-        for (int c = 0; c < DECODE_CALLS; c++)
-            if (op(be, ctx) != TN_OK)
-                fail("op");
+        if (g) {
+            if (kn_graph_launch(be, g) != TN_OK)
+                fail("kn_graph_launch");
+        } else {
+            for (int c = 0; c < DECODE_CALLS; c++)
+                if (op(be, ctx) != TN_OK)
+                    fail("op");
+        }
         cudaEventRecord(e1, s);
         if (cudaEventSynchronize(e1) != cudaSuccess)
             fail("cudaEventSynchronize");
@@ -199,6 +219,7 @@ static float time_op_each(const kn_backend *be, op_fn op, void *ctx)
             ms[it - WARMUP] /= DECODE_CALLS;
         }
     }
+    kn_graph_free(g);
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     qsort(ms, REPS, sizeof ms[0], cmp_float);
