@@ -23,6 +23,11 @@ export CMOCKA_MESSAGE_OUTPUT=TAP
 export TANDEM_BUILD=$BUILD
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+# OpenMP threads that wait sleep instead of spinning: two programs run at a
+# time, each often several processes with OMP_NUM_THREADS threads, on as
+# few as 2 cores, and libgomp's default spin-wait took a fifth of the CPU
+# from the processes with work (the results do not depend on it).
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 case "$JOBS" in ''|*[!0-9]*|0) echo "TEST_JOBS must be a positive integer, not '$JOBS'" >&2; exit 2 ;; esac
 passed=0
 failed=0

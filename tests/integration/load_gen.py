@@ -3,10 +3,12 @@
 
     load_gen.py URL MODEL --clients C --prompt-len L --max-tokens M
                 [--until-file F] [--max-requests N] [--max-seconds S] [--vocab V]
-                [--out results.json]
+                [--pause-s P] [--out results.json]
 
 C client threads each send POST /v1/completions (prompt of L token ids,
-max_tokens M, ignore_eos, temperature 0) back to back until F exists, N
+max_tokens M, ignore_eos, temperature 0) back to back (or P seconds apart:
+a paced trickle whose rate does not depend on how fast the build serves
+requests) until F exists, N
 requests have been sent in all, or S seconds have passed, whichever comes
 first. Every response is checked to be complete: HTTP 200, finish_reason
 "length" and exactly M token ids. Prints one JSON line with the totals and
@@ -32,6 +34,7 @@ def main():
     ap.add_argument("--max-requests", type=int, default=1000)
     ap.add_argument("--max-seconds", type=float, default=60)
     ap.add_argument("--vocab", type=int, default=512)
+    ap.add_argument("--pause-s", type=float, default=0)
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     u = urllib.parse.urlparse(a.url)
@@ -83,6 +86,8 @@ def main():
                 else:
                     stats["ok"] += 1
                     stats["prompt_tokens"] += a.prompt_len
+            if a.pause_s > 0:
+                time.sleep(a.pause_s)
         conn.close()
 
     threads = [threading.Thread(target=client, args=(k,)) for k in range(a.clients)]

@@ -137,10 +137,10 @@ check "the dashboard loads in Chromium and shows the live workers (1 prefiller, 
     "$(cat "$CLUSTER_TMP/cdp.out")"
 
 # ---- 1: prefill load -------------------------------------------------------
-load() { # load NAME until-file clients prompt-len max-tokens
+load() { # load NAME until-file clients prompt-len max-tokens [load_gen flags...]
     python3 tests/integration/load_gen.py "$URL" "$fx" --until-file "$2" --clients "$3" \
         --prompt-len "$4" --max-tokens "$5" --max-requests 2000 --max-seconds 150 \
-        --out "$CLUSTER_TMP/$1.json" >/dev/null 2>&1
+        --out "$CLUSTER_TMP/$1.json" "${@:6}" >/dev/null 2>&1
 }
 load prefill "$CLUSTER_TMP/stop1" 3 1024 2 &
 L1=$!
@@ -179,7 +179,11 @@ sleep 1
 touch "$CLUSTER_TMP/stop2"
 
 # ---- 3: the load stops (a trickle goes on): back to one of each ------------
-load trickle "$CLUSTER_TMP/stop3" 1 8 40 &
+# The trickle is paced (0.1 s between requests: under 80 input tokens/s, a
+# third of one prefiller's 240), so the prefill pool scales down while it
+# runs. Back to back, the plain build served it at ~600 tokens/s, which kept
+# 2 prefillers until the trickle ran out of requests (--max-requests, ~27 s).
+load trickle "$CLUSTER_TMP/stop3" 1 8 40 --pause-s 0.1 &
 L3=$!
 wait_metric 'tandem_pool_current_replicas{pool="prefill"}' 1 90 &&
     wait_metric 'tandem_pool_current_replicas{pool="decode"}' 1 90 &&
@@ -189,6 +193,9 @@ wait_metric 'tandem_pool_current_replicas{pool="prefill"}' 1 90 &&
     wait_metric 'tandem_pool_ready_replicas{pool="decode"}' 1 30
 check "after the load stops both pools scale back to one replica" $? \
     "$(grep -E 'autoscaler|local scaler' "$CLUSTER_TMP/router.log" | tail -6)"
+kill -0 "$L3" 2>/dev/null
+check "the trickle was still running when they did (the scale-down did not wait for it to end)" $? \
+    "$(cat "$CLUSTER_TMP/trickle.json" 2>&1)"
 touch "$CLUSTER_TMP/stop3"
 rc=0
 for l in $L1 $L2 $L3; do wait $l || rc=1; done
