@@ -273,14 +273,11 @@ static int layer_forward(tm_model *m, tm_kv_cache *kv, int l, const kn_seq_batch
     /* attention block */
     const kn_weight q_w = wt_attn(m, w->q_w, w->q_s), k_w = wt_attn(m, w->k_w, w->k_s),
                     v_w = wt_attn(m, w->v_w, w->v_s), o_w = wt_attn(m, w->o_w, w->o_s);
-    if (residual_pending)
-        TRY(kn_add_rmsnorm(be, x, xn, tmp, w->attn_norm, T, H, c->rms_eps));
-    else
-        TRY(kn_rmsnorm(be, xn, x, w->attn_norm, T, H, c->rms_eps));
-    TRY(lap(m, TM_PROF_NORM_ADD));
-    /* q, k, v in one call: one launch at decode (kernels/matmul.h) */
+    /* the norm (adding the previous layer's MoE output) and q, k, v in one
+     * call: one launch at batch 1 on CUDA (kernels/matmul.h) */
+    const kn_norm_in attn_in = {x, residual_pending ? tmp : NULL, xn, w->attn_norm, c->rms_eps};
     const kn_linear qkv[3] = { { q, &q_w, w->q_b, qd }, { k, &k_w, w->k_b, kvd }, { v, &v_w, w->v_b, kvd } };
-    TRY(kn_matmul_w_multi(be, qkv, 3, xn, T, H));
+    TRY(kn_matmul_w_multi_normed(be, qkv, 3, &attn_in, T, H));
     TRY(lap(m, TM_PROF_ATTN_PROJ));
     /* Qwen3's per-head q/k RMSNorm, RoPE and the KV append: one op (one
      * kernel at decode on CUDA, kernels/rope_kv.h) */
@@ -299,12 +296,12 @@ static int layer_forward(tm_model *m, tm_kv_cache *kv, int l, const kn_seq_batch
     if (m->par.tp)   /* each TP rank has its heads' share of o_proj: sum them */
         TRY(comm_all_reduce_sum(m->par.tp, tmp, (size_t)T * H));
     TRY(lap(m, TM_PROF_ATTN_PROJ));
-    /* MoE block; the TP all-reduce above has completed tmp */
-    TRY(kn_add_rmsnorm(be, x, xn, tmp, w->mlp_norm, T, H, c->rms_eps));
-    TRY(lap(m, TM_PROF_NORM_ADD));
-    /* router product + routing: one kernel at decode on CUDA (kernels/moe_router.h) */
-    TRY(kn_moe_router(be, s->eidx.p, s->ew.p, s->router.p, xn, w->router_w, w->router_b, T, H,
-                      c->n_experts, c->n_experts_per_tok, c->route_mode, c->norm_topk_prob));
+    /* MoE block; the TP all-reduce above has completed tmp. The residual
+     * add, the norm (xn, the experts' input), the router product and the
+     * routing: one kernel at decode on CUDA (kernels/moe_router.h) */
+    const kn_norm_in mlp_in = {x, tmp, xn, w->mlp_norm, c->rms_eps};
+    TRY(kn_moe_router_normed(be, s->eidx.p, s->ew.p, s->router.p, &mlp_in, w->router_w, w->router_b, T,
+                             H, c->n_experts, c->n_experts_per_tok, c->route_mode, c->norm_topk_prob));
     TRY(lap(m, TM_PROF_ROUTER));
     if (m->par.ep_mode == TM_EP_DISPATCH) {
         TRY(tm_ep_dispatch_moe(m, l, xn, s->eidx.p, s->ew.p, T, tmp));

@@ -374,7 +374,7 @@ const char *tm_prof_group_name(int group)
         [TM_PROF_ROPE_KV] = "qk-norm, RoPE, KV append",
         [TM_PROF_ROUTER] = "router + top-k",
         [TM_PROF_EXPERTS] = "MoE experts",
-        [TM_PROF_NORM_ADD] = "norms, adds, embedding",
+        [TM_PROF_NORM_ADD] = "final norm, embedding",
         [TM_PROF_HEAD] = "final norm + LM head",
     };
     return group >= 0 && group < TM_PROF_N_GROUPS ? names[group] : "?";

@@ -87,12 +87,12 @@ void tm_model_trim(tm_model *m);
  * stopwatch needs max_laps >= 8 * n_layers + 8 per forward. Collectives
  * (TP/EP all-reduces, EP dispatch) count in the group they follow. */
 typedef enum {
-    TM_PROF_ATTN_PROJ = 0,  /* q/k/v/o projections */
+    TM_PROF_ATTN_PROJ = 0,  /* q/k/v/o projections (q/k/v with the attention norm) */
     TM_PROF_ATTENTION,      /* kn_attention (the attention kernels) */
     TM_PROF_ROPE_KV,        /* q/k norms, RoPE, KV cache append */
-    TM_PROF_ROUTER,         /* router logits and top-k routing */
+    TM_PROF_ROUTER,         /* the MoE norm (and residual add), router logits, top-k routing */
     TM_PROF_EXPERTS,        /* kn_moe_experts: permutation, expert GEMMs, combine */
-    TM_PROF_NORM_ADD,       /* RMSNorms, residual adds, embedding, batch upload */
+    TM_PROF_NORM_ADD,       /* the last residual add and final norm, embedding, batch upload */
     TM_PROF_HEAD,           /* final norm, LM head, logits to the host */
     TM_PROF_N_GROUPS
 } tm_prof_group;

@@ -292,6 +292,29 @@ static int check_moe_route(const int32_t *expert_idx, const float *expert_w,
     return TN_OK;
 }
 
+/* A kn_norm_in of rows x dim: the pair's own checks, and xn apart from x
+ * and delta (the fused kernels read x while xn is written). */
+static int check_norm_in(const char *op, const kn_norm_in *norm, int rows, int dim)
+{
+    if (!norm)
+        return kn_arg_error(op, "NULL norm");
+    int rc = norm->delta ? check_add_rmsnorm(norm->x, norm->xn, norm->delta, norm->weight, rows, dim, norm->eps)
+                         : check_rmsnorm(norm->xn, norm->x, norm->weight, rows, dim, norm->eps);
+    if (rc != TN_OK) /* its message names the pair's op */
+        return rc;
+    const size_t bytes = (size_t)rows * dim * sizeof(float);
+    if (kn_ranges_overlap(norm->xn, bytes, norm->x, bytes))
+        return kn_arg_error(op, "norm xn overlaps x");
+    return TN_OK;
+}
+
+/* The norm of a kn_..._normed op alone, on the CPU. */
+static int norm_in_cpu(const kn_norm_in *n, int rows, int dim)
+{
+    return n->delta ? kn_add_rmsnorm_cpu(n->x, n->xn, n->delta, n->weight, rows, dim, n->eps)
+                    : kn_rmsnorm_cpu(n->xn, n->x, n->weight, rows, dim, n->eps);
+}
+
 static int check_moe_router(const int32_t *expert_idx, const float *expert_w,
                             const float *logits, const float *x, const float *router_w,
                             int n_tokens, int dim, int n_experts, int k, kn_route_mode mode)
@@ -604,6 +627,40 @@ int kn_matmul_w_multi(const kn_backend *be, const kn_linear *lin, int n_lin, con
     return TN_ERR_ARG;
 }
 
+static int check_matmul_w_multi_normed(const kn_linear *lin, int n_lin, const kn_norm_in *norm, int m,
+                                       int k)
+{
+    static const char op[] = "kn_matmul_w_multi_normed";
+    int rc = check_norm_in(op, norm, m, k);
+    if (rc == TN_OK)
+        rc = check_matmul_w_multi(lin, n_lin, norm->xn, m, k);
+    const size_t bytes = (size_t)m * k * sizeof(float);
+    for (int i = 0; rc == TN_OK && i < n_lin; i++) {
+        const size_t ob = (size_t)m * lin[i].n * sizeof(float);
+        if (kn_ranges_overlap(lin[i].out, ob, norm->x, bytes) ||
+            (norm->delta && kn_ranges_overlap(lin[i].out, ob, norm->delta, bytes)))
+            rc = kn_arg_error(op, "output %d overlaps the norm's x or delta", i);
+    }
+    return rc;
+}
+
+int kn_matmul_w_multi_normed(const kn_backend *be, const kn_linear *lin, int n_lin,
+                             const kn_norm_in *norm, int m, int k)
+{
+    switch (CHECKED_KIND("kn_matmul_w_multi_normed", be,
+                         check_matmul_w_multi_normed(lin, n_lin, norm, m, k))) {
+    case KN_BACKEND_CPU: {
+        int rc = norm_in_cpu(norm, m, k);
+        for (int i = 0; rc == TN_OK && i < n_lin; i++)
+            rc = kn_matmul_w_cpu(lin[i].out, norm->xn, lin[i].w, lin[i].bias, m, lin[i].n, k);
+        return rc;
+    }
+    case KN_BACKEND_CUDA:
+        CUDA_CALL("kn_matmul_w_multi_normed", kn_matmul_w_multi_normed_cuda(be, lin, n_lin, norm, m, k));
+    }
+    return TN_ERR_ARG;
+}
+
 int kn_add(const kn_backend *be, float *out, const float *a, const float *b, size_t n)
 {
     switch (CHECKED_KIND("kn_add", be, check_add(out, a, b, n))) {
@@ -712,6 +769,34 @@ int kn_moe_router(const kn_backend *be, int32_t *expert_idx, float *expert_w, fl
         CUDA_CALL("kn_moe_router", kn_moe_router_cuda(be, expert_idx, expert_w, logits, x,
                                                       router_w, router_b, n_tokens, dim,
                                                       n_experts, k, mode, renormalize));
+    }
+    return TN_ERR_ARG;
+}
+
+int kn_moe_router_normed(const kn_backend *be, int32_t *expert_idx, float *expert_w, float *logits,
+                         const kn_norm_in *norm, const float *router_w, const float *router_b,
+                         int n_tokens, int dim, int n_experts, int k, kn_route_mode mode,
+                         int renormalize)
+{
+    static const char op[] = "kn_moe_router_normed";
+    int rc = check_norm_in(op, norm, n_tokens, dim);
+    if (rc == TN_OK)
+        rc = check_moe_router(expert_idx, expert_w, logits, norm->xn, router_w, n_tokens, dim, n_experts, k,
+                              mode);
+    const size_t bytes = (size_t)n_tokens * dim * sizeof(float),
+                 lb = (size_t)n_tokens * n_experts * sizeof(float);
+    if (rc == TN_OK && (kn_ranges_overlap(logits, lb, norm->x, bytes) ||
+                        (norm->delta && kn_ranges_overlap(logits, lb, norm->delta, bytes))))
+        rc = kn_arg_error(op, "logits overlap the norm's x or delta");
+    switch (CHECKED_KIND(op, be, rc)) {
+    case KN_BACKEND_CPU:
+        rc = norm_in_cpu(norm, n_tokens, dim);
+        return rc != TN_OK ? rc
+                           : kn_moe_router_cpu(expert_idx, expert_w, logits, norm->xn, router_w, router_b,
+                                               n_tokens, dim, n_experts, k, mode, renormalize);
+    case KN_BACKEND_CUDA:
+        CUDA_CALL(op, kn_moe_router_normed_cuda(be, expert_idx, expert_w, logits, norm, router_w, router_b,
+                                                n_tokens, dim, n_experts, k, mode, renormalize));
     }
     return TN_ERR_ARG;
 }

@@ -4,6 +4,7 @@
 #ifndef TANDEM_KERNELS_MATMUL_H
 #define TANDEM_KERNELS_MATMUL_H
 #include "kernels/backend.h"
+#include "kernels/rmsnorm.h"
 #include "kernels/dtype.h"
 
 int kn_matmul(const kn_backend *be, float *out, const float *x, const float *w,
@@ -59,4 +60,17 @@ typedef struct kn_linear {
  * decode turns the small k/v projections (64 blocks each at GPT-OSS) from
  * launches of their own into blocks of q's. */
 int kn_matmul_w_multi(const kn_backend *be, const kn_linear *lin, int n_lin, const float *x, int m, int k);
+
+/* kn_matmul_w_multi over normalized rows: norm's add and RMSNorm
+ * (kernels/rmsnorm.h: x += delta, xn = rmsnorm(x) * weight, both
+ * written), then kn_matmul_w_multi(be, lin, n_lin, norm->xn, m, k): the
+ * outputs equal kn_matmul_w_multi's of the xn written, bit for bit, and
+ * that xn is kn_add_rmsnorm's within two float roundings (the fused CUDA
+ * kernels sum the squares in another order and apply the weight before
+ * 1/rms; the CPU is exactly the pair). On CUDA the
+ * one-row FP8 GEMV (a layer's q/k/v at batch 1) does it in one launch:
+ * each block normalizes the row from x and delta while its weight rows
+ * arrive, and the last block to finish writes x += delta. */
+int kn_matmul_w_multi_normed(const kn_backend *be, const kn_linear *lin, int n_lin,
+                             const kn_norm_in *norm, int m, int k);
 #endif

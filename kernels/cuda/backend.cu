@@ -214,12 +214,14 @@ extern "C" int kn_cuda_backend_init(kn_backend *be, int device)
         rc = kn_cuda_device_error(op, "stream creation", err);
         goto fail;
     }
-    if ((err = cudaMalloc(&ctx->router_done, KN_CUDA_ROUTER_TILES * sizeof(unsigned))) ||
-        (err = cudaMemset(ctx->router_done, 0, KN_CUDA_ROUTER_TILES * sizeof(unsigned))) ||
+    /* the arrival counters: the router's tiles, the normed GEMV's */
+    if ((err = cudaMalloc(&ctx->router_done, KN_CUDA_DONE_WORDS * sizeof(unsigned))) ||
+        (err = cudaMemset(ctx->router_done, 0, KN_CUDA_DONE_WORDS * sizeof(unsigned))) ||
         (err = cudaDeviceSynchronize())) {
         rc = kn_cuda_device_error(op, "router counters", err);
         goto fail;
     }
+    ctx->gemv_done = ctx->router_done + KN_CUDA_ROUTER_TILES;
     memset(&props, 0, sizeof props);
     props.allocType = cudaMemAllocationTypePinned;
     props.location.type = cudaMemLocationTypeDevice;

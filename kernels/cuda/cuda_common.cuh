@@ -147,11 +147,16 @@ struct kn_cuda_ctx {
      * its counter, so they are zero again between launches (and between
      * graph replays). */
     unsigned *router_done;
+    /* kn_matmul_w_multi_normed's one-row GEMV: its arrival counter (one
+     * word after router_done's, same life), reset by its last block. */
+    unsigned *gemv_done;
 };
 
 /* Token tiles the fused router takes in one launch (moe_router.cu). */
 #define KN_CUDA_ROUTER_TILE_ROWS 8
 #define KN_CUDA_ROUTER_TILES 32
+/* All the arrival counters, one allocation (router_done's). */
+#define KN_CUDA_DONE_WORDS (KN_CUDA_ROUTER_TILES + 1)
 
 static inline kn_cuda_ctx *kn_cuda_ctx_of(const kn_backend *be)
 {

@@ -86,6 +86,8 @@ int kn_matmul_cuda(const kn_backend *be, float *out, const float *x,
 int kn_matmul_w_cuda(const kn_backend *be, float *out, const float *x, const kn_weight *w,
                      const float *bias, int m, int n, int k);
 int kn_matmul_w_multi_cuda(const kn_backend *be, const kn_linear *lin, int n_lin, const float *x, int m, int k);
+int kn_matmul_w_multi_normed_cuda(const kn_backend *be, const kn_linear *lin, int n_lin,
+                                  const kn_norm_in *norm, int m, int k);
 int kn_add_cuda(const kn_backend *be, float *out, const float *a, const float *b, size_t n);
 int kn_rope_cuda(const kn_backend *be, float *x, const int32_t *pos, int n_tokens,
                  int n_heads, int head_dim, const float *inv_freq, float attn_scale);
@@ -103,6 +105,10 @@ int kn_moe_router_cuda(const kn_backend *be, int32_t *expert_idx, float *expert_
                        float *logits, const float *x, const float *router_w,
                        const float *router_b, int n_tokens, int dim, int n_experts, int k,
                        kn_route_mode mode, int renormalize);
+int kn_moe_router_normed_cuda(const kn_backend *be, int32_t *expert_idx, float *expert_w,
+                              float *logits, const kn_norm_in *norm, const float *router_w,
+                              const float *router_b, int n_tokens, int dim, int n_experts, int k,
+                              kn_route_mode mode, int renormalize);
 int kn_rope_kv_append_cuda(const kn_backend *be, float *q, float *k, const float *v,
                            const kn_kv_pools *pools, const kn_seq_batch *b, int n_heads,
                            int n_kv_heads, int head_dim, int page_size, const kn_qk_rope *r);

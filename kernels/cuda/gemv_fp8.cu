@@ -11,6 +11,7 @@
  * for: quant_fp8 kernel + two memsets + cuBLASLt GEMM padded to 16 rows +
  * a copy of the real rows (gemm_fp8.cu), five launches, one here. */
 #include "kernels/cuda/gemv_fp8.cuh"
+#include "kernels/cuda/rms_row.cuh"
 extern "C" {
 #include "kernels/cuda/cuda_backend.h"
 }
@@ -123,6 +124,162 @@ int kn_cuda_fp8_gemv_multi(const kn_backend *be, const char *op, const kn_cuda_g
     else
         return TN_ERR_UNSUPPORTED;
     KN_CUDA_LAUNCH_CHECK(op, "fp8_gemv_kernel");
+    return TN_OK;
+}
+
+/* kn_matmul_w_multi_normed at one row (gemv_fp8.cuh): the norm in front
+ * of fp8_gemv_kernel<NC, 1, true>. */
+struct GemvNorm {
+    float *x;
+    const float *delta, *w;
+    float *xn;
+    float eps;
+    unsigned *done;
+};
+
+/* fp8_gemv_kernel<NC, 1, true> whose x row is rmsnorm(x + delta) * w:
+ * while the block's weight rows arrive, each thread loads its chunks of x,
+ * delta and w and the chunks' weight scales in one round trip (k = 16 tid
+ * + 2048 i: the whole row over the block, K <= 4096), keeping (x + delta)
+ * * w; the block sums the squares of x + delta (rms_row.cuh's arithmetic)
+ * and scales the kept values by inv_rms, so the products see exactly the
+ * values block 0 writes to xn (the weight applied before inv_rms, where
+ * kn_add_rmsnorm applies it after: one rounding apart, and loading w up
+ * front saves a round trip after the sum). The NC rows share one 128-row
+ * scale block (n0 % 8 == 0), so a chunk has one scale; the products and
+ * the block sum are fp8_gemv_kernel's. x is only read until every block
+ * has: the last block to arrive (the counter) writes x + delta back, then
+ * resets the counter for the next launch. */
+template <int NC>
+__global__ void __launch_bounds__(KN_GEMV_THREADS, KN_GEMV_MIN_BLOCKS)
+fp8_gemv_normed_kernel(const GemvMats g, const GemvNorm nm, int k, int ld, int sld)
+{
+    static_assert(KN_FP8_BLOCK % NC == 0, "a block's rows share one scale row");
+    extern __shared__ __align__(128) uint8_t wbuf[]; /* [NC][ld] */
+    __shared__ __align__(8) uint64_t bar;
+    __shared__ float red[KN_GEMV_WARPS][NC];
+    __shared__ double sq_red[KN_GEMV_WARPS];
+    __shared__ bool last;
+    const int tid = threadIdx.x;
+    int i = 0;
+#pragma unroll
+    for (int j = 1; j < KN_CUDA_GEMV_MATS; j++)
+        if (j < g.n_mats && (int)blockIdx.x >= g.block0[j])
+            i = j;
+    const int n = g.n[i];
+    const int n0 = ((int)blockIdx.x - g.block0[i]) * NC, nv = min(NC, n - n0);
+    if (tid == 0)
+        kn_gemv_rows_start2(kn_smem_addr(&bar), kn_smem_addr(wbuf), g.w[i] + (size_t)n0 * ld, nv, 0, NULL, 0, ld);
+    const float *srow = g.ws[i] + (size_t)(n0 / KN_FP8_BLOCK) * sld;
+    float xv[KN_GEMV_PRE][16], sc[KN_GEMV_PRE];
+    double sq = 0.0;
+#pragma unroll
+    for (int p = 0; p < KN_GEMV_PRE; p++) {
+        const int k0 = 16 * (tid + p * KN_GEMV_THREADS);
+        if (k0 < k) {
+            sc[p] = srow[k0 / KN_FP8_BLOCK];
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                float4 v = *reinterpret_cast<const float4 *>(nm.x + k0 + 4 * q);
+                if (nm.delta)
+                    v = kn_rms_add4(v, *reinterpret_cast<const float4 *>(nm.delta + k0 + 4 * q));
+                const float4 w = __ldg(reinterpret_cast<const float4 *>(nm.w + k0 + 4 * q));
+                sq = kn_rms_sq4(sq, v);
+                xv[p][4 * q] = __fmul_rn(v.x, w.x), xv[p][4 * q + 1] = __fmul_rn(v.y, w.y);
+                xv[p][4 * q + 2] = __fmul_rn(v.z, w.z), xv[p][4 * q + 3] = __fmul_rn(v.w, w.w);
+            }
+        }
+    }
+    sq = kn_rms_warp_sum(sq);
+    if ((tid & 31) == 0)
+        sq_red[tid >> 5] = sq;
+    __syncthreads(); /* sq_red written, bar initialised */
+    sq = sq_red[0];
+#pragma unroll
+    for (int w = 1; w < KN_GEMV_WARPS; w++)
+        sq += sq_red[w];
+    const float inv_rms = kn_rms_inv(sq, k, nm.eps);
+#pragma unroll
+    for (int p = 0; p < KN_GEMV_PRE; p++) {
+        const int k0 = 16 * (tid + p * KN_GEMV_THREADS);
+        if (k0 < k) {
+#pragma unroll
+            for (int j = 0; j < 16; j++)
+                xv[p][j] = __fmul_rn(xv[p][j], inv_rms);
+            if (blockIdx.x == 0)
+#pragma unroll
+                for (int q = 0; q < 4; q++)
+                    *reinterpret_cast<float4 *>(nm.xn + k0 + 4 * q) =
+                        make_float4(xv[p][4 * q], xv[p][4 * q + 1], xv[p][4 * q + 2], xv[p][4 * q + 3]);
+        }
+    }
+    float acc[NC];
+#pragma unroll
+    for (int c = 0; c < NC; c++)
+        acc[c] = 0.f;
+    kn_mbar_wait(kn_smem_addr(&bar), 0);
+#pragma unroll
+    for (int p = 0; p < KN_GEMV_PRE; p++) {
+        const int k0 = 16 * (tid + p * KN_GEMV_THREADS);
+        if (k0 >= k)
+            break;
+#pragma unroll
+        for (int c = 0; c < NC; c++)
+            if (c < nv)
+                acc[c] = fmaf(kn_gemv_dot16(*reinterpret_cast<const uint4 *>(wbuf + (size_t)c * ld + k0), xv[p]),
+                              sc[p], acc[c]);
+    }
+    kn_gemv_block_sum<NC>(acc, red, tid);
+    if (tid < NC && tid < nv)
+        g.out[i][n0 + tid] = kn_gemv_block_total(red, tid) + (g.bias[i] ? g.bias[i][n0 + tid] : 0.f);
+    if (!nm.delta)
+        return;
+    /* every thread's x loads returned before the block sum's barrier */
+    if (tid == 0)
+        last = atomicAdd(nm.done, 1u) == gridDim.x - 1;
+    __syncthreads();
+    if (!last)
+        return;
+    /* x + delta again (from L2: holding it in registers would cost the
+     * kernel its 64-register bound) */
+    for (int k4 = tid; k4 < k / 4; k4 += KN_GEMV_THREADS) {
+        float4 *xr = reinterpret_cast<float4 *>(nm.x) + k4;
+        *xr = kn_rms_add4(*xr, reinterpret_cast<const float4 *>(nm.delta)[k4]);
+    }
+    if (tid == 0)
+        *nm.done = 0;
+}
+
+int kn_cuda_fp8_gemv_multi_normed(const kn_backend *be, const char *op, const kn_cuda_gemv_mat *mats,
+                                  int n_mats, const kn_norm_in *norm, int k, unsigned *done)
+{
+    if (n_mats < 1 || n_mats > KN_CUDA_GEMV_MATS || k < 16 || k % 16 != 0 || k > KN_GEMV_PRE_K ||
+        !kn_cuda_aligned16(norm->x) || !kn_cuda_aligned16(norm->xn) || !kn_cuda_aligned16(norm->weight) ||
+        (norm->delta && !kn_cuda_aligned16(norm->delta)))
+        return TN_ERR_UNSUPPORTED;
+    GemvMats g;
+    memset(&g, 0, sizeof g);
+    g.n_mats = n_mats;
+    for (int i = 0; i < n_mats; i++) {
+        if (mats[i].n < 1 || ((uintptr_t)mats[i].w & 15) || ((uintptr_t)mats[i].ws & 3))
+            return TN_ERR_UNSUPPORTED;
+        g.out[i] = mats[i].out;
+        g.w[i] = mats[i].w;
+        g.ws[i] = mats[i].ws;
+        g.bias[i] = mats[i].bias;
+        g.n[i] = mats[i].n;
+    }
+    const int ld = (int)kn_fp8_ld((size_t)k), sld = (int)kn_fp8_scale_ld((size_t)k);
+    const int NC = 8; /* kn_cuda_fp8_gemv_multi's choice at this K */
+    if ((size_t)NC * ld > (size_t)KN_GEMV_SMEM_MAX)
+        return TN_ERR_UNSUPPORTED;
+    g.block0[0] = 0;
+    for (int i = 0; i < n_mats; i++)
+        g.block0[i + 1] = g.block0[i] + (g.n[i] + NC - 1) / NC;
+    const GemvNorm nm = { norm->x, norm->delta, norm->weight, norm->xn, norm->eps, done };
+    fp8_gemv_normed_kernel<NC><<<(unsigned)g.block0[n_mats], KN_GEMV_THREADS, (size_t)NC * ld,
+                                 kn_cuda_stream(be)>>>(g, nm, k, ld, sld);
+    KN_CUDA_LAUNCH_CHECK(op, "fp8_gemv_normed_kernel");
     return TN_OK;
 }
 

@@ -163,6 +163,12 @@ static __device__ __forceinline__ void kn_gemv_chunk_rows(float (&acc)[NC][R], c
     }
 }
 
+/* Chunks of 16 a thread of kn_gemv_smem_rows loads before the wait on
+ * the weight rows (x values, R == 1, held in registers), and the K they
+ * cover. */
+constexpr int KN_GEMV_PRE = 2;
+constexpr int KN_GEMV_PRE_K = 16 * KN_GEMV_THREADS * KN_GEMV_PRE; /* 4096 */
+
 /* acc[c][r] += thread tid's share of sum_k w_real[c][k] * x[r][k] for the
  * NC weight rows in shared memory (row c at wbuf + c * ld: codes; rows
  * whose bit is clear in valid are skipped) with block scale rows s[c]
@@ -176,7 +182,7 @@ static __device__ __forceinline__ void kn_gemv_smem_rows(float (&acc)[NC][R], co
                                                          const float *x, size_t ldx, int nr, int K, int tid,
                                                          uint32_t bar)
 {
-    constexpr int PRE = 2; /* chunks per thread prefetched: K <= 4096 */
+    constexpr int PRE = KN_GEMV_PRE; /* K <= 4096 prefetched */
     float sc[PRE][NC];
     float xv[PRE][R == 1 ? 16 : 1];
 #pragma unroll
@@ -274,6 +280,16 @@ typedef struct kn_cuda_gemv_mat {
 } kn_cuda_gemv_mat;
 int kn_cuda_fp8_gemv_multi(const kn_backend *be, const char *op, const kn_cuda_gemv_mat *mats, int n_mats,
                            const float *x, int m, int k);
+
+/* kn_matmul_w_multi_normed's one-row form: kn_cuda_fp8_gemv_multi at m = 1
+ * over rmsnorm(x (+ delta)) * weight (norm: kernels/rmsnorm.h), each block
+ * normalizing the row itself, block 0 writing xn and the last block to
+ * finish x += delta (done: an arrival counter at zero, left at zero).
+ * TN_ERR_UNSUPPORTED (nothing queued) where kn_cuda_fp8_gemv_multi would
+ * decline, or K > 4096 or any row pointer is not 16-byte aligned or K %
+ * 16 != 0: the caller then runs the norm and the op apart. */
+int kn_cuda_fp8_gemv_multi_normed(const kn_backend *be, const char *op, const kn_cuda_gemv_mat *mats,
+                                  int n_mats, const kn_norm_in *norm, int k, unsigned *done);
 
 /* 1 when kn_moe_experts_cuda should take kn_cuda_moe_gemv_fp8 for this
  * call (n_tokens tokens of k routes: k <= 8, the down kernel's clusters). */

@@ -200,3 +200,29 @@ extern "C" int kn_matmul_w_multi_cuda(const kn_backend *be, const kn_linear *lin
             return rc;
     return TN_OK;
 }
+
+extern "C" int kn_matmul_w_multi_normed_cuda(const kn_backend *be, const kn_linear *lin, int n_lin,
+                                             const kn_norm_in *norm, int m, int k)
+{
+    static const char op[] = "kn_matmul_w_multi_normed";
+    int rc = kn_cuda_check_backend(op, be);
+    if (rc != TN_OK || m == 0)
+        return rc;
+    /* one row, all FP8: the GEMV normalizes the row itself (one launch) */
+    kn_cuda_ctx *ctx = kn_cuda_ctx_of(be);
+    bool one = ctx->fp8_gemv && ctx->fused_decode && m == 1;
+    kn_cuda_gemv_mat mats[KN_CUDA_GEMV_MATS];
+    for (int i = 0; one && i < n_lin; i++) {
+        one = lin[i].w->dtype == KN_FP8_E4M3 && lin[i].w->scale;
+        mats[i] = (kn_cuda_gemv_mat){ lin[i].out, (const uint8_t *)lin[i].w->data, lin[i].w->scale, lin[i].bias,
+                                      lin[i].n };
+    }
+    if (one) {
+        rc = kn_cuda_fp8_gemv_multi_normed(be, op, mats, n_lin, norm, k, ctx->gemv_done);
+        if (rc != TN_ERR_UNSUPPORTED)
+            return rc;
+    }
+    rc = norm->delta ? kn_add_rmsnorm_cuda(be, norm->x, norm->xn, norm->delta, norm->weight, m, k, norm->eps)
+                     : kn_rmsnorm_cuda(be, norm->xn, norm->x, norm->weight, m, k, norm->eps);
+    return rc != TN_OK ? rc : kn_matmul_w_multi_cuda(be, lin, n_lin, norm->xn, m, k);
+}

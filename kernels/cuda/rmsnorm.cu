@@ -15,6 +15,7 @@
  * block; at batch 1 that single block's latency is the whole op. */
 #include <math.h>
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/rms_row.cuh"
 extern "C" {
 #include "kernels/rmsnorm.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -22,20 +23,11 @@ extern "C" {
 
 static const int RMS_MAX_THREADS = 1024;
 
-__device__ __forceinline__ double rms_sq4(double sum, float4 v)
-{
-    sum = __dadd_rn(sum, __dmul_rn((double)v.x, (double)v.x));
-    sum = __dadd_rn(sum, __dmul_rn((double)v.y, (double)v.y));
-    sum = __dadd_rn(sum, __dmul_rn((double)v.z, (double)v.z));
-    return __dadd_rn(sum, __dmul_rn((double)v.w, (double)v.w));
-}
-
 /* The block's sum of its threads' partial sums (every thread gets it). */
 __device__ __forceinline__ double rms_block_sum(double sum)
 {
     __shared__ double warp_sums[RMS_MAX_THREADS / 32];
-    for (int off = 16; off > 0; off >>= 1)
-        sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    sum = kn_rms_warp_sum(sum);
     if ((threadIdx.x & 31) == 0)
         warp_sums[threadIdx.x >> 5] = sum;
     __syncthreads();
@@ -43,12 +35,6 @@ __device__ __forceinline__ double rms_block_sum(double sum)
     for (int w = 0; w < (int)(blockDim.x >> 5); w++)
         sum += warp_sums[w];
     return sum;
-}
-
-__device__ __forceinline__ float rms_inv(double sum, int dim, float eps)
-{
-    float mean_sq = (float)(sum / dim);
-    return (float)(1.0 / sqrt((double)mean_sq + (double)eps));
 }
 
 /* ADD: x[r,:] += delta[r,:] first (kn_add's float add), written back to x.
@@ -69,12 +55,12 @@ rmsnorm_kernel(float *out, float *x, const float *delta, const float *weight, in
             v = __fadd_rn(v, delta[(size_t)blockIdx.x * dim + i]);
             xr[i] = v;
         }
-        sum = __dadd_rn(sum, __dmul_rn((double)v, (double)v));
+        sum = kn_rms_sq(sum, v);
     }
-    const float inv_rms = rms_inv(rms_block_sum(sum), dim, eps);
+    const float inv_rms = kn_rms_inv(rms_block_sum(sum), dim, eps);
     /* the same thread wrote xr[i] above, so it reads its own sum back */
     for (int i = threadIdx.x; i < dim; i += blockDim.x)
-        outr[i] = __fmul_rn(__fmul_rn(xr[i], inv_rms), weight[i]);
+        outr[i] = kn_rms_apply(xr[i], inv_rms, weight[i]);
 }
 
 /* The same with float4 accesses (dim a multiple of 4, every row 16-byte
@@ -96,21 +82,17 @@ rmsnorm4_kernel(float *out, float *x, const float *delta, const float *weight, i
         float4 v = xr[i];
         if (ADD) {
             const float4 d = dr[i];
-            v = make_float4(__fadd_rn(v.x, d.x), __fadd_rn(v.y, d.y), __fadd_rn(v.z, d.z),
-                            __fadd_rn(v.w, d.w));
+            v = kn_rms_add4(v, d);
             xr[i] = v;
         }
         if (i == (int)threadIdx.x)
             first = v;
-        sum = rms_sq4(sum, v);
+        sum = kn_rms_sq4(sum, v);
     }
-    const float inv_rms = rms_inv(rms_block_sum(sum), dim, eps);
+    const float inv_rms = kn_rms_inv(rms_block_sum(sum), dim, eps);
     for (int i = threadIdx.x; i < n4; i += blockDim.x) {
         const float4 v = i == (int)threadIdx.x ? first : xr[i], w = __ldg(wr + i);
-        outr[i] = make_float4(__fmul_rn(__fmul_rn(v.x, inv_rms), w.x),
-                              __fmul_rn(__fmul_rn(v.y, inv_rms), w.y),
-                              __fmul_rn(__fmul_rn(v.z, inv_rms), w.z),
-                              __fmul_rn(__fmul_rn(v.w, inv_rms), w.w));
+        outr[i] = kn_rms_apply4(v, inv_rms, w);
     }
 }
 

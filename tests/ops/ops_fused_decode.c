@@ -18,15 +18,33 @@
  * the unfused pair's logits within the bound. Shapes cover GPT-OSS-20B and
  * Qwen3-30B-A3B at decode, the tile edges of the fused kernel (8 tokens a
  * tile, 32 tiles) and the calls it leaves to the separate kernels (over 256
- * tokens, dim not a multiple of 4). */
+ * tokens, dim not a multiple of 4).
+ *
+ * The _normed ops (kn_matmul_w_multi_normed, kn_moe_router_normed: the
+ * add + RMSNorm in front of the op, kernels/rmsnorm.h): x after the call
+ * equal to the float32 sum x + delta bit for bit (unchanged without
+ * delta), xn against a float64 norm of it (the backend's fp32 bound), and
+ * the outputs equal bit for bit to the plain op run afterwards on the xn
+ * the call wrote (whose own cases check it against float64); a second
+ * call on a restored x gives the same bits (the fused GEMV's counter is
+ * back at zero). Shapes: GPT-OSS-20B's q/k/v (FP8, one row: CUDA's
+ * one-launch GEMV) with and without delta, the longest row it takes and
+ * one chunk longer, three rows and f32 weights (the norm and the op
+ * apart), Qwen3's; the router (the pair on both backends) at GPT-OSS and
+ * Qwen3 decode shapes, several tiles, and a dim off the float4 edge. On
+ * CUDA each also with kn_cuda_set_fused_decode off. */
 #include <math.h>
 #include <string.h>
 #include "common/status.h"
 #include "kernels/attention.h"
+#include "kernels/fp8.h"
 #include "kernels/moe.h"
 #include "kernels/moe_router.h"
 #include "kernels/rope.h"
 #include "kernels/rope_kv.h"
+#include "kernels/matmul.h"
+#include "kernels/rmsnorm.h"
+#include "tests/ops/ops_fp8.h"
 #include "tests/ops/op_harness.h"
 #include "kernels/cuda/cuda_backend.h"
 
@@ -293,6 +311,205 @@ static void router_rejects_bad_arguments(op_env *e, const void *param)
     OP_INT_EQ(e, kn_moe_router(be, idx, ew, l, x, w, NULL, 0, 4, 4, 2, m, 0), TN_OK);
 }
 
+/* The norm of a _normed case: x, delta (or NULL), weight on the host and
+ * the device, xn on the device (NaN). */
+typedef struct normed_in {
+    float *x, *delta, *w;           /* host */
+    float *d_x, *d_delta, *d_w, *d_xn;
+    kn_norm_in in;
+} normed_in;
+
+static void normed_in_make(op_env *e, normed_in *n, int rows, int dim, int with_delta)
+{
+    const size_t nx = (size_t)rows * dim;
+    n->x = op_rand(e, nx, -2.f, 2.f);
+    n->delta = with_delta ? op_rand(e, nx, -1.f, 1.f) : NULL;
+    n->w = op_rand(e, (size_t)dim, 0.5f, 1.5f);
+    n->d_x = op_up(e, n->x, nx * 4);
+    n->d_delta = with_delta ? op_up(e, n->delta, nx * 4) : NULL;
+    n->d_w = op_up(e, n->w, (size_t)dim * 4);
+    n->d_xn = op_nan(e, nx);
+    n->in = (kn_norm_in){n->d_x, n->d_delta, n->d_xn, n->d_w, 1e-5f};
+}
+
+/* x after the call is x + delta in float32 (x without delta), xn the
+ * float64 norm of it within the fp32 bound; returns xn as the call left
+ * it (host). */
+static float *normed_in_check(op_env *e, const normed_in *n, int rows, int dim)
+{
+    const size_t nx = (size_t)rows * dim;
+    float *want = op_host(e, nx * 4);
+    for (size_t i = 0; i < nx; i++)
+        want[i] = n->delta ? n->x[i] + n->delta[i] : n->x[i];
+    float *gx = op_get(e, n->d_x, nx), *gxn = op_get(e, n->d_xn, nx);
+    op_check(e, memcmp(gx, want, nx * 4) == 0, "x after the call is not x + delta in float32");
+    double worst = 0.0;
+    double *ref = op_host(e, (size_t)dim * 8);
+    for (int r = 0; r < rows; r++) {
+        const float *xr = want + (size_t)r * dim;
+        double ss = 0.0;
+        for (int i = 0; i < dim; i++)
+            ss += (double)xr[i] * xr[i];
+        const double inv = 1.0 / sqrt(ss / dim + 1e-5);
+        for (int i = 0; i < dim; i++)
+            ref[i] = xr[i] * inv * n->w[i];
+        const double err = tu_max_rel_err(gxn + (size_t)r * dim, ref, (size_t)dim);
+        if (!(err <= worst))
+            worst = isnan(err) ? INFINITY : err;
+    }
+    op_check_err(e, worst, op_tol_fp32(e, 0), "xn vs float64 (worst row)");
+    return gxn;
+}
+
+typedef struct mm_normed_param {
+    int m, k, n_lin, n[3], fp8, delta;
+} mm_normed_param;
+
+static void mm_normed_run(op_env *e, const mm_normed_param *p, const char *how)
+{
+    const int m = p->m, k = p->k;
+    normed_in ni;
+    normed_in_make(e, &ni, m, k, p->delta);
+    kn_weight w[3];
+    kn_linear lin[3], plain[3];
+    for (int i = 0; i < p->n_lin; i++) {
+        if (p->fp8) {
+            uint8_t *wq;
+            float *ws;
+            ops_fp8_weight(e, p->n[i], k, 1, &wq, &ws);
+            w[i] = (kn_weight){KN_FP8_E4M3, op_up(e, wq, kn_fp8_data_bytes(p->n[i], k)),
+                               op_up(e, ws, kn_fp8_scale_count(p->n[i], k) * sizeof(float))};
+        } else {
+            w[i] = (kn_weight){KN_F32, op_up(e, op_rand(e, (size_t)p->n[i] * k, -0.1f, 0.1f),
+                                             (size_t)p->n[i] * k * 4), NULL};
+        }
+        float *bias = op_up(e, op_rand(e, (size_t)p->n[i], -0.5f, 0.5f), (size_t)p->n[i] * 4);
+        lin[i] = (kn_linear){op_nan(e, (size_t)m * p->n[i]), &w[i], bias, p->n[i]};
+        plain[i] = lin[i];
+        plain[i].out = op_nan(e, (size_t)m * p->n[i]);
+    }
+    if (!op_ok(e, kn_matmul_w_multi_normed(e->be, lin, p->n_lin, &ni.in, m, k), how))
+        return;
+    float *gxn = normed_in_check(e, &ni, m, k);
+    if (!op_ok(e, kn_matmul_w_multi(e->be, plain, p->n_lin, ni.d_xn, m, k), "kn_matmul_w_multi on xn"))
+        return;
+    float *first[3];
+    for (int i = 0; i < p->n_lin; i++) {
+        const size_t no = (size_t)m * p->n[i];
+        first[i] = op_get(e, lin[i].out, no);
+        op_check(e, memcmp(first[i], op_get(e, plain[i].out, no), no * 4) == 0,
+                 "%s: output %d differs from kn_matmul_w_multi's on its xn", how, i);
+    }
+    /* again from the same x: the same bits */
+    op_put(e, ni.d_x, ni.x, (size_t)m * k * 4);
+    op_poison(e, ni.d_xn, (size_t)m * k);
+    for (int i = 0; i < p->n_lin; i++)
+        op_poison(e, lin[i].out, (size_t)m * p->n[i]);
+    if (!op_ok(e, kn_matmul_w_multi_normed(e->be, lin, p->n_lin, &ni.in, m, k), "second call"))
+        return;
+    op_check(e, memcmp(op_get(e, ni.d_xn, (size_t)m * k), gxn, (size_t)m * k * 4) == 0,
+             "%s: a second call's xn differs", how);
+    for (int i = 0; i < p->n_lin; i++)
+        op_check(e, memcmp(op_get(e, lin[i].out, (size_t)m * p->n[i]), first[i], (size_t)m * p->n[i] * 4) == 0,
+                 "%s: a second call's output %d differs", how, i);
+}
+
+static void mm_normed_case(op_env *e, const void *param)
+{
+    mm_normed_run(e, param, "kn_matmul_w_multi_normed");
+#ifdef TANDEM_CUDA
+    if (e->cuda) { /* the norm and the op as separate launches */
+        kn_cuda_set_fused_decode(e->be, 0);
+        mm_normed_run(e, param, "kn_matmul_w_multi_normed unfused");
+        kn_cuda_set_fused_decode(e->be, 1);
+    }
+#endif
+}
+
+static void router_normed_run(op_env *e, const router_param *p, int with_delta, const char *how)
+{
+    const int T = p->n_tokens, D = p->dim, E = p->n_experts, K = p->k;
+    const size_t ln = (size_t)T * E;
+    normed_in ni;
+    normed_in_make(e, &ni, T, D, with_delta);
+    float *d_w = op_up(e, op_rand(e, (size_t)E * D, -0.1f, 0.1f), (size_t)E * D * 4);
+    float *d_b = p->bias ? op_up(e, op_rand(e, (size_t)E, -0.5f, 0.5f), (size_t)E * 4) : NULL;
+    float *d_l = op_nan(e, ln), *d_l2 = op_nan(e, ln), *d_ew = op_nan(e, (size_t)T * K),
+          *d_ew2 = op_nan(e, (size_t)T * K);
+    int32_t *d_idx = op_dev(e, (size_t)T * K * 4), *d_idx2 = op_dev(e, (size_t)T * K * 4);
+    const kn_route_mode mode = (kn_route_mode)p->mode;
+    if (!op_ok(e, kn_moe_router_normed(e->be, d_idx, d_ew, d_l, &ni.in, d_w, d_b, T, D, E, K, mode,
+                                       p->renormalize), how))
+        return;
+    float *gxn = normed_in_check(e, &ni, T, D);
+    if (!op_ok(e, kn_moe_router(e->be, d_idx2, d_ew2, d_l2, ni.d_xn, d_w, d_b, T, D, E, K, mode, p->renormalize),
+               "kn_moe_router on xn"))
+        return;
+    float *gl = op_get(e, d_l, ln), *gw = op_get(e, d_ew, (size_t)T * K);
+    int32_t *gi = op_host(e, (size_t)T * K * 4), *gi2 = op_host(e, (size_t)T * K * 4);
+    op_down(e, gi, d_idx, (size_t)T * K * 4);
+    op_down(e, gi2, d_idx2, (size_t)T * K * 4);
+    op_check(e, memcmp(gl, op_get(e, d_l2, ln), ln * 4) == 0 && memcmp(gi, gi2, (size_t)T * K * 4) == 0 &&
+                    memcmp(gw, op_get(e, d_ew2, (size_t)T * K), (size_t)T * K * 4) == 0,
+             "%s: logits or routing differ from kn_moe_router's on its xn", how);
+    op_put(e, ni.d_x, ni.x, (size_t)T * D * 4);
+    op_poison(e, ni.d_xn, (size_t)T * D);
+    op_poison(e, d_l, ln);
+    if (!op_ok(e, kn_moe_router_normed(e->be, d_idx, d_ew, d_l, &ni.in, d_w, d_b, T, D, E, K, mode,
+                                       p->renormalize), "second call"))
+        return;
+    op_check(e, memcmp(op_get(e, d_l, ln), gl, ln * 4) == 0 &&
+                    memcmp(op_get(e, ni.d_xn, (size_t)T * D), gxn, (size_t)T * D * 4) == 0,
+             "%s: a second call differs", how);
+}
+
+static void router_normed_case(op_env *e, const void *param)
+{
+    for (int d = 0; d < 2; d++) {
+        router_normed_run(e, param, d, d ? "kn_moe_router_normed (delta)" : "kn_moe_router_normed");
+#ifdef TANDEM_CUDA
+        if (e->cuda) {
+            kn_cuda_set_fused_decode(e->be, 0);
+            router_normed_run(e, param, d, "kn_moe_router_normed unfused");
+            kn_cuda_set_fused_decode(e->be, 1);
+        }
+#endif
+    }
+}
+
+static void normed_rejects_bad_arguments(op_env *e, const void *param)
+{
+    (void)param;
+    const kn_backend *be = e->be;
+    float *x = op_up(e, (float[8]){1}, 32), *d = op_up(e, (float[8]){1}, 32), *w = op_up(e, (float[4]){1}, 16);
+    float *xn = op_nan(e, 8), *out = op_nan(e, 8), *rw = op_up(e, (float[16]){1}, 64);
+    float *l = op_nan(e, 8), *ew = op_nan(e, 4);
+    int32_t *idx = op_dev(e, 16);
+    kn_weight fw = {KN_F32, rw, NULL};
+    kn_linear lin = {out, &fw, NULL, 4};
+    kn_norm_in ok = {x, d, xn, w, 1e-5f};
+    OP_INT_EQ(e, kn_matmul_w_multi_normed(be, &lin, 1, &ok, 2, 4), TN_OK);
+    OP_INT_EQ(e, kn_matmul_w_multi_normed(be, &lin, 1, NULL, 2, 4), TN_ERR_ARG);
+    kn_norm_in bad = ok;
+    bad.xn = x; /* xn over x */
+    OP_INT_EQ(e, kn_matmul_w_multi_normed(be, &lin, 1, &bad, 2, 4), TN_ERR_ARG);
+    bad = ok;
+    bad.weight = NULL;
+    OP_INT_EQ(e, kn_matmul_w_multi_normed(be, &lin, 1, &bad, 2, 4), TN_ERR_ARG);
+    bad = ok;
+    bad.eps = NAN;
+    OP_INT_EQ(e, kn_matmul_w_multi_normed(be, &lin, 1, &bad, 2, 4), TN_ERR_ARG);
+    kn_linear over = {d, &fw, NULL, 4}; /* the output over delta */
+    OP_INT_EQ(e, kn_matmul_w_multi_normed(be, &over, 1, &ok, 2, 4), TN_ERR_ARG);
+    const kn_route_mode m = KN_ROUTE_TOPK_SOFTMAX;
+    OP_INT_EQ(e, kn_moe_router_normed(be, idx, ew, l, &ok, rw, NULL, 2, 4, 4, 2, m, 0), TN_OK);
+    OP_INT_EQ(e, kn_moe_router_normed(be, idx, ew, l, NULL, rw, NULL, 2, 4, 4, 2, m, 0), TN_ERR_ARG);
+    OP_INT_EQ(e, kn_moe_router_normed(be, idx, ew, x, &ok, rw, NULL, 2, 4, 4, 2, m, 0), TN_ERR_ARG);
+    bad = ok;
+    bad.xn = d; /* xn over delta */
+    OP_INT_EQ(e, kn_moe_router_normed(be, idx, ew, l, &bad, rw, NULL, 2, 4, 4, 2, m, 0), TN_ERR_ARG);
+}
+
 void ops_register_fused_decode(void)
 {
     static const kn_dtype kvs[] = {KN_F32, KN_BF16, KN_FP8_E4M3};
@@ -335,4 +552,29 @@ void ops_register_fused_decode(void)
                 rt[i].renormalize ? " renorm" : "", rt[i].bias ? " bias" : "");
     router_param none = {0};
     OP_CASE("moe_router", OP_ALL, router_rejects_bad_arguments, none, "rejects bad arguments");
+
+    static const mm_normed_param mn[] = {
+        {1, 2880, 3, {4096, 512, 512}, 1, 1}, /* GPT-OSS-20B q/k/v at batch 1 */
+        {1, 2880, 3, {4096, 512, 512}, 1, 0}, /* the first layer: no residual to add */
+        {1, 2048, 3, {4096, 512, 512}, 1, 1}, /* Qwen3-30B-A3B */
+        {1, 4096, 1, {200}, 1, 1},            /* the longest row the one-launch GEMV takes */
+        {1, 4112, 1, {64}, 1, 1},             /* one chunk longer: apart */
+        {3, 2880, 3, {256, 64, 64}, 1, 1},    /* three rows: apart */
+        {1, 300, 2, {40, 24}, 0, 1},          /* f32 weights: apart */
+    };
+    for (size_t i = 0; i < sizeof mn / sizeof mn[0]; i++)
+        OP_CASE("matmul_w_multi_normed", OP_ALL, mm_normed_case, mn[i], "m=%d k=%d n=%d%s%s %s", mn[i].m,
+                mn[i].k, mn[i].n[0], mn[i].n_lin > 1 ? "/.." : "", mn[i].delta ? " +delta" : "",
+                mn[i].fp8 ? "fp8" : "f32");
+    static const router_param rn[] = {
+        {1, 2880, 32, 4, KN_ROUTE_TOPK_SOFTMAX, 0, 1},  /* GPT-OSS-20B decode */
+        {1, 2048, 128, 8, KN_ROUTE_SOFTMAX_TOPK, 1, 0}, /* Qwen3-30B-A3B decode */
+        {2, 2880, 128, 4, KN_ROUTE_TOPK_SOFTMAX, 0, 1},  /* GPT-OSS-120B, two tokens */
+        {19, 2880, 128, 4, KN_ROUTE_TOPK_SOFTMAX, 0, 1}, /* three tiles: apart */
+        {3, 37, 7, 2, KN_ROUTE_SOFTMAX_TOPK, 0, 1},     /* dim % 4 != 0: apart */
+    };
+    for (size_t i = 0; i < sizeof rn / sizeof rn[0]; i++)
+        OP_CASE("moe_router_normed", OP_ALL, router_normed_case, rn[i], "tokens=%d dim=%d experts=%d k=%d",
+                rn[i].n_tokens, rn[i].dim, rn[i].n_experts, rn[i].k);
+    OP_CASE("matmul_w_multi_normed", OP_ALL, normed_rejects_bad_arguments, none, "rejects bad arguments");
 }
