@@ -308,11 +308,11 @@ static int check_norm_in(const char *op, const kn_norm_in *norm, int rows, int d
     return TN_OK;
 }
 
-/* The norm of a kn_..._normed op alone, on the CPU. */
-static int norm_in_cpu(const kn_norm_in *n, int rows, int dim)
+/* The norm of a kn_..._normed op alone, as its own op on be. */
+static int norm_in_run(const kn_backend *be, const kn_norm_in *n, int rows, int dim)
 {
-    return n->delta ? kn_add_rmsnorm_cpu(n->x, n->xn, n->delta, n->weight, rows, dim, n->eps)
-                    : kn_rmsnorm_cpu(n->xn, n->x, n->weight, rows, dim, n->eps);
+    return n->delta ? kn_add_rmsnorm(be, n->x, n->xn, n->delta, n->weight, rows, dim, n->eps)
+                    : kn_rmsnorm(be, n->xn, n->x, n->weight, rows, dim, n->eps);
 }
 
 static int check_moe_router(const int32_t *expert_idx, const float *expert_w,
@@ -650,7 +650,7 @@ int kn_matmul_w_multi_normed(const kn_backend *be, const kn_linear *lin, int n_l
     switch (CHECKED_KIND("kn_matmul_w_multi_normed", be,
                          check_matmul_w_multi_normed(lin, n_lin, norm, m, k))) {
     case KN_BACKEND_CPU: {
-        int rc = norm_in_cpu(norm, m, k);
+        int rc = norm_in_run(be, norm, m, k);
         for (int i = 0; rc == TN_OK && i < n_lin; i++)
             rc = kn_matmul_w_cpu(lin[i].out, norm->xn, lin[i].w, lin[i].bias, m, lin[i].n, k);
         return rc;
@@ -788,17 +788,15 @@ int kn_moe_router_normed(const kn_backend *be, int32_t *expert_idx, float *exper
     if (rc == TN_OK && (kn_ranges_overlap(logits, lb, norm->x, bytes) ||
                         (norm->delta && kn_ranges_overlap(logits, lb, norm->delta, bytes))))
         rc = kn_arg_error(op, "logits overlap the norm's x or delta");
-    switch (CHECKED_KIND(op, be, rc)) {
-    case KN_BACKEND_CPU:
-        rc = norm_in_cpu(norm, n_tokens, dim);
-        return rc != TN_OK ? rc
-                           : kn_moe_router_cpu(expert_idx, expert_w, logits, norm->xn, router_w, router_b,
-                                               n_tokens, dim, n_experts, k, mode, renormalize);
-    case KN_BACKEND_CUDA:
-        CUDA_CALL(op, kn_moe_router_normed_cuda(be, expert_idx, expert_w, logits, norm, router_w, router_b,
-                                                n_tokens, dim, n_experts, k, mode, renormalize));
-    }
-    return TN_ERR_ARG;
+    /* every backend runs the pair (on CUDA a router that normalized its
+     * tokens itself measured slower than the norm kernel before it:
+     * docs/gpu-runs/s9run1-4) */
+    if (CHECKED_KIND(op, be, rc) < 0)
+        return TN_ERR_ARG;
+    rc = norm_in_run(be, norm, n_tokens, dim);
+    return rc != TN_OK ? rc
+                       : kn_moe_router(be, expert_idx, expert_w, logits, norm->xn, router_w, router_b, n_tokens,
+                                       dim, n_experts, k, mode, renormalize);
 }
 
 int kn_moe_experts(const kn_backend *be, float *out, const float *x,

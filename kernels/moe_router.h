@@ -21,10 +21,10 @@ int kn_moe_router(const kn_backend *be, int32_t *expert_idx, float *expert_w, fl
 
 /* kn_moe_router over normalized rows: norm's add and RMSNorm
  * (kernels/rmsnorm.h), then kn_moe_router(..., norm->xn, ...); xn is left
- * for the experts. Both backends run the pair (on CUDA a router that
+ * for the experts. Every backend runs the pair (on CUDA a router that
  * normalized its tokens itself measured slower than the norm kernel
- * before it: moe_route.cu), so the engine's layer reads as one op per
- * norm-and-consumer, as kn_matmul_w_multi_normed. */
+ * before it: docs/gpu-runs/s9run1-4); the op keeps the engine's layer one
+ * op per norm and consumer, as kn_matmul_w_multi_normed. */
 int kn_moe_router_normed(const kn_backend *be, int32_t *expert_idx, float *expert_w, float *logits,
                          const kn_norm_in *norm, const float *router_w, const float *router_b,
                          int n_tokens, int dim, int n_experts, int k, kn_route_mode mode,

@@ -105,10 +105,6 @@ int kn_moe_router_cuda(const kn_backend *be, int32_t *expert_idx, float *expert_
                        float *logits, const float *x, const float *router_w,
                        const float *router_b, int n_tokens, int dim, int n_experts, int k,
                        kn_route_mode mode, int renormalize);
-int kn_moe_router_normed_cuda(const kn_backend *be, int32_t *expert_idx, float *expert_w,
-                              float *logits, const kn_norm_in *norm, const float *router_w,
-                              const float *router_b, int n_tokens, int dim, int n_experts, int k,
-                              kn_route_mode mode, int renormalize);
 int kn_rope_kv_append_cuda(const kn_backend *be, float *q, float *k, const float *v,
                            const kn_kv_pools *pools, const kn_seq_batch *b, int n_heads,
                            int n_kv_heads, int head_dim, int page_size, const kn_qk_rope *r);

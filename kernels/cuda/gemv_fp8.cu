@@ -26,6 +26,51 @@ struct GemvMats {
     int n_mats;
 };
 
+/* The packing of kn_cuda_gemv_mat into g (TN_ERR_UNSUPPORTED for an empty
+ * matrix or weights not aligned for the vector loads), and each matrix's
+ * first block for NC weight rows a block. */
+static int gemv_mats_pack(GemvMats *g, const kn_cuda_gemv_mat *mats, int n_mats)
+{
+    memset(g, 0, sizeof *g);
+    g->n_mats = n_mats;
+    for (int i = 0; i < n_mats; i++) {
+        if (mats[i].n < 1 || ((uintptr_t)mats[i].w & 15) || ((uintptr_t)mats[i].ws & 3))
+            return TN_ERR_UNSUPPORTED;
+        g->out[i] = mats[i].out;
+        g->w[i] = mats[i].w;
+        g->ws[i] = mats[i].ws;
+        g->bias[i] = mats[i].bias;
+        g->n[i] = mats[i].n;
+    }
+    return TN_OK;
+}
+
+static unsigned gemv_mats_blocks(GemvMats *g, int nc)
+{
+    g->block0[0] = 0;
+    for (int i = 0; i < g->n_mats; i++)
+        g->block0[i + 1] = g->block0[i] + (g->n[i] + nc - 1) / nc;
+    return (unsigned)g->block0[g->n_mats];
+}
+
+/* This block's matrix i, its output columns n0 .. n0 + nv - 1 (of n), and
+ * (thread 0) the start of their copy into wbuf, completing on bar. */
+template <int NC>
+static __device__ __forceinline__ void gemv_block_rows(const GemvMats &g, int ld, uint8_t *wbuf, uint64_t *bar,
+                                                       int &i, int &n, int &n0, int &nv)
+{
+    i = 0;
+#pragma unroll
+    for (int j = 1; j < KN_CUDA_GEMV_MATS; j++)
+        if (j < g.n_mats && (int)blockIdx.x >= g.block0[j])
+            i = j;
+    n = g.n[i];
+    n0 = ((int)blockIdx.x - g.block0[i]) * NC;
+    nv = min(NC, n - n0);
+    if (threadIdx.x == 0)
+        kn_gemv_rows_start2(kn_smem_addr(bar), kn_smem_addr(wbuf), g.w[i] + (size_t)n0 * ld, nv, 0, NULL, 0, ld);
+}
+
 /* A block owns NC weight rows (output columns n0..n0+NC-1) of one matrix
  * for all m rows of x; gemv_fp8.cuh says how it copies them in and splits
  * K. */
@@ -37,15 +82,8 @@ fp8_gemv_kernel(const GemvMats g, const float *x, int m, int k, int ld, int sld)
     __shared__ __align__(8) uint64_t bar;
     __shared__ float red[KN_GEMV_WARPS][NC * R];
     const int tid = threadIdx.x;
-    int i = 0;
-#pragma unroll
-    for (int j = 1; j < KN_CUDA_GEMV_MATS; j++)
-        if (j < g.n_mats && (int)blockIdx.x >= g.block0[j])
-            i = j;
-    const int n = g.n[i];
-    const int n0 = ((int)blockIdx.x - g.block0[i]) * NC, nv = min(NC, n - n0);
-    if (tid == 0)
-        kn_gemv_rows_start2(kn_smem_addr(&bar), kn_smem_addr(wbuf), g.w[i] + (size_t)n0 * ld, nv, 0, NULL, 0, ld);
+    int i, n, n0, nv;
+    gemv_block_rows<NC>(g, ld, wbuf, &bar, i, n, n0, nv);
     const float *sr[NC];
 #pragma unroll
     for (int c = 0; c < NC; c++)
@@ -69,10 +107,7 @@ fp8_gemv_kernel(const GemvMats g, const float *x, int m, int k, int ld, int sld)
 template <int NC, int R>
 static void launch(cudaStream_t s, GemvMats g, bool vec, const float *x, int m, int k, int ld, int sld)
 {
-    g.block0[0] = 0;
-    for (int i = 0; i < g.n_mats; i++)
-        g.block0[i + 1] = g.block0[i] + (g.n[i] + NC - 1) / NC;
-    const unsigned blocks = (unsigned)g.block0[g.n_mats];
+    const unsigned blocks = gemv_mats_blocks(&g, NC);
     const size_t smem = (size_t)NC * ld;
     if (vec)
         fp8_gemv_kernel<NC, R, true><<<blocks, KN_GEMV_THREADS, smem, s>>>(g, x, m, k, ld, sld);
@@ -101,17 +136,8 @@ int kn_cuda_fp8_gemv_multi(const kn_backend *be, const char *op, const kn_cuda_g
     if (n_mats < 1 || n_mats > KN_CUDA_GEMV_MATS || k < 1 || ((uintptr_t)x & 3))
         return TN_ERR_UNSUPPORTED;
     GemvMats g;
-    memset(&g, 0, sizeof g);
-    g.n_mats = n_mats;
-    for (int i = 0; i < n_mats; i++) {
-        if (mats[i].n < 1 || ((uintptr_t)mats[i].w & 15) || ((uintptr_t)mats[i].ws & 3))
-            return TN_ERR_UNSUPPORTED;
-        g.out[i] = mats[i].out;
-        g.w[i] = mats[i].w;
-        g.ws[i] = mats[i].ws;
-        g.bias[i] = mats[i].bias;
-        g.n[i] = mats[i].n;
-    }
+    if (gemv_mats_pack(&g, mats, n_mats) != TN_OK)
+        return TN_ERR_UNSUPPORTED;
     const bool vec = k % 16 == 0 && ((uintptr_t)x & 15) == 0;
     const int ld = (int)kn_fp8_ld((size_t)k), sld = (int)kn_fp8_scale_ld((size_t)k);
     cudaStream_t s = kn_cuda_stream(be);
@@ -161,15 +187,8 @@ fp8_gemv_normed_kernel(const GemvMats g, const GemvNorm nm, int k, int ld, int s
     __shared__ double sq_red[KN_GEMV_WARPS];
     __shared__ bool last;
     const int tid = threadIdx.x;
-    int i = 0;
-#pragma unroll
-    for (int j = 1; j < KN_CUDA_GEMV_MATS; j++)
-        if (j < g.n_mats && (int)blockIdx.x >= g.block0[j])
-            i = j;
-    const int n = g.n[i];
-    const int n0 = ((int)blockIdx.x - g.block0[i]) * NC, nv = min(NC, n - n0);
-    if (tid == 0)
-        kn_gemv_rows_start2(kn_smem_addr(&bar), kn_smem_addr(wbuf), g.w[i] + (size_t)n0 * ld, nv, 0, NULL, 0, ld);
+    int i, n, n0, nv;
+    gemv_block_rows<NC>(g, ld, wbuf, &bar, i, n, n0, nv);
     const float *srow = g.ws[i] + (size_t)(n0 / KN_FP8_BLOCK) * sld;
     float xv[KN_GEMV_PRE][16], sc[KN_GEMV_PRE];
     double sq = 0.0;
@@ -258,27 +277,16 @@ int kn_cuda_fp8_gemv_multi_normed(const kn_backend *be, const char *op, const kn
         (norm->delta && !kn_cuda_aligned16(norm->delta)))
         return TN_ERR_UNSUPPORTED;
     GemvMats g;
-    memset(&g, 0, sizeof g);
-    g.n_mats = n_mats;
-    for (int i = 0; i < n_mats; i++) {
-        if (mats[i].n < 1 || ((uintptr_t)mats[i].w & 15) || ((uintptr_t)mats[i].ws & 3))
-            return TN_ERR_UNSUPPORTED;
-        g.out[i] = mats[i].out;
-        g.w[i] = mats[i].w;
-        g.ws[i] = mats[i].ws;
-        g.bias[i] = mats[i].bias;
-        g.n[i] = mats[i].n;
-    }
+    if (gemv_mats_pack(&g, mats, n_mats) != TN_OK)
+        return TN_ERR_UNSUPPORTED;
     const int ld = (int)kn_fp8_ld((size_t)k), sld = (int)kn_fp8_scale_ld((size_t)k);
     const int NC = 8; /* kn_cuda_fp8_gemv_multi's choice at this K */
     if ((size_t)NC * ld > (size_t)KN_GEMV_SMEM_MAX)
         return TN_ERR_UNSUPPORTED;
-    g.block0[0] = 0;
-    for (int i = 0; i < n_mats; i++)
-        g.block0[i + 1] = g.block0[i] + (g.n[i] + NC - 1) / NC;
+    const unsigned blocks = gemv_mats_blocks(&g, NC);
     const GemvNorm nm = { norm->x, norm->delta, norm->weight, norm->xn, norm->eps, done };
-    fp8_gemv_normed_kernel<NC><<<(unsigned)g.block0[n_mats], KN_GEMV_THREADS, (size_t)NC * ld,
-                                 kn_cuda_stream(be)>>>(g, nm, k, ld, sld);
+    fp8_gemv_normed_kernel<NC><<<blocks, KN_GEMV_THREADS, (size_t)NC * ld, kn_cuda_stream(be)>>>(g, nm, k, ld,
+                                                                                                   sld);
     KN_CUDA_LAUNCH_CHECK(op, "fp8_gemv_normed_kernel");
     return TN_OK;
 }

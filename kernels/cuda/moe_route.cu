@@ -254,21 +254,3 @@ extern "C" int kn_moe_router_cuda(const kn_backend *be, int32_t *expert_idx, flo
     KN_CUDA_LAUNCH_CHECK(op, "moe_router_kernel");
     return TN_OK;
 }
-
-/* The norm, then the router: a decode router that normalized its tokens
- * itself (every block a pass over them first, the last block writing x
- * back) measured slower than the separate norm kernel before the fused
- * router (s9run3: 15.2 us against 4.0 + 6.8 on an H100), so CUDA runs the
- * pair. */
-extern "C" int kn_moe_router_normed_cuda(const kn_backend *be, int32_t *expert_idx, float *expert_w,
-                                         float *logits, const kn_norm_in *norm, const float *router_w,
-                                         const float *router_b, int n_tokens, int dim, int n_experts,
-                                         int k, kn_route_mode mode, int renormalize)
-{
-    int rc = norm->delta ? kn_add_rmsnorm_cuda(be, norm->x, norm->xn, norm->delta, norm->weight, n_tokens, dim,
-                                               norm->eps)
-                         : kn_rmsnorm_cuda(be, norm->xn, norm->x, norm->weight, n_tokens, dim, norm->eps);
-    return rc != TN_OK ? rc
-                       : kn_moe_router_cuda(be, expert_idx, expert_w, logits, norm->xn, router_w, router_b,
-                                            n_tokens, dim, n_experts, k, mode, renormalize);
-}

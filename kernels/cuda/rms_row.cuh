@@ -1,12 +1,12 @@
 /* Internal to the CUDA backend: the RMSNorm arithmetic every kernel that
- * normalizes rows shares (rmsnorm.cu's kernels, and the decode kernels
- * that normalize their input themselves: gemv_fp8.cu, moe_route.cu), so
+ * normalizes rows shares (rmsnorm.cu's kernels, and the decode GEMV that
+ * normalizes its input itself: gemv_fp8.cu), so
  * they round alike: the sum of squares in double with explicit _rn
  * intrinsics (no fused multiply-add can change a rounding), the mean
  * rounded to float, 1 / sqrt in double, then (x * inv_rms) * weight in
  * float without fused multiply-add. They differ in the order of the
  * double sum (a last-bit difference in inv_rms at most), and the fused
- * decode kernels multiply by the weight first ((x * weight) * inv_rms:
+ * GEMV multiplies by the weight first ((x * weight) * inv_rms:
  * the weight loads then join the first round trip). */
 #ifndef TANDEM_KERNELS_CUDA_RMS_ROW_CUH
 #define TANDEM_KERNELS_CUDA_RMS_ROW_CUH
