@@ -358,6 +358,15 @@ int request_admit(router_ctx *ctx, router_request *r, int max_tokens_given,
                       "The router is shutting down; retry on another replica.");
         return -1;
     }
+    if (reg->n == 0) {
+        /* nothing registered yet (a cluster starting: `make run`'s workers
+         * load their weights first) or none left: whether the model exists
+         * is not known, so 503 with Retry-After, which clients retry,
+         * rather than a model_not_found they would not */
+        api_error_set(e, 503, "server_error", NULL, "no_capacity",
+                      "No worker has registered with the router yet; retry shortly.");
+        return -1;
+    }
     int have_pre = workers_serve_model(reg, r->model, TANDEM__V1__WORKER_ROLE__WORKER_ROLE_PREFILLER);
     int have_dec = workers_serve_model(reg, r->model, TANDEM__V1__WORKER_ROLE__WORKER_ROLE_DECODER);
     if (!have_pre && !have_dec) {

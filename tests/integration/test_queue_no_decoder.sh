@@ -4,7 +4,8 @@
 # default: 30 s) instead of getting 503 at once; when a decoder registers
 # they are placed and complete with tandem-generate's greedy tokens (40 s
 # deadline per stream). Afterwards 20 new streams complete and the decoder
-# holds no KV page. (docs/RELIABILITY.md, "Worker failures")
+# holds no KV page. (docs/RELIABILITY.md, "Worker failures") Before any
+# worker registers, a request is told 503 with Retry-After.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/integration/cluster_lib.sh
@@ -23,6 +24,14 @@ done
 URL=http://127.0.0.1:$(port_of http_port)
 WORKER_EP=tcp://127.0.0.1:$(port_of worker_port)
 CLUSTER_MODEL=$FO_DIR
+# before any worker registers: whether the model exists is not known yet,
+# so 503 no_capacity with Retry-After (clients retry it), not a 400
+# model_not_found (they would not)
+resp=$(curl -s -i --max-time 10 -H 'Content-Type: application/json' \
+    -d '{"model":"m","prompt":[1,2,3],"max_tokens":2}' "$URL/v1/completions" | tr -d '\r')
+echo "$resp" | head -1 | grep -q ' 503' && echo "$resp" | grep -qi '^retry-after: 1$' &&
+    echo "$resp" | tail -1 | grep -q '"code":"no_capacity"'
+check "no worker registered yet: 503 no_capacity with Retry-After" $? "$resp"
 start_worker prefiller p1
 wait_health 1 0 300
 check "a router and a prefiller, no decoder" $? "$(curl -s "$URL/healthz")"
