@@ -68,10 +68,11 @@ int kn_cuda_fp8_gemv_on(const kn_backend *be);
  * function) ahead of the GEMV; from_rows 0 turns it off. The default is 2:
  * one row keeps the GEMV, which reads x as fp32 and folds the norm in.
  * Past KN_CUDA_FP8_SKINNY_ROWS cuBLASLt's GEMM, which keeps each weight
- * tile in shared memory for all its rows (the bound chosen without a
- * measurement: bench_ops prints both at 32 and 128 rows). Starts from
- * TANDEM_CUDA_FP8_SKINNY=N at init (0: off). */
-#define KN_CUDA_FP8_SKINNY_ROWS 128
+ * tile in shared memory for all its rows: bench_ops on an H100 (s11run1)
+ * had GPT-OSS's q at 13.4 us skinny vs 18.2 cuBLASLt at 32 rows and 31.8
+ * vs 20.4 at 128, the skinny cost growing ~0.19 us a row, so they tie near
+ * 64. Starts from TANDEM_CUDA_FP8_SKINNY=N at init (0: off). */
+#define KN_CUDA_FP8_SKINNY_ROWS 64
 void kn_cuda_set_fp8_skinny(const kn_backend *be, int from_rows);
 int kn_cuda_fp8_skinny(const kn_backend *be);
 #define KN_CUDA_MOE_GEMV_TOKENS 4

@@ -1,7 +1,7 @@
 /* The dense FP8 product of kn_matmul_w / kn_matmul_w_multi at a few to a
  * hundred rows (decode batches), gemm_fp8_skinny.cuh has the function.
  *
- * Why: at 8-128 rows the cuBLASLt path (quant_fp8 + two memsets + a GEMM
+ * Why: at 8-64 rows the cuBLASLt path (quant_fp8 + two memsets + a GEMM
  * padded to 16 rows + a copy of the real rows, gemm_fp8.cu) took 20.9 us
  * for GPT-OSS's q projection at 8 rows (bench_ops, s8run8) where reading
  * its 11.8 MB takes 2.8 us, and a decode step at batch 32 spent 2.6 ms of

@@ -17,7 +17,7 @@
  *        the activation row, so it takes the amax over its warps in shared
  *        memory and writes the down product's e4m3 codes and scale itself
  *        (the CPU quantizes the fp32 activation the same way).
- *   3. moe_fp8_down_ksplit_kernel  y[pos] = down_e a[pos] (fp32, no bias).
+ *   3. moe_fp8_down_kernel     y[pos] = down_e a[pos] (fp32, no bias).
  *
  * The products: fp8_rows_mma.cuh (mma.sync over the exact f16 values of
  * the codes, fp32 sums, the block scales applied per 128-wide block). */
@@ -159,24 +159,58 @@ moe_fp8_gate_up_kernel(uint8_t *aq, float *as, const uint8_t *xq, const float *x
     }
 }
 
-/* y[pos][col] = down_e dequant(aq[pos]) for a 16-column tile of expert
- * blockIdx.y (fp32, no bias), K split over DK_WARPS warps (fp8_tile_ksplit,
- * as the dense skinny kernel): each warp streams a contiguous share of the
- * tile's 128-wide k blocks, so a tile's weights arrive in DK_WARPS streams
- * at once. Grid: (column tiles, n_local). */
-constexpr int DK_WARPS = 8;
+/* y[pos][col] = down_e dequant(aq[pos]) for this warp's 16 output columns
+ * (fp32, no bias). Grid: (column tiles, n_local). A K split over 8 warps a
+ * tile (fp8_tile_ksplit, as the dense skinny kernel) was slower here: s11run1
+ * measured GPT-OSS-20B batch 8 / 32 / 128 at 8.59 / 12.88 / 27.20 ms a step
+ * against 7.78 / 12.15 / 24.95 with this kernel (its 203 registers and the
+ * cross-warp reduction cost more than the extra streams gain). */
+constexpr int DN_WARPS = 4; /* 16 output columns per warp */
 template <int NT, int U>
-__global__ void __launch_bounds__(DK_WARPS * 32)
-moe_fp8_down_ksplit_kernel(float *y, const uint8_t *aq, const float *as, const int *offsets, const uint8_t *down,
-                           const float *down_scale, int dim, fp8_dims z)
+__global__ void __launch_bounds__(DN_WARPS * 32)
+moe_fp8_down_kernel(float *y, const uint8_t *aq, const float *as, const int *offsets, const uint8_t *down,
+                    const float *down_scale, int dim, fp8_dims z)
 {
-    __shared__ float red[DK_WARPS - 1][NT * 4][32];
-    const int e = blockIdx.y, first = offsets[e], rows = offsets[e + 1] - first;
-    if (rows == 0) /* block-uniform: no barrier reached */
+    const int e = blockIdx.y, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int first = offsets[e], rows = offsets[e + 1] - first;
+    const int c0 = (blockIdx.x * DN_WARPS + (threadIdx.x >> 5)) * 16;
+    if (rows == 0 || c0 >= dim) /* whole warps leave; no block barrier below */
         return;
-    fp8_tile_ksplit<NT, U, DK_WARPS>(red, down + (size_t)e * z.dn_bytes, down_scale + (size_t)e * z.dn_scales, dim,
-                                     (int)blockIdx.x * 16, z.ldi, (int)z.dn_sld, z.kbi, aq, as, first, rows,
-                                     y + (size_t)first * dim, (size_t)dim, NULL);
+    const int ldi = z.ldi, kbi = z.kbi;
+    const size_t sld = z.dn_sld;
+    const int lo = min(c0 + g, dim - 1), hi = min(c0 + g + 8, dim - 1);
+    const uint8_t *we = down + (size_t)e * z.dn_bytes;
+    const float *se = down_scale + (size_t)e * z.dn_scales;
+    const uint8_t *wlo = we + (size_t)lo * ldi, *whi = we + (size_t)hi * ldi;
+    const float *slo = se + (size_t)(lo / KN_FP8_BLOCK) * sld, *shi = se + (size_t)(hi / KN_FP8_BLOCK) * sld;
+    for (int r0 = 0; r0 < rows; r0 += 8 * NT) {
+        const int nr = min(8 * NT, rows - r0), base = first + r0;
+        int xrow[NT], srow[NT][2];
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            xrow[j] = 8 * j + g < nr ? base + 8 * j + g : -1;
+            srow[j][0] = base + min(8 * j + 2 * t, nr - 1);
+            srow[j][1] = base + min(8 * j + 2 * t + 1, nr - 1);
+        }
+        float acc[NT][4];
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+            acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+        fp8_rows_dot<NT, U>(acc, wlo, whi, slo, shi, aq, as, xrow, srow, 0, kbi, kbi, ldi, nr, lane);
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int tok = 8 * j + 2 * t + h;
+                if (tok < nr) {
+                    float *yr = y + (size_t)(base + tok) * dim;
+                    if (c0 + g < dim)
+                        yr[c0 + g] = acc[j][h];
+                    if (c0 + g + 8 < dim)
+                        yr[c0 + g + 8] = acc[j][2 + h];
+                }
+            }
+    }
 }
 
 int kn_cuda_moe_grouped_fp8_ok(const kn_moe_weights *w)
@@ -204,7 +238,7 @@ static fp8_dims fp8_dims_of(const kn_moe_weights *w)
 
 /* The products' launches, each on its own (run_gu / run_dn) so the grouped
  * GEMMs' diagnostic modes can pair one of them with the other GEMM. */
-template <int NT_GU, int U_GU, int NT_DN>
+template <int NT_GU, int U_GU, int NT_DN, int U_DN>
 static cudaError_t launch_fp8_products(cudaStream_t s, const kn_moe_weights *w, float *y, uint8_t *aq, float *as,
                                        const uint8_t *xq, const float *xs, const int *perm, const int *offsets,
                                        int k, bool run_gu = true, bool run_dn = true)
@@ -220,11 +254,8 @@ static cudaError_t launch_fp8_products(cudaStream_t s, const kn_moe_weights *w, 
         if (err != cudaSuccess || !run_dn)
             return err;
     }
-    /* K split over 8 warps a tile; at most 32 rows a pass (64 take 255
-     * registers), U 4 only with one row tile */
-    constexpr int NT_D = NT_DN > 4 ? 4 : NT_DN;
-    dim3 dn_grid((unsigned)kn_cuda_div_up(dim, 16), (unsigned)n_local);
-    moe_fp8_down_ksplit_kernel<NT_D, NT_D == 1 ? 4 : 2><<<dn_grid, DK_WARPS * 32, 0, s>>>(
+    dim3 dn_grid((unsigned)kn_cuda_div_up(dim, DN_WARPS * 16), (unsigned)n_local);
+    moe_fp8_down_kernel<NT_DN, U_DN><<<dn_grid, DN_WARPS * 32, 0, s>>>(
         y, aq, as, offsets, (const uint8_t *)w->down, w->down_scale, dim, z);
     return cudaGetLastError();
 }
@@ -243,7 +274,7 @@ cudaError_t kn_cuda_moe_fp8_decode_product(const kn_backend *be, const kn_moe_we
                                            uint8_t *aq, float *as, const uint8_t *xq, const float *xs,
                                            const int *perm, const int *offsets, int k)
 {
-    return launch_fp8_products<4, 2, 8>(kn_cuda_stream(be), w, y, aq, as, xq, xs, perm, offsets, k,
+    return launch_fp8_products<4, 2, 8, 2>(kn_cuda_stream(be), w, y, aq, as, xq, xs, perm, offsets, k,
                                            which == 0, which == 1);
 }
 
@@ -281,13 +312,13 @@ int kn_cuda_moe_grouped_fp8(const kn_backend *be, const char *op, const kn_moe_w
      * matters); the gate_up kernel's 512 threads cap it at 128 registers,
      * so at most 32 rows per pass there. */
     if (rows_hint <= 2)
-        err = launch_fp8_products<1, 4, 1>(s, w, y, aq, as, xq, xs, perm, offsets, k);
+        err = launch_fp8_products<1, 4, 1, 4>(s, w, y, aq, as, xq, xs, perm, offsets, k);
     else if (rows_hint <= 6)
-        err = launch_fp8_products<2, 2, 2>(s, w, y, aq, as, xq, xs, perm, offsets, k);
+        err = launch_fp8_products<2, 2, 2, 4>(s, w, y, aq, as, xq, xs, perm, offsets, k);
     else if (rows_hint <= 12)
-        err = launch_fp8_products<4, 2, 4>(s, w, y, aq, as, xq, xs, perm, offsets, k);
+        err = launch_fp8_products<4, 2, 4, 2>(s, w, y, aq, as, xq, xs, perm, offsets, k);
     else
-        err = launch_fp8_products<4, 2, 8>(s, w, y, aq, as, xq, xs, perm, offsets, k);
+        err = launch_fp8_products<4, 2, 8, 2>(s, w, y, aq, as, xq, xs, perm, offsets, k);
 done:
     kn_cuda_tmp_free(be, xq);
     kn_cuda_tmp_free(be, xs);

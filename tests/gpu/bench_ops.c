@@ -18,7 +18,7 @@
  * host launch cost between calls; each kernel's latency stays).
  *
  * Then the FP8 decode rows: kn_matmul_w with FP8 weights at 1, 2, 4, 8, 32
- * and 128 rows on GPT-OSS's q/k/v/o (2880 -> 4096/512, 4096 -> 2880) and
+ * 64 and 128 rows on GPT-OSS's q/k/v/o (2880 -> 4096/512, 4096 -> 2880) and
  * Qwen3's q (2048 -> 4096), the GEMV (kernels/cuda/gemv_fp8.cu, up to 8
  * rows), the skinny kernel (gemm_fp8_skinny.cu) and cuBLASLt for the same
  * shape, and kn_moe_experts FP8
@@ -436,7 +436,7 @@ static void bench_fp8_decode(bench *b)
 {
     static const int shapes[][2] = { { 4096, 2880 }, { 512, 2880 }, { 2880, 4096 }, { 4096, 2048 } };
     static const char *names[] = { "q (GPT-OSS)", "k/v (GPT-OSS)", "o (GPT-OSS)", "q (Qwen3)" };
-    static const int rows[] = { 1, 2, 4, 8, 32, 128 };
+    static const int rows[] = { 1, 2, 4, 8, 32, 64, 128 };
     printf("\n| op | path | shape M x N x K | median ms | rate |\n| --- | --- | --- | --- | --- |\n");
     float *x = dev_random(b, (size_t)128 * 4096), *out = dev_random(b, (size_t)128 * 5760);
     float *bias = dev_random(b, 5760);
