@@ -204,6 +204,8 @@ extern "C" int kn_cuda_backend_init(kn_backend *be, int device)
     ctx->fp8_gemv = !(fp8_gemv && strcmp(fp8_gemv, "0") == 0);
     const char *moe_gemv = getenv("TANDEM_CUDA_MOE_GEMV");
     ctx->moe_gemv = !(moe_gemv && strcmp(moe_gemv, "0") == 0);
+    const char *skinny = getenv("TANDEM_CUDA_FP8_SKINNY");
+    ctx->fp8_skinny = skinny ? (atoi(skinny) > 0 ? atoi(skinny) : 0) : 2;
     const char *moe_rows = getenv("TANDEM_CUDA_MOE_GROUPED_ROWS");
     ctx->moe_grouped_rows = moe_rows && atoi(moe_rows) > 0 ? atoi(moe_rows) : KN_CUDA_MOE_GROUPED_ROWS;
     const char *fused_decode = getenv("TANDEM_CUDA_FUSED_DECODE");

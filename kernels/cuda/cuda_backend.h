@@ -54,12 +54,27 @@ int kn_cuda_moe_fp8_gemm(const kn_backend *be);
 void kn_cuda_set_fused_decode(const kn_backend *be, int on);
 int kn_cuda_fused_decode(const kn_backend *be);
 /* FP8 weights at decode (kernels/cuda/gemv_fp8.cuh): 1 (the default)
- * runs kn_matmul_w with up to 8 rows as a GEMV that reads x as fp32 (no
- * activation quantization: more accurate than the cuBLASLt path, which
- * takes more rows, or all with 0). Starts from TANDEM_CUDA_FP8_GEMV=0/1 at
- * init. */
+ * lets kn_matmul_w with up to KN_CUDA_FP8_GEMV_ROWS rows run as a GEMV that
+ * reads x as fp32 (no activation quantization: more accurate than the
+ * skinny and cuBLASLt paths); 0 turns it off. Starts from
+ * TANDEM_CUDA_FP8_GEMV=0/1 at init. The row bound: bench_ops (s8run8) read
+ * GPT-OSS's q at 41% of the copy ceiling at one row, 21% at 4, 8% at 8. */
+#define KN_CUDA_FP8_GEMV_ROWS 8
 void kn_cuda_set_fp8_gemv(const kn_backend *be, int on);
 int kn_cuda_fp8_gemv_on(const kn_backend *be);
+/* FP8 weights at decode batches (kernels/cuda/gemm_fp8_skinny.cuh):
+ * kn_matmul_w with from_rows <= m <= KN_CUDA_FP8_SKINNY_ROWS rows runs the
+ * skinny tensor-core kernel (x quantized per 1x128 block: the CPU's
+ * function) ahead of the GEMV; from_rows 0 turns it off. The default is 2:
+ * one row keeps the GEMV, which reads x as fp32 and folds the norm in.
+ * Past KN_CUDA_FP8_SKINNY_ROWS cuBLASLt's GEMM, which keeps each weight
+ * tile in shared memory for all its rows: bench_ops on an H100 (s11run1)
+ * had GPT-OSS's q at 13.4 us skinny vs 18.2 cuBLASLt at 32 rows and 31.8
+ * vs 20.4 at 128, the skinny cost growing ~0.19 us a row, so they tie near
+ * 64. Starts from TANDEM_CUDA_FP8_SKINNY=N at init (0: off). */
+#define KN_CUDA_FP8_SKINNY_ROWS 64
+void kn_cuda_set_fp8_skinny(const kn_backend *be, int from_rows);
+int kn_cuda_fp8_skinny(const kn_backend *be);
 #define KN_CUDA_MOE_GEMV_TOKENS 4
 /* The same for kn_moe_experts with FP8 weights and up to
  * KN_CUDA_MOE_GEMV_TOKENS tokens: 1 (the

@@ -90,7 +90,7 @@ struct kn_cuda_ctx {
      * kn_cuda_set_poison_tmp). */
     int poison_tmp;
     /* FP8 GEMVs at decode (gemv_fp8.cuh): fp8_gemv 1 (the default) sends
-     * kn_matmul_w with FP8 weights and up to KN_CUDA_FP8_GEMV_MAX_ROWS rows
+     * kn_matmul_w with FP8 weights and up to KN_CUDA_FP8_GEMV_ROWS rows
      * to gemv_fp8.cu instead of quantization + cuBLASLt; moe_gemv 1 (the
      * default) sends kn_moe_experts with FP8 weights and up to
      * KN_CUDA_MOE_GEMV_MAX_TOKENS tokens to moe_gemv_fp8.cu. From
@@ -98,6 +98,9 @@ struct kn_cuda_ctx {
      * kn_cuda_set_fp8_gemv / kn_cuda_set_moe_gemv change them. */
     int fp8_gemv;
     int moe_gemv;
+    /* The skinny FP8 kernel's smallest row count (0: off;
+     * kn_cuda_set_fp8_skinny, TANDEM_CUDA_FP8_SKINNY). */
+    int fp8_skinny;
     /* Side streams, made on first use by kn_cuda_side_streams: each with its
      * own cuBLAS handle and workspace (concurrent cuBLAS calls must not
      * share one) and an event for joining back to the main stream. */

@@ -1,4 +1,4 @@
-/* The dense FP8 GEMV of kn_matmul_w for 1..KN_CUDA_FP8_GEMV_MAX_ROWS rows
+/* The dense FP8 GEMV of kn_matmul_w for 1..KN_CUDA_FP8_GEMV_ROWS rows
  * (gemv_fp8.cuh has the function, its error bound and the design).
  *
  * Each block owns NC consecutive output columns (weight rows) and all the
@@ -131,8 +131,8 @@ static void launch_rows(cudaStream_t s, const GemvMats &g, bool vec, const float
 int kn_cuda_fp8_gemv_multi(const kn_backend *be, const char *op, const kn_cuda_gemv_mat *mats, int n_mats,
                            const float *x, int m, int k)
 {
-    if (m < 1 || m > KN_CUDA_FP8_GEMV_MAX_ROWS)
-        return kn_arg_error(op, "fp8 gemv takes 1..%d rows, got %d", KN_CUDA_FP8_GEMV_MAX_ROWS, m);
+    if (m < 1 || m > KN_CUDA_FP8_GEMV_ROWS)
+        return kn_arg_error(op, "fp8 gemv takes 1..%d rows, got %d", KN_CUDA_FP8_GEMV_ROWS, m);
     if (n_mats < 1 || n_mats > KN_CUDA_GEMV_MATS || k < 1 || ((uintptr_t)x & 3))
         return TN_ERR_UNSUPPORTED;
     GemvMats g;

@@ -47,15 +47,6 @@ extern "C" {
 #include "kernels/moe.h"
 }
 
-/* Rows up to which kn_matmul_w with FP8 weights takes the GEMV (with the
- * switch on). Chosen without a measurement: per 16-byte weight load a
- * lane spends ~24 instructions decoding codes and 16 FMAs per row of x,
- * so at H200 rates (4.8 TB/s against 132 SMs x 128 lanes x 1.98 GHz) the
- * kernel stays bandwidth-bound to about 4 rows and is ~1.5x the floor at
- * 8, which still beats the cuBLASLt path's quantization + memsets + 16-row
- * padded GEMM + copy at 8; past 8 the tensor cores win. bench_ops prints
- * both at 1, 2, 4, 8 rows. */
-#define KN_CUDA_FP8_GEMV_MAX_ROWS 8
 /* Tokens up to which kn_moe_experts with FP8 weights takes the expert
  * GEMV (moe_gemv_fp8.cu), which streams each (token, route)'s expert on
  * its own: at one token that is each selected expert once, as the grouped
@@ -260,7 +251,7 @@ static __device__ __forceinline__ float kn_gemv_block_total(const float (&red)[K
 
 /* The dense GEMV: out[m][n] = x[m][k] w^T + bias (fp32 x, out, bias; w an
  * FP8 weight [n][kn_fp8_ld(k)] with scales [ceil(n/128)][kn_fp8_scale_ld(k)]),
- * 1 <= m <= KN_CUDA_FP8_GEMV_MAX_ROWS, one launch on be's stream, nothing
+ * 1 <= m <= KN_CUDA_FP8_GEMV_ROWS, one launch on be's stream, nothing
  * allocated, no host sync (capturable). TN_ERR_UNSUPPORTED (nothing
  * queued, no message) when w or ws is not aligned for the vector loads
  * or n or k is 0: the caller then takes the cuBLASLt path. */

@@ -24,6 +24,7 @@
 #include <cuda_bf16.h>
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/fp8_cuda.cuh"
+#include "kernels/cuda/gemm_fp8_skinny.cuh"
 #include "kernels/cuda/gemv_fp8.cuh"
 extern "C" {
 #include "kernels/matmul.h"
@@ -150,10 +151,17 @@ extern "C" int kn_matmul_w_cuda(const kn_backend *be, float *out, const float *x
     int rc = kn_cuda_check_backend(op, be);
     if (rc != TN_OK || m == 0)
         return rc;
-    /* few rows (decode): the GEMV, which reads x as fp32 (gemv_fp8.cuh);
-     * it declines unaligned weights, which then take cuBLASLt */
+    /* decode batches: the skinny tensor-core kernel (gemm_fp8_skinny.cuh),
+     * else at few rows the GEMV, which reads x as fp32 (gemv_fp8.cuh);
+     * both decline unaligned weights, which then take cuBLASLt */
+    if (w->dtype == KN_FP8_E4M3 && w->scale && kn_cuda_fp8_skinny_takes(be, m)) {
+        const kn_cuda_gemv_mat mat = { out, (const uint8_t *)w->data, w->scale, bias, n };
+        rc = kn_cuda_fp8_skinny_multi(be, op, &mat, 1, x, m, k);
+        if (rc != TN_ERR_UNSUPPORTED)
+            return rc;
+    }
     if (w->dtype == KN_FP8_E4M3 && w->scale && kn_cuda_ctx_of(be)->fp8_gemv &&
-        m <= KN_CUDA_FP8_GEMV_MAX_ROWS) {
+        m <= KN_CUDA_FP8_GEMV_ROWS) {
         rc = kn_cuda_fp8_gemv(be, op, out, x, (const uint8_t *)w->data, w->scale, bias, m, n, k);
         if (rc != TN_ERR_UNSUPPORTED)
             return rc;
@@ -181,9 +189,11 @@ extern "C" int kn_matmul_w_multi_cuda(const kn_backend *be, const kn_linear *lin
     int rc = kn_cuda_check_backend(op, be);
     if (rc != TN_OK || m == 0)
         return rc;
-    /* all FP8 at GEMV rows: one launch (kn_matmul_w_cuda's rule for each;
-     * n_lin <= KN_LINEAR_MAX = KN_CUDA_GEMV_MATS, checked by the dispatcher) */
-    bool one = kn_cuda_ctx_of(be)->fp8_gemv && m <= KN_CUDA_FP8_GEMV_MAX_ROWS;
+    /* all FP8 at skinny or GEMV rows: one product launch (kn_matmul_w_cuda's
+     * rule for each; n_lin <= KN_LINEAR_MAX = KN_CUDA_GEMV_MATS, checked by
+     * the dispatcher) */
+    const bool skinny = kn_cuda_fp8_skinny_takes(be, m);
+    bool one = skinny || (kn_cuda_ctx_of(be)->fp8_gemv && m <= KN_CUDA_FP8_GEMV_ROWS);
     kn_cuda_gemv_mat mats[KN_CUDA_GEMV_MATS];
     for (int i = 0; one && i < n_lin; i++) {
         one = lin[i].w->dtype == KN_FP8_E4M3 && lin[i].w->scale;
@@ -191,7 +201,8 @@ extern "C" int kn_matmul_w_multi_cuda(const kn_backend *be, const kn_linear *lin
                                       lin[i].n };
     }
     if (one) {
-        rc = kn_cuda_fp8_gemv_multi(be, op, mats, n_lin, x, m, k);
+        rc = skinny ? kn_cuda_fp8_skinny_multi(be, op, mats, n_lin, x, m, k)
+                    : kn_cuda_fp8_gemv_multi(be, op, mats, n_lin, x, m, k);
         if (rc != TN_ERR_UNSUPPORTED)
             return rc;
     }

@@ -19,22 +19,12 @@
  *        (the CPU quantizes the fp32 activation the same way).
  *   3. moe_fp8_down_kernel     y[pos] = down_e a[pos] (fp32, no bias).
  *
- * The products run on the tensor cores as mma.sync m16n8k16 with f16
- * inputs and fp32 sums: every e4m3 value (codes of weights and of
- * activations) is exactly an f16, so each product of two codes is exact and
- * a 128-wide block's sum of them is an fp32 sum; after each block the
- * warp adds block_sum * s_x * s_w to its fp32 totals. Rows are padded to a
- * multiple of 128 in both operands (weight padding holds finite codes, the
- * activation padding zero codes), so the loops run over whole blocks.
- * Each lane loads 16 contiguous bytes of its two weight rows (g and g+8,
- * g = lane/4) and of its token row at k = 16*(lane%4) of each 64-wide
- * chunk; since the k order inside a block's dot product is free, the same
- * register pairs feed A and B "virtual" k columns that map to the same real
- * k's (as in the bf16 kernels), so no shared memory is needed. */
+ * The products: fp8_rows_mma.cuh (mma.sync over the exact f16 values of
+ * the codes, fp32 sums, the block scales applied per 128-wide block). */
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include "kernels/cuda/fp8_cuda.cuh"
-#include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/fp8_rows_mma.cuh"
 #include "kernels/cuda/moe_grouped_fp8.cuh"
 extern "C" {
 #include "kernels/fp8.h"
@@ -50,94 +40,6 @@ struct fp8_dims {
 };
 
 constexpr int GU_WARPS = KN_FP8_BLOCK / 8; /* 8 activation columns per warp */
-constexpr int DN_WARPS = 4;                /* 16 output columns per warp */
-
-/* Two e4m3 codes (low byte first) -> their exact f16 values, packed. */
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two)
-{
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two, __NV_E4M3);
-    return (uint32_t)h.x | ((uint32_t)h.y << 16);
-}
-
-/* 32 codes (two 16-byte loads) -> 16 f16x2 registers, pair i = codes 2i, 2i+1. */
-__device__ __forceinline__ void codes32_to_f16(const uint4 (&v)[2], uint32_t (&h)[16])
-{
-#pragma unroll
-    for (int q = 0; q < 2; q++) {
-        const uint32_t u[4] = { v[q].x, v[q].y, v[q].z, v[q].w };
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            h[8 * q + 2 * i] = e4m3x2_to_f16x2(u[i] & 0xffffu);
-            h[8 * q + 2 * i + 1] = e4m3x2_to_f16x2(u[i] >> 16);
-        }
-    }
-}
-
-/* acc[j] += block-scaled products of this lane's weight rows wlo (row g)
- * and whi (row g+8), each ld codes with block scales slo[kb] / shi[kb],
- * with the activation rows of tile j: codes xq + xrow[j] * ld (xrow[j] < 0:
- * no row, zero codes) and scales xs + srow[j][h] * nkb for the tile's
- * tokens 2t + h (the mma C layout: acc[j][h] row g, acc[j][2+h] row g+8).
- * U blocks of weight loads are issued before they are used. */
-template <int NT, int U>
-__device__ __forceinline__ void fp8_rows_dot(float (&acc)[NT][4], const uint8_t *wlo, const uint8_t *whi,
-                                             const float *slo, const float *shi, const uint8_t *xq,
-                                             const float *xs, const int (&xrow)[NT], const int (&srow)[NT][2],
-                                             int nkb, int ld, int nr, int lane)
-{
-    const int t = lane & 3;
-    wlo += 16 * t;
-    whi += 16 * t;
-    for (int kb0 = 0; kb0 < nkb; kb0 += U) {
-        uint4 wa[U][2], wb[U][2];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            if (kb0 + u < nkb) {
-                const size_t o = (size_t)(kb0 + u) * KN_FP8_BLOCK;
-                wa[u][0] = kn_ld_stream16(wlo + o);
-                wa[u][1] = kn_ld_stream16(wlo + o + 64);
-                wb[u][0] = kn_ld_stream16(whi + o);
-                wb[u][1] = kn_ld_stream16(whi + o + 64);
-            } else {
-                wa[u][0] = wa[u][1] = wb[u][0] = wb[u][1] = make_uint4(0u, 0u, 0u, 0u);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int kb = kb0 + u;
-            if (kb >= nkb) /* warp-uniform */
-                break;
-            const float sl = slo[kb], sh = shi[kb];
-            uint32_t al[16], ah[16];
-            codes32_to_f16(wa[u], al);
-            codes32_to_f16(wb[u], ah);
-#pragma unroll
-            for (int j = 0; j < NT; j++) {
-                if (8 * j >= nr) /* warp-uniform: no tokens in this tile */
-                    break;
-                uint4 xv[2];
-                if (xrow[j] >= 0) {
-                    const uint8_t *xp = xq + (size_t)xrow[j] * ld + (size_t)kb * KN_FP8_BLOCK + 16 * t;
-                    xv[0] = *(const uint4 *)xp;
-                    xv[1] = *(const uint4 *)(xp + 64);
-                } else {
-                    xv[0] = xv[1] = make_uint4(0u, 0u, 0u, 0u);
-                }
-                uint32_t bx[16];
-                codes32_to_f16(xv, bx);
-                float p[4] = { 0.f, 0.f, 0.f, 0.f };
-#pragma unroll
-                for (int i = 0; i < 8; i++)
-                    kn_mma_f16(p, al[2 * i], ah[2 * i], al[2 * i + 1], ah[2 * i + 1], bx[2 * i], bx[2 * i + 1]);
-                const float s0 = xs[(size_t)srow[j][0] * nkb + kb], s1 = xs[(size_t)srow[j][1] * nkb + kb];
-                acc[j][0] = fmaf(p[0], s0 * sl, acc[j][0]);
-                acc[j][1] = fmaf(p[1], s1 * sl, acc[j][1]);
-                acc[j][2] = fmaf(p[2], s0 * sh, acc[j][2]);
-                acc[j][3] = fmaf(p[3], s1 * sh, acc[j][3]);
-            }
-        }
-    }
-}
 
 /* One warp per (token, 128-wide block): quant_fp8.cu's quantizer
  * (kn_cuda_fp8_quant_row4) in a plain [n_tokens][ld] / [n_tokens][kb]
@@ -215,7 +117,7 @@ moe_fp8_gate_up_kernel(uint8_t *aq, float *as, const uint8_t *xq, const float *x
 #pragma unroll
         for (int j = 0; j < NT; j++)
             acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-        fp8_rows_dot<NT, U>(acc, wg, wu, sg, su, xq, xs, xrow, srow, kbx, ldx, nr, lane);
+        fp8_rows_dot<NT, U>(acc, wg, wu, sg, su, xq, xs, xrow, srow, 0, kbx, kbx, ldx, nr, lane);
         /* activation, and each token's amax over this warp's 8 columns */
         float v[NT][2];
 #pragma unroll
@@ -258,7 +160,12 @@ moe_fp8_gate_up_kernel(uint8_t *aq, float *as, const uint8_t *xq, const float *x
 }
 
 /* y[pos][col] = down_e dequant(aq[pos]) for this warp's 16 output columns
- * (fp32, no bias). Grid: (column tiles, n_local). */
+ * (fp32, no bias). Grid: (column tiles, n_local). A K split over 8 warps a
+ * tile (fp8_tile_ksplit, as the dense skinny kernel) was slower here: s11run1
+ * measured GPT-OSS-20B batch 8 / 32 / 128 at 8.59 / 12.88 / 27.20 ms a step
+ * against 7.78 / 12.15 / 24.95 with this kernel (its 203 registers and the
+ * cross-warp reduction cost more than the extra streams gain). */
+constexpr int DN_WARPS = 4; /* 16 output columns per warp */
 template <int NT, int U>
 __global__ void __launch_bounds__(DN_WARPS * 32)
 moe_fp8_down_kernel(float *y, const uint8_t *aq, const float *as, const int *offsets, const uint8_t *down,
@@ -289,7 +196,7 @@ moe_fp8_down_kernel(float *y, const uint8_t *aq, const float *as, const int *off
 #pragma unroll
         for (int j = 0; j < NT; j++)
             acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-        fp8_rows_dot<NT, U>(acc, wlo, whi, slo, shi, aq, as, xrow, srow, kbi, ldi, nr, lane);
+        fp8_rows_dot<NT, U>(acc, wlo, whi, slo, shi, aq, as, xrow, srow, 0, kbi, kbi, ldi, nr, lane);
 #pragma unroll
         for (int j = 0; j < NT; j++)
 #pragma unroll

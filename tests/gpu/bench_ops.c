@@ -17,10 +17,11 @@
  * recorded as one CUDA graph and replayed as a decode step runs them (no
  * host launch cost between calls; each kernel's latency stays).
  *
- * Then the FP8 GEMV rows: kn_matmul_w with FP8 weights at 1, 2, 4, 8 rows on
- * GPT-OSS's q/k/v/o (2880 -> 4096/512, 4096 -> 2880) and Qwen3's q
- * (2048 -> 4096), the GEMV (kernels/cuda/gemv_fp8.cu) next to cuBLASLt
- * (kn_cuda_set_fp8_gemv off) for the same shape, and kn_moe_experts FP8
+ * Then the FP8 decode rows: kn_matmul_w with FP8 weights at 1, 2, 4, 8, 32
+ * 64 and 128 rows on GPT-OSS's q/k/v/o (2880 -> 4096/512, 4096 -> 2880) and
+ * Qwen3's q (2048 -> 4096), the GEMV (kernels/cuda/gemv_fp8.cu, up to 8
+ * rows), the skinny kernel (gemm_fp8_skinny.cu) and cuBLASLt for the same
+ * shape, and kn_moe_experts FP8
  * at one token (top-4 of 32, 2880/2880), the expert GEMVs next to the
  * grouped decode path: GB/s of the bytes each must read (weight codes and
  * scales, x, out) and its share of the H200's 4.25 TB/s measured copy
@@ -435,10 +436,11 @@ static void bench_fp8_decode(bench *b)
 {
     static const int shapes[][2] = { { 4096, 2880 }, { 512, 2880 }, { 2880, 4096 }, { 4096, 2048 } };
     static const char *names[] = { "q (GPT-OSS)", "k/v (GPT-OSS)", "o (GPT-OSS)", "q (Qwen3)" };
-    static const int rows[] = { 1, 2, 4, 8 };
+    static const int rows[] = { 1, 2, 4, 8, 32, 64, 128 };
     printf("\n| op | path | shape M x N x K | median ms | rate |\n| --- | --- | --- | --- | --- |\n");
-    float *x = dev_random(b, (size_t)8 * 4096), *out = dev_random(b, (size_t)8 * 5760);
+    float *x = dev_random(b, (size_t)128 * 4096), *out = dev_random(b, (size_t)128 * 5760);
     float *bias = dev_random(b, 5760);
+    const int skinny_was = kn_cuda_fp8_skinny(&b->gpu);
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int n = shapes[s][0], k = shapes[s][1];
         /* copies of the weight filling 3x the H200's 50 MB L2, taken in
@@ -458,13 +460,20 @@ static void bench_fp8_decode(bench *b)
             char shape[96], op[96];
             snprintf(shape, sizeof shape, "%d x %d x %d", c.m, n, k);
             snprintf(op, sizeof op, "fp8 gemv %s +bias", names[s]);
-            for (int on = 1; on >= 0; on--) {
-                kn_cuda_set_fp8_gemv(&b->gpu, on);
+            /* each path alone: the GEMV (fp32 x), the skinny kernel (x
+             * quantized), cuBLASLt (quant + GEMM) */
+            for (int path = 0; path < 3; path++) {
+                if ((path == 0 && c.m > KN_CUDA_FP8_GEMV_ROWS) || (path == 1 && c.m > KN_CUDA_FP8_SKINNY_ROWS))
+                    continue;
+                kn_cuda_set_fp8_gemv(&b->gpu, path == 0);
+                kn_cuda_set_fp8_skinny(&b->gpu, path == 1 ? 1 : 0);
                 float ms = time_op_each(&b->gpu, run_matmul_w, &c);
-                gb_row(op, on ? "gemv" : "cuBLASLt (quant + GEMM)", shape, ms, bytes);
+                gb_row(op, path == 0 ? "gemv" : path == 1 ? "skinny (quant + mma)" : "cuBLASLt (quant + GEMM)",
+                       shape, ms, bytes);
             }
         }
         kn_cuda_set_fp8_gemv(&b->gpu, 1);
+        kn_cuda_set_fp8_skinny(&b->gpu, skinny_was);
         kn_free(&b->gpu, wq);
         kn_free(&b->gpu, ws);
     }

@@ -330,19 +330,23 @@ static void matmul_w_fp8_on(op_env *e, const void *param)
 }
 
 /* These cases check the contract's quantized function, which CUDA
- * computes through cuBLASLt; the GEMV it takes at up to 8 rows by default
- * (fp32 x, more accurate) has its own cases in ops_gemv_fp8.c. */
+ * computes through cuBLASLt; the GEMV and the skinny kernel it takes at
+ * decode row counts by default have their own cases in ops_gemv_fp8.c. */
 static void matmul_w_fp8(op_env *e, const void *param)
 {
 #ifdef TANDEM_CUDA
-    const int was = e->cuda ? kn_cuda_fp8_gemv_on(e->be) : 0;
-    if (e->cuda)
+    const int gemv = e->cuda ? kn_cuda_fp8_gemv_on(e->be) : 0, skinny = e->cuda ? kn_cuda_fp8_skinny(e->be) : 0;
+    if (e->cuda) {
         kn_cuda_set_fp8_gemv(e->be, 0);
+        kn_cuda_set_fp8_skinny(e->be, 0);
+    }
 #endif
     matmul_w_fp8_on(e, param);
 #ifdef TANDEM_CUDA
-    if (e->cuda)
-        kn_cuda_set_fp8_gemv(e->be, was);
+    if (e->cuda) {
+        kn_cuda_set_fp8_gemv(e->be, gemv);
+        kn_cuda_set_fp8_skinny(e->be, skinny);
+    }
 #endif
 }
 

@@ -79,19 +79,21 @@ static void gemv_fp8(op_env *e, const void *param)
         kn_fp8_round_act_row(xq + (size_t)i * k, x + (size_t)i * k, k);
     /* float64: exact and quantized-x values, sum |x w|, sum |x - q(x)| |w| */
     double *exact = op_host(e, no * 8), *quant = op_host(e, no * 8);
-    double *s_abs = op_host(e, no * 8), *q_abs = op_host(e, no * 8);
+    double *s_abs = op_host(e, no * 8), *q_abs = op_host(e, no * 8), *qs_abs = op_host(e, no * 8);
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++) {
             const float *xr = x + (size_t)i * k, *qr = xq + (size_t)i * k, *w = wr + (size_t)j * k;
-            double ex = bias ? bias[j] : 0.0, qu = ex, sa = 0, qa = 0;
+            double ex = bias ? bias[j] : 0.0, qu = ex, sa = 0, qa = 0, qsa = 0;
             for (int c = 0; c < k; c++) {
                 ex += (double)xr[c] * w[c];
                 qu += (double)qr[c] * w[c];
                 sa += fabs((double)xr[c] * w[c]);
                 qa += fabs(((double)qr[c] - xr[c]) * w[c]);
+                qsa += fabs((double)qr[c] * w[c]);
             }
             const size_t o = (size_t)i * n + j;
-            exact[o] = ex, quant[o] = qu, s_abs[o] = sa + (bias ? fabs(bias[j]) : 0.0), q_abs[o] = qa;
+            const double ab = bias ? fabs(bias[j]) : 0.0;
+            exact[o] = ex, quant[o] = qu, s_abs[o] = sa + ab, q_abs[o] = qa, qs_abs[o] = qsa + ab;
         }
     kn_weight dw = { KN_FP8_E4M3, op_up(e, wq, kn_fp8_data_bytes(n, k)),
                      op_up(e, ws, kn_fp8_scale_count(n, k) * sizeof(float)) };
@@ -112,39 +114,80 @@ static void gemv_fp8(op_env *e, const void *param)
         return;
     }
 #ifdef TANDEM_CUDA
-    if (!kn_cuda_fp8_gemv_on(e->be)) { /* TANDEM_CUDA_FP8_GEMV=0: only cuBLASLt to check */
-        op_check_err(e, tu_max_rel_err(got, quant, no), 1e-3, "cuBLASLt fp8 vs float64");
-        return;
-    }
-    for (size_t i = 0; i < no; i++)
-        bound[i] = 0x1p-18 * s_abs[i] + 1e-30;
-    check_bound(e, got, exact, bound, no, "gemv vs float64 of x w_real");
+    /* every path the backend has for these rows, each on its own (the call
+     * above took the default one; its output is checked here as the path
+     * it is) */
+    const int gemv_was = kn_cuda_fp8_gemv_on(e->be), skinny_was = kn_cuda_fp8_skinny(e->be);
     float *cpu = op_host(e, no * 4);
+    double *cpu_d = op_host(e, no * 8);
     kn_weight hw = { KN_FP8_E4M3, wq, ws };
-    if (op_ok(e, kn_matmul_w(e->cpu, cpu, x, &hw, bias, m, n, k), "kn_matmul_w fp8 cpu")) {
-        for (size_t i = 0; i < no; i++)
-            bound[i] = q_abs[i] + ((double)k + 2) * 0x1p-24 * (s_abs[i] + q_abs[i]) + 0x1p-18 * s_abs[i] + 1e-30;
-        double *cpu_d = op_host(e, no * 8);
-        for (size_t i = 0; i < no; i++)
-            cpu_d[i] = cpu[i];
-        check_bound(e, got, cpu_d, bound, no, "gemv vs CPU (x quantized there)");
+    if (!op_ok(e, kn_matmul_w(e->cpu, cpu, x, &hw, bias, m, n, k), "kn_matmul_w fp8 cpu"))
+        return;
+    for (size_t i = 0; i < no; i++)
+        cpu_d[i] = cpu[i];
+    /* the GEMV: fp32 x, within gemv_fp8.cuh's bound of the exact value */
+    if (m <= KN_CUDA_FP8_GEMV_ROWS) {
+        kn_cuda_set_fp8_skinny(e->be, 0);
+        kn_cuda_set_fp8_gemv(e->be, 1);
+        float *d_g = op_nan(e, no);
+        const int rc = kn_matmul_w(e->be, d_g, d_x, &dw, d_b, m, n, k);
+        if (op_ok(e, rc, "kn_matmul_w fp8, gemv")) {
+            float *g = op_get(e, d_g, no);
+            for (size_t i = 0; i < no; i++)
+                bound[i] = 0x1p-18 * s_abs[i] + 1e-30;
+            check_bound(e, g, exact, bound, no, "gemv vs float64 of x w_real");
+            for (size_t i = 0; i < no; i++)
+                bound[i] = q_abs[i] + ((double)k + 2) * 0x1p-24 * (s_abs[i] + q_abs[i]) + 0x1p-18 * s_abs[i] + 1e-30;
+            check_bound(e, g, cpu_d, bound, no, "gemv vs CPU (x quantized there)");
+        }
     }
-    /* the switch off: the cuBLASLt path on the same inputs (odd n: it has
-     * no algorithm and says so, ops_fp8.c; for other n that are not a
-     * multiple of 16 whether it has one depends on the cuBLASLt version:
-     * the H200's 13.0 has none for n = 130, so "unsupported" is an
-     * acceptable answer there, a wrong result never is) */
+    /* the skinny kernel: the quantized function, within
+     * gemm_fp8_skinny.cuh's bound of its float64 value, and of the CPU's */
+    if (m <= KN_CUDA_FP8_SKINNY_ROWS) {
+        kn_cuda_set_fp8_skinny(e->be, 1);
+        float *d_s = op_nan(e, no);
+        const int rc = kn_matmul_w(e->be, d_s, d_x, &dw, d_b, m, n, k);
+        if (op_ok(e, rc, "kn_matmul_w fp8, skinny")) {
+            float *sk = op_get(e, d_s, no);
+            for (size_t i = 0; i < no; i++)
+                bound[i] = 0x1p-15 * qs_abs[i] + 1e-30;
+            check_bound(e, sk, quant, bound, no, "skinny vs float64 of q(x) w_real");
+            for (size_t i = 0; i < no; i++)
+                bound[i] = (0x1p-15 + ((double)k + 2) * 0x1p-24) * qs_abs[i] + 1e-30;
+            check_bound(e, sk, cpu_d, bound, no, "skinny vs CPU");
+        }
+    }
+    /* both off: the cuBLASLt path (odd n: it has no algorithm and says so,
+     * ops_fp8.c; for other n that are not a multiple of 16 whether it has
+     * one depends on the cuBLASLt version: the H200's 13.0 has none for n
+     * = 130, so "unsupported" is an acceptable answer there, a wrong result
+     * never is) */
+    kn_cuda_set_fp8_skinny(e->be, 0);
     kn_cuda_set_fp8_gemv(e->be, 0);
     float *d_off = op_nan(e, no);
     int rc = kn_matmul_w(e->be, d_off, d_x, &dw, d_b, m, n, k);
-    kn_cuda_set_fp8_gemv(e->be, 1);
+    kn_cuda_set_fp8_gemv(e->be, gemv_was);
+    kn_cuda_set_fp8_skinny(e->be, skinny_was);
     if (n % 2 != 0) {
         OP_INT_EQ(e, rc, TN_ERR_UNSUPPORTED);
     } else if (n % 16 != 0 && rc == TN_ERR_UNSUPPORTED) {
-        /* no cuBLASLt algorithm for this n: the GEMV above is the only path */
-    } else if (op_ok(e, rc, "kn_matmul_w fp8, gemv off")) {
+        /* no cuBLASLt algorithm for this n: the kernels above are the paths */
+    } else if (op_ok(e, rc, "kn_matmul_w fp8, gemv and skinny off")) {
         float *off = op_get(e, d_off, no);
-        op_check_err(e, tu_max_rel_err(off, quant, no), 1e-3, "cuBLASLt fp8 vs float64 (gemv off)");
+        op_check_err(e, tu_max_rel_err(off, quant, no), 1e-3, "cuBLASLt fp8 vs float64");
+    }
+    /* the default path's output is one of the above */
+    const int takes_skinny = skinny_was > 0 && m >= skinny_was && m <= KN_CUDA_FP8_SKINNY_ROWS;
+    if (takes_skinny) {
+        for (size_t i = 0; i < no; i++)
+            bound[i] = 0x1p-15 * qs_abs[i] + 1e-30;
+        check_bound(e, got, quant, bound, no, "default path (skinny) vs float64 of q(x) w_real");
+    } else if (gemv_was && m <= KN_CUDA_FP8_GEMV_ROWS) {
+        for (size_t i = 0; i < no; i++)
+            bound[i] = 0x1p-18 * s_abs[i] + 1e-30;
+        check_bound(e, got, exact, bound, no, "default path (gemv) vs float64 of x w_real");
+    } else {
+        op_check_err(e, tu_max_rel_err(got, quant, no), 1e-3, "default path (cuBLASLt) vs float64");
     }
 #else
     op_fail(e, "a CUDA backend in a build without TANDEM_CUDA");
@@ -287,7 +330,9 @@ void ops_register_gemv_fp8(void)
         { 8, 2048, 3, { 4096, 512, 512 }, 0 }, /* Qwen3-30B-A3B, 8 rows */
         { 3, 130, 3, { 129, 7, 300 }, 0 },     /* odd sizes */
         { 2, 256, 2, { 64, 32, 0 }, 1 },       /* FP8 + f32: one by one */
-        { 12, 384, 3, { 256, 128, 128 }, 0 },  /* rows past the GEMV: cuBLASLt */
+        { 12, 384, 3, { 256, 128, 128 }, 0 },  /* rows past the GEMV */
+        { 32, 2880, 3, { 4096, 512, 512 }, 0 }, /* GPT-OSS q/k/v at batch 32 */
+        { 130, 256, 3, { 64, 16, 32 }, 0 },    /* past the skinny kernel: cuBLASLt */
     };
     for (size_t i = 0; i < sizeof multi / sizeof multi[0]; i++)
         OP_CASE("matmul_w_multi", OP_ALL, matmul_multi, multi[i], "%d layers m=%d k=%d n=%d,%d%s", multi[i].n_lin,
@@ -296,6 +341,9 @@ void ops_register_gemv_fp8(void)
         { 1, 4096, 2880, 1 }, { 2, 512, 2880, 1 }, { 3, 2880, 4096, 1 }, { 8, 4096, 2880, 1 },
         { 1, 512, 2048, 0 },  { 8, 2048, 4096, 0 }, { 3, 129, 130, 1 },  { 8, 200, 300, 1 },
         { 2, 1, 1, 1 },       { 5, 257, 128, 0 },   { 4, 130, 2880, 1 }, { 7, 384, 200, 0 },
+        /* decode batches: the skinny kernel (and cuBLASLt) on CUDA */
+        { 16, 512, 2880, 1 }, { 32, 4096, 2880, 1 }, { 64, 2880, 4096, 0 }, { 128, 512, 2880, 1 },
+        { 9, 257, 300, 1 },   { 100, 129, 130, 1 }, { 33, 16, 128, 0 },   { 128, 2880, 256, 1 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         OP_CASE("matmul_w", OP_ALL, gemv_fp8, cases[i], "fp8 gemv m=%d n=%d k=%d%s", cases[i].m, cases[i].n,
