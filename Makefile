@@ -312,9 +312,12 @@ $(ENGINE_GPU_TESTS): $(BUILD)/tests/gpu/%: $(BUILD)/obj/tests/gpu/%.o \
 gpu-engine-progs: $(GPU_ENGINE_PROGS)
 
 cuda: $(CU_OBJ)
+# -MMD -MP: a changed .cuh (cuda_common.cuh's context struct above all)
+# rebuilds every kernel that includes it; a stale object reads the struct
+# with the old layout.
 $(CU_BUILD)/cuda/%.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
 test: $(LIB) $(BINS) $(TESTS) $(DEMO_MODEL_FILES)
 	BUILD=$(BUILD) bash tests/run_tests.sh
@@ -342,3 +345,4 @@ include tests/fuzz/fuzz.mk
 include tests/load/load.mk
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(CU_BUILD)/cuda -name '*.d' 2>/dev/null)

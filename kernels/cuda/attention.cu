@@ -703,6 +703,10 @@ extern "C" int kn_attention_cuda(const kn_backend *be, float *out, const float *
                                        ctx->attn_wgmma > 1 && kn_cuda_attention_wgmma_tma_fits(page_size)
                                            ? ctx->attn_wgmma
                                            : 1);
+    if (ctx->attn_bf16 && ctx->attn_decode_tma &&
+        kn_cuda_attention_decode_tma_fits(b, n_heads, n_kv_heads, head_dim, page_size, out, q, pools))
+        return kn_cuda_attention_decode_tma(be, op, out, q, pools, b, n_heads, n_kv_heads, head_dim,
+                                            page_size, scale, sinks, window);
     if (ctx->attn_bf16 &&
         kn_cuda_attention_decode_mma_fits(b, n_heads, n_kv_heads, head_dim, out, q, pools))
         return kn_cuda_attention_decode_mma(be, op, out, q, pools, b, n_heads, n_kv_heads, head_dim,

@@ -51,6 +51,7 @@
 #include <cuda_bf16.h>
 #include <math.h>
 #include "kernels/cuda/attention_decode_mma.cuh"
+#include "kernels/cuda/attention_decode_tile.cuh"
 #include "kernels/cuda/attention_setup.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/mma.cuh"
@@ -61,34 +62,15 @@ extern "C" {
 
 namespace {
 
-const int DM_WARPS = 4, DM_THREADS = DM_WARPS * 32, DM_ROWS = 16;
-/* Each split gets at least this many keys: fewer would spend more on the
- * partial states and the combine than on the keys. */
-const int DM_MIN_SPLIT_KEYS = 256;
-
-struct DecArgs {
-    float *out;
-    const float *q;
-    const void *k_pool, *v_pool; /* bf16, or FP8 rows of D codes + fp32 scale */
-    long long pool_bytes;         /* FP8: bytes of each pool (n_pages pages) */
-    const int32_t *q_offset, *kv_len, *page_table;
-    const float *sinks;
-    int max_pages, n_pages, n_heads, n_kv_heads, group, page_size, window;
-    float scale_log2;
-    int n_splits;
-    float *part_o;  /* [n_rows][n_heads][n_splits][D] (n_splits > 1) */
-    float *part_ml; /* [n_rows][n_heads][n_splits][2]: m (log2 domain), l */
-};
-
 template <int D> struct DecTile {
     static const int NK = D == 64 ? 32 : 16; /* keys per warp tile */
     static const int LDK = D + 32;           /* K row stride (bf16): conflict-free 16-byte reads */
     static const int LDV = D + 8;            /* V row stride (bf16): conflict-free ldmatrix */
     static const int STAGE = NK * (LDK + LDV);
     static const int CHUNKS = NK * D / 8 / 32; /* 16-byte copies per lane per tensor per tile */
-    static const size_t RING_BYTES = (size_t)DM_WARPS * 2 * STAGE * sizeof(__nv_bfloat16);
+    static const size_t RING_BYTES = (size_t)DEC_WARPS * 2 * STAGE * sizeof(__nv_bfloat16);
     /* the warp states merged at the end reuse the ring */
-    static const size_t MERGE_BYTES = (size_t)DM_WARPS * DM_ROWS * (D + 2) * sizeof(float);
+    static const size_t MERGE_BYTES = (size_t)DEC_WARPS * DEC_ROWS * (D + 2) * sizeof(float);
     static const size_t BYTES = RING_BYTES > MERGE_BYTES ? RING_BYTES : MERGE_BYTES;
     /* FP8 pools: a row is D codes + 4 bytes of scale, so rows start 4-byte
      * aligned only. Each key's row comes in as the RAWC 16-byte chunks
@@ -104,7 +86,7 @@ template <int D> struct DecTile {
     static const int RAW_STAGE = 2 * NK * RAWB;
     static const int F8_TILE = NK * (LDK + LDV) * 2;
     static const int F8_WARP = 2 * RAW_STAGE + F8_TILE + 2 * NK * 4 + 2 * NK * 4;
-    static const size_t F8_RING_BYTES = (size_t)DM_WARPS * F8_WARP;
+    static const size_t F8_RING_BYTES = (size_t)DEC_WARPS * F8_WARP;
     static const size_t F8_BYTES = F8_RING_BYTES > MERGE_BYTES ? F8_RING_BYTES : MERGE_BYTES;
 };
 
@@ -227,7 +209,7 @@ __device__ __forceinline__ void dm_widen_f8(const unsigned char *raw, const int 
 }
 
 template <int D, bool F8>
-__global__ void __launch_bounds__(DM_THREADS)
+__global__ void __launch_bounds__(DEC_THREADS)
 attn_decode_mma_kernel(DecArgs a)
 {
     typedef DecTile<D> T;
@@ -239,42 +221,18 @@ attn_decode_mma_kernel(DecArgs a)
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int q0 = a.q_offset[s], nq = a.q_offset[s + 1] - q0;
-    const int G = a.group, nvec = min(nq * G, DM_ROWS);
+    const int G = a.group, nvec = min(nq * G, DEC_ROWS);
     const int first_pos = a.kv_len[s] - nq;
 
     /* This split's keys: the visible range cut into n_splits runs of
      * whole tiles. */
-    int kbeg = 0, kend = 0;
-    if (nvec > 0) {
-        kn_attn_key_range(a, first_pos, 0, nvec, nvec, &kbeg, &kend);
-        const int tiles = (kend - kbeg + NK - 1) / NK;
-        const int per = (tiles + a.n_splits - 1) / a.n_splits;
-        const int b0 = kbeg + split * per * NK;
-        kend = min(kend, b0 + per * NK);
-        kbeg = b0;
-    }
+    int kbeg, kend, tile0;
+    dec_split_range<T::NK, 1>(a, first_pos, nvec, split, &kbeg, &kend, &tile0);
 
-    /* Q (times scale*log2 e) as bf16 A fragments, rows g and g + 8. */
+    /* Q (times scale*log2 e) as bf16 A fragments, rows g and g + 8, in
+     * the K fragments' dim order (dm_dim). */
     uint32_t qa[KS][4];
-    {
-        const float *qr[2];
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const int v = g + 8 * i;
-            qr[i] = v < nvec ? a.q + ((size_t)(q0 + v / G) * a.n_heads + kvh * G + v % G) * D : NULL;
-        }
-#pragma unroll
-        for (int kk = 0; kk < KS; kk++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) { /* h = 0: b0's dims (a0, a1); 1: b1's (a2, a3) */
-                const int d = dm_dim(t, 2 * kk + h);
-#pragma unroll
-                for (int i = 0; i < 2; i++) {
-                    float2 x = qr[i] ? *(const float2 *)(qr[i] + d) : make_float2(0.f, 0.f);
-                    qa[kk][2 * h + i] = kn_pack_bf16(x.x * a.scale_log2, x.y * a.scale_log2);
-                }
-            }
-    }
+    dec_load_q<D>(a, qa, q0, kvh, nvec, g, t, [](int tq, int wi) { return dm_dim(tq, wi); });
 
     int pos[2];
     float m[2], l[2];
@@ -294,7 +252,7 @@ attn_decode_mma_kernel(DecArgs a)
     int *f8shift = (int *)(f8 + 2 * T::RAW_STAGE + T::F8_TILE);
     float *ksc = (float *)(f8shift + 2 * NK), *vsc = ksc + NK;
     const int n_tiles = kend > kbeg ? (kend - kbeg + NK - 1) / NK : 0;
-    const int mine = n_tiles > w ? (n_tiles - w + DM_WARPS - 1) / DM_WARPS : 0;
+    const int mine = n_tiles > w ? (n_tiles - w + DEC_WARPS - 1) / DEC_WARPS : 0;
     if (mine > 0) {
         if constexpr (F8)
             dm_load_tile_f8<D>(a, f8, f8shift, s, kvh, kbeg + w * NK, kend, lane);
@@ -303,15 +261,15 @@ attn_decode_mma_kernel(DecArgs a)
     }
     dm_cp_async_commit();
     for (int i = 0; i < mine; i++) {
-        const int j0 = kbeg + (w + DM_WARPS * i) * NK;
+        const int j0 = kbeg + (w + DEC_WARPS * i) * NK;
         if (i + 1 < mine) {
             const int nx = (i + 1) & 1;
             if constexpr (F8) {
-                dm_load_tile_f8<D>(a, f8 + nx * T::RAW_STAGE, f8shift + nx * NK, s, kvh, j0 + DM_WARPS * NK,
+                dm_load_tile_f8<D>(a, f8 + nx * T::RAW_STAGE, f8shift + nx * NK, s, kvh, j0 + DEC_WARPS * NK,
                                    kend, lane);
             } else {
                 __nv_bfloat16 *nb = ring + nx * T::STAGE;
-                dm_load_tile<D>(a, kp, vp, nb, nb + NK * T::LDK, s, kvh, j0 + DM_WARPS * NK, kend, lane);
+                dm_load_tile<D>(a, kp, vp, nb, nb + NK * T::LDK, s, kvh, j0 + DEC_WARPS * NK, kend, lane);
             }
         }
         dm_cp_async_commit();
@@ -340,44 +298,14 @@ attn_decode_mma_kernel(DecArgs a)
             for (int kk = 0; kk < KS; kk++)
                 kn_mma_bf16(sc[n], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], kb[2 * kk], kb[2 * kk + 1]);
         }
-#pragma unroll
-        for (int n = 0; n < NT; n++)
-#pragma unroll
-            for (int c = 0; c < 4; c++) {
-                if constexpr (F8) /* q . code times the key's row scale (0 unmapped: masked below) */
-                    sc[n][c] *= ksc[n * 8 + 2 * t + (c & 1)];
-                const int j = j0 + n * 8 + 2 * t + (c & 1), p = pos[c >> 1];
-                if (!(j < kend && j <= p && (a.window <= 0 || j > p - a.window)))
-                    sc[n][c] = -INFINITY;
-            }
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float mx = -INFINITY;
+        if constexpr (F8) { /* q . code times the key's row scale (0 unmapped: masked) */
 #pragma unroll
             for (int n = 0; n < NT; n++)
-                mx = fmaxf(mx, fmaxf(sc[n][2 * r], sc[n][2 * r + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float m_new = fmaxf(m[r], mx);
-            /* nothing visible yet and no sink: m stays -inf, every exp2 of
-             * -inf - 0 is 0 */
-            const float m_ref = m_new == -INFINITY ? 0.f : m_new;
-            const float alpha = exp2f(m[r] - m_ref);
-            float psum = 0.f;
 #pragma unroll
-            for (int n = 0; n < NT; n++) {
-                sc[n][2 * r] = exp2f(sc[n][2 * r] - m_ref);
-                sc[n][2 * r + 1] = exp2f(sc[n][2 * r + 1] - m_ref);
-                psum += sc[n][2 * r] + sc[n][2 * r + 1];
-            }
-            m[r] = m_new;
-            l[r] = l[r] * alpha + psum;
-#pragma unroll
-            for (int n = 0; n < DN; n++) {
-                o[n][2 * r] *= alpha;
-                o[n][2 * r + 1] *= alpha;
-            }
+                for (int c = 0; c < 4; c++)
+                    sc[n][c] *= ksc[n * 8 + 2 * t + (c & 1)];
         }
+        dec_softmax_tile<NT, DN>(a, sc, pos, m, l, o, j0, kend, t);
 #pragma unroll
         for (int kk = 0; kk < NK / 16; kk++) {
             if constexpr (F8) { /* P times each key's V row scale: P V over the codes */
@@ -404,55 +332,7 @@ attn_decode_mma_kernel(DecArgs a)
     }
     dm_cp_async_wait<0>();
 
-    /* Merge the 4 warp states: per warp and row m, l (whole-row sums) and o. */
-    __syncthreads(); /* every warp is done with its ring */
-    float *mrg = (float *)dm_smem;
-    float *wm = mrg, *wl = wm + DM_WARPS * DM_ROWS, *wo = wl + DM_WARPS * DM_ROWS;
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float lsum = l[r];
-        lsum += __shfl_xor_sync(0xffffffffu, lsum, 1);
-        lsum += __shfl_xor_sync(0xffffffffu, lsum, 2);
-        const int row = g + 8 * r;
-        if (t == 0) {
-            wm[w * DM_ROWS + row] = m[r];
-            wl[w * DM_ROWS + row] = lsum;
-        }
-        float *dst = wo + ((size_t)w * DM_ROWS + row) * D + 2 * t;
-#pragma unroll
-        for (int n = 0; n < DN; n++)
-            *(float2 *)(dst + n * 8) = make_float2(o[n][2 * r], o[n][2 * r + 1]);
-    }
-    __syncthreads();
-    for (int idx = tid; idx < nvec * D; idx += DM_THREADS) {
-        const int row = idx / D, d = idx - row * D;
-        float mmax = -INFINITY;
-#pragma unroll
-        for (int u = 0; u < DM_WARPS; u++)
-            mmax = fmaxf(mmax, wm[u * DM_ROWS + row]);
-        float lsum = 0.f, acc = 0.f;
-        if (mmax != -INFINITY)
-#pragma unroll
-            for (int u = 0; u < DM_WARPS; u++) {
-                const float mu = wm[u * DM_ROWS + row];
-                if (mu == -INFINITY)
-                    continue;
-                const float f = exp2f(mu - mmax);
-                lsum += wl[u * DM_ROWS + row] * f;
-                acc += wo[((size_t)u * DM_ROWS + row) * D + d] * f;
-            }
-        const size_t oh = (size_t)(q0 + row / G) * a.n_heads + kvh * G + row % G;
-        if (a.n_splits == 1) {
-            a.out[oh * D + d] = lsum > 0.f ? acc / lsum : 0.f;
-        } else {
-            const size_t pi = oh * a.n_splits + split;
-            a.part_o[pi * D + d] = acc;
-            if (d == 0) {
-                a.part_ml[pi * 2] = mmax;
-                a.part_ml[pi * 2 + 1] = lsum;
-            }
-        }
-    }
+    dec_merge_store<D>(a, (float *)dm_smem, o, m, l, q0, kvh, nvec, split);
 }
 
 template <int D, bool F8>
@@ -462,7 +342,7 @@ int launch_decode_mma(const kn_backend *be, const char *op, const DecArgs &a, co
     KN_CUDA_TRY(op, cudaFuncSetAttribute(attn_decode_mma_kernel<D, F8>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
     dim3 grid(a.n_splits, a.n_kv_heads, b->n_seqs);
-    attn_decode_mma_kernel<D, F8><<<grid, DM_THREADS, bytes, kn_cuda_stream(be)>>>(a);
+    attn_decode_mma_kernel<D, F8><<<grid, DEC_THREADS, bytes, kn_cuda_stream(be)>>>(a);
     KN_CUDA_LAUNCH_CHECK(op, "attn_decode_mma_kernel");
     return TN_OK;
 }
@@ -555,20 +435,20 @@ bool kn_cuda_attention_decode_mma_fits(const kn_seq_batch *b, int n_heads, int n
 {
     long long nvec_max = (long long)b->max_q_len * (n_heads / n_kv_heads);
     return (pools->dtype == KN_BF16 || pools->dtype == KN_FP8_E4M3) && (head_dim == 64 || head_dim == 128) && nvec_max >= 1 &&
-           nvec_max <= DM_ROWS && kn_cuda_aligned16(out) && kn_cuda_aligned16(q) &&
+           nvec_max <= DEC_ROWS && kn_cuda_aligned16(out) && kn_cuda_aligned16(q) &&
            kn_cuda_aligned16(pools->k) && kn_cuda_aligned16(pools->v);
 }
 
 int kn_cuda_decode_mma_splits(const kn_backend *be, int n_seqs, int n_kv_heads, int max_kv_len)
 {
     /* Enough blocks for two per multiprocessor twice over (the ring lets
-     * two blocks share one), each split keeping DM_MIN_SPLIT_KEYS keys. */
+     * two blocks share one), each split keeping DEC_MIN_SPLIT_KEYS keys. */
     const long long base = (long long)n_seqs * n_kv_heads;
     const long long want = 4LL * kn_cuda_ctx_of(be)->sm_count;
-    if (base >= want || max_kv_len <= 2 * DM_MIN_SPLIT_KEYS)
+    if (base >= want || max_kv_len <= 2 * DEC_MIN_SPLIT_KEYS)
         return 1;
     long long by_blocks = (want + base - 1) / base;
-    long long by_len = max_kv_len / DM_MIN_SPLIT_KEYS;
+    long long by_len = max_kv_len / DEC_MIN_SPLIT_KEYS;
     long long n = by_blocks < by_len ? by_blocks : by_len;
     return n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
 }

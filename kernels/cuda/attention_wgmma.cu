@@ -60,6 +60,7 @@
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/paged_kv.cuh"
+#include "kernels/cuda/tensor_map.cuh"
 #include "kernels/cuda/wgmma.cuh"
 extern "C" {
 #include "kernels/attention.h"
@@ -114,16 +115,6 @@ template <int N> __device__ __forceinline__ void cp_async_wait()
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-/* (mbarriers: kernels/cuda/mbarrier.cuh) */
-/* Box (col, row) of a 2D tensor map into shared memory at dst, completing
- * its bytes on mbarrier bar. */
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int col, int row, uint32_t bar)
-{
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-                 " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
-                 "l"((uint64_t)map), "r"(col), "r"(row), "r"(bar)
-                 : "memory");
-}
 
 /* One block's place: sequence s, KV head kvh, query vectors [v0, v0 + bm)
  * of nvec, and the keys [kbeg, kend) they may see. */
@@ -578,8 +569,8 @@ __device__ __forceinline__ void tma_produce_tile(const WgArgs &a, const BlockPla
         if (lane < np) {
 #pragma unroll
             for (int h = 0; h < D / 64; h++) {
-                tma_load_2d(kdst + h * HALF_BYTES + lane * ps * 128, kmap, 64 * h, row, full);
-                tma_load_2d(vdst + h * HALF_BYTES + lane * ps * 128, vmap, 64 * h, row, full);
+                kn_tma_load_2d(kdst + h * HALF_BYTES + lane * ps * 128, kmap, 64 * h, row, full);
+                kn_tma_load_2d(vdst + h * HALF_BYTES + lane * ps * 128, vmap, 64 * h, row, full);
             }
         }
     } else {
@@ -908,53 +899,6 @@ bool kn_cuda_attention_wgmma_tma_fits(int page_size)
     return page_size >= 8 && page_size <= WB_N && WB_N % page_size == 0;
 }
 
-/* cuTensorMapEncodeTiled from the driver, looked up once per backend
- * (cudart does not export it; going through the runtime's entry point
- * keeps libcuda off the link line). */
-typedef CUresult (*tensor_map_encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
-                                         const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
-                                         const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                         CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-static int tensor_map_encoder(const kn_backend *be, const char *op, tensor_map_encode_fn *fn)
-{
-    kn_cuda_ctx *ctx = kn_cuda_ctx_of(be);
-    if (!ctx->tensor_map_encode) {
-        cudaDriverEntryPointQueryResult q;
-        void *p = NULL;
-        cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000,
-                                                           cudaEnableDefault, &q);
-        if (err != cudaSuccess)
-            return kn_cuda_device_error(op, "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)", err);
-        if (q != cudaDriverEntryPointSuccess || !p)
-            return kn_arg_error(op, "the driver has no cuTensorMapEncodeTiled (query result %d)", (int)q);
-        ctx->tensor_map_encode = p;
-    }
-    *fn = (tensor_map_encode_fn)ctx->tensor_map_encode;
-    return TN_OK;
-}
-
-/* A pool as the 2D tensor [rows = n_pages * n_kv_heads * page_size][D]
- * bf16 with [page_size][64] boxes (a 128-byte swizzled box row is at most
- * 64 bf16: head_dim 128 takes two per page), 128-byte swizzled. */
-static int pool_tensor_map(tensor_map_encode_fn encode, const char *op, CUtensorMap *map,
-                           const void *pool, long long rows, int page_size, int D)
-{
-    cuuint64_t dims[2] = { (cuuint64_t)D, (cuuint64_t)rows };
-    cuuint64_t strides[1] = { (cuuint64_t)D * 2 };
-    cuuint32_t box[2] = { 64, (cuuint32_t)page_size };
-    cuuint32_t elem_strides[2] = { 1, 1 };
-    CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)pool, dims, strides, box,
-                        elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) {
-        fprintf(stderr, "tandem: %s: cuTensorMapEncodeTiled failed (CUresult %d) for a pool of %lld rows, "
-                        "head_dim %d, page_size %d\n", op, (int)r, rows, D, page_size);
-        return TN_ERR_DEVICE;
-    }
-    return TN_OK;
-}
-
 /* One launch of a TMA form. PERSIST (modes 6, 8): at most one block per
  * SM (a block fills an SM's shared memory), each taking q_steps of the
  * longest sequence's query tiles, so every block starts at once and none
@@ -1032,14 +976,15 @@ int kn_cuda_attention_wgmma(const kn_backend *be, const char *op, float *out, co
         ctx->attn_wgmma_launches[0]++;
         return TN_OK;
     }
-    tensor_map_encode_fn encode = NULL;
-    int rc = tensor_map_encoder(be, op, &encode);
-    if (rc != TN_OK)
-        return rc;
+    /* a pool as the 2D tensor [n_pages * n_kv_heads * page_size][D] in
+     * [page_size][64] boxes (head_dim 128 takes two per page) */
     CUtensorMap kmap, vmap;
     long long rows = (long long)b->n_pages * n_kv_heads * page_size;
-    if ((rc = pool_tensor_map(encode, op, &kmap, pools->k, rows, page_size, head_dim)) != TN_OK ||
-        (rc = pool_tensor_map(encode, op, &vmap, pools->v, rows, page_size, head_dim)) != TN_OK)
+    int rc;
+    if ((rc = kn_cuda_tensor_map_2d(be, op, "the K pool", &kmap, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, pools->k, rows,
+                                    head_dim, 2LL * head_dim, 64, page_size)) != TN_OK ||
+        (rc = kn_cuda_tensor_map_2d(be, op, "the V pool", &vmap, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, pools->v, rows,
+                                    head_dim, 2LL * head_dim, 64, page_size)) != TN_OK)
         return rc;
     const bool d128 = head_dim == 128;
     if (mode == 2 || (mode == 7 && !d128))

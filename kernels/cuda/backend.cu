@@ -179,6 +179,8 @@ extern "C" int kn_cuda_backend_init(kn_backend *be, int device)
                       : attn_wgmma[0] >= '0' && attn_wgmma[0] <= '0' + KN_CUDA_ATTN_WGMMA_MODES && !attn_wgmma[1]
                           ? attn_wgmma[0] - '0'
                           : KN_CUDA_DEFAULT_ATTN_WGMMA;
+    const char *decode_tma = getenv("TANDEM_CUDA_ATTN_DECODE_TMA");
+    ctx->attn_decode_tma = !(decode_tma && strcmp(decode_tma, "0") == 0);
     const char *moe_grouped = getenv("TANDEM_CUDA_MOE_GROUPED");
     ctx->moe_grouped = !moe_grouped ? -1 : strcmp(moe_grouped, "1") == 0 ? 1
                                        : strcmp(moe_grouped, "0") == 0 ? 0 : -1;
@@ -306,6 +308,16 @@ extern "C" long long kn_cuda_attn_wgmma_launches(const kn_backend *be, int mode)
 extern "C" long long kn_cuda_attn_decode_mma_launches(const kn_backend *be)
 {
     return kn_cuda_ctx_of(be)->attn_decode_mma_launches;
+}
+
+extern "C" long long kn_cuda_attn_decode_tma_launches(const kn_backend *be)
+{
+    return kn_cuda_ctx_of(be)->attn_decode_tma_launches;
+}
+
+extern "C" void kn_cuda_set_attn_decode_tma(const kn_backend *be, int on)
+{
+    kn_cuda_ctx_of(be)->attn_decode_tma = on != 0;
 }
 
 extern "C" void kn_cuda_set_fused_decode(const kn_backend *be, int on)

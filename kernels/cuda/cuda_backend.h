@@ -124,6 +124,13 @@ long long kn_cuda_attn_wgmma_launches(const kn_backend *be, int mode);
  * (attention_decode_mma.cu: bf16 precision, bf16 pools, at most 16 query
  * vectors per sequence, head_dim 64 or 128) on this backend. */
 long long kn_cuda_attn_decode_mma_launches(const kn_backend *be);
+/* The same decode attention over bf16 pools with TMA copies
+ * (attention_decode_tma.cu; page sizes that are multiples of 16): 1, the
+ * default, sends the bf16-pool calls there, 0 keeps the cp.async kernel.
+ * Starts from TANDEM_CUDA_ATTN_DECODE_TMA=0/1 at init; its launches are
+ * counted like the other's. */
+void kn_cuda_set_attn_decode_tma(const kn_backend *be, int on);
+long long kn_cuda_attn_decode_tma_launches(const kn_backend *be);
 /* cuBLASLt heuristic queries the backend has made so far (FP8 and bf16
  * plans together): flat once the plan cache is warm. */
 long long kn_cuda_lt_searches(const kn_backend *be);

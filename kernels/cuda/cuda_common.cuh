@@ -139,6 +139,13 @@ struct kn_cuda_ctx {
      * (attention_decode_mma.cu), which runs with attn_bf16 over bf16 pools
      * for decode-sized batches (tests and benchmarks check which ran). */
     long long attn_decode_mma_launches;
+    /* 1 (the default): decode calls over bf16 pools whose page size is a
+     * multiple of 16 take attention_decode_tma.cu (TMA copies) instead of
+     * attention_decode_mma.cu's cp.async kernel; 0 keeps the latter. From
+     * TANDEM_CUDA_ATTN_DECODE_TMA=0 at init; kn_cuda_set_attn_decode_tma
+     * changes it; attn_decode_tma_launches counts its launches. */
+    int attn_decode_tma;
+    long long attn_decode_tma_launches;
     void *tensor_map_encode;
     /* Decode-sized calls of the fused ops (kn_rope_kv_append, kn_moe_router)
      * run their one-kernel forms: 1 (the default), or 0 for the separate

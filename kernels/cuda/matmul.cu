@@ -166,9 +166,17 @@ extern "C" int kn_matmul_w_cuda(const kn_backend *be, float *out, const float *x
         if (rc != TN_ERR_UNSUPPORTED)
             return rc;
     }
-    if (w->dtype == KN_FP8_E4M3)
-        return kn_cuda_fp8_linear(be, op, out, 0, x, (const uint8_t *)w->data, w->scale, bias,
-                                  m, n, k);
+    if (w->dtype == KN_FP8_E4M3) {
+        rc = kn_cuda_fp8_linear(be, op, out, 0, x, (const uint8_t *)w->data, w->scale, bias, m, n, k);
+        /* cuBLASLt has no block-scaled algorithm for some shapes (odd n):
+         * the skinny kernel, where it is on, computes the same function at
+         * any row count */
+        if (rc == TN_ERR_UNSUPPORTED && w->scale && kn_cuda_ctx_of(be)->fp8_skinny > 0) {
+            const kn_cuda_gemv_mat mat = { out, (const uint8_t *)w->data, w->scale, bias, n };
+            rc = kn_cuda_fp8_skinny_multi(be, op, &mat, 1, x, m, k);
+        }
+        return rc;
+    }
     if (w->dtype == KN_F32)
         return kn_cuda_linear(be, op, out, x, (const float *)w->data, bias, m, n, k);
     size_t nx = (size_t)m * k;

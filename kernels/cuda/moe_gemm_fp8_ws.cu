@@ -53,6 +53,7 @@
 #include <stdio.h>
 #include "kernels/cuda/fp8_cuda.cuh"
 #include "kernels/cuda/mbarrier.cuh"
+#include "kernels/cuda/tensor_map.cuh"
 #include "kernels/cuda/moe_gemm_fp8_ws.cuh"
 #include "kernels/cuda/wgmma.cuh"
 extern "C" {
@@ -111,16 +112,6 @@ struct WsArgs {
     float alpha, limit;
 };
 
-/* (mbarriers: kernels/cuda/mbarrier.cuh) */
-/* Box (col, row) of a 2D tensor map into shared memory at dst, its bytes
- * completing on mbarrier bar. */
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int col, int row, uint32_t bar)
-{
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-                 " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
-                 "l"((uint64_t)map), "r"(col), "r"(row), "r"(bar)
-                 : "memory");
-}
 /* The 256 consumer threads only (barrier 0 is __syncthreads). */
 __device__ __forceinline__ void consumers_sync()
 {
@@ -278,10 +269,10 @@ moe_gemm_fp8_ws_kernel(const WsArgs p, const __grid_constant__ CUtensorMap amap,
                 const uint32_t st = sbase + (uint32_t)(s * STAGE_BYTES);
                 kn_mbar_wait(empty, ph ^ 1); /* the consumers released the stage's previous use */
                 kn_mbar_arrive_expect_tx(full, STAGE_BYTES);
-                tma_load_2d(st, &amap, kb * BK, tp.row0, full);
+                kn_tma_load_2d(st, &amap, kb * BK, tp.row0, full);
 #pragma unroll
                 for (int q = 0; q < 4; q++)
-                    tma_load_2d(st + A_BYTES + q * BOX_BYTES, &bmap, kb * BK, brow[q], full);
+                    kn_tma_load_2d(st + A_BYTES + q * BOX_BYTES, &bmap, kb * BK, brow[q], full);
             }
         }
         return;
@@ -462,48 +453,12 @@ moe_gemm_fp8_ws_kernel(const WsArgs p, const __grid_constant__ CUtensorMap amap,
     }
 }
 
-/* cuTensorMapEncodeTiled from the driver, looked up once per backend
- * (kn_cuda_ctx.tensor_map_encode, shared with the attention kernels). */
-typedef CUresult (*tensor_map_encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
-                                         const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
-                                         const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                         CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-int ws_encoder(const kn_backend *be, const char *op, tensor_map_encode_fn *fn)
-{
-    kn_cuda_ctx *ctx = kn_cuda_ctx_of(be);
-    if (!ctx->tensor_map_encode) {
-        cudaDriverEntryPointQueryResult q;
-        void *f = NULL;
-        cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q);
-        if (err != cudaSuccess)
-            return kn_cuda_device_error(op, "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)", err);
-        if (q != cudaDriverEntryPointSuccess || !f)
-            return kn_arg_error(op, "the driver has no cuTensorMapEncodeTiled (query result %d)", (int)q);
-        ctx->tensor_map_encode = f;
-    }
-    *fn = (tensor_map_encode_fn)ctx->tensor_map_encode;
-    return TN_OK;
-}
-
 /* codes [rows][ld] (e4m3 bytes) as a 2D tensor of 64-row x 128-byte boxes,
  * 128-byte swizzled, zeros outside. */
-int codes_tensor_map(tensor_map_encode_fn encode, const char *op, const char *what, CUtensorMap *map,
-                     const void *codes, long long rows, int ld)
+int codes_tensor_map(const kn_backend *be, const char *op, const char *what, CUtensorMap *map, const void *codes,
+                     long long rows, int ld)
 {
-    cuuint64_t dims[2] = { (cuuint64_t)ld, (cuuint64_t)rows };
-    cuuint64_t strides[1] = { (cuuint64_t)ld };
-    cuuint32_t box[2] = { (cuuint32_t)BK, (cuuint32_t)BOX_ROWS };
-    cuuint32_t elem_strides[2] = { 1, 1 };
-    CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)codes, dims, strides, box, elem_strides,
-                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) {
-        fprintf(stderr, "tandem: %s: cuTensorMapEncodeTiled failed (CUresult %d) for %s: %lld rows of %d codes\n",
-                op, (int)r, what, rows, ld);
-        return TN_ERR_DEVICE;
-    }
-    return TN_OK;
+    return kn_cuda_tensor_map_2d(be, op, what, map, CU_TENSOR_MAP_DATA_TYPE_UINT8, codes, rows, ld, ld, BK, BOX_ROWS);
 }
 
 template <bool GATE_UP>
@@ -543,10 +498,7 @@ int kn_cuda_moe_gemm_fp8_ws(const kn_backend *be, const char *op, const kn_moe_w
     const int ldi = (int)kn_fp8_ld((size_t)inter), kbi = (int)kn_fp8_blocks((size_t)inter);
     /* Upper bound on the m-tiles: every expert may end in a partial tile. */
     const long long max_mtiles = n_slots / BM + n_local;
-    tensor_map_encode_fn encode = nullptr;
-    int rc = ws_encoder(be, op, &encode);
-    if (rc != TN_OK)
-        return rc;
+    int rc = TN_OK;
     WsArgs a = {};
     a.offsets = offsets;
     a.tile_off = tile_off;
@@ -571,9 +523,9 @@ int kn_cuda_moe_gemm_fp8_ws(const kn_backend *be, const char *op, const kn_moe_w
         if (err != cudaSuccess)
             rc = kn_cuda_device_error(op, "moe_ws_gather_kernel", err);
         if (rc == TN_OK)
-            rc = codes_tensor_map(encode, op, "gate_up A (routed token codes)", &amap, xg, n_slots, ldx);
+            rc = codes_tensor_map(be, op, "gate_up A (routed token codes)", &amap, xg, n_slots, ldx);
         if (rc == TN_OK)
-            rc = codes_tensor_map(encode, op, "gate_up weights", &bmap, w->gate_up,
+            rc = codes_tensor_map(be, op, "gate_up weights", &bmap, w->gate_up,
                                   (long long)n_local * 2 * inter, ldx);
         a.as = xs;
         a.perm = perm;
@@ -593,9 +545,9 @@ int kn_cuda_moe_gemm_fp8_ws(const kn_backend *be, const char *op, const kn_moe_w
         kn_cuda_tmp_free(be, xg);
         return rc;
     }
-    rc = codes_tensor_map(encode, op, "down A (activation codes)", &amap, aq, n_slots, ldi);
+    rc = codes_tensor_map(be, op, "down A (activation codes)", &amap, aq, n_slots, ldi);
     if (rc == TN_OK)
-        rc = codes_tensor_map(encode, op, "down weights", &bmap, w->down, (long long)n_local * dim, ldi);
+        rc = codes_tensor_map(be, op, "down weights", &bmap, w->down, (long long)n_local * dim, ldi);
     if (rc != TN_OK)
         return rc;
     a.as = aqs;

@@ -17,9 +17,10 @@
  * KV: the KV pools' dtype, f32 (default), bf16 or fp8 (rows quantized with
  * their scale as kv_append writes them). SHAPE: gpt-oss (default) or qwen3.
  * Prints one line: RESULT kind=... attn=f32|bf16|wgmma|wgmma-tma|wgmma-tma-pipe|wgmma-tma-pipe-3wg|
- * wgmma-tma-pipe-pw|wgmma-tma-persist|wgmma-tma-d128|wgmma-tma-window|wgmma-tma-pingpong|decode-mma
- * (the kernel that ran; decode-mma: the bf16 tensor-core decode kernel, TANDEM_CUDA_ATTN_BF16=1
- * over a bf16 or fp8 cache) kv=... ms=<median> flops=<useful FLOPs> bytes=<min bytes>
+ * wgmma-tma-pipe-pw|wgmma-tma-persist|wgmma-tma-d128|wgmma-tma-window|wgmma-tma-pingpong|decode-tma|
+ * decode-mma (the kernel that ran; decode-tma / decode-mma: the bf16 tensor-core decode kernels,
+ * TANDEM_CUDA_ATTN_BF16=1, over a bf16 cache with TMA copies (TANDEM_CUDA_ATTN_DECODE_TMA=0 turns
+ * it off) or over a bf16 or fp8 cache with cp.async copies) kv=... ms=<median> flops=<useful FLOPs> bytes=<min bytes>
  * Inputs are random (never zeros); every timing is the median of 10 runs
  * after 3 warm-ups, with CUDA events on the backend's stream. */
 #include <cuda_runtime.h>
@@ -212,6 +213,7 @@ int main(int argc, char **argv)
            : kn_cuda_attn_wgmma_launches(&b.gpu, 3) > 0 ? "wgmma-tma-pipe"
            : kn_cuda_attn_wgmma_launches(&b.gpu, 2) > 0 ? "wgmma-tma"
            : kn_cuda_attn_wgmma_launches(&b.gpu, 1) > 0 ? "wgmma"
+           : kn_cuda_attn_decode_tma_launches(&b.gpu) > 0 ? "decode-tma"
            : kn_cuda_attn_decode_mma_launches(&b.gpu) > 0 ? "decode-mma"
            : kn_backend_attn_bf16(&b.gpu)               ? "bf16"
                                                         : "f32",

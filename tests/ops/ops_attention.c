@@ -387,6 +387,8 @@ typedef struct pool_param {
     int fill; /* 0: random K, V; the diagnostic fills, which test one product alone:
                  FILL_K_ZERO (S = 0: only P V and the V layout matter),
                  FILL_V_CONST (V[key][d] = c[d]: out = c whatever P, if P is normalised) */
+    int decode_mma; /* CUDA decode over bf16 pools: 1 keeps attention_decode_mma.cu's cp.async
+                       kernel (kn_cuda_set_attn_decode_tma 0), 0 the TMA one's (the default) */
 } pool_param;
 enum { FILL_RANDOM, FILL_K_ZERO, FILL_V_CONST };
 
@@ -548,7 +550,16 @@ static void pool_case(op_env *e, const void *param)
     }
     float *sinks = c->sinks ? op_rand(e, (size_t)H, -1.f, 3.f) : NULL;
     float scale = 1.f / sqrtf((float)D);
-    if (c->wgmma) {
+    /* which CUDA decode kernel takes the call (bf16 precision, at most 16
+     * query vectors a sequence): the TMA one over bf16 pools with pages of a
+     * multiple of 16 rows unless the case asks for the cp.async one */
+    const int takes_decode = c->bf16 && !c->wgmma && (kvt == KN_BF16 || kvt == KN_FP8_E4M3) &&
+                             max_q * G <= 16 && (D == 64 || D == 128);
+    const int takes_decode_tma = takes_decode && kvt == KN_BF16 && ps % 16 == 0 && !c->decode_mma;
+    /* kernels that copy whole tiles or pages read slots no sequence wrote
+     * and pages nobody owns: those are NaN, so one that lets them reach the
+     * output fails */
+    if (c->wgmma || (takes_decode && kvt == KN_BF16)) {
         poison_unused_slots(kexact, page_table, kv_len, c->n_seqs, max_pages, n_pages, n_kv, ps, D);
         poison_unused_slots(vexact, page_table, kv_len, c->n_seqs, max_pages, n_pages, n_kv, ps, D);
     }
@@ -620,20 +631,32 @@ static void pool_case(op_env *e, const void *param)
     }
 #endif
 #ifdef TANDEM_CUDA
-    const long long decode_runs =
-        e->be->kind == KN_BACKEND_CUDA ? kn_cuda_attn_decode_mma_launches(e->be) : 0;
+    long long decode_runs = 0, decode_tma_runs = 0;
+    if (e->be->kind == KN_BACKEND_CUDA) {
+        decode_runs = kn_cuda_attn_decode_mma_launches(e->be);
+        decode_tma_runs = kn_cuda_attn_decode_tma_launches(e->be);
+        kn_cuda_set_attn_decode_tma(e->be, !c->decode_mma);
+    }
+#else
+    (void)takes_decode_tma;
 #endif
     int rc = kn_attention(e->be, d_out, d_q, &dpools, &db, H, n_kv, D, ps, scale, d_sinks, c->window);
     kn_backend_set_attn_bf16(e->be, 0);
 #ifdef TANDEM_CUDA
     /* bf16 precision over bf16 or FP8 pools with at most 16 query vectors
-     * per sequence is the decode kernel's (attention_decode_mma.cu) */
-    if (e->be->kind == KN_BACKEND_CUDA && c->bf16 && !c->wgmma && (kvt == KN_BF16 || kvt == KN_FP8_E4M3) &&
-        max_q * G <= 16 &&
-        (D == 64 || D == 128))
-        op_check(e, kn_cuda_attn_decode_mma_launches(e->be) == decode_runs + 1,
-                 "the decode mma kernel did not run (launches %lld -> %lld)", decode_runs,
-                 kn_cuda_attn_decode_mma_launches(e->be));
+     * per sequence is a decode kernel's (attention_decode_tma.cu or
+     * attention_decode_mma.cu) */
+    if (e->be->kind == KN_BACKEND_CUDA) {
+        kn_cuda_set_attn_decode_tma(e->be, 1);
+        if (takes_decode_tma)
+            op_check(e, kn_cuda_attn_decode_tma_launches(e->be) == decode_tma_runs + 1,
+                     "the decode TMA kernel did not run (launches %lld -> %lld)", decode_tma_runs,
+                     kn_cuda_attn_decode_tma_launches(e->be));
+        else if (takes_decode)
+            op_check(e, kn_cuda_attn_decode_mma_launches(e->be) == decode_runs + 1,
+                     "the decode mma kernel did not run (launches %lld -> %lld)", decode_runs,
+                     kn_cuda_attn_decode_mma_launches(e->be));
+    }
     if (e->be->kind == KN_BACKEND_CUDA)
         kn_cuda_set_attn_wgmma(e->be, wgmma_was);
     if (c->wgmma) {
@@ -798,20 +821,20 @@ void ops_register_attention(void)
             OP_CASE("attention", OP_ALL, seq_case, p, "seq %s: %s", kind[k], seq[i].name);
         }
     static const pool_param pool[] = {
-        { "prefill 1 seq 200 rows, 16/2 heads, d64, page 16, sinks", 1, { 200 }, { 200 }, 16, 2, 64, 16, 0, 1, 0, KN_F32, 0, 0 },
-        { "prefill 1 seq 300 rows, sliding window 128, sinks", 1, { 300 }, { 300 }, 16, 2, 64, 16, 128, 1, 0, KN_F32, 0, 0 },
+        { "prefill 1 seq 200 rows, 16/2 heads, d64, page 16, sinks", 1, { 200 }, { 200 }, 16, 2, 64, 16, 0, 1, 0, KN_F32, 0, 0, 0 },
+        { "prefill 1 seq 300 rows, sliding window 128, sinks", 1, { 300 }, { 300 }, 16, 2, 64, 16, 128, 1, 0, KN_F32, 0, 0, 0 },
         { "chunked prefill 2 seqs (70 of 150, 33 of 33), 8/2 heads, d128, no sink", 2, { 70, 33 }, { 150, 33 },
-          8, 2, 128, 16, 0, 0, 0, KN_F32, 0, 0 },
-        { "MHA 4/4 heads, d64, 100 rows, page 5, sinks", 1, { 100 }, { 100 }, 4, 4, 64, 5, 0, 1, 0, KN_F32, 0, 0 },
+          8, 2, 128, 16, 0, 0, 0, KN_F32, 0, 0, 0 },
+        { "MHA 4/4 heads, d64, 100 rows, page 5, sinks", 1, { 100 }, { 100 }, 4, 4, 64, 5, 0, 1, 0, KN_F32, 0, 0, 0 },
         { "decode 5 seqs kv 1..2500 (split-KV), 16/2 heads, d64, sinks", 5, { 1, 1, 1, 1, 1 },
-          { 1, 17, 300, 1500, 2500 }, 16, 2, 64, 16, 0, 1, 0, KN_F32, 0, 0 },
-        { "decode 3 seqs kv 40..3000, window 128, sinks", 3, { 1, 1, 1 }, { 40, 700, 3000 }, 16, 2, 64, 16, 128, 1, 0, KN_F32, 0, 0 },
+          { 1, 17, 300, 1500, 2500 }, 16, 2, 64, 16, 0, 1, 0, KN_F32, 0, 0, 0 },
+        { "decode 3 seqs kv 40..3000, window 128, sinks", 3, { 1, 1, 1 }, { 40, 700, 3000 }, 16, 2, 64, 16, 128, 1, 0, KN_F32, 0, 0, 0 },
         { "decode 2 seqs kv 2000, 32/4 heads d128, no sink (split-KV)", 2, { 1, 1 }, { 2000, 1999 }, 32, 4, 128, 16,
-          0, 0, 0, KN_F32, 0, 0 },
-        { "prefill d80 (generic kernel) 45 rows, 4/2 heads, sinks", 1, { 45 }, { 45 }, 4, 2, 80, 16, 0, 1, 0, KN_F32, 0, 0 },
+          0, 0, 0, KN_F32, 0, 0, 0 },
+        { "prefill d80 (generic kernel) 45 rows, 4/2 heads, sinks", 1, { 45 }, { 45 }, 4, 2, 80, 16, 0, 1, 0, KN_F32, 0, 0, 0 },
         { "spec-decode 3 rows x 2 seqs kv 600, 16/2 heads, d64, sinks, window 128", 2, { 3, 3 }, { 600, 601 },
-          16, 2, 64, 16, 128, 1, 0, KN_F32, 0, 0 },
-        { "decode d96 (generic) kv 1300, 12/4 heads, sinks", 2, { 1, 2 }, { 1300, 77 }, 12, 4, 96, 8, 0, 1, 0, KN_F32, 0, 0 },
+          16, 2, 64, 16, 128, 1, 0, KN_F32, 0, 0, 0 },
+        { "decode d96 (generic) kv 1300, 12/4 heads, sinks", 2, { 1, 2 }, { 1300, 77 }, 12, 4, 96, 8, 0, 1, 0, KN_F32, 0, 0, 0 },
     };
     for (size_t i = 0; i < sizeof pool / sizeof pool[0]; i++)
         OP_CASE("attention", OP_ALL, pool_case, pool[i], "pool %s", pool[i].name);
@@ -827,20 +850,20 @@ void ops_register_attention(void)
      * windows with and without sinks (rows whose first tiles are all
      * masked), head_dim 128. */
     static const pool_param bf16[] = {
-        { "prefill 1 seq 200 rows, 16/2 heads, d64, page 16, sinks", 1, { 200 }, { 200 }, 16, 2, 64, 16, 0, 1, 1, KN_F32, 0, 0 },
-        { "prefill 1 seq 300 rows, sliding window 128, sinks", 1, { 300 }, { 300 }, 16, 2, 64, 16, 128, 1, 1, KN_F32, 0, 0 },
+        { "prefill 1 seq 200 rows, 16/2 heads, d64, page 16, sinks", 1, { 200 }, { 200 }, 16, 2, 64, 16, 0, 1, 1, KN_F32, 0, 0, 0 },
+        { "prefill 1 seq 300 rows, sliding window 128, sinks", 1, { 300 }, { 300 }, 16, 2, 64, 16, 128, 1, 1, KN_F32, 0, 0, 0 },
         { "chunked prefill 2 seqs (70 of 150, 33 of 33), 8/2 heads, d128, no sink", 2, { 70, 33 }, { 150, 33 },
-          8, 2, 128, 16, 0, 0, 1, KN_F32, 0, 0 },
-        { "MHA 4/4 heads, d64, 100 rows, page 5, sinks", 1, { 100 }, { 100 }, 4, 4, 64, 5, 0, 1, 1, KN_F32, 0, 0 },
-        { "GPT-OSS 64/8 heads d64, 777 rows, window 128, sinks", 1, { 777 }, { 777 }, 64, 8, 64, 16, 128, 1, 1, KN_F32, 0, 0 },
+          8, 2, 128, 16, 0, 0, 1, KN_F32, 0, 0, 0 },
+        { "MHA 4/4 heads, d64, 100 rows, page 5, sinks", 1, { 100 }, { 100 }, 4, 4, 64, 5, 0, 1, 1, KN_F32, 0, 0, 0 },
+        { "GPT-OSS 64/8 heads d64, 777 rows, window 128, sinks", 1, { 777 }, { 777 }, 64, 8, 64, 16, 128, 1, 1, KN_F32, 0, 0, 0 },
         { "GPT-OSS 64/8 heads d64, 3 seqs (517 of 517, 129 of 1000, 5 of 63), sinks", 3, { 517, 129, 5 },
-          { 517, 1000, 63 }, 64, 8, 64, 16, 0, 1, 1, KN_F32, 0, 0 },
-        { "32/4 heads d128, 333 rows, page 16, no sink", 1, { 333 }, { 333 }, 32, 4, 128, 16, 0, 0, 1, KN_F32, 0, 0 },
+          { 517, 1000, 63 }, 64, 8, 64, 16, 0, 1, 1, KN_F32, 0, 0, 0 },
+        { "32/4 heads d128, 333 rows, page 16, no sink", 1, { 333 }, { 333 }, 32, 4, 128, 16, 0, 0, 1, KN_F32, 0, 0, 0 },
         { "window 128 chunked 2 seqs (300 of 1200, 64 of 64), 16/2 d64, page 7, sinks", 2, { 300, 64 },
-          { 1200, 64 }, 16, 2, 64, 7, 128, 1, 1, KN_F32, 0, 0 },
-        { "window 64, no sink, 16/2 heads d64, 400 rows", 1, { 400 }, { 400 }, 16, 2, 64, 16, 64, 0, 1, KN_F32, 0, 0 },
+          { 1200, 64 }, 16, 2, 64, 7, 128, 1, 1, KN_F32, 0, 0, 0 },
+        { "window 64, no sink, 16/2 heads d64, 400 rows", 1, { 400 }, { 400 }, 16, 2, 64, 16, 64, 0, 1, KN_F32, 0, 0, 0 },
         { "d128 window 100, sinks, 8/1 heads, 2 seqs (250 of 250, 31 of 400)", 2, { 250, 31 }, { 250, 400 }, 8,
-          1, 128, 16, 100, 1, 1, KN_F32, 0, 0 },
+          1, 128, 16, 100, 1, 1, KN_F32, 0, 0, 0 },
     };
     for (size_t i = 0; i < sizeof bf16 / sizeof bf16[0]; i++)
         OP_CASE("attention", OP_CUDA, pool_case, bf16[i], "pool bf16 %s", bf16[i].name);
@@ -860,26 +883,35 @@ void ops_register_attention(void)
      * fills. */
     static const pool_param dec[] = {
         { "decode GPT-OSS 64/8 heads d64, 6 seqs kv 1..5000, sinks", 6, { 1, 1, 1, 1, 1, 1 },
-          { 1, 17, 300, 1500, 2500, 5000 }, 64, 8, 64, 16, 0, 1, 1, KN_BF16, 0, 0 },
+          { 1, 17, 300, 1500, 2500, 5000 }, 64, 8, 64, 16, 0, 1, 1, KN_BF16, 0, 0, 0 },
         { "decode 16/2 heads d64, 3 seqs kv 40..3000, window 128, sinks", 3, { 1, 1, 1 }, { 40, 700, 3000 },
-          16, 2, 64, 16, 128, 1, 1, KN_BF16, 0, 0 },
+          16, 2, 64, 16, 128, 1, 1, KN_BF16, 0, 0, 0 },
         { "decode 32/4 heads d128, 2 seqs kv 2000, no sink", 2, { 1, 1 }, { 2000, 1999 }, 32, 4, 128, 16, 0,
-          0, 1, KN_BF16, 0, 0 },
+          0, 1, KN_BF16, 0, 0, 0 },
         { "decode 32/4 heads d128, 3 seqs kv 5..4100, window 100, sinks, page 7", 3, { 1, 1, 1 },
-          { 5, 333, 4100 }, 32, 4, 128, 7, 100, 1, 1, KN_BF16, 0, 0 },
+          { 5, 333, 4100 }, 32, 4, 128, 7, 100, 1, 1, KN_BF16, 0, 0, 0 },
         { "spec-decode 2 rows x 3 seqs (16 vectors), 16/2 heads d64, window 128, sinks", 3, { 2, 2, 2 },
-          { 2, 600, 2601 }, 16, 2, 64, 16, 128, 1, 1, KN_BF16, 0, 0 },
+          { 2, 600, 2601 }, 16, 2, 64, 16, 128, 1, 1, KN_BF16, 0, 0, 0 },
         { "decode GQA 16:1 d64, 2 seqs kv 1000, page 5, sinks", 2, { 1, 1 }, { 1000, 37 }, 16, 1, 64, 5, 0, 1,
-          1, KN_BF16, 0, 0 },
+          1, KN_BF16, 0, 0, 0 },
         { "decode MHA 8/8 heads d64, 2 seqs kv 700, no sink", 2, { 1, 1 }, { 700, 129 }, 8, 8, 64, 16, 0, 0, 1,
-          KN_BF16, 0, 0 },
+          KN_BF16, 0, 0, 0 },
         { "decode diag K = 0 (P V alone), 64/8 heads d64, kv 3000, sinks", 2, { 1, 1 }, { 3000, 90 }, 64, 8, 64,
-          16, 0, 1, 1, KN_BF16, 0, FILL_K_ZERO },
+          16, 0, 1, 1, KN_BF16, 0, FILL_K_ZERO, 0 },
         { "decode diag V[key][d] = c[d] (softmax sums alone), 64/8 heads d64, kv 3000", 2, { 1, 1 },
-          { 3000, 90 }, 64, 8, 64, 16, 0, 1, 1, KN_BF16, 0, FILL_V_CONST },
+          { 3000, 90 }, 64, 8, 64, 16, 0, 1, 1, KN_BF16, 0, FILL_V_CONST, 0 },
     };
     for (size_t i = 0; i < sizeof dec / sizeof dec[0]; i++)
         OP_CASE("attention", OP_CUDA, pool_case, dec[i], "pool bf16 %s", dec[i].name);
+    /* those over bf16 pools take the TMA kernel (attention_decode_tma.cu)
+     * where the page size is a multiple of 16: the cp.async kernel again */
+    for (size_t i = 0; i < sizeof dec / sizeof dec[0]; i++) {
+        pool_param p = dec[i];
+        if (p.page_size % 16)
+            continue;
+        p.decode_mma = 1;
+        OP_CASE("attention", OP_CUDA, pool_case, p, "pool bf16 decode-mma %s", dec[i].name);
+    }
     /* and the same kernel over FP8 pools: rows of codes + scale, 4-byte
      * aligned only (the 16-byte chunks covering each row, widened to bf16
      * in shared memory), page 5 with one KV head ending the pool mid-chunk */
@@ -898,45 +930,45 @@ void ops_register_attention(void)
      * (earlier tokens cached), MHA, and one tile's worth of rows. */
     static const pool_param wg[] = {
         { "GPT-OSS 64/8 heads d64, 1 seq 520 rows, causal, sinks, page 16", 1, { 520 }, { 520 }, 64, 8, 64, 16, 0, 1,
-          0, KN_BF16, 1, 0 },
+          0, KN_BF16, 1, 0, 0 },
         { "GPT-OSS 64/8 heads d64, 777 rows, window 128, sinks", 1, { 777 }, { 777 }, 64, 8, 64, 16, 128, 1, 0,
-          KN_BF16, 1, 0 },
+          KN_BF16, 1, 0, 0 },
         { "16/2 heads, 900 rows, causal, no sink, page 16", 1, { 900 }, { 900 }, 16, 2, 64, 16, 0, 0, 0,
-          KN_BF16, 1, 0 },
+          KN_BF16, 1, 0, 0 },
         { "16/2 heads, 1000 rows, window 128, sinks, page 5", 1, { 1000 }, { 1000 }, 16, 2, 64, 5, 128, 1, 0,
-          KN_BF16, 1, 0 },
+          KN_BF16, 1, 0, 0 },
         { "16/2 heads, 333 rows, window 128, no sink, page 7", 1, { 333 }, { 333 }, 16, 2, 64, 7, 128, 0, 0,
-          KN_BF16, 1, 0 },
+          KN_BF16, 1, 0, 0 },
         { "16/2 heads, 3 seqs (517 of 517, 129 of 1000, 5 of 63), sinks, page 8", 3, { 517, 129, 5 },
-          { 517, 1000, 63 }, 16, 2, 64, 8, 0, 1, 0, KN_BF16, 1, 0 },
+          { 517, 1000, 63 }, 16, 2, 64, 8, 0, 1, 0, KN_BF16, 1, 0, 0 },
         { "16/2 heads, window 128 chunked 3 seqs (300 of 1200, 64 of 64, 200 of 333), page 16, sinks", 3,
-          { 300, 64, 200 }, { 1200, 64, 333 }, 16, 2, 64, 16, 128, 1, 0, KN_BF16, 1, 0 },
+          { 300, 64, 200 }, { 1200, 64, 333 }, 16, 2, 64, 16, 128, 1, 0, KN_BF16, 1, 0, 0 },
         { "8/1 heads, 2 seqs (250 of 250, 31 of 400), window 100, sinks, page 32", 2, { 250, 31 }, { 250, 400 }, 8,
-          1, 64, 32, 100, 1, 0, KN_BF16, 1, 0 },
+          1, 64, 32, 100, 1, 0, KN_BF16, 1, 0, 0 },
         { "MHA 4/4 heads, 300 rows, causal, sinks, page 16", 1, { 300 }, { 300 }, 4, 4, 64, 16, 0, 1, 0, KN_BF16,
-          1, 0 },
+          1, 0, 0 },
         { "16/2 heads, 16 rows (one 128-vector tile), chunked after 500, sinks, page 16", 1, { 16 }, { 516 }, 16, 2,
-          64, 16, 0, 1, 0, KN_BF16, 1, 0 },
+          64, 16, 0, 1, 0, KN_BF16, 1, 0, 0 },
         /* 16 (sequence, KV head) pairs: on 132 SMs the persistent modes
          * give each block several query tiles (a window run, a snake) */
         { "GPT-OSS 64/8 heads, 2 seqs (600 of 900, 250 of 250), window 128, sinks, page 16", 2, { 600, 250 },
-          { 900, 250 }, 64, 8, 64, 16, 128, 1, 0, KN_BF16, 1, 0 },
+          { 900, 250 }, 64, 8, 64, 16, 128, 1, 0, KN_BF16, 1, 0, 0 },
         { "GPT-OSS 64/8 heads, 2 seqs (400 of 400, 150 of 500), causal, sinks, page 16", 2, { 400, 150 },
-          { 400, 500 }, 64, 8, 64, 16, 0, 1, 0, KN_BF16, 1, 0 },
+          { 400, 500 }, 64, 8, 64, 16, 0, 1, 0, KN_BF16, 1, 0, 0 },
         { "MHA 4/4 heads, 700 rows, window 128 (spans of 3 key tiles), sinks, page 16", 1, { 700 }, { 700 }, 4, 4,
-          64, 16, 128, 1, 0, KN_BF16, 1, 0 },
+          64, 16, 128, 1, 0, KN_BF16, 1, 0, 0 },
         { "16/2 heads, 600 rows, window 300 (spans of 4 key tiles: mode 8's whole ring), no sink, page 16", 1,
-          { 600 }, { 600 }, 16, 2, 64, 16, 300, 0, 0, KN_BF16, 1, 0 },
+          { 600 }, { 600 }, 16, 2, 64, 16, 300, 0, 0, KN_BF16, 1, 0, 0 },
         { "8/1 heads, 800 rows, window 600 (mode 8 takes mode 6's kernel), sinks, page 32", 1, { 800 }, { 800 }, 8,
-          1, 64, 32, 600, 1, 0, KN_BF16, 1, 0 },
+          1, 64, 32, 600, 1, 0, KN_BF16, 1, 0, 0 },
     };
     /* and two diagnostic fills per mode: which product is wrong when a
      * case above fails */
     static const pool_param wg_diag[] = {
         { "diag K = 0 (P V alone), 16/2 heads, 300 rows, sinks", 1, { 300 }, { 300 }, 16, 2, 64, 16, 0, 1, 0,
-          KN_BF16, 1, FILL_K_ZERO },
+          KN_BF16, 1, FILL_K_ZERO, 0 },
         { "diag V[key][d] = c[d] (softmax sums alone), 16/2 heads, 300 rows, sinks", 1, { 300 }, { 300 }, 16, 2,
-          64, 16, 0, 1, 0, KN_BF16, 1, FILL_V_CONST },
+          64, 16, 0, 1, 0, KN_BF16, 1, FILL_V_CONST, 0 },
     };
     static const char *const wg_how[] = { "cp.async",    "tma",         "tma-pipe", "tma-pipe-3wg",
                                           "tma-pipe-pw", "tma-persist", "tma-d128", "tma-window",
@@ -959,21 +991,21 @@ void ops_register_attention(void)
      * boxes, and the diagnostic fills. */
     static const pool_param wg128[] = {
         { "Qwen3 32/4 heads d128, 1 seq 600 rows, causal, no sink, page 16", 1, { 600 }, { 600 }, 32, 4, 128, 16,
-          0, 0, 0, KN_BF16, 1, 0 },
+          0, 0, 0, KN_BF16, 1, 0, 0 },
         { "32/4 heads d128, 1000 rows, window 128, sinks, page 8", 1, { 1000 }, { 1000 }, 32, 4, 128, 8, 128, 1,
-          0, KN_BF16, 1, 0 },
+          0, KN_BF16, 1, 0, 0 },
         { "16/2 heads d128, 3 seqs (517 of 517, 129 of 1000, 5 of 63), sinks, page 32", 3, { 517, 129, 5 },
-          { 517, 1000, 63 }, 16, 2, 128, 32, 0, 1, 0, KN_BF16, 1, 0 },
+          { 517, 1000, 63 }, 16, 2, 128, 32, 0, 1, 0, KN_BF16, 1, 0, 0 },
         { "16/2 heads d128, window 100 chunked 2 seqs (300 of 1200, 64 of 64), page 128, sinks", 2, { 300, 64 },
-          { 1200, 64 }, 16, 2, 128, 128, 100, 1, 0, KN_BF16, 1, 0 },
+          { 1200, 64 }, 16, 2, 128, 128, 100, 1, 0, KN_BF16, 1, 0, 0 },
         { "MHA 4/4 heads d128, 300 rows, causal, no sink, page 16", 1, { 300 }, { 300 }, 4, 4, 128, 16, 0, 0, 0,
-          KN_BF16, 1, 0 },
+          KN_BF16, 1, 0, 0 },
         { "32/4 heads d128, 16 rows chunked after 500, page 16", 1, { 16 }, { 516 }, 32, 4, 128, 16, 0, 0, 0,
-          KN_BF16, 1, 0 },
+          KN_BF16, 1, 0, 0 },
         { "diag K = 0 (P V alone), 16/2 heads d128, 300 rows, sinks", 1, { 300 }, { 300 }, 16, 2, 128, 16, 0, 1,
-          0, KN_BF16, 1, FILL_K_ZERO },
+          0, KN_BF16, 1, FILL_K_ZERO, 0 },
         { "diag V[key][d] = c[d], 16/2 heads d128, 300 rows, sinks", 1, { 300 }, { 300 }, 16, 2, 128, 16, 0, 1, 0,
-          KN_BF16, 1, FILL_V_CONST },
+          KN_BF16, 1, FILL_V_CONST, 0 },
     };
     for (int mode = 6; mode <= 8; mode++)
         for (size_t i = 0; i < sizeof wg128 / sizeof wg128[0]; i++) {

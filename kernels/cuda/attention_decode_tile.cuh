@@ -1,0 +1,191 @@
+/* Internal to the CUDA backend: what the two tensor-core decode attention
+ * kernels share -- attention_decode_mma.cu (bf16 or FP8 pools, cp.async
+ * copies) and attention_decode_tma.cu (bf16 pools, TMA copies). Both give
+ * a block one (sequence, KV head, key split) and DEC_WARPS warps, each warp
+ * walking its own tiles of keys with its own online-softmax state held in
+ * mma.sync m16n8k16 fragments (mma.cuh: g = lane / 4, t = lane % 4; query
+ * vector rows g and g + 8 of the GQA group's 16-row A operand), and merge
+ * the warp states at the end. The helpers below are those parts: the
+ * split's key range, the Q fragments, the per-tile mask and softmax update,
+ * and the merge into the output or the split's partial state (read
+ * attention_decode_mma.cu's header for the whole design). */
+#ifndef TANDEM_KERNELS_CUDA_ATTENTION_DECODE_TILE_CUH
+#define TANDEM_KERNELS_CUDA_ATTENTION_DECODE_TILE_CUH
+#include <math.h>
+#include "kernels/cuda/attention_setup.cuh"
+#include "kernels/cuda/mma.cuh"
+
+const int DEC_WARPS = 4, DEC_THREADS = DEC_WARPS * 32, DEC_ROWS = 16;
+/* Each split gets at least this many keys: fewer would spend more on the
+ * partial states and the combine than on the keys. */
+const int DEC_MIN_SPLIT_KEYS = 256;
+
+struct DecArgs {
+    float *out;
+    const float *q;
+    const void *k_pool, *v_pool; /* bf16, or FP8 rows of D codes + fp32 scale */
+    long long pool_bytes;         /* FP8: bytes of each pool (n_pages pages) */
+    const int32_t *q_offset, *kv_len, *page_table;
+    const float *sinks;
+    int max_pages, n_pages, n_heads, n_kv_heads, group, page_size, window;
+    float scale_log2;
+    int n_splits;
+    float *part_o;  /* [n_rows][n_heads][n_splits][D] (n_splits > 1) */
+    float *part_ml; /* [n_rows][n_heads][n_splits][2]: m (log2 domain), l */
+};
+
+/* The keys [*kbeg, *kend) split `split` of the block's (sequence, KV head)
+ * visits and *tile0, where its first NK-key tile starts: the vectors'
+ * visible range, its tiles counted from *tile0 of the whole range (kbeg
+ * rounded down to a multiple of ALIGN: 1, or NK when tiles must not cross
+ * a page), cut into n_splits runs of whole tiles. Empty when nvec is 0. */
+template <int NK, int ALIGN>
+static __device__ __forceinline__ void dec_split_range(const DecArgs &a, int first_pos, int nvec, int split,
+                                                       int *kbeg, int *kend, int *tile0)
+{
+    *kbeg = *kend = *tile0 = 0;
+    if (nvec <= 0)
+        return;
+    kn_attn_key_range(a, first_pos, 0, nvec, nvec, kbeg, kend);
+    const int base = *kbeg - *kbeg % ALIGN;
+    const int tiles = (*kend - base + NK - 1) / NK;
+    const int per = (tiles + a.n_splits - 1) / a.n_splits;
+    *tile0 = base + split * per * NK;
+    *kend = min(*kend, *tile0 + per * NK);
+    *kbeg = max(*kbeg, *tile0);
+}
+
+/* Q (times scale * log2 e) as bf16 A fragments of KS = D / 16 k-steps,
+ * query vector rows g and g + 8 (zeros past nvec). Dim d of k-step kk,
+ * half h (0: a0 / a1, the b0 dims; 1: a2 / a3, b1's) is DIM(t, 2 kk + h):
+ * the kernel's K fragments must use the same map. */
+template <int D, class DimMap>
+static __device__ __forceinline__ void dec_load_q(const DecArgs &a, uint32_t (&qa)[D / 16][4], int q0, int kvh,
+                                                  int nvec, int g, int t, DimMap dim)
+{
+    const float *qr[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int v = g + 8 * i;
+        qr[i] = v < nvec ? a.q + ((size_t)(q0 + v / a.group) * a.n_heads + kvh * a.group + v % a.group) * D : NULL;
+    }
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int d = dim(t, 2 * kk + h);
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                float2 x = qr[i] ? *(const float2 *)(qr[i] + d) : make_float2(0.f, 0.f);
+                qa[kk][2 * h + i] = kn_pack_bf16(x.x * a.scale_log2, x.y * a.scale_log2);
+            }
+        }
+}
+
+/* One tile's scores sc (NT 8-key C fragments of keys j0..) masked (keys
+ * past kend, after the row's position or before its window: -inf), then
+ * the online-softmax update of rows g, g + 8: m, l, the output o rescaled,
+ * sc replaced by the probabilities exp2(s - m). */
+template <int NT, int DN>
+static __device__ __forceinline__ void dec_softmax_tile(const DecArgs &a, float (&sc)[NT][4], const int (&pos)[2],
+                                                        float (&m)[2], float (&l)[2], float (&o)[DN][4], int j0,
+                                                        int kend, int t)
+{
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const int j = j0 + n * 8 + 2 * t + (c & 1), p = pos[c >> 1];
+            if (!(j < kend && j <= p && (a.window <= 0 || j > p - a.window)))
+                sc[n][c] = -INFINITY;
+        }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+            mx = fmaxf(mx, fmaxf(sc[n][2 * r], sc[n][2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m[r], mx);
+        /* nothing visible yet and no sink: m stays -inf, every exp2 of
+         * -inf - 0 is 0 */
+        const float m_ref = m_new == -INFINITY ? 0.f : m_new;
+        const float alpha = exp2f(m[r] - m_ref);
+        float psum = 0.f;
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            sc[n][2 * r] = exp2f(sc[n][2 * r] - m_ref);
+            sc[n][2 * r + 1] = exp2f(sc[n][2 * r + 1] - m_ref);
+            psum += sc[n][2 * r] + sc[n][2 * r + 1];
+        }
+        m[r] = m_new;
+        l[r] = l[r] * alpha + psum;
+#pragma unroll
+        for (int n = 0; n < DN; n++) {
+            o[n][2 * r] *= alpha;
+            o[n][2 * r + 1] *= alpha;
+        }
+    }
+}
+
+/* Merges the DEC_WARPS warp states (m, per-lane l, o) of the block through
+ * shared memory mrg (DEC_WARPS * DEC_ROWS * (D + 2) floats, free once every
+ * warp is done with its tiles: the first barrier) into the output (one
+ * split) or this split's partial state for kn_cuda_attn_split_combine. */
+template <int D>
+static __device__ __forceinline__ void dec_merge_store(const DecArgs &a, float *mrg, const float (&o)[D / 8][4],
+                                                       const float (&m)[2], const float (&l)[2], int q0, int kvh,
+                                                       int nvec, int split)
+{
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, t = lane & 3;
+    __syncthreads(); /* every warp is done with its part of mrg */
+    float *wm = mrg, *wl = wm + DEC_WARPS * DEC_ROWS, *wo = wl + DEC_WARPS * DEC_ROWS;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float lsum = l[r];
+        lsum += __shfl_xor_sync(0xffffffffu, lsum, 1);
+        lsum += __shfl_xor_sync(0xffffffffu, lsum, 2);
+        const int row = g + 8 * r;
+        if (t == 0) {
+            wm[w * DEC_ROWS + row] = m[r];
+            wl[w * DEC_ROWS + row] = lsum;
+        }
+        float *dst = wo + ((size_t)w * DEC_ROWS + row) * D + 2 * t;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+            *(float2 *)(dst + n * 8) = make_float2(o[n][2 * r], o[n][2 * r + 1]);
+    }
+    __syncthreads();
+    const int G = a.group;
+    for (int idx = tid; idx < nvec * D; idx += DEC_THREADS) {
+        const int row = idx / D, d = idx - row * D;
+        float mmax = -INFINITY;
+#pragma unroll
+        for (int u = 0; u < DEC_WARPS; u++)
+            mmax = fmaxf(mmax, wm[u * DEC_ROWS + row]);
+        float lsum = 0.f, acc = 0.f;
+        if (mmax != -INFINITY)
+#pragma unroll
+            for (int u = 0; u < DEC_WARPS; u++) {
+                const float mu = wm[u * DEC_ROWS + row];
+                if (mu == -INFINITY)
+                    continue;
+                const float f = exp2f(mu - mmax);
+                lsum += wl[u * DEC_ROWS + row] * f;
+                acc += wo[((size_t)u * DEC_ROWS + row) * D + d] * f;
+            }
+        const size_t oh = (size_t)(q0 + row / G) * a.n_heads + kvh * G + row % G;
+        if (a.n_splits == 1) {
+            a.out[oh * D + d] = lsum > 0.f ? acc / lsum : 0.f;
+        } else {
+            const size_t pi = oh * a.n_splits + split;
+            a.part_o[pi * D + d] = acc;
+            if (d == 0) {
+                a.part_ml[pi * 2] = mmax;
+                a.part_ml[pi * 2 + 1] = lsum;
+            }
+        }
+    }
+}
+#endif

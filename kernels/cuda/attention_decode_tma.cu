@@ -1,0 +1,286 @@
+/* Decode attention over bf16 pools with TMA copies: the call
+ * kn_attention_cuda sends here, ahead of attention_decode_mma.cu, when the
+ * backend's attention precision is bf16, the pools are bf16, head_dim is 64
+ * or 128, the page size a multiple of 16 and every sequence has at most 16
+ * query vectors. Same function and precision as attention_decode_mma.cu
+ * (read its header: the sink rule, Q and P rounded to bf16, fp32 softmax
+ * state and sums, the block / warp / split design); only the way K and V
+ * reach shared memory differs.
+ *
+ * Why. At batch 128, context 8192 the cp.async kernel read GPT-OSS-20B's
+ * full layers at 2.75 TB/s on an H100 (82% of its peak, s11run1) but at
+ * about 2.8 TB/s on the H200 too (9.3 ms a step for 25.8 GB: 66% of the
+ * H200's 4.23 TB/s copy ceiling, s10run1): the same rate on a GPU with 40%
+ * more bandwidth, so it is bound by the bytes it keeps in flight, not by
+ * HBM. Each lane there issues 16 cp.async copies of 16 bytes per 32-key
+ * tile, each after its own page-table lookup, and a warp has one tile in
+ * flight while it computes the previous (two stages of 10.5 KB, two
+ * blocks an SM). Here one lane of each warp issues a tile's copies as four
+ * TMA boxes (K and V, per 64 dims), a tile is 16 keys (one page's rows, so
+ * one lookup), and each warp keeps DT_STAGES tiles in flight in unpadded
+ * 128-byte swizzled stages (4 KB a stage at head_dim 64), three blocks an
+ * SM: about 3x the bytes in flight per SM for a tenth of the issue work.
+ *
+ * Layout. The TMA's 128-byte swizzle puts 16-byte chunk c of a box row r at
+ * chunk c ^ (r % 8), so the fragments come from ldmatrix with conflict-free
+ * addresses: K (B operand of S = Q K^T, non-transposed: 8 keys x 8 dims per
+ * matrix) and V (B of O = P V, transposed), dims in natural order (the Q
+ * fragments too). head_dim 128 rows are two boxes of 64 dims.
+ *
+ * Edges. Tiles start at a multiple of 16 keys (the split's range rounded
+ * down), so a tile is always inside one page and a box never crosses into
+ * another page's rows. Keys outside the split's [kbeg, kend) in its first
+ * and last tile are real pool rows that may hold anything (an unwritten
+ * slot's bits can be NaN, and 0 x NaN would reach P V): the warp zeroes
+ * their V rows after the copy lands; their scores are masked. A tile on an
+ * unmapped page is not copied: its K and V are zeroed (attention_decode_
+ * mma.cu's zero-fill, same scores). */
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include "kernels/cuda/attention_decode_mma.cuh"
+#include "kernels/cuda/attention_decode_tile.cuh"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/mbarrier.cuh"
+#include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/tensor_map.cuh"
+extern "C" {
+#include "kernels/attention.h"
+}
+
+namespace {
+
+const int DT_NK = 16; /* keys per tile: one box of rows */
+
+template <int D> struct DtTile {
+    static const int HALVES = D / 64;               /* 64-dim boxes per row */
+    static const int BOX_BYTES = DT_NK * 128;        /* 16 rows x 64 bf16 */
+    static const int TENSOR_BYTES = HALVES * BOX_BYTES;
+    static const int STAGE_BYTES = 2 * TENSOR_BYTES; /* K, then V */
+    static const int STAGES = D == 64 ? 4 : 3;       /* 64 KB / 96 KB a block: 3 / 2 blocks an SM */
+    static const size_t RING_BYTES = (size_t)DEC_WARPS * STAGES * STAGE_BYTES;
+    static const size_t MERGE_BYTES = (size_t)DEC_WARPS * DEC_ROWS * (D + 2) * sizeof(float);
+    /* 1024 bytes of slack: swizzled boxes start 1024-byte aligned */
+    static const size_t BYTES = (RING_BYTES > MERGE_BYTES ? RING_BYTES : MERGE_BYTES) + 1024;
+};
+
+/* Byte offset of 16-byte chunk c (dims 8c..8c+7) of row r in a tile's K or
+ * V, as the 128-byte swizzled boxes hold it. */
+__device__ __forceinline__ uint32_t dt_chunk(int r, int c)
+{
+    return (uint32_t)((c >> 3) * (DT_NK * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+/* Four 8x8 b16 matrices, not transposed (lane l: row l % 8 of matrix l / 8). */
+__device__ __forceinline__ void dt_ldmatrix_x4(uint32_t (&r)[4], uint32_t addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+__device__ __forceinline__ void dt_ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+/* The pool row of key j0 (a multiple of 16) of sequence s, KV head kvh,
+ * in the [n_pages * n_kv_heads * page_size] row space the tensor maps
+ * index; -1 when its page is not mapped. */
+__device__ __forceinline__ int dt_tile_row(const DecArgs &a, int s, int kvh, int j0)
+{
+    const int pi = j0 / a.page_size;
+    if (pi >= a.max_pages)
+        return -1;
+    const int page = a.page_table[(size_t)s * a.max_pages + pi];
+    if (page < 0 || page >= a.n_pages)
+        return -1;
+    return (page * a.n_kv_heads + kvh) * a.page_size + (j0 - pi * a.page_size);
+}
+
+template <int D>
+__global__ void __launch_bounds__(DEC_THREADS)
+attn_decode_tma_kernel(const DecArgs a, const __grid_constant__ CUtensorMap kmap,
+                       const __grid_constant__ CUtensorMap vmap)
+{
+    typedef DtTile<D> T;
+    const int NT = DT_NK / 8, KS = D / 16, DN = D / 8, CH = D / 8;
+    extern __shared__ __align__(1024) unsigned char dt_smem_raw[];
+    __shared__ __align__(8) uint64_t bars[DEC_WARPS][T::STAGES];
+    unsigned char *smem = dt_smem_raw + ((1024 - (kn_smem_addr(dt_smem_raw) & 1023)) & 1023);
+
+    const int s = blockIdx.z, kvh = blockIdx.y, split = blockIdx.x;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int q0 = a.q_offset[s], nq = a.q_offset[s + 1] - q0;
+    const int nvec = min(nq * a.group, DEC_ROWS);
+    const int first_pos = a.kv_len[s] - nq;
+
+    int kbeg, kend, tile0;
+    dec_split_range<DT_NK, DT_NK>(a, first_pos, nvec, split, &kbeg, &kend, &tile0);
+    const int n_tiles = kend > tile0 ? (kend - tile0 + DT_NK - 1) / DT_NK : 0;
+    const int mine = n_tiles > w ? (n_tiles - w + DEC_WARPS - 1) / DEC_WARPS : 0;
+
+    unsigned char *ring = smem + (size_t)w * T::STAGES * T::STAGE_BYTES;
+    const uint32_t ring_s = kn_smem_addr(ring), bar_s = kn_smem_addr(&bars[w][0]);
+    if (lane == 0) {
+        for (int st = 0; st < T::STAGES; st++)
+            kn_mbar_init(bar_s + 8 * st, 1);
+        kn_mbar_init_fence();
+    }
+    __syncwarp();
+    const CUtensorMap *km = &kmap, *vm = &vmap;
+    /* Lane 0: tile i of this warp's into stage i % STAGES (an unmapped
+     * page: no copy, a plain arrive; the consumers zero the stage). */
+    auto issue = [&](int i) {
+        const int st = i % T::STAGES, j0 = tile0 + (w + DEC_WARPS * i) * DT_NK;
+        const uint32_t bar = bar_s + 8 * st, dst = ring_s + st * T::STAGE_BYTES;
+        const int row = dt_tile_row(a, s, kvh, j0);
+        if (row < 0) {
+            kn_mbar_arrive(bar);
+            return;
+        }
+        kn_mbar_arrive_expect_tx(bar, T::STAGE_BYTES);
+#pragma unroll
+        for (int h = 0; h < T::HALVES; h++) {
+            kn_tma_load_2d(dst + h * T::BOX_BYTES, km, 64 * h, row, bar);
+            kn_tma_load_2d(dst + T::TENSOR_BYTES + h * T::BOX_BYTES, vm, 64 * h, row, bar);
+        }
+    };
+    if (lane == 0)
+        for (int i = 0; i < T::STAGES && i < mine; i++)
+            issue(i);
+
+    /* Q (times scale * log2 e) as bf16 A fragments, dims in natural order */
+    uint32_t qa[KS][4];
+    dec_load_q<D>(a, qa, q0, kvh, nvec, g, t, [](int tq, int wi) { return 8 * wi + 2 * tq; });
+    int pos[2];
+    float m[2], l[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+        kn_attn_row_init(a, kvh, g + 8 * i, nvec, first_pos, split == 0 && w == 0, t == 0, pos[i], m[i], l[i]);
+    float o[DN][4];
+#pragma unroll
+    for (int n = 0; n < DN; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+
+    for (int i = 0; i < mine; i++) {
+        const int st = i % T::STAGES, j0 = tile0 + (w + DEC_WARPS * i) * DT_NK;
+        unsigned char *kt = ring + st * T::STAGE_BYTES, *vt = kt + T::TENSOR_BYTES;
+        const uint32_t ks = ring_s + st * T::STAGE_BYTES, vs = ks + T::TENSOR_BYTES;
+        kn_mbar_wait(bar_s + 8 * st, (i / T::STAGES) & 1);
+        const bool mapped = dt_tile_row(a, s, kvh, j0) >= 0;
+        if (!mapped || j0 < kbeg || j0 + DT_NK > kend) { /* warp-uniform */
+            for (int idx = lane; idx < DT_NK * CH; idx += 32) {
+                const int r = idx / CH, c = idx - r * CH, j = j0 + r;
+                if (!mapped || j < kbeg || j >= kend) {
+                    *(uint4 *)(vt + dt_chunk(r, c)) = make_uint4(0u, 0u, 0u, 0u);
+                    if (!mapped)
+                        *(uint4 *)(kt + dt_chunk(r, c)) = make_uint4(0u, 0u, 0u, 0u);
+                }
+            }
+            __syncwarp();
+        }
+
+        /* S = Q K^T: per 8-key n-tile, ldmatrix x4 of dims 32h..32h+31
+         * gives b0, b1 of k-steps 2h and 2h + 1 */
+        float sc[NT][4];
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.f;
+#pragma unroll
+            for (int h = 0; h < D / 32; h++) {
+                uint32_t kb[4];
+                dt_ldmatrix_x4(kb, ks + dt_chunk(n * 8 + (lane & 7), 4 * h + (lane >> 3)));
+                kn_mma_bf16(sc[n], qa[2 * h][0], qa[2 * h][1], qa[2 * h][2], qa[2 * h][3], kb[0], kb[1]);
+                kn_mma_bf16(sc[n], qa[2 * h + 1][0], qa[2 * h + 1][1], qa[2 * h + 1][2], qa[2 * h + 1][3], kb[2],
+                            kb[3]);
+            }
+        }
+        dec_softmax_tile<NT, DN>(a, sc, pos, m, l, o, j0, kend, t);
+
+        /* O += P V: P's A fragment from the two 8-key C tiles; V's B
+         * fragments by ldmatrix .trans (matrix mi: keys 8 (mi & 1).., dims
+         * n0 + 8 (mi >> 1)..) */
+        const uint32_t p0 = kn_pack_bf16(sc[0][0], sc[0][1]), p1 = kn_pack_bf16(sc[0][2], sc[0][3]);
+        const uint32_t p2 = kn_pack_bf16(sc[1][0], sc[1][1]), p3 = kn_pack_bf16(sc[1][2], sc[1][3]);
+        const int mi = lane >> 3, vr = (mi & 1) * 8 + (lane & 7);
+#pragma unroll
+        for (int n0 = 0; n0 < D; n0 += 16) {
+            uint32_t vb[4];
+            dt_ldmatrix_x4_trans(vb, vs + dt_chunk(vr, n0 / 8 + (mi >> 1)));
+            kn_mma_bf16(o[n0 / 8], p0, p1, p2, p3, vb[0], vb[1]);
+            kn_mma_bf16(o[n0 / 8 + 1], p0, p1, p2, p3, vb[2], vb[3]);
+        }
+        __syncwarp(); /* every lane is done with this stage */
+        if (lane == 0 && i + T::STAGES < mine) {
+            /* the stage's zero stores (generic proxy) before the copy
+             * engine's writes */
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            issue(i + T::STAGES);
+        }
+    }
+    dec_merge_store<D>(a, (float *)smem, o, m, l, q0, kvh, nvec, split);
+}
+
+template <int D>
+int launch_decode_tma(const kn_backend *be, const char *op, const DecArgs &a, const kn_seq_batch *b,
+                      const CUtensorMap &kmap, const CUtensorMap &vmap)
+{
+    const size_t bytes = DtTile<D>::BYTES;
+    KN_CUDA_TRY(op, cudaFuncSetAttribute(attn_decode_tma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)bytes));
+    dim3 grid(a.n_splits, a.n_kv_heads, b->n_seqs);
+    attn_decode_tma_kernel<D><<<grid, DEC_THREADS, bytes, kn_cuda_stream(be)>>>(a, kmap, vmap);
+    KN_CUDA_LAUNCH_CHECK(op, "attn_decode_tma_kernel");
+    return TN_OK;
+}
+
+} // namespace
+
+bool kn_cuda_attention_decode_tma_fits(const kn_seq_batch *b, int n_heads, int n_kv_heads, int head_dim,
+                                       int page_size, const float *out, const float *q, const kn_kv_pools *pools)
+{
+    return pools->dtype == KN_BF16 && page_size % DT_NK == 0 &&
+           kn_cuda_attention_decode_mma_fits(b, n_heads, n_kv_heads, head_dim, out, q, pools);
+}
+
+int kn_cuda_attention_decode_tma(const kn_backend *be, const char *op, float *out, const float *q,
+                                 const kn_kv_pools *pools, const kn_seq_batch *b, int n_heads, int n_kv_heads,
+                                 int head_dim, int page_size, float scale, const float *sinks, int window)
+{
+    DecArgs a;
+    kn_attn_args_fill(a, out, q, pools->k, pools->v, b, n_heads, n_kv_heads, page_size, scale, sinks, window);
+    /* a sliding-window layer reads at most window + rows keys per sequence */
+    const int keys = window > 0 && window + b->max_q_len < b->max_kv_len ? window + b->max_q_len : b->max_kv_len;
+    a.n_splits = kn_cuda_decode_mma_splits(be, b->n_seqs, n_kv_heads, keys);
+    a.part_o = a.part_ml = NULL;
+    a.pool_bytes = 0;
+    const long long rows = (long long)b->n_pages * n_kv_heads * page_size;
+    CUtensorMap kmap, vmap;
+    int rc;
+    if ((rc = kn_cuda_tensor_map_2d(be, op, "the K pool", &kmap, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, pools->k, rows,
+                                    head_dim, 2LL * head_dim, 64, DT_NK)) != TN_OK ||
+        (rc = kn_cuda_tensor_map_2d(be, op, "the V pool", &vmap, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, pools->v, rows,
+                                    head_dim, 2LL * head_dim, 64, DT_NK)) != TN_OK)
+        return rc;
+    if (a.n_splits > 1) {
+        const size_t parts = (size_t)b->n_rows * n_heads * a.n_splits;
+        a.part_o = (float *)kn_cuda_tmp_alloc(be, op, parts * head_dim * sizeof(float));
+        a.part_ml = (float *)kn_cuda_tmp_alloc(be, op, parts * 2 * sizeof(float));
+        if (!a.part_o || !a.part_ml) {
+            kn_cuda_tmp_free(be, a.part_o);
+            kn_cuda_tmp_free(be, a.part_ml);
+            return TN_ERR_NOMEM;
+        }
+    }
+    rc = head_dim == 64 ? launch_decode_tma<64>(be, op, a, b, kmap, vmap)
+                        : launch_decode_tma<128>(be, op, a, b, kmap, vmap);
+    if (rc == TN_OK && a.n_splits > 1)
+        rc = kn_cuda_attn_split_combine(be, op, out, a.part_o, a.part_ml, (size_t)b->n_rows * n_heads, a.n_splits,
+                                        head_dim);
+    kn_cuda_tmp_free(be, a.part_o);
+    kn_cuda_tmp_free(be, a.part_ml);
+    if (rc == TN_OK)
+        kn_cuda_ctx_of(be)->attn_decode_tma_launches++;
+    return rc;
+}
