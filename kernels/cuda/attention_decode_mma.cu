@@ -458,35 +458,14 @@ int kn_cuda_attention_decode_mma(const kn_backend *be, const char *op, float *ou
                                  int n_kv_heads, int head_dim, int page_size, float scale,
                                  const float *sinks, int window)
 {
-    DecArgs a;
-    kn_attn_args_fill(a, out, q, pools->k, pools->v, b, n_heads, n_kv_heads, page_size, scale, sinks,
-                      window);
-    /* a sliding-window layer reads at most window + rows keys per sequence */
-    const int keys = window > 0 && window + b->max_q_len < b->max_kv_len ? window + b->max_q_len
-                                                                         : b->max_kv_len;
-    a.n_splits = kn_cuda_decode_mma_splits(be, b->n_seqs, n_kv_heads, keys);
-    a.part_o = a.part_ml = NULL;
-    a.pool_bytes = (long long)b->n_pages * n_kv_heads * page_size * (long long)kn_kv_row_bytes(pools->dtype, head_dim);
-    if (a.n_splits > 1) {
-        const size_t parts = (size_t)b->n_rows * n_heads * a.n_splits;
-        a.part_o = (float *)kn_cuda_tmp_alloc(be, op, parts * head_dim * sizeof(float));
-        a.part_ml = (float *)kn_cuda_tmp_alloc(be, op, parts * 2 * sizeof(float));
-        if (!a.part_o || !a.part_ml) {
-            kn_cuda_tmp_free(be, a.part_o);
-            kn_cuda_tmp_free(be, a.part_ml);
-            return TN_ERR_NOMEM;
-        }
-    }
     const bool f8 = pools->dtype == KN_FP8_E4M3;
-    int rc = head_dim == 64 ? (f8 ? launch_decode_mma<64, true>(be, op, a, b) : launch_decode_mma<64, false>(be, op, a, b))
-                            : (f8 ? launch_decode_mma<128, true>(be, op, a, b)
-                                  : launch_decode_mma<128, false>(be, op, a, b));
-    if (rc == TN_OK && a.n_splits > 1) {
-        rc = kn_cuda_attn_split_combine(be, op, out, a.part_o, a.part_ml, (size_t)b->n_rows * n_heads, a.n_splits,
-                                        head_dim);
-    }
-    kn_cuda_tmp_free(be, a.part_o);
-    kn_cuda_tmp_free(be, a.part_ml);
+    int rc = dec_run(be, op, out, q, pools, b, n_heads, n_kv_heads, head_dim, page_size, scale, sinks, window,
+                     [&](const DecArgs &a) {
+                         return head_dim == 64 ? (f8 ? launch_decode_mma<64, true>(be, op, a, b)
+                                                     : launch_decode_mma<64, false>(be, op, a, b))
+                                               : (f8 ? launch_decode_mma<128, true>(be, op, a, b)
+                                                     : launch_decode_mma<128, false>(be, op, a, b));
+                     });
     if (rc == TN_OK)
         kn_cuda_ctx_of(be)->attn_decode_mma_launches++;
     return rc;

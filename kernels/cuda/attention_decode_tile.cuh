@@ -12,8 +12,12 @@
 #ifndef TANDEM_KERNELS_CUDA_ATTENTION_DECODE_TILE_CUH
 #define TANDEM_KERNELS_CUDA_ATTENTION_DECODE_TILE_CUH
 #include <math.h>
+#include "kernels/cuda/attention_decode_mma.cuh"
 #include "kernels/cuda/attention_setup.cuh"
 #include "kernels/cuda/mma.cuh"
+extern "C" {
+#include "kernels/attention.h"
+}
 
 const int DEC_WARPS = 4, DEC_THREADS = DEC_WARPS * 32, DEC_ROWS = 16;
 /* Each split gets at least this many keys: fewer would spend more on the
@@ -187,5 +191,38 @@ static __device__ __forceinline__ void dec_merge_store(const DecArgs &a, float *
             }
         }
     }
+}
+/* The decode kernels' host side around launch (int launch(const DecArgs &),
+ * the kernel's own launch): the arguments, the split count for the batch
+ * (a sliding-window layer reads at most window + rows keys a sequence),
+ * the splits' partial states and their combine. */
+template <class Launch>
+static int dec_run(const kn_backend *be, const char *op, float *out, const float *q, const kn_kv_pools *pools,
+                   const kn_seq_batch *b, int n_heads, int n_kv_heads, int head_dim, int page_size, float scale,
+                   const float *sinks, int window, Launch launch)
+{
+    DecArgs a;
+    kn_attn_args_fill(a, out, q, pools->k, pools->v, b, n_heads, n_kv_heads, page_size, scale, sinks, window);
+    const int keys = window > 0 && window + b->max_q_len < b->max_kv_len ? window + b->max_q_len : b->max_kv_len;
+    a.n_splits = kn_cuda_decode_mma_splits(be, b->n_seqs, n_kv_heads, keys);
+    a.part_o = a.part_ml = NULL;
+    a.pool_bytes = (long long)b->n_pages * n_kv_heads * page_size * (long long)kn_kv_row_bytes(pools->dtype, head_dim);
+    if (a.n_splits > 1) {
+        const size_t parts = (size_t)b->n_rows * n_heads * a.n_splits;
+        a.part_o = (float *)kn_cuda_tmp_alloc(be, op, parts * head_dim * sizeof(float));
+        a.part_ml = (float *)kn_cuda_tmp_alloc(be, op, parts * 2 * sizeof(float));
+        if (!a.part_o || !a.part_ml) {
+            kn_cuda_tmp_free(be, a.part_o);
+            kn_cuda_tmp_free(be, a.part_ml);
+            return TN_ERR_NOMEM;
+        }
+    }
+    int rc = launch(a);
+    if (rc == TN_OK && a.n_splits > 1)
+        rc = kn_cuda_attn_split_combine(be, op, out, a.part_o, a.part_ml, (size_t)b->n_rows * n_heads, a.n_splits,
+                                        head_dim);
+    kn_cuda_tmp_free(be, a.part_o);
+    kn_cuda_tmp_free(be, a.part_ml);
+    return rc;
 }
 #endif

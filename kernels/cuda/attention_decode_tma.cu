@@ -70,20 +70,6 @@ __device__ __forceinline__ uint32_t dt_chunk(int r, int c)
     return (uint32_t)((c >> 3) * (DT_NK * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
 
-/* Four 8x8 b16 matrices, not transposed (lane l: row l % 8 of matrix l / 8). */
-__device__ __forceinline__ void dt_ldmatrix_x4(uint32_t (&r)[4], uint32_t addr)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-__device__ __forceinline__ void dt_ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
 /* The pool row of key j0 (a multiple of 16) of sequence s, KV head kvh,
  * in the [n_pages * n_kv_heads * page_size] row space the tensor maps
  * index; -1 when its page is not mapped. */
@@ -166,7 +152,6 @@ attn_decode_tma_kernel(const DecArgs a, const __grid_constant__ CUtensorMap kmap
     for (int i = 0; i < mine; i++) {
         const int st = i % T::STAGES, j0 = tile0 + (w + DEC_WARPS * i) * DT_NK;
         unsigned char *kt = ring + st * T::STAGE_BYTES, *vt = kt + T::TENSOR_BYTES;
-        const uint32_t ks = ring_s + st * T::STAGE_BYTES, vs = ks + T::TENSOR_BYTES;
         kn_mbar_wait(bar_s + 8 * st, (i / T::STAGES) & 1);
         const bool mapped = dt_tile_row(a, s, kvh, j0) >= 0;
         if (!mapped || j0 < kbeg || j0 + DT_NK > kend) { /* warp-uniform */
@@ -190,7 +175,7 @@ attn_decode_tma_kernel(const DecArgs a, const __grid_constant__ CUtensorMap kmap
 #pragma unroll
             for (int h = 0; h < D / 32; h++) {
                 uint32_t kb[4];
-                dt_ldmatrix_x4(kb, ks + dt_chunk(n * 8 + (lane & 7), 4 * h + (lane >> 3)));
+                kn_ldmatrix_x4(kb, kt + dt_chunk(n * 8 + (lane & 7), 4 * h + (lane >> 3)));
                 kn_mma_bf16(sc[n], qa[2 * h][0], qa[2 * h][1], qa[2 * h][2], qa[2 * h][3], kb[0], kb[1]);
                 kn_mma_bf16(sc[n], qa[2 * h + 1][0], qa[2 * h + 1][1], qa[2 * h + 1][2], qa[2 * h + 1][3], kb[2],
                             kb[3]);
@@ -207,7 +192,7 @@ attn_decode_tma_kernel(const DecArgs a, const __grid_constant__ CUtensorMap kmap
 #pragma unroll
         for (int n0 = 0; n0 < D; n0 += 16) {
             uint32_t vb[4];
-            dt_ldmatrix_x4_trans(vb, vs + dt_chunk(vr, n0 / 8 + (mi >> 1)));
+            kn_ldmatrix_x4_trans(vb, vt + dt_chunk(vr, n0 / 8 + (mi >> 1)));
             kn_mma_bf16(o[n0 / 8], p0, p1, p2, p3, vb[0], vb[1]);
             kn_mma_bf16(o[n0 / 8 + 1], p0, p1, p2, p3, vb[2], vb[3]);
         }
@@ -248,38 +233,15 @@ int kn_cuda_attention_decode_tma(const kn_backend *be, const char *op, float *ou
                                  const kn_kv_pools *pools, const kn_seq_batch *b, int n_heads, int n_kv_heads,
                                  int head_dim, int page_size, float scale, const float *sinks, int window)
 {
-    DecArgs a;
-    kn_attn_args_fill(a, out, q, pools->k, pools->v, b, n_heads, n_kv_heads, page_size, scale, sinks, window);
-    /* a sliding-window layer reads at most window + rows keys per sequence */
-    const int keys = window > 0 && window + b->max_q_len < b->max_kv_len ? window + b->max_q_len : b->max_kv_len;
-    a.n_splits = kn_cuda_decode_mma_splits(be, b->n_seqs, n_kv_heads, keys);
-    a.part_o = a.part_ml = NULL;
-    a.pool_bytes = 0;
-    const long long rows = (long long)b->n_pages * n_kv_heads * page_size;
     CUtensorMap kmap, vmap;
-    int rc;
-    if ((rc = kn_cuda_tensor_map_2d(be, op, "the K pool", &kmap, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, pools->k, rows,
-                                    head_dim, 2LL * head_dim, 64, DT_NK)) != TN_OK ||
-        (rc = kn_cuda_tensor_map_2d(be, op, "the V pool", &vmap, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, pools->v, rows,
-                                    head_dim, 2LL * head_dim, 64, DT_NK)) != TN_OK)
-        return rc;
-    if (a.n_splits > 1) {
-        const size_t parts = (size_t)b->n_rows * n_heads * a.n_splits;
-        a.part_o = (float *)kn_cuda_tmp_alloc(be, op, parts * head_dim * sizeof(float));
-        a.part_ml = (float *)kn_cuda_tmp_alloc(be, op, parts * 2 * sizeof(float));
-        if (!a.part_o || !a.part_ml) {
-            kn_cuda_tmp_free(be, a.part_o);
-            kn_cuda_tmp_free(be, a.part_ml);
-            return TN_ERR_NOMEM;
-        }
-    }
-    rc = head_dim == 64 ? launch_decode_tma<64>(be, op, a, b, kmap, vmap)
-                        : launch_decode_tma<128>(be, op, a, b, kmap, vmap);
-    if (rc == TN_OK && a.n_splits > 1)
-        rc = kn_cuda_attn_split_combine(be, op, out, a.part_o, a.part_ml, (size_t)b->n_rows * n_heads, a.n_splits,
-                                        head_dim);
-    kn_cuda_tmp_free(be, a.part_o);
-    kn_cuda_tmp_free(be, a.part_ml);
+    int rc = kn_cuda_kv_pool_maps(be, op, pools, (long long)b->n_pages * n_kv_heads * page_size, head_dim, DT_NK,
+                                  &kmap, &vmap);
+    if (rc == TN_OK)
+        rc = dec_run(be, op, out, q, pools, b, n_heads, n_kv_heads, head_dim, page_size, scale, sinks, window,
+                     [&](const DecArgs &a) {
+                         return head_dim == 64 ? launch_decode_tma<64>(be, op, a, b, kmap, vmap)
+                                               : launch_decode_tma<128>(be, op, a, b, kmap, vmap);
+                     });
     if (rc == TN_OK)
         kn_cuda_ctx_of(be)->attn_decode_tma_launches++;
     return rc;

@@ -976,15 +976,11 @@ int kn_cuda_attention_wgmma(const kn_backend *be, const char *op, float *out, co
         ctx->attn_wgmma_launches[0]++;
         return TN_OK;
     }
-    /* a pool as the 2D tensor [n_pages * n_kv_heads * page_size][D] in
-     * [page_size][64] boxes (head_dim 128 takes two per page) */
+    /* one box a page */
     CUtensorMap kmap, vmap;
-    long long rows = (long long)b->n_pages * n_kv_heads * page_size;
-    int rc;
-    if ((rc = kn_cuda_tensor_map_2d(be, op, "the K pool", &kmap, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, pools->k, rows,
-                                    head_dim, 2LL * head_dim, 64, page_size)) != TN_OK ||
-        (rc = kn_cuda_tensor_map_2d(be, op, "the V pool", &vmap, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, pools->v, rows,
-                                    head_dim, 2LL * head_dim, 64, page_size)) != TN_OK)
+    int rc = kn_cuda_kv_pool_maps(be, op, pools, (long long)b->n_pages * n_kv_heads * page_size, head_dim, page_size,
+                                  &kmap, &vmap);
+    if (rc != TN_OK)
         return rc;
     const bool d128 = head_dim == 128;
     if (mode == 2 || (mode == 7 && !d128))

@@ -34,10 +34,18 @@ static __device__ __forceinline__ void kn_mma_f16(float (&c)[4], uint32_t a0, ui
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-/* Four 8x8 b16 matrices from shared memory, transposed (ldmatrix .x4
- * .trans): lane l gives the address of row l % 8 of matrix l / 8. */
-static __device__ __forceinline__ void kn_ldmatrix_x4_trans(uint32_t (&r)[4],
-                                                            const __nv_bfloat16 *p)
+/* Four 8x8 b16 matrices from shared memory (ldmatrix .x4): lane l gives
+ * the address of row l % 8 of matrix l / 8; register i holds matrix i. */
+static __device__ __forceinline__ void kn_ldmatrix_x4(uint32_t (&r)[4], const void *p)
+{
+    unsigned addr = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+/* The same, transposed (ldmatrix .x4 .trans). */
+static __device__ __forceinline__ void kn_ldmatrix_x4_trans(uint32_t (&r)[4], const void *p)
 {
     unsigned addr = (unsigned)__cvta_generic_to_shared(p);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"

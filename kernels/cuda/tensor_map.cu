@@ -1,6 +1,9 @@
 /* TMA tensor maps (tensor_map.cuh). */
 #include <stdio.h>
 #include "kernels/cuda/tensor_map.cuh"
+extern "C" {
+#include "kernels/attention.h"
+}
 
 typedef CUresult (*tensor_map_encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
                                          const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
@@ -47,4 +50,15 @@ int kn_cuda_tensor_map_2d(const kn_backend *be, const char *op, const char *what
         return TN_ERR_DEVICE;
     }
     return TN_OK;
+}
+
+int kn_cuda_kv_pool_maps(const kn_backend *be, const char *op, const kn_kv_pools *pools, long long rows,
+                         int head_dim, int box_rows, CUtensorMap *kmap, CUtensorMap *vmap)
+{
+    int rc = kn_cuda_tensor_map_2d(be, op, "the K pool", kmap, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, pools->k, rows,
+                                   head_dim, 2LL * head_dim, 64, box_rows);
+    if (rc == TN_OK)
+        rc = kn_cuda_tensor_map_2d(be, op, "the V pool", vmap, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, pools->v, rows,
+                                   head_dim, 2LL * head_dim, 64, box_rows);
+    return rc;
 }

@@ -21,6 +21,12 @@ int kn_cuda_tensor_map_2d(const kn_backend *be, const char *op, const char *what
                           CUtensorMapDataType type, const void *base, long long rows, long long cols,
                           long long row_bytes, int box_cols, int box_rows);
 
+/* The bf16 KV pools' maps: each pool as the tensor [rows = n_pages *
+ * n_kv_heads * page_size][head_dim] in boxes of box_rows x 64 (head_dim 128
+ * takes two boxes a row). */
+int kn_cuda_kv_pool_maps(const kn_backend *be, const char *op, const struct kn_kv_pools *pools, long long rows,
+                         int head_dim, int box_rows, CUtensorMap *kmap, CUtensorMap *vmap);
+
 /* Box (col, row) of the tensor behind map (a __grid_constant__ kernel
  * parameter) into shared memory at dst, its bytes completing on mbarrier
  * bar (kernels/cuda/mbarrier.cuh), whose expect_tx the caller raised by
