@@ -4,47 +4,34 @@
  * tokens per expert) and gemm_fp8_skinny.cu (the dense projections at a
  * few to a hundred rows).
  *
- * The products run as mma.sync m16n8k16 with f16 inputs and fp32 sums:
- * every e4m3 value (codes of weights and of activations) is exactly an
- * f16, so each product of two codes is exact and a 128-wide block's sum of
- * them is an fp32 sum; after each block the lane adds block_sum * s_x *
- * s_w to its fp32 totals. Rows are padded to a multiple of 128 in both
- * operands (weight padding holds finite codes, the activation padding zero
- * codes), so the loops run over whole blocks. Each lane loads 16
- * contiguous bytes of its two weight rows (g and g+8, g = lane/4) and of
- * its token row at k = 16*(lane%4) of each 64-wide chunk; since the k
- * order inside a block's dot product is free, the same register pairs feed
- * A and B "virtual" k columns that map to the same real k's, so no shared
- * memory is needed. */
+ * The products run as mma.sync m16n8k32 on the e4m3 codes themselves
+ * (sm_89+), fp32 sums: each product of two codes is exact, and after each
+ * 128-wide block the lane adds block_sum * s_x * s_w to its fp32 totals.
+ * Rows are padded to a multiple of 128 in both operands (weight padding
+ * holds finite codes, the activation padding zero codes), so the loops run
+ * over whole blocks. Each lane loads 16 contiguous bytes of its two weight
+ * rows (g and g+8, g = lane/4) and of its token row at k = 16*(lane%4) of
+ * each 64-wide chunk; since the k order inside a block's dot product is
+ * free, the same registers feed A and B "virtual" k columns that map to
+ * the same real k's (the mma's k 4t..4t+3 and 16+4t..16+4t+3 are bytes
+ * 0-3 and 4-7 of the lane's chunk, then 8-11 and 12-15 in a second mma),
+ * so no shared memory and no conversion is needed. (Until s12 the codes
+ * were converted to f16 for m16n8k16, 1.5 conversions per byte of weight
+ * and of x per tile: the kernels were issue-bound past a few rows.) */
 #ifndef TANDEM_KERNELS_CUDA_FP8_ROWS_MMA_CUH
 #define TANDEM_KERNELS_CUDA_FP8_ROWS_MMA_CUH
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
 #include <stdint.h>
 #include "kernels/cuda/mma.cuh"
 extern "C" {
 #include "kernels/fp8.h"
 }
 
-/* Two e4m3 codes (low byte first) -> their exact f16 values, packed. */
-__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two)
+/* p += the products of one lane's 16-byte chunks: weight rows lo (w) and
+ * hi (v) against the token row x, as two m16n8k32 e4m3 mmas. */
+__device__ __forceinline__ void fp8_chunk_mma(float (&p)[4], const uint4 &w, const uint4 &v, const uint4 &x)
 {
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two, __NV_E4M3);
-    return (uint32_t)h.x | ((uint32_t)h.y << 16);
-}
-
-/* 32 codes (two 16-byte loads) -> 16 f16x2 registers, pair i = codes 2i, 2i+1. */
-__device__ __forceinline__ void codes32_to_f16(const uint4 (&v)[2], uint32_t (&h)[16])
-{
-#pragma unroll
-    for (int q = 0; q < 2; q++) {
-        const uint32_t u[4] = { v[q].x, v[q].y, v[q].z, v[q].w };
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            h[8 * q + 2 * i] = e4m3x2_to_f16x2(u[i] & 0xffffu);
-            h[8 * q + 2 * i + 1] = e4m3x2_to_f16x2(u[i] >> 16);
-        }
-    }
+    kn_mma_e4m3(p, w.x, v.x, w.y, v.y, x.x, x.y);
+    kn_mma_e4m3(p, w.z, v.z, w.w, v.w, x.z, x.w);
 }
 
 /* acc[j] += block-scaled products of this lane's weight rows wlo (row g)
@@ -83,9 +70,6 @@ __device__ __forceinline__ void fp8_rows_dot(float (&acc)[NT][4], const uint8_t 
             if (kb >= kb_hi) /* warp-uniform */
                 break;
             const float sl = slo[kb], sh = shi[kb];
-            uint32_t al[16], ah[16];
-            codes32_to_f16(wa[u], al);
-            codes32_to_f16(wb[u], ah);
 #pragma unroll
             for (int j = 0; j < NT; j++) {
                 if (8 * j >= nr) /* warp-uniform: no tokens in this tile */
@@ -98,12 +82,9 @@ __device__ __forceinline__ void fp8_rows_dot(float (&acc)[NT][4], const uint8_t 
                 } else {
                     xv[0] = xv[1] = make_uint4(0u, 0u, 0u, 0u);
                 }
-                uint32_t bx[16];
-                codes32_to_f16(xv, bx);
                 float p[4] = { 0.f, 0.f, 0.f, 0.f };
-#pragma unroll
-                for (int i = 0; i < 8; i++)
-                    kn_mma_f16(p, al[2 * i], ah[2 * i], al[2 * i + 1], ah[2 * i + 1], bx[2 * i], bx[2 * i + 1]);
+                fp8_chunk_mma(p, wa[u][0], wb[u][0], xv[0]);
+                fp8_chunk_mma(p, wa[u][1], wb[u][1], xv[1]);
                 const float s0 = xs[(size_t)srow[j][0] * nkb + kb], s1 = xs[(size_t)srow[j][1] * nkb + kb];
                 acc[j][0] = fmaf(p[0], s0 * sl, acc[j][0]);
                 acc[j][1] = fmaf(p[1], s1 * sl, acc[j][1]);

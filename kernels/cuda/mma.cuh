@@ -34,6 +34,20 @@ static __device__ __forceinline__ void kn_mma_f16(float (&c)[4], uint32_t a0, ui
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+/* c += a * b, m16n8k32, e4m3 inputs (4 codes a register, lowest k in
+ * the low byte), fp32 sums (sm_89+). Fragments: a0 row g k 4t..4t+3, a1
+ * row g+8 the same k, a2 / a3 the same rows at k 16+4t..; b0 k 4t..4t+3
+ * column g, b1 k 16+4t..; c as kn_mma_f16 (g = lane/4, t = lane%4). */
+static __device__ __forceinline__ void kn_mma_e4m3(float (&c)[4], uint32_t a0, uint32_t a1,
+                                                   uint32_t a2, uint32_t a3, uint32_t b0,
+                                                   uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 "
+                 "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 /* Four 8x8 b16 matrices from shared memory (ldmatrix .x4): lane l gives
  * the address of row l % 8 of matrix l / 8; register i holds matrix i. */
 static __device__ __forceinline__ void kn_ldmatrix_x4(uint32_t (&r)[4], const void *p)
