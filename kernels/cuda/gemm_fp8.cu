@@ -175,14 +175,22 @@ __global__ void fp8_bias_broadcast_kernel(float *out32, __nv_bfloat16 *out16, co
 }
 
 /* The plan for key: cached, or asked of the heuristic (the fused bias
- * first, then without) for key->m rows. NULL when cuBLASLt has none. */
+ * first, then without) for key->m rows. NULL when cuBLASLt has none
+ * (*rc TN_ERR_UNSUPPORTED): the refusal is cached too, so the heuristic is
+ * asked once per key and, for an exact row count (the caller's last try),
+ * the message below is printed once per shape, not on every call (the
+ * skinny kernel may take the shape over: kn_matmul_w_cuda). */
 static kn_lt_plan *plan_get(struct kn_lt_cache *c, const kn_backend *be, const char *op,
                            const kn_lt_key *key, const float *xs, const float *ws,
-                           const float *bias, int *rc)
+                           const float *bias, int exact, int *rc)
 {
     int hit;
     kn_lt_plan *p = kn_lt_cache_slot(c, key, &hit);
     *rc = TN_OK;
+    if (hit && p->valid < 0) {
+        *rc = TN_ERR_UNSUPPORTED;
+        return NULL;
+    }
     if (hit)
         return p;
     const char *what = "cuBLASLt descriptors";
@@ -215,10 +223,13 @@ static kn_lt_plan *plan_get(struct kn_lt_cache *c, const kn_backend *be, const c
         }
     }
     if (!found) {
-        fprintf(stderr, "tandem: %s: cuBLASLt has no block-scaled FP8 algorithm for "
-                "m=%d n=%d k=%d (%s output, alignments %d/%d/%d)\n", op, key->m, key->n, key->k,
-                key->out_type == CUDA_R_16BF ? "bf16" : "fp32", key->align[0], key->align[1],
-                key->align[2]);
+        if (exact)
+            fprintf(stderr, "tandem: %s: cuBLASLt has no block-scaled FP8 algorithm for "
+                    "m=%d n=%d k=%d (%s output, alignments %d/%d/%d)\n", op, key->m, key->n, key->k,
+                    key->out_type == CUDA_R_16BF ? "bf16" : "fp32", key->align[0], key->align[1],
+                    key->align[2]);
+        p->valid = -1;
+        p->key = *key;
         *rc = TN_ERR_UNSUPPORTED;
         return NULL;
     }
@@ -301,7 +312,7 @@ static int gemm_fp8_on(const kn_backend *be, const char *op, cudaStream_t stream
     for (int exact = key.m == m; ; exact = 1) {
         if (exact)
             key.m = m;
-        kn_lt_plan *p = plan_get(c, be, op, &key, xs, ws, bias, &rc);
+        kn_lt_plan *p = plan_get(c, be, op, &key, xs, ws, bias, exact, &rc);
         if (!p && !exact && rc == TN_ERR_UNSUPPORTED)
             continue;   /* none for the bucket: ask for the exact count */
         if (!p)

@@ -63,7 +63,7 @@ static unsigned key_hash(const kn_lt_key *k)
 kn_lt_plan *kn_lt_cache_slot(struct kn_lt_cache *c, const kn_lt_key *key, int *hit)
 {
     kn_lt_plan *p = &c->plans[key_hash(key)];
-    *hit = p->valid && memcmp(&p->key, key, sizeof *key) == 0;
+    *hit = p->valid != 0 && memcmp(&p->key, key, sizeof *key) == 0;
     if (!*hit)
         kn_lt_plan_reset(p);
     return p;

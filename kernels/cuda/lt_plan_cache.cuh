@@ -35,7 +35,7 @@ typedef struct kn_lt_key {
 } kn_lt_key;
 
 typedef struct kn_lt_plan {
-    int valid;
+    int valid;          /* 1 a plan; -1 cuBLASLt has none for key (a cached refusal); 0 empty */
     kn_lt_key key;
     cublasLtMatmulAlgo_t algo;
     int epilogue_bias;  /* FP8: 1 bias fused in the epilogue, 0 broadcast */
@@ -56,7 +56,8 @@ struct kn_lt_cache *kn_lt_cache_of(const kn_backend *be, const char *op);
 /* Destroys every slot's descriptors, the handle and the cache; NULL is fine. */
 void kn_lt_cache_free(struct kn_lt_cache *c);
 
-/* The slot of key: *hit = 1 when it holds key's plan; otherwise the slot
+/* The slot of key: *hit = 1 when it holds key's plan or key's cached
+ * refusal (valid -1); otherwise the slot
  * has been emptied (its descriptors destroyed) for the caller to fill. */
 kn_lt_plan *kn_lt_cache_slot(struct kn_lt_cache *c, const kn_lt_key *key, int *hit);
 /* Empties a slot (destroys what it owns). */
