@@ -14,13 +14,13 @@
  *   - a block of SK_WARPS warps owns 16 weight rows (output columns) of one
  *     matrix; the warps split K into contiguous ranges of 128-wide blocks,
  *     each streaming its share of the 16 rows from HBM once per pass
- *     (fp8_rows_mma.cuh: mma.sync over the exact f16 values of the codes,
- *     8 rows of x a tile, NT tiles a pass);
+ *     (fp8_rows_mma.cuh: e4m3 mma.sync on the codes, 8 rows of x a tile,
+ *     NT tiles a pass);
  *   - warp w > 0 leaves its sums in shared memory, warp 0 adds them in warp
  *     order (deterministic, no atomics), adds the bias and writes the rows.
- * Each weight byte is converted once per pass and feeds 8 NT rows of x
- * (one mma per 16 bytes of a lane), where the GEMV spends 16 conversions
- * and 16 FMAs per 16 bytes and row. */
+ * Each 16 bytes of a lane's weights feed 8 NT rows of x through two mmas
+ * a tile, where the GEMV spends 16 conversions and 16 FMAs per 16 bytes
+ * and row. */
 #include "kernels/cuda/fp8_rows_mma.cuh"
 #include "kernels/cuda/gemm_fp8_skinny.cuh"
 #include "kernels/cuda/moe_grouped_fp8.cuh"

@@ -19,8 +19,8 @@
  *        (the CPU quantizes the fp32 activation the same way).
  *   3. moe_fp8_down_kernel     y[pos] = down_e a[pos] (fp32, no bias).
  *
- * The products: fp8_rows_mma.cuh (mma.sync over the exact f16 values of
- * the codes, fp32 sums, the block scales applied per 128-wide block). */
+ * The products: fp8_rows_mma.cuh (e4m3 mma.sync on the codes, fp32 sums,
+ * the block scales applied per 128-wide block). */
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include "kernels/cuda/fp8_cuda.cuh"
