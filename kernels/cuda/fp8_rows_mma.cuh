@@ -5,8 +5,12 @@
  * few to a hundred rows).
  *
  * The products run as mma.sync m16n8k32 on the e4m3 codes themselves
- * (sm_89+), fp32 sums: each product of two codes is exact, and after each
- * 128-wide block the lane adds block_sum * s_x * s_w to its fp32 totals.
+ * (sm_89+): each product of two codes is exact, but the tensor cores' own
+ * sum keeps fewer bits than fp32 (about 14 on Hopper, DeepSeek-V3's
+ * report), so a block's four mmas start from zero and after each 128-wide
+ * block the lane adds block_sum * s_x * s_w to its fp32 totals (the
+ * promotion every 128 that report describes). The op cases hold the
+ * result to the FP8 bound against float64 (tests/ops/ops_fp8.c, 1e-3).
  * Rows are padded to a multiple of 128 in both operands (weight padding
  * holds finite codes, the activation padding zero codes), so the loops run
  * over whole blocks. Each lane loads 16 contiguous bytes of its two weight
