@@ -748,24 +748,12 @@ extern "C" int kn_attention_cuda(const kn_backend *be, float *out, const float *
         const int split_keys = kn_cuda_div_up(kn_cuda_div_up(b->max_kv_len, n), SP_KC) * SP_KC;
         a.n_splits = kn_cuda_div_up(b->max_kv_len, split_keys);
     }
-    if (a.n_splits > 1) {
-        size_t parts = (size_t)b->n_rows * n_heads * a.n_splits;
-        a.part_o = (float *)kn_cuda_tmp_alloc(be, op, parts * head_dim * sizeof(float));
-        a.part_ml = (float *)kn_cuda_tmp_alloc(be, op, parts * 2 * sizeof(float));
-        if (!a.part_o || !a.part_ml) {
-            kn_cuda_tmp_free(be, a.part_o);
-            kn_cuda_tmp_free(be, a.part_ml);
-            return TN_ERR_NOMEM;
-        }
-    }
+    const size_t row_heads = (size_t)b->n_rows * n_heads;
+    rc = kn_cuda_attn_split_parts(be, op, row_heads, a.n_splits, head_dim, &a.part_o, &a.part_ml);
+    if (rc != TN_OK)
+        return rc;
     rc = kvt == KN_BF16       ? launch_split_vpw<__nv_bfloat16>(be, op, a, b, vpw)
        : kvt == KN_FP8_E4M3 ? launch_split_vpw<__nv_fp8_e4m3>(be, op, a, b, vpw)
                             : launch_split_vpw<float>(be, op, a, b, vpw);
-    if (rc == TN_OK && a.n_splits > 1) {
-        rc = kn_cuda_attn_split_combine(be, op, out, a.part_o, a.part_ml, (size_t)b->n_rows * n_heads, a.n_splits,
-                                        head_dim);
-    }
-    kn_cuda_tmp_free(be, a.part_o);
-    kn_cuda_tmp_free(be, a.part_ml);
-    return rc;
+    return kn_cuda_attn_split_finish(be, op, rc, out, a.part_o, a.part_ml, row_heads, a.n_splits, head_dim);
 }

@@ -430,6 +430,34 @@ int kn_cuda_attn_split_combine(const kn_backend *be, const char *op, float *out,
     return TN_OK;
 }
 
+int kn_cuda_attn_split_parts(const kn_backend *be, const char *op, size_t n_row_heads, int n_splits, int head_dim,
+                             float **part_o, float **part_ml)
+{
+    *part_o = *part_ml = NULL;
+    if (n_splits <= 1)
+        return TN_OK;
+    const size_t parts = n_row_heads * (size_t)n_splits;
+    *part_o = (float *)kn_cuda_tmp_alloc(be, op, parts * head_dim * sizeof(float));
+    *part_ml = (float *)kn_cuda_tmp_alloc(be, op, parts * 2 * sizeof(float));
+    if (!*part_o || !*part_ml) {
+        kn_cuda_tmp_free(be, *part_o);
+        kn_cuda_tmp_free(be, *part_ml);
+        *part_o = *part_ml = NULL;
+        return TN_ERR_NOMEM;
+    }
+    return TN_OK;
+}
+
+int kn_cuda_attn_split_finish(const kn_backend *be, const char *op, int rc, float *out, float *part_o,
+                              float *part_ml, size_t n_row_heads, int n_splits, int head_dim)
+{
+    if (rc == TN_OK && n_splits > 1)
+        rc = kn_cuda_attn_split_combine(be, op, out, part_o, part_ml, n_row_heads, n_splits, head_dim);
+    kn_cuda_tmp_free(be, part_o);
+    kn_cuda_tmp_free(be, part_ml);
+    return rc;
+}
+
 bool kn_cuda_attention_decode_mma_fits(const kn_seq_batch *b, int n_heads, int n_kv_heads, int head_dim,
                                        const float *out, const float *q, const kn_kv_pools *pools)
 {

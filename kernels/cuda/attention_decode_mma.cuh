@@ -24,6 +24,14 @@ int kn_cuda_decode_mma_splits(const kn_backend *be, int n_seqs, int n_kv_heads, 
  * decode kernel and attention.cu's split kernel, one launch. */
 int kn_cuda_attn_split_combine(const kn_backend *be, const char *op, float *out, const float *part_o,
                                const float *part_ml, size_t n_row_heads, int n_splits, int head_dim);
+/* The split kernels' partial states around one launch: *part_o / *part_ml
+ * sized for n_splits > 1 (NULL for one split), and after the launch (its
+ * status rc) the combine into out when there are splits, then both freed.
+ * kn_cuda_attn_split_parts returns TN_ERR_NOMEM with nothing held. */
+int kn_cuda_attn_split_parts(const kn_backend *be, const char *op, size_t n_row_heads, int n_splits, int head_dim,
+                             float **part_o, float **part_ml);
+int kn_cuda_attn_split_finish(const kn_backend *be, const char *op, int rc, float *out, float *part_o,
+                              float *part_ml, size_t n_row_heads, int n_splits, int head_dim);
 
 /* kn_attention's contract with Q and P rounded to bf16 (fp32 softmax state
  * and accumulation). Arguments already checked. */

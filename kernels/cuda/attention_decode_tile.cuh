@@ -205,24 +205,11 @@ static int dec_run(const kn_backend *be, const char *op, float *out, const float
     kn_attn_args_fill(a, out, q, pools->k, pools->v, b, n_heads, n_kv_heads, page_size, scale, sinks, window);
     const int keys = window > 0 && window + b->max_q_len < b->max_kv_len ? window + b->max_q_len : b->max_kv_len;
     a.n_splits = kn_cuda_decode_mma_splits(be, b->n_seqs, n_kv_heads, keys);
-    a.part_o = a.part_ml = NULL;
     a.pool_bytes = (long long)b->n_pages * n_kv_heads * page_size * (long long)kn_kv_row_bytes(pools->dtype, head_dim);
-    if (a.n_splits > 1) {
-        const size_t parts = (size_t)b->n_rows * n_heads * a.n_splits;
-        a.part_o = (float *)kn_cuda_tmp_alloc(be, op, parts * head_dim * sizeof(float));
-        a.part_ml = (float *)kn_cuda_tmp_alloc(be, op, parts * 2 * sizeof(float));
-        if (!a.part_o || !a.part_ml) {
-            kn_cuda_tmp_free(be, a.part_o);
-            kn_cuda_tmp_free(be, a.part_ml);
-            return TN_ERR_NOMEM;
-        }
-    }
-    int rc = launch(a);
-    if (rc == TN_OK && a.n_splits > 1)
-        rc = kn_cuda_attn_split_combine(be, op, out, a.part_o, a.part_ml, (size_t)b->n_rows * n_heads, a.n_splits,
-                                        head_dim);
-    kn_cuda_tmp_free(be, a.part_o);
-    kn_cuda_tmp_free(be, a.part_ml);
-    return rc;
+    const size_t row_heads = (size_t)b->n_rows * n_heads;
+    int rc = kn_cuda_attn_split_parts(be, op, row_heads, a.n_splits, head_dim, &a.part_o, &a.part_ml);
+    if (rc != TN_OK)
+        return rc;
+    return kn_cuda_attn_split_finish(be, op, launch(a), out, a.part_o, a.part_ml, row_heads, a.n_splits, head_dim);
 }
 #endif
