@@ -28,6 +28,11 @@ export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 # few as 2 cores, and libgomp's default spin-wait took a fifth of the CPU
 # from the processes with work (the results do not depend on it).
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+# In the sanitizer build an abort() inside a library (a ZeroMQ or glibc
+# assertion, libmicrohttpd's panic) prints a sanitizer report with the
+# stack, which the cluster tests show with the failing process's log; a
+# plain abort leaves only "exit status 134".
+export ASAN_OPTIONS=${ASAN_OPTIONS:-handle_abort=1}
 case "$JOBS" in ''|*[!0-9]*|0) echo "TEST_JOBS must be a positive integer, not '$JOBS'" >&2; exit 2 ;; esac
 passed=0
 failed=0

@@ -24,7 +24,9 @@ not_ok() {
     echo "not ok $T_N - $1"
     shift
     local l
-    for l in "$@"; do echo "# $l"; done
+    # every line of a multi-line diagnostic as a TAP comment (the runner
+    # keeps only those)
+    for l in "$@"; do printf '%s\n' "$l" | sed 's/^/# /'; done
 }
 # check NAME COND_EXIT_STATUS DIAGNOSTIC...: ok if the preceding test passed.
 check() {
@@ -56,8 +58,10 @@ cluster_stop() {
             local name=${CLUSTER_NAMES[$i]}
             ! grep -qE "ERROR: (Address|Leak)Sanitizer|runtime error:" "$CLUSTER_TMP/$name.log" &&
                 [ "$rc" -eq 0 ]
+            # the log now: a later cluster_start of the same script reuses the name
             check "$name exits cleanly on SIGTERM" $? "exit status $rc" \
-                "$(grep -A12 -E "Sanitizer|runtime error" "$CLUSTER_TMP/$name.log" | head -30)"
+                "$(grep -A12 -E "Sanitizer|runtime error" "$CLUSTER_TMP/$name.log" | head -30)" \
+                "$(if [ "$rc" -ne 0 ]; then echo "---- $name.log (last lines)"; tail -n 12 "$CLUSTER_TMP/$name.log"; fi)"
         fi
     done
     CLUSTER_PIDS=()
