@@ -105,17 +105,7 @@ echo "# device $DEVICE, $KV_RESOLVED KV cache${WORKER_FLAGS:+ ($WORKER_FLAGS)}, 
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.used,memory.total \
     --format=csv,noheader 2>&1 | sed 's/^/# GPU: /'
 
-T_N=0
-T_FAILED=0
-ok() { T_N=$((T_N + 1)); echo "ok $T_N - $1"; }
-not_ok() {
-    T_N=$((T_N + 1)); T_FAILED=$((T_FAILED + 1)); echo "not ok $T_N - $1"; shift
-    local l; for l in "$@"; do echo "# $l"; done
-}
-check() {
-    local name=$1 rc=$2; shift 2
-    if [ "$rc" -eq 0 ]; then ok "$name"; else not_ok "$name" "$@"; fi
-}
+. tests/tap.sh   # (the working directory is the repository root)
 
 PIDS=()
 NAMES=()

@@ -9,31 +9,13 @@
 #   cluster_finish                              # prints the plan, exits
 BUILD=${TANDEM_BUILD:-build}
 BIN=$BUILD/bin
-T_N=0
-T_FAILED=0
 CLUSTER_PIDS=()
 CLUSTER_TMP=$(mktemp -d "${TMPDIR:-/tmp}/tandem-cluster-XXXXXX")
 # UCX over TCP and shared memory on loopback; the code path is the RDMA one.
 export UCX_TLS=${UCX_TLS:-tcp,sm,self}
 export UCX_WARN_UNUSED_ENV_VARS=n
 
-ok() { T_N=$((T_N + 1)); echo "ok $T_N - $1"; }
-not_ok() {
-    T_N=$((T_N + 1))
-    T_FAILED=$((T_FAILED + 1))
-    echo "not ok $T_N - $1"
-    shift
-    local l
-    # every line of a multi-line diagnostic as a TAP comment (the runner
-    # keeps only those)
-    for l in "$@"; do printf '%s\n' "$l" | sed 's/^/# /'; done
-}
-# check NAME COND_EXIT_STATUS DIAGNOSTIC...: ok if the preceding test passed.
-check() {
-    local name=$1 rc=$2
-    shift 2
-    if [ "$rc" -eq 0 ]; then ok "$name"; else not_ok "$name" "$@"; fi
-}
+. "$(dirname "${BASH_SOURCE[0]}")/../tap.sh"
 
 CLUSTER_NAMES=()
 
@@ -336,7 +318,6 @@ EOF
 
 cluster_finish() {
     [ ${#CLUSTER_PIDS[@]} -gt 0 ] && cluster_stop 1
-    echo "1..$T_N"
-    [ "$T_FAILED" -eq 0 ]
+    tap_plan
     exit $?
 }

@@ -9,17 +9,14 @@
 set -u
 BUILD=${TANDEM_BUILD:-build}
 BENCH=$BUILD/bin/tandem-bench
-n=0
-failed=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/tandem-bench-cli-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() { n=$((n + 1)); failed=$((failed + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
+. "$(dirname "$0")/../tap.sh"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 
 if [ ! -x "$BENCH" ]; then
     not_ok "tandem-bench is built at $BENCH"
-    echo "1..$n"
+    echo "1..$T_N"
     exit 1
 fi
 
@@ -113,5 +110,4 @@ if [ $? -eq 0 ] && grep -q "usage: tandem-bench" "$tmp/out" && grep -q -- "--syn
 else
     not_ok "--help prints usage and exits 0"
 fi
-echo "1..$n"
-[ "$failed" -eq 0 ]
+tap_plan

@@ -8,13 +8,10 @@
 set -u
 BUILD=${TANDEM_BUILD:-build}
 GEN=$BUILD/bin/tandem-generate
-n=0
-failed=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/tandem-gen-cli-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() { n=$((n + 1)); failed=$((failed + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
+. "$(dirname "$0")/../tap.sh"
 
 . "$(dirname "$0")/golden_lib.sh"
 
@@ -34,7 +31,7 @@ expect_fail() {
 
 if [ ! -x "$GEN" ]; then
     not_ok "tandem-generate is built at $GEN"
-    echo "1..$n"
+    echo "1..$T_N"
     exit 1
 fi
 
@@ -167,5 +164,4 @@ mkdir -p "$tmp/llama"
 echo '{"model_type": "llama"}' >"$tmp/llama/config.json"
 expect_fail "unknown architecture" 1 "unknown model_type 'llama'" --model "$tmp/llama" --prompt-ids 1 --max-tokens 4
 
-echo "1..$n"
-[ "$failed" -eq 0 ]
+tap_plan

@@ -12,13 +12,10 @@
 # Prints one TAP line per case.
 set -u
 BUILD=${TANDEM_BUILD:-build}
-n=0
-failed=0
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/tandem-valgrind-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() { n=$((n + 1)); failed=$((failed + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
+. "$(dirname "$0")/../tap.sh"
 
 VG=(valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite,indirect,possible
     --track-origins=yes)
@@ -26,17 +23,17 @@ VG=(valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=de
 GEN=$BUILD/bin/tandem-generate
 if ! command -v valgrind >/dev/null 2>&1; then
     not_ok "valgrind is installed (make deps installs it)"
-    echo "1..$n"
+    echo "1..$T_N"
     exit 1
 fi
 if [ ! -x "$GEN" ]; then
     not_ok "tandem-generate is built at $GEN"
-    echo "1..$n"
+    echo "1..$T_N"
     exit 1
 fi
 if ldd "$GEN" | grep -q libasan; then
     ok "valgrind cases # SKIP $BUILD is an ASan build (valgrind cannot run it; make test runs them)"
-    echo "1..$n"
+    echo "1..$T_N"
     exit 0
 fi
 
@@ -82,5 +79,4 @@ else
         "$(head -20 "$tmp/broken.err")"
 fi
 
-echo "1..$n"
-[ "$failed" -eq 0 ]
+tap_plan
