@@ -14,6 +14,7 @@
 #include <math.h>
 #include "kernels/cuda/attention_decode_mma.cuh"
 #include "kernels/cuda/attention_setup.cuh"
+#include "kernels/cuda/attention_tile_softmax.cuh"
 #include "kernels/cuda/mma.cuh"
 extern "C" {
 #include "kernels/attention.h"
@@ -86,51 +87,16 @@ static __device__ __forceinline__ void dec_load_q(const DecArgs &a, uint32_t (&q
         }
 }
 
-/* One tile's scores sc (NT 8-key C fragments of keys j0..) masked (keys
- * past kend, after the row's position or before its window: -inf), then
- * the online-softmax update of rows g, g + 8: m, l, the output o rescaled,
- * sc replaced by the probabilities exp2(s - m). */
+/* One tile's scores sc (NT 8-key C fragments of keys j0..) masked, then
+ * the online-softmax update of rows g, g + 8 (attention_tile_softmax.cuh):
+ * m, l, the output o rescaled, sc replaced by the probabilities. */
 template <int NT, int DN>
 static __device__ __forceinline__ void dec_softmax_tile(const DecArgs &a, float (&sc)[NT][4], const int (&pos)[2],
                                                         float (&m)[2], float (&l)[2], float (&o)[DN][4], int j0,
                                                         int kend, int t)
 {
-#pragma unroll
-    for (int n = 0; n < NT; n++)
-#pragma unroll
-        for (int c = 0; c < 4; c++) {
-            const int j = j0 + n * 8 + 2 * t + (c & 1), p = pos[c >> 1];
-            if (!(j < kend && j <= p && (a.window <= 0 || j > p - a.window)))
-                sc[n][c] = -INFINITY;
-        }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int n = 0; n < NT; n++)
-            mx = fmaxf(mx, fmaxf(sc[n][2 * r], sc[n][2 * r + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m[r], mx);
-        /* nothing visible yet and no sink: m stays -inf, every exp2 of
-         * -inf - 0 is 0 */
-        const float m_ref = m_new == -INFINITY ? 0.f : m_new;
-        const float alpha = exp2f(m[r] - m_ref);
-        float psum = 0.f;
-#pragma unroll
-        for (int n = 0; n < NT; n++) {
-            sc[n][2 * r] = exp2f(sc[n][2 * r] - m_ref);
-            sc[n][2 * r + 1] = exp2f(sc[n][2 * r + 1] - m_ref);
-            psum += sc[n][2 * r] + sc[n][2 * r + 1];
-        }
-        m[r] = m_new;
-        l[r] = l[r] * alpha + psum;
-#pragma unroll
-        for (int n = 0; n < DN; n++) {
-            o[n][2 * r] *= alpha;
-            o[n][2 * r + 1] *= alpha;
-        }
-    }
+    kn_attn_tile_mask<NT>(sc, pos, j0, kend, a.window, t);
+    kn_attn_tile_softmax<NT, DN>(sc, m, l, o);
 }
 
 /* Merges the DEC_WARPS warp states (m, per-lane l, o) of the block through

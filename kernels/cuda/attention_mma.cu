@@ -33,6 +33,7 @@
 #include <math.h>
 #include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/attention_setup.cuh"
+#include "kernels/cuda/attention_tile_softmax.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/paged_kv.cuh"
@@ -185,47 +186,11 @@ attn_mma_kernel(MmaArgs a)
          * edge, or runs past kend (block-uniform test). */
         const bool need_mask = j0 + MB_N > pos_lo || j0 + MB_N > kend ||
                                (a.window > 0 && j0 <= pos_hi - a.window);
-        if (need_mask) {
-#pragma unroll
-            for (int n = 0; n < MB_N / 8; n++)
-#pragma unroll
-                for (int c = 0; c < 4; c++) {
-                    int j = j0 + n * 8 + 2 * t + (c & 1), p = pos[c >> 1];
-                    bool vis = j < kend && j <= p && (a.window <= 0 || j > p - a.window);
-                    if (!vis)
-                        sc[n][c] = -INFINITY;
-                }
-        }
+        if (need_mask)
+            kn_attn_tile_mask<MB_N / 8>(sc, pos, j0, kend, a.window, t);
 
-        /* Online softmax, rows g (i = 0: c0, c1) and g + 8 (i = 1: c2, c3). */
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            float mx = -INFINITY;
-#pragma unroll
-            for (int n = 0; n < MB_N / 8; n++)
-                mx = fmaxf(mx, fmaxf(sc[n][2 * i], sc[n][2 * i + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            float m_new = fmaxf(m[i], mx);
-            /* A row with nothing visible yet (no sink) keeps m = -inf: use 0
-             * as the reference so every exp2 is of -inf, i.e. 0. */
-            float m_ref = m_new == -INFINITY ? 0.f : m_new;
-            float alpha = exp2f(m[i] - m_ref);
-            float psum = 0.f;
-#pragma unroll
-            for (int n = 0; n < MB_N / 8; n++) {
-                sc[n][2 * i] = exp2f(sc[n][2 * i] - m_ref);
-                sc[n][2 * i + 1] = exp2f(sc[n][2 * i + 1] - m_ref);
-                psum += sc[n][2 * i] + sc[n][2 * i + 1];
-            }
-            m[i] = m_new;
-            l[i] = l[i] * alpha + psum;
-#pragma unroll
-            for (int n = 0; n < D / 8; n++) {
-                o[n][2 * i] *= alpha;
-                o[n][2 * i + 1] *= alpha;
-            }
-        }
+        /* Online softmax, rows g and g + 8. */
+        kn_attn_tile_softmax<MB_N / 8, D / 8>(sc, m, l, o);
 
         /* O += P V: 16 keys per step, P from the score registers. */
 #pragma unroll
