@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# s14a (one call, ~8 min): main's tree p13 (c26a4a3: the split-KV helpers,
-# never run on a GPU) checked, then what issue 17 has never had measured:
+# s14a (one call, ~8 min): main's tree p13 checked (c26a4a3's split-KV
+# helpers and session 13's attention_tile_softmax.cuh have never run on a
+# GPU), then what issue 17 has never had measured:
 # the wgmma attention modes 5, 6, 8, 9 next to mode 2/7 and torch SDPA
 # cuDNN / flash / flex_attention at 8192 and 32768, and the prefill rows of
 # the three models on the landed tree. Programs: gpu-carry/p13.tar.xz
-# (tests/gpu/make_prebuilt.sh of c26a4a3).
+# (tests/gpu/make_prebuilt.sh of session 13's last kernel commit).
 set -u
 T0=$(date +%s)
 el() { echo $(( $(date +%s) - T0 )); }
