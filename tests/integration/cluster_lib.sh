@@ -43,7 +43,11 @@ cluster_stop() {
             # the log now: a later cluster_start of the same script reuses the name
             check "$name exits cleanly on SIGTERM" $? "exit status $rc" \
                 "$(grep -A12 -E "Sanitizer|runtime error" "$CLUSTER_TMP/$name.log" | head -30)" \
-                "$(if [ "$rc" -ne 0 ]; then echo "---- $name.log (last lines)"; tail -n 12 "$CLUSTER_TMP/$name.log"; fi)"
+                "$(if [ "$rc" -ne 0 ]; then
+                       # a library's own report (UCX asserts before it aborts)
+                       grep -m4 -E "Assertion .*failed|Fatal:|FATAL|UCX +ERROR" "$CLUSTER_TMP/$name.log"
+                       echo "---- $name.log (last lines)"; tail -n 12 "$CLUSTER_TMP/$name.log"
+                   fi)"
         fi
     done
     CLUSTER_PIDS=()
