@@ -8,6 +8,8 @@
  * freezes during it keeps it waiting), so a push never starts on a
  * connection still being set up; it waits for it (bounded by the transfer
  * timeout) and fails without sending anything if it does not finish. A
+ * connection that fails is reopened when next needed (a push, or the
+ * router introducing the decoder again; supervise says why not at once). A
  * decoder the router never introduced (a TP group's ranks other than 0 see
  * no TransferPeer) is connected on first use, with the same wait. */
 #include "prefiller/kv_push.h"
@@ -23,8 +25,7 @@
 
 #define WHO "prefiller"
 /* A wire-up flush that fails while the endpoint still looks healthy is
- * posted again up to this many times, a failed connection reopened up to
- * this many times (the router's introduction starts the count again). */
+ * posted again up to this many times. */
 #define MAX_WIREUP_RETRIES 5
 /* After this long without a finished set-up, say so once in the log. */
 #define WIREUP_SLOW_S 5.0
