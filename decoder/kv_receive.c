@@ -13,24 +13,34 @@
 
 #include "proto/tandem.pb-c.h"
 
+#define MAX_GROUP_RANKS 64
+
 /* A prefiller: one engine, or one per rank of a TP group (each rank pushes
  * its KV heads of a request and sends its own notice). Its endpoint is kept
  * so a connection that fails (the prefiller's side gave us up while we were
- * frozen, or the network broke) is opened again: acks wait for it
- * (transfer.h) and go out on the new one. */
+ * frozen, or the network broke) is opened again when an ack waits for it
+ * (transfer.h: acks stay queued and go out on the new one). */
 typedef struct prefiller_peer {
     char id[256];
     te_kv_remote *remotes;
     int n_remotes;
     uint8_t *endpoint;        /* the TransferPeer endpoint, as received */
     size_t endpoint_len;
+    uint64_t engine_ids[MAX_GROUP_RANKS]; /* the ranks' engines (senders of notices) */
+    int n_engine_ids;
     int reconnects;           /* consecutive reopenings that failed again */
     double reconnect_at;      /* earliest te_now_seconds() of the next one */
+    int idle_logged;          /* "reopened when an ack waits" said once */
 } prefiller_peer;
 
-/* Reopening a failed connection: at once, then backing off up to this
- * long between tries while the prefiller does not answer (the router says
- * when it is gone for good: TransferPeer removed). */
+/* Reopening a failed connection: only while an ack waits for one of its
+ * engines (a notice came in, so the prefiller was alive a moment ago), at
+ * once, then backing off up to this long between tries while the prefiller
+ * does not answer (the router says when it is gone for good: TransferPeer
+ * removed). Not at once on failure: the connection carries nothing but
+ * acks, and reopening to a prefiller that was just killed (connect refused
+ * during UCX's wire-up) can abort the process inside UCX 1.13 (tcp_ep.c:478,
+ * seen from the prefiller's side in session 13). */
 #define RECONNECT_MAX_BACKOFF_S 5.0
 
 /* A request whose notices from a TP group's ranks are not all in yet. */
@@ -150,8 +160,6 @@ static int endpoint_parts(const uint8_t *endpoint, size_t len,
     return 1;
 }
 
-#define MAX_GROUP_RANKS 64
-
 int kv_receiver_add_peer(kv_receiver *r, const char *worker_id, const uint8_t *endpoint,
                          size_t len, char *err, size_t errlen)
 {
@@ -219,6 +227,9 @@ int kv_receiver_add_peer(kv_receiver *r, const char *worker_id, const uint8_t *e
             memcpy(copy, endpoint, len);
             p->endpoint = copy;
             p->endpoint_len = len;
+            for (int i = 0; i < n; i++)
+                p->engine_ids[i] = remotes[i].engine_id;
+            p->n_engine_ids = n;
         }
     }
     for (int i = 0; i < n; i++)
@@ -292,10 +303,20 @@ static int peer_failed(const prefiller_peer *p)
     return 0;
 }
 
-/* Opens failed prefiller connections again from their endpoints: the
- * failed endpoint is handed to the engine to close once safe, a new one
- * is connected and its set-up started off the request path, and pending
- * acks go out on it. Backs off while the prefiller does not answer. */
+/* Whether an ack waits for one of p's engines. */
+static int peer_acks_wait(const kv_receiver *r, const prefiller_peer *p)
+{
+    for (int i = 0; i < p->n_engine_ids; i++)
+        if (te_engine_acks_waiting(r->xfer.e, p->engine_ids[i]))
+            return 1;
+    return 0;
+}
+
+/* Opens failed prefiller connections again from their endpoints while acks
+ * wait for them: the failed endpoint is handed to the engine to close once
+ * safe, a new one is connected and its set-up started off the request path,
+ * and the waiting acks go out on it. Backs off while the prefiller does not
+ * answer. */
 static void supervise(kv_receiver *r)
 {
     double now = te_now_seconds();
@@ -303,6 +324,13 @@ static void supervise(kv_receiver *r)
         prefiller_peer *p = &r->peers[i];
         if (!peer_failed(p) || now < p->reconnect_at || !p->endpoint)
             continue;
+        if (!peer_acks_wait(r, p)) {
+            if (!p->idle_logged && p->n_remotes && p->remotes[0].peer)
+                tn_log("decoder", "prefiller %s: connection failed (%s); reopened when an "
+                       "ack waits for it", p->id, te_peer_error(p->remotes[0].peer));
+            p->idle_logged = 1;
+            continue;
+        }
         char id[256], why[300], err[300];
         snprintf(id, sizeof id, "%s", p->id);
         snprintf(why, sizeof why, "%s",
@@ -310,6 +338,9 @@ static void supervise(kv_receiver *r)
         uint8_t *ep = p->endpoint;
         size_t len = p->endpoint_len;
         int tries = p->reconnects;
+        uint64_t engine_ids[MAX_GROUP_RANKS];
+        int n_engine_ids = p->n_engine_ids;
+        memcpy(engine_ids, p->engine_ids, sizeof engine_ids);
         p->endpoint = NULL;   /* kept across the removal below */
         kv_receiver_remove_peer(r, id);
         int rc = kv_receiver_add_peer(r, id, ep, len, err, sizeof err);
@@ -323,10 +354,11 @@ static void supervise(kv_receiver *r)
         if (tries == 0 || (rc != 0 && tries % 10 == 1))
             tn_log("decoder", "prefiller %s: connection failed%s%s%s; %s%s", id,
                    why[0] ? " (" : "", why, why[0] ? ")" : "",
-                   rc ? "reconnecting failed: " : "reconnected (acks wait for the new endpoint)",
+                   rc ? "reconnecting failed: " : "reconnected (waiting acks go out on it)",
                    rc ? err : "");
         if (rc != 0) {
-            /* Keep the endpoint to try again later. */
+            /* Keep the endpoint (and the engines whose acks wait) to try
+             * again later. */
             if (r->n_peers == r->cap_peers) {
                 free(ep);
                 continue;
@@ -336,6 +368,8 @@ static void supervise(kv_receiver *r)
             snprintf(q->id, sizeof q->id, "%s", id);
             q->endpoint = ep;
             q->endpoint_len = len;
+            memcpy(q->engine_ids, engine_ids, sizeof engine_ids);
+            q->n_engine_ids = n_engine_ids;
             q->reconnects = tries + 1;
             q->reconnect_at = now + RECONNECT_MAX_BACKOFF_S;
             continue;

@@ -270,6 +270,10 @@ typedef struct te_notice {
     uint32_t copies;
 } te_notice;
 
+/* Acks of received notices from engine sender_id not sent yet (its peer has
+ * no usable endpoint): the owner reconnects to it while this is non-zero. */
+size_t te_engine_acks_waiting(const te_engine *e, uint64_t sender_id);
+
 /* Pops the oldest received notice: 1 when one was returned, 0 when none. */
 int te_engine_next_notice(te_engine *e, te_notice *out);
 /* Progresses until a notice arrives (1) or timeout_ms passes (0). */

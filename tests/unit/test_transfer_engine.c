@@ -911,6 +911,10 @@ static void ack_waits_for_a_new_endpoint_and_goes_out_on_it(void **state)
     assert_int_equal(te_transfer_status(t), TN_IN_PROGRESS);
     fflush(p.log);
     assert_non_null(strstr(p.log_text, "waiting for a new endpoint"));
+    /* What the decoder asks before reopening: one ack waits for a, none for
+     * an engine it never heard from. */
+    assert_int_equal(te_engine_acks_waiting(p.b, te_engine_id(p.a)), 1);
+    assert_int_equal(te_engine_acks_waiting(p.b, te_engine_id(p.b)), 0);
     const void *addr;
     size_t len;
     te_engine_address(p.a, &addr, &len);
@@ -920,6 +924,7 @@ static void ack_waits_for_a_new_endpoint_and_goes_out_on_it(void **state)
     assert_int_equal(pump(&p, t), TN_OK);
     fflush(p.log);
     assert_non_null(strstr(p.log_text, "on a new endpoint"));
+    assert_int_equal(te_engine_acks_waiting(p.b, te_engine_id(p.a)), 0);
     te_transfer_release(p.a, t);
     free(copies);
     pair_close(&p);
