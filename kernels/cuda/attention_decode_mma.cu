@@ -53,6 +53,7 @@
 #include "kernels/cuda/attention_decode_mma.cuh"
 #include "kernels/cuda/attention_decode_tile.cuh"
 #include "kernels/cuda/attention_setup.cuh"
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/paged_kv.cuh"
@@ -90,20 +91,6 @@ template <int D> struct DecTile {
     static const size_t F8_BYTES = F8_RING_BYTES > MERGE_BYTES ? F8_RING_BYTES : MERGE_BYTES;
 };
 
-__device__ __forceinline__ void dm_cp_async16(uint32_t dst, const void *src, int src_bytes)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void dm_cp_async_commit()
-{
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void dm_cp_async_wait()
-{
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
 /* The physical dim of the first element of word `wi` (a bf16 pair) of lane
  * quad position t's chunks: chunk t + 4 * (wi / 4), word wi % 4. */
 __device__ __forceinline__ int dm_dim(int t, int wi)
@@ -131,9 +118,9 @@ __device__ __forceinline__ void dm_load_tile(const DecArgs &a, const __nv_bfloat
         const int bytes = off >= 0 ? 16 : 0;
         if (off < 0)
             off = 0;
-        dm_cp_async16((uint32_t)__cvta_generic_to_shared(Ks + key * T::LDK + c * 8), kp + off + c * 8,
+        kn_cp_async16((uint32_t)__cvta_generic_to_shared(Ks + key * T::LDK + c * 8), kp + off + c * 8,
                       bytes);
-        dm_cp_async16((uint32_t)__cvta_generic_to_shared(Vs + key * T::LDV + c * 8), vp + off + c * 8,
+        kn_cp_async16((uint32_t)__cvta_generic_to_shared(Vs + key * T::LDV + c * 8), vp + off + c * 8,
                       bytes);
     }
 }
@@ -163,8 +150,8 @@ __device__ __forceinline__ void dm_load_tile_f8(const DecArgs &a, unsigned char 
             if (bytes <= 0)
                 src = 0;
             unsigned char *dk = raw + key * T::RAWB + 16 * c;
-            dm_cp_async16((uint32_t)__cvta_generic_to_shared(dk), kp + src, bytes > 0 ? bytes : 0);
-            dm_cp_async16((uint32_t)__cvta_generic_to_shared(dk + T::NK * T::RAWB), vp + src,
+            kn_cp_async16((uint32_t)__cvta_generic_to_shared(dk), kp + src, bytes > 0 ? bytes : 0);
+            kn_cp_async16((uint32_t)__cvta_generic_to_shared(dk + T::NK * T::RAWB), vp + src,
                           bytes > 0 ? bytes : 0);
         }
     }
@@ -259,7 +246,7 @@ attn_decode_mma_kernel(DecArgs a)
         else
             dm_load_tile<D>(a, kp, vp, ring, ring + NK * T::LDK, s, kvh, kbeg + w * NK, kend, lane);
     }
-    dm_cp_async_commit();
+    kn_cp_async_commit();
     for (int i = 0; i < mine; i++) {
         const int j0 = kbeg + (w + DEC_WARPS * i) * NK;
         if (i + 1 < mine) {
@@ -272,8 +259,8 @@ attn_decode_mma_kernel(DecArgs a)
                 dm_load_tile<D>(a, kp, vp, nb, nb + NK * T::LDK, s, kvh, j0 + DEC_WARPS * NK, kend, lane);
             }
         }
-        dm_cp_async_commit();
-        dm_cp_async_wait<1>();
+        kn_cp_async_commit();
+        kn_cp_async_wait<1>();
         __syncwarp();
         const __nv_bfloat16 *Ks = ring + (i & 1) * T::STAGE, *Vs = Ks + NK * T::LDK;
         if constexpr (F8) {
@@ -330,7 +317,7 @@ attn_decode_mma_kernel(DecArgs a)
         }
         __syncwarp(); /* this stage is refilled two tiles on */
     }
-    dm_cp_async_wait<0>();
+    kn_cp_async_wait<0>();
 
     dec_merge_store<D>(a, (float *)dm_smem, o, m, l, q0, kvh, nvec, split);
 }

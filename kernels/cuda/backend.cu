@@ -184,6 +184,8 @@ extern "C" int kn_cuda_backend_init(kn_backend *be, int device)
     const char *moe_grouped = getenv("TANDEM_CUDA_MOE_GROUPED");
     ctx->moe_grouped = !moe_grouped ? -1 : strcmp(moe_grouped, "1") == 0 ? 1
                                        : strcmp(moe_grouped, "0") == 0 ? 0 : -1;
+    const char *moe_staged = getenv("TANDEM_CUDA_MOE_STAGED");
+    ctx->moe_staged = !(moe_staged && strcmp(moe_staged, "0") == 0);
     const char *moe_streams = getenv("TANDEM_CUDA_MOE_STREAMS");
     /* 4 by default: measured on the H200 (docs/PERF.md, s2run5), spreading
      * the prefill experts' GEMMs over 4 streams cut GPT-OSS-20B FP8 prefill
@@ -214,11 +216,13 @@ extern "C" int kn_cuda_backend_init(kn_backend *be, int device)
     ctx->fused_decode = !(fused_decode && strcmp(fused_decode, "0") == 0);
 
     if ((err = cudaDeviceGetAttribute(&ctx->sm_count, cudaDevAttrMultiProcessorCount, device)) ||
+        (err = cudaDeviceGetAttribute(&ctx->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device)) ||
         (err = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking))) {
         rc = kn_cuda_device_error(op, "stream creation", err);
         goto fail;
     }
-    /* the arrival counters: the router's tiles, the normed GEMV's */
+    /* the arrival counters: the router's tiles, the normed GEMV's, the
+     * expert GEMV's down groups */
     if ((err = cudaMalloc(&ctx->router_done, KN_CUDA_DONE_WORDS * sizeof(unsigned))) ||
         (err = cudaMemset(ctx->router_done, 0, KN_CUDA_DONE_WORDS * sizeof(unsigned))) ||
         (err = cudaDeviceSynchronize())) {
@@ -226,6 +230,7 @@ extern "C" int kn_cuda_backend_init(kn_backend *be, int device)
         goto fail;
     }
     ctx->gemv_done = ctx->router_done + KN_CUDA_ROUTER_TILES;
+    ctx->moe_down_done = ctx->gemv_done + 1;
     memset(&props, 0, sizeof props);
     props.allocType = cudaMemAllocationTypePinned;
     props.location.type = cudaMemLocationTypeDevice;

@@ -21,6 +21,11 @@ extern "C" {
 #define KN_CUDA_MOE_GROUPED_ROWS 32
 void kn_cuda_set_moe_grouped(const kn_backend *be, int mode);
 int kn_cuda_moe_grouped(const kn_backend *be);
+/* The grouped FP8 expert kernels (moe_grouped_fp8.cu): 1 (the default)
+ * stages each pass's token rows in shared memory where they fit, 0 lets
+ * every warp read them from global memory (the earlier kernels; the same
+ * results bit for bit). Starts from TANDEM_CUDA_MOE_STAGED=0/1 at init. */
+void kn_cuda_set_moe_staged(const kn_backend *be, int on);
 /* The per-expert MoE path's GEMMs spread over n streams (1..4; 1 keeps
  * them on the backend's stream; the default is 4). Starts from
  * TANDEM_CUDA_MOE_STREAMS=n at init (n = 1 turns the side streams off). */

@@ -43,6 +43,8 @@ extern "C" {
 struct kn_cuda_ctx {
     cudaStream_t stream;
     cublasHandle_t blas;
+    /* the device's largest dynamic shared memory per block (opt-in) */
+    int smem_optin;
     /* Temporary buffers of one op come from this pool, stream-ordered
      * (cudaMallocFromPoolAsync), so ops stay asynchronous and capturable. */
     cudaMemPool_t pool;
@@ -63,6 +65,10 @@ struct kn_cuda_ctx {
      * kn_cuda_set_moe_grouped changes the mode. */
     int moe_grouped;
     int moe_grouped_rows;
+    /* The grouped FP8 kernels stage their token rows in shared memory (1,
+     * the default; TANDEM_CUDA_MOE_STAGED=0 at init or
+     * kn_cuda_set_moe_staged for the unstaged kernels). */
+    int moe_staged;
     /* The per-expert GEMMs spread over this many streams (1: the main one;
      * TANDEM_CUDA_MOE_STREAMS at init, kn_cuda_set_moe_streams), so small
      * experts' GEMMs run side by side instead of each leaving SMs idle. */
@@ -160,13 +166,20 @@ struct kn_cuda_ctx {
     /* kn_matmul_w_multi_normed's one-row GEMV: its arrival counter (one
      * word after router_done's, same life), reset by its last block. */
     unsigned *gemv_done;
+    /* The expert GEMV's down kernel (moe_gemv_fp8.cu): one arrival counter
+     * per (row group, token) (KN_CUDA_MOE_DOWN_COUNTERS, after gemv_done's,
+     * same life), reset by the group's last route block. */
+    unsigned *moe_down_done;
 };
 
 /* Token tiles the fused router takes in one launch (moe_router.cu). */
 #define KN_CUDA_ROUTER_TILE_ROWS 8
 #define KN_CUDA_ROUTER_TILES 32
+/* (row group, token) pairs the expert GEMV's down kernel counts: 8 output
+ * columns a group, so 4 tokens of a model dimension up to 16384. */
+#define KN_CUDA_MOE_DOWN_COUNTERS 8192
 /* All the arrival counters, one allocation (router_done's). */
-#define KN_CUDA_DONE_WORDS (KN_CUDA_ROUTER_TILES + 1)
+#define KN_CUDA_DONE_WORDS (KN_CUDA_ROUTER_TILES + 1 + KN_CUDA_MOE_DOWN_COUNTERS)
 
 static inline kn_cuda_ctx *kn_cuda_ctx_of(const kn_backend *be)
 {

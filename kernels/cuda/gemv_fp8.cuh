@@ -283,11 +283,13 @@ int kn_cuda_fp8_gemv_multi_normed(const kn_backend *be, const char *op, const kn
                                   int n_mats, const kn_norm_in *norm, int k, unsigned *done);
 
 /* 1 when kn_moe_experts_cuda should take kn_cuda_moe_gemv_fp8 for this
- * call (n_tokens tokens of k routes: k <= 8, the down kernel's clusters). */
+ * call (n_tokens tokens of k routes; the down kernel's arrival counters
+ * cover ceil(dim / 8) * n_tokens <= KN_CUDA_MOE_DOWN_COUNTERS). */
 int kn_cuda_moe_gemv_fp8_takes(const kn_backend *be, const kn_moe_weights *w, int n_tokens, int k);
 /* kn_moe_experts for FP8 weights at decode (moe_gemv_fp8.cu): two
  * launches, the expert ids and weights read on the device (no host sync),
- * one fp32 temporary of n_tokens*k*inter floats from the pool. */
+ * fp32 temporaries of n_tokens*k*inter and n_tokens*k*dim floats from the
+ * pool. */
 int kn_cuda_moe_gemv_fp8(const kn_backend *be, const char *op, float *out, const float *x,
                          const int32_t *expert_idx, const float *expert_w, int n_tokens, int k,
                          const kn_moe_weights *w);

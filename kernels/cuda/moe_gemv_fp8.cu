@@ -9,14 +9,21 @@
  *        fp32 x row; + bias, the activation (kernels/moe.h's, as the
  *        CPU's), fp32 a[slot][inter]. Slots whose expert is not held here
  *        exit.
- *   2. moe_gemv_down_kernel     grid (row groups, routes, tokens) in
- *        clusters of the k route blocks of one row group and token: a block
+ *   2. moe_gemv_down_kernel     grid (row groups, routes, tokens): a block
  *        computes MG_DROWS output columns of its route's down projection
- *        (+ bias, times the route weight), leaves them in shared memory, and
- *        the cluster's first block adds the k routes' values in route order
- *        through distributed shared memory: the combine is fused and
- *        deterministic, with one block per (rows, route) in flight instead
- *        of a route loop.
+ *        (+ bias, times the route weight) into a parts buffer and counts
+ *        itself on the (row group, token)'s arrival counter; the last of the
+ *        k route blocks to arrive adds the k routes' parts in route order
+ *        and resets the counter: the combine is fused and deterministic,
+ *        with one block per (rows, route) in flight instead of a route loop.
+ *        (Until s14 the k route blocks were a thread-block cluster summing
+ *        through distributed shared memory: each block held its SM slot
+ *        until the cluster's slowest block ended, two cluster barriers;
+ *        s7run3's ncu had that kernel at 1.92 TB/s against gate_up's 3.05.
+ *        s14run2, session 12's build of the counter form against the
+ *        cluster one, H200, ms a decode step: GPT-OSS-20B 1 / 2 / 4 tokens
+ *        2.223 / 3.025 / 4.360 vs 2.216 / 3.045 / 4.467, Qwen3-30B-A3B 1
+ *        token 3.305 vs 3.422.)
  *
  * Against the grouped FP8 decode path (moe_experts.cu + moe_grouped_fp8.cu:
  * count, place, quantize x, gate_up, down, combine = 6 launches): at one
@@ -33,7 +40,6 @@
  * decode step at batch 1) measured the previous one-warp-per-rows kernels
  * at 25 us (gate_up, 66.5 MB) and 43 us (down, 33.3 MB: 16% of the DRAM
  * bandwidth) a layer. */
-#include <cooperative_groups.h>
 #include <math.h>
 #include "kernels/cuda/gemv_fp8.cuh"
 extern "C" {
@@ -42,8 +48,6 @@ extern "C" {
 
 constexpr int MG_COLS = 4;  /* activation columns per gate_up block: 8 weight rows */
 constexpr int MG_DROWS = 8; /* down rows (output columns) per block */
-/* Routes per token the down kernel's clusters take (a portable cluster). */
-constexpr int MG_MAX_ROUTES = 8;
 
 /* kernels/moe.h's activation (moe_experts.cu's expert_act, the CPU's). */
 __device__ __forceinline__ float mg_act(float g, float u, int act, float alpha, float limit)
@@ -104,21 +108,19 @@ moe_gemv_gate_up_kernel(float *a, const float *x, const int32_t *expert_idx, int
     }
 }
 
-/* One block per (row group, route j, token t), clusters of the k route
- * blocks (blockIdx.y = j = the block's rank in its cluster). */
+/* One block per (row group, route j, token t); done holds one arrival
+ * counter per (row group, token), zero between launches. */
 template <bool VEC>
 __global__ void __launch_bounds__(KN_GEMV_THREADS)
-moe_gemv_down_kernel(float *out, const float *a, const int32_t *expert_idx, const float *expert_w, int k,
-                     int offset, int n_local, const uint8_t *down, const float *down_scale,
-                     const float *down_bias, int dim, int inter, size_t e_bytes, size_t e_scales, int ld,
-                     int sld)
+moe_gemv_down_kernel(float *out, float *parts, unsigned *done, const float *a, const int32_t *expert_idx,
+                     const float *expert_w, int k, int offset, int n_local, const uint8_t *down,
+                     const float *down_scale, const float *down_bias, int dim, int inter, size_t e_bytes,
+                     size_t e_scales, int ld, int sld)
 {
-    namespace cg = cooperative_groups;
     extern __shared__ __align__(128) uint8_t wbuf[]; /* [MG_DROWS][ld] */
     __shared__ __align__(8) uint64_t bar;
     __shared__ float red[KN_GEMV_WARPS][MG_DROWS];
-    __shared__ float part[MG_DROWS]; /* this route's weighted values, read by rank 0 */
-    cg::cluster_group cluster = cg::this_cluster();
+    __shared__ int last;
     const int j = blockIdx.y, t = blockIdx.z, tid = threadIdx.x;
     const int d0 = blockIdx.x * MG_DROWS, nv = min(MG_DROWS, dim - d0);
     const size_t slot = (size_t)t * k + j;
@@ -141,27 +143,39 @@ moe_gemv_down_kernel(float *out, const float *a, const int32_t *expert_idx, cons
                                             1, inter, tid, kn_smem_addr(&bar));
     }
     kn_gemv_block_sum<MG_DROWS>(&acc[0][0], red, tid);
-    if (tid < MG_DROWS) {
+    if (tid < nv) {
         float v = 0.f;
-        if (local && tid < nv)
+        if (local)
             v = expert_w[slot] * (kn_gemv_block_total(red, tid) +
                                   (down_bias ? down_bias[(size_t)e * dim + d0 + tid] : 0.f));
-        part[tid] = v;
+        parts[slot * dim + d0 + tid] = v;
     }
-    cluster.sync(); /* every route's part written */
-    if (j == 0 && tid < nv) {
+    /* The threadfence-reduction pattern: each block's parts are visible
+     * device-wide before it counts itself, and the last block to count
+     * reads them all. */
+    __syncthreads();
+    if (tid == 0) {
+        __threadfence();
+        unsigned *c = done + (size_t)t * gridDim.x + blockIdx.x;
+        last = atomicAdd(c, 1u) == (unsigned)k - 1u;
+        if (last)
+            *c = 0u; /* every route counted: zero for the next launch */
+    }
+    __syncthreads();
+    if (last && tid < nv) {
+        __threadfence();
         float total = 0.f;
         for (int r = 0; r < k; r++)
-            total += *cluster.map_shared_rank(&part[tid], r);
+            total += __ldcg(&parts[((size_t)t * k + r) * dim + d0 + tid]);
         out[(size_t)t * dim + d0 + tid] = total;
     }
-    cluster.sync(); /* rank 0 done reading the others' shared memory */
 }
 
 int kn_cuda_moe_gemv_fp8_takes(const kn_backend *be, const kn_moe_weights *w, int n_tokens, int k)
 {
     return w->wdtype == KN_FP8_E4M3 && kn_cuda_ctx_of(be)->moe_gemv && n_tokens >= 1 &&
-           n_tokens <= KN_CUDA_MOE_GEMV_MAX_TOKENS && k >= 1 && k <= MG_MAX_ROUTES &&
+           n_tokens <= KN_CUDA_MOE_GEMV_MAX_TOKENS && k >= 1 &&
+           (size_t)(w->dim + MG_DROWS - 1) / MG_DROWS * n_tokens <= KN_CUDA_MOE_DOWN_COUNTERS &&
            (size_t)2 * MG_COLS * kn_fp8_ld((size_t)w->dim) <= (size_t)KN_GEMV_SMEM_MAX &&
            (size_t)MG_DROWS * kn_fp8_ld((size_t)w->inter) <= (size_t)KN_GEMV_SMEM_MAX && w->gate_up_scale && w->down_scale &&
            !((uintptr_t)w->gate_up & 15) && !((uintptr_t)w->down & 15) &&
@@ -179,8 +193,15 @@ int kn_cuda_moe_gemv_fp8(const kn_backend *be, const char *op, float *out, const
     if (n_slots > 65535)
         return kn_arg_error(op, "%d slots is more than one grid dimension holds", n_slots);
     float *a = (float *)kn_cuda_tmp_alloc(be, op, (size_t)n_slots * inter * sizeof(float));
-    if (!a)
-        return TN_ERR_NOMEM;
+    float *parts = (float *)kn_cuda_tmp_alloc(be, op, (size_t)n_slots * dim * sizeof(float));
+    const unsigned groups = (unsigned)((dim + MG_DROWS - 1) / MG_DROWS);
+    if (!a || !parts || (size_t)groups * n_tokens > KN_CUDA_MOE_DOWN_COUNTERS) {
+        kn_cuda_tmp_free(be, a);
+        kn_cuda_tmp_free(be, parts);
+        return a && parts ? kn_arg_error(op, "%u row groups x %d tokens is more than the expert gemv's %d counters",
+                                         groups, n_tokens, KN_CUDA_MOE_DOWN_COUNTERS)
+                          : TN_ERR_NOMEM;
+    }
     cudaStream_t s = kn_cuda_stream(be);
     const size_t gu_bytes = kn_fp8_data_bytes(2 * (size_t)inter, (size_t)dim);
     const size_t gu_scales = kn_fp8_scale_count(2 * (size_t)inter, (size_t)dim);
@@ -199,25 +220,22 @@ int kn_cuda_moe_gemv_fp8(const kn_backend *be, const char *op, float *out, const
             w->gate_up_bias, dim, inter, gu_bytes, gu_scales, ldx, sldx, (int)w->act, w->alpha, w->limit);
     cudaError_t err = cudaGetLastError();
     if (err == cudaSuccess) {
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = 1;
-        attr[0].val.clusterDim.y = (unsigned)k; /* the token's k route blocks */
-        attr[0].val.clusterDim.z = 1;
-        cfg.gridDim = dim3((unsigned)((dim + MG_DROWS - 1) / MG_DROWS), (unsigned)k, (unsigned)n_tokens);
-        cfg.blockDim = dim3(KN_GEMV_THREADS);
-        cfg.dynamicSmemBytes = (size_t)MG_DROWS * ldi;
-        cfg.stream = s;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
+        const dim3 g2(groups, (unsigned)k, (unsigned)n_tokens);
         const uint8_t *dw = (const uint8_t *)w->down;
+        unsigned *done = kn_cuda_ctx_of(be)->moe_down_done;
         /* a's rows are 64-byte aligned when inter % 16 == 0 (pool blocks are 256-aligned) */
-        err = cudaLaunchKernelEx(&cfg, inter % 16 == 0 ? moe_gemv_down_kernel<true> : moe_gemv_down_kernel<false>,
-                                 out, (const float *)a, expert_idx, expert_w, k, w->expert_offset, w->n_experts, dw,
-                                 w->down_scale, w->down_bias, dim, inter, dn_bytes, dn_scales, ldi, sldi);
+        if (inter % 16 == 0)
+            moe_gemv_down_kernel<true><<<g2, KN_GEMV_THREADS, (size_t)MG_DROWS * ldi, s>>>(
+                out, parts, done, a, expert_idx, expert_w, k, w->expert_offset, w->n_experts, dw, w->down_scale,
+                w->down_bias, dim, inter, dn_bytes, dn_scales, ldi, sldi);
+        else
+            moe_gemv_down_kernel<false><<<g2, KN_GEMV_THREADS, (size_t)MG_DROWS * ldi, s>>>(
+                out, parts, done, a, expert_idx, expert_w, k, w->expert_offset, w->n_experts, dw, w->down_scale,
+                w->down_bias, dim, inter, dn_bytes, dn_scales, ldi, sldi);
+        err = cudaGetLastError();
     }
     kn_cuda_tmp_free(be, a);
+    kn_cuda_tmp_free(be, parts);
     return err == cudaSuccess ? TN_OK : kn_cuda_device_error(op, "moe gemv kernels", err);
 }
 

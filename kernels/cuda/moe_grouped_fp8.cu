@@ -20,9 +20,28 @@
  *   3. moe_fp8_down_kernel     y[pos] = down_e a[pos] (fp32, no bias).
  *
  * The products: fp8_rows_mma.cuh (e4m3 mma.sync on the codes, fp32 sums,
- * the block scales applied per 128-wide block). */
+ * the block scales applied per 128-wide block).
+ *
+ * Staged token rows (STAGED, the default where they fit in shared memory):
+ * every warp of a block multiplies its own weight rows with the same token
+ * rows of the pass, so the block copies those rows (codes and 1x128 scales)
+ * into shared memory once per pass (16-byte cp.async) and the warps read
+ * them there. Unstaged, each warp read all of the pass's token rows from L2
+ * for its 8-16 weight rows: as many bytes as the weights, and a dependent
+ * L2 round trip inside every 128-wide k block (s12run1's profile: the
+ * experts 11.3 of 24.6 ms at batch 128 on an H100). The down kernel stages
+ * with 8 warps (128 output columns) a block so a pass's rows serve twice as
+ * many weight rows; 32 rows a pass (a GPT-OSS activation pass is 96 KB).
+ * Measured (GPT-OSS-20B FP8 decode, context 8192, ms a step, staged vs
+ * unstaged in the same call): s14run3 on an H100, batch 8 / 64 / 128
+ * 7.65 / 15.52 / 21.07 vs 7.88 / 16.42 / 23.67, batch 32 even (12.11 vs
+ * 12.05); s14run2 on the H200 (session 12's build of the same design)
+ * batch 64 / 128 12.69 / 17.64 vs 13.73 / 20.41.
+ * TANDEM_CUDA_MOE_STAGED=0 (kn_cuda_set_moe_staged) runs the unstaged
+ * kernels, for comparison. */
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
+#include "kernels/cuda/cp_async.cuh"
 #include "kernels/cuda/fp8_cuda.cuh"
 #include "kernels/cuda/fp8_rows_mma.cuh"
 #include "kernels/cuda/moe_grouped_fp8.cuh"
@@ -40,6 +59,37 @@ struct fp8_dims {
 };
 
 constexpr int GU_WARPS = KN_FP8_BLOCK / 8; /* 8 activation columns per warp */
+
+/* Staged rows: ld + 64 bytes apart, so the two rows a quarter warp reads
+ * (g, g + 1; ld is a multiple of 128 bytes) fall on opposite halves of the
+ * banks. Codes first, then the rows' scales (nkb floats each). */
+__host__ __device__ constexpr int fp8_stage_ld(int ld) { return ld + 64; }
+static size_t fp8_stage_bytes(int rows, int ld, int nkb)
+{
+    return (size_t)rows * fp8_stage_ld(ld) + (size_t)rows * nkb * sizeof(float);
+}
+
+/* Copies the nr token rows of a pass into shared memory: row r is token
+ * perm[base + r] / k (perm != NULL: the gate_up kernel's x rows) or row
+ * base + r (the down kernel's activation rows). Every thread of the block
+ * calls it; it returns after a block barrier with the rows in place. */
+__device__ __forceinline__ void fp8_stage_pass(uint8_t *sq, float *ss, const uint8_t *xq, const float *xs,
+                                               const int *perm, int k, int base, int nr, int ld, int nkb)
+{
+    const int lane = threadIdx.x & 31, warps = blockDim.x >> 5, sld = fp8_stage_ld(ld);
+    for (int r = threadIdx.x >> 5; r < nr; r += warps) {
+        const int src = perm ? perm[base + r] / k : base + r;
+        const uint8_t *g = xq + (size_t)src * ld;
+        const uint32_t d = (uint32_t)__cvta_generic_to_shared(sq + (size_t)r * sld);
+        for (int c = 16 * lane; c < ld; c += 16 * 32)
+            kn_cp_async16(d + c, g + c, 16);
+        for (int b = lane; b < nkb; b += 32)
+            ss[r * nkb + b] = xs[(size_t)src * nkb + b];
+    }
+    kn_cp_async_commit();
+    kn_cp_async_wait<0>();
+    __syncthreads();
+}
 
 /* One warp per (token, 128-wide block): quant_fp8.cu's quantizer
  * (kn_cuda_fp8_quant_row4) in a plain [n_tokens][ld] / [n_tokens][kb]
@@ -77,8 +127,9 @@ __device__ __forceinline__ float fp8_expert_act(float g, float u, int act, float
  * act(gate_up_e x[perm[pos] / k] + b) for the 128 activation columns of
  * block x (codes past inter are zero, up to the padded row width).
  * Grid: (blocks of inter, n_local); the whole block returns together for an
- * expert without rows (block barriers below). */
-template <int NT, int U>
+ * expert without rows (block barriers below). STAGED: the pass's x rows in
+ * dynamic shared memory (fp8_stage_bytes(8 NT, ldx, kbx)). */
+template <int NT, int U, bool STAGED>
 __global__ void __launch_bounds__(GU_WARPS * 32)
 moe_fp8_gate_up_kernel(uint8_t *aq, float *as, const uint8_t *xq, const float *xs, const int *perm,
                        const int *offsets, int k, const uint8_t *gate_up, const float *gate_up_scale,
@@ -87,6 +138,7 @@ moe_fp8_gate_up_kernel(uint8_t *aq, float *as, const uint8_t *xq, const float *x
 {
     __shared__ float amax_s[GU_WARPS][8 * NT];
     __shared__ float scale_s[8 * NT];
+    extern __shared__ __align__(16) uint8_t gu_stage[];
     const int e = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int first = offsets[e], rows = offsets[e + 1] - first;
     if (rows == 0)
@@ -107,17 +159,33 @@ moe_fp8_gate_up_kernel(uint8_t *aq, float *as, const uint8_t *xq, const float *x
         const int nr = min(8 * NT, rows - r0);
         const int *pp = perm + first + r0;
         int xrow[NT], srow[NT][2];
-#pragma unroll
-        for (int j = 0; j < NT; j++) {
-            xrow[j] = 8 * j + g < nr ? pp[8 * j + g] / k : -1;
-            srow[j][0] = pp[min(8 * j + 2 * t, nr - 1)] / k;
-            srow[j][1] = pp[min(8 * j + 2 * t + 1, nr - 1)] / k;
-        }
         float acc[NT][4];
 #pragma unroll
         for (int j = 0; j < NT; j++)
             acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-        fp8_rows_dot<NT, U>(acc, wg, wu, sg, su, xq, xs, xrow, srow, 0, kbx, kbx, ldx, nr, lane);
+        if (STAGED) {
+            /* rows of the pass by position; the stage is rewritten after
+             * this pass's amax barriers, which every warp reaches after its
+             * product */
+            float *ss = (float *)(gu_stage + (size_t)8 * NT * fp8_stage_ld(ldx));
+            fp8_stage_pass(gu_stage, ss, xq, xs, perm, k, first + r0, nr, ldx, kbx);
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                xrow[j] = 8 * j + g < nr ? 8 * j + g : -1;
+                srow[j][0] = min(8 * j + 2 * t, nr - 1);
+                srow[j][1] = min(8 * j + 2 * t + 1, nr - 1);
+            }
+            fp8_rows_dot<NT, U>(acc, wg, wu, sg, su, gu_stage, ss, xrow, srow, 0, kbx, kbx, fp8_stage_ld(ldx), nr,
+                                lane);
+        } else {
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                xrow[j] = 8 * j + g < nr ? pp[8 * j + g] / k : -1;
+                srow[j][0] = pp[min(8 * j + 2 * t, nr - 1)] / k;
+                srow[j][1] = pp[min(8 * j + 2 * t + 1, nr - 1)] / k;
+            }
+            fp8_rows_dot<NT, U>(acc, wg, wu, sg, su, xq, xs, xrow, srow, 0, kbx, kbx, ldx, nr, lane);
+        }
         /* activation, and each token's amax over this warp's 8 columns */
         float v[NT][2];
 #pragma unroll
@@ -160,21 +228,28 @@ moe_fp8_gate_up_kernel(uint8_t *aq, float *as, const uint8_t *xq, const float *x
 }
 
 /* y[pos][col] = down_e dequant(aq[pos]) for this warp's 16 output columns
- * (fp32, no bias). Grid: (column tiles, n_local). A K split over 8 warps a
- * tile (fp8_tile_ksplit, as the dense skinny kernel) was slower here: s11run1
- * measured GPT-OSS-20B batch 8 / 32 / 128 at 8.59 / 12.88 / 27.20 ms a step
- * against 7.78 / 12.15 / 24.95 with this kernel (its 203 registers and the
- * cross-warp reduction cost more than the extra streams gain). */
-constexpr int DN_WARPS = 4; /* 16 output columns per warp */
-template <int NT, int U>
-__global__ void __launch_bounds__(DN_WARPS * 32)
+ * (fp32, no bias). Grid: (column tiles, n_local); WARPS warps a block.
+ * Unstaged: 4 warps, each leaves at once when it has no columns. STAGED: 8
+ * warps sharing each pass's activation rows in dynamic shared memory
+ * (fp8_stage_bytes(8 NT, ldi, kbi)); warps without columns stay for the
+ * block barriers. A K split over 8 warps a tile (fp8_tile_ksplit, as the
+ * dense skinny kernel) was slower here: s11run1 measured GPT-OSS-20B batch
+ * 8 / 32 / 128 at 8.59 / 12.88 / 27.20 ms a step against 7.78 / 12.15 /
+ * 24.95 with the unstaged kernel (its 203 registers and the cross-warp
+ * reduction cost more than the extra streams gain). */
+constexpr int DN_WARPS = 4;        /* 16 output columns per warp */
+constexpr int DN_STAGED_WARPS = 8;
+template <int NT, int U, bool STAGED>
+__global__ void __launch_bounds__((STAGED ? DN_STAGED_WARPS : DN_WARPS) * 32, STAGED ? 2 : 1)
 moe_fp8_down_kernel(float *y, const uint8_t *aq, const float *as, const int *offsets, const uint8_t *down,
                     const float *down_scale, int dim, fp8_dims z)
 {
+    constexpr int WARPS = STAGED ? DN_STAGED_WARPS : DN_WARPS;
+    extern __shared__ __align__(16) uint8_t dn_stage[];
     const int e = blockIdx.y, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int first = offsets[e], rows = offsets[e + 1] - first;
-    const int c0 = (blockIdx.x * DN_WARPS + (threadIdx.x >> 5)) * 16;
-    if (rows == 0 || c0 >= dim) /* whole warps leave; no block barrier below */
+    const int c0 = (blockIdx.x * WARPS + (threadIdx.x >> 5)) * 16;
+    if (rows == 0 || (!STAGED && c0 >= dim)) /* whole warps (blocks) leave */
         return;
     const int ldi = z.ldi, kbi = z.kbi;
     const size_t sld = z.dn_sld;
@@ -183,33 +258,45 @@ moe_fp8_down_kernel(float *y, const uint8_t *aq, const float *as, const int *off
     const float *se = down_scale + (size_t)e * z.dn_scales;
     const uint8_t *wlo = we + (size_t)lo * ldi, *whi = we + (size_t)hi * ldi;
     const float *slo = se + (size_t)(lo / KN_FP8_BLOCK) * sld, *shi = se + (size_t)(hi / KN_FP8_BLOCK) * sld;
+    float *ss = (float *)(dn_stage + (size_t)8 * NT * fp8_stage_ld(ldi));
     for (int r0 = 0; r0 < rows; r0 += 8 * NT) {
         const int nr = min(8 * NT, rows - r0), base = first + r0;
+        if (STAGED)
+            fp8_stage_pass(dn_stage, ss, aq, as, nullptr, 1, base, nr, ldi, kbi);
         int xrow[NT], srow[NT][2];
+        const int rb = STAGED ? 0 : base; /* staged rows by position in the pass */
 #pragma unroll
         for (int j = 0; j < NT; j++) {
-            xrow[j] = 8 * j + g < nr ? base + 8 * j + g : -1;
-            srow[j][0] = base + min(8 * j + 2 * t, nr - 1);
-            srow[j][1] = base + min(8 * j + 2 * t + 1, nr - 1);
+            xrow[j] = 8 * j + g < nr ? rb + 8 * j + g : -1;
+            srow[j][0] = rb + min(8 * j + 2 * t, nr - 1);
+            srow[j][1] = rb + min(8 * j + 2 * t + 1, nr - 1);
         }
         float acc[NT][4];
 #pragma unroll
         for (int j = 0; j < NT; j++)
             acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-        fp8_rows_dot<NT, U>(acc, wlo, whi, slo, shi, aq, as, xrow, srow, 0, kbi, kbi, ldi, nr, lane);
+        if (c0 < dim) { /* warp-uniform */
+            if (STAGED)
+                fp8_rows_dot<NT, U>(acc, wlo, whi, slo, shi, dn_stage, ss, xrow, srow, 0, kbi, kbi,
+                                    fp8_stage_ld(ldi), nr, lane);
+            else
+                fp8_rows_dot<NT, U>(acc, wlo, whi, slo, shi, aq, as, xrow, srow, 0, kbi, kbi, ldi, nr, lane);
 #pragma unroll
-        for (int j = 0; j < NT; j++)
+            for (int j = 0; j < NT; j++)
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int tok = 8 * j + 2 * t + h;
-                if (tok < nr) {
-                    float *yr = y + (size_t)(base + tok) * dim;
-                    if (c0 + g < dim)
-                        yr[c0 + g] = acc[j][h];
-                    if (c0 + g + 8 < dim)
-                        yr[c0 + g + 8] = acc[j][2 + h];
+                for (int h = 0; h < 2; h++) {
+                    const int tok = 8 * j + 2 * t + h;
+                    if (tok < nr) {
+                        float *yr = y + (size_t)(base + tok) * dim;
+                        if (c0 + g < dim)
+                            yr[c0 + g] = acc[j][h];
+                        if (c0 + g + 8 < dim)
+                            yr[c0 + g + 8] = acc[j][2 + h];
+                    }
                 }
-            }
+        }
+        if (STAGED)
+            __syncthreads(); /* the stage is rewritten by the next pass */
     }
 }
 
@@ -236,28 +323,64 @@ static fp8_dims fp8_dims_of(const kn_moe_weights *w)
     return z;
 }
 
-/* The products' launches, each on its own (run_gu / run_dn) so the grouped
- * GEMMs' diagnostic modes can pair one of them with the other GEMM. */
-template <int NT_GU, int U_GU, int NT_DN, int U_DN>
-static cudaError_t launch_fp8_products(cudaStream_t s, const kn_moe_weights *w, float *y, uint8_t *aq, float *as,
-                                       const uint8_t *xq, const float *xs, const int *perm, const int *offsets,
-                                       int k, bool run_gu = true, bool run_dn = true)
+/* Launches one kernel with `bytes` of dynamic shared memory (raising the
+ * kernel's limit past the default 48 KB first). */
+template <typename K, typename... A>
+static cudaError_t launch_smem(K kernel, dim3 grid, int threads, size_t bytes, cudaStream_t s, A... args)
 {
+    if (bytes > 48 * 1024) {
+        cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+        if (err != cudaSuccess)
+            return err;
+    }
+    kernel<<<grid, threads, bytes, s>>>(args...);
+    return cudaGetLastError();
+}
+
+/* The products' launches, each on its own (run_gu / run_dn) so the grouped
+ * GEMMs' diagnostic modes can pair one of them with the other GEMM. Staged
+ * where the backend says so and a pass's rows fit the block's shared
+ * memory; the staged down kernel takes at most 32 rows a pass. */
+template <int NT_GU, int U_GU, int NT_DN, int U_DN>
+static cudaError_t launch_fp8_products(const kn_backend *be, const kn_moe_weights *w, float *y, uint8_t *aq,
+                                       float *as, const uint8_t *xq, const float *xs, const int *perm,
+                                       const int *offsets, int k, bool run_gu = true, bool run_dn = true)
+{
+    const kn_cuda_ctx *ctx = kn_cuda_ctx_of(be);
+    cudaStream_t s = kn_cuda_stream(be);
     const int n_local = w->n_experts, dim = w->dim, inter = w->inter;
     const fp8_dims z = fp8_dims_of(w);
+    constexpr int NT_DN_STAGED = NT_DN < 4 ? NT_DN : 4;
+    const size_t gu_bytes = fp8_stage_bytes(8 * NT_GU, z.ldx, z.kbx);
+    const size_t dn_bytes = fp8_stage_bytes(8 * NT_DN_STAGED, z.ldi, z.kbi);
+    const bool gu_staged = ctx->moe_staged && gu_bytes <= (size_t)ctx->smem_optin;
+    const bool dn_staged = ctx->moe_staged && dn_bytes <= (size_t)ctx->smem_optin;
     if (run_gu) {
-        dim3 gu_grid((unsigned)kn_fp8_blocks((size_t)inter), (unsigned)n_local);
-        moe_fp8_gate_up_kernel<NT_GU, U_GU><<<gu_grid, GU_WARPS * 32, 0, s>>>(
-            aq, as, xq, xs, perm, offsets, k, (const uint8_t *)w->gate_up, w->gate_up_scale, w->gate_up_bias,
-            dim, inter, z, (int)w->act, w->alpha, w->limit);
-        cudaError_t err = cudaGetLastError();
+        const dim3 grid((unsigned)kn_fp8_blocks((size_t)inter), (unsigned)n_local);
+        const uint8_t *gu = (const uint8_t *)w->gate_up;
+        cudaError_t err =
+            gu_staged ? launch_smem(moe_fp8_gate_up_kernel<NT_GU, U_GU, true>, grid, GU_WARPS * 32, gu_bytes, s, aq,
+                                    as, xq, xs, perm, offsets, k, gu, w->gate_up_scale, w->gate_up_bias, dim, inter,
+                                    z, (int)w->act, w->alpha, w->limit)
+                      : launch_smem(moe_fp8_gate_up_kernel<NT_GU, U_GU, false>, grid, GU_WARPS * 32, 0, s, aq, as,
+                                    xq, xs, perm, offsets, k, gu, w->gate_up_scale, w->gate_up_bias, dim, inter, z,
+                                    (int)w->act, w->alpha, w->limit);
         if (err != cudaSuccess || !run_dn)
             return err;
     }
-    dim3 dn_grid((unsigned)kn_cuda_div_up(dim, DN_WARPS * 16), (unsigned)n_local);
-    moe_fp8_down_kernel<NT_DN, U_DN><<<dn_grid, DN_WARPS * 32, 0, s>>>(
-        y, aq, as, offsets, (const uint8_t *)w->down, w->down_scale, dim, z);
-    return cudaGetLastError();
+    const uint8_t *dn = (const uint8_t *)w->down;
+    if (dn_staged)
+        return launch_smem(moe_fp8_down_kernel<NT_DN_STAGED, U_DN, true>,
+                           dim3((unsigned)kn_cuda_div_up(dim, DN_STAGED_WARPS * 16), (unsigned)n_local),
+                           DN_STAGED_WARPS * 32, dn_bytes, s, y, aq, as, offsets, dn, w->down_scale, dim, z);
+    return launch_smem(moe_fp8_down_kernel<NT_DN, U_DN, false>,
+                       dim3((unsigned)kn_cuda_div_up(dim, DN_WARPS * 16), (unsigned)n_local), DN_WARPS * 32, 0, s,
+                       y, aq, as, offsets, dn, w->down_scale, dim, z);
+}
+
+extern "C" void kn_cuda_set_moe_staged(const kn_backend *be, int on)
+{
+    kn_cuda_ctx_of(be)->moe_staged = on != 0;
 }
 
 cudaError_t kn_cuda_moe_fp8_quant_x(const kn_backend *be, uint8_t *xq, float *xs, const float *x, int n_tokens, int dim)
@@ -274,8 +397,7 @@ cudaError_t kn_cuda_moe_fp8_decode_product(const kn_backend *be, const kn_moe_we
                                            uint8_t *aq, float *as, const uint8_t *xq, const float *xs,
                                            const int *perm, const int *offsets, int k)
 {
-    return launch_fp8_products<4, 2, 8, 2>(kn_cuda_stream(be), w, y, aq, as, xq, xs, perm, offsets, k,
-                                           which == 0, which == 1);
+    return launch_fp8_products<4, 2, 8, 2>(be, w, y, aq, as, xq, xs, perm, offsets, k, which == 0, which == 1);
 }
 
 int kn_cuda_moe_grouped_fp8(const kn_backend *be, const char *op, const kn_moe_weights *w, float *y,
@@ -284,7 +406,6 @@ int kn_cuda_moe_grouped_fp8(const kn_backend *be, const char *op, const kn_moe_w
 {
     if (n_tokens == 0)
         return TN_OK;
-    cudaStream_t s = kn_cuda_stream(be);
     const size_t n_slots = (size_t)n_tokens * k;
     const int ldx = (int)kn_fp8_ld((size_t)w->dim), kbx = (int)kn_fp8_blocks((size_t)w->dim);
     const size_t ldi = kn_fp8_ld((size_t)w->inter), kbi = kn_fp8_blocks((size_t)w->inter);
@@ -312,13 +433,13 @@ int kn_cuda_moe_grouped_fp8(const kn_backend *be, const char *op, const kn_moe_w
      * matters); the gate_up kernel's 512 threads cap it at 128 registers,
      * so at most 32 rows per pass there. */
     if (rows_hint <= 2)
-        err = launch_fp8_products<1, 4, 1, 4>(s, w, y, aq, as, xq, xs, perm, offsets, k);
+        err = launch_fp8_products<1, 4, 1, 4>(be, w, y, aq, as, xq, xs, perm, offsets, k);
     else if (rows_hint <= 6)
-        err = launch_fp8_products<2, 2, 2, 4>(s, w, y, aq, as, xq, xs, perm, offsets, k);
+        err = launch_fp8_products<2, 2, 2, 4>(be, w, y, aq, as, xq, xs, perm, offsets, k);
     else if (rows_hint <= 12)
-        err = launch_fp8_products<4, 2, 4, 2>(s, w, y, aq, as, xq, xs, perm, offsets, k);
+        err = launch_fp8_products<4, 2, 4, 2>(be, w, y, aq, as, xq, xs, perm, offsets, k);
     else
-        err = launch_fp8_products<4, 2, 8, 2>(s, w, y, aq, as, xq, xs, perm, offsets, k);
+        err = launch_fp8_products<4, 2, 8, 2>(be, w, y, aq, as, xq, xs, perm, offsets, k);
 done:
     kn_cuda_tmp_free(be, xq);
     kn_cuda_tmp_free(be, xs);

@@ -139,11 +139,15 @@ static kn_moe_weights moe_shape_view(const moe_shape *s, int on_device, int offs
  * default prefill path), and their diagnostic halves (2 / 5 / 8: gate_up
  * GEMM + the decode down kernel, 3 / 6 / 9: the decode gate_up kernel +
  * down GEMM),
- * which name the product a mismatch on the GPU comes from. */
-enum { M_PER_EXPERT, M_GROUPED, M_UNFUSED, M_STREAMS, M_GEMM, M_GEMM_GU, M_GEMM_DN, M_WG, M_WG_GU, M_WG_DN,
+ * which name the product a mismatch on the GPU comes from; FP8: the grouped
+ * kernels without their staged token rows (kn_cuda_set_moe_staged 0).
+ * The diagnostic halves and the grouped GEMMs run the decode kernels as
+ * staged by default. */
+enum { M_PER_EXPERT, M_GROUPED, M_UNFUSED, M_STREAMS, M_UNSTAGED, M_GEMM, M_GEMM_GU, M_GEMM_DN, M_WG, M_WG_GU, M_WG_DN,
        M_WS, M_WS_GU, M_WS_DN, N_MODES };
 static const char *const mode_name[N_MODES] = { "per-expert", "grouped", "per-expert unfused act",
-                                                "per-expert on 4 streams", "grouped GEMM mma.sync",
+                                                "per-expert on 4 streams", "grouped unstaged",
+                                                "grouped GEMM mma.sync",
                                                 "grouped GEMM mma.sync gate_up + decode down",
                                                 "decode gate_up + grouped GEMM mma.sync down",
                                                 "grouped GEMM wgmma",
@@ -202,12 +206,13 @@ static void moe_paths_run(op_env *e, const moe_shape *s, int offset, int n_local
     for (int mode = 0; mode < N_MODES; mode++) {
         /* bf16 has no unfused-act or grouped-GEMM modes; the 4-stream
          * modes run on the GPT-OSS shape only */
-        if ((!s->fp8 && (mode == M_UNFUSED || mode >= M_GEMM)) ||
+        if ((!s->fp8 && (mode == M_UNFUSED || mode >= M_UNSTAGED)) ||
             ((mode == M_STREAMS) && s->dim != 2880))
             continue;
         float *dst = got[mode];
         op_poison(e, d_out, no ? no : 1);
-        kn_cuda_set_moe_grouped(e->be, mode == M_GROUPED);
+        kn_cuda_set_moe_grouped(e->be, mode == M_GROUPED || mode == M_UNSTAGED);
+        kn_cuda_set_moe_staged(e->be, mode != M_UNSTAGED);
         kn_cuda_set_moe_streams(e->be, mode == M_STREAMS ? 4 : 1);
         kn_cuda_set_moe_fp8_fused_act(e->be, mode != M_UNFUSED);
         const int fp8_gemm_was = kn_cuda_moe_fp8_gemm(e->be);
@@ -225,6 +230,7 @@ static void moe_paths_run(op_env *e, const moe_shape *s, int offset, int n_local
         kn_cuda_set_moe_streams(e->be, 1);
         kn_cuda_set_moe_fp8_fused_act(e->be, 1);
         kn_cuda_set_moe_fp8_gemm(e->be, fp8_gemm_was);
+        kn_cuda_set_moe_staged(e->be, 1);
         kn_cuda_set_poison_tmp(e->be, 0);
         char w2[256];
         snprintf(w2, sizeof w2, "kn_moe_experts cuda %s", mode_name[mode]);
@@ -271,6 +277,14 @@ static void moe_paths_run(op_env *e, const moe_shape *s, int offset, int n_local
             diff += !(got[0][i] == got[2][i]);
         op_check(e, diff == 0, "%s, per-expert fused act+quant vs unfused: identical (%zu of %zu differ)", what,
             diff, no);
+    }
+    if (s->fp8 && ran[M_GROUPED] && ran[M_UNSTAGED]) {
+        /* Staging moves where the token rows are read from, not the
+         * arithmetic: the same products in the same order. */
+        size_t diff = 0;
+        for (size_t i = 0; i < no; i++)
+            diff += !(got[M_GROUPED][i] == got[M_UNSTAGED][i]);
+        op_check(e, diff == 0, "%s, grouped staged vs unstaged: identical (%zu of %zu differ)", what, diff, no);
     }
     if (s->fp8 && ran[0] && ran[3]) {
         char w2[288];
