@@ -168,8 +168,12 @@ def ours(build, *args, bf16=False, kv="f32", wgmma=0, shape="gpt-oss"):
     want = {1: "wgmma", 2: "wgmma-tma", 3: "wgmma-tma-pipe", 4: "wgmma-tma-pipe-3wg", 5: "wgmma-tma-pipe-pw",
             6: "wgmma-tma-persist", 7: "wgmma-tma-d128", 8: "wgmma-tma-window",
             9: "wgmma-tma-pingpong"}.get(wgmma, "bf16" if bf16 else "f32")
-    if bf16 and not wgmma and args[0] == "decode" and kv == "bf16":
-        want = "decode-mma"  # the bf16 tensor-core decode kernel takes these
+    if bf16 and not wgmma and args[0] == "decode" and kv in ("bf16", "fp8"):
+        # the tensor-core decode kernels take these: bf16 pages with TMA
+        # copies by default (cp.async with TANDEM_CUDA_ATTN_DECODE_TMA=0),
+        # FP8 pages on the cp.async kernel
+        tma = kv == "bf16" and os.environ.get("TANDEM_CUDA_ATTN_DECODE_TMA") != "0"
+        want = "decode-tma" if tma else "decode-mma"
     if r["attn"] != want:
         raise SystemExit(f"bench_attention ran attn={r['attn']}, wanted {want}")
     if r.get("kv") != kv:
