@@ -10,8 +10,7 @@ set -u
 BUILD=${TANDEM_BUILD:-build}
 PGEN=$BUILD/bin/tandem-parallel-generate
 GEN=$BUILD/bin/tandem-generate
-n=0
-failed=0
+. "$(dirname "$0")/../tap.sh"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/tandem-pgen-XXXXXX")
 pids=()
 cleanup() {
@@ -21,10 +20,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ok() { n=$((n + 1)); echo "ok $n - $1"; }
-not_ok() {
-    n=$((n + 1)); failed=$((failed + 1)); echo "not ok $n - $1"; shift
-    for f in "$@"; do [ -f "$f" ] && sed 's/^/# /' "$f" | head -20; done
+# fail NAME [LOG...]: not_ok with the first 20 lines of each log that exists
+fail() {
+    local name=$1 f diags=()
+    shift
+    for f in "$@"; do [ -f "$f" ] && diags+=("$(head -20 "$f")"); done
+    not_ok "$name" "${diags[@]}"
 }
 
 golden_ids() {
@@ -66,7 +67,7 @@ for fix in tests/fixtures/gpt_oss_tiny tests/fixtures/qwen3_moe_tiny; do
         if [ "$out" = "$gold" ]; then
             ok "$fam $layout (forked ranks): $G tokens equal HF's golden tokens"
         else
-            not_ok "$fam $layout (forked ranks): tokens differ from golden" "$tmp/err"
+            fail "$fam $layout (forked ranks): tokens differ from golden" "$tmp/err"
         fi
     done
 
@@ -75,7 +76,7 @@ for fix in tests/fixtures/gpt_oss_tiny tests/fixtures/qwen3_moe_tiny; do
     if [ "$out" = "$(printf '%s\n%s' "$gold" "$other")" ]; then
         ok "$fam --dp 2 --ep 2 (forked ranks): each rank's prompt decodes to the single-rank tokens"
     else
-        not_ok "$fam --dp 2 --ep 2: tokens differ" "$tmp/err"
+        fail "$fam --dp 2 --ep 2: tokens differ" "$tmp/err"
     fi
 
     # an orchestrator starts 4 ranks; ranks 2 and 3 have no prompt and idle
@@ -94,7 +95,7 @@ for fix in tests/fixtures/gpt_oss_tiny tests/fixtures/qwen3_moe_tiny; do
        [ ! -s "$tmp/out.1" ]; then
         ok "$fam --dp 4 --ep 4 (4 orchestrated processes, 2 idle): tokens equal single-rank"
     else
-        not_ok "$fam --dp 4 --ep 4 orchestrated: status $st or tokens differ" \
+        fail "$fam --dp 4 --ep 4 orchestrated: status $st or tokens differ" \
             "$tmp/out.0" "$tmp/err.0" "$tmp/err.1" "$tmp/err.2" "$tmp/err.3"
     fi
 done
@@ -122,7 +123,7 @@ wait "$r1" 2>/dev/null
 if [ "$st0" -eq 1 ] && grep -q "rank 1 (pid [0-9]*) died" "$tmp/c.err0" && [ ! -s "$tmp/c.out0" ]; then
     ok "TP=2: SIGKILL of rank 1 makes rank 0 exit 1: $(grep -m1 'died' "$tmp/c.err0")"
 else
-    not_ok "TP=2 crash: rank 0 status $st0 (want 1 and a 'died' message)" "$tmp/c.err0"
+    fail "TP=2 crash: rank 0 status $st0 (want 1 and a 'died' message)" "$tmp/c.err0"
 fi
 
 # forked DP=2 x EP=2: kill the child rank; the parent (rank 0) fails and reports it
@@ -138,7 +139,7 @@ if [ "$st" -eq 1 ] && grep -q "rank 1 (pid [0-9]*) died" "$tmp/f.err" &&
    grep -q "rank 1 was killed by signal 9" "$tmp/f.err"; then
     ok "DP=2 x EP=2 forked: SIGKILL of the child rank fails the group with exit 1"
 else
-    not_ok "DP=2 crash: status $st (want 1, 'died' and 'killed by signal 9')" "$tmp/f.err"
+    fail "DP=2 crash: status $st (want 1, 'died' and 'killed by signal 9')" "$tmp/f.err"
 fi
 
 # layouts and flags that cannot work
@@ -150,7 +151,7 @@ expect_fail() {
     if [ "$st" -eq "$want" ] && grep -qF -- "$msg" "$tmp/b.err" && [ ! -s "$tmp/b.out" ]; then
         ok "$what refused (exit $st: $(grep -m1 -F -- "$msg" "$tmp/b.err" | cut -c1-90))"
     else
-        not_ok "$what: exit $st, wanted $want and '$msg'" "$tmp/b.err"
+        fail "$what: exit $st, wanted $want and '$msg'" "$tmp/b.err"
     fi
 }
 expect_fail "--tp 3 with 4 heads" 1 "TP 3 does not divide the 4 attention heads" \
@@ -174,7 +175,7 @@ left=$(ls /dev/shm 2>/dev/null | grep -c -e "tandem-comm-$name_base" || true)
 if [ "$left" -eq 0 ]; then
     ok "no shared-memory segment left in /dev/shm"
 else
-    not_ok "$left segment(s) left in /dev/shm"
+    fail "$left segment(s) left in /dev/shm"
 fi
 
-[ $failed -eq 0 ]
+tap_plan
