@@ -353,8 +353,11 @@ static cudaError_t launch_fp8_products(const kn_backend *be, const kn_moe_weight
     constexpr int NT_DN_STAGED = NT_DN < 4 ? NT_DN : 4;
     const size_t gu_bytes = fp8_stage_bytes(8 * NT_GU, z.ldx, z.kbx);
     const size_t dn_bytes = fp8_stage_bytes(8 * NT_DN_STAGED, z.ldi, z.kbi);
-    const bool gu_staged = ctx->moe_staged && gu_bytes <= (size_t)ctx->smem_optin;
-    const bool dn_staged = ctx->moe_staged && dn_bytes <= (size_t)ctx->smem_optin;
+    /* the gate_up kernel's static shared memory (amax_s, scale_s: 2.1 KB
+     * at 32 rows) counts against the same per-block limit */
+    const size_t static_room = 4096;
+    const bool gu_staged = ctx->moe_staged && gu_bytes + static_room <= (size_t)ctx->smem_optin;
+    const bool dn_staged = ctx->moe_staged && dn_bytes + static_room <= (size_t)ctx->smem_optin;
     if (run_gu) {
         const dim3 grid((unsigned)kn_fp8_blocks((size_t)inter), (unsigned)n_local);
         const uint8_t *gu = (const uint8_t *)w->gate_up;
