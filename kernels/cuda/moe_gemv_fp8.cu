@@ -210,28 +210,21 @@ int kn_cuda_moe_gemv_fp8(const kn_backend *be, const char *op, float *out, const
     const int ldx = (int)kn_fp8_ld((size_t)dim), sldx = (int)kn_fp8_scale_ld((size_t)dim);
     const int ldi = (int)kn_fp8_ld((size_t)inter), sldi = (int)kn_fp8_scale_ld((size_t)inter);
     const dim3 g1((unsigned)((inter + MG_COLS - 1) / MG_COLS), (unsigned)n_slots);
-    if (dim % 16 == 0 && ((uintptr_t)x & 15) == 0)
-        moe_gemv_gate_up_kernel<true><<<g1, KN_GEMV_THREADS, (size_t)2 * MG_COLS * ldx, s>>>(
-            a, x, expert_idx, k, w->expert_offset, w->n_experts, (const uint8_t *)w->gate_up, w->gate_up_scale,
-            w->gate_up_bias, dim, inter, gu_bytes, gu_scales, ldx, sldx, (int)w->act, w->alpha, w->limit);
-    else
-        moe_gemv_gate_up_kernel<false><<<g1, KN_GEMV_THREADS, (size_t)2 * MG_COLS * ldx, s>>>(
-            a, x, expert_idx, k, w->expert_offset, w->n_experts, (const uint8_t *)w->gate_up, w->gate_up_scale,
-            w->gate_up_bias, dim, inter, gu_bytes, gu_scales, ldx, sldx, (int)w->act, w->alpha, w->limit);
+    /* the vector loads of x (VEC) where its rows are 16-byte aligned */
+    auto gate_up_kernel = dim % 16 == 0 && ((uintptr_t)x & 15) == 0 ? moe_gemv_gate_up_kernel<true>
+                                                                      : moe_gemv_gate_up_kernel<false>;
+    gate_up_kernel<<<g1, KN_GEMV_THREADS, (size_t)2 * MG_COLS * ldx, s>>>(
+        a, x, expert_idx, k, w->expert_offset, w->n_experts, (const uint8_t *)w->gate_up, w->gate_up_scale,
+        w->gate_up_bias, dim, inter, gu_bytes, gu_scales, ldx, sldx, (int)w->act, w->alpha, w->limit);
     cudaError_t err = cudaGetLastError();
     if (err == cudaSuccess) {
         const dim3 g2(groups, (unsigned)k, (unsigned)n_tokens);
-        const uint8_t *dw = (const uint8_t *)w->down;
-        unsigned *done = kn_cuda_ctx_of(be)->moe_down_done;
         /* a's rows are 64-byte aligned when inter % 16 == 0 (pool blocks are 256-aligned) */
-        if (inter % 16 == 0)
-            moe_gemv_down_kernel<true><<<g2, KN_GEMV_THREADS, (size_t)MG_DROWS * ldi, s>>>(
-                out, parts, done, a, expert_idx, expert_w, k, w->expert_offset, w->n_experts, dw, w->down_scale,
-                w->down_bias, dim, inter, dn_bytes, dn_scales, ldi, sldi);
-        else
-            moe_gemv_down_kernel<false><<<g2, KN_GEMV_THREADS, (size_t)MG_DROWS * ldi, s>>>(
-                out, parts, done, a, expert_idx, expert_w, k, w->expert_offset, w->n_experts, dw, w->down_scale,
-                w->down_bias, dim, inter, dn_bytes, dn_scales, ldi, sldi);
+        auto down_kernel = inter % 16 == 0 ? moe_gemv_down_kernel<true> : moe_gemv_down_kernel<false>;
+        down_kernel<<<g2, KN_GEMV_THREADS, (size_t)MG_DROWS * ldi, s>>>(
+            out, parts, kn_cuda_ctx_of(be)->moe_down_done, a, expert_idx, expert_w, k, w->expert_offset,
+            w->n_experts, (const uint8_t *)w->down, w->down_scale, w->down_bias, dim, inter, dn_bytes, dn_scales,
+            ldi, sldi);
         err = cudaGetLastError();
     }
     kn_cuda_tmp_free(be, a);

@@ -155,37 +155,29 @@ moe_fp8_gate_up_kernel(uint8_t *aq, float *as, const uint8_t *xq, const float *x
     const float *su = se + (size_t)((inter + cc) / KN_FP8_BLOCK) * sld;
     const float bg = gate_up_bias ? gate_up_bias[(size_t)e * n2 + cc] : 0.f;
     const float bu = gate_up_bias ? gate_up_bias[(size_t)e * n2 + inter + cc] : 0.f;
+    float *ss = (float *)(gu_stage + (size_t)8 * NT * fp8_stage_ld(ldx)); /* STAGED: the rows' scales */
     for (int r0 = 0; r0 < rows; r0 += 8 * NT) {
         const int nr = min(8 * NT, rows - r0);
         const int *pp = perm + first + r0;
+        /* STAGED: the stage is rewritten after this pass's amax barriers,
+         * which every warp reaches after its product */
+        if (STAGED)
+            fp8_stage_pass(gu_stage, ss, xq, xs, perm, k, first + r0, nr, ldx, kbx);
+        /* the x row of the pass's position i: staged, by position */
+        auto row = [&](int i) { return STAGED ? i : pp[i] / k; };
         int xrow[NT], srow[NT][2];
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            xrow[j] = 8 * j + g < nr ? row(8 * j + g) : -1;
+            srow[j][0] = row(min(8 * j + 2 * t, nr - 1));
+            srow[j][1] = row(min(8 * j + 2 * t + 1, nr - 1));
+        }
         float acc[NT][4];
 #pragma unroll
         for (int j = 0; j < NT; j++)
             acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-        if (STAGED) {
-            /* rows of the pass by position; the stage is rewritten after
-             * this pass's amax barriers, which every warp reaches after its
-             * product */
-            float *ss = (float *)(gu_stage + (size_t)8 * NT * fp8_stage_ld(ldx));
-            fp8_stage_pass(gu_stage, ss, xq, xs, perm, k, first + r0, nr, ldx, kbx);
-#pragma unroll
-            for (int j = 0; j < NT; j++) {
-                xrow[j] = 8 * j + g < nr ? 8 * j + g : -1;
-                srow[j][0] = min(8 * j + 2 * t, nr - 1);
-                srow[j][1] = min(8 * j + 2 * t + 1, nr - 1);
-            }
-            fp8_rows_dot<NT, U>(acc, wg, wu, sg, su, gu_stage, ss, xrow, srow, 0, kbx, kbx, fp8_stage_ld(ldx), nr,
-                                lane);
-        } else {
-#pragma unroll
-            for (int j = 0; j < NT; j++) {
-                xrow[j] = 8 * j + g < nr ? pp[8 * j + g] / k : -1;
-                srow[j][0] = pp[min(8 * j + 2 * t, nr - 1)] / k;
-                srow[j][1] = pp[min(8 * j + 2 * t + 1, nr - 1)] / k;
-            }
-            fp8_rows_dot<NT, U>(acc, wg, wu, sg, su, xq, xs, xrow, srow, 0, kbx, kbx, ldx, nr, lane);
-        }
+        fp8_rows_dot<NT, U>(acc, wg, wu, sg, su, STAGED ? gu_stage : xq, STAGED ? ss : xs, xrow, srow, 0, kbx, kbx,
+                            STAGED ? fp8_stage_ld(ldx) : ldx, nr, lane);
         /* activation, and each token's amax over this warp's 8 columns */
         float v[NT][2];
 #pragma unroll
@@ -258,7 +250,7 @@ moe_fp8_down_kernel(float *y, const uint8_t *aq, const float *as, const int *off
     const float *se = down_scale + (size_t)e * z.dn_scales;
     const uint8_t *wlo = we + (size_t)lo * ldi, *whi = we + (size_t)hi * ldi;
     const float *slo = se + (size_t)(lo / KN_FP8_BLOCK) * sld, *shi = se + (size_t)(hi / KN_FP8_BLOCK) * sld;
-    float *ss = (float *)(dn_stage + (size_t)8 * NT * fp8_stage_ld(ldi));
+    float *ss = (float *)(dn_stage + (size_t)8 * NT * fp8_stage_ld(ldi)); /* STAGED: the rows' scales */
     for (int r0 = 0; r0 < rows; r0 += 8 * NT) {
         const int nr = min(8 * NT, rows - r0), base = first + r0;
         if (STAGED)
@@ -276,11 +268,8 @@ moe_fp8_down_kernel(float *y, const uint8_t *aq, const float *as, const int *off
         for (int j = 0; j < NT; j++)
             acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
         if (c0 < dim) { /* warp-uniform */
-            if (STAGED)
-                fp8_rows_dot<NT, U>(acc, wlo, whi, slo, shi, dn_stage, ss, xrow, srow, 0, kbi, kbi,
-                                    fp8_stage_ld(ldi), nr, lane);
-            else
-                fp8_rows_dot<NT, U>(acc, wlo, whi, slo, shi, aq, as, xrow, srow, 0, kbi, kbi, ldi, nr, lane);
+            fp8_rows_dot<NT, U>(acc, wlo, whi, slo, shi, STAGED ? dn_stage : aq, STAGED ? ss : as, xrow, srow, 0,
+                                kbi, kbi, STAGED ? fp8_stage_ld(ldi) : ldi, nr, lane);
 #pragma unroll
             for (int j = 0; j < NT; j++)
 #pragma unroll
