@@ -203,6 +203,14 @@ double op_tol_fp32(const op_env *e, int product)
     return product && e->tf32 ? OP_CUDA_TF32_TOL : OP_CUDA_FP32_TOL;
 }
 
+size_t op_count_unequal(const float *a, const float *b, size_t n)
+{
+    size_t diff = 0;
+    for (size_t i = 0; i < n; i++)
+        diff += !(a[i] == b[i]);
+    return diff;
+}
+
 /* ------------------------------------------------------------------ */
 
 static uint64_t mix64(uint64_t x)

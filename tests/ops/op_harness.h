@@ -120,6 +120,10 @@ int op_ok(op_env *e, int rc, const char *what);
 /* The backend under test's fp32 bound: TU_FP32_REL_TOL on the CPU,
  * OP_CUDA_FP32_TOL (products: OP_CUDA_TF32_TOL under TF32) on CUDA. */
 double op_tol_fp32(const op_env *e, int product);
+/* How many of a[i], b[i] (i < n) are not equal as floats: a NaN on either
+ * side counts, so two runs that should agree bit for bit compare to 0 only
+ * when every output is a number and the same. */
+size_t op_count_unequal(const float *a, const float *b, size_t n);
 
 #define OP_TRUE(e, cond) op_check(e, (cond) != 0, "%s:%d: %s", __FILE__, __LINE__, #cond)
 #define OP_INT_EQ(e, a, b)                                                                      \

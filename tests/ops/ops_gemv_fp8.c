@@ -283,10 +283,7 @@ static void moe_gemv_fp8(op_env *e, const void *param)
                         p->n_tok, p->k, &dw);
     if (!op_ok(e, rc, "kn_moe_experts fp8 (gemv), second call"))
         return;
-    float *again = op_get(e, d_again, no);
-    size_t diff = 0;
-    for (size_t i = 0; i < no; i++)
-        diff += !(again[i] == got[i]);
+    const size_t diff = op_count_unequal(op_get(e, d_again, no), got, no);
     op_check(e, diff == 0, "fp8 expert gemv: a second call gives the same output (%zu of %zu differ)", diff, no);
 }
 

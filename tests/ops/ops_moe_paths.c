@@ -272,18 +272,14 @@ static void moe_paths_run(op_env *e, const moe_shape *s, int offset, int n_local
     if (s->fp8 && ran[0] && ran[2]) {
         /* The fused kernel computes the unfused pair's codes and scales
          * bit for bit, so the outputs are equal (NaN anywhere fails). */
-        size_t diff = 0;
-        for (size_t i = 0; i < no; i++)
-            diff += !(got[0][i] == got[2][i]);
+        const size_t diff = op_count_unequal(got[0], got[2], no);
         op_check(e, diff == 0, "%s, per-expert fused act+quant vs unfused: identical (%zu of %zu differ)", what,
             diff, no);
     }
     if (s->fp8 && ran[M_GROUPED] && ran[M_UNSTAGED]) {
         /* Staging moves where the token rows are read from, not the
          * arithmetic: the same products in the same order. */
-        size_t diff = 0;
-        for (size_t i = 0; i < no; i++)
-            diff += !(got[M_GROUPED][i] == got[M_UNSTAGED][i]);
+        const size_t diff = op_count_unequal(got[M_GROUPED], got[M_UNSTAGED], no);
         op_check(e, diff == 0, "%s, grouped staged vs unstaged: identical (%zu of %zu differ)", what, diff, no);
     }
     if (s->fp8 && ran[0] && ran[3]) {
