@@ -306,14 +306,6 @@ int te_engine_arm(te_engine *e, int *fd)
 }
 
 size_t te_engine_outstanding(const te_engine *e) { return e->outstanding; }
-
-size_t te_engine_acks_waiting(const te_engine *e, uint64_t sender_id)
-{
-    size_t n = 0;
-    for (size_t i = 0; i < e->n_acks; i++)
-        n += e->acks[i].sender_id == sender_id;
-    return n;
-}
 size_t te_engine_abandoned(const te_engine *e) { return e->abandoned; }
 uint64_t te_engine_id(const te_engine *e) { return e->id; }
 const char *te_engine_nic(const te_engine *e) { return e->nic; }
@@ -326,6 +318,14 @@ int te_engine_cuda_memory(const te_engine *e)
     return (a.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
 }
 const char *te_engine_error(const te_engine *e) { return e->error; }
+
+size_t te_engine_acks_waiting(const te_engine *e, uint64_t sender_id)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < e->n_acks; i++)
+        n += e->acks[i].sender_id == sender_id;
+    return n;
+}
 
 void te_engine_address(const te_engine *e, const void **addr, size_t *len)
 {
