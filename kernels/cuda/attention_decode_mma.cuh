@@ -39,9 +39,10 @@ int kn_cuda_attention_decode_mma(const kn_backend *be, const char *op, float *ou
                                  const struct kn_kv_pools *pools, const struct kn_seq_batch *b,
                                  int n_heads, int n_kv_heads, int head_dim, int page_size,
                                  float scale, const float *sinks, int window);
-/* The same function over bf16 pools with TMA copies
- * (attention_decode_tma.cu): bf16 pools, page_size a multiple of 16, and
- * everything kn_cuda_attention_decode_mma_fits asks. */
+/* The same function with TMA copies (attention_decode_tma.cu): bf16
+ * pools (tensor-map boxes) or 16-byte aligned FP8 pools (1-D bulk copies
+ * of a tile's rows), page_size a multiple of 16, and everything
+ * kn_cuda_attention_decode_mma_fits asks. */
 bool kn_cuda_attention_decode_tma_fits(const struct kn_seq_batch *b, int n_heads, int n_kv_heads, int head_dim,
                                        int page_size, const float *out, const float *q,
                                        const struct kn_kv_pools *pools);

@@ -34,7 +34,20 @@
  * slot's bits can be NaN, and 0 x NaN would reach P V): the warp zeroes
  * their V rows after the copy lands; their scores are masked. A tile on an
  * unmapped page is not copied: its K and V are zeroed (attention_decode_
- * mma.cu's zero-fill, same scores). */
+ * mma.cu's zero-fill, same scores).
+ *
+ * FP8 pools (F8). A row is D e4m3 codes and a 4-byte scale (68 / 132
+ * bytes), too narrow a stride for tensor-map boxes, but a tile's 16 rows of
+ * one KV head are one contiguous run of 16 (D + 4) bytes inside their page,
+ * 16-byte aligned (16 rows of a multiple of 4 bytes), so lane 0 loads each
+ * tile's K and V runs with two 1-D bulk copies into a raw stage (one page
+ * lookup, no per-row copies as the cp.async kernel issues). The warp then
+ * widens the raw codes into the same swizzled bf16 K / V tile the bf16
+ * path reads (e4m3 -> bf16 is exact; keys outside the split or unmapped:
+ * V codes and scales zero), frees the raw stage for the next copy, and
+ * runs the bf16 path's products with attention_decode_mma.cu's FP8 rule:
+ * scores times the key's row scale, P times the value's before its bf16
+ * rounding. */
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include "kernels/cuda/attention_decode_mma.cuh"
@@ -42,6 +55,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/paged_kv.cuh"
 #include "kernels/cuda/tensor_map.cuh"
 extern "C" {
 #include "kernels/attention.h"
@@ -51,13 +65,18 @@ namespace {
 
 const int DT_NK = 16; /* keys per tile: one box of rows */
 
-template <int D> struct DtTile {
+template <int D, bool F8 = false> struct DtTile {
     static const int HALVES = D / 64;               /* 64-dim boxes per row */
     static const int BOX_BYTES = DT_NK * 128;        /* 16 rows x 64 bf16 */
     static const int TENSOR_BYTES = HALVES * BOX_BYTES;
-    static const int STAGE_BYTES = 2 * TENSOR_BYTES; /* K, then V */
+    /* FP8: a stage is the tile's raw K run, then its V run */
+    static const int RUN_BYTES = DT_NK * (D + 4);
+    static const int STAGE_BYTES = F8 ? 2 * RUN_BYTES : 2 * TENSOR_BYTES; /* K, then V */
     static const int STAGES = D == 64 ? 4 : 3;       /* 64 KB / 96 KB a block: 3 / 2 blocks an SM */
-    static const size_t RING_BYTES = (size_t)DEC_WARPS * STAGES * STAGE_BYTES;
+    /* FP8: each warp's widened bf16 K and V tile, then 2 x 16 row scales */
+    static const int WIDE_BYTES = F8 ? 2 * TENSOR_BYTES + 2 * DT_NK * 4 : 0;
+    static const int WARP_BYTES = STAGES * STAGE_BYTES + WIDE_BYTES;
+    static const size_t RING_BYTES = (size_t)DEC_WARPS * WARP_BYTES;
     static const size_t MERGE_BYTES = (size_t)DEC_WARPS * DEC_ROWS * (D + 2) * sizeof(float);
     /* 1024 bytes of slack: swizzled boxes start 1024-byte aligned */
     static const size_t BYTES = (RING_BYTES > MERGE_BYTES ? RING_BYTES : MERGE_BYTES) + 1024;
@@ -68,6 +87,38 @@ template <int D> struct DtTile {
 __device__ __forceinline__ uint32_t dt_chunk(int r, int c)
 {
     return (uint32_t)((c >> 3) * (DT_NK * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+/* FP8: widens raw stage raw (the tile's K run, then its V run: 16 rows of
+ * D codes + a 4-byte scale) into the swizzled bf16 tiles kt / vt and the
+ * row scales ksc / vsc. Rows of keys outside [kbeg, kend) and every row of
+ * an unmapped tile: V codes and both scales zero (an unwritten row's bits
+ * may be NaN codes, and 0 x NaN would reach P V; their scores are masked). */
+template <int D>
+__device__ __forceinline__ void dt_widen_f8(const unsigned char *raw, unsigned char *kt, unsigned char *vt,
+                                            float *ksc, float *vsc, bool mapped, int j0, int kbeg, int kend,
+                                            int lane)
+{
+    const int RB = D + 4, U = D / 4; /* row bytes, 4-code words a row */
+#pragma unroll
+    for (int it = 0; it < DT_NK * U / 32; it++) {
+        const int idx = lane + 32 * it, r = idx / U, u = idx - r * U, j = j0 + r;
+        const bool live = mapped && j >= kbeg && j < kend;
+        const uint32_t kc = mapped ? *(const uint32_t *)(raw + r * RB + 4 * u) : 0u;
+        const uint32_t vc = live ? *(const uint32_t *)(raw + DT_NK * RB + r * RB + 4 * u) : 0u;
+        const float2 k0 = kv_e4m3x2(kc & 0xffffu), k1 = kv_e4m3x2(kc >> 16);
+        const float2 v0 = kv_e4m3x2(vc & 0xffffu), v1 = kv_e4m3x2(vc >> 16);
+        /* codes 4u..4u+3: half (u & 1) of 16-byte chunk u / 2 */
+        const uint32_t off = dt_chunk(r, u >> 1) + 8 * (u & 1);
+        *(uint2 *)(kt + off) = make_uint2(kn_pack_bf16(k0.x, k0.y), kn_pack_bf16(k1.x, k1.y));
+        *(uint2 *)(vt + off) = make_uint2(kn_pack_bf16(v0.x, v0.y), kn_pack_bf16(v1.x, v1.y));
+    }
+    if (lane < DT_NK) {
+        const int j = j0 + lane;
+        const bool live = mapped && j >= kbeg && j < kend;
+        ksc[lane] = mapped ? *(const float *)(raw + lane * RB + D) : 0.f;
+        vsc[lane] = live ? *(const float *)(raw + DT_NK * RB + lane * RB + D) : 0.f;
+    }
 }
 
 /* The pool row of key j0 (a multiple of 16) of sequence s, KV head kvh,
@@ -84,12 +135,12 @@ __device__ __forceinline__ int dt_tile_row(const DecArgs &a, int s, int kvh, int
     return (page * a.n_kv_heads + kvh) * a.page_size + (j0 - pi * a.page_size);
 }
 
-template <int D>
+template <int D, bool F8>
 __global__ void __launch_bounds__(DEC_THREADS)
 attn_decode_tma_kernel(const DecArgs a, const __grid_constant__ CUtensorMap kmap,
                        const __grid_constant__ CUtensorMap vmap)
 {
-    typedef DtTile<D> T;
+    typedef DtTile<D, F8> T;
     const int NT = DT_NK / 8, KS = D / 16, DN = D / 8, CH = D / 8;
     extern __shared__ __align__(1024) unsigned char dt_smem_raw[];
     __shared__ __align__(8) uint64_t bars[DEC_WARPS][T::STAGES];
@@ -106,7 +157,11 @@ attn_decode_tma_kernel(const DecArgs a, const __grid_constant__ CUtensorMap kmap
     const int n_tiles = kend > tile0 ? (kend - tile0 + DT_NK - 1) / DT_NK : 0;
     const int mine = n_tiles > w ? (n_tiles - w + DEC_WARPS - 1) / DEC_WARPS : 0;
 
-    unsigned char *ring = smem + (size_t)w * T::STAGES * T::STAGE_BYTES;
+    unsigned char *ring = smem + (size_t)w * T::WARP_BYTES;
+    /* FP8: the widened tile after the raw stages (128-byte aligned, as
+     * dt_chunk's conflict-free pattern wants) */
+    unsigned char *wide = ring + T::STAGES * T::STAGE_BYTES;
+    float *ksc = (float *)(wide + 2 * T::TENSOR_BYTES), *vsc = ksc + DT_NK;
     const uint32_t ring_s = kn_smem_addr(ring), bar_s = kn_smem_addr(&bars[w][0]);
     if (lane == 0) {
         for (int st = 0; st < T::STAGES; st++)
@@ -126,10 +181,16 @@ attn_decode_tma_kernel(const DecArgs a, const __grid_constant__ CUtensorMap kmap
             return;
         }
         kn_mbar_arrive_expect_tx(bar, T::STAGE_BYTES);
+        if constexpr (F8) {
+            const size_t off = (size_t)row * (D + 4);
+            kn_bulk_load(dst, (const unsigned char *)a.k_pool + off, T::RUN_BYTES, bar);
+            kn_bulk_load(dst + T::RUN_BYTES, (const unsigned char *)a.v_pool + off, T::RUN_BYTES, bar);
+        } else {
 #pragma unroll
-        for (int h = 0; h < T::HALVES; h++) {
-            kn_tma_load_2d(dst + h * T::BOX_BYTES, km, 64 * h, row, bar);
-            kn_tma_load_2d(dst + T::TENSOR_BYTES + h * T::BOX_BYTES, vm, 64 * h, row, bar);
+            for (int h = 0; h < T::HALVES; h++) {
+                kn_tma_load_2d(dst + h * T::BOX_BYTES, km, 64 * h, row, bar);
+                kn_tma_load_2d(dst + T::TENSOR_BYTES + h * T::BOX_BYTES, vm, 64 * h, row, bar);
+            }
         }
     };
     if (lane == 0)
@@ -154,7 +215,18 @@ attn_decode_tma_kernel(const DecArgs a, const __grid_constant__ CUtensorMap kmap
         unsigned char *kt = ring + st * T::STAGE_BYTES, *vt = kt + T::TENSOR_BYTES;
         kn_mbar_wait(bar_s + 8 * st, (i / T::STAGES) & 1);
         const bool mapped = dt_tile_row(a, s, kvh, j0) >= 0;
-        if (!mapped || j0 < kbeg || j0 + DT_NK > kend) { /* warp-uniform */
+        if constexpr (F8) {
+            kt = wide;
+            vt = wide + T::TENSOR_BYTES;
+            __syncwarp(); /* every lane is done reading the previous tile's wide tile */
+            dt_widen_f8<D>(ring + st * T::STAGE_BYTES, kt, vt, ksc, vsc, mapped, j0, kbeg, kend, lane);
+            __syncwarp(); /* the raw stage is read: refill it now, ahead of the products */
+            if (lane == 0 && i + T::STAGES < mine) {
+                /* the generic-proxy reads above before the copy engine's writes */
+                asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+                issue(i + T::STAGES);
+            }
+        } else if (!mapped || j0 < kbeg || j0 + DT_NK > kend) { /* warp-uniform */
             for (int idx = lane; idx < DT_NK * CH; idx += 32) {
                 const int r = idx / CH, c = idx - r * CH, j = j0 + r;
                 if (!mapped || j < kbeg || j >= kend) {
@@ -181,7 +253,21 @@ attn_decode_tma_kernel(const DecArgs a, const __grid_constant__ CUtensorMap kmap
                             kb[3]);
             }
         }
+        if constexpr (F8) { /* q . code times the key's row scale (0 unmapped: masked) */
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int c = 0; c < 4; c++)
+                    sc[n][c] *= ksc[n * 8 + 2 * t + (c & 1)];
+        }
         dec_softmax_tile<NT, DN>(a, sc, pos, m, l, o, j0, kend, t);
+        if constexpr (F8) { /* P times each key's V row scale: P V over the codes */
+#pragma unroll
+            for (int n = 0; n < NT; n++)
+#pragma unroll
+                for (int c = 0; c < 4; c++)
+                    sc[n][c] *= vsc[n * 8 + 2 * t + (c & 1)];
+        }
 
         /* O += P V: P's A fragment from the two 8-key C tiles; V's B
          * fragments by ldmatrix .trans (matrix mi: keys 8 (mi & 1).., dims
@@ -197,7 +283,7 @@ attn_decode_tma_kernel(const DecArgs a, const __grid_constant__ CUtensorMap kmap
             kn_mma_bf16(o[n0 / 8 + 1], p0, p1, p2, p3, vb[2], vb[3]);
         }
         __syncwarp(); /* every lane is done with this stage */
-        if (lane == 0 && i + T::STAGES < mine) {
+        if (!F8 && lane == 0 && i + T::STAGES < mine) {
             /* the stage's zero stores (generic proxy) before the copy
              * engine's writes */
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -207,15 +293,15 @@ attn_decode_tma_kernel(const DecArgs a, const __grid_constant__ CUtensorMap kmap
     dec_merge_store<D>(a, (float *)smem, o, m, l, q0, kvh, nvec, split);
 }
 
-template <int D>
+template <int D, bool F8>
 int launch_decode_tma(const kn_backend *be, const char *op, const DecArgs &a, const kn_seq_batch *b,
                       const CUtensorMap &kmap, const CUtensorMap &vmap)
 {
-    const size_t bytes = DtTile<D>::BYTES;
-    KN_CUDA_TRY(op, cudaFuncSetAttribute(attn_decode_tma_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    const size_t bytes = DtTile<D, F8>::BYTES;
+    KN_CUDA_TRY(op, cudaFuncSetAttribute(attn_decode_tma_kernel<D, F8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)bytes));
     dim3 grid(a.n_splits, a.n_kv_heads, b->n_seqs);
-    attn_decode_tma_kernel<D><<<grid, DEC_THREADS, bytes, kn_cuda_stream(be)>>>(a, kmap, vmap);
+    attn_decode_tma_kernel<D, F8><<<grid, DEC_THREADS, bytes, kn_cuda_stream(be)>>>(a, kmap, vmap);
     KN_CUDA_LAUNCH_CHECK(op, "attn_decode_tma_kernel");
     return TN_OK;
 }
@@ -225,7 +311,10 @@ int launch_decode_tma(const kn_backend *be, const char *op, const DecArgs &a, co
 bool kn_cuda_attention_decode_tma_fits(const kn_seq_batch *b, int n_heads, int n_kv_heads, int head_dim,
                                        int page_size, const float *out, const float *q, const kn_kv_pools *pools)
 {
-    return pools->dtype == KN_BF16 && page_size % DT_NK == 0 &&
+    /* FP8: 1-D bulk copies of a tile's rows need a 16-byte aligned pool */
+    return (pools->dtype == KN_BF16 ||
+            (pools->dtype == KN_FP8_E4M3 && kn_cuda_aligned16(pools->k) && kn_cuda_aligned16(pools->v))) &&
+           page_size % DT_NK == 0 &&
            kn_cuda_attention_decode_mma_fits(b, n_heads, n_kv_heads, head_dim, out, q, pools);
 }
 
@@ -234,13 +323,21 @@ int kn_cuda_attention_decode_tma(const kn_backend *be, const char *op, float *ou
                                  int head_dim, int page_size, float scale, const float *sinks, int window)
 {
     CUtensorMap kmap, vmap;
-    int rc = kn_cuda_kv_pool_maps(be, op, pools, (long long)b->n_pages * n_kv_heads * page_size, head_dim, DT_NK,
+    const bool f8 = pools->dtype == KN_FP8_E4M3;
+    int rc = TN_OK;
+    if (f8) /* bulk copies: no tensor maps (the kernel's stay unused) */
+        memset(&kmap, 0, sizeof kmap), memset(&vmap, 0, sizeof vmap);
+    else
+        rc = kn_cuda_kv_pool_maps(be, op, pools, (long long)b->n_pages * n_kv_heads * page_size, head_dim, DT_NK,
                                   &kmap, &vmap);
     if (rc == TN_OK)
         rc = dec_run(be, op, out, q, pools, b, n_heads, n_kv_heads, head_dim, page_size, scale, sinks, window,
                      [&](const DecArgs &a) {
-                         return head_dim == 64 ? launch_decode_tma<64>(be, op, a, b, kmap, vmap)
-                                               : launch_decode_tma<128>(be, op, a, b, kmap, vmap);
+                         if (f8)
+                             return head_dim == 64 ? launch_decode_tma<64, true>(be, op, a, b, kmap, vmap)
+                                                   : launch_decode_tma<128, true>(be, op, a, b, kmap, vmap);
+                         return head_dim == 64 ? launch_decode_tma<64, false>(be, op, a, b, kmap, vmap)
+                                               : launch_decode_tma<128, false>(be, op, a, b, kmap, vmap);
                      });
     if (rc == TN_OK)
         kn_cuda_ctx_of(be)->attn_decode_tma_launches++;

@@ -169,10 +169,10 @@ def ours(build, *args, bf16=False, kv="f32", wgmma=0, shape="gpt-oss"):
             6: "wgmma-tma-persist", 7: "wgmma-tma-d128", 8: "wgmma-tma-window",
             9: "wgmma-tma-pingpong"}.get(wgmma, "bf16" if bf16 else "f32")
     if bf16 and not wgmma and args[0] == "decode" and kv in ("bf16", "fp8"):
-        # the tensor-core decode kernels take these: bf16 pages with TMA
-        # copies by default (cp.async with TANDEM_CUDA_ATTN_DECODE_TMA=0),
-        # FP8 pages on the cp.async kernel
-        tma = kv == "bf16" and os.environ.get("TANDEM_CUDA_ATTN_DECODE_TMA") != "0"
+        # the tensor-core decode kernels take these: bf16 and FP8 pages with
+        # TMA / bulk copies by default (cp.async with
+        # TANDEM_CUDA_ATTN_DECODE_TMA=0)
+        tma = os.environ.get("TANDEM_CUDA_ATTN_DECODE_TMA") != "0"
         want = "decode-tma" if tma else "decode-mma"
     if r["attn"] != want:
         raise SystemExit(f"bench_attention ran attn={r['attn']}, wanted {want}")

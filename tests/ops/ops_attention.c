@@ -555,11 +555,11 @@ static void pool_case(op_env *e, const void *param)
      * multiple of 16 rows unless the case asks for the cp.async one */
     const int takes_decode = c->bf16 && !c->wgmma && (kvt == KN_BF16 || kvt == KN_FP8_E4M3) &&
                              max_q * G <= 16 && (D == 64 || D == 128);
-    const int takes_decode_tma = takes_decode && kvt == KN_BF16 && ps % 16 == 0 && !c->decode_mma;
+    const int takes_decode_tma = takes_decode && ps % 16 == 0 && !c->decode_mma;
     /* kernels that copy whole tiles or pages read slots no sequence wrote
-     * and pages nobody owns: those are NaN, so one that lets them reach the
-     * output fails */
-    if (c->wgmma || (takes_decode && kvt == KN_BF16)) {
+     * and pages nobody owns: those are NaN (FP8: NaN codes), so one that
+     * lets them reach the output fails */
+    if (c->wgmma || takes_decode) {
         poison_unused_slots(kexact, page_table, kv_len, c->n_seqs, max_pages, n_pages, n_kv, ps, D);
         poison_unused_slots(vexact, page_table, kv_len, c->n_seqs, max_pages, n_pages, n_kv, ps, D);
     }
@@ -912,13 +912,20 @@ void ops_register_attention(void)
         p.decode_mma = 1;
         OP_CASE("attention", OP_CUDA, pool_case, p, "pool bf16 decode-mma %s", dec[i].name);
     }
-    /* and the same kernel over FP8 pools: rows of codes + scale, 4-byte
-     * aligned only (the 16-byte chunks covering each row, widened to bf16
-     * in shared memory), page 5 with one KV head ending the pool mid-chunk */
+    /* and both kernels over FP8 pools (rows of codes + scale): the TMA
+     * kernel where the page size is a multiple of 16 (a tile's 16 rows as
+     * one bulk copy, widened to bf16 in shared memory), the cp.async kernel
+     * (the 16-byte chunks covering each row, 4-byte aligned only; page 5
+     * with one KV head ending the pool mid-chunk) for the others and again
+     * for those */
     for (size_t i = 0; i < sizeof dec / sizeof dec[0]; i++) {
         pool_param p = dec[i];
         p.kv = KN_FP8_E4M3;
         OP_CASE("attention", OP_CUDA, pool_case, p, "pool bf16 fp8 KV %s", dec[i].name);
+        if (p.page_size % 16)
+            continue;
+        p.decode_mma = 1;
+        OP_CASE("attention", OP_CUDA, pool_case, p, "pool bf16 fp8 KV decode-mma %s", dec[i].name);
     }
     /* The Hopper wgmma kernel (attention_wgmma.cu: head_dim 64, bf16 pools),
      * every mode,
