@@ -157,6 +157,12 @@ int kn_cuda_gemm_fp8(const kn_backend *be, const char *op, void *out, int out_bf
 int kn_cuda_fp8_linear(const kn_backend *be, const char *op, void *out, int out_bf16,
                        const float *x, const uint8_t *w, const float *ws, const float *bias,
                        int m, int n, int k);
+/* Its product alone, on x already quantized (kn_cuda_fp8_act_alloc with one
+ * segment, then kn_cuda_quant_fp8): layers that read the same x (q, k, v)
+ * quantize it once. */
+int kn_cuda_fp8_linear_quantized(const kn_backend *be, const char *op, void *out, int out_bf16,
+                                 const uint8_t *xq, const float *xs, const uint8_t *w, const float *ws,
+                                 const float *bias, int m, int n, int k);
 
 /* The per-expert FP8 products of kn_moe_experts: rows
  * [host_off[e], host_off[e+1]) of x (fp32 [rows][k], grouped by expert)

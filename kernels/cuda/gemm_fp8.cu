@@ -353,22 +353,18 @@ int kn_cuda_fp8_act_alloc(const kn_backend *be, const char *op, int m, int k, in
     return TN_OK;
 }
 
-int kn_cuda_fp8_linear(const kn_backend *be, const char *op, void *out, int out_bf16,
-                       const float *x, const uint8_t *w, const float *ws, const float *bias,
-                       int m, int n, int k)
+int kn_cuda_fp8_linear_quantized(const kn_backend *be, const char *op, void *out, int out_bf16,
+                                 const uint8_t *xq, const float *xs, const uint8_t *w, const float *ws,
+                                 const float *bias, int m, int n, int k)
 {
     if (m == 0)
         return TN_OK;
     const int m_pad = (int)kn_cuda_fp8_round_rows((size_t)m);
     const size_t elem = out_bf16 ? 2 : 4;
-    uint8_t *xq = NULL;
-    float *xs = NULL;
     void *tmp = NULL;
-    int rc = kn_cuda_fp8_act_alloc(be, op, m, k, 1, &xq, &xs);
-    if (rc == TN_OK)
-        rc = kn_cuda_quant_fp8(be, op, xq, xs, x, m, k, NULL, 1);
+    int rc = TN_OK;
     /* the pad rows' outputs go to a temporary, whose first m rows are out */
-    if (rc == TN_OK && m_pad != m) {
+    if (m_pad != m) {
         tmp = kn_cuda_tmp_alloc(be, op, (size_t)m_pad * n * elem);
         rc = tmp ? TN_OK : TN_ERR_NOMEM;
     }
@@ -381,6 +377,22 @@ int kn_cuda_fp8_linear(const kn_backend *be, const char *op, void *out, int out_
             rc = kn_cuda_device_error(op, "cudaMemcpyAsync (fp8 rows)", err);
     }
     kn_cuda_tmp_free(be, tmp);
+    return rc;
+}
+
+int kn_cuda_fp8_linear(const kn_backend *be, const char *op, void *out, int out_bf16,
+                       const float *x, const uint8_t *w, const float *ws, const float *bias,
+                       int m, int n, int k)
+{
+    if (m == 0)
+        return TN_OK;
+    uint8_t *xq = NULL;
+    float *xs = NULL;
+    int rc = kn_cuda_fp8_act_alloc(be, op, m, k, 1, &xq, &xs);
+    if (rc == TN_OK)
+        rc = kn_cuda_quant_fp8(be, op, xq, xs, x, m, k, NULL, 1);
+    if (rc == TN_OK)
+        rc = kn_cuda_fp8_linear_quantized(be, op, out, out_bf16, xq, xs, w, ws, bias, m, n, k);
     kn_cuda_tmp_free(be, xq);
     kn_cuda_tmp_free(be, xs);
     return rc;

@@ -214,6 +214,27 @@ extern "C" int kn_matmul_w_multi_cuda(const kn_backend *be, const kn_linear *lin
         if (rc != TN_ERR_UNSUPPORTED)
             return rc;
     }
+    /* all FP8 past those rows: x quantized once for every layer, then
+     * cuBLASLt per layer (at batch 128 that is one quantization and its two
+     * memsets instead of three for q, k and v); a shape cuBLASLt refuses
+     * (odd n) sends every layer the one-by-one way below */
+    bool fp8 = n_lin > 1;
+    for (int i = 0; fp8 && i < n_lin; i++)
+        fp8 = lin[i].w->dtype == KN_FP8_E4M3 && lin[i].w->scale;
+    if (fp8) {
+        uint8_t *xq = NULL;
+        float *xs = NULL;
+        rc = kn_cuda_fp8_act_alloc(be, op, m, k, 1, &xq, &xs);
+        if (rc == TN_OK)
+            rc = kn_cuda_quant_fp8(be, op, xq, xs, x, m, k, NULL, 1);
+        for (int i = 0; rc == TN_OK && i < n_lin; i++)
+            rc = kn_cuda_fp8_linear_quantized(be, op, lin[i].out, 0, xq, xs, (const uint8_t *)lin[i].w->data,
+                                              lin[i].w->scale, lin[i].bias, m, lin[i].n, k);
+        kn_cuda_tmp_free(be, xq);
+        kn_cuda_tmp_free(be, xs);
+        if (rc != TN_ERR_UNSUPPORTED)
+            return rc;
+    }
     for (int i = 0; i < n_lin; i++)
         if ((rc = kn_matmul_w_cuda(be, lin[i].out, x, lin[i].w, lin[i].bias, m, lin[i].n, k)) != TN_OK)
             return rc;

@@ -343,6 +343,8 @@ void ops_register_gemv_fp8(void)
         { 12, 384, 3, { 256, 128, 128 }, 0 },  /* rows past the GEMV */
         { 32, 2880, 3, { 4096, 512, 512 }, 0 }, /* GPT-OSS q/k/v at batch 32 */
         { 130, 256, 3, { 64, 16, 32 }, 0 },    /* past the skinny kernel: cuBLASLt */
+        { 128, 2880, 3, { 4096, 512, 512 }, 0 }, /* GPT-OSS q/k/v at batch 128: x quantized once */
+        { 100, 256, 2, { 129, 64, 0 }, 0 },    /* odd n: cuBLASLt refuses, one by one */
     };
     for (size_t i = 0; i < sizeof multi / sizeof multi[0]; i++)
         OP_CASE("matmul_w_multi", OP_ALL, matmul_multi, multi[i], "%d layers m=%d k=%d n=%d,%d%s", multi[i].n_lin,
