@@ -293,7 +293,8 @@ step_bench_attention() {
         grep -E '^GPU: |^\| ' "$OUT/bench_attention.log"
 }
 step_bench_ops() {
-    timed bench-ops 90 "$OUT/bench_ops.log" "$BIN/bench_ops" && grep -E '^\| ' "$OUT/bench_ops.log"
+    floors
+    timed bench-ops 90 "$OUT/bench_ops.log" "$BIN/bench_ops" --hbm-tbps "$HBM" && grep -E '^\| ' "$OUT/bench_ops.log"
 }
 step_bench_moe() {
     floors
