@@ -66,6 +66,7 @@ extern "C" {
 #include "kernels/moe.h"
 #include "kernels/cuda/cuda_ops.h"
 }
+#include "kernels/cuda/expert_act.cuh"
 
 __device__ __forceinline__ int local_expert(const int32_t *expert_idx, int slot, int offset, int n_local)
 {
@@ -155,18 +156,6 @@ __global__ void moe_gather_kernel(T *xp, const float *x, const int *perm, const 
         store_as(&dst[i], src[i]);
 }
 
-/* The expert activation of kernels/moe.h on one (gate, up) pair; the CPU
- * backend's expert_activation computes the same. */
-__device__ __forceinline__ float expert_act(float g, float u, int act, float alpha, float limit)
-{
-    if (act == KN_ACT_SWIGLU_OAI) {
-        g = fminf(g, limit);
-        u = fminf(fmaxf(u, -limit), limit);
-        return g / (1.f + expf(-alpha * g)) * (u + 1.f);
-    }
-    return g / (1.f + expf(-g)) * u;
-}
-
 /* Per-expert middle: h is [rows][2*inter] (gate | up) without the bias; a is
  * [rows][inter]. One block per row; the row's expert (for its bias) comes
  * from its slot. */
@@ -185,7 +174,7 @@ __global__ void moe_act_kernel(T *a, const float *h, const int *perm, const int3
             g += b[i];
             u += b[inter + i];
         }
-        store_as(&a[r * inter + i], expert_act(g, u, act, alpha, limit));
+        store_as(&a[r * inter + i], kn_cuda_expert_act(g, u, act, alpha, limit));
     }
 }
 
@@ -193,7 +182,7 @@ __global__ void moe_act_kernel(T *a, const float *h, const int *perm, const int3
  * quant_fp8_kernel (a -> the down product's e4m3 codes and 1x128 scales,
  * one segment per expert) in one pass, so the fp32 a is never written.
  * One warp per (row, 128-wide block of a's columns); each lane computes 4
- * activations with the same expert_act as moe_act_kernel and quantizes
+ * activations with the same kn_cuda_expert_act as moe_act_kernel and quantizes
  * them with quant_fp8_kernel's quantizer (fp8_cuda.cuh's
  * kn_cuda_fp8_quant4: amax over the warp, s = amax / 448 or 1, IEEE
  * division, RNE saturating codes), so codes and scales are bit-identical
@@ -226,7 +215,7 @@ __global__ void moe_act_quant_fp8_kernel(uint8_t *q, float *sc, const float *h, 
                     g += bias[c0 + i];
                     u += bias[inter + c0 + i];
                 }
-                v[i] = expert_act(g, u, act, alpha, limit);
+                v[i] = kn_cuda_expert_act(g, u, act, alpha, limit);
             }
         }
         float s;
@@ -395,7 +384,7 @@ moe_grouped_gate_up_kernel(__nv_bfloat16 *a, const __nv_bfloat16 *xp, const int 
             for (int r = 0; r < R; r++)
                 if (r < nr && lane == (c * R + r) % 32 && col0 + c < inter)
                     a[(size_t)(first + r0 + r) * inter + col0 + c] = __float2bfloat16_rn(
-                        expert_act(acc[c][r] + bias[c], acc[ACT_COLS + c][r] + bias[ACT_COLS + c], act,
+                        kn_cuda_expert_act(acc[c][r] + bias[c], acc[ACT_COLS + c][r] + bias[ACT_COLS + c], act,
                                    alpha, limit));
     }
 }
@@ -525,7 +514,7 @@ moe_grouped_gate_up_mma_kernel(__nv_bfloat16 *a, const __nv_bfloat16 *xp, const 
                     const int tok = 8 * j + 2 * t + h;
                     if (tok < nr)
                         a[(size_t)(first + r0 + tok) * inter + c0 + g] = __float2bfloat16_rn(
-                            expert_act(acc[j][h] + bg, acc[j][2 + h] + bu, act, alpha, limit));
+                            kn_cuda_expert_act(acc[j][h] + bg, acc[j][2 + h] + bu, act, alpha, limit));
                 }
         }
     }

@@ -56,6 +56,7 @@
 #include "kernels/cuda/moe_gemm_fp8_ws.cuh"
 #include "kernels/cuda/moe_grouped_fp8.cuh"
 #include "kernels/cuda/wgmma.cuh"
+#include "kernels/cuda/expert_act.cuh"
 extern "C" {
 #include "kernels/fp8.h"
 }
@@ -152,17 +153,6 @@ __device__ __forceinline__ int weight_row(int R, int c0, int n_out, bool *ok)
     }
     *ok = c0 + R < n_out;
     return c0 + R;
-}
-
-/* The expert activation of kernels/moe.h (moe_experts.cu's expert_act). */
-__device__ __forceinline__ float gemm_act(float g, float u, int act, float alpha, float limit)
-{
-    if (act == KN_ACT_SWIGLU_OAI) {
-        g = fminf(g, limit);
-        u = fminf(fmaxf(u, -limit), limit);
-        return g / (1.f + expf(-alpha * g)) * (u + 1.f);
-    }
-    return g / (1.f + expf(-g)) * u;
 }
 
 /* tile_off[e] = m-tiles of experts before e, tile_off[n_local] = all. */
@@ -455,7 +445,7 @@ __global__ void __launch_bounds__(THREADS, 1) moe_gemm_fp8_kernel(const GemmArgs
                 const int col = c0 + F::col(i, warp, t), r = F::row(i, warp, g);
                 const bool ok = col < p.n_out && r < rows;
                 const float bg = ok && bias ? bias[col] : 0.f, bu = ok && bias ? bias[p.n_out + col] : 0.f;
-                acc[i] = ok ? gemm_act(acc[i] + bg, acc[i + F::UP_OFF] + bu, p.act, p.alpha, p.limit) : 0.f;
+                acc[i] = ok ? kn_cuda_expert_act(acc[i] + bg, acc[i + F::UP_OFF] + bu, p.act, p.alpha, p.limit) : 0.f;
                 m[F::row_slot(i)] = fmaxf(m[F::row_slot(i)], fabsf(acc[i]));
             }
 #pragma unroll

@@ -56,6 +56,7 @@
 #include "kernels/cuda/tensor_map.cuh"
 #include "kernels/cuda/moe_gemm_fp8_ws.cuh"
 #include "kernels/cuda/wgmma.cuh"
+#include "kernels/cuda/expert_act.cuh"
 extern "C" {
 #include "kernels/fp8.h"
 }
@@ -139,17 +140,6 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t d
                    "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
                    "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
                  : "l"(da), "l"(db), "r"(scale_d));
-}
-
-/* The expert activation of kernels/moe.h (moe_experts.cu's expert_act). */
-__device__ __forceinline__ float ws_act(float g, float u, int act, float alpha, float limit)
-{
-    if (act == KN_ACT_SWIGLU_OAI) {
-        g = fminf(g, limit);
-        u = fminf(fmaxf(u, -limit), limit);
-        return g / (1.f + expf(-alpha * g)) * (u + 1.f);
-    }
-    return g / (1.f + expf(-g)) * u;
 }
 
 /* Tile `tile` of the m-major walk: its expert, first position and n-tile. */
@@ -394,7 +384,7 @@ moe_gemm_fp8_ws_kernel(const WsArgs p, const __grid_constant__ CUtensorMap amap,
                 const int col = c0 + 64 * wg + 8 * (i >> 2) + 2 * t + (c & 1), r = r_lo + 8 * (c >> 1);
                 const bool ok = col < p.n_out && r < tp.rows;
                 const float bg = ok && bias ? bias[col] : 0.f, bu = ok && bias ? bias[p.n_out + col] : 0.f;
-                acc[i] = ok ? ws_act(acc[i] + bg, acc[i + 32] + bu, p.act, p.alpha, p.limit) : 0.f;
+                acc[i] = ok ? kn_cuda_expert_act(acc[i] + bg, acc[i + 32] + bu, p.act, p.alpha, p.limit) : 0.f;
                 m[c >> 1] = fmaxf(m[c >> 1], fabsf(acc[i]));
             }
 #pragma unroll

@@ -45,20 +45,10 @@
 extern "C" {
 #include "kernels/cuda/cuda_backend.h"
 }
+#include "kernels/cuda/expert_act.cuh"
 
 constexpr int MG_COLS = 4;  /* activation columns per gate_up block: 8 weight rows */
 constexpr int MG_DROWS = 8; /* down rows (output columns) per block */
-
-/* kernels/moe.h's activation (moe_experts.cu's expert_act, the CPU's). */
-__device__ __forceinline__ float mg_act(float g, float u, int act, float alpha, float limit)
-{
-    if (act == KN_ACT_SWIGLU_OAI) {
-        g = fminf(g, limit);
-        u = fminf(fmaxf(u, -limit), limit);
-        return g / (1.f + expf(-alpha * g)) * (u + 1.f);
-    }
-    return g / (1.f + expf(-g)) * u;
-}
 
 template <bool VEC>
 __global__ void __launch_bounds__(KN_GEMV_THREADS)
@@ -104,7 +94,7 @@ moe_gemv_gate_up_kernel(float *a, const float *x, const int32_t *expert_idx, int
             g += b[col];
             u += b[inter + col];
         }
-        a[(size_t)slot * inter + col] = mg_act(g, u, act, alpha, limit);
+        a[(size_t)slot * inter + col] = kn_cuda_expert_act(g, u, act, alpha, limit);
     }
 }
 

@@ -45,6 +45,7 @@
 #include "kernels/cuda/fp8_cuda.cuh"
 #include "kernels/cuda/fp8_rows_mma.cuh"
 #include "kernels/cuda/moe_grouped_fp8.cuh"
+#include "kernels/cuda/expert_act.cuh"
 extern "C" {
 #include "kernels/fp8.h"
 }
@@ -111,18 +112,6 @@ __global__ void moe_fp8_quant_x_kernel(uint8_t *xq, float *xs, const float *x, i
     }
 }
 
-/* kernels/moe.h's activation; moe_experts.cu's expert_act and the CPU's
- * expert_activation compute the same. */
-__device__ __forceinline__ float fp8_expert_act(float g, float u, int act, float alpha, float limit)
-{
-    if (act == KN_ACT_SWIGLU_OAI) {
-        g = fminf(g, limit);
-        u = fminf(fmaxf(u, -limit), limit);
-        return g / (1.f + expf(-alpha * g)) * (u + 1.f);
-    }
-    return g / (1.f + expf(-g)) * u;
-}
-
 /* aq[pos] / as[pos]: the e4m3 codes and 1x128 scales of
  * act(gate_up_e x[perm[pos] / k] + b) for the 128 activation columns of
  * block x (codes past inter are zero, up to the padded row width).
@@ -185,7 +174,7 @@ moe_fp8_gate_up_kernel(uint8_t *aq, float *as, const uint8_t *xq, const float *x
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int tok = 8 * j + 2 * t + h;
-                v[j][h] = valid && tok < nr ? fp8_expert_act(acc[j][h] + bg, acc[j][2 + h] + bu, act, alpha, limit)
+                v[j][h] = valid && tok < nr ? kn_cuda_expert_act(acc[j][h] + bg, acc[j][2 + h] + bu, act, alpha, limit)
                                             : 0.f;
                 float m = fabsf(v[j][h]);
 #pragma unroll
