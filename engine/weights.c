@@ -172,39 +172,6 @@ static void pack_bf16_in_place(float *buf, size_t n)
     }
 }
 
-/* Takes ownership of host (n floats); returns the backend buffer holding
- * them as dt (NULL on failure). */
-static void *stage_commit_as(loader *L, float *host, size_t n, kn_dtype dt)
-{
-    if (!host)
-        return NULL;
-    if (L->rc) {
-        stage_drop(L, host);
-        return NULL;
-    }
-    if (dt == KN_BF16)
-        pack_bf16_in_place(host, n);
-    size_t bytes = n * kn_dtype_size(dt);
-    L->w->bytes += bytes;
-    if (L->be->kind == KN_BACKEND_CPU)
-        return host;
-    void *dev = kn_malloc(L->be, bytes);
-    int rc = dev ? kn_copy_to_backend(L->be, dev, host, bytes) : TN_ERR_NOMEM;
-    free(host);
-    if (rc) {
-        if (dev)
-            kn_free(L->be, dev);
-        lfail(L, rc, "cannot copy weights to the backend: %s", tn_status_str(rc));
-        return NULL;
-    }
-    return dev;
-}
-
-static float *stage_commit(loader *L, float *host, size_t n)
-{
-    return stage_commit_as(L, host, n, KN_F32);
-}
-
 /* A host buffer of bytes copied to the backend (ownership taken). */
 static void *upload_bytes(loader *L, void *host, size_t bytes)
 {
@@ -221,6 +188,31 @@ static void *upload_bytes(loader *L, void *host, size_t bytes)
         return NULL;
     }
     return dev;
+}
+
+/* Takes ownership of host (n floats); returns the backend buffer holding
+ * them as dt (NULL on failure): on the CPU backend host itself. */
+static void *stage_commit_as(loader *L, float *host, size_t n, kn_dtype dt)
+{
+    if (!host)
+        return NULL;
+    if (L->rc) {
+        stage_drop(L, host);
+        return NULL;
+    }
+    if (dt == KN_BF16)
+        pack_bf16_in_place(host, n);
+    size_t bytes = n * kn_dtype_size(dt);
+    if (L->be->kind == KN_BACKEND_CPU) {
+        L->w->bytes += bytes;
+        return host;
+    }
+    return upload_bytes(L, host, bytes);
+}
+
+static float *stage_commit(loader *L, float *host, size_t n)
+{
+    return stage_commit_as(L, host, n, KN_F32);
 }
 
 /* Takes ownership of host: n_mats matrices [rows][cols] of f32, stored as
