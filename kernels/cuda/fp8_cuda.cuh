@@ -157,9 +157,8 @@ int kn_cuda_gemm_fp8(const kn_backend *be, const char *op, void *out, int out_bf
 int kn_cuda_fp8_linear(const kn_backend *be, const char *op, void *out, int out_bf16,
                        const float *x, const uint8_t *w, const float *ws, const float *bias,
                        int m, int n, int k);
-/* Its product alone, on x already quantized (kn_cuda_fp8_act_alloc with one
- * segment, then kn_cuda_quant_fp8): layers that read the same x (q, k, v)
- * quantize it once. */
+/* Its product alone, on x already quantized (kn_cuda_fp8_quantize_rows):
+ * layers that read the same x (q, k, v) quantize it once. */
 int kn_cuda_fp8_linear_quantized(const kn_backend *be, const char *op, void *out, int out_bf16,
                                  const uint8_t *xq, const float *xs, const uint8_t *w, const float *ws,
                                  const float *bias, int m, int n, int k);
@@ -184,6 +183,11 @@ int kn_cuda_fp8_expert_gemms(const kn_backend *be, const char *op, float *out, c
  * both from the backend's temporary pool (kn_cuda_tmp_free). */
 int kn_cuda_fp8_act_alloc(const kn_backend *be, const char *op, int m, int k, int n_segs,
                           uint8_t **xq, float **xs);
+/* x (fp32 [m][k]) quantized into one segment of kn_cuda_fp8_act_alloc's
+ * layout: the input kn_cuda_fp8_linear_quantized takes. The caller frees
+ * *xq and *xs (kn_cuda_tmp_free) whatever this returns. */
+int kn_cuda_fp8_quantize_rows(const kn_backend *be, const char *op, const float *x, int m, int k, uint8_t **xq,
+                              float **xs);
 /* kn_cuda_fp8_expert_gemms on activations already quantized into xq/xs
  * (kn_cuda_fp8_act_alloc for host_off[n_experts] rows of k in n_experts
  * segments, segment e = expert e's rows), e.g. by a fused kernel. */

@@ -380,6 +380,13 @@ int kn_cuda_fp8_linear_quantized(const kn_backend *be, const char *op, void *out
     return rc;
 }
 
+int kn_cuda_fp8_quantize_rows(const kn_backend *be, const char *op, const float *x, int m, int k, uint8_t **xq,
+                              float **xs)
+{
+    int rc = kn_cuda_fp8_act_alloc(be, op, m, k, 1, xq, xs);
+    return rc == TN_OK ? kn_cuda_quant_fp8(be, op, *xq, *xs, x, m, k, NULL, 1) : rc;
+}
+
 int kn_cuda_fp8_linear(const kn_backend *be, const char *op, void *out, int out_bf16,
                        const float *x, const uint8_t *w, const float *ws, const float *bias,
                        int m, int n, int k)
@@ -388,9 +395,7 @@ int kn_cuda_fp8_linear(const kn_backend *be, const char *op, void *out, int out_
         return TN_OK;
     uint8_t *xq = NULL;
     float *xs = NULL;
-    int rc = kn_cuda_fp8_act_alloc(be, op, m, k, 1, &xq, &xs);
-    if (rc == TN_OK)
-        rc = kn_cuda_quant_fp8(be, op, xq, xs, x, m, k, NULL, 1);
+    int rc = kn_cuda_fp8_quantize_rows(be, op, x, m, k, &xq, &xs);
     if (rc == TN_OK)
         rc = kn_cuda_fp8_linear_quantized(be, op, out, out_bf16, xq, xs, w, ws, bias, m, n, k);
     kn_cuda_tmp_free(be, xq);

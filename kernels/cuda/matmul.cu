@@ -224,9 +224,7 @@ extern "C" int kn_matmul_w_multi_cuda(const kn_backend *be, const kn_linear *lin
     if (fp8) {
         uint8_t *xq = NULL;
         float *xs = NULL;
-        rc = kn_cuda_fp8_act_alloc(be, op, m, k, 1, &xq, &xs);
-        if (rc == TN_OK)
-            rc = kn_cuda_quant_fp8(be, op, xq, xs, x, m, k, NULL, 1);
+        rc = kn_cuda_fp8_quantize_rows(be, op, x, m, k, &xq, &xs);
         for (int i = 0; rc == TN_OK && i < n_lin; i++)
             rc = kn_cuda_fp8_linear_quantized(be, op, lin[i].out, 0, xq, xs, (const uint8_t *)lin[i].w->data,
                                               lin[i].w->scale, lin[i].bias, m, lin[i].n, k);

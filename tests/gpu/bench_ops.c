@@ -26,8 +26,9 @@
  * grouped decode path: GB/s of the bytes each must read (weight codes and
  * scales, x, out) and its share of the device's copy ceiling (--hbm-tbps,
  * default the H200's 4.229 TB/s of docs/PERF.md; pass the card's own on
- * another GPU: tests/gpu/run.sh passes the ceilings step's). These time DECODE_CALLS calls back to back in a
- * graph (one call between two events measured the launch, 8-16 us),
+ * another GPU: tests/gpu/run.sh passes the ceilings step's). These time
+ * DECODE_CALLS calls back to back in a graph (one call between two events
+ * measured the launch, 8-16 us),
  * each GEMV call on the next of as many weight copies as fill 150 MB (3x
  * the L2), the expert rows on 4 experts of 25 MB each: HBM reads, as in a
  * decode step. */
