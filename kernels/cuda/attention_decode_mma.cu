@@ -285,23 +285,13 @@ attn_decode_mma_kernel(DecArgs a)
             for (int kk = 0; kk < KS; kk++)
                 kn_mma_bf16(sc[n], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], kb[2 * kk], kb[2 * kk + 1]);
         }
-        if constexpr (F8) { /* q . code times the key's row scale (0 unmapped: masked) */
-#pragma unroll
-            for (int n = 0; n < NT; n++)
-#pragma unroll
-                for (int c = 0; c < 4; c++)
-                    sc[n][c] *= ksc[n * 8 + 2 * t + (c & 1)];
-        }
+        if constexpr (F8) /* q . code times the key's row scale (0 unmapped: masked) */
+            dec_scale_by_key<NT>(sc, ksc, t);
         dec_softmax_tile<NT, DN>(a, sc, pos, m, l, o, j0, kend, t);
+        if constexpr (F8) /* P times each key's V row scale: P V over the codes */
+            dec_scale_by_key<NT>(sc, vsc, t);
 #pragma unroll
         for (int kk = 0; kk < NK / 16; kk++) {
-            if constexpr (F8) { /* P times each key's V row scale: P V over the codes */
-                const float s0 = vsc[kk * 16 + 2 * t], s1 = vsc[kk * 16 + 2 * t + 1];
-                const float s2 = vsc[kk * 16 + 8 + 2 * t], s3 = vsc[kk * 16 + 8 + 2 * t + 1];
-                sc[2 * kk][0] *= s0, sc[2 * kk][1] *= s1, sc[2 * kk][2] *= s0, sc[2 * kk][3] *= s1;
-                sc[2 * kk + 1][0] *= s2, sc[2 * kk + 1][1] *= s3, sc[2 * kk + 1][2] *= s2,
-                    sc[2 * kk + 1][3] *= s3;
-            }
             const uint32_t p0 = kn_pack_bf16(sc[2 * kk][0], sc[2 * kk][1]);
             const uint32_t p1 = kn_pack_bf16(sc[2 * kk][2], sc[2 * kk][3]);
             const uint32_t p2 = kn_pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);

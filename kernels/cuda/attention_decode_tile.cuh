@@ -87,6 +87,20 @@ static __device__ __forceinline__ void dec_load_q(const DecArgs &a, uint32_t (&q
         }
 }
 
+/* FP8 pools: each entry of sc (NT 8-key C fragments; thread t holds keys
+ * 8n + 2t, 8n + 2t + 1 of fragment n) times its key's row scale: the scores
+ * q . code times the K scale, or the probabilities times the V scale before
+ * P V over the codes. */
+template <int NT>
+static __device__ __forceinline__ void dec_scale_by_key(float (&sc)[NT][4], const float *key_scale, int t)
+{
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+#pragma unroll
+        for (int c = 0; c < 4; c++)
+            sc[n][c] *= key_scale[n * 8 + 2 * t + (c & 1)];
+}
+
 /* One tile's scores sc (NT 8-key C fragments of keys j0..) masked, then
  * the online-softmax update of rows g, g + 8 (attention_tile_softmax.cuh):
  * m, l, the output o rescaled, sc replaced by the probabilities. */

@@ -253,21 +253,11 @@ attn_decode_tma_kernel(const DecArgs a, const __grid_constant__ CUtensorMap kmap
                             kb[3]);
             }
         }
-        if constexpr (F8) { /* q . code times the key's row scale (0 unmapped: masked) */
-#pragma unroll
-            for (int n = 0; n < NT; n++)
-#pragma unroll
-                for (int c = 0; c < 4; c++)
-                    sc[n][c] *= ksc[n * 8 + 2 * t + (c & 1)];
-        }
+        if constexpr (F8) /* q . code times the key's row scale (0 unmapped: masked) */
+            dec_scale_by_key<NT>(sc, ksc, t);
         dec_softmax_tile<NT, DN>(a, sc, pos, m, l, o, j0, kend, t);
-        if constexpr (F8) { /* P times each key's V row scale: P V over the codes */
-#pragma unroll
-            for (int n = 0; n < NT; n++)
-#pragma unroll
-                for (int c = 0; c < 4; c++)
-                    sc[n][c] *= vsc[n * 8 + 2 * t + (c & 1)];
-        }
+        if constexpr (F8) /* P times each key's V row scale: P V over the codes */
+            dec_scale_by_key<NT>(sc, vsc, t);
 
         /* O += P V: P's A fragment from the two 8-key C tiles; V's B
          * fragments by ldmatrix .trans (matrix mi: keys 8 (mi & 1).., dims
