@@ -13,14 +13,14 @@ extern "C" {
  * codes and [pos][blocks] scales, so a mismatch on the GPU names the
  * product that is wrong). */
 enum {
-    KN_MOE_FP8_GEMM_OFF = 0,     /* the per-expert cuBLASLt GEMMs (moe_experts.cu; the default) */
+    KN_MOE_FP8_GEMM_OFF = 0,     /* the per-expert cuBLASLt GEMMs (moe_experts.cu) */
     KN_MOE_FP8_GEMM_ON = 1,      /* both products grouped GEMMs, mma.sync */
     KN_MOE_FP8_GEMM_GATE_UP = 2, /* gate_up grouped GEMM (mma.sync), down the decode kernel */
     KN_MOE_FP8_GEMM_DOWN = 3,    /* gate_up the decode kernel, down grouped GEMM (mma.sync) */
     KN_MOE_FP8_GEMM_WGMMA = 4,   /* both products grouped GEMMs on Hopper's wgmma */
     KN_MOE_FP8_GEMM_WGMMA_GATE_UP = 5,
     KN_MOE_FP8_GEMM_WGMMA_DOWN = 6,
-    KN_MOE_FP8_GEMM_WS = 7,      /* both products on the warp-specialised TMA + wgmma kernel (moe_gemm_fp8_ws.cu) */
+    KN_MOE_FP8_GEMM_WS = 7,      /* both products on the warp-specialised TMA + wgmma kernel (moe_gemm_fp8_ws.cu; the default) */
     KN_MOE_FP8_GEMM_WS_GATE_UP = 8,
     KN_MOE_FP8_GEMM_WS_DOWN = 9,
     KN_MOE_FP8_GEMM_MODES = 10
