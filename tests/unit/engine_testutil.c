@@ -307,3 +307,20 @@ void et_family_close(et_family *f)
     et_golden_free(&f->g);
     kn_backend_free(&f->be);
 }
+
+int et_family_setup(void **state)
+{
+    et_family *f = *state;
+    char err[512] = "";
+    if (et_family_open(f, err, sizeof(err)) != 0) {
+        fprintf(stderr, "%s: %s\n", f->dir, err);
+        return -1;
+    }
+    return 0;
+}
+
+int et_family_teardown(void **state)
+{
+    et_family_close(*state);
+    return 0;
+}

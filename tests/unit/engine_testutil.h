@@ -37,6 +37,10 @@ typedef struct et_family {
 int et_family_open(et_family *f, char *err, size_t errlen);
 /* Frees what et_family_open made (safe after a failed open). */
 void et_family_close(et_family *f);
+/* The two as a cmocka setup / teardown pair for *state = an et_family
+ * (the open's message on stderr when it fails). */
+int et_family_setup(void **state);
+int et_family_teardown(void **state);
 
 /* Returns 0 on success; on failure a message is in err. */
 int et_golden_load(const char *fixture_dir, et_golden *g, char *err, size_t errlen);

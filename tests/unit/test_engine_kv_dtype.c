@@ -51,22 +51,6 @@ typedef et_family family;
 static family gpt_oss = {.dir = ET_GPT_OSS};
 static family qwen3 = {.dir = ET_QWEN3};
 
-static int family_setup(void **state)
-{
-    family *f = *state;
-    char err[512] = "";
-    if (et_family_open(f, err, sizeof(err)) != 0) {
-        print_error("%s: %s\n", f->dir, err);
-        return -1;
-    }
-    return 0;
-}
-
-static int family_teardown(void **state)
-{
-    et_family_close(*state);
-    return 0;
-}
 
 /* Logits [T + G - 1][V] of the golden sequence (prompt, then HF's greedy
  * tokens but the last) through a cache of dtype dt with page size 16:
@@ -193,18 +177,18 @@ static void bf16_weights_and_bf16_kv(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_prestate_setup_teardown(bf16_kv_logits_within_bound, family_setup,
-                                                 family_teardown, &gpt_oss),
-        cmocka_unit_test_prestate_setup_teardown(bf16_kv_logits_within_bound, family_setup,
-                                                 family_teardown, &qwen3),
-        cmocka_unit_test_prestate_setup_teardown(fp8_kv_logits_within_bound, family_setup,
-                                                 family_teardown, &gpt_oss),
-        cmocka_unit_test_prestate_setup_teardown(fp8_kv_logits_within_bound, family_setup,
-                                                 family_teardown, &qwen3),
-        cmocka_unit_test_prestate_setup_teardown(bf16_weights_and_bf16_kv, family_setup,
-                                                 family_teardown, &gpt_oss),
-        cmocka_unit_test_prestate_setup_teardown(bf16_weights_and_bf16_kv, family_setup,
-                                                 family_teardown, &qwen3),
+        cmocka_unit_test_prestate_setup_teardown(bf16_kv_logits_within_bound, et_family_setup,
+                                                 et_family_teardown, &gpt_oss),
+        cmocka_unit_test_prestate_setup_teardown(bf16_kv_logits_within_bound, et_family_setup,
+                                                 et_family_teardown, &qwen3),
+        cmocka_unit_test_prestate_setup_teardown(fp8_kv_logits_within_bound, et_family_setup,
+                                                 et_family_teardown, &gpt_oss),
+        cmocka_unit_test_prestate_setup_teardown(fp8_kv_logits_within_bound, et_family_setup,
+                                                 et_family_teardown, &qwen3),
+        cmocka_unit_test_prestate_setup_teardown(bf16_weights_and_bf16_kv, et_family_setup,
+                                                 et_family_teardown, &gpt_oss),
+        cmocka_unit_test_prestate_setup_teardown(bf16_weights_and_bf16_kv, et_family_setup,
+                                                 et_family_teardown, &qwen3),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

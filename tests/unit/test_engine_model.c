@@ -27,20 +27,17 @@ typedef et_family family;
 static family gpt_oss = {.dir = ET_GPT_OSS};
 static family qwen3 = {.dir = ET_QWEN3};
 
+/* et_family_setup, and the golden's prompt + generation within MAX_SEQ */
 static int family_setup(void **state)
 {
+    if (et_family_setup(state) != 0)
+        return -1;
     family *f = *state;
-    char err[512] = "";
-    if (et_family_open(f, err, sizeof(err)) != 0) {
-        print_error("%s: %s\n", f->dir, err);
+    if (f->g.T + f->g.G > MAX_SEQ) {
+        print_error("%s: golden of %d + %d tokens, over %d\n", f->dir, f->g.T, f->g.G, MAX_SEQ);
+        et_family_close(f);
         return -1;
     }
-    return f->g.T + f->g.G > MAX_SEQ ? -1 : 0;
-}
-
-static int family_teardown(void **state)
-{
-    et_family_close(*state);
     return 0;
 }
 
@@ -392,8 +389,8 @@ static void kv_cache_pages(void **state)
 
 /* Each test once per family, named after both. */
 #define FAMILY_TESTS(fn)                                                       \
-    {"gpt_oss " #fn, fn, family_setup, family_teardown, &gpt_oss},            \
-    {"qwen3_moe " #fn, fn, family_setup, family_teardown, &qwen3}
+    {"gpt_oss " #fn, fn, family_setup, et_family_teardown, &gpt_oss},            \
+    {"qwen3_moe " #fn, fn, family_setup, et_family_teardown, &qwen3}
 
 /* The CUDA-graph switch parses on/off only and leaves the CPU backend's
  * steps as they were: the same greedy logits with it on, off and eager,

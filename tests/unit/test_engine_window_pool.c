@@ -27,22 +27,6 @@
 
 static et_family gpt_oss = {.dir = ET_GPT_OSS};
 
-static int family_setup(void **state)
-{
-    et_family *f = *state;
-    char err[512] = "";
-    if (et_family_open(f, err, sizeof(err)) != 0) {
-        print_error("%s: %s\n", f->dir, err);
-        return -1;
-    }
-    return 0;
-}
-
-static int family_teardown(void **state)
-{
-    et_family_close(*state);
-    return 0;
-}
 
 static int fixture_window(const tm_config *c)
 {
@@ -311,11 +295,11 @@ static void window_pool_edges(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_prestate_setup_teardown(window_pool_equals_plain_cache, family_setup,
-                                                 family_teardown, &gpt_oss),
-        cmocka_unit_test_prestate_setup_teardown(window_pool_batch_greedy, family_setup,
-                                                 family_teardown, &gpt_oss),
-        cmocka_unit_test_prestate_setup_teardown(window_pool_edges, family_setup, family_teardown,
+        cmocka_unit_test_prestate_setup_teardown(window_pool_equals_plain_cache, et_family_setup,
+                                                 et_family_teardown, &gpt_oss),
+        cmocka_unit_test_prestate_setup_teardown(window_pool_batch_greedy, et_family_setup,
+                                                 et_family_teardown, &gpt_oss),
+        cmocka_unit_test_prestate_setup_teardown(window_pool_edges, et_family_setup, et_family_teardown,
                                                  &gpt_oss),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
