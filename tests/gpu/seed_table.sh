@@ -31,7 +31,8 @@
 #   gpu-engine-progs). Environment: OUT (default /tmp/tandem-seed),
 #   BUDGET_S (default 400: a run that would not fit is skipped and says so),
 #   NGPU (default: nvidia-smi's count), GPU_PRICE (default 3.00 $/hour),
-#   SHARED_LENS, SHARED_BATCHES, MODELS (default "20b 120b"). For a dry
+#   SHARED_LENS, SHARED_BATCHES, MODELS (default "20b 120b"; "20b" on a GPU
+#   under 100 GB, where GPT-OSS-120B does not fit one card). For a dry
 #   run of the script's plumbing on the CPU: DEVICE=cpu NGPU=1 CONFIGS=DIR
 #   (DIR/gpt-oss-20b.json ... small configs) LENS=64,128 BATCHES=1,2.
 # Expected run time on one H200: about 5-6 minutes.
@@ -47,10 +48,15 @@ SHARED_MAX_120B=${SHARED_MAX_120B:-2}
 PRICE=${GPU_PRICE:-3.00}
 SHARED_LENS=${SHARED_LENS:-8192}
 SHARED_BATCHES=${SHARED_BATCHES:-1,8,32}
-MODELS=${MODELS:-20b 120b}
 NCCL_LIB=${NCCL_LIB:-/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib}
 NGPU=${NGPU:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')}
 [ "$NGPU" -ge 1 ] || { echo "seed_table: no GPU found (NGPU=0)"; exit 1; }
+GPU_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -n 1)
+if [ -z "${MODELS:-}" ] && [ "${DEVICE:-cuda:0}" != cpu ] && [ "${GPU_MIB:-0}" -lt 100000 ]; then
+    echo "seed_table: GPT-OSS-120B does not fit this GPU's ${GPU_MIB:-?} MiB: MODELS=20b (set MODELS to override)"
+    MODELS=20b
+fi
+MODELS=${MODELS:-20b 120b}
 ALL_LENS=${LENS:-8192,32768,65536,128000}
 ALL_BATCHES=${BATCHES:-1,2,4,8,16,32,64,128}
 DEVICE=${DEVICE:-cuda:0}
