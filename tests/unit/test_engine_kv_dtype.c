@@ -51,7 +51,6 @@ typedef et_family family;
 static family gpt_oss = {.dir = ET_GPT_OSS};
 static family qwen3 = {.dir = ET_QWEN3};
 
-
 /* Logits [T + G - 1][V] of the golden sequence (prompt, then HF's greedy
  * tokens but the last) through a cache of dtype dt with page size 16:
  * row r predicts token r + 1. */

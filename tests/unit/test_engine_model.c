@@ -389,7 +389,7 @@ static void kv_cache_pages(void **state)
 
 /* Each test once per family, named after both. */
 #define FAMILY_TESTS(fn)                                                       \
-    {"gpt_oss " #fn, fn, family_setup, et_family_teardown, &gpt_oss},            \
+    {"gpt_oss " #fn, fn, family_setup, et_family_teardown, &gpt_oss},         \
     {"qwen3_moe " #fn, fn, family_setup, et_family_teardown, &qwen3}
 
 /* The CUDA-graph switch parses on/off only and leaves the CPU backend's

@@ -27,7 +27,6 @@
 
 static et_family gpt_oss = {.dir = ET_GPT_OSS};
 
-
 static int fixture_window(const tm_config *c)
 {
     int w = 0;
