@@ -318,14 +318,13 @@ engine_bench() { # NAME MAX_SECONDS ARGS... (tandem-bench; env before the call p
         --peak-tflops "$PEAK" --hbm-tbps "$HBM" "$@" &&
         grep -E '^(prefill|decode) |^# (tandem-bench|prefill runs|decode steps so far|decode batch)|^#   window layers' "$OUT/bench_$name.log"
 }
-# GPT-OSS-120B's synthetic FP8 weights and their temporaries do not fit
-# an 80 GB card (H100): say so in the summary instead of a failed row.
+# Where GPT-OSS-120B does not fit the card (oss120b_fits.sh), its rows
+# say so in the summary instead of failing.
+. tests/gpu/oss120b_fits.sh
 fits_120b() { # NAME
-    local mib
-    mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1)
-    [ "${mib:-0}" -ge 100000 ] && return 0
-    echo "== $1: skipped (GPT-OSS-120B needs more than this GPU's ${mib:-?} MiB)"
-    rows+=("| $1 | skipped: GPT-OSS-120B does not fit ${mib:-?} MiB |")
+    oss120b_fits && return 0
+    echo "== $1: skipped (GPT-OSS-120B needs more than this GPU's $GPU_MIB MiB)"
+    rows+=("| $1 | skipped: GPT-OSS-120B does not fit $GPU_MIB MiB |")
     return 1
 }
 step_bench_engine() {

@@ -51,9 +51,9 @@ SHARED_BATCHES=${SHARED_BATCHES:-1,8,32}
 NCCL_LIB=${NCCL_LIB:-/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib}
 NGPU=${NGPU:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')}
 [ "$NGPU" -ge 1 ] || { echo "seed_table: no GPU found (NGPU=0)"; exit 1; }
-GPU_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -n 1)
-if [ -z "${MODELS:-}" ] && [ "${DEVICE:-cuda:0}" != cpu ] && [ "${GPU_MIB:-0}" -lt 100000 ]; then
-    echo "seed_table: GPT-OSS-120B does not fit this GPU's ${GPU_MIB:-?} MiB: MODELS=20b (set MODELS to override)"
+. tests/gpu/oss120b_fits.sh
+if [ -z "${MODELS:-}" ] && [ "${DEVICE:-cuda:0}" != cpu ] && ! oss120b_fits; then
+    echo "seed_table: GPT-OSS-120B does not fit this GPU's $GPU_MIB MiB: MODELS=20b (set MODELS to override)"
     MODELS=20b
 fi
 MODELS=${MODELS:-20b 120b}
